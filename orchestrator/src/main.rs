@@ -1,0 +1,2 @@
+//! The tailmesh command line.
+fn main() {}

@@ -1,0 +1,110 @@
+//! What the load generator learned about one request: the raw material of
+//! every statistic, CSV row and verdict.
+
+use std::time::Duration;
+
+use tailmesh_proto::pb::HopRecord;
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A reply arrived before the deadline.
+    Ok,
+    /// The deadline passed first: the client gave up, or a hop answered
+    /// DEADLINE_EXCEEDED.
+    Timeout,
+    /// Any other gRPC error (including transport failures, mapped by tonic
+    /// to UNAVAILABLE/UNKNOWN), with its message.
+    Error {
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The status message, for logs and the CSV.
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// A short label: "ok", "timeout", or the gRPC code in snake case
+    /// ("unavailable", "resource_exhausted", ...).
+    pub fn label(&self) -> String {
+        match self {
+            Outcome::Ok => "ok".to_string(),
+            Outcome::Timeout => "timeout".to_string(),
+            Outcome::Error { code, .. } => code_label(*code),
+        }
+    }
+}
+
+/// A gRPC code in snake case, as used in summary.json and requests.csv.
+pub fn code_label(code: tonic::Code) -> String {
+    let name = format!("{code:?}");
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One measured request. Times are offsets from the start of the measured
+/// phase (the end of warmup).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    /// The request id sent on the wire (unique within a variant).
+    pub id: u64,
+    /// When the schedule meant to send it. Closed loop: equal to `start`.
+    pub intended: Duration,
+    /// When it was actually sent.
+    pub start: Duration,
+    /// When its answer (or error, or timeout) arrived.
+    pub end: Duration,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The reply's path: one record per hop visited (empty unless ok).
+    pub path: Vec<HopRecord>,
+}
+
+impl RequestRecord {
+    /// End-to-end latency from the intended send time: the honest number
+    /// (no coordinated omission).
+    pub fn latency(&self) -> Duration {
+        self.end.saturating_sub(self.intended)
+    }
+
+    /// Time from the actual send to the answer (what a naive tool reports).
+    pub fn service_latency(&self) -> Duration {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_labels_are_snake_case() {
+        assert_eq!(code_label(tonic::Code::ResourceExhausted), "resource_exhausted");
+        assert_eq!(code_label(tonic::Code::Unavailable), "unavailable");
+        assert_eq!(code_label(tonic::Code::DeadlineExceeded), "deadline_exceeded");
+    }
+
+    #[test]
+    fn latency_counts_from_intended_send_time() {
+        let r = RequestRecord {
+            id: 1,
+            intended: Duration::from_millis(10),
+            start: Duration::from_millis(15),
+            end: Duration::from_millis(17),
+            outcome: Outcome::Ok,
+            path: vec![],
+        };
+        assert_eq!(r.latency(), Duration::from_millis(7));
+        assert_eq!(r.service_latency(), Duration::from_millis(2));
+    }
+}

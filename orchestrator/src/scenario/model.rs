@@ -1,0 +1,163 @@
+//! The checked scenario: what the rest of the orchestrator trusts. Built only
+//! by [`super::parse`], after every problem in the file has been reported.
+
+use std::time::Duration;
+
+use tailmesh_services::model::{
+    Balance, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
+};
+
+/// Most hops a scenario may declare.
+pub const MAX_HOPS: usize = 64;
+
+/// A whole experiment: one or more variants of the same mesh, run one after
+/// another and compared side by side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Name, also the results folder: `results/<name>/<run-id>/`.
+    pub name: String,
+    /// Free text shown in reports.
+    pub description: String,
+    /// Seed of every random draw (arrivals, work, faults, balancing).
+    pub seed: u64,
+    /// The variants, in file order. Without `[[variant]]` there is exactly
+    /// one, named "base", with no overrides.
+    pub variants: Vec<Variant>,
+    /// What the run checks.
+    pub check: Check,
+}
+
+/// The scenario with one variant's overrides applied, validated as a whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Variant {
+    /// Variant name (unique in the scenario).
+    pub name: String,
+    /// The overrides as written, `key = value` with the value in TOML syntax,
+    /// for the summary's scenario echo.
+    pub overrides: Vec<(String, String)>,
+    /// The load.
+    pub load: Load,
+    /// The hops in file order; `hops[0]` is the entry the load generator calls.
+    pub hops: Vec<Hop>,
+    /// Which launcher runs the hops.
+    pub launcher: Launcher,
+}
+
+/// Which launcher runs the hop processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launcher {
+    /// Processes on 127.0.0.1 with ephemeral ports.
+    Local,
+}
+
+/// The load generator's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Load {
+    /// Open or closed loop.
+    pub mode: LoadMode,
+    /// When the measured phase ends.
+    pub stop: Stop,
+    /// A period before measurement whose requests are sent but not counted.
+    pub warmup: Duration,
+    /// Per-request deadline, sent as `grpc-timeout` and propagated hop to hop.
+    pub timeout: Duration,
+    /// Shared channels or a new connection per request.
+    pub connection: ConnectionMode,
+    /// Request payload size in bytes.
+    pub payload_bytes: usize,
+}
+
+/// Open loop (fixed rate) or closed loop (fixed number in flight).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoadMode {
+    /// Requests at `rate` per second; latency is measured from each request's
+    /// intended send time, so a stalled system cannot hide its stall.
+    Open {
+        /// Requests per second, > 0.
+        rate: f64,
+        /// Spacing of send times.
+        arrivals: Arrivals,
+    },
+    /// `concurrency` requests in flight at all times.
+    Closed {
+        /// Requests in flight, >= 1.
+        concurrency: u32,
+    },
+}
+
+/// Spacing of open-loop send times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Exactly 1/rate apart.
+    Uniform,
+    /// Exponential gaps with mean 1/rate (seeded).
+    Poisson,
+}
+
+/// When the measured phase ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// After this long (after warmup).
+    Duration(Duration),
+    /// After this many measured requests have been sent.
+    Requests(u64),
+}
+
+/// How the load generator connects to the first hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionMode {
+    /// Long-lived channels, `connections` per replica, shared by all requests.
+    Shared {
+        /// HTTP/2 connections per replica, >= 1.
+        connections: u32,
+    },
+    /// A new connection for every request, closed after it.
+    PerRequest,
+}
+
+/// One hop of the mesh.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hop {
+    /// Unique name, a DNS label (lowercase letters, digits, '-').
+    pub name: String,
+    /// Replicas, 1..=64.
+    pub replicas: u32,
+    /// How callers reach this hop.
+    pub transport: Transport,
+    /// How push callers pick a replica of this hop.
+    pub balance: Balance,
+    /// The work model.
+    pub work: Work,
+    /// Injected per-request slowness.
+    pub slow: Option<Slowness>,
+    /// One slow replica.
+    pub replica_slow: Option<ReplicaSlow>,
+    /// Injected errors.
+    pub error: Option<ErrorInjection>,
+    /// Names of the hops this one calls, in parallel, for every request.
+    /// Defaults to the next hop in file order (a chain); empty for a leaf.
+    pub downstream: Vec<String>,
+}
+
+impl Hop {
+    /// The hop's behaviour as handed to its replica processes.
+    pub fn behavior(&self, seed: u64) -> HopBehavior {
+        HopBehavior {
+            name: self.name.clone(),
+            seed,
+            work: self.work.clone(),
+            slow: self.slow.clone(),
+            replica_slow: self.replica_slow.clone(),
+            error: self.error.clone(),
+        }
+    }
+}
+
+/// What the run checks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    /// A request is slow if its end-to-end latency exceeds this.
+    pub slow_threshold: Duration,
+    /// Whether to compare the measured slow fraction with 1 - prod(1 - p_i).
+    pub compounding: bool,
+}

@@ -1,0 +1,18 @@
+//! Compiles the .proto files with protox (pure Rust: no `protoc` needed on
+//! any machine) and generates tonic clients and servers from them.
+
+use std::{env, fs, path::PathBuf};
+
+use prost::Message;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/tailmesh/v1/hop.proto", "proto/tailmesh/v1/broker.proto"];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(out.join("tailmesh_descriptor.bin"), fds.encode_to_vec())?;
+    tonic_prost_build::configure().compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! tailmesh services: the hop server, its work and fault models, and the
+//! clients that reach downstream hops.
+//!
+//! - `model`: hop behaviour as plain data (work, slowness, balancing).
+//! - `process`: the contract between a supervised process and its launcher.
+
+pub mod model;
+pub mod process;

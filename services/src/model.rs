@@ -1,0 +1,141 @@
+//! The behaviour of one hop as plain data: what work it does, what faults
+//! it injects, how it reaches its downstream hops. The orchestrator builds
+//! these from a scenario and hands them to hop processes as JSON.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A distribution of durations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "snake_case")]
+pub enum DurationDist {
+    /// Always the same value.
+    Fixed {
+        /// The value.
+        value: Duration,
+    },
+    /// Uniform between `min` and `max` (inclusive).
+    Uniform {
+        /// Lower bound.
+        min: Duration,
+        /// Upper bound.
+        max: Duration,
+    },
+    /// Exponential with the given mean.
+    Exp {
+        /// Mean.
+        mean: Duration,
+    },
+    /// Log-normal with the given mean; `sigma` is the standard deviation of
+    /// the underlying normal (larger means a heavier tail).
+    Lognormal {
+        /// Mean of the distribution (not of the underlying normal).
+        mean: Duration,
+        /// Shape: standard deviation of the underlying normal.
+        sigma: f64,
+    },
+}
+
+/// What a hop does for each request before calling downstream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Work {
+    /// Nothing: answer (or call downstream) at once.
+    None,
+    /// Wait for a duration drawn per request (an I/O-bound service).
+    Sleep {
+        /// How long to wait.
+        dist: DurationDist,
+    },
+    /// CPU-bound work as in back-to-back's sim: `rounds` SHA-256 passes over
+    /// a `block_bytes` buffer, the round count drawn uniformly per request
+    /// from `min_rounds..=max_rounds`.
+    Cpu {
+        /// Fewest rounds.
+        min_rounds: u32,
+        /// Most rounds.
+        max_rounds: u32,
+        /// Size of the hashed buffer (back-to-back: 100 KB).
+        block_bytes: usize,
+    },
+}
+
+/// Per-request injected slowness: with `probability`, add a delay drawn
+/// from `extra` on top of the work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Slowness {
+    /// Chance that a request is slowed at this hop, in [0, 1].
+    pub probability: f64,
+    /// The added delay.
+    pub extra: DurationDist,
+}
+
+/// One replica of a hop that is slower than its siblings: its work takes
+/// `factor` times as long (sleep durations and CPU rounds alike).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaSlow {
+    /// Index of the slow replica (0-based).
+    pub replica: u32,
+    /// Multiplier on the work, at least 1.
+    pub factor: f64,
+}
+
+/// Per-request injected errors: with `probability`, answer with `code`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorInjection {
+    /// Chance that a request fails at this hop, in [0, 1].
+    pub probability: f64,
+    /// The gRPC status code returned (for example 14 = UNAVAILABLE).
+    pub code: i32,
+}
+
+/// How a caller reaches a hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// The caller picks a replica and calls it directly.
+    Push,
+    /// The caller submits to the hop's broker topic; replicas pull.
+    Pull,
+}
+
+impl Transport {
+    /// The name used in scenarios, paths and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Push => "push",
+            Transport::Pull => "pull",
+        }
+    }
+}
+
+/// How a push caller picks a replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Each replica in turn.
+    RoundRobin,
+    /// A replica drawn uniformly at random (seeded).
+    Random,
+    /// Power of two choices: of two random replicas, the one with fewer
+    /// requests in flight.
+    P2c,
+}
+
+/// Everything a hop replica needs to know about its own behaviour.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HopBehavior {
+    /// The hop's name (unique in the scenario).
+    pub name: String,
+    /// The scenario seed; per-request draws are keyed on it.
+    pub seed: u64,
+    /// The work model.
+    pub work: Work,
+    /// Injected per-request slowness, if any.
+    pub slow: Option<Slowness>,
+    /// A slow replica of this hop, if any.
+    pub replica_slow: Option<ReplicaSlow>,
+    /// Injected errors, if any.
+    pub error: Option<ErrorInjection>,
+}
