@@ -1,0 +1,69 @@
+//! The service roles the one tailmesh binary can play besides orchestrating:
+//! `tailmesh hop` (a hop replica). The launcher re-executes the binary with
+//! these subcommands, so a fresh clone needs nothing else.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use anyhow::Context;
+use tailmesh_services::{hop::HopConfig, process};
+
+/// Options of `tailmesh hop`.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// Where to write the bound address once listening.
+    pub addr_file: Option<PathBuf>,
+    /// Exit when standard input closes (the launcher holds its write end).
+    pub supervised: bool,
+    /// Runtime threads: 1 runs a current-thread runtime (the fastest on
+    /// small machines, see PERF.md).
+    pub threads: usize,
+}
+
+/// Builds the runtime the options ask for.
+pub fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    builder
+        .enable_all()
+        .build()
+        .context("start the tokio runtime")
+}
+
+/// Runs a hop replica from its JSON config file until told to stop.
+pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(config_path)
+        .with_context(|| format!("read hop config {}", config_path.display()))?;
+    let config: HopConfig = serde_json::from_str(&text)
+        .with_context(|| format!("parse hop config {}", config_path.display()))?;
+    let name = format!(
+        "hop \"{}\" replica {}",
+        config.behavior.name, config.replica
+    );
+    runtime(options.threads)?.block_on(async {
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .with_context(|| format!("{name}: bind {}", options.listen))?;
+        let addr = listener
+            .local_addr()
+            .with_context(|| format!("{name}: local address"))?;
+        if let Some(path) = &options.addr_file {
+            process::write_addr_file(path, addr)
+                .with_context(|| format!("{name}: write {}", path.display()))?;
+        }
+        tracing::info!(%addr, "{name} listening");
+        tailmesh_services::hop::run(
+            config,
+            listener,
+            process::shutdown_signal(options.supervised),
+        )
+        .await
+        .with_context(|| format!("{name} on {addr}"))
+    })
+}

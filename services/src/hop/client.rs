@@ -1,0 +1,320 @@
+//! Reaching the replicas of a push hop: one tonic channel per replica (or
+//! several, or a new connection per call) and a balancing policy.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use tailmesh_proto::pb::{CallReply, CallRequest, hop_client::HopClient};
+use tonic::{
+    Status,
+    transport::{Channel, Endpoint},
+};
+
+use super::draw::keyed_rng;
+use crate::model::Balance;
+
+/// How a caller holds its connections to a hop's replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connections {
+    /// `n` long-lived HTTP/2 connections per replica, used in turn.
+    Shared(usize),
+    /// A new connection for every call, closed after it.
+    PerRequest,
+}
+
+struct Replica {
+    addr: SocketAddr,
+    endpoint: Endpoint,
+    channels: Vec<HopClient<Channel>>,
+    next_channel: AtomicUsize,
+    in_flight: AtomicUsize,
+}
+
+/// The replicas of one push hop and how to pick among them.
+pub struct PushPool {
+    hop: String,
+    balance: Balance,
+    connections: Connections,
+    replicas: Vec<Replica>,
+    next: AtomicUsize,
+    rng: Mutex<ChaCha8Rng>,
+}
+
+/// Errors building a pool.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The hop has no replica addresses.
+    #[error("hop \"{0}\" has no replicas to call")]
+    NoReplicas(String),
+    /// An address could not be turned into an endpoint.
+    #[error("hop \"{hop}\" replica {replica} ({addr}): {source}")]
+    Endpoint {
+        /// The hop.
+        hop: String,
+        /// The replica index.
+        replica: usize,
+        /// Its address.
+        addr: SocketAddr,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+}
+
+impl PushPool {
+    /// A pool over `addrs` (replica `i` at `addrs[i]`). Channels connect
+    /// lazily, so a replica that is down fails its calls, not the pool.
+    /// `seed` and `caller` key the random choices of `random` and `p2c`.
+    pub fn new(
+        hop: &str,
+        addrs: &[SocketAddr],
+        balance: Balance,
+        connections: Connections,
+        seed: u64,
+        caller: &str,
+    ) -> Result<Self, PoolError> {
+        if addrs.is_empty() {
+            return Err(PoolError::NoReplicas(hop.to_string()));
+        }
+        let mut replicas = Vec::with_capacity(addrs.len());
+        for (i, addr) in addrs.iter().enumerate() {
+            let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(|source| PoolError::Endpoint {
+                    hop: hop.to_string(),
+                    replica: i,
+                    addr: *addr,
+                    source,
+                })?
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(2));
+            let channels = match connections {
+                Connections::Shared(n) => (0..n.max(1))
+                    .map(|_| HopClient::new(endpoint.connect_lazy()))
+                    .collect(),
+                Connections::PerRequest => Vec::new(),
+            };
+            replicas.push(Replica {
+                addr: *addr,
+                endpoint,
+                channels,
+                next_channel: AtomicUsize::new(0),
+                in_flight: AtomicUsize::new(0),
+            });
+        }
+        Ok(PushPool {
+            hop: hop.to_string(),
+            balance,
+            connections,
+            replicas,
+            next: AtomicUsize::new(0),
+            rng: Mutex::new(keyed_rng(seed, &format!("balance:{caller}->{hop}"), 0, 0)),
+        })
+    }
+
+    /// The hop this pool calls.
+    pub fn hop(&self) -> &str {
+        &self.hop
+    }
+
+    /// Requests in flight per replica, for tests and statistics.
+    pub fn in_flight(&self) -> Vec<usize> {
+        self.replicas
+            .iter()
+            .map(|r| r.in_flight.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Picks a replica per the balancing policy.
+    pub fn pick(&self) -> usize {
+        let n = self.replicas.len();
+        if n == 1 {
+            return 0;
+        }
+        match self.balance {
+            Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            Balance::Random => self.with_rng(|rng| rng.random_range(0..n)),
+            Balance::P2c => {
+                let (a, b) = self.with_rng(|rng| {
+                    let a = rng.random_range(0..n);
+                    let b = (a + rng.random_range(1..n)) % n;
+                    (a, b)
+                });
+                let load = |i: usize| self.replicas[i].in_flight.load(Ordering::Relaxed);
+                if load(b) < load(a) { b } else { a }
+            }
+        }
+    }
+
+    fn with_rng<T>(&self, f: impl FnOnce(&mut ChaCha8Rng) -> T) -> T {
+        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut rng)
+    }
+
+    /// Calls one replica picked by the policy. `timeout` becomes the
+    /// request's `grpc-timeout` and bounds the wait here too. Errors name the
+    /// hop, the replica and its address.
+    pub async fn call(
+        &self,
+        request: CallRequest,
+        timeout: Option<Duration>,
+    ) -> Result<CallReply, Status> {
+        let index = self.pick();
+        self.call_replica(index, request, timeout).await
+    }
+
+    /// Calls replica `index` directly.
+    pub async fn call_replica(
+        &self,
+        index: usize,
+        request: CallRequest,
+        timeout: Option<Duration>,
+    ) -> Result<CallReply, Status> {
+        let replica = &self.replicas[index % self.replicas.len()];
+        replica.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _done = InFlight(&replica.in_flight);
+        let mut grpc_request = tonic::Request::new(request);
+        if let Some(t) = timeout {
+            grpc_request.set_timeout(t);
+        }
+        let call = async {
+            let mut client = match self.connections {
+                Connections::Shared(_) => {
+                    let i = replica.next_channel.fetch_add(1, Ordering::Relaxed);
+                    replica.channels[i % replica.channels.len()].clone()
+                }
+                Connections::PerRequest => {
+                    let channel = replica.endpoint.connect().await.map_err(|e| {
+                        Status::unavailable(format!("connect: {}", error_chain(&e)))
+                    })?;
+                    HopClient::new(channel)
+                }
+            };
+            client
+                .call(grpc_request)
+                .await
+                .map(tonic::Response::into_inner)
+        };
+        let result = match timeout {
+            Some(t) => match tokio::time::timeout(t, call).await {
+                Ok(r) => r,
+                Err(_) => Err(Status::deadline_exceeded(format!("no answer within {t:?}"))),
+            },
+            None => call.await,
+        };
+        result.map_err(|status| {
+            let message = format!(
+                "hop \"{}\" replica {} ({}): {}",
+                self.hop,
+                index,
+                replica.addr,
+                status.message()
+            );
+            Status::new(status.code(), message)
+        })
+    }
+}
+
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An error and its sources, joined with ": ".
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A shareable pool.
+pub type SharedPool = Arc<PushPool>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs(n: u16) -> Vec<SocketAddr> {
+        (0..n)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 40000 + i)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn round_robin_visits_each_replica_in_turn() {
+        let pool = PushPool::new(
+            "b",
+            &addrs(3),
+            Balance::RoundRobin,
+            Connections::Shared(1),
+            1,
+            "a",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let picks: Vec<usize> = (0..6).map(|_| pool.pick()).collect();
+        assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn random_is_seeded_and_covers_all_replicas() {
+        let make = |seed| {
+            PushPool::new(
+                "b",
+                &addrs(4),
+                Balance::Random,
+                Connections::Shared(1),
+                seed,
+                "a",
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let a: Vec<usize> = {
+            let p = make(3);
+            (0..200).map(|_| p.pick()).collect()
+        };
+        let b: Vec<usize> = {
+            let p = make(3);
+            (0..200).map(|_| p.pick()).collect()
+        };
+        let c: Vec<usize> = {
+            let p = make(4);
+            (0..200).map(|_| p.pick()).collect()
+        };
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        for r in 0..4 {
+            assert!(a.contains(&r), "replica {r} never picked");
+        }
+    }
+
+    #[tokio::test]
+    async fn p2c_avoids_the_busier_replica() {
+        let pool = PushPool::new("b", &addrs(2), Balance::P2c, Connections::Shared(1), 1, "a")
+            .unwrap_or_else(|e| panic!("{e}"));
+        pool.replicas[0].in_flight.store(5, Ordering::Relaxed);
+        assert!((0..100).all(|_| pool.pick() == 1));
+    }
+
+    #[test]
+    fn an_empty_pool_is_an_error() {
+        let err = PushPool::new("b", &[], Balance::P2c, Connections::Shared(1), 1, "a").err();
+        assert!(matches!(err, Some(PoolError::NoReplicas(h)) if h == "b"));
+    }
+}

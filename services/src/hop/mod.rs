@@ -1,0 +1,16 @@
+//! The hop server: one replica of one hop of the mesh.
+//!
+//! - `draw`: seeded per-request decisions (work, slowness, errors).
+//! - `work`: doing the work (sleep or CPU).
+//! - `client`: reaching a push hop's replicas, with balancing.
+//! - `deadline`: reading `grpc-timeout` for deadline propagation.
+//! - `server`: the request handler, the gRPC service and `run`.
+
+pub mod client;
+pub mod deadline;
+pub mod draw;
+pub mod server;
+pub mod work;
+
+pub use client::{Connections, PushPool};
+pub use server::{DownstreamConfig, HopConfig, HopCore, HopError, run};
