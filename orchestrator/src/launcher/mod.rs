@@ -1,0 +1,266 @@
+//! Launchers start the hop and broker processes of a run, wait until each
+//! one answers gRPC health checks, watch them while the run lasts, and stop
+//! them when it ends. The child side of the contract is
+//! `tailmesh_services::process`: a supervised child gets
+//! `--addr-file <path> --supervised`, writes its bound address there, serves
+//! `grpc.health.v1.Health`, and exits on SIGTERM, SIGINT or EOF on stdin.
+//!
+//! - `local`: [`LocalLauncher`], processes on 127.0.0.1 with ephemeral ports.
+//! - `health`: the readiness probe every launcher shares.
+
+mod health;
+mod local;
+
+use std::{
+    ffi::OsString, fmt, net::SocketAddr, os::unix::process::ExitStatusExt, path::PathBuf,
+    process::ExitStatus, time::Duration,
+};
+
+pub use local::LocalLauncher;
+
+/// What to start: `program args... --addr-file <log_dir>/<name>.addr --supervised`.
+#[derive(Clone, Debug)]
+pub struct ProcessSpec {
+    /// A short unique name such as `hop-b-1` or `broker`; it names the
+    /// process's files (`<name>.log`, `<name>.addr`, `<name>.pid`) and
+    /// appears in every message about it.
+    pub name: String,
+    /// The executable; for tailmesh's own roles, `std::env::current_exe()`.
+    pub program: PathBuf,
+    /// Arguments before the launcher's own `--addr-file .. --supervised`.
+    pub args: Vec<OsString>,
+    /// Variables added to the inherited environment.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl ProcessSpec {
+    /// A spec with no arguments and no extra environment.
+    pub fn new(name: impl Into<String>, program: impl Into<PathBuf>) -> Self {
+        Self {
+            name: name.into(),
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Appends one argument.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends arguments.
+    pub fn args<I, A>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = A>,
+        A: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// A process that was started and answered health checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launched {
+    /// The spec's name.
+    pub name: String,
+    /// Where it serves.
+    pub addr: SocketAddr,
+    /// Its process id (for reports; the launcher signals it by this id only
+    /// while it has not reaped it, so the id cannot have been reused).
+    pub pid: u32,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+}
+
+/// A child the launcher has reaped: it exited on its own, was killed from
+/// outside, or was stopped by [`LocalLauncher::shutdown`].
+#[derive(Clone, Debug)]
+pub struct ExitedChild {
+    /// The spec's name.
+    pub name: String,
+    /// Where it served.
+    pub addr: SocketAddr,
+    /// Its former process id.
+    pub pid: u32,
+    /// How it ended.
+    pub status: ExitStatus,
+    /// True when it ignored the graceful stop and had to be killed.
+    pub forced: bool,
+}
+
+impl fmt::Display for ExitedChild {
+    /// `hop-b-1 (127.0.0.1:41234, pid 123) exited: signal 9 (SIGKILL)`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}, pid {}) exited: {}",
+            self.name,
+            self.addr,
+            self.pid,
+            describe_exit(self.status)
+        )?;
+        if self.forced {
+            f.write_str(", killed after the grace period")?;
+        }
+        Ok(())
+    }
+}
+
+/// `exit status 2`, or `signal 9 (SIGKILL)`.
+pub fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        format!("exit status {code}")
+    } else if let Some(signal) = status.signal() {
+        match nix::sys::signal::Signal::try_from(signal) {
+            Ok(name) => format!("signal {signal} ({name})"),
+            Err(_) => format!("signal {signal}"),
+        }
+    } else {
+        status.to_string()
+    }
+}
+
+/// Why a process could not be launched.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The name cannot be used as a file name, or is already running.
+    #[error("{name:?}: {reason}")]
+    InvalidName {
+        /// The offending name.
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A file the launcher needs (log directory, log file, pid file) could
+    /// not be written.
+    #[error("{name}: cannot write {}: {source}", path.display())]
+    Files {
+        /// The process.
+        name: String,
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The program could not be started at all.
+    #[error("{name}: cannot start {}: {source}", program.display())]
+    Spawn {
+        /// The process.
+        name: String,
+        /// The executable.
+        program: PathBuf,
+        /// The cause (commonly: not found, permission denied).
+        source: std::io::Error,
+    },
+    /// The process exited before it answered health checks.
+    #[error("{}: exited before it was ready ({}); {log}", who(name, *addr, *pid), describe_exit(*status))]
+    ExitedBeforeReady {
+        /// The process.
+        name: String,
+        /// Its former process id.
+        pid: u32,
+        /// Its address, if it had written one.
+        addr: Option<SocketAddr>,
+        /// How it ended.
+        status: ExitStatus,
+        /// The end of its log.
+        log: Box<LogTail>,
+    },
+    /// The deadline passed before the process answered SERVING; it has
+    /// been killed.
+    #[error(
+        "{}: not ready after {} ({}); {log}",
+        who(name, *addr, *pid),
+        humantime::format_duration(*waited),
+        last_problem.as_deref().unwrap_or("it never wrote its address file")
+    )]
+    NotReady {
+        /// The process.
+        name: String,
+        /// Its former process id.
+        pid: u32,
+        /// Its address, if it had written one.
+        addr: Option<SocketAddr>,
+        /// How long the launcher waited.
+        waited: Duration,
+        /// The last failed health check, or why the address file was not
+        /// usable.
+        last_problem: Option<String>,
+        /// The end of its log.
+        log: Box<LogTail>,
+    },
+    /// Waiting for the process failed in the operating system.
+    #[error("{}: cannot wait for it: {source}", who(name, None, *pid))]
+    Wait {
+        /// The process.
+        name: String,
+        /// Its process id.
+        pid: u32,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl LaunchError {
+    /// The name of the process the error is about.
+    pub fn name(&self) -> &str {
+        match self {
+            LaunchError::InvalidName { name, .. }
+            | LaunchError::Files { name, .. }
+            | LaunchError::Spawn { name, .. }
+            | LaunchError::ExitedBeforeReady { name, .. }
+            | LaunchError::NotReady { name, .. }
+            | LaunchError::Wait { name, .. } => name,
+        }
+    }
+}
+
+/// `hop-b-1 (127.0.0.1:41234, pid 123)`, or `hop-b-1 (pid 123)` before the
+/// address is known.
+fn who(name: &str, addr: Option<SocketAddr>, pid: u32) -> String {
+    match addr {
+        Some(addr) => format!("{name} ({addr}, pid {pid})"),
+        None => format!("{name} (pid {pid})"),
+    }
+}
+
+/// The last lines a process wrote to its log during one launch.
+#[derive(Clone, Debug, Default)]
+pub struct LogTail {
+    /// The log file.
+    pub path: PathBuf,
+    /// Its last lines (at most [`LogTail::MAX_LINES`]).
+    pub lines: Vec<String>,
+    /// Why the log could not be read, if it could not.
+    pub unreadable: Option<String>,
+}
+
+impl LogTail {
+    /// How many lines an error message quotes.
+    pub const MAX_LINES: usize = 20;
+}
+
+impl fmt::Display for LogTail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(why) = &self.unreadable {
+            return write!(f, "its log {} is unreadable: {why}", self.path.display());
+        }
+        if self.lines.is_empty() {
+            return write!(f, "it wrote nothing to {}", self.path.display());
+        }
+        write!(f, "last log lines ({}):", self.path.display())?;
+        for line in &self.lines {
+            write!(f, "\n  {line}")?;
+        }
+        Ok(())
+    }
+}

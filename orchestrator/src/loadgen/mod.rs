@@ -1,0 +1,300 @@
+//! The load generator: open loop at a fixed rate, latency measured from
+//! each request's intended send time (no coordinated omission, as wrk2), or
+//! closed loop with a fixed number of requests in flight.
+//!
+//! - `schedule`: the seeded open-loop send times.
+//!
+//! Every request sent is accounted for: it ends as ok, an error (by gRPC
+//! code) or a timeout, and requests still in flight when the generator stops
+//! are waited for (their deadline bounds the wait).
+
+mod schedule;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use indicatif::ProgressBar;
+pub use schedule::Schedule;
+use tailmesh_proto::pb::{CallReply, CallRequest};
+use tailmesh_services::{hop::PushPool, timer::Sleeper};
+use tokio::{sync::watch, task::JoinSet, time::Instant};
+use tonic::Status;
+
+use crate::{
+    record::{Outcome, RequestRecord},
+    scenario::{Load, LoadMode, Stop},
+};
+
+/// What the load generator calls: the first hop.
+#[derive(Clone)]
+pub enum Target {
+    /// Push: a pool over the first hop's replicas.
+    Push(Arc<PushPool>),
+}
+
+impl Target {
+    async fn call(&self, request: CallRequest, timeout: Duration) -> Result<CallReply, Status> {
+        match self {
+            Target::Push(pool) => pool.call(request, Some(timeout)).await,
+        }
+    }
+}
+
+/// Requests sent during warmup: not measured, but still accounted for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WarmupCounts {
+    /// Sent during warmup.
+    pub sent: u64,
+    /// Of those, answered ok.
+    pub ok: u64,
+    /// Of those, errors and timeouts.
+    pub failed: u64,
+}
+
+/// What one load phase produced.
+#[derive(Debug, Default)]
+pub struct LoadOutcome {
+    /// The measured requests, in id order.
+    pub records: Vec<RequestRecord>,
+    /// Warmup accounting.
+    pub warmup: WarmupCounts,
+    /// Length of the measured phase (see [`generate`]).
+    pub measured: Duration,
+    /// Whether the run was cut short (Ctrl-C or a dead hop).
+    pub interrupted: bool,
+}
+
+/// Drives `load` against `target`. `stop` turning true ends sending early;
+/// requests in flight are still awaited. The measured phase lasts from the
+/// end of warmup to the time sending stopped (open loop: the next intended
+/// send time; closed loop: the last answer).
+pub async fn generate(
+    target: Target,
+    load: &Load,
+    seed: u64,
+    sleeper: Sleeper,
+    progress: Option<ProgressBar>,
+    stop: watch::Receiver<bool>,
+) -> LoadOutcome {
+    let payload = Arc::new(payload(load.payload_bytes));
+    let shared = Arc::new(Shared {
+        target,
+        timeout: load.timeout,
+        payload,
+        origin: Instant::now(),
+        warmup: load.warmup,
+    });
+    let (records, measured, interrupted) = match &load.mode {
+        LoadMode::Open { rate, arrivals } => {
+            let schedule = Schedule::new(*rate, *arrivals, seed);
+            open_loop(&shared, schedule, load.stop, sleeper, progress.as_ref(), stop).await
+        }
+        LoadMode::Closed { concurrency } => {
+            closed_loop(shared, *concurrency, load.stop, progress.clone(), stop).await
+        }
+    };
+    if let Some(bar) = &progress {
+        bar.finish_and_clear();
+    }
+    let mut outcome = LoadOutcome {
+        measured,
+        interrupted,
+        ..LoadOutcome::default()
+    };
+    for (record, warmup) in records {
+        if warmup {
+            outcome.warmup.sent += 1;
+            if record.outcome == Outcome::Ok {
+                outcome.warmup.ok += 1;
+            } else {
+                outcome.warmup.failed += 1;
+            }
+        } else {
+            outcome.records.push(record);
+        }
+    }
+    outcome.records.sort_by_key(|r| r.id);
+    outcome
+}
+
+fn payload(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+struct Shared {
+    target: Target,
+    timeout: Duration,
+    payload: Arc<Vec<u8>>,
+    origin: Instant,
+    warmup: Duration,
+}
+
+impl Shared {
+    /// Sends request `id` meant to go at `intended`, and records its fate
+    /// with times relative to the start of the measured phase. The second
+    /// value says whether it belongs to warmup.
+    fn send(&self, id: u64, intended: Instant) -> impl Future<Output = (RequestRecord, bool)> + use<> {
+        let target = self.target.clone();
+        let timeout = self.timeout;
+        let payload = Arc::clone(&self.payload);
+        let measure_from = self.origin + self.warmup;
+        async move {
+            let start = Instant::now();
+            let request = CallRequest {
+                request_id: id,
+                payload: payload.as_ref().clone(),
+                attempt: 0,
+                caller: String::new(),
+            };
+            let result = target.call(request, timeout).await;
+            let end = Instant::now();
+            let (outcome, path) = match result {
+                Ok(reply) => (Outcome::Ok, reply.path),
+                Err(status) if status.code() == tonic::Code::DeadlineExceeded => (Outcome::Timeout, Vec::new()),
+                Err(status) => (
+                    Outcome::Error {
+                        code: status.code(),
+                        message: status.message().to_string(),
+                    },
+                    Vec::new(),
+                ),
+            };
+            let rel = |t: Instant| t.saturating_duration_since(measure_from);
+            let record = RequestRecord {
+                id,
+                intended: rel(intended),
+                start: rel(start),
+                end: rel(end),
+                outcome,
+                path,
+            };
+            (record, intended < measure_from)
+        }
+    }
+}
+
+async fn open_loop(
+    shared: &Shared,
+    mut schedule: Schedule,
+    stop_at: Stop,
+    sleeper: Sleeper,
+    progress: Option<&ProgressBar>,
+    mut stop: watch::Receiver<bool>,
+) -> (Vec<(RequestRecord, bool)>, Duration, bool) {
+    let mut in_flight = JoinSet::new();
+    let mut done = Vec::new();
+    let mut measured_sent = 0u64;
+    let mut interrupted = false;
+    let measure_from = shared.origin + shared.warmup;
+    let measured_end;
+    let mut id = 0u64;
+    loop {
+        let intended = shared.origin + schedule.next_offset();
+        let measuring = intended >= measure_from;
+        let finished = match stop_at {
+            Stop::Duration(d) => intended >= measure_from + d,
+            Stop::Requests(n) => measuring && measured_sent >= n,
+        };
+        if finished {
+            measured_end = intended.saturating_duration_since(measure_from);
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => {
+                interrupted = true;
+                measured_end = Instant::now().saturating_duration_since(measure_from);
+                break;
+            }
+            () = sleeper.sleep_until(intended) => {}
+        }
+        in_flight.spawn(shared.send(id, intended));
+        id += 1;
+        if measuring {
+            measured_sent += 1;
+        }
+        if let Some(bar) = progress {
+            advance(bar, stop_at, measured_sent, intended.saturating_duration_since(measure_from));
+        }
+        // Collect finished requests as we go, so memory holds only those in flight.
+        while let Some(joined) = in_flight.try_join_next() {
+            if let Ok(r) = joined {
+                done.push(r);
+            }
+        }
+    }
+    while let Some(joined) = in_flight.join_next().await {
+        if let Ok(r) = joined {
+            done.push(r);
+        }
+    }
+    (done, measured_end, interrupted)
+}
+
+async fn closed_loop(
+    shared: Arc<Shared>,
+    concurrency: u32,
+    stop_at: Stop,
+    progress: Option<ProgressBar>,
+    stop: watch::Receiver<bool>,
+) -> (Vec<(RequestRecord, bool)>, Duration, bool) {
+    let next_id = Arc::new(AtomicU64::new(0));
+    let measured_sent = Arc::new(AtomicU64::new(0));
+    let measure_from = shared.origin + shared.warmup;
+    let mut workers = JoinSet::new();
+    for _ in 0..concurrency {
+        let (shared, next_id, measured_sent) = (Arc::clone(&shared), Arc::clone(&next_id), Arc::clone(&measured_sent));
+        let (stop, progress) = (stop.clone(), progress.clone());
+        // Each worker sends its next request as soon as its previous one ends.
+        workers.spawn(async move {
+            let mut mine = Vec::new();
+            while !*stop.borrow() {
+                let now = Instant::now();
+                if now >= measure_from {
+                    let sent = match stop_at {
+                        Stop::Duration(d) if now >= measure_from + d => break,
+                        Stop::Duration(_) => measured_sent.fetch_add(1, Ordering::Relaxed) + 1,
+                        Stop::Requests(n) => {
+                            let claimed = measured_sent.fetch_add(1, Ordering::Relaxed);
+                            if claimed >= n {
+                                break;
+                            }
+                            claimed + 1
+                        }
+                    };
+                    if let Some(bar) = &progress {
+                        advance(bar, stop_at, sent, now.saturating_duration_since(measure_from));
+                    }
+                }
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                mine.push(shared.send(id, now).await);
+            }
+            mine
+        });
+    }
+    let mut done = Vec::new();
+    while let Some(joined) = workers.join_next().await {
+        if let Ok(mut r) = joined {
+            done.append(&mut r);
+        }
+    }
+    let measured_end = done
+        .iter()
+        .filter(|(_, warmup)| !*warmup)
+        .map(|(r, _)| r.end)
+        .max()
+        .unwrap_or_default();
+    (done, measured_end, *stop.borrow())
+}
+
+fn advance(bar: &ProgressBar, stop_at: Stop, sent: u64, elapsed: Duration) {
+    match stop_at {
+        Stop::Requests(_) => bar.set_position(sent),
+        Stop::Duration(_) => bar.set_position(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
+    }
+}

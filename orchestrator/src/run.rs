@@ -1,0 +1,323 @@
+//! `tailmesh run`: launch each variant's mesh, drive its load, stop it, and
+//! hand the measurements to analysis and the writers.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tailmesh_services::{
+    hop::{Connections, DownstreamConfig, HopConfig, PushPool},
+    model::Transport,
+    timer::Sleeper,
+};
+use tokio::sync::watch;
+
+use crate::{
+    launcher::{LaunchError, LocalLauncher, ProcessSpec},
+    loadgen::{self, LoadOutcome, Target},
+    scenario::{ConnectionMode, Hop, LoadMode, Scenario, Stop, Variant},
+};
+
+/// How long hops get to finish requests in flight when a variant ends.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Errors that stop a run before it measures anything.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A hop or broker process could not be started.
+    #[error("variant \"{variant}\": {source}")]
+    Launch {
+        /// The variant.
+        variant: String,
+        /// Why.
+        source: LaunchError,
+    },
+    /// A file or folder could not be written.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The entry pool could not be built.
+    #[error("variant \"{variant}\": {message}")]
+    Setup {
+        /// The variant.
+        variant: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What one variant's run produced.
+#[derive(Debug)]
+pub struct VariantRun {
+    /// The variant as run.
+    pub variant: Variant,
+    /// The load generator's measurements.
+    pub load: LoadOutcome,
+    /// Things that went wrong while it ran (a hop process that died...).
+    pub incidents: Vec<String>,
+}
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The run's folder (`results/<scenario>/<run-id>`).
+    pub dir: PathBuf,
+    /// The binary to re-execute for every hop (normally `current_exe()`).
+    pub exe: PathBuf,
+    /// Show a progress bar on variants longer than two seconds.
+    pub progress: bool,
+}
+
+/// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` turning
+/// true) stops sending, waits for requests in flight, stops the hops and
+/// skips the remaining variants; what was measured is still returned.
+pub async fn run_variants(
+    scenario: &Scenario,
+    options: &RunOptions,
+    interrupt: watch::Receiver<bool>,
+) -> Result<Vec<VariantRun>, RunError> {
+    let mut runs = Vec::new();
+    for variant in &scenario.variants {
+        if *interrupt.borrow() {
+            break;
+        }
+        let replicas: u32 = variant.hops.iter().map(|h| h.replicas).sum();
+        eprintln!(
+            "variant {}: {} hop(s), {replicas} process(es), {}",
+            variant.name,
+            variant.hops.len(),
+            describe_load(&variant.load)
+        );
+        runs.push(run_variant(scenario, variant, options, interrupt.clone()).await?);
+    }
+    Ok(runs)
+}
+
+async fn run_variant(
+    scenario: &Scenario,
+    variant: &Variant,
+    options: &RunOptions,
+    interrupt: watch::Receiver<bool>,
+) -> Result<VariantRun, RunError> {
+    let log_dir = options.dir.join("logs").join(&variant.name);
+    std::fs::create_dir_all(&log_dir).map_err(|source| RunError::Io {
+        what: "create",
+        path: log_dir.clone(),
+        source,
+    })?;
+    let mut launcher = LocalLauncher::new(log_dir.clone());
+    let result = measure(scenario, variant, options, &mut launcher, &log_dir, interrupt).await;
+    let stopped = launcher.shutdown(STOP_GRACE).await;
+    let mut run = result?;
+    for child in stopped.iter().filter(|c| c.forced) {
+        run.incidents.push(child.to_string());
+    }
+    Ok(run)
+}
+
+async fn measure(
+    scenario: &Scenario,
+    variant: &Variant,
+    options: &RunOptions,
+    launcher: &mut LocalLauncher,
+    log_dir: &Path,
+    interrupt: watch::Receiver<bool>,
+) -> Result<VariantRun, RunError> {
+    let setup = |message: String| RunError::Setup {
+        variant: variant.name.clone(),
+        message,
+    };
+    if let Some(hop) = variant.hops.iter().find(|h| h.transport == Transport::Pull) {
+        return Err(setup(format!(
+            "hop \"{}\" is reached by pull, which needs the broker",
+            hop.name
+        )));
+    }
+    let addrs = launch_hops(scenario.seed, variant, options, launcher, log_dir).await?;
+    let entry = &variant.hops[0];
+    let connections = match variant.load.connection {
+        ConnectionMode::Shared { connections } => Connections::Shared(connections as usize),
+        ConnectionMode::PerRequest => Connections::PerRequest,
+    };
+    let pool = PushPool::new(
+        &entry.name,
+        addrs.get(&entry.name).map(Vec::as_slice).unwrap_or_default(),
+        entry.balance,
+        connections,
+        scenario.seed,
+        "loadgen",
+    )
+    .map_err(|e| setup(e.to_string()))?;
+
+    let progress = options.progress.then(|| progress_bar(variant)).flatten();
+    let (done_tx, mut done_rx) = watch::channel(false);
+    let generate = async {
+        let outcome = loadgen::generate(
+            Target::Push(Arc::new(pool)),
+            &variant.load,
+            scenario.seed,
+            Sleeper::Precise,
+            progress,
+            interrupt,
+        )
+        .await;
+        let _ = done_tx.send(true);
+        outcome
+    };
+    // Watch the hop processes while the load runs: one that dies is named,
+    // and its requests are counted as errors by the load generator.
+    let watch_children = async {
+        let mut incidents = Vec::new();
+        loop {
+            tokio::select! {
+                _ = done_rx.wait_for(|d| *d) => break,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            for child in launcher.exited() {
+                let line = format!("{child} while the load was running");
+                eprintln!("warning: variant {}: {line}", variant.name);
+                incidents.push(line);
+            }
+        }
+        incidents
+    };
+    let (load, incidents) = tokio::join!(generate, watch_children);
+    Ok(VariantRun {
+        variant: variant.clone(),
+        load,
+        incidents,
+    })
+}
+
+/// Starts every replica of every hop, leaves first, so each hop is handed
+/// the addresses of the hops it calls. Returns each hop's replica addresses.
+async fn launch_hops(
+    seed: u64,
+    variant: &Variant,
+    options: &RunOptions,
+    launcher: &mut LocalLauncher,
+    log_dir: &Path,
+) -> Result<BTreeMap<String, Vec<SocketAddr>>, RunError> {
+    let mut addrs: BTreeMap<String, Vec<SocketAddr>> = BTreeMap::new();
+    for hop in launch_order(&variant.hops) {
+        let downstream = hop
+            .downstream
+            .iter()
+            .filter_map(|name| variant.hops.iter().find(|h| &h.name == name))
+            .map(|d| DownstreamConfig {
+                hop: d.name.clone(),
+                transport: d.transport,
+                balance: d.balance,
+                replicas: addrs.get(&d.name).cloned().unwrap_or_default(),
+            })
+            .collect::<Vec<_>>();
+        let mut replicas = Vec::with_capacity(hop.replicas as usize);
+        for replica in 0..hop.replicas {
+            let config = HopConfig {
+                behavior: hop.behavior(seed),
+                replica,
+                transport: hop.transport,
+                downstream: downstream.clone(),
+                broker: None,
+                worker_credits: 1,
+                drain_grace: STOP_GRACE,
+                precise_timer: true,
+            };
+            let name = format!("hop-{}-{replica}", hop.name);
+            let config_path = log_dir.join(format!("{name}.json"));
+            let json = serde_json::to_string_pretty(&config).map_err(|e| RunError::Setup {
+                variant: variant.name.clone(),
+                message: format!("encode {name} config: {e}"),
+            })?;
+            std::fs::write(&config_path, json).map_err(|source| RunError::Io {
+                what: "write",
+                path: config_path.clone(),
+                source,
+            })?;
+            let spec = ProcessSpec::new(name, &options.exe)
+                .arg("hop")
+                .arg("--config")
+                .arg(config_path);
+            let launched = launcher.launch(spec).await.map_err(|source| RunError::Launch {
+                variant: variant.name.clone(),
+                source,
+            })?;
+            replicas.push(launched.addr);
+        }
+        addrs.insert(hop.name.clone(), replicas);
+    }
+    Ok(addrs)
+}
+
+/// Hops in an order where every hop comes after all the hops it calls.
+pub fn launch_order(hops: &[Hop]) -> Vec<&Hop> {
+    fn visit<'a>(hop: &'a Hop, hops: &'a [Hop], seen: &mut HashSet<&'a str>, out: &mut Vec<&'a Hop>) {
+        if !seen.insert(hop.name.as_str()) {
+            return;
+        }
+        for name in &hop.downstream {
+            if let Some(d) = hops.iter().find(|h| &h.name == name) {
+                visit(d, hops, seen, out);
+            }
+        }
+        out.push(hop);
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(hops.len());
+    for hop in hops {
+        visit(hop, hops, &mut seen, &mut out);
+    }
+    out
+}
+
+/// "open loop, 400/s poisson, 20s (+2s warmup)" and the like.
+pub fn describe_load(load: &crate::scenario::Load) -> String {
+    let mode = match &load.mode {
+        LoadMode::Open { rate, arrivals } => format!("open loop, {rate}/s {arrivals:?}").to_lowercase(),
+        LoadMode::Closed { concurrency } => format!("closed loop, {concurrency} in flight"),
+    };
+    let stop = match load.stop {
+        Stop::Duration(d) => humantime::format_duration(d).to_string(),
+        Stop::Requests(n) => format!("{n} requests"),
+    };
+    if load.warmup.is_zero() {
+        format!("{mode}, {stop}")
+    } else {
+        format!("{mode}, {stop} (+{} warmup)", humantime::format_duration(load.warmup))
+    }
+}
+
+fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
+    let load = &variant.load;
+    let (len, unit) = match (load.stop, &load.mode) {
+        (Stop::Duration(d), _) => (u64::try_from(d.as_millis()).unwrap_or(u64::MAX), "ms"),
+        (Stop::Requests(n), _) => (n, "requests"),
+    };
+    let expected = match (load.stop, &load.mode) {
+        (Stop::Duration(d), _) => d,
+        (Stop::Requests(n), LoadMode::Open { rate, .. }) => Duration::from_secs_f64(n as f64 / rate),
+        // Closed loop with a request count: the length is unknown up front.
+        (Stop::Requests(_), LoadMode::Closed { .. }) => Duration::from_secs(3),
+    } + load.warmup;
+    if expected <= Duration::from_secs(2) {
+        return None;
+    }
+    let bar = ProgressBar::new(len);
+    let template = format!("{{prefix}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{elapsed}})");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(variant.name.clone());
+    Some(bar)
+}

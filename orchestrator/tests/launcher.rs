@@ -1,0 +1,409 @@
+//! The local launcher against real children: `tailmesh hop` replicas, the
+//! same re-executed binary a run starts.
+//!
+//! Every wait is on a condition with a deadline; nothing sleeps and hopes.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use nix::{
+    errno::Errno,
+    sys::signal::{Signal, kill},
+    unistd::{Pid, getpgid},
+};
+use tailmesh::launcher::{LaunchError, LocalLauncher, ProcessSpec};
+use tailmesh_services::{
+    hop::HopConfig,
+    model::{HopBehavior, Transport, Work},
+};
+use tokio::time::{Instant, sleep};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+
+const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
+
+/// Writes a minimal hop config (no work, no downstream) and returns the
+/// spec that serves it.
+fn hop(dir: &Path, name: &str) -> ProcessSpec {
+    let config = HopConfig {
+        behavior: HopBehavior {
+            name: name.to_string(),
+            seed: 7,
+            work: Work::None,
+            slow: None,
+            replica_slow: None,
+            error: None,
+        },
+        replica: 0,
+        transport: Transport::Push,
+        downstream: Vec::new(),
+        broker: None,
+        worker_credits: 1,
+        drain_grace: Duration::from_secs(1),
+        precise_timer: false,
+    };
+    let path = dir.join(format!("{name}.json"));
+    let json = serde_json::to_string_pretty(&config).expect("a hop config serializes");
+    std::fs::write(&path, json).expect("write the hop config");
+    ProcessSpec::new(name, TAILMESH).arg("hop").arg("--config").arg(path)
+}
+
+/// Polls `condition` until it holds, failing the test after `within`.
+async fn eventually(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn health(addr: SocketAddr) -> ServingStatus {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a valid URI")
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e:?}"));
+    let mut client = HealthClient::new(channel);
+    let reply = client
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("health check on {addr}: {e}"));
+    ServingStatus::try_from(reply.into_inner().status).expect("a known serving status")
+}
+
+/// Whether `pid` has been reaped (no such process at all).
+fn reaped(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None) == Err(Errno::ESRCH)
+}
+
+/// Whether `pid` no longer runs: reaped, or a zombie waiting for whoever
+/// adopted it (an orphan's exit is not ours to reap).
+fn not_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state letter follows the parenthesized command name.
+        Ok(stat) => match stat.rsplit_once(')') {
+            Some((_, rest)) => matches!(rest.trim_start().chars().next(), Some('Z' | 'X')),
+            None => false,
+        },
+    }
+}
+
+fn read_pid_file(dir: &Path, name: &str) -> Option<u32> {
+    std::fs::read_to_string(dir.join(format!("{name}.pid")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[tokio::test]
+async fn launch_returns_a_serving_address_and_writes_its_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let logs = dir.path().join("logs");
+    let mut launcher = LocalLauncher::new(logs.clone());
+
+    let launched = launcher
+        .launch(hop(dir.path(), "hop-a-0"))
+        .await
+        .expect("launch hop-a-0");
+
+    assert_eq!(launched.name, "hop-a-0");
+    assert!(launched.addr.ip().is_loopback(), "{}", launched.addr);
+    assert_ne!(launched.addr.port(), 0);
+    assert_eq!(health(launched.addr).await, ServingStatus::Serving);
+    assert_eq!(launched.log, logs.join("hop-a-0.log"));
+    assert!(launched.log.is_file(), "no log file {}", launched.log.display());
+    assert_eq!(read_pid_file(&logs, "hop-a-0"), Some(launched.pid));
+    let addr_file = std::fs::read_to_string(logs.join("hop-a-0.addr")).expect("addr file");
+    assert_eq!(addr_file.trim(), launched.addr.to_string());
+    // Its own process group, so a terminal's Ctrl-C reaches only the
+    // orchestrator.
+    let pid = Pid::from_raw(launched.pid as i32);
+    assert_eq!(getpgid(Some(pid)), Ok(pid));
+    assert_eq!(
+        launcher.running().cloned().collect::<Vec<_>>(),
+        vec![launched.clone()]
+    );
+
+    let stopped = launcher.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(stopped.len(), 1);
+    assert!(reaped(launched.pid));
+    assert!(!logs.join("hop-a-0.pid").exists());
+}
+
+#[tokio::test]
+async fn a_child_that_fails_at_start_is_reported_with_its_log() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut launcher = LocalLauncher::new(dir.path().join("logs"));
+
+    let missing = dir.path().join("no-such-config.json");
+    let started = Instant::now();
+    let error = launcher
+        .launch(
+            ProcessSpec::new("hop-b-1", TAILMESH)
+                .arg("hop")
+                .arg("--config")
+                .arg(&missing),
+        )
+        .await
+        .expect_err("a hop without its config cannot start");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        matches!(error, LaunchError::ExitedBeforeReady { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(message.starts_with("hop-b-1 "), "{message}");
+    assert!(message.contains("exited before it was ready (exit status 1)"), "{message}");
+    assert!(message.contains("last log lines"), "{message}");
+    // The child's own words, from its log.
+    assert!(message.contains("no-such-config.json"), "{message}");
+
+    let error = launcher
+        .launch(hop(dir.path(), "hop-b-2").arg("--no-such-flag"))
+        .await
+        .expect_err("clap refuses an unknown flag");
+    let message = error.to_string();
+    assert!(message.starts_with("hop-b-2 "), "{message}");
+    assert!(message.contains("(exit status 2)"), "{message}");
+    assert!(message.contains("--no-such-flag"), "{message}");
+
+    assert_eq!(launcher.running().count(), 0);
+    assert!(launcher.shutdown(Duration::from_secs(1)).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_child_that_never_gets_ready_is_killed_at_the_deadline() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let logs = dir.path().join("logs");
+    let mut launcher =
+        LocalLauncher::new(logs.clone()).with_ready_timeout(Duration::from_secs(1));
+
+    // Not a tailmesh service: it never writes its address, which is the
+    // case under test. Its extra arguments become $1.. and are ignored.
+    let started = Instant::now();
+    let error = launcher
+        .launch(
+            ProcessSpec::new("stuck", "/bin/sh")
+                .arg("-c")
+                .arg("echo \"stuck $$ is starting\"; exec sleep 30")
+                .arg("sh"),
+        )
+        .await
+        .expect_err("it never answers");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    let LaunchError::NotReady { pid, addr, .. } = &error else {
+        panic!("expected NotReady, got {error:?}");
+    };
+    assert_eq!(*addr, None);
+    assert!(reaped(*pid), "the stuck child {pid} is still there");
+    let message = error.to_string();
+    assert!(message.starts_with("stuck (pid "), "{message}");
+    assert!(message.contains("not ready after 1s"), "{message}");
+    assert!(message.contains("never wrote its address file"), "{message}");
+    assert!(message.contains(&format!("stuck {pid} is starting")), "{message}");
+    assert!(!logs.join("stuck.pid").exists());
+}
+
+#[tokio::test]
+async fn names_must_be_plain_and_unique() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut launcher = LocalLauncher::new(dir.path().join("logs"));
+
+    for bad in ["", "../x", ".hidden", "a b"] {
+        let error = launcher
+            .launch(ProcessSpec::new(bad, TAILMESH))
+            .await
+            .expect_err("a bad name");
+        assert!(matches!(error, LaunchError::InvalidName { .. }), "{error:?}");
+    }
+    launcher
+        .launch(hop(dir.path(), "twice"))
+        .await
+        .expect("launch");
+    let error = launcher
+        .launch(hop(dir.path(), "twice"))
+        .await
+        .expect_err("the name is taken");
+    assert!(error.to_string().contains("already running"), "{error}");
+    assert_eq!(launcher.shutdown(Duration::from_secs(5)).await.len(), 1);
+}
+
+#[tokio::test]
+async fn exited_reports_a_child_killed_mid_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut launcher = LocalLauncher::new(dir.path().join("logs"));
+    let victim = launcher
+        .launch(hop(dir.path(), "hop-c-0"))
+        .await
+        .expect("launch hop-c-0");
+    let survivor = launcher
+        .launch(hop(dir.path(), "hop-c-1"))
+        .await
+        .expect("launch hop-c-1");
+    assert!(launcher.exited().is_empty());
+
+    kill(Pid::from_raw(victim.pid as i32), Signal::SIGKILL).expect("SIGKILL the victim");
+    let mut reported = Vec::new();
+    eventually(Duration::from_secs(10), "exited() reports hop-c-0", || {
+        reported.extend(launcher.exited());
+        !reported.is_empty()
+    })
+    .await;
+
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    let exited = &reported[0];
+    assert_eq!(
+        (exited.name.as_str(), exited.pid, exited.addr),
+        ("hop-c-0", victim.pid, victim.addr)
+    );
+    assert_eq!(
+        exited.to_string(),
+        format!(
+            "hop-c-0 ({}, pid {}) exited: signal 9 (SIGKILL)",
+            victim.addr, victim.pid
+        )
+    );
+    assert!(reaped(victim.pid));
+    // Reported once; the survivor still runs and serves.
+    assert!(launcher.exited().is_empty());
+    assert_eq!(health(survivor.addr).await, ServingStatus::Serving);
+    let names: Vec<_> = launcher.running().map(|l| l.name.clone()).collect();
+    assert_eq!(names, ["hop-c-1"]);
+
+    let stopped = launcher.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0].name, "hop-c-1");
+}
+
+#[tokio::test]
+async fn shutdown_stops_every_child_gracefully_and_is_idempotent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut launcher = LocalLauncher::new(dir.path().join("logs"));
+    let mut pids = Vec::new();
+    for name in ["hop-d-0", "hop-d-1", "hop-d-2"] {
+        pids.push(launcher.launch(hop(dir.path(), name)).await.expect(name).pid);
+    }
+
+    let stopped = launcher.shutdown(Duration::from_secs(5)).await;
+
+    let mut stopped_pids: Vec<_> = stopped.iter().map(|c| c.pid).collect();
+    stopped_pids.sort_unstable();
+    pids.sort_unstable();
+    assert_eq!(stopped_pids, pids);
+    for child in &stopped {
+        assert!(!child.forced, "{child} ignored SIGTERM");
+        assert!(child.status.success(), "{child}");
+        assert!(reaped(child.pid), "{child} is still there");
+    }
+    assert!(launcher.shutdown(Duration::from_secs(5)).await.is_empty());
+    assert_eq!(launcher.running().count(), 0);
+}
+
+#[tokio::test]
+async fn dropping_the_launcher_kills_and_reaps_its_children() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut launcher = LocalLauncher::new(dir.path().join("logs"));
+    let launched = launcher
+        .launch(hop(dir.path(), "hop-e-0"))
+        .await
+        .expect("launch hop-e-0");
+    assert!(!reaped(launched.pid));
+
+    drop(launcher);
+
+    assert!(reaped(launched.pid), "hop-e-0 outlived its launcher");
+}
+
+/// Where [`orphan_guard_intermediate`] keeps its children's files; set only
+/// when [`children_die_when_their_launcher_is_killed`] re-executes this test
+/// binary.
+const INTERMEDIATE_DIR: &str = "TAILMESH_TEST_INTERMEDIATE_DIR";
+const INTERMEDIATE_HOPS: [&str; 2] = ["hop-f-0", "hop-f-1"];
+
+/// Not a test by itself: the orchestrator stand-in of
+/// [`children_die_when_their_launcher_is_killed`], which re-executes this
+/// test binary to run only this function in a process of its own. It
+/// launches hops, says it is ready, and waits to be SIGKILLed.
+#[tokio::test]
+#[ignore = "helper process of children_die_when_their_launcher_is_killed"]
+async fn orphan_guard_intermediate() {
+    let Some(dir) = std::env::var_os(INTERMEDIATE_DIR).map(PathBuf::from) else {
+        return;
+    };
+    let mut launcher = LocalLauncher::new(dir.join("logs"));
+    for name in INTERMEDIATE_HOPS {
+        launcher.launch(hop(&dir, name)).await.expect(name);
+    }
+    std::fs::write(dir.join("ready"), "").expect("write the ready mark");
+    // Killed here; nothing after this runs, Drop included.
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test]
+async fn children_die_when_their_launcher_is_killed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let own_output = std::fs::File::create(dir.path().join("intermediate.out")).expect("create");
+    let mut intermediate = tokio::process::Command::new(
+        std::env::current_exe().expect("the test binary's path"),
+    )
+    .args([
+        "orphan_guard_intermediate",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+    ])
+    .env(INTERMEDIATE_DIR, dir.path())
+    .stdin(Stdio::null())
+    .stdout(own_output.try_clone().expect("dup"))
+    .stderr(own_output)
+    .kill_on_drop(true)
+    .spawn()
+    .expect("start the intermediate");
+
+    let ready = dir.path().join("ready");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        if let Ok(Some(status)) = intermediate.try_wait() {
+            let output = std::fs::read_to_string(dir.path().join("intermediate.out"));
+            panic!("the intermediate exited early ({status}): {output:?}");
+        }
+        assert!(Instant::now() < deadline, "the intermediate never got ready");
+        sleep(Duration::from_millis(20)).await;
+    }
+    let logs = dir.path().join("logs");
+    let pids: Vec<u32> = INTERMEDIATE_HOPS
+        .iter()
+        .map(|name| read_pid_file(&logs, name).unwrap_or_else(|| panic!("{name}.pid")))
+        .collect();
+    for &pid in &pids {
+        assert!(!not_running(pid), "hop {pid} is not running before the kill");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+        assert!(
+            String::from_utf8_lossy(&cmdline).contains("--addr-file"),
+            "pid {pid} is not a supervised hop"
+        );
+    }
+
+    intermediate.start_kill().expect("SIGKILL the intermediate");
+    let status = intermediate.wait().await.expect("reap the intermediate");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+
+    eventually(
+        Duration::from_secs(10),
+        "every child of the killed launcher exits",
+        || pids.iter().all(|&pid| not_running(pid)),
+    )
+    .await;
+}
