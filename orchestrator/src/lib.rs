@@ -3,6 +3,12 @@
 //!
 //! - `scenario`: parse, validate and model scenario files.
 //! - `record`: what was measured for each request.
+//! - `analysis`: pure statistics over the records: percentiles, accounting,
+//!   per-hop stats, the compounding check, the run summary.
+//! - `output`: result writers (`.hgrm`, requests.csv, summary.json) and the
+//!   terminal table.
 
+pub mod analysis;
+pub mod output;
 pub mod record;
 pub mod scenario;
