@@ -19,6 +19,11 @@
 //! the last row, at percentile 1.0, has no `1/(1-Percentile)` column. Values
 //! are the highest value equivalent to each bucket, the mean and standard
 //! deviation use bucket midpoints, as in Java.
+//!
+//! One known difference: Rust rounds an exact halfway value to even where
+//! Java's `%f` rounds it up. Values (whole µs at 3 decimals) and
+//! `1/(1-Percentile)` at these ticks are never exactly halfway, so only a
+//! mean or standard deviation could ever differ, in its last digit.
 
 use std::fmt::Write as _;
 use std::path::Path;
