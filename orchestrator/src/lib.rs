@@ -4,12 +4,18 @@
 //! - `scenario`: parse, validate and model scenario files.
 //! - `record`: what was measured for each request.
 //! - `roles`: `tailmesh hop` and the other service roles of the one binary.
-//! - `run`: launch each variant, drive its load, collect what it measured.
 //! - `launcher`: start, watch and stop the hop and broker processes.
 //! - `loadgen`: open- and closed-loop load, measured from intended send times.
+//! - `run`: launch each variant, drive its load, collect what it measured.
+//! - `analysis`: percentiles, Wilson intervals, the compounding check, and
+//!   the per-variant and whole-run summaries.
+//! - `output`: the result files (`summary.json`, `*.hgrm`, `requests.csv`)
+//!   and the terminal table.
 
+pub mod analysis;
 pub mod launcher;
 pub mod loadgen;
+pub mod output;
 pub mod record;
 pub mod roles;
 pub mod run;

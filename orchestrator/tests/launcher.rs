@@ -96,6 +96,26 @@ fn not_running(pid: u32) -> bool {
     }
 }
 
+/// If the test fails, the orphans it was about must not outlive it: kills
+/// those pids that still run a command line mentioning `marker` (a temp dir
+/// path), so a reused pid is never hit.
+struct KillLeftovers {
+    pids: Vec<u32>,
+    marker: String,
+}
+
+impl Drop for KillLeftovers {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&self.marker));
+            if ours && !not_running(pid) {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
 fn read_pid_file(dir: &Path, name: &str) -> Option<u32> {
     std::fs::read_to_string(dir.join(format!("{name}.pid")))
         .ok()?
@@ -384,11 +404,15 @@ async fn children_die_when_their_launcher_is_killed() {
         .iter()
         .map(|name| read_pid_file(&logs, name).unwrap_or_else(|| panic!("{name}.pid")))
         .collect();
+    let _leftovers = KillLeftovers {
+        pids: pids.clone(),
+        marker: dir.path().display().to_string(),
+    };
     for &pid in &pids {
         assert!(!not_running(pid), "hop {pid} is not running before the kill");
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
         assert!(
-            String::from_utf8_lossy(&cmdline).contains("--addr-file"),
+            String::from_utf8_lossy(&cmdline).contains("--supervised"),
             "pid {pid} is not a supervised hop"
         );
     }

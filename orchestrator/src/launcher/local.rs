@@ -167,7 +167,7 @@ impl LocalLauncher {
             .args(&spec.args)
             .arg("--addr-file")
             .arg(&addr_file)
-            //MUTANT .arg("--supervised")
+            .arg("--supervised")
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(stdout)

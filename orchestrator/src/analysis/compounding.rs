@@ -1,0 +1,292 @@
+//! Tail compounding: does the end-to-end slow fraction match
+//! `1 - prod(1 - p_i)`, the chance that at least one hop was slow?
+//!
+//! Which requests count, precisely:
+//!
+//! - **Trials** `n` = ok requests + timeouts whose latency (from the intended
+//!   send time) exceeds the threshold. A timeout that exceeded the threshold
+//!   is certainly slow. A timeout at or below it (a deadline shorter than the
+//!   threshold) is censored: it might have finished fast or slow, so it is
+//!   left out and reported as `timeouts_censored`.
+//! - **Slow** = ok requests with latency > threshold, plus the counted
+//!   timeouts.
+//! - **Errors** (any other outcome) are left out and reported as
+//!   `errors_excluded`: a failed request has no latency to judge.
+//! - **Per-hop p_i** = (path records of the hop with `slow == true`) /
+//!   (path records of the hop), over the paths of ok requests (only those
+//!   carry a path). If injected slowness pushes requests into timeouts, p_i
+//!   is biased low; the censoring counts make that visible.
+//!
+//! The model assumes that a slowed hop pushes its request over the
+//! threshold and that nothing else does; in a fan-out tree a request is
+//! slow when any hop on it is slow, so the same formula applies.
+
+use serde::Serialize;
+
+use super::stats::wilson95;
+
+/// Requests below this many trials give no verdict: the interval is too wide
+/// to say anything.
+pub const MIN_TRIALS: u64 = 30;
+
+/// `1 - prod(1 - p_i)`: the chance that at least one of independent events
+/// with probabilities `p` happens. Probabilities are clamped to [0, 1].
+pub fn compound(p: &[f64]) -> f64 {
+    1.0 - p.iter().map(|p| 1.0 - p.clamp(0.0, 1.0)).product::<f64>()
+}
+
+/// The outcome of the compounding check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The model lies inside the measured fraction's 95 % Wilson interval.
+    Pass,
+    /// The model lies outside it.
+    Fail,
+    /// Too few trials (< [`MIN_TRIALS`]), or nothing was slow-injected and
+    /// nothing was slow, so agreement would be vacuous.
+    Inconclusive,
+}
+
+impl Verdict {
+    /// "pass", "fail" or "inconclusive".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+/// One hop's measured and declared slow probability.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HopSlowness {
+    /// Hop name.
+    pub hop: String,
+    /// Path records of the hop (ok requests).
+    pub requests: u64,
+    /// Of those, with injected slowness.
+    pub slow: u64,
+    /// `slow / requests`, 0 when the hop was never seen.
+    pub p: f64,
+    /// The scenario's `slow.probability` for the hop (0 without `slow`).
+    pub declared_p: f64,
+}
+
+/// The counts the check is computed from (see the module docs for which
+/// requests count).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlowCounts {
+    /// Trials: ok requests plus counted timeouts.
+    pub n: u64,
+    /// Slow trials.
+    pub slow: u64,
+    /// Timeouts at or below the threshold, left out.
+    pub timeouts_censored: u64,
+    /// Errors, left out.
+    pub errors_excluded: u64,
+}
+
+/// The compounding check of one variant.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompoundingReport {
+    /// The threshold, µs: a request is slow if its latency exceeds it.
+    pub slow_threshold_us: u64,
+    /// Trials (ok requests plus timeouts above the threshold).
+    pub n: u64,
+    /// Slow trials.
+    pub slow: u64,
+    /// Timeouts at or below the threshold, left out of `n`.
+    pub timeouts_censored: u64,
+    /// Errors, left out of `n`.
+    pub errors_excluded: u64,
+    /// Measured slow fraction `slow / n` (0 when `n == 0`).
+    pub measured: f64,
+    /// Lower end of the measured fraction's 95 % Wilson interval.
+    pub ci_lo: f64,
+    /// Upper end of the measured fraction's 95 % Wilson interval.
+    pub ci_hi: f64,
+    /// `1 - prod(1 - p_i)` with p_i measured from the paths.
+    pub model: f64,
+    /// `1 - prod(1 - p_i)` with p_i as declared in the scenario.
+    pub declared_model: f64,
+    /// `(model - measured)` divided by the distance from `measured` to the
+    /// interval's end on the model's side: |deviation| <= 1 means inside.
+    /// `null` when that distance is 0 and the model differs.
+    pub deviation: Option<f64>,
+    /// The per-hop probabilities behind the model, in scenario order.
+    pub hops: Vec<HopSlowness>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why the verdict is inconclusive, if it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Judges measured counts against the per-hop probabilities.
+pub fn judge(
+    counts: SlowCounts,
+    hops: Vec<HopSlowness>,
+    slow_threshold_us: u64,
+) -> CompoundingReport {
+    let measured_p: Vec<f64> = hops.iter().map(|h| h.p).collect();
+    let declared_p: Vec<f64> = hops.iter().map(|h| h.declared_p).collect();
+    let model = compound(&measured_p);
+    let declared_model = compound(&declared_p);
+    let measured = if counts.n == 0 {
+        0.0
+    } else {
+        counts.slow as f64 / counts.n as f64
+    };
+    let (ci_lo, ci_hi) = wilson95(counts.slow, counts.n);
+    let deviation = deviation(measured, ci_lo, ci_hi, model);
+    let injected: u64 = hops.iter().map(|h| h.slow).sum();
+
+    let reason = if counts.n < MIN_TRIALS {
+        Some(format!(
+            "{} trials, fewer than the {MIN_TRIALS} needed",
+            counts.n
+        ))
+    } else if injected == 0 && counts.slow == 0 {
+        Some("no hop injected slowness and no request was slow".to_string())
+    } else {
+        None
+    };
+    let verdict = match (&reason, deviation) {
+        (Some(_), _) => Verdict::Inconclusive,
+        (None, Some(d)) if d.abs() <= 1.0 => Verdict::Pass,
+        (None, _) => Verdict::Fail,
+    };
+    CompoundingReport {
+        slow_threshold_us,
+        n: counts.n,
+        slow: counts.slow,
+        timeouts_censored: counts.timeouts_censored,
+        errors_excluded: counts.errors_excluded,
+        measured,
+        ci_lo,
+        ci_hi,
+        model,
+        declared_model,
+        deviation,
+        hops,
+        verdict,
+        reason,
+    }
+}
+
+/// Signed distance of `model` from `measured` in units of the half-interval
+/// on the model's side.
+fn deviation(measured: f64, lo: f64, hi: f64, model: f64) -> Option<f64> {
+    let diff = model - measured;
+    let half = if diff >= 0.0 {
+        hi - measured
+    } else {
+        measured - lo
+    };
+    if half > 0.0 {
+        Some(diff / half)
+    } else if diff == 0.0 {
+        Some(0.0)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(name: &str, requests: u64, slow: u64, declared_p: f64) -> HopSlowness {
+        HopSlowness {
+            hop: name.to_string(),
+            requests,
+            slow,
+            p: if requests == 0 {
+                0.0
+            } else {
+                slow as f64 / requests as f64
+            },
+            declared_p,
+        }
+    }
+
+    #[test]
+    fn three_hops_at_ten_percent_compound_to_0_271() {
+        assert!((compound(&[0.1, 0.1, 0.1]) - 0.271).abs() < 1e-12);
+        assert!((compound(&[0.5, 0.2]) - 0.6).abs() < 1e-12);
+        assert_eq!(compound(&[]), 0.0);
+        assert_eq!(compound(&[0.0, 1.0]), 1.0);
+    }
+
+    #[test]
+    fn model_inside_the_interval_passes() {
+        let hops = vec![
+            hop("a", 1000, 100, 0.1),
+            hop("b", 1000, 100, 0.1),
+            hop("c", 1000, 100, 0.1),
+        ];
+        let counts = SlowCounts {
+            n: 1000,
+            slow: 271,
+            ..Default::default()
+        };
+        let r = judge(counts, hops, 15_000);
+        assert_eq!(r.verdict, Verdict::Pass);
+        assert!((r.model - 0.271).abs() < 1e-12);
+        assert!((r.declared_model - 0.271).abs() < 1e-12);
+        assert!((r.measured - 0.271).abs() < 1e-12);
+        assert!(r.deviation.is_some_and(|d| d.abs() < 1e-9));
+    }
+
+    #[test]
+    fn model_outside_the_interval_fails_with_deviation_above_one() {
+        // 271 of 1000: interval [0.2444, 0.2994]; a model of 0.36 is above it.
+        let hops = vec![hop("a", 1000, 200, 0.1), hop("b", 1000, 200, 0.1)];
+        let counts = SlowCounts {
+            n: 1000,
+            slow: 271,
+            ..Default::default()
+        };
+        let r = judge(counts, hops, 15_000);
+        assert_eq!(r.verdict, Verdict::Fail);
+        let expected = (0.36 - 0.271) / (0.299_385_935_9 - 0.271);
+        assert!(
+            (r.deviation.unwrap_or(0.0) - expected).abs() < 1e-6,
+            "{:?}",
+            r.deviation
+        );
+    }
+
+    #[test]
+    fn too_few_trials_are_inconclusive() {
+        let counts = SlowCounts {
+            n: 29,
+            slow: 29,
+            ..Default::default()
+        };
+        let r = judge(counts, vec![hop("a", 29, 29, 1.0)], 1);
+        assert_eq!(r.verdict, Verdict::Inconclusive);
+        assert!(r.reason.is_some());
+    }
+
+    #[test]
+    fn nothing_injected_and_nothing_slow_is_inconclusive() {
+        let counts = SlowCounts {
+            n: 500,
+            slow: 0,
+            ..Default::default()
+        };
+        let r = judge(counts, vec![hop("a", 500, 0, 0.0)], 1);
+        assert_eq!(r.verdict, Verdict::Inconclusive);
+        // But slow requests without any injection contradict a zero model.
+        let counts = SlowCounts {
+            n: 500,
+            slow: 50,
+            ..Default::default()
+        };
+        let r = judge(counts, vec![hop("a", 500, 0, 0.0)], 1);
+        assert_eq!(r.verdict, Verdict::Fail);
+    }
+}

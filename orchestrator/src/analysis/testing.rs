@@ -1,0 +1,191 @@
+//! Builders for analysis and output tests: a three-hop chain and records
+//! whose slow flags are laid out so the answers are known exactly.
+
+use std::time::Duration;
+
+use tailmesh_proto::pb::HopRecord;
+use tailmesh_services::model::{Balance, DurationDist, Slowness, Transport, Work};
+
+use crate::record::{Outcome, RequestRecord};
+use crate::scenario::{
+    Arrivals, Check, ConnectionMode, Hop, Launcher, Load, LoadMode, Stop, Variant,
+};
+
+/// A hop with two push replicas and `slow` probability (if any).
+pub fn hop(name: &str, slow: Option<f64>) -> Hop {
+    Hop {
+        name: name.to_string(),
+        replicas: 2,
+        transport: Transport::Push,
+        balance: Balance::RoundRobin,
+        work: Work::Sleep {
+            dist: DurationDist::Fixed {
+                value: Duration::from_millis(1),
+            },
+        },
+        slow: slow.map(|probability| Slowness {
+            probability,
+            extra: DurationDist::Fixed {
+                value: Duration::from_millis(20),
+            },
+        }),
+        replica_slow: None,
+        error: None,
+        downstream: Vec::new(),
+    }
+}
+
+/// Open loop at 400/s for 20 s over `hops`.
+pub fn variant(name: &str, hops: Vec<Hop>) -> Variant {
+    Variant {
+        name: name.to_string(),
+        overrides: vec![("hop.*.transport".to_string(), "\"push\"".to_string())],
+        load: Load {
+            mode: LoadMode::Open {
+                rate: 400.0,
+                arrivals: Arrivals::Poisson,
+            },
+            stop: Stop::Duration(Duration::from_secs(20)),
+            warmup: Duration::from_secs(2),
+            timeout: Duration::from_millis(100),
+            connection: ConnectionMode::Shared { connections: 1 },
+            payload_bytes: 64,
+        },
+        hops,
+        launcher: Launcher::Local,
+    }
+}
+
+/// The chain a -> b -> c, each slow with probability 0.1.
+pub fn chain3() -> Variant {
+    variant(
+        "base",
+        vec![
+            hop("a", Some(0.1)),
+            hop("b", Some(0.1)),
+            hop("c", Some(0.1)),
+        ],
+    )
+}
+
+/// Slow threshold 15 ms, compounding on.
+pub fn check() -> Check {
+    Check {
+        slow_threshold: Duration::from_millis(15),
+        compounding: true,
+    }
+}
+
+/// One path record.
+pub fn hop_record(hop: &str, replica: u32, service_us: u64, slow: bool) -> HopRecord {
+    HopRecord {
+        hop: hop.to_string(),
+        replica,
+        service_ns: service_us * 1_000,
+        total_ns: service_us * 1_000 + 500,
+        slow,
+        queue_wait_ns: 0,
+        parent: String::new(),
+        transport: "push".to_string(),
+    }
+}
+
+/// 1000 ok requests through a, b, c. Request i is slow at a when
+/// `i % 10 == 0`, at b when `(i / 10) % 10 == 0`, at c when
+/// `(i / 100) % 10 == 0`: every p_i is exactly 0.1 and exactly 271 requests
+/// are slow somewhere, each taking 21 ms against 1 ms for the rest. Each
+/// request is sent 100 µs late and lands on replica `i % 2`.
+pub fn ok_records() -> Vec<RequestRecord> {
+    (0..1000u64)
+        .map(|i| {
+            let flags = [i % 10 == 0, (i / 10) % 10 == 0, (i / 100) % 10 == 0];
+            let path: Vec<HopRecord> = ["c", "b", "a"]
+                .iter()
+                .zip(flags.iter().rev())
+                .map(|(name, &slow)| {
+                    hop_record(name, (i % 2) as u32, if slow { 20_300 } else { 300 }, slow)
+                })
+                .collect();
+            let latency = if flags.iter().any(|&s| s) {
+                21_000
+            } else {
+                1_000
+            };
+            let intended = Duration::from_micros(i * 2_500);
+            RequestRecord {
+                id: i,
+                intended,
+                start: intended + Duration::from_micros(100),
+                end: intended + Duration::from_micros(latency),
+                outcome: Outcome::Ok,
+                path,
+            }
+        })
+        .collect()
+}
+
+/// A failed request (no path), `latency_us` after its intended time.
+pub fn failed(id: u64, outcome: Outcome, latency_us: u64) -> RequestRecord {
+    let intended = Duration::from_micros(id * 2_500);
+    RequestRecord {
+        id,
+        intended,
+        start: intended,
+        end: intended + Duration::from_micros(latency_us),
+        outcome,
+        path: Vec::new(),
+    }
+}
+
+/// [`ok_records`] plus 5 timeouts at 100 ms, 3 `unavailable` errors naming
+/// hop "b" and 2 `resource_exhausted` errors: 1010 records.
+pub fn mixed_records() -> Vec<RequestRecord> {
+    let mut records = ok_records();
+    for id in 1000..1005 {
+        records.push(failed(id, Outcome::Timeout, 100_000));
+    }
+    for id in 1005..1008 {
+        let outcome = Outcome::Error {
+            code: tonic::Code::Unavailable,
+            message: format!("hop \"b\" replica 1: connect 127.0.0.1:{id}: connection refused"),
+        };
+        records.push(failed(id, outcome, 2_000));
+    }
+    for id in 1008..1010 {
+        let outcome = Outcome::Error {
+            code: tonic::Code::ResourceExhausted,
+            message: "broker topic \"c\" full".to_string(),
+        };
+        records.push(failed(id, outcome, 500));
+    }
+    records
+}
+
+/// A one-variant summary of [`mixed_records`] on [`chain3`], started at the
+/// Unix epoch, with `files` naming requests.csv.
+pub fn summary() -> crate::analysis::Summary {
+    use crate::analysis::{Environment, ScenarioEcho, Summary, analyze_variant};
+    let variant = chain3();
+    let scenario = crate::scenario::Scenario {
+        name: "chain3".into(),
+        description: "three hops, 10 % slow each".into(),
+        seed: 7,
+        variants: vec![variant.clone()],
+        check: check(),
+    };
+    let echo = ScenarioEcho::new(
+        &scenario,
+        std::path::Path::new("scenarios/chain3.toml"),
+        "name = \"chain3\"\n",
+    );
+    let report = analyze_variant(&variant, &check(), &mixed_records(), Duration::from_secs(2));
+    let mut s = Summary::new(
+        "run-1",
+        time::OffsetDateTime::UNIX_EPOCH,
+        echo,
+        Environment::detect("local"),
+        vec![report],
+    );
+    s.files.insert("requests".into(), "requests.csv".into());
+    s
+}

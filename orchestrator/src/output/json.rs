@@ -1,0 +1,68 @@
+//! `summary.json`: the [`Summary`], pretty-printed.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use super::OutputError;
+use crate::analysis::Summary;
+
+/// Writes `summary` to `path` as pretty-printed JSON with a final newline.
+pub fn write_summary(path: &Path, summary: &Summary) -> Result<(), OutputError> {
+    let file = File::create(path).map_err(OutputError::io(path))?;
+    let mut out = BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, summary).map_err(|source| OutputError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    out.write_all(b"\n")
+        .and_then(|()| out.flush())
+        .map_err(OutputError::io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testing::summary;
+
+    #[test]
+    fn summary_parses_back_with_its_schema() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("summary.json");
+        write_summary(&path, &summary()).expect("written");
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(v["schema"], "tailmesh.summary/v1");
+        assert_eq!(v["run_id"], "run-1");
+        assert_eq!(v["started_at"], "1970-01-01T00:00:00Z");
+        assert_eq!(v["scenario"]["seed"], 7);
+        assert_eq!(v["scenario"]["source"], "name = \"chain3\"\n");
+        assert_eq!(
+            v["scenario"]["variants"][0]["overrides"][0]["key"],
+            "hop.*.transport"
+        );
+        assert_eq!(v["environment"]["launcher"], "local");
+        let variant = &v["variants"][0];
+        assert_eq!(variant["sent"], 1010);
+        assert_eq!(variant["errors"]["unavailable"], 3);
+        assert_eq!(variant["accounted"], true);
+        assert_eq!(variant["latency"]["p50_us"], 1000);
+        assert_eq!(
+            variant["hops"][1]["replica_requests"],
+            serde_json::json!([500, 500])
+        );
+        assert_eq!(variant["compounding"]["verdict"], "pass");
+        assert!(variant.get("latency_histogram").is_none());
+        assert_eq!(v["check"]["verdict"], "pass");
+        assert_eq!(v["files"]["requests"], "requests.csv");
+        assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
+    fn errors_name_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bad = dir.path().join("gone").join("summary.json");
+        let err = write_summary(&bad, &summary()).expect_err("no such folder");
+        assert!(err.to_string().contains("gone/summary.json"), "{err}");
+    }
+}

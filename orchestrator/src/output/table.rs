@@ -1,0 +1,218 @@
+//! The summary printed at the end of a run: an end-to-end table, a per-hop
+//! table and one compounding line per variant.
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{CellAlignment, Table};
+
+use crate::analysis::{Percentiles, Summary, VariantReport};
+
+/// Renders `summary` for a terminal. Never panics, also without variants or
+/// requests (missing numbers print as `-`).
+pub fn render_table(summary: &Summary) -> String {
+    let mut out = end_to_end(&summary.variants).to_string();
+    out.push('\n');
+    if summary.variants.iter().any(|v| !v.hops.is_empty()) {
+        out.push_str(&per_hop(&summary.variants).to_string());
+        out.push('\n');
+    }
+    for v in &summary.variants {
+        if !v.accounted {
+            out.push_str(&format!(
+                "{}: accounting mismatch: sent {} vs ok {} + errors {} + timeouts {} ({} duplicate ids)\n",
+                v.name,
+                v.sent,
+                v.ok,
+                v.errors.values().sum::<u64>(),
+                v.timeouts,
+                v.duplicate_ids
+            ));
+        }
+        if let Some(line) = compounding_line(v) {
+            out.push_str(&format!("{}: {line}\n", v.name));
+        }
+    }
+    if summary.check.compounding_requested {
+        out.push_str(&format!("check: {}\n", summary.check.verdict.as_str()));
+    }
+    out
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(header.to_vec());
+    for (i, column) in t.column_iter_mut().enumerate() {
+        if i > 1 {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+fn end_to_end(variants: &[VariantReport]) -> Table {
+    let mut t = table(&[
+        "variant",
+        "sent",
+        "ok",
+        "errors",
+        "timeouts",
+        "rate/requested",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+    ]);
+    for v in variants {
+        let p = &v.latency;
+        let requested = match (v.load.rate, v.load.concurrency) {
+            (Some(rate), _) => format!("{rate:.0}/s"),
+            (None, Some(c)) => format!("c={c}"),
+            (None, None) => "-".to_string(),
+        };
+        t.add_row(vec![
+            v.name.clone(),
+            v.sent.to_string(),
+            v.ok.to_string(),
+            v.errors.values().sum::<u64>().to_string(),
+            v.timeouts.to_string(),
+            format!("{:.1}/s / {requested}", v.achieved_rate),
+            human(p, p.p50_us),
+            human(p, p.p90_us),
+            human(p, p.p99_us),
+            human(p, p.p99_9_us),
+            human(p, p.p99_99_us),
+            human(p, p.max_us),
+        ]);
+    }
+    t
+}
+
+fn per_hop(variants: &[VariantReport]) -> Table {
+    let mut t = table(&[
+        "variant",
+        "hop",
+        "transport",
+        "requests",
+        "replica split",
+        "p_slow",
+        "service p50",
+        "service p99",
+        "queue p99",
+    ]);
+    for v in variants {
+        for h in &v.hops {
+            let split: Vec<String> = h.replica_requests.iter().map(u64::to_string).collect();
+            t.add_row(vec![
+                v.name.clone(),
+                h.hop.clone(),
+                h.transport.to_string(),
+                h.requests.to_string(),
+                split.join("/"),
+                h.p_slow.map_or("-".to_string(), percent),
+                human(&h.service, h.service.p50_us),
+                human(&h.service, h.service.p99_us),
+                human(&h.queue_wait, h.queue_wait.p99_us),
+            ]);
+        }
+    }
+    t
+}
+
+/// `compounding: measured 27.3 % [26.1, 28.6] vs model 27.1 % (declared
+/// 27.1 %): pass`, or `None` when the check was not requested.
+fn compounding_line(v: &VariantReport) -> Option<String> {
+    let c = v.compounding.as_ref()?;
+    let measured = if c.n == 0 {
+        "measured - (no trials)".to_string()
+    } else {
+        format!(
+            "measured {} [{:.1}, {:.1}]",
+            percent(c.measured),
+            c.ci_lo * 100.0,
+            c.ci_hi * 100.0
+        )
+    };
+    let mut line = format!(
+        "compounding: {measured} vs model {} (declared {}): {}",
+        percent(c.model),
+        percent(c.declared_model),
+        c.verdict.as_str()
+    );
+    if let Some(reason) = &c.reason {
+        line.push_str(&format!(" ({reason})"));
+    }
+    Some(line)
+}
+
+fn percent(p: f64) -> String {
+    format!("{:.1} %", p * 100.0)
+}
+
+/// `us` from `p` in human units (`456us`, `1.23ms`, `2.50s`); `-` when `p`
+/// is empty.
+fn human(p: &Percentiles, us: u64) -> String {
+    if p.count == 0 {
+        "-".to_string()
+    } else {
+        format_us(us)
+    }
+}
+
+/// Microseconds in human units: `456us`, `1.23ms`, `2.50s`.
+pub fn format_us(us: u64) -> String {
+    match us {
+        0..=999 => format!("{us}us"),
+        1_000..=999_999 => format!("{:.2}ms", us as f64 / 1e3),
+        _ => format!("{:.2}s", us as f64 / 1e6),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::analysis::testing::{chain3, check, summary};
+    use crate::analysis::{CheckSummary, analyze_variant};
+
+    #[test]
+    fn shows_percentiles_hops_and_the_verdict() {
+        let text = render_table(&summary());
+        assert!(text.contains("1.00ms"), "{text}");
+        assert!(text.contains("21.01ms"), "{text}");
+        assert!(text.contains("500/500"), "{text}");
+        assert!(text.contains("10.0 %"), "{text}");
+        assert!(text.contains("400/s"), "{text}");
+        // 276 of 1005 slow: 27.5 % [24.8, 30.3]; model 0.1 at three hops.
+        assert!(
+            text.contains(
+                "base: compounding: measured 27.5 % [24.8, 30.3] vs model 27.1 % (declared 27.1 %): pass"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("check: pass\n"), "{text}");
+    }
+
+    #[test]
+    fn empty_inputs_do_not_panic() {
+        let mut s = summary();
+        let empty = analyze_variant(&chain3(), &check(), &[], Duration::ZERO);
+        s.variants = vec![empty];
+        s.check = CheckSummary::of(&s.variants);
+        let text = render_table(&s);
+        assert!(text.contains("measured - (no trials)"), "{text}");
+        assert!(text.contains("inconclusive"), "{text}");
+        s.variants.clear();
+        s.check = CheckSummary::of(&s.variants);
+        assert!(render_table(&s).contains("variant"));
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(format_us(456), "456us");
+        assert_eq!(format_us(1_234), "1.23ms");
+        assert_eq!(format_us(2_500_000), "2.50s");
+    }
+}
