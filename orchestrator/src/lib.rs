@@ -7,12 +7,14 @@
 //! - `launcher`: start, watch and stop the hop and broker processes.
 //! - `loadgen`: open- and closed-loop load, measured from intended send times.
 //! - `run`: launch each variant, drive its load, collect what it measured.
+//! - `experiment`: the whole of `tailmesh run`, from file to results.
 //! - `analysis`: percentiles, Wilson intervals, the compounding check, and
 //!   the per-variant and whole-run summaries.
 //! - `output`: the result files (`summary.json`, `*.hgrm`, `requests.csv`)
 //!   and the terminal table.
 
 pub mod analysis;
+pub mod experiment;
 pub mod launcher;
 pub mod loadgen;
 pub mod output;

@@ -4,7 +4,10 @@
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand};
-use tailmesh::roles;
+use tailmesh::{
+    experiment::{self, ExperimentError, RunCommand},
+    roles, scenario,
+};
 
 #[derive(Parser)]
 #[command(
@@ -19,6 +22,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a scenario: launch its hops, drive the load, write the results.
+    Run {
+        /// The scenario file.
+        #[arg(default_value = "scenarios/default.toml")]
+        scenario: PathBuf,
+        /// Folder for results: <RESULTS>/<scenario>/<run-id>/.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// Exit with status 3 when a check fails or a request is unaccounted for.
+        #[arg(long)]
+        check: bool,
+        /// No progress bars.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Check scenario files without running them.
+    Validate {
+        /// The scenario files.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+    },
     /// Serve one hop replica (started by the launchers).
     Hop {
         /// The hop's JSON config file.
@@ -56,8 +80,21 @@ impl ServeArgs {
     }
 }
 
+/// A bad scenario or bad flags.
+const EXIT_BAD_INPUT: u8 = 2;
+/// A check failed.
+const EXIT_CHECK_FAILED: u8 = 3;
+/// Ctrl-C.
+const EXIT_INTERRUPTED: u8 = 130;
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_BAD_INPUT) } else { ExitCode::SUCCESS };
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -66,6 +103,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match &cli.command {
+        Command::Run { scenario, results, check, quiet } => {
+            return run(&RunCommand {
+                scenario: scenario.clone(),
+                results: results.clone(),
+                progress: !quiet,
+            }, *check);
+        }
+        Command::Validate { scenarios } => return validate(scenarios),
         Command::Hop { config, serve } => roles::serve_hop(config, &serve.options()),
     };
     match result {
@@ -75,4 +120,48 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run(command: &RunCommand, check: bool) -> ExitCode {
+    match experiment::execute(command) {
+        Ok(finished) => {
+            println!("{}", tailmesh::output::render_table(&finished.summary));
+            println!("results: {}", finished.dir.display());
+            if finished.interrupted {
+                eprintln!("tailmesh: interrupted; the results above cover what ran");
+                return ExitCode::from(EXIT_INTERRUPTED);
+            }
+            if check && !finished.passed() {
+                eprintln!(
+                    "tailmesh: check failed (verdict {}, every request accounted for: {})",
+                    finished.summary.check.verdict.as_str(),
+                    finished.summary.check.accounted
+                );
+                return ExitCode::from(EXIT_CHECK_FAILED);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(ExperimentError::Scenario(errors)) => {
+            eprintln!("{errors}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(e) => {
+            eprintln!("tailmesh: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn validate(paths: &[PathBuf]) -> ExitCode {
+    let mut bad = false;
+    for path in paths {
+        match scenario::load(path) {
+            Ok(s) => println!("{}: ok ({} variant(s))", path.display(), s.variants.len()),
+            Err(errors) => {
+                bad = true;
+                eprintln!("{errors}");
+            }
+        }
+    }
+    if bad { ExitCode::from(EXIT_BAD_INPUT) } else { ExitCode::SUCCESS }
 }

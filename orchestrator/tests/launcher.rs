@@ -50,7 +50,10 @@ fn hop(dir: &Path, name: &str) -> ProcessSpec {
     let path = dir.join(format!("{name}.json"));
     let json = serde_json::to_string_pretty(&config).expect("a hop config serializes");
     std::fs::write(&path, json).expect("write the hop config");
-    ProcessSpec::new(name, TAILMESH).arg("hop").arg("--config").arg(path)
+    ProcessSpec::new(name, TAILMESH)
+        .arg("hop")
+        .arg("--config")
+        .arg(path)
 }
 
 /// Polls `condition` until it holds, failing the test after `within`.
@@ -140,7 +143,11 @@ async fn launch_returns_a_serving_address_and_writes_its_files() {
     assert_ne!(launched.addr.port(), 0);
     assert_eq!(health(launched.addr).await, ServingStatus::Serving);
     assert_eq!(launched.log, logs.join("hop-a-0.log"));
-    assert!(launched.log.is_file(), "no log file {}", launched.log.display());
+    assert!(
+        launched.log.is_file(),
+        "no log file {}",
+        launched.log.display()
+    );
     assert_eq!(read_pid_file(&logs, "hop-a-0"), Some(launched.pid));
     let addr_file = std::fs::read_to_string(logs.join("hop-a-0.addr")).expect("addr file");
     assert_eq!(addr_file.trim(), launched.addr.to_string());
@@ -182,7 +189,10 @@ async fn a_child_that_fails_at_start_is_reported_with_its_log() {
     );
     let message = error.to_string();
     assert!(message.starts_with("hop-b-1 "), "{message}");
-    assert!(message.contains("exited before it was ready (exit status 1)"), "{message}");
+    assert!(
+        message.contains("exited before it was ready (exit status 1)"),
+        "{message}"
+    );
     assert!(message.contains("last log lines"), "{message}");
     // The child's own words, from its log.
     assert!(message.contains("no-such-config.json"), "{message}");
@@ -204,8 +214,7 @@ async fn a_child_that_fails_at_start_is_reported_with_its_log() {
 async fn a_child_that_never_gets_ready_is_killed_at_the_deadline() {
     let dir = tempfile::tempdir().expect("temp dir");
     let logs = dir.path().join("logs");
-    let mut launcher =
-        LocalLauncher::new(logs.clone()).with_ready_timeout(Duration::from_secs(1));
+    let mut launcher = LocalLauncher::new(logs.clone()).with_ready_timeout(Duration::from_secs(1));
 
     // Not a tailmesh service: it never writes its address, which is the
     // case under test. Its extra arguments become $1.. and are ignored.
@@ -228,8 +237,14 @@ async fn a_child_that_never_gets_ready_is_killed_at_the_deadline() {
     let message = error.to_string();
     assert!(message.starts_with("stuck (pid "), "{message}");
     assert!(message.contains("not ready after 1s"), "{message}");
-    assert!(message.contains("never wrote its address file"), "{message}");
-    assert!(message.contains(&format!("stuck {pid} is starting")), "{message}");
+    assert!(
+        message.contains("never wrote its address file"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("stuck {pid} is starting")),
+        "{message}"
+    );
     assert!(!logs.join("stuck.pid").exists());
 }
 
@@ -243,7 +258,10 @@ async fn names_must_be_plain_and_unique() {
             .launch(ProcessSpec::new(bad, TAILMESH))
             .await
             .expect_err("a bad name");
-        assert!(matches!(error, LaunchError::InvalidName { .. }), "{error:?}");
+        assert!(
+            matches!(error, LaunchError::InvalidName { .. }),
+            "{error:?}"
+        );
     }
     launcher
         .launch(hop(dir.path(), "twice"))
@@ -310,7 +328,13 @@ async fn shutdown_stops_every_child_gracefully_and_is_idempotent() {
     let mut launcher = LocalLauncher::new(dir.path().join("logs"));
     let mut pids = Vec::new();
     for name in ["hop-d-0", "hop-d-1", "hop-d-2"] {
-        pids.push(launcher.launch(hop(dir.path(), name)).await.expect(name).pid);
+        pids.push(
+            launcher
+                .launch(hop(dir.path(), name))
+                .await
+                .expect(name)
+                .pid,
+        );
     }
 
     let stopped = launcher.shutdown(Duration::from_secs(5)).await;
@@ -372,22 +396,21 @@ async fn orphan_guard_intermediate() {
 async fn children_die_when_their_launcher_is_killed() {
     let dir = tempfile::tempdir().expect("temp dir");
     let own_output = std::fs::File::create(dir.path().join("intermediate.out")).expect("create");
-    let mut intermediate = tokio::process::Command::new(
-        std::env::current_exe().expect("the test binary's path"),
-    )
-    .args([
-        "orphan_guard_intermediate",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-    ])
-    .env(INTERMEDIATE_DIR, dir.path())
-    .stdin(Stdio::null())
-    .stdout(own_output.try_clone().expect("dup"))
-    .stderr(own_output)
-    .kill_on_drop(true)
-    .spawn()
-    .expect("start the intermediate");
+    let mut intermediate =
+        tokio::process::Command::new(std::env::current_exe().expect("the test binary's path"))
+            .args([
+                "orphan_guard_intermediate",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(INTERMEDIATE_DIR, dir.path())
+            .stdin(Stdio::null())
+            .stdout(own_output.try_clone().expect("dup"))
+            .stderr(own_output)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the intermediate");
 
     let ready = dir.path().join("ready");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -396,7 +419,10 @@ async fn children_die_when_their_launcher_is_killed() {
             let output = std::fs::read_to_string(dir.path().join("intermediate.out"));
             panic!("the intermediate exited early ({status}): {output:?}");
         }
-        assert!(Instant::now() < deadline, "the intermediate never got ready");
+        assert!(
+            Instant::now() < deadline,
+            "the intermediate never got ready"
+        );
         sleep(Duration::from_millis(20)).await;
     }
     let logs = dir.path().join("logs");
@@ -409,7 +435,10 @@ async fn children_die_when_their_launcher_is_killed() {
         marker: dir.path().display().to_string(),
     };
     for &pid in &pids {
-        assert!(!not_running(pid), "hop {pid} is not running before the kill");
+        assert!(
+            !not_running(pid),
+            "hop {pid} is not running before the kill"
+        );
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
         assert!(
             String::from_utf8_lossy(&cmdline).contains("--supervised"),

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::compounding::{CompoundingReport, HopSlowness, SlowCounts, judge};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
+use crate::loadgen::WarmupCounts;
 use crate::record::{Outcome, RequestRecord};
 use crate::scenario::{Arrivals, Check, ConnectionMode, Hop, LoadMode, Stop, Variant};
 
@@ -199,6 +200,13 @@ pub struct VariantReport {
     /// The compounding check, if the scenario asks for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compounding: Option<CompoundingReport>,
+    /// Requests sent during warmup (not measured, still accounted for).
+    pub warmup: WarmupCounts,
+    /// Whether the run was cut short (Ctrl-C) while this variant ran.
+    pub interrupted: bool,
+    /// What went wrong around the measurement (a hop process that died...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub incidents: Vec<String>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     #[serde(skip)]
     pub latency_histogram: Histogram<u64>,
@@ -381,6 +389,9 @@ pub fn analyze_variant(
         hops: hop_reports,
         unknown_hops,
         compounding,
+        warmup: WarmupCounts::default(),
+        interrupted: false,
+        incidents: Vec::new(),
         latency_histogram: latency,
     }
 }

@@ -505,3 +505,38 @@ fn remove_quietly(path: &Path) {
         tracing::debug!("cannot remove {}: {e}", path.display());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_plain_file_names() {
+        for good in ["hop-b-1", "broker", "hop_a.0"] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", ".", "..", "../etc", "a/b", "a b", "hé"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_log_tail_covers_this_launch_only_and_its_last_lines() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("hop.log");
+        let earlier = "an earlier run\n";
+        let lines: Vec<String> = (1..=25).map(|i| format!("line {i}")).collect();
+        std::fs::write(&path, format!("{earlier}{}\n", lines.join("\n")))?;
+
+        let tail = read_tail(&path, earlier.len() as u64);
+        assert_eq!(tail.lines, lines[5..]);
+        assert!(tail.unreadable.is_none());
+
+        let tail = read_tail(&path, std::fs::metadata(&path)?.len());
+        assert!(tail.lines.is_empty());
+
+        let tail = read_tail(&dir.path().join("missing.log"), 0);
+        assert!(tail.unreadable.is_some());
+        Ok(())
+    }
+}

@@ -264,3 +264,58 @@ impl fmt::Display for LogTail {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_read_like_the_shell_says_them() {
+        // Raw wait statuses: exit code in the high byte, signal in the low.
+        assert_eq!(describe_exit(ExitStatus::from_raw(2 << 8)), "exit status 2");
+        assert_eq!(describe_exit(ExitStatus::from_raw(0)), "exit status 0");
+        assert_eq!(describe_exit(ExitStatus::from_raw(9)), "signal 9 (SIGKILL)");
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(15)),
+            "signal 15 (SIGTERM)"
+        );
+    }
+
+    #[test]
+    fn launch_errors_name_the_process_and_quote_its_log() {
+        let error = LaunchError::ExitedBeforeReady {
+            name: "hop-b-1".into(),
+            pid: 123,
+            addr: Some("127.0.0.1:41234".parse().expect("an address")),
+            status: ExitStatus::from_raw(2 << 8),
+            log: Box::new(LogTail {
+                path: "/run/logs/hop-b-1.log".into(),
+                lines: vec!["error: bad flag".into(), "usage: ...".into()],
+                unreadable: None,
+            }),
+        };
+        assert_eq!(
+            error.to_string(),
+            "hop-b-1 (127.0.0.1:41234, pid 123): exited before it was ready (exit status 2); \
+             last log lines (/run/logs/hop-b-1.log):\n  error: bad flag\n  usage: ..."
+        );
+        assert_eq!(error.name(), "hop-b-1");
+
+        let error = LaunchError::NotReady {
+            name: "broker".into(),
+            pid: 7,
+            addr: None,
+            waited: Duration::from_secs(15),
+            last_problem: None,
+            log: Box::new(LogTail {
+                path: "/run/logs/broker.log".into(),
+                ..LogTail::default()
+            }),
+        };
+        assert_eq!(
+            error.to_string(),
+            "broker (pid 7): not ready after 15s (it never wrote its address file); \
+             it wrote nothing to /run/logs/broker.log"
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! The whole of `tailmesh run`: read the scenario, make the run folder, run
+//! every variant, analyze, write the files, and judge the checks.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use time::{OffsetDateTime, macros::format_description};
+use tokio::sync::watch;
+
+use crate::{
+    analysis::{
+        compounding::Verdict,
+        summary::{Environment, ScenarioEcho, Summary},
+        variant::analyze_variant,
+    },
+    output::{self, OutputError},
+    roles,
+    run::{self, RunError, RunOptions, VariantRun},
+    scenario::{self, Scenario, ScenarioErrors},
+};
+
+/// What `tailmesh run` was asked to do.
+#[derive(Clone, Debug)]
+pub struct RunCommand {
+    /// The scenario file.
+    pub scenario: PathBuf,
+    /// Where run folders go: `<results>/<scenario>/<run-id>/`.
+    pub results: PathBuf,
+    /// Show progress bars.
+    pub progress: bool,
+}
+
+/// Why a run could not produce results.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// The scenario file is not valid (exit status 2).
+    #[error("{0}")]
+    Scenario(#[from] ScenarioErrors),
+    /// Launching or running failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A result file could not be written.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// Anything else, with context.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A finished run.
+#[derive(Debug)]
+pub struct Finished {
+    /// The run folder.
+    pub dir: PathBuf,
+    /// What summary.json holds.
+    pub summary: Summary,
+    /// Whether Ctrl-C cut it short.
+    pub interrupted: bool,
+}
+
+impl Finished {
+    /// Whether every check passed and every request was accounted for.
+    pub fn passed(&self) -> bool {
+        self.summary.check.verdict != Verdict::Fail && self.summary.check.accounted
+    }
+}
+
+/// Runs the scenario end to end. Blocks; builds its own single-threaded
+/// runtime (the fastest load generator on small machines, see PERF.md).
+pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
+    let source = std::fs::read_to_string(&command.scenario).map_err(|e| {
+        ExperimentError::Scenario(ScenarioErrors {
+            errors: vec![scenario::ScenarioError {
+                origin: command.scenario.display().to_string(),
+                line: 0,
+                column: 0,
+                message: format!("cannot read the scenario: {e}"),
+            }],
+        })
+    })?;
+    let scenario = scenario::parse(&source, &command.scenario.display().to_string())?;
+    let exe = std::env::current_exe()
+        .map_err(|e| ExperimentError::Other(format!("find the tailmesh binary: {e}")))?;
+    let started_at = OffsetDateTime::now_utc();
+    let dir = create_run_dir(&command.results, &scenario.name, started_at)?;
+    let run_id = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let options = RunOptions {
+        dir: dir.clone(),
+        exe,
+        progress: command.progress,
+    };
+
+    let runtime = roles::runtime(1).map_err(|e| ExperimentError::Other(format!("{e:#}")))?;
+    let runs = runtime.block_on(async {
+        let (interrupt_tx, interrupt) = watch::channel(false);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\ninterrupted: finishing requests in flight, stopping the hops, writing results");
+                let _ = interrupt_tx.send(true);
+            }
+        });
+        run::run_variants(&scenario, &options, interrupt).await
+    })?;
+    let interrupted = runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
+    let summary = write_results(&scenario, &command.scenario, &source, &dir, &run_id, started_at, runs)?;
+    link_latest(&dir);
+    Ok(Finished {
+        dir,
+        summary,
+        interrupted,
+    })
+}
+
+/// Analyzes the variants and writes summary.json, one .hgrm per variant and
+/// requests.csv into `dir`.
+pub fn write_results(
+    scenario: &Scenario,
+    origin: &Path,
+    source: &str,
+    dir: &Path,
+    run_id: &str,
+    started_at: OffsetDateTime,
+    runs: Vec<VariantRun>,
+) -> Result<Summary, ExperimentError> {
+    let mut reports = Vec::with_capacity(runs.len());
+    for run in &runs {
+        let mut report = analyze_variant(&run.variant, &scenario.check, &run.load.records, run.load.measured);
+        report.warmup = run.load.warmup;
+        report.interrupted = run.load.interrupted;
+        report.incidents = run.incidents.clone();
+        reports.push(report);
+    }
+    let mut summary = Summary::new(
+        run_id,
+        started_at,
+        ScenarioEcho::new(scenario, origin, source),
+        Environment::detect("local"),
+        reports,
+    );
+    for report in &summary.variants {
+        let file = format!("{}.hgrm", report.name);
+        output::write_hgrm(&dir.join(&file), &report.latency_histogram)?;
+        summary
+            .files
+            .insert(file, format!("latency percentile distribution of variant {}", report.name));
+    }
+    let tables: Vec<(&str, &[crate::record::RequestRecord])> = runs
+        .iter()
+        .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
+        .collect();
+    output::write_requests_csv(&dir.join("requests.csv"), &tables)?;
+    summary
+        .files
+        .insert("requests.csv".into(), "one row per measured request".into());
+    summary
+        .files
+        .insert("logs/".into(), "each hop process's config and log".into());
+    summary
+        .files
+        .insert("summary.json".into(), "this file".into());
+    output::write_summary(&dir.join("summary.json"), &summary)?;
+    Ok(summary)
+}
+
+fn create_run_dir(results: &Path, scenario: &str, at: OffsetDateTime) -> Result<PathBuf, ExperimentError> {
+    let stamp = at
+        .format(format_description!("[year][month][day]T[hour][minute][second]Z"))
+        .map_err(|e| ExperimentError::Other(format!("format the run id: {e}")))?;
+    let parent = results.join(scenario);
+    std::fs::create_dir_all(&parent)
+        .map_err(|e| ExperimentError::Other(format!("create {}: {e}", parent.display())))?;
+    for n in 1..1000 {
+        let id = if n == 1 { stamp.clone() } else { format!("{stamp}-{n}") };
+        let dir = parent.join(id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(ExperimentError::Other(format!("create {}: {e}", dir.display()))),
+        }
+    }
+    Err(ExperimentError::Other(format!("no free run folder under {}", parent.display())))
+}
+
+/// Points `<results>/<scenario>/latest` at this run (best effort).
+fn link_latest(dir: &Path) {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return;
+    };
+    let link = parent.join("latest");
+    let _ = std::fs::remove_file(&link);
+    let _ = std::os::unix::fs::symlink(name, &link);
+}
+
+/// How long the run is expected to take, for messages.
+pub fn expected_duration(scenario: &Scenario) -> Option<Duration> {
+    scenario
+        .variants
+        .iter()
+        .map(|v| match v.load.stop {
+            scenario::Stop::Duration(d) => Some(d + v.load.warmup),
+            scenario::Stop::Requests(_) => None,
+        })
+        .sum()
+}
