@@ -1,0 +1,944 @@
+//! Validation of one scenario tree (the base file, or a variant's copy of
+//! it) into the checked model. Every problem is recorded; nothing stops
+//! early, and a part that has problems simply yields no model.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tailmesh_services::model::{
+    Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
+};
+
+use super::error::Problems;
+use super::model::{
+    Arrivals, Check, ConnectionMode, Hop, Launcher, Load, LoadMode, MAX_HOPS, Stop,
+};
+use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
+use super::tree::{Node, Span, Table, Value};
+
+/// The slow threshold when the file has no `[check].slow_threshold`.
+pub(super) const DEFAULT_SLOW_THRESHOLD: Duration = Duration::from_secs(1);
+
+const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "seed",
+    "launcher",
+    "load",
+    "hop",
+    "variant",
+    "check",
+];
+const LOAD_KEYS: &[&str] = &[
+    "mode",
+    "rate",
+    "arrivals",
+    "concurrency",
+    "duration",
+    "requests",
+    "warmup",
+    "timeout",
+    "connection",
+    "connections",
+    "payload",
+];
+const HOP_KEYS: &[&str] = &[
+    "name",
+    "replicas",
+    "transport",
+    "balance",
+    "work",
+    "slow",
+    "replica_slow",
+    "error",
+    "downstream",
+];
+const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
+const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding"];
+
+/// The most rounds of CPU work per request.
+const MAX_ROUNDS: i64 = 100_000;
+
+/// Everything of a scenario tree, checked.
+#[derive(Debug)]
+pub(super) struct Parts {
+    pub name: String,
+    pub description: String,
+    pub seed: u64,
+    pub launcher: Launcher,
+    pub load: Load,
+    pub hops: Vec<Hop>,
+    pub check: Check,
+}
+
+/// Validates a whole tree; `Some` only if it has no problem at all.
+pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
+    let mut p = Problems::default();
+    let top = Section {
+        table: root,
+        span: 0..0,
+        prefix: String::new(),
+        path: String::new(),
+        label: "the top level".to_owned(),
+    };
+    top.unknown_keys(&mut p, TOP_KEYS);
+
+    let name = top
+        .required(&mut p, "name", Section::string)
+        .and_then(|(name, entry)| {
+            if is_dns_label(name) {
+                Some(name.to_owned())
+            } else {
+                top.report(&mut p, &entry.node.span, dns_label_problem("name", name));
+                None
+            }
+        });
+    let description = match top.get("description") {
+        None => Some(String::new()),
+        Some(_) => top.string(&mut p, "description").map(|(s, _)| s.to_owned()),
+    };
+    let seed = match top.get("seed") {
+        None => Some(1),
+        Some(_) => top
+            .int_in(&mut p, "seed", 0, i64::MAX)
+            .and_then(|s| u64::try_from(s).ok()),
+    };
+    let launcher = match top.get("launcher") {
+        None => Some(Launcher::Local),
+        // "auto" picks the best launcher available; today that is always local.
+        Some(_) => top.choice(
+            &mut p,
+            "launcher",
+            &[("local", Launcher::Local), ("auto", Launcher::Local)],
+        ),
+    };
+    let load = match table_section(&top, &mut p, "load") {
+        Some(Some(section)) => load(&section, &mut p),
+        Some(None) => None,
+        None => {
+            top.missing(&mut p, "load");
+            None
+        }
+    };
+    let hops = hops(&top, &mut p);
+    let check = match table_section(&top, &mut p, "check") {
+        Some(Some(section)) => check(&section, &mut p),
+        Some(None) => None,
+        None => Some(Check {
+            slow_threshold: DEFAULT_SLOW_THRESHOLD,
+            compounding: false,
+        }),
+    };
+
+    let parts = match (name, description, seed, launcher, load, hops, check) {
+        (
+            Some(name),
+            Some(description),
+            Some(seed),
+            Some(launcher),
+            Some(load),
+            Some(hops),
+            Some(check),
+        ) if p.is_empty() => Some(Parts {
+            name,
+            description,
+            seed,
+            launcher,
+            load,
+            hops,
+            check,
+        }),
+        _ => None,
+    };
+    (parts, p)
+}
+
+/// `None` if `key` is absent, `Some(None)` if it is not a table (reported).
+fn table_section<'a>(
+    parent: &Section<'a>,
+    p: &mut Problems,
+    key: &str,
+) -> Option<Option<Section<'a>>> {
+    let entry = parent.get(key)?;
+    match &entry.node.value {
+        Value::Table(table) => Some(Some(parent.child(entry, table))),
+        _ => {
+            parent.wrong_type(p, entry, "a table");
+            Some(None)
+        }
+    }
+}
+
+fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
+    s.unknown_keys(p, LOAD_KEYS);
+    let mode = s.required(p, "mode", |s, p, k| {
+        s.choice(p, k, &[("open", true), ("closed", false)])
+    });
+    let mode = match mode {
+        Some(true) => {
+            s.forbid(p, "concurrency", "is only for mode = \"closed\"");
+            let rate = s.required(p, "rate", |s, p, k| {
+                s.number_in(p, k, 0.0, true, 1_000_000.0)
+            });
+            let arrivals = match s.get("arrivals") {
+                None => Some(Arrivals::Poisson),
+                Some(_) => s.choice(
+                    p,
+                    "arrivals",
+                    &[
+                        ("poisson", Arrivals::Poisson),
+                        ("uniform", Arrivals::Uniform),
+                    ],
+                ),
+            };
+            rate.zip(arrivals)
+                .map(|(rate, arrivals)| LoadMode::Open { rate, arrivals })
+        }
+        Some(false) => {
+            s.forbid(p, "rate", "is only for mode = \"open\"");
+            s.forbid(p, "arrivals", "is only for mode = \"open\"");
+            s.required(p, "concurrency", |s, p, k| s.int_in(p, k, 1, 10_000))
+                .and_then(|c| u32::try_from(c).ok())
+                .map(|concurrency| LoadMode::Closed { concurrency })
+        }
+        None => {
+            // Still check the values' types and ranges.
+            if s.get("rate").is_some() {
+                s.number_in(p, "rate", 0.0, true, 1_000_000.0);
+            }
+            if s.get("arrivals").is_some() {
+                s.choice(p, "arrivals", &[("poisson", ()), ("uniform", ())]);
+            }
+            if s.get("concurrency").is_some() {
+                s.int_in(p, "concurrency", 1, 10_000);
+            }
+            None
+        }
+    };
+
+    let stop = match (s.get("duration"), s.get("requests")) {
+        (None, None) => {
+            p.at(
+                s.span.start,
+                format!(
+                    "{} needs exactly one of \"duration\" or \"requests\"",
+                    s.label
+                ),
+            );
+            None
+        }
+        (Some(duration), Some(requests)) => {
+            let later = if duration.key_span.start > requests.key_span.start {
+                duration
+            } else {
+                requests
+            };
+            s.report(
+                p,
+                &later.key_span,
+                "load.duration and load.requests exclude each other: give exactly one",
+            );
+            None
+        }
+        (Some(_), None) => s.positive_duration(p, "duration").map(Stop::Duration),
+        (None, Some(_)) => s
+            .int_in(p, "requests", 1, i64::MAX)
+            .and_then(|r| u64::try_from(r).ok())
+            .map(Stop::Requests),
+    };
+    let warmup = match s.get("warmup") {
+        None => Some(Duration::ZERO),
+        Some(_) => s.duration(p, "warmup").map(|(d, _)| d),
+    };
+    let timeout = match s.get("timeout") {
+        None => Some(Duration::from_secs(1)),
+        Some(_) => s.positive_duration(p, "timeout"),
+    };
+    let per_request = match s.get("connection") {
+        None => Some(false),
+        Some(_) => s.choice(p, "connection", &[("shared", false), ("per_request", true)]),
+    };
+    let connections = match s.get("connections") {
+        None => Some(1),
+        Some(_) => s
+            .int_in(p, "connections", 1, 64)
+            .and_then(|c| u32::try_from(c).ok()),
+    };
+    if per_request == Some(true) {
+        s.forbid(
+            p,
+            "connections",
+            "is only for connection = \"shared\" (per_request opens one per request)",
+        );
+    }
+    let connection = match (per_request, connections) {
+        (Some(true), _) => Some(ConnectionMode::PerRequest),
+        (Some(false), Some(connections)) => Some(ConnectionMode::Shared { connections }),
+        _ => None,
+    };
+    let payload_bytes = match s.get("payload") {
+        None => Some(64),
+        Some(_) => s
+            .int_in(p, "payload", 0, 4_194_304)
+            .and_then(|b| usize::try_from(b).ok()),
+    };
+
+    Some(Load {
+        mode: mode?,
+        stop: stop?,
+        warmup: warmup?,
+        timeout: timeout?,
+        connection: connection?,
+        payload_bytes: payload_bytes?,
+    })
+}
+
+fn check(s: &Section<'_>, p: &mut Problems) -> Option<Check> {
+    s.unknown_keys(p, CHECK_KEYS);
+    let threshold = s
+        .get("slow_threshold")
+        .map(|_| s.positive_duration(p, "slow_threshold"));
+    let compounding = match s.get("compounding") {
+        None => Some(false),
+        Some(_) => s.boolean(p, "compounding"),
+    };
+    if compounding == Some(true) && threshold.is_none() {
+        s.forbid(
+            p,
+            "compounding",
+            "= true needs check.slow_threshold: a slow request must be defined to count them",
+        );
+    }
+    Some(Check {
+        slow_threshold: threshold.unwrap_or(Some(DEFAULT_SLOW_THRESHOLD))?,
+        compounding: compounding?,
+    })
+}
+
+/// Which hops a hop calls, as read.
+enum Downstream<'a> {
+    /// Not given: the next hop in file order.
+    Chain,
+    /// Given: the names and where each is written.
+    Names(Vec<(&'a str, &'a Span)>),
+    /// Given but unreadable (reported).
+    Invalid,
+}
+
+/// One `[[hop]]` as read, before the mesh-wide checks.
+struct HopDraft<'a> {
+    header: &'a Span,
+    /// The name as written, even if it is not a valid label.
+    raw_name: Option<&'a str>,
+    hop: Option<Hop>,
+    downstream: Downstream<'a>,
+}
+
+fn hops(top: &Section<'_>, p: &mut Problems) -> Option<Vec<Hop>> {
+    let Some(entry) = top.get("hop") else {
+        p.at(0, "missing [[hop]]: a scenario needs at least one hop");
+        return None;
+    };
+    let tables: Vec<(&Node, &Table)> = match &entry.node.value {
+        Value::Array(items) => {
+            let mut tables = Vec::new();
+            for item in items {
+                match &item.value {
+                    Value::Table(t) => tables.push((item, t)),
+                    other => p.at(
+                        item.span.start,
+                        format!("expected a table for each [[hop]], got {}", other.kind()),
+                    ),
+                }
+            }
+            tables
+        }
+        _ => {
+            top.wrong_type(p, entry, "an array of tables ([[hop]])");
+            return None;
+        }
+    };
+    if tables.is_empty() {
+        p.at(entry.node.span.start, "a scenario needs at least one hop");
+        return None;
+    }
+    if let Some((extra, _)) = tables.get(MAX_HOPS) {
+        p.at(
+            extra.span.start,
+            format!(
+                "too many hops: {} (at most {MAX_HOPS}); this is hop number {}",
+                tables.len(),
+                MAX_HOPS + 1
+            ),
+        );
+    }
+
+    let drafts: Vec<HopDraft<'_>> = tables
+        .iter()
+        .enumerate()
+        .map(|(index, (node, table))| hop(index, node, table, p))
+        .collect();
+    let downstream = mesh(&drafts, p);
+
+    let mut hops = Vec::with_capacity(drafts.len());
+    for (draft, downstream) in drafts.into_iter().zip(downstream?) {
+        let mut hop = draft.hop?;
+        hop.downstream = downstream;
+        hops.push(hop);
+    }
+    (hops.len() <= MAX_HOPS).then_some(hops)
+}
+
+fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> HopDraft<'a> {
+    let raw_name = match table.get("name").map(|e| &e.node.value) {
+        Some(Value::String(name)) => Some(name.as_str()),
+        _ => None,
+    };
+    let who = match raw_name {
+        Some(name) => format!("hop \"{name}\""),
+        None => format!("hop at index {index}"),
+    };
+    let s = Section {
+        table,
+        span: node.span.clone(),
+        prefix: format!("{who}: "),
+        path: String::new(),
+        label: match raw_name {
+            Some(name) => format!("[[hop]] \"{name}\""),
+            None => format!("[[hop]] at index {index}"),
+        },
+    };
+    s.unknown_keys(p, HOP_KEYS);
+
+    let name = s
+        .required(p, "name", Section::string)
+        .and_then(|(name, entry)| {
+            if is_dns_label(name) {
+                Some(name.to_owned())
+            } else {
+                p.at(entry.node.span.start, dns_label_problem("hop name", name));
+                None
+            }
+        });
+    let replicas = match s.get("replicas") {
+        None => Some(1),
+        Some(_) => s
+            .int_in(p, "replicas", 1, 64)
+            .and_then(|r| u32::try_from(r).ok()),
+    };
+    let transport = match s.get("transport") {
+        None => Some(Transport::Push),
+        Some(_) => s.choice(
+            p,
+            "transport",
+            &[("push", Transport::Push), ("pull", Transport::Pull)],
+        ),
+    };
+    let balance = match s.get("balance") {
+        None => Some(Balance::RoundRobin),
+        Some(_) => s.choice(
+            p,
+            "balance",
+            &[
+                ("round_robin", Balance::RoundRobin),
+                ("random", Balance::Random),
+                ("p2c", Balance::P2c),
+            ],
+        ),
+    };
+    let work = match table_section(&s, p, "work") {
+        None => Some(Work::None),
+        Some(section) => section.and_then(|w| work(&w, p)),
+    };
+    let slow = match table_section(&s, p, "slow") {
+        None => Some(None),
+        Some(section) => section.and_then(|w| slowness(&w, p)).map(Some),
+    };
+    let replica_slow = match table_section(&s, p, "replica_slow") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|w| replica_slow(&w, replicas, p))
+            .map(Some),
+    };
+    let error = match table_section(&s, p, "error") {
+        None => Some(None),
+        Some(section) => section.and_then(|w| error_injection(&w, p)).map(Some),
+    };
+    let downstream = match s.get("downstream") {
+        None => Downstream::Chain,
+        Some(entry) => match &entry.node.value {
+            Value::Array(items) => {
+                let mut names = Vec::new();
+                let mut ok = true;
+                for item in items {
+                    match &item.value {
+                        Value::String(name) => names.push((name.as_str(), &item.span)),
+                        other => {
+                            ok = false;
+                            s.report(
+                                p,
+                                &item.span,
+                                format!(
+                                    "expected hop names (strings) in downstream, got {}",
+                                    other.kind()
+                                ),
+                            );
+                        }
+                    }
+                }
+                if ok {
+                    Downstream::Names(names)
+                } else {
+                    Downstream::Invalid
+                }
+            }
+            _ => {
+                s.wrong_type(p, entry, "an array of hop names");
+                Downstream::Invalid
+            }
+        },
+    };
+
+    let hop = (|| {
+        Some(Hop {
+            name: name?,
+            replicas: replicas?,
+            transport: transport?,
+            balance: balance?,
+            work: work?,
+            slow: slow?,
+            replica_slow: replica_slow?,
+            error: error?,
+            downstream: Vec::new(),
+        })
+    })();
+    HopDraft {
+        header: &node.span,
+        raw_name,
+        hop,
+        downstream,
+    }
+}
+
+fn work(s: &Section<'_>, p: &mut Problems) -> Option<Work> {
+    let kind = s.required(p, "kind", |s, p, k| {
+        s.choice(p, k, &[("none", 0), ("sleep", 1), ("cpu", 2)])
+    });
+    match kind {
+        Some(0) => {
+            s.unknown_keys(p, &["kind"]);
+            Some(Work::None)
+        }
+        Some(1) => {
+            let mut known = vec!["kind"];
+            known.extend_from_slice(DIST_KEYS);
+            s.unknown_keys(p, &known);
+            dist(s, p).map(|dist| Work::Sleep { dist })
+        }
+        Some(2) => {
+            s.unknown_keys(p, &["kind", "rounds", "min_rounds", "max_rounds", "block"]);
+            cpu(s, p)
+        }
+        _ => {
+            let mut known = vec!["kind", "rounds", "min_rounds", "max_rounds", "block"];
+            known.extend_from_slice(DIST_KEYS);
+            s.unknown_keys(p, &known);
+            None
+        }
+    }
+}
+
+fn cpu(s: &Section<'_>, p: &mut Problems) -> Option<Work> {
+    let rounds = match (s.get("rounds"), s.get("min_rounds"), s.get("max_rounds")) {
+        (Some(_), None, None) => s.int_in(p, "rounds", 0, MAX_ROUNDS).map(|r| (r, r)),
+        (None, Some(_), Some(_)) => {
+            let min = s.int_in(p, "min_rounds", 0, MAX_ROUNDS);
+            let max = s.int_in(p, "max_rounds", 0, MAX_ROUNDS);
+            match (min, max) {
+                (Some(min), Some(max)) if min > max => {
+                    if let Some(entry) = s.get("min_rounds") {
+                        s.report(
+                            p,
+                            &entry.node.span,
+                            format!(
+                                "{} ({min}) must not exceed {} ({max})",
+                                s.name("min_rounds"),
+                                s.name("max_rounds")
+                            ),
+                        );
+                    }
+                    None
+                }
+                (min, max) => min.zip(max),
+            }
+        }
+        (None, None, None) => {
+            p.at(
+                s.span.start,
+                format!(
+                    "{} needs either \"rounds\" or both \"min_rounds\" and \"max_rounds\"",
+                    s.label
+                ),
+            );
+            None
+        }
+        (rounds, min, max) => {
+            let at = rounds
+                .or(min)
+                .or(max)
+                .map_or(s.span.start, |e| e.key_span.start);
+            p.at(
+                at,
+                format!(
+                    "{} needs either \"rounds\" or both \"min_rounds\" and \"max_rounds\", not a mix",
+                    s.label
+                ),
+            );
+            None
+        }
+    };
+    let block = match s.get("block") {
+        None => Some(102_400),
+        Some(_) => s.int_in(p, "block", 1, 16_777_216),
+    };
+    let (min, max) = rounds?;
+    Some(Work::Cpu {
+        min_rounds: u32::try_from(min).ok()?,
+        max_rounds: u32::try_from(max).ok()?,
+        block_bytes: usize::try_from(block?).ok()?,
+    })
+}
+
+/// The distribution fields of `s` (sleep work, or a table `slow.extra`).
+fn dist(s: &Section<'_>, p: &mut Problems) -> Option<DurationDist> {
+    let kind = match s.get("dist") {
+        None => Some("fixed"),
+        Some(_) => s.choice(
+            p,
+            "dist",
+            &[
+                ("fixed", "fixed"),
+                ("uniform", "uniform"),
+                ("exp", "exp"),
+                ("lognormal", "lognormal"),
+            ],
+        ),
+    }?;
+    let own: &[&str] = match kind {
+        "fixed" => &["value"],
+        "uniform" => &["min", "max"],
+        "exp" => &["mean"],
+        _ => &["mean", "sigma"],
+    };
+    for field in ["value", "min", "max", "mean", "sigma"] {
+        if !own.contains(&field) {
+            s.forbid(p, field, &format!("is not used by dist = \"{kind}\""));
+        }
+    }
+    let need = |p: &mut Problems, key: &str| {
+        s.required(p, key, |s, p, k| s.duration(p, k).map(|(d, _)| d))
+    };
+    let positive =
+        |p: &mut Problems, key: &str| s.required(p, key, |s, p, k| s.positive_duration(p, k));
+    match kind {
+        "fixed" => need(p, "value").map(|value| DurationDist::Fixed { value }),
+        "uniform" => {
+            let min = need(p, "min");
+            let max = need(p, "max");
+            let (min, max) = min.zip(max)?;
+            if min > max {
+                if let Some(entry) = s.get("min") {
+                    s.report(
+                        p,
+                        &entry.node.span,
+                        format!(
+                            "{} ({min:?}) must not exceed {} ({max:?})",
+                            s.name("min"),
+                            s.name("max")
+                        ),
+                    );
+                }
+                return None;
+            }
+            Some(DurationDist::Uniform { min, max })
+        }
+        "exp" => positive(p, "mean").map(|mean| DurationDist::Exp { mean }),
+        _ => {
+            let mean = positive(p, "mean");
+            let sigma = s.required(p, "sigma", |s, p, k| s.number_in(p, k, 0.0, true, 10.0));
+            let (mean, sigma) = mean.zip(sigma)?;
+            Some(DurationDist::Lognormal { mean, sigma })
+        }
+    }
+}
+
+fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<Slowness> {
+    s.unknown_keys(p, &["probability", "extra"]);
+    let probability = s.required(p, "probability", Section::probability);
+    let extra = match s.get("extra") {
+        None => {
+            s.missing(p, "extra");
+            None
+        }
+        Some(entry) => match &entry.node.value {
+            Value::Table(table) => {
+                let child = s.child(entry, table);
+                child.unknown_keys(p, DIST_KEYS);
+                dist(&child, p)
+            }
+            Value::String(_) => s
+                .duration(p, "extra")
+                .map(|(value, _)| DurationDist::Fixed { value }),
+            _ => {
+                // Reuse the duration wording, plus the table alternative.
+                if let Err(problem) = duration_of(&entry.node) {
+                    let message = problem.message(&s.name("extra"));
+                    if !message.is_empty() {
+                        s.report(
+                            p,
+                            &entry.node.span,
+                            message.replacen(
+                                "such as \"20ms\"",
+                                "such as \"20ms\" or a distribution table",
+                                1,
+                            ),
+                        );
+                    }
+                }
+                None
+            }
+        },
+    };
+    Some(Slowness {
+        probability: probability?,
+        extra: extra?,
+    })
+}
+
+fn replica_slow(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Option<ReplicaSlow> {
+    s.unknown_keys(p, &["replica", "factor"]);
+    let replica = s
+        .required(p, "replica", |s, p, k| s.int_in(p, k, 0, 63))
+        .and_then(|r| u32::try_from(r).ok());
+    if let (Some(replica), Some(replicas)) = (replica, replicas)
+        && replica >= replicas
+    {
+        if let Some(entry) = s.get("replica") {
+            s.report(
+                p,
+                &entry.node.span,
+                format!(
+                    "replica_slow.replica must be less than replicas ({replicas}), got {replica} \
+                     (replicas are numbered from 0)"
+                ),
+            );
+        }
+        return None;
+    }
+    let factor = s.required(p, "factor", |s, p, k| s.number_in(p, k, 1.0, false, 1000.0));
+    Some(ReplicaSlow {
+        replica: replica?,
+        factor: factor?,
+    })
+}
+
+/// gRPC status codes by their snake_case names (`OK` is not an error).
+const GRPC_CODES: &[(&str, i32)] = &[
+    ("cancelled", 1),
+    ("unknown", 2),
+    ("invalid_argument", 3),
+    ("deadline_exceeded", 4),
+    ("not_found", 5),
+    ("already_exists", 6),
+    ("permission_denied", 7),
+    ("resource_exhausted", 8),
+    ("failed_precondition", 9),
+    ("aborted", 10),
+    ("out_of_range", 11),
+    ("unimplemented", 12),
+    ("internal", 13),
+    ("unavailable", 14),
+    ("data_loss", 15),
+    ("unauthenticated", 16),
+];
+
+fn error_injection(s: &Section<'_>, p: &mut Problems) -> Option<ErrorInjection> {
+    s.unknown_keys(p, &["probability", "code"]);
+    let probability = s.required(p, "probability", Section::probability);
+    let code = match s.get("code") {
+        None => {
+            s.missing(p, "code");
+            None
+        }
+        Some(entry) => match &entry.node.value {
+            Value::Integer(_) => s
+                .int_in(p, "code", 1, 16)
+                .and_then(|c| i32::try_from(c).ok()),
+            Value::String(_) => s.choice(p, "code", GRPC_CODES),
+            _ => {
+                s.wrong_type(
+                    p,
+                    entry,
+                    "a gRPC code name such as \"unavailable\" or 1..=16",
+                );
+                None
+            }
+        },
+    };
+    Some(ErrorInjection {
+        probability: probability?,
+        code: code?,
+    })
+}
+
+/// Mesh-wide checks of `downstream`: unknown names, self calls, cycles and
+/// hops never called. Returns each hop's downstream names when all is well.
+fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<String>>> {
+    let mut ok = true;
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, draft) in drafts.iter().enumerate() {
+        let Some(name) = draft.raw_name else {
+            ok = false;
+            continue;
+        };
+        if let Some(&first) = index.get(name) {
+            ok = false;
+            p.at(
+                draft.header.start,
+                format!("duplicate hop name \"{name}\" (also used by the hop at index {first})"),
+            );
+        } else {
+            index.insert(name, i);
+        }
+    }
+
+    // Edges, each with the place that declares it.
+    let mut edges: Vec<Vec<(usize, &Span)>> = vec![Vec::new(); drafts.len()];
+    for (i, draft) in drafts.iter().enumerate() {
+        let who = draft.raw_name.map_or_else(
+            || format!("the hop at index {i}"),
+            |n| format!("hop \"{n}\""),
+        );
+        match &draft.downstream {
+            Downstream::Chain => {
+                if i + 1 < drafts.len() {
+                    edges[i].push((i + 1, draft.header));
+                }
+            }
+            Downstream::Invalid => ok = false,
+            Downstream::Names(names) => {
+                for (k, (name, span)) in names.iter().enumerate() {
+                    if names[..k].iter().any(|(earlier, _)| earlier == name) {
+                        ok = false;
+                        p.at(
+                            span.start,
+                            format!("downstream \"{name}\" of {who} is listed twice"),
+                        );
+                    } else if Some(*name) == draft.raw_name {
+                        ok = false;
+                        p.at(span.start, format!("{who} lists itself in downstream"));
+                    } else if let Some(&j) = index.get(name) {
+                        edges[i].push((j, span));
+                    } else {
+                        ok = false;
+                        p.at(
+                            span.start,
+                            format!("downstream \"{name}\" of {who} does not exist"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    if !cycles(drafts, &edges, p) {
+        ok = false;
+    }
+    if ok {
+        // The entry hop is the only one the load generator calls.
+        let mut reached = vec![false; drafts.len()];
+        let mut todo = vec![0];
+        while let Some(i) = todo.pop() {
+            if std::mem::replace(&mut reached[i], true) {
+                continue;
+            }
+            todo.extend(edges[i].iter().map(|(j, _)| *j));
+        }
+        let entry = drafts[0].raw_name.unwrap_or_default();
+        for (draft, reached) in drafts.iter().zip(&reached) {
+            if !reached {
+                ok = false;
+                p.at(
+                    draft.header.start,
+                    format!(
+                        "hop \"{}\" is never called: it is not reachable from the entry hop \"{entry}\"",
+                        draft.raw_name.unwrap_or_default()
+                    ),
+                );
+            }
+        }
+    }
+    ok.then(|| {
+        edges
+            .iter()
+            .map(|out| {
+                out.iter()
+                    .map(|(j, _)| drafts[*j].raw_name.unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+/// Reports each cycle once, at the edge that closes it; true if none.
+fn cycles(drafts: &[HopDraft<'_>], edges: &[Vec<(usize, &Span)>], p: &mut Problems) -> bool {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    let mut mark = vec![Mark::New; drafts.len()];
+    let mut acyclic = true;
+    let name = |i: usize| {
+        drafts[i]
+            .raw_name
+            .map_or_else(|| format!("hop at index {i}"), |n| format!("\"{n}\""))
+    };
+    for start in 0..drafts.len() {
+        if mark[start] != Mark::New {
+            continue;
+        }
+        // Iterative depth-first search: (hop, next edge to follow).
+        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        mark[start] = Mark::OnPath;
+        while let Some(top) = path.last_mut() {
+            let (i, next) = *top;
+            top.1 += 1;
+            let Some(&(j, span)) = edges[i].get(next) else {
+                mark[i] = Mark::Done;
+                path.pop();
+                continue;
+            };
+            match mark[j] {
+                Mark::New => {
+                    mark[j] = Mark::OnPath;
+                    path.push((j, 0));
+                }
+                Mark::OnPath => {
+                    acyclic = false;
+                    let from = path.iter().position(|(k, _)| *k == j).unwrap_or(0);
+                    let mut names: Vec<String> =
+                        path[from..].iter().map(|(k, _)| name(*k)).collect();
+                    names.push(name(j));
+                    p.at(
+                        span.start,
+                        format!("downstream cycle: {}", names.join(" -> ")),
+                    );
+                }
+                Mark::Done => {}
+            }
+        }
+    }
+    acyclic
+}

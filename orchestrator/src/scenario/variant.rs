@@ -1,0 +1,380 @@
+//! `[[variant]]` tables: read each variant's overrides, then apply them to
+//! a copy of the base tree, which is validated as a whole afterwards.
+//!
+//! An override's key and value keep their own spans, so a problem caused by
+//! an override points at the override, not at the base file.
+
+use std::collections::HashMap;
+
+use super::error::Problems;
+use super::read::{Section, dns_label_problem, is_dns_label};
+use super::tree::{Entry, Node, Span, Table, Value};
+
+/// How an unset entry is echoed in [`super::Variant::overrides`].
+pub(super) const UNSET: &str = "<unset>";
+
+/// One `[[variant]]` as read.
+pub(super) struct Spec {
+    /// The name, if valid.
+    pub name: Option<String>,
+    /// Starts every message about this variant: `variant "pull": `.
+    pub prefix: String,
+    /// `(path, value as written)` in source order, for the model.
+    pub echo: Vec<(String, String)>,
+    unsets: Vec<Op>,
+    sets: Vec<Op>,
+}
+
+/// One override: a parsed path, where it is written, and the new value
+/// (`None` to unset).
+struct Op {
+    path: String,
+    span: Span,
+    target: Target,
+    value: Option<Node>,
+}
+
+/// What an override path addresses.
+enum Target {
+    Launcher,
+    /// Keys below `[load]`.
+    Load(Vec<String>),
+    /// Keys below each selected `[[hop]]`.
+    Hop {
+        selector: String,
+        rest: Vec<String>,
+    },
+}
+
+/// Reads `[[variant]]`; `None` when the file declares none.
+pub(super) fn read(root: &Table, source: &str, p: &mut Problems) -> Option<Vec<Spec>> {
+    let entry = root.get("variant")?;
+    let Value::Array(items) = &entry.node.value else {
+        if !matches!(entry.node.value, Value::Invalid) {
+            p.at(
+                entry.node.span.start,
+                format!(
+                    "expected an array of tables ([[variant]]) for variant, got {}",
+                    entry.node.value.kind()
+                ),
+            );
+        }
+        return Some(Vec::new());
+    };
+    let mut specs = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (index, item) in items.iter().enumerate() {
+        let Value::Table(table) = &item.value else {
+            p.at(
+                item.span.start,
+                format!(
+                    "expected a table for each [[variant]], got {}",
+                    item.value.kind()
+                ),
+            );
+            continue;
+        };
+        specs.push(spec(index, item, table, source, &mut seen, p));
+    }
+    Some(specs)
+}
+
+fn spec(
+    index: usize,
+    node: &Node,
+    table: &Table,
+    source: &str,
+    seen: &mut HashMap<String, usize>,
+    p: &mut Problems,
+) -> Spec {
+    let raw_name = match table.get("name").map(|e| &e.node.value) {
+        Some(Value::String(name)) => Some(name.as_str()),
+        _ => None,
+    };
+    let (prefix, label) = match raw_name {
+        Some(name) => (
+            format!("variant \"{name}\": "),
+            format!("[[variant]] \"{name}\""),
+        ),
+        None => (
+            format!("variant at index {index}: "),
+            format!("[[variant]] at index {index}"),
+        ),
+    };
+    let s = Section {
+        table,
+        span: node.span.clone(),
+        prefix: prefix.clone(),
+        path: String::new(),
+        label,
+    };
+    s.unknown_keys(p, &["name", "set", "unset"]);
+    let name = s.required(p, "name", Section::string).and_then(|(name, entry)| {
+        if !is_dns_label(name) {
+            p.at(entry.node.span.start, dns_label_problem("variant name", name));
+            None
+        } else if let Some(first) = seen.get(name) {
+            p.at(
+                entry.node.span.start,
+                format!("duplicate variant name \"{name}\" (also used by the variant at index {first})"),
+            );
+            None
+        } else {
+            seen.insert(name.to_owned(), index);
+            Some(name.to_owned())
+        }
+    });
+
+    let mut echo = Vec::new();
+    let mut sets = Vec::new();
+    if let Some(entry) = s.get("set") {
+        match &entry.node.value {
+            Value::Table(set) => {
+                for e in &set.entries {
+                    let value_text = source.get(e.node.span.clone()).unwrap_or_default();
+                    echo.push((e.key_span.start, e.key.clone(), value_text.to_owned()));
+                    match target(&e.key) {
+                        Ok(target) => sets.push(Op {
+                            path: e.key.clone(),
+                            span: e.key_span.clone(),
+                            target,
+                            value: Some(e.node.clone()),
+                        }),
+                        Err(why) => s.report(p, &e.key_span, why),
+                    }
+                }
+            }
+            _ => s.wrong_type(
+                p,
+                entry,
+                "an inline table of overrides such as { \"hop.*.transport\" = \"pull\" }",
+            ),
+        }
+    }
+    let mut unsets = Vec::new();
+    if let Some(entry) = s.get("unset") {
+        match &entry.node.value {
+            Value::Array(items) => {
+                for item in items {
+                    let Value::String(path) = &item.value else {
+                        s.report(
+                            p,
+                            &item.span,
+                            format!(
+                                "expected paths (strings) in unset, got {}",
+                                item.value.kind()
+                            ),
+                        );
+                        continue;
+                    };
+                    echo.push((item.span.start, path.clone(), UNSET.to_owned()));
+                    match target(path) {
+                        Ok(target) => unsets.push(Op {
+                            path: path.clone(),
+                            span: item.span.clone(),
+                            target,
+                            value: None,
+                        }),
+                        Err(why) => s.report(p, &item.span, why),
+                    }
+                }
+            }
+            _ => s.wrong_type(p, entry, "an array of paths"),
+        }
+    }
+    echo.sort_by_key(|(at, _, _)| *at);
+    Spec {
+        name,
+        prefix,
+        echo: echo
+            .into_iter()
+            .map(|(_, path, value)| (path, value))
+            .collect(),
+        unsets,
+        sets,
+    }
+}
+
+/// Parses an override path such as `hop.*.transport`.
+fn target(path: &str) -> Result<Target, String> {
+    let segments: Vec<String> = path.split('.').map(str::to_owned).collect();
+    if segments.iter().any(String::is_empty) {
+        return Err(format!("override path \"{path}\" has an empty part"));
+    }
+    let (first, rest) = segments
+        .split_first()
+        .ok_or_else(|| "empty override path".to_owned())?;
+    match first.as_str() {
+        "launcher" if rest.is_empty() => Ok(Target::Launcher),
+        "launcher" => Err(format!("override path \"{path}\": launcher has no keys")),
+        "load" if rest.is_empty() => Err("override path \"load\" must name a key of [load], \
+             e.g. \"load.rate\" (write the whole path in quotes)"
+            .to_owned()),
+        "load" => Ok(Target::Load(rest.to_vec())),
+        "hop" => match rest.split_first() {
+            Some((selector, keys)) if !keys.is_empty() => {
+                if keys.first().is_some_and(|k| k == "name") {
+                    Err(format!(
+                        "override path \"{path}\": hop names cannot be changed by a variant"
+                    ))
+                } else {
+                    Ok(Target::Hop {
+                        selector: selector.clone(),
+                        rest: keys.to_vec(),
+                    })
+                }
+            }
+            _ => Err(format!(
+                "override path \"{path}\" must be hop.<selector>.<key> with selector *, a hop \
+                 name or an index, e.g. \"hop.*.transport\" (write the whole path in quotes)"
+            )),
+        },
+        "seed" => Err("seed cannot be overridden by a variant: it is per scenario".to_owned()),
+        "check" => Err(format!(
+            "override path \"{path}\": [check] cannot be overridden by a variant, it is per scenario"
+        )),
+        "name" | "description" | "variant" => Err(format!(
+            "override path \"{path}\": {first} cannot be overridden by a variant"
+        )),
+        _ => Err(format!(
+            "unknown section \"{first}\" in override path \"{path}\" (expected load, hop or launcher)"
+        )),
+    }
+}
+
+/// The base tree with `spec`'s overrides applied: unsets first, then sets.
+/// Paths that address nothing are reported, prefixed with the variant.
+pub(super) fn apply(base: &Table, spec: &Spec, p: &mut Problems) -> Table {
+    let mut tree = base.clone();
+    for op in spec.unsets.iter().chain(&spec.sets) {
+        if let Err(why) = apply_one(&mut tree, op) {
+            p.at(op.span.start, format!("{}{why}", spec.prefix));
+        }
+    }
+    tree
+}
+
+fn apply_one(tree: &mut Table, op: &Op) -> Result<(), String> {
+    match &op.target {
+        Target::Launcher => edit(tree, &["launcher".to_owned()], op),
+        Target::Load(rest) => {
+            let mut path = vec!["load".to_owned()];
+            path.extend(rest.iter().cloned());
+            edit(tree, &path, op)
+        }
+        Target::Hop { selector, rest } => {
+            let hops = selected_hops(tree, selector);
+            if hops.is_empty() {
+                return Err(format!(
+                    "hop selector \"{selector}\" in \"{}\" matches no hop",
+                    op.path
+                ));
+            }
+            let mut done = false;
+            for hop in hops {
+                match edit(hop, rest, op) {
+                    Ok(()) => done = true,
+                    // `*` may cover hops that lack the key to unset.
+                    Err(_) if op.value.is_none() && selector == "*" => {}
+                    Err(why) => return Err(why),
+                }
+            }
+            if done {
+                Ok(())
+            } else {
+                Err(format!(
+                    "unset \"{}\": no selected hop has this key",
+                    op.path
+                ))
+            }
+        }
+    }
+}
+
+/// The tables of the hops `selector` picks: `*`, a 0-based index or a name.
+fn selected_hops<'t>(tree: &'t mut Table, selector: &str) -> Vec<&'t mut Table> {
+    let index: Option<usize> = if selector.bytes().all(|b| b.is_ascii_digit()) {
+        selector.parse().ok()
+    } else {
+        None
+    };
+    let Some(Entry {
+        node: Node {
+            value: Value::Array(items),
+            ..
+        },
+        ..
+    }) = tree.get_mut("hop")
+    else {
+        return Vec::new();
+    };
+    items
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, item)| match &mut item.value {
+            Value::Table(table) => {
+                let picked = if selector == "*" {
+                    true
+                } else if let Some(index) = index {
+                    i == index
+                } else {
+                    matches!(table.get("name").map(|e| &e.node.value),
+                             Some(Value::String(name)) if name == selector)
+                };
+                picked.then_some(table)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Sets or removes `path` below `table`, creating missing tables on the way
+/// (they take the override's place, so their problems point at it).
+fn edit(table: &mut Table, path: &[String], op: &Op) -> Result<(), String> {
+    let Some((last, parents)) = path.split_last() else {
+        return Ok(());
+    };
+    let mut table = table;
+    for (depth, segment) in parents.iter().enumerate() {
+        if table.get(segment).is_none() {
+            if op.value.is_none() {
+                return Err(format!("unset \"{}\": no such key", op.path));
+            }
+            table.entries.push(Entry {
+                key: segment.clone(),
+                key_span: op.span.clone(),
+                node: Node {
+                    span: op.span.clone(),
+                    value: Value::Table(Table::default()),
+                },
+            });
+        }
+        let Some(entry) = table.get_mut(segment) else {
+            return Err(format!("cannot set \"{}\"", op.path));
+        };
+        table = match &mut entry.node.value {
+            Value::Table(t) => t,
+            other => {
+                return Err(format!(
+                    "cannot {} \"{}\": {} is {}, not a table",
+                    if op.value.is_some() { "set" } else { "unset" },
+                    op.path,
+                    parents[..=depth].join("."),
+                    other.kind()
+                ));
+            }
+        };
+    }
+    match &op.value {
+        Some(value) => {
+            table.set(Entry {
+                key: last.clone(),
+                key_span: op.span.clone(),
+                node: value.clone(),
+            });
+            Ok(())
+        }
+        None if table.remove(last) => Ok(()),
+        None => Err(format!("unset \"{}\": no such key", op.path)),
+    }
+}
