@@ -376,7 +376,7 @@ const INTERMEDIATE_HOPS: [&str; 2] = ["hop-f-0", "hop-f-1"];
 /// Not a test by itself: the orchestrator stand-in of
 /// [`children_die_when_their_launcher_is_killed`], which re-executes this
 /// test binary to run only this function in a process of its own. It
-/// launches hops, says it is ready, and waits to be SIGKILLed.
+/// launches hops and waits to be SIGKILLed.
 #[tokio::test]
 #[ignore = "helper process of children_die_when_their_launcher_is_killed"]
 async fn orphan_guard_intermediate() {
@@ -387,76 +387,155 @@ async fn orphan_guard_intermediate() {
     for name in INTERMEDIATE_HOPS {
         launcher.launch(hop(&dir, name)).await.expect(name);
     }
-    std::fs::write(dir.join("ready"), "").expect("write the ready mark");
     // Killed here; nothing after this runs, Drop included.
     std::future::pending::<()>().await;
 }
 
+/// The orphan guarantee with the launcher alone: a process holding a
+/// `LocalLauncher` is SIGKILLed, and its children go too.
 #[tokio::test]
 async fn children_die_when_their_launcher_is_killed() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let own_output = std::fs::File::create(dir.path().join("intermediate.out")).expect("create");
     let mut intermediate =
-        tokio::process::Command::new(std::env::current_exe().expect("the test binary's path"))
-            .args([
-                "orphan_guard_intermediate",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env(INTERMEDIATE_DIR, dir.path())
-            .stdin(Stdio::null())
-            .stdout(own_output.try_clone().expect("dup"))
-            .stderr(own_output)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the intermediate");
+        tokio::process::Command::new(std::env::current_exe().expect("the test binary's path"));
+    intermediate
+        .args([
+            "orphan_guard_intermediate",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(INTERMEDIATE_DIR, dir.path());
+    assert_children_die_with_parent(intermediate, dir.path(), &INTERMEDIATE_HOPS).await;
+}
 
-    let ready = dir.path().join("ready");
+/// The orphan guarantee end to end: `tailmesh run` on a tiny scenario is
+/// SIGKILLed mid-run, and every hop process it started goes too.
+#[tokio::test]
+async fn hops_die_when_tailmesh_run_is_killed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = dir.path().join("orphans.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+name = "orphans"
+seed = 1
+
+[load]
+mode = "open"
+rate = 20
+duration = "5m"
+
+[[hop]]
+name = "front"
+replicas = 2
+
+[[hop]]
+name = "back"
+"#,
+    )
+    .expect("write the scenario");
+    let mut run = tokio::process::Command::new(TAILMESH);
+    run.arg("run")
+        .arg(&scenario)
+        .arg("--results")
+        .arg(dir.path().join("results"))
+        .arg("--quiet");
+    assert_children_die_with_parent(
+        run,
+        dir.path(),
+        &["hop-front-0", "hop-front-1", "hop-back-0"],
+    )
+    .await;
+}
+
+/// Starts `parent`, waits until it has started every child in `names`
+/// (their `.pid` and `.addr` files somewhere under `dir`), SIGKILLs it, and
+/// waits until none of those children runs.
+async fn assert_children_die_with_parent(
+    mut parent: tokio::process::Command,
+    dir: &Path,
+    names: &[&str],
+) {
+    let output_path = dir.join("parent.out");
+    let output = std::fs::File::create(&output_path).expect("create the parent's output");
+    let mut parent = parent
+        .stdin(Stdio::null())
+        .stdout(output.try_clone().expect("dup"))
+        .stderr(output)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the parent");
+    let parent_output = || std::fs::read_to_string(&output_path).unwrap_or_default();
+
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !ready.exists() {
-        if let Ok(Some(status)) = intermediate.try_wait() {
-            let output = std::fs::read_to_string(dir.path().join("intermediate.out"));
-            panic!("the intermediate exited early ({status}): {output:?}");
+    let pids = loop {
+        let started: Option<Vec<u32>> = names
+            .iter()
+            .map(|name| {
+                find_file(dir, &format!("{name}.addr"))?;
+                let pid_file = find_file(dir, &format!("{name}.pid"))?;
+                std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
+            })
+            .collect();
+        if let Some(pids) = started {
+            break pids;
+        }
+        if let Ok(Some(status)) = parent.try_wait() {
+            panic!("the parent exited early ({status}):\n{}", parent_output());
         }
         assert!(
             Instant::now() < deadline,
-            "the intermediate never got ready"
+            "the parent did not start {names:?} within 30s:\n{}",
+            parent_output()
         );
         sleep(Duration::from_millis(20)).await;
-    }
-    let logs = dir.path().join("logs");
-    let pids: Vec<u32> = INTERMEDIATE_HOPS
-        .iter()
-        .map(|name| read_pid_file(&logs, name).unwrap_or_else(|| panic!("{name}.pid")))
-        .collect();
+    };
     let _leftovers = KillLeftovers {
         pids: pids.clone(),
-        marker: dir.path().display().to_string(),
+        marker: dir.display().to_string(),
     };
     for &pid in &pids {
         assert!(
             !not_running(pid),
-            "hop {pid} is not running before the kill"
+            "child {pid} is not running before the kill"
         );
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
         assert!(
             String::from_utf8_lossy(&cmdline).contains("--supervised"),
-            "pid {pid} is not a supervised hop"
+            "pid {pid} is not a supervised child"
         );
     }
 
-    intermediate.start_kill().expect("SIGKILL the intermediate");
-    let status = intermediate.wait().await.expect("reap the intermediate");
+    parent.start_kill().expect("SIGKILL the parent");
+    let status = parent.wait().await.expect("reap the parent");
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(9)
+        Some(9),
+        "{}",
+        parent_output()
     );
 
     eventually(
         Duration::from_secs(10),
-        "every child of the killed launcher exits",
+        "every child of the killed parent exits",
         || pids.iter().all(|&pid| not_running(pid)),
     )
     .await;
+}
+
+/// The first file called `file_name` under `dir`, at any depth (a run puts
+/// its logs under `<results>/<scenario>/<run id>/logs/<variant>/`).
+fn find_file(dir: &Path, file_name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = find_file(&path, file_name) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n == file_name) {
+            return Some(path);
+        }
+    }
+    None
 }

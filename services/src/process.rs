@@ -9,9 +9,12 @@
 //!   write end of that pipe, so if the launcher dies, even by SIGKILL, every
 //!   process it started sees EOF and exits. No orphans, no unsafe code.
 
-use std::{io, net::SocketAddr, path::Path};
+use std::{
+    io::{self, Read},
+    net::SocketAddr,
+    path::Path,
+};
 
-use tokio::io::AsyncReadExt;
 
 /// Writes `addr` to `path` through a temporary file and a rename, so a
 /// reader never sees a partial address.
@@ -28,13 +31,27 @@ pub async fn shutdown_signal(watch_stdin: bool) {
         if !watch_stdin {
             return std::future::pending::<()>().await;
         }
-        let mut stdin = tokio::io::stdin();
-        let mut buf = [0u8; 64];
-        loop {
-            match stdin.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => continue,
+        // A blocking read on a detached thread: tokio's stdin would park a
+        // pool thread that the runtime waits for on drop, so the process
+        // could not exit on SIGTERM while the launcher keeps stdin open.
+        let (eof, at_eof) = tokio::sync::oneshot::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("tailmesh-stdin-watch".into())
+            .spawn(move || {
+                let mut stdin = io::stdin().lock();
+                let mut buf = [0u8; 64];
+                while let Ok(n) = stdin.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let _ = eof.send(());
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = at_eof.await;
             }
+            Err(_) => std::future::pending::<()>().await,
         }
     };
     let terminate = async {

@@ -132,6 +132,7 @@ impl LocalLauncher {
     /// appended to `<log_dir>/<name>.log`. If it exits first, or does not
     /// answer SERVING within the ready timeout (it is then killed), the
     /// error names it, its address if known, and quotes its last log lines.
+    /// Dropping the returned future mid-wait kills the child being started.
     pub async fn launch(&mut self, spec: ProcessSpec) -> Result<Launched, LaunchError> {
         let name = spec.name.clone();
         check_name(&name)?;
