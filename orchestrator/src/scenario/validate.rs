@@ -582,6 +582,14 @@ fn cpu(s: &Section<'_>, p: &mut Problems) -> Option<Work> {
             );
             None
         }
+        (None, Some(_), None) => {
+            s.missing(p, "max_rounds");
+            None
+        }
+        (None, None, Some(_)) => {
+            s.missing(p, "min_rounds");
+            None
+        }
         (rounds, min, max) => {
             let at = rounds
                 .or(min)
@@ -720,21 +728,22 @@ fn replica_slow(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Opt
     let replica = s
         .required(p, "replica", |s, p, k| s.int_in(p, k, 0, 63))
         .and_then(|r| u32::try_from(r).ok());
-    if let (Some(replica), Some(replicas)) = (replica, replicas)
-        && replica >= replicas
-    {
-        if let Some(entry) = s.get("replica") {
-            s.report(
+    let replica = match (replica, replicas) {
+        (Some(replica), Some(replicas)) if replica >= replicas => {
+            if let Some(entry) = s.get("replica") {
+                s.report(
                 p,
                 &entry.node.span,
                 format!(
                     "replica_slow.replica must be less than replicas ({replicas}), got {replica} \
                      (replicas are numbered from 0)"
-                ),
-            );
+                    ),
+                );
+            }
+            None
         }
-        return None;
-    }
+        (replica, _) => replica,
+    };
     let factor = s.required(p, "factor", |s, p, k| s.number_in(p, k, 1.0, false, 1000.0));
     Some(ReplicaSlow {
         replica: replica?,
