@@ -149,6 +149,11 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
         }
     }
     problems.list.extend(base_problems.list);
+    if base.is_none() && problems.is_empty() {
+        // Every path that rejects a part records why; this only guards
+        // against a silent rejection slipping in.
+        problems.nowhere("the scenario is invalid");
+    }
 
     match base {
         Some(base) if problems.is_empty() => Ok(Scenario {

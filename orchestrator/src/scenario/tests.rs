@@ -865,3 +865,67 @@ fn mangled_input_never_panics() {
         let _ = parse(&text, "fuzz.toml");
     }
 }
+
+#[test]
+fn lower_bounds_and_distribution_rules() {
+    let source = r#"name = "d"
+seed = -1
+[load]
+mode = "open"
+rate = 0
+requests = 0
+[[hop]]
+name = "a"
+work = { kind = "sleep", dist = "lognormal", mean = "0s", sigma = 11 }
+slow = { probability = 0.5, extra = { dist = "uniform", min = "3ms", max = "2ms" } }
+error = { probability = 0, code = 17 }
+[[hop]]
+name = "b"
+work = { kind = "sleep", value = "1ms", mean = "2ms" }
+slow = { probability = 0.5, extra = 20 }
+"#;
+    assert_eq!(
+        problems(source),
+        vec![
+            (2, 8, "seed must be at least 0, got -1".to_owned()),
+            (
+                5,
+                8,
+                "load.rate must be greater than 0 and at most 1000000, got 0".to_owned()
+            ),
+            (6, 12, "load.requests must be at least 1, got 0".to_owned()),
+            (
+                9,
+                53,
+                "hop \"a\": work.mean must be greater than 0".to_owned()
+            ),
+            (
+                9,
+                67,
+                "hop \"a\": work.sigma must be greater than 0 and at most 10, got 11".to_owned()
+            ),
+            (
+                10,
+                63,
+                "hop \"a\": slow.extra.min (3ms) must not exceed slow.extra.max (2ms)".to_owned()
+            ),
+            (
+                11,
+                35,
+                "hop \"a\": error.code must be between 1 and 16, got 17".to_owned()
+            ),
+            (
+                14,
+                41,
+                "hop \"b\": work.mean is not used by dist = \"fixed\"".to_owned()
+            ),
+            (
+                15,
+                37,
+                "hop \"b\": expected a duration string such as \"20ms\" or a distribution table \
+                 for slow.extra, got an integer"
+                    .to_owned()
+            ),
+        ]
+    );
+}

@@ -100,7 +100,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
     let seed = match top.get("seed") {
         None => Some(1),
         Some(_) => top
-            .int_in(&mut p, "seed", 0, i64::MAX)
+            .int_min(&mut p, "seed", 0)
             .and_then(|s| u64::try_from(s).ok()),
     };
     let launcher = match top.get("launcher") {
@@ -242,7 +242,7 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         }
         (Some(_), None) => s.positive_duration(p, "duration").map(Stop::Duration),
         (None, Some(_)) => s
-            .int_in(p, "requests", 1, i64::MAX)
+            .int_min(p, "requests", 1)
             .and_then(|r| u64::try_from(r).ok())
             .map(Stop::Requests),
     };
