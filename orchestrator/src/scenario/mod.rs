@@ -81,8 +81,9 @@
 //! `variant "<name>": ` and located at the override when the override's
 //! value is the culprit. Without `[[variant]]` there is one variant, "base".
 //!
-//! A TOML syntax error stops the reading there: every syntax error is
-//! reported, with its place, and nothing else.
+//! A TOML syntax error stops the reading there: the first syntax error is
+//! reported, with its place, and nothing else (toml's recovery after it
+//! guesses, and its later errors are often artefacts of the first).
 
 mod error;
 mod model;
@@ -107,13 +108,13 @@ use validate::Parts;
 pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
     let mut problems = Problems::default();
     let (doc, syntax) = toml::de::DeTable::parse_recoverable(source);
-    if !syntax.is_empty() {
-        for error in syntax {
-            let message = format!("TOML syntax error: {}", error.message());
-            match error.span() {
-                Some(span) => problems.at(span.start, message),
-                None => problems.nowhere(message),
-            }
+    // Only the first: after it, toml's recovery guesses, and its later
+    // errors (a "duplicate key" after an unclosed header) mislead.
+    if let Some(error) = syntax.first() {
+        let message = format!("TOML syntax error: {}", error.message());
+        match error.span() {
+            Some(span) => problems.at(span.start, message),
+            None => problems.nowhere(message),
         }
         return Err(problems.into_errors(source, origin));
     }
@@ -148,6 +149,11 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
         }
     }
     problems.list.extend(base_problems.list);
+    if base.is_none() && problems.is_empty() {
+        // Every path that rejects a part records why; this only guards
+        // against a silent rejection slipping in.
+        problems.nowhere("the scenario is invalid");
+    }
 
     match base {
         Some(base) if problems.is_empty() => Ok(Scenario {

@@ -164,6 +164,21 @@ impl<'a> Section<'a> {
         }
     }
 
+    /// An integer of at least `lo`.
+    pub fn int_min(&self, p: &mut Problems, key: &str, lo: i64) -> Option<i64> {
+        let (value, entry) = self.integer(p, key)?;
+        if value >= lo {
+            Some(value)
+        } else {
+            self.report(
+                p,
+                &entry.node.span,
+                format!("{} must be at least {lo}, got {value}", self.name(key)),
+            );
+            None
+        }
+    }
+
     /// An integer or a float.
     pub fn number(&self, p: &mut Problems, key: &str) -> Option<(f64, &'a Entry)> {
         let entry = self.get(key)?;

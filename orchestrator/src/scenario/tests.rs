@@ -1,1 +1,931 @@
+//! Tests of `parse` and `load` on inline scenario files.
 
+use std::time::Duration;
+
+use tailmesh_services::model::{
+    Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
+};
+
+use super::*;
+
+/// `(line, column, message)` of every problem, in the order reported.
+fn problems(source: &str) -> Vec<(usize, usize, String)> {
+    match parse(source, "t.toml") {
+        Ok(s) => panic!("expected problems, parsed {s:#?}"),
+        Err(e) => e
+            .errors
+            .into_iter()
+            .map(|e| (e.line, e.column, e.message))
+            .collect(),
+    }
+}
+
+fn ok(source: &str) -> Scenario {
+    match parse(source, "t.toml") {
+        Ok(s) => s,
+        Err(e) => panic!("unexpected problems:\n{e}"),
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A valid head for tests that are about hops or variants.
+const HEAD: &str = "name = \"t\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 100\n";
+
+/// A hop with every default.
+fn plain(name: &str, downstream: &[&str]) -> Hop {
+    Hop {
+        name: name.to_owned(),
+        replicas: 1,
+        transport: Transport::Push,
+        balance: Balance::RoundRobin,
+        work: Work::None,
+        slow: None,
+        replica_slow: None,
+        error: None,
+        downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+const FULL: &str = r#"
+name = "slow-replica"
+description = "three hops, one slow replica"
+seed = 7
+launcher = "auto"
+
+[load]
+mode = "open"
+rate = 400.5
+arrivals = "uniform"
+duration = "20s"
+warmup = "2s"
+timeout = "250ms"
+connection = "shared"
+connections = 4
+payload = 128
+
+[[hop]]
+name = "frontend"
+replicas = 2
+transport = "push"
+balance = "p2c"
+work = { kind = "sleep", dist = "exp", mean = "1ms" }
+slow = { probability = 0.1, extra = "20ms" }
+downstream = ["backend", "cache"]
+
+[[hop]]
+name = "backend"
+replicas = 3
+transport = "pull"
+balance = "random"
+work = { kind = "cpu", min_rounds = 10, max_rounds = 20, block = 4096 }
+replica_slow = { replica = 2, factor = 10 }
+error = { probability = 0.01, code = "unavailable" }
+downstream = []
+
+[[hop]]
+name = "cache"
+work = { kind = "sleep", dist = "lognormal", mean = "500us", sigma = 0.5 }
+slow = { probability = 0.05, extra = { dist = "uniform", min = "1ms", max = "1.5s" } }
+error = { probability = 0.5, code = 13 }
+
+[check]
+slow_threshold = "15ms"
+compounding = true
+"#;
+
+#[test]
+fn full_scenario_parses_into_the_exact_model() {
+    let expected = Scenario {
+        name: "slow-replica".to_owned(),
+        description: "three hops, one slow replica".to_owned(),
+        seed: 7,
+        variants: vec![Variant {
+            name: "base".to_owned(),
+            overrides: Vec::new(),
+            load: Load {
+                mode: LoadMode::Open {
+                    rate: 400.5,
+                    arrivals: Arrivals::Uniform,
+                },
+                stop: Stop::Duration(Duration::from_secs(20)),
+                warmup: Duration::from_secs(2),
+                timeout: ms(250),
+                connection: ConnectionMode::Shared { connections: 4 },
+                payload_bytes: 128,
+            },
+            hops: vec![
+                Hop {
+                    name: "frontend".to_owned(),
+                    replicas: 2,
+                    transport: Transport::Push,
+                    balance: Balance::P2c,
+                    work: Work::Sleep {
+                        dist: DurationDist::Exp { mean: ms(1) },
+                    },
+                    slow: Some(Slowness {
+                        probability: 0.1,
+                        extra: DurationDist::Fixed { value: ms(20) },
+                    }),
+                    replica_slow: None,
+                    error: None,
+                    downstream: vec!["backend".to_owned(), "cache".to_owned()],
+                },
+                Hop {
+                    name: "backend".to_owned(),
+                    replicas: 3,
+                    transport: Transport::Pull,
+                    balance: Balance::Random,
+                    work: Work::Cpu {
+                        min_rounds: 10,
+                        max_rounds: 20,
+                        block_bytes: 4096,
+                    },
+                    slow: None,
+                    replica_slow: Some(ReplicaSlow {
+                        replica: 2,
+                        factor: 10.0,
+                    }),
+                    error: Some(ErrorInjection {
+                        probability: 0.01,
+                        code: 14,
+                    }),
+                    downstream: Vec::new(),
+                },
+                Hop {
+                    name: "cache".to_owned(),
+                    replicas: 1,
+                    transport: Transport::Push,
+                    balance: Balance::RoundRobin,
+                    work: Work::Sleep {
+                        dist: DurationDist::Lognormal {
+                            mean: Duration::from_micros(500),
+                            sigma: 0.5,
+                        },
+                    },
+                    slow: Some(Slowness {
+                        probability: 0.05,
+                        extra: DurationDist::Uniform {
+                            min: ms(1),
+                            max: ms(1500),
+                        },
+                    }),
+                    replica_slow: None,
+                    error: Some(ErrorInjection {
+                        probability: 0.5,
+                        code: 13,
+                    }),
+                    downstream: Vec::new(),
+                },
+            ],
+            launcher: Launcher::Local,
+        }],
+        check: Check {
+            slow_threshold: ms(15),
+            compounding: true,
+        },
+    };
+    assert_eq!(ok(FULL), expected);
+}
+
+#[test]
+fn every_problem_is_reported_with_its_place_in_source_order() {
+    let source = r#"name = "demo"
+seed = 7
+
+[load]
+mode = "open"
+rat = 400
+rate = "fast"
+duration = "-3s"
+
+[[hop]]
+name = "a"
+replicas = "two"
+downstream = ["b", "zz"]
+
+[[hop]]
+name = "b"
+replicas = 0
+slow = { probability = 1.5, extra = "20ms" }
+downstream = ["c"]
+
+[[hop]]
+name = "c"
+downstream = ["b"]
+"#;
+    let load_keys = "mode, rate, arrivals, concurrency, duration, requests, warmup, timeout, \
+                     connection, connections, payload";
+    assert_eq!(
+        problems(source),
+        vec![
+            (
+                6,
+                1,
+                format!("unknown key \"rat\" in [load] (expected one of: {load_keys})")
+            ),
+            (
+                7,
+                8,
+                "expected a number for load.rate, got a string".to_owned()
+            ),
+            (
+                8,
+                12,
+                "negative duration \"-3s\" for load.duration".to_owned()
+            ),
+            (
+                12,
+                12,
+                "hop \"a\": expected an integer for replicas, got a string".to_owned()
+            ),
+            (
+                13,
+                20,
+                "downstream \"zz\" of hop \"a\" does not exist".to_owned()
+            ),
+            (
+                17,
+                12,
+                "hop \"b\": replicas must be between 1 and 64, got 0".to_owned()
+            ),
+            (
+                18,
+                24,
+                "hop \"b\": slow.probability must be between 0 and 1, got 1.5".to_owned()
+            ),
+            (
+                23,
+                15,
+                "downstream cycle: \"b\" -> \"c\" -> \"b\"".to_owned()
+            ),
+        ]
+    );
+    // The display form is one "origin:line:col: message" per line.
+    let Err(errors) = parse(source, "dir/demo.toml") else {
+        panic!("expected problems");
+    };
+    let text = errors.to_string();
+    assert_eq!(text.lines().count(), 8);
+    assert!(text.starts_with("dir/demo.toml:6:1: unknown key \"rat\""));
+}
+
+#[test]
+fn more_than_64_hops_is_an_error_at_the_65th() {
+    let mut source = HEAD.to_owned();
+    for i in 0..70 {
+        source.push_str(&format!("[[hop]]\nname = \"h{i}\"\n"));
+    }
+    let header_65 = source.match_indices("[[hop]]").nth(64).map(|(at, _)| at);
+    let line_65 = source[..header_65.unwrap_or(0)].lines().count() + 1;
+    assert_eq!(
+        problems(&source),
+        vec![(
+            line_65,
+            1,
+            "too many hops: 70 (at most 64); this is hop number 65".to_owned()
+        )]
+    );
+    // 64 is fine.
+    let mut source = HEAD.to_owned();
+    for i in 0..MAX_HOPS {
+        source.push_str(&format!("[[hop]]\nname = \"h{i}\"\n"));
+    }
+    assert_eq!(ok(&source).variants[0].hops.len(), MAX_HOPS);
+}
+
+#[test]
+fn duplicate_hop_names_are_reported_at_the_second() {
+    let source = format!("{HEAD}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"a\"\n");
+    assert_eq!(
+        problems(&source),
+        vec![(
+            8,
+            1,
+            "duplicate hop name \"a\" (also used by the hop at index 0)".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn syntax_error_is_located() {
+    let source = "name = \"d\"\n[load]\nrate = = 5\n";
+    let found = problems(source);
+    assert_eq!(found.len(), 1);
+    let (line, column, message) = &found[0];
+    assert_eq!((*line, *column), (3, 8));
+    assert!(message.starts_with("TOML syntax error: "), "{message}");
+}
+
+#[test]
+fn missing_required_keys_are_located_at_their_table() {
+    let source = r#"description = 3
+
+[load]
+mode = "closed"
+
+[[hop]]
+replicas = 2
+work = { kind = "cpu", min_rounds = 5 }
+[[hop]]
+name = "x"
+work = { kind = "sleep", dist = "uniform", min = "5ms", mean = "1ms" }
+error = { code = "ok" }
+replica_slow = { replica = 1, factor = 0.5 }
+[check]
+compounding = true
+"#;
+    let found = problems(source);
+    let summary: Vec<(usize, usize, &str)> =
+        found.iter().map(|(l, c, m)| (*l, *c, m.as_str())).collect();
+    assert_eq!(
+        summary[..8],
+        [
+            (1, 1, "missing required key \"name\" in the top level"),
+            (1, 15, "expected a string for description, got an integer"),
+            (3, 1, "missing required key \"concurrency\" in [load]"),
+            (
+                3,
+                1,
+                "[load] needs exactly one of \"duration\" or \"requests\""
+            ),
+            (6, 1, "missing required key \"name\" in [[hop]] at index 0"),
+            (
+                8,
+                8,
+                "missing required key \"max_rounds\" in work of hop at index 0"
+            ),
+            (11, 8, "missing required key \"max\" in work of hop \"x\""),
+            (
+                11,
+                57,
+                "hop \"x\": work.mean is not used by dist = \"uniform\""
+            ),
+        ]
+    );
+    assert_eq!(
+        summary[8],
+        (
+            12,
+            9,
+            "missing required key \"probability\" in error of hop \"x\""
+        )
+    );
+    assert_eq!(summary[9].0..=summary[9].1, 12..=18);
+    assert!(summary[9].2.contains("got \"ok\""), "{}", summary[9].2);
+    assert_eq!(
+        summary[10..],
+        [
+            (
+                13,
+                28,
+                "hop \"x\": replica_slow.replica must be less than replicas (1), got 1 \
+                 (replicas are numbered from 0)"
+            ),
+            (
+                13,
+                40,
+                "hop \"x\": replica_slow.factor must be between 1 and 1000, got 0.5"
+            ),
+            (
+                15,
+                1,
+                "check.compounding = true needs check.slow_threshold: a slow request must be \
+                 defined to count them"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn no_load_and_no_hops_are_missing_at_the_top() {
+    assert_eq!(
+        problems("name = \"x\"\n"),
+        vec![
+            (
+                1,
+                1,
+                "missing required key \"load\" in the top level".to_owned()
+            ),
+            (
+                1,
+                1,
+                "missing [[hop]]: a scenario needs at least one hop".to_owned()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn defaults_fill_in_a_minimal_scenario() {
+    let source =
+        format!("{HEAD}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n[[hop]]\nname = \"c\"\n");
+    let expected = Scenario {
+        name: "t".to_owned(),
+        description: String::new(),
+        seed: 1,
+        variants: vec![Variant {
+            name: "base".to_owned(),
+            overrides: Vec::new(),
+            load: Load {
+                mode: LoadMode::Open {
+                    rate: 10.0,
+                    arrivals: Arrivals::Poisson,
+                },
+                stop: Stop::Requests(100),
+                warmup: Duration::ZERO,
+                timeout: Duration::from_secs(1),
+                connection: ConnectionMode::Shared { connections: 1 },
+                payload_bytes: 64,
+            },
+            // A chain in file order; the last hop is a leaf.
+            hops: vec![plain("a", &["b"]), plain("b", &["c"]), plain("c", &[])],
+            launcher: Launcher::Local,
+        }],
+        check: Check {
+            slow_threshold: Duration::from_secs(1),
+            compounding: false,
+        },
+    };
+    assert_eq!(ok(&source), expected);
+}
+
+#[test]
+fn closed_loop_and_per_request_connections() {
+    let source = r#"name = "c"
+[load]
+mode = "closed"
+concurrency = 8
+requests = 5
+connection = "per_request"
+[[hop]]
+name = "a"
+work = { kind = "cpu", rounds = 7 }
+slow = { probability = 1, extra = { value = "2m" } }
+[check]
+slow_threshold = "1.5s"
+"#;
+    let s = ok(source);
+    let v = &s.variants[0];
+    assert_eq!(v.load.mode, LoadMode::Closed { concurrency: 8 });
+    assert_eq!(v.load.connection, ConnectionMode::PerRequest);
+    assert_eq!(
+        v.hops[0].work,
+        Work::Cpu {
+            min_rounds: 7,
+            max_rounds: 7,
+            block_bytes: 102_400
+        }
+    );
+    assert_eq!(
+        v.hops[0].slow,
+        Some(Slowness {
+            probability: 1.0,
+            extra: DurationDist::Fixed {
+                value: Duration::from_secs(120)
+            }
+        })
+    );
+    assert_eq!(s.check.slow_threshold, ms(1500));
+    assert!(!s.check.compounding);
+}
+
+#[test]
+fn mode_specific_and_exclusive_load_keys() {
+    let source = r#"name = "c"
+[load]
+mode = "closed"
+rate = 5
+concurrency = 0
+duration = 20
+requests = 10
+connection = "per_request"
+connections = 2
+[[hop]]
+name = "a"
+"#;
+    assert_eq!(
+        problems(source),
+        vec![
+            (4, 1, "load.rate is only for mode = \"open\"".to_owned()),
+            (
+                5,
+                15,
+                "load.concurrency must be between 1 and 10000, got 0".to_owned()
+            ),
+            (
+                7,
+                1,
+                "load.duration and load.requests exclude each other: give exactly one".to_owned()
+            ),
+            (
+                9,
+                1,
+                "load.connections is only for connection = \"shared\" (per_request opens one per \
+                 request)"
+                    .to_owned()
+            ),
+        ]
+    );
+    // A number where a duration is expected says what a duration looks like.
+    let source = format!("{HEAD}warmup = 20\ntimeout = \"0s\"\n[[hop]]\nname = \"a\"\n");
+    assert_eq!(
+        problems(&source),
+        vec![
+            (
+                6,
+                10,
+                "expected a duration string such as \"20ms\" for load.warmup, got an integer"
+                    .to_owned()
+            ),
+            (7, 11, "load.timeout must be greater than 0".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn self_calls_and_unreachable_hops() {
+    let source = format!(
+        "{HEAD}[[hop]]\nname = \"a\"\ndownstream = [\"c\"]\n[[hop]]\nname = \"b\"\n\
+         [[hop]]\nname = \"c\"\n"
+    );
+    assert_eq!(
+        problems(&source),
+        vec![(
+            9,
+            1,
+            "hop \"b\" is never called: it is not reachable from the entry hop \"a\"".to_owned()
+        )]
+    );
+    let source = format!("{HEAD}[[hop]]\nname = \"a\"\ndownstream = [\"a\"]\n");
+    assert_eq!(
+        problems(&source),
+        vec![(8, 15, "hop \"a\" lists itself in downstream".to_owned())]
+    );
+}
+
+#[test]
+fn names_must_be_dns_labels() {
+    let source = "name = \"Demo\"\n[load]\nmode = \"open\"\nrate = 1\nrequests = 1\n\
+                  [[hop]]\nname = \"-a\"\n";
+    let found = problems(source);
+    assert_eq!(found.len(), 2);
+    assert_eq!((found[0].0, found[0].1), (1, 8));
+    assert!(found[0].2.starts_with("name \"Demo\" is not a DNS label"));
+    assert_eq!((found[1].0, found[1].1), (7, 8));
+    assert!(found[1].2.starts_with("hop name \"-a\" is not a DNS label"));
+}
+
+const MESH: &str = r#"name = "v"
+[load]
+mode = "open"
+rate = 100
+arrivals = "uniform"
+requests = 1000
+
+[[hop]]
+name = "front"
+
+[[hop]]
+name = "backend"
+slow = { probability = 0.1, extra = "5ms" }
+
+[[hop]]
+name = "db"
+"#;
+
+#[test]
+fn variants_override_by_star_name_and_index_and_unset() {
+    let source = format!(
+        r#"{MESH}
+[[variant]]
+name = "push"
+
+[[variant]]
+name = "pull"
+set = {{ "hop.*.transport" = "pull" }}
+
+[[variant]]
+name = "picked"
+set = {{ "hop.backend.slow.probability" = 0.2, "hop.2.replicas" = 3, "hop.0.work" = {{ kind = "cpu", rounds = 5 }} }}
+
+[[variant]]
+name = "closed"
+set = {{ "load.mode" = "closed", "load.concurrency" = 4 }}
+unset = ["load.rate", "load.arrivals", "hop.backend.slow"]
+"#
+    );
+    let s = ok(&source);
+    let names: Vec<&str> = s.variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["push", "pull", "picked", "closed"]);
+    let [push, pull, picked, closed] = &s.variants[..] else {
+        panic!("four variants");
+    };
+
+    // The empty variant is the file as written.
+    assert!(push.overrides.is_empty());
+    assert!(push.hops.iter().all(|h| h.transport == Transport::Push));
+    assert_eq!(push.hops[1].slow.as_ref().map(|s| s.probability), Some(0.1));
+
+    assert!(pull.hops.iter().all(|h| h.transport == Transport::Pull));
+    assert_eq!(
+        pull.overrides,
+        [("hop.*.transport".to_owned(), "\"pull\"".to_owned())]
+    );
+
+    assert_eq!(
+        picked.hops[1].slow,
+        Some(Slowness {
+            probability: 0.2,
+            extra: DurationDist::Fixed { value: ms(5) }
+        })
+    );
+    assert_eq!(
+        picked.hops.iter().map(|h| h.replicas).collect::<Vec<_>>(),
+        [1, 1, 3]
+    );
+    assert_eq!(
+        picked.hops[0].work,
+        Work::Cpu {
+            min_rounds: 5,
+            max_rounds: 5,
+            block_bytes: 102_400
+        }
+    );
+    assert_eq!(picked.overrides[2].1, "{ kind = \"cpu\", rounds = 5 }");
+
+    assert_eq!(closed.load.mode, LoadMode::Closed { concurrency: 4 });
+    assert_eq!(closed.hops[1].slow, None);
+    assert_eq!(
+        closed.overrides,
+        [
+            ("load.mode".to_owned(), "\"closed\"".to_owned()),
+            ("load.concurrency".to_owned(), "4".to_owned()),
+            ("load.rate".to_owned(), "<unset>".to_owned()),
+            ("load.arrivals".to_owned(), "<unset>".to_owned()),
+            ("hop.backend.slow".to_owned(), "<unset>".to_owned()),
+        ]
+    );
+    // Untouched parts are shared.
+    assert_eq!(push.load, pull.load);
+    assert_eq!(pull.load.stop, closed.load.stop);
+}
+
+#[test]
+fn a_bad_override_is_located_at_the_override_and_a_base_error_once() {
+    // Line 5 (arrivals) stays in the closed variant; line 9 (replicas 0) is
+    // a base problem that every variant shares.
+    let source = r#"name = "v"
+[load]
+mode = "open"
+rate = 100
+arrivals = "uniform"
+requests = 1000
+[[hop]]
+name = "a"
+replicas = 0
+[[hop]]
+name = "b"
+[[variant]]
+name = "pull"
+set = { "hop.*.transport" = "pull", "hop.b.replicas" = 65 }
+[[variant]]
+name = "closed"
+set = { "load.mode" = "closed", "load.concurrency" = 2, "hop.zz.replicas" = 2 }
+unset = ["load.rate"]
+[[variant]]
+name = "odd"
+set = { "seed" = 3, "check.compounding" = true, "nope.x" = 1, "hop.1.slow.probability" = 0.5 }
+"#;
+    assert_eq!(
+        problems(source),
+        vec![
+            (
+                5,
+                1,
+                "variant \"closed\": load.arrivals is only for mode = \"open\"".to_owned()
+            ),
+            (
+                9,
+                12,
+                "hop \"a\": replicas must be between 1 and 64, got 0".to_owned()
+            ),
+            (
+                14,
+                56,
+                "variant \"pull\": hop \"b\": replicas must be between 1 and 64, got 65".to_owned()
+            ),
+            (
+                17,
+                57,
+                "variant \"closed\": hop selector \"zz\" in \"hop.zz.replicas\" matches no hop"
+                    .to_owned()
+            ),
+            (
+                21,
+                9,
+                "variant \"odd\": seed cannot be overridden by a variant: it is per scenario"
+                    .to_owned()
+            ),
+            (
+                21,
+                21,
+                "variant \"odd\": override path \"check.compounding\": [check] cannot be \
+                 overridden by a variant, it is per scenario"
+                    .to_owned()
+            ),
+            (
+                21,
+                49,
+                "variant \"odd\": unknown section \"nope\" in override path \"nope.x\" \
+                 (expected load, hop or launcher)"
+                    .to_owned()
+            ),
+            (
+                21,
+                63,
+                "variant \"odd\": missing required key \"extra\" in slow of hop \"b\"".to_owned()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn variant_tables_are_checked() {
+    let source = format!(
+        "{MESH}[[variant]]\nname = \"x\"\nsett = {{}}\n[[variant]]\nname = \"x\"\n\
+         unset = [\"load.rat\"]\n"
+    );
+    let found = problems(&source);
+    let summary: Vec<(usize, usize, &str)> =
+        found.iter().map(|(l, c, m)| (*l, *c, m.as_str())).collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                19,
+                1,
+                "unknown key \"sett\" in [[variant]] \"x\" (expected one of: name, set, unset)"
+            ),
+            (
+                21,
+                8,
+                "duplicate variant name \"x\" (also used by the variant at index 0)"
+            ),
+            (22, 10, "variant \"x\": unset \"load.rat\": no such key"),
+        ]
+    );
+}
+
+#[test]
+fn load_reads_files_and_reports_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let missing = dir.path().join("missing.toml");
+    let Err(errors) = load(&missing) else {
+        panic!("a missing file must not load");
+    };
+    assert_eq!(errors.errors.len(), 1);
+    let error = &errors.errors[0];
+    assert_eq!(error.origin, missing.display().to_string());
+    assert_eq!((error.line, error.column), (0, 0));
+    assert!(error.message.starts_with("cannot read the scenario: "));
+    assert!(
+        errors
+            .to_string()
+            .starts_with(&format!("{}: cannot", missing.display()))
+    );
+
+    let present = dir.path().join("full.toml");
+    std::fs::write(&present, FULL).unwrap_or_else(|e| panic!("write: {e}"));
+    assert_eq!(load(&present).ok(), parse(FULL, "x").ok());
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "name = 3\n").unwrap_or_else(|e| panic!("write: {e}"));
+    let Err(errors) = load(&broken) else {
+        panic!("a broken file must not load");
+    };
+    assert_eq!(errors.errors[0].origin, broken.display().to_string());
+}
+
+/// Mutated scenarios never make the parser panic.
+#[test]
+fn mangled_input_never_panics() {
+    const PIECES: &[&str] = &[
+        "[",
+        "]",
+        "{",
+        "}",
+        "\"",
+        "=",
+        ".",
+        ",",
+        "-",
+        "0",
+        "\n",
+        "#",
+        "[[hop]]",
+        "[[variant]]",
+        "99999999999999999999",
+        "-1",
+        "1e400",
+        "nan",
+        "\"hop.*.x\"",
+        "\"-1ms\"",
+        "é",
+        "downstream = [\"frontend\"]",
+        "set = { \"hop.0.slow.extra.dist\" = 1 }",
+    ];
+    let base =
+        format!("{FULL}\n[[variant]]\nname = \"v\"\nset = {{ \"hop.*.transport\" = \"pull\" }}\n");
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        usize::try_from(state % bound as u64).unwrap_or(0)
+    };
+    for _ in 0..1500 {
+        let mut text = base.clone();
+        for _ in 0..1 + next(4) {
+            let mut at = next(text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            if next(2) == 0 {
+                let mut end = (at + next(12)).min(text.len());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.replace_range(at..end, "");
+            } else {
+                text.insert_str(at, PIECES[next(PIECES.len())]);
+            }
+        }
+        let _ = parse(&text, "fuzz.toml");
+    }
+}
+
+#[test]
+fn lower_bounds_and_distribution_rules() {
+    let source = r#"name = "d"
+seed = -1
+[load]
+mode = "open"
+rate = 0
+requests = 0
+[[hop]]
+name = "a"
+work = { kind = "sleep", dist = "lognormal", mean = "0s", sigma = 11 }
+slow = { probability = 0.5, extra = { dist = "uniform", min = "3ms", max = "2ms" } }
+error = { probability = 0, code = 17 }
+[[hop]]
+name = "b"
+work = { kind = "sleep", value = "1ms", mean = "2ms" }
+slow = { probability = 0.5, extra = 20 }
+"#;
+    assert_eq!(
+        problems(source),
+        vec![
+            (2, 8, "seed must be at least 0, got -1".to_owned()),
+            (
+                5,
+                8,
+                "load.rate must be greater than 0 and at most 1000000, got 0".to_owned()
+            ),
+            (6, 12, "load.requests must be at least 1, got 0".to_owned()),
+            (
+                9,
+                53,
+                "hop \"a\": work.mean must be greater than 0".to_owned()
+            ),
+            (
+                9,
+                67,
+                "hop \"a\": work.sigma must be greater than 0 and at most 10, got 11".to_owned()
+            ),
+            (
+                10,
+                63,
+                "hop \"a\": slow.extra.min (3ms) must not exceed slow.extra.max (2ms)".to_owned()
+            ),
+            (
+                11,
+                35,
+                "hop \"a\": error.code must be between 1 and 16, got 17".to_owned()
+            ),
+            (
+                14,
+                41,
+                "hop \"b\": work.mean is not used by dist = \"fixed\"".to_owned()
+            ),
+            (
+                15,
+                37,
+                "hop \"b\": expected a duration string such as \"20ms\" or a distribution table \
+                 for slow.extra, got an integer"
+                    .to_owned()
+            ),
+        ]
+    );
+}

@@ -100,7 +100,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
     let seed = match top.get("seed") {
         None => Some(1),
         Some(_) => top
-            .int_in(&mut p, "seed", 0, i64::MAX)
+            .int_min(&mut p, "seed", 0)
             .and_then(|s| u64::try_from(s).ok()),
     };
     let launcher = match top.get("launcher") {
@@ -242,7 +242,7 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         }
         (Some(_), None) => s.positive_duration(p, "duration").map(Stop::Duration),
         (None, Some(_)) => s
-            .int_in(p, "requests", 1, i64::MAX)
+            .int_min(p, "requests", 1)
             .and_then(|r| u64::try_from(r).ok())
             .map(Stop::Requests),
     };
@@ -582,6 +582,14 @@ fn cpu(s: &Section<'_>, p: &mut Problems) -> Option<Work> {
             );
             None
         }
+        (None, Some(_), None) => {
+            s.missing(p, "max_rounds");
+            None
+        }
+        (None, None, Some(_)) => {
+            s.missing(p, "min_rounds");
+            None
+        }
         (rounds, min, max) => {
             let at = rounds
                 .or(min)
@@ -720,21 +728,22 @@ fn replica_slow(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Opt
     let replica = s
         .required(p, "replica", |s, p, k| s.int_in(p, k, 0, 63))
         .and_then(|r| u32::try_from(r).ok());
-    if let (Some(replica), Some(replicas)) = (replica, replicas)
-        && replica >= replicas
-    {
-        if let Some(entry) = s.get("replica") {
-            s.report(
+    let replica = match (replica, replicas) {
+        (Some(replica), Some(replicas)) if replica >= replicas => {
+            if let Some(entry) = s.get("replica") {
+                s.report(
                 p,
                 &entry.node.span,
                 format!(
                     "replica_slow.replica must be less than replicas ({replicas}), got {replica} \
                      (replicas are numbered from 0)"
-                ),
-            );
+                    ),
+                );
+            }
+            None
         }
-        return None;
-    }
+        (replica, _) => replica,
+    };
     let factor = s.required(p, "factor", |s, p, k| s.number_in(p, k, 1.0, false, 1000.0));
     Some(ReplicaSlow {
         replica: replica?,
