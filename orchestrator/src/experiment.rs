@@ -106,8 +106,17 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         });
         run::run_variants(&scenario, &options, interrupt).await
     })?;
-    let interrupted = runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
-    let summary = write_results(&scenario, &command.scenario, &source, &dir, &run_id, started_at, runs)?;
+    let interrupted =
+        runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
+    let summary = write_results(
+        &scenario,
+        &command.scenario,
+        &source,
+        &dir,
+        &run_id,
+        started_at,
+        runs,
+    )?;
     link_latest(&dir);
     Ok(Finished {
         dir,
@@ -129,7 +138,12 @@ pub fn write_results(
 ) -> Result<Summary, ExperimentError> {
     let mut reports = Vec::with_capacity(runs.len());
     for run in &runs {
-        let mut report = analyze_variant(&run.variant, &scenario.check, &run.load.records, run.load.measured);
+        let mut report = analyze_variant(
+            &run.variant,
+            &scenario.check,
+            &run.load.records,
+            run.load.measured,
+        );
         report.warmup = run.load.warmup;
         report.interrupted = run.load.interrupted;
         report.incidents = run.incidents.clone();
@@ -145,9 +159,10 @@ pub fn write_results(
     for report in &summary.variants {
         let file = format!("{}.hgrm", report.name);
         output::write_hgrm(&dir.join(&file), &report.latency_histogram)?;
-        summary
-            .files
-            .insert(file, format!("latency percentile distribution of variant {}", report.name));
+        summary.files.insert(
+            file,
+            format!("latency percentile distribution of variant {}", report.name),
+        );
     }
     let tables: Vec<(&str, &[crate::record::RequestRecord])> = runs
         .iter()
@@ -167,23 +182,41 @@ pub fn write_results(
     Ok(summary)
 }
 
-fn create_run_dir(results: &Path, scenario: &str, at: OffsetDateTime) -> Result<PathBuf, ExperimentError> {
+fn create_run_dir(
+    results: &Path,
+    scenario: &str,
+    at: OffsetDateTime,
+) -> Result<PathBuf, ExperimentError> {
     let stamp = at
-        .format(format_description!("[year][month][day]T[hour][minute][second]Z"))
+        .format(format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
         .map_err(|e| ExperimentError::Other(format!("format the run id: {e}")))?;
     let parent = results.join(scenario);
     std::fs::create_dir_all(&parent)
         .map_err(|e| ExperimentError::Other(format!("create {}: {e}", parent.display())))?;
     for n in 1..1000 {
-        let id = if n == 1 { stamp.clone() } else { format!("{stamp}-{n}") };
+        let id = if n == 1 {
+            stamp.clone()
+        } else {
+            format!("{stamp}-{n}")
+        };
         let dir = parent.join(id);
         match std::fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(ExperimentError::Other(format!("create {}: {e}", dir.display()))),
+            Err(e) => {
+                return Err(ExperimentError::Other(format!(
+                    "create {}: {e}",
+                    dir.display()
+                )));
+            }
         }
     }
-    Err(ExperimentError::Other(format!("no free run folder under {}", parent.display())))
+    Err(ExperimentError::Other(format!(
+        "no free run folder under {}",
+        parent.display()
+    )))
 }
 
 /// Points `<results>/<scenario>/latest` at this run (best effort).

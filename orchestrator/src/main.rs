@@ -92,7 +92,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(EXIT_BAD_INPUT) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_BAD_INPUT)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     tracing_subscriber::fmt()
@@ -103,12 +107,20 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match &cli.command {
-        Command::Run { scenario, results, check, quiet } => {
-            return run(&RunCommand {
-                scenario: scenario.clone(),
-                results: results.clone(),
-                progress: !quiet,
-            }, *check);
+        Command::Run {
+            scenario,
+            results,
+            check,
+            quiet,
+        } => {
+            return run(
+                &RunCommand {
+                    scenario: scenario.clone(),
+                    results: results.clone(),
+                    progress: !quiet,
+                },
+                *check,
+            );
         }
         Command::Validate { scenarios } => return validate(scenarios),
         Command::Hop { config, serve } => roles::serve_hop(config, &serve.options()),
@@ -163,5 +175,9 @@ fn validate(paths: &[PathBuf]) -> ExitCode {
             }
         }
     }
-    if bad { ExitCode::from(EXIT_BAD_INPUT) } else { ExitCode::SUCCESS }
+    if bad {
+        ExitCode::from(EXIT_BAD_INPUT)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -117,7 +117,15 @@ async fn run_variant(
         source,
     })?;
     let mut launcher = LocalLauncher::new(log_dir.clone());
-    let result = measure(scenario, variant, options, &mut launcher, &log_dir, interrupt).await;
+    let result = measure(
+        scenario,
+        variant,
+        options,
+        &mut launcher,
+        &log_dir,
+        interrupt,
+    )
+    .await;
     let stopped = launcher.shutdown(STOP_GRACE).await;
     let mut run = result?;
     for child in stopped.iter().filter(|c| c.forced) {
@@ -152,7 +160,10 @@ async fn measure(
     };
     let pool = PushPool::new(
         &entry.name,
-        addrs.get(&entry.name).map(Vec::as_slice).unwrap_or_default(),
+        addrs
+            .get(&entry.name)
+            .map(Vec::as_slice)
+            .unwrap_or_default(),
         entry.balance,
         connections,
         scenario.seed,
@@ -249,10 +260,13 @@ async fn launch_hops(
                 .arg("hop")
                 .arg("--config")
                 .arg(config_path);
-            let launched = launcher.launch(spec).await.map_err(|source| RunError::Launch {
-                variant: variant.name.clone(),
-                source,
-            })?;
+            let launched = launcher
+                .launch(spec)
+                .await
+                .map_err(|source| RunError::Launch {
+                    variant: variant.name.clone(),
+                    source,
+                })?;
             replicas.push(launched.addr);
         }
         addrs.insert(hop.name.clone(), replicas);
@@ -262,7 +276,12 @@ async fn launch_hops(
 
 /// Hops in an order where every hop comes after all the hops it calls.
 pub fn launch_order(hops: &[Hop]) -> Vec<&Hop> {
-    fn visit<'a>(hop: &'a Hop, hops: &'a [Hop], seen: &mut HashSet<&'a str>, out: &mut Vec<&'a Hop>) {
+    fn visit<'a>(
+        hop: &'a Hop,
+        hops: &'a [Hop],
+        seen: &mut HashSet<&'a str>,
+        out: &mut Vec<&'a Hop>,
+    ) {
         if !seen.insert(hop.name.as_str()) {
             return;
         }
@@ -284,7 +303,9 @@ pub fn launch_order(hops: &[Hop]) -> Vec<&Hop> {
 /// "open loop, 400/s poisson, 20s (+2s warmup)" and the like.
 pub fn describe_load(load: &crate::scenario::Load) -> String {
     let mode = match &load.mode {
-        LoadMode::Open { rate, arrivals } => format!("open loop, {rate}/s {arrivals:?}").to_lowercase(),
+        LoadMode::Open { rate, arrivals } => {
+            format!("open loop, {rate}/s {arrivals:?}").to_lowercase()
+        }
         LoadMode::Closed { concurrency } => format!("closed loop, {concurrency} in flight"),
     };
     let stop = match load.stop {
@@ -294,7 +315,10 @@ pub fn describe_load(load: &crate::scenario::Load) -> String {
     if load.warmup.is_zero() {
         format!("{mode}, {stop}")
     } else {
-        format!("{mode}, {stop} (+{} warmup)", humantime::format_duration(load.warmup))
+        format!(
+            "{mode}, {stop} (+{} warmup)",
+            humantime::format_duration(load.warmup)
+        )
     }
 }
 
@@ -306,7 +330,9 @@ fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
     };
     let expected = match (load.stop, &load.mode) {
         (Stop::Duration(d), _) => d,
-        (Stop::Requests(n), LoadMode::Open { rate, .. }) => Duration::from_secs_f64(n as f64 / rate),
+        (Stop::Requests(n), LoadMode::Open { rate, .. }) => {
+            Duration::from_secs_f64(n as f64 / rate)
+        }
         // Closed loop with a request count: the length is unknown up front.
         (Stop::Requests(_), LoadMode::Closed { .. }) => Duration::from_secs(3),
     } + load.warmup;

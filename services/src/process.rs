@@ -15,7 +15,6 @@ use std::{
     path::Path,
 };
 
-
 /// Writes `addr` to `path` through a temporary file and a rename, so a
 /// reader never sees a partial address.
 pub fn write_addr_file(path: &Path, addr: SocketAddr) -> io::Result<()> {

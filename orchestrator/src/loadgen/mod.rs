@@ -92,7 +92,15 @@ pub async fn generate(
     let (records, measured, interrupted) = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
             let schedule = Schedule::new(*rate, *arrivals, seed);
-            open_loop(&shared, schedule, load.stop, sleeper, progress.as_ref(), stop).await
+            open_loop(
+                &shared,
+                schedule,
+                load.stop,
+                sleeper,
+                progress.as_ref(),
+                stop,
+            )
+            .await
         }
         LoadMode::Closed { concurrency } => {
             closed_loop(shared, *concurrency, load.stop, progress.clone(), stop).await
@@ -138,7 +146,11 @@ impl Shared {
     /// Sends request `id` meant to go at `intended`, and records its fate
     /// with times relative to the start of the measured phase. The second
     /// value says whether it belongs to warmup.
-    fn send(&self, id: u64, intended: Instant) -> impl Future<Output = (RequestRecord, bool)> + use<> {
+    fn send(
+        &self,
+        id: u64,
+        intended: Instant,
+    ) -> impl Future<Output = (RequestRecord, bool)> + use<> {
         let target = self.target.clone();
         let timeout = self.timeout;
         let payload = Arc::clone(&self.payload);
@@ -155,7 +167,9 @@ impl Shared {
             let end = Instant::now();
             let (outcome, path) = match result {
                 Ok(reply) => (Outcome::Ok, reply.path),
-                Err(status) if status.code() == tonic::Code::DeadlineExceeded => (Outcome::Timeout, Vec::new()),
+                Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
+                    (Outcome::Timeout, Vec::new())
+                }
                 Err(status) => (
                     Outcome::Error {
                         code: status.code(),
@@ -219,7 +233,12 @@ async fn open_loop(
             measured_sent += 1;
         }
         if let Some(bar) = progress {
-            advance(bar, stop_at, measured_sent, intended.saturating_duration_since(measure_from));
+            advance(
+                bar,
+                stop_at,
+                measured_sent,
+                intended.saturating_duration_since(measure_from),
+            );
         }
         // Collect finished requests as we go, so memory holds only those in flight.
         while let Some(joined) = in_flight.try_join_next() {
@@ -248,7 +267,11 @@ async fn closed_loop(
     let measure_from = shared.origin + shared.warmup;
     let mut workers = JoinSet::new();
     for _ in 0..concurrency {
-        let (shared, next_id, measured_sent) = (Arc::clone(&shared), Arc::clone(&next_id), Arc::clone(&measured_sent));
+        let (shared, next_id, measured_sent) = (
+            Arc::clone(&shared),
+            Arc::clone(&next_id),
+            Arc::clone(&measured_sent),
+        );
         let (stop, progress) = (stop.clone(), progress.clone());
         // Each worker sends its next request as soon as its previous one ends.
         workers.spawn(async move {
@@ -268,7 +291,12 @@ async fn closed_loop(
                         }
                     };
                     if let Some(bar) = &progress {
-                        advance(bar, stop_at, sent, now.saturating_duration_since(measure_from));
+                        advance(
+                            bar,
+                            stop_at,
+                            sent,
+                            now.saturating_duration_since(measure_from),
+                        );
                     }
                 }
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
@@ -295,6 +323,8 @@ async fn closed_loop(
 fn advance(bar: &ProgressBar, stop_at: Stop, sent: u64, elapsed: Duration) {
     match stop_at {
         Stop::Requests(_) => bar.set_position(sent),
-        Stop::Duration(_) => bar.set_position(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
+        Stop::Duration(_) => {
+            bar.set_position(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+        }
     }
 }
