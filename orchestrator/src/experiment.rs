@@ -40,7 +40,7 @@ pub enum ExperimentError {
     Scenario(#[from] ScenarioErrors),
     /// Launching or running failed.
     #[error(transparent)]
-    Run(#[from] RunError),
+    Run(#[from] Box<RunError>),
     /// A result file could not be written.
     #[error(transparent)]
     Output(#[from] OutputError),
@@ -105,7 +105,8 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             }
         });
         run::run_variants(&scenario, &options, interrupt).await
-    })?;
+    })
+    .map_err(Box::new)?;
     let interrupted =
         runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
     let summary = write_results(

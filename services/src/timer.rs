@@ -131,6 +131,10 @@ impl PreciseTimer {
     }
 
     fn serve(&self) {
+        // The kernel may otherwise let this thread's waits run up to 50 us
+        // late (the default timer slack) to batch wake-ups.
+        #[cfg(target_os = "linux")]
+        let _ = nix::sys::prctl::set_timerslack(1_000);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let now = Instant::now();
