@@ -6,7 +6,10 @@ use std::{env, fs, path::PathBuf};
 use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/tailmesh/v1/hop.proto", "proto/tailmesh/v1/broker.proto"];
+    let protos = [
+        "proto/tailmesh/v1/hop.proto",
+        "proto/tailmesh/v1/broker.proto",
+    ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

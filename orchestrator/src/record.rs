@@ -89,9 +89,15 @@ mod tests {
 
     #[test]
     fn code_labels_are_snake_case() {
-        assert_eq!(code_label(tonic::Code::ResourceExhausted), "resource_exhausted");
+        assert_eq!(
+            code_label(tonic::Code::ResourceExhausted),
+            "resource_exhausted"
+        );
         assert_eq!(code_label(tonic::Code::Unavailable), "unavailable");
-        assert_eq!(code_label(tonic::Code::DeadlineExceeded), "deadline_exceeded");
+        assert_eq!(
+            code_label(tonic::Code::DeadlineExceeded),
+            "deadline_exceeded"
+        );
     }
 
     #[test]
