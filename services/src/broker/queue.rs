@@ -412,6 +412,7 @@ impl Topic {
                 max_depth: inner.max_depth as u64,
                 in_flight: inner.workers.values().map(|w| w.held.len() as u64).sum(),
                 workers: inner.workers.len() as u32,
+                credits: inner.workers.values().map(|w| u64::from(w.credits)).sum(),
                 ..Default::default()
             };
             // Percentiles are computed on a copy, outside the lock.

@@ -91,15 +91,16 @@ pub async fn run(
     }
 
     tracing::info!(%local, grace = ?config.drain_grace, "broker draining");
+    // Refuse first, then report it: a NOT_SERVING health check implies it.
+    for topic in broker.topics.values() {
+        topic.stop_accepting();
+    }
     health
         .set_not_serving::<BrokerServer<BrokerService>>()
         .await;
     health
         .set_service_status("", ServingStatus::NotServing)
         .await;
-    for topic in broker.topics.values() {
-        topic.stop_accepting();
-    }
     // The server keeps running meanwhile: workers must still reach us.
     tokio::select! {
         res = &mut server => return res.map_err(BrokerError::Serve),

@@ -12,7 +12,7 @@ use std::{
 use tailmesh_proto::pb::{self, broker_client, broker_message, worker_message};
 use tokio::{sync::mpsc, task::JoinSet};
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::{Code, Status, transport::Endpoint};
+use tonic::{Code, Status, Streaming, transport::Endpoint};
 
 use super::{client::endpoint, error::BrokerError};
 
@@ -23,6 +23,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// while the worker waits for work, so the stream does not hang forever.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a drained worker waits for the broker to close the stream.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs a worker for `topic` against the broker at `addr` until `shutdown`
 /// resolves.
@@ -154,7 +156,7 @@ where
                 draining = true;
                 let _ = out.send(message(worker_message::Kind::Drain(pb::Drain {})));
                 if running.is_empty() {
-                    return Ended::Shutdown;
+                    return close(out, inbound).await;
                 }
             }
             Some(joined) = running.join_next_with_id() => {
@@ -170,7 +172,7 @@ where
                 };
                 let _ = out.send(message(worker_message::Kind::Result(task_result(task_id, outcome))));
                 if draining && running.is_empty() {
-                    return Ended::Shutdown;
+                    return close(out, inbound).await;
                 }
             }
             msg = inbound.message() => match msg {
@@ -190,6 +192,22 @@ where
             },
         }
     }
+}
+
+/// Ends a drained stream: closes the worker's side, then waits (briefly)
+/// for the broker to end its side, so the last results are delivered
+/// rather than cut off by a reset. A task the broker sent before it read
+/// the Drain is left unanswered here; the broker redelivers it.
+async fn close(
+    out: mpsc::UnboundedSender<pb::WorkerMessage>,
+    mut inbound: Streaming<pb::BrokerMessage>,
+) -> Ended {
+    drop(out);
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Ok(Some(_)) = inbound.message().await {}
+    })
+    .await;
+    Ended::Shutdown
 }
 
 /// Runs `work` until the task's wall-clock deadline (0 = none).
