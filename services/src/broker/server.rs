@@ -246,6 +246,7 @@ impl pb::broker_server::Broker for BrokerService {
                 }
             }
         };
+        // Answered: nothing to give up (the guard owns no memory).
         std::mem::forget(guard);
         match answer {
             Ok(Ok(reply)) => Ok(Response::new(reply)),
