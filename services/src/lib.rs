@@ -1,11 +1,13 @@
-//! tailmesh services: the hop server, its work and fault models, and the
-//! clients that reach downstream hops.
+//! tailmesh services: the hop server, its work and fault models, the pull
+//! broker, and the clients that reach downstream hops.
 //!
+//! - [`broker`]: the pull broker, its producer client and its worker loop.
 //! - `model`: hop behaviour as plain data (work, slowness, balancing).
 //! - `process`: the contract between a supervised process and its launcher.
 //! - `hop`: the hop server, its per-request draws and its downstream clients.
 //! - `timer`: sub-millisecond sleeps.
 
+pub mod broker;
 pub mod hop;
 pub mod model;
 pub mod process;

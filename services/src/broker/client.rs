@@ -1,0 +1,113 @@
+//! The producer side: [`BrokerClient`] submits tasks and reads statistics.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use tailmesh_proto::pb::{self, broker_client};
+use tonic::{
+    Status,
+    transport::{Channel, Endpoint},
+};
+
+use super::error::BrokerError;
+
+/// Extra time the grpc-timeout header (and the local wait) get beyond the
+/// task's own deadline, so the broker's precise DEADLINE_EXCEEDED answer,
+/// which says where the time went, arrives before either safety net fires.
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
+/// How long connecting to the broker may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A producer's handle on the broker: a cheap `Clone` over one tonic
+/// channel (HTTP/2 connection), so many tasks can share it concurrently.
+#[derive(Clone, Debug)]
+pub struct BrokerClient {
+    inner: broker_client::BrokerClient<Channel>,
+}
+
+impl BrokerClient {
+    /// Connects to the broker at `addr`.
+    pub async fn connect(addr: SocketAddr) -> Result<Self, BrokerError> {
+        let channel = endpoint(addr)
+            .connect()
+            .await
+            .map_err(|source| BrokerError::Connect { addr, source })?;
+        Ok(Self::from_channel(channel))
+    }
+
+    /// Wraps an existing channel (for callers that build their own, e.g.
+    /// with a balancer or extra layers).
+    pub fn from_channel(channel: Channel) -> Self {
+        // The broker bounds what it sends (its max_payload_bytes); tonic's
+        // 4 MiB default would refuse a full-size payload plus its framing.
+        let inner = broker_client::BrokerClient::new(channel).max_decoding_message_size(usize::MAX);
+        BrokerClient { inner }
+    }
+
+    /// Submits one task to `topic` and waits for the worker's answer.
+    ///
+    /// `deadline` is the time the caller is still willing to wait: the task
+    /// carries it as an absolute deadline, the broker answers
+    /// DEADLINE_EXCEEDED when it passes (and never dispatches a task whose
+    /// deadline passed in the queue), and the call gives up locally
+    /// shortly after it. Errors are the broker's statuses (see
+    /// `broker.proto`) or the worker's own.
+    pub async fn submit(
+        &mut self,
+        topic: &str,
+        payload: impl Into<Vec<u8>>,
+        headers: HashMap<String, String>,
+        deadline: Option<Duration>,
+    ) -> Result<pb::SubmitReply, Status> {
+        let deadline_unix_nanos = deadline.map_or(0, |d| {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            u64::try_from((now + d).as_nanos()).unwrap_or(u64::MAX)
+        });
+        let mut request = tonic::Request::new(pb::SubmitRequest {
+            topic: topic.to_owned(),
+            payload: payload.into(),
+            headers,
+            deadline_unix_nanos,
+        });
+        let Some(deadline) = deadline else {
+            return self
+                .inner
+                .submit(request)
+                .await
+                .map(tonic::Response::into_inner);
+        };
+        let patience = deadline + DEADLINE_SLACK;
+        request.set_timeout(patience);
+        match tokio::time::timeout(patience, self.inner.submit(request)).await {
+            Ok(reply) => reply.map(tonic::Response::into_inner),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "no answer from the broker within {patience:?} (task deadline {deadline:?})"
+            ))),
+        }
+    }
+
+    /// Per-topic statistics: one topic, or every topic when `topic` is
+    /// `None`.
+    pub async fn stats(&mut self, topic: Option<&str>) -> Result<Vec<pb::TopicStats>, Status> {
+        let request = pb::StatsRequest {
+            topic: topic.unwrap_or_default().to_owned(),
+        };
+        Ok(self.inner.stats(request).await?.into_inner().topics)
+    }
+}
+
+/// The endpoint every broker client uses.
+pub(crate) fn endpoint(addr: SocketAddr) -> Endpoint {
+    Endpoint::from(
+        format!("http://{addr}")
+            .parse::<tonic::codegen::http::Uri>()
+            .expect("a socket address makes a valid URI"),
+    )
+    .connect_timeout(CONNECT_TIMEOUT)
+    .tcp_nodelay(true)
+}

@@ -1,0 +1,80 @@
+//! The pull broker: producers submit a task to a topic and wait for its
+//! result on the same call; workers hold one bidirectional stream, take
+//! tasks when they have credit, and send results back on it.
+//!
+//! Semantics (each covered by `services/tests/broker.rs`):
+//! - **FIFO per topic, credit-based dispatch.** A task goes to a worker only
+//!   while that worker has credit. Hello grants the first credits, every
+//!   result for a task the stream holds returns one credit implicitly,
+//!   `Credit` grants more, `Drain` takes them all back. With one credit (the
+//!   default) a worker takes a task only when free, as in back-to-back, but
+//!   is woken by the broker the moment work arrives: no polling.
+//! - **Bounded.** At most `queue_capacity` tasks wait per topic; a full topic
+//!   answers RESOURCE_EXHAUSTED at once. Tasks put back after a worker loss
+//!   may briefly exceed it by what workers held.
+//! - **Deadlines.** A task carries the earlier of its absolute deadline and
+//!   the call's grpc-timeout. Past it, the producer gets DEADLINE_EXCEEDED;
+//!   a task that expired in the queue is never dispatched.
+//! - **Redelivery.** Tasks held by a worker whose stream ends go back to the
+//!   head of their queue (oldest first) and are delivered again, up to
+//!   `max_deliveries` deliveries; then the producer gets ABORTED ("task 7
+//!   lost its worker 3 times").
+//! - **Exactly one answer per call.** The first answer wins and removes the
+//!   task; a later result (from a stream that no longer holds the task, or
+//!   for a task whose producer left) is ignored and counted in
+//!   `late_results`.
+//! - **Readable refusals.** Unknown topic: NOT_FOUND; oversized payload or
+//!   a Work stream not starting with Hello: INVALID_ARGUMENT; a bad message
+//!   on an established Work stream is answered with a `Rejected` notice and
+//!   the stream carries on.
+//! - **Producers may leave.** A dropped call removes its queued task, or
+//!   makes the broker discard the worker's result; nothing leaks.
+//! - **Graceful shutdown**, see [`run`].
+//!
+//! Layout:
+//! - `queue`: one topic's FIFO, pending tasks and workers behind one lock.
+//! - `server`: the gRPC service and [`run`].
+//! - `client`: [`BrokerClient`], the producer side.
+//! - `worker`: [`run_worker`], the worker side.
+//! - `error`: [`BrokerError`] and the one mapping of refusals to statuses.
+
+mod client;
+mod error;
+mod queue;
+mod server;
+mod worker;
+
+use std::time::Duration;
+
+pub use client::BrokerClient;
+pub use error::BrokerError;
+pub use server::run;
+pub use tailmesh_proto::pb::{SubmitReply, Task, TopicStats};
+pub use worker::run_worker;
+
+/// What a broker serves, as plain data.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    /// The topics producers may submit to; anything else is NOT_FOUND.
+    pub topics: Vec<String>,
+    /// Most tasks waiting per topic before submits are refused.
+    pub queue_capacity: usize,
+    /// Deliveries a task may have before a lost worker makes it fail.
+    pub max_deliveries: u32,
+    /// Largest task or result payload accepted, in bytes.
+    pub max_payload_bytes: usize,
+    /// How long shutdown waits for queued and held tasks to be answered.
+    pub drain_grace: Duration,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            topics: Vec::new(),
+            queue_capacity: 10_000,
+            max_deliveries: 3,
+            max_payload_bytes: 4 * 1024 * 1024,
+            drain_grace: Duration::from_secs(5),
+        }
+    }
+}

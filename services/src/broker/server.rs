@@ -1,0 +1,450 @@
+//! The gRPC face of the broker: the `Broker` service (Submit, Work, Stats)
+//! over the per-topic queues, and [`run`], which serves it beside gRPC
+//! health and reflection and shuts down in three steps (refuse new submits,
+//! drain for up to `drain_grace`, answer the rest UNAVAILABLE).
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use tailmesh_proto::pb::{self, broker_server::BrokerServer, worker_message};
+use tokio::{
+    net::TcpListener,
+    sync::{Notify, mpsc, oneshot, watch},
+    time::Instant,
+};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{
+    Request, Response, Status, Streaming,
+    metadata::MetadataMap,
+    transport::{Server, server::TcpIncoming},
+};
+use tonic_health::ServingStatus;
+
+use super::{
+    BrokerConfig,
+    error::{BrokerError, TaskError},
+    queue::{NewTask, Topic},
+};
+
+/// Room for a message's fields besides its payload (headers, ids) when
+/// sizing the gRPC message limit; payloads themselves are checked exactly.
+const MESSAGE_OVERHEAD: usize = 64 * 1024;
+/// How long the gRPC server may take to close its connections once every
+/// call is answered.
+const SERVER_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Serves the broker on `listener` until `shutdown` resolves, then drains.
+///
+/// Besides `tailmesh.v1.Broker` it serves `grpc.health.v1.Health` (SERVING
+/// for `""` and `"tailmesh.v1.Broker"` until shutdown begins, NOT_SERVING
+/// after) and server reflection for every tailmesh service.
+///
+/// Shutdown: new submits are answered UNAVAILABLE at once; queued and held
+/// tasks keep being dispatched and answered for up to
+/// [`BrokerConfig::drain_grace`]; whatever is still unanswered then gets
+/// UNAVAILABLE, worker streams end with UNAVAILABLE, and the server closes.
+pub async fn run(
+    config: BrokerConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BrokerError> {
+    let broker = Arc::new(Broker::new(&config)?);
+    let local = listener.local_addr().map_err(BrokerError::Listener)?;
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<BrokerServer<BrokerService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tailmesh_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(BrokerError::Reflection)?;
+    let limit = config.max_payload_bytes.saturating_add(MESSAGE_OVERHEAD);
+    let service = BrokerServer::new(BrokerService(broker.clone()))
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit);
+
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // serve_with_incoming ignores Server::tcp_nodelay; the incoming stream
+    // sets it instead (Nagle would add delayed-ACK stalls to every hop).
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let mut server = pin!(
+        Server::builder()
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stop_rx.await;
+            })
+    );
+    tracing::info!(%local, topics = ?config.topics, "broker serving");
+
+    tokio::select! {
+        res = &mut server => return res.map_err(BrokerError::Serve),
+        () = shutdown => {}
+    }
+
+    tracing::info!(%local, grace = ?config.drain_grace, "broker draining");
+    // Refuse first, then report it: a NOT_SERVING health check implies it.
+    for topic in broker.topics.values() {
+        topic.stop_accepting();
+    }
+    health
+        .set_not_serving::<BrokerServer<BrokerService>>()
+        .await;
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    // The server keeps running meanwhile: workers must still reach us.
+    tokio::select! {
+        res = &mut server => return res.map_err(BrokerError::Serve),
+        _ = tokio::time::timeout(config.drain_grace, broker.wait_idle()) => {}
+    }
+
+    for topic in broker.topics.values() {
+        topic.close();
+    }
+    let _ = broker.closed.send(true);
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(SERVER_CLOSE_GRACE, server).await {
+        Ok(res) => res.map_err(BrokerError::Serve),
+        Err(_) => {
+            tracing::warn!(%local, "connections still open {SERVER_CLOSE_GRACE:?} after shutdown; leaving them");
+            Ok(())
+        }
+    }
+}
+
+/// The broker's runtime state, shared by every call.
+struct Broker {
+    topics: HashMap<String, Arc<Topic>>,
+    /// Topic names in configuration order, for stable listings.
+    order: Vec<String>,
+    max_payload: usize,
+    next_task: AtomicU64,
+    next_worker: AtomicU64,
+    idle: Arc<Notify>,
+    /// Becomes true when the broker closes; worker readers stop on it.
+    closed: watch::Sender<bool>,
+}
+
+impl Broker {
+    fn new(config: &BrokerConfig) -> Result<Self, BrokerError> {
+        let bad = |msg: String| Err(BrokerError::Config(msg));
+        if config.topics.is_empty() {
+            return bad("no topics: a broker needs at least one".into());
+        }
+        if config.queue_capacity == 0 {
+            return bad("queue_capacity must be at least 1".into());
+        }
+        if config.max_deliveries == 0 {
+            return bad("max_deliveries must be at least 1".into());
+        }
+        let idle = Arc::new(Notify::new());
+        let mut topics = HashMap::new();
+        for name in &config.topics {
+            if name.is_empty() {
+                return bad("a topic name is empty".into());
+            }
+            let topic = Topic::new(
+                name.clone(),
+                config.queue_capacity,
+                config.max_deliveries,
+                config.max_payload_bytes,
+                idle.clone(),
+            );
+            if topics.insert(name.clone(), Arc::new(topic)).is_some() {
+                return bad(format!("topic {name:?} is listed twice"));
+            }
+        }
+        Ok(Broker {
+            topics,
+            order: config.topics.clone(),
+            max_payload: config.max_payload_bytes,
+            next_task: AtomicU64::new(1),
+            next_worker: AtomicU64::new(1),
+            idle,
+            closed: watch::Sender::new(false),
+        })
+    }
+
+    fn topic(&self, name: &str) -> Result<&Arc<Topic>, TaskError> {
+        self.topics
+            .get(name)
+            .ok_or_else(|| TaskError::UnknownTopic {
+                topic: name.to_owned(),
+                served: self.order.join(", "),
+            })
+    }
+
+    /// Resolves once no producer waits on any topic.
+    async fn wait_idle(&self) {
+        loop {
+            let mut notified = pin!(self.idle.notified());
+            // Registered before checking, so a wake-up in between is kept.
+            notified.as_mut().enable();
+            if self.topics.values().all(|t| t.is_idle()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The tonic service over a [`Broker`].
+#[derive(Clone)]
+struct BrokerService(Arc<Broker>);
+
+#[tonic::async_trait]
+impl pb::broker_server::Broker for BrokerService {
+    async fn submit(
+        &self,
+        request: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::SubmitReply>, Status> {
+        let timeout = grpc_timeout(request.metadata());
+        let req = request.into_inner();
+        let broker = &self.0;
+        let topic = broker.topic(&req.topic)?;
+        if req.payload.len() > broker.max_payload {
+            return Err(TaskError::PayloadTooLarge {
+                len: req.payload.len(),
+                limit: broker.max_payload,
+            }
+            .into());
+        }
+        let (deadline, deadline_unix_nanos) = effective_deadline(req.deadline_unix_nanos, timeout);
+        let id = broker.next_task.fetch_add(1, Ordering::Relaxed);
+        let (reply, mut answer) = oneshot::channel();
+        topic.submit(NewTask {
+            id,
+            payload: req.payload,
+            headers: req.headers,
+            deadline,
+            deadline_unix_nanos,
+            reply,
+        })?;
+
+        // Dropped with this future if the producer goes away first.
+        let guard = AbandonOnDrop { topic, id };
+        let answer = match deadline {
+            None => (&mut answer).await,
+            Some(deadline) => {
+                tokio::select! {
+                    biased;
+                    a = &mut answer => a,
+                    () = tokio::time::sleep_until(deadline) => {
+                        // Answers DEADLINE_EXCEEDED unless an answer won the race.
+                        topic.expire(id);
+                        (&mut answer).await
+                    }
+                }
+            }
+        };
+        // Answered: nothing to give up (the guard owns no memory).
+        std::mem::forget(guard);
+        match answer {
+            Ok(Ok(reply)) => Ok(Response::new(reply)),
+            Ok(Err(err)) => Err(err.into()),
+            Err(_) => Err(TaskError::Unanswered { task: id }.into()),
+        }
+    }
+
+    type WorkStream = UnboundedReceiverStream<Result<pb::BrokerMessage, Status>>;
+
+    async fn work(
+        &self,
+        request: Request<Streaming<pb::WorkerMessage>>,
+    ) -> Result<Response<Self::WorkStream>, Status> {
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await? {
+            Some(pb::WorkerMessage {
+                kind: Some(worker_message::Kind::Hello(hello)),
+            }) => hello,
+            Some(other) => {
+                let got = kind_name(other.kind.as_ref());
+                return Err(TaskError::Protocol(format!(
+                    "a Work stream must start with a Hello, got {got}"
+                ))
+                .into());
+            }
+            None => {
+                return Err(
+                    TaskError::Protocol("Work stream ended before its Hello".into()).into(),
+                );
+            }
+        };
+        let broker = self.0.clone();
+        let topic = broker.topic(&hello.topic)?.clone();
+        let id = broker.next_worker.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Unbounded is bounded in practice: the broker sends at most one
+        // task per credit, plus rare rejection notices.
+        topic.add_worker(id, hello.worker.clone(), hello.credits, tx)?;
+        tracing::debug!(topic = topic.name(), worker = %hello.worker, id, credits = hello.credits, "worker joined");
+        tokio::spawn(read_worker(broker, topic, id, hello.worker, inbound));
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+
+    async fn stats(
+        &self,
+        request: Request<pb::StatsRequest>,
+    ) -> Result<Response<pb::StatsReply>, Status> {
+        let broker = &self.0;
+        let name = request.into_inner().topic;
+        let topics = if name.is_empty() {
+            broker
+                .order
+                .iter()
+                .filter_map(|n| broker.topics.get(n))
+                .map(|t| t.stats())
+                .collect()
+        } else {
+            vec![broker.topic(&name)?.stats()]
+        };
+        Ok(Response::new(pb::StatsReply { topics }))
+    }
+}
+
+/// Reads one worker stream after its Hello until it ends, breaks, or the
+/// broker closes; then gives the worker's held tasks back to the queue.
+async fn read_worker(
+    broker: Arc<Broker>,
+    topic: Arc<Topic>,
+    id: u64,
+    name: String,
+    mut inbound: Streaming<pb::WorkerMessage>,
+) {
+    let mut closed = broker.closed.subscribe();
+    loop {
+        let msg = tokio::select! {
+            msg = inbound.message() => msg,
+            _ = closed.wait_for(|c| *c) => break,
+        };
+        match msg {
+            Ok(Some(msg)) => {
+                topic.on_message(id, msg, broker.next_task.load(Ordering::Relaxed));
+            }
+            Ok(None) => break,
+            Err(status) => {
+                tracing::debug!(topic = topic.name(), worker = %name, id, %status, "worker stream broke");
+                break;
+            }
+        }
+    }
+    topic.remove_worker(id);
+    tracing::debug!(topic = topic.name(), worker = %name, id, "worker left");
+}
+
+/// Gives a producer's task up when its Submit future is dropped unanswered
+/// (the client cancelled, or tonic's own grpc-timeout fired first).
+struct AbandonOnDrop<'a> {
+    topic: &'a Topic,
+    id: u64,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        self.topic.abandon(self.id);
+    }
+}
+
+/// The earlier of an absolute wall-clock deadline (0 = none) and a
+/// grpc-timeout, as a tokio instant and as wall-clock nanoseconds.
+fn effective_deadline(
+    deadline_unix_nanos: u64,
+    timeout: Option<Duration>,
+) -> (Option<Instant>, u64) {
+    if deadline_unix_nanos == 0 && timeout.is_none() {
+        return (None, 0);
+    }
+    let now = Instant::now();
+    let unix_now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let from_timeout =
+        timeout.map(|t| unix_now.saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)));
+    let unix = match (deadline_unix_nanos, from_timeout) {
+        (0, Some(t)) => t,
+        (d, Some(t)) => d.min(t),
+        (d, None) => d,
+    };
+    let remaining = Duration::from_nanos(unix.saturating_sub(unix_now));
+    (
+        Some(
+            now.checked_add(remaining)
+                .unwrap_or(now + Duration::from_secs(86_400 * 365)),
+        ),
+        unix,
+    )
+}
+
+/// The call's grpc-timeout header, if present and well-formed.
+fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+fn kind_name(kind: Option<&worker_message::Kind>) -> &'static str {
+    match kind {
+        Some(worker_message::Kind::Hello(_)) => "Hello",
+        Some(worker_message::Kind::Credit(_)) => "Credit",
+        Some(worker_message::Kind::Result(_)) => "TaskResult",
+        Some(worker_message::Kind::Drain(_)) => "Drain",
+        None => "an empty message",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_units() {
+        let mut md = MetadataMap::new();
+        for (v, d) in [
+            ("100m", Duration::from_millis(100)),
+            ("2S", Duration::from_secs(2)),
+            ("7u", Duration::from_micros(7)),
+            ("1H", Duration::from_secs(3600)),
+        ] {
+            md.insert("grpc-timeout", v.parse().expect("ascii"));
+            assert_eq!(grpc_timeout(&md), Some(d), "{v}");
+        }
+        md.insert("grpc-timeout", "12x".parse().expect("ascii"));
+        assert_eq!(grpc_timeout(&md), None);
+    }
+
+    #[tokio::test]
+    async fn deadline_is_the_earlier_of_both() {
+        let unix_now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_nanos() as u64;
+        let far = unix_now + 60_000_000_000;
+        let (at, unix) = effective_deadline(far, Some(Duration::from_millis(10)));
+        assert!(unix < far);
+        assert!(at.expect("a deadline") <= Instant::now() + Duration::from_millis(11));
+        let (_, unix) = effective_deadline(far, None);
+        assert_eq!(unix, far);
+        assert_eq!(effective_deadline(0, None), (None, 0));
+    }
+}
