@@ -16,6 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(protos, ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out.join("tailmesh_descriptor.bin"), fds.encode_to_vec())?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    tonic_prost_build::configure()
+        // Broker statistics land in summary.json as they are.
+        .type_attribute(".tailmesh.v1.TopicStats", "#[derive(serde::Serialize)]")
+        .compile_fds(fds)?;
     Ok(())
 }

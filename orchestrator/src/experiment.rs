@@ -148,6 +148,7 @@ pub fn write_results(
         report.warmup = run.load.warmup;
         report.interrupted = run.load.interrupted;
         report.incidents = run.incidents.clone();
+        report.broker = run.broker.clone();
         reports.push(report);
     }
     let mut summary = Summary::new(

@@ -8,6 +8,7 @@ use tailmesh::{
     experiment::{self, ExperimentError, RunCommand},
     roles, scenario,
 };
+use tailmesh_services::broker::BrokerConfig;
 
 #[derive(Parser)]
 #[command(
@@ -36,6 +37,20 @@ enum Command {
         /// No progress bars.
         #[arg(long)]
         quiet: bool,
+    },
+    /// Serve the pull broker (started by the launchers).
+    Broker {
+        /// Topics to serve (the names of the hops reached by pull).
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+        /// Most tasks queued per topic; more are refused with RESOURCE_EXHAUSTED.
+        #[arg(long, default_value_t = 10_000)]
+        queue_capacity: usize,
+        /// Deliveries a task may have before losing its workers fails it.
+        #[arg(long, default_value_t = 3)]
+        max_deliveries: u32,
+        #[command(flatten)]
+        serve: ServeArgs,
     },
     /// Check scenario files without running them.
     Validate {
@@ -124,6 +139,20 @@ fn main() -> ExitCode {
         }
         Command::Validate { scenarios } => return validate(scenarios),
         Command::Hop { config, serve } => roles::serve_hop(config, &serve.options()),
+        Command::Broker {
+            topics,
+            queue_capacity,
+            max_deliveries,
+            serve,
+        } => roles::serve_broker(
+            BrokerConfig {
+                topics: topics.clone(),
+                queue_capacity: *queue_capacity,
+                max_deliveries: *max_deliveries,
+                ..BrokerConfig::default()
+            },
+            &serve.options(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,11 +1,11 @@
 //! The service roles the one tailmesh binary can play besides orchestrating:
-//! `tailmesh hop` (a hop replica). The launcher re-executes the binary with
+//! `tailmesh hop` (a hop replica) and `tailmesh broker` (the pull broker). The launcher re-executes the binary with
 //! these subcommands, so a fresh clone needs nothing else.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{future::Future, net::SocketAddr, path::PathBuf, pin::Pin};
 
 use anyhow::Context;
-use tailmesh_services::{hop::HopConfig, process};
+use tailmesh_services::{broker::BrokerConfig, hop::HopConfig, process};
 
 /// Options of `tailmesh hop`.
 #[derive(Clone, Debug)]
@@ -46,6 +46,29 @@ pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyho
         "hop \"{}\" replica {}",
         config.behavior.name, config.replica
     );
+    serve(&name, options, |listener, shutdown| async move {
+        tailmesh_services::hop::run(config, listener, shutdown)
+            .await
+            .map_err(anyhow::Error::from)
+    })
+}
+
+/// Runs the pull broker until told to stop.
+pub fn serve_broker(config: BrokerConfig, options: &ServeOptions) -> anyhow::Result<()> {
+    serve("broker", options, |listener, shutdown| async move {
+        tailmesh_services::broker::run(config, listener, shutdown)
+            .await
+            .map_err(anyhow::Error::from)
+    })
+}
+
+/// Binds, announces the address to the launcher, and runs `service` until
+/// a signal or the end of standard input.
+fn serve<F, Fut>(name: &str, options: &ServeOptions, service: F) -> anyhow::Result<()>
+where
+    F: FnOnce(tokio::net::TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
     runtime(options.threads)?.block_on(async {
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
@@ -58,12 +81,9 @@ pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyho
                 .with_context(|| format!("{name}: write {}", path.display()))?;
         }
         tracing::info!(%addr, "{name} listening");
-        tailmesh_services::hop::run(
-            config,
-            listener,
-            process::shutdown_signal(options.supervised),
-        )
-        .await
-        .with_context(|| format!("{name} on {addr}"))
+        let shutdown = Box::pin(process::shutdown_signal(options.supervised));
+        service(listener, shutdown)
+            .await
+            .with_context(|| format!("{name} on {addr}"))
     })
 }

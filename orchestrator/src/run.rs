@@ -11,7 +11,8 @@ use std::{
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tailmesh_services::{
-    hop::{Connections, DownstreamConfig, HopConfig, PushPool},
+    broker::{BrokerClient, TopicStats},
+    hop::{Connections, DownstreamConfig, HopConfig, PullTarget, PushPool},
     model::Transport,
     timer::Sleeper,
 };
@@ -66,6 +67,8 @@ pub struct VariantRun {
     pub load: LoadOutcome,
     /// Things that went wrong while it ran (a hop process that died...).
     pub incidents: Vec<String>,
+    /// The broker's per-topic statistics at the end (pull hops only).
+    pub broker: Vec<TopicStats>,
 }
 
 /// Options of a run.
@@ -146,36 +149,55 @@ async fn measure(
         variant: variant.name.clone(),
         message,
     };
-    if let Some(hop) = variant.hops.iter().find(|h| h.transport == Transport::Pull) {
-        return Err(setup(format!(
-            "hop \"{}\" is reached by pull, which needs the broker",
-            hop.name
-        )));
-    }
-    let addrs = launch_hops(scenario.seed, variant, options, launcher, log_dir).await?;
-    let entry = &variant.hops[0];
-    let connections = match variant.load.connection {
-        ConnectionMode::Shared { connections } => Connections::Shared(connections as usize),
-        ConnectionMode::PerRequest => Connections::PerRequest,
+    let launch_error = |source| RunError::Launch {
+        variant: variant.name.clone(),
+        source,
     };
-    let pool = PushPool::new(
-        &entry.name,
-        addrs
-            .get(&entry.name)
-            .map(Vec::as_slice)
-            .unwrap_or_default(),
-        entry.balance,
-        connections,
-        scenario.seed,
-        "loadgen",
-    )
-    .map_err(|e| setup(e.to_string()))?;
-
+    // One broker serves every hop reached by pull; its topics are their names.
+    let topics: Vec<&str> = variant
+        .hops
+        .iter()
+        .filter(|h| h.transport == Transport::Pull)
+        .map(|h| h.name.as_str())
+        .collect();
+    let broker = if topics.is_empty() {
+        None
+    } else {
+        let spec = ProcessSpec::new("broker", &options.exe)
+            .arg("broker")
+            .arg("--topics")
+            .arg(topics.join(","));
+        Some(launcher.launch(spec).await.map_err(launch_error)?.addr)
+    };
+    let addrs = launch_hops(scenario.seed, variant, broker, options, launcher, log_dir).await?;
+    let entry = &variant.hops[0];
+    let target = match (entry.transport, broker) {
+        (Transport::Pull, Some(broker)) => Target::Pull(PullTarget::new(broker, &entry.name)),
+        _ => {
+            let connections = match variant.load.connection {
+                ConnectionMode::Shared { connections } => Connections::Shared(connections as usize),
+                ConnectionMode::PerRequest => Connections::PerRequest,
+            };
+            let pool = PushPool::new(
+                &entry.name,
+                addrs
+                    .get(&entry.name)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+                entry.balance,
+                connections,
+                scenario.seed,
+                "loadgen",
+            )
+            .map_err(|e| setup(e.to_string()))?;
+            Target::Push(Arc::new(pool))
+        }
+    };
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
     let (done_tx, mut done_rx) = watch::channel(false);
     let generate = async {
         let outcome = loadgen::generate(
-            Target::Push(Arc::new(pool)),
+            target,
             &variant.load,
             scenario.seed,
             Sleeper::Precise,
@@ -203,12 +225,33 @@ async fn measure(
         }
         incidents
     };
-    let (load, incidents) = tokio::join!(generate, watch_children);
+    let (load, mut incidents) = tokio::join!(generate, watch_children);
+    let broker = match broker {
+        Some(addr) => match broker_stats(addr).await {
+            Ok(stats) => stats,
+            Err(e) => {
+                incidents.push(format!("broker statistics unavailable: {e}"));
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
     Ok(VariantRun {
         variant: variant.clone(),
         load,
         incidents,
+        broker,
     })
+}
+
+async fn broker_stats(addr: SocketAddr) -> Result<Vec<TopicStats>, String> {
+    let mut client = BrokerClient::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    client
+        .stats(None)
+        .await
+        .map_err(|s| s.message().to_string())
 }
 
 /// Starts every replica of every hop, leaves first, so each hop is handed
@@ -216,6 +259,7 @@ async fn measure(
 async fn launch_hops(
     seed: u64,
     variant: &Variant,
+    broker: Option<SocketAddr>,
     options: &RunOptions,
     launcher: &mut LocalLauncher,
     log_dir: &Path,
@@ -240,8 +284,8 @@ async fn launch_hops(
                 replica,
                 transport: hop.transport,
                 downstream: downstream.clone(),
-                broker: None,
-                worker_credits: 1,
+                broker,
+                concurrency: hop.concurrency,
                 drain_grace: STOP_GRACE,
                 precise_timer: true,
             };

@@ -43,7 +43,7 @@ fn hop(dir: &Path, name: &str) -> ProcessSpec {
         transport: Transport::Push,
         downstream: Vec::new(),
         broker: None,
-        worker_credits: 1,
+        concurrency: None,
         drain_grace: Duration::from_secs(1),
         precise_timer: false,
     };

@@ -18,6 +18,7 @@ struct HopSpec {
     slow: Option<Slowness>,
     error: Option<ErrorInjection>,
     work: Work,
+    concurrency: Option<u32>,
 }
 
 fn hop(name: &str) -> HopSpec {
@@ -27,6 +28,7 @@ fn hop(name: &str) -> HopSpec {
         slow: None,
         error: None,
         work: Work::None,
+        concurrency: None,
     }
 }
 
@@ -50,6 +52,10 @@ impl HopSpec {
         self.work = Work::Sleep {
             dist: DurationDist::Fixed { value: d },
         };
+        self
+    }
+    fn concurrency(mut self, n: u32) -> Self {
+        self.concurrency = Some(n);
         self
     }
     fn behavior(&self, seed: u64) -> HopBehavior {
@@ -100,7 +106,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                     })
                     .collect(),
                 broker: None,
-                worker_credits: 1,
+                concurrency: spec.concurrency,
                 drain_grace: Duration::from_secs(1),
                 precise_timer: true,
             };
@@ -283,4 +289,26 @@ async fn a_refusing_downstream_is_named() {
         message.contains("hop \"gone\" replica 0") && message.contains(&dead.to_string()),
         "{message}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limited_concurrency_queues_requests_and_reports_the_wait() {
+    let work = Duration::from_millis(40);
+    let c = chain(vec![hop("a").sleep(work).concurrency(1)]).await;
+    let (first, second) = tokio::join!(c.call(1), c.call(2));
+    let (first, second) = (first.expect("first call"), second.expect("second call"));
+    let waits = [first.path[0].queue_wait_ns, second.path[0].queue_wait_ns];
+    let (short, long) = (waits.iter().min().copied(), waits.iter().max().copied());
+    assert!(
+        long >= Some(work.as_nanos() as u64 * 9 / 10),
+        "one request waits for the other: {waits:?}"
+    );
+    assert!(
+        short < Some(work.as_nanos() as u64 / 2),
+        "the other starts at once: {waits:?}"
+    );
+    for r in [&first.path[0], &second.path[0]] {
+        assert!(r.total_ns >= r.service_ns + r.queue_wait_ns, "{r:?}");
+    }
+    c.stop().await;
 }

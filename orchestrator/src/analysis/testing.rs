@@ -16,6 +16,7 @@ pub fn hop(name: &str, slow: Option<f64>) -> Hop {
     Hop {
         name: name.to_string(),
         replicas: 2,
+        concurrency: None,
         transport: Transport::Push,
         balance: Balance::RoundRobin,
         work: Work::Sleep {

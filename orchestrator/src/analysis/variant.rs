@@ -207,6 +207,10 @@ pub struct VariantReport {
     /// What went wrong around the measurement (a hop process that died...).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub incidents: Vec<String>,
+    /// The broker's per-topic statistics (queue depth, waits, redeliveries)
+    /// when hops are reached by pull; queue wait values are in ns.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub broker: Vec<tailmesh_services::broker::TopicStats>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     #[serde(skip)]
     pub latency_histogram: Histogram<u64>,
@@ -392,6 +396,7 @@ pub fn analyze_variant(
         warmup: WarmupCounts::default(),
         interrupted: false,
         incidents: Vec::new(),
+        broker: Vec::new(),
         latency_histogram: latency,
     }
 }

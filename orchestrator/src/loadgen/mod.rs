@@ -21,7 +21,10 @@ use std::{
 use indicatif::ProgressBar;
 pub use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
-use tailmesh_services::{hop::PushPool, timer::Sleeper};
+use tailmesh_services::{
+    hop::{PullTarget, PushPool},
+    timer::Sleeper,
+};
 use tokio::{sync::watch, task::JoinSet, time::Instant};
 use tonic::Status;
 
@@ -35,12 +38,15 @@ use crate::{
 pub enum Target {
     /// Push: a pool over the first hop's replicas.
     Push(Arc<PushPool>),
+    /// Pull: the first hop's broker topic.
+    Pull(PullTarget),
 }
 
 impl Target {
     async fn call(&self, request: CallRequest, timeout: Duration) -> Result<CallReply, Status> {
         match self {
             Target::Push(pool) => pool.call(request, Some(timeout)).await,
+            Target::Pull(target) => target.call(request, Some(timeout)).await,
         }
     }
 }

@@ -42,6 +42,9 @@
 //! default 64).
 //!
 //! `[[hop]]`: `name` (required, unique), `replicas` (1..=64, default 1),
+//! `concurrency` (1..=10000: requests a replica works on at once, the rest
+//! wait in the replica (push) or the broker (pull); default: unlimited for
+//! push, one task at a time for pull),
 //! `transport` = `"push"` (default) | `"pull"`, `balance` =
 //! `"round_robin"` (default) | `"random"` | `"p2c"` (accepted on pull hops
 //! too, where it is unused, so a variant can flip the transport alone),

@@ -122,6 +122,12 @@ pub struct Hop {
     pub name: String,
     /// Replicas, 1..=64.
     pub replicas: u32,
+    /// Requests one replica works on at once (its own work and injected
+    /// slowness; downstream calls do not hold a slot). Others wait: in the
+    /// replica (push) or in the broker (pull, where it is the worker's
+    /// credit). `None`: push replicas take everything at once, pull workers
+    /// take one task at a time (back-to-back's default).
+    pub concurrency: Option<u32>,
     /// How callers reach this hop.
     pub transport: Transport,
     /// How push callers pick a replica of this hop.

@@ -39,6 +39,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
     Hop {
         name: name.to_owned(),
         replicas: 1,
+        concurrency: None,
         transport: Transport::Push,
         balance: Balance::RoundRobin,
         work: Work::None,
@@ -78,6 +79,7 @@ downstream = ["backend", "cache"]
 [[hop]]
 name = "backend"
 replicas = 3
+concurrency = 4
 transport = "pull"
 balance = "random"
 work = { kind = "cpu", min_rounds = 10, max_rounds = 20, block = 4096 }
@@ -120,6 +122,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 Hop {
                     name: "frontend".to_owned(),
                     replicas: 2,
+                    concurrency: None,
                     transport: Transport::Push,
                     balance: Balance::P2c,
                     work: Work::Sleep {
@@ -136,6 +139,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 Hop {
                     name: "backend".to_owned(),
                     replicas: 3,
+                    concurrency: Some(4),
                     transport: Transport::Pull,
                     balance: Balance::Random,
                     work: Work::Cpu {
@@ -157,6 +161,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 Hop {
                     name: "cache".to_owned(),
                     replicas: 1,
+                    concurrency: None,
                     transport: Transport::Push,
                     balance: Balance::RoundRobin,
                     work: Work::Sleep {

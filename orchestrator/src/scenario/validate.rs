@@ -45,6 +45,7 @@ const LOAD_KEYS: &[&str] = &[
 const HOP_KEYS: &[&str] = &[
     "name",
     "replicas",
+    "concurrency",
     "transport",
     "balance",
     "work",
@@ -426,6 +427,13 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             .int_in(p, "replicas", 1, 64)
             .and_then(|r| u32::try_from(r).ok()),
     };
+    let concurrency = match s.get("concurrency") {
+        None => Some(None),
+        Some(_) => s
+            .int_in(p, "concurrency", 1, 10_000)
+            .and_then(|c| u32::try_from(c).ok())
+            .map(Some),
+    };
     let transport = match s.get("transport") {
         None => Some(Transport::Push),
         Some(_) => s.choice(
@@ -503,6 +511,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
         Some(Hop {
             name: name?,
             replicas: replicas?,
+            concurrency: concurrency?,
             transport: transport?,
             balance: balance?,
             work: work?,

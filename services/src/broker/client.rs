@@ -38,6 +38,12 @@ impl BrokerClient {
         Ok(Self::from_channel(channel))
     }
 
+    /// A client for the broker at `addr` that connects on first use, so a
+    /// caller can be built before the broker answers.
+    pub fn connect_lazy(addr: SocketAddr) -> Self {
+        Self::from_channel(endpoint(addr).connect_lazy())
+    }
+
     /// Wraps an existing channel (for callers that build their own, e.g.
     /// with a balancer or extra layers).
     pub fn from_channel(channel: Channel) -> Self {

@@ -13,4 +13,4 @@ pub mod server;
 pub mod work;
 
 pub use client::{Connections, PushPool};
-pub use server::{DownstreamConfig, HopConfig, HopCore, HopError, run};
+pub use server::{DownstreamConfig, HopConfig, HopCore, HopError, PullTarget, run};

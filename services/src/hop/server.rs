@@ -1,7 +1,14 @@
 //! The hop's request handler ([`HopCore`]), its gRPC face, and [`run`].
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    future::Future,
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
+use prost::Message;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::{
     FILE_DESCRIPTOR_SET,
@@ -10,7 +17,11 @@ use tailmesh_proto::{
         hop_server::{Hop, HopServer},
     },
 };
-use tokio::{net::TcpListener, sync::oneshot, time::Instant};
+use tokio::{
+    net::TcpListener,
+    sync::{Semaphore, oneshot, watch},
+    time::Instant,
+};
 use tonic::{Code, Request, Response, Status, transport::server::TcpIncoming};
 
 use super::{
@@ -20,6 +31,7 @@ use super::{
     work::perform,
 };
 use crate::{
+    broker::{BrokerClient, BrokerError, Task, run_worker},
     model::{Balance, HopBehavior, Transport},
     timer::Sleeper,
 };
@@ -51,9 +63,11 @@ pub struct HopConfig {
     /// The broker, when this hop or a downstream one is reached by pull.
     #[serde(default)]
     pub broker: Option<SocketAddr>,
-    /// Tasks a pull worker holds at once (1: take work only when free).
-    #[serde(default = "default_credits")]
-    pub worker_credits: u32,
+    /// Requests this replica works on at once; the rest wait for a slot
+    /// (that wait is reported as queue wait). `None`: no limit for push;
+    /// one task at a time for a pull worker (its credit).
+    #[serde(default)]
+    pub concurrency: Option<u32>,
     /// How long shutdown waits for requests in flight.
     #[serde(default = "default_grace")]
     pub drain_grace: Duration,
@@ -62,9 +76,6 @@ pub struct HopConfig {
     pub precise_timer: bool,
 }
 
-fn default_credits() -> u32 {
-    1
-}
 fn default_grace() -> Duration {
     Duration::from_secs(5)
 }
@@ -115,6 +126,7 @@ pub enum HopError {
 
 enum Downstream {
     Push(PushPool),
+    Pull(PullTarget),
 }
 
 impl Downstream {
@@ -125,7 +137,59 @@ impl Downstream {
     ) -> Result<CallReply, Status> {
         match self {
             Downstream::Push(pool) => pool.call(request, timeout).await,
+            Downstream::Pull(target) => target.call(request, timeout).await,
         }
+    }
+}
+
+/// A hop reached through the broker: its topic is the hop's name.
+#[derive(Clone)]
+pub struct PullTarget {
+    client: BrokerClient,
+    topic: String,
+    broker: SocketAddr,
+}
+
+impl PullTarget {
+    /// A target for `topic` on the broker at `broker`; connects lazily.
+    pub fn new(broker: SocketAddr, topic: &str) -> Self {
+        PullTarget {
+            client: BrokerClient::connect_lazy(broker),
+            topic: topic.to_string(),
+            broker,
+        }
+    }
+
+    /// Submits the request to the topic and decodes the worker's reply.
+    /// Errors name the hop and the broker.
+    pub async fn call(
+        &self,
+        request: CallRequest,
+        timeout: Option<Duration>,
+    ) -> Result<CallReply, Status> {
+        let mut client = self.client.clone();
+        let context = |status: Status| {
+            Status::new(
+                status.code(),
+                format!(
+                    "hop \"{}\" via broker {}: {}",
+                    self.topic,
+                    self.broker,
+                    status.message()
+                ),
+            )
+        };
+        let reply = client
+            .submit(
+                &self.topic,
+                request.encode_to_vec(),
+                HashMap::new(),
+                timeout,
+            )
+            .await
+            .map_err(context)?;
+        CallReply::decode(reply.payload.as_slice())
+            .map_err(|e| context(Status::internal(format!("undecodable reply: {e}"))))
     }
 }
 
@@ -135,6 +199,7 @@ struct Inner {
     transport: Transport,
     downstream: Vec<Downstream>,
     sleeper: Sleeper,
+    slots: Option<Semaphore>,
 }
 
 /// The request handler shared by the gRPC service and the pull worker.
@@ -165,10 +230,11 @@ impl HopCore {
                     downstream.push(Downstream::Push(pool));
                 }
                 Transport::Pull => {
-                    return Err(HopError::NoBroker {
+                    let broker = config.broker.ok_or_else(|| HopError::NoBroker {
                         hop: config.behavior.name.clone(),
                         downstream: d.hop.clone(),
-                    });
+                    })?;
+                    downstream.push(Downstream::Pull(PullTarget::new(broker, &d.hop)));
                 }
             }
         }
@@ -178,6 +244,9 @@ impl HopCore {
                 replica: config.replica,
                 transport: config.transport,
                 downstream,
+                slots: config
+                    .concurrency
+                    .map(|n| Semaphore::new(n.max(1) as usize)),
                 sleeper: if config.precise_timer {
                     Sleeper::Precise
                 } else {
@@ -198,8 +267,8 @@ impl HopCore {
         queue_wait: Duration,
     ) -> Result<CallReply, Status> {
         let inner = &*self.inner;
-        let started = Instant::now();
-        let deadline = timeout.map(|t| started + t);
+        let arrived = Instant::now();
+        let deadline = timeout.map(|t| arrived + t);
         let plan = plan(
             &inner.behavior,
             inner.replica,
@@ -207,11 +276,22 @@ impl HopCore {
             request.attempt,
         );
 
+        // A replica with limited concurrency holds a slot for its own work
+        // only; the wait for a slot is queueing, like a broker queue's.
+        let slot = match &inner.slots {
+            Some(slots) => Some(slots.acquire().await.map_err(|_| {
+                Status::unavailable(format!("hop \"{}\" is shutting down", inner.behavior.name))
+            })?),
+            None => None,
+        };
+        let started = Instant::now();
+        let queue_wait = queue_wait + started.saturating_duration_since(arrived);
         perform(plan.work, &inner.sleeper).await;
         if let Some(extra) = plan.slow {
             inner.sleeper.sleep(extra).await;
         }
         let service = started.elapsed();
+        drop(slot);
         if let Some(code) = plan.error {
             return Err(Status::new(
                 Code::from(code),
@@ -253,7 +333,7 @@ impl HopCore {
             hop: inner.behavior.name.clone(),
             replica: inner.replica,
             service_ns: nanos(service),
-            total_ns: nanos(started.elapsed()),
+            total_ns: nanos(arrived.elapsed()),
             slow: plan.slow.is_some(),
             queue_wait_ns: nanos(queue_wait),
             parent: request.caller,
@@ -312,11 +392,27 @@ pub async fn run(
         })?;
 
     let (stop, stopped) = oneshot::channel::<()>();
+    let (stop_worker, worker_stopped) = watch::channel(false);
+    let worker = match (config.transport, config.broker) {
+        (Transport::Pull, Some(broker)) => Some(tokio::spawn(pull_worker(
+            core.clone(),
+            broker,
+            config.concurrency.unwrap_or(1),
+            worker_stopped,
+        ))),
+        (Transport::Pull, None) => {
+            return Err(HopError::NoBroker {
+                hop: name.clone(),
+                downstream: name,
+            });
+        }
+        (Transport::Push, _) => None,
+    };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
-        .add_service(HopServer::new(HopService { core }))
+        .add_service(HopServer::new(HopService { core: core.clone() }))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });
@@ -325,6 +421,7 @@ pub async fn run(
         r = &mut server => r,
         () = shutdown => {
             let _ = stop.send(());
+            let _ = stop_worker.send(true);
             match tokio::time::timeout(config.drain_grace, &mut server).await {
                 Ok(r) => r,
                 Err(_) => {
@@ -334,9 +431,53 @@ pub async fn run(
             }
         }
     };
+    let _ = stop_worker.send(true);
+    if let Some(worker) = worker {
+        match tokio::time::timeout(config.drain_grace, worker).await {
+            Ok(Ok(Err(e))) => tracing::error!(hop = %name, "pull worker: {e}"),
+            Ok(_) => {}
+            Err(_) => {
+                tracing::warn!(hop = %name, "pull worker still busy after the drain grace; stopping")
+            }
+        }
+    }
     result.map_err(|source| HopError::Serve {
         hop: name,
         replica: config.replica,
         source,
     })
+}
+
+/// Takes this hop's requests from its broker topic (the hop's name), one
+/// per credit, until `stopped` turns true.
+async fn pull_worker(
+    core: HopCore,
+    broker: SocketAddr,
+    credits: u32,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<(), BrokerError> {
+    let topic = core.inner.behavior.name.clone();
+    let worker = format!("{topic}-{}", core.inner.replica);
+    let handler = move |task: Task| {
+        let core = core.clone();
+        async move {
+            let request = CallRequest::decode(task.payload.as_slice()).map_err(|e| {
+                Status::invalid_argument(format!("task {}: undecodable request: {e}", task.task_id))
+            })?;
+            let timeout = (task.deadline_unix_nanos > 0).then(|| {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(now)
+            });
+            let reply = core
+                .handle(request, timeout, Duration::from_nanos(task.queue_wait_ns))
+                .await?;
+            Ok(reply.encode_to_vec())
+        }
+    };
+    let shutdown = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    run_worker(broker, topic, worker, credits, handler, shutdown).await
 }
