@@ -58,6 +58,8 @@ pub struct Finished {
     pub summary: Summary,
     /// Whether Ctrl-C cut it short.
     pub interrupted: bool,
+    /// Whether the scenario asks for terminal histograms.
+    pub histograms: bool,
 }
 
 impl Finished {
@@ -123,6 +125,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         dir,
         summary,
         interrupted,
+        histograms: scenario.report.histogram,
     })
 }
 

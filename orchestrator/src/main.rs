@@ -166,6 +166,15 @@ fn main() -> ExitCode {
 fn run(command: &RunCommand, check: bool) -> ExitCode {
     match experiment::execute(command) {
         Ok(finished) => {
+            if finished.histograms {
+                for v in &finished.summary.variants {
+                    let title = format!("{}: latency from intended send time, ok requests", v.name);
+                    println!(
+                        "{}",
+                        tailmesh::output::render_histogram(&title, &v.latency_histogram)
+                    );
+                }
+            }
             println!("{}", tailmesh::output::render_table(&finished.summary));
             println!("results: {}", finished.dir.display());
             if finished.interrupted {

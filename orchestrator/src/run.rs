@@ -172,7 +172,9 @@ async fn measure(
     let addrs = launch_hops(scenario.seed, variant, broker, options, launcher, log_dir).await?;
     let entry = &variant.hops[0];
     let target = match (entry.transport, broker) {
-        (Transport::Pull, Some(broker)) => Target::Pull(PullTarget::new(broker, &entry.name)),
+        (Transport::Pull, Some(broker)) => {
+            Target::Pull(Box::new(PullTarget::new(broker, &entry.name)))
+        }
         _ => {
             let connections = match variant.load.connection {
                 ConnectionMode::Shared { connections } => Connections::Shared(connections as usize),

@@ -6,8 +6,10 @@
 //! - `process`: the contract between a supervised process and its launcher.
 //! - `hop`: the hop server, its per-request draws and its downstream clients.
 //! - `timer`: sub-millisecond sleeps.
+//! - `deadline`: reading `grpc-timeout` for deadline propagation.
 
 pub mod broker;
+pub mod deadline;
 pub mod hop;
 pub mod model;
 pub mod process;

@@ -269,6 +269,43 @@ mod broker {
     }
 
     #[tokio::test]
+    async fn release_frees_the_credit_early_and_the_later_result_returns_none() {
+        let broker = start(config(&["t"])).await;
+        let client = broker.client().await;
+        let calls = submit_in_order(&client, "t", &["a", "b"]).await;
+        let mut worker = raw_worker(broker.addr, "t", 1).await;
+
+        let a = worker.task().await;
+        assert_eq!(text(&a.payload), "a");
+        worker.send(worker_message::Kind::Release(pb::Release {
+            task_id: a.task_id,
+        }));
+        // Released, the worker gets "b" while "a" is still unanswered.
+        let b = worker.task().await;
+        assert_eq!(text(&b.payload), "b");
+        let s = wait_stats(&client, "t", "two held tasks", |s| s.in_flight == 2).await;
+        assert_eq!(s.credits, 0, "{s:?}");
+
+        // A second Release of the same task, or of one it does not hold, is refused.
+        worker.send(worker_message::Kind::Release(pb::Release {
+            task_id: a.task_id,
+        }));
+        assert_eq!(worker.rejected().await.task_id, a.task_id);
+
+        worker.answer(a.task_id, b"a!");
+        worker.answer(b.task_id, b"b!");
+        let mut calls = calls.into_iter();
+        for expected in ["a!", "b!"] {
+            let call = calls.next().expect("a call");
+            assert_eq!(text(&answer_of(call).await.expect("ok").payload), expected);
+        }
+        // One credit came back by Release, one by b's result, none by a's.
+        let s = wait_stats(&client, "t", "both answered", |s| s.completed == 2).await;
+        assert_eq!((s.credits, s.in_flight), (1, 0), "{s:?}");
+        broker.shutdown().await.expect("clean shutdown");
+    }
+
+    #[tokio::test]
     async fn explicit_credit_grants_more_and_results_return_it() {
         let broker = start(config(&["t"])).await;
         let client = broker.client().await;

@@ -173,6 +173,7 @@ pub fn summary() -> crate::analysis::Summary {
         seed: 7,
         variants: vec![variant.clone()],
         check: check(),
+        report: crate::scenario::Report::default(),
     };
     let echo = ScenarioEcho::new(
         &scenario,

@@ -145,8 +145,9 @@ pub struct HopReport {
     pub total: Percentiles,
     /// Broker queue wait (0 for push hops).
     pub queue_wait: Percentiles,
-    /// Errors whose message names this hop (`hop "<name>"`), by label.
-    /// Best effort: failed requests carry no path.
+    /// Errors blamed on this hop, by label: the innermost hop an error
+    /// message names (callers prefix `hop "<name>" replica <i> (<addr>): `
+    /// as an error travels back up, so the last name is where it arose).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, u64>,
     /// The first few such error messages.
@@ -266,6 +267,13 @@ pub fn declared_p(hop: &Hop) -> f64 {
     hop.slow.as_ref().map_or(0.0, |s| s.probability)
 }
 
+/// The innermost hop named in an error message (`... hop "b" ...`).
+fn blamed_hop(message: &str) -> Option<&str> {
+    let start = message.rfind("hop \"")? + "hop \"".len();
+    let len = message[start..].find('"')?;
+    Some(&message[start..start + len])
+}
+
 /// Analyzes one variant's measured records. `measured` is the length of the
 /// measured phase (for rates). Pure: same input, same report.
 pub fn analyze_variant(
@@ -338,12 +346,13 @@ pub fn analyze_variant(
                 let label = r.outcome.label();
                 *errors.entry(label.clone()).or_insert(0) += 1;
                 counts.errors_excluded += 1;
-                for (hop, acc) in variant.hops.iter().zip(hops.iter_mut()) {
-                    if message.contains(&format!("hop \"{}\"", hop.name)) {
-                        *acc.errors.entry(label.clone()).or_insert(0) += 1;
-                        if acc.error_samples.len() < ERROR_SAMPLES {
-                            acc.error_samples.push(message.clone());
-                        }
+                if let Some(acc) = blamed_hop(message)
+                    .and_then(|h| index.get(h))
+                    .map(|&i| &mut hops[i])
+                {
+                    *acc.errors.entry(label.clone()).or_insert(0) += 1;
+                    if acc.error_samples.len() < ERROR_SAMPLES {
+                        acc.error_samples.push(message.clone());
                     }
                 }
             }
@@ -418,6 +427,19 @@ mod tests {
     use super::*;
     use crate::analysis::compounding::Verdict;
     use crate::analysis::testing::{chain3, check, failed, mixed_records, ok_records};
+
+    #[test]
+    fn errors_are_blamed_on_the_innermost_hop_named() {
+        let message =
+            "hop \"a\" replica 0 (127.0.0.1:1): hop \"b\" replica 1 (127.0.0.1:2): refused";
+        assert_eq!(blamed_hop(message), Some("b"));
+        assert_eq!(
+            blamed_hop("injected error at hop \"c\" replica 0"),
+            Some("c")
+        );
+        assert_eq!(blamed_hop("transport error"), None);
+        assert_eq!(blamed_hop("hop \"unterminated"), None);
+    }
 
     #[test]
     fn every_request_is_accounted_for() {

@@ -39,7 +39,7 @@ pub enum Target {
     /// Push: a pool over the first hop's replicas.
     Push(Arc<PushPool>),
     /// Pull: the first hop's broker topic.
-    Pull(PullTarget),
+    Pull(Box<PullTarget>),
 }
 
 impl Target {

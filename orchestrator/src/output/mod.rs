@@ -4,7 +4,9 @@
 //! - `csv`: one row per request (`requests.csv`).
 //! - `json`: the run summary (`summary.json`).
 //! - `table`: the human summary printed at the end of a run.
+//! - `bars`: terminal latency histograms, a bar per bucket.
 
+pub mod bars;
 pub mod csv;
 pub mod hgrm;
 pub mod json;
@@ -12,6 +14,7 @@ pub mod table;
 
 use std::path::{Path, PathBuf};
 
+pub use bars::render_histogram;
 pub use csv::{CSV_HEADER, write_requests_csv};
 pub use hgrm::{format_percentile_distribution, write_hgrm};
 pub use json::write_summary;

@@ -31,6 +31,7 @@
 //! | `[[hop]]` | 1 to [`MAX_HOPS`] tables | required |
 //! | `[[variant]]` | tables | one variant, "base" |
 //! | `[check]` | table | `slow_threshold = "1s"`, `compounding = false` |
+//! | `[report]` | table | `histogram = false` |
 //!
 //! `[load]`: `mode` = `"open"` | `"closed"` (required). Open needs `rate`
 //! (number, > 0, <= 1 000 000) and takes `arrivals` = `"poisson"` (default)
@@ -68,6 +69,10 @@
 //!   file order (none for the last). Unknown names, the hop itself,
 //!   duplicates, cycles and hops not reachable from the first hop (the
 //!   entry) are errors.
+//!
+//! `[report]`: `histogram` (bool): also print each variant's latency
+//! histogram in the terminal, one bucket per line with a bar, as
+//! back-to-back's study did.
 //!
 //! `[check]`: `slow_threshold` (> 0, default `"1s"`), `compounding`
 //! (bool, default false; true needs an explicit `slow_threshold`).
@@ -165,6 +170,7 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
             seed: base.seed,
             variants,
             check: base.check,
+            report: base.report,
         }),
         _ => Err(problems.into_errors(source, origin)),
     }

@@ -25,6 +25,15 @@ pub struct Scenario {
     pub variants: Vec<Variant>,
     /// What the run checks.
     pub check: Check,
+    /// How results are shown.
+    pub report: Report,
+}
+
+/// How results are shown beyond the files every run writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Print each variant's latency histogram in the terminal.
+    pub histogram: bool,
 }
 
 /// The scenario with one variant's overrides applied, validated as a whole.

@@ -96,6 +96,9 @@ error = { probability = 0.5, code = 13 }
 [check]
 slow_threshold = "15ms"
 compounding = true
+
+[report]
+histogram = true
 "#;
 
 #[test]
@@ -191,6 +194,7 @@ fn full_scenario_parses_into_the_exact_model() {
             slow_threshold: ms(15),
             compounding: true,
         },
+        report: Report { histogram: true },
     };
     assert_eq!(ok(FULL), expected);
 }
@@ -453,6 +457,7 @@ fn defaults_fill_in_a_minimal_scenario() {
             slow_threshold: Duration::from_secs(1),
             compounding: false,
         },
+        report: Report::default(),
     };
     assert_eq!(ok(&source), expected);
 }

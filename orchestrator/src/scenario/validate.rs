@@ -11,7 +11,7 @@ use tailmesh_services::model::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ConnectionMode, Hop, Launcher, Load, LoadMode, MAX_HOPS, Stop,
+    Arrivals, Check, ConnectionMode, Hop, Launcher, Load, LoadMode, MAX_HOPS, Report, Stop,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -28,6 +28,7 @@ const TOP_KEYS: &[&str] = &[
     "hop",
     "variant",
     "check",
+    "report",
 ];
 const LOAD_KEYS: &[&str] = &[
     "mode",
@@ -56,6 +57,7 @@ const HOP_KEYS: &[&str] = &[
 ];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
 const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding"];
+const REPORT_KEYS: &[&str] = &["histogram"];
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
@@ -70,6 +72,7 @@ pub(super) struct Parts {
     pub load: Load,
     pub hops: Vec<Hop>,
     pub check: Check,
+    pub report: Report,
 }
 
 /// Validates a whole tree; `Some` only if it has no problem at all.
@@ -131,7 +134,13 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         }),
     };
 
-    let parts = match (name, description, seed, launcher, load, hops, check) {
+    let report = match table_section(&top, &mut p, "report") {
+        Some(Some(section)) => report(&section, &mut p),
+        Some(None) => None,
+        None => Some(Report::default()),
+    };
+
+    let parts = match (name, description, seed, launcher, load, hops, check, report) {
         (
             Some(name),
             Some(description),
@@ -140,6 +149,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             Some(load),
             Some(hops),
             Some(check),
+            Some(report),
         ) if p.is_empty() => Some(Parts {
             name,
             description,
@@ -148,6 +158,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             load,
             hops,
             check,
+            report,
         }),
         _ => None,
     };
@@ -313,6 +324,17 @@ fn check(s: &Section<'_>, p: &mut Problems) -> Option<Check> {
     Some(Check {
         slow_threshold: threshold.unwrap_or(Some(DEFAULT_SLOW_THRESHOLD))?,
         compounding: compounding?,
+    })
+}
+
+fn report(s: &Section<'_>, p: &mut Problems) -> Option<Report> {
+    s.unknown_keys(p, REPORT_KEYS);
+    let histogram = match s.get("histogram") {
+        None => Some(false),
+        Some(_) => s.boolean(p, "histogram"),
+    };
+    Some(Report {
+        histogram: histogram?,
     })
 }
 

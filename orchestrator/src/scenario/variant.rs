@@ -230,8 +230,8 @@ fn target(path: &str) -> Result<Target, String> {
             )),
         },
         "seed" => Err("seed cannot be overridden by a variant: it is per scenario".to_owned()),
-        "check" => Err(format!(
-            "override path \"{path}\": [check] cannot be overridden by a variant, it is per scenario"
+        "check" | "report" => Err(format!(
+            "override path \"{path}\": [{first}] cannot be overridden by a variant, it is per scenario"
         )),
         "name" | "description" | "variant" => Err(format!(
             "override path \"{path}\": {first} cannot be overridden by a variant"

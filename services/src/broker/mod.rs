@@ -50,7 +50,7 @@ pub use client::BrokerClient;
 pub use error::BrokerError;
 pub use server::run;
 pub use tailmesh_proto::pb::{SubmitReply, Task, TopicStats};
-pub use worker::run_worker;
+pub use worker::{Release, run_worker, run_worker_releasing};
 
 /// What a broker serves, as plain data.
 #[derive(Clone, Debug)]

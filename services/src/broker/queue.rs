@@ -94,6 +94,8 @@ struct Worker {
     /// Sent a Drain: results no longer return credit until a new grant.
     draining: bool,
     held: Vec<u64>,
+    /// Held tasks whose credit a Release already returned.
+    released: Vec<u64>,
     tx: WorkerTx,
     in_ready: bool,
 }
@@ -295,6 +297,7 @@ impl Topic {
                 credits,
                 draining: false,
                 held: Vec::with_capacity(credits.min(1024) as usize),
+                released: Vec::new(),
                 tx,
                 in_ready: false,
             },
@@ -323,6 +326,9 @@ impl Topic {
                     w.draining = false;
                 }
                 inner.mark_ready(id);
+            }
+            Some(worker_message::Kind::Release(release)) => {
+                inner.on_release(id, release.task_id, issued_below);
             }
             Some(worker_message::Kind::Drain(_)) => {
                 if let Some(w) = inner.workers.get_mut(&id) {
@@ -553,6 +559,26 @@ impl Inner {
         }
     }
 
+    fn on_release(&mut self, wid: WorkerId, task_id: u64, issued_below: u64) {
+        let Some(worker) = self.workers.get_mut(&wid) else {
+            return;
+        };
+        if !worker.held.contains(&task_id) || worker.released.contains(&task_id) {
+            let err = if task_id == 0 || task_id >= issued_below {
+                TaskError::NeverIssued { task: task_id }
+            } else {
+                TaskError::NotHeld { task: task_id }
+            };
+            self.reject(wid, task_id, err);
+            return;
+        }
+        worker.released.push(task_id);
+        if !worker.draining {
+            worker.credits = worker.credits.saturating_add(1);
+        }
+        self.mark_ready(wid);
+    }
+
     fn on_result(
         &mut self,
         wid: WorkerId,
@@ -574,7 +600,14 @@ impl Inner {
             return;
         };
         worker.held.swap_remove(pos);
-        if !worker.draining {
+        let released = match worker.released.iter().position(|&t| t == r.task_id) {
+            Some(i) => {
+                worker.released.swap_remove(i);
+                true
+            }
+            None => false,
+        };
+        if !worker.draining && !released {
             worker.credits = worker.credits.saturating_add(1);
         }
         let worker_name = if r.payload.len() > max_payload {

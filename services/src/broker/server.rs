@@ -14,6 +14,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use crate::deadline::grpc_timeout;
 use tailmesh_proto::pb::{self, broker_server::BrokerServer, worker_message};
 use tokio::{
     net::TcpListener,
@@ -23,7 +24,6 @@ use tokio::{
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{
     Request, Response, Status, Streaming,
-    metadata::MetadataMap,
     transport::{Server, server::TcpIncoming},
 };
 use tonic_health::ServingStatus;
@@ -384,31 +384,13 @@ fn effective_deadline(
     )
 }
 
-/// The call's grpc-timeout header, if present and well-formed.
-fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
-    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
-    if value.len() < 2 || value.len() > 9 {
-        return None;
-    }
-    let (digits, unit) = value.split_at(value.len() - 1);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
 fn kind_name(kind: Option<&worker_message::Kind>) -> &'static str {
     match kind {
         Some(worker_message::Kind::Hello(_)) => "Hello",
         Some(worker_message::Kind::Credit(_)) => "Credit",
         Some(worker_message::Kind::Result(_)) => "TaskResult",
         Some(worker_message::Kind::Drain(_)) => "Drain",
+        Some(worker_message::Kind::Release(_)) => "Release",
         None => "an empty message",
     }
 }
@@ -416,22 +398,6 @@ fn kind_name(kind: Option<&worker_message::Kind>) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_timeout_units() {
-        let mut md = MetadataMap::new();
-        for (v, d) in [
-            ("100m", Duration::from_millis(100)),
-            ("2S", Duration::from_secs(2)),
-            ("7u", Duration::from_micros(7)),
-            ("1H", Duration::from_secs(3600)),
-        ] {
-            md.insert("grpc-timeout", v.parse().expect("ascii"));
-            assert_eq!(grpc_timeout(&md), Some(d), "{v}");
-        }
-        md.insert("grpc-timeout", "12x".parse().expect("ascii"));
-        assert_eq!(grpc_timeout(&md), None);
-    }
 
     #[tokio::test]
     async fn deadline_is_the_earlier_of_both() {

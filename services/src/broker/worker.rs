@@ -54,7 +54,46 @@ pub async fn run_worker<H, F>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BrokerError>
 where
-    H: Fn(pb::Task) -> F + Clone + Send + 'static,
+    H: Fn(pb::Task) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    let handler = move |task, _release: Release| handler(task);
+    run_worker_releasing(addr, topic, worker, credits, handler, shutdown).await
+}
+
+/// Lets a handler give its credit back before its result is ready: once it
+/// has done its own work and only waits on others (a hop waiting on its
+/// downstream hops), the worker can take its next task. Dropping it
+/// without calling [`Release::release`] keeps the credit until the result.
+pub struct Release {
+    task_id: u64,
+    out: mpsc::UnboundedSender<pb::WorkerMessage>,
+}
+
+impl Release {
+    /// Returns the task's credit to the broker now.
+    pub fn release(self) {
+        let release = pb::Release {
+            task_id: self.task_id,
+        };
+        let _ = self
+            .out
+            .send(message(worker_message::Kind::Release(release)));
+    }
+}
+
+/// [`run_worker`] for handlers that take a [`Release`] along with each
+/// task, to free their credit before they answer.
+pub async fn run_worker_releasing<H, F>(
+    addr: SocketAddr,
+    topic: String,
+    worker: String,
+    credits: u32,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BrokerError>
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
     let hello = pb::Hello {
@@ -115,7 +154,7 @@ async fn session<H, F>(
     mut shutdown: Pin<&mut impl Future<Output = ()>>,
 ) -> Ended
 where
-    H: Fn(pb::Task) -> F + Clone + Send + 'static,
+    H: Fn(pb::Task, Release) -> F + Clone + Send + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
     let broke = |reason: String| Ended::Broke {
@@ -178,7 +217,8 @@ where
             msg = inbound.message() => match msg {
                 Ok(Some(pb::BrokerMessage { kind: Some(broker_message::Kind::Task(task)) })) => {
                     let (task_id, deadline) = (task.task_id, task.deadline_unix_nanos);
-                    let work = with_deadline(handler(task), deadline);
+                    let release = Release { task_id, out: out.clone() };
+                    let work = with_deadline(handler(task, release), deadline);
                     let abort = running.spawn(async move { (task_id, work.await) });
                     task_ids.insert(abort.id(), task_id);
                 }

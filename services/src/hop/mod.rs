@@ -3,11 +3,9 @@
 //! - `draw`: seeded per-request decisions (work, slowness, errors).
 //! - `work`: doing the work (sleep or CPU).
 //! - `client`: reaching a push hop's replicas, with balancing.
-//! - `deadline`: reading `grpc-timeout` for deadline propagation.
 //! - `server`: the request handler, the gRPC service and `run`.
 
 pub mod client;
-pub mod deadline;
 pub mod draw;
 pub mod server;
 pub mod work;

@@ -26,12 +26,12 @@ use tonic::{Code, Request, Response, Status, transport::server::TcpIncoming};
 
 use super::{
     client::{Connections, PoolError, PushPool},
-    deadline::parse_grpc_timeout,
     draw::plan,
     work::perform,
 };
 use crate::{
-    broker::{BrokerClient, BrokerError, Task, run_worker},
+    broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
+    deadline::grpc_timeout,
     model::{Balance, HopBehavior, Transport},
     timer::Sleeper,
 };
@@ -259,12 +259,15 @@ impl HopCore {
     /// Handles one request: work, injected slowness and errors, downstream
     /// calls in parallel, then this hop's record appended to the path.
     /// `timeout` is what remains of the caller's deadline; `queue_wait` is
-    /// the time the request spent in a broker queue (pull).
+    /// the time the request spent in a broker queue (pull); `release`, for
+    /// a pull worker, gives the broker credit back once this hop's own work
+    /// is done, so waiting on downstream hops does not hold it.
     pub async fn handle(
         &self,
         request: CallRequest,
         timeout: Option<Duration>,
         queue_wait: Duration,
+        release: Option<Release>,
     ) -> Result<CallReply, Status> {
         let inner = &*self.inner;
         let arrived = Instant::now();
@@ -291,7 +294,12 @@ impl HopCore {
             inner.sleeper.sleep(extra).await;
         }
         let service = started.elapsed();
+        // Its own work done, the replica is free for the next request while
+        // it waits on its downstream hops.
         drop(slot);
+        if let Some(release) = release {
+            release.release();
+        }
         if let Some(code) = plan.error {
             return Err(Status::new(
                 Code::from(code),
@@ -359,13 +367,9 @@ struct HopService {
 #[tonic::async_trait]
 impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
-        let timeout = request
-            .metadata()
-            .get("grpc-timeout")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_grpc_timeout);
+        let timeout = grpc_timeout(request.metadata());
         self.core
-            .handle(request.into_inner(), timeout, Duration::ZERO)
+            .handle(request.into_inner(), timeout, Duration::ZERO, None)
             .await
             .map(Response::new)
     }
@@ -458,7 +462,7 @@ async fn pull_worker(
 ) -> Result<(), BrokerError> {
     let topic = core.inner.behavior.name.clone();
     let worker = format!("{topic}-{}", core.inner.replica);
-    let handler = move |task: Task| {
+    let handler = move |task: Task, release: Release| {
         let core = core.clone();
         async move {
             let request = CallRequest::decode(task.payload.as_slice()).map_err(|e| {
@@ -471,7 +475,12 @@ async fn pull_worker(
                 Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(now)
             });
             let reply = core
-                .handle(request, timeout, Duration::from_nanos(task.queue_wait_ns))
+                .handle(
+                    request,
+                    timeout,
+                    Duration::from_nanos(task.queue_wait_ns),
+                    Some(release),
+                )
                 .await?;
             Ok(reply.encode_to_vec())
         }
@@ -479,5 +488,5 @@ async fn pull_worker(
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    run_worker(broker, topic, worker, credits, handler, shutdown).await
+    run_worker_releasing(broker, topic, worker, credits, handler, shutdown).await
 }

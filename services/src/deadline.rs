@@ -1,7 +1,14 @@
-//! The `grpc-timeout` header: read on the way in, so the remaining time can
-//! be passed on to downstream calls (deadline propagation).
+//! The `grpc-timeout` header: read on the way in (by hops and the broker),
+//! so the remaining time can be passed on (deadline propagation).
 
 use std::time::Duration;
+
+use tonic::metadata::MetadataMap;
+
+/// The call's `grpc-timeout`, if present and well-formed.
+pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    parse_grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
+}
 
 /// Parses a `grpc-timeout` value ("100m", "250u", "2S"): at most 8 digits
 /// and a unit (H, M, S, m, u, n). Anything else is `None`.
@@ -40,5 +47,9 @@ mod tests {
         for bad in ["", "m", "12x", "-1m", "123456789m", "1.5S"] {
             assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
         }
+        let mut md = MetadataMap::new();
+        assert_eq!(grpc_timeout(&md), None);
+        md.insert("grpc-timeout", "250u".parse().expect("ascii"));
+        assert_eq!(grpc_timeout(&md), Some(Duration::from_micros(250)));
     }
 }

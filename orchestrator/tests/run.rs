@@ -1,0 +1,1240 @@
+//! `tailmesh run` end to end: the real binary on small scenarios written to
+//! a temp dir, its results read back and checked against each other.
+//!
+//! - Runs are serialized (one process-wide lock): on a 2-core machine two
+//!   meshes at once would add each other's scheduling delays to the
+//!   latencies a test judges.
+//! - Every run has a wall-time deadline; past it the run is killed and the
+//!   test fails with the run's output. Every wait is on a condition with a
+//!   deadline; nothing sleeps and hopes.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::Mutex,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use serde_json::Value;
+
+const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
+
+/// No run of these tests should come near this; past it the run is killed.
+const RUN_DEADLINE: Duration = Duration::from_secs(40);
+
+/// How often a wait re-checks its condition.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Held by every test that runs a mesh, so runs do not overlap.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next test is still valid.
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A 3-hop chain where every hop is slow with p = 0.2 (+20 ms), the middle
+/// hop with 2 replicas behind round robin, and the compounding check on.
+fn chain3(name: &str, seed: u64, variants: &str) -> String {
+    format!(
+        r#"
+name = "{name}"
+seed = {seed}
+
+[load]
+mode = "open"
+rate = 200
+requests = 300
+timeout = "2s"
+
+[[hop]]
+name = "a"
+slow = {{ probability = 0.2, extra = "20ms" }}
+
+[[hop]]
+name = "b"
+replicas = 2
+balance = "round_robin"
+slow = {{ probability = 0.2, extra = "20ms" }}
+
+[[hop]]
+name = "c"
+slow = {{ probability = 0.2, extra = "20ms" }}
+{variants}
+[check]
+slow_threshold = "10ms"
+compounding = true
+"#
+    )
+}
+
+/// Two variants that differ only in how hop b's replica is picked.
+const TWO_VARIANTS: &str = r#"
+[[variant]]
+name = "rr"
+
+[[variant]]
+name = "random"
+set = { "hop.b.balance" = "random" }
+"#;
+
+/// Every replica's process name per hop of [`chain3`].
+const CHAIN3_REPLICAS: [&str; 4] = ["hop-a-0", "hop-b-0", "hop-b-1", "hop-c-0"];
+
+// ---------------------------------------------------------------------------
+// Running the binary
+
+/// A started `tailmesh`, killed and reaped if the test fails before it
+/// exits (its hops follow: they exit when its stdin pipe closes).
+struct Running {
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+    started: Instant,
+}
+
+/// A finished `tailmesh`.
+#[derive(Debug)]
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Both streams, for assertion messages.
+    fn output(&self) -> String {
+        format!(
+            "status {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Running {
+    /// Starts `tailmesh args...` with its output in files under `dir`.
+    fn start(dir: &Path, args: &[&str]) -> Running {
+        let n = std::fs::read_dir(dir).map_or(0, |d| d.count());
+        let out = dir.join(format!("tailmesh-{n}.out"));
+        let err = dir.join(format!("tailmesh-{n}.err"));
+        let child = Command::new(TAILMESH)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("create the stdout file"))
+            .stderr(std::fs::File::create(&err).expect("create the stderr file"))
+            .env_remove("RUST_LOG")
+            .spawn()
+            .expect("start tailmesh");
+        Running {
+            child,
+            out,
+            err,
+            started: Instant::now(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What it wrote so far.
+    fn output(&self) -> String {
+        format!(
+            "--- stdout\n{}\n--- stderr\n{}",
+            read_lossy(&self.out),
+            read_lossy(&self.err)
+        )
+    }
+
+    /// Whether it has exited (it is then reaped by `wait`).
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Fails the test, with the output so far, once the run is past its
+    /// deadline.
+    fn assert_in_time(&mut self, waiting_for: &str) {
+        if self.started.elapsed() > RUN_DEADLINE {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!(
+                "tailmesh still running after {RUN_DEADLINE:?} ({waiting_for}):\n{}",
+                self.output()
+            );
+        }
+    }
+
+    /// Waits for it to exit, within [`RUN_DEADLINE`] of its start.
+    fn wait(mut self) -> Finished {
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for tailmesh") {
+                return Finished {
+                    status,
+                    stdout: read_lossy(&self.out),
+                    stderr: read_lossy(&self.err),
+                };
+            }
+            self.assert_in_time("waiting for it to exit");
+            sleep(POLL);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.exited() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Runs `tailmesh args...` to the end.
+fn tailmesh(dir: &Path, args: &[&str]) -> Finished {
+    Running::start(dir, args).wait()
+}
+
+/// `tailmesh run <scenario> --results <results> --quiet [extra...]`.
+fn run_args<'a>(scenario: &'a Path, results: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "run",
+        path_str(scenario),
+        "--results",
+        path_str(results),
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, text).expect("write a scenario");
+    path
+}
+
+/// Runs a scenario that must succeed (exit 0) and returns its run folder.
+fn run_ok(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf) {
+    let finished = tailmesh(dir, &run_args(scenario, results, &[]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(results);
+    (finished, run_dir)
+}
+
+/// The one run folder under `<results>/<scenario>/` (besides `latest`).
+fn only_run_dir(results: &Path) -> PathBuf {
+    let scenarios: Vec<PathBuf> = dirs_in(results);
+    assert_eq!(scenarios.len(), 1, "one scenario folder: {scenarios:?}");
+    let runs: Vec<PathBuf> = dirs_in(&scenarios[0])
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n != "latest"))
+        .collect();
+    assert_eq!(runs.len(), 1, "one run folder: {runs:?}");
+    runs.into_iter().next().expect("checked above")
+}
+
+fn dirs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every file called `file_name` under `dir`, at any depth.
+fn find_files(dir: &Path, file_name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_symlink() {
+            continue;
+        }
+        if path.is_dir() {
+            found.extend(find_files(&path, file_name));
+        } else if path.file_name().is_some_and(|n| n == file_name) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Every `<variant>/<name>.pid` under `dir`, read now: (variant, name) to pid.
+/// A file caught half-written or just removed is skipped.
+fn pid_files(dir: &Path) -> BTreeMap<(String, String), u32> {
+    let mut pids = BTreeMap::new();
+    collect_pid_files(dir, &mut pids);
+    pids
+}
+
+fn collect_pid_files(dir: &Path, pids: &mut BTreeMap<(String, String), u32>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_symlink() {
+            continue;
+        }
+        if path.is_dir() {
+            collect_pid_files(&path, pids);
+            continue;
+        }
+        let (Some(stem), Some("pid")) = (
+            path.file_stem().and_then(|s| s.to_str()),
+            path.extension().and_then(|s| s.to_str()),
+        ) else {
+            continue;
+        };
+        let variant = path
+            .parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            pids.insert((variant, stem.to_string()), pid);
+        }
+    }
+}
+
+/// Whether `pid` runs a process whose command line mentions `marker` (a
+/// temp dir path): a zombie or a reused pid does not count.
+fn runs_ours(pid: u32, marker: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state letter follows the parenthesized command name.
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')));
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    !zombie && String::from_utf8_lossy(&cmdline).contains(marker)
+}
+
+// ---------------------------------------------------------------------------
+// Reading results
+
+fn summary(run_dir: &Path) -> Value {
+    let path = run_dir.join("summary.json");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
+}
+
+fn u64_at(v: &Value, pointer: &str) -> u64 {
+    v.pointer(pointer)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no unsigned integer at {pointer} in {v:#}"))
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
+}
+
+fn variants(summary: &Value) -> &Vec<Value> {
+    summary
+        .pointer("/variants")
+        .and_then(Value::as_array)
+        .expect("summary.json has variants")
+}
+
+/// The variant's error counts by label.
+fn errors(variant: &Value) -> BTreeMap<String, u64> {
+    variant
+        .pointer("/errors")
+        .and_then(Value::as_object)
+        .expect("errors is an object")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("an error count")))
+        .collect()
+}
+
+/// One row of requests.csv.
+#[derive(Debug, Clone)]
+struct Row {
+    variant: String,
+    id: u64,
+    /// `latency_us` in nanoseconds (the file prints exactly three decimals).
+    latency_ns: u64,
+    status: String,
+    slow_hops: Vec<String>,
+    /// (hop, replica) per path record.
+    path: Vec<(String, u32)>,
+}
+
+const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path";
+
+fn requests_csv(run_dir: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(run_dir.join("requests.csv")).expect("read requests.csv");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(CSV_HEADER));
+    lines
+        .map(|line| {
+            // No field of these scenarios needs quoting: names are DNS labels.
+            let f: Vec<&str> = line.split(',').collect();
+            assert_eq!(f.len(), 9, "9 fields: {line}");
+            let list = |s: &str| -> Vec<String> {
+                s.split(';')
+                    .filter(|x| !x.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            };
+            Row {
+                variant: f[0].to_string(),
+                id: f[1].parse().unwrap_or_else(|e| panic!("id in {line}: {e}")),
+                latency_ns: micros3_to_ns(f[5]),
+                status: f[6].to_string(),
+                slow_hops: list(f[7]),
+                path: list(f[8])
+                    .iter()
+                    .map(|rec| {
+                        let parts: Vec<&str> = rec.split('/').collect();
+                        assert_eq!(parts.len(), 3, "hop/replica/service_us: {rec}");
+                        let replica = parts[1]
+                            .parse()
+                            .unwrap_or_else(|e| panic!("replica in {rec}: {e}"));
+                        (parts[0].to_string(), replica)
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// "1234.567" (µs with three decimals) as nanoseconds.
+fn micros3_to_ns(s: &str) -> u64 {
+    let (whole, frac) = s
+        .split_once('.')
+        .unwrap_or_else(|| panic!("three decimals: {s}"));
+    assert_eq!(frac.len(), 3, "three decimals: {s}");
+    let whole: u64 = whole.parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+    let frac: u64 = frac.parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+    whole * 1_000 + frac
+}
+
+/// The `Total count` of an .hgrm file's footer.
+fn hgrm_total_count(path: &Path) -> u64 {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("#[") && l.contains("Total count"))
+        .unwrap_or_else(|| panic!("no Total count line in {}:\n{text}", path.display()));
+    let value = line
+        .split("Total count")
+        .nth(1)
+        .and_then(|rest| rest.trim_start().strip_prefix('='))
+        .map(|rest| rest.trim().trim_end_matches(']').trim())
+        .unwrap_or_else(|| panic!("malformed line: {line}"));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("Total count in {line}: {e}"))
+}
+
+/// (id, slow hops) of every row of `variant`.
+fn slow_schedule(rows: &[Row], variant: &str) -> BTreeSet<(u64, Vec<String>)> {
+    rows.iter()
+        .filter(|r| r.variant == variant)
+        .map(|r| {
+            let mut hops = r.slow_hops.clone();
+            hops.sort();
+            (r.id, hops)
+        })
+        .collect()
+}
+
+/// Checks that summary.json, requests.csv, the .hgrm files and the logs
+/// folder of one finished run agree with each other.
+fn assert_files_agree(run_dir: &Path, expected_variants: &[&str], replicas: &[&str]) {
+    let summary = summary(run_dir);
+    let rows = requests_csv(run_dir);
+    let names: Vec<&str> = variants(&summary)
+        .iter()
+        .map(|v| str_at(v, "/name"))
+        .collect();
+    assert_eq!(names, expected_variants);
+    assert_eq!(
+        rows.len() as u64,
+        variants(&summary)
+            .iter()
+            .map(|v| u64_at(v, "/sent"))
+            .sum::<u64>(),
+        "requests.csv has one row per request sent, no more"
+    );
+    let threshold_ns = u64_at(&summary, "/scenario/slow_threshold_us") * 1_000;
+
+    for v in variants(&summary) {
+        let name = str_at(v, "/name");
+        let mine: Vec<&Row> = rows.iter().filter(|r| r.variant == name).collect();
+        let (sent, ok, timeouts) = (u64_at(v, "/sent"), u64_at(v, "/ok"), u64_at(v, "/timeouts"));
+        let errors = errors(v);
+
+        // Accounting, in the summary and against the rows.
+        assert!(sent > 0, "variant {name} sent nothing");
+        assert_eq!(mine.len() as u64, sent, "variant {name}: rows vs sent");
+        assert_eq!(
+            ok + timeouts + errors.values().sum::<u64>(),
+            sent,
+            "variant {name}"
+        );
+        assert_eq!(v.pointer("/accounted"), Some(&Value::Bool(true)));
+        assert_eq!(u64_at(v, "/duplicate_ids"), 0);
+        let ids: BTreeSet<u64> = mine.iter().map(|r| r.id).collect();
+        assert_eq!(ids.len(), mine.len(), "variant {name}: ids are unique");
+        let status_count = |s: &str| mine.iter().filter(|r| r.status == s).count() as u64;
+        assert_eq!(status_count("ok"), ok, "variant {name}");
+        assert_eq!(status_count("timeout"), timeouts, "variant {name}");
+        for (label, n) in &errors {
+            assert_eq!(status_count(label), *n, "variant {name}: {label}");
+        }
+        assert!(
+            mine.iter()
+                .filter(|r| r.status != "ok")
+                .all(|r| r.path.is_empty()),
+            "variant {name}: only ok requests carry a path"
+        );
+
+        // Per hop: visits, replica split and injected slowness from the paths.
+        for hop in v.pointer("/hops").and_then(Value::as_array).expect("hops") {
+            let hop_name = str_at(hop, "/hop");
+            let visits = |r: &&Row| r.path.iter().filter(|(h, _)| h == hop_name).count() as u64;
+            assert_eq!(
+                u64_at(hop, "/requests"),
+                mine.iter().filter(|r| visits(r) > 0).count() as u64,
+                "variant {name}, hop {hop_name}: rows whose path contains it"
+            );
+            assert_eq!(
+                u64_at(hop, "/requests"),
+                mine.iter().map(visits).sum::<u64>(),
+                "variant {name}, hop {hop_name}: one visit per row in a chain"
+            );
+            let split: Vec<u64> = hop
+                .pointer("/replica_requests")
+                .and_then(Value::as_array)
+                .expect("replica_requests")
+                .iter()
+                .map(|n| n.as_u64().expect("a count"))
+                .collect();
+            for (replica, n) in split.iter().enumerate() {
+                let seen = mine
+                    .iter()
+                    .flat_map(|r| &r.path)
+                    .filter(|(h, i)| h == hop_name && *i as usize == replica)
+                    .count() as u64;
+                assert_eq!(
+                    *n, seen,
+                    "variant {name}, hop {hop_name}, replica {replica}"
+                );
+            }
+            assert_eq!(
+                u64_at(hop, "/slow"),
+                mine.iter()
+                    .filter(|r| r.slow_hops.iter().any(|h| h == hop_name))
+                    .count() as u64,
+                "variant {name}, hop {hop_name}: injected slowness"
+            );
+        }
+
+        // Compounding: slow = ok or timed-out requests above the threshold
+        // (see analysis/compounding.rs), and every request slowed on purpose
+        // (20 ms extra against a 10 ms threshold) is among them.
+        let compounding = v.pointer("/compounding").expect("compounding requested");
+        let above = |r: &Row| r.latency_ns > threshold_ns;
+        let counted_slow = mine
+            .iter()
+            .filter(|r| (r.status == "ok" || r.status == "timeout") && above(r))
+            .count() as u64;
+        assert_eq!(
+            u64_at(compounding, "/slow"),
+            counted_slow,
+            "variant {name}: compounding slow vs rows above the threshold"
+        );
+        let injected: Vec<&Row> = mine
+            .iter()
+            .copied()
+            .filter(|r| !r.slow_hops.is_empty())
+            .collect();
+        assert!(
+            !injected.is_empty(),
+            "variant {name}: p = 0.2 at 3 hops slowed nothing"
+        );
+        let injected_at_or_below: Vec<&&Row> = injected.iter().filter(|r| !above(r)).collect();
+        assert!(
+            injected_at_or_below.is_empty(),
+            "variant {name}: slowed by 20 ms, yet at or below a 10 ms threshold: \
+             {injected_at_or_below:?}"
+        );
+        assert!(injected.len() as u64 <= counted_slow);
+        let timeouts_above = mine
+            .iter()
+            .filter(|r| r.status == "timeout" && above(r))
+            .count() as u64;
+        assert_eq!(u64_at(compounding, "/n"), ok + timeouts_above);
+
+        // The histogram holds the ok requests.
+        let hgrm = run_dir.join(format!("{name}.hgrm"));
+        assert_eq!(hgrm_total_count(&hgrm), ok, "{}", hgrm.display());
+        assert_eq!(u64_at(v, "/latency/count"), ok);
+
+        // One log and one config per replica; pid and address files are
+        // removed when a replica is reaped.
+        let logs = run_dir.join("logs").join(name);
+        let mut files: Vec<String> = std::fs::read_dir(&logs)
+            .unwrap_or_else(|e| panic!("read {}: {e}", logs.display()))
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        files.sort();
+        let mut expected: Vec<String> = replicas
+            .iter()
+            .flat_map(|r| [format!("{r}.json"), format!("{r}.log")])
+            .collect();
+        expected.sort();
+        assert_eq!(files, expected, "{}", logs.display());
+    }
+
+    // `latest` points at this run.
+    let latest = run_dir.parent().expect("a scenario folder").join("latest");
+    let target = std::fs::read_link(&latest)
+        .unwrap_or_else(|e| panic!("read the link {}: {e}", latest.display()));
+    assert_eq!(
+        latest
+            .parent()
+            .expect("a scenario folder")
+            .join(target)
+            .canonicalize()
+            .expect("latest resolves"),
+        run_dir.canonicalize().expect("the run folder exists")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 1. The files of a run agree; the fault schedule is seeded.
+
+#[test]
+fn a_two_variant_run_writes_files_that_agree_with_each_other() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(dir.path(), "chain.toml", &chain3("chain", 11, TWO_VARIANTS));
+    let results = dir.path().join("results");
+
+    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+
+    assert!(
+        finished
+            .stdout
+            .contains(&format!("results: {}", run_dir.display())),
+        "{}",
+        finished.output()
+    );
+    assert_files_agree(&run_dir, &["rr", "random"], &CHAIN3_REPLICAS);
+    let summary = summary(&run_dir);
+    assert_eq!(str_at(&summary, "/schema"), "tailmesh.summary/v1");
+    assert_eq!(
+        summary.pointer("/run_id").and_then(Value::as_str),
+        run_dir.file_name().and_then(|n| n.to_str())
+    );
+    for v in variants(&summary) {
+        assert_eq!(u64_at(v, "/sent"), 300);
+        // Round robin splits hop b evenly; random is seeded, not even.
+        let split = v.pointer("/hops/1/replica_requests").expect("hop b split");
+        if str_at(v, "/name") == "rr" {
+            let ok = u64_at(v, "/ok");
+            assert_eq!(split, &serde_json::json!([ok / 2, ok - ok / 2]));
+        }
+    }
+
+    // Common random numbers: slowness is drawn per (seed, hop, request id),
+    // so both variants faced the same slow requests.
+    let rows = requests_csv(&run_dir);
+    assert!(rows.iter().all(|r| r.status == "ok"), "every request ok");
+    assert_eq!(slow_schedule(&rows, "rr"), slow_schedule(&rows, "random"));
+}
+
+#[test]
+fn the_fault_schedule_follows_the_seed() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let schedule = |seed: u64, results: &str| {
+        let scenario = write(
+            dir.path(),
+            &format!("{results}.toml"),
+            &chain3("seeded", seed, ""),
+        );
+        let (_, run_dir) = run_ok(dir.path(), &scenario, &dir.path().join(results));
+        let rows = requests_csv(&run_dir);
+        assert_eq!(rows.len(), 300);
+        // A failed request has no path, so its slow hops are unknown.
+        assert!(
+            rows.iter().all(|r| r.status == "ok"),
+            "seed {seed}: every request ok"
+        );
+        slow_schedule(&rows, "base")
+    };
+
+    let first = schedule(11, "first");
+    let again = schedule(11, "again");
+    let other = schedule(12, "other");
+
+    let slowed = first.iter().filter(|(_, hops)| !hops.is_empty()).count();
+    assert!(slowed > 0, "p = 0.2 at 3 hops slowed nothing");
+    assert_eq!(first, again, "the same seed, another fault schedule");
+    assert_ne!(first, other, "another seed, the same fault schedule");
+}
+
+// ---------------------------------------------------------------------------
+// 2. Bad input: exit 2, every problem with its place, no results.
+
+/// `line:col` (1-based) of `token` on the first line of `source` containing
+/// `line_with`.
+fn place(source: &str, line_with: &str, token: &str) -> String {
+    let (i, line) = source
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains(line_with))
+        .unwrap_or_else(|| panic!("no line with {line_with:?}"));
+    let column = line
+        .find(token)
+        .unwrap_or_else(|| panic!("no {token:?} in {line:?}"));
+    format!("{}:{}", i + 1, line[..column].chars().count() + 1)
+}
+
+fn assert_no_panic(finished: &Finished) {
+    for text in ["panicked", "RUST_BACKTRACE"] {
+        assert!(
+            !finished.stderr.contains(text) && !finished.stdout.contains(text),
+            "{}",
+            finished.output()
+        );
+    }
+}
+
+#[test]
+fn bad_scenarios_exit_2_and_name_every_problem_with_its_place() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bad = r#"name = "bad"
+colour = "blue"
+
+[load]
+mode = "open"
+rate = 0
+duration = "-5s"
+
+[[hop]]
+name = "a"
+replicas = 0
+downstream = ["ghost"]
+
+[[hop]]
+name = "b"
+slow = { probability = 1.5, extra = "20ms" }
+"#;
+    let bad_path = write(dir.path(), "bad.toml", bad);
+    let origin = path_str(&bad_path);
+    // (place, words the message must hold)
+    let expected = [
+        (
+            place(bad, "colour", "colour"),
+            vec!["unknown key", "colour"],
+        ),
+        (place(bad, "rate = 0", "0"), vec!["load.rate", "got 0"]),
+        (place(bad, "duration", "\"-5s\""), vec!["negative duration"]),
+        (
+            place(bad, "replicas = 0", "0"),
+            vec!["hop \"a\"", "replicas", "got 0"],
+        ),
+        (
+            place(bad, "downstream", "\"ghost\""),
+            vec!["\"ghost\"", "does not exist"],
+        ),
+        (
+            place(bad, "probability", "1.5"),
+            vec!["hop \"b\"", "probability", "1.5"],
+        ),
+    ];
+
+    let mut hops =
+        String::from("name = \"many\"\n\n[load]\nmode = \"open\"\nrate = 10\nrequests = 10\n");
+    for i in 0..65 {
+        hops.push_str(&format!("\n[[hop]]\nname = \"h{i}\"\n"));
+    }
+    let many_path = write(dir.path(), "many.toml", &hops);
+    let hop_65_line = hops
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| *l == "[[hop]]")
+        .nth(64)
+        .map(|(i, _)| i + 1)
+        .expect("65 hops");
+    let many_problem = format!("{}:{hop_65_line}:1: ", path_str(&many_path));
+
+    let results = dir.path().join("results");
+    let assert_lists_bad = |finished: &Finished| {
+        let lines: Vec<&str> = finished
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("{origin}:")))
+            .collect();
+        for (at, words) in &expected {
+            let prefix = format!("{origin}:{at}: ");
+            let line = lines
+                .iter()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no problem at {prefix}\n{}", finished.output()));
+            for word in words {
+                assert!(line.contains(word), "{line:?} lacks {word:?}");
+            }
+        }
+        assert_eq!(
+            lines.len(),
+            expected.len(),
+            "one line per problem:\n{}",
+            finished.output()
+        );
+    };
+
+    let finished = tailmesh(dir.path(), &run_args(&bad_path, &results, &[]));
+    assert_eq!(finished.code(), Some(2), "{}", finished.output());
+    assert_lists_bad(&finished);
+    assert_no_panic(&finished);
+
+    let finished = tailmesh(dir.path(), &run_args(&many_path, &results, &["--check"]));
+    assert_eq!(finished.code(), Some(2), "{}", finished.output());
+    assert!(
+        finished.stderr.contains(&many_problem) && finished.stderr.contains("too many hops"),
+        "expected {many_problem:?}...\n{}",
+        finished.output()
+    );
+    assert_no_panic(&finished);
+
+    // validate reports both files in one go.
+    let finished = tailmesh(dir.path(), &["validate", origin, path_str(&many_path)]);
+    assert_eq!(finished.code(), Some(2), "{}", finished.output());
+    assert_lists_bad(&finished);
+    assert!(
+        finished.stderr.contains(&many_problem),
+        "{}",
+        finished.output()
+    );
+    assert_no_panic(&finished);
+
+    // A file that does not exist.
+    let missing = dir.path().join("no-such-scenario.toml");
+    let finished = tailmesh(dir.path(), &run_args(&missing, &results, &[]));
+    assert_eq!(finished.code(), Some(2), "{}", finished.output());
+    assert!(
+        finished.stderr.contains(path_str(&missing)),
+        "{}",
+        finished.output()
+    );
+    assert_no_panic(&finished);
+
+    // A flag that does not exist.
+    let finished = tailmesh(
+        dir.path(),
+        &run_args(&bad_path, &results, &["--no-such-flag"]),
+    );
+    assert_eq!(finished.code(), Some(2), "{}", finished.output());
+    assert!(
+        finished.stderr.contains("--no-such-flag"),
+        "{}",
+        finished.output()
+    );
+    assert_no_panic(&finished);
+
+    assert!(!results.exists(), "bad input created {}", results.display());
+}
+
+// ---------------------------------------------------------------------------
+// 3. A hop process killed mid-run.
+
+/// Socket inodes `pid` holds open.
+fn socket_inodes(pid: u32) -> BTreeSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return BTreeSet::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            link.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Whether process `pid` holds an established TCP connection to `port` on
+/// this host: a hop's downstream channel connects on its first call.
+fn connected(pid: u32, port: u16) -> bool {
+    let inodes = socket_inodes(pid);
+    ["tcp", "tcp6"].iter().any(|table| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        text.lines().skip(1).any(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = f
+                .get(2)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            let established = f.get(3) == Some(&"01");
+            let inode = f.get(9).and_then(|i| i.parse::<u64>().ok());
+            established && remote_port == Some(port) && inode.is_some_and(|i| inodes.contains(&i))
+        })
+    })
+}
+
+#[test]
+fn a_hop_replica_killed_mid_run_is_counted_and_named() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(
+        dir.path(),
+        "kill.toml",
+        r#"
+name = "kill"
+seed = 3
+
+[load]
+mode = "open"
+rate = 100
+duration = "4s"
+timeout = "1s"
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+replicas = 2
+balance = "round_robin"
+
+[[hop]]
+name = "c"
+"#,
+    );
+    let results = dir.path().join("results");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+
+    // The victim is hop b's replica 1, once hop a (launched last) has
+    // called it: then the load is running through it.
+    let (victim, caller, victim_port) = loop {
+        let addr = find_files(&results, "hop-b-1.addr")
+            .first()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|t| t.trim().parse::<std::net::SocketAddr>().ok());
+        let pids = pid_files(&results);
+        let pid_of = |name: &str| pids.get(&("base".to_string(), name.to_string())).copied();
+        if let (Some(addr), Some(victim), Some(caller)) =
+            (addr, pid_of("hop-b-1"), pid_of("hop-a-0"))
+            && connected(caller, addr.port())
+        {
+            break (victim, caller, addr.port());
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for hop a to call hop-b-1");
+        sleep(POLL);
+    };
+    assert!(runs_ours(victim, path_str(dir.path())));
+    kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
+    let finished = run.wait();
+
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    assert!(!runs_ours(victim, path_str(dir.path())));
+    assert!(!runs_ours(caller, path_str(dir.path())));
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let (sent, ok, timeouts) = (u64_at(v, "/sent"), u64_at(v, "/ok"), u64_at(v, "/timeouts"));
+    let errors = errors(v);
+    let error_total: u64 = errors.values().sum();
+    let context = format!("{v:#}\n{}", finished.output());
+    assert!(
+        error_total > 0,
+        "no errors after a replica died:\n{context}"
+    );
+    assert!(
+        errors.get("unavailable").is_some_and(|&n| n > 0),
+        "calls to a dead replica are unavailable:\n{context}"
+    );
+    assert_eq!(sent, ok + error_total + timeouts, "{context}");
+    assert_eq!(v.pointer("/accounted"), Some(&Value::Bool(true)));
+    assert!(ok > 0, "the surviving replica served nothing:\n{context}");
+    // The errors name hop b (the hop whose replica is gone).
+    let hop_b = v.pointer("/hops/1").expect("hop b");
+    assert_eq!(str_at(hop_b, "/hop"), "b");
+    assert!(
+        hop_b
+            .pointer("/errors/unavailable")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n > 0),
+        "{context}"
+    );
+    let port = format!(":{victim_port}");
+    assert!(
+        hop_b
+            .pointer("/error_samples")
+            .and_then(Value::as_array)
+            .is_some_and(|s| s
+                .iter()
+                .any(|m| m.as_str().is_some_and(|m| m.contains(&port)))),
+        "no error sample names the dead replica's address:\n{context}"
+    );
+    // After the kill, only replica 0 answers.
+    let split = u64_at(hop_b, "/replica_requests/0") + u64_at(hop_b, "/replica_requests/1");
+    assert_eq!(split, ok);
+    assert!(u64_at(hop_b, "/replica_requests/1") < u64_at(hop_b, "/replica_requests/0"));
+
+    let incidents: Vec<&str> = v
+        .pointer("/incidents")
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("no incidents:\n{context}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        incidents.iter().any(|i| i.contains("hop-b-1")
+            && i.contains(&format!("pid {victim}"))
+            && i.contains("SIGKILL")),
+        "incidents do not name hop-b-1: {incidents:?}"
+    );
+    assert!(
+        incidents.iter().all(|i| !i.contains("hop-b-0")),
+        "the survivor is not an incident: {incidents:?}"
+    );
+    assert!(
+        finished.stderr.contains("hop-b-1"),
+        "the run did not warn about hop-b-1:\n{}",
+        finished.output()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 4. `--check` turns a failed compounding verdict into exit status 3.
+
+#[test]
+fn check_exits_3_when_the_compounding_model_fails_and_0_without_check() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Injected slowness is rare and below the threshold, but the work
+    // itself (uniform 0..40 ms) exceeds it about half the time: the
+    // measured slow fraction is far above the model's.
+    let scenario = write(
+        dir.path(),
+        "wrong-model.toml",
+        r#"
+name = "wrong-model"
+seed = 9
+
+[load]
+mode = "open"
+rate = 100
+requests = 120
+timeout = "2s"
+
+[[hop]]
+name = "front"
+work = { kind = "sleep", dist = "uniform", min = "0ms", max = "40ms" }
+slow = { probability = 0.01, extra = "5ms" }
+
+[[hop]]
+name = "back"
+slow = { probability = 0.01, extra = "5ms" }
+
+[check]
+slow_threshold = "20ms"
+compounding = true
+"#,
+    );
+
+    for (flag, expected) in [(Some("--check"), 3), (None, 0)] {
+        let results = dir.path().join(format!("results-{expected}"));
+        let extra: Vec<&str> = flag.into_iter().collect();
+        let finished = tailmesh(dir.path(), &run_args(&scenario, &results, &extra));
+        assert_eq!(
+            finished.code(),
+            Some(expected),
+            "{flag:?}: {}",
+            finished.output()
+        );
+        let run_dir = only_run_dir(&results);
+        let summary = summary(&run_dir);
+        let context = format!("{summary:#}\n{}", finished.output());
+        assert_eq!(str_at(&summary, "/check/verdict"), "fail", "{context}");
+        assert_eq!(
+            summary.pointer("/check/accounted"),
+            Some(&Value::Bool(true))
+        );
+        let c = summary
+            .pointer("/variants/0/compounding")
+            .expect("compounding");
+        let f = |p: &str| c.pointer(p).and_then(Value::as_f64).expect("a number");
+        assert!(f("/model") < f("/ci_lo"), "{context}");
+        assert!(u64_at(c, "/n") >= 30, "{context}");
+        if flag.is_some() {
+            assert!(
+                finished.stderr.contains("check failed (verdict fail"),
+                "{context}"
+            );
+        }
+    }
+}
+
+#[test]
+fn check_passes_on_the_shipped_default_scenario_scaled_down() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/default.toml");
+    let source = std::fs::read_to_string(&shipped)
+        .unwrap_or_else(|e| panic!("read {}: {e}", shipped.display()));
+    // 600 requests instead of 10 s, a short warmup: the same chain, the same
+    // faults and the same check.
+    let mut scaled = String::new();
+    let mut replaced = (false, false);
+    for line in source.lines() {
+        let key = line.split('=').next().unwrap_or_default().trim();
+        match key {
+            "duration" => {
+                scaled.push_str("requests = 600\n");
+                replaced.0 = true;
+            }
+            "warmup" => {
+                scaled.push_str("warmup = \"200ms\"\n");
+                replaced.1 = true;
+            }
+            _ => {
+                scaled.push_str(line);
+                scaled.push('\n');
+            }
+        }
+    }
+    assert_eq!(
+        replaced,
+        (true, true),
+        "default.toml changed shape:\n{source}"
+    );
+    assert!(scaled.contains("compounding = true"), "{scaled}");
+    let scenario = write(dir.path(), "default-small.toml", &scaled);
+    let results = dir.path().join("results");
+
+    let finished = tailmesh(dir.path(), &run_args(&scenario, &results, &["--check"]));
+
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    // The model's premise is that only injected slowness makes a request
+    // slow; on a busy machine scheduling delays break it, and a failure
+    // says how often that happened.
+    let threshold_ns = u64_at(&summary, "/scenario/slow_threshold_us") * 1_000;
+    let rows = requests_csv(&run_dir);
+    let slow_uninjected = rows
+        .iter()
+        .filter(|r| r.slow_hops.is_empty() && r.latency_ns > threshold_ns)
+        .count();
+    assert_eq!(
+        finished.code(),
+        Some(0),
+        "{}\n{slow_uninjected} of {} requests were slow without injected slowness \
+         (a busy machine?)\n{}",
+        summary
+            .pointer("/variants/0/compounding")
+            .unwrap_or(&Value::Null),
+        rows.len(),
+        finished.output()
+    );
+    assert_eq!(str_at(&summary, "/check/verdict"), "pass");
+    assert_eq!(
+        summary.pointer("/check/compounding_requested"),
+        Some(&Value::Bool(true))
+    );
+    assert_eq!(u64_at(&summary, "/variants/0/sent"), 600);
+}
+
+// ---------------------------------------------------------------------------
+// 5. No hop process outlives a run.
+
+#[test]
+fn no_hop_process_outlives_a_normal_run() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = path_str(dir.path()).to_string();
+    let scenario = write(dir.path(), "chain.toml", &chain3("chain", 5, TWO_VARIANTS));
+    let results = dir.path().join("results");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+
+    // Pid files exist only while their replica runs: collect them all.
+    let mut seen: HashMap<(String, String), u32> = HashMap::new();
+    while !run.exited() {
+        seen.extend(pid_files(&results));
+        run.assert_in_time("collecting pid files");
+        sleep(POLL);
+    }
+    let tailmesh_pid = run.pid();
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+
+    let mut expected: Vec<(String, String)> = ["rr", "random"]
+        .iter()
+        .flat_map(|v| {
+            CHAIN3_REPLICAS
+                .iter()
+                .map(move |r| (v.to_string(), r.to_string()))
+        })
+        .collect();
+    expected.sort();
+    let mut names: Vec<(String, String)> = seen.keys().cloned().collect();
+    names.sort();
+    assert_eq!(
+        names, expected,
+        "a pid file of every replica of every variant"
+    );
+    let pids: BTreeSet<u32> = seen.values().copied().collect();
+    assert_eq!(pids.len(), seen.len(), "a pid per replica");
+    assert!(!pids.contains(&tailmesh_pid));
+
+    let left: Vec<(&(String, String), &u32)> = seen
+        .iter()
+        .filter(|(_, pid)| runs_ours(**pid, &marker))
+        .collect();
+    assert!(left.is_empty(), "still running after the run: {left:?}");
+    assert!(
+        pid_files(&results).is_empty(),
+        "pid files left: {:?}",
+        pid_files(&results)
+    );
+}
