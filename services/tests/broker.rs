@@ -89,6 +89,16 @@ async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
+/// The topic's statistics now.
+async fn stats_of(client: &BrokerClient, topic: &str) -> TopicStats {
+    client
+        .clone()
+        .stats(Some(topic))
+        .await
+        .expect("stats")
+        .remove(0)
+}
+
 /// Polls the topic's statistics until `cond` holds.
 async fn wait_stats(
     client: &BrokerClient,
@@ -245,12 +255,7 @@ mod broker {
         for (i, call) in calls.into_iter().enumerate() {
             let task = worker.task().await;
             // Holding one task with one credit: nothing else may be dispatched.
-            let s = client
-                .clone()
-                .stats(Some("t"))
-                .await
-                .expect("stats")
-                .remove(0);
+            let s = stats_of(&client, "t").await;
             assert_eq!(
                 (s.dispatched, s.in_flight, s.depth),
                 (i as u64 + 1, 1, 2 - i as u64),
@@ -317,12 +322,7 @@ mod broker {
         worker.send(worker_message::Kind::Credit(pb::Credit { credits: 2 }));
         let (a, b) = (worker.task().await, worker.task().await);
         assert_eq!((text(&a.payload), text(&b.payload)), ("a", "b"));
-        let s = client
-            .clone()
-            .stats(Some("t"))
-            .await
-            .expect("stats")
-            .remove(0);
+        let s = stats_of(&client, "t").await;
         assert_eq!((s.dispatched, s.in_flight, s.depth), (2, 2, 1), "{s:?}");
 
         worker.answer(b.task_id, b"B");
@@ -369,12 +369,7 @@ mod broker {
                 "refused at once"
             );
         }
-        let s = client
-            .clone()
-            .stats(Some("t"))
-            .await
-            .expect("stats")
-            .remove(0);
+        let s = stats_of(&client, "t").await;
         assert_eq!(
             (s.depth, s.max_depth, s.rejected_full, s.enqueued),
             (3, 3, 5, 3),
@@ -414,12 +409,7 @@ mod broker {
         assert_eq!(text(&task.payload), "fresh", "the expired task was skipped");
         worker.answer(task.task_id, b"ok");
         answer_of(next).await.expect("ok");
-        let s = client
-            .clone()
-            .stats(Some("t"))
-            .await
-            .expect("stats")
-            .remove(0);
+        let s = stats_of(&client, "t").await;
         assert_eq!((s.dispatched, s.expired, s.completed), (2, 1, 2), "{s:?}");
         broker.shutdown().await.expect("clean shutdown");
     }
@@ -467,12 +457,7 @@ mod broker {
         assert_ne!(task.deadline_unix_nanos, 0);
         worker.answer(task.task_id, b"ok");
         within("the answer", call).await.expect("task").expect("ok");
-        let s = client
-            .clone()
-            .stats(Some("t"))
-            .await
-            .expect("stats")
-            .remove(0);
+        let s = stats_of(&client, "t").await;
         assert_eq!(
             s.dispatched, 1,
             "the timed-out task never reached the worker: {s:?}"
@@ -520,12 +505,7 @@ mod broker {
         assert_eq!((text(&t2.payload), t2.delivery), ("second", 1));
         w2.answer(t2.task_id, b"2");
         answer_of(second).await.expect("ok");
-        let s = client
-            .clone()
-            .stats(Some("t"))
-            .await
-            .expect("stats")
-            .remove(0);
+        let s = stats_of(&client, "t").await;
         assert_eq!(
             (s.redelivered, s.dispatched, s.completed, s.late_results),
             (1, 3, 2, 1),
@@ -552,12 +532,7 @@ mod broker {
         let err = answer_of(call).await.expect_err("lost");
         assert_eq!(err.code(), Code::Aborted, "{err:?}");
         assert!(err.message().contains("lost its worker 2 times"), "{err:?}");
-        let s = client
-            .clone()
-            .stats(Some("t"))
-            .await
-            .expect("stats")
-            .remove(0);
+        let s = stats_of(&client, "t").await;
         assert_eq!((s.lost, s.redelivered, s.depth), (1, 1, 0), "{s:?}");
         broker.shutdown().await.expect("clean shutdown");
     }
@@ -693,12 +668,7 @@ mod broker {
         assert_eq!(text(&t.payload), "fourth");
         worker.answer(t.task_id, b"4");
         assert_eq!(answer_of(fourth).await.expect("ok").payload, b"4");
-        let s = client
-            .clone()
-            .stats(Some("t"))
-            .await
-            .expect("stats")
-            .remove(0);
+        let s = stats_of(&client, "t").await;
         assert_eq!(
             (s.late_results, s.completed, s.depth, s.in_flight),
             (1, 2, 0, 0),
