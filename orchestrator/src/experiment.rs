@@ -101,16 +101,15 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let runs = runtime.block_on(async {
         let (interrupt_tx, interrupt) = watch::channel(false);
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\ninterrupted: finishing requests in flight, stopping the hops, writing results");
-                let _ = interrupt_tx.send(true);
-            }
+            // Ctrl-C or SIGTERM: stop sending, finish what is in flight,
+            // stop the hops, and still write what was measured.
+            tailmesh_services::process::shutdown_signal(false).await;
+            eprintln!("\ninterrupted: finishing requests in flight, stopping the hops, writing results");
+            let _ = interrupt_tx.send(true);
         });
         run::run_variants(&scenario, &options, interrupt).await
     })
     .map_err(Box::new)?;
-    let interrupted =
-        runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
     let summary = write_results(
         &scenario,
         &command.scenario,
@@ -122,9 +121,9 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     )?;
     link_latest(&dir);
     Ok(Finished {
+        interrupted: summary.interrupted,
         dir,
         summary,
-        interrupted,
         histograms: scenario.report.histogram,
     })
 }
@@ -161,6 +160,14 @@ pub fn write_results(
         Environment::detect("local"),
         reports,
     );
+    summary.interrupted =
+        runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
+    summary.skipped = scenario
+        .variants
+        .iter()
+        .skip(runs.len())
+        .map(|v| v.name.clone())
+        .collect();
     for report in &summary.variants {
         let file = format!("{}.hgrm", report.name);
         output::write_hgrm(&dir.join(&file), &report.latency_histogram)?;

@@ -32,6 +32,11 @@ pub struct Summary {
     pub variants: Vec<VariantReport>,
     /// The overall verdict.
     pub check: CheckSummary,
+    /// Whether Ctrl-C or SIGTERM cut the run short.
+    pub interrupted: bool,
+    /// Variants that never ran because the run was interrupted first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
     /// The files written, by role ("requests" -> "requests.csv", ...),
     /// relative to the results folder. Filled in by whoever writes them.
     pub files: BTreeMap<String, String>,
@@ -56,6 +61,8 @@ impl Summary {
             environment,
             variants,
             check,
+            interrupted: false,
+            skipped: Vec::new(),
             files: BTreeMap::new(),
         }
     }

@@ -143,7 +143,8 @@ pub struct HopReport {
     pub service: Percentiles,
     /// Time from receiving the request to answering (downstream included).
     pub total: Percentiles,
-    /// Broker queue wait (0 for push hops).
+    /// Queue wait: time in the broker queue (pull) plus time waiting for a
+    /// free slot in the replica (a hop with `concurrency`); 0 otherwise.
     pub queue_wait: Percentiles,
     /// Errors blamed on this hop, by label: the innermost hop an error
     /// message names (callers prefix `hop "<name>" replica <i> (<addr>): `

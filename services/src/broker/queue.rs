@@ -195,6 +195,9 @@ impl Topic {
             return Err(TaskError::ShuttingDown);
         }
         if task.deadline.is_some_and(|d| d <= now) {
+            // Counted as enqueued and expired at once, so every submit the
+            // topic accepted ends in exactly one terminal counter.
+            inner.counters.enqueued += 1;
             inner.counters.expired += 1;
             return Err(TaskError::DeadlineOnArrival);
         }

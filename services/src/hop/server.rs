@@ -281,14 +281,18 @@ impl HopCore {
 
         // A replica with limited concurrency holds a slot for its own work
         // only; the wait for a slot is queueing, like a broker queue's.
-        let slot = match &inner.slots {
-            Some(slots) => Some(slots.acquire().await.map_err(|_| {
-                Status::unavailable(format!("hop \"{}\" is shutting down", inner.behavior.name))
-            })?),
-            None => None,
+        let (slot, slot_wait) = match &inner.slots {
+            Some(slots) => {
+                let waiting = Instant::now();
+                let slot = slots.acquire().await.map_err(|_| {
+                    Status::unavailable(format!("hop \"{}\" is shutting down", inner.behavior.name))
+                })?;
+                (Some(slot), waiting.elapsed())
+            }
+            None => (None, Duration::ZERO),
         };
+        let queue_wait = queue_wait + slot_wait;
         let started = Instant::now();
-        let queue_wait = queue_wait + started.saturating_duration_since(arrived);
         perform(plan.work, &inner.sleeper).await;
         if let Some(extra) = plan.slow {
             inner.sleeper.sleep(extra).await;

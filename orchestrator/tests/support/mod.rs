@@ -1,0 +1,442 @@
+//! Helpers shared by the end-to-end tests (`run.rs`, `pull.rs`): running
+//! the real binary with a deadline, finding its processes, reading its
+//! results back.
+//!
+//! - Runs are serialized (one process-wide lock): on a 2-core machine two
+//!   meshes at once would add each other's scheduling delays to the
+//!   latencies a test judges. Test binaries themselves run one at a time.
+//! - Every run has a wall-time deadline; past it the run is killed and the
+//!   test fails with the run's output. Every wait is on a condition with a
+//!   deadline; nothing sleeps and hopes.
+
+// Each test binary compiles this module and uses a different subset of it.
+#![allow(dead_code)]
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::Mutex,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+pub const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
+
+/// No run of these tests should come near this; past it the run is killed.
+pub const RUN_DEADLINE: Duration = Duration::from_secs(40);
+
+/// How often a wait re-checks its condition.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// Held by every test that runs a mesh, so runs do not overlap.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next test is still valid.
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---------------------------------------------------------------------------
+// Running the binary
+
+/// A started `tailmesh`, killed and reaped if the test fails before it
+/// exits (its hops follow: they exit when its stdin pipe closes).
+pub struct Running {
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+    started: Instant,
+}
+
+/// A finished `tailmesh`.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Both streams, for assertion messages.
+    pub fn output(&self) -> String {
+        format!(
+            "status {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Running {
+    /// Starts `tailmesh args...` with its output in files under `dir`.
+    pub fn start(dir: &Path, args: &[&str]) -> Running {
+        let n = std::fs::read_dir(dir).map_or(0, |d| d.count());
+        let out = dir.join(format!("tailmesh-{n}.out"));
+        let err = dir.join(format!("tailmesh-{n}.err"));
+        let child = Command::new(TAILMESH)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("create the stdout file"))
+            .stderr(std::fs::File::create(&err).expect("create the stderr file"))
+            .env_remove("RUST_LOG")
+            .spawn()
+            .expect("start tailmesh");
+        Running {
+            child,
+            out,
+            err,
+            started: Instant::now(),
+        }
+    }
+
+    /// Time since it was started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What it wrote so far.
+    pub fn output(&self) -> String {
+        format!(
+            "--- stdout\n{}\n--- stderr\n{}",
+            read_lossy(&self.out),
+            read_lossy(&self.err)
+        )
+    }
+
+    /// Whether it has exited (it is then reaped by `wait`).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Fails the test, with the output so far, once the run is past its
+    /// deadline.
+    pub fn assert_in_time(&mut self, waiting_for: &str) {
+        if self.started.elapsed() > RUN_DEADLINE {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!(
+                "tailmesh still running after {RUN_DEADLINE:?} ({waiting_for}):\n{}",
+                self.output()
+            );
+        }
+    }
+
+    /// Waits for it to exit, within [`RUN_DEADLINE`] of its start.
+    pub fn wait(mut self) -> Finished {
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for tailmesh") {
+                return Finished {
+                    status,
+                    stdout: read_lossy(&self.out),
+                    stderr: read_lossy(&self.err),
+                };
+            }
+            self.assert_in_time("waiting for it to exit");
+            sleep(POLL);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.exited() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn read_lossy(path: &Path) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Runs `tailmesh args...` to the end.
+pub fn tailmesh(dir: &Path, args: &[&str]) -> Finished {
+    Running::start(dir, args).wait()
+}
+
+/// `tailmesh run <scenario> --results <results> --quiet [extra...]`.
+pub fn run_args<'a>(scenario: &'a Path, results: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "run",
+        path_str(scenario),
+        "--results",
+        path_str(results),
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+pub fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, text).expect("write a scenario");
+    path
+}
+
+/// Runs a scenario that must succeed (exit 0) and returns its run folder.
+pub fn run_ok(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf) {
+    let finished = tailmesh(dir, &run_args(scenario, results, &[]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(results);
+    (finished, run_dir)
+}
+
+/// The one run folder under `<results>/<scenario>/` (besides `latest`).
+pub fn only_run_dir(results: &Path) -> PathBuf {
+    let scenarios: Vec<PathBuf> = dirs_in(results);
+    assert_eq!(scenarios.len(), 1, "one scenario folder: {scenarios:?}");
+    let runs: Vec<PathBuf> = dirs_in(&scenarios[0])
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n != "latest"))
+        .collect();
+    assert_eq!(runs.len(), 1, "one run folder: {runs:?}");
+    runs.into_iter().next().expect("checked above")
+}
+
+pub fn dirs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every file called `file_name` under `dir`, at any depth.
+pub fn find_files(dir: &Path, file_name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_symlink() {
+            continue;
+        }
+        if path.is_dir() {
+            found.extend(find_files(&path, file_name));
+        } else if path.file_name().is_some_and(|n| n == file_name) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Every `<variant>/<name>.pid` under `dir`, read now: (variant, name) to pid.
+/// A file caught half-written or just removed is skipped.
+pub fn pid_files(dir: &Path) -> BTreeMap<(String, String), u32> {
+    let mut pids = BTreeMap::new();
+    collect_pid_files(dir, &mut pids);
+    pids
+}
+
+fn collect_pid_files(dir: &Path, pids: &mut BTreeMap<(String, String), u32>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_symlink() {
+            continue;
+        }
+        if path.is_dir() {
+            collect_pid_files(&path, pids);
+            continue;
+        }
+        let (Some(stem), Some("pid")) = (
+            path.file_stem().and_then(|s| s.to_str()),
+            path.extension().and_then(|s| s.to_str()),
+        ) else {
+            continue;
+        };
+        let variant = path
+            .parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            pids.insert((variant, stem.to_string()), pid);
+        }
+    }
+}
+
+/// Whether `pid` runs a process whose command line mentions `marker` (a
+/// temp dir path): a zombie or a reused pid does not count.
+pub fn runs_ours(pid: u32, marker: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state letter follows the parenthesized command name.
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')));
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    !zombie && String::from_utf8_lossy(&cmdline).contains(marker)
+}
+
+// ---------------------------------------------------------------------------
+// Reading results
+
+pub fn summary(run_dir: &Path) -> Value {
+    let path = run_dir.join("summary.json");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
+}
+
+pub fn u64_at(v: &Value, pointer: &str) -> u64 {
+    v.pointer(pointer)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no unsigned integer at {pointer} in {v:#}"))
+}
+
+pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
+}
+
+pub fn variants(summary: &Value) -> &Vec<Value> {
+    summary
+        .pointer("/variants")
+        .and_then(Value::as_array)
+        .expect("summary.json has variants")
+}
+
+/// The variant's error counts by label.
+pub fn errors(variant: &Value) -> BTreeMap<String, u64> {
+    variant
+        .pointer("/errors")
+        .and_then(Value::as_object)
+        .expect("errors is an object")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("an error count")))
+        .collect()
+}
+
+/// One row of requests.csv.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub variant: String,
+    pub id: u64,
+    /// `latency_us` in nanoseconds (the file prints exactly three decimals).
+    pub latency_ns: u64,
+    pub status: String,
+    pub slow_hops: Vec<String>,
+    /// (hop, replica) per path record.
+    pub path: Vec<(String, u32)>,
+}
+
+pub const CSV_HEADER: &str =
+    "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path";
+
+pub fn requests_csv(run_dir: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(run_dir.join("requests.csv")).expect("read requests.csv");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(CSV_HEADER));
+    lines
+        .map(|line| {
+            // No field of these scenarios needs quoting: names are DNS labels.
+            let f: Vec<&str> = line.split(',').collect();
+            assert_eq!(f.len(), 9, "9 fields: {line}");
+            let list = |s: &str| -> Vec<String> {
+                s.split(';')
+                    .filter(|x| !x.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            };
+            Row {
+                variant: f[0].to_string(),
+                id: f[1].parse().unwrap_or_else(|e| panic!("id in {line}: {e}")),
+                latency_ns: micros3_to_ns(f[5]),
+                status: f[6].to_string(),
+                slow_hops: list(f[7]),
+                path: list(f[8])
+                    .iter()
+                    .map(|rec| {
+                        let parts: Vec<&str> = rec.split('/').collect();
+                        assert_eq!(parts.len(), 3, "hop/replica/service_us: {rec}");
+                        let replica = parts[1]
+                            .parse()
+                            .unwrap_or_else(|e| panic!("replica in {rec}: {e}"));
+                        (parts[0].to_string(), replica)
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// "1234.567" (µs with three decimals) as nanoseconds.
+pub fn micros3_to_ns(s: &str) -> u64 {
+    let (whole, frac) = s
+        .split_once('.')
+        .unwrap_or_else(|| panic!("three decimals: {s}"));
+    assert_eq!(frac.len(), 3, "three decimals: {s}");
+    let whole: u64 = whole.parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+    let frac: u64 = frac.parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+    whole * 1_000 + frac
+}
+
+// ---------------------------------------------------------------------------
+// Processes and sockets
+
+/// Socket inodes `pid` holds open.
+pub fn socket_inodes(pid: u32) -> BTreeSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return BTreeSet::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            link.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Whether process `pid` holds an established TCP connection to `port` on
+/// this host: a hop's downstream channel connects on its first call.
+pub fn connected(pid: u32, port: u16) -> bool {
+    let inodes = socket_inodes(pid);
+    ["tcp", "tcp6"].iter().any(|table| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        text.lines().skip(1).any(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = f
+                .get(2)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            let established = f.get(3) == Some(&"01");
+            let inode = f.get(9).and_then(|i| i.parse::<u64>().ok());
+            established && remote_port == Some(port) && inode.is_some_and(|i| inodes.contains(&i))
+        })
+    })
+}
