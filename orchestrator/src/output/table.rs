@@ -15,6 +15,11 @@ pub fn render_table(summary: &Summary) -> String {
         out.push_str(&per_hop(&summary.variants).to_string());
         out.push('\n');
     }
+    if let Some((first, rest)) = summary.variants.split_first() {
+        for v in rest {
+            out.push_str(&comparison_line(first, v));
+        }
+    }
     for v in &summary.variants {
         if !v.accounted {
             out.push_str(&format!(
@@ -35,6 +40,28 @@ pub fn render_table(summary: &Summary) -> String {
         out.push_str(&format!("check: {}\n", summary.check.verdict.as_str()));
     }
     out
+}
+
+/// `pull vs push: p50 x1.30, p99 x0.72, p99.9 x0.86, throughput x0.84`:
+/// a variant's latency and ok rate as multiples of the first variant's.
+fn comparison_line(base: &VariantReport, v: &VariantReport) -> String {
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 && a.is_finite() {
+            format!("x{:.2}", a / b)
+        } else {
+            "-".to_string()
+        }
+    };
+    let (l, b) = (&v.latency, &base.latency);
+    format!(
+        "{} vs {}: p50 {}, p99 {}, p99.9 {}, throughput {}\n",
+        v.name,
+        base.name,
+        ratio(l.p50_us as f64, b.p50_us as f64),
+        ratio(l.p99_us as f64, b.p99_us as f64),
+        ratio(l.p99_9_us as f64, b.p99_9_us as f64),
+        ratio(v.ok_rate, base.ok_rate),
+    )
 }
 
 fn table(header: &[&str]) -> Table {
@@ -193,6 +220,24 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("check: pass\n"), "{text}");
+    }
+
+    #[test]
+    fn later_variants_are_compared_with_the_first() {
+        let mut s = summary();
+        let mut other = s.variants[0].clone();
+        other.name = "pull".into();
+        other.latency.p50_us = s.variants[0].latency.p50_us * 2;
+        other.latency.p99_us = s.variants[0].latency.p99_us / 2;
+        other.ok_rate = s.variants[0].ok_rate * 0.5;
+        s.variants.push(other);
+        let text = render_table(&s);
+        assert!(
+            text.contains("pull vs base: p50 x2.00, p99 x0.50"),
+            "{text}"
+        );
+        assert!(text.contains("throughput x0.50"), "{text}");
+        assert_eq!(text.matches(" vs base:").count(), 1, "{text}");
     }
 
     #[test]
