@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Arithmetic for bench/floor.sh (standard library only).
+
+Subcommands:
+  body OUT                      write the h2load body: one length-prefixed
+                                gRPC message holding a CallRequest
+                                (request_id = 1, 64-byte payload)
+  check-reply FILE HOP          decode one raw gRPC reply body (as printed by
+                                `nghttp`) and check it is a real CallReply:
+                                request_id 1, the payload echoed, a path
+                                record naming HOP
+  h2load STDOUT LOG N HOP OUT   parse h2load's summary and --log-file, check
+                                that every request got a real gRPC reply, and
+                                write p50/p99/req/s to OUT (JSON)
+  tailmesh SUMMARY N OUT        read a tailmesh summary.json, check it, and
+                                write p50/p99/req/s to OUT (JSON)
+  report DIR [JSON]             print the table from DIR/{h2load,t1,t3}.json,
+                                optionally write everything to JSON
+"""
+
+import json
+import math
+import re
+import sys
+
+PAYLOAD = bytes(i % 251 for i in range(64))
+REQUEST_ID = 1
+
+
+def fail(msg):
+    print(f"floor: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+# --- protobuf, just enough -------------------------------------------------
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def read_varint(buf, i):
+    shift = result = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def fields(buf):
+    """Yields (field number, wire type, value) for varint and length-delimited fields."""
+    i = 0
+    while i < len(buf):
+        key, i = read_varint(buf, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = read_varint(buf, i)
+        elif wt == 2:
+            n, i = read_varint(buf, i)
+            if i + n > len(buf):
+                raise ValueError("truncated length-delimited field")
+            v, i = buf[i : i + n], i + n
+        else:
+            raise ValueError(f"unexpected wire type {wt}")
+        yield num, wt, v
+
+
+def call_request():
+    # CallRequest: request_id = 1 (field 1, varint), payload (field 2, bytes).
+    return b"\x08" + varint(REQUEST_ID) + b"\x12" + varint(len(PAYLOAD)) + PAYLOAD
+
+
+def grpc_frame(message):
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def min_reply_frame(hop):
+    """A lower bound on the size of a framed CallReply to our request from
+    a zero-work hop named `hop`: request_id, the 64-byte payload, and one
+    HopRecord with at least its hop name, transport "push" and a nonzero
+    total_ns (tag + at least one varint byte; service_ns may be 0 and so
+    absent). A wrong path or any gRPC error answers with no DATA at all."""
+    record = 2 + len(hop) + 2 + 2 + len("push")
+    reply = 2 + 2 + len(PAYLOAD) + 2 + record
+    return 5 + reply
+
+
+# --- subcommands -----------------------------------------------------------
+
+
+def cmd_body(out):
+    with open(out, "wb") as f:
+        f.write(grpc_frame(call_request()))
+
+
+def cmd_check_reply(path, hop):
+    data = open(path, "rb").read()
+    if len(data) < 5:
+        fail(f"reply body is {len(data)} bytes: not a gRPC message (wrong path or an error status?)")
+    if data[0] != 0:
+        fail("reply is compressed or malformed (flag byte != 0)")
+    n = int.from_bytes(data[1:5], "big")
+    if len(data) != 5 + n:
+        fail(f"reply frame says {n} bytes but the body holds {len(data) - 5}")
+    request_id = payload = None
+    path_hops = []
+    try:
+        for num, wt, v in fields(data[5:]):
+            if num == 1 and wt == 0:
+                request_id = v
+            elif num == 2 and wt == 2:
+                payload = v
+            elif num == 3 and wt == 2:
+                for rnum, rwt, rv in fields(v):
+                    if rnum == 1 and rwt == 2:
+                        path_hops.append(rv.decode())
+    except ValueError as e:
+        fail(f"reply is not a CallReply: {e}")
+    if request_id != REQUEST_ID:
+        fail(f"reply request_id = {request_id}, sent {REQUEST_ID}")
+    if payload != PAYLOAD:
+        fail("reply payload differs from the one sent")
+    if path_hops != [hop]:
+        fail(f"reply path = {path_hops}, expected [{hop!r}]")
+    print(len(data))
+
+
+def percentile(sorted_values, p):
+    """Nearest rank (the smallest value with at least p % of samples at or
+    below it), as HdrHistogram's value_at_percentile."""
+    if not sorted_values:
+        return 0
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def cmd_h2load(stdout_path, log_path, n, hop, out):
+    n = int(n)
+    text = open(stdout_path).read()
+    m = re.search(
+        r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout",
+        text,
+    )
+    if not m:
+        fail(f"cannot parse h2load output:\n{text}")
+    total, _, done, succeeded, failed, errored, timeouts = map(int, m.groups())
+    if (done, succeeded) != (n, n) or failed or errored or timeouts:
+        fail(f"h2load: {succeeded}/{n} succeeded, {failed} failed, {errored} errored, {timeouts} timeout")
+    m = re.search(r"status codes: (\d+) 2xx", text)
+    if not m or int(m.group(1)) != n:
+        fail("h2load: not every response was HTTP 2xx")
+    m = re.search(r"\((\d+)\) data", text)
+    if not m:
+        fail("cannot parse h2load's traffic line")
+    data_bytes = int(m.group(1))
+    per_req = data_bytes / n
+    # HTTP 200 proves nothing: a wrong path (or any gRPC error) answers 200
+    # with a trailers-only response, i.e. no DATA at all.
+    need = min_reply_frame(hop)
+    if per_req < need:
+        fail(
+            f"h2load received {per_req:.1f} data bytes per request, a real reply carrying the "
+            f"64-byte payload has at least {need}: the responses were not gRPC replies"
+        )
+    m = re.search(r"finished in [^,]+, ([\d.]+) req/s", text)
+    rps = float(m.group(1)) if m else 0.0
+
+    durations = []
+    for line in open(log_path):
+        cols = line.split()
+        if len(cols) >= 3:
+            if cols[1] != "200":
+                fail(f"h2load log: status {cols[1]}")
+            durations.append(int(cols[2]))
+    if len(durations) != n:
+        fail(f"h2load log holds {len(durations)} requests, expected {n}")
+    durations.sort()
+    result = {
+        "what": "h2load -> 1 hop",
+        "count": n,
+        "p50_us": percentile(durations, 50),
+        "p99_us": percentile(durations, 99),
+        "mean_us": sum(durations) / n,
+        "max_us": durations[-1],
+        "rps": rps,
+        "data_bytes_per_request": per_req,
+        "min_reply_bytes": need,
+    }
+    json.dump(result, open(out, "w"), indent=2)
+
+
+def cmd_tailmesh(summary_path, n, out):
+    n = int(n)
+    summary = json.load(open(summary_path))
+    v = summary["variants"][0]
+    hops = len(v.get("hops", []))
+    if v["ok"] != n or not v["accounted"] or v["timeouts"] or v["errors"]:
+        fail(
+            f"{summary_path}: {v['ok']}/{n} ok, {v['timeouts']} timeouts, errors {v['errors']}, "
+            f"accounted {v['accounted']}"
+        )
+    lat = v["latency"]
+    result = {
+        "what": f"tailmesh -> {hops} hop{'s' if hops != 1 else ''}",
+        "hops": hops,
+        "count": lat["count"],
+        "p50_us": lat["p50_us"],
+        "p99_us": lat["p99_us"],
+        "mean_us": lat["mean_us"],
+        "max_us": lat["max_us"],
+        "rps": v["achieved_rate"],
+    }
+    json.dump(result, open(out, "w"), indent=2)
+
+
+def cmd_report(d, json_out=None):
+    h2 = json.load(open(f"{d}/h2load.json"))
+    t1 = json.load(open(f"{d}/t1.json"))
+    t3 = json.load(open(f"{d}/t3.json"))
+    per_hop = (t3["p50_us"] - t1["p50_us"]) / 2.0
+    ratios = {
+        "tailmesh_1hop_p50_over_h2load_p50": t1["p50_us"] / h2["p50_us"] if h2["p50_us"] else None,
+        "per_hop_p50_over_h2load_p50": per_hop / h2["p50_us"] if h2["p50_us"] else None,
+    }
+
+    rows = [
+        (h2["what"], h2["p50_us"], h2["p99_us"], h2["rps"]),
+        (t1["what"], t1["p50_us"], t1["p99_us"], t1["rps"]),
+        (t3["what"], t3["p50_us"], t3["p99_us"], t3["rps"]),
+    ]
+    w = max(len(r[0]) for r in rows + [("per-hop cost (3-hop - 1-hop p50) / 2",)])
+    print(f"{'':<{w}}  {'p50':>8}  {'p99':>8}  {'req/s':>9}")
+    for what, p50, p99, rps in rows:
+        print(f"{what:<{w}}  {p50:>6}us  {p99:>6}us  {rps:>9.0f}")
+    print(f"{'per-hop cost (3-hop - 1-hop p50) / 2':<{w}}  {per_hop:>6.1f}us")
+    print()
+    r1 = ratios["tailmesh_1hop_p50_over_h2load_p50"]
+    r2 = ratios["per_hop_p50_over_h2load_p50"]
+    print(f"tailmesh 1-hop p50 / h2load p50 = {r1:.2f}")
+    print(f"per-hop cost / h2load p50       = {r2:.2f}")
+    print(
+        f"(h2load replies: {h2['data_bytes_per_request']:.0f} data bytes per request, "
+        f"a real reply needs >= {h2['min_reply_bytes']})"
+    )
+    if json_out:
+        doc = {
+            "h2load_1hop": h2,
+            "tailmesh_1hop": t1,
+            "tailmesh_3hop": t3,
+            "per_hop_cost_p50_us": per_hop,
+            **ratios,
+        }
+        with open(json_out, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+
+
+def main(argv):
+    commands = {
+        "body": (cmd_body, 1),
+        "check-reply": (cmd_check_reply, 2),
+        "h2load": (cmd_h2load, 5),
+        "tailmesh": (cmd_tailmesh, 3),
+        "report": (cmd_report, None),
+    }
+    if len(argv) < 2 or argv[1] not in commands:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    fn, nargs = commands[argv[1]]
+    args = argv[2:]
+    if nargs is not None and len(args) != nargs:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    fn(*args)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
