@@ -18,7 +18,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     fs::write(out.join("tailmesh_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure()
         // Broker statistics land in summary.json as they are.
-        .type_attribute(".tailmesh.v1.TopicStats", "#[derive(serde::Serialize)]")
+        .type_attribute(
+            ".tailmesh.v1.TopicStats",
+            "#[derive(serde::Serialize, serde::Deserialize)]",
+        )
         .compile_fds(fds)?;
     Ok(())
 }

@@ -12,10 +12,12 @@ use tokio::sync::watch;
 use crate::{
     analysis::{
         compounding::Verdict,
+        stats,
         summary::{Environment, ScenarioEcho, Summary},
         variant::analyze_variant,
     },
     output::{self, OutputError},
+    record::{Outcome, RequestRecord},
     roles,
     run::{self, RunError, RunOptions, VariantRun},
     scenario::{self, Scenario, ScenarioErrors},
@@ -176,7 +178,7 @@ pub fn write_results(
             format!("latency percentile distribution of variant {}", report.name),
         );
     }
-    let tables: Vec<(&str, &[crate::record::RequestRecord])> = runs
+    let tables: Vec<(&str, &[RequestRecord])> = runs
         .iter()
         .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
         .collect();
@@ -190,8 +192,63 @@ pub fn write_results(
     summary
         .files
         .insert("summary.json".into(), "this file".into());
+    summary.files.insert(
+        "report.html".into(),
+        "the self-contained HTML report (tailmesh report <run-folder> redraws it)".into(),
+    );
     output::write_summary(&dir.join("summary.json"), &summary)?;
+    output::write_report(&dir.join("report.html"), &summary, &tables)?;
     Ok(summary)
+}
+
+/// Each variant's name and its requests, in the summary's order.
+pub type VariantRecords = Vec<(String, Vec<RequestRecord>)>;
+
+/// Reads a run folder's summary.json and requests.csv back, with each
+/// variant's latency histogram rebuilt from the requests.
+pub fn read_run(dir: &Path) -> Result<(Summary, VariantRecords), ExperimentError> {
+    let path = dir.join("summary.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ExperimentError::Other(format!("read {}: {e}", path.display())))?;
+    let mut summary: Summary = serde_json::from_str(&text)
+        .map_err(|e| ExperimentError::Other(format!("read {}: {e}", path.display())))?;
+    let mut records: Vec<(String, Vec<RequestRecord>)> = summary
+        .variants
+        .iter()
+        .map(|v| (v.name.clone(), Vec::new()))
+        .collect();
+    for (variant, record) in output::read_requests_csv(&dir.join("requests.csv"))? {
+        match records.iter_mut().find(|(name, _)| *name == variant) {
+            Some((_, list)) => list.push(record),
+            None => {
+                return Err(ExperimentError::Other(format!(
+                    "{}: requests.csv names variant \"{variant}\", which summary.json does not have",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    for (report, (_, list)) in summary.variants.iter_mut().zip(&records) {
+        let mut histogram = stats::new_histogram();
+        for r in list.iter().filter(|r| r.outcome == Outcome::Ok) {
+            stats::record_us(&mut histogram, stats::micros(r.latency()));
+        }
+        report.latency_histogram = histogram;
+    }
+    Ok((summary, records))
+}
+
+/// `tailmesh report <run-folder>`: redraws report.html from the folder's
+/// files; returns the report's path.
+pub fn regenerate_report(dir: &Path) -> Result<PathBuf, ExperimentError> {
+    let (summary, records) = read_run(dir)?;
+    let tables: Vec<(&str, &[RequestRecord])> = records
+        .iter()
+        .map(|(name, list)| (name.as_str(), list.as_slice()))
+        .collect();
+    let path = dir.join("report.html");
+    output::write_report(&path, &summary, &tables)?;
+    Ok(path)
 }
 
 fn create_run_dir(

@@ -52,6 +52,18 @@ enum Command {
         #[command(flatten)]
         serve: ServeArgs,
     },
+    /// Redraw a run's report.html from its summary.json and requests.csv.
+    Report {
+        /// The run folder (results/<scenario>/<run-id> or .../latest).
+        run: PathBuf,
+    },
+    /// Put two runs side by side.
+    Compare {
+        /// The first run folder (the baseline).
+        a: PathBuf,
+        /// The second run folder.
+        b: PathBuf,
+    },
     /// Check scenario files without running them.
     Validate {
         /// The scenario files.
@@ -138,6 +150,10 @@ fn main() -> ExitCode {
             );
         }
         Command::Validate { scenarios } => return validate(scenarios),
+        Command::Report { run } => experiment::regenerate_report(run)
+            .map(|path| println!("{}", path.display()))
+            .map_err(anyhow::Error::from),
+        Command::Compare { a, b } => compare(a, b),
         Command::Hop { config, serve } => roles::serve_hop(config, &serve.options()),
         Command::Broker {
             topics,
@@ -218,4 +234,15 @@ fn validate(paths: &[PathBuf]) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
+    let (run_a, _) = experiment::read_run(a)?;
+    let (run_b, _) = experiment::read_run(b)?;
+    let label = |p: &std::path::Path| p.display().to_string();
+    print!(
+        "{}",
+        tailmesh::output::render_comparison(&run_a, &label(a), &run_b, &label(b))
+    );
+    Ok(())
 }

@@ -35,6 +35,23 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// The outcome a [`Outcome::label`] names (errors with no message).
+    pub fn from_label(label: &str) -> Option<Outcome> {
+        match label {
+            "ok" => Some(Outcome::Ok),
+            "timeout" => Some(Outcome::Timeout),
+            _ => (1..=16)
+                .map(tonic::Code::from_i32)
+                .find(|c| code_label(*c) == label)
+                .map(|code| Outcome::Error {
+                    code,
+                    message: String::new(),
+                }),
+        }
+    }
+}
+
 /// A gRPC code in snake case, as used in summary.json and requests.csv.
 pub fn code_label(code: tonic::Code) -> String {
     let name = format!("{code:?}");

@@ -21,7 +21,7 @@
 //! threshold and that nothing else does; in a fan-out tree a request is
 //! slow when any hop on it is slow, so the same formula applies.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::stats::wilson95;
 
@@ -36,7 +36,7 @@ pub fn compound(p: &[f64]) -> f64 {
 }
 
 /// The outcome of the compounding check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// The model lies inside the measured fraction's 95 % Wilson interval.
@@ -60,7 +60,7 @@ impl Verdict {
 }
 
 /// One hop's measured and declared slow probability.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HopSlowness {
     /// Hop name.
     pub hop: String,
@@ -89,7 +89,7 @@ pub struct SlowCounts {
 }
 
 /// The compounding check of one variant.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompoundingReport {
     /// The threshold, µs: a request is slow if its latency exceeds it.
     pub slow_threshold_us: u64,
@@ -120,7 +120,7 @@ pub struct CompoundingReport {
     /// The verdict.
     pub verdict: Verdict,
     /// Why the verdict is inconclusive, if it is.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 

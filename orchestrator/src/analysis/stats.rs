@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Significant decimal digits kept by every latency histogram.
 pub const SIGFIG: u8 = 3;
@@ -42,7 +42,7 @@ pub fn record_us(histogram: &mut Histogram<u64>, us: u64) {
 /// histogram reports them (the highest value equivalent to the percentile's
 /// bucket, within 0.1 %), except `mean_us`. With `count == 0` every value
 /// is 0.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     /// Samples recorded.
     pub count: u64,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -16,10 +16,10 @@ use crate::scenario::Scenario;
 pub const SCHEMA: &str = "tailmesh.summary/v1";
 
 /// Everything summary.json holds.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
     /// Always [`SCHEMA`].
-    pub schema: &'static str,
+    pub schema: String,
     /// The run's id (also its results folder).
     pub run_id: String,
     /// When the run started, RFC 3339 in UTC.
@@ -33,9 +33,10 @@ pub struct Summary {
     /// The overall verdict.
     pub check: CheckSummary,
     /// Whether Ctrl-C or SIGTERM cut the run short.
+    #[serde(default)]
     pub interrupted: bool,
     /// Variants that never ran because the run was interrupted first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
     /// The files written, by role ("requests" -> "requests.csv", ...),
     /// relative to the results folder. Filled in by whoever writes them.
@@ -54,7 +55,7 @@ impl Summary {
     ) -> Summary {
         let check = CheckSummary::of(&variants);
         Summary {
-            schema: SCHEMA,
+            schema: SCHEMA.to_string(),
             run_id: run_id.into(),
             started_at: rfc3339_utc(started_at),
             scenario,
@@ -76,7 +77,7 @@ pub fn rfc3339_utc(t: OffsetDateTime) -> String {
 }
 
 /// The scenario as it was run: enough to reproduce it without the file.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScenarioEcho {
     /// Scenario name.
     pub name: String,
@@ -97,7 +98,7 @@ pub struct ScenarioEcho {
 }
 
 /// One variant in the scenario echo.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VariantEcho {
     /// Variant name.
     pub name: String,
@@ -129,7 +130,7 @@ impl ScenarioEcho {
 }
 
 /// The host a run happened on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Environment {
     /// tailmesh's version.
     pub tailmesh_version: String,
@@ -181,7 +182,7 @@ fn read_fact(file: &str, uname_flag: &str) -> Option<String> {
 }
 
 /// The run's overall verdict.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckSummary {
     /// "fail" if any variant's compounding check failed, else
     /// "inconclusive" if any was inconclusive, else "pass" (also when no

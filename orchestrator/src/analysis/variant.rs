@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::compounding::{CompoundingReport, HopSlowness, SlowCounts, judge};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
@@ -17,7 +17,7 @@ use crate::scenario::{Arrivals, Check, ConnectionMode, Hop, LoadMode, Stop, Vari
 const ERROR_SAMPLES: usize = 3;
 
 /// One override of a variant, as written in the scenario.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Override {
     /// The key, e.g. `hop.*.transport`.
     pub key: String,
@@ -38,24 +38,24 @@ pub fn overrides(variant: &Variant) -> Vec<Override> {
 }
 
 /// The load a variant was driven with.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoadSummary {
     /// "open" or "closed".
-    pub mode: &'static str,
+    pub mode: String,
     /// Requested rate, requests per second (open loop only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
     /// "poisson" or "uniform" (open loop only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub arrivals: Option<&'static str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<String>,
     /// Requests in flight (closed loop only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
     /// Measured phase length in seconds, when the scenario stops by time.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
     /// Measured requests, when the scenario stops by count.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
     /// Warmup, seconds.
     pub warmup_s: f64,
@@ -104,9 +104,9 @@ impl LoadSummary {
             ConnectionMode::PerRequest => "per_request".to_string(),
         };
         LoadSummary {
-            mode,
+            mode: mode.to_string(),
             rate,
-            arrivals,
+            arrivals: arrivals.map(str::to_string),
             concurrency,
             duration_s,
             requests,
@@ -120,12 +120,12 @@ impl LoadSummary {
 }
 
 /// What one hop did, from the paths of ok requests.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HopReport {
     /// Hop name.
     pub hop: String,
     /// How callers reach it: "push" or "pull".
-    pub transport: &'static str,
+    pub transport: String,
     /// Declared replicas.
     pub replicas: u32,
     /// Path records of this hop (one per visit; ok requests only).
@@ -149,23 +149,23 @@ pub struct HopReport {
     /// Errors blamed on this hop, by label: the innermost hop an error
     /// message names (callers prefix `hop "<name>" replica <i> (<addr>): `
     /// as an error travels back up, so the last name is where it arose).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, u64>,
     /// The first few such error messages.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_samples: Vec<String>,
 }
 
 /// One variant's results. The end-to-end histogram is kept (not serialized)
 /// for the `.hgrm` writer and the terminal table.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct VariantReport {
     /// Variant name.
     pub name: String,
     /// Its overrides, as written.
     pub overrides: Vec<Override>,
     /// "push", "pull" or "mixed": how the hops are reached.
-    pub transport: &'static str,
+    pub transport: String,
     /// The load.
     pub load: LoadSummary,
     /// Length of the measured phase, seconds.
@@ -197,24 +197,25 @@ pub struct VariantReport {
     /// Per-hop statistics in scenario order.
     pub hops: Vec<HopReport>,
     /// Path records naming hops the scenario does not declare.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unknown_hops: BTreeMap<String, u64>,
     /// The compounding check, if the scenario asks for it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compounding: Option<CompoundingReport>,
     /// Requests sent during warmup (not measured, still accounted for).
     pub warmup: WarmupCounts,
     /// Whether the run was cut short (Ctrl-C) while this variant ran.
     pub interrupted: bool,
     /// What went wrong around the measurement (a hop process that died...).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incidents: Vec<String>,
     /// The broker's per-topic statistics (queue depth, waits, redeliveries)
     /// when hops are reached by pull; queue wait values are in ns.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub broker: Vec<tailmesh_services::broker::TopicStats>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
-    #[serde(skip)]
+    /// Not in summary.json: rebuilt from requests.csv when read back.
+    #[serde(skip, default = "super::stats::new_histogram")]
     pub latency_histogram: Histogram<u64>,
 }
 
@@ -247,7 +248,7 @@ impl HopAcc {
     fn into_report(self, hop: &Hop) -> HopReport {
         HopReport {
             hop: hop.name.clone(),
-            transport: hop.transport.as_str(),
+            transport: hop.transport.as_str().to_string(),
             replicas: hop.replicas,
             requests: self.requests,
             slow: self.slow,
@@ -386,7 +387,7 @@ pub fn analyze_variant(
     VariantReport {
         name: variant.name.clone(),
         overrides: overrides(variant),
-        transport: transport_summary(&variant.hops),
+        transport: transport_summary(&variant.hops).to_string(),
         load: LoadSummary::of(variant),
         measured_s: secs,
         sent,

@@ -52,7 +52,7 @@ impl Target {
 }
 
 /// Requests sent during warmup: not measured, but still accounted for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WarmupCounts {
     /// Sent during warmup.
     pub sent: u64,

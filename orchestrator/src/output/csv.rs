@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::OutputError;
-use crate::record::RequestRecord;
+use crate::record::{Outcome, RequestRecord};
 
 /// The header line, without its line end.
 pub const CSV_HEADER: &str =
@@ -92,37 +92,152 @@ fn quote(field: &str) -> Cow<'_, str> {
     }
 }
 
+/// Splits CSV text into rows of fields, honouring RFC 4180 quotes. A last
+/// line without a line end is kept.
+pub fn split_rows(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
+    let (mut quoted, mut chars) = (false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    if !field.is_empty() || !row.is_empty() {
+        row.push(field);
+        rows.push(row);
+    }
+    rows
+}
+
+/// Reads a `requests.csv` back: each row's variant and its record. Error
+/// messages are not in the file, so errors come back with an empty one;
+/// path records carry hop, replica, service time and the slow flag.
+pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, OutputError> {
+    let text = std::fs::read_to_string(path).map_err(OutputError::io(path))?;
+    let bad = |line: usize, what: String| OutputError::Parse {
+        path: path.to_path_buf(),
+        line,
+        what,
+    };
+    let mut rows = split_rows(&text).into_iter().enumerate();
+    match rows.next() {
+        Some((_, header)) if header.join(",") == CSV_HEADER => {}
+        _ => return Err(bad(1, format!("the first line must be {CSV_HEADER}"))),
+    }
+    let mut out = Vec::new();
+    for (i, row) in rows {
+        let line = i + 1;
+        let [
+            variant,
+            id,
+            intended,
+            start,
+            end,
+            _latency,
+            status,
+            slow_hops,
+            path_field,
+        ] = <[String; 9]>::try_from(row)
+            .map_err(|r| bad(line, format!("{} fields, expected 9", r.len())))?;
+        let id = id
+            .parse::<u64>()
+            .map_err(|e| bad(line, format!("id {id:?}: {e}")))?;
+        let time =
+            |field: &str| parse_micros3(field).ok_or_else(|| bad(line, format!("time {field:?}")));
+        let slow: Vec<&str> = slow_hops.split(';').filter(|s| !s.is_empty()).collect();
+        let mut path = Vec::new();
+        for entry in path_field.split(';').filter(|s| !s.is_empty()) {
+            let mut parts = entry.rsplitn(3, '/');
+            let (Some(service), Some(replica), Some(hop)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(bad(line, format!("path entry {entry:?}")));
+            };
+            path.push(tailmesh_proto::pb::HopRecord {
+                hop: hop.to_string(),
+                replica: replica
+                    .parse()
+                    .map_err(|e| bad(line, format!("replica in {entry:?}: {e}")))?,
+                service_ns: u64::try_from(time(service)?.as_nanos()).unwrap_or(u64::MAX),
+                slow: slow.contains(&hop),
+                ..Default::default()
+            });
+        }
+        let record = RequestRecord {
+            id,
+            intended: time(&intended)?,
+            start: time(&start)?,
+            end: time(&end)?,
+            outcome: Outcome::from_label(&status)
+                .ok_or_else(|| bad(line, format!("status {status:?}")))?,
+            path,
+        };
+        out.push((variant, record));
+    }
+    Ok(out)
+}
+
+/// Parses [`micros3`]'s output back.
+fn parse_micros3(field: &str) -> Option<Duration> {
+    let (us, frac) = field.split_once('.')?;
+    let (us, frac): (u64, u64) = (us.parse().ok()?, frac.parse().ok()?);
+    (frac < 1000).then(|| Duration::from_nanos(us.saturating_mul(1000).saturating_add(frac)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::analysis::testing::{mixed_records, ok_records};
 
-    /// Splits CSV text into records of fields, honouring RFC 4180 quotes.
     fn parse(text: &str) -> Vec<Vec<String>> {
-        let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
-        let (mut quoted, mut chars) = (false, text.chars().peekable());
-        while let Some(c) = chars.next() {
-            match (quoted, c) {
-                (true, '"') if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    field.push('"');
-                }
-                (true, '"') => quoted = false,
-                (true, c) => field.push(c),
-                (false, '"') => quoted = true,
-                (false, ',') => row.push(std::mem::take(&mut field)),
-                (false, '\n') => {
-                    row.push(std::mem::take(&mut field));
-                    rows.push(std::mem::take(&mut row));
-                }
-                (false, c) => field.push(c),
-            }
-        }
+        let rows = split_rows(text);
         assert!(
-            field.is_empty() && row.is_empty(),
+            text.is_empty() || text.ends_with('\n'),
             "text must end with a line end"
         );
         rows
+    }
+
+    #[test]
+    fn records_read_back_as_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("requests.csv");
+        let mixed = mixed_records();
+        write_requests_csv(&path, &[("a, \"b\"", &mixed)]).expect("written");
+        let back = read_requests_csv(&path).expect("read back");
+        assert_eq!(back.len(), mixed.len());
+        for ((variant, got), want) in back.iter().zip(&mixed) {
+            assert_eq!(variant, "a, \"b\"");
+            assert_eq!(
+                (got.id, got.intended, got.start, got.end),
+                (want.id, want.intended, want.start, want.end)
+            );
+            assert_eq!(got.outcome.label(), want.outcome.label());
+            let hops = |r: &RequestRecord| {
+                r.path
+                    .iter()
+                    .map(|h| (h.hop.clone(), h.replica, h.service_ns, h.slow))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(hops(got), hops(want));
+        }
+        std::fs::write(&path, "variant,id\nx,1\n").expect("write");
+        assert!(matches!(
+            read_requests_csv(&path),
+            Err(OutputError::Parse { line: 1, .. })
+        ));
     }
 
     #[test]

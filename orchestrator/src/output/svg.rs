@@ -1,0 +1,459 @@
+//! Small SVG charts written by hand (no fonts, no scripts, no network):
+//! line charts on linear or log axes, and stacked horizontal bars. Each
+//! chart is one `<svg>` element with an `id`, ready to inline in HTML.
+
+use std::fmt::Write;
+
+/// Chart size in CSS pixels.
+const WIDTH: f64 = 760.0;
+const HEIGHT: f64 = 340.0;
+const LEFT: f64 = 72.0;
+const RIGHT: f64 = 28.0;
+const TOP: f64 = 34.0;
+const BOTTOM: f64 = 48.0;
+
+/// Colours for series, in order; they repeat after eight.
+pub const PALETTE: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+/// An axis scale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// Linear from the data's lowest value (or 0) to its highest.
+    Linear,
+    /// Base-10 logarithmic; values <= 0 are left out.
+    Log,
+}
+
+/// One line of a line chart.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// Legend text.
+    pub name: String,
+    /// (x, y) points in data units, in drawing order.
+    pub points: Vec<(f64, f64)>,
+    /// Dashed instead of solid.
+    pub dashed: bool,
+    /// Index into [`PALETTE`].
+    pub colour: usize,
+}
+
+/// A line chart.
+#[derive(Clone, Debug)]
+pub struct LineChart<'a> {
+    /// The `id` attribute of the `<svg>`.
+    pub id: &'a str,
+    /// Title above the plot.
+    pub title: &'a str,
+    /// X axis label.
+    pub x_label: &'a str,
+    /// Y axis label.
+    pub y_label: &'a str,
+    /// X scale.
+    pub x_scale: Scale,
+    /// Y scale.
+    pub y_scale: Scale,
+    /// How x tick values are written (e.g. "99.9%" for 1000).
+    pub x_format: fn(f64) -> String,
+    /// How y tick values are written.
+    pub y_format: fn(f64) -> String,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+/// Escapes text for XML content and attributes.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Maps data values to pixels along one axis.
+struct Axis {
+    scale: Scale,
+    lo: f64,
+    hi: f64,
+    from: f64,
+    to: f64,
+}
+
+impl Axis {
+    fn new(scale: Scale, values: impl Iterator<Item = f64>, from: f64, to: f64) -> Axis {
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for v in values.filter(|v| v.is_finite() && (scale == Scale::Linear || *v > 0.0)) {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        if !lo.is_finite() {
+            (lo, hi) = (1.0, 10.0);
+        }
+        match scale {
+            Scale::Linear => {
+                lo = lo.min(0.0);
+                hi = nice_ceiling(hi.max(lo + 1e-9));
+            }
+            Scale::Log => {
+                lo = 10f64.powf(lo.log10().floor());
+                hi = 10f64.powf(hi.log10().ceil().max(lo.log10() + 1.0));
+            }
+        }
+        Axis {
+            scale,
+            lo,
+            hi,
+            from,
+            to,
+        }
+    }
+
+    fn pos(&self, v: f64) -> Option<f64> {
+        let t = match self.scale {
+            Scale::Linear => (v - self.lo) / (self.hi - self.lo),
+            Scale::Log if v > 0.0 => {
+                (v.log10() - self.lo.log10()) / (self.hi.log10() - self.lo.log10())
+            }
+            Scale::Log => return None,
+        };
+        t.is_finite()
+            .then_some(self.from + t * (self.to - self.from))
+    }
+
+    fn ticks(&self) -> Vec<f64> {
+        match self.scale {
+            Scale::Log => {
+                let (a, b) = (
+                    self.lo.log10().round() as i32,
+                    self.hi.log10().round() as i32,
+                );
+                (a..=b).map(|e| 10f64.powi(e)).collect()
+            }
+            Scale::Linear => {
+                let step = nice_step((self.hi - self.lo) / 5.0);
+                let mut ticks = Vec::new();
+                let mut v = (self.lo / step).ceil() * step;
+                while v <= self.hi + step * 1e-9 && ticks.len() < 20 {
+                    ticks.push(v);
+                    v += step;
+                }
+                ticks
+            }
+        }
+    }
+}
+
+/// The smallest 1, 2 or 5 times a power of ten that is >= `v`.
+fn nice_step(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|s| *s >= v)
+        .unwrap_or(10.0 * p)
+}
+
+/// `v` rounded up to a multiple of a nice step.
+fn nice_ceiling(v: f64) -> f64 {
+    let step = nice_step(v / 5.0);
+    (v / step).ceil() * step
+}
+
+fn open(out: &mut String, id: &str, title: &str) {
+    let _ = write!(
+        out,
+        r##"<svg id="{}" class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{}"><rect width="100%" height="100%" fill="#fff"/><text x="{}" y="20" class="title">{}</text>"##,
+        escape(id),
+        escape(title),
+        LEFT,
+        escape(title)
+    );
+}
+
+fn legend(out: &mut String, entries: &[(String, usize, bool)]) {
+    let mut y = TOP + 10.0;
+    for (name, colour, dashed) in entries {
+        let x = WIDTH - RIGHT - 170.0;
+        let dash = if *dashed {
+            r#" stroke-dasharray="5 3""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2"{dash}/><text x="{}" y="{}" class="legend">{}</text>"#,
+            x + 18.0,
+            PALETTE[colour % PALETTE.len()],
+            x + 22.0,
+            y + 4.0,
+            escape(name)
+        );
+        y += 15.0;
+    }
+}
+
+/// Renders a line chart.
+pub fn line_chart(chart: &LineChart<'_>) -> String {
+    let points = || chart.series.iter().flat_map(|s| s.points.iter());
+    let x = Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT);
+    let y = Axis::new(chart.y_scale, points().map(|p| p.1), HEIGHT - BOTTOM, TOP);
+    let mut out = String::new();
+    open(&mut out, chart.id, chart.title);
+    for t in x.ticks() {
+        if let Some(px) = x.pos(t) {
+            let _ = write!(
+                out,
+                r#"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{}" class="grid"/><text x="{px:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
+                HEIGHT - BOTTOM,
+                HEIGHT - BOTTOM + 16.0,
+                escape(&(chart.x_format)(t))
+            );
+        }
+    }
+    for t in y.ticks() {
+        if let Some(py) = y.pos(t) {
+            let _ = write!(
+                out,
+                r#"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" class="grid"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
+                WIDTH - RIGHT,
+                LEFT - 6.0,
+                py + 4.0,
+                escape(&(chart.y_format)(t))
+            );
+        }
+    }
+    axes(&mut out, chart.x_label, chart.y_label);
+    for s in &chart.series {
+        let path: Vec<String> = s
+            .points
+            .iter()
+            .filter_map(|&(a, b)| Some(format!("{:.1},{:.1}", x.pos(a)?, y.pos(b)?)))
+            .collect();
+        if path.is_empty() {
+            continue;
+        }
+        let dash = if s.dashed {
+            r#" stroke-dasharray="5 3""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            r#"<polyline class="series" data-series="{}" points="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
+            escape(&s.name),
+            path.join(" "),
+            PALETTE[s.colour % PALETTE.len()]
+        );
+    }
+    let entries: Vec<_> = chart
+        .series
+        .iter()
+        .map(|s| (s.name.clone(), s.colour, s.dashed))
+        .collect();
+    legend(&mut out, &entries);
+    out.push_str("</svg>");
+    out
+}
+
+fn axes(out: &mut String, x_label: &str, y_label: &str) {
+    let _ = write!(
+        out,
+        r#"<line x1="{LEFT}" y1="{b}" x2="{r}" y2="{b}" class="axis"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{b}" class="axis"/><text x="{cx}" y="{}" class="label" text-anchor="middle">{}</text><text transform="translate(12 {cy}) rotate(-90)" class="label" text-anchor="middle">{}</text>"#,
+        HEIGHT - 8.0,
+        escape(x_label),
+        escape(y_label),
+        b = HEIGHT - BOTTOM,
+        r = WIDTH - RIGHT,
+        cx = (LEFT + WIDTH - RIGHT) / 2.0,
+        cy = (TOP + HEIGHT - BOTTOM) / 2.0,
+    );
+}
+
+/// Horizontal bars, each split into coloured segments.
+#[derive(Clone, Debug)]
+pub struct StackedBars<'a> {
+    /// The `id` attribute of the `<svg>`.
+    pub id: &'a str,
+    /// Title above the plot.
+    pub title: &'a str,
+    /// Label of the value axis.
+    pub x_label: &'a str,
+    /// How values are written.
+    pub x_format: fn(f64) -> String,
+    /// Segment names, in stacking order.
+    pub segments: Vec<String>,
+    /// One bar per entry: its label and one value per segment.
+    pub bars: Vec<(String, Vec<f64>)>,
+}
+
+/// Renders stacked horizontal bars; the chart grows with the bar count.
+pub fn stacked_bars(chart: &StackedBars<'_>) -> String {
+    const BAR: f64 = 18.0;
+    const GAP: f64 = 8.0;
+    const LABELS: f64 = 170.0;
+    let height = TOP + 30.0 + chart.bars.len() as f64 * (BAR + GAP) + BOTTOM;
+    let total = |v: &[f64]| v.iter().filter(|x| x.is_finite() && **x > 0.0).sum::<f64>();
+    let most = chart.bars.iter().map(|(_, v)| total(v)).fold(0.0, f64::max);
+    let x = Axis::new(
+        Scale::Linear,
+        [0.0, most].into_iter(),
+        LEFT + LABELS,
+        WIDTH - RIGHT,
+    );
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        r##"<svg id="{}" class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" aria-label="{}"><rect width="100%" height="100%" fill="#fff"/><text x="{}" y="20" class="title">{}</text>"##,
+        escape(chart.id),
+        escape(chart.title),
+        LEFT,
+        escape(chart.title)
+    );
+    let mut lx = LEFT + LABELS;
+    for (i, name) in chart.segments.iter().enumerate() {
+        let _ = write!(
+            out,
+            r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{}" class="legend">{}</text>"#,
+            TOP - 4.0,
+            PALETTE[i % PALETTE.len()],
+            lx + 16.0,
+            TOP + 6.0,
+            escape(name)
+        );
+        lx += 22.0 + 7.0 * name.len() as f64;
+    }
+    let bottom = height - BOTTOM;
+    for t in x.ticks() {
+        if let Some(px) = x.pos(t) {
+            let _ = write!(
+                out,
+                r#"<line x1="{px:.1}" y1="{}" x2="{px:.1}" y2="{bottom}" class="grid"/><text x="{px:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
+                TOP + 20.0,
+                bottom + 16.0,
+                escape(&(chart.x_format)(t))
+            );
+        }
+    }
+    for (row, (label, values)) in chart.bars.iter().enumerate() {
+        let y = TOP + 30.0 + row as f64 * (BAR + GAP);
+        let _ = write!(
+            out,
+            r#"<text x="{}" y="{}" class="tick" text-anchor="end">{}</text>"#,
+            LEFT + LABELS - 6.0,
+            y + BAR * 0.7,
+            escape(label)
+        );
+        let mut at = 0.0;
+        for (i, v) in values.iter().enumerate() {
+            let v = if v.is_finite() && *v > 0.0 { *v } else { 0.0 };
+            if let (Some(a), Some(b)) = (x.pos(at), x.pos(at + v)) {
+                let _ = write!(
+                    out,
+                    r#"<rect class="segment" x="{a:.1}" y="{y:.1}" width="{:.1}" height="{BAR}" fill="{}"><title>{}: {}</title></rect>"#,
+                    (b - a).max(0.0),
+                    PALETTE[i % PALETTE.len()],
+                    escape(&format!(
+                        "{label} {}",
+                        chart.segments.get(i).map_or("", String::as_str)
+                    )),
+                    escape(&(chart.x_format)(v))
+                );
+            }
+            at += v;
+        }
+    }
+    let _ = write!(
+        out,
+        r#"<text x="{}" y="{}" class="label" text-anchor="middle">{}</text></svg>"#,
+        (LEFT + LABELS + WIDTH - RIGHT) / 2.0,
+        height - 8.0,
+        escape(chart.x_label)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fmt(v: f64) -> String {
+        format!("{v}")
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(0.7), 1.0);
+        assert_eq!(nice_step(1.3), 2.0);
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(nice_step(7.0), 10.0);
+        assert_eq!(nice_step(230.0), 500.0);
+    }
+
+    #[test]
+    fn log_axes_span_whole_decades_and_place_points() {
+        let a = Axis::new(Scale::Log, [3.0, 450.0].into_iter(), 0.0, 300.0);
+        assert_eq!((a.lo, a.hi), (1.0, 1000.0));
+        assert_eq!(a.ticks(), vec![1.0, 10.0, 100.0, 1000.0]);
+        assert_eq!(a.pos(10.0).map(|p| p.round()), Some(100.0));
+        assert_eq!(a.pos(0.0), None);
+    }
+
+    #[test]
+    fn a_line_chart_has_one_polyline_per_series_and_escapes_text() {
+        let chart = LineChart {
+            id: "c1",
+            title: "a <b> & c",
+            x_label: "x",
+            y_label: "y",
+            x_scale: Scale::Log,
+            y_scale: Scale::Linear,
+            x_format: fmt,
+            y_format: fmt,
+            series: vec![
+                Series {
+                    name: "push".into(),
+                    points: vec![(1.0, 1.0), (10.0, 3.0)],
+                    dashed: false,
+                    colour: 0,
+                },
+                Series {
+                    name: "pull".into(),
+                    points: vec![(1.0, 2.0), (100.0, 4.0)],
+                    dashed: true,
+                    colour: 1,
+                },
+            ],
+        };
+        let svg = line_chart(&chart);
+        assert!(svg.starts_with("<svg id=\"c1\"") && svg.ends_with("</svg>"));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.contains("a &lt;b&gt; &amp; c"));
+        assert!(!svg.contains("a <b>"));
+    }
+
+    #[test]
+    fn stacked_bars_draw_one_rect_per_positive_segment() {
+        let chart = StackedBars {
+            id: "bars",
+            title: "t",
+            x_label: "us",
+            x_format: fmt,
+            segments: vec!["service".into(), "queue".into()],
+            bars: vec![("a".into(), vec![3.0, 1.0]), ("b".into(), vec![2.0, 0.0])],
+        };
+        let svg = stacked_bars(&chart);
+        assert_eq!(svg.matches("class=\"segment\"").count(), 4);
+        assert!(svg.contains("<title>a service: 3</title>"), "{svg}");
+    }
+}
