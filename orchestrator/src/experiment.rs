@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::{
     analysis::{
         compounding::Verdict,
-        stats,
+        stats, summarize_sweep,
         summary::{Environment, ScenarioEcho, Summary},
         variant::analyze_variant,
     },
@@ -162,6 +162,7 @@ pub fn write_results(
         Environment::detect("local"),
         reports,
     );
+    summary.sweep = summarize_sweep(scenario, &summary.variants);
     summary.interrupted =
         runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
     summary.skipped = scenario

@@ -32,6 +32,9 @@ pub struct Summary {
     pub variants: Vec<VariantReport>,
     /// The overall verdict.
     pub check: CheckSummary,
+    /// The swept parameter's table, for a swept scenario.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<super::sweep::SweepSummary>,
     /// Whether Ctrl-C or SIGTERM cut the run short.
     #[serde(default)]
     pub interrupted: bool,
@@ -62,6 +65,7 @@ impl Summary {
             environment,
             variants,
             check,
+            sweep: None,
             interrupted: false,
             skipped: Vec::new(),
             files: BTreeMap::new(),

@@ -54,6 +54,7 @@ pub fn variant(name: &str, hops: Vec<Hop>) -> Variant {
         },
         hops,
         launcher: Launcher::Local,
+        sweep: None,
     }
 }
 
@@ -174,6 +175,7 @@ pub fn summary() -> crate::analysis::Summary {
         variants: vec![variant.clone()],
         check: check(),
         report: crate::scenario::Report::default(),
+        sweep: None,
     };
     let echo = ScenarioEcho::new(
         &scenario,

@@ -14,7 +14,7 @@ use super::{
     table::format_us,
 };
 use crate::{
-    analysis::{Summary, VariantReport},
+    analysis::{Summary, SweepSummary, VariantReport},
     record::{Outcome, RequestRecord},
 };
 
@@ -66,6 +66,9 @@ pub fn render_report(summary: &Summary, records: &[(&str, &[RequestRecord])]) ->
     }
     out.push_str(&latency_table(&summary.variants));
     out.push_str(&compounding_table(&summary.variants));
+    if let Some(sweep) = &summary.sweep {
+        out.push_str(&sweep_section(sweep));
+    }
     out.push_str("<h2>Latency distribution</h2><p class=\"note\">End-to-end latency of ok requests, measured from the intended send time. Share of requests per bucket (ten buckets per decade).</p>");
     out.push_str(&svg::line_chart(&histogram_chart(&summary.variants)));
     out.push_str("<h2>Percentile spectrum</h2><p class=\"note\">Latency against percentile, on HdrHistogram's 1/(1-q) axis: the right edge is the tail.</p>");
@@ -201,6 +204,7 @@ fn histogram_chart(variants: &[VariantReport]) -> LineChart<'static> {
             points: log_buckets(&v.latency_histogram),
             dashed: false,
             colour: i,
+            intervals: Vec::new(),
         })
         .collect();
     LineChart {
@@ -264,6 +268,7 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
                 .collect(),
             dashed: false,
             colour: i,
+            intervals: Vec::new(),
         })
         .collect();
     LineChart {
@@ -394,6 +399,7 @@ fn throughput_chart(records: &[(&str, &[RequestRecord])]) -> LineChart<'static> 
             points: points(&ok),
             dashed: false,
             colour: i,
+            intervals: Vec::new(),
         });
         if failed.iter().any(|n| *n > 0) {
             series.push(Series {
@@ -401,6 +407,7 @@ fn throughput_chart(records: &[(&str, &[RequestRecord])]) -> LineChart<'static> 
                 points: points(&failed),
                 dashed: true,
                 colour: i,
+                intervals: Vec::new(),
             });
         }
     }
@@ -415,6 +422,130 @@ fn throughput_chart(records: &[(&str, &[RequestRecord])]) -> LineChart<'static> 
         y_format: plain,
         series,
     }
+}
+
+/// The sweep's charts and table: the compounding curve (measured slow
+/// fraction with 95 % intervals against the declared model) and p99 against
+/// the swept value, one series per declared variant.
+fn sweep_section(sweep: &SweepSummary) -> String {
+    let mut groups: Vec<&str> = Vec::new();
+    for r in &sweep.rows {
+        if !groups.contains(&r.group.as_str()) {
+            groups.push(&r.group);
+        }
+    }
+    // Numeric values are plotted as numbers; others by their position.
+    let x_of = |value: &str| {
+        value.parse::<f64>().ok().unwrap_or_else(|| {
+            sweep
+                .values
+                .iter()
+                .position(|v| v == value)
+                .map_or(0.0, |i| i as f64 + 1.0)
+        })
+    };
+    let mut out = format!("<h2>Sweep: {}</h2>", escape(&sweep.key));
+    let checked = sweep.rows.iter().any(|r| r.compounding.is_some());
+    if checked {
+        let mut series = Vec::new();
+        for (i, g) in groups.iter().enumerate() {
+            let rows: Vec<_> = sweep
+                .rows
+                .iter()
+                .filter(|r| r.group == *g)
+                .filter_map(|r| Some((x_of(&r.value), r.compounding.as_ref()?)))
+                .collect();
+            series.push(Series {
+                name: format!("{g} measured"),
+                points: rows.iter().map(|(x, c)| (*x, c.measured * 100.0)).collect(),
+                dashed: false,
+                colour: i,
+                intervals: rows
+                    .iter()
+                    .map(|(x, c)| (*x, c.ci_lo * 100.0, c.ci_hi * 100.0))
+                    .collect(),
+            });
+            series.push(Series {
+                name: format!("{g} model"),
+                points: rows
+                    .iter()
+                    .map(|(x, c)| (*x, c.declared_model * 100.0))
+                    .collect(),
+                dashed: true,
+                colour: i,
+                intervals: Vec::new(),
+            });
+        }
+        out.push_str("<p class=\"note\">Share of requests slower than the threshold, with 95 % Wilson intervals, against the model 1 - prod(1 - p_i) of the declared per-hop probabilities (dashed).</p>");
+        out.push_str(&svg::line_chart(&LineChart {
+            id: "compounding-curve",
+            title: "Tail compounding",
+            x_label: &sweep.key,
+            y_label: "slow requests (%)",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: plain,
+            y_format: percent,
+            series,
+        }));
+    }
+    let series = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| Series {
+            name: format!("{g} p99"),
+            points: sweep
+                .rows
+                .iter()
+                .filter(|r| r.group == *g)
+                .map(|r| (x_of(&r.value), r.p99_us as f64))
+                .collect(),
+            dashed: false,
+            colour: i,
+            intervals: Vec::new(),
+        })
+        .collect();
+    out.push_str(&svg::line_chart(&LineChart {
+        id: "sweep-p99",
+        title: "p99 across the sweep",
+        x_label: &sweep.key,
+        y_label: "p99 latency",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        x_format: plain,
+        y_format: ms,
+        series,
+    }));
+    out.push_str("<table id=\"sweep\"><tr><th>variant</th><th>value</th><th>sent</th><th>p50</th><th>p99</th><th>p99.9</th><th>slow measured</th><th>95 % interval</th><th>model</th><th>declared</th><th>verdict</th></tr>");
+    for r in &sweep.rows {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+            escape(&r.group),
+            escape(&r.value),
+            r.sent,
+            format_us(r.p50_us),
+            format_us(r.p99_us),
+            format_us(r.p99_9_us)
+        );
+        match &r.compounding {
+            Some(c) => {
+                let verdict = c.verdict.as_str();
+                let _ = write!(
+                    out,
+                    "<td>{:.1} %</td><td>[{:.1}, {:.1}] %</td><td>{:.1} %</td><td>{:.1} %</td><td class=\"{verdict}\">{verdict}</td></tr>",
+                    c.measured * 100.0,
+                    c.ci_lo * 100.0,
+                    c.ci_hi * 100.0,
+                    c.model * 100.0,
+                    c.declared_model * 100.0
+                );
+            }
+            None => out.push_str("<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>"),
+        }
+    }
+    out.push_str("</table>");
+    out
 }
 
 fn broker_table(variants: &[VariantReport]) -> String {

@@ -37,6 +37,9 @@ pub struct Series {
     pub dashed: bool,
     /// Index into [`PALETTE`].
     pub colour: usize,
+    /// Error bars: (x, low, high) in data units, drawn with a dot at each
+    /// point.
+    pub intervals: Vec<(f64, f64, f64)>,
 }
 
 /// A line chart.
@@ -206,8 +209,14 @@ fn legend(out: &mut String, entries: &[(String, usize, bool)]) {
 /// Renders a line chart.
 pub fn line_chart(chart: &LineChart<'_>) -> String {
     let points = || chart.series.iter().flat_map(|s| s.points.iter());
+    let bars = || chart.series.iter().flat_map(|s| s.intervals.iter());
     let x = Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT);
-    let y = Axis::new(chart.y_scale, points().map(|p| p.1), HEIGHT - BOTTOM, TOP);
+    let y = Axis::new(
+        chart.y_scale,
+        points().map(|p| p.1).chain(bars().flat_map(|b| [b.1, b.2])),
+        HEIGHT - BOTTOM,
+        TOP,
+    );
     let mut out = String::new();
     open(&mut out, chart.id, chart.title);
     for t in x.ticks() {
@@ -255,6 +264,29 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
             path.join(" "),
             PALETTE[s.colour % PALETTE.len()]
         );
+    }
+    for s in &chart.series {
+        let colour = PALETTE[s.colour % PALETTE.len()];
+        for &(bx, lo, hi) in &s.intervals {
+            if let (Some(px), Some(py0), Some(py1)) = (x.pos(bx), y.pos(lo), y.pos(hi)) {
+                let _ = write!(
+                    out,
+                    r#"<path class="interval" d="M{px:.1} {py0:.1}V{py1:.1}M{:.1} {py0:.1}h8M{:.1} {py1:.1}h8" stroke="{colour}" stroke-width="1.5" fill="none"/>"#,
+                    px - 4.0,
+                    px - 4.0
+                );
+            }
+        }
+        if !s.intervals.is_empty() {
+            for &(px, py) in &s.points {
+                if let (Some(px), Some(py)) = (x.pos(px), y.pos(py)) {
+                    let _ = write!(
+                        out,
+                        r#"<circle cx="{px:.1}" cy="{py:.1}" r="3" fill="{colour}"/>"#
+                    );
+                }
+            }
+        }
     }
     let entries: Vec<_> = chart
         .series
@@ -426,12 +458,14 @@ mod tests {
                     points: vec![(1.0, 1.0), (10.0, 3.0)],
                     dashed: false,
                     colour: 0,
+                    intervals: Vec::new(),
                 },
                 Series {
                     name: "pull".into(),
                     points: vec![(1.0, 2.0), (100.0, 4.0)],
                     dashed: true,
                     colour: 1,
+                    intervals: Vec::new(),
                 },
             ],
         };

@@ -15,7 +15,12 @@ pub fn render_table(summary: &Summary) -> String {
         out.push_str(&per_hop(&summary.variants).to_string());
         out.push('\n');
     }
-    if let Some((first, rest)) = summary.variants.split_first() {
+    if let Some(sweep) = &summary.sweep {
+        out.push_str(&sweep_table(sweep).to_string());
+        out.push('\n');
+    }
+    // A sweep has its own table; pairwise lines would only repeat it.
+    if let (None, Some((first, rest))) = (&summary.sweep, summary.variants.split_first()) {
         for v in rest {
             out.push_str(&comparison_line(first, v));
         }
@@ -62,6 +67,46 @@ fn comparison_line(base: &VariantReport, v: &VariantReport) -> String {
         ratio(l.p99_9_us as f64, b.p99_9_us as f64),
         ratio(v.ok_rate, base.ok_rate),
     )
+}
+
+/// The sweep: one row per point, with the compounding curve's numbers.
+fn sweep_table(sweep: &crate::analysis::SweepSummary) -> Table {
+    let key = format!("sweep {}", sweep.key);
+    let mut t = table(&[
+        "variant",
+        &key,
+        "sent",
+        "p50",
+        "p99",
+        "p99.9",
+        "slow measured",
+        "95 % interval",
+        "model",
+        "declared",
+        "verdict",
+    ]);
+    for r in &sweep.rows {
+        let mut row = vec![
+            r.group.clone(),
+            r.value.clone(),
+            r.sent.to_string(),
+            format_us(r.p50_us),
+            format_us(r.p99_us),
+            format_us(r.p99_9_us),
+        ];
+        match &r.compounding {
+            Some(c) => row.extend([
+                format!("{:.1} %", c.measured * 100.0),
+                format!("[{:.1}, {:.1}]", c.ci_lo * 100.0, c.ci_hi * 100.0),
+                format!("{:.1} %", c.model * 100.0),
+                format!("{:.1} %", c.declared_model * 100.0),
+                c.verdict.as_str().to_string(),
+            ]),
+            None => row.extend(std::iter::repeat_n("-".to_string(), 5)),
+        }
+        t.add_row(row);
+    }
+    t
 }
 
 fn table(header: &[&str]) -> Table {

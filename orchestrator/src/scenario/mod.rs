@@ -32,6 +32,7 @@
 //! | `[[variant]]` | tables | one variant, "base" |
 //! | `[check]` | table | `slow_threshold = "1s"`, `compounding = false` |
 //! | `[report]` | table | `histogram = false` |
+//! | `[sweep]` | table | none |
 //!
 //! `[load]`: `mode` = `"open"` | `"closed"` (required). Open needs `rate`
 //! (number, > 0, <= 1 000 000) and takes `arrivals` = `"poisson"` (default)
@@ -89,6 +90,14 @@
 //! `variant "<name>": ` and located at the override when the override's
 //! value is the culprit. Without `[[variant]]` there is one variant, "base".
 //!
+//! `[sweep]`: `key` (required): `"hops"` (the first n `[[hop]]` tables
+//! form the chain) or an override path as in `set`; and either `values`
+//! (a non-empty array, at most 64) or integer `from`, `to` (inclusive) and
+//! `step` (default 1). Every variant (or the base) runs once per value, as
+//! a variant named `<variant>-<last key segment>-<value>`; a value that does
+//! not fit (more hops than declared, an invalid probability) is reported at
+//! the value, prefixed with the variant and the sweep point.
+//!
 //! A TOML syntax error stops the reading there: the first syntax error is
 //! reported, with its place, and nothing else (toml's recovery after it
 //! guesses, and its later errors are often artefacts of the first).
@@ -130,30 +139,91 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
 
     let (base, base_problems) = validate::validate(&root);
     let specs = variant::read(&root, source, &mut problems);
-    let mut variants = Vec::new();
+    let sweep = variant::read_sweep(&root, source, &mut problems);
+    // The declared variants' trees (or the base alone), before any sweep.
+    let mut declared: Vec<(Option<String>, String, Vec<(String, String)>, tree::Table)> =
+        Vec::new();
     match specs {
-        None => {
-            if let Some(parts) = &base {
-                variants.push(variant_of("base".to_owned(), Vec::new(), parts));
-            }
-        }
+        None => declared.push((
+            Some("base".to_owned()),
+            String::new(),
+            Vec::new(),
+            root.clone(),
+        )),
         Some(specs) => {
             for spec in specs {
                 let tree = variant::apply(&root, &spec, &mut problems);
-                let (parts, own) = validate::validate(&tree);
-                for problem in own.list {
-                    // The base's problems are reported once, below.
-                    if !base_problems.list.contains(&problem) {
-                        problems.list.push(error::Problem {
-                            at: problem.at,
-                            message: format!("{}{}", spec.prefix, problem.message),
-                        });
-                    }
+                declared.push((
+                    spec.name.clone(),
+                    spec.prefix.clone(),
+                    spec.echo.clone(),
+                    tree,
+                ));
+            }
+        }
+    }
+    let mut variants = Vec::new();
+    for (group, prefix, echo, tree) in declared {
+        // Each declared variant runs once, or once per sweep value.
+        let points: Vec<Option<usize>> = match &sweep {
+            Some(sweep) => (0..sweep.values.len()).map(Some).collect(),
+            None => vec![None],
+        };
+        for point in points {
+            let (tree, name, prefix, echo, at) = match (point, &sweep) {
+                (Some(i), Some(sweep)) => {
+                    let Some(tree) = variant::apply_sweep(&tree, sweep, i, &prefix, &mut problems)
+                    else {
+                        continue;
+                    };
+                    let suffix = variant::sweep_suffix(&sweep.key, &sweep.texts[i]);
+                    let name = group.as_ref().map(|n| format!("{n}-{suffix}"));
+                    let prefix = match &name {
+                        Some(n) => format!(
+                            "variant \"{n}\" (sweep {} = {}): ",
+                            sweep.key, sweep.texts[i]
+                        ),
+                        None => prefix.clone(),
+                    };
+                    let mut echo = echo.clone();
+                    echo.push((format!("sweep {}", sweep.key), sweep.texts[i].clone()));
+                    (tree, name, prefix, echo, Some((i, sweep)))
                 }
-                if let (Some(parts), Some(name)) = (parts, spec.name) {
-                    variants.push(variant_of(name, spec.echo, &parts));
+                _ => (
+                    tree.clone(),
+                    group.clone(),
+                    prefix.clone(),
+                    echo.clone(),
+                    None,
+                ),
+            };
+            let (parts, own) = validate::validate(&tree);
+            for problem in own.list {
+                // The base's problems are reported once, below.
+                if !base_problems.list.contains(&problem) {
+                    problems.list.push(error::Problem {
+                        at: problem.at,
+                        message: format!("{prefix}{}", problem.message),
+                    });
                 }
             }
+            if let (Some(parts), Some(variant_name)) = (parts, name) {
+                let mut v = variant_of(variant_name, echo, &parts);
+                v.sweep = at.map(|(i, sweep)| SweepPoint {
+                    group: group.clone().unwrap_or_default(),
+                    value: sweep.texts[i].clone(),
+                });
+                variants.push(v);
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for v in &variants {
+        if !seen.insert(v.name.as_str()) || !read::is_dns_label(&v.name) {
+            problems.nowhere(format!(
+                "the sweep makes the variant name \"{}\", which is a duplicate or not a DNS label: shorten the variant names or the values",
+                v.name
+            ));
         }
     }
     problems.list.extend(base_problems.list);
@@ -171,6 +241,10 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
             variants,
             check: base.check,
             report: base.report,
+            sweep: sweep.map(|s| Sweep {
+                key: s.key,
+                values: s.texts,
+            }),
         }),
         _ => Err(problems.into_errors(source, origin)),
     }
@@ -200,5 +274,6 @@ fn variant_of(name: String, overrides: Vec<(String, String)>, parts: &Parts) -> 
         load: parts.load.clone(),
         hops: parts.hops.clone(),
         launcher: parts.launcher,
+        sweep: None,
     }
 }

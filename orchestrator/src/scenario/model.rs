@@ -27,6 +27,28 @@ pub struct Scenario {
     pub check: Check,
     /// How results are shown.
     pub report: Report,
+    /// The swept parameter, when the scenario sweeps one.
+    pub sweep: Option<Sweep>,
+}
+
+/// A parameter swept over a list of values: every variant runs once per
+/// value (the variants are expanded, see [`Variant::sweep`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// `"hops"` (the first n hops of the chain) or an override path such as
+    /// `"hop.*.slow.probability"`.
+    pub key: String,
+    /// The values in file order, as TOML text.
+    pub values: Vec<String>,
+}
+
+/// Where a variant sits in a sweep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepPoint {
+    /// The declared variant it was expanded from ("base" without variants).
+    pub group: String,
+    /// The swept value, as TOML text.
+    pub value: String,
 }
 
 /// How results are shown beyond the files every run writes.
@@ -50,6 +72,8 @@ pub struct Variant {
     pub hops: Vec<Hop>,
     /// Which launcher runs the hops.
     pub launcher: Launcher,
+    /// Its place in the scenario's sweep, if any.
+    pub sweep: Option<SweepPoint>,
 }
 
 /// Which launcher runs the hop processes.

@@ -189,12 +189,14 @@ fn full_scenario_parses_into_the_exact_model() {
                 },
             ],
             launcher: Launcher::Local,
+            sweep: None,
         }],
         check: Check {
             slow_threshold: ms(15),
             compounding: true,
         },
         report: Report { histogram: true },
+        sweep: None,
     };
     assert_eq!(ok(FULL), expected);
 }
@@ -452,12 +454,14 @@ fn defaults_fill_in_a_minimal_scenario() {
             // A chain in file order; the last hop is a leaf.
             hops: vec![plain("a", &["b"]), plain("b", &["c"]), plain("c", &[])],
             launcher: Launcher::Local,
+            sweep: None,
         }],
         check: Check {
             slow_threshold: Duration::from_secs(1),
             compounding: false,
         },
         report: Report::default(),
+        sweep: None,
     };
     assert_eq!(ok(&source), expected);
 }
@@ -937,5 +941,122 @@ slow = { probability = 0.5, extra = 20 }
                     .to_owned()
             ),
         ]
+    );
+}
+
+const SWEPT: &str = r#"name = "sweep"
+[load]
+mode = "open"
+rate = 10
+requests = 5
+[[hop]]
+name = "a"
+slow = { probability = 0.1, extra = "20ms" }
+[[hop]]
+name = "b"
+[[hop]]
+name = "c"
+[[variant]]
+name = "push"
+[[variant]]
+name = "pull"
+set = { "hop.*.transport" = "pull" }
+"#;
+
+#[test]
+fn a_hops_sweep_runs_every_variant_on_each_prefix_of_the_chain() {
+    let s = ok(&format!(
+        "{SWEPT}[sweep]\nkey = \"hops\"\nfrom = 1\nto = 3\n"
+    ));
+    let names: Vec<&str> = s.variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "push-hops-1",
+            "push-hops-2",
+            "push-hops-3",
+            "pull-hops-1",
+            "pull-hops-2",
+            "pull-hops-3"
+        ]
+    );
+    let hops: Vec<usize> = s.variants.iter().map(|v| v.hops.len()).collect();
+    assert_eq!(hops, [1, 2, 3, 1, 2, 3]);
+    // The last hop of a prefix calls nobody; the pull group keeps its override.
+    assert!(s.variants[1].hops[1].downstream.is_empty());
+    assert!(
+        s.variants[4]
+            .hops
+            .iter()
+            .all(|h| h.transport == Transport::Pull)
+    );
+    let point = s.variants[4].sweep.as_ref().expect("a sweep point");
+    assert_eq!((point.group.as_str(), point.value.as_str()), ("pull", "2"));
+    let sweep = s.sweep.expect("the sweep");
+    assert_eq!((sweep.key.as_str(), sweep.values.len()), ("hops", 3));
+}
+
+#[test]
+fn a_sweep_over_an_override_path_sets_each_value() {
+    let s = ok(&format!(
+        "{SWEPT}[sweep]\nkey = \"hop.a.slow.probability\"\nvalues = [0.05, 0.2]\n"
+    ));
+    let p: Vec<(String, f64)> = s
+        .variants
+        .iter()
+        .map(|v| {
+            (
+                v.name.clone(),
+                v.hops[0].slow.as_ref().map_or(0.0, |s| s.probability),
+            )
+        })
+        .collect();
+    assert_eq!(
+        p,
+        [
+            ("push-probability-0-05".to_owned(), 0.05),
+            ("push-probability-0-2".to_owned(), 0.2),
+            ("pull-probability-0-05".to_owned(), 0.05),
+            ("pull-probability-0-2".to_owned(), 0.2),
+        ]
+    );
+}
+
+#[test]
+fn bad_sweeps_are_reported_where_they_are_written() {
+    let empty = problems(&format!("{SWEPT}[sweep]\nkey = \"hops\"\nvalues = []\n"));
+    assert!(
+        empty
+            .iter()
+            .any(|(l, _, m)| *l == 20 && m.contains("empty list")),
+        "{empty:?}"
+    );
+    let unknown = problems(&format!(
+        "{SWEPT}[sweep]\nkey = \"hop.*.nope\"\nvalues = [1]\n"
+    ));
+    assert!(
+        unknown
+            .iter()
+            .any(|(l, _, m)| *l == 20 && m.contains("unknown key \"nope\"")),
+        "{unknown:?}"
+    );
+    let too_many = problems(&format!(
+        "{SWEPT}[sweep]\nkey = \"hops\"\nvalues = [1, 4]\n"
+    ));
+    assert!(
+        too_many.iter().any(|(l, c, m)| (*l, *c) == (20, 14)
+            && m.contains("takes 1 to 3")
+            && m.contains("got 4")),
+        "{too_many:?}"
+    );
+    let bad_value = problems(&format!(
+        "{SWEPT}[sweep]\nkey = \"hop.a.slow.probability\"\nvalues = [1.5]\n"
+    ));
+    assert!(
+        bad_value
+            .iter()
+            .any(|(_, _, m)| m.contains("sweep hop.a.slow.probability = 1.5")
+                && m.contains("probability")),
+        "{bad_value:?}"
     );
 }

@@ -29,6 +29,7 @@ const TOP_KEYS: &[&str] = &[
     "variant",
     "check",
     "report",
+    "sweep",
 ];
 const LOAD_KEYS: &[&str] = &[
     "mode",

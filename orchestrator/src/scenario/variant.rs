@@ -35,6 +35,7 @@ struct Op {
 }
 
 /// What an override path addresses.
+#[derive(Clone)]
 enum Target {
     Launcher,
     /// Keys below `[load]`.
@@ -377,4 +378,218 @@ fn edit(table: &mut Table, path: &[String], op: &Op) -> Result<(), String> {
         None if table.remove(last) => Ok(()),
         None => Err(format!("unset \"{}\": no such key", op.path)),
     }
+}
+
+/// `[sweep]` as read: the key, and each value with where it is written.
+pub(super) struct SweepSpec {
+    /// `"hops"` or an override path.
+    pub key: String,
+    /// `None` for `"hops"`; the override target otherwise.
+    target: Option<Target>,
+    /// The values and their spans.
+    pub values: Vec<Node>,
+    /// The values as TOML text, for names and the model.
+    pub texts: Vec<String>,
+}
+
+/// Most values a sweep may have: each one runs every variant once more.
+const MAX_SWEEP_VALUES: usize = 64;
+
+/// Reads `[sweep]`: `key` and either `values = [...]` or integer `from`,
+/// `to` (inclusive) and optional `step`. `None` when absent or broken
+/// (reported).
+pub(super) fn read_sweep(root: &Table, source: &str, p: &mut Problems) -> Option<SweepSpec> {
+    let entry = root.get("sweep")?;
+    let Value::Table(table) = &entry.node.value else {
+        p.at(
+            entry.node.span.start,
+            format!(
+                "expected a table for sweep, got {}",
+                entry.node.value.kind()
+            ),
+        );
+        return None;
+    };
+    let s = Section {
+        table,
+        span: entry.node.span.clone(),
+        prefix: String::new(),
+        path: "sweep".to_owned(),
+        label: "[sweep]".to_owned(),
+    };
+    s.unknown_keys(p, &["key", "values", "from", "to", "step"]);
+    let (key, key_entry) = s.required(p, "key", Section::string)?;
+    let target = if key == "hops" {
+        None
+    } else {
+        match target(key) {
+            Ok(t) => Some(t),
+            Err(why) => {
+                s.report(p, &key_entry.node.span, why);
+                return None;
+            }
+        }
+    };
+    let values: Vec<Node> = match (s.get("values"), s.get("from")) {
+        (Some(_), Some(from)) => {
+            s.report(
+                p,
+                &from.key_span,
+                "give either values or from/to, not both".to_owned(),
+            );
+            return None;
+        }
+        (Some(values), None) => match &values.node.value {
+            Value::Array(items) => items.clone(),
+            other => {
+                s.report(
+                    p,
+                    &values.node.span,
+                    format!("expected an array of values, got {}", other.kind()),
+                );
+                return None;
+            }
+        },
+        (None, Some(_)) => {
+            let from = s.int_in(p, "from", 0, 1_000_000)?;
+            let to = s.required(p, "to", |s, p, k| s.int_in(p, k, 0, 1_000_000))?;
+            let step = match s.get("step") {
+                None => 1,
+                Some(_) => s.int_in(p, "step", 1, 1_000_000)?,
+            };
+            if to < from {
+                s.forbid(
+                    p,
+                    "to",
+                    &format!("must not be below from ({from}), got {to}"),
+                );
+                return None;
+            }
+            let span = s
+                .get("from")
+                .map(|e| e.node.span.clone())
+                .unwrap_or_default();
+            (from..=to)
+                .step_by(step as usize)
+                .map(|v| Node {
+                    span: span.clone(),
+                    value: Value::Integer(v),
+                })
+                .collect()
+        }
+        (None, None) => {
+            s.report(
+                p,
+                &entry.node.span,
+                "[sweep] needs values = [...] or from/to".to_owned(),
+            );
+            return None;
+        }
+    };
+    if values.is_empty() {
+        let at = s.get("values").map_or(&entry.node.span, |v| &v.node.span);
+        s.report(
+            p,
+            at,
+            "the sweep has no values: sweeping over an empty list runs nothing".to_owned(),
+        );
+        return None;
+    }
+    if values.len() > MAX_SWEEP_VALUES {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "a sweep takes at most {MAX_SWEEP_VALUES} values, got {}",
+                values.len()
+            ),
+        );
+        return None;
+    }
+    let texts = values
+        .iter()
+        .map(|v| match &v.value {
+            Value::Integer(i) => i.to_string(),
+            _ => source.get(v.span.clone()).unwrap_or_default().to_owned(),
+        })
+        .collect();
+    Some(SweepSpec {
+        key: key.to_owned(),
+        target,
+        values,
+        texts,
+    })
+}
+
+/// `tree` with sweep value `i` applied; a problem is reported at the value.
+pub(super) fn apply_sweep(
+    tree: &Table,
+    sweep: &SweepSpec,
+    i: usize,
+    prefix: &str,
+    p: &mut Problems,
+) -> Option<Table> {
+    let value = &sweep.values[i];
+    let mut tree = tree.clone();
+    let outcome = match &sweep.target {
+        None => truncate_hops(&mut tree, value),
+        Some(target) => {
+            let op = Op {
+                path: sweep.key.clone(),
+                span: value.span.clone(),
+                target: target.clone(),
+                value: Some(value.clone()),
+            };
+            apply_one(&mut tree, &op)
+        }
+    };
+    match outcome {
+        Ok(()) => Some(tree),
+        Err(why) => {
+            p.at(
+                value.span.start,
+                format!("{prefix}sweep value {}: {why}", sweep.texts[i]),
+            );
+            None
+        }
+    }
+}
+
+/// Keeps the first n `[[hop]]` tables: a chain of n hops.
+fn truncate_hops(tree: &mut Table, n: &Node) -> Result<(), String> {
+    let Value::Integer(n) = n.value else {
+        return Err(format!(
+            "a hops sweep takes whole numbers, got {}",
+            n.value.kind()
+        ));
+    };
+    let Some(Value::Array(hops)) = tree.get_mut("hop").map(|e| &mut e.node.value) else {
+        return Err("there are no [[hop]] tables to take hops from".to_owned());
+    };
+    match usize::try_from(n) {
+        Ok(n) if (1..=hops.len()).contains(&n) => {
+            hops.truncate(n);
+            Ok(())
+        }
+        _ => Err(format!(
+            "a hops sweep takes 1 to {} (the [[hop]] tables declared), got {n}",
+            hops.len()
+        )),
+    }
+}
+
+/// A DNS-label-safe rendering of a sweep key's last segment and a value:
+/// `("hop.*.slow.probability", "0.05")` -> `probability-0-05`.
+pub(super) fn sweep_suffix(key: &str, value: &str) -> String {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    let mut out = String::new();
+    for c in format!("{last}-{value}").chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_owned()
 }
