@@ -432,11 +432,7 @@ pub(super) fn read_sweep(root: &Table, source: &str, p: &mut Problems) -> Option
     };
     let values: Vec<Node> = match (s.get("values"), s.get("from")) {
         (Some(_), Some(from)) => {
-            s.report(
-                p,
-                &from.key_span,
-                "give either values or from/to, not both".to_owned(),
-            );
+            s.report(p, &from.key_span, "give either values or from/to, not both");
             return None;
         }
         (Some(values), None) => match &values.node.value {
@@ -481,7 +477,7 @@ pub(super) fn read_sweep(root: &Table, source: &str, p: &mut Problems) -> Option
             s.report(
                 p,
                 &entry.node.span,
-                "[sweep] needs values = [...] or from/to".to_owned(),
+                "[sweep] needs values = [...] or from/to",
             );
             return None;
         }
@@ -491,7 +487,7 @@ pub(super) fn read_sweep(root: &Table, source: &str, p: &mut Problems) -> Option
         s.report(
             p,
             at,
-            "the sweep has no values: sweeping over an empty list runs nothing".to_owned(),
+            "the sweep has no values: sweeping over an empty list runs nothing",
         );
         return None;
     }
