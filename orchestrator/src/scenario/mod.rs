@@ -141,8 +141,9 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
     let specs = variant::read(&root, source, &mut problems);
     let sweep = variant::read_sweep(&root, source, &mut problems);
     // The declared variants' trees (or the base alone), before any sweep.
-    let mut declared: Vec<(Option<String>, String, Vec<(String, String)>, tree::Table)> =
-        Vec::new();
+    // (name, message prefix, overrides as written, tree) of each.
+    type Declared = (Option<String>, String, Vec<(String, String)>, tree::Table);
+    let mut declared: Vec<Declared> = Vec::new();
     match specs {
         None => declared.push((
             Some("base".to_owned()),
