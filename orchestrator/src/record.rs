@@ -85,6 +85,9 @@ pub struct RequestRecord {
     pub outcome: Outcome,
     /// The reply's path: one record per hop visited (empty unless ok).
     pub path: Vec<HopRecord>,
+    /// Attempts the load generator sent beyond the first (retries and
+    /// hedges under the first hop's client policy).
+    pub extra_attempts: u32,
 }
 
 impl RequestRecord {
@@ -126,6 +129,7 @@ mod tests {
             end: Duration::from_millis(17),
             outcome: Outcome::Ok,
             path: vec![],
+            extra_attempts: 0,
         };
         assert_eq!(r.latency(), Duration::from_millis(7));
         assert_eq!(r.service_latency(), Duration::from_millis(2));

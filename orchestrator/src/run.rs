@@ -5,7 +5,6 @@ use std::{
     collections::{BTreeMap, HashSet},
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::Arc,
     time::Duration,
 };
 
@@ -173,7 +172,7 @@ async fn measure(
     let entry = &variant.hops[0];
     let target = match (entry.transport, broker) {
         (Transport::Pull, Some(broker)) => {
-            Target::Pull(Box::new(PullTarget::new(broker, &entry.name)))
+            Target::pull(PullTarget::new(broker, &entry.name), entry.client.clone())
         }
         _ => {
             let connections = match variant.load.connection {
@@ -192,7 +191,7 @@ async fn measure(
                 "loadgen",
             )
             .map_err(|e| setup(e.to_string()))?;
-            Target::Push(Arc::new(pool))
+            Target::push(pool, entry.client.clone())
         }
     };
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
@@ -277,6 +276,7 @@ async fn launch_hops(
                 transport: d.transport,
                 balance: d.balance,
                 replicas: addrs.get(&d.name).cloned().unwrap_or_default(),
+                policy: d.client.clone(),
             })
             .collect::<Vec<_>>();
         let mut replicas = Vec::with_capacity(hop.replicas as usize);

@@ -32,6 +32,7 @@ pub fn hop(name: &str, slow: Option<f64>) -> Hop {
         }),
         replica_slow: None,
         error: None,
+        client: Default::default(),
         downstream: Vec::new(),
     }
 }
@@ -89,6 +90,7 @@ pub fn hop_record(hop: &str, replica: u32, service_us: u64, slow: bool) -> HopRe
         queue_wait_ns: 0,
         parent: String::new(),
         transport: "push".to_string(),
+        extra_attempts: 0,
     }
 }
 
@@ -121,6 +123,7 @@ pub fn ok_records() -> Vec<RequestRecord> {
                 end: intended + Duration::from_micros(latency),
                 outcome: Outcome::Ok,
                 path,
+                extra_attempts: 0,
             }
         })
         .collect()
@@ -136,6 +139,7 @@ pub fn failed(id: u64, outcome: Outcome, latency_us: u64) -> RequestRecord {
         end: intended + Duration::from_micros(latency_us),
         outcome,
         path: Vec::new(),
+        extra_attempts: 0,
     }
 }
 

@@ -172,6 +172,14 @@ pub struct VariantReport {
     pub measured_s: f64,
     /// Requests sent in the measured phase (records).
     pub sent: u64,
+    /// Attempts beyond one per call (retries and hedges), by the load
+    /// generator and every hop, as seen in ok requests' paths.
+    #[serde(default)]
+    pub extra_attempts: u64,
+    /// `extra_attempts` per call made (load generator to the first hop, and
+    /// hop to hop): the extra load the client policies cost.
+    #[serde(default)]
+    pub extra_load: f64,
     /// Answered before the deadline.
     pub ok: u64,
     /// Deadline passed first.
@@ -363,6 +371,23 @@ pub fn analyze_variant(
 
     let sent = records.len() as u64;
     let error_total: u64 = errors.values().sum();
+    // Retries and hedges: the load generator's, and every hop's recorded in
+    // the paths (failed requests carry no path, so theirs are not seen).
+    let extra_attempts: u64 = records
+        .iter()
+        .map(|r| {
+            u64::from(r.extra_attempts)
+                + r.path
+                    .iter()
+                    .map(|h| u64::from(h.extra_attempts))
+                    .sum::<u64>()
+        })
+        .sum();
+    let calls = sent
+        + records
+            .iter()
+            .map(|r| r.path.len().saturating_sub(1) as u64)
+            .sum::<u64>();
     let secs = measured.as_secs_f64();
     let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
     let hop_reports: Vec<HopReport> = hops
@@ -391,6 +416,12 @@ pub fn analyze_variant(
         load: LoadSummary::of(variant),
         measured_s: secs,
         sent,
+        extra_attempts,
+        extra_load: if calls > 0 {
+            extra_attempts as f64 / calls as f64
+        } else {
+            0.0
+        },
         ok,
         timeouts,
         errors,

@@ -22,32 +22,67 @@ use indicatif::ProgressBar;
 pub use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
-    hop::{PullTarget, PushPool},
+    hop::{
+        PullTarget, PushPool,
+        policy::{self, Called, ClientPolicy, PolicyState},
+    },
     timer::Sleeper,
 };
 use tokio::{sync::watch, task::JoinSet, time::Instant};
-use tonic::Status;
 
 use crate::{
     record::{Outcome, RequestRecord},
     scenario::{Load, LoadMode, Stop},
 };
 
-/// What the load generator calls: the first hop.
+/// What the load generator calls: the first hop, under its client policy.
 #[derive(Clone)]
-pub enum Target {
-    /// Push: a pool over the first hop's replicas.
+pub struct Target {
+    reach: Reach,
+    policy: Arc<ClientPolicy>,
+    state: Arc<PolicyState>,
+}
+
+#[derive(Clone)]
+enum Reach {
     Push(Arc<PushPool>),
-    /// Pull: the first hop's broker topic.
-    Pull(Box<PullTarget>),
+    Pull(Arc<PullTarget>),
 }
 
 impl Target {
-    async fn call(&self, request: CallRequest, timeout: Duration) -> Result<CallReply, Status> {
-        match self {
-            Target::Push(pool) => pool.call(request, Some(timeout)).await,
-            Target::Pull(target) => target.call(request, Some(timeout)).await,
+    /// The first hop reached by push, over `pool`.
+    pub fn push(pool: PushPool, policy: ClientPolicy) -> Self {
+        Self::new(Reach::Push(Arc::new(pool)), policy)
+    }
+
+    /// The first hop reached by pull, through its broker topic.
+    pub fn pull(target: PullTarget, policy: ClientPolicy) -> Self {
+        Self::new(Reach::Pull(Arc::new(target)), policy)
+    }
+
+    fn new(reach: Reach, policy: ClientPolicy) -> Self {
+        Target {
+            reach,
+            policy: Arc::new(policy),
+            state: Arc::new(PolicyState::default()),
         }
+    }
+
+    async fn call(&self, request: &CallRequest, timeout: Duration) -> Called<CallReply> {
+        policy::call(&self.policy, &self.state, Some(timeout), |attempt, t| {
+            let request = CallRequest {
+                attempt,
+                ..request.clone()
+            };
+            let t = t.unwrap_or(timeout);
+            async move {
+                match &self.reach {
+                    Reach::Push(pool) => pool.call(request, Some(t)).await,
+                    Reach::Pull(target) => target.call(request, Some(t)).await,
+                }
+            }
+        })
+        .await
     }
 }
 
@@ -169,9 +204,9 @@ impl Shared {
                 attempt: 0,
                 caller: String::new(),
             };
-            let result = target.call(request, timeout).await;
+            let called = target.call(&request, timeout).await;
             let end = Instant::now();
-            let (outcome, path) = match result {
+            let (outcome, path) = match called.result {
                 Ok(reply) => (Outcome::Ok, reply.path),
                 Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
                     (Outcome::Timeout, Vec::new())
@@ -192,6 +227,7 @@ impl Shared {
                 end: rel(end),
                 outcome,
                 path,
+                extra_attempts: called.extra_attempts,
             };
             (record, intended < measure_from)
         }

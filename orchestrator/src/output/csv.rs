@@ -1,6 +1,6 @@
 //! `requests.csv`: one row per measured request of every variant.
 //!
-//! Columns: `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path`.
+//! Columns: `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts`.
 //!
 //! - Times are microseconds since the start of the measured phase with
 //!   exactly three decimals (nanosecond resolution, printed from integers,
@@ -9,6 +9,8 @@
 //!   Error messages are not written (they are in the logs).
 //! - `slow_hops`: names of the hops with injected slowness, joined by `;`.
 //! - `path`: `hop/replica/service_us` per path record, joined by `;`.
+//! - `extra_attempts`: attempts the load generator sent beyond the first
+//!   (retries and hedges of the first hop's client policy).
 //! - Fields containing `,`, `"`, CR or LF are quoted per RFC 4180; lines end
 //!   in `\n`.
 
@@ -23,7 +25,7 @@ use crate::record::{Outcome, RequestRecord};
 
 /// The header line, without its line end.
 pub const CSV_HEADER: &str =
-    "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path";
+    "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts";
 
 /// Writes every variant's records to `path`, variants in the given order.
 pub fn write_requests_csv(
@@ -62,7 +64,7 @@ fn write_rows(out: &mut impl Write, variants: &[(&str, &[RequestRecord])]) -> st
                 .collect();
             writeln!(
                 out,
-                "{variant},{},{},{},{},{},{},{},{}",
+                "{variant},{},{},{},{},{},{},{},{},{}",
                 r.id,
                 micros3(r.intended),
                 micros3(r.start),
@@ -71,6 +73,7 @@ fn write_rows(out: &mut impl Write, variants: &[(&str, &[RequestRecord])]) -> st
                 quote(&r.outcome.label()),
                 quote(&slow_hops.join(";")),
                 quote(&path.join(";")),
+                r.extra_attempts,
             )?;
         }
     }
@@ -149,8 +152,9 @@ pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, Ou
             status,
             slow_hops,
             path_field,
-        ] = <[String; 9]>::try_from(row)
-            .map_err(|r| bad(line, format!("{} fields, expected 9", r.len())))?;
+            extra,
+        ] = <[String; 10]>::try_from(row)
+            .map_err(|r| bad(line, format!("{} fields, expected 10", r.len())))?;
         let id = id
             .parse::<u64>()
             .map_err(|e| bad(line, format!("id {id:?}: {e}")))?;
@@ -183,6 +187,9 @@ pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, Ou
             outcome: Outcome::from_label(&status)
                 .ok_or_else(|| bad(line, format!("status {status:?}")))?,
             path,
+            extra_attempts: extra
+                .parse()
+                .map_err(|e| bad(line, format!("extra_attempts {extra:?}: {e}")))?,
         };
         out.push((variant, record));
     }
@@ -251,7 +258,10 @@ mod tests {
         let rows = parse(&std::fs::read_to_string(&path).expect("readable"));
         assert_eq!(rows.len(), mixed.len() + 2 + 1);
         assert_eq!(rows[0].join(","), CSV_HEADER);
-        assert!(rows.iter().all(|r| r.len() == 9), "every row has 9 fields");
+        assert!(
+            rows.iter().all(|r| r.len() == 10),
+            "every row has 10 fields"
+        );
 
         // Request 0: slow at a, b and c; 100 µs late; 21 ms latency.
         let r0 = &rows[1];

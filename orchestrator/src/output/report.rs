@@ -100,19 +100,20 @@ pub fn render_report(summary: &Summary, records: &[(&str, &[RequestRecord])]) ->
 
 fn latency_table(variants: &[VariantReport]) -> String {
     let mut out = String::from(
-        "<h2>End to end</h2><table id=\"latency\"><tr><th>variant</th><th>sent</th><th>ok</th><th>errors</th><th>timeouts</th><th>rate</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>p99.99</th><th>max</th></tr>",
+        "<h2>End to end</h2><table id=\"latency\"><tr><th>variant</th><th>sent</th><th>ok</th><th>errors</th><th>timeouts</th><th>rate</th><th>extra requests</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>p99.99</th><th>max</th></tr>",
     );
     for v in variants {
         let l = &v.latency;
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}/s</td>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}/s</td><td>{:.1} %</td>",
             escape(&v.name),
             v.sent,
             v.ok,
             v.errors.values().sum::<u64>(),
             v.timeouts,
-            v.achieved_rate
+            v.achieved_rate,
+            v.extra_load * 100.0
         );
         for us in [
             l.p50_us,

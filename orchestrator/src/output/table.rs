@@ -59,13 +59,22 @@ fn comparison_line(base: &VariantReport, v: &VariantReport) -> String {
     };
     let (l, b) = (&v.latency, &base.latency);
     format!(
-        "{} vs {}: p50 {}, p99 {}, p99.9 {}, throughput {}\n",
+        "{} vs {}: p50 {}, p99 {}, p99.9 {}, throughput {}{}\n",
         v.name,
         base.name,
         ratio(l.p50_us as f64, b.p50_us as f64),
         ratio(l.p99_us as f64, b.p99_us as f64),
         ratio(l.p99_9_us as f64, b.p99_9_us as f64),
         ratio(v.ok_rate, base.ok_rate),
+        if v.extra_load > 0.0 || base.extra_load > 0.0 {
+            format!(
+                ", extra requests {:.1} % (vs {:.1} %)",
+                v.extra_load * 100.0,
+                base.extra_load * 100.0
+            )
+        } else {
+            String::new()
+        },
     )
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use tailmesh_services::hop::policy::{ClientPolicy, Hedge};
 use tailmesh_services::model::{
     Balance, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
 };
@@ -173,6 +174,9 @@ pub struct Hop {
     pub replica_slow: Option<ReplicaSlow>,
     /// Injected errors.
     pub error: Option<ErrorInjection>,
+    /// How callers reach this hop: per-attempt timeout, budgeted retries,
+    /// hedged requests (applied by every caller, the load generator too).
+    pub client: ClientPolicy,
     /// Names of the hops this one calls, in parallel, for every request.
     /// Defaults to the next hop in file order (a chain); empty for a leaf.
     pub downstream: Vec<String>,

@@ -46,6 +46,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         slow: None,
         replica_slow: None,
         error: None,
+        client: Default::default(),
         downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
     }
 }
@@ -137,6 +138,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     }),
                     replica_slow: None,
                     error: None,
+                    client: Default::default(),
                     downstream: vec!["backend".to_owned(), "cache".to_owned()],
                 },
                 Hop {
@@ -159,6 +161,7 @@ fn full_scenario_parses_into_the_exact_model() {
                         probability: 0.01,
                         code: 14,
                     }),
+                    client: Default::default(),
                     downstream: Vec::new(),
                 },
                 Hop {
@@ -185,6 +188,7 @@ fn full_scenario_parses_into_the_exact_model() {
                         probability: 0.5,
                         code: 13,
                     }),
+                    client: Default::default(),
                     downstream: Vec::new(),
                 },
             ],

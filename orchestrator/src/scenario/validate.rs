@@ -11,7 +11,8 @@ use tailmesh_services::model::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ConnectionMode, Hop, Launcher, Load, LoadMode, MAX_HOPS, Report, Stop,
+    Arrivals, Check, ClientPolicy, ConnectionMode, Hedge, Hop, Launcher, Load, LoadMode, MAX_HOPS,
+    Report, Stop,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -55,6 +56,7 @@ const HOP_KEYS: &[&str] = &[
     "replica_slow",
     "error",
     "downstream",
+    "client",
 ];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
 const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding"];
@@ -491,6 +493,10 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             .and_then(|w| replica_slow(&w, replicas, p))
             .map(Some),
     };
+    let client = match table_section(&s, p, "client") {
+        None => Some(ClientPolicy::default()),
+        Some(section) => section.and_then(|c| client_policy(&c, p)),
+    };
     let error = match table_section(&s, p, "error") {
         None => Some(None),
         Some(section) => section.and_then(|w| error_injection(&w, p)).map(Some),
@@ -541,6 +547,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             slow: slow?,
             replica_slow: replica_slow?,
             error: error?,
+            client: client?,
             downstream: Vec::new(),
         })
     })();
@@ -710,6 +717,71 @@ fn dist(s: &Section<'_>, p: &mut Problems) -> Option<DurationDist> {
             Some(DurationDist::Lognormal { mean, sigma })
         }
     }
+}
+
+/// `client = { timeout, retries, retry_budget, hedge_after | hedge_percentile }`.
+fn client_policy(s: &Section<'_>, p: &mut Problems) -> Option<ClientPolicy> {
+    s.unknown_keys(
+        p,
+        &[
+            "timeout",
+            "retries",
+            "retry_budget",
+            "hedge_after",
+            "hedge_percentile",
+        ],
+    );
+    let timeout = match s.get("timeout") {
+        None => Some(None),
+        Some(_) => s.positive_duration(p, "timeout").map(Some),
+    };
+    let retries = match s.get("retries") {
+        None => Some(0),
+        Some(_) => s
+            .int_in(p, "retries", 0, 10)
+            .and_then(|r| u32::try_from(r).ok()),
+    };
+    let retry_budget = match s.get("retry_budget") {
+        None => Some(if retries.unwrap_or(0) > 0 { 0.1 } else { 0.0 }),
+        Some(_) => s.number_in(p, "retry_budget", 0.0, false, 10.0),
+    };
+    let hedge = match (s.get("hedge_after"), s.get("hedge_percentile")) {
+        (Some(_), Some(_)) => {
+            s.forbid(
+                p,
+                "hedge_percentile",
+                "cannot go with hedge_after: choose one",
+            );
+            None
+        }
+        (Some(_), None) => s
+            .positive_duration(p, "hedge_after")
+            .map(|d| Some(Hedge::After(d))),
+        (None, Some(_)) => s
+            .number_in(p, "hedge_percentile", 0.0, true, 100.0)
+            .map(|q| Some(Hedge::Percentile(q))),
+        (None, None) => Some(None),
+    };
+    if let (Some(Some(t)), Some(Some(Hedge::After(h)))) = (timeout, hedge) {
+        if h >= t {
+            s.forbid(
+                p,
+                "hedge_after",
+                &format!(
+                    "({}) must be shorter than the timeout ({}): the hedge would never be sent",
+                    humantime::format_duration(h),
+                    humantime::format_duration(t)
+                ),
+            );
+            return None;
+        }
+    }
+    Some(ClientPolicy {
+        timeout: timeout?,
+        retries: retries?,
+        retry_budget: retry_budget?,
+        hedge: hedge?,
+    })
 }
 
 fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<Slowness> {

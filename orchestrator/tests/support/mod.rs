@@ -352,7 +352,7 @@ pub struct Row {
 }
 
 pub const CSV_HEADER: &str =
-    "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path";
+    "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts";
 
 pub fn requests_csv(run_dir: &Path) -> Vec<Row> {
     let text = std::fs::read_to_string(run_dir.join("requests.csv")).expect("read requests.csv");
@@ -362,7 +362,7 @@ pub fn requests_csv(run_dir: &Path) -> Vec<Row> {
         .map(|line| {
             // No field of these scenarios needs quoting: names are DNS labels.
             let f: Vec<&str> = line.split(',').collect();
-            assert_eq!(f.len(), 9, "9 fields: {line}");
+            assert_eq!(f.len(), 10, "10 fields: {line}");
             let list = |s: &str| -> Vec<String> {
                 s.split(';')
                     .filter(|x| !x.is_empty())

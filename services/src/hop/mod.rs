@@ -3,10 +3,12 @@
 //! - `draw`: seeded per-request decisions (work, slowness, errors).
 //! - `work`: doing the work (sleep or CPU).
 //! - `client`: reaching a push hop's replicas, with balancing.
+//! - `policy`: timeouts, budgeted retries and hedged requests.
 //! - `server`: the request handler, the gRPC service and `run`.
 
 pub mod client;
 pub mod draw;
+pub mod policy;
 pub mod server;
 pub mod work;
 

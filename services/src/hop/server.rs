@@ -27,6 +27,7 @@ use tonic::{Code, Request, Response, Status, transport::server::TcpIncoming};
 use super::{
     client::{Connections, PoolError, PushPool},
     draw::plan,
+    policy::{self, Called, ClientPolicy, PolicyState},
     work::perform,
 };
 use crate::{
@@ -47,6 +48,9 @@ pub struct DownstreamConfig {
     pub balance: Balance,
     /// Its replicas' addresses, replica `i` at index `i` (push).
     pub replicas: Vec<SocketAddr>,
+    /// Timeout, retries and hedging for calls to it.
+    #[serde(default)]
+    pub policy: ClientPolicy,
 }
 
 /// Everything a hop replica process needs: plain data, handed over as JSON.
@@ -124,21 +128,35 @@ pub enum HopError {
     },
 }
 
-enum Downstream {
+/// A downstream hop: how to reach it, and the policy for calls to it.
+struct Downstream {
+    target: Target,
+    policy: ClientPolicy,
+    state: PolicyState,
+}
+
+enum Target {
     Push(PushPool),
     Pull(PullTarget),
 }
 
 impl Downstream {
-    async fn call(
-        &self,
-        request: CallRequest,
-        timeout: Option<Duration>,
-    ) -> Result<CallReply, Status> {
-        match self {
-            Downstream::Push(pool) => pool.call(request, timeout).await,
-            Downstream::Pull(target) => target.call(request, timeout).await,
-        }
+    /// Calls it under its policy; also says how many extra attempts
+    /// (retries, hedges) that took.
+    async fn call(&self, request: &CallRequest, timeout: Option<Duration>) -> Called<CallReply> {
+        policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
+            let request = CallRequest {
+                attempt,
+                ..request.clone()
+            };
+            async move {
+                match &self.target {
+                    Target::Push(pool) => pool.call(request, timeout).await,
+                    Target::Pull(target) => target.call(request, timeout).await,
+                }
+            }
+        })
+        .await
     }
 }
 
@@ -227,14 +245,22 @@ impl HopCore {
                         hop: config.behavior.name.clone(),
                         source,
                     })?;
-                    downstream.push(Downstream::Push(pool));
+                    downstream.push(Downstream {
+                        target: Target::Push(pool),
+                        policy: d.policy.clone(),
+                        state: PolicyState::default(),
+                    });
                 }
                 Transport::Pull => {
                     let broker = config.broker.ok_or_else(|| HopError::NoBroker {
                         hop: config.behavior.name.clone(),
                         downstream: d.hop.clone(),
                     })?;
-                    downstream.push(Downstream::Pull(PullTarget::new(broker, &d.hop)));
+                    downstream.push(Downstream {
+                        target: Target::Pull(PullTarget::new(broker, &d.hop)),
+                        policy: d.policy.clone(),
+                        state: PolicyState::default(),
+                    });
                 }
             }
         }
@@ -315,6 +341,7 @@ impl HopCore {
         }
 
         let mut path = Vec::new();
+        let mut extra_attempts = 0;
         if !inner.downstream.is_empty() {
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if remaining == Some(Duration::ZERO) {
@@ -330,14 +357,12 @@ impl HopCore {
                 caller: inner.behavior.name.clone(),
             };
             let replies = futures::future::join_all(
-                inner
-                    .downstream
-                    .iter()
-                    .map(|d| d.call(child.clone(), remaining)),
+                inner.downstream.iter().map(|d| d.call(&child, remaining)),
             )
             .await;
             for reply in replies {
-                path.extend(reply?.path);
+                extra_attempts += reply.extra_attempts;
+                path.extend(reply.result?.path);
             }
         }
 
@@ -350,6 +375,7 @@ impl HopCore {
             queue_wait_ns: nanos(queue_wait),
             parent: request.caller,
             transport: inner.transport.as_str().to_string(),
+            extra_attempts,
         });
         Ok(CallReply {
             request_id: request.request_id,
