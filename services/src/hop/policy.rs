@@ -122,7 +122,7 @@ impl PolicyState {
         let high = answers.high();
         let _ = answers.record(us.min(high));
         let seen = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
-        if seen >= WARM_SAMPLES && seen % REFRESH_EVERY == 0 {
+        if seen >= WARM_SAMPLES && seen.is_multiple_of(REFRESH_EVERY) {
             let at = answers.value_at_quantile((p / 100.0).clamp(0.0, 1.0));
             self.hedge_us.store(at.max(1), Ordering::Relaxed);
         }
@@ -252,14 +252,13 @@ mod tests {
 
     use super::*;
 
+    type Attempt = std::pin::Pin<Box<dyn Future<Output = Result<u32, Status>> + Send>>;
+
     /// Attempt `n` answers after `delays[n]` with `results[n]`.
     fn scripted(
         script: Vec<(u64, Result<u32, Code>)>,
         log: Arc<StdMutex<Vec<u32>>>,
-    ) -> impl FnMut(
-        u32,
-        Option<Duration>,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<u32, Status>> + Send>> {
+    ) -> impl FnMut(u32, Option<Duration>) -> Attempt {
         move |n, _timeout| {
             log.lock().unwrap_or_else(|e| e.into_inner()).push(n);
             let (ms, result) = script
