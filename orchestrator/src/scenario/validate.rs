@@ -762,19 +762,19 @@ fn client_policy(s: &Section<'_>, p: &mut Problems) -> Option<ClientPolicy> {
             .map(|q| Some(Hedge::Percentile(q))),
         (None, None) => Some(None),
     };
-    if let (Some(Some(t)), Some(Some(Hedge::After(h)))) = (timeout, hedge) {
-        if h >= t {
-            s.forbid(
-                p,
-                "hedge_after",
-                &format!(
-                    "({}) must be shorter than the timeout ({}): the hedge would never be sent",
-                    humantime::format_duration(h),
-                    humantime::format_duration(t)
-                ),
-            );
-            return None;
-        }
+    if let (Some(Some(t)), Some(Some(Hedge::After(h)))) = (timeout, hedge)
+        && h >= t
+    {
+        s.forbid(
+            p,
+            "hedge_after",
+            &format!(
+                "({}) must be shorter than the timeout ({}): the hedge would never be sent",
+                humantime::format_duration(h),
+                humantime::format_duration(t)
+            ),
+        );
+        return None;
     }
     Some(ClientPolicy {
         timeout: timeout?,
