@@ -103,6 +103,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                         transport: Transport::Push,
                         balance: Balance::RoundRobin,
                         replicas: replicas.clone(),
+                        policy: Default::default(),
                     })
                     .collect(),
                 broker: None,
