@@ -239,10 +239,17 @@ fn report_redraws_from_the_files_and_compare_puts_runs_side_by_side() {
                 .expect("chart present");
             html[at..at + html[at..].find("</svg>").expect("closes")].to_string()
         };
-        assert_eq!(
-            chart(&original),
-            chart(&again),
-            "chart {id} differs after the redraw"
+        let (a, b) = (chart(&original), chart(&again));
+        let at = a
+            .bytes()
+            .zip(b.bytes())
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(b.len()));
+        assert!(
+            a == b,
+            "chart {id} differs after the redraw at byte {at}: {:?} vs {:?}",
+            &a[at.saturating_sub(80)..(at + 80).min(a.len())],
+            &b[at.saturating_sub(80)..(at + 80).min(b.len())]
         );
     }
 
