@@ -31,6 +31,12 @@ pub const MIN_TRIALS: u64 = 30;
 
 /// `1 - prod(1 - p_i)`: the chance that at least one of independent events
 /// with probabilities `p` happens. Probabilities are clamped to [0, 1].
+///
+/// It is the model for chains and fan-outs alike: in a chain the delays add
+/// up, in a fan-out the caller waits for the slowest of k children (max of
+/// k), and either way one slow hop makes the request slow when the injected
+/// delay exceeds the threshold. For k hops each slow with p it is
+/// `1 - (1-p)^k`.
 pub fn compound(p: &[f64]) -> f64 {
     1.0 - p.iter().map(|p| 1.0 - p.clamp(0.0, 1.0)).product::<f64>()
 }
@@ -196,6 +202,20 @@ fn deviation(measured: f64, lo: f64, hi: f64, model: f64) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fan_out_is_max_of_k() {
+        // Four leaves each slow with p = 0.05: 1 - 0.95^4.
+        assert!((compound(&[0.05; 4]) - 0.185_493_75).abs() < 1e-12);
+        // The Tail at Scale: 100 servers each slow 1 % of the time make a
+        // request slow 63 % of the time.
+        assert!((compound(&[0.01; 100]) - 0.633_967_658_726_771).abs() < 1e-12);
+        // A root that is never slow adds nothing to its children's model.
+        assert_eq!(
+            compound(&[0.0, 0.05, 0.05, 0.05, 0.05]),
+            compound(&[0.05; 4])
+        );
+    }
+
     use super::*;
 
     fn hop(name: &str, requests: u64, slow: u64, declared_p: f64) -> HopSlowness {

@@ -67,7 +67,9 @@
 //! - `error = { probability, code }`: code a snake_case gRPC code name
 //!   other than `"ok"`, or an integer 1..=16.
 //! - `downstream`: hop names called in parallel. Default: the next hop in
-//!   file order (none for the last). Unknown names, the hop itself,
+//!   file order (none for the last) when no hop of the file names its
+//!   downstream hops; once one does, the file is a tree and a hop without
+//!   `downstream` is a leaf. Unknown names, the hop itself,
 //!   duplicates, cycles and hops not reachable from the first hop (the
 //!   entry) are errors.
 //!

@@ -1064,3 +1064,22 @@ fn bad_sweeps_are_reported_where_they_are_written() {
         "{bad_value:?}"
     );
 }
+
+#[test]
+fn once_a_hop_names_its_downstream_hops_without_the_key_are_leaves() {
+    let s = ok(r#"name = "tree"
+[load]
+mode = "closed"
+concurrency = 1
+requests = 1
+[[hop]]
+name = "root"
+downstream = ["a", "b"]
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+"#);
+    let downstream: Vec<Vec<String>> = s.variants[0].hops.iter().map(|h| h.downstream.clone()).collect();
+    assert_eq!(downstream, [vec!["a".to_owned(), "b".to_owned()], vec![], vec![]]);
+}

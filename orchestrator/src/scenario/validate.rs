@@ -925,7 +925,13 @@ fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<String>>> {
         }
     }
 
-    // Edges, each with the place that declares it.
+    // Edges, each with the place that declares it. A file without any
+    // `downstream` is a chain in file order; once one hop names its
+    // downstream hops the file describes a tree, and a hop without the key
+    // is a leaf (so a fan-out's leaves need not say `downstream = []`).
+    let tree = drafts
+        .iter()
+        .any(|d| !matches!(d.downstream, Downstream::Chain));
     let mut edges: Vec<Vec<(usize, &Span)>> = vec![Vec::new(); drafts.len()];
     for (i, draft) in drafts.iter().enumerate() {
         let who = draft.raw_name.map_or_else(
@@ -934,7 +940,7 @@ fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<String>>> {
         );
         match &draft.downstream {
             Downstream::Chain => {
-                if i + 1 < drafts.len() {
+                if !tree && i + 1 < drafts.len() {
                     edges[i].push((i + 1, draft.header));
                 }
             }
