@@ -151,6 +151,7 @@ pub fn write_results(
         report.interrupted = run.load.interrupted;
         report.incidents = run.incidents.clone();
         report.broker = run.broker.clone();
+        report.faults = run.faults.clone();
         reports.push(report);
     }
     let mut summary = Summary::new(

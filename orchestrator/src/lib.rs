@@ -17,6 +17,7 @@ pub mod analysis;
 pub mod experiment;
 pub mod launcher;
 pub mod loadgen;
+pub mod netfault;
 pub mod output;
 pub mod record;
 pub mod roles;

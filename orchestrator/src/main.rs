@@ -52,6 +52,9 @@ enum Command {
         #[command(flatten)]
         serve: ServeArgs,
     },
+    /// Remove the namespaces, interfaces and rules of netns runs whose
+    /// orchestrator is gone (after a crash or SIGKILL).
+    Clean,
     /// Check scenario files without running them.
     Validate {
         /// The scenario files.
@@ -138,6 +141,12 @@ fn main() -> ExitCode {
             );
         }
         Command::Validate { scenarios } => return validate(scenarios),
+        Command::Clean => {
+            for line in tailmesh::launcher::netns::clean() {
+                println!("removed {line}");
+            }
+            Ok(())
+        }
         Command::Hop { config, serve } => roles::serve_hop(config, &serve.options()),
         Command::Broker {
             topics,

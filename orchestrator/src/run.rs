@@ -19,9 +19,10 @@ use tailmesh_services::{
 use tokio::sync::watch;
 
 use crate::{
-    launcher::{LaunchError, LocalLauncher, ProcessSpec},
+    launcher::{AnyLauncher, LaunchError, LocalLauncher, NetnsLauncher, ProcessSpec, netns},
     loadgen::{self, LoadOutcome, Target},
-    scenario::{ConnectionMode, Hop, LoadMode, Scenario, Stop, Variant},
+    netfault::{self, FaultRecord, Mechanism},
+    scenario::{ConnectionMode, Hop, Launcher, LoadMode, NetFault, Scenario, Stop, Variant},
 };
 
 /// How long hops get to finish requests in flight when a variant ends.
@@ -69,6 +70,45 @@ pub struct VariantRun {
     pub incidents: Vec<String>,
     /// The broker's per-topic statistics at the end (pull hops only).
     pub broker: Vec<TopicStats>,
+    /// The network faults applied, with their mechanism.
+    pub faults: Vec<FaultRecord>,
+}
+
+/// Which launcher a variant gets: `auto` becomes netns when the variant
+/// has network faults and the process may build namespaces. Netns without
+/// the privilege or the tools fails here, before anything starts; the
+/// error says what is needed.
+pub fn resolve_launcher(variant: &Variant) -> Result<Launcher, String> {
+    let wanted = match variant.launcher {
+        Launcher::Auto if variant.has_net_faults() => Launcher::Netns,
+        Launcher::Auto => Launcher::Local,
+        other => other,
+    };
+    if wanted != Launcher::Netns {
+        return Ok(wanted);
+    }
+    let setup = |message: String| message;
+    let why = if variant.has_net_faults() {
+        "its network faults need the netns launcher, which"
+    } else {
+        "launcher = \"netns\""
+    };
+    if !netns::has_privilege() {
+        return Err(setup(format!(
+            "{why} needs root or CAP_NET_ADMIN and CAP_SYS_ADMIN (to create network \
+             namespaces): run as root (sudo), or remove the net/replica_net faults to run \
+             with the local launcher"
+        )));
+    }
+    let missing = netns::missing_tools();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing
+            .iter()
+            .map(|(tool, package)| format!("{tool} (Debian package {package})"))
+            .collect();
+        return Err(setup(format!("{why} needs {}", list.join(", "))));
+    }
+    Ok(Launcher::Netns)
 }
 
 /// Options of a run.
@@ -90,8 +130,21 @@ pub async fn run_variants(
     options: &RunOptions,
     interrupt: watch::Receiver<bool>,
 ) -> Result<Vec<VariantRun>, RunError> {
-    let mut runs = Vec::new();
+    // Every variant's launcher is checked before the first one starts.
+    let mut launchers = Vec::with_capacity(scenario.variants.len());
     for variant in &scenario.variants {
+        match resolve_launcher(variant) {
+            Ok(kind) => launchers.push(kind),
+            Err(message) => {
+                return Err(RunError::Setup {
+                    variant: variant.name.clone(),
+                    message,
+                });
+            }
+        }
+    }
+    let mut runs = Vec::new();
+    for (variant, kind) in scenario.variants.iter().zip(launchers) {
         if *interrupt.borrow() {
             break;
         }
@@ -102,7 +155,7 @@ pub async fn run_variants(
             variant.hops.len(),
             describe_load(&variant.load)
         );
-        runs.push(run_variant(scenario, variant, options, interrupt.clone()).await?);
+        runs.push(run_variant(scenario, variant, kind, options, interrupt.clone()).await?);
     }
     Ok(runs)
 }
@@ -110,6 +163,7 @@ pub async fn run_variants(
 async fn run_variant(
     scenario: &Scenario,
     variant: &Variant,
+    kind: Launcher,
     options: &RunOptions,
     interrupt: watch::Receiver<bool>,
 ) -> Result<VariantRun, RunError> {
@@ -119,7 +173,34 @@ async fn run_variant(
         path: log_dir.clone(),
         source,
     })?;
-    let mut launcher = LocalLauncher::new(log_dir.clone());
+    let setup = |message: String| RunError::Setup {
+        variant: variant.name.clone(),
+        message,
+    };
+    let mut launcher = if kind == Launcher::Netns {
+        let netns = NetnsLauncher::new(log_dir.clone()).map_err(|e| setup(e.to_string()))?;
+        let net = netns.network();
+        eprintln!(
+            "variant {}: netns launcher, run {} (namespaces tm{}*)",
+            variant.name,
+            net.id(),
+            net.id()
+        );
+        // Every fault is checked against the kernel before a process starts;
+        // on error the launcher's drop removes the network.
+        let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
+        for hop in &variant.hops {
+            for replica in 0..hop.replicas {
+                if let Some(fault) = hop.net_of(replica) {
+                    netfault::check(&hop.name, replica, fault, netem)
+                        .map_err(|e| setup(e.to_string()))?;
+                }
+            }
+        }
+        AnyLauncher::Netns(netns)
+    } else {
+        AnyLauncher::Local(LocalLauncher::new(log_dir.clone()))
+    };
     let result = measure(
         scenario,
         variant,
@@ -141,7 +222,7 @@ async fn measure(
     scenario: &Scenario,
     variant: &Variant,
     options: &RunOptions,
-    launcher: &mut LocalLauncher,
+    launcher: &mut AnyLauncher,
     log_dir: &Path,
     interrupt: watch::Receiver<bool>,
 ) -> Result<VariantRun, RunError> {
@@ -195,6 +276,8 @@ async fn measure(
             Target::Push(Arc::new(pool))
         }
     };
+    let mut faults = Faults::plan(variant, launcher);
+    faults.start(Duration::ZERO).await;
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
     let (done_tx, mut done_rx) = watch::channel(false);
     let generate = async {
@@ -212,6 +295,7 @@ async fn measure(
     };
     // Watch the hop processes while the load runs: one that dies is named,
     // and its requests are counted as errors by the load generator.
+    let load_start = tokio::time::Instant::now();
     let watch_children = async {
         let mut incidents = Vec::new();
         loop {
@@ -219,6 +303,8 @@ async fn measure(
                 _ = done_rx.wait_for(|d| *d) => break,
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
+            // Fault schedules advance at this 200 ms granularity.
+            faults.start(load_start.elapsed()).await;
             for child in launcher.exited() {
                 let line = format!("{child} while the load was running");
                 eprintln!("warning: variant {}: {line}", variant.name);
@@ -228,6 +314,8 @@ async fn measure(
         incidents
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
+    let (faults, fault_incidents) = faults.finish().await;
+    incidents.extend(fault_incidents);
     let broker = match broker {
         Some(addr) => match broker_stats(addr).await {
             Ok(stats) => stats,
@@ -243,7 +331,166 @@ async fn measure(
         load,
         incidents,
         broker,
+        faults,
     })
+}
+
+/// The network faults of a variant: applied when their start comes,
+/// cleared when their duration ends, and all cleared when the load ends.
+struct Faults {
+    hub: String,
+    run_id: String,
+    netem: bool,
+    pending: Vec<PlannedFault>,
+    done: Vec<FaultRecord>,
+    incidents: Vec<String>,
+}
+
+struct PlannedFault {
+    member: netns::Member,
+    record: FaultRecord,
+    fault: NetFault,
+    applied: Option<(Mechanism, Duration)>,
+}
+
+impl Faults {
+    fn plan(variant: &Variant, launcher: &AnyLauncher) -> Self {
+        let mut faults = Self {
+            hub: String::new(),
+            run_id: String::new(),
+            netem: false,
+            pending: Vec::new(),
+            done: Vec::new(),
+            incidents: Vec::new(),
+        };
+        let Some(net) = launcher.network() else {
+            return faults;
+        };
+        faults.hub = net.hub();
+        faults.run_id = net.id().to_owned();
+        faults.netem = netfault::netem_available(&faults.hub, &format!("tm{}u", net.id()));
+        for hop in &variant.hops {
+            for replica in 0..hop.replicas {
+                let Some(fault) = hop.net_of(replica).filter(|f| f.is_active()) else {
+                    continue;
+                };
+                let name = format!("hop-{}-{replica}", hop.name);
+                let Some(member) = net.members().iter().find(|m| m.name == name) else {
+                    continue;
+                };
+                faults.pending.push(PlannedFault {
+                    member: member.clone(),
+                    record: FaultRecord {
+                        hop: hop.name.clone(),
+                        replica,
+                        namespace: member.ns.clone(),
+                        loss: fault.loss,
+                        delay_us: u64::try_from(fault.delay.as_micros()).unwrap_or(u64::MAX),
+                        jitter_us: u64::try_from(fault.jitter.as_micros()).unwrap_or(u64::MAX),
+                        start_ms: netfault::ms(fault.start),
+                        duration_ms: fault.duration.map(netfault::ms),
+                        mechanism: if faults.netem {
+                            Mechanism::Netem
+                        } else {
+                            Mechanism::NftablesNumgen
+                        },
+                        packets: None,
+                    },
+                    fault: fault.clone(),
+                    applied: None,
+                });
+            }
+        }
+        faults
+    }
+
+    /// Applies faults whose start has come and clears those whose
+    /// duration is over, `now` from the start of the load.
+    async fn start(&mut self, now: Duration) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let planned = &mut self.pending[i];
+            match planned.applied {
+                None if planned.fault.start <= now => {
+                    let (member, hub, id, fault, netem) = (
+                        planned.member.clone(),
+                        self.hub.clone(),
+                        self.run_id.clone(),
+                        planned.fault.clone(),
+                        self.netem,
+                    );
+                    let result = tokio::task::spawn_blocking(move || {
+                        netfault::apply(&member, &hub, &id, &fault, netem)
+                    })
+                    .await;
+                    match result {
+                        Ok(Ok(mechanism)) => {
+                            planned.record.mechanism = mechanism;
+                            planned.applied = Some((mechanism, now));
+                        }
+                        Ok(Err(e)) => {
+                            let line = format!(
+                                "hop \"{}\" replica {}: fault not applied: {e}",
+                                planned.record.hop, planned.record.replica
+                            );
+                            eprintln!("warning: {line}");
+                            self.incidents.push(line);
+                            self.pending.remove(i);
+                            continue;
+                        }
+                        Err(e) => {
+                            self.incidents.push(format!("fault task failed: {e}"));
+                            self.pending.remove(i);
+                            continue;
+                        }
+                    }
+                }
+                Some(_)
+                    if planned
+                        .fault
+                        .duration
+                        .is_some_and(|d| planned.fault.start + d <= now) =>
+                {
+                    let planned = self.pending.remove(i);
+                    let record = self.clear(planned).await;
+                    self.done.push(record);
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+
+    async fn clear(&self, planned: PlannedFault) -> FaultRecord {
+        let mut record = planned.record;
+        if let Some((mechanism, _)) = planned.applied {
+            let (member, hub, id) = (planned.member, self.hub.clone(), self.run_id.clone());
+            record.packets =
+                tokio::task::spawn_blocking(move || netfault::clear(&member, &hub, &id, mechanism))
+                    .await
+                    .ok()
+                    .flatten();
+        }
+        record
+    }
+
+    /// Clears every fault still applied; returns the records and incidents.
+    async fn finish(mut self) -> (Vec<FaultRecord>, Vec<String>) {
+        let pending = std::mem::take(&mut self.pending);
+        for planned in pending {
+            if planned.applied.is_some() {
+                let record = self.clear(planned).await;
+                self.done.push(record);
+            } else {
+                self.incidents.push(format!(
+                    "hop \"{}\" replica {}: fault never started (the load ended before {} ms)",
+                    planned.record.hop, planned.record.replica, planned.record.start_ms
+                ));
+            }
+        }
+        (self.done, self.incidents)
+    }
 }
 
 async fn broker_stats(addr: SocketAddr) -> Result<Vec<TopicStats>, String> {
@@ -263,7 +510,7 @@ async fn launch_hops(
     variant: &Variant,
     broker: Option<SocketAddr>,
     options: &RunOptions,
-    launcher: &mut LocalLauncher,
+    launcher: &mut AnyLauncher,
     log_dir: &Path,
 ) -> Result<BTreeMap<String, Vec<SocketAddr>>, RunError> {
     let mut addrs: BTreeMap<String, Vec<SocketAddr>> = BTreeMap::new();
