@@ -14,6 +14,7 @@
 //!   and the terminal table.
 
 pub mod analysis;
+pub mod delayline;
 pub mod experiment;
 pub mod launcher;
 pub mod loadgen;

@@ -52,6 +52,23 @@ enum Command {
         #[command(flatten)]
         serve: ServeArgs,
     },
+    /// Serve a userspace delay line on NFQUEUE (started by the netns
+    /// launcher inside a replica's namespace on kernels without netem).
+    #[command(hide = true)]
+    DelayLine {
+        /// The NFQUEUE number.
+        #[arg(long)]
+        queue: u16,
+        /// Hold every packet this long ("10ms").
+        #[arg(long, value_parser = humantime::parse_duration)]
+        delay: std::time::Duration,
+        /// Plus or minus up to this, uniformly (at most the delay).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "0us")]
+        jitter: std::time::Duration,
+        /// Seed of the jitter draws.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Remove the namespaces, interfaces and rules of netns runs whose
     /// orchestrator is gone (after a crash or SIGKILL).
     Clean,
@@ -141,6 +158,13 @@ fn main() -> ExitCode {
             );
         }
         Command::Validate { scenarios } => return validate(scenarios),
+        Command::DelayLine {
+            queue,
+            delay,
+            jitter,
+            seed,
+        } => tailmesh::delayline::run(*queue, *delay, *jitter, *seed)
+            .map_err(|e| anyhow::anyhow!("delay line on queue {queue}: {e}")),
         Command::Clean => {
             for line in tailmesh::launcher::netns::clean() {
                 println!("removed {line}");

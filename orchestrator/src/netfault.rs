@@ -9,9 +9,12 @@
 //!   `sch_netem` (probed by adding a netem qdisc once per run).
 //! - `nftables`: without netem, loss is an nftables rule in the replica's
 //!   namespace, in table `inet tailmesh_<run id>`: `numgen random mod 10000
-//!   < N drop` on the input and output hooks, with counters. Delay and
-//!   jitter without netem need the NFQUEUE delay line, which is not built
-//!   yet: such a scenario is refused before any process starts.
+//!   < N drop` on the input and output hooks, with counters.
+//! - `nfqueue_delay_line`: without netem, delay and jitter go through
+//!   `tailmesh delay-line` ([`crate::delayline`]), started inside the
+//!   replica's namespace, fed by iptables `-j NFQUEUE --queue-bypass`
+//!   rules in the mangle table (PREROUTING from and OUTPUT to the
+//!   replica's interface).
 //!
 //! Per-packet semantics: loss and delay apply to every packet, in each
 //! direction, independently. A request and its reply cross the faulty
@@ -23,7 +26,13 @@
 //! Every command runs without a shell, with arguments built here from
 //! validated values.
 
-use std::time::Duration;
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::process::CommandExt,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
 
 use serde::Serialize;
 
@@ -41,6 +50,20 @@ pub enum Mechanism {
     Netem,
     /// An nftables `numgen` drop rule inside the replica's namespace.
     NftablesNumgen,
+    /// `tailmesh delay-line` on NFQUEUE inside the replica's namespace.
+    NfqueueDelayLine,
+}
+
+/// The NFQUEUE number of the delay line (queues are per namespace).
+pub const DELAY_QUEUE: u16 = 7;
+
+/// What [`apply`] did, for [`clear`].
+#[derive(Debug)]
+pub struct Applied {
+    /// The mechanisms, loss first.
+    pub mechanisms: Vec<Mechanism>,
+    /// The delay line process, if one was started.
+    pub delay_line: Option<Child>,
 }
 
 /// One fault as recorded in summary.json.
@@ -63,8 +86,9 @@ pub struct FaultRecord {
     /// How long it lasted (ms); absent: until the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
-    /// How it was applied.
-    pub mechanism: Mechanism,
+    /// How it was applied: one mechanism (netem), or the loss and the
+    /// delay mechanisms of the fallback.
+    pub mechanisms: Vec<Mechanism>,
     /// Packets the drop rule saw and dropped (nftables only), read when the
     /// fault was cleared: `[seen, dropped]` over both directions.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,11 +98,11 @@ pub struct FaultRecord {
 /// A fault that cannot be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum FaultError {
-    /// Delay or jitter on a kernel without netem.
+    /// Delay or jitter on a kernel without netem and without iptables.
     #[error(
         "hop \"{hop}\" replica {replica}: delay and jitter need the kernel's sch_netem, which \
-         this kernel lacks (`tc qdisc ... netem` fails); the NFQUEUE delay line is not built yet. \
-         Loss alone works here (nftables)"
+         this kernel lacks, or the NFQUEUE delay line, which needs the iptables command \
+         (Debian package iptables)"
     )]
     NoDelayMechanism {
         /// The hop.
@@ -203,8 +227,14 @@ pub fn netem_available(hub: &str, dev: &str) -> bool {
 }
 
 /// Checks up front that `fault` can be applied with what the kernel has.
-pub fn check(hop: &str, replica: u32, fault: &NetFault, netem: bool) -> Result<(), FaultError> {
-    if !netem && !fault.delay.is_zero() {
+pub fn check(
+    hop: &str,
+    replica: u32,
+    fault: &NetFault,
+    netem: bool,
+    iptables: bool,
+) -> Result<(), FaultError> {
+    if !netem && !iptables && !fault.delay.is_zero() {
         return Err(FaultError::NoDelayMechanism {
             hop: hop.to_owned(),
             replica,
@@ -213,34 +243,164 @@ pub fn check(hop: &str, replica: u32, fault: &NetFault, netem: bool) -> Result<(
     Ok(())
 }
 
+/// `iptables` arguments adding (`-A`) or deleting (`-D`) the NFQUEUE rules
+/// of the delay line, one list per direction.
+pub fn nfqueue_rules(op: &str) -> Vec<Vec<String>> {
+    let queue = DELAY_QUEUE.to_string();
+    [("PREROUTING", "-i"), ("OUTPUT", "-o")]
+        .into_iter()
+        .map(|(chain, dir)| {
+            [
+                "-w",
+                "-t",
+                "mangle",
+                op,
+                chain,
+                dir,
+                MEMBER_IF,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                &queue,
+                "--queue-bypass",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        })
+        .collect()
+}
+
+/// How to start the delay line: the tailmesh executable and a log file.
+#[derive(Clone, Debug)]
+pub struct DelayLineSpawn<'a> {
+    /// `tailmesh` itself.
+    pub exe: &'a Path,
+    /// Where its output goes.
+    pub log: &'a Path,
+    /// Its seed.
+    pub seed: u64,
+}
+
 /// Applies `fault` to `member`; `hub` is the hub namespace, `run_id` names
-/// the nftables table.
+/// the nftables table. On error, what was applied is removed.
 pub fn apply(
     member: &Member,
     hub: &str,
     run_id: &str,
     fault: &NetFault,
     netem: bool,
-) -> Result<Mechanism, NetnsError> {
+    spawn: &DelayLineSpawn<'_>,
+) -> Result<Applied, NetnsError> {
     if netem {
         run_tool("tc", netem_args(&member.ns, MEMBER_IF, fault))?;
-        run_tool("tc", netem_args(hub, &member.hub_port, fault))?;
-        return Ok(Mechanism::Netem);
-    }
-    for args in nft_loss_commands(&nft_table(run_id), fault.loss) {
-        let mut full = vec![
-            "netns".to_owned(),
-            "exec".into(),
-            member.ns.clone(),
-            "nft".into(),
-        ];
-        full.extend(args);
-        if let Err(e) = run_tool("ip", &full) {
-            let _ = clear(member, hub, run_id, Mechanism::NftablesNumgen);
+        if let Err(e) = run_tool("tc", netem_args(hub, &member.hub_port, fault)) {
+            let _ = run_tool(
+                "tc",
+                ["-n", &member.ns, "qdisc", "del", "dev", MEMBER_IF, "root"],
+            );
             return Err(e);
         }
+        return Ok(Applied {
+            mechanisms: vec![Mechanism::Netem],
+            delay_line: None,
+        });
     }
-    Ok(Mechanism::NftablesNumgen)
+    let mut applied = Applied {
+        mechanisms: Vec::new(),
+        delay_line: None,
+    };
+    if fault.loss > 0.0 {
+        applied.mechanisms.push(Mechanism::NftablesNumgen);
+        for args in nft_loss_commands(&nft_table(run_id), fault.loss) {
+            let mut full = vec![
+                "netns".to_owned(),
+                "exec".into(),
+                member.ns.clone(),
+                "nft".into(),
+            ];
+            full.extend(args);
+            if let Err(e) = run_tool("ip", &full) {
+                clear(member, hub, run_id, applied);
+                return Err(e);
+            }
+        }
+    }
+    if !fault.delay.is_zero() {
+        applied.mechanisms.push(Mechanism::NfqueueDelayLine);
+        match start_delay_line(member, fault, spawn) {
+            Ok(child) => applied.delay_line = Some(child),
+            Err(e) => {
+                clear(member, hub, run_id, applied);
+                return Err(e);
+            }
+        }
+        for args in nfqueue_rules("-A") {
+            let mut full = vec![
+                "netns".to_owned(),
+                "exec".into(),
+                member.ns.clone(),
+                "iptables".into(),
+            ];
+            full.extend(args);
+            if let Err(e) = run_tool("ip", &full) {
+                clear(member, hub, run_id, applied);
+                return Err(e);
+            }
+        }
+    }
+    Ok(applied)
+}
+
+/// Starts `tailmesh delay-line` in the member's namespace and waits for
+/// its `ready` line (it has bound the queue).
+fn start_delay_line(
+    member: &Member,
+    fault: &NetFault,
+    spawn: &DelayLineSpawn<'_>,
+) -> Result<Child, NetnsError> {
+    let failed = |message: String| NetnsError::Command {
+        command: format!("ip netns exec {} tailmesh delay-line", member.ns),
+        message,
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(spawn.log)
+        .map_err(|e| failed(format!("{}: {e}", spawn.log.display())))?;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &member.ns])
+        .arg(spawn.exe)
+        .args([
+            "delay-line",
+            "--queue",
+            &DELAY_QUEUE.to_string(),
+            "--delay",
+            &format!("{}us", fault.delay.as_micros()),
+            "--jitter",
+            &format!("{}us", fault.jitter.as_micros()),
+            "--seed",
+            &spawn.seed.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    let mut line = String::new();
+    let ready = child
+        .stdout
+        .take()
+        .map(|out| BufReader::new(out).read_line(&mut line));
+    if !matches!(ready, Some(Ok(n)) if n > 0 && line.trim() == "ready") {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(failed(format!(
+            "it did not start; see {}",
+            spawn.log.display()
+        )));
+    }
+    Ok(child)
 }
 
 /// Reads `[seen, dropped]` of the nftables rules of `member`.
@@ -279,32 +439,62 @@ pub fn parse_counters(listing: &str) -> [u64; 2] {
 }
 
 /// Removes what [`apply`] added (errors ignored: the namespace is removed
-/// at the end of the run anyway).
-pub fn clear(member: &Member, hub: &str, run_id: &str, mechanism: Mechanism) -> Option<[u64; 2]> {
-    match mechanism {
-        Mechanism::Netem => {
-            let _ = run_tool(
-                "tc",
-                ["-n", &member.ns, "qdisc", "del", "dev", MEMBER_IF, "root"],
-            );
-            let _ = run_tool(
-                "tc",
-                ["-n", hub, "qdisc", "del", "dev", &member.hub_port, "root"],
-            );
-            None
-        }
-        Mechanism::NftablesNumgen => {
-            let counters = nft_counters(member, run_id);
-            let table = nft_table(run_id);
-            let _ = run_tool(
-                "ip",
-                [
-                    "netns", "exec", &member.ns, "nft", "delete", "table", "inet", &table,
-                ],
-            );
-            counters
+/// at the end of the run anyway); returns the loss rule's counters.
+pub fn clear(member: &Member, hub: &str, run_id: &str, applied: Applied) -> Option<[u64; 2]> {
+    let mut counters = None;
+    for mechanism in &applied.mechanisms {
+        match mechanism {
+            Mechanism::Netem => {
+                let _ = run_tool(
+                    "tc",
+                    ["-n", &member.ns, "qdisc", "del", "dev", MEMBER_IF, "root"],
+                );
+                let _ = run_tool(
+                    "tc",
+                    ["-n", hub, "qdisc", "del", "dev", &member.hub_port, "root"],
+                );
+            }
+            Mechanism::NftablesNumgen => {
+                counters = nft_counters(member, run_id);
+                let table = nft_table(run_id);
+                let _ = run_tool(
+                    "ip",
+                    [
+                        "netns", "exec", &member.ns, "nft", "delete", "table", "inet", &table,
+                    ],
+                );
+            }
+            Mechanism::NfqueueDelayLine => {
+                for args in nfqueue_rules("-D") {
+                    let mut full = vec![
+                        "netns".to_owned(),
+                        "exec".into(),
+                        member.ns.clone(),
+                        "iptables".into(),
+                    ];
+                    full.extend(args);
+                    let _ = run_tool("ip", &full);
+                }
+            }
         }
     }
+    if let Some(mut child) = applied.delay_line {
+        // EOF on its stdin: it accepts what it holds and exits.
+        drop(child.stdin.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if std::time::Instant::now() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+    counters
 }
 
 /// Milliseconds of a duration, for records.
@@ -374,10 +564,25 @@ mod tests {
     }
 
     #[test]
-    fn delay_without_netem_is_refused_and_loss_is_not() {
-        assert!(check("b", 1, &fault(0.1, 0, 0), false).is_ok());
-        let e = check("b", 1, &fault(0.0, 1000, 0), false).expect_err("delay needs netem");
+    fn delay_needs_netem_or_iptables_and_loss_needs_neither() {
+        assert!(check("b", 1, &fault(0.1, 0, 0), false, false).is_ok());
+        let e = check("b", 1, &fault(0.0, 1000, 0), false, false).expect_err("delay needs a way");
         assert!(e.to_string().contains("hop \"b\" replica 1"), "{e}");
-        assert!(check("b", 1, &fault(0.0, 1000, 0), true).is_ok());
+        assert!(check("b", 1, &fault(0.0, 1000, 0), true, false).is_ok());
+        assert!(check("b", 1, &fault(0.0, 1000, 0), false, true).is_ok());
+    }
+
+    #[test]
+    fn nfqueue_rules_cover_both_directions_and_bypass_without_a_reader() {
+        let rules = nfqueue_rules("-A");
+        assert_eq!(
+            rules[0].join(" "),
+            "-w -t mangle -A PREROUTING -i tmeth0 -j NFQUEUE --queue-num 7 --queue-bypass"
+        );
+        assert_eq!(
+            rules[1].join(" "),
+            "-w -t mangle -A OUTPUT -o tmeth0 -j NFQUEUE --queue-num 7 --queue-bypass"
+        );
+        assert_eq!(nfqueue_rules("-D")[1][3], "-D");
     }
 }

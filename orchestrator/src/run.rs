@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use crate::{
     launcher::{AnyLauncher, LaunchError, LocalLauncher, NetnsLauncher, ProcessSpec, netns},
     loadgen::{self, LoadOutcome, Target},
-    netfault::{self, FaultRecord, Mechanism},
+    netfault::{self, Applied, DelayLineSpawn, FaultRecord},
     scenario::{ConnectionMode, Hop, Launcher, LoadMode, NetFault, Scenario, Stop, Variant},
 };
 
@@ -189,10 +189,11 @@ async fn run_variant(
         // Every fault is checked against the kernel before a process starts;
         // on error the launcher's drop removes the network.
         let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
+        let iptables = netns::tool_available("iptables");
         for hop in &variant.hops {
             for replica in 0..hop.replicas {
                 if let Some(fault) = hop.net_of(replica) {
-                    netfault::check(&hop.name, replica, fault, netem)
+                    netfault::check(&hop.name, replica, fault, netem, iptables)
                         .map_err(|e| setup(e.to_string()))?;
                 }
             }
@@ -276,7 +277,7 @@ async fn measure(
             Target::Push(Arc::new(pool))
         }
     };
-    let mut faults = Faults::plan(variant, launcher);
+    let mut faults = Faults::plan(variant, launcher, &options.exe, log_dir, scenario.seed);
     faults.start(Duration::ZERO).await;
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
     let (done_tx, mut done_rx) = watch::channel(false);
@@ -341,6 +342,9 @@ struct Faults {
     hub: String,
     run_id: String,
     netem: bool,
+    exe: PathBuf,
+    log_dir: PathBuf,
+    seed: u64,
     pending: Vec<PlannedFault>,
     done: Vec<FaultRecord>,
     incidents: Vec<String>,
@@ -350,15 +354,24 @@ struct PlannedFault {
     member: netns::Member,
     record: FaultRecord,
     fault: NetFault,
-    applied: Option<(Mechanism, Duration)>,
+    applied: Option<Applied>,
 }
 
 impl Faults {
-    fn plan(variant: &Variant, launcher: &AnyLauncher) -> Self {
+    fn plan(
+        variant: &Variant,
+        launcher: &AnyLauncher,
+        exe: &Path,
+        log_dir: &Path,
+        seed: u64,
+    ) -> Self {
         let mut faults = Self {
             hub: String::new(),
             run_id: String::new(),
             netem: false,
+            exe: exe.to_path_buf(),
+            log_dir: log_dir.to_path_buf(),
+            seed,
             pending: Vec::new(),
             done: Vec::new(),
             incidents: Vec::new(),
@@ -389,11 +402,7 @@ impl Faults {
                         jitter_us: u64::try_from(fault.jitter.as_micros()).unwrap_or(u64::MAX),
                         start_ms: netfault::ms(fault.start),
                         duration_ms: fault.duration.map(netfault::ms),
-                        mechanism: if faults.netem {
-                            Mechanism::Netem
-                        } else {
-                            Mechanism::NftablesNumgen
-                        },
+                        mechanisms: Vec::new(),
                         packets: None,
                     },
                     fault: fault.clone(),
@@ -419,14 +428,25 @@ impl Faults {
                         planned.fault.clone(),
                         self.netem,
                     );
+                    let (exe, log) = (
+                        self.exe.clone(),
+                        self.log_dir
+                            .join(format!("delay-line-{}.log", planned.member.name)),
+                    );
+                    let seed = self.seed ^ u64::from(planned.record.replica);
                     let result = tokio::task::spawn_blocking(move || {
-                        netfault::apply(&member, &hub, &id, &fault, netem)
+                        let spawn = DelayLineSpawn {
+                            exe: &exe,
+                            log: &log,
+                            seed,
+                        };
+                        netfault::apply(&member, &hub, &id, &fault, netem, &spawn)
                     })
                     .await;
                     match result {
-                        Ok(Ok(mechanism)) => {
-                            planned.record.mechanism = mechanism;
-                            planned.applied = Some((mechanism, now));
+                        Ok(Ok(applied)) => {
+                            planned.record.mechanisms = applied.mechanisms.clone();
+                            planned.applied = Some(applied);
                         }
                         Ok(Err(e)) => {
                             let line = format!(
@@ -464,10 +484,10 @@ impl Faults {
 
     async fn clear(&self, planned: PlannedFault) -> FaultRecord {
         let mut record = planned.record;
-        if let Some((mechanism, _)) = planned.applied {
+        if let Some(applied) = planned.applied {
             let (member, hub, id) = (planned.member, self.hub.clone(), self.run_id.clone());
             record.packets =
-                tokio::task::spawn_blocking(move || netfault::clear(&member, &hub, &id, mechanism))
+                tokio::task::spawn_blocking(move || netfault::clear(&member, &hub, &id, applied))
                     .await
                     .ok()
                     .flatten();

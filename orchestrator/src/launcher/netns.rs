@@ -96,6 +96,11 @@ pub fn missing_tools() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
+/// Whether `tool` is on PATH (or in /usr/sbin, /sbin).
+pub fn tool_available(tool: &str) -> bool {
+    find_in_path(tool).is_some()
+}
+
 fn find_in_path(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into());
     std::env::split_paths(&path)
