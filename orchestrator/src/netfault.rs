@@ -497,6 +497,127 @@ pub fn clear(member: &Member, hub: &str, run_id: &str, applied: Applied) -> Opti
     counters
 }
 
+/// The fault agent's backend: applies faults to its own replica's
+/// namespace with the mechanisms above (netem probed once).
+#[derive(Debug)]
+pub struct NetBackend {
+    agent: crate::launcher::netns::AgentEnv,
+    exe: std::path::PathBuf,
+    seed: u64,
+    netem: bool,
+    applied: std::sync::Mutex<Option<Applied>>,
+}
+
+impl NetBackend {
+    /// A backend for the replica described by `agent`.
+    pub fn new(
+        agent: crate::launcher::netns::AgentEnv,
+        exe: std::path::PathBuf,
+        seed: u64,
+    ) -> Self {
+        let netem = netem_available(&agent.hub, &format!("tm{}u", agent.run_id));
+        Self {
+            agent,
+            exe,
+            seed,
+            netem,
+            applied: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn take(&self) -> Option<Applied> {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+fn names(mechanisms: &[Mechanism]) -> Vec<String> {
+    mechanisms
+        .iter()
+        .map(|m| match m {
+            Mechanism::Netem => "netem",
+            Mechanism::NftablesNumgen => "nftables_numgen",
+            Mechanism::NfqueueDelayLine => "nfqueue_delay_line",
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+impl tailmesh_services::control::FaultBackend for NetBackend {
+    fn apply(
+        &self,
+        spec: &tailmesh_services::control::FaultSpec,
+    ) -> Result<tailmesh_services::control::Applied, String> {
+        if let Some(previous) = self.take() {
+            clear(
+                &self.agent.member,
+                &self.agent.hub,
+                &self.agent.run_id,
+                previous,
+            );
+        }
+        let fault = NetFault {
+            loss: spec.loss,
+            delay: spec.delay,
+            jitter: spec.jitter,
+            start: Duration::ZERO,
+            duration: None,
+        };
+        let spawn = DelayLineSpawn {
+            exe: &self.exe,
+            log: &self.agent.log,
+            seed: self.seed,
+        };
+        let applied = apply(
+            &self.agent.member,
+            &self.agent.hub,
+            &self.agent.run_id,
+            &fault,
+            self.netem,
+            &spawn,
+        )
+        .map_err(|e| e.to_string())?;
+        let mechanisms = names(&applied.mechanisms);
+        *self
+            .applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(applied);
+        Ok(tailmesh_services::control::Applied {
+            mechanisms,
+            packets: None,
+        })
+    }
+
+    fn clear(&self) -> Result<tailmesh_services::control::Applied, String> {
+        let Some(applied) = self.take() else {
+            return Ok(tailmesh_services::control::Applied::default());
+        };
+        let mechanisms = names(&applied.mechanisms);
+        let packets = clear(
+            &self.agent.member,
+            &self.agent.hub,
+            &self.agent.run_id,
+            applied,
+        );
+        Ok(tailmesh_services::control::Applied {
+            mechanisms,
+            packets,
+        })
+    }
+}
+
+/// The mechanism of a name the agent reported.
+pub fn mechanism_of(name: &str) -> Option<Mechanism> {
+    match name {
+        "netem" => Some(Mechanism::Netem),
+        "nftables_numgen" => Some(Mechanism::NftablesNumgen),
+        "nfqueue_delay_line" => Some(Mechanism::NfqueueDelayLine),
+        _ => None,
+    }
+}
+
 /// Milliseconds of a duration, for records.
 pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -10,6 +10,7 @@ use std::{
 };
 
 use indicatif::{ProgressBar, ProgressStyle};
+use tailmesh_proto::pb;
 use tailmesh_services::{
     broker::{BrokerClient, TopicStats},
     hop::{Connections, DownstreamConfig, HopConfig, PullTarget, PushPool},
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 use crate::{
     launcher::{AnyLauncher, LaunchError, LocalLauncher, NetnsLauncher, ProcessSpec, netns},
     loadgen::{self, LoadOutcome, Target},
-    netfault::{self, Applied, DelayLineSpawn, FaultRecord},
+    netfault::{self, FaultRecord},
     scenario::{ConnectionMode, Hop, Launcher, LoadMode, NetFault, Scenario, Stop, Variant},
 };
 
@@ -277,7 +278,7 @@ async fn measure(
             Target::Push(Arc::new(pool))
         }
     };
-    let mut faults = Faults::plan(variant, launcher, &options.exe, log_dir, scenario.seed);
+    let mut faults = Faults::plan(variant, launcher, &addrs);
     faults.start(Duration::ZERO).await;
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
     let (done_tx, mut done_rx) = watch::channel(false);
@@ -336,42 +337,31 @@ async fn measure(
     })
 }
 
-/// The network faults of a variant: applied when their start comes,
+/// The network faults of a variant: set through each replica's fault
+/// agent (its Control API, with the run's token) when their start comes,
 /// cleared when their duration ends, and all cleared when the load ends.
 struct Faults {
-    hub: String,
-    run_id: String,
-    netem: bool,
-    exe: PathBuf,
-    log_dir: PathBuf,
-    seed: u64,
+    token: String,
     pending: Vec<PlannedFault>,
     done: Vec<FaultRecord>,
     incidents: Vec<String>,
 }
 
 struct PlannedFault {
-    member: netns::Member,
+    addr: SocketAddr,
     record: FaultRecord,
     fault: NetFault,
-    applied: Option<Applied>,
+    applied: bool,
 }
 
 impl Faults {
     fn plan(
         variant: &Variant,
         launcher: &AnyLauncher,
-        exe: &Path,
-        log_dir: &Path,
-        seed: u64,
+        addrs: &BTreeMap<String, Vec<SocketAddr>>,
     ) -> Self {
         let mut faults = Self {
-            hub: String::new(),
-            run_id: String::new(),
-            netem: false,
-            exe: exe.to_path_buf(),
-            log_dir: log_dir.to_path_buf(),
-            seed,
+            token: String::new(),
             pending: Vec::new(),
             done: Vec::new(),
             incidents: Vec::new(),
@@ -379,20 +369,21 @@ impl Faults {
         let Some(net) = launcher.network() else {
             return faults;
         };
-        faults.hub = net.hub();
-        faults.run_id = net.id().to_owned();
-        faults.netem = netfault::netem_available(&faults.hub, &format!("tm{}u", net.id()));
+        faults.token = net.token().to_owned();
         for hop in &variant.hops {
             for replica in 0..hop.replicas {
                 let Some(fault) = hop.net_of(replica).filter(|f| f.is_active()) else {
                     continue;
                 };
                 let name = format!("hop-{}-{replica}", hop.name);
-                let Some(member) = net.members().iter().find(|m| m.name == name) else {
+                let (Some(member), Some(addr)) = (
+                    net.members().iter().find(|m| m.name == name),
+                    addrs.get(&hop.name).and_then(|a| a.get(replica as usize)),
+                ) else {
                     continue;
                 };
                 faults.pending.push(PlannedFault {
-                    member: member.clone(),
+                    addr: *addr,
                     record: FaultRecord {
                         hop: hop.name.clone(),
                         replica,
@@ -406,7 +397,7 @@ impl Faults {
                         packets: None,
                     },
                     fault: fault.clone(),
-                    applied: None,
+                    applied: false,
                 });
             }
         }
@@ -419,78 +410,66 @@ impl Faults {
         let mut i = 0;
         while i < self.pending.len() {
             let planned = &mut self.pending[i];
-            match planned.applied {
-                None if planned.fault.start <= now => {
-                    let (member, hub, id, fault, netem) = (
-                        planned.member.clone(),
-                        self.hub.clone(),
-                        self.run_id.clone(),
-                        planned.fault.clone(),
-                        self.netem,
-                    );
-                    let (exe, log) = (
-                        self.exe.clone(),
-                        self.log_dir
-                            .join(format!("delay-line-{}.log", planned.member.name)),
-                    );
-                    let seed = self.seed ^ u64::from(planned.record.replica);
-                    let result = tokio::task::spawn_blocking(move || {
-                        let spawn = DelayLineSpawn {
-                            exe: &exe,
-                            log: &log,
-                            seed,
-                        };
-                        netfault::apply(&member, &hub, &id, &fault, netem, &spawn)
-                    })
-                    .await;
-                    match result {
-                        Ok(Ok(applied)) => {
-                            planned.record.mechanisms = applied.mechanisms.clone();
-                            planned.applied = Some(applied);
-                        }
-                        Ok(Err(e)) => {
-                            let line = format!(
-                                "hop \"{}\" replica {}: fault not applied: {e}",
-                                planned.record.hop, planned.record.replica
-                            );
-                            eprintln!("warning: {line}");
-                            self.incidents.push(line);
-                            self.pending.remove(i);
-                            continue;
-                        }
-                        Err(e) => {
-                            self.incidents.push(format!("fault task failed: {e}"));
-                            self.pending.remove(i);
-                            continue;
-                        }
+            if !planned.applied && planned.fault.start <= now {
+                let net = pb::NetFault {
+                    loss: planned.fault.loss,
+                    delay_us: planned.record.delay_us,
+                    jitter_us: planned.record.jitter_us,
+                };
+                match control_call(planned.addr, &self.token, Some(net)).await {
+                    Ok(state) => {
+                        planned.record.mechanisms = state
+                            .mechanisms
+                            .iter()
+                            .filter_map(|m| netfault::mechanism_of(m))
+                            .collect();
+                        planned.applied = true;
+                    }
+                    Err(e) => {
+                        let line = format!(
+                            "hop \"{}\" replica {}: fault not applied: {}",
+                            planned.record.hop,
+                            planned.record.replica,
+                            e.message()
+                        );
+                        eprintln!("warning: {line}");
+                        self.incidents.push(line);
+                        self.pending.remove(i);
+                        continue;
                     }
                 }
-                Some(_)
-                    if planned
-                        .fault
-                        .duration
-                        .is_some_and(|d| planned.fault.start + d <= now) =>
-                {
-                    let planned = self.pending.remove(i);
-                    let record = self.clear(planned).await;
-                    self.done.push(record);
-                    continue;
-                }
-                _ => {}
+            } else if planned.applied
+                && planned
+                    .fault
+                    .duration
+                    .is_some_and(|d| planned.fault.start + d <= now)
+            {
+                let planned = self.pending.remove(i);
+                let record = self.clear(planned).await;
+                self.done.push(record);
+                continue;
             }
             i += 1;
         }
     }
 
-    async fn clear(&self, planned: PlannedFault) -> FaultRecord {
+    async fn clear(&mut self, planned: PlannedFault) -> FaultRecord {
         let mut record = planned.record;
-        if let Some(applied) = planned.applied {
-            let (member, hub, id) = (planned.member, self.hub.clone(), self.run_id.clone());
-            record.packets =
-                tokio::task::spawn_blocking(move || netfault::clear(&member, &hub, &id, applied))
-                    .await
-                    .ok()
-                    .flatten();
+        match control_call(planned.addr, &self.token, None).await {
+            Ok(state) => {
+                if record
+                    .mechanisms
+                    .contains(&netfault::Mechanism::NftablesNumgen)
+                {
+                    record.packets = Some([state.packets_seen, state.packets_dropped]);
+                }
+            }
+            Err(e) => self.incidents.push(format!(
+                "hop \"{}\" replica {}: fault not cleared (the namespace removal clears it): {}",
+                record.hop,
+                record.replica,
+                e.message()
+            )),
         }
         record
     }
@@ -499,7 +478,7 @@ impl Faults {
     async fn finish(mut self) -> (Vec<FaultRecord>, Vec<String>) {
         let pending = std::mem::take(&mut self.pending);
         for planned in pending {
-            if planned.applied.is_some() {
+            if planned.applied {
                 let record = self.clear(planned).await;
                 self.done.push(record);
             } else {
@@ -511,6 +490,39 @@ impl Faults {
         }
         (self.done, self.incidents)
     }
+}
+
+/// SetFaults (`Some`) or ClearFaults (`None`) on the agent at `addr`.
+async fn control_call(
+    addr: SocketAddr,
+    token: &str,
+    net: Option<pb::NetFault>,
+) -> Result<pb::FaultState, tonic::Status> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| tonic::Status::internal(e.to_string()))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("connect {addr}: {e}")))?;
+    let mut client = pb::control_client::ControlClient::new(channel);
+    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}")
+        .parse()
+        .map_err(|_| tonic::Status::internal("the token is not valid metadata"))?;
+    let reply = match net {
+        Some(net) => {
+            let mut request = tonic::Request::new(pb::SetFaultsRequest { net: Some(net) });
+            request.metadata_mut().insert("authorization", bearer);
+            client.set_faults(request).await?
+        }
+        None => {
+            let mut request = tonic::Request::new(pb::ClearFaultsRequest {});
+            request.metadata_mut().insert("authorization", bearer);
+            client.clear_faults(request).await?
+        }
+    };
+    Ok(reply.into_inner())
 }
 
 async fn broker_stats(addr: SocketAddr) -> Result<Vec<TopicStats>, String> {

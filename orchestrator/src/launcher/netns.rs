@@ -39,6 +39,24 @@ use std::{
 
 use super::{ExitedChild, LaunchError, Launched, LocalLauncher, ProcessSpec};
 
+/// The environment variable holding the run's Control token.
+pub const CONTROL_TOKEN_ENV: &str = "TAILMESH_CONTROL_TOKEN";
+/// The environment variable telling a hop's fault agent its namespace.
+pub const AGENT_ENV: &str = "TAILMESH_AGENT";
+
+/// What a hop's fault agent needs to know (JSON in [`AGENT_ENV`]).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct AgentEnv {
+    /// Its namespace.
+    pub member: Member,
+    /// The hub namespace.
+    pub hub: String,
+    /// The run id (names the nftables table).
+    pub run_id: String,
+    /// Where a delay line's output goes.
+    pub log: PathBuf,
+}
+
 /// Where run ownership files live.
 pub const RUN_DIR: &str = "/run/tailmesh";
 /// The interface of a member namespace.
@@ -153,18 +171,26 @@ pub fn new_run_id() -> String {
     )
 }
 
+/// A fresh 128-bit token in hex, from the OS's generator.
+fn new_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    format!("{:032x}", rng.random::<u128>())
+}
+
 /// The network of one run: hub namespace, bridge, host interface and one
 /// member namespace per process. Removed by [`Network::remove`] or on drop.
 #[derive(Debug)]
 pub struct Network {
     id: String,
+    token: String,
     subnet: [u8; 3],
     members: Vec<Member>,
     removed: bool,
 }
 
 /// One process's namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Member {
     /// The process name (`hop-b-1`).
     pub name: String,
@@ -185,6 +211,7 @@ impl Network {
         let subnet = pick_subnet(&id)?;
         let mut net = Self {
             id,
+            token: new_token(),
             subnet,
             members: Vec::new(),
             removed: false,
@@ -230,6 +257,11 @@ impl Network {
         run_tool("ip", ["addr", "add", &host_addr, "dev", &host_if])?;
         run_tool("ip", ["link", "set", &host_if, "up"])?;
         Ok(())
+    }
+
+    /// The token every fault agent of the run accepts.
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     /// The run id.
@@ -523,11 +555,29 @@ impl NetnsLauncher {
         args.extend(spec.args);
         args.push("--listen".into());
         args.push(format!("{}:0", IpAddr::V4(member.addr)).into());
+        let mut env = spec.env;
+        // The fault agent of a hop: the run's token and where it lives.
+        let agent = serde_json::to_string(&AgentEnv {
+            member: member.clone(),
+            hub: self.net.hub(),
+            run_id: self.net.id().to_owned(),
+            log: self
+                .local
+                .log_dir()
+                .join(format!("delay-line-{}.log", member.name)),
+        })
+        .map_err(|e| LaunchError::Spawn {
+            name: spec.name.clone(),
+            program: spec.program.clone(),
+            source: io::Error::other(e),
+        })?;
+        env.push((CONTROL_TOKEN_ENV.into(), self.net.token().into()));
+        env.push((AGENT_ENV.into(), agent.into()));
         let wrapped = ProcessSpec {
             name: spec.name,
             program: find_in_path("ip").unwrap_or_else(|| "ip".into()),
             args,
-            env: spec.env,
+            env,
         };
         self.local.launch(wrapped).await
     }

@@ -387,6 +387,17 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), HopError> {
+    run_with_control::<crate::control::NoFaults>(config, listener, shutdown, None).await
+}
+
+/// [`run`], plus the fault agent (`tailmesh.v1.Control`) when `control`
+/// is given.
+pub async fn run_with_control<B: crate::control::FaultBackend>(
+    config: HopConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    control: Option<crate::control::ControlService<B>>,
+) -> Result<(), HopError> {
     let core = HopCore::new(&config)?;
     let name = config.behavior.name.clone();
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -421,6 +432,7 @@ pub async fn run(
         .add_service(health)
         .add_service(reflection)
         .add_service(HopServer::new(HopService { core: core.clone() }))
+        .add_optional_service(control.map(crate::control::ControlService::into_server))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });
