@@ -158,7 +158,17 @@ pub fn write_results(
         run_id,
         started_at,
         ScenarioEcho::new(scenario, origin, source),
-        Environment::detect("local"),
+        // "local", "netns", or both ("local+netns") when variants differ.
+        Environment::detect(&{
+            let mut kinds: Vec<&str> = runs.iter().map(|r| r.launcher).collect();
+            kinds.sort_unstable();
+            kinds.dedup();
+            if kinds.is_empty() {
+                "local".to_owned()
+            } else {
+                kinds.join("+")
+            }
+        }),
         reports,
     );
     summary.interrupted =

@@ -73,6 +73,8 @@ pub struct VariantRun {
     pub broker: Vec<TopicStats>,
     /// The network faults applied, with their mechanism.
     pub faults: Vec<FaultRecord>,
+    /// The launcher that ran it: `"local"` or `"netns"`.
+    pub launcher: &'static str,
 }
 
 /// Which launcher a variant gets: `auto` becomes netns when the variant
@@ -334,6 +336,10 @@ async fn measure(
         incidents,
         broker,
         faults,
+        launcher: match launcher {
+            AnyLauncher::Local(_) => "local",
+            AnyLauncher::Netns(_) => "netns",
+        },
     })
 }
 
