@@ -146,6 +146,12 @@ pub async fn run_variants(
             }
         }
     }
+    if launchers.contains(&Launcher::Netns) {
+        // Leftovers of runs that crashed (their orchestrator is gone).
+        for line in netns::clean() {
+            eprintln!("removed leftover {line}");
+        }
+    }
     let mut runs = Vec::new();
     for (variant, kind) in scenario.variants.iter().zip(launchers) {
         if *interrupt.borrow() {
@@ -677,4 +683,43 @@ fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
     }
     bar.set_prefix(variant.name.clone());
     Some(bar)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::analysis::testing::{hop, variant};
+
+    #[test]
+    fn auto_without_network_faults_is_local_and_with_them_netns_or_a_clear_error() {
+        let mut v = variant("v", vec![hop("a", None)]);
+        v.launcher = Launcher::Auto;
+        assert_eq!(resolve_launcher(&v), Ok(Launcher::Local));
+        v.launcher = Launcher::Local;
+        assert_eq!(resolve_launcher(&v), Ok(Launcher::Local));
+
+        v.launcher = Launcher::Auto;
+        v.hops[0].net = Some(NetFault {
+            loss: 0.01,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+            start: Duration::ZERO,
+            duration: None,
+        });
+        match resolve_launcher(&v) {
+            Ok(kind) => {
+                assert_eq!(kind, Launcher::Netns);
+                assert!(netns::has_privilege());
+            }
+            Err(message) => {
+                // Without root (or the tools) the message says what is needed.
+                assert!(
+                    message.contains("needs root or CAP_NET_ADMIN") || message.contains("needs "),
+                    "{message}"
+                );
+            }
+        }
+    }
 }
