@@ -524,7 +524,10 @@ async fn control_call(
         .map_err(|_| tonic::Status::internal("the token is not valid metadata"))?;
     let reply = match net {
         Some(net) => {
-            let mut request = tonic::Request::new(pb::SetFaultsRequest { net: Some(net) });
+            let mut request = tonic::Request::new(pb::SetFaultsRequest {
+                net: Some(net),
+                slow: None,
+            });
             request.metadata_mut().insert("authorization", bearer);
             client.set_faults(request).await?
         }

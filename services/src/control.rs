@@ -11,9 +11,14 @@
 use std::{sync::Arc, time::Duration};
 
 use tailmesh_proto::pb::{
-    ClearFaultsRequest, FaultState, GetFaultsRequest, NetFault, SetFaultsRequest,
+    self, ClearFaultsRequest, FaultState, GetFaultsRequest, NetFault, SetFaultsRequest,
     control_server::{Control, ControlServer},
 };
+
+use crate::model::{DurationDist, Slowness};
+
+/// Sets (`Some`) or removes (`None`) a replica's runtime slowness.
+pub type SlownessSetter = Arc<dyn Fn(Option<Slowness>) + Send + Sync>;
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 
@@ -94,10 +99,33 @@ pub fn validate(net: Option<&NetFault>) -> Result<FaultSpec, Status> {
     })
 }
 
+/// Checks a request's slowness.
+pub fn validate_slowness(slow: &pb::Slowness) -> Result<Slowness, Status> {
+    if !(0.0..=1.0).contains(&slow.probability) || slow.probability.is_nan() {
+        return Err(Status::invalid_argument(format!(
+            "slow.probability must be between 0 and 1, got {}",
+            slow.probability
+        )));
+    }
+    let extra = Duration::from_micros(slow.extra_us);
+    if extra > MAX_DELAY {
+        return Err(Status::invalid_argument(format!(
+            "slow.extra_us must be at most {} (60 s), got {}",
+            MAX_DELAY.as_micros(),
+            slow.extra_us
+        )));
+    }
+    Ok(Slowness {
+        probability: slow.probability,
+        extra: DurationDist::Fixed { value: extra },
+    })
+}
+
 /// The Control service over a backend, guarded by `token`.
 pub struct ControlService<B> {
     token: Arc<str>,
     backend: Arc<B>,
+    slowness: Option<SlownessSetter>,
     state: Mutex<FaultState>,
 }
 
@@ -107,8 +135,15 @@ impl<B: FaultBackend> ControlService<B> {
         Self {
             token: token.into(),
             backend: Arc::new(backend),
+            slowness: None,
             state: Mutex::new(FaultState::default()),
         }
+    }
+
+    /// Lets the service change the replica's slowness through `setter`.
+    pub fn with_slowness(mut self, setter: SlownessSetter) -> Self {
+        self.slowness = Some(setter);
+        self
     }
 
     /// The tonic server.
@@ -161,16 +196,30 @@ impl<B: FaultBackend> Control for ControlService<B> {
         request: Request<SetFaultsRequest>,
     ) -> Result<Response<FaultState>, Status> {
         self.authorize(&request)?;
-        let net = request.into_inner().net;
-        let spec = validate(net.as_ref())?;
+        let SetFaultsRequest { net, slow } = request.into_inner();
+        if net.is_none() && slow.is_none() {
+            return Err(Status::invalid_argument("set net, slow, or both"));
+        }
+        // Everything is validated before anything is changed.
+        let spec = net.as_ref().map(|n| validate(Some(n))).transpose()?;
+        let slowness = slow.as_ref().map(validate_slowness).transpose()?;
+        if slowness.is_some() && self.slowness.is_none() {
+            return Err(Status::failed_precondition(
+                "this agent cannot change the replica's slowness",
+            ));
+        }
         let mut state = self.state.lock().await;
-        let applied = self.blocking(move |b| b.apply(&spec)).await?;
-        *state = FaultState {
-            net,
-            mechanisms: applied.mechanisms,
-            packets_seen: 0,
-            packets_dropped: 0,
-        };
+        if let Some(spec) = spec {
+            let applied = self.blocking(move |b| b.apply(&spec)).await?;
+            state.net = net;
+            state.mechanisms = applied.mechanisms;
+            state.packets_seen = 0;
+            state.packets_dropped = 0;
+        }
+        if let (Some(slowness), Some(setter)) = (slowness, &self.slowness) {
+            setter(Some(slowness));
+            state.slow = slow;
+        }
         Ok(Response::new(state.clone()))
     }
 
@@ -180,6 +229,11 @@ impl<B: FaultBackend> Control for ControlService<B> {
     ) -> Result<Response<FaultState>, Status> {
         self.authorize(&request)?;
         let mut state = self.state.lock().await;
+        if state.slow.take().is_some()
+            && let Some(setter) = &self.slowness
+        {
+            setter(None);
+        }
         if state.net.is_none() {
             return Ok(Response::new(FaultState::default()));
         }
@@ -190,6 +244,7 @@ impl<B: FaultBackend> Control for ControlService<B> {
             mechanisms: std::mem::take(&mut state.mechanisms),
             packets_seen: seen,
             packets_dropped: dropped,
+            slow: None,
         };
         *state = FaultState::default();
         Ok(Response::new(cleared))

@@ -8,7 +8,7 @@ use std::{
 };
 
 use tailmesh_proto::pb::{
-    ClearFaultsRequest, GetFaultsRequest, NetFault, SetFaultsRequest,
+    CallRequest, ClearFaultsRequest, GetFaultsRequest, NetFault, SetFaultsRequest, Slowness,
     control_client::ControlClient, control_server::ControlServer,
 };
 use tailmesh_services::control::{Applied, ControlService, FaultBackend, FaultSpec};
@@ -84,6 +84,7 @@ fn loss(loss: f64) -> SetFaultsRequest {
             delay_us: 0,
             jitter_us: 0,
         }),
+        slow: None,
     }
 }
 
@@ -148,19 +149,31 @@ async fn impossible_values_are_invalid_arguments() {
         loss(1.5),
         loss(-0.1),
         loss(f64::NAN),
-        SetFaultsRequest { net: None },
+        SetFaultsRequest {
+            net: None,
+            slow: None,
+        },
         SetFaultsRequest {
             net: Some(NetFault {
                 loss: 0.0,
                 delay_us: 1_000,
                 jitter_us: 2_000,
             }),
+            slow: None,
         },
         SetFaultsRequest {
             net: Some(NetFault {
                 loss: 0.0,
                 delay_us: 61_000_000,
                 jitter_us: 0,
+            }),
+            slow: None,
+        },
+        SetFaultsRequest {
+            net: None,
+            slow: Some(Slowness {
+                probability: 2.0,
+                extra_us: 1_000,
             }),
         },
     ];
@@ -172,4 +185,95 @@ async fn impossible_values_are_invalid_arguments() {
         assert_eq!(e.code(), Code::InvalidArgument, "{request:?}: {e:?}");
     }
     assert!(backend.0.lock().expect("lock").is_empty());
+}
+
+#[tokio::test]
+async fn slowness_set_at_runtime_slows_every_request_until_cleared() {
+    use tailmesh_proto::pb::hop_client::HopClient;
+    use tailmesh_services::{
+        control::NoFaults,
+        hop::{self, HopConfig},
+        model::{HopBehavior, Transport, Work},
+    };
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let config = HopConfig {
+        behavior: HopBehavior {
+            name: "x".to_owned(),
+            seed: 3,
+            work: Work::None,
+            slow: None,
+            replica_slow: None,
+            error: None,
+        },
+        replica: 0,
+        transport: Transport::Push,
+        downstream: Vec::new(),
+        broker: None,
+        concurrency: None,
+        drain_grace: Duration::from_secs(1),
+        precise_timer: true,
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(hop::run_with_control(
+        config,
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+        Some(ControlService::new(TOKEN, NoFaults)),
+    ));
+    let mut control = client(addr).await;
+    let mut hop_client = HopClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let mut call = async |id: u64| {
+        hop_client
+            .call(CallRequest {
+                request_id: id,
+                ..CallRequest::default()
+            })
+            .await
+            .expect("call")
+            .into_inner()
+            .path
+            .first()
+            .map(|r| (r.slow, r.service_ns))
+            .expect("a path record")
+    };
+    assert!(!call(1).await.0, "no slowness before");
+
+    let state = control
+        .set_faults(with_token(
+            SetFaultsRequest {
+                net: None,
+                slow: Some(Slowness {
+                    probability: 1.0,
+                    extra_us: 20_000,
+                }),
+            },
+            TOKEN,
+        ))
+        .await
+        .expect("set slowness")
+        .into_inner();
+    assert_eq!(state.slow.map(|s| s.extra_us), Some(20_000));
+    let (slow, service_ns) = call(2).await;
+    assert!(slow && service_ns >= 20_000_000, "{slow} {service_ns}");
+    // A network fault is refused on a hop without a namespace of its own,
+    // and the slowness stays.
+    let e = control
+        .set_faults(with_token(loss(0.1), TOKEN))
+        .await
+        .expect_err("no namespace");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+
+    control
+        .clear_faults(with_token(ClearFaultsRequest {}, TOKEN))
+        .await
+        .expect("clear");
+    assert!(!call(3).await.0, "slowness cleared");
+    let _ = stop.send(());
+    let _ = server.await;
 }
