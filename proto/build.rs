@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/tailmesh/v1/hop.proto",
         "proto/tailmesh/v1/broker.proto",
+        "proto/tailmesh/v1/control.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");

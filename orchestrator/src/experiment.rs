@@ -153,13 +153,24 @@ pub fn write_results(
         report.interrupted = run.load.interrupted;
         report.incidents = run.incidents.clone();
         report.broker = run.broker.clone();
+        report.faults = run.faults.clone();
         reports.push(report);
     }
     let mut summary = Summary::new(
         run_id,
         started_at,
         ScenarioEcho::new(scenario, origin, source),
-        Environment::detect("local"),
+        // "local", "netns", or both ("local+netns") when variants differ.
+        Environment::detect(&{
+            let mut kinds: Vec<&str> = runs.iter().map(|r| r.launcher).collect();
+            kinds.sort_unstable();
+            kinds.dedup();
+            if kinds.is_empty() {
+                "local".to_owned()
+            } else {
+                kinds.join("+")
+            }
+        }),
         reports,
     );
     summary.sweep = summarize_sweep(scenario, &summary.variants);

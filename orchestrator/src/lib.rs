@@ -14,9 +14,11 @@
 //!   and the terminal table.
 
 pub mod analysis;
+pub mod delayline;
 pub mod experiment;
 pub mod launcher;
 pub mod loadgen;
+pub mod netfault;
 pub mod output;
 pub mod record;
 pub mod roles;

@@ -64,6 +64,26 @@ enum Command {
         /// The second run folder.
         b: PathBuf,
     },
+    /// Serve a userspace delay line on NFQUEUE (started by the netns
+    /// launcher inside a replica's namespace on kernels without netem).
+    #[command(hide = true)]
+    DelayLine {
+        /// The NFQUEUE number.
+        #[arg(long)]
+        queue: u16,
+        /// Hold every packet this long ("10ms").
+        #[arg(long, value_parser = humantime::parse_duration)]
+        delay: std::time::Duration,
+        /// Plus or minus up to this, uniformly (at most the delay).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "0us")]
+        jitter: std::time::Duration,
+        /// Seed of the jitter draws.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Remove the namespaces, interfaces and rules of netns runs whose
+    /// orchestrator is gone (after a crash or SIGKILL).
+    Clean,
     /// Check scenario files without running them.
     Validate {
         /// The scenario files.
@@ -154,6 +174,19 @@ fn main() -> ExitCode {
             .map(|path| println!("{}", path.display()))
             .map_err(anyhow::Error::from),
         Command::Compare { a, b } => compare(a, b),
+        Command::DelayLine {
+            queue,
+            delay,
+            jitter,
+            seed,
+        } => tailmesh::delayline::run(*queue, *delay, *jitter, *seed)
+            .map_err(|e| anyhow::anyhow!("delay line on queue {queue}: {e}")),
+        Command::Clean => {
+            for line in tailmesh::launcher::netns::clean() {
+                println!("removed {line}");
+            }
+            Ok(())
+        }
         Command::Hop { config, serve } => roles::serve_hop(config, &serve.options()),
         Command::Broker {
             topics,

@@ -46,11 +46,50 @@ pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyho
         "hop \"{}\" replica {}",
         config.behavior.name, config.replica
     );
+    // The fault agent serves only with the run's token (netns launcher).
+    let control = match std::env::var(crate::launcher::netns::CONTROL_TOKEN_ENV) {
+        Ok(token) if !token.is_empty() => {
+            let agent = std::env::var(crate::launcher::netns::AGENT_ENV)
+                .ok()
+                .map(|json| serde_json::from_str(&json))
+                .transpose()
+                .with_context(|| format!("{name}: parse {}", crate::launcher::netns::AGENT_ENV))?;
+            let exe = std::env::current_exe().context("find the tailmesh executable")?;
+            let seed = config.behavior.seed ^ u64::from(config.replica);
+            Some(tailmesh_services::control::ControlService::new(
+                token,
+                AgentBackend(agent.map(|a| crate::netfault::NetBackend::new(a, exe, seed))),
+            ))
+        }
+        _ => None,
+    };
     serve(&name, options, |listener, shutdown| async move {
-        tailmesh_services::hop::run(config, listener, shutdown)
+        tailmesh_services::hop::run_with_control(config, listener, shutdown, control)
             .await
             .map_err(anyhow::Error::from)
     })
+}
+
+/// The agent's backend: the namespace's mechanisms, or refusal when the
+/// hop has no namespace of its own.
+struct AgentBackend(Option<crate::netfault::NetBackend>);
+
+impl tailmesh_services::control::FaultBackend for AgentBackend {
+    fn apply(
+        &self,
+        fault: &tailmesh_services::control::FaultSpec,
+    ) -> Result<tailmesh_services::control::Applied, String> {
+        match &self.0 {
+            Some(b) => b.apply(fault),
+            None => tailmesh_services::control::NoFaults.apply(fault),
+        }
+    }
+    fn clear(&self) -> Result<tailmesh_services::control::Applied, String> {
+        match &self.0 {
+            Some(b) => b.clear(),
+            None => tailmesh_services::control::NoFaults.clear(),
+        }
+    }
 }
 
 /// Runs the pull broker until told to stop.

@@ -9,6 +9,7 @@ use std::{
 };
 
 use indicatif::{ProgressBar, ProgressStyle};
+use tailmesh_proto::pb;
 use tailmesh_services::{
     broker::{BrokerClient, TopicStats},
     hop::{Connections, DownstreamConfig, HopConfig, PullTarget, PushPool},
@@ -18,9 +19,10 @@ use tailmesh_services::{
 use tokio::sync::watch;
 
 use crate::{
-    launcher::{LaunchError, LocalLauncher, ProcessSpec},
+    launcher::{AnyLauncher, LaunchError, LocalLauncher, NetnsLauncher, ProcessSpec, netns},
     loadgen::{self, LoadOutcome, Target},
-    scenario::{ConnectionMode, Hop, LoadMode, Scenario, Stop, Variant},
+    netfault::{self, FaultRecord},
+    scenario::{ConnectionMode, Hop, Launcher, LoadMode, NetFault, Scenario, Stop, Variant},
 };
 
 /// How long hops get to finish requests in flight when a variant ends.
@@ -68,6 +70,47 @@ pub struct VariantRun {
     pub incidents: Vec<String>,
     /// The broker's per-topic statistics at the end (pull hops only).
     pub broker: Vec<TopicStats>,
+    /// The network faults applied, with their mechanism.
+    pub faults: Vec<FaultRecord>,
+    /// The launcher that ran it: `"local"` or `"netns"`.
+    pub launcher: &'static str,
+}
+
+/// Which launcher a variant gets: `auto` becomes netns when the variant
+/// has network faults and the process may build namespaces. Netns without
+/// the privilege or the tools fails here, before anything starts; the
+/// error says what is needed.
+pub fn resolve_launcher(variant: &Variant) -> Result<Launcher, String> {
+    let wanted = match variant.launcher {
+        Launcher::Auto if variant.has_net_faults() => Launcher::Netns,
+        Launcher::Auto => Launcher::Local,
+        other => other,
+    };
+    if wanted != Launcher::Netns {
+        return Ok(wanted);
+    }
+    let setup = |message: String| message;
+    let why = if variant.has_net_faults() {
+        "its network faults need the netns launcher, which"
+    } else {
+        "launcher = \"netns\""
+    };
+    if !netns::has_privilege() {
+        return Err(setup(format!(
+            "{why} needs root or CAP_NET_ADMIN and CAP_SYS_ADMIN (to create network \
+             namespaces): run as root (sudo), or remove the net/replica_net faults to run \
+             with the local launcher"
+        )));
+    }
+    let missing = netns::missing_tools();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing
+            .iter()
+            .map(|(tool, package)| format!("{tool} (Debian package {package})"))
+            .collect();
+        return Err(setup(format!("{why} needs {}", list.join(", "))));
+    }
+    Ok(Launcher::Netns)
 }
 
 /// Options of a run.
@@ -89,8 +132,27 @@ pub async fn run_variants(
     options: &RunOptions,
     interrupt: watch::Receiver<bool>,
 ) -> Result<Vec<VariantRun>, RunError> {
-    let mut runs = Vec::new();
+    // Every variant's launcher is checked before the first one starts.
+    let mut launchers = Vec::with_capacity(scenario.variants.len());
     for variant in &scenario.variants {
+        match resolve_launcher(variant) {
+            Ok(kind) => launchers.push(kind),
+            Err(message) => {
+                return Err(RunError::Setup {
+                    variant: variant.name.clone(),
+                    message,
+                });
+            }
+        }
+    }
+    if launchers.contains(&Launcher::Netns) {
+        // Leftovers of runs that crashed (their orchestrator is gone).
+        for line in netns::clean() {
+            eprintln!("removed leftover {line}");
+        }
+    }
+    let mut runs = Vec::new();
+    for (variant, kind) in scenario.variants.iter().zip(launchers) {
         if *interrupt.borrow() {
             break;
         }
@@ -101,7 +163,7 @@ pub async fn run_variants(
             variant.hops.len(),
             describe_load(&variant.load)
         );
-        runs.push(run_variant(scenario, variant, options, interrupt.clone()).await?);
+        runs.push(run_variant(scenario, variant, kind, options, interrupt.clone()).await?);
     }
     Ok(runs)
 }
@@ -109,6 +171,7 @@ pub async fn run_variants(
 async fn run_variant(
     scenario: &Scenario,
     variant: &Variant,
+    kind: Launcher,
     options: &RunOptions,
     interrupt: watch::Receiver<bool>,
 ) -> Result<VariantRun, RunError> {
@@ -118,7 +181,35 @@ async fn run_variant(
         path: log_dir.clone(),
         source,
     })?;
-    let mut launcher = LocalLauncher::new(log_dir.clone());
+    let setup = |message: String| RunError::Setup {
+        variant: variant.name.clone(),
+        message,
+    };
+    let mut launcher = if kind == Launcher::Netns {
+        let netns = NetnsLauncher::new(log_dir.clone()).map_err(|e| setup(e.to_string()))?;
+        let net = netns.network();
+        eprintln!(
+            "variant {}: netns launcher, run {} (namespaces tm{}*)",
+            variant.name,
+            net.id(),
+            net.id()
+        );
+        // Every fault is checked against the kernel before a process starts;
+        // on error the launcher's drop removes the network.
+        let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
+        let iptables = netns::tool_available("iptables");
+        for hop in &variant.hops {
+            for replica in 0..hop.replicas {
+                if let Some(fault) = hop.net_of(replica) {
+                    netfault::check(&hop.name, replica, fault, netem, iptables)
+                        .map_err(|e| setup(e.to_string()))?;
+                }
+            }
+        }
+        AnyLauncher::Netns(netns)
+    } else {
+        AnyLauncher::Local(LocalLauncher::new(log_dir.clone()))
+    };
     let result = measure(
         scenario,
         variant,
@@ -140,7 +231,7 @@ async fn measure(
     scenario: &Scenario,
     variant: &Variant,
     options: &RunOptions,
-    launcher: &mut LocalLauncher,
+    launcher: &mut AnyLauncher,
     log_dir: &Path,
     interrupt: watch::Receiver<bool>,
 ) -> Result<VariantRun, RunError> {
@@ -194,6 +285,8 @@ async fn measure(
             Target::push(pool, entry.client.clone())
         }
     };
+    let mut faults = Faults::plan(variant, launcher, &addrs);
+    faults.start(Duration::ZERO).await;
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
     let (done_tx, mut done_rx) = watch::channel(false);
     let generate = async {
@@ -211,6 +304,7 @@ async fn measure(
     };
     // Watch the hop processes while the load runs: one that dies is named,
     // and its requests are counted as errors by the load generator.
+    let load_start = tokio::time::Instant::now();
     let watch_children = async {
         let mut incidents = Vec::new();
         loop {
@@ -218,6 +312,8 @@ async fn measure(
                 _ = done_rx.wait_for(|d| *d) => break,
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
+            // Fault schedules advance at this 200 ms granularity.
+            faults.start(load_start.elapsed()).await;
             for child in launcher.exited() {
                 let line = format!("{child} while the load was running");
                 eprintln!("warning: variant {}: {line}", variant.name);
@@ -227,6 +323,8 @@ async fn measure(
         incidents
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
+    let (faults, fault_incidents) = faults.finish().await;
+    incidents.extend(fault_incidents);
     let broker = match broker {
         Some(addr) => match broker_stats(addr).await {
             Ok(stats) => stats,
@@ -242,7 +340,203 @@ async fn measure(
         load,
         incidents,
         broker,
+        faults,
+        launcher: match launcher {
+            AnyLauncher::Local(_) => "local",
+            AnyLauncher::Netns(_) => "netns",
+        },
     })
+}
+
+/// The network faults of a variant: set through each replica's fault
+/// agent (its Control API, with the run's token) when their start comes,
+/// cleared when their duration ends, and all cleared when the load ends.
+struct Faults {
+    token: String,
+    pending: Vec<PlannedFault>,
+    done: Vec<FaultRecord>,
+    incidents: Vec<String>,
+}
+
+struct PlannedFault {
+    addr: SocketAddr,
+    record: FaultRecord,
+    fault: NetFault,
+    applied: bool,
+}
+
+impl Faults {
+    fn plan(
+        variant: &Variant,
+        launcher: &AnyLauncher,
+        addrs: &BTreeMap<String, Vec<SocketAddr>>,
+    ) -> Self {
+        let mut faults = Self {
+            token: String::new(),
+            pending: Vec::new(),
+            done: Vec::new(),
+            incidents: Vec::new(),
+        };
+        let Some(net) = launcher.network() else {
+            return faults;
+        };
+        faults.token = net.token().to_owned();
+        for hop in &variant.hops {
+            for replica in 0..hop.replicas {
+                let Some(fault) = hop.net_of(replica).filter(|f| f.is_active()) else {
+                    continue;
+                };
+                let name = format!("hop-{}-{replica}", hop.name);
+                let (Some(member), Some(addr)) = (
+                    net.members().iter().find(|m| m.name == name),
+                    addrs.get(&hop.name).and_then(|a| a.get(replica as usize)),
+                ) else {
+                    continue;
+                };
+                faults.pending.push(PlannedFault {
+                    addr: *addr,
+                    record: FaultRecord {
+                        hop: hop.name.clone(),
+                        replica,
+                        namespace: member.ns.clone(),
+                        loss: fault.loss,
+                        delay_us: u64::try_from(fault.delay.as_micros()).unwrap_or(u64::MAX),
+                        jitter_us: u64::try_from(fault.jitter.as_micros()).unwrap_or(u64::MAX),
+                        start_ms: netfault::ms(fault.start),
+                        duration_ms: fault.duration.map(netfault::ms),
+                        mechanisms: Vec::new(),
+                        packets: None,
+                    },
+                    fault: fault.clone(),
+                    applied: false,
+                });
+            }
+        }
+        faults
+    }
+
+    /// Applies faults whose start has come and clears those whose
+    /// duration is over, `now` from the start of the load.
+    async fn start(&mut self, now: Duration) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let planned = &mut self.pending[i];
+            if !planned.applied && planned.fault.start <= now {
+                let net = pb::NetFault {
+                    loss: planned.fault.loss,
+                    delay_us: planned.record.delay_us,
+                    jitter_us: planned.record.jitter_us,
+                };
+                match control_call(planned.addr, &self.token, Some(net)).await {
+                    Ok(state) => {
+                        planned.record.mechanisms = state
+                            .mechanisms
+                            .iter()
+                            .filter_map(|m| netfault::mechanism_of(m))
+                            .collect();
+                        planned.applied = true;
+                    }
+                    Err(e) => {
+                        let line = format!(
+                            "hop \"{}\" replica {}: fault not applied: {}",
+                            planned.record.hop,
+                            planned.record.replica,
+                            e.message()
+                        );
+                        eprintln!("warning: {line}");
+                        self.incidents.push(line);
+                        self.pending.remove(i);
+                        continue;
+                    }
+                }
+            } else if planned.applied
+                && planned
+                    .fault
+                    .duration
+                    .is_some_and(|d| planned.fault.start + d <= now)
+            {
+                let planned = self.pending.remove(i);
+                let record = self.clear(planned).await;
+                self.done.push(record);
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    async fn clear(&mut self, planned: PlannedFault) -> FaultRecord {
+        let mut record = planned.record;
+        match control_call(planned.addr, &self.token, None).await {
+            Ok(state) => {
+                if record
+                    .mechanisms
+                    .contains(&netfault::Mechanism::NftablesNumgen)
+                {
+                    record.packets = Some([state.packets_seen, state.packets_dropped]);
+                }
+            }
+            Err(e) => self.incidents.push(format!(
+                "hop \"{}\" replica {}: fault not cleared (the namespace removal clears it): {}",
+                record.hop,
+                record.replica,
+                e.message()
+            )),
+        }
+        record
+    }
+
+    /// Clears every fault still applied; returns the records and incidents.
+    async fn finish(mut self) -> (Vec<FaultRecord>, Vec<String>) {
+        let pending = std::mem::take(&mut self.pending);
+        for planned in pending {
+            if planned.applied {
+                let record = self.clear(planned).await;
+                self.done.push(record);
+            } else {
+                self.incidents.push(format!(
+                    "hop \"{}\" replica {}: fault never started (the load ended before {} ms)",
+                    planned.record.hop, planned.record.replica, planned.record.start_ms
+                ));
+            }
+        }
+        (self.done, self.incidents)
+    }
+}
+
+/// SetFaults (`Some`) or ClearFaults (`None`) on the agent at `addr`.
+async fn control_call(
+    addr: SocketAddr,
+    token: &str,
+    net: Option<pb::NetFault>,
+) -> Result<pb::FaultState, tonic::Status> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| tonic::Status::internal(e.to_string()))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("connect {addr}: {e}")))?;
+    let mut client = pb::control_client::ControlClient::new(channel);
+    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}")
+        .parse()
+        .map_err(|_| tonic::Status::internal("the token is not valid metadata"))?;
+    let reply = match net {
+        Some(net) => {
+            let mut request = tonic::Request::new(pb::SetFaultsRequest {
+                net: Some(net),
+                slow: None,
+            });
+            request.metadata_mut().insert("authorization", bearer);
+            client.set_faults(request).await?
+        }
+        None => {
+            let mut request = tonic::Request::new(pb::ClearFaultsRequest {});
+            request.metadata_mut().insert("authorization", bearer);
+            client.clear_faults(request).await?
+        }
+    };
+    Ok(reply.into_inner())
 }
 
 async fn broker_stats(addr: SocketAddr) -> Result<Vec<TopicStats>, String> {
@@ -262,7 +556,7 @@ async fn launch_hops(
     variant: &Variant,
     broker: Option<SocketAddr>,
     options: &RunOptions,
-    launcher: &mut LocalLauncher,
+    launcher: &mut AnyLauncher,
     log_dir: &Path,
 ) -> Result<BTreeMap<String, Vec<SocketAddr>>, RunError> {
     let mut addrs: BTreeMap<String, Vec<SocketAddr>> = BTreeMap::new();
@@ -392,4 +686,43 @@ fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
     }
     bar.set_prefix(variant.name.clone());
     Some(bar)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::analysis::testing::{hop, variant};
+
+    #[test]
+    fn auto_without_network_faults_is_local_and_with_them_netns_or_a_clear_error() {
+        let mut v = variant("v", vec![hop("a", None)]);
+        v.launcher = Launcher::Auto;
+        assert_eq!(resolve_launcher(&v), Ok(Launcher::Local));
+        v.launcher = Launcher::Local;
+        assert_eq!(resolve_launcher(&v), Ok(Launcher::Local));
+
+        v.launcher = Launcher::Auto;
+        v.hops[0].net = Some(NetFault {
+            loss: 0.01,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+            start: Duration::ZERO,
+            duration: None,
+        });
+        match resolve_launcher(&v) {
+            Ok(kind) => {
+                assert_eq!(kind, Launcher::Netns);
+                assert!(netns::has_privilege());
+            }
+            Err(message) => {
+                // Without root (or the tools) the message says what is needed.
+                assert!(
+                    message.contains("needs root or CAP_NET_ADMIN") || message.contains("needs "),
+                    "{message}"
+                );
+            }
+        }
+    }
 }

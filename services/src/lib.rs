@@ -2,6 +2,7 @@
 //! broker, and the clients that reach downstream hops.
 //!
 //! - [`broker`]: the pull broker, its producer client and its worker loop.
+//! - `control`: the fault agent, `tailmesh.v1.Control` (token-guarded).
 //! - `model`: hop behaviour as plain data (work, slowness, balancing).
 //! - `process`: the contract between a supervised process and its launcher.
 //! - `hop`: the hop server, its per-request draws and its downstream clients.
@@ -9,6 +10,7 @@
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 
 pub mod broker;
+pub mod control;
 pub mod deadline;
 pub mod hop;
 pub mod model;

@@ -31,6 +31,8 @@ pub fn hop(name: &str, slow: Option<f64>) -> Hop {
             },
         }),
         replica_slow: None,
+        net: None,
+        replica_net: Vec::new(),
         error: None,
         client: Default::default(),
         downstream: Vec::new(),

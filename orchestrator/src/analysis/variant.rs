@@ -221,6 +221,10 @@ pub struct VariantReport {
     /// when hops are reached by pull; queue wait values are in ns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub broker: Vec<tailmesh_services::broker::TopicStats>,
+    /// Network faults applied, each with its mechanism (netem or nftables)
+    /// and, for nftables, the packets its rules saw and dropped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<crate::netfault::FaultRecord>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     /// Not in summary.json: rebuilt from requests.csv when read back.
     #[serde(skip, default = "super::stats::new_histogram")]
@@ -439,6 +443,7 @@ pub fn analyze_variant(
         interrupted: false,
         incidents: Vec::new(),
         broker: Vec::new(),
+        faults: Vec::new(),
         latency_histogram: latency,
     }
 }

@@ -6,10 +6,13 @@
 //! `grpc.health.v1.Health`, and exits on SIGTERM, SIGINT or EOF on stdin.
 //!
 //! - `local`: [`LocalLauncher`], processes on 127.0.0.1 with ephemeral ports.
+//! - `netns`: [`NetnsLauncher`], a network namespace and address per process
+//!   on a bridge (root), so network faults hit one replica only.
 //! - `health`: the readiness probe every launcher shares.
 
 mod health;
 mod local;
+pub mod netns;
 
 use std::{
     ffi::OsString, fmt, net::SocketAddr, os::unix::process::ExitStatusExt, path::PathBuf,
@@ -17,6 +20,50 @@ use std::{
 };
 
 pub use local::LocalLauncher;
+pub use netns::NetnsLauncher;
+
+/// The launcher a variant runs with.
+#[derive(Debug)]
+pub enum AnyLauncher {
+    /// Processes on 127.0.0.1.
+    Local(LocalLauncher),
+    /// A namespace per process.
+    Netns(NetnsLauncher),
+}
+
+impl AnyLauncher {
+    /// Starts `spec` and waits until it answers health checks.
+    pub async fn launch(&mut self, spec: ProcessSpec) -> Result<Launched, LaunchError> {
+        match self {
+            Self::Local(l) => l.launch(spec).await,
+            Self::Netns(l) => l.launch(spec).await,
+        }
+    }
+
+    /// Children that exited since the last call.
+    pub fn exited(&mut self) -> Vec<ExitedChild> {
+        match self {
+            Self::Local(l) => l.exited(),
+            Self::Netns(l) => l.exited(),
+        }
+    }
+
+    /// Stops every child (and removes the network of a netns launcher).
+    pub async fn shutdown(&mut self, grace: Duration) -> Vec<ExitedChild> {
+        match self {
+            Self::Local(l) => l.shutdown(grace).await,
+            Self::Netns(l) => l.shutdown(grace).await,
+        }
+    }
+
+    /// The namespace network, for a netns launcher.
+    pub fn network(&self) -> Option<&netns::Network> {
+        match self {
+            Self::Local(_) => None,
+            Self::Netns(l) => Some(l.network()),
+        }
+    }
+}
 
 /// What to start: `program args... --addr-file <log_dir>/<name>.addr --supervised`.
 #[derive(Clone, Debug)]

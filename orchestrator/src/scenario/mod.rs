@@ -26,7 +26,7 @@
 //! | `name` | DNS label | required |
 //! | `description` | string | `""` |
 //! | `seed` | integer >= 0 | 1 |
-//! | `launcher` | `"local"` or `"auto"` (both local for now) | `"local"` |
+//! | `launcher` | `"local"`, `"netns"` or `"auto"` | `"local"`; `"auto"` with network faults |
 //! | `[load]` | table | required |
 //! | `[[hop]]` | 1 to [`MAX_HOPS`] tables | required |
 //! | `[[variant]]` | tables | one variant, "base" |
@@ -64,6 +64,17 @@
 //!   duration string (fixed) or a distribution table.
 //! - `replica_slow = { replica, factor }`: replica < the hop's replicas
 //!   (0-based), factor in [1, 1000].
+//! - `net = { loss, delay, jitter, start, duration }`: a network fault on
+//!   every replica of the hop, per packet and per direction: `loss` in
+//!   [0, 1] (default 0), `delay` >= 0 (default 0), `jitter` <= `delay`
+//!   (jitter without delay is an error), `start` (default `"0s"`, from the
+//!   start of the load) and `duration` (> 0; default: until the end).
+//!   Needs the netns launcher: `launcher = "local"` with a network fault is
+//!   an error; `"auto"` (the default when a hop has one) picks netns, and a
+//!   run without root fails before starting anything.
+//! - `replica_net`: one table or an array of tables, each `replica`
+//!   (< replicas, at most once) plus the fields of `net`; it replaces the
+//!   hop's `net` on that replica.
 //! - `error = { probability, code }`: code a snake_case gRPC code name
 //!   other than `"ok"`, or an integer 1..=16.
 //! - `downstream`: hop names called in parallel. Default: the next hop in

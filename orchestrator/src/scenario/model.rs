@@ -82,6 +82,58 @@ pub struct Variant {
 pub enum Launcher {
     /// Processes on 127.0.0.1 with ephemeral ports.
     Local,
+    /// A network namespace and address per replica on a bridge; needs root
+    /// or CAP_NET_ADMIN. The only launcher that applies network faults.
+    Netns,
+    /// Netns when the variant has network faults and the process has the
+    /// privilege, local otherwise (decided when the run starts).
+    Auto,
+}
+
+impl Variant {
+    /// Whether any hop of the variant has a network fault (`net` or
+    /// `replica_net`), which needs a network-capable launcher.
+    pub fn has_net_faults(&self) -> bool {
+        self.hops
+            .iter()
+            .any(|h| h.net.is_some() || !h.replica_net.is_empty())
+    }
+}
+
+/// Packet-level trouble on a replica's interface, applied by the replica's
+/// fault agent inside its own network namespace. Loss, delay and jitter act
+/// on every packet in each direction: a request that needs several packet
+/// crossings is delayed several times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetFault {
+    /// Probability that a packet is dropped, in [0, 1].
+    pub loss: f64,
+    /// Added to every packet.
+    pub delay: Duration,
+    /// Each packet's delay is drawn uniformly from `delay ± jitter`
+    /// (`jitter <= delay`).
+    pub jitter: Duration,
+    /// When the fault starts, measured from the start of the variant's load
+    /// (warmup included).
+    pub start: Duration,
+    /// How long it lasts; `None`: until the run ends.
+    pub duration: Option<Duration>,
+}
+
+impl NetFault {
+    /// Whether the fault changes anything at all (zero means zero).
+    pub fn is_active(&self) -> bool {
+        self.loss > 0.0 || !self.delay.is_zero()
+    }
+}
+
+/// A network fault on one replica only.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaNet {
+    /// The replica, 0-based.
+    pub replica: u32,
+    /// Its fault (replaces the hop's `net` for that replica).
+    pub fault: NetFault,
 }
 
 /// The load generator's settings.
@@ -177,12 +229,25 @@ pub struct Hop {
     /// How callers reach this hop: per-attempt timeout, budgeted retries,
     /// hedged requests (applied by every caller, the load generator too).
     pub client: ClientPolicy,
+    /// A network fault on every replica of the hop.
+    pub net: Option<NetFault>,
+    /// Network faults of single replicas (each replaces `net` there).
+    pub replica_net: Vec<ReplicaNet>,
     /// Names of the hops this one calls, in parallel, for every request.
     /// Defaults to the next hop in file order (a chain); empty for a leaf.
     pub downstream: Vec<String>,
 }
 
 impl Hop {
+    /// The network fault of `replica`, if any.
+    pub fn net_of(&self, replica: u32) -> Option<&NetFault> {
+        self.replica_net
+            .iter()
+            .find(|r| r.replica == replica)
+            .map(|r| &r.fault)
+            .or(self.net.as_ref())
+    }
+
     /// The hop's behaviour as handed to its replica processes.
     pub fn behavior(&self, seed: u64) -> HopBehavior {
         HopBehavior {

@@ -45,6 +45,8 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         work: Work::None,
         slow: None,
         replica_slow: None,
+        net: None,
+        replica_net: Vec::new(),
         error: None,
         client: Default::default(),
         downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
@@ -137,6 +139,8 @@ fn full_scenario_parses_into_the_exact_model() {
                         extra: DurationDist::Fixed { value: ms(20) },
                     }),
                     replica_slow: None,
+                    net: None,
+                    replica_net: Vec::new(),
                     error: None,
                     client: Default::default(),
                     downstream: vec!["backend".to_owned(), "cache".to_owned()],
@@ -157,6 +161,8 @@ fn full_scenario_parses_into_the_exact_model() {
                         replica: 2,
                         factor: 10.0,
                     }),
+                    net: None,
+                    replica_net: Vec::new(),
                     error: Some(ErrorInjection {
                         probability: 0.01,
                         code: 14,
@@ -184,6 +190,8 @@ fn full_scenario_parses_into_the_exact_model() {
                         },
                     }),
                     replica_slow: None,
+                    net: None,
+                    replica_net: Vec::new(),
                     error: Some(ErrorInjection {
                         probability: 0.5,
                         code: 13,
@@ -192,7 +200,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     downstream: Vec::new(),
                 },
             ],
-            launcher: Launcher::Local,
+            launcher: Launcher::Auto,
             sweep: None,
         }],
         check: Check {
@@ -948,6 +956,146 @@ slow = { probability = 0.5, extra = 20 }
     );
 }
 
+const NET_HEAD: &str = "name = \"n\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"1s\"\n";
+
+#[test]
+fn net_faults_parse_with_schedules_and_pick_a_capable_launcher() {
+    let source = format!(
+        "{NET_HEAD}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 3\n\
+         net = {{ loss = 0.01, delay = \"2ms\", jitter = \"500us\", start = \"5s\", duration = \"10s\" }}\n\
+         replica_net = [{{ replica = 1, loss = 0.05 }}, {{ replica = 2, delay = \"1ms\" }}]\n"
+    );
+    let s = ok(&source);
+    let v = &s.variants[0];
+    assert_eq!(
+        v.launcher,
+        Launcher::Auto,
+        "net faults without a launcher pick auto"
+    );
+    assert!(v.has_net_faults());
+    let b = &v.hops[1];
+    assert_eq!(
+        b.net,
+        Some(NetFault {
+            loss: 0.01,
+            delay: ms(2),
+            jitter: Duration::from_micros(500),
+            start: Duration::from_secs(5),
+            duration: Some(Duration::from_secs(10)),
+        })
+    );
+    assert_eq!(b.replica_net.len(), 2);
+    assert_eq!(b.net_of(0), b.net.as_ref());
+    assert_eq!(b.net_of(1).map(|f| f.loss), Some(0.05));
+    assert_eq!(b.net_of(1).map(|f| f.delay), Some(Duration::ZERO));
+    assert_eq!(b.net_of(2).map(|f| f.delay), Some(ms(1)));
+    assert_eq!(v.hops[0].net_of(0), None);
+
+    // A single table works too, and an explicit launcher is kept.
+    let source = format!(
+        "launcher = \"netns\"\n{NET_HEAD}[[hop]]\nname = \"a\"\nreplicas = 2\n\
+         replica_net = {{ replica = 1, loss = 0.2 }}\n"
+    );
+    let v = &ok(&source).variants[0];
+    assert_eq!(v.launcher, Launcher::Netns);
+    assert_eq!(v.hops[0].net_of(1).map(|f| f.loss), Some(0.2));
+    assert_eq!(v.hops[0].net_of(0), None);
+
+    // Without faults the default stays local.
+    let v = &ok(&format!("{NET_HEAD}[[hop]]\nname = \"a\"\n")).variants[0];
+    assert_eq!(v.launcher, Launcher::Local);
+    assert!(!v.has_net_faults());
+}
+
+#[test]
+fn bad_net_values_are_located() {
+    let source = format!(
+        "{NET_HEAD}[[hop]]\nname = \"a\"\nreplicas = 2\n\
+         net = {{ loss = 1.5, delay = \"-2ms\", bogus = 1 }}\n\
+         replica_net = {{ replica = 2, jitter = \"1ms\" }}\n\
+         [[hop]]\nname = \"b\"\nnet = {{ delay = \"1ms\", jitter = \"2ms\", duration = \"0s\" }}\n"
+    );
+    let found = problems(&source);
+    let summary: Vec<(usize, usize, &str)> =
+        found.iter().map(|(l, c, m)| (*l, *c, m.as_str())).collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                9,
+                16,
+                "hop \"a\": net.loss must be between 0 and 1, got 1.5"
+            ),
+            (9, 29, "hop \"a\": negative duration \"-2ms\" for net.delay"),
+            (
+                9,
+                37,
+                "unknown key \"bogus\" in net of hop \"a\" (expected one of: loss, delay, \
+                 jitter, start, duration)"
+            ),
+            (
+                10,
+                27,
+                "hop \"a\": replica_net.replica must be less than replicas (2), got 2 \
+                 (replicas are numbered from 0)"
+            ),
+            (
+                10,
+                39,
+                "hop \"a\": replica_net.jitter needs replica_net.delay: jitter varies a \
+                 packet's delay around it"
+            ),
+            (
+                13,
+                33,
+                "hop \"b\": net.jitter (2ms) must not exceed net.delay (1ms): a packet's \
+                 delay is drawn from delay ± jitter and cannot be negative"
+            ),
+            (13, 51, "hop \"b\": net.duration must be greater than 0"),
+        ]
+    );
+}
+
+#[test]
+fn net_faults_under_the_local_launcher_are_refused() {
+    let source =
+        format!("launcher = \"local\"\n{NET_HEAD}[[hop]]\nname = \"a\"\nnet = {{ loss = 0.01 }}\n");
+    let found = problems(&source);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((found[0].0, found[0].1), (1, 12));
+    assert!(
+        found[0]
+            .2
+            .contains("use launcher = \"netns\" (needs root or CAP_NET_ADMIN)"),
+        "{}",
+        found[0].2
+    );
+    // A variant can switch the launcher and is refused the same way.
+    let source = format!(
+        "{NET_HEAD}[[hop]]\nname = \"a\"\nnet = {{ loss = 0.01 }}\n\
+         [[variant]]\nname = \"l\"\nset = {{ launcher = \"local\" }}\n"
+    );
+    let found = problems(&source);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .2
+            .starts_with("variant \"l\": launcher = \"local\""),
+        "{}",
+        found[0].2
+    );
+    // Overriding a fault's value works like any other key.
+    let source = format!(
+        "{NET_HEAD}[[hop]]\nname = \"a\"\nnet = {{ loss = 0.01 }}\n\
+         [[variant]]\nname = \"five\"\nset = {{ \"hop.a.net.loss\" = 0.05 }}\n"
+    );
+    let s = ok(&source);
+    assert_eq!(
+        s.variants[0].hops[0].net.as_ref().map(|n| n.loss),
+        Some(0.05)
+    );
+}
+
 const SWEPT: &str = r#"name = "sweep"
 [load]
 mode = "open"
@@ -1080,6 +1228,13 @@ name = "a"
 [[hop]]
 name = "b"
 "#);
-    let downstream: Vec<Vec<String>> = s.variants[0].hops.iter().map(|h| h.downstream.clone()).collect();
-    assert_eq!(downstream, [vec!["a".to_owned(), "b".to_owned()], vec![], vec![]]);
+    let downstream: Vec<Vec<String>> = s.variants[0]
+        .hops
+        .iter()
+        .map(|h| h.downstream.clone())
+        .collect();
+    assert_eq!(
+        downstream,
+        [vec!["a".to_owned(), "b".to_owned()], vec![], vec![]]
+    );
 }

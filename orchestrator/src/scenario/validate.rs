@@ -12,7 +12,7 @@ use tailmesh_services::model::{
 use super::error::Problems;
 use super::model::{
     Arrivals, Check, ClientPolicy, ConnectionMode, Hedge, Hop, Launcher, Load, LoadMode, MAX_HOPS,
-    Report, Stop,
+    NetFault, ReplicaNet, Report, Stop,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -54,10 +54,13 @@ const HOP_KEYS: &[&str] = &[
     "work",
     "slow",
     "replica_slow",
+    "net",
+    "replica_net",
     "error",
     "downstream",
     "client",
 ];
+const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
 const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding"];
 const REPORT_KEYS: &[&str] = &["histogram"];
@@ -111,13 +114,18 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             .and_then(|s| u64::try_from(s).ok()),
     };
     let launcher = match top.get("launcher") {
-        None => Some(Launcher::Local),
-        // "auto" picks the best launcher available; today that is always local.
-        Some(_) => top.choice(
-            &mut p,
-            "launcher",
-            &[("local", Launcher::Local), ("auto", Launcher::Local)],
-        ),
+        None => Some(None),
+        Some(_) => top
+            .choice(
+                &mut p,
+                "launcher",
+                &[
+                    ("local", Launcher::Local),
+                    ("netns", Launcher::Netns),
+                    ("auto", Launcher::Auto),
+                ],
+            )
+            .map(Some),
     };
     let load = match table_section(&top, &mut p, "load") {
         Some(Some(section)) => load(&section, &mut p),
@@ -128,6 +136,34 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         }
     };
     let hops = hops(&top, &mut p);
+    let launcher = launcher.and_then(|launcher| {
+        let faulty = hops.as_ref().and_then(|hops| {
+            hops.iter()
+                .find(|h| h.net.is_some() || !h.replica_net.is_empty())
+        });
+        match (launcher, faulty) {
+            // Without a launcher named, network faults pick one that can
+            // apply them (or fail when the run starts, saying why).
+            (None, Some(_)) => Some(Launcher::Auto),
+            (None, None) => Some(Launcher::Local),
+            (Some(Launcher::Local), Some(hop)) => {
+                if let Some(entry) = top.get("launcher") {
+                    top.report(
+                        &mut p,
+                        &entry.node.span,
+                        format!(
+                            "launcher = \"local\" cannot apply network faults (hop \"{}\" has \
+                             net or replica_net): use launcher = \"netns\" (needs root or \
+                             CAP_NET_ADMIN) or \"auto\"",
+                            hop.name
+                        ),
+                    );
+                }
+                None
+            }
+            (Some(launcher), _) => Some(launcher),
+        }
+    });
     let check = match table_section(&top, &mut p, "check") {
         Some(Some(section)) => check(&section, &mut p),
         Some(None) => None,
@@ -497,6 +533,16 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
         None => Some(ClientPolicy::default()),
         Some(section) => section.and_then(|c| client_policy(&c, p)),
     };
+    let net = match table_section(&s, p, "net") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|w| {
+                w.unknown_keys(p, NET_KEYS);
+                net_fault(&w, p)
+            })
+            .map(Some),
+    };
+    let replica_net = replica_nets(&s, replicas, p);
     let error = match table_section(&s, p, "error") {
         None => Some(None),
         Some(section) => section.and_then(|w| error_injection(&w, p)).map(Some),
@@ -546,6 +592,8 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             work: work?,
             slow: slow?,
             replica_slow: replica_slow?,
+            net: net?,
+            replica_net: replica_net?,
             error: error?,
             client: client?,
             downstream: Vec::new(),
@@ -853,6 +901,150 @@ fn replica_slow(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Opt
         replica: replica?,
         factor: factor?,
     })
+}
+
+/// The fields of a `net` table (also the fault fields of `replica_net`).
+fn net_fault(s: &Section<'_>, p: &mut Problems) -> Option<NetFault> {
+    let loss = match s.get("loss") {
+        None => Some(0.0),
+        Some(_) => s.probability(p, "loss"),
+    };
+    let delay = match s.get("delay") {
+        None => Some(Duration::ZERO),
+        Some(_) => s.duration(p, "delay").map(|(d, _)| d),
+    };
+    let jitter = match s.get("jitter") {
+        None => Some(Duration::ZERO),
+        Some(_) => s
+            .duration(p, "jitter")
+            .and_then(|(jitter, entry)| match delay {
+                Some(delay) if jitter > delay => {
+                    let message = if delay.is_zero() {
+                        format!(
+                            "{} needs {}: jitter varies a packet's delay around it",
+                            s.name("jitter"),
+                            s.name("delay")
+                        )
+                    } else {
+                        format!(
+                            "{} ({}) must not exceed {} ({}): a packet's delay is drawn from \
+                         delay ± jitter and cannot be negative",
+                            s.name("jitter"),
+                            humantime::format_duration(jitter),
+                            s.name("delay"),
+                            humantime::format_duration(delay)
+                        )
+                    };
+                    s.report(p, &entry.node.span, message);
+                    None
+                }
+                _ => Some(jitter),
+            }),
+    };
+    let start = match s.get("start") {
+        None => Some(Duration::ZERO),
+        Some(_) => s.duration(p, "start").map(|(d, _)| d),
+    };
+    let duration = match s.get("duration") {
+        None => Some(None),
+        Some(_) => s.positive_duration(p, "duration").map(Some),
+    };
+    Some(NetFault {
+        loss: loss?,
+        delay: delay?,
+        jitter: jitter?,
+        start: start?,
+        duration: duration?,
+    })
+}
+
+/// `replica_net`: one table or an array of tables, each `replica` plus the
+/// fields of `net`; a replica appears at most once.
+fn replica_nets(
+    s: &Section<'_>,
+    replicas: Option<u32>,
+    p: &mut Problems,
+) -> Option<Vec<ReplicaNet>> {
+    let Some(entry) = s.get("replica_net") else {
+        return Some(Vec::new());
+    };
+    let tables: Vec<(&Span, &Table)> = match &entry.node.value {
+        Value::Table(table) => vec![(&entry.node.span, table)],
+        Value::Array(items) => {
+            let mut tables = Vec::new();
+            for item in items {
+                match &item.value {
+                    Value::Table(table) => tables.push((&item.span, table)),
+                    other => s.report(
+                        p,
+                        &item.span,
+                        format!(
+                            "expected a table for each replica_net, got {}",
+                            other.kind()
+                        ),
+                    ),
+                }
+            }
+            tables
+        }
+        _ => {
+            s.wrong_type(p, entry, "a table or an array of tables");
+            return None;
+        }
+    };
+    let mut out = Vec::with_capacity(tables.len());
+    let mut ok = tables.len()
+        == match &entry.node.value {
+            Value::Array(items) => items.len(),
+            _ => 1,
+        };
+    for (span, table) in tables {
+        let child = Section {
+            table,
+            span: span.clone(),
+            prefix: s.prefix.clone(),
+            path: "replica_net.".to_owned(),
+            label: format!("replica_net of {}", s.prefix.trim_end_matches([':', ' '])),
+        };
+        let mut known = vec!["replica"];
+        known.extend_from_slice(NET_KEYS);
+        child.unknown_keys(p, &known);
+        let replica = child
+            .required(p, "replica", |s, p, k| s.int_in(p, k, 0, 63))
+            .and_then(|r| u32::try_from(r).ok());
+        let replica = match (replica, replicas) {
+            (Some(replica), Some(replicas)) if replica >= replicas => {
+                if let Some(entry) = child.get("replica") {
+                    child.report(
+                        p,
+                        &entry.node.span,
+                        format!(
+                            "replica_net.replica must be less than replicas ({replicas}), got \
+                             {replica} (replicas are numbered from 0)"
+                        ),
+                    );
+                }
+                None
+            }
+            (Some(replica), _) if out.iter().any(|r: &ReplicaNet| r.replica == replica) => {
+                if let Some(entry) = child.get("replica") {
+                    child.report(
+                        p,
+                        &entry.node.span,
+                        format!("replica_net names replica {replica} twice"),
+                    );
+                }
+                None
+            }
+            (replica, _) => replica,
+        };
+        let fault = net_fault(&child, p);
+        match (replica, fault) {
+            (Some(replica), Some(fault)) => out.push(ReplicaNet { replica, fault }),
+            _ => ok = false,
+        }
+    }
+    ok.then_some(out)
 }
 
 /// gRPC status codes by their snake_case names (`OK` is not an error).

@@ -13,4 +13,6 @@ pub mod server;
 pub mod work;
 
 pub use client::{Connections, PushPool};
-pub use server::{DownstreamConfig, HopConfig, HopCore, HopError, PullTarget, run};
+pub use server::{
+    DownstreamConfig, HopConfig, HopCore, HopError, PullTarget, run, run_with_control,
+};

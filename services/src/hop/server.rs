@@ -213,6 +213,8 @@ impl PullTarget {
 
 struct Inner {
     behavior: HopBehavior,
+    /// Slowness set at runtime by the fault agent; replaces `behavior.slow`.
+    slow_override: std::sync::RwLock<Option<crate::model::Slowness>>,
     replica: u32,
     transport: Transport,
     downstream: Vec<Downstream>,
@@ -267,6 +269,7 @@ impl HopCore {
         Ok(HopCore {
             inner: Arc::new(Inner {
                 behavior: config.behavior.clone(),
+                slow_override: std::sync::RwLock::new(None),
                 replica: config.replica,
                 transport: config.transport,
                 downstream,
@@ -279,6 +282,16 @@ impl HopCore {
                     Sleeper::Tokio
                 },
             }),
+        })
+    }
+
+    /// A setter for the replica's runtime slowness (the fault agent's).
+    pub fn slowness_setter(&self) -> crate::control::SlownessSetter {
+        let inner = Arc::clone(&self.inner);
+        Arc::new(move |slow| {
+            if let Ok(mut current) = inner.slow_override.write() {
+                *current = slow;
+            }
         })
     }
 
@@ -298,8 +311,17 @@ impl HopCore {
         let inner = &*self.inner;
         let arrived = Instant::now();
         let deadline = timeout.map(|t| arrived + t);
+        let overridden = inner
+            .slow_override
+            .read()
+            .ok()
+            .and_then(|s| s.clone())
+            .map(|slow| HopBehavior {
+                slow: Some(slow),
+                ..inner.behavior.clone()
+            });
         let plan = plan(
-            &inner.behavior,
+            overridden.as_ref().unwrap_or(&inner.behavior),
             inner.replica,
             request.request_id,
             request.attempt,
@@ -413,6 +435,17 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), HopError> {
+    run_with_control::<crate::control::NoFaults>(config, listener, shutdown, None).await
+}
+
+/// [`run`], plus the fault agent (`tailmesh.v1.Control`) when `control`
+/// is given.
+pub async fn run_with_control<B: crate::control::FaultBackend>(
+    config: HopConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    control: Option<crate::control::ControlService<B>>,
+) -> Result<(), HopError> {
     let core = HopCore::new(&config)?;
     let name = config.behavior.name.clone();
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -447,6 +480,9 @@ pub async fn run(
         .add_service(health)
         .add_service(reflection)
         .add_service(HopServer::new(HopService { core: core.clone() }))
+        .add_optional_service(
+            control.map(|c| c.with_slowness(core.slowness_setter()).into_server()),
+        )
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });

@@ -1,0 +1,260 @@
+//! The fault agent: `tailmesh.v1.Control` on every hop replica, which sets,
+//! clears and reports the network faults of the replica's own namespace.
+//!
+//! Authentication: every call carries the run's token as `authorization:
+//! Bearer <token>` metadata, compared in constant time; without it the
+//! answer is UNAUTHENTICATED and nothing is touched. Every value is
+//! validated before the backend sees it. How a fault is applied (netem,
+//! nftables, the NFQUEUE delay line) is the backend's business: the
+//! orchestrator binary provides it, the tests provide a recording one.
+
+use std::{sync::Arc, time::Duration};
+
+use tailmesh_proto::pb::{
+    self, ClearFaultsRequest, FaultState, GetFaultsRequest, NetFault, SetFaultsRequest,
+    control_server::{Control, ControlServer},
+};
+
+use crate::model::{DurationDist, Slowness};
+
+/// Sets (`Some`) or removes (`None`) a replica's runtime slowness.
+pub type SlownessSetter = Arc<dyn Fn(Option<Slowness>) + Send + Sync>;
+use tokio::sync::Mutex;
+use tonic::{Request, Response, Status};
+
+/// Largest delay the agent accepts.
+pub const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// A checked network fault.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultSpec {
+    /// Drop probability in [0, 1].
+    pub loss: f64,
+    /// Added delay per packet.
+    pub delay: Duration,
+    /// Variation of the delay (<= delay).
+    pub jitter: Duration,
+}
+
+/// What a backend reports after applying or clearing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Mechanism names, loss first.
+    pub mechanisms: Vec<String>,
+    /// `[seen, dropped]` of the loss rule, when cleared.
+    pub packets: Option<[u64; 2]>,
+}
+
+/// Applies faults to the replica's namespace. Calls may block (they run
+/// commands); the service runs them on the blocking pool, one at a time.
+pub trait FaultBackend: Send + Sync + 'static {
+    /// Applies `fault`, replacing any fault in force.
+    fn apply(&self, fault: &FaultSpec) -> Result<Applied, String>;
+    /// Removes the fault in force.
+    fn clear(&self) -> Result<Applied, String>;
+}
+
+/// A backend for hops without network faults (the local launcher): every
+/// change is refused.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoFaults;
+
+impl FaultBackend for NoFaults {
+    fn apply(&self, _: &FaultSpec) -> Result<Applied, String> {
+        Err("this replica has no network namespace of its own (local launcher)".to_owned())
+    }
+    fn clear(&self) -> Result<Applied, String> {
+        Ok(Applied::default())
+    }
+}
+
+/// Checks a request's fault.
+pub fn validate(net: Option<&NetFault>) -> Result<FaultSpec, Status> {
+    let net = net.ok_or_else(|| Status::invalid_argument("net is required"))?;
+    if !(0.0..=1.0).contains(&net.loss) || net.loss.is_nan() {
+        return Err(Status::invalid_argument(format!(
+            "net.loss must be between 0 and 1, got {}",
+            net.loss
+        )));
+    }
+    let delay = Duration::from_micros(net.delay_us);
+    let jitter = Duration::from_micros(net.jitter_us);
+    if delay > MAX_DELAY {
+        return Err(Status::invalid_argument(format!(
+            "net.delay_us must be at most {} (60 s), got {}",
+            MAX_DELAY.as_micros(),
+            net.delay_us
+        )));
+    }
+    if jitter > delay {
+        return Err(Status::invalid_argument(format!(
+            "net.jitter_us ({}) must not exceed net.delay_us ({})",
+            net.jitter_us, net.delay_us
+        )));
+    }
+    Ok(FaultSpec {
+        loss: net.loss,
+        delay,
+        jitter,
+    })
+}
+
+/// Checks a request's slowness.
+pub fn validate_slowness(slow: &pb::Slowness) -> Result<Slowness, Status> {
+    if !(0.0..=1.0).contains(&slow.probability) || slow.probability.is_nan() {
+        return Err(Status::invalid_argument(format!(
+            "slow.probability must be between 0 and 1, got {}",
+            slow.probability
+        )));
+    }
+    let extra = Duration::from_micros(slow.extra_us);
+    if extra > MAX_DELAY {
+        return Err(Status::invalid_argument(format!(
+            "slow.extra_us must be at most {} (60 s), got {}",
+            MAX_DELAY.as_micros(),
+            slow.extra_us
+        )));
+    }
+    Ok(Slowness {
+        probability: slow.probability,
+        extra: DurationDist::Fixed { value: extra },
+    })
+}
+
+/// The Control service over a backend, guarded by `token`.
+pub struct ControlService<B> {
+    token: Arc<str>,
+    backend: Arc<B>,
+    slowness: Option<SlownessSetter>,
+    state: Mutex<FaultState>,
+}
+
+impl<B: FaultBackend> ControlService<B> {
+    /// A service accepting `token` (non-empty).
+    pub fn new(token: impl Into<Arc<str>>, backend: B) -> Self {
+        Self {
+            token: token.into(),
+            backend: Arc::new(backend),
+            slowness: None,
+            state: Mutex::new(FaultState::default()),
+        }
+    }
+
+    /// Lets the service change the replica's slowness through `setter`.
+    pub fn with_slowness(mut self, setter: SlownessSetter) -> Self {
+        self.slowness = Some(setter);
+        self
+    }
+
+    /// The tonic server.
+    pub fn into_server(self) -> ControlServer<Self> {
+        ControlServer::new(self)
+    }
+
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let given = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if self.token.is_empty() || !constant_time_eq(given.as_bytes(), self.token.as_bytes()) {
+            return Err(Status::unauthenticated(
+                "the Control API needs the run's token as `authorization: Bearer <token>`",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn blocking<F>(&self, f: F) -> Result<Applied, Status>
+    where
+        F: FnOnce(&B) -> Result<Applied, String> + Send + 'static,
+    {
+        let backend = Arc::clone(&self.backend);
+        tokio::task::spawn_blocking(move || f(&backend))
+            .await
+            .map_err(|_| Status::internal("the fault task failed"))?
+            .map_err(|e| {
+                tracing::warn!("fault agent: {e}");
+                // The detail stays in the hop's log; callers learn the kind.
+                Status::failed_precondition(format!("the fault could not be applied: {e}"))
+            })
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[tonic::async_trait]
+impl<B: FaultBackend> Control for ControlService<B> {
+    async fn set_faults(
+        &self,
+        request: Request<SetFaultsRequest>,
+    ) -> Result<Response<FaultState>, Status> {
+        self.authorize(&request)?;
+        let SetFaultsRequest { net, slow } = request.into_inner();
+        if net.is_none() && slow.is_none() {
+            return Err(Status::invalid_argument("set net, slow, or both"));
+        }
+        // Everything is validated before anything is changed.
+        let spec = net.as_ref().map(|n| validate(Some(n))).transpose()?;
+        let slowness = slow.as_ref().map(validate_slowness).transpose()?;
+        if slowness.is_some() && self.slowness.is_none() {
+            return Err(Status::failed_precondition(
+                "this agent cannot change the replica's slowness",
+            ));
+        }
+        let mut state = self.state.lock().await;
+        if let Some(spec) = spec {
+            let applied = self.blocking(move |b| b.apply(&spec)).await?;
+            state.net = net;
+            state.mechanisms = applied.mechanisms;
+            state.packets_seen = 0;
+            state.packets_dropped = 0;
+        }
+        if let (Some(slowness), Some(setter)) = (slowness, &self.slowness) {
+            setter(Some(slowness));
+            state.slow = slow;
+        }
+        Ok(Response::new(state.clone()))
+    }
+
+    async fn clear_faults(
+        &self,
+        request: Request<ClearFaultsRequest>,
+    ) -> Result<Response<FaultState>, Status> {
+        self.authorize(&request)?;
+        let mut state = self.state.lock().await;
+        if state.slow.take().is_some()
+            && let Some(setter) = &self.slowness
+        {
+            setter(None);
+        }
+        if state.net.is_none() {
+            return Ok(Response::new(FaultState::default()));
+        }
+        let applied = self.blocking(|b| b.clear()).await?;
+        let [seen, dropped] = applied.packets.unwrap_or_default();
+        let cleared = FaultState {
+            net: None,
+            mechanisms: std::mem::take(&mut state.mechanisms),
+            packets_seen: seen,
+            packets_dropped: dropped,
+            slow: None,
+        };
+        *state = FaultState::default();
+        Ok(Response::new(cleared))
+    }
+
+    async fn get_faults(
+        &self,
+        request: Request<GetFaultsRequest>,
+    ) -> Result<Response<FaultState>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(self.state.lock().await.clone()))
+    }
+}
