@@ -174,6 +174,7 @@ pub fn summary() -> crate::analysis::Summary {
         variants: vec![variant.clone()],
         check: check(),
         report: crate::scenario::Report::default(),
+        telemetry: crate::scenario::Telemetry::default(),
     };
     let echo = ScenarioEcho::new(
         &scenario,

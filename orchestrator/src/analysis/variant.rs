@@ -213,6 +213,10 @@ pub struct VariantReport {
     /// when hops are reached by pull; queue wait values are in ns.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub broker: Vec<tailmesh_services::broker::TopicStats>,
+    /// The per-hop breakdown from the traces and its cross-check against
+    /// the reply paths (absent when tracing was off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traces: Option<crate::traces::breakdown::TraceReport>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     #[serde(skip)]
     pub latency_histogram: Histogram<u64>,
@@ -407,6 +411,7 @@ pub fn analyze_variant(
         interrupted: false,
         incidents: Vec::new(),
         broker: Vec::new(),
+        traces: None,
         latency_histogram: latency,
     }
 }

@@ -23,6 +23,8 @@ use tokio::{
     time::Instant,
 };
 use tonic::{Code, Request, Response, Status, transport::server::TcpIncoming};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{
     client::{Connections, PoolError, PushPool},
@@ -33,6 +35,7 @@ use crate::{
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
     model::{Balance, HopBehavior, Transport},
+    telemetry,
     timer::Sleeper,
 };
 
@@ -130,16 +133,58 @@ enum Downstream {
 }
 
 impl Downstream {
+    /// Calls the downstream hop inside this hop's client span, whose
+    /// context travels with the request.
     async fn call(
         &self,
         request: CallRequest,
         timeout: Option<Duration>,
+        caller: &Inner,
     ) -> Result<CallReply, Status> {
-        match self {
-            Downstream::Push(pool) => pool.call(request, timeout).await,
-            Downstream::Pull(target) => target.call(request, timeout).await,
-        }
+        let (hop, transport) = match self {
+            Downstream::Push(pool) => (pool.hop(), Transport::Push),
+            Downstream::Pull(target) => (target.topic.as_str(), Transport::Pull),
+        };
+        let span = tracing::info_span!(
+            target: telemetry::TARGET,
+            "call",
+            otel.name = format!("{} -> {hop}", caller.behavior.name),
+            otel.kind = "client",
+            hop = %caller.behavior.name,
+            replica = i64::from(caller.replica),
+            downstream = hop,
+            transport = transport.as_str(),
+            variant = telemetry::variant(),
+            request_id = request.request_id as i64,
+        );
+        let call = async {
+            match self {
+                Downstream::Push(pool) => pool.call(request, timeout).await,
+                Downstream::Pull(target) => target.call(request, timeout).await,
+            }
+        };
+        call.instrument(span).await
     }
+}
+
+/// The server span of one request at this hop, child of the caller's
+/// context.
+fn server_span(inner: &Inner, request_id: u64, parent: opentelemetry::Context) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        "serve",
+        otel.name = inner.behavior.name.as_str(),
+        otel.kind = "server",
+        hop = %inner.behavior.name,
+        replica = i64::from(inner.replica),
+        transport = inner.transport.as_str(),
+        variant = telemetry::variant(),
+        request_id = request_id as i64,
+        slow = tracing::field::Empty,
+        queue_wait_ns = tracing::field::Empty,
+    );
+    let _ = span.set_parent(parent);
+    span
 }
 
 /// A hop reached through the broker: its topic is the hop's name.
@@ -168,6 +213,8 @@ impl PullTarget {
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
         let mut client = self.client.clone();
+        let mut headers = HashMap::new();
+        telemetry::inject_headers(&opentelemetry::Context::current(), &mut headers);
         let context = |status: Status| {
             Status::new(
                 status.code(),
@@ -180,12 +227,7 @@ impl PullTarget {
             )
         };
         let reply = client
-            .submit(
-                &self.topic,
-                request.encode_to_vec(),
-                HashMap::new(),
-                timeout,
-            )
+            .submit(&self.topic, request.encode_to_vec(), headers, timeout)
             .await
             .map_err(context)?;
         CallReply::decode(reply.payload.as_slice())
@@ -298,6 +340,9 @@ impl HopCore {
             inner.sleeper.sleep(extra).await;
         }
         let service = started.elapsed();
+        let span = tracing::Span::current();
+        span.record("slow", plan.slow.is_some());
+        span.record("queue_wait_ns", nanos(queue_wait) as i64);
         // Its own work done, the replica is free for the next request while
         // it waits on its downstream hops.
         drop(slot);
@@ -333,7 +378,7 @@ impl HopCore {
                 inner
                     .downstream
                     .iter()
-                    .map(|d| d.call(child.clone(), remaining)),
+                    .map(|d| d.call(child.clone(), remaining, inner)),
             )
             .await;
             for reply in replies {
@@ -372,8 +417,12 @@ struct HopService {
 impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
+        let parent = telemetry::extract_metadata(request.metadata());
+        let request = request.into_inner();
+        let span = server_span(&self.core.inner, request.request_id, parent);
         self.core
-            .handle(request.into_inner(), timeout, Duration::ZERO, None)
+            .handle(request, timeout, Duration::ZERO, None)
+            .instrument(span)
             .await
             .map(Response::new)
     }
@@ -478,6 +527,8 @@ async fn pull_worker(
                     .unwrap_or_default();
                 Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(now)
             });
+            let parent = telemetry::extract_headers(&task.headers);
+            let span = server_span(&core.inner, request.request_id, parent);
             let reply = core
                 .handle(
                     request,
@@ -485,6 +536,7 @@ async fn pull_worker(
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
                 )
+                .instrument(span)
                 .await?;
             Ok(reply.encode_to_vec())
         }
