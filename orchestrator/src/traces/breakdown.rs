@@ -224,3 +224,141 @@ pub fn analyze(
     report.hops.sort_by(|a, b| a.hop.cmp(&b.hop));
     report
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use opentelemetry_proto::tonic::{
+        common::v1::{AnyValue, KeyValue, any_value::Value},
+        resource::v1::Resource,
+        trace::v1::ScopeSpans,
+    };
+    use tailmesh_proto::pb::HopRecord;
+
+    use super::*;
+
+    fn kv(key: &str, value: Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..KeyValue::default()
+        }
+    }
+
+    /// A span of the test trace: id `id`, parent `parent` (0: none), from
+    /// `start` to `end` ns, of hop `hop`.
+    fn span(
+        id: u8,
+        parent: u8,
+        name: &str,
+        kind: SpanKind,
+        hop: &str,
+        start: u64,
+        end: u64,
+    ) -> Span {
+        let mut attributes = vec![
+            kv("variant", Value::StringValue("v".into())),
+            kv("hop", Value::StringValue(hop.into())),
+        ];
+        if hop == SERVICE {
+            attributes.push(kv("request_id", Value::IntValue(7)));
+        }
+        Span {
+            trace_id: vec![9; 16],
+            span_id: vec![id; 8],
+            parent_span_id: if parent == 0 {
+                Vec::new()
+            } else {
+                vec![parent; 8]
+            },
+            name: name.into(),
+            kind: kind as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            attributes,
+            ..Span::default()
+        }
+    }
+
+    fn batch(spans: Vec<Span>) -> Vec<ResourceSpans> {
+        vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", Value::StringValue(SERVICE.into()))],
+                ..Resource::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..ScopeSpans::default()
+            }],
+            ..ResourceSpans::default()
+        }]
+    }
+
+    fn record(hops: &[&str]) -> RequestRecord {
+        RequestRecord {
+            id: 7,
+            intended: Duration::ZERO,
+            start: Duration::ZERO,
+            end: Duration::from_micros(10),
+            outcome: Outcome::Ok,
+            path: hops
+                .iter()
+                .map(|h| HopRecord {
+                    hop: (*h).into(),
+                    ..HopRecord::default()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn known_trace_gives_known_self_downstream_network_and_queue_times() {
+        let spans = vec![
+            span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
+            span(2, 1, "a", SpanKind::Server, "a", 2_000, 10_000),
+            span(3, 2, "a -> b", SpanKind::Client, "a", 3_000, 9_000),
+            span(4, 3, "queue wait b", SpanKind::Internal, "b", 3_500, 4_500),
+            span(5, 4, "b", SpanKind::Server, "b", 5_000, 8_000),
+        ];
+        let r = analyze(&batch(spans), "v", &[record(&["b", "a"])], |_| true);
+        assert_eq!((r.spans, r.traces, r.expected, r.complete), (5, 1, 1, 1));
+        assert_eq!((r.missing, r.incomplete, r.orphan_spans), (0, 0, 0));
+        let a = &r.hops[0];
+        assert_eq!(a.hop, "a");
+        assert_eq!(a.self_time.p50_us, 2.0);
+        assert_eq!(a.downstream.p50_us, 6.0);
+        assert_eq!(a.network.p50_us, 2.0);
+        assert_eq!(a.queue_wait, Dist::default());
+        let b = &r.hops[1];
+        assert_eq!(b.self_time.p50_us, 3.0);
+        assert_eq!(b.downstream.p50_us, 0.0);
+        assert_eq!(b.queue_wait.p50_us, 1.0);
+        assert_eq!(b.network.p50_us, 2.0);
+    }
+
+    #[test]
+    fn missing_incomplete_and_orphans_are_counted() {
+        // b's server span hangs off a span that never arrived.
+        let spans = vec![
+            span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
+            span(2, 1, "a", SpanKind::Server, "a", 2_000, 10_000),
+            span(5, 4, "b", SpanKind::Server, "b", 5_000, 8_000),
+        ];
+        let mut other = record(&["a"]);
+        other.id = 8;
+        let r = analyze(
+            &batch(spans),
+            "v",
+            &[record(&["b", "a", "c"]), other],
+            |_| true,
+        );
+        assert_eq!(r.expected, 2);
+        assert_eq!(r.missing, 1, "request 8 has no trace");
+        assert_eq!(r.incomplete, 1, "no c span in request 7's trace");
+        assert_eq!(r.orphan_spans, 1);
+        assert_eq!(r.complete, 0);
+        // Another variant's spans are not this variant's.
+        assert_eq!(analyze(&batch(Vec::new()), "w", &[], |_| true).spans, 0);
+    }
+}
