@@ -43,7 +43,8 @@ impl Dist {
     }
 }
 
-/// One hop's times, from its server spans.
+/// One hop's times, from its server spans in the measured requests'
+/// traces.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct HopBreakdown {
     /// The hop.
@@ -134,14 +135,22 @@ pub fn analyze(
             by_request.insert(id as u64, s.span.trace_id.as_slice());
         }
     }
+    // Hop times come from the measured requests' traces only (not warmup's).
+    let measured: HashSet<&[u8]> = records
+        .iter()
+        .filter_map(|r| by_request.get(&r.id).copied())
+        .collect();
     let mut times: BTreeMap<String, Times> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
-    for trace in traces.values() {
+    for (trace_id, trace) in &traces {
         let ids: HashSet<&[u8]> = trace.iter().map(|s| s.span_id.as_slice()).collect();
         report.orphan_spans += trace
             .iter()
             .filter(|s| !s.parent_span_id.is_empty() && !ids.contains(s.parent_span_id.as_slice()))
             .count() as u64;
+        if !measured.contains(trace_id) {
+            continue;
+        }
         let by_id: HashMap<&[u8], &Span> =
             trace.iter().map(|s| (s.span_id.as_slice(), *s)).collect();
         let children = |parent: &Span| -> Vec<&Span> {
@@ -335,6 +344,9 @@ mod tests {
         assert_eq!(b.downstream.p50_us, 0.0);
         assert_eq!(b.queue_wait.p50_us, 1.0);
         assert_eq!(b.network.p50_us, 2.0);
+        // A trace of no measured request (warmup) adds no hop times.
+        let warmup = vec![span(1, 0, "request 7", SpanKind::Client, SERVICE, 0, 9)];
+        assert!(analyze(&batch(warmup), "v", &[], |_| true).hops.is_empty());
     }
 
     #[test]

@@ -156,6 +156,8 @@ impl Downstream {
             transport = transport.as_str(),
             variant = telemetry::variant(),
             request_id = request.request_id as i64,
+            otel.status_code = tracing::field::Empty,
+            grpc_code = tracing::field::Empty,
         );
         let call = async {
             match self {
@@ -163,7 +165,17 @@ impl Downstream {
                 Downstream::Pull(target) => target.call(request, timeout).await,
             }
         };
-        call.instrument(span).await
+        let result = call.instrument(span.clone()).await;
+        mark_error(&span, &result);
+        result
+    }
+}
+
+/// Marks `span` as failed with the gRPC code of an error `result`.
+fn mark_error<T>(span: &tracing::Span, result: &Result<T, Status>) {
+    if let Err(status) = result {
+        span.record("otel.status_code", "error");
+        span.record("grpc_code", status.code().description());
     }
 }
 
@@ -182,6 +194,8 @@ fn server_span(inner: &Inner, request_id: u64, parent: opentelemetry::Context) -
         request_id = request_id as i64,
         slow = tracing::field::Empty,
         queue_wait_ns = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        grpc_code = tracing::field::Empty,
     );
     let _ = span.set_parent(parent);
     span
@@ -420,11 +434,13 @@ impl Hop for HopService {
         let parent = telemetry::extract_metadata(request.metadata());
         let request = request.into_inner();
         let span = server_span(&self.core.inner, request.request_id, parent);
-        self.core
+        let result = self
+            .core
             .handle(request, timeout, Duration::ZERO, None)
-            .instrument(span)
-            .await
-            .map(Response::new)
+            .instrument(span.clone())
+            .await;
+        mark_error(&span, &result);
+        result.map(Response::new)
     }
 }
 
@@ -536,8 +552,10 @@ async fn pull_worker(
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
                 )
-                .instrument(span)
-                .await?;
+                .instrument(span.clone())
+                .await;
+            mark_error(&span, &reply);
+            let reply = reply?;
             Ok(reply.encode_to_vec())
         }
     };
