@@ -188,6 +188,7 @@ fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
     assert_eq!(u64_at(t, "/complete"), REQUESTS as u64);
     assert_eq!(u64_at(t, "/missing"), 0);
     assert_eq!(u64_at(t, "/orphan_spans"), 0);
+    assert_eq!(u64_at(t, "/timing_disagreements"), 0);
     let hops: Vec<&str> = t["hops"]
         .as_array()
         .expect("hops")
@@ -261,4 +262,70 @@ fn no_traces_writes_no_trace_file_and_no_breakdown() {
     assert!(summary.get("traces").is_none());
     assert!(variants(&summary)[0].get("traces").is_none());
     assert_eq!(requests_csv(&run_dir).len(), REQUESTS);
+}
+
+#[test]
+fn failed_requests_have_error_spans_from_the_failing_hop_up() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scenario = write(
+        tmp.path(),
+        "err.toml",
+        r#"
+name = "err"
+seed = 5
+[load]
+mode = "open"
+rate = 100
+requests = 40
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+transport = "pull"
+error = { probability = 0.3, code = "unavailable" }
+"#,
+    );
+    let results = tmp.path().join("results");
+    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let failed: Vec<u64> = requests_csv(&run_dir)
+        .iter()
+        .filter(|r| r.status != "ok")
+        .map(|r| r.id)
+        .collect();
+    assert!(!failed.is_empty(), "30 % errors in 40 requests");
+    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
+    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
+    let mut errored = Vec::new();
+    for trace in file["data"].as_array().expect("data") {
+        let spans = trace["spans"].as_array().expect("spans");
+        let root = spans
+            .iter()
+            .find(|s| s["references"].as_array().is_some_and(Vec::is_empty))
+            .expect("root");
+        let is_error = |s: &Value| tag(s, "error") == Some(&Value::Bool(true));
+        if !is_error(root) {
+            assert!(!spans.iter().any(is_error), "{trace:#}");
+            continue;
+        }
+        errored.push(tag(root, "request_id").and_then(Value::as_u64).expect("id"));
+        let names: Vec<&str> = spans
+            .iter()
+            .filter(|s| is_error(s))
+            .map(|s| s["operationName"].as_str().expect("name"))
+            .collect();
+        for name in ["a", "a -> b", "b"] {
+            assert!(names.contains(&name), "{name} marked failed: {trace:#}");
+        }
+        let b = spans.iter().find(|s| s["operationName"] == "b").expect("b");
+        assert!(tag(b, "grpc_code").is_some(), "{b}");
+    }
+    errored.sort_unstable();
+    assert_eq!(errored, failed);
+    let summary = summary(&run_dir);
+    let t = &variants(&summary)[0]["traces"];
+    assert_eq!(u64_at(t, "/expected"), 40 - failed.len() as u64);
+    assert_eq!(u64_at(t, "/complete"), 40 - failed.len() as u64);
 }

@@ -167,12 +167,12 @@ fn trace_breakdown(variants: &[VariantReport]) -> Table {
 
 /// What the traces and the reply paths disagree on, if anything.
 fn trace_disagreement(t: &TraceReport) -> Option<String> {
-    if t.missing == 0 && t.incomplete == 0 && t.orphan_spans == 0 {
+    if t.missing == 0 && t.incomplete == 0 && t.orphan_spans == 0 && t.timing_disagreements == 0 {
         return None;
     }
     Some(format!(
-        "{} of {} sampled ok requests have a complete trace; {} missing, {} disagree with their reply path, {} orphan span(s)",
-        t.complete, t.expected, t.missing, t.incomplete, t.orphan_spans
+        "{} of {} sampled ok requests have a complete trace; {} missing, {} disagree with their reply path, {} orphan span(s), {} hop time(s) off the path's by more than 1ms",
+        t.complete, t.expected, t.missing, t.incomplete, t.orphan_spans, t.timing_disagreements
     ))
 }
 
@@ -278,7 +278,7 @@ mod tests {
         assert!(text.contains("1.50ms / 1.50ms"), "{text}");
         assert!(
             text.contains(
-                "base: traces: 7 of 10 sampled ok requests have a complete trace; 2 missing, 1 disagree with their reply path, 0 orphan span(s)"
+                "base: traces: 7 of 10 sampled ok requests have a complete trace; 2 missing, 1 disagree with their reply path, 0 orphan span(s), 0 hop time(s) off the path's by more than 1ms"
             ),
             "{text}"
         );

@@ -82,9 +82,16 @@ pub struct TraceReport {
     pub incomplete: u64,
     /// Spans whose parent is not in their trace.
     pub orphan_spans: u64,
+    /// Hop records of complete traces whose server span's duration differs
+    /// from the reply path's `total_ns` for that hop and replica by more
+    /// than [`TIMING_TOLERANCE_NS`] (both time the same handler).
+    pub timing_disagreements: u64,
     /// Per hop, in the order the reply path lists them.
     pub hops: Vec<HopBreakdown>,
 }
+
+/// How far a server span and its path record may differ.
+pub const TIMING_TOLERANCE_NS: u64 = 1_000_000;
 
 fn duration(s: &Span) -> u64 {
     s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano)
@@ -212,6 +219,18 @@ pub fn analyze(
         from_path.sort();
         if from_trace == from_path {
             report.complete += 1;
+            for rec in &record.path {
+                let span = trace.iter().find(|s| {
+                    s.kind == SpanKind::Server as i32
+                        && attr_string(s, "hop").as_deref() == Some(rec.hop.as_str())
+                        && attr_int(s, "replica") == Some(i64::from(rec.replica))
+                });
+                let agrees =
+                    span.is_some_and(|s| duration(s).abs_diff(rec.total_ns) <= TIMING_TOLERANCE_NS);
+                if !agrees {
+                    report.timing_disagreements += 1;
+                }
+            }
         } else {
             report.incomplete += 1;
         }
@@ -269,6 +288,7 @@ mod tests {
         let mut attributes = vec![
             kv("variant", Value::StringValue("v".into())),
             kv("hop", Value::StringValue(hop.into())),
+            kv("replica", Value::IntValue(0)),
         ];
         if hop == SERVICE {
             attributes.push(kv("request_id", Value::IntValue(7)));
@@ -304,6 +324,15 @@ mod tests {
         }]
     }
 
+    /// Request 7 with `hops` in its path, each having taken `total_ns`.
+    fn record_timed(hops: &[&str], total_ns: u64) -> RequestRecord {
+        let mut r = record(hops);
+        for h in &mut r.path {
+            h.total_ns = total_ns;
+        }
+        r
+    }
+
     fn record(hops: &[&str]) -> RequestRecord {
         RequestRecord {
             id: 7,
@@ -330,9 +359,19 @@ mod tests {
             span(4, 3, "queue wait b", SpanKind::Internal, "b", 3_500, 4_500),
             span(5, 4, "b", SpanKind::Server, "b", 5_000, 8_000),
         ];
-        let r = analyze(&batch(spans), "v", &[record(&["b", "a"])], |_| true);
+        let r = analyze(&batch(spans.clone()), "v", &[record(&["b", "a"])], |_| true);
         assert_eq!((r.spans, r.traces, r.expected, r.complete), (5, 1, 1, 1));
         assert_eq!((r.missing, r.incomplete, r.orphan_spans), (0, 0, 0));
+        // The path said 0 ns at both hops; the spans say 8 us and 3 us:
+        // within the tolerance. 5 ms is not.
+        assert_eq!(r.timing_disagreements, 0);
+        let late = analyze(
+            &batch(spans),
+            "v",
+            &[record_timed(&["b", "a"], 5_000_000)],
+            |_| true,
+        );
+        assert_eq!(late.timing_disagreements, 2);
         let a = &r.hops[0];
         assert_eq!(a.hop, "a");
         assert_eq!(a.self_time.p50_us, 2.0);
