@@ -27,7 +27,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tracing_subscriber::{Layer, filter, layer::SubscriberExt, util::SubscriberInitExt};
 
 /// The target of every span tailmesh exports.
-pub const TARGET: &str = "tailmesh::trace";
+pub const TARGET: &str = "tailmesh_trace";
 /// The environment variable naming the variant a process serves in.
 pub const VARIANT_ENV: &str = "TAILMESH_VARIANT";
 /// Spans waiting for export at most; more are dropped by the SDK.
@@ -112,7 +112,10 @@ pub fn init(default_filter: &str) -> Telemetry {
             .with_location(false)
             .with_target(false)
             .with_tracked_inactivity(false)
-            .with_filter(filter::filter_fn(|m| m.target() == TARGET))
+            // A static target filter (not a closure): callsites of other
+            // crates are never asked again, and the level hint stays INFO,
+            // so h2's and hyper's trace-level callsites stay off.
+            .with_filter(filter::Targets::new().with_target(TARGET, tracing::Level::INFO))
     });
     let _ = tracing_subscriber::registry()
         .with(fmt)
