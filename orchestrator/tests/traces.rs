@@ -329,3 +329,40 @@ error = { probability = 0.3, code = "unavailable" }
     assert_eq!(u64_at(t, "/expected"), 40 - failed.len() as u64);
     assert_eq!(u64_at(t, "/complete"), 40 - failed.len() as u64);
 }
+
+#[test]
+fn partial_sampling_traces_only_the_sampled_requests_end_to_end() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scenario = write(
+        tmp.path(),
+        "half.toml",
+        &format!("{MIXED}\n[telemetry]\nsampling = 0.5\n"),
+    );
+    let results = tmp.path().join("results");
+    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
+    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
+    let traces = file["data"].as_array().expect("data");
+    assert!(
+        (5..=35).contains(&traces.len()),
+        "about half of {REQUESTS}: {}",
+        traces.len()
+    );
+    // Hops follow the load generator's decision: no hop span of an
+    // unsampled request, and every sampled request's trace is whole.
+    for trace in traces {
+        assert_eq!(
+            trace["spans"].as_array().expect("spans").len(),
+            SPANS_PER_TRACE,
+            "{trace:#}"
+        );
+    }
+    let summary = summary(&run_dir);
+    let t = &variants(&summary)[0]["traces"];
+    assert_eq!(u64_at(t, "/expected"), traces.len() as u64);
+    assert_eq!(u64_at(t, "/complete"), traces.len() as u64);
+    assert_eq!(u64_at(t, "/missing"), 0);
+}
