@@ -3,6 +3,7 @@
 
 use std::{
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
@@ -19,8 +20,13 @@ use crate::{
     output::{self, OutputError},
     record::{Outcome, RequestRecord},
     roles,
-    run::{self, RunError, RunOptions, VariantRun},
+    run::{self, RunError, RunOptions, TraceSetup, VariantRun},
     scenario::{self, Scenario, ScenarioErrors},
+    traces::{
+        breakdown,
+        collector::{self, ReceiverThread},
+        jaeger,
+    },
 };
 
 /// What `tailmesh run` was asked to do.
@@ -32,6 +38,11 @@ pub struct RunCommand {
     pub results: PathBuf,
     /// Show progress bars.
     pub progress: bool,
+    /// Trace nothing, whatever the scenario says.
+    pub no_traces: bool,
+    /// Forward every span to this OTLP gRPC endpoint (overrides the
+    /// scenario's `[telemetry] forward`).
+    pub otlp_forward: Option<String>,
 }
 
 /// Why a run could not produce results.
@@ -93,26 +104,77 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let options = RunOptions {
-        dir: dir.clone(),
-        exe,
-        progress: command.progress,
+    let sampling = if command.no_traces {
+        0.0
+    } else {
+        scenario.telemetry.sampling
     };
+    let forward = command
+        .otlp_forward
+        .clone()
+        .or_else(|| scenario.telemetry.forward.clone());
 
     let runtime = roles::runtime(1).map_err(|e| ExperimentError::Other(format!("{e:#}")))?;
-    let runs = runtime.block_on(async {
+    let receiver = if sampling > 0.0 {
+        Some(
+            ReceiverThread::start(collector::DEFAULT_CAPACITY, forward.as_deref())
+                .map_err(ExperimentError::Other)?,
+        )
+    } else {
+        None
+    };
+    let traces = receiver.as_ref().map(|r| TraceSetup {
+        collector: Arc::clone(&r.collector),
+        endpoint: r.endpoint.clone(),
+        sampling,
+    });
+    let (runs, trace_counts) = runtime.block_on(async {
+        let options = RunOptions {
+            dir: dir.clone(),
+            exe,
+            progress: command.progress,
+            traces: traces.clone(),
+        };
         let (interrupt_tx, interrupt) = watch::channel(false);
         tokio::spawn(async move {
             // Ctrl-C or SIGTERM: stop sending, finish what is in flight,
             // stop the hops, and still write what was measured.
             tailmesh_services::process::shutdown_signal(false).await;
-            eprintln!("\ninterrupted: finishing requests in flight, stopping the hops, writing results");
+            eprintln!(
+                "\ninterrupted: finishing requests in flight, stopping the hops, writing results"
+            );
             let _ = interrupt_tx.send(true);
         });
-        run::run_variants(&scenario, &options, interrupt).await
-    })
-    .map_err(Box::new)?;
-    let summary = write_results(
+        let runs = run::run_variants(&scenario, &options, interrupt)
+            .await
+            .map_err(Box::new)?;
+        let counts = match &traces {
+            Some(t) => {
+                t.collector.finish_forwarding(FORWARD_GRACE).await;
+                Some(t.collector.counts())
+            }
+            None => None,
+        };
+        Ok::<_, ExperimentError>((runs, counts))
+    })?;
+    drop(receiver);
+    if let Some(c) = &trace_counts {
+        if c.forward_dropped > 0 {
+            eprintln!(
+                "warning: {} of {} span(s) could not be forwarded to {}",
+                c.forward_dropped,
+                c.forwarded + c.forward_dropped,
+                forward.as_deref().unwrap_or("-")
+            );
+        }
+        if c.dropped > 0 || c.rejected_batches > 0 {
+            eprintln!(
+                "warning: trace receiver dropped {} span(s) (store full) and rejected {} malformed batch(es)",
+                c.dropped, c.rejected_batches
+            );
+        }
+    }
+    let mut summary = write_results(
         &scenario,
         &command.scenario,
         &source,
@@ -121,6 +183,10 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         started_at,
         runs,
     )?;
+    if trace_counts.is_some() {
+        summary.traces = trace_counts;
+        output::write_summary(&dir.join("summary.json"), &summary)?;
+    }
     link_latest(&dir);
     Ok(Finished {
         interrupted: summary.interrupted,
@@ -154,6 +220,14 @@ pub fn write_results(
         report.incidents = run.incidents.clone();
         report.broker = run.broker.clone();
         report.faults = run.faults.clone();
+        if let Some(tracer) = &run.tracer {
+            report.traces = Some(breakdown::analyze(
+                &run.spans,
+                &run.variant.name,
+                &run.load.records,
+                |id| tracer.sampled(id),
+            ));
+        }
         reports.push(report);
     }
     let mut summary = Summary::new(
@@ -208,6 +282,15 @@ pub fn write_results(
         "report.html".into(),
         "the self-contained HTML report (tailmesh report <run-folder> redraws it)".into(),
     );
+    if runs.iter().any(|r| r.tracer.is_some()) {
+        let spans: Vec<_> = runs.iter().flat_map(|r| r.spans.iter().cloned()).collect();
+        let path = dir.join(TRACES_FILE);
+        write_jaeger(&path, &spans)?;
+        summary.files.insert(
+            TRACES_FILE.into(),
+            "every span, for Jaeger's UI (Search, Upload JSON)".into(),
+        );
+    }
     output::write_summary(&dir.join("summary.json"), &summary)?;
     output::write_report(&dir.join("report.html"), &summary, &tables)?;
     Ok(summary)
@@ -261,6 +344,24 @@ pub fn regenerate_report(dir: &Path) -> Result<PathBuf, ExperimentError> {
     let path = dir.join("report.html");
     output::write_report(&path, &summary, &tables)?;
     Ok(path)
+}
+
+/// The Jaeger JSON file in the run folder.
+pub const TRACES_FILE: &str = "traces.jaeger.json";
+/// How long queued spans get to reach the forward target at the end.
+const FORWARD_GRACE: Duration = Duration::from_secs(3);
+
+fn write_jaeger(
+    path: &Path,
+    spans: &[opentelemetry_proto::tonic::trace::v1::ResourceSpans],
+) -> Result<(), ExperimentError> {
+    let file = std::fs::File::create(path)
+        .map_err(|e| ExperimentError::Other(format!("create {}: {e}", path.display())))?;
+    let mut w = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut w, &jaeger::to_jaeger(spans))
+        .map_err(|e| ExperimentError::Other(format!("write {}: {e}", path.display())))?;
+    std::io::Write::flush(&mut w)
+        .map_err(|e| ExperimentError::Other(format!("write {}: {e}", path.display())))
 }
 
 fn create_run_dir(

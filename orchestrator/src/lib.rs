@@ -10,6 +10,8 @@
 //! - `experiment`: the whole of `tailmesh run`, from file to results.
 //! - `analysis`: percentiles, Wilson intervals, the compounding check, and
 //!   the per-variant and whole-run summaries.
+//! - `traces`: the embedded OTLP receiver, the load generator's spans,
+//!   `traces.jaeger.json` and the per-hop breakdown from traces.
 //! - `output`: the result files (`summary.json`, `*.hgrm`, `requests.csv`)
 //!   and the terminal table.
 
@@ -24,3 +26,4 @@ pub mod record;
 pub mod roles;
 pub mod run;
 pub mod scenario;
+pub mod traces;

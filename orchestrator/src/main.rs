@@ -37,6 +37,13 @@ enum Command {
         /// No progress bars.
         #[arg(long)]
         quiet: bool,
+        /// Trace nothing (overrides the scenario's [telemetry] sampling).
+        #[arg(long)]
+        no_traces: bool,
+        /// Also forward every span over OTLP gRPC to this collector, e.g.
+        /// http://127.0.0.1:4317 (overrides [telemetry] forward).
+        #[arg(long, value_name = "URL")]
+        otlp_forward: Option<String>,
     },
     /// Serve the pull broker (started by the launchers).
     Broker {
@@ -146,25 +153,33 @@ fn main() -> ExitCode {
             };
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Service roles set up their own tracing (with span export) inside
+    // their runtime.
+    if !matches!(cli.command, Command::Hop { .. } | Command::Broker { .. }) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = match &cli.command {
         Command::Run {
             scenario,
             results,
             check,
             quiet,
+            no_traces,
+            otlp_forward,
         } => {
             return run(
                 &RunCommand {
                     scenario: scenario.clone(),
                     results: results.clone(),
                     progress: !quiet,
+                    no_traces: *no_traces,
+                    otlp_forward: otlp_forward.clone(),
                 },
                 *check,
             );

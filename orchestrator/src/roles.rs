@@ -1,6 +1,7 @@
 //! The service roles the one tailmesh binary can play besides orchestrating:
 //! `tailmesh hop` (a hop replica) and `tailmesh broker` (the pull broker). The launcher re-executes the binary with
-//! these subcommands, so a fresh clone needs nothing else.
+//! these subcommands, so a fresh clone needs nothing else. Each role sets up
+//! its own tracing, with OTLP export when the launcher asks for it.
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, pin::Pin};
 
@@ -109,6 +110,19 @@ where
     Fut: Future<Output = anyhow::Result<()>>,
 {
     runtime(options.threads)?.block_on(async {
+        let telemetry = tailmesh_services::telemetry::init("warn");
+        let result = serve_in(name, options, service).await;
+        telemetry.shutdown();
+        result
+    })
+}
+
+async fn serve_in<F, Fut>(name: &str, options: &ServeOptions, service: F) -> anyhow::Result<()>
+where
+    F: FnOnce(tokio::net::TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    {
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .with_context(|| format!("{name}: bind {}", options.listen))?;
@@ -124,5 +138,5 @@ where
         service(listener, shutdown)
             .await
             .with_context(|| format!("{name} on {addr}"))
-    })
+    }
 }

@@ -5,10 +5,12 @@ use std::{
     collections::{BTreeMap, HashSet},
     net::SocketAddr,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
 use indicatif::{ProgressBar, ProgressStyle};
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use tailmesh_proto::pb;
 use tailmesh_services::{
     broker::{BrokerClient, TopicStats},
@@ -23,6 +25,7 @@ use crate::{
     loadgen::{self, LoadOutcome, Target},
     netfault::{self, FaultRecord},
     scenario::{ConnectionMode, Hop, Launcher, LoadMode, NetFault, Scenario, Stop, Variant},
+    traces::{collector::Collector, loadgen::LoadTracer},
 };
 
 /// How long hops get to finish requests in flight when a variant ends.
@@ -74,6 +77,48 @@ pub struct VariantRun {
     pub faults: Vec<FaultRecord>,
     /// The launcher that ran it: `"local"` or `"netns"`.
     pub launcher: &'static str,
+    /// The variant's spans, all flushed (its processes have exited).
+    pub spans: Vec<ResourceSpans>,
+    /// The load generator's tracer (which requests were sampled).
+    pub tracer: Option<Arc<LoadTracer>>,
+}
+
+/// Where the run's spans go.
+#[derive(Clone)]
+pub struct TraceSetup {
+    /// The embedded receiver's store.
+    pub collector: Arc<Collector>,
+    /// The receiver's `http://127.0.0.1:port`, handed to every process.
+    pub endpoint: String,
+    /// The share of requests traced, 0.0 to 1.0.
+    pub sampling: f64,
+}
+
+impl std::fmt::Debug for TraceSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceSetup")
+            .field("endpoint", &self.endpoint)
+            .field("sampling", &self.sampling)
+            .finish()
+    }
+}
+
+/// Asks a service process to export its spans to the run's receiver.
+fn traced(
+    spec: ProcessSpec,
+    traces: Option<&TraceSetup>,
+    service: &str,
+    variant: &str,
+) -> ProcessSpec {
+    match traces {
+        None => spec,
+        Some(t) => spec
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &t.endpoint)
+            .env("OTEL_SERVICE_NAME", service)
+            .env("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+            .env("OTEL_TRACES_SAMPLER_ARG", t.sampling.to_string())
+            .env(tailmesh_services::telemetry::VARIANT_ENV, variant),
+    }
 }
 
 /// Which launcher a variant gets: `auto` becomes netns when the variant
@@ -122,6 +167,8 @@ pub struct RunOptions {
     pub exe: PathBuf,
     /// Show a progress bar on variants longer than two seconds.
     pub progress: bool,
+    /// Tracing, when on.
+    pub traces: Option<TraceSetup>,
 }
 
 /// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` turning
@@ -221,6 +268,10 @@ async fn run_variant(
     .await;
     let stopped = launcher.shutdown(STOP_GRACE).await;
     let mut run = result?;
+    // Every process has exited and flushed its spans.
+    if let Some(t) = &options.traces {
+        run.spans = t.collector.take();
+    }
     for child in stopped.iter().filter(|c| c.forced) {
         run.incidents.push(child.to_string());
     }
@@ -257,6 +308,7 @@ async fn measure(
             .arg("broker")
             .arg("--topics")
             .arg(topics.join(","));
+        let spec = traced(spec, options.traces.as_ref(), "broker", &variant.name);
         Some(launcher.launch(spec).await.map_err(launch_error)?.addr)
     };
     let addrs = launch_hops(scenario.seed, variant, broker, options, launcher, log_dir).await?;
@@ -288,6 +340,15 @@ async fn measure(
     let mut faults = Faults::plan(variant, launcher, &addrs);
     faults.start(Duration::ZERO).await;
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
+    let tracer = options.traces.as_ref().map(|t| {
+        Arc::new(LoadTracer::new(
+            Arc::clone(&t.collector),
+            &variant.name,
+            t.sampling,
+            scenario.seed ^ run_nonce(&options.dir, &variant.name),
+        ))
+    });
+    let load_tracer = tracer.clone();
     let (done_tx, mut done_rx) = watch::channel(false);
     let generate = async {
         let outcome = loadgen::generate(
@@ -297,6 +358,7 @@ async fn measure(
             Sleeper::Precise,
             progress,
             interrupt,
+            load_tracer,
         )
         .await;
         let _ = done_tx.send(true);
@@ -345,6 +407,8 @@ async fn measure(
             AnyLauncher::Local(_) => "local",
             AnyLauncher::Netns(_) => "netns",
         },
+        spans: Vec::new(),
+        tracer,
     })
 }
 
@@ -539,6 +603,15 @@ async fn control_call(
     Ok(reply.into_inner())
 }
 
+/// Keeps trace ids of different runs and variants apart.
+fn run_nonce(dir: &Path, variant: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut h);
+    variant.hash(&mut h);
+    h.finish()
+}
+
 async fn broker_stats(addr: SocketAddr) -> Result<Vec<TopicStats>, String> {
     let mut client = BrokerClient::connect(addr)
         .await
@@ -600,6 +673,12 @@ async fn launch_hops(
                 .arg("hop")
                 .arg("--config")
                 .arg(config_path);
+            let spec = traced(
+                spec,
+                options.traces.as_ref(),
+                &format!("hop-{}", hop.name),
+                &variant.name,
+            );
             let launched = launcher
                 .launch(spec)
                 .await

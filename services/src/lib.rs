@@ -6,6 +6,7 @@
 //! - `model`: hop behaviour as plain data (work, slowness, balancing).
 //! - `process`: the contract between a supervised process and its launcher.
 //! - `hop`: the hop server, its per-request draws and its downstream clients.
+//! - [`telemetry`]: trace export and W3C trace context propagation.
 //! - `timer`: sub-millisecond sleeps.
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 
@@ -15,4 +16,5 @@ pub mod deadline;
 pub mod hop;
 pub mod model;
 pub mod process;
+pub mod telemetry;
 pub mod timer;

@@ -44,6 +44,9 @@ pub struct Summary {
     /// The files written, by role ("requests" -> "requests.csv", ...),
     /// relative to the results folder. Filled in by whoever writes them.
     pub files: BTreeMap<String, String>,
+    /// What the trace receiver counted (absent when tracing was off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traces: Option<crate::traces::collector::TraceCounts>,
 }
 
 impl Summary {
@@ -69,6 +72,7 @@ impl Summary {
             interrupted: false,
             skipped: Vec::new(),
             files: BTreeMap::new(),
+            traces: None,
         }
     }
 }

@@ -131,6 +131,7 @@ mod tests {
             variants,
             check: check(),
             report: Report::default(),
+            telemetry: Default::default(),
             sweep: Some(Sweep {
                 key: "hops".into(),
                 values: vec!["1".into(), "2".into()],

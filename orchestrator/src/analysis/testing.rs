@@ -182,6 +182,7 @@ pub fn summary() -> crate::analysis::Summary {
         check: check(),
         report: crate::scenario::Report::default(),
         sweep: None,
+        telemetry: crate::scenario::Telemetry::default(),
     };
     let echo = ScenarioEcho::new(
         &scenario,

@@ -225,6 +225,10 @@ pub struct VariantReport {
     /// and, for nftables, the packets its rules saw and dropped.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<crate::netfault::FaultRecord>,
+    /// The per-hop breakdown from the traces and its cross-check against
+    /// the reply paths (absent when tracing was off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traces: Option<crate::traces::breakdown::TraceReport>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     /// Not in summary.json: rebuilt from requests.csv when read back.
     #[serde(skip, default = "super::stats::new_histogram")]
@@ -444,6 +448,7 @@ pub fn analyze_variant(
         incidents: Vec::new(),
         broker: Vec::new(),
         faults: Vec::new(),
+        traces: None,
         latency_histogram: latency,
     }
 }

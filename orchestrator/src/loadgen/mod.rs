@@ -33,6 +33,7 @@ use tokio::{sync::watch, task::JoinSet, time::Instant};
 use crate::{
     record::{Outcome, RequestRecord},
     scenario::{Load, LoadMode, Stop},
+    traces::loadgen::LoadTracer,
 };
 
 /// What the load generator calls: the first hop, under its client policy.
@@ -121,6 +122,7 @@ pub async fn generate(
     sleeper: Sleeper,
     progress: Option<ProgressBar>,
     stop: watch::Receiver<bool>,
+    tracer: Option<Arc<LoadTracer>>,
 ) -> LoadOutcome {
     let payload = Arc::new(payload(load.payload_bytes));
     let shared = Arc::new(Shared {
@@ -129,6 +131,7 @@ pub async fn generate(
         payload,
         origin: Instant::now(),
         warmup: load.warmup,
+        tracer,
     });
     let (records, measured, interrupted) = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
@@ -181,6 +184,8 @@ struct Shared {
     payload: Arc<Vec<u8>>,
     origin: Instant,
     warmup: Duration,
+    /// Makes each request's root span, when tracing is on.
+    tracer: Option<Arc<LoadTracer>>,
 }
 
 impl Shared {
@@ -196,6 +201,7 @@ impl Shared {
         let timeout = self.timeout;
         let payload = Arc::clone(&self.payload);
         let measure_from = self.origin + self.warmup;
+        let tracer = self.tracer.clone();
         async move {
             let start = Instant::now();
             let request = CallRequest {
@@ -204,8 +210,34 @@ impl Shared {
                 attempt: 0,
                 caller: String::new(),
             };
-            let called = target.call(&request, timeout).await;
+            let trace = tracer.as_ref().map(|t| (t, t.request(id)));
+            let called = match trace {
+                // The request's trace context is current while it is sent,
+                // so the clients inject it.
+                Some((t, rt)) => {
+                    use opentelemetry::context::FutureExt;
+                    target
+                        .call(&request, timeout)
+                        .with_context(t.context(rt))
+                        .await
+                }
+                None => target.call(&request, timeout).await,
+            };
             let end = Instant::now();
+            if let Some((t, rt)) = trace {
+                let error = called
+                    .result
+                    .as_ref()
+                    .err()
+                    .map(|s| s.message().to_string());
+                t.record(
+                    rt,
+                    id,
+                    std::time::SystemTime::now(),
+                    end.saturating_duration_since(intended),
+                    error.as_deref(),
+                );
+            }
             let (outcome, path) = match called.result {
                 Ok(reply) => (Outcome::Ok, reply.path),
                 Err(status) if status.code() == tonic::Code::DeadlineExceeded => {

@@ -4,7 +4,10 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
 
-use crate::analysis::{Percentiles, Summary, VariantReport};
+use crate::{
+    analysis::{Percentiles, Summary, VariantReport},
+    traces::breakdown::{Dist, TraceReport},
+};
 
 /// Renders `summary` for a terminal. Never panics, also without variants or
 /// requests (missing numbers print as `-`).
@@ -25,7 +28,14 @@ pub fn render_table(summary: &Summary) -> String {
             out.push_str(&comparison_line(first, v));
         }
     }
+    if summary.variants.iter().any(|v| v.traces.is_some()) {
+        out.push_str(&trace_breakdown(&summary.variants).to_string());
+        out.push('\n');
+    }
     for v in &summary.variants {
+        if let Some(line) = v.traces.as_ref().and_then(trace_disagreement) {
+            out.push_str(&format!("{}: traces: {line}\n", v.name));
+        }
         if !v.accounted {
             out.push_str(&format!(
                 "{}: accounting mismatch: sent {} vs ok {} + errors {} + timeouts {} ({} duplicate ids)\n",
@@ -201,6 +211,52 @@ fn per_hop(variants: &[VariantReport]) -> Table {
     t
 }
 
+/// The per-hop breakdown from the traces: medians and p99s in µs.
+fn trace_breakdown(variants: &[VariantReport]) -> Table {
+    let mut t = table(&[
+        "variant",
+        "hop (traces)",
+        "spans",
+        "self p50/p99",
+        "downstream p50/p99",
+        "network p50/p99",
+        "queue wait p50/p99",
+    ]);
+    let pair = |d: &Dist| {
+        format!(
+            "{} / {}",
+            format_us(d.p50_us.round() as u64),
+            format_us(d.p99_us.round() as u64)
+        )
+    };
+    for v in variants {
+        let Some(traces) = &v.traces else { continue };
+        for h in &traces.hops {
+            t.add_row(vec![
+                v.name.clone(),
+                h.hop.clone(),
+                h.spans.to_string(),
+                pair(&h.self_time),
+                pair(&h.downstream),
+                pair(&h.network),
+                pair(&h.queue_wait),
+            ]);
+        }
+    }
+    t
+}
+
+/// What the traces and the reply paths disagree on, if anything.
+fn trace_disagreement(t: &TraceReport) -> Option<String> {
+    if t.missing == 0 && t.incomplete == 0 && t.orphan_spans == 0 && t.timing_disagreements == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} of {} sampled ok requests have a complete trace; {} missing, {} disagree with their reply path, {} orphan span(s), {} hop time(s) off the path's by more than 1ms",
+        t.complete, t.expected, t.missing, t.incomplete, t.orphan_spans, t.timing_disagreements
+    ))
+}
+
 /// `compounding: measured 27.3 % [26.1, 28.6] vs model 27.1 % (declared
 /// 27.1 %): pass`, or `None` when the check was not requested.
 fn compounding_line(v: &VariantReport) -> Option<String> {
@@ -274,6 +330,39 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("check: pass\n"), "{text}");
+        assert!(
+            !text.contains("hop (traces)"),
+            "no traces, no table: {text}"
+        );
+    }
+
+    #[test]
+    fn shows_the_trace_breakdown_and_names_disagreements() {
+        use crate::traces::breakdown::HopBreakdown;
+        let mut s = summary();
+        let hop = HopBreakdown {
+            hop: "frontend".into(),
+            spans: 9,
+            self_time: Dist::of(vec![1_500_000; 9]),
+            ..HopBreakdown::default()
+        };
+        s.variants[0].traces = Some(TraceReport {
+            expected: 10,
+            complete: 7,
+            missing: 2,
+            incomplete: 1,
+            hops: vec![hop],
+            ..TraceReport::default()
+        });
+        let text = render_table(&s);
+        assert!(text.contains("hop (traces)"), "{text}");
+        assert!(text.contains("1.50ms / 1.50ms"), "{text}");
+        assert!(
+            text.contains(
+                "base: traces: 7 of 10 sampled ok requests have a complete trace; 2 missing, 1 disagree with their reply path, 0 orphan span(s), 0 hop time(s) off the path's by more than 1ms"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@
 //! | `[check]` | table | `slow_threshold = "1s"`, `compounding = false` |
 //! | `[report]` | table | `histogram = false` |
 //! | `[sweep]` | table | none |
+//! | `[telemetry]` | table | `sampling = 1.0`, no `forward` |
 //!
 //! `[load]`: `mode` = `"open"` | `"closed"` (required). Open needs `rate`
 //! (number, > 0, <= 1 000 000) and takes `arrivals` = `"poisson"` (default)
@@ -87,6 +88,12 @@
 //! `[report]`: `histogram` (bool): also print each variant's latency
 //! histogram in the terminal, one bucket per line with a bar, as
 //! back-to-back's study did.
+//!
+//! `[telemetry]`: `sampling` (number in [0, 1], default 1.0: the share of
+//! requests traced; 0 turns tracing off, as `tailmesh run --no-traces`
+//! does), `forward` (an `http://host:port` OTLP gRPC endpoint, e.g. a
+//! Jaeger on 4317, that also receives every span; `--otlp-forward`
+//! overrides it).
 //!
 //! `[check]`: `slow_threshold` (> 0, default `"1s"`), `compounding`
 //! (bool, default false; true needs an explicit `slow_threshold`).
@@ -259,6 +266,7 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
                 key: s.key,
                 values: s.texts,
             }),
+            telemetry: base.telemetry,
         }),
         _ => Err(problems.into_errors(source, origin)),
     }

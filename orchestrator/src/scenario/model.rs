@@ -30,6 +30,26 @@ pub struct Scenario {
     pub report: Report,
     /// The swept parameter, when the scenario sweeps one.
     pub sweep: Option<Sweep>,
+    /// Traces: sampling and forwarding.
+    pub telemetry: Telemetry,
+}
+
+/// How requests are traced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Telemetry {
+    /// The share of requests traced, 0.0 (tracing off) to 1.0.
+    pub sampling: f64,
+    /// An OTLP gRPC endpoint every span is also sent to (e.g. Jaeger).
+    pub forward: Option<String>,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            sampling: 1.0,
+            forward: None,
+        }
+    }
 }
 
 /// A parameter swept over a list of values: every variant runs once per

@@ -102,6 +102,10 @@ compounding = true
 
 [report]
 histogram = true
+
+[telemetry]
+sampling = 0.5
+forward = "http://127.0.0.1:4317"
 "#;
 
 #[test]
@@ -209,6 +213,10 @@ fn full_scenario_parses_into_the_exact_model() {
         },
         report: Report { histogram: true },
         sweep: None,
+        telemetry: Telemetry {
+            sampling: 0.5,
+            forward: Some("http://127.0.0.1:4317".to_owned()),
+        },
     };
     assert_eq!(ok(FULL), expected);
 }
@@ -474,6 +482,7 @@ fn defaults_fill_in_a_minimal_scenario() {
         },
         report: Report::default(),
         sweep: None,
+        telemetry: Telemetry::default(),
     };
     assert_eq!(ok(&source), expected);
 }
@@ -1237,4 +1246,38 @@ name = "b"
         downstream,
         [vec!["a".to_owned(), "b".to_owned()], vec![], vec![]]
     );
+}
+
+#[test]
+fn telemetry_defaults_to_full_sampling_and_checks_its_keys() {
+    let base =
+        "name = \"t\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 5\n[[hop]]\nname = \"a\"\n";
+    assert_eq!(ok(base).telemetry, Telemetry::default());
+    assert_eq!(Telemetry::default().sampling, 1.0);
+    let off = ok(&format!("{base}[telemetry]\nsampling = 0.0\n"));
+    assert_eq!(off.telemetry.sampling, 0.0);
+    let bad = problems(&format!(
+        "{base}[telemetry]\nsampling = 1.5\nforward = \"127.0.0.1:4317\"\nexport = true\n"
+    ));
+    let messages: Vec<&str> = bad.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert_eq!(bad.len(), 3, "{messages:#?}");
+    assert!(
+        messages[2].contains("unknown key \"export\""),
+        "{messages:#?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("sampling")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("forward") && m.contains("http://127.0.0.1:4317")),
+        "{messages:#?}"
+    );
+    let variant = problems(&format!(
+        "{base}[[variant]]\nname = \"v\"\nset = {{ \"telemetry.sampling\" = 0.5 }}\n"
+    ));
+    assert_eq!(variant.len(), 1, "{variant:#?}");
+    assert!(variant[0].2.contains("per scenario"), "{variant:#?}");
 }

@@ -12,7 +12,7 @@ use tailmesh_services::model::{
 use super::error::Problems;
 use super::model::{
     Arrivals, Check, ClientPolicy, ConnectionMode, Hedge, Hop, Launcher, Load, LoadMode, MAX_HOPS,
-    NetFault, ReplicaNet, Report, Stop,
+    NetFault, ReplicaNet, Report, Stop, Telemetry,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -31,6 +31,7 @@ const TOP_KEYS: &[&str] = &[
     "check",
     "report",
     "sweep",
+    "telemetry",
 ];
 const LOAD_KEYS: &[&str] = &[
     "mode",
@@ -64,6 +65,7 @@ const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
 const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding"];
 const REPORT_KEYS: &[&str] = &["histogram"];
+const TELEMETRY_KEYS: &[&str] = &["sampling", "forward"];
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
@@ -79,6 +81,7 @@ pub(super) struct Parts {
     pub hops: Vec<Hop>,
     pub check: Check,
     pub report: Report,
+    pub telemetry: Telemetry,
 }
 
 /// Validates a whole tree; `Some` only if it has no problem at all.
@@ -179,7 +182,23 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         None => Some(Report::default()),
     };
 
-    let parts = match (name, description, seed, launcher, load, hops, check, report) {
+    let telemetry = match table_section(&top, &mut p, "telemetry") {
+        Some(Some(section)) => telemetry(&section, &mut p),
+        Some(None) => None,
+        None => Some(Telemetry::default()),
+    };
+
+    let parts = match (
+        name,
+        description,
+        seed,
+        launcher,
+        load,
+        hops,
+        check,
+        report,
+        telemetry,
+    ) {
         (
             Some(name),
             Some(description),
@@ -189,6 +208,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             Some(hops),
             Some(check),
             Some(report),
+            Some(telemetry),
         ) if p.is_empty() => Some(Parts {
             name,
             description,
@@ -198,6 +218,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             hops,
             check,
             report,
+            telemetry,
         }),
         _ => None,
     };
@@ -374,6 +395,40 @@ fn report(s: &Section<'_>, p: &mut Problems) -> Option<Report> {
     };
     Some(Report {
         histogram: histogram?,
+    })
+}
+
+fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> {
+    s.unknown_keys(p, TELEMETRY_KEYS);
+    let sampling = match s.get("sampling") {
+        None => Some(1.0),
+        Some(_) => s.probability(p, "sampling"),
+    };
+    let forward = match s.get("forward") {
+        None => Some(None),
+        Some(_) => s.string(p, "forward").and_then(|(url, entry)| {
+            let valid = (url.starts_with("http://") || url.starts_with("https://"))
+                && url.split_once("://").is_some_and(|(_, rest)| {
+                    !rest.is_empty() && !rest.contains(char::is_whitespace)
+                });
+            if valid {
+                Some(Some(url.to_owned()))
+            } else {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} must be an OTLP gRPC URL like \"http://127.0.0.1:4317\", not \"{url}\"",
+                        s.name("forward")
+                    ),
+                );
+                None
+            }
+        }),
+    };
+    Some(Telemetry {
+        sampling: sampling?,
+        forward: forward?,
     })
 }
 

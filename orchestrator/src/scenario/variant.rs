@@ -231,7 +231,7 @@ fn target(path: &str) -> Result<Target, String> {
             )),
         },
         "seed" => Err("seed cannot be overridden by a variant: it is per scenario".to_owned()),
-        "check" | "report" => Err(format!(
+        "check" | "report" | "telemetry" => Err(format!(
             "override path \"{path}\": [{first}] cannot be overridden by a variant, it is per scenario"
         )),
         "name" | "description" | "variant" => Err(format!(

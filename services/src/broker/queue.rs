@@ -55,6 +55,8 @@ pub(crate) struct NewTask {
     pub id: u64,
     pub payload: Vec<u8>,
     pub headers: HashMap<String, String>,
+    /// The queue-wait span of a traced task, closed at dispatch.
+    pub span: Option<tracing::Span>,
     /// When the producer stops waiting: the earlier of its absolute
     /// deadline and its grpc-timeout.
     pub deadline: Option<Instant>,
@@ -77,6 +79,7 @@ pub(crate) struct Topic {
 struct Pending {
     payload: Vec<u8>,
     headers: HashMap<String, String>,
+    span: Option<tracing::Span>,
     deadline: Option<Instant>,
     deadline_unix_nanos: u64,
     enqueued_at: Instant,
@@ -213,6 +216,7 @@ impl Topic {
             Pending {
                 payload: task.payload,
                 headers: task.headers,
+                span: task.span,
                 deadline: task.deadline,
                 deadline_unix_nanos: task.deadline_unix_nanos,
                 enqueued_at: now,
@@ -509,6 +513,9 @@ impl Inner {
             p.deliveries += 1;
             p.holder = Some(wid);
             p.wait_ns = duration_ns(now.saturating_duration_since(p.enqueued_at));
+            if let Some(span) = p.span.take() {
+                span.record("queue_wait_ns", p.wait_ns as i64);
+            }
             // The last allowed delivery can never be redelivered, so the
             // payload moves instead of being copied (the common case with
             // max_deliveries = 1).
@@ -724,6 +731,7 @@ mod tests {
             id,
             payload: vec![id as u8],
             headers: HashMap::new(),
+            span: None,
             deadline: None,
             deadline_unix_nanos: 0,
             reply,

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use crate::deadline::grpc_timeout;
+use crate::{deadline::grpc_timeout, telemetry};
 use tailmesh_proto::pb::{self, broker_server::BrokerServer, worker_message};
 use tokio::{
     net::TcpListener,
@@ -197,6 +197,33 @@ impl Broker {
     }
 }
 
+/// The queue-wait span of a traced task (enqueue to dispatch), child of
+/// the producer's context in `headers`, whose context then replaces the
+/// producer's so the worker's span is its child. `None` for an untraced
+/// task.
+fn queue_wait_span(topic: &str, headers: &mut HashMap<String, String>) -> Option<tracing::Span> {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !headers.contains_key("traceparent") {
+        return None;
+    }
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        "queue wait",
+        otel.name = format!("queue wait {topic}"),
+        otel.kind = "internal",
+        hop = topic,
+        transport = "pull",
+        variant = telemetry::variant(),
+        queue_wait_ns = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return None;
+    }
+    let _ = span.set_parent(telemetry::extract_headers(headers));
+    telemetry::inject_headers(&span.context(), headers);
+    Some(span)
+}
+
 /// The tonic service over a [`Broker`].
 #[derive(Clone)]
 struct BrokerService(Arc<Broker>);
@@ -221,10 +248,13 @@ impl pb::broker_server::Broker for BrokerService {
         let (deadline, deadline_unix_nanos) = effective_deadline(req.deadline_unix_nanos, timeout);
         let id = broker.next_task.fetch_add(1, Ordering::Relaxed);
         let (reply, mut answer) = oneshot::channel();
+        let mut headers = req.headers;
+        let span = queue_wait_span(&req.topic, &mut headers);
         topic.submit(NewTask {
             id,
             payload: req.payload,
-            headers: req.headers,
+            headers,
+            span,
             deadline,
             deadline_unix_nanos,
             reply,

@@ -183,6 +183,7 @@ impl PushPool {
         if let Some(t) = timeout {
             grpc_request.set_timeout(t);
         }
+        crate::telemetry::inject_metadata(grpc_request.metadata_mut());
         let call = async {
             let mut client = match self.connections {
                 Connections::Shared(_) => {

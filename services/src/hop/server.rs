@@ -23,6 +23,8 @@ use tokio::{
     time::Instant,
 };
 use tonic::{Code, Request, Response, Status, transport::server::TcpIncoming};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{
     client::{Connections, PoolError, PushPool},
@@ -34,6 +36,7 @@ use crate::{
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
     model::{Balance, HopBehavior, Transport},
+    telemetry,
     timer::Sleeper,
 };
 
@@ -141,10 +144,34 @@ enum Target {
 }
 
 impl Downstream {
-    /// Calls it under its policy; also says how many extra attempts
-    /// (retries, hedges) that took.
-    async fn call(&self, request: &CallRequest, timeout: Option<Duration>) -> Called<CallReply> {
-        policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
+    /// Calls it under its policy, inside this hop's client span (whose
+    /// context travels with every attempt); also says how many extra
+    /// attempts (retries, hedges) that took.
+    async fn call(
+        &self,
+        request: &CallRequest,
+        timeout: Option<Duration>,
+        caller: &Inner,
+    ) -> Called<CallReply> {
+        let (hop, transport) = match &self.target {
+            Target::Push(pool) => (pool.hop(), Transport::Push),
+            Target::Pull(target) => (target.topic.as_str(), Transport::Pull),
+        };
+        let span = tracing::info_span!(
+            target: telemetry::TARGET,
+            "call",
+            otel.name = format!("{} -> {hop}", caller.behavior.name),
+            otel.kind = "client",
+            hop = %caller.behavior.name,
+            replica = i64::from(caller.replica),
+            downstream = hop,
+            transport = transport.as_str(),
+            variant = telemetry::variant(),
+            request_id = request.request_id as i64,
+            otel.status_code = tracing::field::Empty,
+            grpc_code = tracing::field::Empty,
+        );
+        let called = policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
             let request = CallRequest {
                 attempt,
                 ..request.clone()
@@ -156,8 +183,41 @@ impl Downstream {
                 }
             }
         })
-        .await
+        .instrument(span.clone())
+        .await;
+        mark_error(&span, &called.result);
+        called
     }
+}
+
+/// Marks `span` as failed with the gRPC code of an error `result`.
+fn mark_error<T>(span: &tracing::Span, result: &Result<T, Status>) {
+    if let Err(status) = result {
+        span.record("otel.status_code", "error");
+        span.record("grpc_code", status.code().description());
+    }
+}
+
+/// The server span of one request at this hop, child of the caller's
+/// context.
+fn server_span(inner: &Inner, request_id: u64, parent: opentelemetry::Context) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        "serve",
+        otel.name = inner.behavior.name.as_str(),
+        otel.kind = "server",
+        hop = %inner.behavior.name,
+        replica = i64::from(inner.replica),
+        transport = inner.transport.as_str(),
+        variant = telemetry::variant(),
+        request_id = request_id as i64,
+        slow = tracing::field::Empty,
+        queue_wait_ns = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        grpc_code = tracing::field::Empty,
+    );
+    let _ = span.set_parent(parent);
+    span
 }
 
 /// A hop reached through the broker: its topic is the hop's name.
@@ -186,6 +246,8 @@ impl PullTarget {
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
         let mut client = self.client.clone();
+        let mut headers = HashMap::new();
+        telemetry::inject_headers(&opentelemetry::Context::current(), &mut headers);
         let context = |status: Status| {
             Status::new(
                 status.code(),
@@ -198,12 +260,7 @@ impl PullTarget {
             )
         };
         let reply = client
-            .submit(
-                &self.topic,
-                request.encode_to_vec(),
-                HashMap::new(),
-                timeout,
-            )
+            .submit(&self.topic, request.encode_to_vec(), headers, timeout)
             .await
             .map_err(context)?;
         CallReply::decode(reply.payload.as_slice())
@@ -346,6 +403,9 @@ impl HopCore {
             inner.sleeper.sleep(extra).await;
         }
         let service = started.elapsed();
+        let span = tracing::Span::current();
+        span.record("slow", plan.slow.is_some());
+        span.record("queue_wait_ns", nanos(queue_wait) as i64);
         // Its own work done, the replica is free for the next request while
         // it waits on its downstream hops.
         drop(slot);
@@ -379,7 +439,10 @@ impl HopCore {
                 caller: inner.behavior.name.clone(),
             };
             let replies = futures::future::join_all(
-                inner.downstream.iter().map(|d| d.call(&child, remaining)),
+                inner
+                    .downstream
+                    .iter()
+                    .map(|d| d.call(&child, remaining, inner)),
             )
             .await;
             for reply in replies {
@@ -420,10 +483,16 @@ struct HopService {
 impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
-        self.core
-            .handle(request.into_inner(), timeout, Duration::ZERO, None)
-            .await
-            .map(Response::new)
+        let parent = telemetry::extract_metadata(request.metadata());
+        let request = request.into_inner();
+        let span = server_span(&self.core.inner, request.request_id, parent);
+        let result = self
+            .core
+            .handle(request, timeout, Duration::ZERO, None)
+            .instrument(span.clone())
+            .await;
+        mark_error(&span, &result);
+        result.map(Response::new)
     }
 }
 
@@ -540,6 +609,8 @@ async fn pull_worker(
                     .unwrap_or_default();
                 Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(now)
             });
+            let parent = telemetry::extract_headers(&task.headers);
+            let span = server_span(&core.inner, request.request_id, parent);
             let reply = core
                 .handle(
                     request,
@@ -547,7 +618,10 @@ async fn pull_worker(
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
                 )
-                .await?;
+                .instrument(span.clone())
+                .await;
+            mark_error(&span, &reply);
+            let reply = reply?;
             Ok(reply.encode_to_vec())
         }
     };

@@ -1,0 +1,416 @@
+//! The per-hop breakdown of each variant's traces (self time, downstream
+//! time, network time, queue wait), cross-checked against the reply
+//! paths the load generator measured.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, span::SpanKind};
+use serde::Serialize;
+
+use super::{FlatSpan, attr_int, attr_string, flatten, loadgen::SERVICE};
+use crate::record::{Outcome, RequestRecord};
+
+/// A distribution of one time, in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Dist {
+    /// Mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Maximum.
+    pub max_us: f64,
+}
+
+impl Dist {
+    /// The distribution of `values` (ns); zeros when empty.
+    pub fn of(mut values: Vec<u64>) -> Self {
+        if values.is_empty() {
+            return Dist::default();
+        }
+        values.sort_unstable();
+        let at = |q: f64| {
+            let i = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+            values[i] as f64 / 1_000.0
+        };
+        Dist {
+            mean_us: values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64 / 1_000.0,
+            p50_us: at(0.50),
+            p99_us: at(0.99),
+            max_us: at(1.0),
+        }
+    }
+}
+
+/// One hop's times, from its server spans in the measured requests'
+/// traces.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct HopBreakdown {
+    /// The hop.
+    pub hop: String,
+    /// Server spans seen.
+    pub spans: u64,
+    /// Server span minus the longest of its downstream client spans
+    /// (downstream calls run in parallel).
+    pub self_time: Dist,
+    /// The longest downstream client span of each request.
+    pub downstream: Dist,
+    /// The caller's client span minus this hop's server span (and minus
+    /// the broker queue wait for pull). For the entry hop the caller is the
+    /// load generator, whose span starts at the intended send time.
+    pub network: Dist,
+    /// The broker queue-wait span (pull hops).
+    pub queue_wait: Dist,
+}
+
+/// What one variant's traces show.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct TraceReport {
+    /// Spans of this variant.
+    pub spans: u64,
+    /// Traces (distinct trace ids).
+    pub traces: u64,
+    /// Measured ok requests that should have a trace (sampled).
+    pub expected: u64,
+    /// Of those, traces whose server spans match the reply path hop for hop.
+    pub complete: u64,
+    /// Expected traces not found (no load-generator span with that id).
+    pub missing: u64,
+    /// Traces found whose server spans disagree with the reply path
+    /// (count or hops).
+    pub incomplete: u64,
+    /// Spans whose parent is not in their trace.
+    pub orphan_spans: u64,
+    /// Hop records of complete traces whose server span's duration differs
+    /// from the reply path's `total_ns` for that hop and replica by more
+    /// than [`TIMING_TOLERANCE_NS`] (both time the same handler).
+    pub timing_disagreements: u64,
+    /// Per hop, in the order the reply path lists them.
+    pub hops: Vec<HopBreakdown>,
+}
+
+/// How far a server span and its path record may differ.
+pub const TIMING_TOLERANCE_NS: u64 = 1_000_000;
+
+fn duration(s: &Span) -> u64 {
+    s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano)
+}
+
+fn is_queue_wait(s: &Span) -> bool {
+    s.name.starts_with("queue wait")
+}
+
+#[derive(Default)]
+struct Times {
+    spans: u64,
+    self_time: Vec<u64>,
+    downstream: Vec<u64>,
+    network: Vec<u64>,
+    queue_wait: Vec<u64>,
+}
+
+/// Analyzes the spans of `variant` against its measured `records`;
+/// `sampled` says which request ids were meant to be traced.
+pub fn analyze(
+    batches: &[ResourceSpans],
+    variant: &str,
+    records: &[RequestRecord],
+    sampled: impl Fn(u64) -> bool,
+) -> TraceReport {
+    let spans: Vec<FlatSpan<'_>> = flatten(batches)
+        .into_iter()
+        .filter(|s| attr_string(s.span, "variant").as_deref() == Some(variant))
+        .collect();
+    let mut traces: HashMap<&[u8], Vec<&Span>> = HashMap::new();
+    for s in &spans {
+        traces
+            .entry(s.span.trace_id.as_slice())
+            .or_default()
+            .push(s.span);
+    }
+    let mut report = TraceReport {
+        spans: spans.len() as u64,
+        traces: traces.len() as u64,
+        ..TraceReport::default()
+    };
+    let mut by_request: HashMap<u64, &[u8]> = HashMap::new();
+    for s in &spans {
+        if s.service == SERVICE
+            && let Some(id) = attr_int(s.span, "request_id")
+        {
+            by_request.insert(id as u64, s.span.trace_id.as_slice());
+        }
+    }
+    // Hop times come from the measured requests' traces only (not warmup's).
+    let measured: HashSet<&[u8]> = records
+        .iter()
+        .filter_map(|r| by_request.get(&r.id).copied())
+        .collect();
+    let mut times: BTreeMap<String, Times> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for (trace_id, trace) in &traces {
+        let ids: HashSet<&[u8]> = trace.iter().map(|s| s.span_id.as_slice()).collect();
+        report.orphan_spans += trace
+            .iter()
+            .filter(|s| !s.parent_span_id.is_empty() && !ids.contains(s.parent_span_id.as_slice()))
+            .count() as u64;
+        if !measured.contains(trace_id) {
+            continue;
+        }
+        let by_id: HashMap<&[u8], &Span> =
+            trace.iter().map(|s| (s.span_id.as_slice(), *s)).collect();
+        let children = |parent: &Span| -> Vec<&Span> {
+            trace
+                .iter()
+                .filter(|c| c.parent_span_id == parent.span_id)
+                .copied()
+                .collect()
+        };
+        for server in trace.iter().filter(|s| s.kind == SpanKind::Server as i32) {
+            let Some(hop) = attr_string(server, "hop") else {
+                continue;
+            };
+            if !times.contains_key(&hop) {
+                order.push(hop.clone());
+            }
+            let t = times.entry(hop).or_default();
+            t.spans += 1;
+            let total = duration(server);
+            let down = children(server)
+                .iter()
+                .filter(|c| c.kind == SpanKind::Client as i32)
+                .map(|c| duration(c))
+                .max()
+                .unwrap_or(0);
+            t.self_time.push(total.saturating_sub(down));
+            t.downstream.push(down);
+            // The caller's side: a queue-wait span (pull) then the client
+            // span, or the client span directly (push).
+            let mut caller = by_id.get(server.parent_span_id.as_slice()).copied();
+            let mut waited = 0;
+            if let Some(q) = caller.filter(|q| is_queue_wait(q)) {
+                waited = duration(q);
+                t.queue_wait.push(waited);
+                caller = by_id.get(q.parent_span_id.as_slice()).copied();
+            }
+            if let Some(c) = caller {
+                t.network
+                    .push(duration(c).saturating_sub(waited).saturating_sub(total));
+            }
+        }
+    }
+    for record in records.iter().filter(|r| r.outcome == Outcome::Ok) {
+        if !sampled(record.id) {
+            continue;
+        }
+        report.expected += 1;
+        let Some(trace) = by_request.get(&record.id).and_then(|t| traces.get(t)) else {
+            report.missing += 1;
+            continue;
+        };
+        let mut from_trace: Vec<String> = trace
+            .iter()
+            .filter(|s| s.kind == SpanKind::Server as i32)
+            .filter_map(|s| attr_string(s, "hop"))
+            .collect();
+        let mut from_path: Vec<String> = record.path.iter().map(|h| h.hop.clone()).collect();
+        from_trace.sort();
+        from_path.sort();
+        if from_trace == from_path {
+            report.complete += 1;
+            for rec in &record.path {
+                let span = trace.iter().find(|s| {
+                    s.kind == SpanKind::Server as i32
+                        && attr_string(s, "hop").as_deref() == Some(rec.hop.as_str())
+                        && attr_int(s, "replica") == Some(i64::from(rec.replica))
+                });
+                let agrees =
+                    span.is_some_and(|s| duration(s).abs_diff(rec.total_ns) <= TIMING_TOLERANCE_NS);
+                if !agrees {
+                    report.timing_disagreements += 1;
+                }
+            }
+        } else {
+            report.incomplete += 1;
+        }
+    }
+    report.hops = order
+        .into_iter()
+        .filter_map(|hop| {
+            let t = times.remove(&hop)?;
+            Some(HopBreakdown {
+                hop,
+                spans: t.spans,
+                self_time: Dist::of(t.self_time),
+                downstream: Dist::of(t.downstream),
+                network: Dist::of(t.network),
+                queue_wait: Dist::of(t.queue_wait),
+            })
+        })
+        .collect();
+    report.hops.sort_by(|a, b| a.hop.cmp(&b.hop));
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use opentelemetry_proto::tonic::{
+        common::v1::{AnyValue, KeyValue, any_value::Value},
+        resource::v1::Resource,
+        trace::v1::ScopeSpans,
+    };
+    use tailmesh_proto::pb::HopRecord;
+
+    use super::*;
+
+    fn kv(key: &str, value: Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..KeyValue::default()
+        }
+    }
+
+    /// A span of the test trace: id `id`, parent `parent` (0: none), from
+    /// `start` to `end` ns, of hop `hop`.
+    fn span(
+        id: u8,
+        parent: u8,
+        name: &str,
+        kind: SpanKind,
+        hop: &str,
+        start: u64,
+        end: u64,
+    ) -> Span {
+        let mut attributes = vec![
+            kv("variant", Value::StringValue("v".into())),
+            kv("hop", Value::StringValue(hop.into())),
+            kv("replica", Value::IntValue(0)),
+        ];
+        if hop == SERVICE {
+            attributes.push(kv("request_id", Value::IntValue(7)));
+        }
+        Span {
+            trace_id: vec![9; 16],
+            span_id: vec![id; 8],
+            parent_span_id: if parent == 0 {
+                Vec::new()
+            } else {
+                vec![parent; 8]
+            },
+            name: name.into(),
+            kind: kind as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            attributes,
+            ..Span::default()
+        }
+    }
+
+    fn batch(spans: Vec<Span>) -> Vec<ResourceSpans> {
+        vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", Value::StringValue(SERVICE.into()))],
+                ..Resource::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..ScopeSpans::default()
+            }],
+            ..ResourceSpans::default()
+        }]
+    }
+
+    /// Request 7 with `hops` in its path, each having taken `total_ns`.
+    fn record_timed(hops: &[&str], total_ns: u64) -> RequestRecord {
+        let mut r = record(hops);
+        for h in &mut r.path {
+            h.total_ns = total_ns;
+        }
+        r
+    }
+
+    fn record(hops: &[&str]) -> RequestRecord {
+        RequestRecord {
+            id: 7,
+            intended: Duration::ZERO,
+            start: Duration::ZERO,
+            end: Duration::from_micros(10),
+            outcome: Outcome::Ok,
+            path: hops
+                .iter()
+                .map(|h| HopRecord {
+                    hop: (*h).into(),
+                    ..HopRecord::default()
+                })
+                .collect(),
+            extra_attempts: 0,
+        }
+    }
+
+    #[test]
+    fn known_trace_gives_known_self_downstream_network_and_queue_times() {
+        let spans = vec![
+            span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
+            span(2, 1, "a", SpanKind::Server, "a", 2_000, 10_000),
+            span(3, 2, "a -> b", SpanKind::Client, "a", 3_000, 9_000),
+            span(4, 3, "queue wait b", SpanKind::Internal, "b", 3_500, 4_500),
+            span(5, 4, "b", SpanKind::Server, "b", 5_000, 8_000),
+        ];
+        let r = analyze(&batch(spans.clone()), "v", &[record(&["b", "a"])], |_| true);
+        assert_eq!((r.spans, r.traces, r.expected, r.complete), (5, 1, 1, 1));
+        assert_eq!((r.missing, r.incomplete, r.orphan_spans), (0, 0, 0));
+        // The path said 0 ns at both hops; the spans say 8 us and 3 us:
+        // within the tolerance. 5 ms is not.
+        assert_eq!(r.timing_disagreements, 0);
+        let late = analyze(
+            &batch(spans),
+            "v",
+            &[record_timed(&["b", "a"], 5_000_000)],
+            |_| true,
+        );
+        assert_eq!(late.timing_disagreements, 2);
+        let a = &r.hops[0];
+        assert_eq!(a.hop, "a");
+        assert_eq!(a.self_time.p50_us, 2.0);
+        assert_eq!(a.downstream.p50_us, 6.0);
+        assert_eq!(a.network.p50_us, 2.0);
+        assert_eq!(a.queue_wait, Dist::default());
+        let b = &r.hops[1];
+        assert_eq!(b.self_time.p50_us, 3.0);
+        assert_eq!(b.downstream.p50_us, 0.0);
+        assert_eq!(b.queue_wait.p50_us, 1.0);
+        assert_eq!(b.network.p50_us, 2.0);
+        // A trace of no measured request (warmup) adds no hop times.
+        let warmup = vec![span(1, 0, "request 7", SpanKind::Client, SERVICE, 0, 9)];
+        assert!(analyze(&batch(warmup), "v", &[], |_| true).hops.is_empty());
+    }
+
+    #[test]
+    fn missing_incomplete_and_orphans_are_counted() {
+        // b's server span hangs off a span that never arrived.
+        let spans = vec![
+            span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
+            span(2, 1, "a", SpanKind::Server, "a", 2_000, 10_000),
+            span(5, 4, "b", SpanKind::Server, "b", 5_000, 8_000),
+        ];
+        let mut other = record(&["a"]);
+        other.id = 8;
+        let r = analyze(
+            &batch(spans),
+            "v",
+            &[record(&["b", "a", "c"]), other],
+            |_| true,
+        );
+        assert_eq!(r.expected, 2);
+        assert_eq!(r.missing, 1, "request 8 has no trace");
+        assert_eq!(r.incomplete, 1, "no c span in request 7's trace");
+        assert_eq!(r.orphan_spans, 1);
+        assert_eq!(r.complete, 0);
+        // Another variant's spans are not this variant's.
+        assert_eq!(analyze(&batch(Vec::new()), "w", &[], |_| true).spans, 0);
+    }
+}

@@ -1,0 +1,441 @@
+//! The embedded OTLP trace receiver: a tonic `TraceService` that keeps
+//! every span of the run in memory (bounded, drops counted), rejects
+//! malformed batches, and optionally forwards everything to an external
+//! collector such as Jaeger without ever slowing the run.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+        trace_service_client::TraceServiceClient,
+        trace_service_server::{TraceService, TraceServiceServer},
+    },
+    trace::v1::ResourceSpans,
+};
+use serde::Serialize;
+use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
+use tonic::{Request, Response, Status, transport::server::TcpIncoming};
+
+/// Spans kept in memory at most; more are dropped and counted.
+pub const DEFAULT_CAPACITY: usize = 2_000_000;
+/// Batches waiting to be forwarded at most; more are dropped and counted.
+const FORWARD_QUEUE: usize = 256;
+/// How long one forwarded batch may take.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the receiver and the forwarder counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct TraceCounts {
+    /// Spans received and kept.
+    pub spans: u64,
+    /// Spans dropped because the store was full.
+    pub dropped: u64,
+    /// Batches rejected as malformed.
+    pub rejected_batches: u64,
+    /// Spans delivered to the forward target.
+    pub forwarded: u64,
+    /// Spans that could not be forwarded (queue full, target unreachable
+    /// or too slow).
+    pub forward_dropped: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    spans: AtomicU64,
+    dropped: AtomicU64,
+    rejected_batches: AtomicU64,
+    forwarded: AtomicU64,
+    forward_dropped: AtomicU64,
+}
+
+/// Where the run's spans go: the in-memory store and the forwarder.
+pub struct Collector {
+    store: Mutex<Vec<ResourceSpans>>,
+    capacity: usize,
+    counters: Arc<Counters>,
+    forward: Mutex<Option<Forwarder>>,
+}
+
+struct Forwarder {
+    tx: mpsc::Sender<ExportTraceServiceRequest>,
+    task: JoinHandle<()>,
+}
+
+fn span_count(batch: &[ResourceSpans]) -> u64 {
+    batch
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len() as u64)
+        .sum()
+}
+
+impl Collector {
+    /// A collector keeping up to `capacity` spans, forwarding to
+    /// `forward` (an `http://host:port` OTLP gRPC endpoint) when given.
+    /// Must be called inside a tokio runtime when forwarding.
+    pub fn new(capacity: usize, forward: Option<&str>) -> Result<Arc<Self>, String> {
+        let counters = Arc::new(Counters::default());
+        let forward = match forward {
+            None => None,
+            Some(url) => Some(Forwarder::start(url, Arc::clone(&counters))?),
+        };
+        Ok(Arc::new(Collector {
+            store: Mutex::new(Vec::new()),
+            capacity,
+            counters,
+            forward: Mutex::new(forward),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<ResourceSpans>> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps a well-formed batch (as much of it as fits) and forwards it.
+    pub fn accept(&self, batch: Vec<ResourceSpans>) {
+        let n = span_count(&batch);
+        if n == 0 {
+            return;
+        }
+        if let Some(f) = self
+            .forward
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let request = ExportTraceServiceRequest {
+                resource_spans: batch.clone(),
+            };
+            if f.tx.try_send(request).is_err() {
+                self.counters
+                    .forward_dropped
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        let kept = self.counters.spans.load(Ordering::Relaxed);
+        if kept + n > self.capacity as u64 {
+            self.counters.dropped.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        self.counters.spans.fetch_add(n, Ordering::Relaxed);
+        self.lock().extend(batch);
+    }
+
+    /// Takes every span stored so far.
+    pub fn take(&self) -> Vec<ResourceSpans> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> TraceCounts {
+        let c = &self.counters;
+        TraceCounts {
+            spans: c.spans.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+            rejected_batches: c.rejected_batches.load(Ordering::Relaxed),
+            forwarded: c.forwarded.load(Ordering::Relaxed),
+            forward_dropped: c.forward_dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops forwarding: waits up to `grace` for queued batches to go out,
+    /// then counts what is left as dropped.
+    pub async fn finish_forwarding(&self, grace: Duration) {
+        let forward = self
+            .forward
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(Forwarder { tx, mut task }) = forward else {
+            return;
+        };
+        drop(tx);
+        if tokio::time::timeout(grace, &mut task).await.is_err() {
+            task.abort();
+            let _ = task.await;
+        }
+        // Whatever was neither delivered nor counted as dropped was lost.
+        let c = &self.counters;
+        let handled =
+            c.forwarded.load(Ordering::Relaxed) + c.forward_dropped.load(Ordering::Relaxed);
+        let total = c.spans.load(Ordering::Relaxed) + c.dropped.load(Ordering::Relaxed);
+        if total > handled {
+            c.forward_dropped
+                .fetch_add(total - handled, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Forwarder {
+    fn start(url: &str, counters: Arc<Counters>) -> Result<Self, String> {
+        let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
+            .map_err(|e| format!("forward target {url}: {e}"))?
+            .connect_timeout(FORWARD_TIMEOUT)
+            .timeout(FORWARD_TIMEOUT);
+        let mut client = TraceServiceClient::new(endpoint.connect_lazy());
+        let (tx, mut rx) = mpsc::channel::<ExportTraceServiceRequest>(FORWARD_QUEUE);
+        let task = tokio::spawn(async move {
+            while let Some(request) = rx.recv().await {
+                let n = span_count(&request.resource_spans);
+                let sent = tokio::time::timeout(FORWARD_TIMEOUT, client.export(request)).await;
+                let counter = match sent {
+                    Ok(Ok(_)) => &counters.forwarded,
+                    _ => &counters.forward_dropped,
+                };
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        });
+        Ok(Forwarder { tx, task })
+    }
+}
+
+/// Why a batch is malformed, if it is: ids of the wrong length, a span
+/// that ends before it starts.
+pub fn malformed(batch: &[ResourceSpans]) -> Option<String> {
+    for span in batch
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+    {
+        if span.trace_id.len() != 16 || span.trace_id.iter().all(|b| *b == 0) {
+            return Some(format!(
+                "span \"{}\": trace id of {} bytes",
+                span.name,
+                span.trace_id.len()
+            ));
+        }
+        if span.span_id.len() != 8 || span.span_id.iter().all(|b| *b == 0) {
+            return Some(format!(
+                "span \"{}\": span id of {} bytes",
+                span.name,
+                span.span_id.len()
+            ));
+        }
+        if !(span.parent_span_id.is_empty() || span.parent_span_id.len() == 8) {
+            return Some(format!(
+                "span \"{}\": parent span id of {} bytes",
+                span.name,
+                span.parent_span_id.len()
+            ));
+        }
+        if span.end_time_unix_nano < span.start_time_unix_nano {
+            return Some(format!("span \"{}\": ends before it starts", span.name));
+        }
+    }
+    None
+}
+
+struct Receiver(Arc<Collector>);
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        request: Request<ExportTraceServiceRequest>,
+    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        let batch = request.into_inner().resource_spans;
+        if let Some(why) = malformed(&batch) {
+            self.0
+                .counters
+                .rejected_batches
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Status::invalid_argument(format!(
+                "malformed span batch: {why}"
+            )));
+        }
+        self.0.accept(batch);
+        Ok(Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+/// A receiver running on its own thread and runtime, so decoding span
+/// batches never delays the load generator. Stops when dropped.
+pub struct ReceiverThread {
+    /// Its store.
+    pub collector: Arc<Collector>,
+    /// `http://127.0.0.1:port`.
+    pub endpoint: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ReceiverThread {
+    /// Binds 127.0.0.1:0 and serves there, keeping up to `capacity` spans
+    /// and forwarding to `forward` when given.
+    pub fn start(capacity: usize, forward: Option<&str>) -> Result<Self, String> {
+        let forward = forward.map(str::to_string);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("trace-receiver".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("trace receiver: runtime: {e}")));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let started = async {
+                        let collector = Collector::new(capacity, forward.as_deref())?;
+                        let listener = TcpListener::bind(("127.0.0.1", 0))
+                            .await
+                            .map_err(|e| format!("trace receiver: bind 127.0.0.1:0: {e}"))?;
+                        let addr = listener
+                            .local_addr()
+                            .map_err(|e| format!("trace receiver: local address: {e}"))?;
+                        Ok::<_, String>((collector, listener, addr))
+                    };
+                    let (collector, listener, addr) = match started.await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok((Arc::clone(&collector), addr)));
+                    if let Err(e) = serve(Arc::clone(&collector), listener, async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    {
+                        eprintln!("warning: trace receiver on {addr}: {e}");
+                    }
+                    // Keep the forwarder's runtime alive until it is done.
+                    collector.finish_forwarding(Duration::ZERO).await;
+                });
+            })
+            .map_err(|e| format!("trace receiver: thread: {e}"))?;
+        let (collector, addr) = ready_rx
+            .recv()
+            .map_err(|_| "trace receiver: thread ended at start".to_string())??;
+        Ok(ReceiverThread {
+            collector,
+            endpoint: format!("http://{addr}"),
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for ReceiverThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Serves the OTLP trace service for `collector` on `listener` until
+/// `shutdown` resolves.
+pub async fn serve(
+    collector: Arc<Collector>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(
+            TraceServiceServer::new(Receiver(collector))
+                .max_decoding_message_size(64 * 1024 * 1024),
+        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry_proto::tonic::trace::v1::{ScopeSpans, Span};
+
+    use super::*;
+
+    fn batch(trace_id: Vec<u8>) -> Vec<ResourceSpans> {
+        vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span {
+                    trace_id,
+                    span_id: vec![1; 8],
+                    name: "s".into(),
+                    start_time_unix_nano: 1,
+                    end_time_unix_nano: 2,
+                    ..Span::default()
+                }],
+                ..ScopeSpans::default()
+            }],
+            ..ResourceSpans::default()
+        }]
+    }
+
+    #[tokio::test]
+    async fn malformed_batches_are_rejected_and_counted_good_ones_kept() {
+        let collector = Collector::new(10, None).expect("collector");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(Arc::clone(&collector), listener, async {
+            let _ = stopped.await;
+        }));
+        let mut client = TraceServiceClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect");
+        let bad = client
+            .export(ExportTraceServiceRequest {
+                resource_spans: batch(vec![7; 3]),
+            })
+            .await
+            .expect_err("a 3-byte trace id is refused");
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+        assert!(bad.message().contains("trace id of 3 bytes"), "{bad}");
+        client
+            .export(ExportTraceServiceRequest {
+                resource_spans: batch(vec![7; 16]),
+            })
+            .await
+            .expect("a good batch is taken");
+        let counts = collector.counts();
+        assert_eq!(counts.rejected_batches, 1);
+        assert_eq!(counts.spans, 1);
+        assert_eq!(span_count(&collector.take()), 1);
+        let _ = stop.send(());
+        server.await.expect("join").expect("serve");
+    }
+
+    #[test]
+    fn a_full_store_drops_and_counts() {
+        let collector = Collector::new(1, None).expect("collector");
+        collector.accept(batch(vec![7; 16]));
+        collector.accept(batch(vec![8; 16]));
+        let counts = collector.counts();
+        assert_eq!((counts.spans, counts.dropped), (1, 1));
+        assert_eq!(span_count(&collector.take()), 1);
+    }
+
+    #[test]
+    fn malformed_names_each_problem() {
+        assert!(malformed(&batch(vec![7; 16])).is_none());
+        assert!(malformed(&batch(vec![0; 16])).is_some());
+        let mut b = batch(vec![7; 16]);
+        b[0].scope_spans[0].spans[0].end_time_unix_nano = 0;
+        assert!(malformed(&b).is_some_and(|m| m.contains("ends before")));
+        let mut b = batch(vec![7; 16]);
+        b[0].scope_spans[0].spans[0].parent_span_id = vec![1; 4];
+        assert!(malformed(&b).is_some_and(|m| m.contains("parent")));
+    }
+}
