@@ -45,7 +45,7 @@ pub struct Summary {
     /// relative to the results folder. Filled in by whoever writes them.
     pub files: BTreeMap<String, String>,
     /// What the trace receiver counted (absent when tracing was off).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traces: Option<crate::traces::collector::TraceCounts>,
 }
 

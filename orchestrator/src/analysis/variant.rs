@@ -223,11 +223,11 @@ pub struct VariantReport {
     pub broker: Vec<tailmesh_services::broker::TopicStats>,
     /// Network faults applied, each with its mechanism (netem or nftables)
     /// and, for nftables, the packets its rules saw and dropped.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<crate::netfault::FaultRecord>,
     /// The per-hop breakdown from the traces and its cross-check against
     /// the reply paths (absent when tracing was off).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traces: Option<crate::traces::breakdown::TraceReport>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     /// Not in summary.json: rebuilt from requests.csv when read back.

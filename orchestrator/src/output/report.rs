@@ -175,8 +175,10 @@ fn ms(us: f64) -> String {
         format!("{ms:.0}ms")
     } else if ms >= 1.0 {
         format!("{ms:.1}ms")
+    } else if us >= 1.0 {
+        format!("{us:.0}us")
     } else {
-        format!("{ms}ms")
+        format!("{us:.2}us")
     }
 }
 
