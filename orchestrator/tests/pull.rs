@@ -222,23 +222,7 @@ work = { kind = "sleep", dist = "fixed", value = "200ms" }
     assert_eq!(split.iter().sum::<u64>(), ok, "{context}");
     assert!(split[1] < split[0], "{split:?}:\n{context}");
 
-    let incidents: Vec<&str> = v
-        .pointer("/incidents")
-        .and_then(Value::as_array)
-        .unwrap_or_else(|| panic!("no incidents:\n{context}"))
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(
-        incidents.iter().any(|i| i.contains("hop-b-1")
-            && i.contains(&format!("pid {victim}"))
-            && i.contains("SIGKILL")),
-        "incidents do not name hop-b-1: {incidents:?}"
-    );
-    assert!(
-        incidents.iter().all(|i| !i.contains("hop-b-0")),
-        "the survivor is not an incident: {incidents:?}"
-    );
+    assert_killed_replica_is_the_incident(v, victim, &context);
 }
 
 // ---------------------------------------------------------------------------

@@ -608,23 +608,7 @@ name = "c"
     assert_eq!(split, ok);
     assert!(u64_at(hop_b, "/replica_requests/1") < u64_at(hop_b, "/replica_requests/0"));
 
-    let incidents: Vec<&str> = v
-        .pointer("/incidents")
-        .and_then(Value::as_array)
-        .unwrap_or_else(|| panic!("no incidents:\n{context}"))
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(
-        incidents.iter().any(|i| i.contains("hop-b-1")
-            && i.contains(&format!("pid {victim}"))
-            && i.contains("SIGKILL")),
-        "incidents do not name hop-b-1: {incidents:?}"
-    );
-    assert!(
-        incidents.iter().all(|i| !i.contains("hop-b-0")),
-        "the survivor is not an incident: {incidents:?}"
-    );
+    assert_killed_replica_is_the_incident(v, victim, &context);
     assert!(
         finished.stderr.contains("hop-b-1"),
         "the run did not warn about hop-b-1:\n{}",

@@ -440,3 +440,25 @@ pub fn connected(pid: u32, port: u16) -> bool {
         })
     })
 }
+
+/// The variant's incidents name the SIGKILLed replica `hop-b-1` (`victim`
+/// is its pid) and not its surviving sibling `hop-b-0`.
+pub fn assert_killed_replica_is_the_incident(v: &Value, victim: u32, context: &str) {
+    let incidents: Vec<&str> = v
+        .pointer("/incidents")
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("no incidents:\n{context}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        incidents.iter().any(|i| i.contains("hop-b-1")
+            && i.contains(&format!("pid {victim}"))
+            && i.contains("SIGKILL")),
+        "incidents do not name hop-b-1: {incidents:?}"
+    );
+    assert!(
+        incidents.iter().all(|i| !i.contains("hop-b-0")),
+        "the survivor is not an incident: {incidents:?}"
+    );
+}
