@@ -8,6 +8,7 @@
 //! - `hop`: the hop server, its per-request draws and its downstream clients.
 //! - [`telemetry`]: trace export and W3C trace context propagation.
 //! - `timer`: sub-millisecond sleeps.
+//! - `runtime_thread`: a runtime on its own thread, for background work.
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 
 pub mod broker;
@@ -16,5 +17,6 @@ pub mod deadline;
 pub mod hop;
 pub mod model;
 pub mod process;
+pub mod runtime_thread;
 pub mod telemetry;
 pub mod timer;

@@ -50,10 +50,7 @@ pub struct Telemetry {
 
 /// The exporter's own thread and runtime: encoding and sending span
 /// batches never runs on the thread that serves requests.
-struct ExportThread {
-    stop: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
+type ExportThread = crate::runtime_thread::RuntimeThread;
 
 impl Telemetry {
     /// Whether spans are exported.
@@ -68,10 +65,8 @@ impl Telemetry {
         {
             tracing::warn!("trace export shutdown: {e}");
         }
-        if let Some(exporter) = self.exporter {
-            let _ = exporter.stop.send(());
-            let _ = exporter.thread.join();
-        }
+        // Dropping the thread stops and joins it.
+        drop(self.exporter);
     }
 }
 
@@ -128,31 +123,10 @@ pub fn init(default_filter: &str) -> Telemetry {
 /// tonic channel's tasks run on that thread's runtime.
 fn export_thread(endpoint: &str) -> Result<(SdkTracerProvider, ExportThread), String> {
     let endpoint = endpoint.to_string();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::Builder::new()
-        .name("otlp-export".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(format!("runtime: {e}")));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                let _ = ready_tx.send(provider(&endpoint).map_err(|e| e.to_string()));
-                let _ = stopped.await;
-            });
-        })
-        .map_err(|e| format!("thread: {e}"))?;
-    let provider = ready_rx
-        .recv()
-        .map_err(|_| "the export thread ended at start".to_string())??;
-    Ok((provider, ExportThread { stop, thread }))
+    ExportThread::spawn("otlp-export", move |ready, stopped| async move {
+        let _ = ready.send(provider(&endpoint).map_err(|e| e.to_string()));
+        let _ = stopped.await;
+    })
 }
 
 fn provider(endpoint: &str) -> Result<SdkTracerProvider, opentelemetry_otlp::ExporterBuildError> {

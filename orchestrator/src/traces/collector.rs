@@ -21,6 +21,7 @@ use opentelemetry_proto::tonic::{
     trace::v1::ResourceSpans,
 };
 use serde::Serialize;
+use tailmesh_services::runtime_thread::RuntimeThread;
 use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 use tonic::{Request, Response, Status, transport::server::TcpIncoming};
 
@@ -265,8 +266,8 @@ pub struct ReceiverThread {
     pub collector: Arc<Collector>,
     /// `http://127.0.0.1:port`.
     pub endpoint: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Stops and joins the receiver when dropped.
+    _thread: RuntimeThread,
 }
 
 impl ReceiverThread {
@@ -274,72 +275,41 @@ impl ReceiverThread {
     /// and forwarding to `forward` when given.
     pub fn start(capacity: usize, forward: Option<&str>) -> Result<Self, String> {
         let forward = forward.map(str::to_string);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("trace-receiver".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
+        let ((collector, addr), thread) =
+            RuntimeThread::spawn("trace-receiver", move |ready, stopped| async move {
+                let started = async {
+                    let collector = Collector::new(capacity, forward.as_deref())?;
+                    let listener = TcpListener::bind(("127.0.0.1", 0))
+                        .await
+                        .map_err(|e| format!("trace receiver: bind 127.0.0.1:0: {e}"))?;
+                    let addr = listener
+                        .local_addr()
+                        .map_err(|e| format!("trace receiver: local address: {e}"))?;
+                    Ok::<_, String>((collector, listener, addr))
+                };
+                let (collector, listener, addr) = match started.await {
+                    Ok(s) => s,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(format!("trace receiver: runtime: {e}")));
+                        let _ = ready.send(Err(e));
                         return;
                     }
                 };
-                runtime.block_on(async move {
-                    let started = async {
-                        let collector = Collector::new(capacity, forward.as_deref())?;
-                        let listener = TcpListener::bind(("127.0.0.1", 0))
-                            .await
-                            .map_err(|e| format!("trace receiver: bind 127.0.0.1:0: {e}"))?;
-                        let addr = listener
-                            .local_addr()
-                            .map_err(|e| format!("trace receiver: local address: {e}"))?;
-                        Ok::<_, String>((collector, listener, addr))
-                    };
-                    let (collector, listener, addr) = match started.await {
-                        Ok(s) => s,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                            return;
-                        }
-                    };
-                    let _ = ready_tx.send(Ok((Arc::clone(&collector), addr)));
-                    if let Err(e) = serve(Arc::clone(&collector), listener, async {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    {
-                        eprintln!("warning: trace receiver on {addr}: {e}");
-                    }
-                    // Keep the forwarder's runtime alive until it is done.
-                    collector.finish_forwarding(Duration::ZERO).await;
-                });
-            })
-            .map_err(|e| format!("trace receiver: thread: {e}"))?;
-        let (collector, addr) = ready_rx
-            .recv()
-            .map_err(|_| "trace receiver: thread ended at start".to_string())??;
+                let _ = ready.send(Ok((Arc::clone(&collector), addr)));
+                if let Err(e) = serve(Arc::clone(&collector), listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+                {
+                    eprintln!("warning: trace receiver on {addr}: {e}");
+                }
+                // Keep the forwarder's runtime alive until it is done.
+                collector.finish_forwarding(Duration::ZERO).await;
+            })?;
         Ok(ReceiverThread {
             collector,
             endpoint: format!("http://{addr}"),
-            stop: Some(stop),
-            thread: Some(thread),
+            _thread: thread,
         })
-    }
-}
-
-impl Drop for ReceiverThread {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
