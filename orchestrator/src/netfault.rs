@@ -54,6 +54,19 @@ pub enum Mechanism {
     NfqueueDelayLine,
 }
 
+/// `ip netns exec <ns> <tool> <args>`: the arguments for `ip` that run
+/// `tool` inside namespace `ns`.
+fn in_namespace(ns: &str, tool: &str, args: Vec<String>) -> Vec<String> {
+    let mut full = vec![
+        "netns".to_owned(),
+        "exec".into(),
+        ns.to_owned(),
+        tool.into(),
+    ];
+    full.extend(args);
+    full
+}
+
 /// The NFQUEUE number of the delay line (queues are per namespace).
 pub const DELAY_QUEUE: u16 = 7;
 
@@ -312,13 +325,7 @@ pub fn apply(
     if fault.loss > 0.0 {
         applied.mechanisms.push(Mechanism::NftablesNumgen);
         for args in nft_loss_commands(&nft_table(run_id), fault.loss) {
-            let mut full = vec![
-                "netns".to_owned(),
-                "exec".into(),
-                member.ns.clone(),
-                "nft".into(),
-            ];
-            full.extend(args);
+            let full = in_namespace(&member.ns, "nft", args);
             if let Err(e) = run_tool("ip", &full) {
                 clear(member, hub, run_id, applied);
                 return Err(e);
@@ -335,13 +342,7 @@ pub fn apply(
             }
         }
         for args in nfqueue_rules("-A") {
-            let mut full = vec![
-                "netns".to_owned(),
-                "exec".into(),
-                member.ns.clone(),
-                "iptables".into(),
-            ];
-            full.extend(args);
+            let full = in_namespace(&member.ns, "iptables", args);
             if let Err(e) = run_tool("ip", &full) {
                 clear(member, hub, run_id, applied);
                 return Err(e);
@@ -466,13 +467,7 @@ pub fn clear(member: &Member, hub: &str, run_id: &str, applied: Applied) -> Opti
             }
             Mechanism::NfqueueDelayLine => {
                 for args in nfqueue_rules("-D") {
-                    let mut full = vec![
-                        "netns".to_owned(),
-                        "exec".into(),
-                        member.ns.clone(),
-                        "iptables".into(),
-                    ];
-                    full.extend(args);
+                    let full = in_namespace(&member.ns, "iptables", args);
                     let _ = run_tool("ip", &full);
                 }
             }

@@ -930,27 +930,38 @@ fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<Slowness> {
     })
 }
 
-fn replica_slow(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Option<ReplicaSlow> {
-    s.unknown_keys(p, &["replica", "factor"]);
+/// The `replica` key of `what` (`replica_slow`, `replica_net`): required,
+/// and below the hop's `replicas` (when that is known).
+fn replica_index(
+    s: &Section<'_>,
+    p: &mut Problems,
+    replicas: Option<u32>,
+    what: &str,
+) -> Option<u32> {
     let replica = s
         .required(p, "replica", |s, p, k| s.int_in(p, k, 0, 63))
-        .and_then(|r| u32::try_from(r).ok());
-    let replica = match (replica, replicas) {
-        (Some(replica), Some(replicas)) if replica >= replicas => {
+        .and_then(|r| u32::try_from(r).ok())?;
+    match replicas {
+        Some(replicas) if replica >= replicas => {
             if let Some(entry) = s.get("replica") {
                 s.report(
-                p,
-                &entry.node.span,
-                format!(
-                    "replica_slow.replica must be less than replicas ({replicas}), got {replica} \
-                     (replicas are numbered from 0)"
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{what}.replica must be less than replicas ({replicas}), got {replica} \
+                         (replicas are numbered from 0)"
                     ),
                 );
             }
             None
         }
-        (replica, _) => replica,
-    };
+        _ => Some(replica),
+    }
+}
+
+fn replica_slow(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Option<ReplicaSlow> {
+    s.unknown_keys(p, &["replica", "factor"]);
+    let replica = replica_index(s, p, replicas, "replica_slow");
     let factor = s.required(p, "factor", |s, p, k| s.number_in(p, k, 1.0, false, 1000.0));
     Some(ReplicaSlow {
         replica: replica?,
@@ -1064,24 +1075,8 @@ fn replica_nets(
         let mut known = vec!["replica"];
         known.extend_from_slice(NET_KEYS);
         child.unknown_keys(p, &known);
-        let replica = child
-            .required(p, "replica", |s, p, k| s.int_in(p, k, 0, 63))
-            .and_then(|r| u32::try_from(r).ok());
-        let replica = match (replica, replicas) {
-            (Some(replica), Some(replicas)) if replica >= replicas => {
-                if let Some(entry) = child.get("replica") {
-                    child.report(
-                        p,
-                        &entry.node.span,
-                        format!(
-                            "replica_net.replica must be less than replicas ({replicas}), got \
-                             {replica} (replicas are numbered from 0)"
-                        ),
-                    );
-                }
-                None
-            }
-            (Some(replica), _) if out.iter().any(|r: &ReplicaNet| r.replica == replica) => {
+        let replica = match replica_index(&child, p, replicas, "replica_net") {
+            Some(replica) if out.iter().any(|r: &ReplicaNet| r.replica == replica) => {
                 if let Some(entry) = child.get("replica") {
                     child.report(
                         p,
@@ -1091,7 +1086,7 @@ fn replica_nets(
                 }
                 None
             }
-            (replica, _) => replica,
+            replica => replica,
         };
         let fault = net_fault(&child, p);
         match (replica, fault) {
