@@ -221,12 +221,16 @@ pub fn write_results(
         report.broker = run.broker.clone();
         report.faults = run.faults.clone();
         if let Some(tracer) = &run.tracer {
-            report.traces = Some(breakdown::analyze(
-                &run.spans,
-                &run.variant.name,
-                &run.load.records,
-                |id| tracer.sampled(id),
-            ));
+            let mut traces =
+                breakdown::analyze(&run.spans, &run.variant.name, &run.load.records, |id| {
+                    tracer.sampled(id)
+                });
+            // Hops in the scenario's order, as everywhere else.
+            let order = |hop: &str| run.variant.hops.iter().position(|h| h.name == hop);
+            traces
+                .hops
+                .sort_by_key(|h| order(&h.hop).unwrap_or(usize::MAX));
+            report.traces = Some(traces);
         }
         reports.push(report);
     }
