@@ -134,18 +134,17 @@ pub fn resolve_launcher(variant: &Variant) -> Result<Launcher, String> {
     if wanted != Launcher::Netns {
         return Ok(wanted);
     }
-    let setup = |message: String| message;
     let why = if variant.has_net_faults() {
         "its network faults need the netns launcher, which"
     } else {
         "launcher = \"netns\""
     };
     if !netns::has_privilege() {
-        return Err(setup(format!(
+        return Err(format!(
             "{why} needs root or CAP_NET_ADMIN and CAP_SYS_ADMIN (to create network \
              namespaces): run as root (sudo), or remove the net/replica_net faults to run \
              with the local launcher"
-        )));
+        ));
     }
     let missing = netns::missing_tools();
     if !missing.is_empty() {
@@ -153,7 +152,7 @@ pub fn resolve_launcher(variant: &Variant) -> Result<Launcher, String> {
             .iter()
             .map(|(tool, package)| format!("{tool} (Debian package {package})"))
             .collect();
-        return Err(setup(format!("{why} needs {}", list.join(", "))));
+        return Err(format!("{why} needs {}", list.join(", ")));
     }
     Ok(Launcher::Netns)
 }

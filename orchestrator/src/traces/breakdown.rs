@@ -148,7 +148,6 @@ pub fn analyze(
         .filter_map(|r| by_request.get(&r.id).copied())
         .collect();
     let mut times: BTreeMap<String, Times> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
     for (trace_id, trace) in &traces {
         let ids: HashSet<&[u8]> = trace.iter().map(|s| s.span_id.as_slice()).collect();
         report.orphan_spans += trace
@@ -171,9 +170,6 @@ pub fn analyze(
             let Some(hop) = attr_string(server, "hop") else {
                 continue;
             };
-            if !times.contains_key(&hop) {
-                order.push(hop.clone());
-            }
             let t = times.entry(hop).or_default();
             t.spans += 1;
             let total = duration(server);
@@ -235,21 +231,18 @@ pub fn analyze(
             report.incomplete += 1;
         }
     }
-    report.hops = order
+    // By name (deterministic); callers put them in their scenario's order.
+    report.hops = times
         .into_iter()
-        .filter_map(|hop| {
-            let t = times.remove(&hop)?;
-            Some(HopBreakdown {
-                hop,
-                spans: t.spans,
-                self_time: Dist::of(t.self_time),
-                downstream: Dist::of(t.downstream),
-                network: Dist::of(t.network),
-                queue_wait: Dist::of(t.queue_wait),
-            })
+        .map(|(hop, t)| HopBreakdown {
+            hop,
+            spans: t.spans,
+            self_time: Dist::of(t.self_time),
+            downstream: Dist::of(t.downstream),
+            network: Dist::of(t.network),
+            queue_wait: Dist::of(t.queue_wait),
         })
         .collect();
-    report.hops.sort_by(|a, b| a.hop.cmp(&b.hop));
     report
 }
 
