@@ -1,9 +1,38 @@
 //! The `grpc-timeout` header: read on the way in (by hops and the broker),
 //! so the remaining time can be passed on (deadline propagation).
 
+use std::future::Future;
 use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
+use tonic::{Code, Status};
+
+/// Awaits `call` for at most `limit`. A call that outlives it is
+/// DEADLINE_EXCEEDED, and so is one the callee cut short once the deadline
+/// had passed: tonic's server reports its own `grpc-timeout` expiry as
+/// CANCELLED ("Timeout expired"), and which of the two timers fires first
+/// is a race. `what` names what was waited for.
+pub async fn within<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, Status>>,
+    what: impl FnOnce() -> String,
+) -> Result<T, Status> {
+    let sent = tokio::time::Instant::now();
+    match tokio::time::timeout(limit, call).await {
+        Ok(Err(status)) if status.code() == Code::Cancelled && sent.elapsed() >= limit => {
+            Err(Status::deadline_exceeded(format!(
+                "{} within {limit:?} (the callee's deadline fired: {})",
+                what(),
+                status.message()
+            )))
+        }
+        Ok(result) => result,
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "{} within {limit:?}",
+            what()
+        ))),
+    }
+}
 
 /// The call's `grpc-timeout`, if present and well-formed.
 pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
@@ -51,5 +80,44 @@ mod tests {
         assert_eq!(grpc_timeout(&md), None);
         md.insert("grpc-timeout", "250u".parse().expect("ascii"));
         assert_eq!(grpc_timeout(&md), Some(Duration::from_micros(250)));
+    }
+
+    async fn answer_after(delay: Duration, status: Option<Status>) -> Result<(), Status> {
+        tokio::time::sleep(delay).await;
+        status.map_or(Ok(()), Err)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_callee_timeout_after_the_deadline_is_deadline_exceeded() {
+        let limit = Duration::from_millis(100);
+        let what = || "no answer".to_owned();
+        let cancelled = || Some(Status::cancelled("Timeout expired"));
+        // The callee's timer fired first, once the deadline had passed.
+        // (tokio's timeout polls the call first, so at the same instant the
+        // callee's answer wins the race.)
+        let late = within(limit, answer_after(limit, cancelled()), what).await;
+        let status = late.expect_err("cancelled");
+        assert_eq!(status.code(), Code::DeadlineExceeded);
+        assert!(
+            status.message().contains("callee's deadline fired"),
+            "{status:?}"
+        );
+        // Cancelled early is a real cancellation, kept as it is.
+        let early = within(limit, answer_after(limit / 2, cancelled()), what).await;
+        assert_eq!(early.map_err(|s| s.code()), Err(Code::Cancelled));
+        // No answer at all.
+        let silent = within(limit, std::future::pending::<Result<(), Status>>(), what).await;
+        let status = silent.expect_err("pending never answers");
+        assert_eq!(status.code(), Code::DeadlineExceeded);
+        assert!(
+            status.message().contains("no answer within 100ms"),
+            "{status:?}"
+        );
+        // In time, untouched.
+        assert!(
+            within(limit, answer_after(limit / 2, None), what)
+                .await
+                .is_ok()
+        );
     }
 }

@@ -89,12 +89,11 @@ impl BrokerClient {
         };
         let patience = deadline + DEADLINE_SLACK;
         request.set_timeout(patience);
-        match tokio::time::timeout(patience, self.inner.submit(request)).await {
-            Ok(reply) => reply.map(tonic::Response::into_inner),
-            Err(_) => Err(Status::deadline_exceeded(format!(
-                "no answer from the broker within {patience:?} (task deadline {deadline:?})"
-            ))),
-        }
+        crate::deadline::within(patience, self.inner.submit(request), || {
+            format!("no answer from the broker (task deadline {deadline:?})")
+        })
+        .await
+        .map(tonic::Response::into_inner)
     }
 
     /// Per-topic statistics: one topic, or every topic when `topic` is

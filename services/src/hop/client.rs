@@ -203,10 +203,7 @@ impl PushPool {
                 .map(tonic::Response::into_inner)
         };
         let result = match timeout {
-            Some(t) => match tokio::time::timeout(t, call).await {
-                Ok(r) => r,
-                Err(_) => Err(Status::deadline_exceeded(format!("no answer within {t:?}"))),
-            },
+            Some(t) => crate::deadline::within(t, call, || "no answer".to_owned()).await,
             None => call.await,
         };
         result.map_err(|status| {
