@@ -9,8 +9,10 @@
 //! - [`telemetry`]: trace export and W3C trace context propagation.
 //! - `timer`: sub-millisecond sleeps.
 //! - `runtime_thread`: a runtime on its own thread, for background work.
+//! - `addr`: [`addr::PeerAddr`], a service's host (address or DNS name) and port.
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 
+pub mod addr;
 pub mod broker;
 pub mod control;
 pub mod deadline;

@@ -2,7 +2,6 @@
 
 use std::{
     collections::HashMap,
-    net::SocketAddr,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -13,6 +12,7 @@ use tonic::{
 };
 
 use super::error::BrokerError;
+use crate::addr::PeerAddr;
 
 /// Extra time the grpc-timeout header (and the local wait) get beyond the
 /// task's own deadline, so the broker's precise DEADLINE_EXCEEDED answer,
@@ -30,8 +30,9 @@ pub struct BrokerClient {
 
 impl BrokerClient {
     /// Connects to the broker at `addr`.
-    pub async fn connect(addr: SocketAddr) -> Result<Self, BrokerError> {
-        let channel = endpoint(addr)
+    pub async fn connect(addr: impl Into<PeerAddr>) -> Result<Self, BrokerError> {
+        let addr = addr.into();
+        let channel = endpoint(&addr)
             .connect()
             .await
             .map_err(|source| BrokerError::Connect { addr, source })?;
@@ -40,8 +41,8 @@ impl BrokerClient {
 
     /// A client for the broker at `addr` that connects on first use, so a
     /// caller can be built before the broker answers.
-    pub fn connect_lazy(addr: SocketAddr) -> Self {
-        Self::from_channel(endpoint(addr).connect_lazy())
+    pub fn connect_lazy(addr: impl Into<PeerAddr>) -> Self {
+        Self::from_channel(endpoint(&addr.into()).connect_lazy())
     }
 
     /// Wraps an existing channel (for callers that build their own, e.g.
@@ -107,11 +108,11 @@ impl BrokerClient {
 }
 
 /// The endpoint every broker client uses.
-pub(crate) fn endpoint(addr: SocketAddr) -> Endpoint {
+pub(crate) fn endpoint(addr: &PeerAddr) -> Endpoint {
     Endpoint::from(
-        format!("http://{addr}")
+        addr.uri()
             .parse::<tonic::codegen::http::Uri>()
-            .expect("a socket address makes a valid URI"),
+            .expect("a checked host and port make a valid URI"),
     )
     .connect_timeout(CONNECT_TIMEOUT)
     .tcp_nodelay(true)

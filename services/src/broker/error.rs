@@ -2,7 +2,9 @@
 //! [`TaskError`] for everything the broker answers on the wire, mapped to a
 //! gRPC status in exactly one place (`From<TaskError> for Status`).
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
+
+use crate::addr::PeerAddr;
 
 use tonic::{Code, Status};
 
@@ -25,7 +27,7 @@ pub enum BrokerError {
     #[error("connect broker {addr}: {source}")]
     Connect {
         /// The broker's address.
-        addr: SocketAddr,
+        addr: PeerAddr,
         /// Why connecting failed.
         #[source]
         source: tonic::transport::Error,
@@ -35,7 +37,7 @@ pub enum BrokerError {
     #[error("worker {worker:?} on topic {topic:?}: broker {addr} refused it: {status}")]
     WorkerRefused {
         /// The broker's address.
-        addr: SocketAddr,
+        addr: PeerAddr,
         /// The topic the worker asked for.
         topic: String,
         /// The worker's name.

@@ -4,7 +4,6 @@
 use std::{
     collections::HashMap,
     future::Future,
-    net::SocketAddr,
     pin::{Pin, pin},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -15,6 +14,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status, Streaming, transport::Endpoint};
 
 use super::{client::endpoint, error::BrokerError};
+use crate::addr::PeerAddr;
 
 /// First and longest wait between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -46,7 +46,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// finishes and answers the tasks it holds, closes its stream and returns
 /// `Ok(())`; dropping the returned future instead stops at once.
 pub async fn run_worker<H, F>(
-    addr: SocketAddr,
+    addr: impl Into<PeerAddr>,
     topic: String,
     worker: String,
     credits: u32,
@@ -85,7 +85,7 @@ impl Release {
 /// [`run_worker`] for handlers that take a [`Release`] along with each
 /// task, to free their credit before they answer.
 pub async fn run_worker_releasing<H, F>(
-    addr: SocketAddr,
+    addr: impl Into<PeerAddr>,
     topic: String,
     worker: String,
     credits: u32,
@@ -96,12 +96,13 @@ where
     H: Fn(pb::Task, Release) -> F + Clone + Send + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
+    let addr = addr.into();
     let hello = pb::Hello {
         topic,
         worker,
         credits: credits.max(1),
     };
-    let endpoint = endpoint(addr)
+    let endpoint = endpoint(&addr)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);

@@ -2,7 +2,6 @@
 //! several, or a new connection per call) and a balancing policy.
 
 use std::{
-    net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -19,7 +18,7 @@ use tonic::{
 };
 
 use super::draw::keyed_rng;
-use crate::model::Balance;
+use crate::{addr::PeerAddr, model::Balance};
 
 /// How a caller holds its connections to a hop's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +30,7 @@ pub enum Connections {
 }
 
 struct Replica {
-    addr: SocketAddr,
+    addr: PeerAddr,
     endpoint: Endpoint,
     channels: Vec<HopClient<Channel>>,
     next_channel: AtomicUsize,
@@ -62,7 +61,7 @@ pub enum PoolError {
         /// The replica index.
         replica: usize,
         /// Its address.
-        addr: SocketAddr,
+        addr: PeerAddr,
         /// Why.
         source: tonic::transport::Error,
     },
@@ -72,9 +71,9 @@ impl PushPool {
     /// A pool over `addrs` (replica `i` at `addrs[i]`). Channels connect
     /// lazily, so a replica that is down fails its calls, not the pool.
     /// `seed` and `caller` key the random choices of `random` and `p2c`.
-    pub fn new(
+    pub fn new<A: Into<PeerAddr> + Clone>(
         hop: &str,
-        addrs: &[SocketAddr],
+        addrs: &[A],
         balance: Balance,
         connections: Connections,
         seed: u64,
@@ -85,11 +84,12 @@ impl PushPool {
         }
         let mut replicas = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
-            let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            let addr: PeerAddr = addr.clone().into();
+            let endpoint = Endpoint::from_shared(addr.uri())
                 .map_err(|source| PoolError::Endpoint {
                     hop: hop.to_string(),
                     replica: i,
-                    addr: *addr,
+                    addr: addr.clone(),
                     source,
                 })?
                 .tcp_nodelay(true)
@@ -101,7 +101,7 @@ impl PushPool {
                 Connections::PerRequest => Vec::new(),
             };
             replicas.push(Replica {
-                addr: *addr,
+                addr,
                 endpoint,
                 channels,
                 next_channel: AtomicUsize::new(0),

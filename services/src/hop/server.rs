@@ -3,7 +3,6 @@
 use std::{
     collections::HashMap,
     future::Future,
-    net::SocketAddr,
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -33,6 +32,7 @@ use super::{
     work::perform,
 };
 use crate::{
+    addr::PeerAddr,
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
     model::{Balance, HopBehavior, Transport},
@@ -50,7 +50,7 @@ pub struct DownstreamConfig {
     /// How a replica is picked (push).
     pub balance: Balance,
     /// Its replicas' addresses, replica `i` at index `i` (push).
-    pub replicas: Vec<SocketAddr>,
+    pub replicas: Vec<PeerAddr>,
     /// Timeout, retries and hedging for calls to it.
     #[serde(default)]
     pub policy: ClientPolicy,
@@ -69,7 +69,7 @@ pub struct HopConfig {
     pub downstream: Vec<DownstreamConfig>,
     /// The broker, when this hop or a downstream one is reached by pull.
     #[serde(default)]
-    pub broker: Option<SocketAddr>,
+    pub broker: Option<PeerAddr>,
     /// Requests this replica works on at once; the rest wait for a slot
     /// (that wait is reported as queue wait). `None`: no limit for push;
     /// one task at a time for a pull worker (its credit).
@@ -225,14 +225,15 @@ fn server_span(inner: &Inner, request_id: u64, parent: opentelemetry::Context) -
 pub struct PullTarget {
     client: BrokerClient,
     topic: String,
-    broker: SocketAddr,
+    broker: PeerAddr,
 }
 
 impl PullTarget {
     /// A target for `topic` on the broker at `broker`; connects lazily.
-    pub fn new(broker: SocketAddr, topic: &str) -> Self {
+    pub fn new(broker: impl Into<PeerAddr>, topic: &str) -> Self {
+        let broker = broker.into();
         PullTarget {
-            client: BrokerClient::connect_lazy(broker),
+            client: BrokerClient::connect_lazy(&broker),
             topic: topic.to_string(),
             broker,
         }
@@ -311,7 +312,7 @@ impl HopCore {
                     });
                 }
                 Transport::Pull => {
-                    let broker = config.broker.ok_or_else(|| HopError::NoBroker {
+                    let broker = config.broker.as_ref().ok_or_else(|| HopError::NoBroker {
                         hop: config.behavior.name.clone(),
                         downstream: d.hop.clone(),
                     })?;
@@ -529,7 +530,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
 
     let (stop, stopped) = oneshot::channel::<()>();
     let (stop_worker, worker_stopped) = watch::channel(false);
-    let worker = match (config.transport, config.broker) {
+    let worker = match (config.transport, config.broker.clone()) {
         (Transport::Pull, Some(broker)) => Some(tokio::spawn(pull_worker(
             core.clone(),
             broker,
@@ -591,7 +592,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
 /// per credit, until `stopped` turns true.
 async fn pull_worker(
     core: HopCore,
-    broker: SocketAddr,
+    broker: PeerAddr,
     credits: u32,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), BrokerError> {
