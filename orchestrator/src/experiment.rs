@@ -43,6 +43,9 @@ pub struct RunCommand {
     /// Forward every span to this OTLP gRPC endpoint (overrides the
     /// scenario's `[telemetry] forward`).
     pub otlp_forward: Option<String>,
+    /// Run against a deployed mesh (Docker Compose, Kubernetes) instead of
+    /// starting processes; its trace receiver listens on all interfaces.
+    pub attach: Option<run::Attach>,
 }
 
 /// Why a run could not produce results.
@@ -117,8 +120,16 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let runtime = roles::runtime(1).map_err(|e| ExperimentError::Other(format!("{e:#}")))?;
     let receiver = if sampling > 0.0 {
         Some(
-            ReceiverThread::start(collector::DEFAULT_CAPACITY, forward.as_deref())
-                .map_err(ExperimentError::Other)?,
+            ReceiverThread::start(
+                collector::DEFAULT_CAPACITY,
+                forward.as_deref(),
+                if command.attach.is_some() {
+                    std::net::SocketAddr::from(([0, 0, 0, 0], crate::deploy::TRACE_PORT))
+                } else {
+                    std::net::SocketAddr::from(([127, 0, 0, 1], 0))
+                },
+            )
+            .map_err(ExperimentError::Other)?,
         )
     } else {
         None
@@ -134,6 +145,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             exe,
             progress: command.progress,
             traces: traces.clone(),
+            attach: command.attach.clone(),
         };
         let (interrupt_tx, interrupt) = watch::channel(false);
         tokio::spawn(async move {

@@ -4,7 +4,9 @@
 //! - `scenario`: parse, validate and model scenario files.
 //! - `record`: what was measured for each request.
 //! - `roles`: `tailmesh hop` and the other service roles of the one binary.
-//! - `launcher`: start, watch and stop the hop and broker processes.
+//! - `launcher`: start, watch and stop the hop and broker processes (or
+//!   attach to deployed ones).
+//! - `deploy`: Docker Compose files and Kubernetes manifests from a scenario.
 //! - `loadgen`: open- and closed-loop load, measured from intended send times.
 //! - `run`: launch each variant, drive its load, collect what it measured.
 //! - `experiment`: the whole of `tailmesh run`, from file to results.
@@ -17,6 +19,7 @@
 
 pub mod analysis;
 pub mod delayline;
+pub mod deploy;
 pub mod experiment;
 pub mod launcher;
 pub mod loadgen;

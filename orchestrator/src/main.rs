@@ -44,6 +44,61 @@ enum Command {
         /// http://127.0.0.1:4317 (overrides [telemetry] forward).
         #[arg(long, value_name = "URL")]
         otlp_forward: Option<String>,
+        /// Start nothing: run against the hops and broker already running
+        /// under the names `tailmesh compose` / `tailmesh k8s` gave them
+        /// (the orchestrator container of a deployment runs this).
+        #[arg(long)]
+        attach: bool,
+        /// Attached: how long to wait for each service to answer health checks.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "120s", requires = "attach")]
+        attach_timeout: std::time::Duration,
+    },
+    /// Write a Docker Compose file for a scenario: a container per hop
+    /// replica, the broker, Jaeger, and an orchestrator container that runs
+    /// the experiment against them.
+    Compose {
+        /// The scenario file.
+        #[arg(default_value = "scenarios/default.toml")]
+        scenario: PathBuf,
+        #[command(flatten)]
+        deploy: DeployArgs,
+        /// The build context of the image, relative to the Compose file.
+        #[arg(long, default_value = ".")]
+        context: String,
+        /// Where the results go on the host, relative to the Compose file.
+        #[arg(long, default_value = "./results")]
+        results: String,
+    },
+    /// Write Kubernetes manifests for a scenario: a namespace, a Deployment
+    /// and Service per hop replica, the broker, Jaeger, and the
+    /// orchestrator as a Job.
+    K8s {
+        /// The scenario file.
+        #[arg(default_value = "scenarios/default.toml")]
+        scenario: PathBuf,
+        #[command(flatten)]
+        deploy: DeployArgs,
+        /// Write one file per object kind into this folder instead of one
+        /// stream on standard output.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Ask a tailmesh service whether it is SERVING (gRPC health): exit 0
+    /// if so, 1 otherwise. Container health checks run it.
+    #[command(hide = true)]
+    Health {
+        /// host:port.
+        addr: String,
+        /// Bound on the connection and the call.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+        timeout: std::time::Duration,
+    },
+    /// Write a fresh random Control token to a file (the token service of
+    /// a Compose deployment with network faults runs this).
+    #[command(hide = true)]
+    Token {
+        /// The file to write (mode 0600); kept if it already holds a token.
+        out: PathBuf,
     },
     /// Serve the pull broker (started by the launchers).
     Broker {
@@ -97,14 +152,45 @@ enum Command {
         #[arg(required = true)]
         scenarios: Vec<PathBuf>,
     },
-    /// Serve one hop replica (started by the launchers).
+    /// Serve one hop replica (started by the launchers, or by a container
+    /// of a deployment with --scenario).
     Hop {
-        /// The hop's JSON config file.
-        #[arg(long)]
-        config: PathBuf,
+        /// The hop's JSON config file (local and netns launchers).
+        #[arg(
+            long,
+            required_unless_present = "scenario",
+            conflicts_with = "scenario"
+        )]
+        config: Option<PathBuf>,
+        /// Deployed: the scenario to derive this replica's configuration from.
+        #[arg(long, requires = "hop")]
+        scenario: Option<PathBuf>,
+        /// Deployed: the variant (when the scenario has several).
+        #[arg(long, requires = "scenario")]
+        variant: Option<String>,
+        /// Deployed: the hop this replica belongs to.
+        #[arg(long, requires = "scenario")]
+        hop: Option<String>,
+        /// Deployed: the replica index.
+        #[arg(long, requires = "scenario", default_value_t = 0)]
+        replica: u32,
         #[command(flatten)]
         serve: ServeArgs,
     },
+}
+
+#[derive(Args)]
+struct DeployArgs {
+    /// The tailmesh image every container runs.
+    #[arg(long, default_value = tailmesh::deploy::DEFAULT_IMAGE)]
+    image: String,
+    /// Generate for a runtime that does not grant CAP_NET_ADMIN (scenarios
+    /// with network faults are then refused).
+    #[arg(long)]
+    no_net_admin: bool,
+    /// Write to this file instead of standard output (compose).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -172,7 +258,19 @@ fn main() -> ExitCode {
             quiet,
             no_traces,
             otlp_forward,
+            attach,
+            attach_timeout,
         } => {
+            let attach = match attach.then(tailmesh::roles::read_token_file).transpose() {
+                Ok(token) => token.map(|token| tailmesh::run::Attach {
+                    token,
+                    ready_timeout: *attach_timeout,
+                }),
+                Err(e) => {
+                    eprintln!("tailmesh: {e:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
             return run(
                 &RunCommand {
                     scenario: scenario.clone(),
@@ -180,10 +278,47 @@ fn main() -> ExitCode {
                     progress: !quiet,
                     no_traces: *no_traces,
                     otlp_forward: otlp_forward.clone(),
+                    attach,
                 },
                 *check,
             );
         }
+        Command::Compose {
+            scenario,
+            deploy,
+            context,
+            results,
+        } => {
+            let options = tailmesh::deploy::compose::Options {
+                image: deploy.image.clone(),
+                net_admin: !deploy.no_net_admin,
+                context: context.clone(),
+                results: results.clone(),
+            };
+            return generate(scenario, deploy.output.as_deref(), |s, text| {
+                tailmesh::deploy::compose::generate(s, text, &options)
+            });
+        }
+        Command::K8s {
+            scenario,
+            deploy,
+            out_dir,
+        } => {
+            let options = tailmesh::deploy::k8s::Options {
+                image: deploy.image.clone(),
+                net_admin: !deploy.no_net_admin,
+            };
+            return generate_k8s(
+                scenario,
+                deploy.output.as_deref(),
+                out_dir.as_deref(),
+                &options,
+            );
+        }
+        Command::Health { addr, timeout } => {
+            return health(addr, *timeout);
+        }
+        Command::Token { out } => tailmesh::deploy::write_token(out),
         Command::Validate { scenarios } => return validate(scenarios),
         Command::Report { run } => experiment::regenerate_report(run)
             .map(|path| println!("{}", path.display()))
@@ -202,7 +337,32 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
-        Command::Hop { config, serve } => roles::serve_hop(config, &serve.options()),
+        Command::Hop {
+            config: Some(config),
+            serve,
+            ..
+        } => roles::serve_hop(config, &serve.options()),
+        Command::Hop {
+            config: None,
+            scenario,
+            variant,
+            hop,
+            replica,
+            serve,
+        } => match (scenario, hop) {
+            (Some(scenario), Some(hop)) => roles::serve_deployed_hop(
+                &roles::DeployedHop {
+                    scenario: scenario.clone(),
+                    variant: variant.clone(),
+                    hop: hop.clone(),
+                    replica: *replica,
+                },
+                &serve.options(),
+            ),
+            _ => Err(anyhow::anyhow!(
+                "tailmesh hop needs --config, or --scenario and --hop"
+            )),
+        },
         Command::Broker {
             topics,
             queue_capacity,
@@ -261,6 +421,117 @@ fn run(command: &RunCommand, check: bool) -> ExitCode {
         }
         Err(e) => {
             eprintln!("tailmesh: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads and checks a scenario, generates a deployment file from it, and
+/// writes it to `output` or standard output. A scenario that cannot be
+/// deployed is bad input (exit status 2), with every problem listed.
+fn generate(
+    path: &std::path::Path,
+    output: Option<&std::path::Path>,
+    generator: impl FnOnce(&scenario::Scenario, &str) -> Result<String, String>,
+) -> ExitCode {
+    let (scenario, text) = match read_scenario(path) {
+        Ok(read) => read,
+        Err(code) => return code,
+    };
+    let generated = match generator(&scenario, &text) {
+        Ok(generated) => generated,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    match output {
+        None => {
+            print!("{generated}");
+            ExitCode::SUCCESS
+        }
+        Some(out) => match std::fs::write(out, generated) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tailmesh: write {}: {e}", out.display());
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn generate_k8s(
+    path: &std::path::Path,
+    output: Option<&std::path::Path>,
+    out_dir: Option<&std::path::Path>,
+    options: &tailmesh::deploy::k8s::Options,
+) -> ExitCode {
+    let Some(dir) = out_dir else {
+        return generate(path, output, |s, text| {
+            tailmesh::deploy::k8s::generate(s, text, options)
+                .map(|files| files.into_iter().map(|(_, body)| body).collect::<String>())
+        });
+    };
+    let (scenario, text) = match read_scenario(path) {
+        Ok(read) => read,
+        Err(code) => return code,
+    };
+    let files = match tailmesh::deploy::k8s::generate(&scenario, &text, options) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    match tailmesh::deploy::k8s::write_dir(dir, &files) {
+        Ok(()) => {
+            for (name, _) in &files {
+                println!("{}", dir.join(name).display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tailmesh: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn read_scenario(path: &std::path::Path) -> Result<(scenario::Scenario, String), ExitCode> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("{}: cannot read the scenario: {e}", path.display());
+            return Err(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    };
+    match scenario::parse(&text, &path.display().to_string()) {
+        Ok(s) => Ok((s, text)),
+        Err(errors) => {
+            eprintln!("{errors}");
+            Err(ExitCode::from(EXIT_BAD_INPUT))
+        }
+    }
+}
+
+fn health(addr: &str, timeout: std::time::Duration) -> ExitCode {
+    let addr: tailmesh_services::addr::PeerAddr = match addr.parse() {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("tailmesh health: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let checked = roles::runtime(1)
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|rt| {
+            rt.block_on(tailmesh::launcher::health::check(&addr, timeout))
+                .map_err(|e| e.to_string())
+        });
+    match checked {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tailmesh health: {e}");
             ExitCode::FAILURE
         }
     }

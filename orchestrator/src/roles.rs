@@ -37,17 +37,147 @@ pub fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
         .context("start the tokio runtime")
 }
 
-/// Runs a hop replica from its JSON config file until told to stop.
+/// Runs a hop replica from its JSON config file (written by the local and
+/// netns launchers) until told to stop.
 pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(config_path)
         .with_context(|| format!("read hop config {}", config_path.display()))?;
     let config: HopConfig = serde_json::from_str(&text)
         .with_context(|| format!("parse hop config {}", config_path.display()))?;
+    let control = netns_agent(&config)?;
+    serve_hop_config(config, control, options)
+}
+
+/// Which deployed replica a `tailmesh hop --scenario` process is.
+#[derive(Clone, Debug)]
+pub struct DeployedHop {
+    /// The scenario file.
+    pub scenario: PathBuf,
+    /// The variant (may be omitted when the scenario has one).
+    pub variant: Option<String>,
+    /// The hop.
+    pub hop: String,
+    /// The replica index.
+    pub replica: u32,
+}
+
+/// Runs a replica of a deployed mesh (Docker Compose, Kubernetes): its
+/// configuration comes from the scenario, the addresses of the broker and
+/// of the hops it calls from the deployment's service names, its Control
+/// token (when the deployment applies network faults) from the file named
+/// by `TAILMESH_CONTROL_TOKEN_FILE`.
+pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> anyhow::Result<()> {
+    let scenario = crate::scenario::load(&which.scenario).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let variant = match &which.variant {
+        Some(name) => scenario
+            .variants
+            .iter()
+            .find(|v| &v.name == name)
+            .with_context(|| {
+                let names: Vec<&str> = scenario.variants.iter().map(|v| v.name.as_str()).collect();
+                format!(
+                    "{}: no variant {name:?} (it has {})",
+                    which.scenario.display(),
+                    names.join(", ")
+                )
+            })?,
+        None if scenario.variants.len() == 1 => &scenario.variants[0],
+        None => anyhow::bail!(
+            "{}: the scenario has {} variants; say which with --variant",
+            which.scenario.display(),
+            scenario.variants.len()
+        ),
+    };
+    let hop = variant
+        .hops
+        .iter()
+        .find(|h| h.name == which.hop)
+        .with_context(|| {
+            format!(
+                "{}: variant {:?} has no hop {:?}",
+                which.scenario.display(),
+                variant.name,
+                which.hop
+            )
+        })?;
+    anyhow::ensure!(
+        which.replica < hop.replicas,
+        "{}: hop {:?} has {} replica(s); there is no replica {}",
+        which.scenario.display(),
+        hop.name,
+        hop.replicas,
+        which.replica
+    );
+    let addrs = crate::deploy::Naming::for_variant(&scenario, variant)
+        .addrs(variant)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", which.scenario.display()))?;
+    let config = crate::run::hop_config(scenario.seed, variant, hop, which.replica, &addrs);
+    let control = match read_token_file()? {
+        Some(token) => {
+            let exe = std::env::current_exe().context("find the tailmesh executable")?;
+            let seed = config.behavior.seed ^ u64::from(config.replica);
+            Some(tailmesh_services::control::ControlService::new(
+                token,
+                AgentBackend(own_namespace_backend(exe, seed)),
+            ))
+        }
+        None => None,
+    };
+    serve_hop_config(config, control, options)
+}
+
+/// The Control token in the file named by `TAILMESH_CONTROL_TOKEN_FILE`,
+/// if the variable is set.
+pub fn read_token_file() -> anyhow::Result<Option<String>> {
+    let Some(path) = std::env::var_os(crate::deploy::TOKEN_FILE_ENV) else {
+        return Ok(None);
+    };
+    let token = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "read the Control token from {} ({})",
+            PathBuf::from(&path).display(),
+            crate::deploy::TOKEN_FILE_ENV
+        )
+    })?;
+    let token = token.trim().to_owned();
+    anyhow::ensure!(
+        !token.is_empty(),
+        "the Control token file {} is empty",
+        PathBuf::from(&path).display()
+    );
+    Ok(Some(token))
+}
+
+/// The fault agent of a hop in its own namespace (a container or pod).
+fn own_namespace_backend(_exe: PathBuf, _seed: u64) -> Option<crate::netfault::NetBackend> {
+    None
+}
+
+fn serve_hop_config(
+    config: HopConfig,
+    control: Option<tailmesh_services::control::ControlService<AgentBackend>>,
+    options: &ServeOptions,
+) -> anyhow::Result<()> {
     let name = format!(
         "hop \"{}\" replica {}",
         config.behavior.name, config.replica
     );
-    // The fault agent serves only with the run's token (netns launcher).
+    serve(&name, options, |listener, shutdown| async move {
+        tailmesh_services::hop::run_with_control(config, listener, shutdown, control)
+            .await
+            .map_err(anyhow::Error::from)
+    })
+}
+
+/// The fault agent of a hop under the netns launcher: it serves only with
+/// the run's token, and acts on the namespace the launcher describes.
+fn netns_agent(
+    config: &HopConfig,
+) -> anyhow::Result<Option<tailmesh_services::control::ControlService<AgentBackend>>> {
+    let name = format!(
+        "hop \"{}\" replica {}",
+        config.behavior.name, config.replica
+    );
     let control = match std::env::var(crate::launcher::netns::CONTROL_TOKEN_ENV) {
         Ok(token) if !token.is_empty() => {
             let agent = std::env::var(crate::launcher::netns::AGENT_ENV)
@@ -64,11 +194,7 @@ pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyho
         }
         _ => None,
     };
-    serve(&name, options, |listener, shutdown| async move {
-        tailmesh_services::hop::run_with_control(config, listener, shutdown, control)
-            .await
-            .map_err(anyhow::Error::from)
-    })
+    Ok(control)
 }
 
 /// The agent's backend: the namespace's mechanisms, or refusal when the

@@ -3,7 +3,6 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -13,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use tailmesh_proto::pb;
 use tailmesh_services::{
+    addr::PeerAddr,
     broker::{BrokerClient, TopicStats},
     hop::{Connections, DownstreamConfig, HopConfig, PullTarget, PushPool},
     model::Transport,
@@ -21,7 +21,11 @@ use tailmesh_services::{
 use tokio::sync::watch;
 
 use crate::{
-    launcher::{AnyLauncher, LaunchError, LocalLauncher, NetnsLauncher, ProcessSpec, netns},
+    deploy::{self, Addrs, Naming},
+    launcher::{
+        AnyLauncher, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher, ProcessSpec,
+        netns,
+    },
     loadgen::{self, LoadOutcome, Target},
     netfault::{self, FaultRecord},
     scenario::{ConnectionMode, Hop, Launcher, LoadMode, NetFault, Scenario, Stop, Variant},
@@ -30,6 +34,11 @@ use crate::{
 
 /// How long hops get to finish requests in flight when a variant ends.
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// Attached: spans have stopped arriving when none came for this long
+/// (hops export every 200 ms).
+const SPAN_QUIET: Duration = Duration::from_secs(1);
+/// Attached: the longest wait for late spans after a variant.
+const SPAN_SETTLE_LIMIT: Duration = Duration::from_secs(15);
 
 /// Errors that stop a run before it measures anything.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +84,7 @@ pub struct VariantRun {
     pub broker: Vec<TopicStats>,
     /// The network faults applied, with their mechanism.
     pub faults: Vec<FaultRecord>,
-    /// The launcher that ran it: `"local"` or `"netns"`.
+    /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
     pub launcher: &'static str,
     /// The variant's spans, all flushed (its processes have exited).
     pub spans: Vec<ResourceSpans>,
@@ -168,6 +177,18 @@ pub struct RunOptions {
     pub progress: bool,
     /// Tracing, when on.
     pub traces: Option<TraceSetup>,
+    /// Run against services already running (Docker Compose, Kubernetes)
+    /// instead of starting processes.
+    pub attach: Option<Attach>,
+}
+
+/// How `tailmesh run --attach` finds and controls a deployed mesh.
+#[derive(Clone, Debug)]
+pub struct Attach {
+    /// The fault agents' Control token, when the deployment has one.
+    pub token: Option<String>,
+    /// How long to wait for each service to answer health checks.
+    pub ready_timeout: Duration,
 }
 
 /// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` turning
@@ -181,6 +202,10 @@ pub async fn run_variants(
     // Every variant's launcher is checked before the first one starts.
     let mut launchers = Vec::with_capacity(scenario.variants.len());
     for variant in &scenario.variants {
+        if options.attach.is_some() {
+            launchers.push(Launcher::Auto);
+            continue;
+        }
         match resolve_launcher(variant) {
             Ok(kind) => launchers.push(kind),
             Err(message) => {
@@ -210,6 +235,17 @@ pub async fn run_variants(
             describe_load(&variant.load)
         );
         runs.push(run_variant(scenario, variant, kind, options, interrupt.clone()).await?);
+        if let Some(traces) = options.traces.as_ref().filter(|_| options.attach.is_some()) {
+            // Attached services keep running, so their spans arrive in
+            // batches after the load; wait until they stop coming.
+            let late = traces.collector.settle(SPAN_QUIET, SPAN_SETTLE_LIMIT).await;
+            if let Some(run) = runs.last_mut() {
+                run.spans = traces.collector.take();
+                if !late.is_empty() {
+                    run.incidents.push(late);
+                }
+            }
+        }
     }
     Ok(runs)
 }
@@ -231,7 +267,12 @@ async fn run_variant(
         variant: variant.name.clone(),
         message,
     };
-    let mut launcher = if kind == Launcher::Netns {
+    let mut launcher = if let Some(attach) = &options.attach {
+        AnyLauncher::Attached(
+            AttachedLauncher::new(Naming::for_variant(scenario, variant), attach.token.clone())
+                .with_ready_timeout(attach.ready_timeout),
+        )
+    } else if kind == Launcher::Netns {
         let netns = NetnsLauncher::new(log_dir.clone()).map_err(|e| setup(e.to_string()))?;
         let net = netns.network();
         eprintln!(
@@ -267,8 +308,9 @@ async fn run_variant(
     .await;
     let stopped = launcher.shutdown(STOP_GRACE).await;
     let mut run = result?;
-    // Every process has exited and flushed its spans.
-    if let Some(t) = &options.traces {
+    // Every process has exited and flushed its spans (attached services
+    // have not: run_variants collects theirs).
+    if let Some(t) = options.traces.as_ref().filter(|_| options.attach.is_none()) {
         run.spans = t.collector.take();
     }
     for child in stopped.iter().filter(|c| c.forced) {
@@ -308,11 +350,19 @@ async fn measure(
             .arg("--topics")
             .arg(topics.join(","));
         let spec = traced(spec, options.traces.as_ref(), "broker", &variant.name);
-        Some(launcher.launch(spec).await.map_err(launch_error)?.addr)
+        Some(launcher.launch(spec).await.map_err(launch_error)?)
     };
-    let addrs = launch_hops(scenario.seed, variant, broker, options, launcher, log_dir).await?;
+    let addrs = launch_hops(
+        scenario.seed,
+        variant,
+        broker.clone(),
+        options,
+        launcher,
+        log_dir,
+    )
+    .await?;
     let entry = &variant.hops[0];
-    let target = match (entry.transport, broker) {
+    let target = match (entry.transport, broker.clone()) {
         (Transport::Pull, Some(broker)) => {
             Target::pull(PullTarget::new(broker, &entry.name), entry.client.clone())
         }
@@ -324,6 +374,7 @@ async fn measure(
             let pool = PushPool::new(
                 &entry.name,
                 addrs
+                    .hops
                     .get(&entry.name)
                     .map(Vec::as_slice)
                     .unwrap_or_default(),
@@ -336,7 +387,7 @@ async fn measure(
             Target::push(pool, entry.client.clone())
         }
     };
-    let mut faults = Faults::plan(variant, launcher, &addrs);
+    let mut faults = Faults::plan(variant, launcher, &addrs.hops);
     faults.start(Duration::ZERO).await;
     let progress = options.progress.then(|| progress_bar(variant)).flatten();
     let tracer = options.traces.as_ref().map(|t| {
@@ -387,7 +438,7 @@ async fn measure(
     let (faults, fault_incidents) = faults.finish().await;
     incidents.extend(fault_incidents);
     let broker = match broker {
-        Some(addr) => match broker_stats(addr).await {
+        Some(addr) => match broker_stats(&addr).await {
             Ok(stats) => stats,
             Err(e) => {
                 incidents.push(format!("broker statistics unavailable: {e}"));
@@ -402,10 +453,7 @@ async fn measure(
         incidents,
         broker,
         faults,
-        launcher: match launcher {
-            AnyLauncher::Local(_) => "local",
-            AnyLauncher::Netns(_) => "netns",
-        },
+        launcher: launcher.kind(),
         spans: Vec::new(),
         tracer,
     })
@@ -422,7 +470,7 @@ struct Faults {
 }
 
 struct PlannedFault {
-    addr: SocketAddr,
+    addr: PeerAddr,
     record: FaultRecord,
     fault: NetFault,
     applied: bool,
@@ -432,7 +480,7 @@ impl Faults {
     fn plan(
         variant: &Variant,
         launcher: &AnyLauncher,
-        addrs: &BTreeMap<String, Vec<SocketAddr>>,
+        addrs: &BTreeMap<String, Vec<PeerAddr>>,
     ) -> Self {
         let mut faults = Self {
             token: String::new(),
@@ -440,28 +488,35 @@ impl Faults {
             done: Vec::new(),
             incidents: Vec::new(),
         };
-        let Some(net) = launcher.network() else {
-            return faults;
-        };
-        faults.token = net.token().to_owned();
         for hop in &variant.hops {
             for replica in 0..hop.replicas {
                 let Some(fault) = hop.net_of(replica).filter(|f| f.is_active()) else {
                     continue;
                 };
-                let name = format!("hop-{}-{replica}", hop.name);
-                let (Some(member), Some(addr)) = (
-                    net.members().iter().find(|m| m.name == name),
-                    addrs.get(&hop.name).and_then(|a| a.get(replica as usize)),
-                ) else {
+                let role = deploy::hop_role(&hop.name, replica);
+                let addr = addrs.get(&hop.name).and_then(|a| a.get(replica as usize));
+                let (Some((token, place)), Some(addr)) = (launcher.fault_place(&role), addr) else {
+                    faults.incidents.push(format!(
+                        "hop \"{}\" replica {replica}: fault not applied: the {} launcher has \
+                         no fault agent for it{}",
+                        hop.name,
+                        launcher.kind(),
+                        if launcher.kind() == "attached" {
+                            " (the deployment has no Control token: was it generated from this \
+                             scenario?)"
+                        } else {
+                            ""
+                        }
+                    ));
                     continue;
                 };
+                faults.token = token.to_owned();
                 faults.pending.push(PlannedFault {
-                    addr: *addr,
+                    addr: addr.clone(),
                     record: FaultRecord {
                         hop: hop.name.clone(),
                         replica,
-                        namespace: member.ns.clone(),
+                        namespace: place,
                         loss: fault.loss,
                         delay_us: u64::try_from(fault.delay.as_micros()).unwrap_or(u64::MAX),
                         jitter_us: u64::try_from(fault.jitter.as_micros()).unwrap_or(u64::MAX),
@@ -490,7 +545,7 @@ impl Faults {
                     delay_us: planned.record.delay_us,
                     jitter_us: planned.record.jitter_us,
                 };
-                match control_call(planned.addr, &self.token, Some(net)).await {
+                match control_call(&planned.addr, &self.token, Some(net)).await {
                     Ok(state) => {
                         planned.record.mechanisms = state
                             .mechanisms
@@ -529,7 +584,7 @@ impl Faults {
 
     async fn clear(&mut self, planned: PlannedFault) -> FaultRecord {
         let mut record = planned.record;
-        match control_call(planned.addr, &self.token, None).await {
+        match control_call(&planned.addr, &self.token, None).await {
             Ok(state) => {
                 if record
                     .mechanisms
@@ -568,11 +623,11 @@ impl Faults {
 
 /// SetFaults (`Some`) or ClearFaults (`None`) on the agent at `addr`.
 async fn control_call(
-    addr: SocketAddr,
+    addr: &PeerAddr,
     token: &str,
     net: Option<pb::NetFault>,
 ) -> Result<pb::FaultState, tonic::Status> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
         .map_err(|e| tonic::Status::internal(e.to_string()))?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(10));
@@ -611,7 +666,7 @@ fn run_nonce(dir: &Path, variant: &str) -> u64 {
     h.finish()
 }
 
-async fn broker_stats(addr: SocketAddr) -> Result<Vec<TopicStats>, String> {
+async fn broker_stats(addr: &PeerAddr) -> Result<Vec<TopicStats>, String> {
     let mut client = BrokerClient::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -621,73 +676,94 @@ async fn broker_stats(addr: SocketAddr) -> Result<Vec<TopicStats>, String> {
         .map_err(|s| s.message().to_string())
 }
 
+/// The configuration of replica `replica` of `hop`: its behavior, and the
+/// addresses of the broker and of the hops it calls. The local launchers
+/// and a deployed hop (`tailmesh hop --scenario`) both build it here.
+pub fn hop_config(
+    seed: u64,
+    variant: &Variant,
+    hop: &Hop,
+    replica: u32,
+    addrs: &Addrs,
+) -> HopConfig {
+    let downstream = hop
+        .downstream
+        .iter()
+        .filter_map(|name| variant.hops.iter().find(|h| &h.name == name))
+        .map(|d| DownstreamConfig {
+            hop: d.name.clone(),
+            transport: d.transport,
+            balance: d.balance,
+            replicas: addrs.hops.get(&d.name).cloned().unwrap_or_default(),
+            policy: d.client.clone(),
+        })
+        .collect();
+    HopConfig {
+        behavior: hop.behavior(seed),
+        replica,
+        transport: hop.transport,
+        downstream,
+        broker: addrs.broker.clone(),
+        concurrency: hop.concurrency,
+        drain_grace: STOP_GRACE,
+        precise_timer: true,
+    }
+}
+
 /// Starts every replica of every hop, leaves first, so each hop is handed
-/// the addresses of the hops it calls. Returns each hop's replica addresses.
+/// the addresses of the hops it calls. Returns where everything is.
 async fn launch_hops(
     seed: u64,
     variant: &Variant,
-    broker: Option<SocketAddr>,
+    broker: Option<PeerAddr>,
     options: &RunOptions,
     launcher: &mut AnyLauncher,
     log_dir: &Path,
-) -> Result<BTreeMap<String, Vec<SocketAddr>>, RunError> {
-    let mut addrs: BTreeMap<String, Vec<SocketAddr>> = BTreeMap::new();
+) -> Result<Addrs, RunError> {
+    let mut addrs = Addrs {
+        broker,
+        hops: BTreeMap::new(),
+    };
     for hop in launch_order(&variant.hops) {
-        let downstream = hop
-            .downstream
-            .iter()
-            .filter_map(|name| variant.hops.iter().find(|h| &h.name == name))
-            .map(|d| DownstreamConfig {
-                hop: d.name.clone(),
-                transport: d.transport,
-                balance: d.balance,
-                replicas: addrs.get(&d.name).cloned().unwrap_or_default(),
-                policy: d.client.clone(),
-            })
-            .collect::<Vec<_>>();
         let mut replicas = Vec::with_capacity(hop.replicas as usize);
         for replica in 0..hop.replicas {
-            let config = HopConfig {
-                behavior: hop.behavior(seed),
-                replica,
-                transport: hop.transport,
-                downstream: downstream.clone(),
-                broker,
-                concurrency: hop.concurrency,
-                drain_grace: STOP_GRACE,
-                precise_timer: true,
+            let name = deploy::hop_role(&hop.name, replica);
+            let spec = if matches!(launcher, AnyLauncher::Attached(_)) {
+                // Deployed hops read their configuration from the scenario.
+                ProcessSpec::new(name, &options.exe)
+            } else {
+                let config = hop_config(seed, variant, hop, replica, &addrs);
+                let config_path = log_dir.join(format!("{name}.json"));
+                let json = serde_json::to_string_pretty(&config).map_err(|e| RunError::Setup {
+                    variant: variant.name.clone(),
+                    message: format!("encode {name} config: {e}"),
+                })?;
+                std::fs::write(&config_path, json).map_err(|source| RunError::Io {
+                    what: "write",
+                    path: config_path.clone(),
+                    source,
+                })?;
+                let spec = ProcessSpec::new(name, &options.exe)
+                    .arg("hop")
+                    .arg("--config")
+                    .arg(config_path);
+                traced(
+                    spec,
+                    options.traces.as_ref(),
+                    &format!("hop-{}", hop.name),
+                    &variant.name,
+                )
             };
-            let name = format!("hop-{}-{replica}", hop.name);
-            let config_path = log_dir.join(format!("{name}.json"));
-            let json = serde_json::to_string_pretty(&config).map_err(|e| RunError::Setup {
-                variant: variant.name.clone(),
-                message: format!("encode {name} config: {e}"),
-            })?;
-            std::fs::write(&config_path, json).map_err(|source| RunError::Io {
-                what: "write",
-                path: config_path.clone(),
-                source,
-            })?;
-            let spec = ProcessSpec::new(name, &options.exe)
-                .arg("hop")
-                .arg("--config")
-                .arg(config_path);
-            let spec = traced(
-                spec,
-                options.traces.as_ref(),
-                &format!("hop-{}", hop.name),
-                &variant.name,
-            );
-            let launched = launcher
+            let addr = launcher
                 .launch(spec)
                 .await
                 .map_err(|source| RunError::Launch {
                     variant: variant.name.clone(),
                     source,
                 })?;
-            replicas.push(launched.addr);
+            replicas.push(addr);
         }
-        addrs.insert(hop.name.clone(), replicas);
+        addrs.hops.insert(hop.name.clone(), replicas);
     }
     Ok(addrs)
 }

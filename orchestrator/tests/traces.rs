@@ -60,7 +60,8 @@ fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let scenario = write(tmp.path(), "mixed.toml", MIXED);
     let results = tmp.path().join("results");
-    let second = ReceiverThread::start(1_000_000, None).expect("second receiver");
+    let second = ReceiverThread::start(1_000_000, None, ([127, 0, 0, 1], 0).into())
+        .expect("second receiver");
     let finished = tailmesh(
         tmp.path(),
         &run_args(&scenario, &results, &["--otlp-forward", &second.endpoint]),

@@ -102,7 +102,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                         hop: name.clone(),
                         transport: Transport::Push,
                         balance: Balance::RoundRobin,
-                        replicas: replicas.clone(),
+                        replicas: replicas.iter().map(Into::into).collect(),
                         policy: Default::default(),
                     })
                     .collect(),

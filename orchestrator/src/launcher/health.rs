@@ -1,7 +1,9 @@
 //! The readiness probe: one `grpc.health.v1.Health/Check` for the whole
 //! server (service ""), as every supervised tailmesh process serves it.
 
-use std::{error::Error as _, net::SocketAddr, time::Duration};
+use std::time::Duration;
+
+use tailmesh_services::{addr::PeerAddr, hop::client::error_chain};
 
 use tonic::transport::Endpoint;
 use tonic_health::pb::{
@@ -10,35 +12,49 @@ use tonic_health::pb::{
 
 /// Why one health check did not say SERVING.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ProbeError {
+pub enum ProbeError {
+    /// No connection (refused, unresolvable, timed out).
     #[error("connect {addr}: {cause}")]
-    Connect { addr: SocketAddr, cause: String },
+    Connect {
+        /// The address probed.
+        addr: PeerAddr,
+        /// Why, with its causes.
+        cause: String,
+    },
+    /// The call failed.
     #[error("health check on {addr}: {code:?}: {message}")]
     Rpc {
-        addr: SocketAddr,
+        /// The address probed.
+        addr: PeerAddr,
+        /// The status code.
         code: tonic::Code,
+        /// The status message.
         message: String,
     },
+    /// It answered, but not SERVING.
     #[error("health check on {addr}: {status}")]
-    NotServing { addr: SocketAddr, status: String },
+    NotServing {
+        /// The address probed.
+        addr: PeerAddr,
+        /// What it said.
+        status: String,
+    },
 }
 
 /// Asks `addr` once whether it is SERVING; `timeout` bounds the connection
 /// and the call, so a process that accepts but never answers cannot stall
 /// the launcher past its deadline.
-pub(crate) async fn check(addr: SocketAddr, timeout: Duration) -> Result<(), ProbeError> {
-    let endpoint = Endpoint::from(
-        format!("http://{addr}")
-            .parse::<tonic::transport::Uri>()
-            .map_err(|e| ProbeError::Connect {
-                addr,
-                cause: e.to_string(),
-            })?,
-    )
+pub async fn check(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError> {
+    let endpoint = Endpoint::from(addr.uri().parse::<tonic::transport::Uri>().map_err(|e| {
+        ProbeError::Connect {
+            addr: addr.clone(),
+            cause: e.to_string(),
+        }
+    })?)
     .connect_timeout(timeout)
     .timeout(timeout);
     let channel = endpoint.connect().await.map_err(|e| ProbeError::Connect {
-        addr,
+        addr: addr.clone(),
         cause: error_chain(&e),
     })?;
     let response = HealthClient::new(channel)
@@ -47,32 +63,19 @@ pub(crate) async fn check(addr: SocketAddr, timeout: Duration) -> Result<(), Pro
         })
         .await
         .map_err(|status| ProbeError::Rpc {
-            addr,
+            addr: addr.clone(),
             code: status.code(),
             message: status.message().to_string(),
         })?;
     match ServingStatus::try_from(response.into_inner().status) {
         Ok(ServingStatus::Serving) => Ok(()),
         Ok(other) => Err(ProbeError::NotServing {
-            addr,
+            addr: addr.clone(),
             status: other.as_str_name().to_string(),
         }),
         Err(unknown) => Err(ProbeError::NotServing {
-            addr,
+            addr: addr.clone(),
             status: format!("unknown status {}", unknown.0),
         }),
     }
-}
-
-/// tonic's transport errors say only "transport error" at the top; the
-/// cause (connection refused, timed out) is further down the chain.
-fn error_chain(error: &tonic::transport::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

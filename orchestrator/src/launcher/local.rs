@@ -407,7 +407,7 @@ async fn wait_serving(
             }
         }
         if let Some(addr) = *addr {
-            match health::check(addr, PROBE_TIMEOUT).await {
+            match health::check(&addr.into(), PROBE_TIMEOUT).await {
                 Ok(()) => return addr,
                 Err(e) => *last_problem = Some(e.to_string()),
             }

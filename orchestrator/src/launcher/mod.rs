@@ -8,9 +8,12 @@
 //! - `local`: [`LocalLauncher`], processes on 127.0.0.1 with ephemeral ports.
 //! - `netns`: [`NetnsLauncher`], a network namespace and address per process
 //!   on a bridge (root), so network faults hit one replica only.
+//! - `attach`: [`AttachedLauncher`], services someone else started (Docker
+//!   Compose, Kubernetes), found by name.
 //! - `health`: the readiness probe every launcher shares.
 
-mod health;
+mod attach;
+pub mod health;
 mod local;
 pub mod netns;
 
@@ -19,6 +22,9 @@ use std::{
     process::ExitStatus, time::Duration,
 };
 
+use tailmesh_services::addr::PeerAddr;
+
+pub use attach::{AttachedLauncher, DEFAULT_ATTACH_TIMEOUT};
 pub use local::LocalLauncher;
 pub use netns::NetnsLauncher;
 
@@ -29,38 +35,62 @@ pub enum AnyLauncher {
     Local(LocalLauncher),
     /// A namespace per process.
     Netns(NetnsLauncher),
+    /// Services started by Docker Compose or Kubernetes, found by name.
+    Attached(AttachedLauncher),
 }
 
 impl AnyLauncher {
-    /// Starts `spec` and waits until it answers health checks.
-    pub async fn launch(&mut self, spec: ProcessSpec) -> Result<Launched, LaunchError> {
+    /// Starts `spec` (or, attached, finds the service playing `spec.name`)
+    /// and waits until it answers health checks; returns its address.
+    pub async fn launch(&mut self, spec: ProcessSpec) -> Result<PeerAddr, LaunchError> {
         match self {
-            Self::Local(l) => l.launch(spec).await,
-            Self::Netns(l) => l.launch(spec).await,
+            Self::Local(l) => l.launch(spec).await.map(|l| l.addr.into()),
+            Self::Netns(l) => l.launch(spec).await.map(|l| l.addr.into()),
+            Self::Attached(l) => l.launch(&spec.name).await,
         }
     }
 
-    /// Children that exited since the last call.
+    /// Children that exited since the last call (none when attached: the
+    /// container runtime restarts or reports its own).
     pub fn exited(&mut self) -> Vec<ExitedChild> {
         match self {
             Self::Local(l) => l.exited(),
             Self::Netns(l) => l.exited(),
+            Self::Attached(_) => Vec::new(),
         }
     }
 
-    /// Stops every child (and removes the network of a netns launcher).
+    /// Stops every child (and removes the network of a netns launcher);
+    /// attached services keep running.
     pub async fn shutdown(&mut self, grace: Duration) -> Vec<ExitedChild> {
         match self {
             Self::Local(l) => l.shutdown(grace).await,
             Self::Netns(l) => l.shutdown(grace).await,
+            Self::Attached(_) => Vec::new(),
         }
     }
 
-    /// The namespace network, for a netns launcher.
-    pub fn network(&self) -> Option<&netns::Network> {
+    /// The Control token of the fault agents, and where the fault of the
+    /// process `role` (`hop-b-1`) lives: its namespace (netns) or its
+    /// service (attached). `None` for a launcher without fault agents.
+    pub fn fault_place(&self, role: &str) -> Option<(&str, String)> {
         match self {
             Self::Local(_) => None,
-            Self::Netns(l) => Some(l.network()),
+            Self::Netns(l) => {
+                let net = l.network();
+                let member = net.members().iter().find(|m| m.name == role)?;
+                Some((net.token(), member.ns.clone()))
+            }
+            Self::Attached(l) => Some((l.token()?, l.service(role))),
+        }
+    }
+
+    /// `"local"`, `"netns"` or `"attached"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Local(_) => "local",
+            Self::Netns(_) => "netns",
+            Self::Attached(_) => "attached",
         }
     }
 }
@@ -245,6 +275,23 @@ pub enum LaunchError {
         /// The end of its log.
         log: Box<LogTail>,
     },
+    /// An attached service did not answer SERVING in time (attached
+    /// launcher: it is not running, not healthy, or named otherwise).
+    #[error(
+        "{name}: service {service:?} not ready after {}: {last_problem}; is the deployment \
+         running, and was it generated from this scenario (tailmesh compose / tailmesh k8s)?",
+        humantime::format_duration(*waited)
+    )]
+    Unreachable {
+        /// The role (`hop-b-1`, `broker`).
+        name: String,
+        /// The service expected to play it.
+        service: String,
+        /// How long the launcher waited.
+        waited: Duration,
+        /// The last failed health check.
+        last_problem: String,
+    },
     /// Waiting for the process failed in the operating system.
     #[error("{}: cannot wait for it: {source}", who(name, None, *pid))]
     Wait {
@@ -266,6 +313,7 @@ impl LaunchError {
             | LaunchError::Spawn { name, .. }
             | LaunchError::ExitedBeforeReady { name, .. }
             | LaunchError::NotReady { name, .. }
+            | LaunchError::Unreachable { name, .. }
             | LaunchError::Wait { name, .. } => name,
         }
     }

@@ -172,7 +172,7 @@ pub fn new_run_id() -> String {
 }
 
 /// A fresh 128-bit token in hex, from the OS's generator.
-fn new_token() -> String {
+pub fn new_token() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
     format!("{:032x}", rng.random::<u128>())

@@ -125,6 +125,7 @@
 mod error;
 mod model;
 mod read;
+pub(crate) use read::is_dns_label;
 mod tree;
 mod validate;
 mod variant;

@@ -318,7 +318,7 @@ pub(super) fn duration_of(node: &Node) -> Result<Duration, DurationProblem> {
 }
 
 /// Whether `name` is a DNS label: 1 to 63 of [a-z0-9-], no '-' at either end.
-pub(super) fn is_dns_label(name: &str) -> bool {
+pub(crate) fn is_dns_label(name: &str) -> bool {
     (1..=63).contains(&name.len())
         && name
             .bytes()

@@ -147,6 +147,37 @@ impl Collector {
         }
     }
 
+    /// Waits until no span has arrived for `quiet`, at most `limit`. For
+    /// services that keep running after the load (attached), whose last
+    /// batches come on their exporters' schedule. Returns "" when spans
+    /// settled, or a line saying that later ones may be missing.
+    pub async fn settle(&self, quiet: Duration, limit: Duration) -> String {
+        let seen = || {
+            let c = self.counts();
+            c.spans + c.dropped + c.rejected_batches
+        };
+        let started = tokio::time::Instant::now();
+        let mut last = seen();
+        let mut last_change = started;
+        loop {
+            tokio::time::sleep(quiet / 10).await;
+            let now = seen();
+            if now != last {
+                last = now;
+                last_change = tokio::time::Instant::now();
+            } else if last_change.elapsed() >= quiet {
+                return String::new();
+            }
+            if started.elapsed() >= limit {
+                return format!(
+                    "spans were still arriving {} after the load; later ones are not in this \
+                     variant's traces",
+                    humantime::format_duration(limit)
+                );
+            }
+        }
+    }
+
     /// Stops forwarding: waits up to `grace` for queued batches to go out,
     /// then counts what is left as dropped.
     pub async fn finish_forwarding(&self, grace: Duration) {
@@ -264,24 +295,30 @@ impl TraceService for Receiver {
 pub struct ReceiverThread {
     /// Its store.
     pub collector: Arc<Collector>,
-    /// `http://127.0.0.1:port`.
+    /// `http://<bound address>`.
     pub endpoint: String,
     /// Stops and joins the receiver when dropped.
     _thread: RuntimeThread,
 }
 
 impl ReceiverThread {
-    /// Binds 127.0.0.1:0 and serves there, keeping up to `capacity` spans
-    /// and forwarding to `forward` when given.
-    pub fn start(capacity: usize, forward: Option<&str>) -> Result<Self, String> {
+    /// Binds `bind` (127.0.0.1:0 for the local launchers; all interfaces
+    /// on the trace port when attached to a deployment) and serves there,
+    /// keeping up to `capacity` spans and forwarding to `forward` when
+    /// given.
+    pub fn start(
+        capacity: usize,
+        forward: Option<&str>,
+        bind: std::net::SocketAddr,
+    ) -> Result<Self, String> {
         let forward = forward.map(str::to_string);
         let ((collector, addr), thread) =
             RuntimeThread::spawn("trace-receiver", move |ready, stopped| async move {
                 let started = async {
                     let collector = Collector::new(capacity, forward.as_deref())?;
-                    let listener = TcpListener::bind(("127.0.0.1", 0))
+                    let listener = TcpListener::bind(bind)
                         .await
-                        .map_err(|e| format!("trace receiver: bind 127.0.0.1:0: {e}"))?;
+                        .map_err(|e| format!("trace receiver: bind {bind}: {e}"))?;
                     let addr = listener
                         .local_addr()
                         .map_err(|e| format!("trace receiver: local address: {e}"))?;

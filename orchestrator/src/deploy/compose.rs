@@ -1,0 +1,230 @@
+//! `tailmesh compose`: a Docker Compose file for a scenario. One container
+//! per hop replica (and the broker), each deriving its configuration from
+//! the scenario embedded in the file; Jaeger; an orchestrator container
+//! that waits for every hop to be healthy, runs the experiment against
+//! them (`tailmesh run --attach`), forwards spans to Jaeger and writes the
+//! results to the host. Containers whose replica has a network fault get
+//! NET_ADMIN and the Control token, which a one-shot service draws fresh
+//! for every deployment.
+
+use super::{
+    Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_FILE_ENV, digest, needs_token,
+    orchestrator_command, project_name, services,
+    yaml::{Node, flow, map, render, s},
+};
+use crate::scenario::Scenario;
+
+/// The Jaeger v2 image: OTLP in, the UI on 16686.
+pub const JAEGER_IMAGE: &str = "jaegertracing/jaeger:2.15.0";
+/// Where the token service writes and the others read the Control token.
+const TOKEN_DIR: &str = "/run/tailmesh";
+
+/// What the generated file may assume.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The tailmesh image.
+    pub image: String,
+    /// Whether containers may get NET_ADMIN.
+    pub net_admin: bool,
+    /// The image's build context, relative to the Compose file.
+    pub context: String,
+    /// The host folder for results, relative to the Compose file.
+    pub results: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            image: super::DEFAULT_IMAGE.to_owned(),
+            net_admin: true,
+            context: ".".to_owned(),
+            results: "./results".to_owned(),
+        }
+    }
+}
+
+/// The Compose file for `scenario`, whose file text is `text` (embedded,
+/// so the containers run exactly what was generated from).
+pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<String, String> {
+    let runtime = Runtime {
+        name: "Docker Compose",
+        net_admin: options.net_admin,
+    };
+    let services = services(scenario, runtime)?;
+    let token = needs_token(&services);
+    let sampling = scenario.telemetry.sampling;
+
+    let mut entries: Vec<(String, Node)> = Vec::new();
+    if token {
+        entries.push((
+            "control-token".into(),
+            map([
+                ("<<", Node::Raw("*tailmesh".into())),
+                ("command", flow(["token", &format!("{TOKEN_DIR}/token")])),
+                ("healthcheck", map([("disable", Node::Raw("true".into()))])),
+                (
+                    "volumes",
+                    Node::Seq(vec![s(format!("control-token:{TOKEN_DIR}"))]),
+                ),
+            ]),
+        ));
+    }
+    for service in &services {
+        entries.push((service.name.clone(), mesh_service(service, sampling)));
+    }
+    entries.push((
+        "orchestrator".into(),
+        orchestrator(&services, sampling, token, options),
+    ));
+    entries.push((
+        "jaeger".into(),
+        map([
+            ("image", s(JAEGER_IMAGE)),
+            ("ports", Node::Seq(vec![s("16686:16686")])),
+        ]),
+    ));
+
+    let mut top = vec![
+        ("name".to_owned(), s(project_name(scenario))),
+        (
+            "x-tailmesh".to_owned(),
+            Node::Anchored(
+                "tailmesh".into(),
+                vec![
+                    ("image".into(), s(&options.image)),
+                    (
+                        "build".into(),
+                        map([
+                            ("context", s(&options.context)),
+                            ("dockerfile", s("deploy/docker/Dockerfile")),
+                        ]),
+                    ),
+                    (
+                        "configs".into(),
+                        Node::Seq(vec![map([
+                            ("source", s("scenario")),
+                            ("target", s(SCENARIO_PATH)),
+                        ])]),
+                    ),
+                    (
+                        "labels".into(),
+                        map([("tailmesh.scenario-sha256", s(digest(text)))]),
+                    ),
+                    (
+                        "healthcheck".into(),
+                        map([
+                            (
+                                "test",
+                                flow([
+                                    "CMD",
+                                    "tailmesh",
+                                    "health",
+                                    &format!("127.0.0.1:{SERVICE_PORT}"),
+                                ]),
+                            ),
+                            ("interval", s("1s")),
+                            ("timeout", s("3s")),
+                            ("retries", Node::Raw("60".into())),
+                        ]),
+                    ),
+                ],
+            ),
+        ),
+        ("services".to_owned(), Node::Map(entries)),
+        (
+            "configs".to_owned(),
+            // Compose interpolates `$` everywhere, configs included.
+            map([(
+                "scenario",
+                map([("content", Node::Block(text.replace('$', "$$")))]),
+            )]),
+        ),
+    ];
+    if token {
+        top.push((
+            "volumes".to_owned(),
+            map([("control-token", Node::Map(Vec::new()))]),
+        ));
+    }
+    Ok(format!(
+        "{}{}",
+        header(scenario, options),
+        render(&Node::Map(top))
+    ))
+}
+
+fn header(scenario: &Scenario, options: &Options) -> String {
+    format!(
+        "# Generated by `tailmesh compose` from scenario {:?}; do not edit by hand:\n\
+         # change the scenario and generate again (a test keeps the committed\n\
+         # docker-compose.yml in sync with scenarios/default.toml).\n\
+         #\n\
+         #   docker compose up     build the image, start the mesh and Jaeger, run the\n\
+         #                         experiment; results go to {}\n\
+         #   http://localhost:16686  Jaeger: service \"loadgen\", one trace per request\n\
+         #   docker compose down -v  remove every container, network and volume\n",
+        scenario.name, options.results
+    )
+}
+
+fn mesh_service(service: &Service, sampling: f64) -> Node {
+    let env = service
+        .env(sampling, &format!("{TOKEN_DIR}/token"))
+        .into_iter()
+        .map(|(k, v)| (k, s(v)))
+        .collect();
+    let mut entries = vec![
+        ("<<".to_owned(), Node::Raw("*tailmesh".into())),
+        ("command".to_owned(), flow(service.command())),
+        ("environment".to_owned(), Node::Map(env)),
+    ];
+    if service.net_faults {
+        entries.push(("cap_add".to_owned(), flow(["NET_ADMIN"])));
+        entries.push((
+            "volumes".to_owned(),
+            Node::Seq(vec![s(format!("control-token:{TOKEN_DIR}:ro"))]),
+        ));
+        entries.push((
+            "depends_on".to_owned(),
+            map([(
+                "control-token",
+                map([("condition", s("service_completed_successfully"))]),
+            )]),
+        ));
+    }
+    Node::Map(entries)
+}
+
+fn orchestrator(services: &[Service], sampling: f64, token: bool, options: &Options) -> Node {
+    let mut depends: Vec<(String, Node)> = services
+        .iter()
+        .map(|svc| (svc.name.clone(), map([("condition", s("service_healthy"))])))
+        .collect();
+    let mut volumes = vec![s(format!("{}:/results", options.results))];
+    let mut env = Vec::new();
+    if token {
+        depends.insert(
+            0,
+            (
+                "control-token".to_owned(),
+                map([("condition", s("service_completed_successfully"))]),
+            ),
+        );
+        volumes.push(s(format!("control-token:{TOKEN_DIR}:ro")));
+        env.push((TOKEN_FILE_ENV.to_owned(), s(format!("{TOKEN_DIR}/token"))));
+    }
+    let mut entries = vec![
+        ("<<".to_owned(), Node::Raw("*tailmesh".into())),
+        ("command".to_owned(), flow(orchestrator_command(sampling))),
+        (
+            "healthcheck".to_owned(),
+            map([("disable", Node::Raw("true".into()))]),
+        ),
+    ];
+    if !env.is_empty() {
+        entries.push(("environment".to_owned(), Node::Map(env)));
+    }
+    entries.push(("volumes".to_owned(), Node::Seq(volumes)));
+    entries.push(("depends_on".to_owned(), Node::Map(depends)));
+    Node::Map(entries)
+}

@@ -1,0 +1,93 @@
+//! The attached launcher: the hops and the broker were started by someone
+//! else (Docker Compose, Kubernetes) under the names `tailmesh compose` and
+//! `tailmesh k8s` gave them. "Launching" one finds it by name and waits
+//! until it answers gRPC health checks; nothing is started or stopped here.
+
+use std::time::Duration;
+
+use tailmesh_services::addr::PeerAddr;
+use tokio::time::{Instant, sleep};
+
+use super::{LaunchError, health};
+use crate::deploy::Naming;
+
+/// How long [`AttachedLauncher::launch`] waits for a service by default:
+/// containers may still be starting, pods still being scheduled.
+pub const DEFAULT_ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Pause between probes of a service that is not ready yet.
+const PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Bound on one probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Finds a variant's services by name.
+#[derive(Debug)]
+pub struct AttachedLauncher {
+    naming: Naming,
+    ready_timeout: Duration,
+    token: Option<String>,
+}
+
+impl AttachedLauncher {
+    /// Services named by `naming`; `token` is the fault agents' Control
+    /// token, when the deployment has one.
+    pub fn new(naming: Naming, token: Option<String>) -> Self {
+        Self {
+            naming,
+            ready_timeout: DEFAULT_ATTACH_TIMEOUT,
+            token,
+        }
+    }
+
+    /// Sets how long [`AttachedLauncher::launch`] waits for each service.
+    pub fn with_ready_timeout(mut self, ready_timeout: Duration) -> Self {
+        self.ready_timeout = ready_timeout;
+        self
+    }
+
+    /// The fault agents' Control token.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// The service that plays `name` (`hop-b-1`, `broker`) in this variant.
+    pub fn service(&self, name: &str) -> String {
+        self.naming.service(name)
+    }
+
+    /// Waits until the service playing `name` answers SERVING, and returns
+    /// its address. A name that never resolves or answers is an error that
+    /// says which service was expected where.
+    pub async fn launch(&self, name: &str) -> Result<PeerAddr, LaunchError> {
+        let service = self.naming.service(name);
+        let addr = self
+            .naming
+            .addr(name)
+            .map_err(|reason| LaunchError::Unreachable {
+                name: name.to_owned(),
+                service: service.clone(),
+                waited: Duration::ZERO,
+                last_problem: reason,
+            })?;
+        let started = Instant::now();
+        loop {
+            let problem = match health::check(&addr, PROBE_TIMEOUT).await {
+                Ok(()) => {
+                    tracing::info!(%name, %addr, "attached");
+                    return Ok(addr);
+                }
+                Err(e) => e.to_string(),
+            };
+            if started.elapsed() >= self.ready_timeout {
+                return Err(LaunchError::Unreachable {
+                    name: name.to_owned(),
+                    service,
+                    waited: started.elapsed(),
+                    last_problem: problem,
+                });
+            }
+            sleep(PROBE_INTERVAL).await;
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! Deployment files: the committed docker-compose.yml and deploy/k8s/ are
+//! what `tailmesh compose` and `tailmesh k8s` generate from
+//! scenarios/default.toml; the manifests pass the Kubernetes schemas
+//! (kubernetes-validate, offline) and the Compose file `docker compose
+//! config`; undeployable scenarios are refused with the reason; and a hop
+//! started the way a container starts it (`tailmesh hop --scenario`)
+//! serves and answers `tailmesh health`.
+//!
+//! The running Compose deployment itself is exercised by CI (`.ci/docker`),
+//! which needs a Docker engine. Without kubernetes-validate or docker
+//! compose the schema checks skip with a message, unless
+//! TAILMESH_REQUIRE_ALL=1 (CI), where a skip is a failure.
+
+mod support;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use support::*;
+use tailmesh::deploy::{compose, k8s};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+fn default_scenario() -> (tailmesh::scenario::Scenario, String) {
+    let path = repo().join("scenarios/default.toml");
+    let text = std::fs::read_to_string(&path).expect("read scenarios/default.toml");
+    let scenario = tailmesh::scenario::parse(&text, "scenarios/default.toml")
+        .unwrap_or_else(|e| panic!("{e}"));
+    (scenario, text)
+}
+
+/// A skip, or a failure when CI forbids skips.
+fn skip(message: &str) {
+    assert!(
+        std::env::var("TAILMESH_REQUIRE_ALL").is_err(),
+        "{message}, and TAILMESH_REQUIRE_ALL forbids skips"
+    );
+    eprintln!("skipped: {message}");
+}
+
+#[test]
+fn the_committed_compose_file_is_the_generated_form_of_the_default_scenario() {
+    let (scenario, text) = default_scenario();
+    let generated =
+        compose::generate(&scenario, &text, &compose::Options::default()).expect("generate");
+    let committed = std::fs::read_to_string(repo().join("docker-compose.yml"))
+        .expect("read docker-compose.yml");
+    assert!(
+        generated == committed,
+        "docker-compose.yml is not what scenarios/default.toml generates; run\n  \
+         cargo run -- compose scenarios/default.toml -o docker-compose.yml\n\
+         first differing line: {:?}",
+        first_difference(&generated, &committed)
+    );
+}
+
+#[test]
+fn the_committed_manifests_are_the_generated_form_of_the_default_scenario() {
+    let (scenario, text) = default_scenario();
+    let generated = k8s::generate(&scenario, &text, &k8s::Options::default()).expect("generate");
+    let dir = repo().join("deploy/k8s");
+    let mut committed: Vec<String> = std::fs::read_dir(&dir)
+        .expect("read deploy/k8s")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    committed.sort();
+    let names: Vec<String> = generated.iter().map(|(name, _)| name.clone()).collect();
+    assert_eq!(
+        committed, names,
+        "deploy/k8s holds other files than generated"
+    );
+    for (name, body) in &generated {
+        let on_disk = std::fs::read_to_string(dir.join(name)).expect("read a manifest");
+        assert!(
+            *body == on_disk,
+            "deploy/k8s/{name} is not what scenarios/default.toml generates; run\n  \
+             cargo run -- k8s scenarios/default.toml --out-dir deploy/k8s\n\
+             first differing line: {:?}",
+            first_difference(body, &on_disk)
+        );
+    }
+}
+
+fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
+    let (mut la, mut lb) = (a.lines(), b.lines());
+    for n in 1.. {
+        match (la.next(), lb.next()) {
+            (None, None) => return None,
+            (x, y) if x != y => {
+                return Some((
+                    n,
+                    x.unwrap_or("<end>").to_owned(),
+                    y.unwrap_or("<end>").to_owned(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Every shipped scenario deploys; its manifests pass the Kubernetes
+/// schemas (strict: unknown fields are errors).
+#[test]
+fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(repo().join("scenarios")).expect("read scenarios") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read a scenario");
+        let scenario = tailmesh::scenario::parse(&text, &path.display().to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let generated = k8s::generate(&scenario, &text, &k8s::Options::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let stem = path.file_stem().expect("a name").to_string_lossy();
+        for (name, body) in generated {
+            let file = dir.path().join(format!("{stem}-{name}"));
+            std::fs::write(&file, body).expect("write a manifest");
+            files.push(file);
+        }
+        // The Compose file generates too.
+        compose::generate(&scenario, &text, &compose::Options::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    assert!(files.len() >= 5 * 12, "{} manifests", files.len());
+    let validator = Command::new("kubernetes-validate")
+        .arg("--strict")
+        .arg("--quiet")
+        .args(&files)
+        .output();
+    match validator {
+        Err(e) => skip(&format!(
+            "kubernetes-validate not found ({e}); pip install kubernetes-validate"
+        )),
+        Ok(out) => assert!(
+            out.status.success(),
+            "kubernetes-validate refused the manifests:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+#[test]
+fn the_committed_compose_file_passes_docker_compose_config() {
+    let out = Command::new("docker")
+        .args(["compose", "-f"])
+        .arg(repo().join("docker-compose.yml"))
+        .args(["config", "--quiet"])
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if stderr.contains("unknown command") || stderr.contains("is not a docker command") {
+                skip("docker compose (the Compose v2 plugin) is not installed");
+            } else {
+                panic!("docker compose config refused docker-compose.yml:\n{stderr}");
+            }
+        }
+        Err(e) => skip(&format!("docker not found ({e})")),
+    }
+}
+
+fn scenario_file(dir: &Path, text: &str) -> PathBuf {
+    write(dir, "scenario.toml", text)
+}
+
+#[test]
+fn undeployable_scenarios_are_refused_with_what_and_where() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Every name is a DNS label already (the scenario parser sees to
+    // that); joined into service names they can grow too long.
+    let long = "a".repeat(55);
+    let variant = "v".repeat(20);
+    let long_names = scenario_file(
+        dir.path(),
+        &format!(
+            r#"
+name = "{long}"
+[load]
+mode = "open"
+rate = 10
+requests = 10
+[[hop]]
+name = "{long}"
+[[variant]]
+name = "{variant}"
+[[variant]]
+name = "w"
+"#
+        ),
+    );
+    for command in ["compose", "k8s"] {
+        let out = tailmesh(dir.path(), &[command, path_str(&long_names)]);
+        assert_eq!(out.code(), Some(2), "{}", out.output());
+        let service = format!("{variant}-hop-{long}-0");
+        for expected in [
+            format!(
+                "variant \"{variant}\", hop \"{long}\" replica 0: its service name \"{service}\""
+            ),
+            format!("scenario name \"{long}\": the deployment is named \"tailmesh-{long}\""),
+            "is not a DNS label (82 characters".to_owned(),
+            "is not a DNS label (64 characters".to_owned(),
+        ] {
+            assert!(
+                out.stderr.contains(&expected),
+                "{expected}\n{}",
+                out.output()
+            );
+        }
+        // The short variant's services are fine and not mentioned.
+        assert!(!out.stderr.contains("\"w-hop"), "{}", out.output());
+        assert!(out.stdout.is_empty(), "{}", out.output());
+    }
+
+    let faults = scenario_file(
+        dir.path(),
+        r#"
+name = "faults"
+[load]
+mode = "open"
+rate = 10
+requests = 10
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+replicas = 2
+replica_net = { replica = 1, loss = 0.05 }
+"#,
+    );
+    let out = tailmesh(dir.path(), &["k8s", path_str(&faults), "--no-net-admin"]);
+    assert_eq!(out.code(), Some(2), "{}", out.output());
+    assert!(
+        out.stderr.contains("hop \"b\" replica 1") && out.stderr.contains("CAP_NET_ADMIN"),
+        "{}",
+        out.output()
+    );
+    // With NET_ADMIN allowed, only the faulty replica gets it, and the
+    // token.
+    let out = tailmesh(dir.path(), &["compose", path_str(&faults)]);
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let services = service_blocks(&out.stdout);
+    let with_admin: Vec<&str> = services
+        .iter()
+        .filter(|(_, body)| body.contains("NET_ADMIN"))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(with_admin, ["hop-b-1"], "{}", out.stdout);
+    let with_token: Vec<&str> = services
+        .iter()
+        .filter(|(_, body)| body.contains("TAILMESH_CONTROL_TOKEN_FILE"))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(with_token, ["hop-b-1", "orchestrator"], "{}", out.stdout);
+}
+
+/// `(name, body)` of each service of a generated Compose file.
+fn service_blocks(compose: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut inside = false;
+    for line in compose.lines() {
+        if line == "services:" {
+            inside = true;
+            continue;
+        }
+        if inside && !line.starts_with(' ') {
+            break;
+        }
+        if !inside {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix("  ").and_then(|l| l.strip_suffix(':'))
+            && !name.starts_with(' ')
+        {
+            out.push((name.to_owned(), String::new()));
+        } else if let Some((_, body)) = out.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(
+        dir.path(),
+        r#"
+name = "one"
+[load]
+mode = "open"
+rate = 10
+requests = 10
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+replicas = 2
+"#,
+    );
+    let scenario = path_str(&scenario);
+    // A wrong hop or replica is named, with what the scenario has.
+    let out = tailmesh(dir.path(), &["hop", "--scenario", scenario, "--hop", "c"]);
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(out.stderr.contains("has no hop \"c\""), "{}", out.output());
+    let out = tailmesh(
+        dir.path(),
+        &[
+            "hop",
+            "--scenario",
+            scenario,
+            "--hop",
+            "b",
+            "--replica",
+            "2",
+        ],
+    );
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr
+            .contains("hop \"b\" has 2 replica(s); there is no replica 2"),
+        "{}",
+        out.output()
+    );
+
+    // Replica 1 of b, as its container runs it (here on loopback).
+    let addr_file = dir.path().join("b-1.addr");
+    let mut hop = Running::start(
+        dir.path(),
+        &[
+            "hop",
+            "--scenario",
+            scenario,
+            "--hop",
+            "b",
+            "--replica",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--addr-file",
+            path_str(&addr_file),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        if let Ok(text) = std::fs::read_to_string(&addr_file)
+            && !text.trim().is_empty()
+        {
+            break text.trim().to_owned();
+        }
+        assert!(!hop.exited(), "the hop exited:\n{}", hop.output());
+        assert!(
+            Instant::now() < deadline,
+            "no address file:\n{}",
+            hop.output()
+        );
+        std::thread::sleep(POLL);
+    };
+    let healthy = tailmesh(dir.path(), &["health", &addr]);
+    assert_eq!(healthy.code(), Some(0), "{}", healthy.output());
+    // SIGTERM stops it cleanly; then nothing answers there.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(hop.pid()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal the hop");
+    let stopped = hop.wait();
+    assert_eq!(stopped.code(), Some(0), "{}", stopped.output());
+    let gone = tailmesh(dir.path(), &["health", &addr, "--timeout", "1s"]);
+    assert_eq!(gone.code(), Some(1), "{}", gone.output());
+    assert!(gone.stderr.contains(&addr), "{}", gone.output());
+}
+
+#[test]
+fn the_token_service_writes_a_private_token_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("token");
+    let out = tailmesh(dir.path(), &["token", path_str(&path)]);
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let token = std::fs::read_to_string(&path).expect("the token");
+    let token = token.trim();
+    assert_eq!(token.len(), 32, "{token:?}");
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{token:?}");
+    let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // A restarted token service keeps it.
+    let again = tailmesh(dir.path(), &["token", path_str(&path)]);
+    assert_eq!(again.code(), Some(0), "{}", again.output());
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("the token").trim(),
+        token
+    );
+}
