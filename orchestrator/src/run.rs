@@ -641,7 +641,14 @@ async fn launch_hops(
                 hop: d.name.clone(),
                 transport: d.transport,
                 balance: d.balance,
-                replicas: addrs.get(&d.name).cloned().unwrap_or_default(),
+                replicas: addrs
+                    .get(&d.name)
+                    .map(|r| {
+                        r.iter()
+                            .map(tailmesh_services::addr::PeerAddr::from)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
                 policy: d.client.clone(),
             })
             .collect::<Vec<_>>();
@@ -652,7 +659,7 @@ async fn launch_hops(
                 replica,
                 transport: hop.transport,
                 downstream: downstream.clone(),
-                broker,
+                broker: broker.map(tailmesh_services::addr::PeerAddr::from),
                 concurrency: hop.concurrency,
                 drain_grace: STOP_GRACE,
                 precise_timer: true,
