@@ -20,7 +20,10 @@ pub struct PeerAddr {
 impl PeerAddr {
     /// `host:port`, with `host` a DNS name or an IP address.
     pub fn new(host: &str, port: u16) -> Result<Self, String> {
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
         check_host(host)?;
         if port == 0 {
             return Err(format!("{host}: port 0 names no service"));
@@ -139,7 +142,12 @@ mod tests {
 
     #[test]
     fn socket_addresses_and_service_names_round_trip() {
-        for text in ["127.0.0.1:7000", "[::1]:7000", "hop-middle-1:7000", "broker.ns.svc:7000"] {
+        for text in [
+            "127.0.0.1:7000",
+            "[::1]:7000",
+            "hop-middle-1:7000",
+            "broker.ns.svc:7000",
+        ] {
             let addr: PeerAddr = text.parse().expect(text);
             assert_eq!(addr.to_string(), text);
             assert_eq!(addr.uri(), format!("http://{text}"));

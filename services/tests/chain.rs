@@ -5,6 +5,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use tailmesh_proto::pb::CallRequest;
 use tailmesh_services::{
+    addr::PeerAddr,
     hop::{self, Connections, DownstreamConfig, HopConfig, PushPool, draw},
     model::{Balance, DurationDist, ErrorInjection, HopBehavior, Slowness, Transport, Work},
 };
@@ -102,7 +103,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                         hop: name.clone(),
                         transport: Transport::Push,
                         balance: Balance::RoundRobin,
-                        replicas: replicas.clone(),
+                        replicas: replicas.iter().map(PeerAddr::from).collect(),
                         policy: Default::default(),
                     })
                     .collect(),

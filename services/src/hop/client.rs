@@ -247,6 +247,8 @@ pub type SharedPool = Arc<PushPool>;
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
     use super::*;
 
     fn addrs(n: u16) -> Vec<SocketAddr> {
@@ -312,7 +314,15 @@ mod tests {
 
     #[test]
     fn an_empty_pool_is_an_error() {
-        let err = PushPool::new("b", &[], Balance::P2c, Connections::Shared(1), 1, "a").err();
+        let err = PushPool::new(
+            "b",
+            &[] as &[SocketAddr],
+            Balance::P2c,
+            Connections::Shared(1),
+            1,
+            "a",
+        )
+        .err();
         assert!(matches!(err, Some(PoolError::NoReplicas(h)) if h == "b"));
     }
 }
