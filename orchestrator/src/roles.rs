@@ -57,9 +57,13 @@ pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyho
                 .with_context(|| format!("{name}: parse {}", crate::launcher::netns::AGENT_ENV))?;
             let exe = std::env::current_exe().context("find the tailmesh executable")?;
             let seed = config.behavior.seed ^ u64::from(config.replica);
+            let backend = agent
+                .map(|a| crate::netfault::NetBackend::new(a, exe, seed))
+                .transpose()
+                .with_context(|| format!("{name}: fault agent"))?;
             Some(tailmesh_services::control::ControlService::new(
                 token,
-                AgentBackend(agent.map(|a| crate::netfault::NetBackend::new(a, exe, seed))),
+                AgentBackend(backend),
             ))
         }
         _ => None,
