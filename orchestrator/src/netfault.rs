@@ -1,15 +1,28 @@
-//! Network faults of a replica, applied inside its own namespace (netns
-//! launcher) with real packet drops and delays.
+//! Network faults of a replica, with real packet drops and delays, applied
+//! where its fault agent acts ([`Place`]):
+//!
+//! - a member namespace of the netns launcher, from the host namespace:
+//!   commands run through `ip netns exec <ns>`, rules match the member's
+//!   interface (`tmeth0`), and netem can shape both ends of its veth;
+//! - the agent's own namespace (a container or a pod with CAP_NET_ADMIN):
+//!   commands run directly and rules match the given interface (`eth0`,
+//!   see [`container_iface`]). There is no veth peer to shape, and netem
+//!   on the interface alone would delay and drop outgoing packets only, so
+//!   this place always uses the nftables and NFQUEUE mechanisms, which
+//!   cover both directions.
 //!
 //! Mechanisms, picked at runtime per fault:
 //!
-//! - `netem`: `tc qdisc replace ... root netem delay D J loss P%` on the
-//!   replica's interface (its outgoing packets) and on its bridge port in
-//!   the hub namespace (its incoming packets), when the kernel has
-//!   `sch_netem` (probed by adding a netem qdisc once per run).
+//! - `netem` (member namespaces only): `tc qdisc replace ... root netem
+//!   delay D J loss P%` on the replica's interface (its outgoing packets)
+//!   and on its bridge port in the hub namespace (its incoming packets),
+//!   when the kernel has `sch_netem` (probed by adding a netem qdisc once
+//!   per run).
 //! - `nftables`: without netem, loss is an nftables rule in the replica's
-//!   namespace, in table `inet tailmesh_<run id>`: `numgen random mod 10000
-//!   < N drop` on the input and output hooks, with counters.
+//!   namespace, in table `inet tailmesh_<run id>` (`inet tailmesh_agent`
+//!   in the agent's own namespace: one agent per namespace): `numgen
+//!   random mod 10000 < N drop` on the input and output hooks, with
+//!   counters.
 //! - `nfqueue_delay_line`: without netem, delay and jitter go through
 //!   `tailmesh delay-line` ([`crate::delayline`]), started inside the
 //!   replica's namespace, fed by iptables `-j NFQUEUE --queue-bypass`
@@ -27,16 +40,17 @@
 //! validated values.
 
 use std::{
+    ffi::{OsStr, OsString},
     io::{BufRead, BufReader},
     os::unix::process::CommandExt,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
 use serde::{Deserialize, Serialize};
 
-use crate::launcher::netns::{MEMBER_IF, Member, NetnsError, run_tool};
+use crate::launcher::netns::{AgentEnv, MEMBER_IF, Member, NetnsError, run_tool};
 use crate::scenario::NetFault;
 
 /// Finest loss step of the nftables rule: 1/10000.
@@ -54,17 +68,140 @@ pub enum Mechanism {
     NfqueueDelayLine,
 }
 
-/// `ip netns exec <ns> <tool> <args>`: the arguments for `ip` that run
-/// `tool` inside namespace `ns`.
-fn in_namespace(ns: &str, tool: &str, args: Vec<String>) -> Vec<String> {
-    let mut full = vec![
-        "netns".to_owned(),
-        "exec".into(),
-        ns.to_owned(),
-        tool.into(),
-    ];
-    full.extend(args);
-    full
+/// The nftables table of the agent in its own namespace.
+pub const OWN_NFT_TABLE: &str = "tailmesh_agent";
+
+/// The interface a container's agent shapes when the namespace has no
+/// default route: Docker's and Kubernetes' name for it.
+pub const DEFAULT_CONTAINER_IF: &str = "eth0";
+
+/// Where a fault agent applies faults.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Place {
+    /// A member namespace of the netns launcher, from the host namespace:
+    /// commands run through `ip netns exec`, rules match [`MEMBER_IF`],
+    /// netem can shape both ends of the member's veth.
+    Member {
+        /// The member's namespace and veth.
+        member: Member,
+        /// The hub namespace (where the other end of the veth is).
+        hub: String,
+        /// The run id (names the nftables table).
+        run_id: String,
+    },
+    /// The agent's own namespace (a container or a pod): commands run
+    /// directly, rules match `iface`; loss and delay always use nftables
+    /// and the NFQUEUE delay line, which cover both directions.
+    Own {
+        /// The interface to shape (see [`container_iface`]).
+        iface: String,
+    },
+}
+
+impl Place {
+    /// The interface the rules match.
+    pub fn iface(&self) -> &str {
+        match self {
+            Self::Member { .. } => MEMBER_IF,
+            Self::Own { iface } => iface,
+        }
+    }
+
+    /// The nftables table of the loss rule: one per run in member
+    /// namespaces, a fixed one in the agent's own namespace.
+    pub fn nft_table(&self) -> String {
+        match self {
+            Self::Member { run_id, .. } => nft_table(run_id),
+            Self::Own { .. } => OWN_NFT_TABLE.to_owned(),
+        }
+    }
+
+    /// The command that runs `program args...` at this place, as
+    /// `(program, arguments)`: `ip netns exec <ns> program args...` in a
+    /// member namespace, `program args...` in the agent's own.
+    pub fn command_line<P, I, S>(&self, program: P, args: I) -> (OsString, Vec<OsString>)
+    where
+        P: AsRef<OsStr>,
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let args = args.into_iter().map(|a| a.as_ref().to_owned());
+        match self {
+            Self::Member { member, .. } => {
+                let mut full: Vec<OsString> = vec![
+                    "netns".into(),
+                    "exec".into(),
+                    member.ns.clone().into(),
+                    program.as_ref().to_owned(),
+                ];
+                full.extend(args);
+                ("ip".into(), full)
+            }
+            Self::Own { .. } => (program.as_ref().to_owned(), args.collect()),
+        }
+    }
+
+    /// Runs `tool args...` here and returns its stdout.
+    fn run<S: AsRef<OsStr>>(&self, tool: &str, args: Vec<S>) -> Result<String, NetnsError> {
+        let (program, args) = self.command_line(tool, args);
+        run_tool(program, args)
+    }
+
+    /// Checks what came from outside (the agent's environment): an
+    /// interface name is one the kernel accepts and that nftables reads as
+    /// a plain word.
+    pub fn validate(&self) -> Result<(), FaultError> {
+        match self {
+            Self::Own { iface } if !valid_iface(iface) => Err(FaultError::BadInterface {
+                iface: iface.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `name` is an interface name usable in the rules: 1 to 15
+/// letters, digits, `.`, `_` or `-`, not starting with `-`.
+pub fn valid_iface(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The interface of this namespace's default IPv4 route (read from
+/// `/proc/net/route`), or [`DEFAULT_CONTAINER_IF`] without one: the
+/// interface a container's agent shapes, whatever the runtime named it.
+pub fn container_iface() -> String {
+    std::fs::read_to_string("/proc/net/route")
+        .ok()
+        .and_then(|table| default_route_iface(&table))
+        .unwrap_or_else(|| DEFAULT_CONTAINER_IF.to_owned())
+}
+
+/// The interface of the default route (destination and mask 0, up) with
+/// the lowest metric in a `/proc/net/route` listing, if any.
+pub fn default_route_iface(table: &str) -> Option<String> {
+    const RTF_UP: u32 = 0x1;
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            // Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [iface, destination, _, flags, _, _, metric, mask, ..] = fields.as_slice() else {
+                return None;
+            };
+            let up = u32::from_str_radix(flags, 16).ok()? & RTF_UP != 0;
+            let default = u32::from_str_radix(destination, 16).ok()? == 0
+                && u32::from_str_radix(mask, 16).ok()? == 0;
+            let metric: u32 = metric.parse().ok()?;
+            (up && default).then_some((metric, *iface))
+        })
+        .min_by_key(|(metric, _)| *metric)
+        .map(|(_, iface)| iface.to_owned())
 }
 
 /// The NFQUEUE number of the delay line (queues are per namespace).
@@ -123,6 +260,15 @@ pub enum FaultError {
         /// The replica.
         replica: u32,
     },
+    /// An interface name the rules cannot use.
+    #[error(
+        "fault agent: interface name {iface:?}: expected 1 to 15 letters, digits, '.', '_' or \
+         '-'"
+    )]
+    BadInterface {
+        /// The name given.
+        iface: String,
+    },
     /// A command failed.
     #[error(transparent)]
     Command(#[from] NetnsError),
@@ -165,8 +311,9 @@ pub fn nft_threshold(loss: f64) -> u32 {
 }
 
 /// `nft` argument lists (one command each) that create table `table` in a
-/// namespace with a random drop of `loss` on input and output.
-pub fn nft_loss_commands(table: &str, loss: f64) -> Vec<Vec<String>> {
+/// namespace with a random drop of `loss` on input from and output to
+/// interface `iface`.
+pub fn nft_loss_commands(table: &str, iface: &str, loss: f64) -> Vec<Vec<String>> {
     let threshold = nft_threshold(loss).to_string();
     let mut commands = vec![vec![
         "add".into(),
@@ -191,7 +338,7 @@ pub fn nft_loss_commands(table: &str, loss: f64) -> Vec<Vec<String>> {
         // First rule counts every packet on the interface, the second drops.
         commands.push(
             [
-                "add", "rule", "inet", table, chain, "meta", iface_key, MEMBER_IF, "counter",
+                "add", "rule", "inet", table, chain, "meta", iface_key, iface, "counter",
             ]
             .map(str::to_owned)
             .to_vec(),
@@ -205,7 +352,7 @@ pub fn nft_loss_commands(table: &str, loss: f64) -> Vec<Vec<String>> {
                 chain,
                 "meta",
                 iface_key,
-                MEMBER_IF,
+                iface,
                 "numgen",
                 "random",
                 "mod",
@@ -257,8 +404,8 @@ pub fn check(
 }
 
 /// `iptables` arguments adding (`-A`) or deleting (`-D`) the NFQUEUE rules
-/// of the delay line, one list per direction.
-pub fn nfqueue_rules(op: &str) -> Vec<Vec<String>> {
+/// of the delay line on interface `iface`, one list per direction.
+pub fn nfqueue_rules(iface: &str, op: &str) -> Vec<Vec<String>> {
     let queue = DELAY_QUEUE.to_string();
     [("PREROUTING", "-i"), ("OUTPUT", "-o")]
         .into_iter()
@@ -270,7 +417,7 @@ pub fn nfqueue_rules(op: &str) -> Vec<Vec<String>> {
                 op,
                 chain,
                 dir,
-                MEMBER_IF,
+                iface,
                 "-j",
                 "NFQUEUE",
                 "--queue-num",
@@ -294,17 +441,31 @@ pub struct DelayLineSpawn<'a> {
     pub seed: u64,
 }
 
-/// Applies `fault` to `member`; `hub` is the hub namespace, `run_id` names
-/// the nftables table. On error, what was applied is removed.
+/// The arguments of `tailmesh delay-line` for `fault`.
+pub fn delay_line_args(fault: &NetFault, seed: u64) -> Vec<String> {
+    vec![
+        "delay-line".into(),
+        "--queue".into(),
+        DELAY_QUEUE.to_string(),
+        "--delay".into(),
+        format!("{}us", fault.delay.as_micros()),
+        "--jitter".into(),
+        format!("{}us", fault.jitter.as_micros()),
+        "--seed".into(),
+        seed.to_string(),
+    ]
+}
+
+/// Applies `fault` at `place`, with netem when `netem` (the kernel has it)
+/// and the place has both ends of a veth to shape. On error, what was
+/// applied is removed.
 pub fn apply(
-    member: &Member,
-    hub: &str,
-    run_id: &str,
+    place: &Place,
     fault: &NetFault,
     netem: bool,
     spawn: &DelayLineSpawn<'_>,
 ) -> Result<Applied, NetnsError> {
-    if netem {
+    if netem && let Place::Member { member, hub, .. } = place {
         run_tool("tc", netem_args(&member.ns, MEMBER_IF, fault))?;
         if let Err(e) = run_tool("tc", netem_args(hub, &member.hub_port, fault)) {
             let _ = run_tool(
@@ -324,27 +485,25 @@ pub fn apply(
     };
     if fault.loss > 0.0 {
         applied.mechanisms.push(Mechanism::NftablesNumgen);
-        for args in nft_loss_commands(&nft_table(run_id), fault.loss) {
-            let full = in_namespace(&member.ns, "nft", args);
-            if let Err(e) = run_tool("ip", &full) {
-                clear(member, hub, run_id, applied);
+        for args in nft_loss_commands(&place.nft_table(), place.iface(), fault.loss) {
+            if let Err(e) = place.run("nft", args) {
+                clear(place, applied);
                 return Err(e);
             }
         }
     }
     if !fault.delay.is_zero() {
         applied.mechanisms.push(Mechanism::NfqueueDelayLine);
-        match start_delay_line(member, fault, spawn) {
+        match start_delay_line(place, fault, spawn) {
             Ok(child) => applied.delay_line = Some(child),
             Err(e) => {
-                clear(member, hub, run_id, applied);
+                clear(place, applied);
                 return Err(e);
             }
         }
-        for args in nfqueue_rules("-A") {
-            let full = in_namespace(&member.ns, "iptables", args);
-            if let Err(e) = run_tool("ip", &full) {
-                clear(member, hub, run_id, applied);
+        for args in nfqueue_rules(place.iface(), "-A") {
+            if let Err(e) = place.run("iptables", args) {
+                clear(place, applied);
                 return Err(e);
             }
         }
@@ -352,15 +511,23 @@ pub fn apply(
     Ok(applied)
 }
 
-/// Starts `tailmesh delay-line` in the member's namespace and waits for
-/// its `ready` line (it has bound the queue).
+/// Starts `tailmesh delay-line` at `place` and waits for its `ready` line
+/// (it has bound the queue).
 fn start_delay_line(
-    member: &Member,
+    place: &Place,
     fault: &NetFault,
     spawn: &DelayLineSpawn<'_>,
 ) -> Result<Child, NetnsError> {
+    let (program, args) = place.command_line(spawn.exe, delay_line_args(fault, spawn.seed));
     let failed = |message: String| NetnsError::Command {
-        command: format!("ip netns exec {} tailmesh delay-line", member.ns),
+        command: format!(
+            "{} {}",
+            program.to_string_lossy(),
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
         message,
     };
     let log = std::fs::OpenOptions::new()
@@ -368,20 +535,8 @@ fn start_delay_line(
         .append(true)
         .open(spawn.log)
         .map_err(|e| failed(format!("{}: {e}", spawn.log.display())))?;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &member.ns])
-        .arg(spawn.exe)
-        .args([
-            "delay-line",
-            "--queue",
-            &DELAY_QUEUE.to_string(),
-            "--delay",
-            &format!("{}us", fault.delay.as_micros()),
-            "--jitter",
-            &format!("{}us", fault.jitter.as_micros()),
-            "--seed",
-            &spawn.seed.to_string(),
-        ])
+    let mut child = Command::new(&program)
+        .args(&args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log)
@@ -404,16 +559,11 @@ fn start_delay_line(
     Ok(child)
 }
 
-/// Reads `[seen, dropped]` of the nftables rules of `member`.
-pub fn nft_counters(member: &Member, run_id: &str) -> Option<[u64; 2]> {
-    let table = nft_table(run_id);
-    let out = run_tool(
-        "ip",
-        [
-            "netns", "exec", &member.ns, "nft", "list", "table", "inet", &table,
-        ],
-    )
-    .ok()?;
+/// Reads `[seen, dropped]` of the nftables rules at `place`.
+pub fn nft_counters(place: &Place) -> Option<[u64; 2]> {
+    let out = place
+        .run("nft", vec!["list", "table", "inet", &place.nft_table()])
+        .ok()?;
     Some(parse_counters(&out))
 }
 
@@ -439,36 +589,32 @@ pub fn parse_counters(listing: &str) -> [u64; 2] {
     [seen, dropped]
 }
 
-/// Removes what [`apply`] added (errors ignored: the namespace is removed
-/// at the end of the run anyway); returns the loss rule's counters.
-pub fn clear(member: &Member, hub: &str, run_id: &str, applied: Applied) -> Option<[u64; 2]> {
+/// Removes what [`apply`] added (errors ignored: a member namespace is
+/// removed at the end of the run anyway, and the agent's own namespace is
+/// swept by [`remove_leftovers`]); returns the loss rule's counters.
+pub fn clear(place: &Place, applied: Applied) -> Option<[u64; 2]> {
     let mut counters = None;
     for mechanism in &applied.mechanisms {
         match mechanism {
             Mechanism::Netem => {
-                let _ = run_tool(
-                    "tc",
-                    ["-n", &member.ns, "qdisc", "del", "dev", MEMBER_IF, "root"],
-                );
-                let _ = run_tool(
-                    "tc",
-                    ["-n", hub, "qdisc", "del", "dev", &member.hub_port, "root"],
-                );
+                if let Place::Member { member, hub, .. } = place {
+                    let _ = run_tool(
+                        "tc",
+                        ["-n", &member.ns, "qdisc", "del", "dev", MEMBER_IF, "root"],
+                    );
+                    let _ = run_tool(
+                        "tc",
+                        ["-n", hub, "qdisc", "del", "dev", &member.hub_port, "root"],
+                    );
+                }
             }
             Mechanism::NftablesNumgen => {
-                counters = nft_counters(member, run_id);
-                let table = nft_table(run_id);
-                let _ = run_tool(
-                    "ip",
-                    [
-                        "netns", "exec", &member.ns, "nft", "delete", "table", "inet", &table,
-                    ],
-                );
+                counters = nft_counters(place);
+                let _ = place.run("nft", vec!["delete", "table", "inet", &place.nft_table()]);
             }
             Mechanism::NfqueueDelayLine => {
-                for args in nfqueue_rules("-D") {
-                    let full = in_namespace(&member.ns, "iptables", args);
-                    let _ = run_tool("ip", &full);
+                for args in nfqueue_rules(place.iface(), "-D") {
+                    let _ = place.run("iptables", args);
                 }
             }
         }
@@ -492,32 +638,77 @@ pub fn clear(member: &Member, hub: &str, run_id: &str, applied: Applied) -> Opti
     counters
 }
 
-/// The fault agent's backend: applies faults to its own replica's
-/// namespace with the mechanisms above (netem probed once).
+/// Most copies of one NFQUEUE rule [`remove_leftovers`] deletes.
+const MAX_LEFTOVER_RULES: usize = 16;
+
+/// Removes what an earlier agent in the agent's own namespace may have
+/// left (it was killed before clearing): the [`OWN_NFT_TABLE`] table and
+/// the delay line's NFQUEUE rules. Nothing to do in a member namespace,
+/// which is new for every run. Errors mean there was nothing to remove.
+pub fn remove_leftovers(place: &Place) {
+    if let Place::Own { .. } = place {
+        let _ = place.run("nft", vec!["delete", "table", "inet", OWN_NFT_TABLE]);
+        for args in nfqueue_rules(place.iface(), "-D") {
+            // `-D` removes one copy per call; bounded.
+            for _ in 0..MAX_LEFTOVER_RULES {
+                if place.run("iptables", args.clone()).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The fault agent's backend: applies faults at its [`Place`] with the
+/// mechanisms above (netem probed once, in member namespaces only).
 #[derive(Debug)]
 pub struct NetBackend {
-    agent: crate::launcher::netns::AgentEnv,
-    exe: std::path::PathBuf,
+    agent: AgentEnv,
+    exe: PathBuf,
     seed: u64,
     netem: bool,
     applied: std::sync::Mutex<Option<Applied>>,
 }
 
 impl NetBackend {
-    /// A backend for the replica described by `agent`.
-    pub fn new(
-        agent: crate::launcher::netns::AgentEnv,
-        exe: std::path::PathBuf,
-        seed: u64,
-    ) -> Self {
-        let netem = netem_available(&agent.hub, &format!("tm{}u", agent.run_id));
-        Self {
+    /// A backend for the agent described by `agent`; `exe` is `tailmesh`
+    /// itself (for the delay line), `seed` the delay line's. In the
+    /// agent's own namespace it first removes an earlier agent's leftovers.
+    pub fn new(agent: AgentEnv, exe: PathBuf, seed: u64) -> Result<Self, FaultError> {
+        agent.place.validate()?;
+        let netem = match &agent.place {
+            Place::Member { hub, run_id, .. } => netem_available(hub, &format!("tm{run_id}u")),
+            Place::Own { .. } => {
+                remove_leftovers(&agent.place);
+                false
+            }
+        };
+        Ok(Self {
             agent,
             exe,
             seed,
             netem,
             applied: std::sync::Mutex::new(None),
-        }
+        })
+    }
+
+    /// A backend for an agent inside its own namespace (a container or a
+    /// pod with CAP_NET_ADMIN) shaping interface `iface` (see
+    /// [`container_iface`]); the delay line writes to `log`.
+    pub fn own(iface: String, log: PathBuf, exe: PathBuf, seed: u64) -> Result<Self, FaultError> {
+        Self::new(
+            AgentEnv {
+                place: Place::Own { iface },
+                log,
+            },
+            exe,
+            seed,
+        )
+    }
+
+    /// Where it applies faults.
+    pub fn place(&self) -> &Place {
+        &self.agent.place
     }
 
     fn take(&self) -> Option<Applied> {
@@ -525,6 +716,19 @@ impl NetBackend {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
+    }
+}
+
+impl Drop for NetBackend {
+    /// In its own namespace the agent removes its fault when the hop stops
+    /// (nobody deletes a container's namespace between two runs of its
+    /// hop); member namespaces are removed with the run.
+    fn drop(&mut self) {
+        if let Place::Own { .. } = self.agent.place
+            && let Some(applied) = self.take()
+        {
+            clear(&self.agent.place, applied);
+        }
     }
 }
 
@@ -546,12 +750,7 @@ impl tailmesh_services::control::FaultBackend for NetBackend {
         spec: &tailmesh_services::control::FaultSpec,
     ) -> Result<tailmesh_services::control::Applied, String> {
         if let Some(previous) = self.take() {
-            clear(
-                &self.agent.member,
-                &self.agent.hub,
-                &self.agent.run_id,
-                previous,
-            );
+            clear(&self.agent.place, previous);
         }
         let fault = NetFault {
             loss: spec.loss,
@@ -565,15 +764,8 @@ impl tailmesh_services::control::FaultBackend for NetBackend {
             log: &self.agent.log,
             seed: self.seed,
         };
-        let applied = apply(
-            &self.agent.member,
-            &self.agent.hub,
-            &self.agent.run_id,
-            &fault,
-            self.netem,
-            &spawn,
-        )
-        .map_err(|e| e.to_string())?;
+        let applied =
+            apply(&self.agent.place, &fault, self.netem, &spawn).map_err(|e| e.to_string())?;
         let mechanisms = names(&applied.mechanisms);
         *self
             .applied
@@ -590,12 +782,7 @@ impl tailmesh_services::control::FaultBackend for NetBackend {
             return Ok(tailmesh_services::control::Applied::default());
         };
         let mechanisms = names(&applied.mechanisms);
-        let packets = clear(
-            &self.agent.member,
-            &self.agent.hub,
-            &self.agent.run_id,
-            applied,
-        );
+        let packets = clear(&self.agent.place, applied);
         Ok(tailmesh_services::control::Applied {
             mechanisms,
             packets,
@@ -654,7 +841,7 @@ mod tests {
         assert_eq!(nft_threshold(0.0001), 1);
         assert_eq!(nft_threshold(1.0), 10_000);
         assert_eq!(nft_threshold(0.0), 0);
-        let commands = nft_loss_commands("tailmesh_abc123", 0.05);
+        let commands = nft_loss_commands("tailmesh_abc123", MEMBER_IF, 0.05);
         assert_eq!(commands.len(), 7);
         assert_eq!(commands[0].join(" "), "add table inet tailmesh_abc123");
         assert_eq!(
@@ -690,7 +877,7 @@ mod tests {
 
     #[test]
     fn nfqueue_rules_cover_both_directions_and_bypass_without_a_reader() {
-        let rules = nfqueue_rules("-A");
+        let rules = nfqueue_rules(MEMBER_IF, "-A");
         assert_eq!(
             rules[0].join(" "),
             "-w -t mangle -A PREROUTING -i tmeth0 -j NFQUEUE --queue-num 7 --queue-bypass"
@@ -699,6 +886,177 @@ mod tests {
             rules[1].join(" "),
             "-w -t mangle -A OUTPUT -o tmeth0 -j NFQUEUE --queue-num 7 --queue-bypass"
         );
-        assert_eq!(nfqueue_rules("-D")[1][3], "-D");
+        assert_eq!(nfqueue_rules(MEMBER_IF, "-D")[1][3], "-D");
+    }
+
+    fn own() -> Place {
+        Place::Own {
+            iface: "eth0".to_owned(),
+        }
+    }
+
+    fn member() -> Place {
+        Place::Member {
+            member: Member {
+                name: "hop-b-1".to_owned(),
+                ns: "tmabc123m1".to_owned(),
+                addr: std::net::Ipv4Addr::new(10, 200, 3, 2),
+                hub_port: "tmabc123p1".to_owned(),
+            },
+            hub: "tmabc123hub".to_owned(),
+            run_id: "abc123".to_owned(),
+        }
+    }
+
+    /// A command line as one string, for comparisons.
+    fn line((program, args): (OsString, Vec<OsString>)) -> String {
+        std::iter::once(program)
+            .chain(args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn commands_run_through_ip_netns_exec_in_a_member_and_directly_in_the_own_namespace() {
+        let args = ["list", "table", "inet", "t"];
+        assert_eq!(
+            line(member().command_line("nft", args)),
+            "ip netns exec tmabc123m1 nft list table inet t"
+        );
+        assert_eq!(
+            line(own().command_line("nft", args)),
+            "nft list table inet t"
+        );
+        let spawn = delay_line_args(&fault(0.0, 25_000, 1_000), 9);
+        assert_eq!(
+            line(own().command_line("/usr/local/bin/tailmesh", &spawn)),
+            "/usr/local/bin/tailmesh delay-line --queue 7 --delay 25000us --jitter 1000us --seed 9"
+        );
+        assert_eq!(
+            line(member().command_line("/usr/local/bin/tailmesh", &spawn)),
+            "ip netns exec tmabc123m1 /usr/local/bin/tailmesh delay-line --queue 7 --delay \
+             25000us --jitter 1000us --seed 9"
+        );
+    }
+
+    #[test]
+    fn the_own_namespace_has_one_fixed_table_and_its_rules_match_its_interface() {
+        assert_eq!(member().nft_table(), "tailmesh_abc123");
+        assert_eq!(member().iface(), "tmeth0");
+        let place = own();
+        assert_eq!(place.nft_table(), "tailmesh_agent");
+        assert_eq!(place.iface(), "eth0");
+        let commands = nft_loss_commands(&place.nft_table(), place.iface(), 0.2);
+        assert_eq!(commands.len(), 7);
+        assert_eq!(commands[0].join(" "), "add table inet tailmesh_agent");
+        assert_eq!(
+            commands[2].join(" "),
+            "add rule inet tailmesh_agent tm_in meta iifname eth0 counter"
+        );
+        assert_eq!(
+            commands[3].join(" "),
+            "add rule inet tailmesh_agent tm_in meta iifname eth0 numgen random mod 10000 \
+             < 2000 counter drop"
+        );
+        assert_eq!(
+            commands[4].join(" "),
+            "add chain inet tailmesh_agent tm_out { type filter hook output priority 0 ; }"
+        );
+        assert_eq!(
+            commands[6].join(" "),
+            "add rule inet tailmesh_agent tm_out meta oifname eth0 numgen random mod 10000 \
+             < 2000 counter drop"
+        );
+        let rules = nfqueue_rules(place.iface(), "-A");
+        assert_eq!(
+            rules[0].join(" "),
+            "-w -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 7 --queue-bypass"
+        );
+        assert_eq!(
+            rules[1].join(" "),
+            "-w -t mangle -A OUTPUT -o eth0 -j NFQUEUE --queue-num 7 --queue-bypass"
+        );
+        assert_eq!(
+            nfqueue_rules(place.iface(), "-D")[0].join(" "),
+            "-w -t mangle -D PREROUTING -i eth0 -j NFQUEUE --queue-num 7 --queue-bypass"
+        );
+    }
+
+    #[test]
+    fn the_agent_env_names_its_place_in_json() {
+        let env: AgentEnv = serde_json::from_str(
+            r#"{"place":{"kind":"own","iface":"ens4"},"log":"/tmp/delay-line.log"}"#,
+        )
+        .expect("an own-namespace agent env");
+        assert_eq!(
+            env.place,
+            Place::Own {
+                iface: "ens4".to_owned()
+            }
+        );
+        let netns = AgentEnv {
+            place: member(),
+            log: "/r/delay-line-hop-b-1.log".into(),
+        };
+        let json = serde_json::to_string(&netns).expect("serializes");
+        assert!(
+            json.starts_with(r#"{"place":{"kind":"member","member":{"#),
+            "{json}"
+        );
+        let back: AgentEnv = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back, netns);
+        assert!(serde_json::from_str::<AgentEnv>(r#"{"place":{"kind":"own"},"log":"l"}"#).is_err());
+    }
+
+    #[test]
+    fn interface_names_outside_the_rules_syntax_are_refused() {
+        for good in ["eth0", "ens4", "veth-a_1.2", "abcdefghijklmno"] {
+            assert!(valid_iface(good), "{good}");
+        }
+        for bad in [
+            "",
+            "abcdefghijklmnop",
+            "-i",
+            "eth0 drop",
+            "a;b",
+            "eth0@if5",
+            "a\"b",
+            "é",
+        ] {
+            assert!(!valid_iface(bad), "{bad}");
+        }
+        let e = Place::Own {
+            iface: "x y".to_owned(),
+        }
+        .validate()
+        .expect_err("a space");
+        assert!(e.to_string().contains("\"x y\""), "{e}");
+        assert!(own().validate().is_ok() && member().validate().is_ok());
+    }
+
+    #[test]
+    fn the_container_interface_is_the_default_routes() {
+        const HEAD: &str =
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+        let docker = format!(
+            "{HEAD}eth0\t00000000\t010011AC\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+             eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
+        );
+        assert_eq!(default_route_iface(&docker).as_deref(), Some("eth0"));
+        // Two defaults: the lower metric wins; a route that is not up or
+        // not a default never does.
+        let two = format!(
+            "{HEAD}wan1\t00000000\t0100A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n\
+             down0\t00000000\t0100A8C0\t0002\t0\t0\t0\t00000000\t0\t0\t0\n\
+             net1\t0000000A\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n\
+             ens4\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+        );
+        assert_eq!(default_route_iface(&two).as_deref(), Some("ens4"));
+        let none = format!("{HEAD}eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n");
+        assert_eq!(default_route_iface(&none), None);
+        assert_eq!(default_route_iface(""), None);
+        assert_eq!(default_route_iface("garbage\nmore garbage here\n"), None);
+        assert!(valid_iface(&container_iface()));
     }
 }

@@ -118,7 +118,7 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> anyhow
             let seed = config.behavior.seed ^ u64::from(config.replica);
             Some(tailmesh_services::control::ControlService::new(
                 token,
-                AgentBackend(own_namespace_backend(exe, seed)),
+                AgentBackend(Some(own_namespace_backend(exe, seed)?)),
             ))
         }
         None => None,
@@ -148,9 +148,24 @@ pub fn read_token_file() -> anyhow::Result<Option<String>> {
     Ok(Some(token))
 }
 
-/// The fault agent of a hop in its own namespace (a container or pod).
-fn own_namespace_backend(_exe: PathBuf, _seed: u64) -> Option<crate::netfault::NetBackend> {
-    None
+/// The fault agent of a hop in its own namespace (a container or pod): it
+/// shapes the interface of the default route, starts its delay line
+/// itself, and fails the hop's start when it cannot act (no NET_ADMIN, no
+/// nft), so a deployment never runs a fault it cannot apply.
+fn own_namespace_backend(exe: PathBuf, seed: u64) -> anyhow::Result<crate::netfault::NetBackend> {
+    let iface = crate::netfault::container_iface();
+    crate::netfault::NetBackend::own(
+        iface.clone(),
+        std::env::temp_dir().join("tailmesh-delay-line.log"),
+        exe,
+        seed,
+    )
+    .with_context(|| {
+        format!(
+            "fault agent on {iface}: the container needs CAP_NET_ADMIN and the nft and \
+             iptables commands"
+        )
+    })
 }
 
 fn serve_hop_config(
@@ -187,9 +202,13 @@ fn netns_agent(
                 .with_context(|| format!("{name}: parse {}", crate::launcher::netns::AGENT_ENV))?;
             let exe = std::env::current_exe().context("find the tailmesh executable")?;
             let seed = config.behavior.seed ^ u64::from(config.replica);
+            let backend = agent
+                .map(|a| crate::netfault::NetBackend::new(a, exe, seed))
+                .transpose()
+                .with_context(|| format!("{name}: fault agent"))?;
             Some(tailmesh_services::control::ControlService::new(
                 token,
-                AgentBackend(agent.map(|a| crate::netfault::NetBackend::new(a, exe, seed))),
+                AgentBackend(backend),
             ))
         }
         _ => None,

@@ -17,11 +17,21 @@ use tailmesh::launcher::netns;
 /// Whether the test can run; panics instead of skipping under
 /// `TAILMESH_REQUIRE_ALL=1`.
 fn privileged(test: &str) -> bool {
-    let missing = netns::missing_tools();
+    privileged_with(test, &[])
+}
+
+/// [`privileged`], also needing `extra` tools (name, Debian package).
+fn privileged_with(test: &str, extra: &[(&'static str, &'static str)]) -> bool {
+    let mut missing = netns::missing_tools();
+    missing.extend(
+        extra
+            .iter()
+            .filter(|(tool, _)| !netns::tool_available(tool)),
+    );
     let why = if !netns::has_privilege() {
         Some("needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)".to_owned())
     } else if !missing.is_empty() {
-        Some(format!("needs {missing:?} (install nftables, iproute2)"))
+        Some(format!("needs {missing:?} (tool, Debian package)"))
     } else {
         None
     };
@@ -286,4 +296,394 @@ fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
         })
         .collect();
     assert!(leftover.is_empty(), "{leftover:?}");
+}
+
+// ---------------------------------------------------------------------------
+// The fault agent in its own namespace (as in a container or a pod)
+
+/// A namespace shaped like a container's: one veth end `eth0` with an
+/// address and a default route, the other end in the host namespace. The
+/// hop started in it, its delay line, the namespace and the host end are
+/// removed on drop, also when the test fails.
+struct ContainerNs {
+    ns: String,
+    host_if: String,
+    host_addr: std::net::Ipv4Addr,
+    addr: std::net::Ipv4Addr,
+    hop: Option<std::process::Child>,
+    hop_log: std::path::PathBuf,
+    delay_lines: Vec<u32>,
+}
+
+impl ContainerNs {
+    /// Creates it on a free /30 of 198.18.0.0/15 (RFC 2544's range for
+    /// network tests): one no host address or route mentions.
+    fn create(dir: &Path) -> ContainerNs {
+        let pid = std::process::id();
+        let host_view = format!(
+            "{}{}",
+            netns::run_tool("ip", ["-4", "route", "show", "table", "all"]).expect("ip route"),
+            netns::run_tool("ip", ["-4", "-o", "addr", "show"]).expect("ip addr")
+        );
+        assert!(
+            !host_view.contains("198.18.0.0/15") && !host_view.contains("198.16.0.0/12"),
+            "the host routes 198.18.0.0/15 itself:\n{host_view}"
+        );
+        let third = (0..256u32)
+            .map(|k| ((pid + k) % 256) as u8)
+            .find(|k| !host_view.contains(&format!("198.18.{k}.")))
+            .expect("a free 198.18.x.0/30");
+        let c = ContainerNs {
+            ns: format!("tmagent{pid}"),
+            host_if: format!("tmag{pid}h"),
+            host_addr: std::net::Ipv4Addr::new(198, 18, third, 1),
+            addr: std::net::Ipv4Addr::new(198, 18, third, 2),
+            hop: None,
+            hop_log: dir.join("hop.err"),
+            delay_lines: Vec::new(),
+        };
+        let (ns, host_if) = (c.ns.clone(), c.host_if.clone());
+        let host_cidr = format!("{}/30", c.host_addr);
+        let cidr = format!("{}/30", c.addr);
+        let gateway = c.host_addr.to_string();
+        let steps: [&[&str]; 8] = [
+            &["netns", "add", &ns],
+            &[
+                "link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ],
+            &["addr", "add", &host_cidr, "dev", &host_if],
+            &["link", "set", &host_if, "up"],
+            &["-n", &ns, "link", "set", "lo", "up"],
+            &["-n", &ns, "addr", "add", &cidr, "dev", "eth0"],
+            &["-n", &ns, "link", "set", "eth0", "up"],
+            &["-n", &ns, "route", "add", "default", "via", &gateway],
+        ];
+        for step in steps {
+            // On failure `c` is dropped and removes what was made.
+            netns::run_tool("ip", step).unwrap_or_else(|e| panic!("set up {ns}: {e}"));
+        }
+        c
+    }
+
+    /// Runs `tool args...` inside the namespace.
+    fn exec(&self, tool: &str, args: &[&str]) -> String {
+        let mut full = vec!["netns", "exec", &self.ns, tool];
+        full.extend_from_slice(args);
+        netns::run_tool("ip", &full).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The hop's stderr so far, for assertion messages.
+    fn hop_output(&self) -> String {
+        format!("--- hop stderr\n{}", read_lossy(&self.hop_log))
+    }
+}
+
+impl Drop for ContainerNs {
+    fn drop(&mut self) {
+        if let Some(mut hop) = self.hop.take() {
+            let _ = hop.kill();
+            let _ = hop.wait();
+        }
+        for &pid in &self.delay_lines {
+            // Only if that pid still runs a delay line (not a reused pid).
+            if runs_ours(pid, "delay-line") {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+        let _ = netns::run_tool("ip", ["netns", "del", &self.ns]);
+        if netns::host_tm_links().contains(&self.host_if) {
+            let _ = netns::run_tool("ip", ["link", "del", &self.host_if]);
+        }
+    }
+}
+
+/// Pids of the running children of `parent` whose command line mentions
+/// `marker`.
+fn children_of(parent: u32, marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|&pid| {
+            // The parent pid is the second field after the command name.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat.rsplit_once(')')?.1.to_owned();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .filter(|&pid| runs_ours(pid, marker))
+        .collect()
+}
+
+/// Waits until `condition` holds, failing with `what` after `within`.
+fn wait_for(within: Duration, what: &dyn Fn() -> String, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {within:?}: {}",
+            what()
+        );
+        sleep(POLL);
+    }
+}
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+fn authorized<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {TOKEN}").parse().expect("ASCII metadata"),
+    );
+    request
+}
+
+fn net(loss: f64, delay_us: u64) -> tailmesh_proto::pb::SetFaultsRequest {
+    tailmesh_proto::pb::SetFaultsRequest {
+        net: Some(tailmesh_proto::pb::NetFault {
+            loss,
+            delay_us,
+            jitter_us: 0,
+        }),
+        slow: None,
+    }
+}
+
+type Control = tailmesh_proto::pb::control_client::ControlClient<tonic::transport::Channel>;
+
+/// Durations of `n` GetFaults calls, in order.
+async fn call_times(client: &mut Control, n: usize) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = std::time::Instant::now();
+        client
+            .get_faults(authorized(tailmesh_proto::pb::GetFaultsRequest {}))
+            .await
+            .expect("GetFaults");
+        times.push(start.elapsed());
+    }
+    times
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+#[test]
+fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_everything() {
+    if !privileged_with("an_agent_in_its_own_namespace", &[("iptables", "iptables")]) {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = ContainerNs::create(dir.path());
+
+    // The interface picker, on the namespace's own routing table.
+    let routes = c.exec("cat", &["/proc/net/route"]);
+    assert_eq!(
+        tailmesh::netfault::default_route_iface(&routes).as_deref(),
+        Some("eth0"),
+        "{routes}"
+    );
+
+    // A real `tailmesh hop` inside the namespace, its agent in Own mode.
+    let config = tailmesh_services::hop::HopConfig {
+        behavior: tailmesh_services::model::HopBehavior {
+            name: "own".to_owned(),
+            seed: 7,
+            work: tailmesh_services::model::Work::None,
+            slow: None,
+            replica_slow: None,
+            error: None,
+        },
+        replica: 0,
+        transport: tailmesh_services::model::Transport::Push,
+        downstream: Vec::new(),
+        broker: None,
+        concurrency: None,
+        drain_grace: Duration::from_secs(1),
+        precise_timer: false,
+    };
+    let config_path = write(
+        dir.path(),
+        "hop.json",
+        &serde_json::to_string(&config).expect("a hop config serializes"),
+    );
+    let delay_log = dir.path().join("delay-line.log");
+    let agent = format!(
+        r#"{{"place":{{"kind":"own","iface":"eth0"}},"log":{}}}"#,
+        serde_json::to_string(path_str(&delay_log)).expect("a JSON string")
+    );
+    let addr_file = dir.path().join("hop.addr");
+    let listen = format!("{}:0", c.addr);
+    let hop = std::process::Command::new("ip")
+        .args(["netns", "exec", &c.ns, TAILMESH, "hop", "--supervised"])
+        .args(["--config", path_str(&config_path), "--listen", &listen])
+        .args(["--addr-file", path_str(&addr_file)])
+        .env(netns::CONTROL_TOKEN_ENV, TOKEN)
+        .env(netns::AGENT_ENV, &agent)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&c.hop_log).expect("create the hop log"))
+        .spawn()
+        .expect("start the hop");
+    // `ip netns exec` execs the hop: this pid is the hop's.
+    let hop_pid = hop.id();
+    c.hop = Some(hop);
+    let log = c.hop_log.clone();
+    let mut addr = None;
+    let mut exited = None;
+    wait_for(Duration::from_secs(20), &|| read_lossy(&log), || {
+        addr = std::fs::read_to_string(&addr_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<std::net::SocketAddr>().ok());
+        exited = c.hop.as_mut().and_then(|hop| hop.try_wait().ok().flatten());
+        addr.is_some() || exited.is_some()
+    });
+    let addr = addr.unwrap_or_else(|| panic!("the hop exited ({exited:?}):\n{}", c.hop_output()));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("a valid URI")
+            .connect_timeout(Duration::from_secs(5))
+            // Bounds every call, also one stuck behind lost packets.
+            .timeout(Duration::from_secs(30))
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connect {addr}: {e}\n{}", c.hop_output()));
+        let mut client = Control::new(channel);
+        let clean = median(call_times(&mut client, 20).await);
+
+        // Loss, applied twice: the second replaces the first.
+        for _ in 0..2 {
+            let state = client
+                .set_faults(authorized(net(0.2, 0)))
+                .await
+                .unwrap_or_else(|e| panic!("SetFaults loss: {e}\n{}", c.hop_output()))
+                .into_inner();
+            assert_eq!(state.mechanisms, ["nftables_numgen"]);
+        }
+        let table = c.exec("nft", &["list", "table", "inet", "tailmesh_agent"]);
+        assert_eq!(table.matches("counter packets").count(), 4, "{table}");
+        assert!(
+            table.contains("iifname \"eth0\"") && table.contains("oifname \"eth0\""),
+            "{table}"
+        );
+        // Traffic to the hop over the veth: datagrams to a closed port,
+        // seen by the input hook.
+        let udp = std::net::UdpSocket::bind((c.host_addr, 0)).expect("bind UDP");
+        for i in 0..1000u32 {
+            udp.send_to(&i.to_be_bytes(), (c.addr, 9))
+                .expect("send a datagram");
+        }
+        let cleared = client
+            .clear_faults(authorized(tailmesh_proto::pb::ClearFaultsRequest {}))
+            .await
+            .unwrap_or_else(|e| panic!("ClearFaults loss: {e}\n{}", c.hop_output()))
+            .into_inner();
+        assert_eq!(cleared.mechanisms, ["nftables_numgen"]);
+        // The datagrams (a few may be lost before the hook on a busy
+        // machine) and the calls' packets were counted; about a fifth
+        // dropped (binomial: within 3.5 standard deviations, at least 4
+        // points).
+        let (seen, dropped) = (cleared.packets_seen, cleared.packets_dropped);
+        assert!(seen >= 900, "seen {seen}, dropped {dropped}");
+        let share = dropped as f64 / seen as f64;
+        let tolerance = (3.5 * (0.2f64 * 0.8 / seen as f64).sqrt()).max(0.04);
+        assert!(
+            (share - 0.2).abs() <= tolerance,
+            "dropped {dropped} of {seen}: {share:.3}, expected 0.2 ± {tolerance:.3}"
+        );
+        let ruleset = c.exec("nft", &["list", "ruleset"]);
+        assert!(!ruleset.contains("tailmesh"), "{ruleset}");
+
+        // Delay: every packet held in each direction.
+        let delay = Duration::from_millis(30);
+        let state = client
+            .set_faults(authorized(net(0.0, delay.as_micros() as u64)))
+            .await
+            .unwrap_or_else(|e| panic!("SetFaults delay: {e}\n{}", c.hop_output()))
+            .into_inner();
+        assert_eq!(state.mechanisms, ["nfqueue_delay_line"]);
+        let mangle = c.exec("iptables", &["-w", "-t", "mangle", "-S"]);
+        assert!(
+            mangle.contains("-A PREROUTING -i eth0 -j NFQUEUE")
+                && mangle.contains("-A OUTPUT -o eth0 -j NFQUEUE"),
+            "{mangle}"
+        );
+        c.delay_lines = children_of(hop_pid, "delay-line");
+        assert_eq!(c.delay_lines.len(), 1, "one delay line under the hop");
+        let delayed = call_times(&mut client, 10).await;
+        // A call's request comes in and its reply goes out through eth0,
+        // each held at least `delay`: never faster than two delays.
+        let fastest = delayed.iter().min().copied().unwrap_or_default();
+        assert!(
+            fastest >= 2 * delay,
+            "fastest delayed call {fastest:?}, expected >= {:?} (clean median {clean:?})",
+            2 * delay
+        );
+        let cleared = client
+            .clear_faults(authorized(tailmesh_proto::pb::ClearFaultsRequest {}))
+            .await
+            .unwrap_or_else(|e| panic!("ClearFaults delay: {e}\n{}", c.hop_output()))
+            .into_inner();
+        assert_eq!(cleared.mechanisms, ["nfqueue_delay_line"]);
+        let mangle = c.exec("iptables", &["-w", "-t", "mangle", "-S"]);
+        assert!(!mangle.contains("NFQUEUE"), "{mangle}");
+        let ruleset = c.exec("nft", &["list", "ruleset"]);
+        assert!(
+            !ruleset.contains("tailmesh") && !ruleset.contains("queue"),
+            "{ruleset}"
+        );
+        let line = c.delay_lines[0];
+        wait_for(
+            Duration::from_secs(5),
+            &|| format!("delay line {line} still runs"),
+            || !runs_ours(line, "delay-line"),
+        );
+        let after = median(call_times(&mut client, 10).await);
+        assert!(
+            after < delay,
+            "median call {after:?} after clearing a {delay:?} delay"
+        );
+
+        // A fault still in force when the hop stops is removed by it.
+        let state = client
+            .set_faults(authorized(net(0.01, 0)))
+            .await
+            .unwrap_or_else(|e| panic!("SetFaults before stop: {e}\n{}", c.hop_output()))
+            .into_inner();
+        assert_eq!(state.mechanisms, ["nftables_numgen"]);
+    });
+    assert!(
+        c.exec("nft", &["list", "ruleset"])
+            .contains("tailmesh_agent"),
+        "the last loss fault is in force"
+    );
+    // Stopped as its launcher stops it: end of standard input.
+    drop(c.hop.as_mut().and_then(|hop| hop.stdin.take()));
+    let mut status = None;
+    wait_for(Duration::from_secs(10), &|| read_lossy(&log), || {
+        status = c.hop.as_mut().and_then(|hop| hop.try_wait().ok().flatten());
+        status.is_some()
+    });
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        c.hop_output()
+    );
+    let ruleset = c.exec("nft", &["list", "ruleset"]);
+    assert!(!ruleset.contains("tailmesh"), "{ruleset}");
 }

@@ -41,18 +41,18 @@ use super::{ExitedChild, LaunchError, Launched, LocalLauncher, ProcessSpec};
 
 /// The environment variable holding the run's Control token.
 pub const CONTROL_TOKEN_ENV: &str = "TAILMESH_CONTROL_TOKEN";
-/// The environment variable telling a hop's fault agent its namespace.
+/// The environment variable telling a hop's fault agent where it acts.
 pub const AGENT_ENV: &str = "TAILMESH_AGENT";
 
-/// What a hop's fault agent needs to know (JSON in [`AGENT_ENV`]).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// What a hop's fault agent needs to know (JSON in [`AGENT_ENV`]), e.g.
+/// `{"place":{"kind":"own","iface":"eth0"},"log":"/tmp/delay-line.log"}`
+/// for an agent in its own namespace.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AgentEnv {
-    /// Its namespace.
-    pub member: Member,
-    /// The hub namespace.
-    pub hub: String,
-    /// The run id (names the nftables table).
-    pub run_id: String,
+    /// Where it applies faults: a member namespace of this launcher, or
+    /// its own (a container's).
+    pub place: crate::netfault::Place,
     /// Where a delay line's output goes.
     pub log: PathBuf,
 }
@@ -128,14 +128,16 @@ fn find_in_path(tool: &str) -> Option<PathBuf> {
 }
 
 /// Runs `program args...` (never through a shell) and returns its stdout.
-pub fn run_tool<I, S>(program: &str, args: I) -> Result<String, NetnsError>
+pub fn run_tool<P, I, S>(program: P, args: I) -> Result<String, NetnsError>
 where
+    P: AsRef<std::ffi::OsStr>,
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    let program = program.as_ref();
     let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
     let line = || {
-        let mut line = program.to_owned();
+        let mut line = program.to_string_lossy().into_owned();
         for a in &args {
             line.push(' ');
             line.push_str(&a.to_string_lossy());
@@ -558,9 +560,11 @@ impl NetnsLauncher {
         let mut env = spec.env;
         // The fault agent of a hop: the run's token and where it lives.
         let agent = serde_json::to_string(&AgentEnv {
-            member: member.clone(),
-            hub: self.net.hub(),
-            run_id: self.net.id().to_owned(),
+            place: crate::netfault::Place::Member {
+                member: member.clone(),
+                hub: self.net.hub(),
+                run_id: self.net.id().to_owned(),
+            },
             log: self
                 .local
                 .log_dir()
