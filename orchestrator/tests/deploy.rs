@@ -175,6 +175,20 @@ fn the_committed_compose_file_passes_docker_compose_config() {
     }
 }
 
+/// Hop a calling hop b's two replicas.
+const TWO_HOPS: &str = r#"
+name = "two"
+[load]
+mode = "open"
+rate = 10
+requests = 10
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+replicas = 2
+"#;
+
 fn scenario_file(dir: &Path, text: &str) -> PathBuf {
     write(dir, "scenario.toml", text)
 }
@@ -229,19 +243,7 @@ name = "w"
 
     let faults = scenario_file(
         dir.path(),
-        r#"
-name = "faults"
-[load]
-mode = "open"
-rate = 10
-requests = 10
-[[hop]]
-name = "a"
-[[hop]]
-name = "b"
-replicas = 2
-replica_net = { replica = 1, loss = 0.05 }
-"#,
+        &format!("{TWO_HOPS}replica_net = {{ replica = 1, loss = 0.05 }}\n"),
     );
     let out = tailmesh(dir.path(), &["k8s", path_str(&faults), "--no-net-admin"]);
     assert_eq!(out.code(), Some(2), "{}", out.output());
@@ -299,21 +301,7 @@ fn service_blocks(compose: &str) -> Vec<(String, String)> {
 #[test]
 fn a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = scenario_file(
-        dir.path(),
-        r#"
-name = "one"
-[load]
-mode = "open"
-rate = 10
-requests = 10
-[[hop]]
-name = "a"
-[[hop]]
-name = "b"
-replicas = 2
-"#,
-    );
+    let scenario = scenario_file(dir.path(), TWO_HOPS);
     let scenario = path_str(&scenario);
     // A wrong hop or replica is named, with what the scenario has.
     let out = tailmesh(dir.path(), &["hop", "--scenario", scenario, "--hop", "c"]);

@@ -246,24 +246,27 @@ fn deployment(metadata: Node, name: &str, digest: &str, pod: Node) -> Node {
             map([
                 ("replicas", Node::Raw("1".into())),
                 ("selector", map([("matchLabels", selector.clone())])),
+                ("template", pod_template(name, digest, pod)),
+            ]),
+        ),
+    ])
+}
+
+/// The pod template of `name`: labelled to match its Service, annotated
+/// with the scenario's digest so a changed scenario replaces the pod.
+fn pod_template(name: &str, digest: &str, spec: Node) -> Node {
+    map([
+        (
+            "metadata",
+            map([
+                ("labels", map([("tailmesh/service", s(name))])),
                 (
-                    "template",
-                    map([
-                        (
-                            "metadata",
-                            map([
-                                ("labels", selector),
-                                (
-                                    "annotations",
-                                    map([("tailmesh/scenario-sha256", s(digest))]),
-                                ),
-                            ]),
-                        ),
-                        ("spec", pod),
-                    ]),
+                    "annotations",
+                    map([("tailmesh/scenario-sha256", s(digest))]),
                 ),
             ]),
         ),
+        ("spec", spec),
     ])
 }
 
@@ -415,26 +418,15 @@ fn orchestrator_job(
                 ("backoffLimit", Node::Raw("0".into())),
                 (
                     "template",
-                    map([
-                        (
-                            "metadata",
-                            map([
-                                ("labels", map([("tailmesh/service", s("orchestrator"))])),
-                                (
-                                    "annotations",
-                                    map([("tailmesh/scenario-sha256", s(digest))]),
-                                ),
-                            ]),
-                        ),
-                        (
-                            "spec",
-                            map([
-                                ("restartPolicy", s("Never")),
-                                ("containers", Node::Seq(vec![Node::Map(container)])),
-                                ("volumes", Node::Seq(volumes)),
-                            ]),
-                        ),
-                    ]),
+                    pod_template(
+                        "orchestrator",
+                        digest,
+                        map([
+                            ("restartPolicy", s("Never")),
+                            ("containers", Node::Seq(vec![Node::Map(container)])),
+                            ("volumes", Node::Seq(volumes)),
+                        ]),
+                    ),
                 ),
             ]),
         ),
