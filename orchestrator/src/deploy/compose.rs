@@ -215,7 +215,10 @@ fn orchestrator(services: &[Service], sampling: f64, token: bool, options: &Opti
     }
     let mut entries = vec![
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
-        ("command".to_owned(), flow(orchestrator_command(sampling))),
+        (
+            "command".to_owned(),
+            flow(orchestrator_command(sampling, None)),
+        ),
         (
             "healthcheck".to_owned(),
             map([("disable", Node::Raw("true".into()))]),

@@ -394,7 +394,12 @@ fn orchestrator_job(
         ("name".to_owned(), s("orchestrator")),
         ("image".to_owned(), s(&options.image)),
         ("imagePullPolicy".to_owned(), s("IfNotPresent")),
-        ("args".to_owned(), flow(orchestrator_command(sampling))),
+        // Pods may wait for image pulls and scheduling: wait longer than
+        // Compose, whose orchestrator starts once the hops are healthy.
+        (
+            "args".to_owned(),
+            flow(orchestrator_command(sampling, Some("10m"))),
+        ),
     ];
     if !env.is_empty() {
         container.push(("env".to_owned(), Node::Seq(env)));

@@ -275,8 +275,9 @@ impl Service {
 /// The arguments of the orchestrator container: the experiment against
 /// the running services, results in /results, spans forwarded to Jaeger
 /// when the scenario traces (Jaeger need not be up: spans it cannot take
-/// are counted, and the run's traces.jaeger.json has them all).
-pub fn orchestrator_command(sampling: f64) -> Vec<String> {
+/// are counted, and the run's traces.jaeger.json has them all), waiting up
+/// to `attach_timeout` for each service when given.
+pub fn orchestrator_command(sampling: f64, attach_timeout: Option<&str>) -> Vec<String> {
     let mut command: Vec<String> = [
         "run",
         SCENARIO_PATH,
@@ -290,6 +291,10 @@ pub fn orchestrator_command(sampling: f64) -> Vec<String> {
     if sampling > 0.0 {
         command.push("--otlp-forward".to_owned());
         command.push(format!("http://jaeger:{TRACE_PORT}"));
+    }
+    if let Some(timeout) = attach_timeout {
+        command.push("--attach-timeout".to_owned());
+        command.push(timeout.to_owned());
     }
     command
 }
