@@ -396,3 +396,43 @@ fn the_token_service_writes_a_private_token_once() {
         token
     );
 }
+
+/// `run --attach` against a deployment that is not there: it waits for the
+/// service by name, then fails naming it and what was expected. Run in a
+/// network namespace of its own (`unshare --net`, root), so the name
+/// lookup reaches no resolver and no traffic leaves the test.
+#[test]
+fn attaching_to_a_missing_deployment_names_the_service_it_waited_for() {
+    if !tailmesh::launcher::netns::has_privilege() {
+        skip("attaching in a network namespace of its own needs root (unshare --net)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(dir.path(), TWO_HOPS);
+    let results = dir.path().join("results");
+    let started = Instant::now();
+    let out = Command::new("unshare")
+        .arg("--net")
+        .arg(TAILMESH)
+        .args([
+            "run",
+            path_str(&scenario),
+            "--attach",
+            "--attach-timeout",
+            "1s",
+        ])
+        .arg("--results")
+        .arg(&results)
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // The hop called last is looked for first: b's replicas before a.
+    assert!(
+        stderr.contains("hop-b-0: service \"hop-b-0\" not ready after 1s")
+            && stderr.contains("connect hop-b-0:7000")
+            && stderr.contains("was it generated from this scenario"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "{stderr}");
+}

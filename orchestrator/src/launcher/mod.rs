@@ -280,7 +280,7 @@ pub enum LaunchError {
     #[error(
         "{name}: service {service:?} not ready after {}: {last_problem}; is the deployment \
          running, and was it generated from this scenario (tailmesh compose / tailmesh k8s)?",
-        humantime::format_duration(*waited)
+        humantime::format_duration(Duration::from_millis(waited.as_millis() as u64))
     )]
     Unreachable {
         /// The role (`hop-b-1`, `broker`).
