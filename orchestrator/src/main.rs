@@ -62,9 +62,11 @@ enum Command {
         scenario: PathBuf,
         #[command(flatten)]
         deploy: DeployArgs,
-        /// The build context of the image, relative to the Compose file.
-        #[arg(long, default_value = ".")]
-        context: String,
+        /// The build context of the image (the repository), relative to the
+        /// Compose file. Default: "." when the file is written here, else
+        /// this directory's absolute path.
+        #[arg(long)]
+        context: Option<String>,
         /// Where the results go on the host, relative to the Compose file.
         #[arg(long, default_value = "./results")]
         results: String,
@@ -289,10 +291,20 @@ fn main() -> ExitCode {
             context,
             results,
         } => {
+            let context = match context {
+                Some(context) => context.clone(),
+                None => match default_context(deploy.output.as_deref()) {
+                    Ok(context) => context,
+                    Err(e) => {
+                        eprintln!("tailmesh compose: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            };
             let options = tailmesh::deploy::compose::Options {
                 image: deploy.image.clone(),
                 net_admin: !deploy.no_net_admin,
-                context: context.clone(),
+                context,
                 results: results.clone(),
             };
             return generate(scenario, deploy.output.as_deref(), |s, text| {
@@ -457,6 +469,28 @@ fn generate(
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// The build context for a Compose file written to `output`: "." when it
+/// lands in the current directory (the repository root, as the committed
+/// file), else the current directory's absolute path, so the file builds
+/// from wherever it is.
+fn default_context(output: Option<&std::path::Path>) -> Result<String, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
+    let here = match output.map(|o| o.parent().unwrap_or(std::path::Path::new(""))) {
+        None => true,
+        Some(dir) if dir.as_os_str().is_empty() => true,
+        Some(dir) => dir
+            .canonicalize()
+            .is_ok_and(|d| cwd.canonicalize().is_ok_and(|c| c == d)),
+    };
+    if here {
+        Ok(".".to_owned())
+    } else {
+        cwd.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{} is not UTF-8: give --context", cwd.display()))
     }
 }
 
