@@ -449,7 +449,8 @@ async fn serve_submit_stream(
             }
             () = async { let _ = closed.wait_for(|c| *c).await; } => {
                 // Closing answered every task: pass on what is ready.
-                while let Some(Some((id, Some(answer)))) = running.next().now_or_never() {
+                while let Some(Some((id, answer))) = running.next().now_or_never() {
+                    let Some(answer) = answer else { continue };
                     if tx.send(Ok(stream_reply(id, answer))).await.is_err() {
                         break;
                     }
