@@ -937,4 +937,424 @@ mod broker {
         assert!(names.contains(&"tailmesh.v1.Broker"), "{names:?}");
         broker.shutdown().await.expect("clean shutdown");
     }
+
+    /// Producers on the SubmitStream path: every `BrokerClient` submit above
+    /// already travels on it; these cover what only a shared stream can
+    /// get wrong (correlation, per-task errors, cancels, breaks).
+    mod stream {
+        use super::*;
+
+        /// An echo worker on `topic` that answers `payload!` after a delay
+        /// that varies with the payload, so answers come back out of order.
+        fn shuffling_worker(
+            addr: SocketAddr,
+            topic: &str,
+            credits: u32,
+        ) -> (oneshot::Sender<()>, JoinHandle<Result<(), BrokerError>>) {
+            let (stop, stopped) = oneshot::channel::<()>();
+            let worker = tokio::spawn(run_worker(
+                addr,
+                topic.into(),
+                "shuffle".into(),
+                credits,
+                |task: pb::Task| async move {
+                    let n: u64 = text(&task.payload).parse().unwrap_or(0);
+                    tokio::time::sleep(Duration::from_micros((n * 7919) % 3000)).await;
+                    Ok(format!("{}!", text(&task.payload)).into_bytes())
+                },
+                async {
+                    let _ = stopped.await;
+                },
+            ));
+            (stop, worker)
+        }
+
+        #[tokio::test]
+        async fn many_concurrent_submits_each_get_their_own_answer() {
+            let broker = start(config(&["t"])).await;
+            let client = broker.client().await;
+            let (stop, worker) = shuffling_worker(broker.addr, "t", 16);
+            let calls: Vec<_> = (0..400)
+                .map(|i| submit_bg(&client, "t", &i.to_string(), Some(Duration::from_secs(20))))
+                .collect();
+            let mut task_ids = Vec::new();
+            for (i, call) in calls.into_iter().enumerate() {
+                let reply = answer_of(call).await.expect("ok");
+                assert_eq!(text(&reply.payload), format!("{i}!"));
+                task_ids.push(reply.task_id);
+            }
+            task_ids.sort_unstable();
+            task_ids.dedup();
+            assert_eq!(task_ids.len(), 400, "one broker task per submit");
+            let s = stats_of(&client, "t").await;
+            assert_eq!(
+                (s.enqueued, s.completed, s.abandoned),
+                (400, 400, 0),
+                "{s:?}"
+            );
+            let _ = stop.send(());
+            within("the worker to stop", worker)
+                .await
+                .expect("task")
+                .expect("clean stop");
+            broker.shutdown().await.expect("clean shutdown");
+        }
+
+        #[tokio::test]
+        async fn errors_arrive_per_task_and_the_stream_carries_on() {
+            let broker = start(BrokerConfig {
+                queue_capacity: 2,
+                max_payload_bytes: 1024,
+                ..config(&["t"])
+            })
+            .await;
+            let client = broker.client().await;
+            let queued = submit_in_order(&client, "t", &["a", "b"]).await;
+
+            let mut c = client.clone();
+            let mut expect_err = async |topic: &str, payload: Vec<u8>, code: Code, text: &str| {
+                let err = within("a refusal", c.submit(topic, payload, HashMap::new(), None))
+                    .await
+                    .expect_err("refused");
+                assert_eq!(err.code(), code, "{err:?}");
+                assert!(err.message().contains(text), "{err:?}");
+            };
+            expect_err("t", b"c".to_vec(), Code::ResourceExhausted, "is full").await;
+            expect_err(
+                "nope",
+                b"x".to_vec(),
+                Code::NotFound,
+                "unknown topic \"nope\"",
+            )
+            .await;
+            expect_err("t", vec![0; 2000], Code::InvalidArgument, "2000 bytes").await;
+
+            // The worker's own status reaches its producer unchanged; the
+            // queued tasks, on the same stream all along, are still served.
+            let mut worker = raw_worker(broker.addr, "t", 1).await;
+            let a = worker.task().await;
+            worker.send(worker_message::Kind::Result(pb::TaskResult {
+                task_id: a.task_id,
+                payload: Vec::new(),
+                code: Code::FailedPrecondition as i32,
+                message: "a is not welcome".into(),
+            }));
+            let b = worker.task().await;
+            worker.answer(b.task_id, b"b!");
+            let mut queued = queued.into_iter();
+            let err = answer_of(queued.next().expect("a"))
+                .await
+                .expect_err("the worker's error");
+            assert_eq!(
+                (err.code(), err.message()),
+                (Code::FailedPrecondition, "a is not welcome")
+            );
+            let reply = answer_of(queued.next().expect("b")).await.expect("ok");
+            assert_eq!(text(&reply.payload), "b!");
+            let s = stats_of(&client, "t").await;
+            assert_eq!(
+                (s.completed, s.failed, s.rejected_full, s.abandoned),
+                (1, 1, 1, 0),
+                "{s:?}"
+            );
+            broker.shutdown().await.expect("clean shutdown");
+        }
+
+        #[tokio::test]
+        async fn a_dropped_submit_cancels_its_task_which_no_worker_ever_sees() {
+            let broker = start(config(&["t"])).await;
+            let client = broker.client().await;
+
+            // Dropped while queued, as a losing hedge is.
+            let mut c = client.clone();
+            // Boxed, not pinned in place, so that drop() really drops it.
+            let mut submit = Box::pin(c.submit("t", b"gone".to_vec(), HashMap::new(), None));
+            tokio::select! {
+                r = &mut submit => panic!("answered without a worker: {r:?}"),
+                _ = wait_stats(&client, "t", "the task to queue", |s| s.depth == 1) => {}
+            }
+            drop(submit);
+            let s = wait_stats(&client, "t", "the cancel", |s| s.abandoned == 1).await;
+            assert_eq!((s.depth, s.enqueued), (0, 1), "{s:?}");
+
+            // Many at once: every one is cancelled, the stream stays usable.
+            let many: Vec<_> = (0..200)
+                .map(|i| submit_bg(&client, "t", &i.to_string(), None))
+                .collect();
+            wait_stats(&client, "t", "all to queue", |s| s.depth == 200).await;
+            for call in &many {
+                call.abort();
+            }
+            let s = wait_stats(&client, "t", "all cancelled", |s| s.abandoned == 201).await;
+            assert_eq!(s.depth, 0, "{s:?}");
+
+            let kept = submit_bg(&client, "t", "kept", None);
+            let mut worker = raw_worker(broker.addr, "t", 1).await;
+            let task = worker.task().await;
+            assert_eq!(
+                text(&task.payload),
+                "kept",
+                "no cancelled task was dispatched"
+            );
+            worker.answer(task.task_id, b"kept!");
+            assert_eq!(answer_of(kept).await.expect("ok").payload, b"kept!");
+            let s = stats_of(&client, "t").await;
+            assert_eq!((s.dispatched, s.completed), (1, 1), "{s:?}");
+            broker.shutdown().await.expect("clean shutdown");
+        }
+
+        #[tokio::test]
+        async fn deadlines_bound_queued_and_held_tasks() {
+            let broker = start(config(&["t"])).await;
+            let client = broker.client().await;
+            let mut worker = raw_worker(broker.addr, "t", 1).await;
+
+            // Held by a worker that never answers.
+            let started = Instant::now();
+            let held = submit_bg(&client, "t", "held", Some(Duration::from_millis(150)));
+            let task = worker.task().await;
+            assert_ne!(task.deadline_unix_nanos, 0, "the worker sees the deadline");
+            let err = answer_of(held).await.expect_err("expires");
+            assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+            assert!(err.message().contains("while worker"), "{err:?}");
+            assert!(started.elapsed() >= Duration::from_millis(140));
+
+            // Queued behind it, never dispatched.
+            let err = answer_of(submit_bg(
+                &client,
+                "t",
+                "queued",
+                Some(Duration::from_millis(100)),
+            ))
+            .await
+            .expect_err("expires");
+            assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+            assert!(err.message().contains("never dispatched"), "{err:?}");
+            let s = stats_of(&client, "t").await;
+            assert_eq!(
+                (s.expired_in_flight, s.expired, s.dispatched),
+                (1, 1, 1),
+                "{s:?}"
+            );
+            broker.shutdown().await.expect("clean shutdown");
+        }
+
+        /// A raw SubmitStream, for what `BrokerClient` never sends.
+        struct RawProducer {
+            tx: mpsc::UnboundedSender<pb::SubmitStreamRequest>,
+            rx: Streaming<pb::SubmitStreamReply>,
+        }
+
+        impl RawProducer {
+            async fn open(addr: SocketAddr) -> Self {
+                let mut client = broker_client::BrokerClient::connect(format!("http://{addr}"))
+                    .await
+                    .expect("connect");
+                let (tx, rx) = mpsc::unbounded_channel();
+                let rx = client
+                    .submit_stream(UnboundedReceiverStream::new(rx))
+                    .await
+                    .expect("stream opens")
+                    .into_inner();
+                RawProducer { tx, rx }
+            }
+
+            fn submit(&self, id: u64, payload: &str, timeout: Option<Duration>) {
+                self.tx
+                    .send(pb::SubmitStreamRequest {
+                        id,
+                        kind: Some(pb::submit_stream_request::Kind::Submit(pb::SubmitRequest {
+                            topic: "t".into(),
+                            payload: payload.as_bytes().to_vec(),
+                            ..Default::default()
+                        })),
+                        timeout_ns: timeout.map_or(0, |t| t.as_nanos() as u64),
+                    })
+                    .expect("stream open");
+            }
+
+            fn cancel(&self, id: u64) {
+                self.tx
+                    .send(pb::SubmitStreamRequest {
+                        id,
+                        kind: Some(pb::submit_stream_request::Kind::Cancel(pb::CancelTask {})),
+                        timeout_ns: 0,
+                    })
+                    .expect("stream open");
+            }
+
+            async fn reply(&mut self) -> Result<pb::SubmitStreamReply, Status> {
+                within("a stream reply", self.rx.message())
+                    .await
+                    .map(|r| r.expect("stream open"))
+            }
+        }
+
+        #[tokio::test]
+        async fn raw_stream_timeout_cancel_half_close_and_protocol_errors() {
+            let broker = start(config(&["t"])).await;
+            let client = broker.client().await;
+            let mut p = RawProducer::open(broker.addr).await;
+
+            // The relative timeout plays grpc-timeout's part.
+            p.submit(7, "short", Some(Duration::from_millis(100)));
+            let r = p.reply().await.expect("reply");
+            let Some(pb::submit_stream_reply::Result::Error(e)) = r.result else {
+                panic!("expected an error, got {r:?}");
+            };
+            assert_eq!((r.id, e.code), (7, Code::DeadlineExceeded as i32), "{e:?}");
+
+            // A cancel by id frees the queue.
+            p.submit(8, "cancelled", None);
+            wait_stats(&client, "t", "task 8 to queue", |s| s.depth == 1).await;
+            p.cancel(8);
+            p.cancel(12345); // unknown: ignored
+            wait_stats(&client, "t", "the cancel", |s| {
+                s.depth == 0 && s.abandoned == 1
+            })
+            .await;
+
+            // Half-closed: the open task is still answered, then the stream ends.
+            p.submit(9, "last", None);
+            let mut worker = raw_worker(broker.addr, "t", 1).await;
+            let task = worker.task().await;
+            assert_eq!(text(&task.payload), "last");
+            let RawProducer { tx, mut rx } = p;
+            drop(tx);
+            worker.answer(task.task_id, b"last!");
+            let r = within("the last reply", rx.message())
+                .await
+                .expect("ok")
+                .expect("a reply");
+            assert_eq!(r.id, 9);
+            let Some(pb::submit_stream_reply::Result::Reply(reply)) = r.result else {
+                panic!("expected a reply, got {r:?}");
+            };
+            assert_eq!(reply.payload, b"last!");
+            assert!(
+                within("the stream to end", rx.message())
+                    .await
+                    .expect("ends cleanly")
+                    .is_none()
+            );
+
+            // An id reused while its task is open ends the stream, giving
+            // the task up.
+            drop(worker);
+            wait_stats(&client, "t", "the worker to leave", |s| s.workers == 0).await;
+            let mut p = RawProducer::open(broker.addr).await;
+            p.submit(1, "first", None);
+            wait_stats(&client, "t", "task 1 to queue", |s| s.depth == 1).await;
+            p.submit(1, "again", None);
+            let err = p.reply().await.expect_err("the stream ends");
+            assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+            assert!(err.message().contains("already in use"), "{err:?}");
+            let s = wait_stats(&client, "t", "task 1 given up", |s| s.abandoned == 2).await;
+            assert_eq!(s.depth, 0, "{s:?}");
+            broker.shutdown().await.expect("clean shutdown");
+        }
+
+        /// A TCP relay to a target it can switch, whose connections can be
+        /// cut at once, as a dying broker host would.
+        struct Relay {
+            addr: SocketAddr,
+            target: Arc<std::sync::Mutex<SocketAddr>>,
+            conns: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+            accept: JoinHandle<()>,
+        }
+
+        impl Relay {
+            async fn start(target: SocketAddr) -> Self {
+                let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                let addr = listener.local_addr().expect("addr");
+                let target = Arc::new(std::sync::Mutex::new(target));
+                let conns = Arc::new(std::sync::Mutex::new(Vec::new()));
+                let accept = tokio::spawn({
+                    let (target, conns) = (target.clone(), conns.clone());
+                    async move {
+                        while let Ok((mut inbound, _)) = listener.accept().await {
+                            let to = *target.lock().expect("target");
+                            let conn = tokio::spawn(async move {
+                                if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                                    let _ =
+                                        tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                                }
+                            });
+                            conns.lock().expect("conns").push(conn.abort_handle());
+                        }
+                    }
+                });
+                Relay {
+                    addr,
+                    target,
+                    conns,
+                    accept,
+                }
+            }
+
+            fn cut(&self) {
+                for conn in self.conns.lock().expect("conns").drain(..) {
+                    conn.abort();
+                }
+            }
+
+            fn point_to(&self, target: SocketAddr) {
+                *self.target.lock().expect("target") = target;
+            }
+        }
+
+        impl Drop for Relay {
+            fn drop(&mut self) {
+                self.accept.abort();
+                self.cut();
+            }
+        }
+
+        #[tokio::test]
+        async fn a_broken_stream_fails_waiting_submits_and_the_next_submit_reopens_it() {
+            let first = start(config(&["t"])).await;
+            let direct = first.client().await;
+            let relay = Relay::start(first.addr).await;
+            let client = BrokerClient::connect(relay.addr).await.expect("connect");
+            let waiting: Vec<_> = ["a", "b"]
+                .iter()
+                .map(|p| submit_bg(&client, "t", p, None))
+                .collect();
+            wait_stats(&direct, "t", "both to queue", |s| s.depth == 2).await;
+
+            relay.cut();
+            for call in waiting {
+                let err = answer_of(call).await.expect_err("the stream broke");
+                assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+                assert!(
+                    err.message().contains(&relay.addr.to_string()),
+                    "names the broker: {err:?}"
+                );
+            }
+            // The broker gave the stream's tasks up as it would dropped calls.
+            let s = wait_stats(&direct, "t", "the tasks given up", |s| s.abandoned == 2).await;
+            assert_eq!(s.depth, 0, "{s:?}");
+            first.shutdown().await.expect("clean shutdown");
+
+            // A new broker behind the same address: the same client works.
+            let second = start(config(&["t"])).await;
+            relay.point_to(second.addr);
+            let (stop, worker) = shuffling_worker(second.addr, "t", 1);
+            let mut c = client.clone();
+            let reply = within(
+                "a submit after the break",
+                c.submit("t", b"1".to_vec(), HashMap::new(), None),
+            )
+            .await
+            .expect("a new stream");
+            assert_eq!(reply.payload, b"1!");
+            let _ = stop.send(());
+            within("the worker to stop", worker)
+                .await
+                .expect("task")
+                .expect("clean stop");
+            drop(relay);
+            second.shutdown().await.expect("clean shutdown");
+        }
+    }
 }

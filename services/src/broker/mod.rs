@@ -27,8 +27,13 @@
 //!   a Work stream not starting with Hello: INVALID_ARGUMENT; a bad message
 //!   on an established Work stream is answered with a `Rejected` notice and
 //!   the stream carries on.
-//! - **Producers may leave.** A dropped call removes its queued task, or
-//!   makes the broker discard the worker's result; nothing leaks.
+//! - **One stream per producer.** Besides unary `Submit`, producers send
+//!   tasks on a `SubmitStream` under their own ids and get answers in any
+//!   order; [`BrokerClient`] uses it. A task there goes through exactly the
+//!   path a `Submit` call does, with the same answers.
+//! - **Producers may leave.** A dropped call (or a cancelled stream task, or
+//!   a broken stream's tasks) removes its queued task, or makes the broker
+//!   discard the worker's result; nothing leaks.
 //! - **Graceful shutdown**, see [`run`].
 //!
 //! Layout:

@@ -1,4 +1,5 @@
-//! The gRPC face of the broker: the `Broker` service (Submit, Work, Stats)
+//! The gRPC face of the broker: the `Broker` service (Submit, SubmitStream,
+//! Work, Stats)
 //! over the per-topic queues, and [`run`], which serves it beside gRPC
 //! health and reflection and shuts down in three steps (refuse new submits,
 //! drain for up to `drain_grace`, answer the rest UNAVAILABLE).
@@ -15,13 +16,16 @@ use std::{
 };
 
 use crate::{deadline::grpc_timeout, telemetry};
-use tailmesh_proto::pb::{self, broker_server::BrokerServer, worker_message};
+use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
+use tailmesh_proto::pb::{
+    self, broker_server::BrokerServer, submit_stream_reply, submit_stream_request, worker_message,
+};
 use tokio::{
     net::TcpListener,
     sync::{Notify, mpsc, oneshot, watch},
     time::Instant,
 };
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{
     Request, Response, Status, Streaming,
     transport::{Server, server::TcpIncoming},
@@ -37,6 +41,12 @@ use super::{
 /// Room for a message's fields besides its payload (headers, ids) when
 /// sizing the gRPC message limit; payloads themselves are checked exactly.
 const MESSAGE_OVERHEAD: usize = 64 * 1024;
+/// Most unanswered tasks one SubmitStream may have; past it the broker
+/// reads no more of that stream until some are answered.
+const STREAM_MAX_TASKS: usize = 4096;
+/// Answers buffered per SubmitStream before writing them waits on the
+/// producer reading.
+const STREAM_REPLY_BUFFER: usize = 256;
 /// How long the gRPC server may take to close its connections once every
 /// call is answered.
 const SERVER_CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -195,6 +205,58 @@ impl Broker {
             notified.await;
         }
     }
+
+    /// One task from enqueue to answer, for Submit calls and SubmitStream
+    /// tasks alike: validates it, queues it, and waits for its answer or
+    /// its deadline (the earlier of `req`'s absolute deadline and
+    /// `timeout`). Dropping the future gives the task up.
+    async fn submit(
+        &self,
+        req: pb::SubmitRequest,
+        timeout: Option<Duration>,
+    ) -> Result<pb::SubmitReply, TaskError> {
+        let topic = self.topic(&req.topic)?;
+        if req.payload.len() > self.max_payload {
+            return Err(TaskError::PayloadTooLarge {
+                len: req.payload.len(),
+                limit: self.max_payload,
+            });
+        }
+        let (deadline, deadline_unix_nanos) = effective_deadline(req.deadline_unix_nanos, timeout);
+        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
+        let (reply, mut answer) = oneshot::channel();
+        let mut headers = req.headers;
+        let span = queue_wait_span(&req.topic, &mut headers);
+        topic.submit(NewTask {
+            id,
+            payload: req.payload,
+            headers,
+            span,
+            deadline,
+            deadline_unix_nanos,
+            reply,
+        })?;
+
+        // Dropped with this future if the producer goes away first.
+        let guard = AbandonOnDrop { topic, id };
+        let answer = match deadline {
+            None => (&mut answer).await,
+            Some(deadline) => {
+                tokio::select! {
+                    biased;
+                    a = &mut answer => a,
+                    () = tokio::time::sleep_until(deadline) => {
+                        // Answers DEADLINE_EXCEEDED unless an answer won the race.
+                        topic.expire(id);
+                        (&mut answer).await
+                    }
+                }
+            }
+        };
+        // Answered: nothing to give up (the guard owns no memory).
+        std::mem::forget(guard);
+        answer.unwrap_or(Err(TaskError::Unanswered { task: id }))
+    }
 }
 
 /// The queue-wait span of a traced task (enqueue to dispatch), child of
@@ -235,54 +297,23 @@ impl pb::broker_server::Broker for BrokerService {
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
-        let req = request.into_inner();
-        let broker = &self.0;
-        let topic = broker.topic(&req.topic)?;
-        if req.payload.len() > broker.max_payload {
-            return Err(TaskError::PayloadTooLarge {
-                len: req.payload.len(),
-                limit: broker.max_payload,
-            }
-            .into());
-        }
-        let (deadline, deadline_unix_nanos) = effective_deadline(req.deadline_unix_nanos, timeout);
-        let id = broker.next_task.fetch_add(1, Ordering::Relaxed);
-        let (reply, mut answer) = oneshot::channel();
-        let mut headers = req.headers;
-        let span = queue_wait_span(&req.topic, &mut headers);
-        topic.submit(NewTask {
-            id,
-            payload: req.payload,
-            headers,
-            span,
-            deadline,
-            deadline_unix_nanos,
-            reply,
-        })?;
+        let reply = self.0.submit(request.into_inner(), timeout).await?;
+        Ok(Response::new(reply))
+    }
 
-        // Dropped with this future if the producer goes away first.
-        let guard = AbandonOnDrop { topic, id };
-        let answer = match deadline {
-            None => (&mut answer).await,
-            Some(deadline) => {
-                tokio::select! {
-                    biased;
-                    a = &mut answer => a,
-                    () = tokio::time::sleep_until(deadline) => {
-                        // Answers DEADLINE_EXCEEDED unless an answer won the race.
-                        topic.expire(id);
-                        (&mut answer).await
-                    }
-                }
-            }
-        };
-        // Answered: nothing to give up (the guard owns no memory).
-        std::mem::forget(guard);
-        match answer {
-            Ok(Ok(reply)) => Ok(Response::new(reply)),
-            Ok(Err(err)) => Err(err.into()),
-            Err(_) => Err(TaskError::Unanswered { task: id }.into()),
-        }
+    type SubmitStreamStream = ReceiverStream<Result<pb::SubmitStreamReply, Status>>;
+
+    async fn submit_stream(
+        &self,
+        request: Request<Streaming<pb::SubmitStreamRequest>>,
+    ) -> Result<Response<Self::SubmitStreamStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_REPLY_BUFFER);
+        tokio::spawn(serve_submit_stream(
+            self.0.clone(),
+            request.into_inner(),
+            tx,
+        ));
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     type WorkStream = UnboundedReceiverStream<Result<pb::BrokerMessage, Status>>;
@@ -338,6 +369,120 @@ impl pb::broker_server::Broker for BrokerService {
             vec![broker.topic(&name)?.stats()]
         };
         Ok(Response::new(pb::StatsReply { topics }))
+    }
+}
+
+/// Serves one SubmitStream: reads tasks while it has room for them, runs
+/// each through [`Broker::submit`] concurrently, and writes each answer
+/// under its task's id as soon as it is ready.
+///
+/// Ends when the producer half-closed and every task is answered, or at
+/// once (giving up the unanswered tasks, as a dropped Submit call does)
+/// when the stream breaks or the producer stops reading replies. At
+/// shutdown it writes the answers the broker gave and ends UNAVAILABLE.
+async fn serve_submit_stream(
+    broker: Arc<Broker>,
+    mut inbound: Streaming<pb::SubmitStreamRequest>,
+    tx: mpsc::Sender<Result<pb::SubmitStreamReply, Status>>,
+) {
+    let broker = &*broker;
+    let mut closed = broker.closed.subscribe();
+    // Dropping a task's sender cancels it; only unanswered tasks have one.
+    let mut cancels: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
+    let mut running = FuturesUnordered::new();
+    let mut reading = true;
+    let end = loop {
+        if !reading && running.is_empty() {
+            break None;
+        }
+        tokio::select! {
+            biased;
+            Some((id, answer)) = running.next() => {
+                let Some(answer) = answer else {
+                    continue; // cancelled: nobody waits for it
+                };
+                cancels.remove(&id);
+                if tx.send(Ok(stream_reply(id, answer))).await.is_err() {
+                    break None;
+                }
+            }
+            msg = inbound.message(), if reading && running.len() < STREAM_MAX_TASKS => {
+                let msg = match msg {
+                    Ok(Some(msg)) => msg,
+                    Ok(None) => {
+                        reading = false;
+                        continue;
+                    }
+                    Err(status) => {
+                        tracing::debug!(%status, "submit stream broke");
+                        break None;
+                    }
+                };
+                let id = msg.id;
+                match msg.kind {
+                    Some(submit_stream_request::Kind::Submit(req)) => {
+                        if cancels.contains_key(&id) {
+                            break Some(Status::from(TaskError::Protocol(format!(
+                                "task id {id} is already in use by an unanswered task on this stream"
+                            ))));
+                        }
+                        let (cancel, cancelled) = oneshot::channel::<()>();
+                        cancels.insert(id, cancel);
+                        let timeout = (msg.timeout_ns != 0).then(|| Duration::from_nanos(msg.timeout_ns));
+                        running.push(async move {
+                            tokio::select! {
+                                biased;
+                                answer = broker.submit(req, timeout) => (id, Some(answer)),
+                                _ = cancelled => (id, None),
+                            }
+                        });
+                    }
+                    Some(submit_stream_request::Kind::Cancel(_)) => {
+                        cancels.remove(&id);
+                    }
+                    None => {
+                        break Some(Status::from(TaskError::Protocol(format!(
+                            "request {id} carries neither a task nor a cancel"
+                        ))));
+                    }
+                }
+            }
+            () = async { let _ = closed.wait_for(|c| *c).await; } => {
+                // Closing answered every task: pass on what is ready.
+                while let Some(Some((id, answer))) = running.next().now_or_never() {
+                    let Some(answer) = answer else { continue };
+                    if tx.send(Ok(stream_reply(id, answer))).await.is_err() {
+                        break;
+                    }
+                }
+                break Some(Status::unavailable("broker is shutting down"));
+            }
+            () = tx.closed() => break None,
+        }
+    };
+    // Whatever is still running is given up here, as a dropped Submit is.
+    drop(running);
+    if let Some(status) = end {
+        let _ = tx.send(Err(status)).await;
+    }
+}
+
+/// A task's answer as a SubmitStream reply.
+fn stream_reply(id: u64, answer: Result<pb::SubmitReply, TaskError>) -> pb::SubmitStreamReply {
+    let result = match answer {
+        Ok(reply) => submit_stream_reply::Result::Reply(reply),
+        Err(err) => {
+            // The same mapping a Submit call's status goes through.
+            let status = Status::from(err);
+            submit_stream_reply::Result::Error(pb::TaskStatus {
+                code: status.code() as i32,
+                message: status.message().to_owned(),
+            })
+        }
+    };
+    pb::SubmitStreamReply {
+        id,
+        result: Some(result),
     }
 }
 
