@@ -131,7 +131,7 @@ fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
 }
 
 #[test]
-fn five_percent_loss_on_one_hop_pushes_p99_past_the_minimum_rto() {
+fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() {
     if !privileged("five_percent_loss_on_one_hop") {
         return;
     }
@@ -153,14 +153,28 @@ fn five_percent_loss_on_one_hop_pushes_p99_past_the_minimum_rto() {
     }
     let summary = summary(&run_dir);
     let v = &variants(&summary)[0];
-    // Only a dropped packet that waits for the retransmission timeout
-    // (>= 200 ms on Linux) can make a 3-hop call of ~2 ms take this long.
-    let p99 = u64_at(v, "/latency/p99_us");
-    assert!(p99 > 200_000, "p99 {p99} us with 5 % loss: {v:#}");
+    // Most requests lose nothing; those that do wait for TCP to recover:
+    // fast retransmit or a tail-loss probe (milliseconds), or a
+    // retransmission timeout (>= 200 ms on Linux), which only a dropped
+    // packet can make a 3-hop call of ~2 ms wait for. How many requests
+    // meet each varies run to run (p99 was 162 ms in one run, over 200 ms
+    // in others), so the check is on the order of magnitude of the tail
+    // and on at least one timeout.
     let p50 = u64_at(v, "/latency/p50_us");
     assert!(
         p50 < 100_000,
         "p50 {p50} us: most requests should not lose a packet"
+    );
+    let p99 = u64_at(v, "/latency/p99_us");
+    assert!(
+        p99 > 20_000 && p99 > 10 * p50,
+        "p99 {p99} us against p50 {p50} us with 5 % loss: {v:#}"
+    );
+    let max = u64_at(v, "/latency/max_us");
+    eprintln!("5 % loss on one hop: p50 {p50} us, p99 {p99} us, max {max} us");
+    assert!(
+        max >= 200_000,
+        "max {max} us: no request waited for a retransmission timeout: {v:#}"
     );
 }
 
