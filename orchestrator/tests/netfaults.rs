@@ -79,22 +79,44 @@ fn assert_gone(id: &str, context: &str) {
 
 const HEAD: &str = "seed = 11\nlauncher = \"netns\"\n";
 
-#[test]
-fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
-    if !privileged("twenty_percent_loss_on_a_replica") {
-        return;
+/// One netns test's setup: the run lock, a temp dir, and the scenario
+/// `name = "<name>"`, [`HEAD`], then `body`, written in it.
+struct Case {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    dir: tempfile::TempDir,
+    scenario: std::path::PathBuf,
+}
+
+/// The [`Case`] for `test`, or `None` (a skip) without the privilege.
+fn case(test: &str, name: &str, body: &str) -> Option<Case> {
+    if !privileged(test) {
+        return None;
     }
-    let _serial = serial();
+    let serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(
         dir.path(),
-        "loss20.toml",
-        &format!(
-            "name = \"loss20\"\n{HEAD}[load]\nmode = \"closed\"\nconcurrency = 16\n\
-             duration = \"5s\"\ntimeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\n\
-             name = \"b\"\nreplicas = 2\nreplica_net = {{ replica = 1, loss = 0.2 }}\n"
-        ),
+        &format!("{name}.toml"),
+        &format!("name = \"{name}\"\n{HEAD}{body}"),
     );
+    Some(Case {
+        _serial: serial,
+        dir,
+        scenario,
+    })
+}
+
+#[test]
+fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
+    let Some(Case { dir, scenario, .. }) = case(
+        "twenty_percent_loss_on_a_replica",
+        "loss20",
+        "[load]\nmode = \"closed\"\nconcurrency = 16\n\
+             duration = \"5s\"\ntimeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\n\
+             name = \"b\"\nreplicas = 2\nreplica_net = { replica = 1, loss = 0.2 }\n",
+    ) else {
+        return;
+    };
     let results = dir.path().join("results");
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
     for id in run_ids(&finished.stderr) {
@@ -132,20 +154,15 @@ fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
 
 #[test]
 fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() {
-    if !privileged("five_percent_loss_on_one_hop") {
-        return;
-    }
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(
-        dir.path(),
-        "loss5.toml",
-        &format!(
-            "name = \"loss5\"\n{HEAD}[load]\nmode = \"open\"\nrate = 150\nduration = \"5s\"\n\
+    let Some(Case { dir, scenario, .. }) = case(
+        "five_percent_loss_on_one_hop",
+        "loss5",
+        "[load]\nmode = \"open\"\nrate = 150\nduration = \"5s\"\n\
              timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
-             net = {{ loss = 0.05 }}\n[[hop]]\nname = \"c\"\n"
-        ),
-    );
+             net = { loss = 0.05 }\n[[hop]]\nname = \"c\"\n",
+    ) else {
+        return;
+    };
     let results = dir.path().join("results");
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
     for id in run_ids(&finished.stderr) {
@@ -180,20 +197,15 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
 
 #[test]
 fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
-    if !privileged("ctrl_c_and_sigkill_plus_clean") {
-        return;
-    }
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(
-        dir.path(),
-        "long.toml",
-        &format!(
-            "name = \"long\"\n{HEAD}[load]\nmode = \"open\"\nrate = 50\nduration = \"30s\"\n\
+    let Some(Case { dir, scenario, .. }) = case(
+        "ctrl_c_and_sigkill_plus_clean",
+        "long",
+        "[load]\nmode = \"open\"\nrate = 50\nduration = \"30s\"\n\
              [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 2\n\
-             net = {{ loss = 0.01 }}\n"
-        ),
-    );
+             net = { loss = 0.01 }\n",
+    ) else {
+        return;
+    };
     for signal in [Signal::SIGINT, Signal::SIGKILL] {
         let results = dir.path().join(format!("results-{signal}"));
         let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
@@ -260,22 +272,17 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
 
 #[test]
 fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
-    if !privileged("ten_ms_delay_raises_p50") {
-        return;
-    }
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(
-        dir.path(),
-        "delay.toml",
-        &format!(
-            "name = \"delay\"\n{HEAD}[load]\nmode = \"open\"\nrate = 50\nduration = \"3s\"\n\
+    let Some(Case { dir, scenario, .. }) = case(
+        "ten_ms_delay_raises_p50",
+        "delay",
+        "[load]\nmode = \"open\"\nrate = 50\nduration = \"3s\"\n\
              [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
-             net = {{ delay = \"10ms\" }}\n\
+             net = { delay = \"10ms\" }\n\
              [[variant]]\nname = \"delayed\"\n\
-             [[variant]]\nname = \"clean\"\nunset = [\"hop.b.net\"]\n"
-        ),
-    );
+             [[variant]]\nname = \"clean\"\nunset = [\"hop.b.net\"]\n",
+    ) else {
+        return;
+    };
     let results = dir.path().join("results");
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
     for id in run_ids(&finished.stderr) {
