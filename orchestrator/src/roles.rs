@@ -115,7 +115,7 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> anyhow
     let control = match read_token_file()? {
         Some(token) => {
             let exe = std::env::current_exe().context("find the tailmesh executable")?;
-            let seed = config.behavior.seed ^ u64::from(config.replica);
+            let seed = agent_seed(&config);
             Some(tailmesh_services::control::ControlService::new(
                 token,
                 AgentBackend(Some(own_namespace_backend(exe, seed)?)),
@@ -168,6 +168,11 @@ fn own_namespace_backend(exe: PathBuf, seed: u64) -> anyhow::Result<crate::netfa
     })
 }
 
+/// The seed of a replica's fault agent (its delay line's jitter draws).
+fn agent_seed(config: &HopConfig) -> u64 {
+    config.behavior.seed ^ u64::from(config.replica)
+}
+
 fn serve_hop_config(
     config: HopConfig,
     control: Option<tailmesh_services::control::ControlService<AgentBackend>>,
@@ -201,7 +206,7 @@ fn netns_agent(
                 .transpose()
                 .with_context(|| format!("{name}: parse {}", crate::launcher::netns::AGENT_ENV))?;
             let exe = std::env::current_exe().context("find the tailmesh executable")?;
-            let seed = config.behavior.seed ^ u64::from(config.replica);
+            let seed = agent_seed(config);
             let backend = agent
                 .map(|a| crate::netfault::NetBackend::new(a, exe, seed))
                 .transpose()

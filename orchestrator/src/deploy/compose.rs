@@ -8,16 +8,14 @@
 //! for every deployment.
 
 use super::{
-    Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_FILE_ENV, digest, needs_token,
-    orchestrator_command, project_name, services,
+    Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV, digest,
+    needs_token, orchestrator_command, project_name, services,
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
 
 /// The Jaeger v2 image: OTLP in, the UI on 16686.
 pub const JAEGER_IMAGE: &str = "jaegertracing/jaeger:2.15.0";
-/// Where the token service writes and the others read the Control token.
-const TOKEN_DIR: &str = "/run/tailmesh";
 
 /// What the generated file may assume.
 #[derive(Clone, Debug)]
@@ -60,7 +58,7 @@ pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<St
             "control-token".into(),
             map([
                 ("<<", Node::Raw("*tailmesh".into())),
-                ("command", flow(["token", &format!("{TOKEN_DIR}/token")])),
+                ("command", flow(["token", TOKEN_FILE])),
                 ("healthcheck", map([("disable", Node::Raw("true".into()))])),
                 (
                     "volumes",
@@ -169,7 +167,7 @@ fn header(scenario: &Scenario, options: &Options) -> String {
 
 fn mesh_service(service: &Service, sampling: f64) -> Node {
     let env = service
-        .env(sampling, &format!("{TOKEN_DIR}/token"))
+        .env(sampling)
         .into_iter()
         .map(|(k, v)| (k, s(v)))
         .collect();
@@ -211,7 +209,7 @@ fn orchestrator(services: &[Service], sampling: f64, token: bool, options: &Opti
             ),
         );
         volumes.push(s(format!("control-token:{TOKEN_DIR}:ro")));
-        env.push((TOKEN_FILE_ENV.to_owned(), s(format!("{TOKEN_DIR}/token"))));
+        env.push((TOKEN_FILE_ENV.to_owned(), s(TOKEN_FILE)));
     }
     let mut entries = vec![
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),

@@ -18,16 +18,14 @@
 use std::path::Path;
 
 use super::{
-    Role, Runtime, SERVICE_PORT, Service, TOKEN_FILE_ENV, TRACE_PORT, digest, needs_token,
-    orchestrator_command, project_name, services,
+    Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV, TRACE_PORT,
+    digest, needs_token, orchestrator_command, project_name, services,
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
 
 /// The Secret holding the Control token (key `token`).
 pub const TOKEN_SECRET: &str = "tailmesh-control";
-/// Where pods mount the token.
-const TOKEN_DIR: &str = "/run/tailmesh";
 /// Where pods mount the scenario ConfigMap.
 const SCENARIO_DIR: &str = "/etc/tailmesh";
 
@@ -89,34 +87,25 @@ pub fn generate(
     };
 
     let mut files = Vec::new();
-    let mut namespace = vec![map([
+    let mut namespace_meta = vec![("name".to_owned(), s(&ns))];
+    if token {
+        namespace_meta.push((
+            "annotations".to_owned(),
+            map([(
+                "tailmesh/token",
+                s(format!(
+                    "create the Control token before the pods start: kubectl -n {ns} \
+                     create secret generic {TOKEN_SECRET} --from-literal=token=$(od \
+                     -An -tx1 -N16 /dev/urandom | tr -d ' \\n')"
+                )),
+            )]),
+        ));
+    }
+    let namespace = vec![map([
         ("apiVersion", s("v1")),
         ("kind", s("Namespace")),
-        ("metadata", map([("name", s(&ns))])),
+        ("metadata", Node::Map(namespace_meta)),
     ])];
-    if token {
-        namespace[0] = map([
-            ("apiVersion", s("v1")),
-            ("kind", s("Namespace")),
-            (
-                "metadata",
-                map([
-                    ("name", s(&ns)),
-                    (
-                        "annotations",
-                        map([(
-                            "tailmesh/token",
-                            s(format!(
-                                "create the Control token before the pods start: kubectl -n {ns} \
-                                 create secret generic {TOKEN_SECRET} --from-literal=token=$(od \
-                                 -An -tx1 -N16 /dev/urandom | tr -d ' \\n')"
-                            )),
-                        )]),
-                    ),
-                ]),
-            ),
-        ]);
-    }
     files.push(("00-namespace.yaml".to_owned(), doc(namespace)));
     files.push((
         "10-scenario.yaml".to_owned(),
@@ -336,7 +325,7 @@ fn volumes(token: bool) -> (Vec<Node>, Vec<Node>) {
 
 fn mesh_pod(service: &Service, options: &Options, sampling: f64) -> Node {
     let env = service
-        .env(sampling, &format!("{TOKEN_DIR}/token"))
+        .env(sampling)
         .into_iter()
         .map(|(k, v)| env_var(&k, v))
         .collect();
@@ -388,7 +377,7 @@ fn orchestrator_job(
     mounts.push(map([("name", s("results")), ("mountPath", s("/results"))]));
     let mut env = Vec::new();
     if token {
-        env.push(env_var(TOKEN_FILE_ENV, format!("{TOKEN_DIR}/token")));
+        env.push(env_var(TOKEN_FILE_ENV, TOKEN_FILE));
     }
     let mut container = vec![
         ("name".to_owned(), s("orchestrator")),

@@ -35,6 +35,10 @@ pub const TRACE_PORT: u16 = 4317;
 pub const SCENARIO_PATH: &str = "/etc/tailmesh/scenario.toml";
 /// The environment variable naming the file that holds the Control token.
 pub const TOKEN_FILE_ENV: &str = "TAILMESH_CONTROL_TOKEN_FILE";
+/// Where containers mount the Control token.
+pub const TOKEN_DIR: &str = "/run/tailmesh";
+/// The token file inside [`TOKEN_DIR`].
+pub const TOKEN_FILE: &str = "/run/tailmesh/token";
 /// The broker's role name.
 pub const BROKER: &str = "broker";
 /// The image the generated files run, unless told otherwise.
@@ -246,8 +250,8 @@ impl Service {
     }
 
     /// Its environment: where its spans go (when tracing), its variant,
-    /// and, when it applies network faults, the token file `token_file`.
-    pub fn env(&self, sampling: f64, token_file: &str) -> Vec<(String, String)> {
+    /// and, when it applies network faults, the token file.
+    pub fn env(&self, sampling: f64) -> Vec<(String, String)> {
         let mut env = Vec::new();
         if sampling > 0.0 {
             env.push((
@@ -266,7 +270,7 @@ impl Service {
             self.variant.clone(),
         ));
         if self.net_faults {
-            env.push((TOKEN_FILE_ENV.to_owned(), token_file.to_owned()));
+            env.push((TOKEN_FILE_ENV.to_owned(), TOKEN_FILE.to_owned()));
         }
         env
     }
