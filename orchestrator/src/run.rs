@@ -235,17 +235,6 @@ pub async fn run_variants(
             describe_load(&variant.load)
         );
         runs.push(run_variant(scenario, variant, kind, options, interrupt.clone()).await?);
-        if let Some(traces) = options.traces.as_ref().filter(|_| options.attach.is_some()) {
-            // Attached services keep running, so their spans arrive in
-            // batches after the load; wait until they stop coming.
-            let late = traces.collector.settle(SPAN_QUIET, SPAN_SETTLE_LIMIT).await;
-            if let Some(run) = runs.last_mut() {
-                run.spans = traces.collector.take();
-                if !late.is_empty() {
-                    run.incidents.push(late);
-                }
-            }
-        }
     }
     Ok(runs)
 }
@@ -308,9 +297,16 @@ async fn run_variant(
     .await;
     let stopped = launcher.shutdown(STOP_GRACE).await;
     let mut run = result?;
-    // Every process has exited and flushed its spans (attached services
-    // have not: run_variants collects theirs).
-    if let Some(t) = options.traces.as_ref().filter(|_| options.attach.is_none()) {
+    if let Some(t) = &options.traces {
+        // Stopped processes have flushed their spans; attached services
+        // keep running and send their last batches on their exporters'
+        // schedule, so wait until those stop coming.
+        if options.attach.is_some() {
+            let late = t.collector.settle(SPAN_QUIET, SPAN_SETTLE_LIMIT).await;
+            if !late.is_empty() {
+                run.incidents.push(late);
+            }
+        }
         run.spans = t.collector.take();
     }
     for child in stopped.iter().filter(|c| c.forced) {
