@@ -467,6 +467,10 @@ struct Faults {
 
 struct PlannedFault {
     addr: PeerAddr,
+    /// The connection to the agent, opened before its fault is applied and
+    /// kept for clearing it: a new connection across a lossy link can take
+    /// longer to set up than the call allows (a SYN lost twice is 3 s).
+    channel: Option<tonic::transport::Channel>,
     record: FaultRecord,
     fault: NetFault,
     applied: bool,
@@ -509,6 +513,7 @@ impl Faults {
                 faults.token = token.to_owned();
                 faults.pending.push(PlannedFault {
                     addr: addr.clone(),
+                    channel: None,
                     record: FaultRecord {
                         hop: hop.name.clone(),
                         replica,
@@ -541,7 +546,9 @@ impl Faults {
                     delay_us: planned.record.delay_us,
                     jitter_us: planned.record.jitter_us,
                 };
-                match control_call(&planned.addr, &self.token, Some(net)).await {
+                match control_call(&planned.addr, &mut planned.channel, &self.token, Some(net))
+                    .await
+                {
                     Ok(state) => {
                         planned.record.mechanisms = state
                             .mechanisms
@@ -578,9 +585,9 @@ impl Faults {
         }
     }
 
-    async fn clear(&mut self, planned: PlannedFault) -> FaultRecord {
+    async fn clear(&mut self, mut planned: PlannedFault) -> FaultRecord {
         let mut record = planned.record;
-        match control_call(&planned.addr, &self.token, None).await {
+        match control_call(&planned.addr, &mut planned.channel, &self.token, None).await {
             Ok(state) => {
                 if record
                     .mechanisms
@@ -617,20 +624,27 @@ impl Faults {
     }
 }
 
-/// SetFaults (`Some`) or ClearFaults (`None`) on the agent at `addr`.
+/// SetFaults (`Some`) or ClearFaults (`None`) on the agent at `addr`,
+/// over `channel`, connected first if it is not yet.
 async fn control_call(
     addr: &PeerAddr,
+    channel: &mut Option<tonic::transport::Channel>,
     token: &str,
     net: Option<pb::NetFault>,
 ) -> Result<pb::FaultState, tonic::Status> {
-    let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
-        .map_err(|e| tonic::Status::internal(e.to_string()))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10));
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("connect {addr}: {e}")))?;
+    let channel = match channel {
+        Some(channel) => channel.clone(),
+        None => {
+            let connected = tonic::transport::Endpoint::from_shared(addr.uri())
+                .map_err(|e| tonic::Status::internal(e.to_string()))?
+                .connect_timeout(Duration::from_secs(10))
+                .timeout(Duration::from_secs(10))
+                .connect()
+                .await
+                .map_err(|e| tonic::Status::unavailable(format!("connect {addr}: {e}")))?;
+            channel.insert(connected).clone()
+        }
+    };
     let mut client = pb::control_client::ControlClient::new(channel);
     let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}")
         .parse()
