@@ -80,7 +80,7 @@ pub fn run(queue: u16, delay: Duration, jitter: Duration, seed: u64) -> io::Resu
             stop.store(true, Ordering::SeqCst);
         });
     }
-    println!("ready");
+    crate::say!("ready");
     io::stdout().flush()?;
 
     let mut hold = Hold::new(delay, jitter, seed);

@@ -65,8 +65,8 @@ pub enum ExperimentError {
     Other(String),
 }
 
-/// A finished run.
-#[derive(Debug)]
+/// A run that has been measured and analyzed, its files not yet written
+/// (so that its summary can be shown first, whatever the disk does).
 pub struct Finished {
     /// The run folder.
     pub dir: PathBuf,
@@ -76,6 +76,8 @@ pub struct Finished {
     pub interrupted: bool,
     /// Whether the scenario asks for terminal histograms.
     pub histograms: bool,
+    /// What every variant measured, for requests.csv, the traces and the report.
+    runs: Vec<VariantRun>,
 }
 
 impl Finished {
@@ -83,26 +85,26 @@ impl Finished {
     pub fn passed(&self) -> bool {
         self.summary.check.verdict != Verdict::Fail && self.summary.check.accounted
     }
+
+    /// Writes the run folder's files, each whole or not at all, summary.json
+    /// first, and points `<results>/<scenario>/latest` at the folder.
+    /// Returns the files written, in the order written.
+    pub fn write(&self) -> Result<Vec<PathBuf>, ExperimentError> {
+        let written = write_files(&self.dir, &self.summary, &self.runs)?;
+        link_latest(&self.dir);
+        Ok(written)
+    }
 }
 
 /// Runs the scenario end to end. Blocks; builds its own single-threaded
 /// runtime (the fastest load generator on small machines, see PERF.md).
 pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
-    let source = std::fs::read_to_string(&command.scenario).map_err(|e| {
-        ExperimentError::Scenario(ScenarioErrors {
-            errors: vec![scenario::ScenarioError {
-                origin: command.scenario.display().to_string(),
-                line: 0,
-                column: 0,
-                message: format!("cannot read the scenario: {e}"),
-            }],
-        })
-    })?;
-    let scenario = scenario::parse(&source, &command.scenario.display().to_string())?;
+    let (scenario, source) = scenario::load(&command.scenario)?;
     let exe = std::env::current_exe()
         .map_err(|e| ExperimentError::Other(format!("find the tailmesh binary: {e}")))?;
     let started_at = OffsetDateTime::now_utc();
     let dir = create_run_dir(&command.results, &scenario.name, started_at)?;
+    output::check_writable(&dir)?;
     let run_id = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -147,16 +149,8 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             traces: traces.clone(),
             attach: command.attach.clone(),
         };
-        let (interrupt_tx, interrupt) = watch::channel(false);
-        tokio::spawn(async move {
-            // Ctrl-C or SIGTERM: stop sending, finish what is in flight,
-            // stop the hops, and still write what was measured.
-            tailmesh_services::process::shutdown_signal(false).await;
-            eprintln!(
-                "\ninterrupted: finishing requests in flight, stopping the hops, writing results"
-            );
-            let _ = interrupt_tx.send(true);
-        });
+        let (interrupt_tx, interrupt) = watch::channel(0u32);
+        tokio::spawn(count_interrupts(interrupt_tx));
         let runs = run::run_variants(&scenario, &options, interrupt)
             .await
             .map_err(Box::new)?;
@@ -172,7 +166,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     drop(receiver);
     if let Some(c) = &trace_counts {
         if c.forward_dropped > 0 {
-            eprintln!(
+            crate::tell!(
                 "warning: {} of {} span(s) could not be forwarded to {}",
                 c.forward_dropped,
                 c.forwarded + c.forward_dropped,
@@ -180,47 +174,80 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             );
         }
         if c.dropped > 0 || c.rejected_batches > 0 {
-            eprintln!(
+            crate::tell!(
                 "warning: trace receiver dropped {} span(s) (store full) and rejected {} malformed batch(es)",
-                c.dropped, c.rejected_batches
+                c.dropped,
+                c.rejected_batches
             );
         }
     }
-    let mut summary = write_results(
+    let mut summary = analyze_runs(
         &scenario,
         &command.scenario,
         &source,
-        &dir,
         &run_id,
         started_at,
-        runs,
-    )?;
-    if trace_counts.is_some() {
-        summary.traces = trace_counts;
-        output::write_summary(&dir.join("summary.json"), &summary)?;
-    }
-    link_latest(&dir);
+        &runs,
+    );
+    summary.traces = trace_counts;
     Ok(Finished {
         interrupted: summary.interrupted,
         dir,
         summary,
         histograms: scenario.report.histogram,
+        runs,
     })
 }
 
-/// Analyzes the variants and writes summary.json, one .hgrm per variant and
-/// requests.csv into `dir`.
-pub fn write_results(
+/// Counts Ctrl-C and SIGTERM into `interrupts`: the first stops sending,
+/// finishes what is in flight, stops the hops and still writes what was
+/// measured; the second gives up the requests in flight (each counted as
+/// cancelled) and stops the hops at once; the third exits on the spot
+/// (the hops follow: their standard input closes).
+async fn count_interrupts(interrupts: watch::Sender<u32>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        crate::tell!("warning: Ctrl-C cannot be caught; it will stop tailmesh without results");
+        return;
+    };
+    for n in 1u32.. {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        match n {
+            crate::loadgen::STOP_SENDING => crate::tell!(
+                "\ninterrupted: finishing requests in flight, stopping the hops, writing results \
+                 (Ctrl-C again to give up the requests in flight)"
+            ),
+            crate::loadgen::ABANDON => crate::tell!(
+                "\ninterrupted again: giving up the requests in flight (counted as cancelled), \
+                 stopping the hops, writing results (Ctrl-C again to exit at once, without results)"
+            ),
+            _ => {
+                crate::tell!("\ninterrupted three times: exiting without results");
+                std::process::exit(130);
+            }
+        }
+        let _ = interrupts.send(n);
+    }
+}
+
+/// Analyzes the variants into the run's [`Summary`], with the files it
+/// will be written with.
+fn analyze_runs(
     scenario: &Scenario,
     origin: &Path,
     source: &str,
-    dir: &Path,
     run_id: &str,
     started_at: OffsetDateTime,
-    runs: Vec<VariantRun>,
-) -> Result<Summary, ExperimentError> {
+    runs: &[VariantRun],
+) -> Summary {
     let mut reports = Vec::with_capacity(runs.len());
-    for run in &runs {
+    for run in runs {
         let mut report = analyze_variant(
             &run.variant,
             &scenario.check,
@@ -272,44 +299,65 @@ pub fn write_results(
         .skip(runs.len())
         .map(|v| v.name.clone())
         .collect();
-    for report in &summary.variants {
-        let file = format!("{}.hgrm", report.name);
-        output::write_hgrm(&dir.join(&file), &report.latency_histogram)?;
-        summary.files.insert(
-            file,
-            format!("latency percentile distribution of variant {}", report.name),
-        );
-    }
-    let tables: Vec<(&str, &[RequestRecord])> = runs
-        .iter()
-        .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
-        .collect();
-    output::write_requests_csv(&dir.join("requests.csv"), &tables)?;
-    summary
-        .files
-        .insert("requests.csv".into(), "one row per measured request".into());
-    summary
-        .files
-        .insert("logs/".into(), "each hop process's config and log".into());
     summary
         .files
         .insert("summary.json".into(), "this file".into());
-    summary.files.insert(
-        "report.html".into(),
-        "the self-contained HTML report (tailmesh report <run-folder> redraws it)".into(),
-    );
+    summary
+        .files
+        .insert("requests.csv".into(), "one row per measured request".into());
+    for report in &summary.variants {
+        summary.files.insert(
+            format!("{}.hgrm", report.name),
+            format!("latency percentile distribution of variant {}", report.name),
+        );
+    }
     if runs.iter().any(|r| r.tracer.is_some()) {
-        let spans: Vec<_> = runs.iter().flat_map(|r| r.spans.iter().cloned()).collect();
-        let path = dir.join(TRACES_FILE);
-        write_jaeger(&path, &spans)?;
         summary.files.insert(
             TRACES_FILE.into(),
             "every span, for Jaeger's UI (Search, Upload JSON)".into(),
         );
     }
-    output::write_summary(&dir.join("summary.json"), &summary)?;
-    output::write_report(&dir.join("report.html"), &summary, &tables)?;
-    Ok(summary)
+    summary.files.insert(
+        "report.html".into(),
+        "the self-contained HTML report (tailmesh report <run-folder> redraws it)".into(),
+    );
+    summary
+        .files
+        .insert("logs/".into(), "each hop process's config and log".into());
+    summary
+}
+
+/// Writes summary.json, requests.csv, one .hgrm per variant, the traces
+/// and report.html into `dir`, in that order (the most important first,
+/// should the disk fill up); each file appears whole or not at all.
+fn write_files(
+    dir: &Path,
+    summary: &Summary,
+    runs: &[VariantRun],
+) -> Result<Vec<PathBuf>, ExperimentError> {
+    let tables: Vec<(&str, &[RequestRecord])> = runs
+        .iter()
+        .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
+        .collect();
+    let mut written = Vec::new();
+    // Each file's path, listed as it is named: an error ends the list.
+    let mut next = |file: &str| {
+        let path = dir.join(file);
+        written.push(path.clone());
+        path
+    };
+    output::write_summary(&next("summary.json"), summary)?;
+    output::write_requests_csv(&next("requests.csv"), &tables)?;
+    for report in &summary.variants {
+        let hgrm = next(&format!("{}.hgrm", report.name));
+        output::write_hgrm(&hgrm, &report.latency_histogram)?;
+    }
+    if runs.iter().any(|r| r.tracer.is_some()) {
+        let spans: Vec<_> = runs.iter().flat_map(|r| r.spans.iter().cloned()).collect();
+        write_jaeger(&next(TRACES_FILE), &spans)?;
+    }
+    output::write_report(&next("report.html"), summary, &tables)?;
+    Ok(written)
 }
 
 /// Each variant's name and its requests, in the summary's order.
@@ -370,14 +418,10 @@ const FORWARD_GRACE: Duration = Duration::from_secs(3);
 fn write_jaeger(
     path: &Path,
     spans: &[opentelemetry_proto::tonic::trace::v1::ResourceSpans],
-) -> Result<(), ExperimentError> {
-    let file = std::fs::File::create(path)
-        .map_err(|e| ExperimentError::Other(format!("create {}: {e}", path.display())))?;
-    let mut w = std::io::BufWriter::new(file);
-    serde_json::to_writer(&mut w, &jaeger::to_jaeger(spans))
-        .map_err(|e| ExperimentError::Other(format!("write {}: {e}", path.display())))?;
-    std::io::Write::flush(&mut w)
-        .map_err(|e| ExperimentError::Other(format!("write {}: {e}", path.display())))
+) -> Result<(), OutputError> {
+    output::write_atomically(path, |w| {
+        serde_json::to_writer(w, &jaeger::to_jaeger(spans)).map_err(std::io::Error::from)
+    })
 }
 
 fn create_run_dir(
@@ -425,16 +469,4 @@ fn link_latest(dir: &Path) {
     let link = parent.join("latest");
     let _ = std::fs::remove_file(&link);
     let _ = std::os::unix::fs::symlink(name, &link);
-}
-
-/// How long the run is expected to take, for messages.
-pub fn expected_duration(scenario: &Scenario) -> Option<Duration> {
-    scenario
-        .variants
-        .iter()
-        .map(|v| match v.load.stop {
-            scenario::Stop::Duration(d) => Some(d + v.load.warmup),
-            scenario::Stop::Requests(_) => None,
-        })
-        .sum()
 }

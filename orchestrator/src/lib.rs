@@ -1,6 +1,8 @@
 //! tailmesh's orchestrator: scenario model, launchers, load generator,
 //! analysis and outputs. The binary in `main.rs` is a thin shell over this.
 //!
+//! - `console`: lines for people on stdout and stderr that survive a
+//!   closed pipe.
 //! - `scenario`: parse, validate and model scenario files.
 //! - `record`: what was measured for each request.
 //! - `roles`: `tailmesh hop` and the other service roles of the one binary.
@@ -17,7 +19,10 @@
 //! - `output`: the result files (`summary.json`, `*.hgrm`, `requests.csv`)
 //!   and the terminal table.
 
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod analysis;
+pub mod console;
 pub mod delayline;
 pub mod deploy;
 pub mod experiment;

@@ -1,12 +1,14 @@
 //! The tailmesh command line: parses flags, sets up logging, calls the
 //! library, and maps errors to exit codes (2 for a bad scenario or flags).
 
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand};
 use tailmesh::{
     experiment::{self, ExperimentError, RunCommand},
-    roles, scenario,
+    roles, say, scenario, tell,
 };
 use tailmesh_services::broker::BrokerConfig;
 
@@ -269,7 +271,7 @@ fn main() -> ExitCode {
                     ready_timeout: *attach_timeout,
                 }),
                 Err(e) => {
-                    eprintln!("tailmesh: {e:#}");
+                    tell!("tailmesh: {e:#}");
                     return ExitCode::FAILURE;
                 }
             };
@@ -296,7 +298,7 @@ fn main() -> ExitCode {
                 None => match default_context(deploy.output.as_deref()) {
                     Ok(context) => context,
                     Err(e) => {
-                        eprintln!("tailmesh compose: {e}");
+                        tell!("tailmesh compose: {e}");
                         return ExitCode::FAILURE;
                     }
                 },
@@ -333,7 +335,7 @@ fn main() -> ExitCode {
         Command::Token { out } => tailmesh::deploy::write_token(out),
         Command::Validate { scenarios } => return validate(scenarios),
         Command::Report { run } => experiment::regenerate_report(run)
-            .map(|path| println!("{}", path.display()))
+            .map(|path| say!("{}", path.display()))
             .map_err(anyhow::Error::from),
         Command::Compare { a, b } => compare(a, b),
         Command::DelayLine {
@@ -345,7 +347,7 @@ fn main() -> ExitCode {
             .map_err(|e| anyhow::anyhow!("delay line on queue {queue}: {e}")),
         Command::Clean => {
             for line in tailmesh::launcher::netns::clean() {
-                println!("removed {line}");
+                say!("removed {line}");
             }
             Ok(())
         }
@@ -393,49 +395,60 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tailmesh: {e:#}");
+            tell!("tailmesh: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
 fn run(command: &RunCommand, check: bool) -> ExitCode {
-    match experiment::execute(command) {
-        Ok(finished) => {
-            if finished.histograms {
-                for v in &finished.summary.variants {
-                    let title = format!("{}: latency from intended send time, ok requests", v.name);
-                    println!(
-                        "{}",
-                        tailmesh::output::render_histogram(&title, &v.latency_histogram)
-                    );
-                }
-            }
-            println!("{}", tailmesh::output::render_table(&finished.summary));
-            println!("results: {}", finished.dir.display());
-            if finished.interrupted {
-                eprintln!("tailmesh: interrupted; the results above cover what ran");
-                return ExitCode::from(EXIT_INTERRUPTED);
-            }
-            if check && !finished.passed() {
-                eprintln!(
-                    "tailmesh: check failed (verdict {}, every request accounted for: {})",
-                    finished.summary.check.verdict.as_str(),
-                    finished.summary.check.accounted
-                );
-                return ExitCode::from(EXIT_CHECK_FAILED);
-            }
-            ExitCode::SUCCESS
-        }
+    let finished = match experiment::execute(command) {
+        Ok(finished) => finished,
         Err(ExperimentError::Scenario(errors)) => {
-            eprintln!("{errors}");
-            ExitCode::from(EXIT_BAD_INPUT)
+            tell!("{errors}");
+            return ExitCode::from(EXIT_BAD_INPUT);
         }
         Err(e) => {
-            eprintln!("tailmesh: {e}");
-            ExitCode::FAILURE
+            tell!("tailmesh: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // What was measured is shown before any file is written: a full disk
+    // loses files, never the numbers.
+    if finished.histograms {
+        for v in &finished.summary.variants {
+            let title = format!("{}: latency from intended send time, ok requests", v.name);
+            say!(
+                "{}",
+                tailmesh::output::render_histogram(&title, &v.latency_histogram)
+            );
         }
     }
+    say!("{}", tailmesh::output::render_table(&finished.summary));
+    say!("{}", tailmesh::output::render_legend(&finished.summary));
+    match finished.write() {
+        Ok(files) => say!("{}", tailmesh::output::render_files(&finished.dir, &files)),
+        Err(e) => {
+            tell!(
+                "tailmesh: {e}\ntailmesh: the results above were measured, but {} is incomplete",
+                finished.dir.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    if finished.interrupted {
+        tell!("tailmesh: interrupted; the results above cover what ran");
+        return ExitCode::from(EXIT_INTERRUPTED);
+    }
+    if check && !finished.passed() {
+        tell!(
+            "tailmesh: check failed (verdict {}, every request accounted for: {})",
+            finished.summary.check.verdict.as_str(),
+            finished.summary.check.accounted
+        );
+        return ExitCode::from(EXIT_CHECK_FAILED);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Reads and checks a scenario, generates a deployment file from it, and
@@ -453,19 +466,19 @@ fn generate(
     let generated = match generator(&scenario, &text) {
         Ok(generated) => generated,
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            tell!("{}: {e}", path.display());
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
     match output {
         None => {
-            print!("{generated}");
+            tailmesh::console::out_text(&generated);
             ExitCode::SUCCESS
         }
         Some(out) => match std::fs::write(out, generated) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("tailmesh: write {}: {e}", out.display());
+                tell!("tailmesh: write {}: {e}", out.display());
                 ExitCode::FAILURE
             }
         },
@@ -513,46 +526,36 @@ fn generate_k8s(
     let files = match tailmesh::deploy::k8s::generate(&scenario, &text, options) {
         Ok(files) => files,
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            tell!("{}: {e}", path.display());
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
     match tailmesh::deploy::k8s::write_dir(dir, &files) {
         Ok(()) => {
             for (name, _) in &files {
-                println!("{}", dir.join(name).display());
+                say!("{}", dir.join(name).display());
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("tailmesh: {e}");
+            tell!("tailmesh: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
 fn read_scenario(path: &std::path::Path) -> Result<(scenario::Scenario, String), ExitCode> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) => {
-            eprintln!("{}: cannot read the scenario: {e}", path.display());
-            return Err(ExitCode::from(EXIT_BAD_INPUT));
-        }
-    };
-    match scenario::parse(&text, &path.display().to_string()) {
-        Ok(s) => Ok((s, text)),
-        Err(errors) => {
-            eprintln!("{errors}");
-            Err(ExitCode::from(EXIT_BAD_INPUT))
-        }
-    }
+    scenario::load(path).map_err(|errors| {
+        tell!("{errors}");
+        ExitCode::from(EXIT_BAD_INPUT)
+    })
 }
 
 fn health(addr: &str, timeout: std::time::Duration) -> ExitCode {
     let addr: tailmesh_services::addr::PeerAddr = match addr.parse() {
         Ok(addr) => addr,
         Err(e) => {
-            eprintln!("tailmesh health: {e}");
+            tell!("tailmesh health: {e}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -565,7 +568,7 @@ fn health(addr: &str, timeout: std::time::Duration) -> ExitCode {
     match checked {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tailmesh health: {e}");
+            tell!("tailmesh health: {e}");
             ExitCode::FAILURE
         }
     }
@@ -575,10 +578,10 @@ fn validate(paths: &[PathBuf]) -> ExitCode {
     let mut bad = false;
     for path in paths {
         match scenario::load(path) {
-            Ok(s) => println!("{}: ok ({} variant(s))", path.display(), s.variants.len()),
+            Ok((s, _)) => say!("{}: ok ({} variant(s))", path.display(), s.variants.len()),
             Err(errors) => {
                 bad = true;
-                eprintln!("{errors}");
+                tell!("{errors}");
             }
         }
     }
@@ -593,9 +596,11 @@ fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
     let (run_a, _) = experiment::read_run(a)?;
     let (run_b, _) = experiment::read_run(b)?;
     let label = |p: &std::path::Path| p.display().to_string();
-    print!(
-        "{}",
-        tailmesh::output::render_comparison(&run_a, &label(a), &run_b, &label(b))
-    );
+    tailmesh::console::out_text(&tailmesh::output::render_comparison(
+        &run_a,
+        &label(a),
+        &run_b,
+        &label(b),
+    ));
     Ok(())
 }

@@ -67,7 +67,8 @@ pub struct DeployedHop {
 /// token (when the deployment applies network faults) from the file named
 /// by `TAILMESH_CONTROL_TOKEN_FILE`.
 pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> anyhow::Result<()> {
-    let scenario = crate::scenario::load(&which.scenario).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (scenario, _) =
+        crate::scenario::load(&which.scenario).map_err(|e| anyhow::anyhow!("{e}"))?;
     let variant = match &which.variant {
         Some(name) => scenario
             .variants

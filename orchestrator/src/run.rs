@@ -191,13 +191,15 @@ pub struct Attach {
     pub ready_timeout: Duration,
 }
 
-/// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` turning
-/// true) stops sending, waits for requests in flight, stops the hops and
-/// skips the remaining variants; what was measured is still returned.
+/// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` counting
+/// up) stops sending, waits for requests in flight, stops the hops and
+/// skips the remaining variants; a second Ctrl-C gives up the requests in
+/// flight and stops the hops without a grace period. What was measured is
+/// still returned.
 pub async fn run_variants(
     scenario: &Scenario,
     options: &RunOptions,
-    interrupt: watch::Receiver<bool>,
+    interrupt: watch::Receiver<u32>,
 ) -> Result<Vec<VariantRun>, RunError> {
     // Every variant's launcher is checked before the first one starts.
     let mut launchers = Vec::with_capacity(scenario.variants.len());
@@ -219,16 +221,16 @@ pub async fn run_variants(
     if launchers.contains(&Launcher::Netns) {
         // Leftovers of runs that crashed (their orchestrator is gone).
         for line in netns::clean() {
-            eprintln!("removed leftover {line}");
+            crate::tell!("removed leftover {line}");
         }
     }
     let mut runs = Vec::new();
     for (variant, kind) in scenario.variants.iter().zip(launchers) {
-        if *interrupt.borrow() {
+        if *interrupt.borrow() >= loadgen::STOP_SENDING {
             break;
         }
         let replicas: u32 = variant.hops.iter().map(|h| h.replicas).sum();
-        eprintln!(
+        crate::tell!(
             "variant {}: {} hop(s), {replicas} process(es), {}",
             variant.name,
             variant.hops.len(),
@@ -244,7 +246,7 @@ async fn run_variant(
     variant: &Variant,
     kind: Launcher,
     options: &RunOptions,
-    interrupt: watch::Receiver<bool>,
+    interrupt: watch::Receiver<u32>,
 ) -> Result<VariantRun, RunError> {
     let log_dir = options.dir.join("logs").join(&variant.name);
     std::fs::create_dir_all(&log_dir).map_err(|source| RunError::Io {
@@ -264,7 +266,7 @@ async fn run_variant(
     } else if kind == Launcher::Netns {
         let netns = NetnsLauncher::new(log_dir.clone()).map_err(|e| setup(e.to_string()))?;
         let net = netns.network();
-        eprintln!(
+        crate::tell!(
             "variant {}: netns launcher, run {} (namespaces tm{}*)",
             variant.name,
             net.id(),
@@ -292,10 +294,16 @@ async fn run_variant(
         options,
         &mut launcher,
         &log_dir,
-        interrupt,
+        interrupt.clone(),
     )
     .await;
-    let stopped = launcher.shutdown(STOP_GRACE).await;
+    // Abandoned requests may still be at the hops: no grace for them.
+    let grace = if *interrupt.borrow() >= loadgen::ABANDON {
+        Duration::ZERO
+    } else {
+        STOP_GRACE
+    };
+    let stopped = launcher.shutdown(grace).await;
     let mut run = result?;
     if let Some(t) = &options.traces {
         // Stopped processes have flushed their spans; attached services
@@ -321,7 +329,7 @@ async fn measure(
     options: &RunOptions,
     launcher: &mut AnyLauncher,
     log_dir: &Path,
-    interrupt: watch::Receiver<bool>,
+    interrupt: watch::Receiver<u32>,
 ) -> Result<VariantRun, RunError> {
     let setup = |message: String| RunError::Setup {
         variant: variant.name.clone(),
@@ -424,7 +432,7 @@ async fn measure(
             faults.start(load_start.elapsed()).await;
             for child in launcher.exited() {
                 let line = format!("{child} while the load was running");
-                eprintln!("warning: variant {}: {line}", variant.name);
+                crate::tell!("warning: variant {}: {line}", variant.name);
                 incidents.push(line);
             }
         }
@@ -564,7 +572,7 @@ impl Faults {
                             planned.record.replica,
                             e.message()
                         );
-                        eprintln!("warning: {line}");
+                        crate::tell!("warning: {line}");
                         self.incidents.push(line);
                         self.pending.remove(i);
                         continue;

@@ -111,8 +111,9 @@ pub struct LoadOutcome {
     pub interrupted: bool,
 }
 
-/// Drives `load` against `target`. `stop` turning true ends sending early;
-/// requests in flight are still awaited. The measured phase lasts from the
+/// Drives `load` against `target`. `stop` counts interrupts: the first
+/// ([`STOP_SENDING`]) ends sending early and requests in flight are still
+/// awaited; the second ([`ABANDON`]) gives those up. The measured phase lasts from the
 /// end of warmup to the time sending stopped (open loop: the next intended
 /// send time; closed loop: the last answer).
 pub async fn generate(
@@ -121,7 +122,7 @@ pub async fn generate(
     seed: u64,
     sleeper: Sleeper,
     progress: Option<ProgressBar>,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<u32>,
     tracer: Option<Arc<LoadTracer>>,
 ) -> LoadOutcome {
     let payload = Arc::new(payload(load.payload_bytes));
@@ -132,6 +133,7 @@ pub async fn generate(
         origin: Instant::now(),
         warmup: load.warmup,
         tracer,
+        interrupts: stop.clone(),
     });
     let (records, measured, interrupted) = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
@@ -186,7 +188,16 @@ struct Shared {
     warmup: Duration,
     /// Makes each request's root span, when tracing is on.
     tracer: Option<Arc<LoadTracer>>,
+    /// How many times the run was interrupted: from [`ABANDON`] on, requests
+    /// in flight are given up.
+    interrupts: watch::Receiver<u32>,
 }
+
+/// Interrupts (Ctrl-C) that stop sending; requests in flight are awaited.
+pub const STOP_SENDING: u32 = 1;
+/// Interrupts that also give up the requests in flight, each recorded as
+/// CANCELLED, so a run stops at once and still accounts for every request.
+pub const ABANDON: u32 = 2;
 
 impl Shared {
     /// Sends request `id` meant to go at `intended`, and records its fate
@@ -202,6 +213,7 @@ impl Shared {
         let payload = Arc::clone(&self.payload);
         let measure_from = self.origin + self.warmup;
         let tracer = self.tracer.clone();
+        let mut interrupts = self.interrupts.clone();
         async move {
             let start = Instant::now();
             let request = CallRequest {
@@ -211,17 +223,28 @@ impl Shared {
                 caller: String::new(),
             };
             let trace = tracer.as_ref().map(|t| (t, t.request(id)));
-            let called = match trace {
-                // The request's trace context is current while it is sent,
-                // so the clients inject it.
-                Some((t, rt)) => {
-                    use opentelemetry::context::FutureExt;
-                    target
-                        .call(&request, timeout)
-                        .with_context(t.context(rt))
-                        .await
+            let call = async {
+                match trace {
+                    // The request's trace context is current while it is
+                    // sent, so the clients inject it.
+                    Some((t, rt)) => {
+                        use opentelemetry::context::FutureExt;
+                        target
+                            .call(&request, timeout)
+                            .with_context(t.context(rt))
+                            .await
+                    }
+                    None => target.call(&request, timeout).await,
                 }
-                None => target.call(&request, timeout).await,
+            };
+            let called = tokio::select! {
+                called = call => called,
+                _ = interrupts.wait_for(|n| *n >= ABANDON) => Called {
+                    result: Err(tonic::Status::cancelled(
+                        "abandoned in flight: the run was interrupted twice",
+                    )),
+                    extra_attempts: 0,
+                },
             };
             let end = Instant::now();
             if let Some((t, rt)) = trace {
@@ -272,7 +295,7 @@ async fn open_loop(
     stop_at: Stop,
     sleeper: Sleeper,
     progress: Option<&ProgressBar>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<u32>,
 ) -> (Vec<(RequestRecord, bool)>, Duration, bool) {
     let mut in_flight = JoinSet::new();
     let mut done = Vec::new();
@@ -294,7 +317,7 @@ async fn open_loop(
         }
         tokio::select! {
             biased;
-            _ = stop.wait_for(|s| *s) => {
+            _ = stop.wait_for(|n| *n >= STOP_SENDING) => {
                 interrupted = true;
                 measured_end = Instant::now().saturating_duration_since(measure_from);
                 break;
@@ -334,7 +357,7 @@ async fn closed_loop(
     concurrency: u32,
     stop_at: Stop,
     progress: Option<ProgressBar>,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<u32>,
 ) -> (Vec<(RequestRecord, bool)>, Duration, bool) {
     let next_id = Arc::new(AtomicU64::new(0));
     let measured_sent = Arc::new(AtomicU64::new(0));
@@ -350,7 +373,7 @@ async fn closed_loop(
         // Each worker sends its next request as soon as its previous one ends.
         workers.spawn(async move {
             let mut mine = Vec::new();
-            while !*stop.borrow() {
+            while *stop.borrow() < STOP_SENDING {
                 let now = Instant::now();
                 if now >= measure_from {
                     let sent = match stop_at {
@@ -391,7 +414,7 @@ async fn closed_loop(
         .map(|(r, _)| r.end)
         .max()
         .unwrap_or_default();
-    (done, measured_end, *stop.borrow())
+    (done, measured_end, *stop.borrow() >= STOP_SENDING)
 }
 
 fn advance(bar: &ProgressBar, stop_at: Stop, sent: u64, elapsed: Duration) {

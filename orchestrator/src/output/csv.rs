@@ -15,8 +15,7 @@
 //!   in `\n`.
 
 use std::borrow::Cow;
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -32,11 +31,7 @@ pub fn write_requests_csv(
     path: &Path,
     variants: &[(&str, &[RequestRecord])],
 ) -> Result<(), OutputError> {
-    let file = File::create(path).map_err(OutputError::io(path))?;
-    let mut out = BufWriter::new(file);
-    write_rows(&mut out, variants)
-        .and_then(|()| out.flush())
-        .map_err(OutputError::io(path))
+    super::write_atomically(path, |out| write_rows(out, variants))
 }
 
 fn write_rows(out: &mut impl Write, variants: &[(&str, &[RequestRecord])]) -> std::io::Result<()> {

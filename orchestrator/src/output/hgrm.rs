@@ -41,7 +41,7 @@ pub const US_PER_MS: f64 = 1000.0;
 /// Writes `histogram` (µs) to `path` in milliseconds.
 pub fn write_hgrm(path: &Path, histogram: &Histogram<u64>) -> Result<(), OutputError> {
     let text = format_percentile_distribution(histogram, TICKS_PER_HALF_DISTANCE, US_PER_MS);
-    std::fs::write(path, text).map_err(OutputError::io(path))
+    super::write_atomically(path, |out| std::io::Write::write_all(out, text.as_bytes()))
 }
 
 /// The percentile distribution text of `histogram`, values divided by

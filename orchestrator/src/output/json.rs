@@ -1,23 +1,18 @@
 //! `summary.json`: the [`Summary`], pretty-printed.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 
 use super::OutputError;
 use crate::analysis::Summary;
 
-/// Writes `summary` to `path` as pretty-printed JSON with a final newline.
+/// Writes `summary` to `path` as pretty-printed JSON with a final newline,
+/// whole or not at all.
 pub fn write_summary(path: &Path, summary: &Summary) -> Result<(), OutputError> {
-    let file = File::create(path).map_err(OutputError::io(path))?;
-    let mut out = BufWriter::new(file);
-    serde_json::to_writer_pretty(&mut out, summary).map_err(|source| OutputError::Json {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    out.write_all(b"\n")
-        .and_then(|()| out.flush())
-        .map_err(OutputError::io(path))
+    super::write_atomically(path, |out| {
+        serde_json::to_writer_pretty(&mut *out, summary)?;
+        out.write_all(b"\n")
+    })
 }
 
 #[cfg(test)]

@@ -18,7 +18,11 @@ pub mod report;
 pub mod svg;
 pub mod table;
 
-use std::path::{Path, PathBuf};
+use std::{
+    fs::File,
+    io::{BufWriter, Write},
+    path::{Path, PathBuf},
+};
 
 pub use bars::render_histogram;
 pub use compare::render_comparison;
@@ -26,7 +30,7 @@ pub use csv::{CSV_HEADER, read_requests_csv, write_requests_csv};
 pub use hgrm::{format_percentile_distribution, write_hgrm};
 pub use json::write_summary;
 pub use report::{render_report, write_report};
-pub use table::render_table;
+pub use table::{render_files, render_legend, render_table};
 
 /// Why a result file could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -39,13 +43,13 @@ pub enum OutputError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The summary could not be serialized.
-    #[error("serialize {}: {source}", path.display())]
-    Json {
-        /// The file.
-        path: PathBuf,
+    /// The results folder cannot take files (checked before a run starts).
+    #[error("the results folder {} cannot be written: {source}", dir.display())]
+    NotWritable {
+        /// The run folder.
+        dir: PathBuf,
         /// The cause.
-        source: serde_json::Error,
+        source: std::io::Error,
     },
     /// A results file read back is not what tailmesh writes.
     #[error("read {}: line {line}: unexpected {what}", path.display())]
@@ -66,4 +70,49 @@ impl OutputError {
             source,
         }
     }
+}
+
+/// Writes a result file whole or not at all: into a hidden file beside
+/// `path`, synced, then renamed over it. On any error the hidden file is
+/// removed and `path` is untouched, so a full disk leaves no truncated
+/// result behind.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), OutputError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let partial = path.with_file_name(format!(".{name}.partial"));
+    let result = File::create(&partial).and_then(|file| {
+        let mut out = BufWriter::new(file);
+        write(&mut out)?;
+        out.flush()?;
+        out.get_ref().sync_data()?;
+        std::fs::rename(&partial, path)
+    });
+    result.map_err(|source| {
+        let _ = std::fs::remove_file(&partial);
+        OutputError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
+/// Checks, before a run starts, that `dir` takes a file: a read-only or
+/// full disk fails the run at once instead of after the experiment.
+pub fn check_writable(dir: &Path) -> Result<(), OutputError> {
+    write_atomically(&dir.join(".write-check"), |out| {
+        out.write_all(b"tailmesh\n")
+    })
+    .and_then(|()| std::fs::remove_file(dir.join(".write-check")).map_err(OutputError::io(dir)))
+    .map_err(|e| OutputError::NotWritable {
+        dir: dir.to_path_buf(),
+        source: match e {
+            OutputError::Io { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        },
+    })
 }

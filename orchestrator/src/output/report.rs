@@ -35,7 +35,8 @@ pub fn write_report(
     summary: &Summary,
     records: &[(&str, &[RequestRecord])],
 ) -> Result<(), OutputError> {
-    std::fs::write(path, render_report(summary, records)).map_err(OutputError::io(path))
+    let page = render_report(summary, records);
+    super::write_atomically(path, |out| std::io::Write::write_all(out, page.as_bytes()))
 }
 
 /// The whole page.

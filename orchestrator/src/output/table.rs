@@ -57,6 +57,54 @@ pub fn render_table(summary: &Summary) -> String {
     out
 }
 
+/// One line per kind of number the table shows, for the kinds this run has:
+/// what the columns mean, so the table can be read without the README.
+pub fn render_legend(summary: &Summary) -> String {
+    let mut lines = vec![
+        "how to read it (README, \"Reading the results\"):",
+        "  sent = ok + errors + timeouts: every request the load generator sent, by outcome",
+        "  rate/requested: requests sent per second / the rate (or c=concurrency) asked for",
+        "  p50 .. max: end-to-end latency of ok requests, measured from each request's intended send time",
+    ];
+    if summary.variants.iter().any(|v| !v.hops.is_empty()) {
+        lines.extend([
+            "  replica split: requests each replica of the hop served",
+            "  p_slow: share of the hop's requests that got injected slowness (from the reply paths)",
+            "  service: time the hop spent on a request itself; queue: time it waited for a slot or in the broker",
+        ]);
+    }
+    if summary.variants.iter().any(|v| v.traces.is_some()) {
+        lines.push(
+            "  traces: self = the hop's own time, network = the caller's client time minus the callee's server time",
+        );
+    }
+    if summary.variants.iter().any(|v| v.compounding.is_some()) {
+        lines.extend([
+            "  compounding: measured = share of requests over the slow threshold, [95 % Wilson interval]",
+            "    model = 1 - prod(1 - p_i) with each hop's p_slow as measured; declared = the same with the scenario's probabilities",
+            "    pass: the model lies in the interval; fail: it does not; inconclusive: too few requests to say",
+        ]);
+    }
+    lines.join("\n")
+}
+
+/// The files a run wrote, one per line, and where its report is.
+pub fn render_files(dir: &std::path::Path, files: &[std::path::PathBuf]) -> String {
+    let mut out = format!("files written to {}:\n", dir.display());
+    for f in files {
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        out.push_str(&format!("  {name}\n"));
+    }
+    out.push_str("  logs/ (each hop process's config and log)\n");
+    if let Some(report) = files.iter().find(|f| f.ends_with("report.html")) {
+        out.push_str(&format!("report: {}", report.display()));
+    }
+    out
+}
+
 /// `pull vs push: p50 x1.30, p99 x0.72, p99.9 x0.86, throughput x0.84`:
 /// a variant's latency and ok rate as multiples of the first variant's.
 fn comparison_line(base: &VariantReport, v: &VariantReport) -> String {

@@ -51,7 +51,7 @@ fn join_lines(errors: &[ScenarioError]) -> String {
 
 /// A problem before it is given a line and column: `at` is a byte offset
 /// into the source, `None` when the problem has no place in it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Problem {
     pub at: Option<usize>,
     pub message: String,
@@ -64,6 +64,16 @@ pub(super) struct Problems {
 }
 
 impl Problems {
+    /// A list of one problem.
+    pub fn one(at: Option<usize>, message: impl Into<String>) -> Self {
+        Problems {
+            list: vec![Problem {
+                at,
+                message: message.into(),
+            }],
+        }
+    }
+
     /// Records a problem at byte offset `at`.
     pub fn at(&mut self, at: usize, message: impl Into<String>) {
         self.list.push(Problem {
@@ -84,16 +94,17 @@ impl Problems {
         self.list.is_empty()
     }
 
-    /// Sorts the problems into source order and gives them lines and columns.
+    /// Sorts the problems into source order and gives them lines and columns,
+    /// in one pass over the source however many problems there are.
     pub fn into_errors(mut self, source: &str, origin: &str) -> ScenarioErrors {
         // Stable: problems at the same offset keep the order they were found in.
         self.list.sort_by_key(|p| p.at);
-        let lines = LineIndex::new(source);
+        let mut cursor = Cursor::new(source);
         let errors = self
             .list
             .into_iter()
             .map(|p| {
-                let (line, column) = p.at.map_or((0, 0), |at| lines.locate(source, at));
+                let (line, column) = p.at.map_or((0, 0), |at| cursor.locate(at));
                 ScenarioError {
                     origin: origin.to_owned(),
                     line,
@@ -106,28 +117,49 @@ impl Problems {
     }
 }
 
-/// Byte offsets of line starts, to turn an offset into a line and column.
-struct LineIndex {
-    starts: Vec<usize>,
+/// Walks the source forward to turn increasing byte offsets into lines and
+/// columns, so that many problems on one long line cost one walk of it.
+struct Cursor<'a> {
+    source: &'a str,
+    /// The byte offset reached, with its 1-based line and 0-based column.
+    at: usize,
+    line: usize,
+    column: usize,
 }
 
-impl LineIndex {
-    fn new(source: &str) -> Self {
-        let starts = std::iter::once(0)
-            .chain(source.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        LineIndex { starts }
+impl<'a> Cursor<'a> {
+    fn new(source: &'a str) -> Self {
+        Cursor {
+            source,
+            at: 0,
+            line: 1,
+            column: 0,
+        }
     }
 
-    /// 1-based line and column (counted in characters) of byte offset `at`.
-    fn locate(&self, source: &str, at: usize) -> (usize, usize) {
-        let at = at.min(source.len());
-        let line = self.starts.partition_point(|&s| s <= at).max(1);
-        let start = self.starts.get(line - 1).copied().unwrap_or(0);
-        let column = source
-            .get(start..at)
-            .map_or(at - start, |prefix| prefix.chars().count());
-        (line, column + 1)
+    /// 1-based line and column (counted in characters) of byte offset `to`,
+    /// which must not be smaller than the last one asked for. An offset
+    /// inside a character counts as that character.
+    fn locate(&mut self, to: usize) -> (usize, usize) {
+        let to = to.min(self.source.len());
+        if to > self.at {
+            for (i, c) in self.source[self.at..].char_indices() {
+                if self.at + i >= to {
+                    break;
+                }
+                if c == '\n' {
+                    self.line += 1;
+                    self.column = 0;
+                } else {
+                    self.column += 1;
+                }
+            }
+            // Land on a character boundary at or after `to`.
+            self.at = (to..=self.source.len())
+                .find(|&i| self.source.is_char_boundary(i))
+                .unwrap_or(self.source.len());
+        }
+        (self.line, self.column + 1)
     }
 }
 
@@ -138,14 +170,15 @@ mod tests {
     #[test]
     fn offsets_become_lines_and_columns() {
         let source = "ab\ncd\n\né=x";
-        let lines = LineIndex::new(source);
-        assert_eq!(lines.locate(source, 0), (1, 1));
-        assert_eq!(lines.locate(source, 1), (1, 2));
-        assert_eq!(lines.locate(source, 3), (2, 1));
-        assert_eq!(lines.locate(source, 6), (3, 1));
+        let mut cursor = Cursor::new(source);
+        assert_eq!(cursor.locate(0), (1, 1));
+        assert_eq!(cursor.locate(0), (1, 1));
+        assert_eq!(cursor.locate(1), (1, 2));
+        assert_eq!(cursor.locate(3), (2, 1));
+        assert_eq!(cursor.locate(6), (3, 1));
         // 'é' is two bytes but one column.
-        assert_eq!(lines.locate(source, 9), (4, 2));
-        assert_eq!(lines.locate(source, 1000), (4, 4));
+        assert_eq!(cursor.locate(9), (4, 2));
+        assert_eq!(cursor.locate(1000), (4, 4));
     }
 
     #[test]

@@ -159,6 +159,10 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
     let root = tree::from_document(doc.get_ref(), &mut problems);
 
     let (base, base_problems) = validate::validate(&root);
+    // A set, so that checking a variant's problems against the base's
+    // stays linear in their number.
+    let base_seen: std::collections::HashSet<error::Problem> =
+        base_problems.list.iter().cloned().collect();
     let specs = variant::read(&root, source, &mut problems);
     let sweep = variant::read_sweep(&root, source, &mut problems);
     // The declared variants' trees (or the base alone), before any sweep.
@@ -222,7 +226,7 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
             let (parts, own) = validate::validate(&tree);
             for problem in own.list {
                 // The base's problems are reported once, below.
-                if !base_problems.list.contains(&problem) {
+                if !base_seen.contains(&problem) {
                     problems.list.push(error::Problem {
                         at: problem.at,
                         message: format!("{prefix}{}", problem.message),
@@ -273,21 +277,42 @@ pub fn parse(source: &str, origin: &str) -> Result<Scenario, ScenarioErrors> {
     }
 }
 
-/// Reads the file and calls [`parse`] (an unreadable file is one
-/// [`ScenarioError`] without line or column).
-pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {
+/// Reads the file and calls [`parse`]; returns the scenario with the text
+/// it was parsed from. An unreadable file is one [`ScenarioError`] without
+/// line or column; a file that is not UTF-8 text, one at its first
+/// offending byte.
+pub fn load(path: &Path) -> Result<(Scenario, String), ScenarioErrors> {
     let origin = path.display().to_string();
-    match std::fs::read_to_string(path) {
-        Ok(source) => parse(&source, &origin),
-        Err(e) => Err(ScenarioErrors {
-            errors: vec![ScenarioError {
-                origin,
-                line: 0,
-                column: 0,
-                message: format!("cannot read the scenario: {e}"),
-            }],
-        }),
-    }
+    let bytes = std::fs::read(path).map_err(|e| {
+        Problems::one(None, format!("cannot read the scenario: {e}")).into_errors("", &origin)
+    })?;
+    let source = decode(bytes, &origin)?;
+    let scenario = parse(&source, &origin)?;
+    Ok((scenario, source))
+}
+
+/// The text of a scenario file, or where it stops being UTF-8.
+fn decode(bytes: Vec<u8>, origin: &str) -> Result<String, ScenarioErrors> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let byte = bytes.get(valid).copied().unwrap_or_default();
+        // Everything before the bad byte is text, so it locates it.
+        let prefix = String::from_utf8_lossy(&bytes[..valid]);
+        let kind = if bytes.contains(&0) {
+            "a binary file, not a scenario: "
+        } else {
+            ""
+        };
+        Problems::one(
+            Some(valid),
+            format!(
+                "{kind}not UTF-8 text: byte 0x{byte:02x} is not a valid character here \
+                 (scenario files are TOML, which is UTF-8)"
+            ),
+        )
+        .into_errors(&prefix, origin)
+    })
 }
 
 fn variant_of(name: String, overrides: Vec<(String, String)>, parts: &Parts) -> Variant {

@@ -834,7 +834,10 @@ fn load_reads_files_and_reports_a_missing_one() {
 
     let present = dir.path().join("full.toml");
     std::fs::write(&present, FULL).unwrap_or_else(|e| panic!("write: {e}"));
-    assert_eq!(load(&present).ok(), parse(FULL, "x").ok());
+    assert_eq!(
+        load(&present).ok(),
+        parse(FULL, "x").ok().map(|s| (s, FULL.to_owned()))
+    );
     let broken = dir.path().join("broken.toml");
     std::fs::write(&broken, "name = 3\n").unwrap_or_else(|e| panic!("write: {e}"));
     let Err(errors) = load(&broken) else {
@@ -1280,4 +1283,69 @@ fn telemetry_defaults_to_full_sampling_and_checks_its_keys() {
     ));
     assert_eq!(variant.len(), 1, "{variant:#?}");
     assert!(variant[0].2.contains("per scenario"), "{variant:#?}");
+}
+
+#[test]
+fn a_file_that_is_not_utf8_is_named_with_the_line_and_column_of_its_first_bad_byte() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let latin1 = dir.path().join("latin1.toml");
+    // "é" in Latin-1 (0xe9) on line 2, after "name = \"caf".
+    std::fs::write(&latin1, b"seed = 1\nname = \"caf\xe9\"\n")
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    let Err(errors) = load(&latin1) else {
+        panic!("a Latin-1 file must not load");
+    };
+    assert_eq!(errors.errors.len(), 1, "{errors}");
+    let e = &errors.errors[0];
+    assert_eq!((e.line, e.column), (2, 12), "{errors}");
+    assert!(
+        e.message.contains("not UTF-8") && e.message.contains("0xe9"),
+        "{errors}"
+    );
+
+    let binary = dir.path().join("picture.toml");
+    std::fs::write(&binary, b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    let Err(errors) = load(&binary) else {
+        panic!("a binary file must not load");
+    };
+    let e = &errors.errors[0];
+    assert_eq!((e.line, e.column), (1, 1), "{errors}");
+    assert!(e.message.contains("a binary file"), "{errors}");
+}
+
+/// Any input is checked in time linear in its size: 300,000 unknown keys
+/// (each its own problem) and 300,000 on one line. Quadratic work on these
+/// took minutes; the deadline is far above what linear work needs, so it
+/// catches the quadratic case without timing anything finer.
+#[test]
+fn many_problems_are_reported_in_time_linear_in_the_input() {
+    const KEYS: usize = 300_000;
+    let head =
+        "name = \"x\"\n[load]\nmode = \"open\"\nrate = 1\nrequests = 1\n[[hop]]\nname = \"a\"\n";
+    let mut lines = String::from(head);
+    let mut inline = String::from(head);
+    inline.push_str("work = { kind = \"none\"");
+    for i in 0..KEYS {
+        lines.push_str(&format!("k{i} = 1\n"));
+        inline.push_str(&format!(", k{i} = 1"));
+    }
+    inline.push_str(" }\n");
+    for (what, source) in [("one key a line", lines), ("one line", inline)] {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let count = match parse(&source, "big.toml") {
+                Ok(_) => 0,
+                Err(errors) => errors.errors.len(),
+            };
+            let _ = done.send(count);
+        });
+        let count = finished
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("{what}: {KEYS} unknown keys not checked within 120 s"));
+        assert!(
+            count >= KEYS,
+            "{what}: {count} problems for {KEYS} unknown keys"
+        );
+    }
 }

@@ -337,7 +337,7 @@ impl ReceiverThread {
                 })
                 .await
                 {
-                    eprintln!("warning: trace receiver on {addr}: {e}");
+                    crate::tell!("warning: trace receiver on {addr}: {e}");
                 }
                 // Keep the forwarder's runtime alive until it is done.
                 collector.finish_forwarding(Duration::ZERO).await;

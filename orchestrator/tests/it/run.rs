@@ -4,20 +4,28 @@
 //! `pull.rs`): runs are serialized, every run has a deadline, every wait is
 //! on a condition with a deadline; nothing sleeps and hopes.
 
-mod support;
-
 use std::{
     collections::{BTreeSet, HashMap},
     path::Path,
     thread::sleep,
 };
 
+use crate::support::*;
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
 use serde_json::Value;
-use support::*;
+
+tests! {
+    sync a_two_variant_run_writes_files_that_agree_with_each_other,
+    sync the_fault_schedule_follows_the_seed,
+    sync bad_scenarios_exit_2_and_name_every_problem_with_its_place,
+    sync a_hop_replica_killed_mid_run_is_counted_and_named,
+    sync check_exits_3_when_the_compounding_model_fails_and_0_without_check,
+    sync check_passes_on_the_shipped_default_scenario_scaled_down,
+    sync no_hop_process_outlives_a_normal_run,
+}
 
 /// A 3-hop chain where every hop is slow with p = 0.2 (+20 ms), the middle
 /// hop with 2 replicas behind round robin, and the compounding check on.
@@ -270,7 +278,6 @@ fn assert_files_agree(run_dir: &Path, expected_variants: &[&str], replicas: &[&s
 // ---------------------------------------------------------------------------
 // 1. The files of a run agree; the fault schedule is seeded.
 
-#[test]
 fn a_two_variant_run_writes_files_that_agree_with_each_other() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -310,7 +317,6 @@ fn a_two_variant_run_writes_files_that_agree_with_each_other() {
     assert_eq!(slow_schedule(&rows, "rr"), slow_schedule(&rows, "random"));
 }
 
-#[test]
 fn the_fault_schedule_follows_the_seed() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -368,7 +374,6 @@ fn assert_no_panic(finished: &Finished) {
     }
 }
 
-#[test]
 fn bad_scenarios_exit_2_and_name_every_problem_with_its_place() {
     let dir = tempfile::tempdir().expect("temp dir");
     let bad = r#"name = "bad"
@@ -507,7 +512,6 @@ slow = { probability = 1.5, extra = "20ms" }
 // ---------------------------------------------------------------------------
 // 3. A hop process killed mid-run.
 
-#[test]
 fn a_hop_replica_killed_mid_run_is_counted_and_named() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -619,7 +623,6 @@ name = "c"
 // ---------------------------------------------------------------------------
 // 4. `--check` turns a failed compounding verdict into exit status 3.
 
-#[test]
 fn check_exits_3_when_the_compounding_model_fails_and_0_without_check() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -687,7 +690,6 @@ compounding = true
     }
 }
 
-#[test]
 fn check_passes_on_the_shipped_default_scenario_scaled_down() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -759,7 +761,6 @@ fn check_passes_on_the_shipped_default_scenario_scaled_down() {
 // ---------------------------------------------------------------------------
 // 5. No hop process outlives a run.
 
-#[test]
 fn no_hop_process_outlives_a_normal_run() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");

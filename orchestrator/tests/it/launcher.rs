@@ -25,6 +25,19 @@ use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 
+tests! {
+    tokio launch_returns_a_serving_address_and_writes_its_files,
+    tokio a_child_that_fails_at_start_is_reported_with_its_log,
+    tokio a_child_that_never_gets_ready_is_killed_at_the_deadline,
+    tokio names_must_be_plain_and_unique,
+    tokio exited_reports_a_child_killed_mid_run,
+    tokio shutdown_stops_every_child_gracefully_and_is_idempotent,
+    tokio dropping_the_launcher_kills_and_reaps_its_children,
+    helper orphan_guard_intermediate,
+    tokio children_die_when_their_launcher_is_killed,
+    tokio hops_die_when_tailmesh_run_is_killed,
+}
+
 const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 
 /// Writes a minimal hop config (no work, no downstream) and returns the
@@ -127,7 +140,6 @@ fn read_pid_file(dir: &Path, name: &str) -> Option<u32> {
         .ok()
 }
 
-#[tokio::test]
 async fn launch_returns_a_serving_address_and_writes_its_files() {
     let dir = tempfile::tempdir().expect("temp dir");
     let logs = dir.path().join("logs");
@@ -166,7 +178,6 @@ async fn launch_returns_a_serving_address_and_writes_its_files() {
     assert!(!logs.join("hop-a-0.pid").exists());
 }
 
-#[tokio::test]
 async fn a_child_that_fails_at_start_is_reported_with_its_log() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut launcher = LocalLauncher::new(dir.path().join("logs"));
@@ -210,7 +221,6 @@ async fn a_child_that_fails_at_start_is_reported_with_its_log() {
     assert!(launcher.shutdown(Duration::from_secs(1)).await.is_empty());
 }
 
-#[tokio::test]
 async fn a_child_that_never_gets_ready_is_killed_at_the_deadline() {
     let dir = tempfile::tempdir().expect("temp dir");
     let logs = dir.path().join("logs");
@@ -248,7 +258,6 @@ async fn a_child_that_never_gets_ready_is_killed_at_the_deadline() {
     assert!(!logs.join("stuck.pid").exists());
 }
 
-#[tokio::test]
 async fn names_must_be_plain_and_unique() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut launcher = LocalLauncher::new(dir.path().join("logs"));
@@ -275,7 +284,6 @@ async fn names_must_be_plain_and_unique() {
     assert_eq!(launcher.shutdown(Duration::from_secs(5)).await.len(), 1);
 }
 
-#[tokio::test]
 async fn exited_reports_a_child_killed_mid_run() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut launcher = LocalLauncher::new(dir.path().join("logs"));
@@ -322,7 +330,6 @@ async fn exited_reports_a_child_killed_mid_run() {
     assert_eq!(stopped[0].name, "hop-c-1");
 }
 
-#[tokio::test]
 async fn shutdown_stops_every_child_gracefully_and_is_idempotent() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut launcher = LocalLauncher::new(dir.path().join("logs"));
@@ -352,7 +359,6 @@ async fn shutdown_stops_every_child_gracefully_and_is_idempotent() {
     assert_eq!(launcher.running().count(), 0);
 }
 
-#[tokio::test]
 async fn dropping_the_launcher_kills_and_reaps_its_children() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut launcher = LocalLauncher::new(dir.path().join("logs"));
@@ -377,8 +383,6 @@ const INTERMEDIATE_HOPS: [&str; 2] = ["hop-f-0", "hop-f-1"];
 /// [`children_die_when_their_launcher_is_killed`], which re-executes this
 /// test binary to run only this function in a process of its own. It
 /// launches hops and waits to be SIGKILLed.
-#[tokio::test]
-#[ignore = "helper process of children_die_when_their_launcher_is_killed"]
 async fn orphan_guard_intermediate() {
     let Some(dir) = std::env::var_os(INTERMEDIATE_DIR).map(PathBuf::from) else {
         return;
@@ -393,14 +397,13 @@ async fn orphan_guard_intermediate() {
 
 /// The orphan guarantee with the launcher alone: a process holding a
 /// `LocalLauncher` is SIGKILLed, and its children go too.
-#[tokio::test]
 async fn children_die_when_their_launcher_is_killed() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut intermediate =
         tokio::process::Command::new(std::env::current_exe().expect("the test binary's path"));
     intermediate
         .args([
-            "orphan_guard_intermediate",
+            "launcher::orphan_guard_intermediate",
             "--exact",
             "--ignored",
             "--nocapture",
@@ -411,7 +414,6 @@ async fn children_die_when_their_launcher_is_killed() {
 
 /// The orphan guarantee end to end: `tailmesh run` on a tiny scenario is
 /// SIGKILLed mid-run, and every hop process it started goes too.
-#[tokio::test]
 async fn hops_die_when_tailmesh_run_is_killed() {
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = dir.path().join("orphans.toml");

@@ -2,11 +2,12 @@
 //! path holds all five hops with the right parents, and the measured slow
 //! fraction lands on the max-of-k model 1 - (1-p)^k (`--check` passes).
 
-mod support;
+use crate::support::*;
 
-use support::*;
+tests! {
+    sync a_fan_out_reaches_every_leaf_and_its_tail_follows_max_of_k,
+}
 
-#[test]
 fn a_fan_out_reaches_every_leaf_and_its_tail_follows_max_of_k() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");

@@ -6,11 +6,15 @@
 //! Without Chromium the browser test skips with a message, unless
 //! TAILMESH_REQUIRE_ALL=1 (CI), where a skip is a failure.
 
-mod support;
-
 use std::{path::Path, process::Command};
 
-use support::*;
+use crate::{harness::skip, support::*};
+
+tests! {
+    sync the_browser_check_catches_console_errors_and_outside_loads,
+    sync the_report_loads_in_chromium_with_its_charts_and_no_console_errors,
+    sync report_redraws_from_the_files_and_compare_puts_runs_side_by_side,
+}
 
 const SCENARIO: &str = r#"
 name = "report"
@@ -105,24 +109,15 @@ fn load(page: &Path, profile: &Path) -> (String, Vec<String>, Vec<String>) {
     )
 }
 
-fn require_chromium() -> bool {
-    if chromium().is_some() {
-        return true;
+/// Skips the calling test where Chromium is not installed.
+fn require_chromium() {
+    if chromium().is_none() {
+        skip("chromium is not installed (apt-get install chromium)");
     }
-    let message = "chromium is not installed (apt-get install chromium): skipping the browser test";
-    assert!(
-        std::env::var("TAILMESH_REQUIRE_ALL").is_err(),
-        "{message}, and TAILMESH_REQUIRE_ALL forbids skips"
-    );
-    eprintln!("SKIP: {message}");
-    false
 }
 
-#[test]
 fn the_browser_check_catches_console_errors_and_outside_loads() {
-    if !require_chromium() {
-        return;
-    }
+    require_chromium();
     let dir = tempfile::tempdir().expect("temp dir");
     let page = write(
         dir.path(),
@@ -140,18 +135,8 @@ fn the_browser_check_catches_console_errors_and_outside_loads() {
     );
 }
 
-#[test]
 fn the_report_loads_in_chromium_with_its_charts_and_no_console_errors() {
-    let Some(_) = chromium() else {
-        let message =
-            "chromium is not installed (apt-get install chromium): skipping the browser test";
-        assert!(
-            std::env::var("TAILMESH_REQUIRE_ALL").is_err(),
-            "{message}, and TAILMESH_REQUIRE_ALL forbids skips"
-        );
-        eprintln!("SKIP: {message}");
-        return;
-    };
+    require_chromium();
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(dir.path(), "report.toml", SCENARIO);
@@ -216,7 +201,6 @@ fn the_report_loads_in_chromium_with_its_charts_and_no_console_errors() {
     eprintln!("report screenshot: {}", screenshot.display());
 }
 
-#[test]
 fn report_redraws_from_the_files_and_compare_puts_runs_side_by_side() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");

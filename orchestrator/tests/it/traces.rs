@@ -3,16 +3,22 @@
 //! spans forwarded to a second receiver started here, and an unreachable
 //! forward target that must not fail the run.
 
-mod support;
-
 use std::{
     collections::{BTreeMap, HashMap},
     path::Path,
 };
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 use tailmesh::traces::collector::ReceiverThread;
+
+tests! {
+    sync mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span,
+    sync unreachable_forward_target_neither_fails_nor_slows_the_run,
+    sync no_traces_writes_no_trace_file_and_no_breakdown,
+    sync failed_requests_have_error_spans_from_the_failing_hop_up,
+    sync partial_sampling_traces_only_the_sampled_requests_end_to_end,
+}
 
 const MIXED: &str = r#"
 name = "mixed"
@@ -54,7 +60,6 @@ fn is_hex(s: &str, len: usize) -> bool {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
-#[test]
 fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
     let _serial = serial();
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -215,7 +220,6 @@ fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
     );
 }
 
-#[test]
 fn unreachable_forward_target_neither_fails_nor_slows_the_run() {
     let _serial = serial();
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -249,7 +253,6 @@ fn unreachable_forward_target_neither_fails_nor_slows_the_run() {
     );
 }
 
-#[test]
 fn no_traces_writes_no_trace_file_and_no_breakdown() {
     let _serial = serial();
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -265,7 +268,6 @@ fn no_traces_writes_no_trace_file_and_no_breakdown() {
     assert_eq!(requests_csv(&run_dir).len(), REQUESTS);
 }
 
-#[test]
 fn failed_requests_have_error_spans_from_the_failing_hop_up() {
     let _serial = serial();
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -331,7 +333,6 @@ error = { probability = 0.3, code = "unavailable" }
     assert_eq!(u64_at(t, "/complete"), 40 - failed.len() as u64);
 }
 
-#[test]
 fn partial_sampling_traces_only_the_sampled_requests_end_to_end() {
     let _serial = serial();
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -6,8 +6,6 @@
 //! `run.rs`): runs are serialized, every run has a deadline, every wait is
 //! on a condition with a deadline; nothing sleeps and hopes.
 
-mod support;
-
 use std::{
     collections::{BTreeMap, HashMap},
     net::SocketAddr,
@@ -16,13 +14,20 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::*;
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
 use serde_json::Value;
-use support::*;
 use tailmesh_services::broker::{BrokerClient, TopicStats};
+
+tests! {
+    sync a_pull_worker_killed_mid_run_loses_no_request,
+    sync pull_beats_push_at_p99_with_one_slow_replica,
+    sync ctrl_c_stops_the_run_writes_partial_results_and_leaves_no_process,
+    sync a_mixed_push_pull_chain_and_an_all_pull_chain_answer_every_request,
+}
 
 /// The address a launched process (`broker`, `hop-b-1`...) of `variant`
 /// listens on, once its address file is written.
@@ -99,7 +104,6 @@ fn replica_requests(hop: &Value) -> Vec<u64> {
 // ---------------------------------------------------------------------------
 // 1. A pull worker SIGKILLed mid-run: its tasks are redelivered.
 
-#[test]
 fn a_pull_worker_killed_mid_run_loses_no_request() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -228,7 +232,6 @@ work = { kind = "sleep", dist = "fixed", value = "200ms" }
 // ---------------------------------------------------------------------------
 // 2. One slow replica: pull's tail beats round-robin push's.
 
-#[test]
 fn pull_beats_push_at_p99_with_one_slow_replica() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -313,7 +316,6 @@ set = { "hop.worker.transport" = "pull" }
 // ---------------------------------------------------------------------------
 // 3. Ctrl-C: exit 130, partial results written, no process left.
 
-#[test]
 fn ctrl_c_stops_the_run_writes_partial_results_and_leaves_no_process() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -430,7 +432,6 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
 // ---------------------------------------------------------------------------
 // 4. A chain mixing push and pull, and the same chain all pull.
 
-#[test]
 fn a_mixed_push_pull_chain_and_an_all_pull_chain_answer_every_request() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");

@@ -2,9 +2,12 @@
 //! is slow 2 % of the time, for a few percent more requests, and the run
 //! reports both sides of that trade.
 
-mod support;
+use crate::support::*;
 
-use support::*;
+tests! {
+    sync hedging_cuts_the_tail_for_a_few_percent_more_requests,
+    sync a_hedge_delay_longer_than_the_timeout_is_refused_with_its_place,
+}
 
 const HEDGING: &str = r#"
 name = "hedging"
@@ -33,7 +36,6 @@ name = "hedged"
 set = { "hop.leaf.client" = { hedge_after = "15ms" } }
 "#;
 
-#[test]
 fn hedging_cuts_the_tail_for_a_few_percent_more_requests() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -81,7 +83,6 @@ fn hedging_cuts_the_tail_for_a_few_percent_more_requests() {
     );
 }
 
-#[test]
 fn a_hedge_delay_longer_than_the_timeout_is_refused_with_its_place() {
     let dir = tempfile::tempdir().expect("temp dir");
     let bad = HEDGING.replace(

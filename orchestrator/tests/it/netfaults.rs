@@ -3,47 +3,38 @@
 //! path. They need root and `ip`/`nft`/`tc`; elsewhere they skip with a
 //! message, unless `TAILMESH_REQUIRE_ALL=1` (CI), where a skip fails.
 
-mod support;
-
 use std::{path::Path, thread::sleep, time::Duration};
 
+use crate::{harness::skip, support::*};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
-use support::*;
 use tailmesh::launcher::netns;
 
-/// Whether the test can run; panics instead of skipping under
-/// `TAILMESH_REQUIRE_ALL=1`.
-fn privileged(test: &str) -> bool {
-    privileged_with(test, &[])
+tests! {
+    sync twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets,
+    sync five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts,
+    sync ctrl_c_and_sigkill_plus_clean_leave_nothing_behind,
+    sync ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing,
+    sync an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_everything,
 }
 
-/// [`privileged`], also needing `extra` tools (name, Debian package).
-fn privileged_with(test: &str, extra: &[(&'static str, &'static str)]) -> bool {
+/// Skips the calling test (a failure under `TAILMESH_REQUIRE_ALL`) unless
+/// this process may make namespaces and has the netns launcher's tools and
+/// `extra` ones (name, Debian package).
+fn require_privilege(extra: &[(&'static str, &'static str)]) {
     let mut missing = netns::missing_tools();
     missing.extend(
         extra
             .iter()
             .filter(|(tool, _)| !netns::tool_available(tool)),
     );
-    let why = if !netns::has_privilege() {
-        Some("needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)".to_owned())
-    } else if !missing.is_empty() {
-        Some(format!("needs {missing:?} (tool, Debian package)"))
-    } else {
-        None
-    };
-    match why {
-        None => true,
-        Some(why) if std::env::var("TAILMESH_REQUIRE_ALL").as_deref() == Ok("1") => {
-            panic!("{test} {why}, and TAILMESH_REQUIRE_ALL=1 turns this skip into a failure")
-        }
-        Some(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
+    if !netns::has_privilege() {
+        skip("needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)");
+    }
+    if !missing.is_empty() {
+        skip(format!("needs {missing:?} (tool, Debian package)"));
     }
 }
 
@@ -87,11 +78,9 @@ struct Case {
     scenario: std::path::PathBuf,
 }
 
-/// The [`Case`] for `test`, or `None` (a skip) without the privilege.
-fn case(test: &str, name: &str, body: &str) -> Option<Case> {
-    if !privileged(test) {
-        return None;
-    }
+/// The [`Case`] of a test; skips the test without the privilege.
+fn case(name: &str, body: &str) -> Case {
+    require_privilege(&[]);
     let serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(
@@ -99,24 +88,24 @@ fn case(test: &str, name: &str, body: &str) -> Option<Case> {
         &format!("{name}.toml"),
         &format!("name = \"{name}\"\n{HEAD}{body}"),
     );
-    Some(Case {
+    Case {
         _serial: serial,
         dir,
         scenario,
-    })
+    }
 }
 
-#[test]
 fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
-    let Some(Case { dir, scenario, .. }) = case(
-        "twenty_percent_loss_on_a_replica",
+    let Case {
+        _serial,
+        dir,
+        scenario,
+    } = case(
         "loss20",
         "[load]\nmode = \"closed\"\nconcurrency = 16\n\
              duration = \"10s\"\ntimeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\n\
              name = \"b\"\nreplicas = 2\nreplica_net = { replica = 1, loss = 0.2 }\n",
-    ) else {
-        return;
-    };
+    );
     let results = dir.path().join("results");
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
     for id in run_ids(&finished.stderr) {
@@ -153,17 +142,17 @@ fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
     assert_eq!(v["accounted"], serde_json::json!(true), "{v:#}");
 }
 
-#[test]
 fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() {
-    let Some(Case { dir, scenario, .. }) = case(
-        "five_percent_loss_on_one_hop",
+    let Case {
+        _serial,
+        dir,
+        scenario,
+    } = case(
         "loss5",
         "[load]\nmode = \"open\"\nrate = 150\nduration = \"5s\"\n\
              timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
              net = { loss = 0.05 }\n[[hop]]\nname = \"c\"\n",
-    ) else {
-        return;
-    };
+    );
     let results = dir.path().join("results");
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
     for id in run_ids(&finished.stderr) {
@@ -196,17 +185,17 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
     );
 }
 
-#[test]
 fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
-    let Some(Case { dir, scenario, .. }) = case(
-        "ctrl_c_and_sigkill_plus_clean",
+    let Case {
+        _serial,
+        dir,
+        scenario,
+    } = case(
         "long",
         "[load]\nmode = \"open\"\nrate = 50\nduration = \"30s\"\n\
              [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 2\n\
              net = { loss = 0.01 }\n",
-    ) else {
-        return;
-    };
+    );
     for signal in [Signal::SIGINT, Signal::SIGKILL] {
         let results = dir.path().join(format!("results-{signal}"));
         let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
@@ -271,19 +260,19 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
     }
 }
 
-#[test]
 fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
-    let Some(Case { dir, scenario, .. }) = case(
-        "ten_ms_delay_raises_p50",
+    let Case {
+        _serial,
+        dir,
+        scenario,
+    } = case(
         "delay",
         "[load]\nmode = \"open\"\nrate = 50\nduration = \"3s\"\n\
              [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
              net = { delay = \"10ms\" }\n\
              [[variant]]\nname = \"delayed\"\n\
              [[variant]]\nname = \"clean\"\nunset = [\"hop.b.net\"]\n",
-    ) else {
-        return;
-    };
+    );
     let results = dir.path().join("results");
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
     for id in run_ids(&finished.stderr) {
@@ -498,11 +487,8 @@ fn median(mut times: Vec<Duration>) -> Duration {
     times[times.len() / 2]
 }
 
-#[test]
 fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_everything() {
-    if !privileged_with("an_agent_in_its_own_namespace", &[("iptables", "iptables")]) {
-        return;
-    }
+    require_privilege(&[("iptables", "iptables")]);
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut c = ContainerNs::create(dir.path());

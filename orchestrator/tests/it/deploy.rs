@@ -11,16 +11,26 @@
 //! compose the schema checks skip with a message, unless
 //! TAILMESH_REQUIRE_ALL=1 (CI), where a skip is a failure.
 
-mod support;
-
 use std::{
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
 
-use support::*;
+use crate::{harness::skip, support::*};
 use tailmesh::deploy::{compose, k8s};
+
+tests! {
+    sync the_committed_compose_file_is_the_generated_form_of_the_default_scenario,
+    sync the_committed_manifests_are_the_generated_form_of_the_default_scenario,
+    sync every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas,
+    sync the_committed_compose_file_passes_docker_compose_config,
+    sync the_docker_tests_pass_or_skip_with_compose_without_it_and_without_any_client,
+    sync undeployable_scenarios_are_refused_with_what_and_where,
+    sync a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks,
+    sync the_token_service_writes_a_private_token_once,
+    sync attaching_to_a_missing_deployment_names_the_service_it_waited_for,
+}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -37,16 +47,6 @@ fn default_scenario() -> (tailmesh::scenario::Scenario, String) {
     (scenario, text)
 }
 
-/// A skip, or a failure when CI forbids skips.
-fn skip(message: &str) {
-    assert!(
-        std::env::var("TAILMESH_REQUIRE_ALL").is_err(),
-        "{message}, and TAILMESH_REQUIRE_ALL forbids skips"
-    );
-    eprintln!("skipped: {message}");
-}
-
-#[test]
 fn the_committed_compose_file_is_the_generated_form_of_the_default_scenario() {
     let (scenario, text) = default_scenario();
     let generated =
@@ -62,7 +62,6 @@ fn the_committed_compose_file_is_the_generated_form_of_the_default_scenario() {
     );
 }
 
-#[test]
 fn the_committed_manifests_are_the_generated_form_of_the_default_scenario() {
     let (scenario, text) = default_scenario();
     let generated = k8s::generate(&scenario, &text, &k8s::Options::default()).expect("generate");
@@ -111,7 +110,6 @@ fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
 
 /// Every shipped scenario deploys; its manifests pass the Kubernetes
 /// schemas (strict: unknown fields are errors).
-#[test]
 fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut files = Vec::new();
@@ -142,7 +140,7 @@ fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas()
         .args(&files)
         .output();
     match validator {
-        Err(e) => skip(&format!(
+        Err(e) => skip(format!(
             "kubernetes-validate not found ({e}); pip install kubernetes-validate"
         )),
         Ok(out) => assert!(
@@ -154,25 +152,126 @@ fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas()
     }
 }
 
-#[test]
+/// Whether `docker compose` (the Compose v2 plugin) answers here; the
+/// error says what is missing. Docker's client without the plugin takes
+/// `compose` for an unknown command, and `-f` after it for one of its own
+/// flags, so only `docker compose version` tells the plugin apart.
+fn docker_compose() -> Result<(), String> {
+    match Command::new("docker").args(["compose", "version"]).output() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err("docker is not installed (no `docker` on PATH)".to_owned())
+        }
+        Err(e) => Err(format!("docker could not be started: {e}")),
+        Ok(out)
+            if out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains("Docker Compose") =>
+        {
+            Ok(())
+        }
+        Ok(out) => {
+            let said = String::from_utf8_lossy(&out.stderr);
+            Err(format!(
+                "docker compose (the Compose v2 plugin) is not installed: \
+                 `docker compose version` exited with {} saying {:?}",
+                out.status,
+                said.lines().next().unwrap_or_default()
+            ))
+        }
+    }
+}
+
 fn the_committed_compose_file_passes_docker_compose_config() {
+    if let Err(why) = docker_compose() {
+        skip(why);
+    }
     let out = Command::new("docker")
         .args(["compose", "-f"])
         .arg(repo().join("docker-compose.yml"))
         .args(["config", "--quiet"])
-        .output();
-    match out {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            if stderr.contains("unknown command") || stderr.contains("is not a docker command") {
-                skip("docker compose (the Compose v2 plugin) is not installed");
-            } else {
-                panic!("docker compose config refused docker-compose.yml:\n{stderr}");
-            }
-        }
-        Err(e) => skip(&format!("docker not found ({e})")),
+        .output()
+        .expect("docker ran a moment ago");
+    assert!(
+        out.status.success(),
+        "docker compose config refused docker-compose.yml:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The tests above that call `docker`, by full name.
+const DOCKER_TESTS: [&str; 1] = ["deploy::the_committed_compose_file_passes_docker_compose_config"];
+
+/// Docker's client as Docker 28 answers without the Compose plugin.
+const CLIENT_WITHOUT_COMPOSE: &str = r#"#!/bin/sh
+if [ "$1" = compose ] && [ "$2" = version ]; then
+  printf "docker: unknown command: docker compose\n\nRun 'docker --help' for more information\n" >&2
+  exit 1
+fi
+if [ "$1" = compose ]; then
+  printf "unknown shorthand flag: 'f' in -f\n" >&2
+  exit 125
+fi
+echo "docker: unknown command: docker $1" >&2
+exit 1
+"#;
+
+/// The Docker tests pass or skip, never fail, on each kind of machine
+/// people have: Docker's client without the Compose plugin, no Docker at
+/// all (both faked by what is on PATH), and Docker with the plugin (this
+/// machine's own, where it has one). Each case runs this test binary
+/// again with only those tests and that PATH.
+fn the_docker_tests_pass_or_skip_with_compose_without_it_and_without_any_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let client_only = dir.path().join("client-only");
+    let nothing = dir.path().join("nothing");
+    for d in [&client_only, &nothing] {
+        std::fs::create_dir(d).expect("a PATH directory");
     }
+    let docker = write(&client_only, "docker", CLIENT_WITHOUT_COMPOSE);
+    std::fs::set_permissions(&docker, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the fake docker executable");
+
+    let run = |path: &std::ffi::OsStr| {
+        let out = Command::new(std::env::current_exe().expect("this test binary"))
+            .args(DOCKER_TESTS)
+            .args(["--exact", "--test-threads", "1"])
+            .env("PATH", path)
+            .env_remove(crate::harness::REQUIRE_ALL)
+            .output()
+            .expect("run this test binary again");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    for (case, path, reason) in [
+        (
+            "docker's client without the Compose plugin",
+            &client_only,
+            "Compose v2 plugin",
+        ),
+        ("no docker", &nothing, "docker is not installed"),
+    ] {
+        let (ok, text) = run(path.as_os_str());
+        assert!(ok, "{case}: the Docker tests failed:\n{text}");
+        assert!(
+            text.contains(&format!("{} ignored", DOCKER_TESTS.len()))
+                && DOCKER_TESTS
+                    .iter()
+                    .all(|t| text.contains(&format!("skipped {t}: ")))
+                && text.contains(reason),
+            "{case}: every Docker test should be skipped with the reason ({reason}):\n{text}"
+        );
+    }
+    if let Err(why) = docker_compose() {
+        skip(format!("the case with the Compose plugin: {why}"));
+    }
+    let (ok, text) = run(&std::env::var_os("PATH").unwrap_or_default());
+    assert!(
+        ok && text.contains(&format!("{} passed", DOCKER_TESTS.len())),
+        "with the Compose plugin the Docker tests should run and pass:\n{text}"
+    );
 }
 
 /// Hop a calling hop b's two replicas.
@@ -193,7 +292,6 @@ fn scenario_file(dir: &Path, text: &str) -> PathBuf {
     write(dir, "scenario.toml", text)
 }
 
-#[test]
 fn undeployable_scenarios_are_refused_with_what_and_where() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Every name is a DNS label already (the scenario parser sees to
@@ -298,8 +396,8 @@ fn service_blocks(compose: &str) -> Vec<(String, String)> {
     out
 }
 
-#[test]
 fn a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks() {
+    let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let scenario = scenario_file(dir.path(), TWO_HOPS);
     let scenario = path_str(&scenario);
@@ -375,7 +473,6 @@ fn a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks() {
     assert!(gone.stderr.contains(&addr), "{}", gone.output());
 }
 
-#[test]
 fn the_token_service_writes_a_private_token_once() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -401,12 +498,11 @@ fn the_token_service_writes_a_private_token_once() {
 /// service by name, then fails naming it and what was expected. Run in a
 /// network namespace of its own (`unshare --net`, root), so the name
 /// lookup reaches no resolver and no traffic leaves the test.
-#[test]
 fn attaching_to_a_missing_deployment_names_the_service_it_waited_for() {
     if !tailmesh::launcher::netns::has_privilege() {
         skip("attaching in a network namespace of its own needs root (unshare --net)");
-        return;
     }
+    let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let scenario = scenario_file(dir.path(), TWO_HOPS);
     let results = dir.path().join("results");

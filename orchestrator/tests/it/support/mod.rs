@@ -1,16 +1,12 @@
-//! Helpers shared by the end-to-end tests (`run.rs`, `pull.rs`): running
-//! the real binary with a deadline, finding its processes, reading its
-//! results back.
+//! Helpers shared by the end-to-end tests: running the real binary with a
+//! deadline, finding its processes, reading its results back.
 //!
 //! - Runs are serialized (one process-wide lock): on a 2-core machine two
 //!   meshes at once would add each other's scheduling delays to the
-//!   latencies a test judges. Test binaries themselves run one at a time.
+//!   latencies a test judges. Every test that runs a mesh holds it.
 //! - Every run has a wall-time deadline; past it the run is killed and the
 //!   test fails with the run's output. Every wait is on a condition with a
 //!   deadline; nothing sleeps and hopes.
-
-// Each test binary compiles this module and uses a different subset of it.
-#![allow(dead_code)]
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -1,0 +1,234 @@
+//! The test harness of this binary: libtest's command line and output
+//! (through libtest-mimic), plus skips that say why.
+//!
+//! A test that cannot run here (no root, no Chromium, no Compose plugin)
+//! calls [`skip`] with the reason. The test is then reported as `ignored
+//! (reason)`, counted among the ignored in the summary line, and listed
+//! again after it, so a plain `cargo test` shows what did not run and
+//! why. With `TAILMESH_REQUIRE_ALL=1` (CI) a skip is a failure instead.
+//!
+//! Tests are registered per module with [`tests!`]; a test in this
+//! binary checks that no test function was left out of its module's list.
+
+use std::{
+    fmt::Display,
+    panic::{AssertUnwindSafe, catch_unwind},
+    path::Path,
+    process::ExitCode,
+    sync::{Mutex, OnceLock},
+};
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+
+/// The variable that turns every skip into a failure.
+pub const REQUIRE_ALL: &str = "TAILMESH_REQUIRE_ALL";
+
+/// Whether skips are failures: `TAILMESH_REQUIRE_ALL` set to anything but
+/// empty or `0`.
+pub fn skips_forbidden() -> bool {
+    std::env::var_os(REQUIRE_ALL).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Ends the calling test as skipped with `reason`, or fails it when
+/// skips are forbidden.
+pub fn skip(reason: impl Display) -> ! {
+    if skips_forbidden() {
+        panic!("{reason}; {REQUIRE_ALL}=1 turns this skip into a failure");
+    }
+    std::panic::panic_any(Skip(reason.to_string()))
+}
+
+/// The payload of a skip, told apart from a failure's panic.
+struct Skip(String);
+
+/// One registered test.
+pub struct Test {
+    module: &'static str,
+    name: &'static str,
+    run: fn(),
+    /// Runs only when asked for by name (a helper process of another test).
+    helper: bool,
+}
+
+impl Test {
+    pub const fn new(module: &'static str, name: &'static str, run: fn(), helper: bool) -> Test {
+        Test {
+            module,
+            name,
+            run,
+            helper,
+        }
+    }
+
+    /// `module::name`, the module path without the crate's own name.
+    fn full_name(&self) -> String {
+        let module = self.module.split_once("::").map_or("", |(_, m)| m);
+        format!("{module}::{}", self.name)
+    }
+}
+
+/// Registers a module's tests as `TESTS`: `sync name` for a plain
+/// function, `tokio name` for an async one (run on a current-thread
+/// runtime, as `#[tokio::test]` does, holding the run lock: these start
+/// processes of their own), `helper name` for an async
+/// function that runs only when named with `--ignored --exact`.
+macro_rules! tests {
+    (@one sync $name:ident) => {
+        $crate::harness::Test::new(module_path!(), stringify!($name), $name, false)
+    };
+    (@one tokio $name:ident) => {
+        $crate::harness::Test::new(
+            module_path!(),
+            stringify!($name),
+            || {
+                let _serial = $crate::support::serial();
+                $crate::harness::block_on($name())
+            },
+            false,
+        )
+    };
+    (@one helper $name:ident) => {
+        $crate::harness::Test::new(
+            module_path!(),
+            stringify!($name),
+            || $crate::harness::block_on($name()),
+            true,
+        )
+    };
+    ($($kind:ident $name:ident),* $(,)?) => {
+        pub(crate) const TESTS: &[$crate::harness::Test] = &[$(tests!(@one $kind $name)),*];
+    };
+}
+
+/// Runs `future` to completion on a current-thread runtime with time and
+/// I/O enabled.
+pub fn block_on<F: Future<Output = ()>>(future: F) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(future);
+}
+
+tests! {
+    sync every_test_function_is_registered,
+}
+
+/// Every registered test's full name, for the registration check.
+static REGISTERED: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// The tests that skipped, with their reasons, for the closing list.
+static SKIPPED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// Parses libtest's command line, runs `groups`, prints the skipped tests
+/// after the summary line, and returns libtest's exit code.
+pub fn main(groups: &[&'static [Test]]) -> ExitCode {
+    let args = Arguments::from_args();
+    let tests: Vec<&'static Test> = groups.iter().flat_map(|g| g.iter()).collect();
+    let _ = REGISTERED.set(
+        tests
+            .iter()
+            .map(|t| {
+                let module = t.module.rsplit("::").next().unwrap_or_default();
+                (module.to_owned(), t.name.to_owned())
+            })
+            .collect(),
+    );
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // A skip is reported by the harness, not as a panic.
+        if info.payload().downcast_ref::<Skip>().is_none() {
+            default_hook(info);
+        }
+    }));
+    let trials = tests.iter().map(|t| trial(t)).collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if !skipped.is_empty() {
+        println!(
+            "{} skipped (counted as ignored above; {REQUIRE_ALL}=1 makes a skip a failure):",
+            skipped.len()
+        );
+        for (name, reason) in skipped.iter() {
+            println!("  skipped {name}: {reason}");
+        }
+    }
+    conclusion.exit_code()
+}
+
+fn trial(test: &'static Test) -> Trial {
+    let name = test.full_name();
+    let recorded = name.clone();
+    Trial::ignorable_test(name, move || {
+        match catch_unwind(AssertUnwindSafe(test.run)) {
+            Ok(()) => Ok(Completion::Completed),
+            Err(payload) => match payload.downcast::<Skip>() {
+                Ok(skip) => {
+                    SKIPPED
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((recorded, skip.0.clone()));
+                    Ok(Completion::ignored_with(skip.0))
+                }
+                Err(payload) => {
+                    let message = payload
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                        .unwrap_or_else(|| "the test panicked".to_owned());
+                    Err(Failed::from(message))
+                }
+            },
+        }
+    })
+    .with_ignored_flag(test.helper)
+}
+
+/// The top-level test functions of a module's source: `fn name() {` or
+/// `async fn name() {` at the start of a line.
+fn test_functions(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("async ").unwrap_or(line);
+            rest.strip_prefix("fn ")?
+                .strip_suffix("() {")
+                .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Every test function in this binary's modules is registered, so none is
+/// silently left out of the run.
+fn every_test_function_is_registered() {
+    let registered = REGISTERED.get().expect("main registered the tests");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("read tests/it") {
+        let path = entry.expect("an entry").path();
+        let Some(module) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("read a test module");
+        for name in test_functions(&source) {
+            seen += 1;
+            if !registered.iter().any(|(m, n)| m == module && *n == name) {
+                missing.push(format!("{module}::{name}"));
+            }
+        }
+    }
+    assert!(
+        seen >= registered.len(),
+        "{seen} test functions found in {}",
+        dir.display()
+    );
+    assert!(
+        missing.is_empty(),
+        "test functions missing from their module's tests! list: {missing:?}"
+    );
+}

@@ -1,0 +1,38 @@
+//! The orchestrator's integration and end-to-end tests, in one binary:
+//! one link instead of one per file, and one process-wide lock
+//! ([`support::serial`]) that keeps meshes from running side by side.
+//!
+//! - `harness`: the test runner (libtest's command line and output, skips
+//!   with reasons) and the `tests!` registration macro;
+//! - `support`: running the real binary with deadlines, reading results;
+//! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
+//!   `policy`, `traces`, `report`, `deploy`, `netfaults`.
+
+#[macro_use]
+mod harness;
+mod support;
+
+mod deploy;
+mod fanout;
+mod launcher;
+mod netfaults;
+mod policy;
+mod pull;
+mod report;
+mod run;
+mod traces;
+
+fn main() -> std::process::ExitCode {
+    harness::main(&[
+        harness::TESTS,
+        launcher::TESTS,
+        run::TESTS,
+        pull::TESTS,
+        fanout::TESTS,
+        policy::TESTS,
+        traces::TESTS,
+        report::TESTS,
+        deploy::TESTS,
+        netfaults::TESTS,
+    ])
+}
