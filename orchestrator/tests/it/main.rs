@@ -6,12 +6,14 @@
 //!   with reasons) and the `tests!` registration macro;
 //! - `support`: running the real binary with deadlines, reading results;
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
-//!   `policy`, `traces`, `report`, `deploy`, `netfaults`.
+//!   `policy`, `traces`, `report`, `deploy`, `netfaults`, and `cli` (the
+//!   command line as a new user meets it).
 
 #[macro_use]
 mod harness;
 mod support;
 
+mod cli;
 mod deploy;
 mod fanout;
 mod launcher;
@@ -25,6 +27,7 @@ mod traces;
 fn main() -> std::process::ExitCode {
     harness::main(&[
         harness::TESTS,
+        cli::TESTS,
         launcher::TESTS,
         run::TESTS,
         pull::TESTS,

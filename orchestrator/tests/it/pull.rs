@@ -9,7 +9,6 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::SocketAddr,
-    path::Path,
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -27,27 +26,6 @@ tests! {
     sync pull_beats_push_at_p99_with_one_slow_replica,
     sync ctrl_c_stops_the_run_writes_partial_results_and_leaves_no_process,
     sync a_mixed_push_pull_chain_and_an_all_pull_chain_answer_every_request,
-}
-
-/// The address a launched process (`broker`, `hop-b-1`...) of `variant`
-/// listens on, once its address file is written.
-fn addr_of(results: &Path, variant: &str, name: &str) -> Option<SocketAddr> {
-    find_files(results, &format!("{name}.addr"))
-        .iter()
-        .find(|p| {
-            p.parent()
-                .and_then(Path::file_name)
-                .is_some_and(|v| v == variant)
-        })
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .and_then(|t| t.trim().parse().ok())
-}
-
-/// The pid of a launched process of `variant`, while its pid file exists.
-fn pid_of(results: &Path, variant: &str, name: &str) -> Option<u32> {
-    pid_files(results)
-        .get(&(variant.to_string(), name.to_string()))
-        .copied()
 }
 
 /// The broker's statistics for `topic` now, asked over its own Stats RPC

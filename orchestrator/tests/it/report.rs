@@ -109,11 +109,9 @@ fn load(page: &Path, profile: &Path) -> (String, Vec<String>, Vec<String>) {
     )
 }
 
-/// Skips the calling test where Chromium is not installed.
-fn require_chromium() {
-    if chromium().is_none() {
-        skip("chromium is not installed (apt-get install chromium)");
-    }
+/// Chromium's path; skips the calling test where it is not installed.
+fn require_chromium() -> &'static str {
+    chromium().unwrap_or_else(|| skip("chromium is not installed (apt-get install chromium)"))
 }
 
 fn the_browser_check_catches_console_errors_and_outside_loads() {

@@ -289,7 +289,7 @@ fn a_two_variant_run_writes_files_that_agree_with_each_other() {
     assert!(
         finished
             .stdout
-            .contains(&format!("results: {}", run_dir.display())),
+            .contains(&format!("files written to {}:", run_dir.display())),
         "{}",
         finished.output()
     );

@@ -11,6 +11,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read,
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::Mutex,
@@ -457,4 +458,25 @@ pub fn assert_killed_replica_is_the_incident(v: &Value, victim: u32, context: &s
         incidents.iter().all(|i| !i.contains("hop-b-0")),
         "the survivor is not an incident: {incidents:?}"
     );
+}
+
+/// The address a launched process (`broker`, `hop-b-1`...) of `variant`
+/// listens on, once its address file is written.
+pub fn addr_of(results: &Path, variant: &str, name: &str) -> Option<SocketAddr> {
+    find_files(results, &format!("{name}.addr"))
+        .iter()
+        .find(|p| {
+            p.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|v| v == variant)
+        })
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| t.trim().parse().ok())
+}
+
+/// The pid of a launched process of `variant`, while its pid file exists.
+pub fn pid_of(results: &Path, variant: &str, name: &str) -> Option<u32> {
+    pid_files(results)
+        .get(&(variant.to_string(), name.to_string()))
+        .copied()
 }

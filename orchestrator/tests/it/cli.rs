@@ -1,0 +1,343 @@
+//! The command line as a new user meets it: what the terminal says at the
+//! end of a run, output into a pipe that closes early, a results folder
+//! that cannot take the files, and Ctrl-C pressed twice.
+
+use std::{
+    process::{Command, Output, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use serde_json::Value;
+
+use crate::support::*;
+
+tests! {
+    sync the_summary_explains_its_columns_and_ends_with_the_files_and_the_report,
+    sync output_into_closed_pipes_changes_no_exit_status,
+    sync an_unwritable_results_folder_fails_before_anything_starts,
+    sync a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal,
+    sync a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once,
+}
+
+/// A run of about 0.2 s through one hop.
+const TINY: &str = r#"
+name = "tiny"
+[load]
+mode = "open"
+rate = 200
+requests = 40
+[[hop]]
+name = "a"
+[check]
+slow_threshold = "15ms"
+compounding = true
+"#;
+
+/// Runs `tailmesh args` with both output streams read through pipes.
+fn output_of(args: &[&str], fsize_limit: Option<u64>) -> Output {
+    let mut command = match fsize_limit {
+        // SIGXFSZ ignored, so a write past the limit fails with EFBIG the
+        // way a write to a full disk fails with ENOSPC.
+        Some(limit) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(r#"trap '' XFSZ; exec prlimit --fsize="$0" -- "$@""#)
+                .arg(limit.to_string())
+                .arg(TAILMESH);
+            c
+        }
+        None => Command::new(TAILMESH),
+    };
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run tailmesh")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(dir.path(), "tiny.toml", TINY);
+    let results = dir.path().join("results");
+    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+    let out = &finished.stdout;
+    for column in [
+        "sent = ok + errors + timeouts",
+        "rate/requested:",
+        "p50 .. max:",
+        "p_slow:",
+        "compounding: measured",
+        "declared",
+    ] {
+        assert!(out.contains(column), "no line explains {column:?}:\n{out}");
+    }
+    // The files, in the order written, then the report's path, last.
+    let listed: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("files written to "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "summary.json",
+            "requests.csv",
+            "base.hgrm",
+            "traces.jaeger.json",
+            "report.html",
+            "logs/ (each hop process's config and log)"
+        ],
+        "{out}"
+    );
+    let report = run_dir.join("report.html");
+    assert_eq!(
+        out.trim_end().lines().last(),
+        Some(format!("report: {}", report.display()).as_str()),
+        "{out}"
+    );
+    for name in &listed[..5] {
+        assert!(run_dir.join(name).is_file(), "{name} listed but missing");
+    }
+}
+
+/// Both streams go to pipes whose reading end is already closed, as with
+/// `tailmesh ... 2>&1 | head -c 100` once head has what it wants.
+fn with_closed_pipes(args: &[&str]) -> Output {
+    let (out_reader, out_writer) = std::io::pipe().expect("a pipe");
+    let (err_reader, err_writer) = std::io::pipe().expect("a pipe");
+    drop((out_reader, err_reader));
+    let mut child = Command::new(TAILMESH)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out_writer)
+        .stderr(err_writer)
+        .spawn()
+        .expect("start tailmesh");
+    let deadline = Instant::now() + RUN_DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for tailmesh") {
+            return Output {
+                status,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            };
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tailmesh {args:?} still running after {RUN_DEADLINE:?}");
+        }
+        sleep(POLL);
+    }
+}
+
+fn output_into_closed_pipes_changes_no_exit_status() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Many problems: far more than a pipe's buffer could hide.
+    let mut bad = String::from("name = \"bad\"\n");
+    for i in 0..5000 {
+        bad.push_str(&format!("unknown{i} = 1\n"));
+    }
+    let bad = write(dir.path(), "bad.toml", &bad);
+    let good = write(dir.path(), "tiny.toml", TINY);
+    let results = dir.path().join("results");
+
+    let cases: [(&str, Vec<&str>, i32); 4] = [
+        ("run, bad scenario", vec!["run", path_str(&bad)], 2),
+        (
+            "validate, bad scenario",
+            vec!["validate", path_str(&bad)],
+            2,
+        ),
+        (
+            "validate, good scenario",
+            vec!["validate", path_str(&good)],
+            0,
+        ),
+        ("compose to stdout", vec!["compose", path_str(&good)], 0),
+    ];
+    for (case, args, code) in cases {
+        let out = with_closed_pipes(&args);
+        assert_eq!(out.status.code(), Some(code), "{case}: {}", out.status);
+    }
+    // A whole run: it measures and writes its files with nobody reading.
+    let out = with_closed_pipes(&["run", path_str(&good), "--results", path_str(&results)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "run into closed pipes: {}",
+        out.status
+    );
+    let run_dir = only_run_dir(&results);
+    assert!(run_dir.join("report.html").is_file());
+}
+
+fn an_unwritable_results_folder_fails_before_anything_starts() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(dir.path(), "tiny.toml", TINY);
+    let results = dir.path().join("results");
+    // Not one byte may be written: as on a disk that is already full.
+    let out = output_of(&run_args(&scenario, &results, &[]), Some(0));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("cannot be written") && stderr.contains(path_str(&results)),
+        "the error should name the results folder:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("variant tiny") && !stderr.contains("variant base"),
+        "the run started before the folder was checked:\n{stderr}"
+    );
+    assert!(pid_files(&results).is_empty(), "hops were started");
+    let leftovers = find_files(&results, ".write-check.partial");
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(dir.path(), "tiny.toml", TINY);
+    let results = dir.path().join("results");
+    // Room for summary.json (a few KiB) but not for report.html (far more).
+    let limit = 48 * 1024;
+    let out = output_of(&run_args(&scenario, &results, &[]), Some(limit));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let context = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{context}");
+    assert!(
+        stdout.contains("p99.9") && stdout.contains("compounding: measured"),
+        "the measured numbers were not printed:\n{context}"
+    );
+    let run_dir = only_run_dir(&results);
+    assert!(
+        stderr.contains(&format!("write {}/", run_dir.display()))
+            && stderr.contains("is incomplete"),
+        "the error should name the file and say the folder is incomplete:\n{context}"
+    );
+    // summary.json is written first and fits; every other file is whole
+    // or absent, and the one that did not fit is absent.
+    let summary: Value = summary(&run_dir);
+    assert_eq!(str_at(&summary, "/schema"), "tailmesh.summary/v1");
+    let mut names: Vec<String> = std::fs::read_dir(&run_dir)
+        .expect("read the run folder")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(
+        names.iter().all(|n| !n.ends_with(".partial")),
+        "partial files left: {names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n == "report.html"),
+        "{names:?}\n{context}"
+    );
+    for name in &names {
+        let path = run_dir.join(name);
+        match name.as_str() {
+            "requests.csv" => assert_eq!(requests_csv(&run_dir).len(), 40, "{name}"),
+            "traces.jaeger.json" => {
+                let text = std::fs::read_to_string(&path).expect("read the traces");
+                serde_json::from_str::<Value>(&text).expect("whole JSON");
+            }
+            n if n.ends_with(".hgrm") => {
+                assert!(read_lossy(&path).contains("#[Max"), "{name} is cut short")
+            }
+            _ => {}
+        }
+    }
+}
+
+fn a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = path_str(dir.path()).to_string();
+    // Every request takes a minute: after the first Ctrl-C the run would
+    // wait that long for the ones in flight.
+    let scenario = write(
+        dir.path(),
+        "stuck.toml",
+        r#"
+name = "stuck"
+[load]
+mode = "open"
+rate = 20
+arrivals = "uniform"
+duration = "60s"
+timeout = "90s"
+[[hop]]
+name = "a"
+work = { kind = "sleep", dist = "fixed", value = "60s" }
+"#,
+    );
+    let results = dir.path().join("results");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+    // The load generator connects at its first request, so once it is
+    // connected that request is in flight, for a minute.
+    let hop = loop {
+        if let (Some(pid), Some(addr)) = (
+            pid_of(&results, "base", "hop-a-0"),
+            addr_of(&results, "base", "hop-a-0"),
+        ) {
+            if connected(run.pid(), addr.port()) {
+                break pid;
+            }
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for the first request");
+        sleep(POLL);
+    };
+    let pid = Pid::from_raw(run.pid() as i32);
+    kill(pid, Signal::SIGINT).expect("SIGINT tailmesh");
+    while !run.output().contains("finishing requests in flight") {
+        assert!(
+            !run.exited(),
+            "it exited after one Ctrl-C:\n{}",
+            run.output()
+        );
+        run.assert_in_time("waiting for the first interrupt's message");
+        sleep(POLL);
+    }
+    kill(pid, Signal::SIGINT).expect("SIGINT tailmesh again");
+    // Far less than the minute the requests in flight would take.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !run.exited() {
+        assert!(
+            Instant::now() < deadline,
+            "still running 15 s after the second Ctrl-C:\n{}",
+            run.output()
+        );
+        sleep(POLL);
+    }
+    let finished = run.wait();
+    let context = finished.output();
+    assert_eq!(finished.code(), Some(130), "{context}");
+    assert!(!runs_ours(hop, &marker), "the hop outlived the run");
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let cancelled = errors(v).get("cancelled").copied().unwrap_or(0);
+    assert!(cancelled > 0, "no request was given up:\n{v:#}\n{context}");
+    assert_eq!(
+        u64_at(v, "/sent"),
+        u64_at(v, "/ok") + errors(v).values().sum::<u64>() + u64_at(v, "/timeouts"),
+        "not every request accounted for:\n{v:#}"
+    );
+    assert_eq!(v.pointer("/accounted"), Some(&Value::Bool(true)), "{v:#}");
+    assert_eq!(requests_csv(&run_dir).len() as u64, u64_at(v, "/sent"));
+}
