@@ -293,10 +293,9 @@ work = { kind = "sleep", dist = "fixed", value = "60s" }
         if let (Some(pid), Some(addr)) = (
             pid_of(&results, "base", "hop-a-0"),
             addr_of(&results, "base", "hop-a-0"),
-        ) {
-            if connected(run.pid(), addr.port()) {
-                break pid;
-            }
+        ) && connected(run.pid(), addr.port())
+        {
+            break pid;
         }
         assert!(!run.exited(), "the run ended first:\n{}", run.output());
         run.assert_in_time("waiting for the first request");
