@@ -67,6 +67,10 @@ pub struct LineChart<'a> {
     pub x_format: fn(f64) -> String,
     /// How y tick values are written.
     pub y_format: fn(f64) -> String,
+    /// The x axis's bounds in data units, exactly (points outside them are
+    /// the caller's to leave out); `None`: the data's range, a linear axis
+    /// rounded up to a nice value.
+    pub x_range: Option<(f64, f64)>,
     /// The lines.
     pub series: Vec<Series>,
 }
@@ -122,6 +126,24 @@ impl Axis {
             hi,
             from,
             to,
+        }
+    }
+
+    /// An axis from `lo` to `hi` exactly (when they make a range on
+    /// `scale`; otherwise the one [`Axis::new`] finds for them).
+    fn fixed(scale: Scale, (lo, hi): (f64, f64), from: f64, to: f64) -> Axis {
+        let usable =
+            lo.is_finite() && hi.is_finite() && lo < hi && (scale == Scale::Linear || lo > 0.0);
+        if usable {
+            Axis {
+                scale,
+                lo,
+                hi,
+                from,
+                to,
+            }
+        } else {
+            Axis::new(scale, [lo, hi].into_iter(), from, to)
         }
     }
 
@@ -242,7 +264,10 @@ fn legend(out: &mut String, entries: &[(String, usize, bool)], at: &[(f64, f64)]
 pub fn line_chart(chart: &LineChart<'_>) -> String {
     let points = || chart.series.iter().flat_map(|s| s.points.iter());
     let bars = || chart.series.iter().flat_map(|s| s.intervals.iter());
-    let x = Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT);
+    let x = match chart.x_range {
+        Some(range) => Axis::fixed(chart.x_scale, range, LEFT, WIDTH - RIGHT),
+        None => Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT),
+    };
     let y = Axis::new(
         chart.y_scale,
         points().map(|p| p.1).chain(bars().flat_map(|b| [b.1, b.2])),
@@ -486,6 +511,7 @@ mod tests {
             y_scale: Scale::Linear,
             x_format: fmt,
             y_format: fmt,
+            x_range: None,
             series: vec![
                 Series {
                     name: "push".into(),
@@ -557,6 +583,7 @@ mod tests {
             y_scale: Scale::Linear,
             x_format: fmt,
             y_format: fmt,
+            x_range: None,
             series,
         };
         let svg = line_chart(&chart);
@@ -617,6 +644,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fixed_x_range_is_the_axis_exactly() {
+        let a = Axis::fixed(Scale::Linear, (0.0, 10.0), 0.0, 100.0);
+        assert_eq!((a.lo, a.hi), (0.0, 10.0));
+        assert_eq!(a.pos(10.0), Some(100.0));
+        assert_eq!(a.ticks().last(), Some(&10.0));
+        // What is not a range on the scale falls back to the data's.
+        let b = Axis::fixed(Scale::Log, (0.0, 10.0), 0.0, 100.0);
+        assert!(
+            b.lo > 0.0 && b.lo <= 10.0 && b.hi >= 10.0,
+            "{} {}",
+            b.lo,
+            b.hi
+        );
     }
 
     #[test]
