@@ -79,8 +79,7 @@ pub fn render_report(summary: &Summary, records: &[(&str, &[RequestRecord])]) ->
     out.push_str(&hop_table(&summary.variants));
     out.push_str("<h2>Errors and timeouts</h2>");
     out.push_str(&error_table(&summary.variants));
-    out.push_str("<h2>Throughput over time</h2><p class=\"note\">Answers per second of the measured phase; dashed: errors and timeouts.</p>");
-    out.push_str(&svg::line_chart(&throughput_chart(records)));
+    out.push_str(&throughput_section(&summary.variants, records));
     out.push_str(&broker_table(&summary.variants));
     let env = &summary.environment;
     let _ = write!(
@@ -220,6 +219,7 @@ fn histogram_chart(variants: &[VariantReport]) -> LineChart<'static> {
         y_scale: Scale::Linear,
         x_format: ms,
         y_format: percent,
+        x_range: None,
         series,
     }
 }
@@ -284,6 +284,7 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
         y_scale: Scale::Linear,
         x_format: spectrum_tick,
         y_format: ms,
+        x_range: None,
         series,
     }
 }
@@ -378,43 +379,194 @@ fn error_table(variants: &[VariantReport]) -> String {
     out
 }
 
-fn throughput_chart(records: &[(&str, &[RequestRecord])]) -> LineChart<'static> {
-    let mut series = Vec::new();
-    for (i, (name, rs)) in records.iter().enumerate() {
-        let last = rs.iter().map(|r| r.end.as_secs()).max().unwrap_or(0) as usize;
-        let (mut ok, mut failed) = (vec![0u64; last + 1], vec![0u64; last + 1]);
-        for r in rs.iter() {
-            let s = r.end.as_secs() as usize;
-            if r.outcome == Outcome::Ok {
-                ok[s] += 1;
+/// The width of a throughput bucket, seconds (wider for runs so long that
+/// one-second buckets would crowd the chart).
+fn bucket_width(end_s: f64) -> f64 {
+    const MOST_BUCKETS: f64 = 600.0;
+    (end_s / MOST_BUCKETS).ceil().max(1.0)
+}
+
+/// Where a variant's sending ended, seconds into the measured phase: the
+/// planned duration; when it stopped by count or was interrupted, where
+/// sending actually stopped. Answers after it are the drain of requests
+/// still in flight, not the system's throughput.
+fn sending_end(report: Option<&VariantReport>, records: &[RequestRecord]) -> f64 {
+    let last_send = records
+        .iter()
+        .map(|r| r.intended.as_secs_f64())
+        .fold(0.0, f64::max);
+    match report {
+        Some(v) => match v.load.duration_s {
+            Some(d) if !v.interrupted && d > 0.0 => d,
+            // Open loop, the measured phase ends at the next intended send
+            // (or the interruption); closed loop, at the last answer.
+            _ if v.load.mode == "open" => v.measured_s.max(last_send),
+            _ => last_send,
+        },
+        None => last_send,
+    }
+}
+
+/// One throughput bucket: seconds into the measured phase, and answers per
+/// second of the time it covers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RateBucket {
+    start: f64,
+    end: f64,
+    ok: f64,
+    failed: f64,
+}
+
+/// A variant's answers over its sending window.
+#[derive(Clone, Debug, PartialEq)]
+struct Throughput {
+    /// Buckets covering `[0, end]` without gaps.
+    buckets: Vec<RateBucket>,
+    /// Where the window ends (see [`sending_end`]).
+    end: f64,
+    /// Ok answers that arrived after `end`.
+    late_ok: u64,
+    /// Errors and timeouts that arrived after `end`.
+    late_failed: u64,
+}
+
+/// Bucket edges over `[0, end]`.
+fn bucket_edges(end: f64) -> Vec<(f64, f64)> {
+    if !(end.is_finite() && end > 0.0) {
+        return Vec::new();
+    }
+    let width = bucket_width(end);
+    let whole = (end / width).floor() as usize;
+    let rest = end - whole as f64 * width;
+    let mut edges: Vec<(f64, f64)> = (0..whole)
+        .map(|i| (i as f64 * width, (i + 1) as f64 * width))
+        .collect();
+    match edges.last_mut() {
+        // A remainder under half a bucket widens the last one (its rate is
+        // still count / covered time): alone, a sliver would plot noise.
+        Some(last) if rest < width / 2.0 => last.1 = end,
+        _ if rest > 0.0 => edges.push((whole as f64 * width, end)),
+        _ => {}
+    }
+    edges
+}
+
+/// Answers per second in buckets over `[0, end]`, by arrival time; answers
+/// after `end` are counted apart.
+fn throughput(records: &[RequestRecord], end: f64) -> Throughput {
+    let edges = bucket_edges(end);
+    let width = bucket_width(end);
+    let (mut ok, mut failed) = (vec![0u64; edges.len()], vec![0u64; edges.len()]);
+    let (mut late_ok, mut late_failed) = (0, 0);
+    for r in records {
+        let t = r.end.as_secs_f64();
+        let is_ok = r.outcome == Outcome::Ok;
+        if t >= end || edges.is_empty() {
+            if is_ok {
+                late_ok += 1;
             } else {
-                failed[s] += 1;
+                late_failed += 1;
             }
+            continue;
         }
-        let points = |counts: &[u64]| {
-            counts
+        let i = ((t / width) as usize).min(edges.len() - 1);
+        if is_ok {
+            ok[i] += 1;
+        } else {
+            failed[i] += 1;
+        }
+    }
+    let buckets = edges
+        .iter()
+        .zip(ok.iter().zip(&failed))
+        .map(|(&(start, end), (&ok, &failed))| {
+            let covered = end - start;
+            RateBucket {
+                start,
+                end,
+                ok: ok as f64 / covered,
+                failed: failed as f64 / covered,
+            }
+        })
+        .collect();
+    Throughput {
+        buckets,
+        end,
+        late_ok,
+        late_failed,
+    }
+}
+
+/// Each variant's throughput, by name, over its own sending window.
+fn throughputs(
+    variants: &[VariantReport],
+    records: &[(&str, &[RequestRecord])],
+) -> Vec<(String, Throughput)> {
+    records
+        .iter()
+        .map(|(name, rs)| {
+            let report = variants.iter().find(|v| v.name == *name);
+            (name.to_string(), throughput(rs, sending_end(report, rs)))
+        })
+        .collect()
+}
+
+/// The heading, the chart and a note on the answers left out.
+fn throughput_section(variants: &[VariantReport], records: &[(&str, &[RequestRecord])]) -> String {
+    let all = throughputs(variants, records);
+    let mut out = String::from(
+        "<h2>Throughput over time</h2><p class=\"note\">Answers per second while the load was sent, by arrival time; each step is one bucket; dashed: errors and timeouts.</p>",
+    );
+    out.push_str(&svg::line_chart(&throughput_chart(&all)));
+    let late: Vec<String> = all
+        .iter()
+        .filter(|(_, t)| t.late_ok + t.late_failed > 0)
+        .map(|(name, t)| {
+            format!(
+                "{}: {} ok, {} failed",
+                escape(name),
+                t.late_ok,
+                t.late_failed
+            )
+        })
+        .collect();
+    if !late.is_empty() {
+        let _ = write!(
+            out,
+            "<p class=\"note\" id=\"throughput-late\">Not plotted: answers that arrived after sending ended, from requests still in flight then ({}).</p>",
+            late.join("; ")
+        );
+    }
+    out
+}
+
+fn throughput_chart(all: &[(String, Throughput)]) -> LineChart<'static> {
+    let mut series = Vec::new();
+    for (i, (name, t)) in all.iter().enumerate() {
+        let steps = |rate: fn(&RateBucket) -> f64| {
+            t.buckets
                 .iter()
-                .enumerate()
-                .map(|(s, n)| (s as f64 + 0.5, *n as f64))
+                .flat_map(|b| [(b.start, rate(b)), (b.end, rate(b))])
                 .collect()
         };
         series.push(Series {
             name: format!("{name} ok"),
-            points: points(&ok),
+            points: steps(|b| b.ok),
             dashed: false,
             colour: i,
             intervals: Vec::new(),
         });
-        if failed.iter().any(|n| *n > 0) {
+        if t.buckets.iter().any(|b| b.failed > 0.0) {
             series.push(Series {
                 name: format!("{name} failed"),
-                points: points(&failed),
+                points: steps(|b| b.failed),
                 dashed: true,
                 colour: i,
                 intervals: Vec::new(),
             });
         }
     }
+    let end = all.iter().map(|(_, t)| t.end).fold(0.0, f64::max);
     LineChart {
         id: "throughput",
         title: "Throughput over time",
@@ -424,6 +576,7 @@ fn throughput_chart(records: &[(&str, &[RequestRecord])]) -> LineChart<'static> 
         y_scale: Scale::Linear,
         x_format: plain,
         y_format: plain,
+        x_range: (end > 0.0).then_some((0.0, end)),
         series,
     }
 }
@@ -490,6 +643,7 @@ fn sweep_section(sweep: &SweepSummary) -> String {
             y_scale: Scale::Linear,
             x_format: plain,
             y_format: percent,
+            x_range: None,
             series,
         }));
     }
@@ -518,6 +672,7 @@ fn sweep_section(sweep: &SweepSummary) -> String {
         y_scale: Scale::Linear,
         x_format: plain,
         y_format: ms,
+        x_range: None,
         series,
     }));
     out.push_str("<table id=\"sweep\"><tr><th>variant</th><th>value</th><th>sent</th><th>p50</th><th>p99</th><th>p99.9</th><th>slow measured</th><th>95 % interval</th><th>model</th><th>declared</th><th>verdict</th></tr>");
@@ -584,6 +739,8 @@ fn broker_table(variants: &[VariantReport]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::analysis::testing::{mixed_records, summary};
 
@@ -632,6 +789,137 @@ mod tests {
         assert!(buckets.first().is_some_and(|b| b.0 < 100.0 && b.1 == 0.0));
         assert!(buckets.last().is_some_and(|b| b.0 > 20_000.0 && b.1 == 0.0));
         assert!(log_buckets(&crate::analysis::stats::new_histogram()).is_empty());
+    }
+
+    /// Open loop at 100/s: request `i` is meant for `i * 10 ms` and ends
+    /// as `answer(i)` says, that long after.
+    fn every_10ms(n: u64, answer: impl Fn(u64) -> (u64, Outcome)) -> Vec<RequestRecord> {
+        (0..n)
+            .map(|i| {
+                let intended = Duration::from_millis(i * 10);
+                let (after_ms, outcome) = answer(i);
+                RequestRecord {
+                    id: i,
+                    intended,
+                    start: intended,
+                    end: intended + Duration::from_millis(after_ms),
+                    outcome,
+                    path: Vec::new(),
+                    extra_attempts: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// The summary's variant, planned for `duration_s` (count-stopped when
+    /// `None`).
+    fn planned(duration_s: Option<f64>) -> VariantReport {
+        let mut v = summary().variants.remove(0);
+        v.load.duration_s = duration_s;
+        v
+    }
+
+    fn series<'a>(chart: &'a LineChart<'_>, name: &str) -> &'a [(f64, f64)] {
+        chart
+            .series
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(&[], |s| s.points.as_slice())
+    }
+
+    #[test]
+    fn a_late_answer_after_the_phase_neither_widens_the_axis_nor_plots_a_collapse() {
+        // 10 s at 100/s answered in 5 ms, but the last one comes at 10.3 s.
+        let records = every_10ms(1000, |i| (if i == 999 { 310 } else { 5 }, Outcome::Ok));
+        let variants = [planned(Some(10.0))];
+        let all = throughputs(&variants, &[("base", &records)]);
+        let chart = throughput_chart(&all);
+        assert_eq!(chart.x_range, Some((0.0, 10.0)));
+        let ok = series(&chart, "base ok");
+        assert_eq!(ok.first().map(|p| p.0), Some(0.0));
+        assert_eq!(ok.last().map(|p| p.0), Some(10.0));
+        assert!(
+            ok.iter().all(|&(x, rate)| x <= 10.0 && rate >= 95.0),
+            "{ok:?}"
+        );
+        assert_eq!((all[0].1.late_ok, all[0].1.late_failed), (1, 0));
+        let svg = svg::line_chart(&chart);
+        assert!(
+            svg.contains(">10</text>")
+                && !svg.contains(">12</text>")
+                && !svg.contains(">15</text>"),
+            "{svg}"
+        );
+        let html = throughput_section(&variants, &[("base", &records)]);
+        assert!(html.contains("(base: 1 ok, 0 failed)"), "{html}");
+    }
+
+    #[test]
+    fn a_real_collapse_still_plots_as_zero() {
+        // Sends go on for 10 s, but from 7 s on nothing answers: those
+        // requests time out 2 s later.
+        let records = every_10ms(1000, |i| {
+            if i < 700 {
+                (5, Outcome::Ok)
+            } else {
+                (2_000, Outcome::Timeout)
+            }
+        });
+        let variants = [planned(Some(10.0))];
+        let all = throughputs(&variants, &[("base", &records)]);
+        let chart = throughput_chart(&all);
+        assert_eq!(chart.x_range, Some((0.0, 10.0)));
+        let ok = series(&chart, "base ok");
+        // Two points per bucket: the last three buckets are the collapse.
+        assert_eq!(ok.len(), 20, "{ok:?}");
+        let (before, after) = ok.split_at(14);
+        assert!(before.iter().all(|p| p.1 >= 95.0), "{ok:?}");
+        assert!(after.iter().all(|p| p.1 == 0.0), "{ok:?}");
+        assert_eq!((after[0].0, after[5].0), (7.0, 10.0));
+        // The timeouts of sends from 7 s to 8 s land in the last bucket.
+        assert_eq!(series(&chart, "base failed").last(), Some(&(10.0, 100.0)));
+        assert_eq!((all[0].1.late_ok, all[0].1.late_failed), (0, 200));
+    }
+
+    #[test]
+    fn a_partial_last_bucket_is_a_rate_over_the_time_it_covers() {
+        assert_eq!(bucket_edges(2.6), vec![(0.0, 1.0), (1.0, 2.0), (2.0, 2.6)]);
+        // A sliver joins the bucket before it.
+        assert_eq!(bucket_edges(2.2), vec![(0.0, 1.0), (1.0, 2.2)]);
+        assert_eq!(bucket_edges(0.3), vec![(0.0, 0.3)]);
+        assert!(bucket_edges(0.0).is_empty() && bucket_edges(f64::NAN).is_empty());
+        // A day-long run gets fewer, wider buckets.
+        assert_eq!(bucket_edges(86_400.0).len(), 600);
+        for end in [10.6f64, 10.2] {
+            let records = every_10ms((end * 100.0).round() as u64, |_| (1, Outcome::Ok));
+            let t = throughput(&records, end);
+            let last = t.buckets.last().copied();
+            assert!(
+                last.is_some_and(|b| b.end == end && (b.ok - 100.0).abs() < 1e-6),
+                "{end}: {last:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sending_window_is_the_plan_or_where_sending_stopped() {
+        let records = every_10ms(300, |_| (500, Outcome::Ok));
+        assert_eq!(sending_end(Some(&planned(Some(10.0))), &records), 10.0);
+        // Interrupted: the plan no longer holds.
+        let mut v = planned(Some(10.0));
+        v.interrupted = true;
+        v.measured_s = 3.0;
+        assert_eq!(sending_end(Some(&v), &records), 3.0);
+        // Stopped by count, open loop: the next intended send.
+        let mut v = planned(None);
+        v.measured_s = 3.0;
+        assert_eq!(sending_end(Some(&v), &records), 3.0);
+        // Closed loop: its measured phase runs to the last answer (3.49 s);
+        // sending stopped at the last send.
+        v.load.mode = "closed".into();
+        v.measured_s = 3.49;
+        assert_eq!(sending_end(Some(&v), &records), 2.99);
+        assert_eq!(sending_end(None, &records), 2.99);
     }
 
     #[test]

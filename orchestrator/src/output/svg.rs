@@ -4,13 +4,19 @@
 
 use std::fmt::Write;
 
-/// Chart size in CSS pixels.
+/// Chart size in CSS pixels, without a line chart's legend (which goes
+/// below, growing the chart).
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 340.0;
 const LEFT: f64 = 72.0;
 const RIGHT: f64 = 28.0;
 const TOP: f64 = 34.0;
 const BOTTOM: f64 = 48.0;
+/// Height of one row of legend entries.
+const LEGEND_ROW: f64 = 16.0;
+/// Width allowed per character of legend text: more than an 11 px
+/// sans-serif glyph needs, so entries never run into each other.
+const LEGEND_CHAR: f64 = 7.0;
 
 /// Colours for series, in order; they repeat after eight.
 pub const PALETTE: [&str; 8] = [
@@ -61,6 +67,10 @@ pub struct LineChart<'a> {
     pub x_format: fn(f64) -> String,
     /// How y tick values are written.
     pub y_format: fn(f64) -> String,
+    /// The x axis's bounds in data units, exactly (points outside them are
+    /// the caller's to leave out); `None`: the data's range, a linear axis
+    /// rounded up to a nice value.
+    pub x_range: Option<(f64, f64)>,
     /// The lines.
     pub series: Vec<Series>,
 }
@@ -119,6 +129,24 @@ impl Axis {
         }
     }
 
+    /// An axis from `lo` to `hi` exactly (when they make a range on
+    /// `scale`; otherwise the one [`Axis::new`] finds for them).
+    fn fixed(scale: Scale, (lo, hi): (f64, f64), from: f64, to: f64) -> Axis {
+        let usable =
+            lo.is_finite() && hi.is_finite() && lo < hi && (scale == Scale::Linear || lo > 0.0);
+        if usable {
+            Axis {
+                scale,
+                lo,
+                hi,
+                from,
+                to,
+            }
+        } else {
+            Axis::new(scale, [lo, hi].into_iter(), from, to)
+        }
+    }
+
     fn pos(&self, v: f64) -> Option<f64> {
         let t = match self.scale {
             Scale::Linear => (v - self.lo) / (self.hi - self.lo),
@@ -173,10 +201,10 @@ fn nice_ceiling(v: f64) -> f64 {
     (v / step).ceil() * step
 }
 
-fn open(out: &mut String, id: &str, title: &str) {
+fn open(out: &mut String, id: &str, title: &str, height: f64) {
     let _ = write!(
         out,
-        r##"<svg id="{}" class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{}"><rect width="100%" height="100%" fill="#fff"/><text x="{}" y="20" class="title">{}</text>"##,
+        r##"<svg id="{}" class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" aria-label="{}"><rect width="100%" height="100%" fill="#fff"/><text x="{}" y="20" class="title">{}</text>"##,
         escape(id),
         escape(title),
         LEFT,
@@ -184,10 +212,36 @@ fn open(out: &mut String, id: &str, title: &str) {
     );
 }
 
-fn legend(out: &mut String, entries: &[(String, usize, bool)]) {
-    let mut y = TOP + 10.0;
-    for (name, colour, dashed) in entries {
-        let x = WIDTH - RIGHT - 170.0;
+/// Where each legend entry goes: rows below the x axis label, outside the
+/// plot, left to right from the plot's left edge and wrapping at its right
+/// edge. Returns each entry's (x, y) (the sample line's left end) and the
+/// chart's height with the legend.
+fn legend_layout(names: &[&str]) -> (Vec<(f64, f64)>, f64) {
+    let first_row = HEIGHT + LEGEND_ROW / 2.0;
+    let (mut x, mut y) = (LEFT, first_row);
+    let mut at = Vec::with_capacity(names.len());
+    for name in names {
+        let width = legend_width(name);
+        if x > LEFT && x + width > WIDTH - RIGHT {
+            (x, y) = (LEFT, y + LEGEND_ROW);
+        }
+        at.push((x, y));
+        x += width + 18.0;
+    }
+    let height = at
+        .last()
+        .map_or(HEIGHT, |(_, y)| y + LEGEND_ROW / 2.0 + 4.0);
+    (at, height)
+}
+
+/// The width of a legend entry: sample line, gap, text.
+fn legend_width(name: &str) -> f64 {
+    22.0 + LEGEND_CHAR * name.chars().count() as f64
+}
+
+fn legend(out: &mut String, entries: &[(String, usize, bool)], at: &[(f64, f64)]) {
+    out.push_str(r#"<g class="legend">"#);
+    for ((name, colour, dashed), &(x, y)) in entries.iter().zip(at) {
         let dash = if *dashed {
             r#" stroke-dasharray="5 3""#
         } else {
@@ -202,23 +256,28 @@ fn legend(out: &mut String, entries: &[(String, usize, bool)]) {
             y + 4.0,
             escape(name)
         );
-        y += 15.0;
     }
+    out.push_str("</g>");
 }
 
 /// Renders a line chart.
 pub fn line_chart(chart: &LineChart<'_>) -> String {
     let points = || chart.series.iter().flat_map(|s| s.points.iter());
     let bars = || chart.series.iter().flat_map(|s| s.intervals.iter());
-    let x = Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT);
+    let x = match chart.x_range {
+        Some(range) => Axis::fixed(chart.x_scale, range, LEFT, WIDTH - RIGHT),
+        None => Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT),
+    };
     let y = Axis::new(
         chart.y_scale,
         points().map(|p| p.1).chain(bars().flat_map(|b| [b.1, b.2])),
         HEIGHT - BOTTOM,
         TOP,
     );
+    let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
+    let (legend_at, height) = legend_layout(&names);
     let mut out = String::new();
-    open(&mut out, chart.id, chart.title);
+    open(&mut out, chart.id, chart.title, height);
     for t in x.ticks() {
         if let Some(px) = x.pos(t) {
             let _ = write!(
@@ -293,7 +352,7 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
         .iter()
         .map(|s| (s.name.clone(), s.colour, s.dashed))
         .collect();
-    legend(&mut out, &entries);
+    legend(&mut out, &entries, &legend_at);
     out.push_str("</svg>");
     out
 }
@@ -452,6 +511,7 @@ mod tests {
             y_scale: Scale::Linear,
             x_format: fmt,
             y_format: fmt,
+            x_range: None,
             series: vec![
                 Series {
                     name: "push".into(),
@@ -474,6 +534,132 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("a &lt;b&gt; &amp; c"));
         assert!(!svg.contains("a <b>"));
+    }
+
+    /// The value of attribute `name` in the tag starting at `tag`.
+    fn attr(tag: &str, name: &str) -> Option<f64> {
+        let key = format!(" {name}=\"");
+        let from = tag.find(&key)? + key.len();
+        let len = tag[from..].find('"')?;
+        tag[from..from + len].parse().ok()
+    }
+
+    /// (left, top, right, bottom) of every `<line>` of `svg` with
+    /// `class="{class}"`, as emitted.
+    fn lines_of_class(svg: &str, class: &str) -> Vec<(f64, f64, f64, f64)> {
+        svg.split("<line")
+            .skip(1)
+            .filter(|tag| tag.contains(&format!("class=\"{class}\"")))
+            .map(|tag| {
+                let c = |n| attr(tag, n).unwrap_or_else(|| panic!("no {n} in {tag}"));
+                let (x1, y1, x2, y2) = (c("x1"), c("y1"), c("x2"), c("y2"));
+                (x1.min(x2), y1.min(y2), x1.max(x2), y1.max(y2))
+            })
+            .collect()
+    }
+
+    fn intersects(a: (f64, f64, f64, f64), b: (f64, f64, f64, f64)) -> bool {
+        a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+    }
+
+    #[test]
+    fn the_legend_sits_outside_the_plot_and_inside_the_chart() {
+        let series = (0..7)
+            .map(|i| Series {
+                name: format!("variant number {i} with a long name"),
+                // Data up to the top right corner, where a legend used to be.
+                points: vec![(0.0, 0.0), (10.0, 100.0)],
+                dashed: i % 2 == 1,
+                colour: i,
+                intervals: Vec::new(),
+            })
+            .collect();
+        let chart = LineChart {
+            id: "legend",
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: fmt,
+            y_format: fmt,
+            x_range: None,
+            series,
+        };
+        let svg = line_chart(&chart);
+        // The plot area, from the axes as drawn.
+        let axes = lines_of_class(&svg, "axis");
+        assert_eq!(axes.len(), 2, "{svg}");
+        let plot = axes.iter().fold(
+            (
+                f64::INFINITY,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NEG_INFINITY,
+            ),
+            |p, a| (p.0.min(a.0), p.1.min(a.1), p.2.max(a.2), p.3.max(a.3)),
+        );
+        let at = svg.find("<g class=\"legend\">").expect("a legend group");
+        let group = &svg[at..at + svg[at..].find("</g>").expect("the group closes")];
+        let mut boxes = Vec::new();
+        for tag in group.split('<').filter(|t| t.starts_with("line ")) {
+            let c = |n| attr(tag, n).unwrap_or_else(|| panic!("no {n} in {tag}"));
+            // The sample line, with its stroke.
+            boxes.push((c("x1"), c("y1") - 1.0, c("x2"), c("y2") + 1.0));
+        }
+        for tag in group.split('<').filter(|t| t.starts_with("text ")) {
+            let c = |n| attr(tag, n).unwrap_or_else(|| panic!("no {n} in {tag}"));
+            let text = tag.split_once('>').map_or("", |(_, t)| t);
+            // 11 px text: ascent above the baseline, descent below, and at
+            // most 7 px per character.
+            let (x, y) = (c("x"), c("y"));
+            boxes.push((x, y - 11.0, x + 7.0 * text.chars().count() as f64, y + 3.0));
+        }
+        assert_eq!(boxes.len(), 14, "a line and a text per series: {group}");
+        let view = svg
+            .split_once("viewBox=\"0 0 ")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(wh, _)| {
+                wh.split(' ')
+                    .filter_map(|v| v.parse::<f64>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .expect("a viewBox");
+        for b in &boxes {
+            assert!(
+                !intersects(*b, plot),
+                "legend box {b:?} covers the plot {plot:?}"
+            );
+            assert!(
+                b.0 >= 0.0 && b.1 >= 0.0 && b.2 <= view[0] && b.3 <= view[1],
+                "legend box {b:?} outside the chart {view:?}"
+            );
+        }
+        for (i, a) in boxes.iter().enumerate() {
+            for b in &boxes[i + 1..] {
+                let (a_text, b_text) = (a.3 - a.1 > 2.0, b.3 - b.1 > 2.0);
+                assert!(
+                    !(a_text && b_text && intersects(*a, *b)),
+                    "legend texts {a:?} and {b:?} overlap"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_fixed_x_range_is_the_axis_exactly() {
+        let a = Axis::fixed(Scale::Linear, (0.0, 10.0), 0.0, 100.0);
+        assert_eq!((a.lo, a.hi), (0.0, 10.0));
+        assert_eq!(a.pos(10.0), Some(100.0));
+        assert_eq!(a.ticks().last(), Some(&10.0));
+        // What is not a range on the scale falls back to the data's.
+        let b = Axis::fixed(Scale::Log, (0.0, 10.0), 0.0, 100.0);
+        assert!(
+            b.lo > 0.0 && b.lo <= 10.0 && b.hi >= 10.0,
+            "{} {}",
+            b.lo,
+            b.hi
+        );
     }
 
     #[test]
