@@ -5,6 +5,8 @@
 //!   closed pipe.
 //! - `scenario`: parse, validate and model scenario files.
 //! - `record`: what was measured for each request.
+//! - `plan`: what a variant becomes: every process, its role, name,
+//!   configuration and environment, and the order they start in.
 //! - `roles`: `tailmesh hop` and the other service roles of the one binary.
 //! - `launcher`: start, watch and stop the hop and broker processes (or
 //!   attach to deployed ones).
@@ -30,6 +32,7 @@ pub mod launcher;
 pub mod loadgen;
 pub mod netfault;
 pub mod output;
+pub mod plan;
 pub mod record;
 pub mod roles;
 pub mod run;

@@ -332,7 +332,7 @@ fn main() -> ExitCode {
         Command::Health { addr, timeout } => {
             return health(addr, *timeout);
         }
-        Command::Token { out } => tailmesh::deploy::write_token(out),
+        Command::Token { out } => tailmesh::deploy::write_token(out).map_err(anyhow::Error::from),
         Command::Validate { scenarios } => return validate(scenarios),
         Command::Report { run } => experiment::regenerate_report(run)
             .map(|path| say!("{}", path.display()))
@@ -457,7 +457,7 @@ fn run(command: &RunCommand, check: bool) -> ExitCode {
 fn generate(
     path: &std::path::Path,
     output: Option<&std::path::Path>,
-    generator: impl FnOnce(&scenario::Scenario, &str) -> Result<String, String>,
+    generator: impl FnOnce(&scenario::Scenario, &str) -> Result<String, tailmesh::deploy::DeployError>,
 ) -> ExitCode {
     let (scenario, text) = match read_scenario(path) {
         Ok(read) => read,

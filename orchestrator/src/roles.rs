@@ -109,10 +109,11 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> anyhow
         hop.replicas,
         which.replica
     );
-    let addrs = crate::deploy::Naming::for_variant(&scenario, variant)
+    let addrs = crate::plan::Naming::for_variant(&scenario, variant, crate::deploy::SERVICE_PORT)
         .addrs(variant)
         .map_err(|e| anyhow::anyhow!("{}: {e}", which.scenario.display()))?;
-    let config = crate::run::hop_config(scenario.seed, variant, hop, which.replica, &addrs);
+    let config =
+        crate::plan::MeshPlan::new(&scenario, variant).hop_config(hop, which.replica, &addrs);
     let control = match read_token_file()? {
         Some(token) => {
             let exe = std::env::current_exe().context("find the tailmesh executable")?;

@@ -8,8 +8,8 @@
 //! for every deployment.
 
 use super::{
-    Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV, digest,
-    needs_token, orchestrator_command, project_name, services,
+    DeployError, Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE,
+    TOKEN_FILE_ENV, digest, needs_token, orchestrator_command, project_name, services,
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
@@ -43,7 +43,7 @@ impl Default for Options {
 
 /// The Compose file for `scenario`, whose file text is `text` (embedded,
 /// so the containers run exactly what was generated from).
-pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<String, String> {
+pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<String, DeployError> {
     let runtime = Runtime {
         name: "Docker Compose",
         net_admin: options.net_admin,
@@ -68,7 +68,7 @@ pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<St
         ));
     }
     for service in &services {
-        entries.push((service.name.clone(), mesh_service(service, sampling)));
+        entries.push((service.name.clone(), mesh_service(service)));
     }
     entries.push((
         "orchestrator".into(),
@@ -165,12 +165,8 @@ fn header(scenario: &Scenario, options: &Options) -> String {
     )
 }
 
-fn mesh_service(service: &Service, sampling: f64) -> Node {
-    let env = service
-        .env(sampling)
-        .into_iter()
-        .map(|(k, v)| (k, s(v)))
-        .collect();
+fn mesh_service(service: &Service) -> Node {
+    let env = service.env().into_iter().map(|(k, v)| (k, s(v))).collect();
     let mut entries = vec![
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
         ("command".to_owned(), flow(service.command())),

@@ -18,8 +18,8 @@
 use std::path::Path;
 
 use super::{
-    Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV, TRACE_PORT,
-    digest, needs_token, orchestrator_command, project_name, services,
+    DeployError, Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV,
+    TRACE_PORT, digest, needs_token, orchestrator_command, project_name, services,
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
@@ -54,7 +54,7 @@ pub fn generate(
     scenario: &Scenario,
     text: &str,
     options: &Options,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, DeployError> {
     let runtime = Runtime {
         name: "Kubernetes",
         net_admin: options.net_admin,
@@ -127,7 +127,7 @@ pub fn generate(
             Role::Hop { .. } => "hop",
             Role::Broker { .. } => "broker",
         };
-        let pod = mesh_pod(service, options, sampling);
+        let pod = mesh_pod(service, options);
         mesh.push(deployment(
             meta(&service.name, component),
             &service.name,
@@ -202,11 +202,19 @@ pub fn generate(
 }
 
 /// Writes the files into `dir` (created if missing).
-pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), DeployError> {
+    std::fs::create_dir_all(dir).map_err(|source| DeployError::Io {
+        what: "create",
+        path: dir.to_path_buf(),
+        source,
+    })?;
     for (name, body) in files {
         let path = dir.join(name);
-        std::fs::write(&path, body).map_err(|e| format!("write {}: {e}", path.display()))?;
+        std::fs::write(&path, body).map_err(|source| DeployError::Io {
+            what: "write",
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -323,9 +331,9 @@ fn volumes(token: bool) -> (Vec<Node>, Vec<Node>) {
     (volumes, mounts)
 }
 
-fn mesh_pod(service: &Service, options: &Options, sampling: f64) -> Node {
+fn mesh_pod(service: &Service, options: &Options) -> Node {
     let env = service
-        .env(sampling)
+        .env()
         .into_iter()
         .map(|(k, v)| env_var(&k, v))
         .collect();

@@ -21,11 +21,11 @@ pub mod compose;
 pub mod k8s;
 mod yaml;
 
-use std::collections::BTreeMap;
-
-use tailmesh_services::{addr::PeerAddr, model::Transport};
-
-use crate::scenario::{Scenario, Variant};
+pub use crate::plan::{BROKER, Role};
+use crate::{
+    plan::{MeshPlan, Naming},
+    scenario::Scenario,
+};
 
 /// The port every hop and the broker listen on inside their container.
 pub const SERVICE_PORT: u16 = 7000;
@@ -39,74 +39,41 @@ pub const TOKEN_FILE_ENV: &str = "TAILMESH_CONTROL_TOKEN_FILE";
 pub const TOKEN_DIR: &str = "/run/tailmesh";
 /// The token file inside [`TOKEN_DIR`].
 pub const TOKEN_FILE: &str = "/run/tailmesh/token";
-/// The broker's role name.
-pub const BROKER: &str = "broker";
 /// The image the generated files run, unless told otherwise.
 pub const DEFAULT_IMAGE: &str = "tailmesh:latest";
 
-/// The role name of replica `replica` of hop `hop`: `hop-<hop>-<replica>`
-/// (also its process name under the local and netns launchers).
-pub fn hop_role(hop: &str, replica: u32) -> String {
-    format!("hop-{hop}-{replica}")
-}
-
-/// The service names of one variant's mesh.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Naming {
-    prefix: String,
-    port: u16,
-}
-
-impl Naming {
-    /// The names `variant` of `scenario` is deployed under.
-    pub fn for_variant(scenario: &Scenario, variant: &Variant) -> Self {
-        let prefix = if scenario.variants.len() > 1 {
-            format!("{}-", variant.name)
-        } else {
-            String::new()
-        };
-        Self {
-            prefix,
-            port: SERVICE_PORT,
-        }
-    }
-
-    /// The service that plays `role` (`hop-b-1`, `broker`).
-    pub fn service(&self, role: &str) -> String {
-        format!("{}{role}", self.prefix)
-    }
-
-    /// Where the service playing `role` is reached.
-    pub fn addr(&self, role: &str) -> Result<PeerAddr, String> {
-        PeerAddr::new(&self.service(role), self.port)
-    }
-
-    /// The broker's address (when a hop is reached by pull) and every hop's
-    /// replica addresses, as a deployed hop hands them to its clients.
-    pub fn addrs(&self, variant: &Variant) -> Result<Addrs, String> {
-        let broker = if variant.hops.iter().any(|h| h.transport == Transport::Pull) {
-            Some(self.addr(BROKER)?)
-        } else {
-            None
-        };
-        let mut hops = BTreeMap::new();
-        for hop in &variant.hops {
-            let replicas = (0..hop.replicas)
-                .map(|r| self.addr(&hop_role(&hop.name, r)))
-                .collect::<Result<Vec<_>, _>>()?;
-            hops.insert(hop.name.clone(), replicas);
-        }
-        Ok(Addrs { broker, hops })
-    }
-}
-
-/// Where a variant's broker and hop replicas are reached.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Addrs {
-    /// The broker, when some hop is reached by pull.
-    pub broker: Option<PeerAddr>,
-    /// Each hop's replicas, replica `i` at index `i`.
-    pub hops: BTreeMap<String, Vec<PeerAddr>>,
+/// Why deployment files could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The scenario cannot run on the runtime; every reason, each naming
+    /// the variant and hop it is about.
+    #[error("scenario {scenario:?} cannot be deployed on {runtime}:\n  {}", .problems.join("\n  "))]
+    Undeployable {
+        /// The scenario's name.
+        scenario: String,
+        /// `"Docker Compose"` or `"Kubernetes"`.
+        runtime: &'static str,
+        /// Every problem found.
+        problems: Vec<String>,
+    },
+    /// A generated file or folder could not be written.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Control token could not be written.
+    #[error("write the Control token to {}: {source}", path.display())]
+    Token {
+        /// The token file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// What the runtime that will run the files allows.
@@ -131,23 +98,8 @@ pub struct Service {
     pub net_faults: bool,
     /// The `OTEL_SERVICE_NAME` of its spans (`hop-<hop>`, `broker`).
     pub otel_name: String,
-}
-
-/// What a service runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Replica `replica` of hop `hop`.
-    Hop {
-        /// The hop.
-        hop: String,
-        /// The replica index.
-        replica: u32,
-    },
-    /// The broker, serving `topics`.
-    Broker {
-        /// The hops reached by pull.
-        topics: Vec<String>,
-    },
+    /// Its trace environment at the scenario's sampling (empty when off).
+    trace_env: Vec<(String, String)>,
 }
 
 /// Every service of every variant, in start order (each variant's broker
@@ -155,10 +107,10 @@ pub enum Role {
 /// that the scenario can be deployed on `runtime`: every name a DNS label,
 /// network faults only where NET_ADMIN is allowed. The error lists every
 /// problem, each naming the variant and hop it is about.
-pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, String> {
+pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, DeployError> {
     let mut problems = Vec::new();
     let mut out = Vec::new();
-    if let Err(e) = check_label(&project_name(scenario)) {
+    if let Some(e) = label_problem(&project_name(scenario)) {
         problems.push(format!(
             "scenario name {:?}: the deployment is named {:?}, which {e}; rename the scenario",
             scenario.name,
@@ -166,63 +118,50 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, S
         ));
     }
     for variant in &scenario.variants {
-        let naming = Naming::for_variant(scenario, variant);
-        let topics: Vec<String> = variant
-            .hops
-            .iter()
-            .filter(|h| h.transport == Transport::Pull)
-            .map(|h| h.name.clone())
-            .collect();
-        if !topics.is_empty() {
-            out.push(Service {
-                name: naming.service(BROKER),
-                variant: variant.name.clone(),
-                role: Role::Broker { topics },
-                net_faults: false,
-                otel_name: BROKER.to_owned(),
-            });
-        }
-        for hop in crate::run::launch_order(&variant.hops) {
-            for replica in 0..hop.replicas {
-                let name = naming.service(&hop_role(&hop.name, replica));
-                if let Err(e) = check_label(&name) {
+        let naming = Naming::for_variant(scenario, variant, SERVICE_PORT);
+        let plan = MeshPlan::new(scenario, variant);
+        for process in &plan.processes {
+            let name = naming.service(&process.name);
+            let net_faults = process.net_fault.is_some();
+            if let Role::Hop { hop, replica } = &process.role {
+                if let Some(e) = label_problem(&name) {
                     problems.push(format!(
-                        "variant {:?}, hop {:?} replica {replica}: its service name {name:?} {e}; \
+                        "variant {:?}, hop {hop:?} replica {replica}: its service name {name:?} {e}; \
                          use a shorter hop or variant name",
-                        variant.name, hop.name
+                        variant.name
                     ));
                 }
-                let net_faults = hop.net_of(replica).is_some_and(|f| f.is_active());
                 if net_faults && !runtime.net_admin {
                     problems.push(format!(
-                        "variant {:?}, hop {:?} replica {replica}: its network fault needs \
+                        "variant {:?}, hop {hop:?} replica {replica}: its network fault needs \
                          CAP_NET_ADMIN, which this {} runtime does not grant (generated without \
                          NET_ADMIN); remove the net/replica_net fault or allow NET_ADMIN",
-                        variant.name, hop.name, runtime.name
+                        variant.name, runtime.name
                     ));
                 }
-                out.push(Service {
-                    name,
-                    variant: variant.name.clone(),
-                    role: Role::Hop {
-                        hop: hop.name.clone(),
-                        replica,
-                    },
-                    net_faults,
-                    otel_name: format!("hop-{}", hop.name),
-                });
             }
+            out.push(Service {
+                name,
+                variant: variant.name.clone(),
+                role: process.role.clone(),
+                net_faults,
+                otel_name: process.otel_name.clone(),
+                trace_env: process.trace_env(
+                    &format!("http://orchestrator:{TRACE_PORT}"),
+                    scenario.telemetry.sampling,
+                    &variant.name,
+                ),
+            });
         }
     }
     if problems.is_empty() {
         Ok(out)
     } else {
-        Err(format!(
-            "scenario {:?} cannot be deployed on {}:\n  {}",
-            scenario.name,
-            runtime.name,
-            problems.join("\n  ")
-        ))
+        Err(DeployError::Undeployable {
+            scenario: scenario.name.clone(),
+            runtime: runtime.name,
+            problems,
+        })
     }
 }
 
@@ -251,24 +190,14 @@ impl Service {
 
     /// Its environment: where its spans go (when tracing), its variant,
     /// and, when it applies network faults, the token file.
-    pub fn env(&self, sampling: f64) -> Vec<(String, String)> {
-        let mut env = Vec::new();
-        if sampling > 0.0 {
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = self.trace_env.clone();
+        if env.is_empty() {
             env.push((
-                "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
-                format!("http://orchestrator:{TRACE_PORT}"),
+                tailmesh_services::telemetry::VARIANT_ENV.to_owned(),
+                self.variant.clone(),
             ));
-            env.push(("OTEL_SERVICE_NAME".to_owned(), self.otel_name.clone()));
-            env.push((
-                "OTEL_TRACES_SAMPLER".to_owned(),
-                "parentbased_traceidratio".to_owned(),
-            ));
-            env.push(("OTEL_TRACES_SAMPLER_ARG".to_owned(), sampling.to_string()));
         }
-        env.push((
-            tailmesh_services::telemetry::VARIANT_ENV.to_owned(),
-            self.variant.clone(),
-        ));
         if self.net_faults {
             env.push((TOKEN_FILE_ENV.to_owned(), TOKEN_FILE.to_owned()));
         }
@@ -313,18 +242,17 @@ pub fn needs_token(services: &[Service]) -> bool {
     services.iter().any(|s| s.net_faults)
 }
 
-/// Why `name` cannot name a service: Kubernetes requires RFC 1123 labels
-/// of Service names, and Compose service names become DNS names too. The
-/// scenario's own names are labels already; joined, they may be too long.
-fn check_label(name: &str) -> Result<(), String> {
-    if crate::scenario::is_dns_label(name) {
-        Ok(())
-    } else {
-        Err(format!(
+/// Why `name` cannot name a service, if it cannot: Kubernetes requires RFC
+/// 1123 labels of Service names, and Compose service names become DNS
+/// names too. The scenario's own names are labels already; joined, they
+/// may be too long.
+fn label_problem(name: &str) -> Option<String> {
+    (!crate::scenario::is_dns_label(name)).then(|| {
+        format!(
             "is not a DNS label ({} characters; at most 63 lowercase letters, digits and '-')",
             name.len()
-        ))
-    }
+        )
+    })
 }
 
 /// The sha256 of the scenario text, in hex: stamped on every generated
@@ -340,7 +268,7 @@ pub fn digest(text: &str) -> String {
 /// Writes a fresh Control token (128 random bits, hex) to `path` with
 /// mode 0600, unless the file already holds one (a restarted token service
 /// must not change the token under running agents).
-pub fn write_token(path: &std::path::Path) -> anyhow::Result<()> {
+pub fn write_token(path: &std::path::Path) -> Result<(), DeployError> {
     use std::{io::Write, os::unix::fs::OpenOptionsExt};
     if std::fs::read_to_string(path).is_ok_and(|t| !t.trim().is_empty()) {
         return Ok(());
@@ -352,9 +280,14 @@ pub fn write_token(path: &std::path::Path) -> anyhow::Result<()> {
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| anyhow::anyhow!("write the Control token to {}: {e}", path.display()))?;
-    writeln!(file, "{token}")
-        .map_err(|e| anyhow::anyhow!("write the Control token to {}: {e}", path.display()))
+        .map_err(|source| DeployError::Token {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    writeln!(file, "{token}").map_err(|source| DeployError::Token {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -363,9 +296,9 @@ mod tests {
 
     #[test]
     fn service_names_must_be_dns_labels() {
-        assert!(check_label("hop-middle-1").is_ok());
+        assert_eq!(label_problem("hop-middle-1"), None);
         for bad in ["", "hop_a", "-a", &"a".repeat(64)] {
-            assert!(check_label(bad).is_err(), "{bad:?}");
+            assert!(label_problem(bad).is_some(), "{bad:?}");
         }
     }
 }

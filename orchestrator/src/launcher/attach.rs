@@ -9,7 +9,7 @@ use tailmesh_services::addr::PeerAddr;
 use tokio::time::{Instant, sleep};
 
 use super::{LaunchError, health};
-use crate::deploy::Naming;
+use crate::plan::Naming;
 
 /// How long [`AttachedLauncher::launch`] waits for a service by default:
 /// containers may still be starting, pods still being scheduled.
@@ -20,6 +20,15 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Bound on one probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How `tailmesh run --attach` finds and controls a deployed mesh.
+#[derive(Clone, Debug)]
+pub struct Attach {
+    /// The fault agents' Control token, when the deployment has one.
+    pub token: Option<String>,
+    /// How long to wait for each service to answer health checks.
+    pub ready_timeout: Duration,
+}
 
 /// Finds a variant's services by name.
 #[derive(Debug)]
@@ -68,7 +77,7 @@ impl AttachedLauncher {
                 name: name.to_owned(),
                 service: service.clone(),
                 waited: Duration::ZERO,
-                last_problem: reason,
+                last_problem: reason.reason,
             })?;
         let started = Instant::now();
         loop {

@@ -24,7 +24,7 @@ use std::{
 
 use tailmesh_services::addr::PeerAddr;
 
-pub use attach::{AttachedLauncher, DEFAULT_ATTACH_TIMEOUT};
+pub use attach::{Attach, AttachedLauncher, DEFAULT_ATTACH_TIMEOUT};
 pub use local::LocalLauncher;
 pub use netns::NetnsLauncher;
 

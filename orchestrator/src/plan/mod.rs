@@ -1,0 +1,319 @@
+//! What a scenario variant becomes, decided once: the [`MeshPlan`] lists
+//! every process (each hop replica and the broker) with its role, name,
+//! the service name its spans carry and the network fault it gets, in the
+//! order they start; it derives each hop's configuration from where the
+//! other processes are ([`Addrs`]) and each process's trace environment.
+//!
+//! Every runtime consumes the same plan: the local and netns launchers
+//! (through `run`), the attached launcher and the generated Compose files
+//! and Kubernetes manifests (through [`Naming`] and `deploy`), and a
+//! deployed hop deriving its own configuration (`tailmesh hop --scenario`).
+//!
+//! - `naming`: the names services get in a container network or cluster.
+
+mod naming;
+
+use std::{collections::BTreeMap, collections::HashSet, time::Duration};
+
+use tailmesh_services::{
+    addr::PeerAddr,
+    hop::{DownstreamConfig, HopConfig},
+    model::Transport,
+};
+
+pub use naming::{Naming, NamingError};
+
+use crate::scenario::{Hop, NetFault, Scenario, Variant};
+
+/// How long a hop gets to finish the requests in flight when it is told to
+/// stop (the launchers wait as long before they kill it).
+pub const DRAIN_GRACE: Duration = Duration::from_secs(3);
+
+/// The broker's role name (and its spans' service name).
+pub const BROKER: &str = "broker";
+
+/// The role name of replica `replica` of hop `hop`: `hop-<hop>-<replica>`,
+/// its process name under the local and netns launchers and, prefixed per
+/// variant, its service name in a deployment.
+pub fn hop_role(hop: &str, replica: u32) -> String {
+    format!("hop-{hop}-{replica}")
+}
+
+/// What a process runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Replica `replica` of hop `hop`.
+    Hop {
+        /// The hop.
+        hop: String,
+        /// The replica index.
+        replica: u32,
+    },
+    /// The broker, serving `topics`.
+    Broker {
+        /// The hops reached by pull, one topic each.
+        topics: Vec<String>,
+    },
+}
+
+/// One process of a variant's mesh.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Process {
+    /// What it runs.
+    pub role: Role,
+    /// Its role name: `hop-<hop>-<replica>` or `broker`.
+    pub name: String,
+    /// The `OTEL_SERVICE_NAME` of its spans: `hop-<hop>` or `broker`.
+    pub otel_name: String,
+    /// The network fault its fault agent applies, when it has one that
+    /// does something.
+    pub net_fault: Option<NetFault>,
+}
+
+/// Where a variant's broker and hop replicas are reached.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Addrs {
+    /// The broker, when some hop is reached by pull.
+    pub broker: Option<PeerAddr>,
+    /// Each hop's replicas, replica `i` at index `i`.
+    pub hops: BTreeMap<String, Vec<PeerAddr>>,
+}
+
+/// A variant of a scenario as the processes that run it.
+#[derive(Clone, Debug)]
+pub struct MeshPlan {
+    /// The scenario's seed, which every hop's draws are keyed on.
+    pub seed: u64,
+    /// The variant.
+    pub variant: Variant,
+    /// Every process, in start order: the broker first (when a hop is
+    /// reached by pull), then the hops, each after every hop it calls, so
+    /// each is handed the addresses of the ones it calls.
+    pub processes: Vec<Process>,
+}
+
+impl MeshPlan {
+    /// The plan of `variant` of `scenario`.
+    pub fn new(scenario: &Scenario, variant: &Variant) -> MeshPlan {
+        let mut processes = Vec::new();
+        let topics: Vec<String> = variant
+            .hops
+            .iter()
+            .filter(|h| h.transport == Transport::Pull)
+            .map(|h| h.name.clone())
+            .collect();
+        if !topics.is_empty() {
+            processes.push(Process {
+                role: Role::Broker { topics },
+                name: BROKER.to_owned(),
+                otel_name: BROKER.to_owned(),
+                net_fault: None,
+            });
+        }
+        for hop in launch_order(&variant.hops) {
+            for replica in 0..hop.replicas {
+                processes.push(Process {
+                    role: Role::Hop {
+                        hop: hop.name.clone(),
+                        replica,
+                    },
+                    name: hop_role(&hop.name, replica),
+                    otel_name: format!("hop-{}", hop.name),
+                    net_fault: hop.net_of(replica).filter(|f| f.is_active()).cloned(),
+                });
+            }
+        }
+        MeshPlan {
+            seed: scenario.seed,
+            variant: variant.clone(),
+            processes,
+        }
+    }
+
+    /// The broker process, when some hop is reached by pull.
+    pub fn broker(&self) -> Option<&Process> {
+        self.processes
+            .iter()
+            .find(|p| matches!(p.role, Role::Broker { .. }))
+    }
+
+    /// The hop replicas, in start order.
+    pub fn hops(&self) -> impl Iterator<Item = (&Process, &Hop, u32)> {
+        self.processes.iter().filter_map(|p| match &p.role {
+            Role::Hop { hop, replica } => {
+                let hop = self.variant.hops.iter().find(|h| &h.name == hop)?;
+                Some((p, hop, *replica))
+            }
+            Role::Broker { .. } => None,
+        })
+    }
+
+    /// The hop the load generator calls.
+    pub fn entry(&self) -> Option<&Hop> {
+        self.variant.hops.first()
+    }
+
+    /// The configuration of replica `replica` of `hop`: its behavior, and
+    /// the addresses of the broker and of the hops it calls.
+    pub fn hop_config(&self, hop: &Hop, replica: u32, addrs: &Addrs) -> HopConfig {
+        let downstream = hop
+            .downstream
+            .iter()
+            .filter_map(|name| self.variant.hops.iter().find(|h| &h.name == name))
+            .map(|d| DownstreamConfig {
+                hop: d.name.clone(),
+                transport: d.transport,
+                balance: d.balance,
+                replicas: addrs.hops.get(&d.name).cloned().unwrap_or_default(),
+                policy: d.client.clone(),
+            })
+            .collect();
+        HopConfig {
+            behavior: hop.behavior(self.seed),
+            replica,
+            transport: hop.transport,
+            downstream,
+            broker: addrs.broker.clone(),
+            concurrency: hop.concurrency,
+            drain_grace: DRAIN_GRACE,
+            precise_timer: true,
+        }
+    }
+}
+
+impl Process {
+    /// Its environment for tracing: where its spans go (`endpoint`, an OTLP
+    /// gRPC URL), under which service name, sampled how, and its variant.
+    /// Empty when nothing is traced.
+    pub fn trace_env(&self, endpoint: &str, sampling: f64, variant: &str) -> Vec<(String, String)> {
+        if sampling <= 0.0 {
+            return Vec::new();
+        }
+        [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
+            ("OTEL_SERVICE_NAME", self.otel_name.clone()),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio".to_owned()),
+            ("OTEL_TRACES_SAMPLER_ARG", sampling.to_string()),
+            (
+                tailmesh_services::telemetry::VARIANT_ENV,
+                variant.to_owned(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+}
+
+/// Hops in an order where every hop comes after all the hops it calls.
+pub fn launch_order(hops: &[Hop]) -> Vec<&Hop> {
+    fn visit<'a>(
+        hop: &'a Hop,
+        hops: &'a [Hop],
+        seen: &mut HashSet<&'a str>,
+        out: &mut Vec<&'a Hop>,
+    ) {
+        if !seen.insert(hop.name.as_str()) {
+            return;
+        }
+        for name in &hop.downstream {
+            if let Some(d) = hops.iter().find(|h| &h.name == name) {
+                visit(d, hops, seen, out);
+            }
+        }
+        out.push(hop);
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(hops.len());
+    for hop in hops {
+        visit(hop, hops, &mut seen, &mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// a calls b (two replicas), b calls c (pulled).
+    const CHAIN: &str = r#"
+name = "s"
+seed = 9
+[load]
+mode = "open"
+rate = 10
+requests = 10
+[[hop]]
+name = "a"
+downstream = ["b"]
+[[hop]]
+name = "b"
+replicas = 2
+downstream = ["c"]
+[[hop]]
+name = "c"
+transport = "pull"
+replica_net = { replica = 0, loss = 0.1 }
+"#;
+
+    fn plan() -> MeshPlan {
+        let scenario =
+            crate::scenario::parse(CHAIN, "chain.toml").unwrap_or_else(|e| panic!("{e}"));
+        MeshPlan::new(&scenario, &scenario.variants[0])
+    }
+
+    #[test]
+    fn processes_start_broker_first_then_callees_before_callers() {
+        let plan = plan();
+        let names: Vec<&str> = plan.processes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["broker", "hop-c-0", "hop-b-0", "hop-b-1", "hop-a-0"]
+        );
+        assert_eq!(
+            plan.broker().map(|b| &b.role),
+            Some(&Role::Broker {
+                topics: vec!["c".into()]
+            })
+        );
+        let otel: Vec<&str> = plan.hops().map(|(p, _, _)| p.otel_name.as_str()).collect();
+        assert_eq!(otel, ["hop-c", "hop-b", "hop-b", "hop-a"]);
+        let faulty: Vec<&str> = plan
+            .processes
+            .iter()
+            .filter(|p| p.net_fault.is_some())
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(faulty, ["hop-c-0"]);
+    }
+
+    #[test]
+    fn a_hop_config_names_the_replicas_it_calls_and_the_broker() {
+        let plan = plan();
+        let addr = |p: u16| PeerAddr::new("127.0.0.1", p).unwrap_or_else(|e| panic!("{e}"));
+        let addrs = Addrs {
+            broker: Some(addr(1)),
+            hops: [("b".to_owned(), vec![addr(2), addr(3)])].into(),
+        };
+        let a = &plan.variant.hops[0];
+        let config = plan.hop_config(a, 0, &addrs);
+        assert_eq!(config.downstream.len(), 1);
+        assert_eq!(config.downstream[0].replicas, vec![addr(2), addr(3)]);
+        assert_eq!(config.broker, Some(addr(1)));
+        assert_eq!(config.behavior, a.behavior(9));
+        assert_eq!(config.drain_grace, DRAIN_GRACE);
+    }
+
+    #[test]
+    fn trace_env_is_empty_without_sampling_and_complete_with_it() {
+        let plan = plan();
+        let p = &plan.processes[1];
+        assert!(p.trace_env("http://x:1", 0.0, "v").is_empty());
+        let env: BTreeMap<String, String> =
+            p.trace_env("http://x:1", 0.5, "v").into_iter().collect();
+        assert_eq!(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://x:1");
+        assert_eq!(env["OTEL_SERVICE_NAME"], "hop-c");
+        assert_eq!(env["OTEL_TRACES_SAMPLER_ARG"], "0.5");
+        assert_eq!(env[tailmesh_services::telemetry::VARIANT_ENV], "v");
+    }
+}

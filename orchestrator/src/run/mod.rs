@@ -1,0 +1,394 @@
+//! `tailmesh run`: launch each variant's mesh from its plan, drive its
+//! load, stop it, and hand the measurements to analysis and the writers.
+//!
+//! - `launch`: which launcher a variant gets; its processes started in the
+//!   plan's order.
+//! - `faults`: the network-fault schedule, through each replica's agent.
+//! - `progress`: the line and the progress bar shown while a variant runs.
+
+mod faults;
+mod launch;
+mod progress;
+
+pub use launch::{LauncherError, resolve_launcher};
+pub use progress::describe_load;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use tailmesh_services::{
+    broker::TopicStats,
+    hop::{Connections, PullTarget, PushPool},
+    model::Transport,
+    timer::Sleeper,
+};
+use tokio::sync::watch;
+
+use crate::{
+    launcher::{AnyLauncher, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher, netns},
+    loadgen::{self, LoadOutcome, Target},
+    netfault::{self, FaultRecord},
+    plan::{DRAIN_GRACE, MeshPlan, Naming},
+    scenario::{ConnectionMode, Launcher, Scenario, Variant},
+    traces::{collector::Collector, loadgen::LoadTracer},
+};
+
+pub use crate::launcher::Attach;
+
+/// How long hops get to finish requests in flight when a variant ends:
+/// as long as each hop itself drains them.
+const STOP_GRACE: Duration = DRAIN_GRACE;
+/// Attached: spans have stopped arriving when none came for this long
+/// (hops export every 200 ms).
+const SPAN_QUIET: Duration = Duration::from_secs(1);
+/// Attached: the longest wait for late spans after a variant.
+const SPAN_SETTLE_LIMIT: Duration = Duration::from_secs(15);
+
+/// Errors that stop a run before it measures anything.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A hop or broker process could not be started.
+    #[error("variant \"{variant}\": {source}")]
+    Launch {
+        /// The variant.
+        variant: String,
+        /// Why.
+        source: Box<LaunchError>,
+    },
+    /// A file or folder could not be written.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The variant cannot have the launcher it needs.
+    #[error("variant \"{variant}\": {source}")]
+    Launcher {
+        /// The variant.
+        variant: String,
+        /// Why.
+        source: LauncherError,
+    },
+    /// The entry pool could not be built.
+    #[error("variant \"{variant}\": {message}")]
+    Setup {
+        /// The variant.
+        variant: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What one variant's run produced.
+#[derive(Debug)]
+pub struct VariantRun {
+    /// The variant as run.
+    pub variant: Variant,
+    /// The load generator's measurements.
+    pub load: LoadOutcome,
+    /// Things that went wrong while it ran (a hop process that died...).
+    pub incidents: Vec<String>,
+    /// The broker's per-topic statistics at the end (pull hops only).
+    pub broker: Vec<TopicStats>,
+    /// The network faults applied, with their mechanism.
+    pub faults: Vec<FaultRecord>,
+    /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
+    pub launcher: &'static str,
+    /// The variant's spans, all flushed (its processes have exited).
+    pub spans: Vec<ResourceSpans>,
+    /// The load generator's tracer (which requests were sampled).
+    pub tracer: Option<Arc<LoadTracer>>,
+}
+
+/// Where the run's spans go.
+#[derive(Clone)]
+pub struct TraceSetup {
+    /// The embedded receiver's store.
+    pub collector: Arc<Collector>,
+    /// The receiver's `http://127.0.0.1:port`, handed to every process.
+    pub endpoint: String,
+    /// The share of requests traced, 0.0 to 1.0.
+    pub sampling: f64,
+}
+
+impl std::fmt::Debug for TraceSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceSetup")
+            .field("endpoint", &self.endpoint)
+            .field("sampling", &self.sampling)
+            .finish()
+    }
+}
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The run's folder (`results/<scenario>/<run-id>`).
+    pub dir: PathBuf,
+    /// The binary to re-execute for every hop (normally `current_exe()`).
+    pub exe: PathBuf,
+    /// Show a progress bar on variants longer than two seconds.
+    pub progress: bool,
+    /// Tracing, when on.
+    pub traces: Option<TraceSetup>,
+    /// Run against services already running (Docker Compose, Kubernetes)
+    /// instead of starting processes.
+    pub attach: Option<Attach>,
+}
+
+/// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` counting
+/// up) stops sending, waits for requests in flight, stops the hops and
+/// skips the remaining variants; a second Ctrl-C gives up the requests in
+/// flight and stops the hops without a grace period. What was measured is
+/// still returned.
+pub async fn run_variants(
+    scenario: &Scenario,
+    options: &RunOptions,
+    interrupt: watch::Receiver<u32>,
+) -> Result<Vec<VariantRun>, RunError> {
+    // Every variant's launcher is checked before the first one starts.
+    let mut launchers = Vec::with_capacity(scenario.variants.len());
+    for variant in &scenario.variants {
+        if options.attach.is_some() {
+            launchers.push(Launcher::Auto);
+            continue;
+        }
+        let kind = resolve_launcher(variant).map_err(|source| RunError::Launcher {
+            variant: variant.name.clone(),
+            source,
+        })?;
+        launchers.push(kind);
+    }
+    if launchers.contains(&Launcher::Netns) {
+        // Leftovers of runs that crashed (their orchestrator is gone).
+        for line in netns::clean() {
+            crate::tell!("removed leftover {line}");
+        }
+    }
+    let mut runs = Vec::new();
+    for (variant, kind) in scenario.variants.iter().zip(launchers) {
+        if *interrupt.borrow() >= loadgen::STOP_SENDING {
+            break;
+        }
+        let replicas: u32 = variant.hops.iter().map(|h| h.replicas).sum();
+        crate::tell!(
+            "variant {}: {} hop(s), {replicas} process(es), {}",
+            variant.name,
+            variant.hops.len(),
+            describe_load(&variant.load)
+        );
+        runs.push(run_variant(scenario, variant, kind, options, interrupt.clone()).await?);
+    }
+    Ok(runs)
+}
+
+async fn run_variant(
+    scenario: &Scenario,
+    variant: &Variant,
+    kind: Launcher,
+    options: &RunOptions,
+    interrupt: watch::Receiver<u32>,
+) -> Result<VariantRun, RunError> {
+    let log_dir = options.dir.join("logs").join(&variant.name);
+    std::fs::create_dir_all(&log_dir).map_err(|source| RunError::Io {
+        what: "create",
+        path: log_dir.clone(),
+        source,
+    })?;
+    let setup = |message: String| RunError::Setup {
+        variant: variant.name.clone(),
+        message,
+    };
+    let mut launcher = if let Some(attach) = &options.attach {
+        AnyLauncher::Attached(
+            AttachedLauncher::new(
+                Naming::for_variant(scenario, variant, crate::deploy::SERVICE_PORT),
+                attach.token.clone(),
+            )
+            .with_ready_timeout(attach.ready_timeout),
+        )
+    } else if kind == Launcher::Netns {
+        let netns = NetnsLauncher::new(log_dir.clone()).map_err(|e| setup(e.to_string()))?;
+        let net = netns.network();
+        crate::tell!(
+            "variant {}: netns launcher, run {} (namespaces tm{}*)",
+            variant.name,
+            net.id(),
+            net.id()
+        );
+        // Every fault is checked against the kernel before a process starts;
+        // on error the launcher's drop removes the network.
+        let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
+        let iptables = netns::tool_available("iptables");
+        for hop in &variant.hops {
+            for replica in 0..hop.replicas {
+                if let Some(fault) = hop.net_of(replica) {
+                    netfault::check(&hop.name, replica, fault, netem, iptables)
+                        .map_err(|e| setup(e.to_string()))?;
+                }
+            }
+        }
+        AnyLauncher::Netns(netns)
+    } else {
+        AnyLauncher::Local(LocalLauncher::new(log_dir.clone()))
+    };
+    let plan = MeshPlan::new(scenario, variant);
+    let result = measure(&plan, options, &mut launcher, interrupt.clone()).await;
+    // Abandoned requests may still be at the hops: no grace for them.
+    let grace = if *interrupt.borrow() >= loadgen::ABANDON {
+        Duration::ZERO
+    } else {
+        STOP_GRACE
+    };
+    let stopped = launcher.shutdown(grace).await;
+    let mut run = result?;
+    if let Some(t) = &options.traces {
+        // Stopped processes have flushed their spans; attached services
+        // keep running and send their last batches on their exporters'
+        // schedule, so wait until those stop coming.
+        if options.attach.is_some() {
+            let late = t.collector.settle(SPAN_QUIET, SPAN_SETTLE_LIMIT).await;
+            if !late.is_empty() {
+                run.incidents.push(late);
+            }
+        }
+        run.spans = t.collector.take();
+    }
+    for child in stopped.iter().filter(|c| c.forced) {
+        run.incidents.push(child.to_string());
+    }
+    Ok(run)
+}
+
+async fn measure(
+    plan: &MeshPlan,
+    options: &RunOptions,
+    launcher: &mut AnyLauncher,
+    interrupt: watch::Receiver<u32>,
+) -> Result<VariantRun, RunError> {
+    let variant = &plan.variant;
+    let setup = |message: String| RunError::Setup {
+        variant: variant.name.clone(),
+        message,
+    };
+    let addrs = launch::launch_mesh(plan, options, launcher).await?;
+    let broker = addrs.broker.clone();
+    let entry = plan
+        .entry()
+        .ok_or_else(|| setup("the variant has no hop".to_owned()))?;
+    let target = match (entry.transport, broker.clone()) {
+        (Transport::Pull, Some(broker)) => {
+            Target::pull(PullTarget::new(broker, &entry.name), entry.client.clone())
+        }
+        _ => {
+            let connections = match variant.load.connection {
+                ConnectionMode::Shared { connections } => Connections::Shared(connections as usize),
+                ConnectionMode::PerRequest => Connections::PerRequest,
+            };
+            let pool = PushPool::new(
+                &entry.name,
+                addrs
+                    .hops
+                    .get(&entry.name)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+                entry.balance,
+                connections,
+                plan.seed,
+                "loadgen",
+            )
+            .map_err(|e| setup(e.to_string()))?;
+            Target::push(pool, entry.client.clone())
+        }
+    };
+    let mut faults = faults::Faults::plan(plan, launcher, &addrs);
+    faults.start(Duration::ZERO).await;
+    let progress = options
+        .progress
+        .then(|| progress::progress_bar(variant))
+        .flatten();
+    let tracer = options.traces.as_ref().map(|t| {
+        Arc::new(LoadTracer::new(
+            Arc::clone(&t.collector),
+            &variant.name,
+            t.sampling,
+            plan.seed ^ run_nonce(&options.dir, &variant.name),
+        ))
+    });
+    let load_tracer = tracer.clone();
+    let (done_tx, mut done_rx) = watch::channel(false);
+    let generate = async {
+        let outcome = loadgen::generate(
+            target,
+            &variant.load,
+            plan.seed,
+            Sleeper::Precise,
+            progress,
+            interrupt,
+            load_tracer,
+        )
+        .await;
+        let _ = done_tx.send(true);
+        outcome
+    };
+    // Watch the hop processes while the load runs: one that dies is named,
+    // and its requests are counted as errors by the load generator.
+    let load_start = tokio::time::Instant::now();
+    let watch_children = async {
+        let mut incidents = Vec::new();
+        loop {
+            tokio::select! {
+                _ = done_rx.wait_for(|d| *d) => break,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            // Fault schedules advance at this 200 ms granularity.
+            faults.start(load_start.elapsed()).await;
+            for child in launcher.exited() {
+                let line = format!("{child} while the load was running");
+                crate::tell!("warning: variant {}: {line}", variant.name);
+                incidents.push(line);
+            }
+        }
+        incidents
+    };
+    let (load, mut incidents) = tokio::join!(generate, watch_children);
+    let (faults, fault_incidents) = faults.finish().await;
+    incidents.extend(fault_incidents);
+    let broker = match broker {
+        Some(addr) => match launch::broker_stats(&addr).await {
+            Ok(stats) => stats,
+            Err(e) => {
+                incidents.push(format!("broker statistics unavailable: {e}"));
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    Ok(VariantRun {
+        variant: variant.clone(),
+        load,
+        incidents,
+        broker,
+        faults,
+        launcher: launcher.kind(),
+        spans: Vec::new(),
+        tracer,
+    })
+}
+
+/// Keeps trace ids of different runs and variants apart.
+fn run_nonce(dir: &Path, variant: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut h);
+    variant.hash(&mut h);
+    h.finish()
+}

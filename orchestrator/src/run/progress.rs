@@ -1,0 +1,56 @@
+//! What a run shows while it runs: one line describing each variant's load,
+//! and a progress bar for variants longer than two seconds.
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::scenario::{Load, LoadMode, Stop, Variant};
+
+/// "open loop, 400/s poisson, 20s (+2s warmup)" and the like.
+pub fn describe_load(load: &Load) -> String {
+    let mode = match &load.mode {
+        LoadMode::Open { rate, arrivals } => {
+            format!("open loop, {rate}/s {arrivals:?}").to_lowercase()
+        }
+        LoadMode::Closed { concurrency } => format!("closed loop, {concurrency} in flight"),
+    };
+    let stop = match load.stop {
+        Stop::Duration(d) => humantime::format_duration(d).to_string(),
+        Stop::Requests(n) => format!("{n} requests"),
+    };
+    if load.warmup.is_zero() {
+        format!("{mode}, {stop}")
+    } else {
+        format!(
+            "{mode}, {stop} (+{} warmup)",
+            humantime::format_duration(load.warmup)
+        )
+    }
+}
+
+pub(super) fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
+    let load = &variant.load;
+    let (len, unit) = match (load.stop, &load.mode) {
+        (Stop::Duration(d), _) => (u64::try_from(d.as_millis()).unwrap_or(u64::MAX), "ms"),
+        (Stop::Requests(n), _) => (n, "requests"),
+    };
+    let expected = match (load.stop, &load.mode) {
+        (Stop::Duration(d), _) => d,
+        (Stop::Requests(n), LoadMode::Open { rate, .. }) => {
+            Duration::from_secs_f64(n as f64 / rate)
+        }
+        // Closed loop with a request count: the length is unknown up front.
+        (Stop::Requests(_), LoadMode::Closed { .. }) => Duration::from_secs(3),
+    } + load.warmup;
+    if expected <= Duration::from_secs(2) {
+        return None;
+    }
+    let bar = ProgressBar::new(len);
+    let template = format!("{{prefix}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{elapsed}})");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(variant.name.clone());
+    Some(bar)
+}
