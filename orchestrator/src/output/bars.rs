@@ -13,7 +13,7 @@ const BAR_WIDTH: u64 = 50;
 
 /// Renders `histogram` (microseconds) under a `title` line. Buckets have a
 /// round width (1, 2 or 5 times a power of ten) chosen so that up to p99.9
-/// fits in [`MAX_BUCKETS`] lines; slower values share a last `>` line.
+/// fits in `MAX_BUCKETS` lines; slower values share a last `>` line.
 pub fn render_histogram(title: &str, histogram: &Histogram<u64>) -> String {
     let mut out = format!("{title}\n");
     if histogram.is_empty() {
