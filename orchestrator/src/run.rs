@@ -10,6 +10,7 @@ use std::{
 
 use indicatif::{ProgressBar, ProgressStyle};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use tailmesh_netfault::{self as netfault, FaultRecord, netns, tool};
 use tailmesh_proto::pb;
 use tailmesh_services::{
     addr::PeerAddr,
@@ -24,10 +25,8 @@ use crate::{
     deploy::{self, Addrs, Naming},
     launcher::{
         AnyLauncher, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher, ProcessSpec,
-        netns,
     },
     loadgen::{self, LoadOutcome, Target},
-    netfault::{self, FaultRecord},
     scenario::{ConnectionMode, Hop, Launcher, LoadMode, NetFault, Scenario, Stop, Variant},
     traces::{collector::Collector, loadgen::LoadTracer},
 };
@@ -148,14 +147,14 @@ pub fn resolve_launcher(variant: &Variant) -> Result<Launcher, String> {
     } else {
         "launcher = \"netns\""
     };
-    if !netns::has_privilege() {
+    if !tool::has_privilege() {
         return Err(format!(
             "{why} needs root or CAP_NET_ADMIN and CAP_SYS_ADMIN (to create network \
              namespaces): run as root (sudo), or remove the net/replica_net faults to run \
              with the local launcher"
         ));
     }
-    let missing = netns::missing_tools();
+    let missing = tool::missing_tools();
     if !missing.is_empty() {
         let list: Vec<String> = missing
             .iter()
@@ -275,11 +274,11 @@ async fn run_variant(
         // Every fault is checked against the kernel before a process starts;
         // on error the launcher's drop removes the network.
         let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
-        let iptables = netns::tool_available("iptables");
+        let iptables = tool::tool_available("iptables");
         for hop in &variant.hops {
             for replica in 0..hop.replicas {
                 if let Some(fault) = hop.net_of(replica) {
-                    netfault::check(&hop.name, replica, fault, netem, iptables)
+                    netfault::check(&hop.name, replica, &fault.spec(), netem, iptables)
                         .map_err(|e| setup(e.to_string()))?;
                 }
             }
@@ -886,7 +885,7 @@ mod tests {
         match resolve_launcher(&v) {
             Ok(kind) => {
                 assert_eq!(kind, Launcher::Netns);
-                assert!(netns::has_privilege());
+                assert!(tool::has_privilege());
             }
             Err(message) => {
                 // Without root (or the tools) the message says what is needed.
