@@ -34,7 +34,7 @@ use crate::tool::{CommandError, run_tool};
 /// Where run ownership files live.
 pub const RUN_DIR: &str = "/run/tailmesh";
 /// The interface of a member namespace.
-pub const MEMBER_IF: &str = "tmeth0";
+pub(crate) const MEMBER_IF: &str = "tmeth0";
 /// Most processes one run can place (.1 to .253 of the /24).
 const MAX_MEMBERS: usize = 253;
 
@@ -92,7 +92,7 @@ pub struct Member {
     /// Its address.
     pub addr: Ipv4Addr,
     /// The bridge port of its veth, in the hub namespace.
-    pub hub_port: String,
+    pub(crate) hub_port: String,
 }
 
 impl Network {

@@ -24,7 +24,7 @@ const DEFAULT_CONTAINER_IF: &str = "eth0";
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Place {
     /// A member namespace of the netns launcher, from the host namespace:
-    /// commands run through `ip netns exec`, rules match [`MEMBER_IF`],
+    /// commands run through `ip netns exec`, rules match its `tmeth0`,
     /// netem can shape both ends of the member's veth.
     Member {
         /// The member's namespace and veth.

@@ -13,9 +13,9 @@ use std::{
 #[error("{command}: {message}")]
 pub struct CommandError {
     /// The command line, for the message.
-    pub command: String,
+    pub(crate) command: String,
     /// Its stderr, or why it could not start.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Whether this process may create namespaces and interfaces: effective
