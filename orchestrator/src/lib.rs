@@ -25,12 +25,10 @@
 
 pub mod analysis;
 pub mod console;
-pub mod delayline;
 pub mod deploy;
 pub mod experiment;
 pub mod launcher;
 pub mod loadgen;
-pub mod netfault;
 pub mod output;
 pub mod plan;
 pub mod record;

@@ -343,10 +343,10 @@ fn main() -> ExitCode {
             delay,
             jitter,
             seed,
-        } => tailmesh::delayline::run(*queue, *delay, *jitter, *seed)
+        } => tailmesh_netfault::delayline::run(*queue, *delay, *jitter, *seed)
             .map_err(|e| anyhow::anyhow!("delay line on queue {queue}: {e}")),
         Command::Clean => {
-            for line in tailmesh::launcher::netns::clean() {
+            for line in tailmesh_netfault::netns::clean() {
                 say!("removed {line}");
             }
             Ok(())

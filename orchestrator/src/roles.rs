@@ -6,6 +6,7 @@
 use std::{future::Future, net::SocketAddr, path::PathBuf, pin::Pin};
 
 use anyhow::Context;
+use tailmesh_netfault::agent::{AgentBackend, NetBackend};
 use tailmesh_services::{broker::BrokerConfig, hop::HopConfig, process};
 
 /// Options of `tailmesh hop`.
@@ -154,9 +155,9 @@ pub fn read_token_file() -> anyhow::Result<Option<String>> {
 /// shapes the interface of the default route, starts its delay line
 /// itself, and fails the hop's start when it cannot act (no NET_ADMIN, no
 /// nft), so a deployment never runs a fault it cannot apply.
-fn own_namespace_backend(exe: PathBuf, seed: u64) -> anyhow::Result<crate::netfault::NetBackend> {
-    let iface = crate::netfault::container_iface();
-    crate::netfault::NetBackend::own(
+fn own_namespace_backend(exe: PathBuf, seed: u64) -> anyhow::Result<NetBackend> {
+    let iface = tailmesh_netfault::container_iface();
+    NetBackend::own(
         iface.clone(),
         std::env::temp_dir().join("tailmesh-delay-line.log"),
         exe,
@@ -210,7 +211,7 @@ fn netns_agent(
             let exe = std::env::current_exe().context("find the tailmesh executable")?;
             let seed = agent_seed(config);
             let backend = agent
-                .map(|a| crate::netfault::NetBackend::new(a, exe, seed))
+                .map(|a| NetBackend::new(a, exe, seed))
                 .transpose()
                 .with_context(|| format!("{name}: fault agent"))?;
             Some(tailmesh_services::control::ControlService::new(
@@ -221,28 +222,6 @@ fn netns_agent(
         _ => None,
     };
     Ok(control)
-}
-
-/// The agent's backend: the namespace's mechanisms, or refusal when the
-/// hop has no namespace of its own.
-struct AgentBackend(Option<crate::netfault::NetBackend>);
-
-impl tailmesh_services::control::FaultBackend for AgentBackend {
-    fn apply(
-        &self,
-        fault: &tailmesh_services::control::FaultSpec,
-    ) -> Result<tailmesh_services::control::Applied, String> {
-        match &self.0 {
-            Some(b) => b.apply(fault),
-            None => tailmesh_services::control::NoFaults.apply(fault),
-        }
-    }
-    fn clear(&self) -> Result<tailmesh_services::control::Applied, String> {
-        match &self.0 {
-            Some(b) => b.clear(),
-            None => tailmesh_services::control::NoFaults.clear(),
-        }
-    }
 }
 
 /// Runs the pull broker until told to stop.

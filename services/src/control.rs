@@ -5,8 +5,8 @@
 //! Bearer <token>` metadata, compared in constant time; without it the
 //! answer is UNAUTHENTICATED and nothing is touched. Every value is
 //! validated before the backend sees it. How a fault is applied (netem,
-//! nftables, the NFQUEUE delay line) is the backend's business: the
-//! orchestrator binary provides it, the tests provide a recording one.
+//! nftables, the NFQUEUE delay line) is the backend's business:
+//! `tailmesh-netfault` provides it, the tests provide a recording one.
 
 use std::{sync::Arc, time::Duration};
 
@@ -25,48 +25,12 @@ use tonic::{Request, Response, Status};
 /// Largest delay the agent accepts.
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
 
-/// A checked network fault.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FaultSpec {
-    /// Drop probability in [0, 1].
-    pub loss: f64,
-    /// Added delay per packet.
-    pub delay: Duration,
-    /// Variation of the delay (<= delay).
-    pub jitter: Duration,
-}
-
-/// What a backend reports after applying or clearing.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// Mechanism names, loss first.
-    pub mechanisms: Vec<String>,
-    /// `[seen, dropped]` of the loss rule, when cleared.
-    pub packets: Option<[u64; 2]>,
-}
-
-/// Applies faults to the replica's namespace. Calls may block (they run
-/// commands); the service runs them on the blocking pool, one at a time.
-pub trait FaultBackend: Send + Sync + 'static {
-    /// Applies `fault`, replacing any fault in force.
-    fn apply(&self, fault: &FaultSpec) -> Result<Applied, String>;
-    /// Removes the fault in force.
-    fn clear(&self) -> Result<Applied, String>;
-}
-
-/// A backend for hops without network faults (the local launcher): every
-/// change is refused.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoFaults;
-
-impl FaultBackend for NoFaults {
-    fn apply(&self, _: &FaultSpec) -> Result<Applied, String> {
-        Err("this replica has no network namespace of its own (local launcher)".to_owned())
-    }
-    fn clear(&self) -> Result<Applied, String> {
-        Ok(Applied::default())
-    }
-}
+// The backend contract lives with its implementations; re-exported so that
+// a backend for this service needs this module only.
+pub use tailmesh_netfault::{
+    FaultError, FaultSpec,
+    agent::{Applied, FaultBackend, NoFaults},
+};
 
 /// Checks a request's fault.
 pub fn validate(net: Option<&NetFault>) -> Result<FaultSpec, Status> {
@@ -168,7 +132,7 @@ impl<B: FaultBackend> ControlService<B> {
 
     async fn blocking<F>(&self, f: F) -> Result<Applied, Status>
     where
-        F: FnOnce(&B) -> Result<Applied, String> + Send + 'static,
+        F: FnOnce(&B) -> Result<Applied, FaultError> + Send + 'static,
     {
         let backend = Arc::clone(&self.backend);
         tokio::task::spawn_blocking(move || f(&backend))

@@ -3,7 +3,7 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
@@ -11,7 +11,7 @@ use tailmesh_proto::pb::{
     CallRequest, ClearFaultsRequest, GetFaultsRequest, NetFault, SetFaultsRequest, Slowness,
     control_client::ControlClient, control_server::ControlServer,
 };
-use tailmesh_services::control::{Applied, ControlService, FaultBackend, FaultSpec};
+use tailmesh_services::control::{Applied, ControlService, FaultBackend, FaultError, FaultSpec};
 use tokio::net::TcpListener;
 use tonic::{Code, Request, transport::Channel};
 
@@ -20,20 +20,20 @@ use tonic::{Code, Request, transport::Channel};
 struct Recording(Arc<Mutex<Vec<String>>>);
 
 impl FaultBackend for Recording {
-    fn apply(&self, fault: &FaultSpec) -> Result<Applied, String> {
+    fn apply(&self, fault: &FaultSpec) -> Result<Applied, FaultError> {
         self.0
             .lock()
-            .map_err(|e| e.to_string())?
+            .unwrap_or_else(PoisonError::into_inner)
             .push(format!("apply {fault:?}"));
         Ok(Applied {
             mechanisms: vec!["nftables_numgen".to_owned()],
             packets: None,
         })
     }
-    fn clear(&self) -> Result<Applied, String> {
+    fn clear(&self) -> Result<Applied, FaultError> {
         self.0
             .lock()
-            .map_err(|e| e.to_string())?
+            .unwrap_or_else(PoisonError::into_inner)
             .push("clear".to_owned());
         Ok(Applied {
             mechanisms: vec!["nftables_numgen".to_owned()],

@@ -224,7 +224,7 @@ pub struct VariantReport {
     /// Network faults applied, each with its mechanism (netem or nftables)
     /// and, for nftables, the packets its rules saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub faults: Vec<crate::netfault::FaultRecord>,
+    pub faults: Vec<tailmesh_netfault::FaultRecord>,
     /// The per-hop breakdown from the traces and its cross-check against
     /// the reply paths (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -79,7 +79,7 @@ impl AnyLauncher {
             Self::Netns(l) => {
                 let net = l.network();
                 let member = net.members().iter().find(|m| m.name == role)?;
-                Some((net.token(), member.ns.clone()))
+                Some((l.token(), member.ns.clone()))
             }
             Self::Attached(l) => Some((l.token()?, l.service(role))),
         }

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
+use tailmesh_netfault::{self as netfault, FaultRecord};
 use tailmesh_proto::pb;
 use tailmesh_services::addr::PeerAddr;
 
 use crate::{
     launcher::AnyLauncher,
-    netfault::{self, FaultRecord},
     plan::{Addrs, MeshPlan},
     scenario::NetFault,
 };

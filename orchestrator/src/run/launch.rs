@@ -2,6 +2,7 @@
 //! started in the plan's order, each handed its configuration, the
 //! addresses of the processes it calls, and its trace environment.
 
+use tailmesh_netfault::tool;
 use tailmesh_services::{
     addr::PeerAddr,
     broker::{BrokerClient, TopicStats},
@@ -9,7 +10,7 @@ use tailmesh_services::{
 
 use super::{RunError, RunOptions, TraceSetup};
 use crate::{
-    launcher::{AnyLauncher, ProcessSpec, netns},
+    launcher::{AnyLauncher, ProcessSpec},
     plan::{Addrs, MeshPlan, Process, Role},
     scenario::{Launcher, Variant},
 };
@@ -54,10 +55,10 @@ pub fn resolve_launcher(variant: &Variant) -> Result<Launcher, LauncherError> {
     } else {
         "launcher = \"netns\""
     };
-    if !netns::has_privilege() {
+    if !tool::has_privilege() {
         return Err(LauncherError::NoPrivilege { why });
     }
-    let missing = netns::missing_tools();
+    let missing = tool::missing_tools();
     if !missing.is_empty() {
         return Err(LauncherError::MissingTools {
             why,
@@ -212,7 +213,7 @@ mod tests {
         match resolve_launcher(&v) {
             Ok(kind) => {
                 assert_eq!(kind, Launcher::Netns);
-                assert!(netns::has_privilege());
+                assert!(tool::has_privilege());
             }
             Err(error) => {
                 let message = error.to_string();

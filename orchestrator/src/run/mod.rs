@@ -20,6 +20,7 @@ use std::{
 };
 
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use tailmesh_netfault::{self as netfault, FaultRecord, netns, tool};
 use tailmesh_services::{
     broker::TopicStats,
     hop::{Connections, PullTarget, PushPool},
@@ -29,9 +30,8 @@ use tailmesh_services::{
 use tokio::sync::watch;
 
 use crate::{
-    launcher::{AnyLauncher, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher, netns},
+    launcher::{AnyLauncher, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher},
     loadgen::{self, LoadOutcome, Target},
-    netfault::{self, FaultRecord},
     plan::{DRAIN_GRACE, MeshPlan, Naming},
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
     traces::{collector::Collector, loadgen::LoadTracer},
@@ -227,11 +227,11 @@ async fn run_variant(
         // Every fault is checked against the kernel before a process starts;
         // on error the launcher's drop removes the network.
         let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
-        let iptables = netns::tool_available("iptables");
+        let iptables = tool::tool_available("iptables");
         for hop in &variant.hops {
             for replica in 0..hop.replicas {
                 if let Some(fault) = hop.net_of(replica) {
-                    netfault::check(&hop.name, replica, fault, netem, iptables)
+                    netfault::check(&hop.name, replica, &fault.spec(), netem, iptables)
                         .map_err(|e| setup(e.to_string()))?;
                 }
             }

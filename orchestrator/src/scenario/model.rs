@@ -145,6 +145,15 @@ impl NetFault {
     pub fn is_active(&self) -> bool {
         self.loss > 0.0 || !self.delay.is_zero()
     }
+
+    /// What the fault does to each packet, without its timing.
+    pub fn spec(&self) -> tailmesh_netfault::FaultSpec {
+        tailmesh_netfault::FaultSpec {
+            loss: self.loss,
+            delay: self.delay,
+            jitter: self.jitter,
+        }
+    }
 }
 
 /// A network fault on one replica only.

@@ -499,7 +499,7 @@ fn the_token_service_writes_a_private_token_once() {
 /// network namespace of its own (`unshare --net`, root), so the name
 /// lookup reaches no resolver and no traffic leaves the test.
 fn attaching_to_a_missing_deployment_names_the_service_it_waited_for() {
-    if !tailmesh::launcher::netns::has_privilege() {
+    if !tailmesh_netfault::tool::has_privilege() {
         skip("attaching in a network namespace of its own needs root (unshare --net)");
     }
     let _serial = serial();

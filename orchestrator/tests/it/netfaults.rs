@@ -10,7 +10,11 @@ use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
-use tailmesh::launcher::netns;
+use tailmesh::launcher::netns::{AGENT_ENV, CONTROL_TOKEN_ENV};
+use tailmesh_netfault::{
+    netns,
+    tool::{has_privilege, missing_tools, run_tool, tool_available},
+};
 
 tests! {
     sync twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets,
@@ -24,13 +28,9 @@ tests! {
 /// this process may make namespaces and has the netns launcher's tools and
 /// `extra` ones (name, Debian package).
 fn require_privilege(extra: &[(&'static str, &'static str)]) {
-    let mut missing = netns::missing_tools();
-    missing.extend(
-        extra
-            .iter()
-            .filter(|(tool, _)| !netns::tool_available(tool)),
-    );
-    if !netns::has_privilege() {
+    let mut missing = missing_tools();
+    missing.extend(extra.iter().filter(|(tool, _)| !tool_available(tool)));
+    if !has_privilege() {
         skip("needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)");
     }
     if !missing.is_empty() {
@@ -333,8 +333,8 @@ impl ContainerNs {
         let pid = std::process::id();
         let host_view = format!(
             "{}{}",
-            netns::run_tool("ip", ["-4", "route", "show", "table", "all"]).expect("ip route"),
-            netns::run_tool("ip", ["-4", "-o", "addr", "show"]).expect("ip addr")
+            run_tool("ip", ["-4", "route", "show", "table", "all"]).expect("ip route"),
+            run_tool("ip", ["-4", "-o", "addr", "show"]).expect("ip addr")
         );
         assert!(
             !host_view.contains("198.18.0.0/15") && !host_view.contains("198.16.0.0/12"),
@@ -371,7 +371,7 @@ impl ContainerNs {
         ];
         for step in steps {
             // On failure `c` is dropped and removes what was made.
-            netns::run_tool("ip", step).unwrap_or_else(|e| panic!("set up {ns}: {e}"));
+            run_tool("ip", step).unwrap_or_else(|e| panic!("set up {ns}: {e}"));
         }
         c
     }
@@ -380,7 +380,7 @@ impl ContainerNs {
     fn exec(&self, tool: &str, args: &[&str]) -> String {
         let mut full = vec!["netns", "exec", &self.ns, tool];
         full.extend_from_slice(args);
-        netns::run_tool("ip", &full).unwrap_or_else(|e| panic!("{e}"))
+        run_tool("ip", &full).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The hop's stderr so far, for assertion messages.
@@ -401,9 +401,9 @@ impl Drop for ContainerNs {
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
         }
-        let _ = netns::run_tool("ip", ["netns", "del", &self.ns]);
+        let _ = run_tool("ip", ["netns", "del", &self.ns]);
         if netns::host_tm_links().contains(&self.host_if) {
-            let _ = netns::run_tool("ip", ["link", "del", &self.host_if]);
+            let _ = run_tool("ip", ["link", "del", &self.host_if]);
         }
     }
 }
@@ -496,7 +496,7 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
     // The interface picker, on the namespace's own routing table.
     let routes = c.exec("cat", &["/proc/net/route"]);
     assert_eq!(
-        tailmesh::netfault::default_route_iface(&routes).as_deref(),
+        tailmesh_netfault::default_route_iface(&routes).as_deref(),
         Some("eth0"),
         "{routes}"
     );
@@ -535,8 +535,8 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
         .args(["netns", "exec", &c.ns, TAILMESH, "hop", "--supervised"])
         .args(["--config", path_str(&config_path), "--listen", &listen])
         .args(["--addr-file", path_str(&addr_file)])
-        .env(netns::CONTROL_TOKEN_ENV, TOKEN)
-        .env(netns::AGENT_ENV, &agent)
+        .env(CONTROL_TOKEN_ENV, TOKEN)
+        .env(AGENT_ENV, &agent)
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())

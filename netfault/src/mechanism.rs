@@ -1,17 +1,5 @@
-//! Network faults of a replica, with real packet drops and delays, applied
-//! where its fault agent acts ([`Place`]):
-//!
-//! - a member namespace of the netns launcher, from the host namespace:
-//!   commands run through `ip netns exec <ns>`, rules match the member's
-//!   interface (`tmeth0`), and netem can shape both ends of its veth;
-//! - the agent's own namespace (a container or a pod with CAP_NET_ADMIN):
-//!   commands run directly and rules match the given interface (`eth0`,
-//!   see [`container_iface`]). There is no veth peer to shape, and netem
-//!   on the interface alone would delay and drop outgoing packets only, so
-//!   this place always uses the nftables and NFQUEUE mechanisms, which
-//!   cover both directions.
-//!
-//! Mechanisms, picked at runtime per fault:
+//! How a fault is applied at its [`Place`], with real packet drops and
+//! delays. Mechanisms, picked at runtime per fault:
 //!
 //! - `netem` (member namespaces only): `tc qdisc replace ... root netem
 //!   delay D J loss P%` on the replica's interface (its outgoing packets)
@@ -29,6 +17,11 @@
 //!   rules in the mangle table (PREROUTING from and OUTPUT to the
 //!   replica's interface).
 //!
+//! In the agent's own namespace there is no veth peer to shape, and netem
+//! on the interface alone would delay and drop outgoing packets only, so
+//! that place always uses the nftables and NFQUEUE mechanisms, which cover
+//! both directions.
+//!
 //! Per-packet semantics: loss and delay apply to every packet, in each
 //! direction, independently. A request and its reply cross the faulty
 //! replica's link twice (in and out), so a delay D adds about 2·D to a
@@ -40,21 +33,27 @@
 //! validated values.
 
 use std::{
-    ffi::{OsStr, OsString},
     io::{BufRead, BufReader},
     os::unix::process::CommandExt,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
 use serde::{Deserialize, Serialize};
 
-use crate::launcher::netns::{AgentEnv, MEMBER_IF, Member, NetnsError, run_tool};
-use crate::scenario::NetFault;
+use crate::{
+    FaultError, Place,
+    netns::MEMBER_IF,
+    place::OWN_NFT_TABLE,
+    tool::{CommandError, run_tool},
+};
 
 /// Finest loss step of the nftables rule: 1/10000.
 const NFT_SCALE: u32 = 10_000;
+
+/// The NFQUEUE number of the delay line (queues are per namespace).
+const DELAY_QUEUE: u16 = 7;
 
 /// How a fault was applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,219 +67,39 @@ pub enum Mechanism {
     NfqueueDelayLine,
 }
 
-/// The nftables table of the agent in its own namespace.
-pub const OWN_NFT_TABLE: &str = "tailmesh_agent";
-
-/// The interface a container's agent shapes when the namespace has no
-/// default route: Docker's and Kubernetes' name for it.
-pub const DEFAULT_CONTAINER_IF: &str = "eth0";
-
-/// Where a fault agent applies faults.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Place {
-    /// A member namespace of the netns launcher, from the host namespace:
-    /// commands run through `ip netns exec`, rules match [`MEMBER_IF`],
-    /// netem can shape both ends of the member's veth.
-    Member {
-        /// The member's namespace and veth.
-        member: Member,
-        /// The hub namespace (where the other end of the veth is).
-        hub: String,
-        /// The run id (names the nftables table).
-        run_id: String,
-    },
-    /// The agent's own namespace (a container or a pod): commands run
-    /// directly, rules match `iface`; loss and delay always use nftables
-    /// and the NFQUEUE delay line, which cover both directions.
-    Own {
-        /// The interface to shape (see [`container_iface`]).
-        iface: String,
-    },
-}
-
-impl Place {
-    /// The interface the rules match.
-    pub fn iface(&self) -> &str {
-        match self {
-            Self::Member { .. } => MEMBER_IF,
-            Self::Own { iface } => iface,
-        }
-    }
-
-    /// The nftables table of the loss rule: one per run in member
-    /// namespaces, a fixed one in the agent's own namespace.
-    pub fn nft_table(&self) -> String {
-        match self {
-            Self::Member { run_id, .. } => nft_table(run_id),
-            Self::Own { .. } => OWN_NFT_TABLE.to_owned(),
-        }
-    }
-
-    /// The command that runs `program args...` at this place, as
-    /// `(program, arguments)`: `ip netns exec <ns> program args...` in a
-    /// member namespace, `program args...` in the agent's own.
-    pub fn command_line<P, I, S>(&self, program: P, args: I) -> (OsString, Vec<OsString>)
-    where
-        P: AsRef<OsStr>,
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        let args = args.into_iter().map(|a| a.as_ref().to_owned());
-        match self {
-            Self::Member { member, .. } => {
-                let mut full: Vec<OsString> = vec![
-                    "netns".into(),
-                    "exec".into(),
-                    member.ns.clone().into(),
-                    program.as_ref().to_owned(),
-                ];
-                full.extend(args);
-                ("ip".into(), full)
-            }
-            Self::Own { .. } => (program.as_ref().to_owned(), args.collect()),
-        }
-    }
-
-    /// Runs `tool args...` here and returns its stdout.
-    fn run<S: AsRef<OsStr>>(&self, tool: &str, args: Vec<S>) -> Result<String, NetnsError> {
-        let (program, args) = self.command_line(tool, args);
-        run_tool(program, args)
-    }
-
-    /// Checks what came from outside (the agent's environment): an
-    /// interface name is one the kernel accepts and that nftables reads as
-    /// a plain word.
-    pub fn validate(&self) -> Result<(), FaultError> {
-        match self {
-            Self::Own { iface } if !valid_iface(iface) => Err(FaultError::BadInterface {
-                iface: iface.clone(),
-            }),
-            _ => Ok(()),
-        }
+/// The mechanism of a name the agent reported.
+pub fn mechanism_of(name: &str) -> Option<Mechanism> {
+    match name {
+        "netem" => Some(Mechanism::Netem),
+        "nftables_numgen" => Some(Mechanism::NftablesNumgen),
+        "nfqueue_delay_line" => Some(Mechanism::NfqueueDelayLine),
+        _ => None,
     }
 }
 
-/// Whether `name` is an interface name usable in the rules: 1 to 15
-/// letters, digits, `.`, `_` or `-`, not starting with `-`.
-pub fn valid_iface(name: &str) -> bool {
-    (1..=15).contains(&name.len())
-        && !name.starts_with('-')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-/// The interface of this namespace's default IPv4 route (read from
-/// `/proc/net/route`), or [`DEFAULT_CONTAINER_IF`] without one: the
-/// interface a container's agent shapes, whatever the runtime named it.
-pub fn container_iface() -> String {
-    std::fs::read_to_string("/proc/net/route")
-        .ok()
-        .and_then(|table| default_route_iface(&table))
-        .unwrap_or_else(|| DEFAULT_CONTAINER_IF.to_owned())
-}
-
-/// The interface of the default route (destination and mask 0, up) with
-/// the lowest metric in a `/proc/net/route` listing, if any.
-pub fn default_route_iface(table: &str) -> Option<String> {
-    const RTF_UP: u32 = 0x1;
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            // Iface Destination Gateway Flags RefCnt Use Metric Mask ...
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let [iface, destination, _, flags, _, _, metric, mask, ..] = fields.as_slice() else {
-                return None;
-            };
-            let up = u32::from_str_radix(flags, 16).ok()? & RTF_UP != 0;
-            let default = u32::from_str_radix(destination, 16).ok()? == 0
-                && u32::from_str_radix(mask, 16).ok()? == 0;
-            let metric: u32 = metric.parse().ok()?;
-            (up && default).then_some((metric, *iface))
-        })
-        .min_by_key(|(metric, _)| *metric)
-        .map(|(_, iface)| iface.to_owned())
-}
-
-/// The NFQUEUE number of the delay line (queues are per namespace).
-pub const DELAY_QUEUE: u16 = 7;
-
-/// What [`apply`] did, for [`clear`].
-#[derive(Debug)]
-pub struct Applied {
-    /// The mechanisms, loss first.
-    pub mechanisms: Vec<Mechanism>,
-    /// The delay line process, if one was started.
-    pub delay_line: Option<Child>,
-}
-
-/// One fault as recorded in summary.json.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FaultRecord {
-    /// The hop.
-    pub hop: String,
-    /// The replica, 0-based.
-    pub replica: u32,
-    /// Its namespace.
-    pub namespace: String,
-    /// Drop probability per packet per direction.
+/// A checked network fault of one replica (the Control service validates
+/// what it receives into one).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultSpec {
+    /// Drop probability in [0, 1].
     pub loss: f64,
-    /// Added delay per packet per direction, in microseconds.
-    pub delay_us: u64,
-    /// Jitter of that delay, in microseconds.
-    pub jitter_us: u64,
-    /// When it started, from the start of the load (ms).
-    pub start_ms: u64,
-    /// How long it lasted (ms); absent: until the end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<u64>,
-    /// How it was applied: one mechanism (netem), or the loss and the
-    /// delay mechanisms of the fallback.
-    pub mechanisms: Vec<Mechanism>,
-    /// Packets the drop rule saw and dropped (nftables only), read when the
-    /// fault was cleared: `[seen, dropped]` over both directions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub packets: Option<[u64; 2]>,
+    /// Added delay per packet.
+    pub delay: Duration,
+    /// Variation of the delay (<= delay).
+    pub jitter: Duration,
 }
 
-/// A fault that cannot be applied.
-#[derive(Debug, thiserror::Error)]
-pub enum FaultError {
-    /// Delay or jitter on a kernel without netem and without iptables.
-    #[error(
-        "hop \"{hop}\" replica {replica}: delay and jitter need the kernel's sch_netem, which \
-         this kernel lacks, or the NFQUEUE delay line, which needs the iptables command \
-         (Debian package iptables)"
-    )]
-    NoDelayMechanism {
-        /// The hop.
-        hop: String,
-        /// The replica.
-        replica: u32,
-    },
-    /// An interface name the rules cannot use.
-    #[error(
-        "fault agent: interface name {iface:?}: expected 1 to 15 letters, digits, '.', '_' or \
-         '-'"
-    )]
-    BadInterface {
-        /// The name given.
-        iface: String,
-    },
-    /// A command failed.
-    #[error(transparent)]
-    Command(#[from] NetnsError),
-}
-
-/// The nftables table of run `id`.
-pub fn nft_table(id: &str) -> String {
-    format!("tailmesh_{id}")
+/// What [`apply`] put in force, for [`clear`].
+#[derive(Debug)]
+pub(crate) struct InForce {
+    /// The mechanisms, loss first.
+    pub(crate) mechanisms: Vec<Mechanism>,
+    /// The delay line process, if one was started.
+    delay_line: Option<Child>,
 }
 
 /// `tc` arguments that put `fault` on `dev` of namespace `ns` (netem).
-pub fn netem_args(ns: &str, dev: &str, fault: &NetFault) -> Vec<String> {
+fn netem_args(ns: &str, dev: &str, fault: &FaultSpec) -> Vec<String> {
     let mut args: Vec<String> = ["-n", ns, "qdisc", "replace", "dev", dev, "root", "netem"]
         .map(str::to_owned)
         .to_vec();
@@ -306,14 +125,14 @@ fn trim_float(x: f64) -> String {
 }
 
 /// The drop threshold out of [`NFT_SCALE`] for a loss probability.
-pub fn nft_threshold(loss: f64) -> u32 {
+fn nft_threshold(loss: f64) -> u32 {
     (loss.clamp(0.0, 1.0) * f64::from(NFT_SCALE)).round() as u32
 }
 
 /// `nft` argument lists (one command each) that create table `table` in a
 /// namespace with a random drop of `loss` on input from and output to
 /// interface `iface`.
-pub fn nft_loss_commands(table: &str, iface: &str, loss: f64) -> Vec<Vec<String>> {
+fn nft_loss_commands(table: &str, iface: &str, loss: f64) -> Vec<Vec<String>> {
     let threshold = nft_threshold(loss).to_string();
     let mut commands = vec![vec![
         "add".into(),
@@ -390,7 +209,7 @@ pub fn netem_available(hub: &str, dev: &str) -> bool {
 pub fn check(
     hop: &str,
     replica: u32,
-    fault: &NetFault,
+    fault: &FaultSpec,
     netem: bool,
     iptables: bool,
 ) -> Result<(), FaultError> {
@@ -405,7 +224,7 @@ pub fn check(
 
 /// `iptables` arguments adding (`-A`) or deleting (`-D`) the NFQUEUE rules
 /// of the delay line on interface `iface`, one list per direction.
-pub fn nfqueue_rules(iface: &str, op: &str) -> Vec<Vec<String>> {
+fn nfqueue_rules(iface: &str, op: &str) -> Vec<Vec<String>> {
     let queue = DELAY_QUEUE.to_string();
     [("PREROUTING", "-i"), ("OUTPUT", "-o")]
         .into_iter()
@@ -432,17 +251,17 @@ pub fn nfqueue_rules(iface: &str, op: &str) -> Vec<Vec<String>> {
 
 /// How to start the delay line: the tailmesh executable and a log file.
 #[derive(Clone, Debug)]
-pub struct DelayLineSpawn<'a> {
+pub(crate) struct DelayLineSpawn<'a> {
     /// `tailmesh` itself.
-    pub exe: &'a Path,
+    pub(crate) exe: &'a Path,
     /// Where its output goes.
-    pub log: &'a Path,
+    pub(crate) log: &'a Path,
     /// Its seed.
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// The arguments of `tailmesh delay-line` for `fault`.
-pub fn delay_line_args(fault: &NetFault, seed: u64) -> Vec<String> {
+fn delay_line_args(fault: &FaultSpec, seed: u64) -> Vec<String> {
     vec![
         "delay-line".into(),
         "--queue".into(),
@@ -459,12 +278,12 @@ pub fn delay_line_args(fault: &NetFault, seed: u64) -> Vec<String> {
 /// Applies `fault` at `place`, with netem when `netem` (the kernel has it)
 /// and the place has both ends of a veth to shape. On error, what was
 /// applied is removed.
-pub fn apply(
+pub(crate) fn apply(
     place: &Place,
-    fault: &NetFault,
+    fault: &FaultSpec,
     netem: bool,
     spawn: &DelayLineSpawn<'_>,
-) -> Result<Applied, NetnsError> {
+) -> Result<InForce, CommandError> {
     if netem && let Place::Member { member, hub, .. } = place {
         run_tool("tc", netem_args(&member.ns, MEMBER_IF, fault))?;
         if let Err(e) = run_tool("tc", netem_args(hub, &member.hub_port, fault)) {
@@ -474,12 +293,12 @@ pub fn apply(
             );
             return Err(e);
         }
-        return Ok(Applied {
+        return Ok(InForce {
             mechanisms: vec![Mechanism::Netem],
             delay_line: None,
         });
     }
-    let mut applied = Applied {
+    let mut applied = InForce {
         mechanisms: Vec::new(),
         delay_line: None,
     };
@@ -515,11 +334,11 @@ pub fn apply(
 /// (it has bound the queue).
 fn start_delay_line(
     place: &Place,
-    fault: &NetFault,
+    fault: &FaultSpec,
     spawn: &DelayLineSpawn<'_>,
-) -> Result<Child, NetnsError> {
+) -> Result<Child, CommandError> {
     let (program, args) = place.command_line(spawn.exe, delay_line_args(fault, spawn.seed));
-    let failed = |message: String| NetnsError::Command {
+    let failed = |message: String| CommandError {
         command: format!(
             "{} {}",
             program.to_string_lossy(),
@@ -560,7 +379,7 @@ fn start_delay_line(
 }
 
 /// Reads `[seen, dropped]` of the nftables rules at `place`.
-pub fn nft_counters(place: &Place) -> Option<[u64; 2]> {
+fn nft_counters(place: &Place) -> Option<[u64; 2]> {
     let out = place
         .run("nft", vec!["list", "table", "inet", &place.nft_table()])
         .ok()?;
@@ -568,7 +387,7 @@ pub fn nft_counters(place: &Place) -> Option<[u64; 2]> {
 }
 
 /// Sums `counter packets N` of counting rules (no `drop`) and drop rules.
-pub fn parse_counters(listing: &str) -> [u64; 2] {
+fn parse_counters(listing: &str) -> [u64; 2] {
     let mut seen = 0;
     let mut dropped = 0;
     for line in listing.lines() {
@@ -592,7 +411,7 @@ pub fn parse_counters(listing: &str) -> [u64; 2] {
 /// Removes what [`apply`] added (errors ignored: a member namespace is
 /// removed at the end of the run anyway, and the agent's own namespace is
 /// swept by [`remove_leftovers`]); returns the loss rule's counters.
-pub fn clear(place: &Place, applied: Applied) -> Option<[u64; 2]> {
+pub(crate) fn clear(place: &Place, applied: InForce) -> Option<[u64; 2]> {
     let mut counters = None;
     for mechanism in &applied.mechanisms {
         match mechanism {
@@ -645,7 +464,7 @@ const MAX_LEFTOVER_RULES: usize = 16;
 /// left (it was killed before clearing): the [`OWN_NFT_TABLE`] table and
 /// the delay line's NFQUEUE rules. Nothing to do in a member namespace,
 /// which is new for every run. Errors mean there was nothing to remove.
-pub fn remove_leftovers(place: &Place) {
+pub(crate) fn remove_leftovers(place: &Place) {
     if let Place::Own { .. } = place {
         let _ = place.run("nft", vec!["delete", "table", "inet", OWN_NFT_TABLE]);
         for args in nfqueue_rules(place.iface(), "-D") {
@@ -659,163 +478,18 @@ pub fn remove_leftovers(place: &Place) {
     }
 }
 
-/// The fault agent's backend: applies faults at its [`Place`] with the
-/// mechanisms above (netem probed once, in member namespaces only).
-#[derive(Debug)]
-pub struct NetBackend {
-    agent: AgentEnv,
-    exe: PathBuf,
-    seed: u64,
-    netem: bool,
-    applied: std::sync::Mutex<Option<Applied>>,
-}
-
-impl NetBackend {
-    /// A backend for the agent described by `agent`; `exe` is `tailmesh`
-    /// itself (for the delay line), `seed` the delay line's. In the
-    /// agent's own namespace it first removes an earlier agent's leftovers.
-    pub fn new(agent: AgentEnv, exe: PathBuf, seed: u64) -> Result<Self, FaultError> {
-        agent.place.validate()?;
-        let netem = match &agent.place {
-            Place::Member { hub, run_id, .. } => netem_available(hub, &format!("tm{run_id}u")),
-            Place::Own { .. } => {
-                remove_leftovers(&agent.place);
-                false
-            }
-        };
-        Ok(Self {
-            agent,
-            exe,
-            seed,
-            netem,
-            applied: std::sync::Mutex::new(None),
-        })
-    }
-
-    /// A backend for an agent inside its own namespace (a container or a
-    /// pod with CAP_NET_ADMIN) shaping interface `iface` (see
-    /// [`container_iface`]); the delay line writes to `log`.
-    pub fn own(iface: String, log: PathBuf, exe: PathBuf, seed: u64) -> Result<Self, FaultError> {
-        Self::new(
-            AgentEnv {
-                place: Place::Own { iface },
-                log,
-            },
-            exe,
-            seed,
-        )
-    }
-
-    /// Where it applies faults.
-    pub fn place(&self) -> &Place {
-        &self.agent.place
-    }
-
-    fn take(&self) -> Option<Applied> {
-        self.applied
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-    }
-}
-
-impl Drop for NetBackend {
-    /// In its own namespace the agent removes its fault when the hop stops
-    /// (nobody deletes a container's namespace between two runs of its
-    /// hop); member namespaces are removed with the run.
-    fn drop(&mut self) {
-        if let Place::Own { .. } = self.agent.place
-            && let Some(applied) = self.take()
-        {
-            clear(&self.agent.place, applied);
-        }
-    }
-}
-
-fn names(mechanisms: &[Mechanism]) -> Vec<String> {
-    mechanisms
-        .iter()
-        .map(|m| match m {
-            Mechanism::Netem => "netem",
-            Mechanism::NftablesNumgen => "nftables_numgen",
-            Mechanism::NfqueueDelayLine => "nfqueue_delay_line",
-        })
-        .map(str::to_owned)
-        .collect()
-}
-
-impl tailmesh_services::control::FaultBackend for NetBackend {
-    fn apply(
-        &self,
-        spec: &tailmesh_services::control::FaultSpec,
-    ) -> Result<tailmesh_services::control::Applied, String> {
-        if let Some(previous) = self.take() {
-            clear(&self.agent.place, previous);
-        }
-        let fault = NetFault {
-            loss: spec.loss,
-            delay: spec.delay,
-            jitter: spec.jitter,
-            start: Duration::ZERO,
-            duration: None,
-        };
-        let spawn = DelayLineSpawn {
-            exe: &self.exe,
-            log: &self.agent.log,
-            seed: self.seed,
-        };
-        let applied =
-            apply(&self.agent.place, &fault, self.netem, &spawn).map_err(|e| e.to_string())?;
-        let mechanisms = names(&applied.mechanisms);
-        *self
-            .applied
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(applied);
-        Ok(tailmesh_services::control::Applied {
-            mechanisms,
-            packets: None,
-        })
-    }
-
-    fn clear(&self) -> Result<tailmesh_services::control::Applied, String> {
-        let Some(applied) = self.take() else {
-            return Ok(tailmesh_services::control::Applied::default());
-        };
-        let mechanisms = names(&applied.mechanisms);
-        let packets = clear(&self.agent.place, applied);
-        Ok(tailmesh_services::control::Applied {
-            mechanisms,
-            packets,
-        })
-    }
-}
-
-/// The mechanism of a name the agent reported.
-pub fn mechanism_of(name: &str) -> Option<Mechanism> {
-    match name {
-        "netem" => Some(Mechanism::Netem),
-        "nftables_numgen" => Some(Mechanism::NftablesNumgen),
-        "nfqueue_delay_line" => Some(Mechanism::NfqueueDelayLine),
-        _ => None,
-    }
-}
-
-/// Milliseconds of a duration, for records.
-pub fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::ffi::OsString;
 
-    fn fault(loss: f64, delay_us: u64, jitter_us: u64) -> NetFault {
-        NetFault {
+    use super::*;
+    use crate::place::testing::{member, own};
+
+    fn fault(loss: f64, delay_us: u64, jitter_us: u64) -> FaultSpec {
+        FaultSpec {
             loss,
             delay: Duration::from_micros(delay_us),
             jitter: Duration::from_micros(jitter_us),
-            start: Duration::ZERO,
-            duration: None,
         }
     }
 
@@ -887,25 +561,6 @@ mod tests {
             "-w -t mangle -A OUTPUT -o tmeth0 -j NFQUEUE --queue-num 7 --queue-bypass"
         );
         assert_eq!(nfqueue_rules(MEMBER_IF, "-D")[1][3], "-D");
-    }
-
-    fn own() -> Place {
-        Place::Own {
-            iface: "eth0".to_owned(),
-        }
-    }
-
-    fn member() -> Place {
-        Place::Member {
-            member: Member {
-                name: "hop-b-1".to_owned(),
-                ns: "tmabc123m1".to_owned(),
-                addr: std::net::Ipv4Addr::new(10, 200, 3, 2),
-                hub_port: "tmabc123p1".to_owned(),
-            },
-            hub: "tmabc123hub".to_owned(),
-            run_id: "abc123".to_owned(),
-        }
     }
 
     /// A command line as one string, for comparisons.
@@ -981,82 +636,5 @@ mod tests {
             nfqueue_rules(place.iface(), "-D")[0].join(" "),
             "-w -t mangle -D PREROUTING -i eth0 -j NFQUEUE --queue-num 7 --queue-bypass"
         );
-    }
-
-    #[test]
-    fn the_agent_env_names_its_place_in_json() {
-        let env: AgentEnv = serde_json::from_str(
-            r#"{"place":{"kind":"own","iface":"ens4"},"log":"/tmp/delay-line.log"}"#,
-        )
-        .expect("an own-namespace agent env");
-        assert_eq!(
-            env.place,
-            Place::Own {
-                iface: "ens4".to_owned()
-            }
-        );
-        let netns = AgentEnv {
-            place: member(),
-            log: "/r/delay-line-hop-b-1.log".into(),
-        };
-        let json = serde_json::to_string(&netns).expect("serializes");
-        assert!(
-            json.starts_with(r#"{"place":{"kind":"member","member":{"#),
-            "{json}"
-        );
-        let back: AgentEnv = serde_json::from_str(&json).expect("round trip");
-        assert_eq!(back, netns);
-        assert!(serde_json::from_str::<AgentEnv>(r#"{"place":{"kind":"own"},"log":"l"}"#).is_err());
-    }
-
-    #[test]
-    fn interface_names_outside_the_rules_syntax_are_refused() {
-        for good in ["eth0", "ens4", "veth-a_1.2", "abcdefghijklmno"] {
-            assert!(valid_iface(good), "{good}");
-        }
-        for bad in [
-            "",
-            "abcdefghijklmnop",
-            "-i",
-            "eth0 drop",
-            "a;b",
-            "eth0@if5",
-            "a\"b",
-            "é",
-        ] {
-            assert!(!valid_iface(bad), "{bad}");
-        }
-        let e = Place::Own {
-            iface: "x y".to_owned(),
-        }
-        .validate()
-        .expect_err("a space");
-        assert!(e.to_string().contains("\"x y\""), "{e}");
-        assert!(own().validate().is_ok() && member().validate().is_ok());
-    }
-
-    #[test]
-    fn the_container_interface_is_the_default_routes() {
-        const HEAD: &str =
-            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
-        let docker = format!(
-            "{HEAD}eth0\t00000000\t010011AC\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
-             eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
-        );
-        assert_eq!(default_route_iface(&docker).as_deref(), Some("eth0"));
-        // Two defaults: the lower metric wins; a route that is not up or
-        // not a default never does.
-        let two = format!(
-            "{HEAD}wan1\t00000000\t0100A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n\
-             down0\t00000000\t0100A8C0\t0002\t0\t0\t0\t00000000\t0\t0\t0\n\
-             net1\t0000000A\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n\
-             ens4\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
-        );
-        assert_eq!(default_route_iface(&two).as_deref(), Some("ens4"));
-        let none = format!("{HEAD}eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n");
-        assert_eq!(default_route_iface(&none), None);
-        assert_eq!(default_route_iface(""), None);
-        assert_eq!(default_route_iface("garbage\nmore garbage here\n"), None);
-        assert!(valid_iface(&container_iface()));
     }
 }

@@ -1,5 +1,5 @@
-//! `tailmesh delay-line`: a userspace delay line on NFQUEUE, for kernels
-//! without `sch_netem` (nftables' own `queue` statement is missing there
+//! The userspace delay line on NFQUEUE behind `tailmesh delay-line`, for
+//! kernels without `sch_netem` (nftables' own `queue` statement is missing there
 //! too, so an iptables `-j NFQUEUE` rule feeds it).
 //!
 //! It runs inside a replica's namespace, reads every packet the rule
@@ -31,7 +31,7 @@ const MAX_HELD: usize = 100_000;
 
 /// Draws each packet's hold time: `delay ± jitter`, uniform.
 #[derive(Debug)]
-pub struct Hold {
+struct Hold {
     delay: Duration,
     jitter: Duration,
     rng: StdRng,
@@ -39,7 +39,7 @@ pub struct Hold {
 
 impl Hold {
     /// A drawer with its own seeded generator; `jitter <= delay`.
-    pub fn new(delay: Duration, jitter: Duration, seed: u64) -> Self {
+    fn new(delay: Duration, jitter: Duration, seed: u64) -> Self {
         Self {
             delay,
             jitter: jitter.min(delay),
@@ -48,7 +48,7 @@ impl Hold {
     }
 
     /// The next packet's hold time.
-    pub fn draw(&mut self) -> Duration {
+    fn draw(&mut self) -> Duration {
         if self.jitter.is_zero() {
             return self.delay;
         }
@@ -80,8 +80,12 @@ pub fn run(queue: u16, delay: Duration, jitter: Duration, seed: u64) -> io::Resu
             stop.store(true, Ordering::SeqCst);
         });
     }
-    crate::say!("ready");
-    io::stdout().flush()?;
+    {
+        // Only EOF on stdin ends the line; a closed stdout does not.
+        let mut stdout = io::stdout().lock();
+        let _ = writeln!(stdout, "ready");
+        stdout.flush()?;
+    }
 
     let mut hold = Hold::new(delay, jitter, seed);
     let mut held: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();

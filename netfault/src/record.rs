@@ -1,0 +1,41 @@
+//! [`FaultRecord`]: one applied fault as a run reports it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Mechanism;
+
+/// One fault as recorded in summary.json.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultRecord {
+    /// The hop.
+    pub hop: String,
+    /// The replica, 0-based.
+    pub replica: u32,
+    /// Its namespace.
+    pub namespace: String,
+    /// Drop probability per packet per direction.
+    pub loss: f64,
+    /// Added delay per packet per direction, in microseconds.
+    pub delay_us: u64,
+    /// Jitter of that delay, in microseconds.
+    pub jitter_us: u64,
+    /// When it started, from the start of the load (ms).
+    pub start_ms: u64,
+    /// How long it lasted (ms); absent: until the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// How it was applied: one mechanism (netem), or the loss and the
+    /// delay mechanisms of the fallback.
+    pub mechanisms: Vec<Mechanism>,
+    /// Packets the drop rule saw and dropped (nftables only), read when the
+    /// fault was cleared: `[seen, dropped]` over both directions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets: Option<[u64; 2]>,
+}
+
+/// Milliseconds of a duration, for records.
+pub fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
