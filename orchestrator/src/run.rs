@@ -717,6 +717,7 @@ pub fn hop_config(
         concurrency: hop.concurrency,
         drain_grace: STOP_GRACE,
         precise_timer: true,
+        idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
     }
 }
 

@@ -21,7 +21,7 @@ use tokio::{
     sync::{Semaphore, oneshot, watch},
     time::Instant,
 };
-use tonic::{Code, Request, Response, Status, transport::server::TcpIncoming};
+use tonic::{Code, Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -35,6 +35,7 @@ use crate::{
     addr::PeerAddr,
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
+    incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
     model::{Balance, HopBehavior, Transport},
     telemetry,
     timer::Sleeper,
@@ -81,6 +82,10 @@ pub struct HopConfig {
     /// Sub-millisecond sleeps (true) or tokio's millisecond timer (false).
     #[serde(default = "default_true")]
     pub precise_timer: bool,
+    /// How long a client connection may go without a byte read or written
+    /// before this replica closes it (see [`DEFAULT_IDLE_TIMEOUT`]).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout: Duration,
 }
 
 fn default_grace() -> Duration {
@@ -88,6 +93,9 @@ fn default_grace() -> Duration {
 }
 fn default_true() -> bool {
     true
+}
+fn default_idle_timeout() -> Duration {
+    DEFAULT_IDLE_TIMEOUT
 }
 
 /// Errors starting or running a hop.
@@ -500,6 +508,8 @@ impl Hop for HopService {
 /// Serves one hop replica on `listener` until `shutdown` resolves, then
 /// drains requests in flight for up to `config.drain_grace`. Serves
 /// `tailmesh.v1.Hop`, the gRPC health service and server reflection.
+/// Connections idle for `config.idle_timeout` are closed; accept errors
+/// are logged and retried with backoff.
 pub async fn run(
     config: HopConfig,
     listener: TcpListener,
@@ -545,7 +555,11 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
         }
         (Transport::Push, _) => None,
     };
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = Incoming::tcp(
+        listener,
+        &format!("hop \"{name}\" replica {}", config.replica),
+        config.idle_timeout,
+    );
     let server = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
