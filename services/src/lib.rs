@@ -13,6 +13,7 @@
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 //! - `incoming`: the connections a server accepts: accept errors backed
 //!   off and logged, idle connections closed.
+//! - `reflection`: server reflection listing only the services served.
 
 pub mod addr;
 pub mod broker;
@@ -22,6 +23,7 @@ pub mod hop;
 pub mod incoming;
 pub mod model;
 pub mod process;
+pub mod reflection;
 pub mod runtime_thread;
 pub mod telemetry;
 pub mod timer;

@@ -1,9 +1,9 @@
 //! What a server does at its limits and at its edges: accept errors (out
 //! of file descriptors) backed off and logged once a second, idle
-//! connections closed.
+//! connections closed, and reflection listing only what is served.
 
 use std::{
-    collections::VecDeque,
+    collections::{BTreeSet, VecDeque},
     io,
     net::SocketAddr,
     pin::Pin,
@@ -17,6 +17,7 @@ use std::{
 
 use futures::{Stream, StreamExt};
 use tailmesh_services::{
+    broker::{self, BrokerConfig},
     control::{ControlService, NoFaults},
     hop::{self, HopConfig},
     incoming::{DEFAULT_IDLE_TIMEOUT, IdleTimeout, Incoming},
@@ -28,6 +29,11 @@ use tokio::{
     sync::oneshot,
     task::JoinHandle,
     time::timeout,
+};
+use tonic::transport::{Channel, Endpoint};
+use tonic_reflection::pb::v1::{
+    ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+    server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
 };
 
 /// Longest any single condition may take before the test fails.
@@ -294,6 +300,25 @@ async fn start_hop(config: HopConfig, control: bool) -> Running {
     Running { addr, stop, done }
 }
 
+async fn start_broker() -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let config = BrokerConfig {
+        topics: vec!["t".to_owned()],
+        drain_grace: Duration::from_millis(100),
+        ..BrokerConfig::default()
+    };
+    let done = tokio::spawn(async move {
+        broker::run(config, listener, async {
+            let _ = stopped.await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+    });
+    Running { addr, stop, done }
+}
+
 /// Reads `stream` until the peer closes it (end of stream or reset).
 async fn closed_by_peer(mut stream: TcpStream) {
     let mut buf = [0u8; 1024];
@@ -316,4 +341,75 @@ async fn a_hop_closes_a_connection_idle_for_its_idle_timeout() {
     )
     .await;
     hop.stop().await;
+}
+
+// ---------------------------------------------------------------------
+// Reflection
+
+async fn channel(addr: SocketAddr) -> Channel {
+    within(
+        "the connection",
+        Endpoint::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .connect(),
+    )
+    .await
+    .expect("connect")
+}
+
+/// The services `addr`'s reflection lists.
+async fn listed(addr: SocketAddr) -> BTreeSet<String> {
+    let mut client = ServerReflectionClient::new(channel(addr).await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies = within(
+        "the reflection stream",
+        client.server_reflection_info(futures::stream::iter([request])),
+    )
+    .await
+    .expect("reflection answers")
+    .into_inner();
+    let reply = within("the list", replies.message())
+        .await
+        .expect("a reply")
+        .expect("not the end of the stream");
+    match reply.message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("not a service list: {other:?}"),
+    }
+}
+
+fn names(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+const HEALTH: &str = "grpc.health.v1.Health";
+const REFLECTION: &str = "grpc.reflection.v1.ServerReflection";
+
+#[tokio::test]
+async fn reflection_lists_only_the_services_served() {
+    let plain = start_hop(hop_config("plain", DEFAULT_IDLE_TIMEOUT), false).await;
+    assert_eq!(
+        listed(plain.addr).await,
+        names(&["tailmesh.v1.Hop", HEALTH, REFLECTION])
+    );
+    plain.stop().await;
+
+    let agent = start_hop(hop_config("agent", DEFAULT_IDLE_TIMEOUT), true).await;
+    assert_eq!(
+        listed(agent.addr).await,
+        names(&["tailmesh.v1.Hop", "tailmesh.v1.Control", HEALTH, REFLECTION])
+    );
+    agent.stop().await;
+
+    let broker = start_broker().await;
+    assert_eq!(
+        listed(broker.addr).await,
+        names(&["tailmesh.v1.Broker", HEALTH, REFLECTION])
+    );
+    broker.stop().await;
 }

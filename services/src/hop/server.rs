@@ -9,12 +9,9 @@ use std::{
 
 use prost::Message;
 use serde::{Deserialize, Serialize};
-use tailmesh_proto::{
-    FILE_DESCRIPTOR_SET,
-    pb::{
-        CallReply, CallRequest, HopRecord,
-        hop_server::{Hop, HopServer},
-    },
+use tailmesh_proto::pb::{
+    CallReply, CallRequest, HopRecord, control_server,
+    hop_server::{self, Hop, HopServer},
 };
 use tokio::{
     net::TcpListener,
@@ -37,6 +34,7 @@ use crate::{
     deadline::grpc_timeout,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
     model::{Balance, HopBehavior, Transport},
+    reflection::reflection_service,
     telemetry,
     timer::Sleeper,
 };
@@ -507,9 +505,9 @@ impl Hop for HopService {
 
 /// Serves one hop replica on `listener` until `shutdown` resolves, then
 /// drains requests in flight for up to `config.drain_grace`. Serves
-/// `tailmesh.v1.Hop`, the gRPC health service and server reflection.
-/// Connections idle for `config.idle_timeout` are closed; accept errors
-/// are logged and retried with backoff.
+/// `tailmesh.v1.Hop`, the gRPC health service and server reflection (which
+/// lists those three). Connections idle for `config.idle_timeout` are
+/// closed; accept errors are logged and retried with backoff.
 pub async fn run(
     config: HopConfig,
     listener: TcpListener,
@@ -519,7 +517,7 @@ pub async fn run(
 }
 
 /// [`run`], plus the fault agent (`tailmesh.v1.Control`) when `control`
-/// is given.
+/// is given (and then listed by reflection).
 pub async fn run_with_control<B: crate::control::FaultBackend>(
     config: HopConfig,
     listener: TcpListener,
@@ -530,13 +528,14 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
     let name = config.behavior.name.clone();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<HopServer<HopService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|source| HopError::Reflection {
-            hop: name.clone(),
-            source,
-        })?;
+    let served: &[&str] = match control {
+        Some(_) => &[hop_server::SERVICE_NAME, control_server::SERVICE_NAME],
+        None => &[hop_server::SERVICE_NAME],
+    };
+    let reflection = reflection_service(served).map_err(|source| HopError::Reflection {
+        hop: name.clone(),
+        source,
+    })?;
 
     let (stop, stopped) = oneshot::channel::<()>();
     let (stop_worker, worker_stopped) = watch::channel(false);
