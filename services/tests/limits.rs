@@ -1,6 +1,7 @@
 //! What a server does at its limits and at its edges: accept errors (out
 //! of file descriptors) backed off and logged once a second, idle
-//! connections closed, and reflection listing only what is served.
+//! connections closed, reflection listing only what is served, and the
+//! Control API's `authorization` scheme read case-insensitively.
 
 use std::{
     collections::{BTreeSet, VecDeque},
@@ -16,6 +17,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
+use tailmesh_proto::pb::{GetFaultsRequest, control_client::ControlClient};
 use tailmesh_services::{
     broker::{self, BrokerConfig},
     control::{ControlService, NoFaults},
@@ -30,7 +32,10 @@ use tokio::{
     task::JoinHandle,
     time::timeout,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::{
+    Code, Request,
+    transport::{Channel, Endpoint},
+};
 use tonic_reflection::pb::v1::{
     ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
     server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
@@ -412,4 +417,41 @@ async fn reflection_lists_only_the_services_served() {
         names(&["tailmesh.v1.Broker", HEALTH, REFLECTION])
     );
     broker.stop().await;
+}
+
+// ---------------------------------------------------------------------
+// Control authorization
+
+#[tokio::test]
+async fn control_accepts_the_bearer_scheme_in_any_case() {
+    let hop = start_hop(hop_config("auth", DEFAULT_IDLE_TIMEOUT), true).await;
+    let mut client = ControlClient::new(channel(hop.addr).await);
+    let get = |authorization: &str| {
+        let mut request = Request::new(GetFaultsRequest {});
+        request.metadata_mut().insert(
+            "authorization",
+            authorization.parse().expect("valid metadata"),
+        );
+        request
+    };
+
+    for scheme in ["Bearer ", "bearer ", "BEARER ", "Bearer    "] {
+        let value = format!("{scheme}{TOKEN}");
+        client
+            .get_faults(get(&value))
+            .await
+            .unwrap_or_else(|e| panic!("{value:?} refused: {e:?}"));
+    }
+    for value in [
+        format!("Basic {TOKEN}"),
+        format!("bearer {}", TOKEN.to_uppercase()),
+        "bearer wrong".to_owned(),
+    ] {
+        let e = client
+            .get_faults(get(&value))
+            .await
+            .expect_err("not the token");
+        assert_eq!(e.code(), Code::Unauthenticated, "{value:?}: {e:?}");
+    }
+    hop.stop().await;
 }
