@@ -2,11 +2,12 @@
 //! clears and reports the network faults of the replica's own namespace.
 //!
 //! Authentication: every call carries the run's token as `authorization:
-//! Bearer <token>` metadata, compared in constant time; without it the
-//! answer is UNAUTHENTICATED and nothing is touched. Every value is
-//! validated before the backend sees it. How a fault is applied (netem,
-//! nftables, the NFQUEUE delay line) is the backend's business:
-//! `tailmesh-netfault` provides it, the tests provide a recording one.
+//! Bearer <token>` metadata (the scheme in any case), compared in constant
+//! time; without it the answer is UNAUTHENTICATED and nothing is touched.
+//! Every value is validated before the backend sees it. How a fault is
+//! applied (netem, nftables, the NFQUEUE delay line) is the backend's
+//! business: `tailmesh-netfault` provides it, the tests provide a
+//! recording one.
 
 use std::{sync::Arc, time::Duration};
 
@@ -120,7 +121,7 @@ impl<B: FaultBackend> ControlService<B> {
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_token)
             .unwrap_or("");
         if self.token.is_empty() || !constant_time_eq(given.as_bytes(), self.token.as_bytes()) {
             return Err(Status::unauthenticated(
@@ -144,6 +145,16 @@ impl<B: FaultBackend> ControlService<B> {
                 Status::failed_precondition(format!("the fault could not be applied: {e}"))
             })
     }
+}
+
+/// The token of an `authorization` value in the Bearer scheme: the scheme
+/// matched case-insensitively and any number of spaces after it, as RFC
+/// 9110 section 11.1 and RFC 6750 section 2.1 allow.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("Bearer")
+        .then(|| rest.trim_start_matches(' '))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -220,5 +231,39 @@ impl<B: FaultBackend> Control for ControlService<B> {
     ) -> Result<Response<FaultState>, Status> {
         self.authorize(&request)?;
         Ok(Response::new(self.state.lock().await.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_scheme_in_any_case_with_any_spaces() {
+        for value in [
+            "Bearer t0k",
+            "bearer t0k",
+            "BEARER t0k",
+            "bEaReR t0k",
+            "Bearer    t0k",
+        ] {
+            assert_eq!(bearer_token(value), Some("t0k"), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn other_schemes_and_malformed_values_carry_no_token() {
+        for value in [
+            "Basic t0k",
+            "Bearert0k",
+            "Bearer",
+            "",
+            "Bearer\tt0k",
+            " Bearer t0k",
+        ] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
+        // Only the scheme is case-insensitive: the token is kept as sent.
+        assert_eq!(bearer_token("bearer T0K"), Some("T0K"));
     }
 }

@@ -11,14 +11,19 @@
 //! - `runtime_thread`: a runtime on its own thread, for background work.
 //! - `addr`: [`addr::PeerAddr`], a service's host (address or DNS name) and port.
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
+//! - `incoming`: the connections a server accepts: accept errors backed
+//!   off and logged, idle connections closed.
+//! - `reflection`: server reflection listing only the services served.
 
 pub mod addr;
 pub mod broker;
 pub mod control;
 pub mod deadline;
 pub mod hop;
+pub mod incoming;
 pub mod model;
 pub mod process;
+pub mod reflection;
 pub mod runtime_thread;
 pub mod telemetry;
 pub mod timer;

@@ -214,6 +214,7 @@ async fn slowness_set_at_runtime_slows_every_request_until_cleared() {
         concurrency: None,
         drain_grace: Duration::from_secs(1),
         precise_timer: true,
+        idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(hop::run_with_control(

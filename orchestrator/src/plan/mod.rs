@@ -176,6 +176,7 @@ impl MeshPlan {
             broker: addrs.broker.clone(),
             concurrency: hop.concurrency,
             drain_grace: DRAIN_GRACE,
+            idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
             precise_timer: true,
         }
     }

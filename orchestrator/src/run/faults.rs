@@ -208,6 +208,10 @@ async fn control_call(
                 .map_err(|e| tonic::Status::internal(e.to_string()))?
                 .connect_timeout(Duration::from_secs(10))
                 .timeout(Duration::from_secs(10))
+                // Pings keep the connection from looking idle to the hop,
+                // which closes idle connections, however long the fault.
+                .http2_keep_alive_interval(Duration::from_secs(30))
+                .keep_alive_while_idle(true)
                 .connect()
                 .await
                 .map_err(|e| tonic::Status::unavailable(format!("connect {addr}: {e}")))?;

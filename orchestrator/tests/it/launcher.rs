@@ -59,6 +59,7 @@ fn hop(dir: &Path, name: &str) -> ProcessSpec {
         concurrency: None,
         drain_grace: Duration::from_secs(1),
         precise_timer: false,
+        idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
     };
     let path = dir.join(format!("{name}.json"));
     let json = serde_json::to_string_pretty(&config).expect("a hop config serializes");

@@ -518,6 +518,7 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
         concurrency: None,
         drain_grace: Duration::from_secs(1),
         precise_timer: false,
+        idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
     };
     let config_path = write(
         dir.path(),

@@ -70,6 +70,11 @@ pub struct BrokerConfig {
     pub max_payload_bytes: usize,
     /// How long shutdown waits for queued and held tasks to be answered.
     pub drain_grace: Duration,
+    /// How long a client connection may go without a byte read or written
+    /// before the broker closes it (see
+    /// [`DEFAULT_IDLE_TIMEOUT`](crate::incoming::DEFAULT_IDLE_TIMEOUT);
+    /// workers' keepalive pings keep theirs open).
+    pub idle_timeout: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -80,6 +85,7 @@ impl Default for BrokerConfig {
             max_deliveries: 3,
             max_payload_bytes: 4 * 1024 * 1024,
             drain_grace: Duration::from_secs(5),
+            idle_timeout: crate::incoming::DEFAULT_IDLE_TIMEOUT,
         }
     }
 }

@@ -15,10 +15,14 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use crate::{deadline::grpc_timeout, telemetry};
+use crate::{
+    deadline::grpc_timeout, incoming::Incoming, reflection::reflection_service, telemetry,
+};
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tailmesh_proto::pb::{
-    self, broker_server::BrokerServer, submit_stream_reply, submit_stream_request, worker_message,
+    self,
+    broker_server::{self, BrokerServer},
+    submit_stream_reply, submit_stream_request, worker_message,
 };
 use tokio::{
     net::TcpListener,
@@ -26,10 +30,7 @@ use tokio::{
     time::Instant,
 };
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
-use tonic::{
-    Request, Response, Status, Streaming,
-    transport::{Server, server::TcpIncoming},
-};
+use tonic::{Request, Response, Status, Streaming, transport::Server};
 use tonic_health::ServingStatus;
 
 use super::{
@@ -55,7 +56,9 @@ const SERVER_CLOSE_GRACE: Duration = Duration::from_secs(2);
 ///
 /// Besides `tailmesh.v1.Broker` it serves `grpc.health.v1.Health` (SERVING
 /// for `""` and `"tailmesh.v1.Broker"` until shutdown begins, NOT_SERVING
-/// after) and server reflection for every tailmesh service.
+/// after) and server reflection, which lists those three services only.
+/// Connections idle for [`BrokerConfig::idle_timeout`] are closed; accept
+/// errors are logged and retried with backoff.
 ///
 /// Shutdown: new submits are answered UNAVAILABLE at once; queued and held
 /// tasks keep being dispatched and answered for up to
@@ -71,10 +74,8 @@ pub async fn run(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<BrokerServer<BrokerService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(tailmesh_proto::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(BrokerError::Reflection)?;
+    let reflection =
+        reflection_service(&[broker_server::SERVICE_NAME]).map_err(BrokerError::Reflection)?;
     let limit = config.max_payload_bytes.saturating_add(MESSAGE_OVERHEAD);
     let service = BrokerServer::new(BrokerService(broker.clone()))
         .max_decoding_message_size(limit)
@@ -82,8 +83,8 @@ pub async fn run(
 
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     // serve_with_incoming ignores Server::tcp_nodelay; the incoming stream
-    // sets it instead (Nagle would add delayed-ACK stalls to every hop).
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    // sets it instead.
+    let incoming = Incoming::tcp(listener, "broker", config.idle_timeout);
     let mut server = pin!(
         Server::builder()
             .add_service(health_service)

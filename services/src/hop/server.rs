@@ -9,19 +9,16 @@ use std::{
 
 use prost::Message;
 use serde::{Deserialize, Serialize};
-use tailmesh_proto::{
-    FILE_DESCRIPTOR_SET,
-    pb::{
-        CallReply, CallRequest, HopRecord,
-        hop_server::{Hop, HopServer},
-    },
+use tailmesh_proto::pb::{
+    CallReply, CallRequest, HopRecord, control_server,
+    hop_server::{self, Hop, HopServer},
 };
 use tokio::{
     net::TcpListener,
     sync::{Semaphore, oneshot, watch},
     time::Instant,
 };
-use tonic::{Code, Request, Response, Status, transport::server::TcpIncoming};
+use tonic::{Code, Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -35,7 +32,9 @@ use crate::{
     addr::PeerAddr,
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
+    incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
     model::{Balance, HopBehavior, Transport},
+    reflection::reflection_service,
     telemetry,
     timer::Sleeper,
 };
@@ -81,6 +80,10 @@ pub struct HopConfig {
     /// Sub-millisecond sleeps (true) or tokio's millisecond timer (false).
     #[serde(default = "default_true")]
     pub precise_timer: bool,
+    /// How long a client connection may go without a byte read or written
+    /// before this replica closes it (see [`DEFAULT_IDLE_TIMEOUT`]).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout: Duration,
 }
 
 fn default_grace() -> Duration {
@@ -88,6 +91,9 @@ fn default_grace() -> Duration {
 }
 fn default_true() -> bool {
     true
+}
+fn default_idle_timeout() -> Duration {
+    DEFAULT_IDLE_TIMEOUT
 }
 
 /// Errors starting or running a hop.
@@ -499,7 +505,9 @@ impl Hop for HopService {
 
 /// Serves one hop replica on `listener` until `shutdown` resolves, then
 /// drains requests in flight for up to `config.drain_grace`. Serves
-/// `tailmesh.v1.Hop`, the gRPC health service and server reflection.
+/// `tailmesh.v1.Hop`, the gRPC health service and server reflection (which
+/// lists those three). Connections idle for `config.idle_timeout` are
+/// closed; accept errors are logged and retried with backoff.
 pub async fn run(
     config: HopConfig,
     listener: TcpListener,
@@ -509,7 +517,7 @@ pub async fn run(
 }
 
 /// [`run`], plus the fault agent (`tailmesh.v1.Control`) when `control`
-/// is given.
+/// is given (and then listed by reflection).
 pub async fn run_with_control<B: crate::control::FaultBackend>(
     config: HopConfig,
     listener: TcpListener,
@@ -520,13 +528,14 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
     let name = config.behavior.name.clone();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<HopServer<HopService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|source| HopError::Reflection {
-            hop: name.clone(),
-            source,
-        })?;
+    let served: &[&str] = match control {
+        Some(_) => &[hop_server::SERVICE_NAME, control_server::SERVICE_NAME],
+        None => &[hop_server::SERVICE_NAME],
+    };
+    let reflection = reflection_service(served).map_err(|source| HopError::Reflection {
+        hop: name.clone(),
+        source,
+    })?;
 
     let (stop, stopped) = oneshot::channel::<()>();
     let (stop_worker, worker_stopped) = watch::channel(false);
@@ -545,7 +554,11 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
         }
         (Transport::Push, _) => None,
     };
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = Incoming::tcp(
+        listener,
+        &format!("hop \"{name}\" replica {}", config.replica),
+        config.idle_timeout,
+    );
     let server = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
