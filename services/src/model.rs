@@ -139,3 +139,17 @@ pub struct HopBehavior {
     /// Injected errors, if any.
     pub error: Option<ErrorInjection>,
 }
+
+impl HopBehavior {
+    /// A hop that does no work and has no faults: the plainest there is.
+    pub fn idle(name: impl Into<String>, seed: u64) -> Self {
+        HopBehavior {
+            name: name.into(),
+            seed,
+            work: Work::None,
+            slow: None,
+            replica_slow: None,
+            error: None,
+        }
+    }
+}

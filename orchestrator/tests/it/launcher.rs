@@ -16,10 +16,7 @@ use nix::{
     unistd::{Pid, getpgid},
 };
 use tailmesh::launcher::{LaunchError, LocalLauncher, ProcessSpec};
-use tailmesh_services::{
-    hop::HopConfig,
-    model::{HopBehavior, Transport, Work},
-};
+use tailmesh_services::{hop::HopConfig, model::HopBehavior};
 use tokio::time::{Instant, sleep};
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
@@ -44,22 +41,9 @@ const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 /// spec that serves it.
 fn hop(dir: &Path, name: &str) -> ProcessSpec {
     let config = HopConfig {
-        behavior: HopBehavior {
-            name: name.to_string(),
-            seed: 7,
-            work: Work::None,
-            slow: None,
-            replica_slow: None,
-            error: None,
-        },
-        replica: 0,
-        transport: Transport::Push,
-        downstream: Vec::new(),
-        broker: None,
-        concurrency: None,
         drain_grace: Duration::from_secs(1),
         precise_timer: false,
-        idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
+        ..HopConfig::new(HopBehavior::idle(name, 7))
     };
     let path = dir.join(format!("{name}.json"));
     let json = serde_json::to_string_pretty(&config).expect("a hop config serializes");

@@ -503,22 +503,11 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
 
     // A real `tailmesh hop` inside the namespace, its agent in Own mode.
     let config = tailmesh_services::hop::HopConfig {
-        behavior: tailmesh_services::model::HopBehavior {
-            name: "own".to_owned(),
-            seed: 7,
-            work: tailmesh_services::model::Work::None,
-            slow: None,
-            replica_slow: None,
-            error: None,
-        },
-        replica: 0,
-        transport: tailmesh_services::model::Transport::Push,
-        downstream: Vec::new(),
-        broker: None,
-        concurrency: None,
         drain_grace: Duration::from_secs(1),
         precise_timer: false,
-        idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
+        ..tailmesh_services::hop::HopConfig::new(tailmesh_services::model::HopBehavior::idle(
+            "own", 7,
+        ))
     };
     let config_path = write(
         dir.path(),

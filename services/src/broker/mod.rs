@@ -2,7 +2,7 @@
 //! result on the same call; workers hold one bidirectional stream, take
 //! tasks when they have credit, and send results back on it.
 //!
-//! Semantics (each covered by `services/tests/broker.rs`):
+//! Semantics (each covered by `services/tests/it/broker.rs`):
 //! - **FIFO per topic, credit-based dispatch.** A task goes to a worker only
 //!   while that worker has credit. Hello grants the first credits, every
 //!   result for a task the stream holds returns one credit implicitly,

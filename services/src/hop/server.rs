@@ -86,6 +86,25 @@ pub struct HopConfig {
     pub idle_timeout: Duration,
 }
 
+impl HopConfig {
+    /// Replica 0 of a push hop with `behavior` that calls nothing, with the
+    /// defaults a config file gets for what it leaves out; change fields
+    /// with struct update syntax.
+    pub fn new(behavior: HopBehavior) -> Self {
+        HopConfig {
+            behavior,
+            replica: 0,
+            transport: Transport::Push,
+            downstream: Vec::new(),
+            broker: None,
+            concurrency: None,
+            drain_grace: default_grace(),
+            precise_timer: default_true(),
+            idle_timeout: default_idle_timeout(),
+        }
+    }
+}
+
 fn default_grace() -> Duration {
     Duration::from_secs(5)
 }

@@ -23,7 +23,7 @@ use tailmesh_services::{
     control::{ControlService, NoFaults},
     hop::{self, HopConfig},
     incoming::{DEFAULT_IDLE_TIMEOUT, IdleTimeout, Incoming},
-    model::{HopBehavior, Transport, Work},
+    model::HopBehavior,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -253,22 +253,10 @@ async fn traffic_keeps_a_connection_open_and_silence_closes_it() {
 
 fn hop_config(name: &str, idle_timeout: Duration) -> HopConfig {
     HopConfig {
-        behavior: HopBehavior {
-            name: name.to_owned(),
-            seed: 1,
-            work: Work::None,
-            slow: None,
-            replica_slow: None,
-            error: None,
-        },
-        replica: 0,
-        transport: Transport::Push,
-        downstream: Vec::new(),
-        broker: None,
-        concurrency: None,
         drain_grace: Duration::from_secs(1),
         precise_timer: false,
         idle_timeout,
+        ..HopConfig::new(HopBehavior::idle(name, 1))
     }
 }
 

@@ -193,28 +193,14 @@ async fn slowness_set_at_runtime_slows_every_request_until_cleared() {
     use tailmesh_services::{
         control::NoFaults,
         hop::{self, HopConfig},
-        model::{HopBehavior, Transport, Work},
+        model::HopBehavior,
     };
 
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let config = HopConfig {
-        behavior: HopBehavior {
-            name: "x".to_owned(),
-            seed: 3,
-            work: Work::None,
-            slow: None,
-            replica_slow: None,
-            error: None,
-        },
-        replica: 0,
-        transport: Transport::Push,
-        downstream: Vec::new(),
-        broker: None,
-        concurrency: None,
         drain_grace: Duration::from_secs(1),
-        precise_timer: true,
-        idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
+        ..HopConfig::new(HopBehavior::idle("x", 3))
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(hop::run_with_control(

@@ -1,0 +1,14 @@
+//! The services' integration tests on loopback, in one binary (one link
+//! instead of one per file):
+//!
+//! - `broker`: every semantic the broker promises, through real gRPC;
+//! - `chain`: a 3-hop chain: reply paths, slow flags, seeded schedules,
+//!   errors and deadlines;
+//! - `control`: the fault agent's API: its token and its validation;
+//! - `limits`: servers at their limits: accept errors, idle connections,
+//!   reflection, the `authorization` scheme.
+
+mod broker;
+mod chain;
+mod control;
+mod limits;
