@@ -78,7 +78,7 @@ impl Naming {
 
     /// Where the service playing `role` is reached.
     pub fn addr(&self, role: &str) -> Result<PeerAddr, String> {
-        PeerAddr::new(&self.service(role), self.port)
+        PeerAddr::new(&self.service(role), self.port).map_err(|e| e.to_string())
     }
 
     /// The broker's address (when a hop is reached by pull) and every hop's
