@@ -336,7 +336,7 @@ fn main() -> ExitCode {
         Command::Validate { scenarios } => return validate(scenarios),
         Command::Report { run } => experiment::regenerate_report(run)
             .map(|path| say!("{}", path.display()))
-            .map_err(anyhow::Error::from),
+            .map_err(|e| anyhow::anyhow!("{e}")),
         Command::Compare { a, b } => compare(a, b),
         Command::DelayLine {
             queue,
@@ -355,7 +355,7 @@ fn main() -> ExitCode {
             config: Some(config),
             serve,
             ..
-        } => roles::serve_hop(config, &serve.options()),
+        } => roles::serve_hop(config, &serve.options()).map_err(|e| anyhow::anyhow!("{e}")),
         Command::Hop {
             config: None,
             scenario,
@@ -372,7 +372,8 @@ fn main() -> ExitCode {
                     replica: *replica,
                 },
                 &serve.options(),
-            ),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}")),
             _ => Err(anyhow::anyhow!(
                 "tailmesh hop needs --config, or --scenario and --hop"
             )),
@@ -390,7 +391,8 @@ fn main() -> ExitCode {
                 ..BrokerConfig::default()
             },
             &serve.options(),
-        ),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -593,8 +595,8 @@ fn validate(paths: &[PathBuf]) -> ExitCode {
 }
 
 fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
-    let (run_a, _) = experiment::read_run(a)?;
-    let (run_b, _) = experiment::read_run(b)?;
+    let (run_a, _) = experiment::read_run(a).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (run_b, _) = experiment::read_run(b).map_err(|e| anyhow::anyhow!("{e}"))?;
     let label = |p: &std::path::Path| p.display().to_string();
     tailmesh::console::out_text(&tailmesh::output::render_comparison(
         &run_a,
