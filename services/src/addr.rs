@@ -86,11 +86,6 @@ impl PeerAddr {
         })
     }
 
-    /// The host, without brackets.
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
@@ -211,7 +206,6 @@ mod tests {
             assert_eq!(addr.uri(), format!("http://{text}"));
         }
         let socket: SocketAddr = "[::1]:80".parse().expect("an address");
-        assert_eq!(PeerAddr::from(socket).host(), "::1");
         assert_eq!(PeerAddr::from(socket).to_string(), "[::1]:80");
         // JSON carries the same text, so configs holding socket addresses
         // read unchanged.

@@ -53,11 +53,6 @@ pub struct Telemetry {
 type ExportThread = crate::runtime_thread::RuntimeThread;
 
 impl Telemetry {
-    /// Whether spans are exported.
-    pub fn exporting(&self) -> bool {
-        self.provider.is_some()
-    }
-
     /// Flushes queued spans (waiting up to 5 s) and stops the exporter.
     pub fn shutdown(self) {
         if let Some(provider) = self.provider
