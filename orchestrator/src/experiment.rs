@@ -24,7 +24,7 @@ use crate::{
     scenario::{self, Scenario, ScenarioErrors},
     traces::{
         breakdown,
-        collector::{self, ReceiverThread},
+        collector::{self, ReceiverError, ReceiverThread},
         jaeger,
     },
 };
@@ -45,7 +45,7 @@ pub struct RunCommand {
     pub otlp_forward: Option<String>,
     /// Run against a deployed mesh (Docker Compose, Kubernetes) instead of
     /// starting processes; its trace receiver listens on all interfaces.
-    pub attach: Option<run::Attach>,
+    pub attach: Option<crate::launcher::Attach>,
 }
 
 /// Why a run could not produce results.
@@ -57,12 +57,56 @@ pub enum ExperimentError {
     /// Launching or running failed.
     #[error(transparent)]
     Run(#[from] Box<RunError>),
-    /// A result file could not be written.
+    /// A result file could not be written or read back.
     #[error(transparent)]
     Output(#[from] OutputError),
-    /// Anything else, with context.
-    #[error("{0}")]
-    Other(String),
+    /// The path of this executable (every hop process runs it).
+    #[error("find the tailmesh binary: {0}")]
+    Exe(#[source] std::io::Error),
+    /// The load generator's runtime could not be built.
+    #[error(transparent)]
+    Runtime(#[from] roles::RuntimeError),
+    /// The embedded trace receiver could not start.
+    #[error(transparent)]
+    TraceReceiver(#[from] ReceiverError),
+    /// The run id could not be made from the start time.
+    #[error("format the run id: {0}")]
+    RunId(#[source] time::error::Format),
+    /// A folder could not be made or a file read.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done: "create", "read".
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A run folder's summary.json is not one tailmesh wrote.
+    #[error("read {}: {source}", path.display())]
+    ReadRun {
+        /// The summary.json.
+        path: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A run folder's requests.csv names a variant its summary.json lacks.
+    #[error(
+        "{}: requests.csv names variant \"{variant}\", which summary.json does not have",
+        dir.display()
+    )]
+    UnknownVariant {
+        /// The run folder.
+        dir: PathBuf,
+        /// The variant named.
+        variant: String,
+    },
+    /// Every run folder name for this second is taken.
+    #[error("no free run folder under {}", parent.display())]
+    NoFreeRunDir {
+        /// The scenario's results folder.
+        parent: PathBuf,
+    },
 }
 
 /// A run that has been measured and analyzed, its files not yet written
@@ -97,11 +141,11 @@ impl Finished {
 }
 
 /// Runs the scenario end to end. Blocks; builds its own single-threaded
-/// runtime (the fastest load generator on small machines, see PERF.md).
+/// runtime (the fastest load generator on small machines: the hops share
+/// the same few cores, and one thread saves wake-ups across threads).
 pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let (scenario, source) = scenario::load(&command.scenario)?;
-    let exe = std::env::current_exe()
-        .map_err(|e| ExperimentError::Other(format!("find the tailmesh binary: {e}")))?;
+    let exe = std::env::current_exe().map_err(ExperimentError::Exe)?;
     let started_at = OffsetDateTime::now_utc();
     let dir = create_run_dir(&command.results, &scenario.name, started_at)?;
     output::check_writable(&dir)?;
@@ -119,20 +163,17 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         .clone()
         .or_else(|| scenario.telemetry.forward.clone());
 
-    let runtime = roles::runtime(1).map_err(|e| ExperimentError::Other(format!("{e:#}")))?;
+    let runtime = roles::runtime(1)?;
     let receiver = if sampling > 0.0 {
-        Some(
-            ReceiverThread::start(
-                collector::DEFAULT_CAPACITY,
-                forward.as_deref(),
-                if command.attach.is_some() {
-                    std::net::SocketAddr::from(([0, 0, 0, 0], crate::deploy::TRACE_PORT))
-                } else {
-                    std::net::SocketAddr::from(([127, 0, 0, 1], 0))
-                },
-            )
-            .map_err(ExperimentError::Other)?,
-        )
+        Some(ReceiverThread::start(
+            collector::DEFAULT_CAPACITY,
+            forward.as_deref(),
+            if command.attach.is_some() {
+                std::net::SocketAddr::from(([0, 0, 0, 0], crate::deploy::TRACE_PORT))
+            } else {
+                std::net::SocketAddr::from(([127, 0, 0, 1], 0))
+            },
+        )?)
     } else {
         None
     };
@@ -367,10 +408,13 @@ pub type VariantRecords = Vec<(String, Vec<RequestRecord>)>;
 /// variant's latency histogram rebuilt from the requests.
 pub fn read_run(dir: &Path) -> Result<(Summary, VariantRecords), ExperimentError> {
     let path = dir.join("summary.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| ExperimentError::Other(format!("read {}: {e}", path.display())))?;
-    let mut summary: Summary = serde_json::from_str(&text)
-        .map_err(|e| ExperimentError::Other(format!("read {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ExperimentError::Io {
+        what: "read",
+        path: path.clone(),
+        source,
+    })?;
+    let mut summary: Summary =
+        serde_json::from_str(&text).map_err(|source| ExperimentError::ReadRun { path, source })?;
     let mut records: Vec<(String, Vec<RequestRecord>)> = summary
         .variants
         .iter()
@@ -380,10 +424,10 @@ pub fn read_run(dir: &Path) -> Result<(Summary, VariantRecords), ExperimentError
         match records.iter_mut().find(|(name, _)| *name == variant) {
             Some((_, list)) => list.push(record),
             None => {
-                return Err(ExperimentError::Other(format!(
-                    "{}: requests.csv names variant \"{variant}\", which summary.json does not have",
-                    dir.display()
-                )));
+                return Err(ExperimentError::UnknownVariant {
+                    dir: dir.to_owned(),
+                    variant,
+                });
             }
         }
     }
@@ -433,10 +477,13 @@ fn create_run_dir(
         .format(format_description!(
             "[year][month][day]T[hour][minute][second]Z"
         ))
-        .map_err(|e| ExperimentError::Other(format!("format the run id: {e}")))?;
+        .map_err(ExperimentError::RunId)?;
     let parent = results.join(scenario);
-    std::fs::create_dir_all(&parent)
-        .map_err(|e| ExperimentError::Other(format!("create {}: {e}", parent.display())))?;
+    std::fs::create_dir_all(&parent).map_err(|source| ExperimentError::Io {
+        what: "create",
+        path: parent.clone(),
+        source,
+    })?;
     for n in 1..1000 {
         let id = if n == 1 {
             stamp.clone()
@@ -447,18 +494,16 @@ fn create_run_dir(
         match std::fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(ExperimentError::Other(format!(
-                    "create {}: {e}",
-                    dir.display()
-                )));
+            Err(source) => {
+                return Err(ExperimentError::Io {
+                    what: "create",
+                    path: dir,
+                    source,
+                });
             }
         }
     }
-    Err(ExperimentError::Other(format!(
-        "no free run folder under {}",
-        parent.display()
-    )))
+    Err(ExperimentError::NoFreeRunDir { parent })
 }
 
 /// Points `<results>/<scenario>/latest` at this run (best effort).

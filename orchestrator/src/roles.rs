@@ -5,9 +5,196 @@
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, pin::Pin};
 
-use anyhow::Context;
 use tailmesh_netfault::agent::{AgentBackend, NetBackend};
-use tailmesh_services::{broker::BrokerConfig, hop::HopConfig, process};
+use tailmesh_services::{
+    broker::{BrokerConfig, BrokerError},
+    hop::{HopConfig, HopError},
+    process,
+};
+
+use crate::scenario::ScenarioErrors;
+
+/// The tokio runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("start the tokio runtime: {0}")]
+pub struct RuntimeError(#[source] std::io::Error);
+
+/// Why a service role could not start or stopped with an error. Each
+/// message names the role (`hop "b" replica 1`, `broker`) or the file it
+/// came from.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    /// The role's runtime could not be built.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The hop's config file could not be read.
+    #[error("read hop config {}: {source}", path.display())]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The hop's config file is not a hop config.
+    #[error("parse hop config {}: {source}", path.display())]
+    ParseConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A deployed hop's scenario is not valid.
+    #[error("{0}")]
+    Scenario(#[from] ScenarioErrors),
+    /// `--variant` names no variant of the scenario.
+    #[error("{}: no variant {variant:?} (it has {})", scenario.display(), names.join(", "))]
+    NoVariant {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// The variant asked for.
+        variant: String,
+        /// The scenario's variants.
+        names: Vec<String>,
+    },
+    /// The scenario has several variants and `--variant` was not given.
+    #[error("{}: the scenario has {count} variants; say which with --variant", scenario.display())]
+    WhichVariant {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// How many variants it has.
+        count: usize,
+    },
+    /// `--hop` names no hop of the variant.
+    #[error("{}: variant {variant:?} has no hop {hop:?}", scenario.display())]
+    NoHop {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// The variant.
+        variant: String,
+        /// The hop asked for.
+        hop: String,
+    },
+    /// `--replica` is past the hop's replicas.
+    #[error(
+        "{}: hop {hop:?} has {replicas} replica(s); there is no replica {replica}",
+        scenario.display()
+    )]
+    NoReplica {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// The hop.
+        hop: String,
+        /// Its replicas.
+        replicas: u32,
+        /// The replica asked for.
+        replica: u32,
+    },
+    /// The deployment's service names do not make addresses.
+    #[error("{}: {source}", scenario.display())]
+    Naming {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// Why.
+        source: crate::plan::NamingError,
+    },
+    /// The path of this executable (the fault agent's delay line runs it).
+    #[error("find the tailmesh executable: {0}")]
+    Exe(#[source] std::io::Error),
+    /// The Control token file could not be read.
+    #[error(
+        "read the Control token from {} ({}): {source}",
+        path.display(),
+        crate::deploy::TOKEN_FILE_ENV
+    )]
+    ReadToken {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Control token file holds no token.
+    #[error("the Control token file {} is empty", path.display())]
+    EmptyToken {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The fault agent of a deployed hop cannot act in its container.
+    #[error(
+        "fault agent on {iface}: the container needs CAP_NET_ADMIN and the nft and iptables \
+         commands: {source}"
+    )]
+    OwnNamespace {
+        /// The container's interface.
+        iface: String,
+        /// Why.
+        source: tailmesh_netfault::FaultError,
+    },
+    /// The netns launcher's description of the agent is not readable.
+    #[error("{name}: parse {}: {source}", crate::launcher::netns::AGENT_ENV)]
+    AgentEnv {
+        /// The role.
+        name: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The fault agent under the netns launcher cannot act.
+    #[error("{name}: fault agent: {source}")]
+    Agent {
+        /// The role.
+        name: String,
+        /// Why.
+        source: tailmesh_netfault::FaultError,
+    },
+    /// The listening address could not be bound.
+    #[error("{name}: bind {addr}: {source}")]
+    Bind {
+        /// The role.
+        name: String,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bound address could not be read.
+    #[error("{name}: local address: {source}")]
+    LocalAddr {
+        /// The role.
+        name: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bound address could not be handed to the launcher.
+    #[error("{name}: write {}: {source}", path.display())]
+    AddrFile {
+        /// The role.
+        name: String,
+        /// The address file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The service failed while serving.
+    #[error("{name} on {addr}: {source}")]
+    Serve {
+        /// The role.
+        name: String,
+        /// Where it listened.
+        addr: SocketAddr,
+        /// Why.
+        source: Box<ServiceError>,
+    },
+}
+
+/// The error of the service a role runs.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// A hop replica's.
+    #[error(transparent)]
+    Hop(#[from] HopError),
+    /// The broker's.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
 
 /// Options of `tailmesh hop`.
 #[derive(Clone, Debug)]
@@ -18,13 +205,14 @@ pub struct ServeOptions {
     pub addr_file: Option<PathBuf>,
     /// Exit when standard input closes (the launcher holds its write end).
     pub supervised: bool,
-    /// Runtime threads: 1 runs a current-thread runtime (the fastest on
-    /// small machines, see PERF.md).
+    /// Runtime threads: 1 runs a current-thread runtime, the fastest on
+    /// small machines, where a mesh's processes already share the few cores
+    /// and a multi-thread runtime only adds wake-ups across threads.
     pub threads: usize,
 }
 
 /// Builds the runtime the options ask for.
-pub fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, RuntimeError> {
     let mut builder = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -32,19 +220,21 @@ pub fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
         b.worker_threads(threads);
         b
     };
-    builder
-        .enable_all()
-        .build()
-        .context("start the tokio runtime")
+    builder.enable_all().build().map_err(RuntimeError)
 }
 
 /// Runs a hop replica from its JSON config file (written by the local and
 /// netns launchers) until told to stop.
-pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(config_path)
-        .with_context(|| format!("read hop config {}", config_path.display()))?;
-    let config: HopConfig = serde_json::from_str(&text)
-        .with_context(|| format!("parse hop config {}", config_path.display()))?;
+pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> Result<(), RoleError> {
+    let text = std::fs::read_to_string(config_path).map_err(|source| RoleError::ReadConfig {
+        path: config_path.to_owned(),
+        source,
+    })?;
+    let config: HopConfig =
+        serde_json::from_str(&text).map_err(|source| RoleError::ParseConfig {
+            path: config_path.to_owned(),
+            source,
+        })?;
     let control = netns_agent(&config)?;
     serve_hop_config(config, control, options)
 }
@@ -67,57 +257,56 @@ pub struct DeployedHop {
 /// of the hops it calls from the deployment's service names, its Control
 /// token (when the deployment applies network faults) from the file named
 /// by `TAILMESH_CONTROL_TOKEN_FILE`.
-pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> anyhow::Result<()> {
-    let (scenario, _) =
-        crate::scenario::load(&which.scenario).map_err(|e| anyhow::anyhow!("{e}"))?;
+pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> Result<(), RoleError> {
+    let (scenario, _) = crate::scenario::load(&which.scenario)?;
     let variant = match &which.variant {
         Some(name) => scenario
             .variants
             .iter()
             .find(|v| &v.name == name)
-            .with_context(|| {
-                let names: Vec<&str> = scenario.variants.iter().map(|v| v.name.as_str()).collect();
-                format!(
-                    "{}: no variant {name:?} (it has {})",
-                    which.scenario.display(),
-                    names.join(", ")
-                )
+            .ok_or_else(|| RoleError::NoVariant {
+                scenario: which.scenario.clone(),
+                variant: name.clone(),
+                names: scenario.variants.iter().map(|v| v.name.clone()).collect(),
             })?,
-        None if scenario.variants.len() == 1 => &scenario.variants[0],
-        None => anyhow::bail!(
-            "{}: the scenario has {} variants; say which with --variant",
-            which.scenario.display(),
-            scenario.variants.len()
-        ),
+        None => match scenario.variants.as_slice() {
+            [only] => only,
+            all => {
+                return Err(RoleError::WhichVariant {
+                    scenario: which.scenario.clone(),
+                    count: all.len(),
+                });
+            }
+        },
     };
     let hop = variant
         .hops
         .iter()
         .find(|h| h.name == which.hop)
-        .with_context(|| {
-            format!(
-                "{}: variant {:?} has no hop {:?}",
-                which.scenario.display(),
-                variant.name,
-                which.hop
-            )
+        .ok_or_else(|| RoleError::NoHop {
+            scenario: which.scenario.clone(),
+            variant: variant.name.clone(),
+            hop: which.hop.clone(),
         })?;
-    anyhow::ensure!(
-        which.replica < hop.replicas,
-        "{}: hop {:?} has {} replica(s); there is no replica {}",
-        which.scenario.display(),
-        hop.name,
-        hop.replicas,
-        which.replica
-    );
+    if which.replica >= hop.replicas {
+        return Err(RoleError::NoReplica {
+            scenario: which.scenario.clone(),
+            hop: hop.name.clone(),
+            replicas: hop.replicas,
+            replica: which.replica,
+        });
+    }
     let addrs = crate::plan::Naming::for_variant(&scenario, variant, crate::deploy::SERVICE_PORT)
         .addrs(variant)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", which.scenario.display()))?;
+        .map_err(|source| RoleError::Naming {
+            scenario: which.scenario.clone(),
+            source,
+        })?;
     let config =
         crate::plan::MeshPlan::new(&scenario, variant).hop_config(hop, which.replica, &addrs);
     let control = match read_token_file()? {
         Some(token) => {
-            let exe = std::env::current_exe().context("find the tailmesh executable")?;
+            let exe = std::env::current_exe().map_err(RoleError::Exe)?;
             let seed = agent_seed(&config);
             Some(tailmesh_services::control::ControlService::new(
                 token,
@@ -131,31 +320,27 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> anyhow
 
 /// The Control token in the file named by `TAILMESH_CONTROL_TOKEN_FILE`,
 /// if the variable is set.
-pub fn read_token_file() -> anyhow::Result<Option<String>> {
+pub fn read_token_file() -> Result<Option<String>, RoleError> {
     let Some(path) = std::env::var_os(crate::deploy::TOKEN_FILE_ENV) else {
         return Ok(None);
     };
-    let token = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "read the Control token from {} ({})",
-            PathBuf::from(&path).display(),
-            crate::deploy::TOKEN_FILE_ENV
-        )
+    let path = PathBuf::from(path);
+    let token = std::fs::read_to_string(&path).map_err(|source| RoleError::ReadToken {
+        path: path.clone(),
+        source,
     })?;
-    let token = token.trim().to_owned();
-    anyhow::ensure!(
-        !token.is_empty(),
-        "the Control token file {} is empty",
-        PathBuf::from(&path).display()
-    );
-    Ok(Some(token))
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(RoleError::EmptyToken { path });
+    }
+    Ok(Some(token.to_owned()))
 }
 
 /// The fault agent of a hop in its own namespace (a container or pod): it
 /// shapes the interface of the default route, starts its delay line
 /// itself, and fails the hop's start when it cannot act (no NET_ADMIN, no
 /// nft), so a deployment never runs a fault it cannot apply.
-fn own_namespace_backend(exe: PathBuf, seed: u64) -> anyhow::Result<NetBackend> {
+fn own_namespace_backend(exe: PathBuf, seed: u64) -> Result<NetBackend, RoleError> {
     let iface = tailmesh_netfault::container_iface();
     NetBackend::own(
         iface.clone(),
@@ -163,12 +348,7 @@ fn own_namespace_backend(exe: PathBuf, seed: u64) -> anyhow::Result<NetBackend> 
         exe,
         seed,
     )
-    .with_context(|| {
-        format!(
-            "fault agent on {iface}: the container needs CAP_NET_ADMIN and the nft and \
-             iptables commands"
-        )
-    })
+    .map_err(|source| RoleError::OwnNamespace { iface, source })
 }
 
 /// The seed of a replica's fault agent (its delay line's jitter draws).
@@ -180,7 +360,7 @@ fn serve_hop_config(
     config: HopConfig,
     control: Option<tailmesh_services::control::ControlService<AgentBackend>>,
     options: &ServeOptions,
-) -> anyhow::Result<()> {
+) -> Result<(), RoleError> {
     let name = format!(
         "hop \"{}\" replica {}",
         config.behavior.name, config.replica
@@ -188,7 +368,7 @@ fn serve_hop_config(
     serve(&name, options, |listener, shutdown| async move {
         tailmesh_services::hop::run_with_control(config, listener, shutdown, control)
             .await
-            .map_err(anyhow::Error::from)
+            .map_err(ServiceError::from)
     })
 }
 
@@ -196,7 +376,7 @@ fn serve_hop_config(
 /// the run's token, and acts on the namespace the launcher describes.
 fn netns_agent(
     config: &HopConfig,
-) -> anyhow::Result<Option<tailmesh_services::control::ControlService<AgentBackend>>> {
+) -> Result<Option<tailmesh_services::control::ControlService<AgentBackend>>, RoleError> {
     let name = format!(
         "hop \"{}\" replica {}",
         config.behavior.name, config.replica
@@ -207,13 +387,16 @@ fn netns_agent(
                 .ok()
                 .map(|json| serde_json::from_str(&json))
                 .transpose()
-                .with_context(|| format!("{name}: parse {}", crate::launcher::netns::AGENT_ENV))?;
-            let exe = std::env::current_exe().context("find the tailmesh executable")?;
+                .map_err(|source| RoleError::AgentEnv {
+                    name: name.clone(),
+                    source,
+                })?;
+            let exe = std::env::current_exe().map_err(RoleError::Exe)?;
             let seed = agent_seed(config);
             let backend = agent
                 .map(|a| NetBackend::new(a, exe, seed))
                 .transpose()
-                .with_context(|| format!("{name}: fault agent"))?;
+                .map_err(|source| RoleError::Agent { name, source })?;
             Some(tailmesh_services::control::ControlService::new(
                 token,
                 AgentBackend(backend),
@@ -225,20 +408,20 @@ fn netns_agent(
 }
 
 /// Runs the pull broker until told to stop.
-pub fn serve_broker(config: BrokerConfig, options: &ServeOptions) -> anyhow::Result<()> {
+pub fn serve_broker(config: BrokerConfig, options: &ServeOptions) -> Result<(), RoleError> {
     serve("broker", options, |listener, shutdown| async move {
         tailmesh_services::broker::run(config, listener, shutdown)
             .await
-            .map_err(anyhow::Error::from)
+            .map_err(ServiceError::from)
     })
 }
 
 /// Binds, announces the address to the launcher, and runs `service` until
 /// a signal or the end of standard input.
-fn serve<F, Fut>(name: &str, options: &ServeOptions, service: F) -> anyhow::Result<()>
+fn serve<F, Fut>(name: &str, options: &ServeOptions, service: F) -> Result<(), RoleError>
 where
     F: FnOnce(tokio::net::TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
-    Fut: Future<Output = anyhow::Result<()>>,
+    Fut: Future<Output = Result<(), ServiceError>>,
 {
     runtime(options.threads)?.block_on(async {
         let telemetry = tailmesh_services::telemetry::init("warn");
@@ -248,26 +431,38 @@ where
     })
 }
 
-async fn serve_in<F, Fut>(name: &str, options: &ServeOptions, service: F) -> anyhow::Result<()>
+async fn serve_in<F, Fut>(name: &str, options: &ServeOptions, service: F) -> Result<(), RoleError>
 where
     F: FnOnce(tokio::net::TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
-    Fut: Future<Output = anyhow::Result<()>>,
+    Fut: Future<Output = Result<(), ServiceError>>,
 {
-    {
-        let listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .with_context(|| format!("{name}: bind {}", options.listen))?;
-        let addr = listener
-            .local_addr()
-            .with_context(|| format!("{name}: local address"))?;
-        if let Some(path) = &options.addr_file {
-            process::write_addr_file(path, addr)
-                .with_context(|| format!("{name}: write {}", path.display()))?;
-        }
-        tracing::info!(%addr, "{name} listening");
-        let shutdown = Box::pin(process::shutdown_signal(options.supervised));
-        service(listener, shutdown)
-            .await
-            .with_context(|| format!("{name} on {addr}"))
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|source| RoleError::Bind {
+            name: name.to_owned(),
+            addr: options.listen,
+            source,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| RoleError::LocalAddr {
+            name: name.to_owned(),
+            source,
+        })?;
+    if let Some(path) = &options.addr_file {
+        process::write_addr_file(path, addr).map_err(|source| RoleError::AddrFile {
+            name: name.to_owned(),
+            path: path.clone(),
+            source,
+        })?;
     }
+    tracing::info!(%addr, "{name} listening");
+    let shutdown = Box::pin(process::shutdown_signal(options.supervised));
+    service(listener, shutdown)
+        .await
+        .map_err(|source| RoleError::Serve {
+            name: name.to_owned(),
+            addr,
+            source: Box::new(source),
+        })
 }

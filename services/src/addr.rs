@@ -8,6 +8,56 @@ use std::{fmt, net::SocketAddr, str::FromStr};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// Why a text is not a [`PeerAddr`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddrError {
+    /// The host is empty or longer than a DNS name can be.
+    #[error("{host:?} is not a host name (1 to 253 characters)")]
+    HostLength {
+        /// The host as given.
+        host: String,
+    },
+    /// A dot-separated part of the host is not a DNS label.
+    #[error(
+        "{host:?} is not a host name: {label:?} is not a DNS label \
+         (1 to 63 letters, digits and '-', not starting or ending with '-')"
+    )]
+    NotDnsLabel {
+        /// The host as given.
+        host: String,
+        /// The offending label.
+        label: String,
+    },
+    /// Port 0, which no service listens on.
+    #[error("{host}: port 0 names no service")]
+    PortZero {
+        /// The host.
+        host: String,
+    },
+    /// No `:` separates a host from a port.
+    #[error("{text:?} is not host:port")]
+    NotHostPort {
+        /// The text as given.
+        text: String,
+    },
+    /// What follows the last `:` is not a port number.
+    #[error("{text:?}: {port:?} is not a port")]
+    NotPort {
+        /// The text as given.
+        text: String,
+        /// The port part.
+        port: String,
+    },
+    /// `host:port` text whose host or port is refused.
+    #[error("{text:?}: {problem}")]
+    Invalid {
+        /// The text as given.
+        text: String,
+        /// What is wrong with its host or port.
+        problem: Box<AddrError>,
+    },
+}
+
 /// A host (IP address or DNS name) and a port, written `host:port`
 /// (`[::1]:7000` for IPv6). In JSON it is that string, so a plain socket
 /// address reads as one.
@@ -19,24 +69,21 @@ pub struct PeerAddr {
 
 impl PeerAddr {
     /// `host:port`, with `host` a DNS name or an IP address.
-    pub fn new(host: &str, port: u16) -> Result<Self, String> {
+    pub fn new(host: &str, port: u16) -> Result<Self, AddrError> {
         let host = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         check_host(host)?;
         if port == 0 {
-            return Err(format!("{host}: port 0 names no service"));
+            return Err(AddrError::PortZero {
+                host: host.to_owned(),
+            });
         }
         Ok(Self {
             host: host.to_owned(),
             port,
         })
-    }
-
-    /// The host, without brackets.
-    pub fn host(&self) -> &str {
-        &self.host
     }
 
     /// The port.
@@ -52,12 +99,14 @@ impl PeerAddr {
 
 /// An IP address, or a DNS name: dot-separated labels of ASCII letters,
 /// digits and '-', none empty, none starting or ending with '-'.
-fn check_host(host: &str) -> Result<(), String> {
+fn check_host(host: &str) -> Result<(), AddrError> {
     if host.parse::<std::net::IpAddr>().is_ok() {
         return Ok(());
     }
     if host.is_empty() || host.len() > 253 {
-        return Err(format!("{host:?} is not a host name (1 to 253 characters)"));
+        return Err(AddrError::HostLength {
+            host: host.to_owned(),
+        });
     }
     for label in host.split('.') {
         let plain = label
@@ -69,10 +118,10 @@ fn check_host(host: &str) -> Result<(), String> {
             || label.starts_with('-')
             || label.ends_with('-')
         {
-            return Err(format!(
-                "{host:?} is not a host name: {label:?} is not a DNS label \
-                 (1 to 63 letters, digits and '-', not starting or ending with '-')"
-            ));
+            return Err(AddrError::NotDnsLabel {
+                host: host.to_owned(),
+                label: label.to_owned(),
+            });
         }
     }
     Ok(())
@@ -89,16 +138,20 @@ impl fmt::Display for PeerAddr {
 }
 
 impl FromStr for PeerAddr {
-    type Err = String;
+    type Err = AddrError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (host, port) = s
             .rsplit_once(':')
-            .ok_or_else(|| format!("{s:?} is not host:port"))?;
-        let port = port
-            .parse()
-            .map_err(|_| format!("{s:?}: {port:?} is not a port"))?;
-        Self::new(host, port).map_err(|e| format!("{s:?}: {e}"))
+            .ok_or_else(|| AddrError::NotHostPort { text: s.to_owned() })?;
+        let port = port.parse().map_err(|_| AddrError::NotPort {
+            text: s.to_owned(),
+            port: port.to_owned(),
+        })?;
+        Self::new(host, port).map_err(|problem| AddrError::Invalid {
+            text: s.to_owned(),
+            problem: Box::new(problem),
+        })
     }
 }
 
@@ -153,7 +206,6 @@ mod tests {
             assert_eq!(addr.uri(), format!("http://{text}"));
         }
         let socket: SocketAddr = "[::1]:80".parse().expect("an address");
-        assert_eq!(PeerAddr::from(socket).host(), "::1");
         assert_eq!(PeerAddr::from(socket).to_string(), "[::1]:80");
         // JSON carries the same text, so configs holding socket addresses
         // read unchanged.
@@ -176,9 +228,21 @@ mod tests {
             "hop:x",
             "a..b:1",
         ] {
-            let error = bad.parse::<PeerAddr>().expect_err(bad);
+            let error = bad.parse::<PeerAddr>().expect_err(bad).to_string();
             assert!(error.contains(&format!("{bad:?}")), "{bad}: {error}");
         }
+        let said = |text: &str| text.parse::<PeerAddr>().expect_err(text).to_string();
+        assert_eq!(said("hop-b-1"), r#""hop-b-1" is not host:port"#);
+        assert_eq!(said("hop:x"), r#""hop:x": "x" is not a port"#);
+        assert_eq!(said("hop:0"), r#""hop:0": hop: port 0 names no service"#);
+        assert_eq!(
+            said(":7000"),
+            r#"":7000": "" is not a host name (1 to 253 characters)"#
+        );
+        assert_eq!(
+            said("hop_b:7000"),
+            r#""hop_b:7000": "hop_b" is not a host name: "hop_b" is not a DNS label (1 to 63 letters, digits and '-', not starting or ending with '-')"#
+        );
         let json = serde_json::from_str::<PeerAddr>("\"hop b:1\"").expect_err("a space");
         assert!(json.to_string().contains("not a DNS label"), "{json}");
     }

@@ -53,11 +53,6 @@ pub struct Telemetry {
 type ExportThread = crate::runtime_thread::RuntimeThread;
 
 impl Telemetry {
-    /// Whether spans are exported.
-    pub fn exporting(&self) -> bool {
-        self.provider.is_some()
-    }
-
     /// Flushes queued spans (waiting up to 5 s) and stops the exporter.
     pub fn shutdown(self) {
         if let Some(provider) = self.provider
@@ -119,12 +114,23 @@ pub fn init(default_filter: &str) -> Telemetry {
     Telemetry { provider, exporter }
 }
 
+/// Why spans cannot be exported (the process then runs without export).
+#[derive(Debug, thiserror::Error)]
+enum ExportError {
+    /// The exporter could not be built for the endpoint.
+    #[error(transparent)]
+    Build(#[from] opentelemetry_otlp::ExporterBuildError),
+    /// The exporter's thread could not start.
+    #[error(transparent)]
+    Thread(#[from] crate::runtime_thread::ThreadError),
+}
+
 /// Starts the exporter's thread and builds the provider there, so the
 /// tonic channel's tasks run on that thread's runtime.
-fn export_thread(endpoint: &str) -> Result<(SdkTracerProvider, ExportThread), String> {
+fn export_thread(endpoint: &str) -> Result<(SdkTracerProvider, ExportThread), ExportError> {
     let endpoint = endpoint.to_string();
     ExportThread::spawn("otlp-export", move |ready, stopped| async move {
-        let _ = ready.send(provider(&endpoint).map_err(|e| e.to_string()));
+        let _ = ready.send(provider(&endpoint).map_err(ExportError::from));
         let _ = stopped.await;
     })
 }

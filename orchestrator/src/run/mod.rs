@@ -30,14 +30,12 @@ use tailmesh_services::{
 use tokio::sync::watch;
 
 use crate::{
-    launcher::{AnyLauncher, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher},
+    launcher::{AnyLauncher, Attach, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher},
     loadgen::{self, LoadOutcome, Target},
     plan::{DRAIN_GRACE, MeshPlan, Naming},
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
     traces::{collector::Collector, loadgen::LoadTracer},
 };
-
-pub use crate::launcher::Attach;
 
 /// How long hops get to finish requests in flight when a variant ends:
 /// as long as each hop itself drains them.

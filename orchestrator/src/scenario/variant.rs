@@ -10,6 +10,65 @@ use super::error::Problems;
 use super::read::{Section, dns_label_problem, is_dns_label};
 use super::tree::{Entry, Node, Span, Table, Value};
 
+/// Why an override path, a variant's override or a sweep value cannot be
+/// applied. Its `Display` is the problem's message, after the variant's
+/// prefix.
+#[derive(Debug, thiserror::Error)]
+enum OverrideError {
+    #[error("override path \"{path}\" has an empty part")]
+    EmptyPart { path: String },
+    #[error("override path \"{path}\": launcher has no keys")]
+    LauncherKey { path: String },
+    #[error(
+        "override path \"load\" must name a key of [load], e.g. \"load.rate\" (write the whole \
+         path in quotes)"
+    )]
+    LoadWithoutKey,
+    #[error("override path \"{path}\": hop names cannot be changed by a variant")]
+    HopName { path: String },
+    #[error(
+        "override path \"{path}\" must be hop.<selector>.<key> with selector *, a hop name or an \
+         index, e.g. \"hop.*.transport\" (write the whole path in quotes)"
+    )]
+    HopPath { path: String },
+    #[error("seed cannot be overridden by a variant: it is per scenario")]
+    Seed,
+    #[error(
+        "override path \"{path}\": [{section}] cannot be overridden by a variant, it is per scenario"
+    )]
+    PerScenario { path: String, section: String },
+    #[error("override path \"{path}\": {key} cannot be overridden by a variant")]
+    Fixed { path: String, key: String },
+    #[error(
+        "unknown section \"{section}\" in override path \"{path}\" (expected load, hop or launcher)"
+    )]
+    UnknownSection { path: String, section: String },
+    #[error("hop selector \"{selector}\" in \"{path}\" matches no hop")]
+    NoHopSelected { selector: String, path: String },
+    #[error("unset \"{path}\": no selected hop has this key")]
+    NoSelectedHopHasKey { path: String },
+    #[error("unset \"{path}\": no such key")]
+    NoSuchKey { path: String },
+    #[error("cannot set \"{path}\"")]
+    CannotSet { path: String },
+    #[error(
+        "cannot {} \"{path}\": {parent} is {kind}, not a table",
+        if *setting { "set" } else { "unset" }
+    )]
+    NotATable {
+        setting: bool,
+        path: String,
+        parent: String,
+        kind: &'static str,
+    },
+    #[error("a hops sweep takes whole numbers, got {kind}")]
+    HopsNotWhole { kind: &'static str },
+    #[error("there are no [[hop]] tables to take hops from")]
+    NoHops,
+    #[error("a hops sweep takes 1 to {declared} (the [[hop]] tables declared), got {n}")]
+    HopsOutOfRange { declared: usize, n: i64 },
+}
+
 /// How an unset entry is echoed in [`super::Variant::overrides`].
 pub(super) const UNSET: &str = "<unset>";
 
@@ -141,7 +200,7 @@ fn spec(
                             target,
                             value: Some(e.node.clone()),
                         }),
-                        Err(why) => s.report(p, &e.key_span, why),
+                        Err(why) => s.report(p, &e.key_span, why.to_string()),
                     }
                 }
             }
@@ -176,7 +235,7 @@ fn spec(
                             target,
                             value: None,
                         }),
-                        Err(why) => s.report(p, &item.span, why),
+                        Err(why) => s.report(p, &item.span, why.to_string()),
                     }
                 }
             }
@@ -197,49 +256,44 @@ fn spec(
 }
 
 /// Parses an override path such as `hop.*.transport`.
-fn target(path: &str) -> Result<Target, String> {
+fn target(path: &str) -> Result<Target, OverrideError> {
     let segments: Vec<String> = path.split('.').map(str::to_owned).collect();
-    if segments.iter().any(String::is_empty) {
-        return Err(format!("override path \"{path}\" has an empty part"));
-    }
-    let (first, rest) = segments
+    let path = || path.to_owned();
+    // `split` yields at least one part, so an empty path is an empty part.
+    let Some((first, rest)) = segments
         .split_first()
-        .ok_or_else(|| "empty override path".to_owned())?;
+        .filter(|_| !segments.iter().any(String::is_empty))
+    else {
+        return Err(OverrideError::EmptyPart { path: path() });
+    };
     match first.as_str() {
         "launcher" if rest.is_empty() => Ok(Target::Launcher),
-        "launcher" => Err(format!("override path \"{path}\": launcher has no keys")),
-        "load" if rest.is_empty() => Err("override path \"load\" must name a key of [load], \
-             e.g. \"load.rate\" (write the whole path in quotes)"
-            .to_owned()),
+        "launcher" => Err(OverrideError::LauncherKey { path: path() }),
+        "load" if rest.is_empty() => Err(OverrideError::LoadWithoutKey),
         "load" => Ok(Target::Load(rest.to_vec())),
         "hop" => match rest.split_first() {
-            Some((selector, keys)) if !keys.is_empty() => {
-                if keys.first().is_some_and(|k| k == "name") {
-                    Err(format!(
-                        "override path \"{path}\": hop names cannot be changed by a variant"
-                    ))
-                } else {
-                    Ok(Target::Hop {
-                        selector: selector.clone(),
-                        rest: keys.to_vec(),
-                    })
-                }
+            Some((_, keys)) if keys.first().is_some_and(|k| k == "name") => {
+                Err(OverrideError::HopName { path: path() })
             }
-            _ => Err(format!(
-                "override path \"{path}\" must be hop.<selector>.<key> with selector *, a hop \
-                 name or an index, e.g. \"hop.*.transport\" (write the whole path in quotes)"
-            )),
+            Some((selector, keys)) if !keys.is_empty() => Ok(Target::Hop {
+                selector: selector.clone(),
+                rest: keys.to_vec(),
+            }),
+            _ => Err(OverrideError::HopPath { path: path() }),
         },
-        "seed" => Err("seed cannot be overridden by a variant: it is per scenario".to_owned()),
-        "check" | "report" | "telemetry" => Err(format!(
-            "override path \"{path}\": [{first}] cannot be overridden by a variant, it is per scenario"
-        )),
-        "name" | "description" | "variant" => Err(format!(
-            "override path \"{path}\": {first} cannot be overridden by a variant"
-        )),
-        _ => Err(format!(
-            "unknown section \"{first}\" in override path \"{path}\" (expected load, hop or launcher)"
-        )),
+        "seed" => Err(OverrideError::Seed),
+        "check" | "report" | "telemetry" => Err(OverrideError::PerScenario {
+            path: path(),
+            section: first.clone(),
+        }),
+        "name" | "description" | "variant" => Err(OverrideError::Fixed {
+            path: path(),
+            key: first.clone(),
+        }),
+        _ => Err(OverrideError::UnknownSection {
+            path: path(),
+            section: first.clone(),
+        }),
     }
 }
 
@@ -255,7 +309,7 @@ pub(super) fn apply(base: &Table, spec: &Spec, p: &mut Problems) -> Table {
     tree
 }
 
-fn apply_one(tree: &mut Table, op: &Op) -> Result<(), String> {
+fn apply_one(tree: &mut Table, op: &Op) -> Result<(), OverrideError> {
     match &op.target {
         Target::Launcher => edit(tree, &["launcher".to_owned()], op),
         Target::Load(rest) => {
@@ -266,10 +320,10 @@ fn apply_one(tree: &mut Table, op: &Op) -> Result<(), String> {
         Target::Hop { selector, rest } => {
             let hops = selected_hops(tree, selector);
             if hops.is_empty() {
-                return Err(format!(
-                    "hop selector \"{selector}\" in \"{}\" matches no hop",
-                    op.path
-                ));
+                return Err(OverrideError::NoHopSelected {
+                    selector: selector.clone(),
+                    path: op.path.clone(),
+                });
             }
             let mut done = false;
             for hop in hops {
@@ -283,10 +337,9 @@ fn apply_one(tree: &mut Table, op: &Op) -> Result<(), String> {
             if done {
                 Ok(())
             } else {
-                Err(format!(
-                    "unset \"{}\": no selected hop has this key",
-                    op.path
-                ))
+                Err(OverrideError::NoSelectedHopHasKey {
+                    path: op.path.clone(),
+                })
             }
         }
     }
@@ -331,7 +384,7 @@ fn selected_hops<'t>(tree: &'t mut Table, selector: &str) -> Vec<&'t mut Table> 
 
 /// Sets or removes `path` below `table`, creating missing tables on the way
 /// (they take the override's place, so their problems point at it).
-fn edit(table: &mut Table, path: &[String], op: &Op) -> Result<(), String> {
+fn edit(table: &mut Table, path: &[String], op: &Op) -> Result<(), OverrideError> {
     let Some((last, parents)) = path.split_last() else {
         return Ok(());
     };
@@ -339,7 +392,9 @@ fn edit(table: &mut Table, path: &[String], op: &Op) -> Result<(), String> {
     for (depth, segment) in parents.iter().enumerate() {
         if table.get(segment).is_none() {
             if op.value.is_none() {
-                return Err(format!("unset \"{}\": no such key", op.path));
+                return Err(OverrideError::NoSuchKey {
+                    path: op.path.clone(),
+                });
             }
             table.entries.push(Entry {
                 key: segment.clone(),
@@ -351,18 +406,19 @@ fn edit(table: &mut Table, path: &[String], op: &Op) -> Result<(), String> {
             });
         }
         let Some(entry) = table.get_mut(segment) else {
-            return Err(format!("cannot set \"{}\"", op.path));
+            return Err(OverrideError::CannotSet {
+                path: op.path.clone(),
+            });
         };
         table = match &mut entry.node.value {
             Value::Table(t) => t,
             other => {
-                return Err(format!(
-                    "cannot {} \"{}\": {} is {}, not a table",
-                    if op.value.is_some() { "set" } else { "unset" },
-                    op.path,
-                    parents[..=depth].join("."),
-                    other.kind()
-                ));
+                return Err(OverrideError::NotATable {
+                    setting: op.value.is_some(),
+                    path: op.path.clone(),
+                    parent: parents[..=depth].join("."),
+                    kind: other.kind(),
+                });
             }
         };
     }
@@ -376,7 +432,9 @@ fn edit(table: &mut Table, path: &[String], op: &Op) -> Result<(), String> {
             Ok(())
         }
         None if table.remove(last) => Ok(()),
-        None => Err(format!("unset \"{}\": no such key", op.path)),
+        None => Err(OverrideError::NoSuchKey {
+            path: op.path.clone(),
+        }),
     }
 }
 
@@ -425,7 +483,7 @@ pub(super) fn read_sweep(root: &Table, source: &str, p: &mut Problems) -> Option
         match target(key) {
             Ok(t) => Some(t),
             Err(why) => {
-                s.report(p, &key_entry.node.span, why);
+                s.report(p, &key_entry.node.span, why.to_string());
                 return None;
             }
         }
@@ -552,25 +610,24 @@ pub(super) fn apply_sweep(
 }
 
 /// Keeps the first n `[[hop]]` tables: a chain of n hops.
-fn truncate_hops(tree: &mut Table, n: &Node) -> Result<(), String> {
+fn truncate_hops(tree: &mut Table, n: &Node) -> Result<(), OverrideError> {
     let Value::Integer(n) = n.value else {
-        return Err(format!(
-            "a hops sweep takes whole numbers, got {}",
-            n.value.kind()
-        ));
+        return Err(OverrideError::HopsNotWhole {
+            kind: n.value.kind(),
+        });
     };
     let Some(Value::Array(hops)) = tree.get_mut("hop").map(|e| &mut e.node.value) else {
-        return Err("there are no [[hop]] tables to take hops from".to_owned());
+        return Err(OverrideError::NoHops);
     };
     match usize::try_from(n) {
         Ok(n) if (1..=hops.len()).contains(&n) => {
             hops.truncate(n);
             Ok(())
         }
-        _ => Err(format!(
-            "a hops sweep takes 1 to {} (the [[hop]] tables declared), got {n}",
-            hops.len()
-        )),
+        _ => Err(OverrideError::HopsOutOfRange {
+            declared: hops.len(),
+            n,
+        }),
     }
 }
 

@@ -21,7 +21,7 @@ use opentelemetry_proto::tonic::{
     trace::v1::ResourceSpans,
 };
 use serde::Serialize;
-use tailmesh_services::runtime_thread::RuntimeThread;
+use tailmesh_services::runtime_thread::{RuntimeThread, ThreadError};
 use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 use tonic::{Request, Response, Status, transport::server::TcpIncoming};
 
@@ -31,6 +31,33 @@ pub const DEFAULT_CAPACITY: usize = 2_000_000;
 const FORWARD_QUEUE: usize = 256;
 /// How long one forwarded batch may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why the trace receiver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiverError {
+    /// The forward target is not a URI a gRPC channel can take.
+    #[error("forward target {url}: {source}")]
+    ForwardTarget {
+        /// The target as given.
+        url: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// The listening address could not be bound.
+    #[error("trace receiver: bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bound address could not be read.
+    #[error("trace receiver: local address: {0}")]
+    LocalAddr(#[source] std::io::Error),
+    /// The receiver's thread could not start.
+    #[error(transparent)]
+    Thread(#[from] ThreadError),
+}
 
 /// What the receiver and the forwarder counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -82,7 +109,7 @@ impl Collector {
     /// A collector keeping up to `capacity` spans, forwarding to
     /// `forward` (an `http://host:port` OTLP gRPC endpoint) when given.
     /// Must be called inside a tokio runtime when forwarding.
-    pub fn new(capacity: usize, forward: Option<&str>) -> Result<Arc<Self>, String> {
+    pub fn new(capacity: usize, forward: Option<&str>) -> Result<Arc<Self>, ReceiverError> {
         let counters = Arc::new(Counters::default());
         let forward = match forward {
             None => None,
@@ -207,9 +234,12 @@ impl Collector {
 }
 
 impl Forwarder {
-    fn start(url: &str, counters: Arc<Counters>) -> Result<Self, String> {
+    fn start(url: &str, counters: Arc<Counters>) -> Result<Self, ReceiverError> {
         let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
-            .map_err(|e| format!("forward target {url}: {e}"))?
+            .map_err(|source| ReceiverError::ForwardTarget {
+                url: url.to_owned(),
+                source,
+            })?
             .connect_timeout(FORWARD_TIMEOUT)
             .timeout(FORWARD_TIMEOUT);
         let mut client = TraceServiceClient::new(endpoint.connect_lazy());
@@ -310,7 +340,7 @@ impl ReceiverThread {
         capacity: usize,
         forward: Option<&str>,
         bind: std::net::SocketAddr,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ReceiverError> {
         let forward = forward.map(str::to_string);
         let ((collector, addr), thread) =
             RuntimeThread::spawn("trace-receiver", move |ready, stopped| async move {
@@ -318,11 +348,9 @@ impl ReceiverThread {
                     let collector = Collector::new(capacity, forward.as_deref())?;
                     let listener = TcpListener::bind(bind)
                         .await
-                        .map_err(|e| format!("trace receiver: bind {bind}: {e}"))?;
-                    let addr = listener
-                        .local_addr()
-                        .map_err(|e| format!("trace receiver: local address: {e}"))?;
-                    Ok::<_, String>((collector, listener, addr))
+                        .map_err(|source| ReceiverError::Bind { addr: bind, source })?;
+                    let addr = listener.local_addr().map_err(ReceiverError::LocalAddr)?;
+                    Ok::<_, ReceiverError>((collector, listener, addr))
                 };
                 let (collector, listener, addr) = match started.await {
                     Ok(s) => s,

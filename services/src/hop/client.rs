@@ -17,7 +17,7 @@ use tonic::{
     transport::{Channel, Endpoint},
 };
 
-use super::draw::keyed_rng;
+use super::{draw::keyed_rng, error::CallError};
 use crate::{addr::PeerAddr, model::Balance};
 
 /// How a caller holds its connections to a hop's replicas.
@@ -191,9 +191,11 @@ impl PushPool {
                     replica.channels[i % replica.channels.len()].clone()
                 }
                 Connections::PerRequest => {
-                    let channel = replica.endpoint.connect().await.map_err(|e| {
-                        Status::unavailable(format!("connect: {}", error_chain(&e)))
-                    })?;
+                    let channel = replica
+                        .endpoint
+                        .connect()
+                        .await
+                        .map_err(|source| Status::from(CallError::Connect { source }))?;
                     HopClient::new(channel)
                 }
             };
@@ -207,14 +209,13 @@ impl PushPool {
             None => call.await,
         };
         result.map_err(|status| {
-            let message = format!(
-                "hop \"{}\" replica {} ({}): {}",
-                self.hop,
-                index,
-                replica.addr,
-                status.message()
-            );
-            Status::new(status.code(), message)
+            CallError::Replica {
+                hop: self.hop.clone(),
+                replica: index,
+                addr: replica.addr.clone(),
+                status,
+            }
+            .into()
         })
     }
 }

@@ -5,14 +5,16 @@
 //! - `client`: reaching a push hop's replicas, with balancing.
 //! - `policy`: timeouts, budgeted retries and hedged requests.
 //! - `server`: the request handler, the gRPC service and `run`.
+//! - `error`: [`HopError`], and the one mapping of a call's failures to a
+//!   gRPC status.
 
 pub mod client;
 pub mod draw;
+mod error;
 pub mod policy;
 pub mod server;
 pub mod work;
 
 pub use client::{Connections, PushPool};
-pub use server::{
-    DownstreamConfig, HopConfig, HopCore, HopError, PullTarget, run, run_with_control,
-};
+pub use error::HopError;
+pub use server::{DownstreamConfig, HopConfig, HopCore, PullTarget, run, run_with_control};

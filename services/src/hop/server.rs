@@ -23,8 +23,9 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{
-    client::{Connections, PoolError, PushPool},
+    client::{Connections, PushPool},
     draw::plan,
+    error::{CallError, HopError},
     policy::{self, Called, ClientPolicy, PolicyState},
     work::perform,
 };
@@ -113,47 +114,6 @@ fn default_true() -> bool {
 }
 fn default_idle_timeout() -> Duration {
     DEFAULT_IDLE_TIMEOUT
-}
-
-/// Errors starting or running a hop.
-#[derive(Debug, thiserror::Error)]
-pub enum HopError {
-    /// A downstream pool could not be built.
-    #[error("hop \"{hop}\": downstream: {source}")]
-    Downstream {
-        /// This hop.
-        hop: String,
-        /// Why.
-        source: PoolError,
-    },
-    /// A pull downstream but no broker address.
-    #[error(
-        "hop \"{hop}\": downstream \"{downstream}\" is reached by pull but no broker address was given"
-    )]
-    NoBroker {
-        /// This hop.
-        hop: String,
-        /// The pull downstream.
-        downstream: String,
-    },
-    /// The gRPC server failed.
-    #[error("hop \"{hop}\" replica {replica}: serve: {source}")]
-    Serve {
-        /// This hop.
-        hop: String,
-        /// This replica.
-        replica: u32,
-        /// Why.
-        source: tonic::transport::Error,
-    },
-    /// Reflection could not be set up.
-    #[error("hop \"{hop}\": reflection: {source}")]
-    Reflection {
-        /// This hop.
-        hop: String,
-        /// Why.
-        source: tonic_reflection::server::Error,
-    },
 }
 
 /// A downstream hop: how to reach it, and the policy for calls to it.
@@ -274,23 +234,22 @@ impl PullTarget {
         let mut client = self.client.clone();
         let mut headers = HashMap::new();
         telemetry::inject_headers(&opentelemetry::Context::current(), &mut headers);
-        let context = |status: Status| {
-            Status::new(
-                status.code(),
-                format!(
-                    "hop \"{}\" via broker {}: {}",
-                    self.topic,
-                    self.broker,
-                    status.message()
-                ),
-            )
-        };
         let reply = client
             .submit(&self.topic, request.encode_to_vec(), headers, timeout)
             .await
-            .map_err(context)?;
-        CallReply::decode(reply.payload.as_slice())
-            .map_err(|e| context(Status::internal(format!("undecodable reply: {e}"))))
+            .map_err(|status| CallError::ViaBroker {
+                hop: self.topic.clone(),
+                broker: self.broker.clone(),
+                status,
+            })?;
+        let reply = CallReply::decode(reply.payload.as_slice()).map_err(|source| {
+            CallError::UndecodableReply {
+                hop: self.topic.clone(),
+                broker: self.broker.clone(),
+                source,
+            }
+        })?;
+        Ok(reply)
     }
 }
 
@@ -415,8 +374,8 @@ impl HopCore {
         let (slot, slot_wait) = match &inner.slots {
             Some(slots) => {
                 let waiting = Instant::now();
-                let slot = slots.acquire().await.map_err(|_| {
-                    Status::unavailable(format!("hop \"{}\" is shutting down", inner.behavior.name))
+                let slot = slots.acquire().await.map_err(|_| CallError::ShuttingDown {
+                    hop: inner.behavior.name.clone(),
                 })?;
                 (Some(slot), waiting.elapsed())
             }
@@ -439,13 +398,12 @@ impl HopCore {
             release.release();
         }
         if let Some(code) = plan.error {
-            return Err(Status::new(
-                Code::from(code),
-                format!(
-                    "injected error at hop \"{}\" replica {}",
-                    inner.behavior.name, inner.replica
-                ),
-            ));
+            return Err(CallError::Injected {
+                hop: inner.behavior.name.clone(),
+                replica: inner.replica,
+                code: Code::from(code),
+            }
+            .into());
         }
 
         let mut path = Vec::new();
@@ -453,10 +411,10 @@ impl HopCore {
         if !inner.downstream.is_empty() {
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if remaining == Some(Duration::ZERO) {
-                return Err(Status::deadline_exceeded(format!(
-                    "hop \"{}\": deadline passed before calling downstream",
-                    inner.behavior.name
-                )));
+                return Err(CallError::DeadlineBeforeDownstream {
+                    hop: inner.behavior.name.clone(),
+                }
+                .into());
             }
             let child = CallRequest {
                 request_id: request.request_id,
@@ -633,8 +591,11 @@ async fn pull_worker(
     let handler = move |task: Task, release: Release| {
         let core = core.clone();
         async move {
-            let request = CallRequest::decode(task.payload.as_slice()).map_err(|e| {
-                Status::invalid_argument(format!("task {}: undecodable request: {e}", task.task_id))
+            let request = CallRequest::decode(task.payload.as_slice()).map_err(|source| {
+                CallError::UndecodableRequest {
+                    task: task.task_id,
+                    source,
+                }
             })?;
             let timeout = (task.deadline_unix_nanos > 0).then(|| {
                 let now = SystemTime::now()

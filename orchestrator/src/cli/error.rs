@@ -1,0 +1,146 @@
+//! How a command ends other than in success, and the one place that turns
+//! that into what the user reads and the process's exit status: 0 done,
+//! 1 the command could not be done, 2 a bad scenario or bad flags, 3 a
+//! check failed, 130 interrupted.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+use std::{error::Error, path::PathBuf, process::ExitCode};
+
+use tailmesh::{experiment::ExperimentError, roles::RoleError, scenario::ScenarioErrors, tell};
+use tailmesh_services::hop::client::error_chain;
+
+use super::{deploy::ContextError, serve::HealthError};
+
+/// Why a command did not end in success.
+#[derive(Debug)]
+pub enum CliError {
+    /// The command line is not understood, or asks for `--help` or
+    /// `--version` (which clap reports through this too).
+    Flags(clap::Error),
+    /// A scenario file is not valid: every problem, one per line.
+    Scenario(ScenarioErrors),
+    /// `tailmesh validate` found invalid files; their problems were told
+    /// as each file was read.
+    Invalid,
+    /// A valid scenario that cannot be deployed as asked.
+    Undeployable {
+        /// The scenario file.
+        path: PathBuf,
+        /// Why.
+        reason: Box<dyn Error + Send + Sync>,
+    },
+    /// `tailmesh health`: a bad address, or no SERVING answer.
+    Health(HealthError),
+    /// `tailmesh compose` cannot name a build context.
+    Context(ContextError),
+    /// A run was measured and its numbers shown, but not all of its files
+    /// could be written.
+    Incomplete {
+        /// The run folder.
+        dir: PathBuf,
+        /// Why.
+        source: ExperimentError,
+    },
+    /// Ctrl-C cut the run short (its results cover what ran).
+    Interrupted,
+    /// `tailmesh run --check`: a check failed, or a request was not
+    /// accounted for.
+    CheckFailed {
+        /// The compounding check's verdict.
+        verdict: &'static str,
+        /// Whether every request was accounted for.
+        accounted: bool,
+    },
+    /// Anything else that kept the command from being done.
+    Failed(anyhow::Error),
+}
+
+impl CliError {
+    /// The exit status: the only place that decides one.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Flags(e) if !e.use_stderr() => 0,
+            CliError::Flags(_)
+            | CliError::Scenario(_)
+            | CliError::Invalid
+            | CliError::Undeployable { .. }
+            | CliError::Health(HealthError::Addr(_)) => 2,
+            CliError::CheckFailed { .. } => 3,
+            CliError::Interrupted => 130,
+            CliError::Health(_)
+            | CliError::Context(_)
+            | CliError::Incomplete { .. }
+            | CliError::Failed(_) => 1,
+        }
+    }
+
+    /// Tells the user, on standard error (`--help` and `--version` go to
+    /// standard output).
+    pub fn report(&self) {
+        match self {
+            CliError::Flags(e) => {
+                let _ = e.print();
+            }
+            CliError::Scenario(errors) => tell!("{errors}"),
+            CliError::Invalid => {}
+            CliError::Undeployable { path, reason } => {
+                tell!("{}: {}", path.display(), error_chain(reason.as_ref()));
+            }
+            CliError::Health(e) => tell!("tailmesh health: {}", error_chain(e)),
+            CliError::Context(e) => tell!("tailmesh compose: {}", error_chain(e)),
+            CliError::Incomplete { dir, source } => tell!(
+                "tailmesh: {}\ntailmesh: the results above were measured, but {} is incomplete",
+                error_chain(source),
+                dir.display()
+            ),
+            CliError::Interrupted => {
+                tell!("tailmesh: interrupted; the results above cover what ran");
+            }
+            CliError::CheckFailed { verdict, accounted } => tell!(
+                "tailmesh: check failed (verdict {verdict}, every request accounted for: {accounted})"
+            ),
+            CliError::Failed(e) => tell!("tailmesh: {}", error_chain(e.as_ref())),
+        }
+    }
+}
+
+/// Tells the user how `result` went and returns the exit status.
+pub fn finish(result: Result<(), CliError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            e.report();
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+impl From<ExperimentError> for CliError {
+    fn from(e: ExperimentError) -> Self {
+        match e {
+            ExperimentError::Scenario(errors) => CliError::Scenario(errors),
+            other => CliError::Failed(other.into()),
+        }
+    }
+}
+
+impl From<ScenarioErrors> for CliError {
+    fn from(errors: ScenarioErrors) -> Self {
+        CliError::Scenario(errors)
+    }
+}
+
+impl From<RoleError> for CliError {
+    /// A service role's errors, a deployed hop's bad scenario included
+    /// (told after "tailmesh: ", exit status 1: the container failed).
+    fn from(e: RoleError) -> Self {
+        CliError::Failed(e.into())
+    }
+}
+
+impl From<anyhow::Error> for CliError {
+    fn from(e: anyhow::Error) -> Self {
+        CliError::Failed(e)
+    }
+}

@@ -1,0 +1,93 @@
+//! `tailmesh run`: runs a scenario, shows what was measured, then writes
+//! the run folder's files.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::Args;
+use tailmesh::{
+    experiment::{self, RunCommand},
+    launcher::Attach,
+    output, roles, say,
+};
+
+use super::CliError;
+
+/// `tailmesh run`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// The scenario file.
+    #[arg(default_value = "scenarios/default.toml")]
+    scenario: PathBuf,
+    /// Folder for results: <RESULTS>/<scenario>/<run-id>/.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// Exit with status 3 when a check fails or a request is unaccounted for.
+    #[arg(long)]
+    check: bool,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+    /// Trace nothing (overrides the scenario's [telemetry] sampling).
+    #[arg(long)]
+    no_traces: bool,
+    /// Also forward every span over OTLP gRPC to this collector, e.g.
+    /// http://127.0.0.1:4317 (overrides [telemetry] forward).
+    #[arg(long, value_name = "URL")]
+    otlp_forward: Option<String>,
+    /// Start nothing: run against the hops and broker already running
+    /// under the names `tailmesh compose` / `tailmesh k8s` gave them
+    /// (the orchestrator container of a deployment runs this).
+    #[arg(long)]
+    attach: bool,
+    /// Attached: how long to wait for each service to answer health checks.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s", requires = "attach")]
+    attach_timeout: Duration,
+}
+
+/// Runs the scenario; interrupted, or a failed check under `--check`, once
+/// the results are written.
+pub fn run(args: RunArgs) -> Result<(), CliError> {
+    let attach = if args.attach {
+        Some(Attach {
+            token: roles::read_token_file()?,
+            ready_timeout: args.attach_timeout,
+        })
+    } else {
+        None
+    };
+    let finished = experiment::execute(&RunCommand {
+        scenario: args.scenario,
+        results: args.results,
+        progress: !args.quiet,
+        no_traces: args.no_traces,
+        otlp_forward: args.otlp_forward,
+        attach,
+    })?;
+    // What was measured is shown before any file is written: a full disk
+    // loses files, never the numbers.
+    if finished.histograms {
+        for v in &finished.summary.variants {
+            let title = format!("{}: latency from intended send time, ok requests", v.name);
+            say!("{}", output::render_histogram(&title, &v.latency_histogram));
+        }
+    }
+    say!("{}", output::render_table(&finished.summary));
+    say!("{}", output::render_legend(&finished.summary));
+    let files = finished.write().map_err(|source| CliError::Incomplete {
+        dir: finished.dir.clone(),
+        source,
+    })?;
+    say!("{}", output::render_files(&finished.dir, &files));
+    if finished.interrupted {
+        return Err(CliError::Interrupted);
+    }
+    if args.check && !finished.passed() {
+        return Err(CliError::CheckFailed {
+            verdict: finished.summary.check.verdict.as_str(),
+            accounted: finished.summary.check.accounted,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! What the binary does inside a mesh or a container rather than for a
+//! person at a terminal: the service roles the launchers and deployments
+//! start (`hop`, `broker`, `delay-line`), the health check containers run
+//! (`health`) and the Control token a Compose deployment writes (`token`).
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use clap::Args;
+use tailmesh::{
+    launcher::health::ProbeError,
+    roles::{self, DeployedHop, RuntimeError, ServeOptions},
+};
+use tailmesh_services::{
+    addr::{AddrError, PeerAddr},
+    broker::BrokerConfig,
+};
+
+use super::CliError;
+
+/// How a service role listens and lives.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Write the bound address to this file once listening.
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+    /// Exit when standard input closes (set by the launchers).
+    #[arg(long)]
+    supervised: bool,
+    /// Runtime threads (1: a current-thread runtime).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+impl ServeArgs {
+    fn options(&self) -> ServeOptions {
+        ServeOptions {
+            listen: self.listen,
+            addr_file: self.addr_file.clone(),
+            supervised: self.supervised,
+            threads: self.threads,
+        }
+    }
+}
+
+/// `tailmesh hop`.
+#[derive(Args)]
+pub struct HopArgs {
+    /// The hop's JSON config file (local and netns launchers).
+    #[arg(
+        long,
+        required_unless_present = "scenario",
+        conflicts_with = "scenario"
+    )]
+    config: Option<PathBuf>,
+    /// Deployed: the scenario to derive this replica's configuration from.
+    #[arg(long, requires = "hop")]
+    scenario: Option<PathBuf>,
+    /// Deployed: the variant (when the scenario has several).
+    #[arg(long, requires = "scenario")]
+    variant: Option<String>,
+    /// Deployed: the hop this replica belongs to.
+    #[arg(long, requires = "scenario")]
+    hop: Option<String>,
+    /// Deployed: the replica index.
+    #[arg(long, requires = "scenario", default_value_t = 0)]
+    replica: u32,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Serves one hop replica until told to stop.
+pub fn hop(args: HopArgs) -> Result<(), CliError> {
+    let options = args.serve.options();
+    match (args.config, args.scenario, args.hop) {
+        (Some(config), _, _) => roles::serve_hop(&config, &options)?,
+        (None, Some(scenario), Some(hop)) => roles::serve_deployed_hop(
+            &DeployedHop {
+                scenario,
+                variant: args.variant,
+                hop,
+                replica: args.replica,
+            },
+            &options,
+        )?,
+        // clap's requirements leave no other case.
+        _ => {
+            return Err(
+                anyhow::anyhow!("tailmesh hop needs --config, or --scenario and --hop").into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `tailmesh broker`.
+#[derive(Args)]
+pub struct BrokerArgs {
+    /// Topics to serve (the names of the hops reached by pull).
+    #[arg(long, value_delimiter = ',', required = true)]
+    topics: Vec<String>,
+    /// Most tasks queued per topic; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 10_000)]
+    queue_capacity: usize,
+    /// Deliveries a task may have before losing its workers fails it.
+    #[arg(long, default_value_t = 3)]
+    max_deliveries: u32,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Serves the pull broker until told to stop.
+pub fn broker(args: BrokerArgs) -> Result<(), CliError> {
+    let options = args.serve.options();
+    let config = BrokerConfig {
+        topics: args.topics,
+        queue_capacity: args.queue_capacity,
+        max_deliveries: args.max_deliveries,
+        ..BrokerConfig::default()
+    };
+    Ok(roles::serve_broker(config, &options)?)
+}
+
+/// `tailmesh delay-line`.
+#[derive(Args)]
+pub struct DelayLineArgs {
+    /// The NFQUEUE number.
+    #[arg(long)]
+    queue: u16,
+    /// Hold every packet this long ("10ms").
+    #[arg(long, value_parser = humantime::parse_duration)]
+    delay: Duration,
+    /// Plus or minus up to this, uniformly (at most the delay).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0us")]
+    jitter: Duration,
+    /// Seed of the jitter draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Serves the delay line until standard input closes.
+pub fn delay_line(args: DelayLineArgs) -> Result<(), CliError> {
+    tailmesh_netfault::delayline::run(args.queue, args.delay, args.jitter, args.seed)
+        .with_context(|| format!("delay line on queue {}", args.queue))?;
+    Ok(())
+}
+
+/// `tailmesh health`.
+#[derive(Args)]
+pub struct HealthArgs {
+    /// host:port.
+    addr: String,
+    /// Bound on the connection and the call.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    timeout: Duration,
+}
+
+/// Why `tailmesh health` did not find the service SERVING.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    /// The address is not host:port (bad input).
+    #[error(transparent)]
+    Addr(#[from] AddrError),
+    /// The check's runtime could not be built.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The service did not answer SERVING.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+}
+
+/// Asks the service once whether it is SERVING.
+pub fn health(args: HealthArgs) -> Result<(), CliError> {
+    let check = || -> Result<(), HealthError> {
+        let addr: PeerAddr = args.addr.parse()?;
+        roles::runtime(1)?.block_on(tailmesh::launcher::health::check(&addr, args.timeout))?;
+        Ok(())
+    };
+    check().map_err(CliError::Health)
+}
+
+/// `tailmesh token`.
+#[derive(Args)]
+pub struct TokenArgs {
+    /// The file to write (mode 0600); kept if it already holds a token.
+    out: PathBuf,
+}
+
+/// Writes a fresh Control token, unless the file already holds one.
+pub fn token(args: TokenArgs) -> Result<(), CliError> {
+    tailmesh::deploy::write_token(&args.out).map_err(anyhow::Error::from)?;
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! The hop's errors: [`HopError`] for callers of this library, and
+//! [`CallError`] for everything a hop answers on the wire, mapped to a
+//! gRPC status in exactly one place (`From<CallError> for Status`).
+
+use tonic::{Code, Status};
+
+use super::client::{PoolError, error_chain};
+use crate::addr::PeerAddr;
+
+/// Errors starting or running a hop.
+#[derive(Debug, thiserror::Error)]
+pub enum HopError {
+    /// A downstream pool could not be built.
+    #[error("hop \"{hop}\": downstream: {source}")]
+    Downstream {
+        /// This hop.
+        hop: String,
+        /// Why.
+        source: PoolError,
+    },
+    /// A pull downstream but no broker address.
+    #[error(
+        "hop \"{hop}\": downstream \"{downstream}\" is reached by pull but no broker address was given"
+    )]
+    NoBroker {
+        /// This hop.
+        hop: String,
+        /// The pull downstream.
+        downstream: String,
+    },
+    /// The gRPC server failed.
+    #[error("hop \"{hop}\" replica {replica}: serve: {source}")]
+    Serve {
+        /// This hop.
+        hop: String,
+        /// This replica.
+        replica: u32,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// Reflection could not be set up.
+    #[error("hop \"{hop}\": reflection: {source}")]
+    Reflection {
+        /// This hop.
+        hop: String,
+        /// Why.
+        source: tonic_reflection::server::Error,
+    },
+}
+
+/// Why a hop did not answer a call with a reply. Its `Display` is the
+/// status message the caller reads: each names the hop (and the replica or
+/// broker) it happened at, which is how the analysis blames a hop for a
+/// failed request, so the wording is part of the results.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// The replica is stopping and takes no more work.
+    #[error("hop \"{hop}\" is shutting down")]
+    ShuttingDown { hop: String },
+    /// The scenario's injected error for this request.
+    #[error("injected error at hop \"{hop}\" replica {replica}")]
+    Injected {
+        hop: String,
+        replica: u32,
+        code: Code,
+    },
+    /// Nothing was left of the caller's deadline for the downstream calls.
+    #[error("hop \"{hop}\": deadline passed before calling downstream")]
+    DeadlineBeforeDownstream { hop: String },
+    /// A broker task whose payload is not a `CallRequest`.
+    #[error("task {task}: undecodable request: {source}")]
+    UndecodableRequest {
+        task: u64,
+        source: prost::DecodeError,
+    },
+    /// A push replica could not be connected to (per-request connections).
+    #[error("connect: {}", error_chain(source))]
+    Connect { source: tonic::transport::Error },
+    /// A push replica's call failed; `status` is what it (or the transport)
+    /// said, its code kept.
+    #[error("hop \"{hop}\" replica {replica} ({addr}): {}", status.message())]
+    Replica {
+        hop: String,
+        replica: usize,
+        addr: PeerAddr,
+        status: Status,
+    },
+    /// A call through the broker failed; `status` is the broker's (or the
+    /// worker's) answer, its code kept.
+    #[error("hop \"{hop}\" via broker {broker}: {}", status.message())]
+    ViaBroker {
+        hop: String,
+        broker: PeerAddr,
+        status: Status,
+    },
+    /// The worker's reply through the broker is not a `CallReply`.
+    #[error("hop \"{hop}\" via broker {broker}: undecodable reply: {source}")]
+    UndecodableReply {
+        hop: String,
+        broker: PeerAddr,
+        source: prost::DecodeError,
+    },
+}
+
+impl From<CallError> for Status {
+    fn from(err: CallError) -> Self {
+        let code = match &err {
+            CallError::ShuttingDown { .. } | CallError::Connect { .. } => Code::Unavailable,
+            CallError::Injected { code, .. } => *code,
+            CallError::DeadlineBeforeDownstream { .. } => Code::DeadlineExceeded,
+            CallError::UndecodableRequest { .. } => Code::InvalidArgument,
+            CallError::Replica { status, .. } | CallError::ViaBroker { status, .. } => {
+                status.code()
+            }
+            CallError::UndecodableReply { .. } => Code::Internal,
+        };
+        Status::new(code, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_keep_their_codes_and_name_the_hop() {
+        let addr: PeerAddr = "127.0.0.1:7000".parse().expect("an address");
+        let cases = [
+            (
+                CallError::ShuttingDown { hop: "b".into() },
+                Code::Unavailable,
+                "hop \"b\" is shutting down",
+            ),
+            (
+                CallError::Injected {
+                    hop: "b".into(),
+                    replica: 1,
+                    code: Code::ResourceExhausted,
+                },
+                Code::ResourceExhausted,
+                "injected error at hop \"b\" replica 1",
+            ),
+            (
+                CallError::DeadlineBeforeDownstream { hop: "b".into() },
+                Code::DeadlineExceeded,
+                "hop \"b\": deadline passed before calling downstream",
+            ),
+            (
+                CallError::Replica {
+                    hop: "c".into(),
+                    replica: 2,
+                    addr: addr.clone(),
+                    status: Status::unavailable("refused"),
+                },
+                Code::Unavailable,
+                "hop \"c\" replica 2 (127.0.0.1:7000): refused",
+            ),
+            (
+                CallError::ViaBroker {
+                    hop: "c".into(),
+                    broker: addr,
+                    status: Status::not_found("unknown topic"),
+                },
+                Code::NotFound,
+                "hop \"c\" via broker 127.0.0.1:7000: unknown topic",
+            ),
+        ];
+        for (err, code, message) in cases {
+            let status = Status::from(err);
+            assert_eq!((status.code(), status.message()), (code, message));
+        }
+    }
+}
