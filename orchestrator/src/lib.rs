@@ -23,16 +23,16 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-pub mod analysis;
+mod analysis;
 pub mod console;
 pub mod deploy;
 pub mod experiment;
 pub mod launcher;
-pub mod loadgen;
+mod loadgen;
 pub mod output;
-pub mod plan;
-pub mod record;
+mod plan;
+mod record;
 pub mod roles;
-pub mod run;
+mod run;
 pub mod scenario;
 pub mod traces;

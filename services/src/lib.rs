@@ -18,12 +18,12 @@
 pub mod addr;
 pub mod broker;
 pub mod control;
-pub mod deadline;
+mod deadline;
 pub mod hop;
 pub mod incoming;
 pub mod model;
 pub mod process;
-pub mod reflection;
+mod reflection;
 pub mod runtime_thread;
 pub mod telemetry;
 pub mod timer;

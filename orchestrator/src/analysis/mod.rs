@@ -16,8 +16,7 @@ pub mod variant;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use compounding::{CompoundingReport, HopSlowness, Verdict, compound};
-pub use stats::{Percentiles, SIGFIG, Z95, new_histogram, record_us, wilson, wilson95};
-pub use summary::{CheckSummary, Environment, ScenarioEcho, Summary};
+pub use stats::Percentiles;
+pub use summary::Summary;
 pub use sweep::{SweepSummary, summarize_sweep};
-pub use variant::{HopReport, LoadSummary, Override, VariantReport, analyze_variant};
+pub use variant::VariantReport;

@@ -233,8 +233,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::analysis::analyze_variant;
     use crate::analysis::testing::{chain3, check, mixed_records};
+    use crate::analysis::variant::analyze_variant;
 
     fn report(name: &str, records: &[crate::record::RequestRecord]) -> VariantReport {
         let mut v = chain3();

@@ -172,7 +172,11 @@ pub fn mixed_records() -> Vec<RequestRecord> {
 /// A one-variant summary of [`mixed_records`] on [`chain3`], started at the
 /// Unix epoch, with `files` naming requests.csv.
 pub fn summary() -> crate::analysis::Summary {
-    use crate::analysis::{Environment, ScenarioEcho, Summary, analyze_variant};
+    use crate::analysis::{
+        Summary,
+        summary::{Environment, ScenarioEcho},
+        variant::analyze_variant,
+    };
     let variant = chain3();
     let scenario = crate::scenario::Scenario {
         name: "chain3".into(),

@@ -109,7 +109,7 @@ fn sub_buckets(histogram: &Histogram<u64>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::{new_histogram, record_us};
+    use crate::analysis::stats::{new_histogram, record_us};
 
     /// Java HdrHistogram's (and hdr-histogram-js's) documented output for
     /// 25, 50, 75 in a histogram of 1..2^53-1 at 3 digits, unscaled.
