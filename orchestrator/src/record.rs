@@ -53,7 +53,7 @@ impl Outcome {
 }
 
 /// A gRPC code in snake case, as used in summary.json and requests.csv.
-pub fn code_label(code: tonic::Code) -> String {
+pub(crate) fn code_label(code: tonic::Code) -> String {
     let name = format!("{code:?}");
     let mut out = String::with_capacity(name.len() + 4);
     for (i, c) in name.chars().enumerate() {

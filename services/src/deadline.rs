@@ -12,7 +12,7 @@ use tonic::{Code, Status};
 /// had passed: tonic's server reports its own `grpc-timeout` expiry as
 /// CANCELLED ("Timeout expired"), and which of the two timers fires first
 /// is a race. `what` names what was waited for.
-pub async fn within<T>(
+pub(crate) async fn within<T>(
     limit: Duration,
     call: impl Future<Output = Result<T, Status>>,
     what: impl FnOnce() -> String,
@@ -35,13 +35,13 @@ pub async fn within<T>(
 }
 
 /// The call's `grpc-timeout`, if present and well-formed.
-pub fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+pub(crate) fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
     parse_grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
 }
 
 /// Parses a `grpc-timeout` value ("100m", "250u", "2S"): at most 8 digits
 /// and a unit (H, M, S, m, u, n). Anything else is `None`.
-pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.len() < 2 || value.len() > 9 {
         return None;
     }

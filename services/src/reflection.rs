@@ -11,7 +11,7 @@ use tonic_reflection::server::{
 /// The reflection service (v1) for a server that serves the services named
 /// in `served` (their gRPC names, e.g. `hop_server::SERVICE_NAME`) beside
 /// gRPC health and reflection itself, which it lists too.
-pub fn reflection_service(
+pub(crate) fn reflection_service(
     served: &[&str],
 ) -> Result<ServerReflectionServer<impl ServerReflection>, Error> {
     let builder = Builder::configure()

@@ -27,7 +27,7 @@ use super::stats::wilson95;
 
 /// Requests below this many trials give no verdict: the interval is too wide
 /// to say anything.
-pub const MIN_TRIALS: u64 = 30;
+pub(crate) const MIN_TRIALS: u64 = 30;
 
 /// `1 - prod(1 - p_i)`: the chance that at least one of independent events
 /// with probabilities `p` happens. Probabilities are clamped to [0, 1].
@@ -37,7 +37,7 @@ pub const MIN_TRIALS: u64 = 30;
 /// k), and either way one slow hop makes the request slow when the injected
 /// delay exceeds the threshold. For k hops each slow with p it is
 /// `1 - (1-p)^k`.
-pub fn compound(p: &[f64]) -> f64 {
+pub(crate) fn compound(p: &[f64]) -> f64 {
     1.0 - p.iter().map(|p| 1.0 - p.clamp(0.0, 1.0)).product::<f64>()
 }
 
@@ -83,7 +83,7 @@ pub struct HopSlowness {
 /// The counts the check is computed from (see the module docs for which
 /// requests count).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SlowCounts {
+pub(crate) struct SlowCounts {
     /// Trials: ok requests plus counted timeouts.
     pub n: u64,
     /// Slow trials.
@@ -131,7 +131,7 @@ pub struct CompoundingReport {
 }
 
 /// Judges measured counts against the per-hop probabilities.
-pub fn judge(
+pub(crate) fn judge(
     counts: SlowCounts,
     hops: Vec<HopSlowness>,
     slow_threshold_us: u64,

@@ -7,16 +7,16 @@
 //! - `summary`: the whole run -> [`Summary`] (summary.json's shape).
 //! - `sweep`: a swept scenario's table and compounding curve.
 
-pub mod compounding;
-pub mod stats;
-pub mod summary;
-pub mod sweep;
-pub mod variant;
+pub(crate) mod compounding;
+pub(crate) mod stats;
+pub(crate) mod summary;
+pub(crate) mod sweep;
+pub(crate) mod variant;
 
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use stats::Percentiles;
-pub use summary::Summary;
-pub use sweep::{SweepSummary, summarize_sweep};
-pub use variant::VariantReport;
+pub(crate) use stats::Percentiles;
+pub(crate) use summary::Summary;
+pub(crate) use sweep::{SweepSummary, summarize_sweep};
+pub(crate) use variant::VariantReport;

@@ -10,27 +10,27 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Significant decimal digits kept by every latency histogram.
-pub const SIGFIG: u8 = 3;
+pub(crate) const SIGFIG: u8 = 3;
 
 /// The z value of a two-sided 95 % interval (the 0.975 normal quantile).
-pub const Z95: f64 = 1.959964;
+pub(crate) const Z95: f64 = 1.959964;
 
 /// A new, empty latency histogram: microseconds, [`SIGFIG`] digits,
 /// auto-resizing.
-pub fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new(SIGFIG).expect("3 significant digits is a valid histogram configuration")
 }
 
 /// Whole microseconds in `d`, truncated (sub-microsecond times count as 0),
 /// saturating at `u64::MAX`.
-pub fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Records `us` microseconds once. Uses `record`, never `record_correct`:
 /// open-loop latencies are already measured from the intended send time, so
 /// a second correction for coordinated omission would count stalls twice.
-pub fn record_us(histogram: &mut Histogram<u64>, us: u64) {
+pub(crate) fn record_us(histogram: &mut Histogram<u64>, us: u64) {
     // An auto-resizing histogram only refuses values beyond its largest
     // possible range; clamp those rather than lose the sample.
     if histogram.record(us).is_err() {
@@ -88,7 +88,7 @@ impl Percentiles {
 /// normal quantile `z` (use [`Z95`] for 95 %). Unlike the normal
 /// approximation it stays inside [0, 1] and is sensible for 0 or `n`
 /// successes. With `n == 0` nothing is known: `(0.0, 1.0)`.
-pub fn wilson(successes: u64, n: u64, z: f64) -> (f64, f64) {
+pub(crate) fn wilson(successes: u64, n: u64, z: f64) -> (f64, f64) {
     if n == 0 {
         return (0.0, 1.0);
     }
@@ -102,7 +102,7 @@ pub fn wilson(successes: u64, n: u64, z: f64) -> (f64, f64) {
 }
 
 /// [`wilson`] at 95 %.
-pub fn wilson95(successes: u64, n: u64) -> (f64, f64) {
+pub(crate) fn wilson95(successes: u64, n: u64) -> (f64, f64) {
     wilson(successes, n, Z95)
 }
 

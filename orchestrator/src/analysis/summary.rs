@@ -13,7 +13,7 @@ use super::variant::{Override, VariantReport, overrides};
 use crate::scenario::Scenario;
 
 /// The `schema` value of summary.json; bump on incompatible changes.
-pub const SCHEMA: &str = "tailmesh.summary/v1";
+pub(crate) const SCHEMA: &str = "tailmesh.summary/v1";
 
 /// Everything summary.json holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -78,7 +78,7 @@ impl Summary {
 }
 
 /// `t` in UTC as RFC 3339, e.g. `2025-01-02T03:04:05.123Z`.
-pub fn rfc3339_utc(t: OffsetDateTime) -> String {
+pub(crate) fn rfc3339_utc(t: OffsetDateTime) -> String {
     t.to_offset(time::UtcOffset::UTC)
         .format(&Rfc3339)
         .unwrap_or_else(|_| t.unix_timestamp().to_string())

@@ -62,7 +62,10 @@ pub struct SweepCompounding {
 }
 
 /// The sweep table of `scenario`'s run, or `None` without a sweep.
-pub fn summarize_sweep(scenario: &Scenario, reports: &[VariantReport]) -> Option<SweepSummary> {
+pub(crate) fn summarize_sweep(
+    scenario: &Scenario,
+    reports: &[VariantReport],
+) -> Option<SweepSummary> {
     let sweep = scenario.sweep.as_ref()?;
     let mut rows = Vec::new();
     for v in &scenario.variants {

@@ -12,7 +12,7 @@ use crate::scenario::{
 };
 
 /// A hop with two push replicas and `slow` probability (if any).
-pub fn hop(name: &str, slow: Option<f64>) -> Hop {
+pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
     Hop {
         name: name.to_string(),
         replicas: 2,
@@ -40,7 +40,7 @@ pub fn hop(name: &str, slow: Option<f64>) -> Hop {
 }
 
 /// Open loop at 400/s for 20 s over `hops`.
-pub fn variant(name: &str, hops: Vec<Hop>) -> Variant {
+pub(crate) fn variant(name: &str, hops: Vec<Hop>) -> Variant {
     Variant {
         name: name.to_string(),
         overrides: vec![("hop.*.transport".to_string(), "\"push\"".to_string())],
@@ -62,7 +62,7 @@ pub fn variant(name: &str, hops: Vec<Hop>) -> Variant {
 }
 
 /// The chain a -> b -> c, each slow with probability 0.1.
-pub fn chain3() -> Variant {
+pub(crate) fn chain3() -> Variant {
     variant(
         "base",
         vec![
@@ -74,7 +74,7 @@ pub fn chain3() -> Variant {
 }
 
 /// Slow threshold 15 ms, compounding on.
-pub fn check() -> Check {
+pub(crate) fn check() -> Check {
     Check {
         slow_threshold: Duration::from_millis(15),
         compounding: true,
@@ -82,7 +82,7 @@ pub fn check() -> Check {
 }
 
 /// One path record.
-pub fn hop_record(hop: &str, replica: u32, service_us: u64, slow: bool) -> HopRecord {
+pub(crate) fn hop_record(hop: &str, replica: u32, service_us: u64, slow: bool) -> HopRecord {
     HopRecord {
         hop: hop.to_string(),
         replica,
@@ -101,7 +101,7 @@ pub fn hop_record(hop: &str, replica: u32, service_us: u64, slow: bool) -> HopRe
 /// `(i / 100) % 10 == 0`: every p_i is exactly 0.1 and exactly 271 requests
 /// are slow somewhere, each taking 21 ms against 1 ms for the rest. Each
 /// request is sent 100 µs late and lands on replica `i % 2`.
-pub fn ok_records() -> Vec<RequestRecord> {
+pub(crate) fn ok_records() -> Vec<RequestRecord> {
     (0..1000u64)
         .map(|i| {
             let flags = [i % 10 == 0, (i / 10) % 10 == 0, (i / 100) % 10 == 0];
@@ -132,7 +132,7 @@ pub fn ok_records() -> Vec<RequestRecord> {
 }
 
 /// A failed request (no path), `latency_us` after its intended time.
-pub fn failed(id: u64, outcome: Outcome, latency_us: u64) -> RequestRecord {
+pub(crate) fn failed(id: u64, outcome: Outcome, latency_us: u64) -> RequestRecord {
     let intended = Duration::from_micros(id * 2_500);
     RequestRecord {
         id,
@@ -147,7 +147,7 @@ pub fn failed(id: u64, outcome: Outcome, latency_us: u64) -> RequestRecord {
 
 /// [`ok_records`] plus 5 timeouts at 100 ms, 3 `unavailable` errors naming
 /// hop "b" and 2 `resource_exhausted` errors: 1010 records.
-pub fn mixed_records() -> Vec<RequestRecord> {
+pub(crate) fn mixed_records() -> Vec<RequestRecord> {
     let mut records = ok_records();
     for id in 1000..1005 {
         records.push(failed(id, Outcome::Timeout, 100_000));
@@ -171,7 +171,7 @@ pub fn mixed_records() -> Vec<RequestRecord> {
 
 /// A one-variant summary of [`mixed_records`] on [`chain3`], started at the
 /// Unix epoch, with `files` naming requests.csv.
-pub fn summary() -> crate::analysis::Summary {
+pub(crate) fn summary() -> crate::analysis::Summary {
     use crate::analysis::{
         Summary,
         summary::{Environment, ScenarioEcho},

@@ -26,7 +26,7 @@ pub struct Override {
 }
 
 /// Wraps a variant's `(key, value)` overrides for serialization.
-pub fn overrides(variant: &Variant) -> Vec<Override> {
+pub(crate) fn overrides(variant: &Variant) -> Vec<Override> {
     variant
         .overrides
         .iter()
@@ -281,7 +281,7 @@ impl HopAcc {
 }
 
 /// The declared per-request slow probability of a hop (0 without `slow`).
-pub fn declared_p(hop: &Hop) -> f64 {
+pub(crate) fn declared_p(hop: &Hop) -> f64 {
     hop.slow.as_ref().map_or(0.0, |s| s.probability)
 }
 
@@ -294,7 +294,7 @@ fn blamed_hop(message: &str) -> Option<&str> {
 
 /// Analyzes one variant's measured records. `measured` is the length of the
 /// measured phase (for rates). Pure: same input, same report.
-pub fn analyze_variant(
+pub(crate) fn analyze_variant(
     variant: &Variant,
     check: &Check,
     records: &[RequestRecord],

@@ -8,7 +8,7 @@ use tailmesh::say;
 use super::CliError;
 
 /// Removes the leftovers, one line per thing removed.
-pub fn clean() -> Result<(), CliError> {
+pub(crate) fn clean() -> Result<(), CliError> {
     for line in tailmesh_netfault::netns::clean() {
         say!("removed {line}");
     }

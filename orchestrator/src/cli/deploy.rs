@@ -20,7 +20,7 @@ use super::CliError;
 
 /// What every deployment generator takes.
 #[derive(Args)]
-pub struct DeployArgs {
+pub(crate) struct DeployArgs {
     /// The tailmesh image every container runs.
     #[arg(long, default_value = deploy::DEFAULT_IMAGE)]
     image: String,
@@ -35,7 +35,7 @@ pub struct DeployArgs {
 
 /// `tailmesh compose`.
 #[derive(Args)]
-pub struct ComposeArgs {
+pub(crate) struct ComposeArgs {
     /// The scenario file.
     #[arg(default_value = "scenarios/default.toml")]
     scenario: PathBuf,
@@ -52,7 +52,7 @@ pub struct ComposeArgs {
 }
 
 /// Writes the Compose file.
-pub fn compose(args: ComposeArgs) -> Result<(), CliError> {
+pub(crate) fn compose(args: ComposeArgs) -> Result<(), CliError> {
     let context = match args.context {
         Some(context) => context,
         None => default_context(args.deploy.output.as_deref()).map_err(CliError::Context)?,
@@ -71,7 +71,7 @@ pub fn compose(args: ComposeArgs) -> Result<(), CliError> {
 
 /// Why `tailmesh compose` cannot name the build context itself.
 #[derive(Debug, thiserror::Error)]
-pub enum ContextError {
+pub(crate) enum ContextError {
     /// The current directory is unknown.
     #[error("the current directory: {0}")]
     Cwd(#[source] std::io::Error),
@@ -105,7 +105,7 @@ fn default_context(output: Option<&Path>) -> Result<String, ContextError> {
 
 /// `tailmesh k8s`.
 #[derive(Args)]
-pub struct K8sArgs {
+pub(crate) struct K8sArgs {
     /// The scenario file.
     #[arg(default_value = "scenarios/default.toml")]
     scenario: PathBuf,
@@ -119,7 +119,7 @@ pub struct K8sArgs {
 
 /// Writes the Kubernetes manifests: one stream, or one file per object
 /// kind (each path printed).
-pub fn k8s(args: K8sArgs) -> Result<(), CliError> {
+pub(crate) fn k8s(args: K8sArgs) -> Result<(), CliError> {
     let options = k8s::Options {
         image: args.deploy.image,
         net_admin: !args.deploy.no_net_admin,

@@ -14,7 +14,7 @@ use super::{deploy::ContextError, serve::HealthError};
 
 /// Why a command did not end in success.
 #[derive(Debug)]
-pub enum CliError {
+pub(crate) enum CliError {
     /// The command line is not understood, or asks for `--help` or
     /// `--version` (which clap reports through this too).
     Flags(clap::Error),
@@ -58,7 +58,7 @@ pub enum CliError {
 
 impl CliError {
     /// The exit status: the only place that decides one.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             CliError::Flags(e) if !e.use_stderr() => 0,
             CliError::Flags(_)
@@ -77,7 +77,7 @@ impl CliError {
 
     /// Tells the user, on standard error (`--help` and `--version` go to
     /// standard output).
-    pub fn report(&self) {
+    pub(crate) fn report(&self) {
         match self {
             CliError::Flags(e) => {
                 let _ = e.print();
@@ -106,7 +106,7 @@ impl CliError {
 }
 
 /// Tells the user how `result` went and returns the exit status.
-pub fn finish(result: Result<(), CliError>) -> ExitCode {
+pub(crate) fn finish(result: Result<(), CliError>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -13,12 +13,12 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-pub mod clean;
-pub mod deploy;
-pub mod error;
-pub mod report;
-pub mod run;
-pub mod serve;
-pub mod validate;
+pub(crate) mod clean;
+pub(crate) mod deploy;
+pub(crate) mod error;
+pub(crate) mod report;
+pub(crate) mod run;
+pub(crate) mod serve;
+pub(crate) mod validate;
 
-pub use error::{CliError, finish};
+pub(crate) use error::{CliError, finish};

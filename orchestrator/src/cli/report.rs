@@ -12,13 +12,13 @@ use super::CliError;
 
 /// `tailmesh report`.
 #[derive(Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// The run folder (results/<scenario>/<run-id> or .../latest).
     run: PathBuf,
 }
 
 /// Redraws the run's report.html and prints its path.
-pub fn report(args: ReportArgs) -> Result<(), CliError> {
+pub(crate) fn report(args: ReportArgs) -> Result<(), CliError> {
     let path = experiment::regenerate_report(&args.run)?;
     say!("{}", path.display());
     Ok(())
@@ -26,7 +26,7 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
 
 /// `tailmesh compare`.
 #[derive(Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// The first run folder (the baseline).
     a: PathBuf,
     /// The second run folder.
@@ -34,7 +34,7 @@ pub struct CompareArgs {
 }
 
 /// Prints the two runs side by side.
-pub fn compare(args: CompareArgs) -> Result<(), CliError> {
+pub(crate) fn compare(args: CompareArgs) -> Result<(), CliError> {
     let (run_a, _) = experiment::read_run(&args.a)?;
     let (run_b, _) = experiment::read_run(&args.b)?;
     let label = |p: &Path| p.display().to_string();

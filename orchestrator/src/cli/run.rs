@@ -16,7 +16,7 @@ use super::CliError;
 
 /// `tailmesh run`.
 #[derive(Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The scenario file.
     #[arg(default_value = "scenarios/default.toml")]
     scenario: PathBuf,
@@ -48,7 +48,7 @@ pub struct RunArgs {
 
 /// Runs the scenario; interrupted, or a failed check under `--check`, once
 /// the results are written.
-pub fn run(args: RunArgs) -> Result<(), CliError> {
+pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     let attach = if args.attach {
         Some(Attach {
             token: roles::read_token_file()?,

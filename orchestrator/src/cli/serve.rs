@@ -22,7 +22,7 @@ use super::CliError;
 
 /// How a service role listens and lives.
 #[derive(Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -50,7 +50,7 @@ impl ServeArgs {
 
 /// `tailmesh hop`.
 #[derive(Args)]
-pub struct HopArgs {
+pub(crate) struct HopArgs {
     /// The hop's JSON config file (local and netns launchers).
     #[arg(
         long,
@@ -75,7 +75,7 @@ pub struct HopArgs {
 }
 
 /// Serves one hop replica until told to stop.
-pub fn hop(args: HopArgs) -> Result<(), CliError> {
+pub(crate) fn hop(args: HopArgs) -> Result<(), CliError> {
     let options = args.serve.options();
     match (args.config, args.scenario, args.hop) {
         (Some(config), _, _) => roles::serve_hop(&config, &options)?,
@@ -100,7 +100,7 @@ pub fn hop(args: HopArgs) -> Result<(), CliError> {
 
 /// `tailmesh broker`.
 #[derive(Args)]
-pub struct BrokerArgs {
+pub(crate) struct BrokerArgs {
     /// Topics to serve (the names of the hops reached by pull).
     #[arg(long, value_delimiter = ',', required = true)]
     topics: Vec<String>,
@@ -115,7 +115,7 @@ pub struct BrokerArgs {
 }
 
 /// Serves the pull broker until told to stop.
-pub fn broker(args: BrokerArgs) -> Result<(), CliError> {
+pub(crate) fn broker(args: BrokerArgs) -> Result<(), CliError> {
     let options = args.serve.options();
     let config = BrokerConfig {
         topics: args.topics,
@@ -128,7 +128,7 @@ pub fn broker(args: BrokerArgs) -> Result<(), CliError> {
 
 /// `tailmesh delay-line`.
 #[derive(Args)]
-pub struct DelayLineArgs {
+pub(crate) struct DelayLineArgs {
     /// The NFQUEUE number.
     #[arg(long)]
     queue: u16,
@@ -144,7 +144,7 @@ pub struct DelayLineArgs {
 }
 
 /// Serves the delay line until standard input closes.
-pub fn delay_line(args: DelayLineArgs) -> Result<(), CliError> {
+pub(crate) fn delay_line(args: DelayLineArgs) -> Result<(), CliError> {
     tailmesh_netfault::delayline::run(args.queue, args.delay, args.jitter, args.seed)
         .with_context(|| format!("delay line on queue {}", args.queue))?;
     Ok(())
@@ -152,7 +152,7 @@ pub fn delay_line(args: DelayLineArgs) -> Result<(), CliError> {
 
 /// `tailmesh health`.
 #[derive(Args)]
-pub struct HealthArgs {
+pub(crate) struct HealthArgs {
     /// host:port.
     addr: String,
     /// Bound on the connection and the call.
@@ -162,7 +162,7 @@ pub struct HealthArgs {
 
 /// Why `tailmesh health` did not find the service SERVING.
 #[derive(Debug, thiserror::Error)]
-pub enum HealthError {
+pub(crate) enum HealthError {
     /// The address is not host:port (bad input).
     #[error(transparent)]
     Addr(#[from] AddrError),
@@ -175,7 +175,7 @@ pub enum HealthError {
 }
 
 /// Asks the service once whether it is SERVING.
-pub fn health(args: HealthArgs) -> Result<(), CliError> {
+pub(crate) fn health(args: HealthArgs) -> Result<(), CliError> {
     let check = || -> Result<(), HealthError> {
         let addr: PeerAddr = args.addr.parse()?;
         roles::runtime(1)?.block_on(tailmesh::launcher::health::check(&addr, args.timeout))?;
@@ -186,13 +186,13 @@ pub fn health(args: HealthArgs) -> Result<(), CliError> {
 
 /// `tailmesh token`.
 #[derive(Args)]
-pub struct TokenArgs {
+pub(crate) struct TokenArgs {
     /// The file to write (mode 0600); kept if it already holds a token.
     out: PathBuf,
 }
 
 /// Writes a fresh Control token, unless the file already holds one.
-pub fn token(args: TokenArgs) -> Result<(), CliError> {
+pub(crate) fn token(args: TokenArgs) -> Result<(), CliError> {
     tailmesh::deploy::write_token(&args.out).map_err(anyhow::Error::from)?;
     Ok(())
 }

@@ -11,7 +11,7 @@ use super::CliError;
 
 /// `tailmesh validate`.
 #[derive(Args)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     /// The scenario files.
     #[arg(required = true)]
     scenarios: Vec<PathBuf>,
@@ -19,7 +19,7 @@ pub struct ValidateArgs {
 
 /// Reads and checks every file, saying "ok" or telling its problems as it
 /// goes; invalid if any file is.
-pub fn validate(args: ValidateArgs) -> Result<(), CliError> {
+pub(crate) fn validate(args: ValidateArgs) -> Result<(), CliError> {
     let mut invalid = false;
     for path in &args.scenarios {
         match scenario::load(path) {

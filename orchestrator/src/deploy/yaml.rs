@@ -5,7 +5,7 @@
 
 /// A YAML value.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Node {
+pub(super) enum Node {
     /// A string, quoted when a plain scalar would be misread.
     Str(String),
     /// Written as is: numbers, booleans, aliases such as `*tailmesh`.
@@ -23,22 +23,22 @@ pub enum Node {
 }
 
 /// A string node.
-pub fn s(text: impl Into<String>) -> Node {
+pub(super) fn s(text: impl Into<String>) -> Node {
     Node::Str(text.into())
 }
 
 /// A map node from `(key, value)` pairs.
-pub fn map<K: Into<String>>(entries: impl IntoIterator<Item = (K, Node)>) -> Node {
+pub(super) fn map<K: Into<String>>(entries: impl IntoIterator<Item = (K, Node)>) -> Node {
     Node::Map(entries.into_iter().map(|(k, v)| (k.into(), v)).collect())
 }
 
 /// A flow sequence of strings.
-pub fn flow<T: Into<String>>(items: impl IntoIterator<Item = T>) -> Node {
+pub(super) fn flow<T: Into<String>>(items: impl IntoIterator<Item = T>) -> Node {
     Node::Flow(items.into_iter().map(|t| Node::Str(t.into())).collect())
 }
 
 /// Renders `node` (a map) as a YAML document, without the `---` marker.
-pub fn render(node: &Node) -> String {
+pub(super) fn render(node: &Node) -> String {
     let mut out = String::new();
     match node {
         Node::Map(entries) => write_map(&mut out, entries, 0),

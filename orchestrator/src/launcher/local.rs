@@ -34,7 +34,7 @@ use super::{ExitedChild, LaunchError, Launched, LogTail, ProcessSpec, health};
 
 /// How long [`LocalLauncher::launch`] waits for a child to answer SERVING,
 /// unless set with [`LocalLauncher::with_ready_timeout`].
-pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Pause between readiness probes: short, since a hop is usually ready in
 /// milliseconds and every launch waits for it.

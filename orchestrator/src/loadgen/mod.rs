@@ -19,7 +19,7 @@ use std::{
 };
 
 use indicatif::ProgressBar;
-pub use schedule::Schedule;
+pub(crate) use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
     hop::{
@@ -38,7 +38,7 @@ use crate::{
 
 /// What the load generator calls: the first hop, under its client policy.
 #[derive(Clone)]
-pub struct Target {
+pub(crate) struct Target {
     reach: Reach,
     policy: Arc<ClientPolicy>,
     state: Arc<PolicyState>,
@@ -52,12 +52,12 @@ enum Reach {
 
 impl Target {
     /// The first hop reached by push, over `pool`.
-    pub fn push(pool: PushPool, policy: ClientPolicy) -> Self {
+    pub(crate) fn push(pool: PushPool, policy: ClientPolicy) -> Self {
         Self::new(Reach::Push(Arc::new(pool)), policy)
     }
 
     /// The first hop reached by pull, through its broker topic.
-    pub fn pull(target: PullTarget, policy: ClientPolicy) -> Self {
+    pub(crate) fn pull(target: PullTarget, policy: ClientPolicy) -> Self {
         Self::new(Reach::Pull(Arc::new(target)), policy)
     }
 
@@ -100,7 +100,7 @@ pub struct WarmupCounts {
 
 /// What one load phase produced.
 #[derive(Debug, Default)]
-pub struct LoadOutcome {
+pub(crate) struct LoadOutcome {
     /// The measured requests, in id order.
     pub records: Vec<RequestRecord>,
     /// Warmup accounting.
@@ -116,7 +116,7 @@ pub struct LoadOutcome {
 /// awaited; the second ([`ABANDON`]) gives those up. The measured phase lasts from the
 /// end of warmup to the time sending stopped (open loop: the next intended
 /// send time; closed loop: the last answer).
-pub async fn generate(
+pub(crate) async fn generate(
     target: Target,
     load: &Load,
     seed: u64,
@@ -194,10 +194,10 @@ struct Shared {
 }
 
 /// Interrupts (Ctrl-C) that stop sending; requests in flight are awaited.
-pub const STOP_SENDING: u32 = 1;
+pub(crate) const STOP_SENDING: u32 = 1;
 /// Interrupts that also give up the requests in flight, each recorded as
 /// CANCELLED, so a run stops at once and still accounts for every request.
-pub const ABANDON: u32 = 2;
+pub(crate) const ABANDON: u32 = 2;
 
 impl Shared {
     /// Sends request `id` meant to go at `intended`, and records its fate

@@ -10,7 +10,7 @@ use crate::scenario::Arrivals;
 
 /// The offsets (from the start of the load) at which requests are meant to
 /// be sent. The same seed gives the same schedule.
-pub struct Schedule {
+pub(crate) struct Schedule {
     rate: f64,
     arrivals: Arrivals,
     rng: ChaCha8Rng,
@@ -20,7 +20,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// A schedule of `rate` requests per second.
-    pub fn new(rate: f64, arrivals: Arrivals, seed: u64) -> Self {
+    pub(crate) fn new(rate: f64, arrivals: Arrivals, seed: u64) -> Self {
         Schedule {
             rate,
             arrivals,
@@ -32,7 +32,7 @@ impl Schedule {
 
     /// The next send time. Uniform arrivals are computed from the request
     /// number, not summed, so they do not drift.
-    pub fn next_offset(&mut self) -> Duration {
+    pub(crate) fn next_offset(&mut self) -> Duration {
         let secs = match self.arrivals {
             Arrivals::Uniform => self.sent as f64 / self.rate,
             Arrivals::Poisson => {

@@ -21,13 +21,13 @@ use tailmesh_services::{
     model::Transport,
 };
 
-pub use naming::{Naming, NamingError};
+pub(crate) use naming::{Naming, NamingError};
 
 use crate::scenario::{Hop, NetFault, Scenario, Variant};
 
 /// How long a hop gets to finish the requests in flight when it is told to
 /// stop (the launchers wait as long before they kill it).
-pub const DRAIN_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_secs(3);
 
 /// The broker's role name (and its spans' service name).
 pub const BROKER: &str = "broker";
@@ -35,7 +35,7 @@ pub const BROKER: &str = "broker";
 /// The role name of replica `replica` of hop `hop`: `hop-<hop>-<replica>`,
 /// its process name under the local and netns launchers and, prefixed per
 /// variant, its service name in a deployment.
-pub fn hop_role(hop: &str, replica: u32) -> String {
+pub(crate) fn hop_role(hop: &str, replica: u32) -> String {
     format!("hop-{hop}-{replica}")
 }
 
@@ -58,7 +58,7 @@ pub enum Role {
 
 /// One process of a variant's mesh.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Process {
+pub(crate) struct Process {
     /// What it runs.
     pub role: Role,
     /// Its role name: `hop-<hop>-<replica>` or `broker`.
@@ -81,7 +81,7 @@ pub struct Addrs {
 
 /// A variant of a scenario as the processes that run it.
 #[derive(Clone, Debug)]
-pub struct MeshPlan {
+pub(crate) struct MeshPlan {
     /// The scenario's seed, which every hop's draws are keyed on.
     pub seed: u64,
     /// The variant.
@@ -94,7 +94,7 @@ pub struct MeshPlan {
 
 impl MeshPlan {
     /// The plan of `variant` of `scenario`.
-    pub fn new(scenario: &Scenario, variant: &Variant) -> MeshPlan {
+    pub(crate) fn new(scenario: &Scenario, variant: &Variant) -> MeshPlan {
         let mut processes = Vec::new();
         let topics: Vec<String> = variant
             .hops
@@ -131,14 +131,14 @@ impl MeshPlan {
     }
 
     /// The broker process, when some hop is reached by pull.
-    pub fn broker(&self) -> Option<&Process> {
+    pub(crate) fn broker(&self) -> Option<&Process> {
         self.processes
             .iter()
             .find(|p| matches!(p.role, Role::Broker { .. }))
     }
 
     /// The hop replicas, in start order.
-    pub fn hops(&self) -> impl Iterator<Item = (&Process, &Hop, u32)> {
+    pub(crate) fn hops(&self) -> impl Iterator<Item = (&Process, &Hop, u32)> {
         self.processes.iter().filter_map(|p| match &p.role {
             Role::Hop { hop, replica } => {
                 let hop = self.variant.hops.iter().find(|h| &h.name == hop)?;
@@ -149,13 +149,13 @@ impl MeshPlan {
     }
 
     /// The hop the load generator calls.
-    pub fn entry(&self) -> Option<&Hop> {
+    pub(crate) fn entry(&self) -> Option<&Hop> {
         self.variant.hops.first()
     }
 
     /// The configuration of replica `replica` of `hop`: its behavior, and
     /// the addresses of the broker and of the hops it calls.
-    pub fn hop_config(&self, hop: &Hop, replica: u32, addrs: &Addrs) -> HopConfig {
+    pub(crate) fn hop_config(&self, hop: &Hop, replica: u32, addrs: &Addrs) -> HopConfig {
         let downstream = hop
             .downstream
             .iter()
@@ -186,7 +186,12 @@ impl Process {
     /// Its environment for tracing: where its spans go (`endpoint`, an OTLP
     /// gRPC URL), under which service name, sampled how, and its variant.
     /// Empty when nothing is traced.
-    pub fn trace_env(&self, endpoint: &str, sampling: f64, variant: &str) -> Vec<(String, String)> {
+    pub(crate) fn trace_env(
+        &self,
+        endpoint: &str,
+        sampling: f64,
+        variant: &str,
+    ) -> Vec<(String, String)> {
         if sampling <= 0.0 {
             return Vec::new();
         }
@@ -207,7 +212,7 @@ impl Process {
 }
 
 /// Hops in an order where every hop comes after all the hops it calls.
-pub fn launch_order(hops: &[Hop]) -> Vec<&Hop> {
+pub(crate) fn launch_order(hops: &[Hop]) -> Vec<&Hop> {
     fn visit<'a>(
         hop: &'a Hop,
         hops: &'a [Hop],

@@ -41,7 +41,7 @@ pub enum LauncherError {
 /// has network faults and the process may build namespaces. Netns without
 /// the privilege or the tools fails here, before anything starts; the
 /// error says what is needed.
-pub fn resolve_launcher(variant: &Variant) -> Result<Launcher, LauncherError> {
+pub(crate) fn resolve_launcher(variant: &Variant) -> Result<Launcher, LauncherError> {
     let wanted = match variant.launcher {
         Launcher::Auto if variant.has_net_faults() => Launcher::Netns,
         Launcher::Auto => Launcher::Local,

@@ -10,8 +10,8 @@ mod faults;
 mod launch;
 mod progress;
 
-pub use launch::{LauncherError, resolve_launcher};
-pub use progress::describe_load;
+pub(crate) use launch::{LauncherError, resolve_launcher};
+pub(crate) use progress::describe_load;
 
 use std::{
     path::{Path, PathBuf},
@@ -87,7 +87,7 @@ pub enum RunError {
 
 /// What one variant's run produced.
 #[derive(Debug)]
-pub struct VariantRun {
+pub(crate) struct VariantRun {
     /// The variant as run.
     pub variant: Variant,
     /// The load generator's measurements.
@@ -108,7 +108,7 @@ pub struct VariantRun {
 
 /// Where the run's spans go.
 #[derive(Clone)]
-pub struct TraceSetup {
+pub(crate) struct TraceSetup {
     /// The embedded receiver's store.
     pub collector: Arc<Collector>,
     /// The receiver's `http://127.0.0.1:port`, handed to every process.
@@ -128,7 +128,7 @@ impl std::fmt::Debug for TraceSetup {
 
 /// Options of a run.
 #[derive(Clone, Debug)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// The run's folder (`results/<scenario>/<run-id>`).
     pub dir: PathBuf,
     /// The binary to re-execute for every hop (normally `current_exe()`).
@@ -147,7 +147,7 @@ pub struct RunOptions {
 /// skips the remaining variants; a second Ctrl-C gives up the requests in
 /// flight and stops the hops without a grace period. What was measured is
 /// still returned.
-pub async fn run_variants(
+pub(crate) async fn run_variants(
     scenario: &Scenario,
     options: &RunOptions,
     interrupt: watch::Receiver<u32>,

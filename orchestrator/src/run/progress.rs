@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::scenario::{Load, LoadMode, Stop, Variant};
 
 /// "open loop, 400/s poisson, 20s (+2s warmup)" and the like.
-pub fn describe_load(load: &Load) -> String {
+pub(crate) fn describe_load(load: &Load) -> String {
     let mode = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
             format!("open loop, {rate}/s {arrivals:?}").to_lowercase()

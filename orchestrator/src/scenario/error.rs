@@ -65,7 +65,7 @@ pub(super) struct Problems {
 
 impl Problems {
     /// A list of one problem.
-    pub fn one(at: Option<usize>, message: impl Into<String>) -> Self {
+    pub(super) fn one(at: Option<usize>, message: impl Into<String>) -> Self {
         Problems {
             list: vec![Problem {
                 at,
@@ -75,7 +75,7 @@ impl Problems {
     }
 
     /// Records a problem at byte offset `at`.
-    pub fn at(&mut self, at: usize, message: impl Into<String>) {
+    pub(super) fn at(&mut self, at: usize, message: impl Into<String>) {
         self.list.push(Problem {
             at: Some(at),
             message: message.into(),
@@ -83,20 +83,20 @@ impl Problems {
     }
 
     /// Records a problem that has no place in the source.
-    pub fn nowhere(&mut self, message: impl Into<String>) {
+    pub(super) fn nowhere(&mut self, message: impl Into<String>) {
         self.list.push(Problem {
             at: None,
             message: message.into(),
         });
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
     /// Sorts the problems into source order and gives them lines and columns,
     /// in one pass over the source however many problems there are.
-    pub fn into_errors(mut self, source: &str, origin: &str) -> ScenarioErrors {
+    pub(super) fn into_errors(mut self, source: &str, origin: &str) -> ScenarioErrors {
         // Stable: problems at the same offset keep the order they were found in.
         self.list.sort_by_key(|p| p.at);
         let mut cursor = Cursor::new(source);

@@ -22,12 +22,12 @@ pub(super) struct Section<'a> {
 
 impl<'a> Section<'a> {
     /// The full name of `key` in messages, e.g. `load.rate`.
-    pub fn name(&self, key: &str) -> String {
+    pub(super) fn name(&self, key: &str) -> String {
         format!("{}{}", self.path, key)
     }
 
     /// A nested table section for the value of `entry`, which must be a table.
-    pub fn child(&self, entry: &'a Entry, table: &'a Table) -> Section<'a> {
+    pub(super) fn child(&self, entry: &'a Entry, table: &'a Table) -> Section<'a> {
         let name = self.name(&entry.key);
         let label = if self.prefix.is_empty() {
             format!("[{name}]")
@@ -43,17 +43,17 @@ impl<'a> Section<'a> {
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<&'a Entry> {
+    pub(super) fn get(&self, key: &str) -> Option<&'a Entry> {
         self.table.get(key)
     }
 
     /// A problem at `span`, prefixed with the section's context.
-    pub fn report(&self, p: &mut Problems, span: &Span, message: impl AsRef<str>) {
+    pub(super) fn report(&self, p: &mut Problems, span: &Span, message: impl AsRef<str>) {
         p.at(span.start, format!("{}{}", self.prefix, message.as_ref()));
     }
 
     /// Reports every key not in `known`.
-    pub fn unknown_keys(&self, p: &mut Problems, known: &[&str]) {
+    pub(super) fn unknown_keys(&self, p: &mut Problems, known: &[&str]) {
         for entry in &self.table.entries {
             if !known.contains(&entry.key.as_str()) {
                 p.at(
@@ -70,7 +70,7 @@ impl<'a> Section<'a> {
     }
 
     /// Reports that `key` is required but absent, at the table.
-    pub fn missing(&self, p: &mut Problems, key: &str) {
+    pub(super) fn missing(&self, p: &mut Problems, key: &str) {
         p.at(
             self.span.start,
             format!("missing required key \"{key}\" in {}", self.label),
@@ -78,7 +78,7 @@ impl<'a> Section<'a> {
     }
 
     /// Reports `entry` as having the wrong type; `expected` has its article.
-    pub fn wrong_type(&self, p: &mut Problems, entry: &Entry, expected: &str) {
+    pub(super) fn wrong_type(&self, p: &mut Problems, entry: &Entry, expected: &str) {
         if !matches!(entry.node.value, Value::Invalid) {
             self.report(
                 p,
@@ -93,14 +93,14 @@ impl<'a> Section<'a> {
     }
 
     /// Reports `key` if present: it is not allowed here, for `reason`.
-    pub fn forbid(&self, p: &mut Problems, key: &str, reason: &str) {
+    pub(super) fn forbid(&self, p: &mut Problems, key: &str, reason: &str) {
         if let Some(entry) = self.get(key) {
             self.report(p, &entry.key_span, format!("{} {reason}", self.name(key)));
         }
     }
 
     /// Like the getters below, but reporting a missing key.
-    pub fn required<T>(
+    pub(super) fn required<T>(
         &self,
         p: &mut Problems,
         key: &str,
@@ -113,7 +113,7 @@ impl<'a> Section<'a> {
         get(self, p, key)
     }
 
-    pub fn string(&self, p: &mut Problems, key: &str) -> Option<(&'a str, &'a Entry)> {
+    pub(super) fn string(&self, p: &mut Problems, key: &str) -> Option<(&'a str, &'a Entry)> {
         let entry = self.get(key)?;
         match &entry.node.value {
             Value::String(s) => Some((s.as_str(), entry)),
@@ -124,7 +124,7 @@ impl<'a> Section<'a> {
         }
     }
 
-    pub fn boolean(&self, p: &mut Problems, key: &str) -> Option<bool> {
+    pub(super) fn boolean(&self, p: &mut Problems, key: &str) -> Option<bool> {
         let entry = self.get(key)?;
         match entry.node.value {
             Value::Boolean(b) => Some(b),
@@ -135,7 +135,7 @@ impl<'a> Section<'a> {
         }
     }
 
-    pub fn integer(&self, p: &mut Problems, key: &str) -> Option<(i64, &'a Entry)> {
+    pub(super) fn integer(&self, p: &mut Problems, key: &str) -> Option<(i64, &'a Entry)> {
         let entry = self.get(key)?;
         match entry.node.value {
             Value::Integer(i) => Some((i, entry)),
@@ -147,7 +147,7 @@ impl<'a> Section<'a> {
     }
 
     /// An integer in `lo..=hi`.
-    pub fn int_in(&self, p: &mut Problems, key: &str, lo: i64, hi: i64) -> Option<i64> {
+    pub(super) fn int_in(&self, p: &mut Problems, key: &str, lo: i64, hi: i64) -> Option<i64> {
         let (value, entry) = self.integer(p, key)?;
         if (lo..=hi).contains(&value) {
             Some(value)
@@ -165,7 +165,7 @@ impl<'a> Section<'a> {
     }
 
     /// An integer of at least `lo`.
-    pub fn int_min(&self, p: &mut Problems, key: &str, lo: i64) -> Option<i64> {
+    pub(super) fn int_min(&self, p: &mut Problems, key: &str, lo: i64) -> Option<i64> {
         let (value, entry) = self.integer(p, key)?;
         if value >= lo {
             Some(value)
@@ -180,7 +180,7 @@ impl<'a> Section<'a> {
     }
 
     /// An integer or a float.
-    pub fn number(&self, p: &mut Problems, key: &str) -> Option<(f64, &'a Entry)> {
+    pub(super) fn number(&self, p: &mut Problems, key: &str) -> Option<(f64, &'a Entry)> {
         let entry = self.get(key)?;
         match entry.node.value {
             // Precision loss above 2^53 is irrelevant for the ranges we accept.
@@ -195,7 +195,7 @@ impl<'a> Section<'a> {
     }
 
     /// A number in `lo..=hi` (finite); `lo_open` excludes `lo` itself.
-    pub fn number_in(
+    pub(super) fn number_in(
         &self,
         p: &mut Problems,
         key: &str,
@@ -223,12 +223,12 @@ impl<'a> Section<'a> {
     }
 
     /// A probability in [0, 1].
-    pub fn probability(&self, p: &mut Problems, key: &str) -> Option<f64> {
+    pub(super) fn probability(&self, p: &mut Problems, key: &str) -> Option<f64> {
         self.number_in(p, key, 0.0, false, 1.0)
     }
 
     /// A duration string such as "20ms".
-    pub fn duration(&self, p: &mut Problems, key: &str) -> Option<(Duration, &'a Entry)> {
+    pub(super) fn duration(&self, p: &mut Problems, key: &str) -> Option<(Duration, &'a Entry)> {
         let entry = self.get(key)?;
         match duration_of(&entry.node) {
             Ok(d) => Some((d, entry)),
@@ -241,7 +241,7 @@ impl<'a> Section<'a> {
     }
 
     /// A duration greater than zero.
-    pub fn positive_duration(&self, p: &mut Problems, key: &str) -> Option<Duration> {
+    pub(super) fn positive_duration(&self, p: &mut Problems, key: &str) -> Option<Duration> {
         let (d, entry) = self.duration(p, key)?;
         if d.is_zero() {
             self.report(
@@ -255,7 +255,12 @@ impl<'a> Section<'a> {
     }
 
     /// One of the named `options`.
-    pub fn choice<T: Copy>(&self, p: &mut Problems, key: &str, options: &[(&str, T)]) -> Option<T> {
+    pub(super) fn choice<T: Copy>(
+        &self,
+        p: &mut Problems,
+        key: &str,
+        options: &[(&str, T)],
+    ) -> Option<T> {
         let (value, entry) = self.string(p, key)?;
         match options.iter().find(|(name, _)| *name == value) {
             Some((_, t)) => Some(*t),
@@ -286,7 +291,7 @@ pub(super) enum DurationProblem {
 
 impl DurationProblem {
     /// The message for the value named `name`.
-    pub fn message(&self, name: &str) -> String {
+    pub(super) fn message(&self, name: &str) -> String {
         match self {
             DurationProblem::WrongType(got) => {
                 format!("expected a duration string such as \"20ms\" for {name}, got {got}")

@@ -37,7 +37,7 @@ pub(super) enum Value {
 
 impl Value {
     /// The type with an article, for messages: "got a string".
-    pub fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             Value::String(_) => "a string",
             Value::Integer(_) => "an integer",
@@ -66,23 +66,23 @@ pub(super) struct Entry {
 }
 
 impl Table {
-    pub fn get(&self, key: &str) -> Option<&Entry> {
+    pub(super) fn get(&self, key: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.key == key)
     }
 
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut Entry> {
+    pub(super) fn get_mut(&mut self, key: &str) -> Option<&mut Entry> {
         self.entries.iter_mut().find(|e| e.key == key)
     }
 
     /// Removes `key`; whether it was there.
-    pub fn remove(&mut self, key: &str) -> bool {
+    pub(super) fn remove(&mut self, key: &str) -> bool {
         let before = self.entries.len();
         self.entries.retain(|e| e.key != key);
         self.entries.len() != before
     }
 
     /// Replaces the entry with the same key, or appends it.
-    pub fn set(&mut self, entry: Entry) {
+    pub(super) fn set(&mut self, entry: Entry) {
         match self.get_mut(&entry.key) {
             Some(existing) => *existing = entry,
             None => self.entries.push(entry),

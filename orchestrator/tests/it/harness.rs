@@ -21,17 +21,17 @@ use std::{
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 /// The variable that turns every skip into a failure.
-pub const REQUIRE_ALL: &str = "TAILMESH_REQUIRE_ALL";
+pub(crate) const REQUIRE_ALL: &str = "TAILMESH_REQUIRE_ALL";
 
 /// Whether skips are failures: `TAILMESH_REQUIRE_ALL` set to anything but
 /// empty or `0`.
-pub fn skips_forbidden() -> bool {
+pub(crate) fn skips_forbidden() -> bool {
     std::env::var_os(REQUIRE_ALL).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// Ends the calling test as skipped with `reason`, or fails it when
 /// skips are forbidden.
-pub fn skip(reason: impl Display) -> ! {
+pub(crate) fn skip(reason: impl Display) -> ! {
     if skips_forbidden() {
         panic!("{reason}; {REQUIRE_ALL}=1 turns this skip into a failure");
     }
@@ -42,7 +42,7 @@ pub fn skip(reason: impl Display) -> ! {
 struct Skip(String);
 
 /// One registered test.
-pub struct Test {
+pub(crate) struct Test {
     module: &'static str,
     name: &'static str,
     run: fn(),
@@ -51,7 +51,12 @@ pub struct Test {
 }
 
 impl Test {
-    pub const fn new(module: &'static str, name: &'static str, run: fn(), helper: bool) -> Test {
+    pub(crate) const fn new(
+        module: &'static str,
+        name: &'static str,
+        run: fn(),
+        helper: bool,
+    ) -> Test {
         Test {
             module,
             name,
@@ -102,7 +107,7 @@ macro_rules! tests {
 
 /// Runs `future` to completion on a current-thread runtime with time and
 /// I/O enabled.
-pub fn block_on<F: Future<Output = ()>>(future: F) {
+pub(crate) fn block_on<F: Future<Output = ()>>(future: F) {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -122,7 +127,7 @@ static SKIPPED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
 /// Parses libtest's command line, runs `groups`, prints the skipped tests
 /// after the summary line, and returns libtest's exit code.
-pub fn main(groups: &[&'static [Test]]) -> ExitCode {
+pub(crate) fn main(groups: &[&'static [Test]]) -> ExitCode {
     let args = Arguments::from_args();
     let tests: Vec<&'static Test> = groups.iter().flat_map(|g| g.iter()).collect();
     let _ = REGISTERED.set(

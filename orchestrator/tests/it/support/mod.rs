@@ -21,18 +21,18 @@ use std::{
 
 use serde_json::Value;
 
-pub const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
+pub(crate) const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 
 /// No run of these tests should come near this; past it the run is killed.
-pub const RUN_DEADLINE: Duration = Duration::from_secs(40);
+pub(crate) const RUN_DEADLINE: Duration = Duration::from_secs(40);
 
 /// How often a wait re-checks its condition.
-pub const POLL: Duration = Duration::from_millis(10);
+pub(crate) const POLL: Duration = Duration::from_millis(10);
 
 /// Held by every test that runs a mesh, so runs do not overlap.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     // A failed test poisons the lock; the next test is still valid.
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -42,7 +42,7 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// A started `tailmesh`, killed and reaped if the test fails before it
 /// exits (its hops follow: they exit when its stdin pipe closes).
-pub struct Running {
+pub(crate) struct Running {
     child: Child,
     out: PathBuf,
     err: PathBuf,
@@ -51,19 +51,19 @@ pub struct Running {
 
 /// A finished `tailmesh`.
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Finished {
-    pub fn code(&self) -> Option<i32> {
+    pub(crate) fn code(&self) -> Option<i32> {
         self.status.code()
     }
 
     /// Both streams, for assertion messages.
-    pub fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         format!(
             "status {}\n--- stdout\n{}\n--- stderr\n{}",
             self.status, self.stdout, self.stderr
@@ -73,7 +73,7 @@ impl Finished {
 
 impl Running {
     /// Starts `tailmesh args...` with its output in files under `dir`.
-    pub fn start(dir: &Path, args: &[&str]) -> Running {
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> Running {
         let n = std::fs::read_dir(dir).map_or(0, |d| d.count());
         let out = dir.join(format!("tailmesh-{n}.out"));
         let err = dir.join(format!("tailmesh-{n}.err"));
@@ -94,16 +94,16 @@ impl Running {
     }
 
     /// Time since it was started.
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// What it wrote so far.
-    pub fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         format!(
             "--- stdout\n{}\n--- stderr\n{}",
             read_lossy(&self.out),
@@ -112,13 +112,13 @@ impl Running {
     }
 
     /// Whether it has exited (it is then reaped by `wait`).
-    pub fn exited(&mut self) -> bool {
+    pub(crate) fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     /// Fails the test, with the output so far, once the run is past its
     /// deadline.
-    pub fn assert_in_time(&mut self, waiting_for: &str) {
+    pub(crate) fn assert_in_time(&mut self, waiting_for: &str) {
         if self.started.elapsed() > RUN_DEADLINE {
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -130,7 +130,7 @@ impl Running {
     }
 
     /// Waits for it to exit, within [`RUN_DEADLINE`] of its start.
-    pub fn wait(mut self) -> Finished {
+    pub(crate) fn wait(mut self) -> Finished {
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for tailmesh") {
                 return Finished {
@@ -154,7 +154,7 @@ impl Drop for Running {
     }
 }
 
-pub fn read_lossy(path: &Path) -> String {
+pub(crate) fn read_lossy(path: &Path) -> String {
     let mut bytes = Vec::new();
     if let Ok(mut f) = std::fs::File::open(path) {
         let _ = f.read_to_end(&mut bytes);
@@ -163,12 +163,16 @@ pub fn read_lossy(path: &Path) -> String {
 }
 
 /// Runs `tailmesh args...` to the end.
-pub fn tailmesh(dir: &Path, args: &[&str]) -> Finished {
+pub(crate) fn tailmesh(dir: &Path, args: &[&str]) -> Finished {
     Running::start(dir, args).wait()
 }
 
 /// `tailmesh run <scenario> --results <results> --quiet [extra...]`.
-pub fn run_args<'a>(scenario: &'a Path, results: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn run_args<'a>(
+    scenario: &'a Path,
+    results: &'a Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         "run",
         path_str(scenario),
@@ -180,18 +184,18 @@ pub fn run_args<'a>(scenario: &'a Path, results: &'a Path, extra: &[&'a str]) ->
     args
 }
 
-pub fn path_str(p: &Path) -> &str {
+pub(crate) fn path_str(p: &Path) -> &str {
     p.to_str().expect("temp paths are UTF-8")
 }
 
-pub fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
+pub(crate) fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
     let path = dir.join(file);
     std::fs::write(&path, text).expect("write a scenario");
     path
 }
 
 /// Runs a scenario that must succeed (exit 0) and returns its run folder.
-pub fn run_ok(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf) {
+pub(crate) fn run_ok(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf) {
     let finished = tailmesh(dir, &run_args(scenario, results, &[]));
     assert_eq!(finished.code(), Some(0), "{}", finished.output());
     let run_dir = only_run_dir(results);
@@ -199,7 +203,7 @@ pub fn run_ok(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf
 }
 
 /// The one run folder under `<results>/<scenario>/` (besides `latest`).
-pub fn only_run_dir(results: &Path) -> PathBuf {
+pub(crate) fn only_run_dir(results: &Path) -> PathBuf {
     let scenarios: Vec<PathBuf> = dirs_in(results);
     assert_eq!(scenarios.len(), 1, "one scenario folder: {scenarios:?}");
     let runs: Vec<PathBuf> = dirs_in(&scenarios[0])
@@ -210,7 +214,7 @@ pub fn only_run_dir(results: &Path) -> PathBuf {
     runs.into_iter().next().expect("checked above")
 }
 
-pub fn dirs_in(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn dirs_in(dir: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .map(|e| e.expect("a directory entry").path())
@@ -221,7 +225,7 @@ pub fn dirs_in(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Every file called `file_name` under `dir`, at any depth.
-pub fn find_files(dir: &Path, file_name: &str) -> Vec<PathBuf> {
+pub(crate) fn find_files(dir: &Path, file_name: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return found;
@@ -242,7 +246,7 @@ pub fn find_files(dir: &Path, file_name: &str) -> Vec<PathBuf> {
 
 /// Every `<variant>/<name>.pid` under `dir`, read now: (variant, name) to pid.
 /// A file caught half-written or just removed is skipped.
-pub fn pid_files(dir: &Path) -> BTreeMap<(String, String), u32> {
+pub(crate) fn pid_files(dir: &Path) -> BTreeMap<(String, String), u32> {
     let mut pids = BTreeMap::new();
     collect_pid_files(dir, &mut pids);
     pids
@@ -283,7 +287,7 @@ fn collect_pid_files(dir: &Path, pids: &mut BTreeMap<(String, String), u32>) {
 
 /// Whether `pid` runs a process whose command line mentions `marker` (a
 /// temp dir path): a zombie or a reused pid does not count.
-pub fn runs_ours(pid: u32, marker: &str) -> bool {
+pub(crate) fn runs_ours(pid: u32, marker: &str) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -298,26 +302,26 @@ pub fn runs_ours(pid: u32, marker: &str) -> bool {
 // ---------------------------------------------------------------------------
 // Reading results
 
-pub fn summary(run_dir: &Path) -> Value {
+pub(crate) fn summary(run_dir: &Path) -> Value {
     let path = run_dir.join("summary.json");
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
 }
 
-pub fn u64_at(v: &Value, pointer: &str) -> u64 {
+pub(crate) fn u64_at(v: &Value, pointer: &str) -> u64 {
     v.pointer(pointer)
         .and_then(Value::as_u64)
         .unwrap_or_else(|| panic!("no unsigned integer at {pointer} in {v:#}"))
 }
 
-pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer)
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
 }
 
-pub fn variants(summary: &Value) -> &Vec<Value> {
+pub(crate) fn variants(summary: &Value) -> &Vec<Value> {
     summary
         .pointer("/variants")
         .and_then(Value::as_array)
@@ -325,7 +329,7 @@ pub fn variants(summary: &Value) -> &Vec<Value> {
 }
 
 /// The variant's error counts by label.
-pub fn errors(variant: &Value) -> BTreeMap<String, u64> {
+pub(crate) fn errors(variant: &Value) -> BTreeMap<String, u64> {
     variant
         .pointer("/errors")
         .and_then(Value::as_object)
@@ -337,7 +341,7 @@ pub fn errors(variant: &Value) -> BTreeMap<String, u64> {
 
 /// One row of requests.csv.
 #[derive(Debug, Clone)]
-pub struct Row {
+pub(crate) struct Row {
     pub variant: String,
     pub id: u64,
     /// `latency_us` in nanoseconds (the file prints exactly three decimals).
@@ -348,10 +352,10 @@ pub struct Row {
     pub path: Vec<(String, u32)>,
 }
 
-pub const CSV_HEADER: &str =
+pub(crate) const CSV_HEADER: &str =
     "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts";
 
-pub fn requests_csv(run_dir: &Path) -> Vec<Row> {
+pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
     let text = std::fs::read_to_string(run_dir.join("requests.csv")).expect("read requests.csv");
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some(CSV_HEADER));
@@ -389,7 +393,7 @@ pub fn requests_csv(run_dir: &Path) -> Vec<Row> {
 }
 
 /// "1234.567" (µs with three decimals) as nanoseconds.
-pub fn micros3_to_ns(s: &str) -> u64 {
+pub(crate) fn micros3_to_ns(s: &str) -> u64 {
     let (whole, frac) = s
         .split_once('.')
         .unwrap_or_else(|| panic!("three decimals: {s}"));
@@ -403,7 +407,7 @@ pub fn micros3_to_ns(s: &str) -> u64 {
 // Processes and sockets
 
 /// Socket inodes `pid` holds open.
-pub fn socket_inodes(pid: u32) -> BTreeSet<u64> {
+pub(crate) fn socket_inodes(pid: u32) -> BTreeSet<u64> {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return BTreeSet::new();
     };
@@ -421,7 +425,7 @@ pub fn socket_inodes(pid: u32) -> BTreeSet<u64> {
 
 /// Whether process `pid` holds an established TCP connection to `port` on
 /// this host: a hop's downstream channel connects on its first call.
-pub fn connected(pid: u32, port: u16) -> bool {
+pub(crate) fn connected(pid: u32, port: u16) -> bool {
     let inodes = socket_inodes(pid);
     ["tcp", "tcp6"].iter().any(|table| {
         let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
@@ -440,7 +444,7 @@ pub fn connected(pid: u32, port: u16) -> bool {
 
 /// The variant's incidents name the SIGKILLed replica `hop-b-1` (`victim`
 /// is its pid) and not its surviving sibling `hop-b-0`.
-pub fn assert_killed_replica_is_the_incident(v: &Value, victim: u32, context: &str) {
+pub(crate) fn assert_killed_replica_is_the_incident(v: &Value, victim: u32, context: &str) {
     let incidents: Vec<&str> = v
         .pointer("/incidents")
         .and_then(Value::as_array)
@@ -462,7 +466,7 @@ pub fn assert_killed_replica_is_the_incident(v: &Value, victim: u32, context: &s
 
 /// The address a launched process (`broker`, `hop-b-1`...) of `variant`
 /// listens on, once its address file is written.
-pub fn addr_of(results: &Path, variant: &str, name: &str) -> Option<SocketAddr> {
+pub(crate) fn addr_of(results: &Path, variant: &str, name: &str) -> Option<SocketAddr> {
     find_files(results, &format!("{name}.addr"))
         .iter()
         .find(|p| {
@@ -475,7 +479,7 @@ pub fn addr_of(results: &Path, variant: &str, name: &str) -> Option<SocketAddr> 
 }
 
 /// The pid of a launched process of `variant`, while its pid file exists.
-pub fn pid_of(results: &Path, variant: &str, name: &str) -> Option<u32> {
+pub(crate) fn pid_of(results: &Path, variant: &str, name: &str) -> Option<u32> {
     pid_files(results)
         .get(&(variant.to_string(), name.to_string()))
         .copied()
