@@ -79,7 +79,7 @@ pub enum ExperimentError {
         what: &'static str,
         /// Where.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// A run folder's summary.json is not one tailmesh wrote.
@@ -87,7 +87,7 @@ pub enum ExperimentError {
     ReadRun {
         /// The summary.json.
         path: PathBuf,
-        /// Why.
+        /// The JSON error, with its line and column.
         source: serde_json::Error,
     },
     /// A run folder's requests.csv names a variant its summary.json lacks.

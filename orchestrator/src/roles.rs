@@ -32,7 +32,7 @@ pub enum RoleError {
     ReadConfig {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The hop's config file is not a hop config.
@@ -40,7 +40,7 @@ pub enum RoleError {
     ParseConfig {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The JSON error, with its line and column.
         source: serde_json::Error,
     },
     /// A deployed hop's scenario is not valid.
@@ -94,7 +94,7 @@ pub enum RoleError {
     Naming {
         /// The scenario file.
         scenario: PathBuf,
-        /// Why.
+        /// The NamingError it failed with.
         source: crate::plan::NamingError,
     },
     /// The path of this executable (the fault agent's delay line runs it).
@@ -109,7 +109,7 @@ pub enum RoleError {
     ReadToken {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The Control token file holds no token.
@@ -126,7 +126,7 @@ pub enum RoleError {
     OwnNamespace {
         /// The container's interface.
         iface: String,
-        /// Why.
+        /// The FaultError it failed with.
         source: tailmesh_netfault::FaultError,
     },
     /// The netns launcher's description of the agent is not readable.
@@ -134,7 +134,7 @@ pub enum RoleError {
     AgentEnv {
         /// The role.
         name: String,
-        /// Why.
+        /// The JSON error, with its line and column.
         source: serde_json::Error,
     },
     /// The fault agent under the netns launcher cannot act.
@@ -142,7 +142,7 @@ pub enum RoleError {
     Agent {
         /// The role.
         name: String,
-        /// Why.
+        /// The FaultError it failed with.
         source: tailmesh_netfault::FaultError,
     },
     /// The listening address could not be bound.
@@ -152,7 +152,7 @@ pub enum RoleError {
         name: String,
         /// The address.
         addr: SocketAddr,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The bound address could not be read.
@@ -160,7 +160,7 @@ pub enum RoleError {
     LocalAddr {
         /// The role.
         name: String,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The bound address could not be handed to the launcher.
@@ -170,7 +170,7 @@ pub enum RoleError {
         name: String,
         /// The address file.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The service failed while serving.
@@ -180,7 +180,7 @@ pub enum RoleError {
         name: String,
         /// Where it listened.
         addr: SocketAddr,
-        /// Why.
+        /// The ServiceError it failed with.
         source: Box<ServiceError>,
     },
 }

@@ -18,7 +18,7 @@ pub enum ThreadError {
     Spawn {
         /// The thread's name.
         name: String,
-        /// Why.
+        /// The operating system's error.
         source: io::Error,
     },
     /// The thread's runtime could not be built.

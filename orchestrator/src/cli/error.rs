@@ -27,7 +27,7 @@ pub(crate) enum CliError {
     Undeployable {
         /// The scenario file.
         path: PathBuf,
-        /// Why.
+        /// Every reason, as the generator gave them.
         reason: Box<dyn Error + Send + Sync>,
     },
     /// `tailmesh health`: a bad address, or no SERVING answer.
@@ -39,7 +39,7 @@ pub(crate) enum CliError {
     Incomplete {
         /// The run folder.
         dir: PathBuf,
-        /// Why.
+        /// The ExperimentError it failed with.
         source: ExperimentError,
     },
     /// Ctrl-C cut the run short (its results cover what ran).

@@ -63,7 +63,7 @@ pub enum DeployError {
         what: &'static str,
         /// Where.
         path: std::path::PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The Control token could not be written.
@@ -71,7 +71,7 @@ pub enum DeployError {
     Token {
         /// The token file.
         path: std::path::PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
 }

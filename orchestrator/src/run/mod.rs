@@ -54,7 +54,7 @@ pub enum RunError {
     Launch {
         /// The variant.
         variant: String,
-        /// Why.
+        /// The LaunchError it failed with.
         source: Box<LaunchError>,
     },
     /// A file or folder could not be written.
@@ -64,7 +64,7 @@ pub enum RunError {
         what: &'static str,
         /// Where.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The variant cannot have the launcher it needs.
@@ -72,7 +72,7 @@ pub enum RunError {
     Launcher {
         /// The variant.
         variant: String,
-        /// Why.
+        /// The LauncherError it failed with.
         source: LauncherError,
     },
     /// The entry pool could not be built.
@@ -80,7 +80,7 @@ pub enum RunError {
     Setup {
         /// The variant.
         variant: String,
-        /// Why.
+        /// The message it failed with.
         message: String,
     },
 }

@@ -40,7 +40,7 @@ pub enum ReceiverError {
     ForwardTarget {
         /// The target as given.
         url: String,
-        /// Why.
+        /// The transport error.
         source: tonic::transport::Error,
     },
     /// The listening address could not be bound.
@@ -48,7 +48,7 @@ pub enum ReceiverError {
     Bind {
         /// The address.
         addr: std::net::SocketAddr,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The bound address could not be read.

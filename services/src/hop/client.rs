@@ -62,7 +62,7 @@ pub enum PoolError {
         replica: usize,
         /// Its address.
         addr: PeerAddr,
-        /// Why.
+        /// The transport error.
         source: tonic::transport::Error,
     },
 }

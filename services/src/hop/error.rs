@@ -15,7 +15,7 @@ pub enum HopError {
     Downstream {
         /// This hop.
         hop: String,
-        /// Why.
+        /// The PoolError it failed with.
         source: PoolError,
     },
     /// A pull downstream but no broker address.
@@ -35,7 +35,7 @@ pub enum HopError {
         hop: String,
         /// This replica.
         replica: u32,
-        /// Why.
+        /// The transport error.
         source: tonic::transport::Error,
     },
     /// Reflection could not be set up.
@@ -43,7 +43,7 @@ pub enum HopError {
     Reflection {
         /// This hop.
         hop: String,
-        /// Why.
+        /// The reflection builder's error.
         source: tonic_reflection::server::Error,
     },
 }
