@@ -90,7 +90,7 @@ pub fn render_legend(summary: &Summary) -> String {
 
 /// The files a run wrote, one per line, and where its report is.
 pub fn render_files(dir: &std::path::Path, files: &[std::path::PathBuf]) -> String {
-    let mut out = format!("files written to {}:\n", dir.display());
+    let mut out = format!("\nfiles written to {}:\n", dir.display());
     for f in files {
         let name = f
             .file_name()
