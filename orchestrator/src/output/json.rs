@@ -1,4 +1,4 @@
-//! `summary.json`: the [`Summary`], pretty-printed.
+//! `summary.json`: the run's `Summary`, pretty-printed.
 
 use std::io::Write;
 use std::path::Path;
