@@ -13,6 +13,8 @@
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 //! - `incoming`: the connections a server accepts: accept errors backed
 //!   off and logged, idle connections closed.
+//! - [`limits`]: the largest payload and the gRPC message limits derived
+//!   from it.
 //! - `reflection`: server reflection listing only the services served.
 
 pub mod addr;
@@ -21,6 +23,7 @@ pub mod control;
 mod deadline;
 pub mod hop;
 pub mod incoming;
+pub mod limits;
 pub mod model;
 pub mod process;
 mod reflection;

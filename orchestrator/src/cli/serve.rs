@@ -16,6 +16,7 @@ use tailmesh::{
 use tailmesh_services::{
     addr::{AddrError, PeerAddr},
     broker::BrokerConfig,
+    limits::MAX_CALL_MESSAGE_BYTES,
 };
 
 use super::CliError;
@@ -121,6 +122,9 @@ pub(crate) fn broker(args: BrokerArgs) -> Result<(), CliError> {
         topics: args.topics,
         queue_capacity: args.queue_capacity,
         max_deliveries: args.max_deliveries,
+        // Its tasks and results are whole hop messages, a full payload
+        // plus its framing.
+        max_payload_bytes: MAX_CALL_MESSAGE_BYTES,
         ..BrokerConfig::default()
     };
     Ok(roles::serve_broker(config, &options)?)

@@ -41,7 +41,8 @@
 //! are errors in the other. Exactly one of `duration` (> 0) or `requests`
 //! (>= 1). `warmup` (default `"0s"`), `timeout` (> 0, default `"1s"`),
 //! `connection` = `"shared"` (default) | `"per_request"`, `connections`
-//! (1..=64, default 1, shared only), `payload` (bytes, 0..=4 194 304,
+//! (1..=64, default 1, shared only), `payload` (bytes, 0..=4 194 304, the
+//! services' [`MAX_PAYLOAD_BYTES`](tailmesh_services::limits::MAX_PAYLOAD_BYTES);
 //! default 64).
 //!
 //! `[[hop]]`: `name` (required, unique), `replicas` (1..=64, default 1),

@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tailmesh_services::model::{
-    Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
+use tailmesh_services::{
+    limits::MAX_PAYLOAD_BYTES,
+    model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
 };
 
 use super::error::Problems;
@@ -69,6 +70,8 @@ const TELEMETRY_KEYS: &[&str] = &["sampling", "forward"];
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
+/// Largest `[load] payload`: what the services' message limits are sized for.
+const MAX_PAYLOAD: i64 = MAX_PAYLOAD_BYTES as i64;
 
 /// Everything of a scenario tree, checked.
 #[derive(Debug)]
@@ -351,7 +354,7 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
     let payload_bytes = match s.get("payload") {
         None => Some(64),
         Some(_) => s
-            .int_in(p, "payload", 0, 4_194_304)
+            .int_in(p, "payload", 0, MAX_PAYLOAD)
             .and_then(|b| usize::try_from(b).ok()),
     };
 

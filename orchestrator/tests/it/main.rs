@@ -6,8 +6,8 @@
 //!   with reasons) and the `tests!` registration macro;
 //! - `support`: running the real binary with deadlines, reading results;
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
-//!   `policy`, `traces`, `report`, `deploy`, `netfaults`, and `cli` (the
-//!   command line as a new user meets it).
+//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`, and
+//!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
 mod harness;
@@ -18,6 +18,7 @@ mod deploy;
 mod fanout;
 mod launcher;
 mod netfaults;
+mod payload;
 mod policy;
 mod pull;
 mod report;
@@ -31,6 +32,7 @@ fn main() -> std::process::ExitCode {
         launcher::TESTS,
         run::TESTS,
         pull::TESTS,
+        payload::TESTS,
         fanout::TESTS,
         policy::TESTS,
         traces::TESTS,

@@ -16,7 +16,8 @@ use std::{
 };
 
 use crate::{
-    deadline::grpc_timeout, incoming::Incoming, reflection::reflection_service, telemetry,
+    deadline::grpc_timeout, incoming::Incoming, limits::MESSAGE_OVERHEAD,
+    reflection::reflection_service, telemetry,
 };
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tailmesh_proto::pb::{
@@ -39,9 +40,6 @@ use super::{
     queue::{NewTask, Topic},
 };
 
-/// Room for a message's fields besides its payload (headers, ids) when
-/// sizing the gRPC message limit; payloads themselves are checked exactly.
-const MESSAGE_OVERHEAD: usize = 64 * 1024;
 /// Most unanswered tasks one SubmitStream may have; past it the broker
 /// reads no more of that stream until some are answered.
 const STREAM_MAX_TASKS: usize = 4096;

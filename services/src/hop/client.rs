@@ -18,7 +18,7 @@ use tonic::{
 };
 
 use super::{draw::keyed_rng, error::CallError};
-use crate::{addr::PeerAddr, model::Balance};
+use crate::{addr::PeerAddr, limits::MAX_CALL_MESSAGE_BYTES, model::Balance};
 
 /// How a caller holds its connections to a hop's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl PushPool {
                 .connect_timeout(Duration::from_secs(2));
             let channels = match connections {
                 Connections::Shared(n) => (0..n.max(1))
-                    .map(|_| HopClient::new(endpoint.connect_lazy()))
+                    .map(|_| hop_client(endpoint.connect_lazy()))
                     .collect(),
                 Connections::PerRequest => Vec::new(),
             };
@@ -196,7 +196,7 @@ impl PushPool {
                         .connect()
                         .await
                         .map_err(|source| Status::from(CallError::Connect { source }))?;
-                    HopClient::new(channel)
+                    hop_client(channel)
                 }
             };
             client
@@ -218,6 +218,14 @@ impl PushPool {
             .into()
         })
     }
+}
+
+/// A client of the hop service on `channel`, with message limits that fit
+/// a full payload and its framing (tonic's 4 MiB default does not).
+fn hop_client(channel: Channel) -> HopClient<Channel> {
+    HopClient::new(channel)
+        .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES)
 }
 
 struct InFlight<'a>(&'a AtomicUsize);

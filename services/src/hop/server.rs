@@ -34,6 +34,7 @@ use crate::{
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
+    limits::MAX_CALL_MESSAGE_BYTES,
     model::{Balance, HopBehavior, Transport},
     reflection::reflection_service,
     telemetry,
@@ -539,7 +540,12 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
     let server = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
-        .add_service(HopServer::new(HopService { core: core.clone() }))
+        .add_service(
+            // tonic's 4 MiB default would refuse a full payload's framing.
+            HopServer::new(HopService { core: core.clone() })
+                .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
+        )
         .add_optional_service(
             control.map(|c| c.with_slowness(core.slowness_setter()).into_server()),
         )

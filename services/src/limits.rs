@@ -1,0 +1,76 @@
+//! How big the messages that carry a request's payload may be: one
+//! definition shared by the scenario validator, the hop's server and
+//! clients, the load generator and the broker, so a payload the scenario
+//! accepts fits every message it travels in.
+//!
+//! A payload travels inside a hop message (`CallRequest` down, `CallReply`
+//! back with one path record per hop visited); through the broker that hop
+//! message is itself the payload of a broker message (`Task`,
+//! `TaskResult`, the submit stream's messages), which adds its own fields.
+//! Each wrapping adds at most [`MESSAGE_OVERHEAD`].
+
+/// The largest payload a request may carry, in bytes (4 MiB): the
+/// scenario's `[load] payload` maximum.
+pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+
+/// Room for a message's fields besides its payload, in bytes (64 KiB): ids,
+/// field tags and lengths, trace headers and a reply's path records (one
+/// record is under 200 bytes even with 63-character hop names, so a reply
+/// through every one of 64 hops needs about 12 KiB). Payloads themselves
+/// are checked exactly; this only sizes the gRPC message limits.
+pub const MESSAGE_OVERHEAD: usize = 64 * 1024;
+
+/// The largest hop message (`CallRequest` or `CallReply`), in bytes: the
+/// gRPC message limit of the hop service and of every client that calls
+/// it, and the largest task a broker serving hops must accept.
+pub const MAX_CALL_MESSAGE_BYTES: usize = MAX_PAYLOAD_BYTES + MESSAGE_OVERHEAD;
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+    use tailmesh_proto::pb::{CallReply, CallRequest, HopRecord};
+
+    use super::*;
+
+    /// A path record with every field at its longest.
+    fn widest_record() -> HopRecord {
+        HopRecord {
+            hop: "h".repeat(63),
+            replica: u32::MAX,
+            service_ns: u64::MAX,
+            total_ns: u64::MAX,
+            slow: true,
+            queue_wait_ns: u64::MAX,
+            parent: "p".repeat(63),
+            transport: "push".to_owned(),
+            extra_attempts: u32::MAX,
+        }
+    }
+
+    #[test]
+    fn a_full_payload_fits_a_request() {
+        let request = CallRequest {
+            request_id: u64::MAX,
+            payload: vec![0; MAX_PAYLOAD_BYTES],
+            attempt: u32::MAX,
+            caller: "c".repeat(63),
+        };
+        assert!(request.encoded_len() <= MAX_CALL_MESSAGE_BYTES);
+        assert!(request.encoded_len() > MAX_PAYLOAD_BYTES);
+    }
+
+    #[test]
+    fn a_full_payload_fits_a_reply_through_64_hops() {
+        let reply = CallReply {
+            request_id: u64::MAX,
+            payload: vec![0; MAX_PAYLOAD_BYTES],
+            path: vec![widest_record(); 64],
+        };
+        assert!(
+            reply.encoded_len() <= MAX_CALL_MESSAGE_BYTES,
+            "{} bytes",
+            reply.encoded_len()
+        );
+        assert!(widest_record().encoded_len() < 200);
+    }
+}
