@@ -12,7 +12,6 @@ use tokio::sync::watch;
 
 use crate::{
     analysis::{
-        compounding::Verdict,
         stats, summarize_sweep,
         summary::{Environment, ScenarioEcho, Summary},
         variant::analyze_variant,
@@ -125,9 +124,10 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// Whether every check passed and every request was accounted for.
+    /// Whether every check passed (compounding, error share) and every
+    /// request was accounted for.
     pub fn passed(&self) -> bool {
-        self.summary.check.verdict != Verdict::Fail && self.summary.check.accounted
+        self.summary.check.passed()
     }
 
     /// Writes the run folder's files, each whole or not at all, summary.json

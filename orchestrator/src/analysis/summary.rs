@@ -59,7 +59,7 @@ impl Summary {
         environment: Environment,
         variants: Vec<VariantReport>,
     ) -> Summary {
-        let check = CheckSummary::of(&variants);
+        let check = CheckSummary::of(&variants, scenario.max_error_rate);
         Summary {
             schema: SCHEMA.to_string(),
             run_id: run_id.into(),
@@ -103,6 +103,15 @@ pub struct ScenarioEcho {
     pub slow_threshold_us: u64,
     /// Whether the compounding check was requested.
     pub compounding: bool,
+    /// The largest share of a variant's requests that may fail (errors
+    /// plus timeouts over sent).
+    #[serde(default = "default_max_error_rate")]
+    pub max_error_rate: f64,
+}
+
+/// What a summary written before `max_error_rate` existed was held to.
+fn default_max_error_rate() -> f64 {
+    crate::scenario::DEFAULT_MAX_ERROR_RATE
 }
 
 /// One variant in the scenario echo.
@@ -133,6 +142,7 @@ impl ScenarioEcho {
                 .collect(),
             slow_threshold_us: super::stats::micros(scenario.check.slow_threshold),
             compounding: scenario.check.compounding,
+            max_error_rate: scenario.check.max_error_rate,
         }
     }
 }
@@ -190,7 +200,7 @@ fn read_fact(file: &str, uname_flag: &str) -> Option<String> {
 }
 
 /// The run's overall verdict.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckSummary {
     /// "fail" if any variant's compounding check failed, else
     /// "inconclusive" if any was inconclusive, else "pass" (also when no
@@ -202,11 +212,88 @@ pub struct CheckSummary {
     pub variants: BTreeMap<String, Verdict>,
     /// Whether every variant accounted for every request.
     pub accounted: bool,
+    /// Whether every variant's share of failed requests stayed within
+    /// `max_error_rate`, and each variant's share (absent in summaries
+    /// written before this check existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_rate: Option<ErrorRateCheck>,
+}
+
+/// The error check: no variant may fail a larger share of its requests
+/// than the scenario's `[check] max_error_rate`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRateCheck {
+    /// Whether every variant's `error_rate` is at most `max_error_rate`.
+    pub passed: bool,
+    /// The largest share of a variant's requests that may fail.
+    pub max_error_rate: f64,
+    /// Each variant's outcome, by name.
+    pub variants: BTreeMap<String, VariantErrorRate>,
+}
+
+/// One variant's outcome in the error check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VariantErrorRate {
+    /// Requests sent in the measured phase.
+    pub sent: u64,
+    /// Of those, the ones that failed: errors of every kind plus timeouts.
+    pub failed: u64,
+    /// `failed / sent`; 0 when nothing was sent.
+    pub error_rate: f64,
+    /// Whether `error_rate` is at most the check's `max_error_rate`.
+    pub passed: bool,
+}
+
+impl VariantErrorRate {
+    /// `failed` of `sent` requests, held to `max_error_rate`.
+    pub fn judge(sent: u64, failed: u64, max_error_rate: f64) -> VariantErrorRate {
+        let error_rate = if sent == 0 {
+            0.0
+        } else {
+            failed as f64 / sent as f64
+        };
+        VariantErrorRate {
+            sent,
+            failed,
+            error_rate,
+            passed: error_rate <= max_error_rate,
+        }
+    }
+}
+
+impl ErrorRateCheck {
+    /// Holds every variant's errors plus timeouts over sent to
+    /// `max_error_rate`.
+    pub fn of(variants: &[VariantReport], max_error_rate: f64) -> ErrorRateCheck {
+        let variants: BTreeMap<String, VariantErrorRate> = variants
+            .iter()
+            .map(|v| {
+                let failed = v.errors.values().sum::<u64>().saturating_add(v.timeouts);
+                let judged = VariantErrorRate::judge(v.sent, failed, max_error_rate);
+                (v.name.clone(), judged)
+            })
+            .collect();
+        ErrorRateCheck {
+            passed: variants.values().all(|v| v.passed),
+            max_error_rate,
+            variants,
+        }
+    }
+
+    /// The variants that failed more than `max_error_rate` of their
+    /// requests, by name.
+    pub fn failing(&self) -> impl Iterator<Item = (&str, &VariantErrorRate)> {
+        self.variants
+            .iter()
+            .filter(|(_, v)| !v.passed)
+            .map(|(name, v)| (name.as_str(), v))
+    }
 }
 
 impl CheckSummary {
-    /// Combines the variants' verdicts.
-    pub fn of(variants: &[VariantReport]) -> CheckSummary {
+    /// Combines the variants' verdicts, and holds each variant's share of
+    /// failed requests to `max_error_rate`.
+    pub fn of(variants: &[VariantReport], max_error_rate: f64) -> CheckSummary {
         let verdicts: BTreeMap<String, Verdict> = variants
             .iter()
             .filter_map(|v| v.compounding.as_ref().map(|c| (v.name.clone(), c.verdict)))
@@ -224,8 +311,54 @@ impl CheckSummary {
             compounding_requested: !verdicts.is_empty(),
             variants: verdicts,
             accounted: variants.iter().all(|v| v.accounted),
+            error_rate: Some(ErrorRateCheck::of(variants, max_error_rate)),
         }
     }
+
+    /// One line per variant that failed more of its requests than
+    /// `max_error_rate` allows, naming the variant, its share and the limit.
+    pub fn error_failures(&self) -> Vec<String> {
+        let Some(check) = &self.error_rate else {
+            return Vec::new();
+        };
+        check
+            .failing()
+            .map(|(name, v)| {
+                format!(
+                    "variant \"{name}\": {} of {} requests failed (errors and timeouts), \
+                     an error share of {}, above check.max_error_rate = {} ({})",
+                    v.failed,
+                    v.sent,
+                    percent(v.error_rate),
+                    check.max_error_rate,
+                    percent(check.max_error_rate),
+                )
+            })
+            .collect()
+    }
+
+    /// Whether the run passes `--check`: no compounding verdict "fail",
+    /// every request accounted for, and no variant failing more than
+    /// `max_error_rate` of its requests.
+    pub fn passed(&self) -> bool {
+        self.verdict != Verdict::Fail
+            && self.accounted
+            && self.error_rate.as_ref().is_none_or(|e| e.passed)
+    }
+}
+
+/// A share as a percentage with as many decimals as tell it from its
+/// neighbours: `100 %`, `1.5 %`, `0.012 %`.
+fn percent(share: f64) -> String {
+    let percent = share * 100.0;
+    let decimals = if percent >= 10.0 || percent == 0.0 {
+        0
+    } else if percent >= 1.0 {
+        1
+    } else {
+        3
+    };
+    format!("{percent:.decimals$} %")
 }
 
 #[cfg(test)]
@@ -247,10 +380,10 @@ mod tests {
         let pass = report("push", &mixed_records());
         let inconclusive = report("pull", &[]);
         assert_eq!(
-            CheckSummary::of(std::slice::from_ref(&pass)).verdict,
+            CheckSummary::of(std::slice::from_ref(&pass), 1.0).verdict,
             Verdict::Pass
         );
-        let both = CheckSummary::of(&[pass.clone(), inconclusive]);
+        let both = CheckSummary::of(&[pass.clone(), inconclusive], 1.0);
         assert_eq!(both.verdict, Verdict::Inconclusive);
         assert_eq!(both.variants.len(), 2);
         let mut failing = pass.clone();
@@ -258,17 +391,81 @@ mod tests {
             c.verdict = Verdict::Fail;
         }
         failing.name = "bad".into();
-        assert_eq!(CheckSummary::of(&[pass, failing]).verdict, Verdict::Fail);
+        assert_eq!(
+            CheckSummary::of(&[pass, failing], 1.0).verdict,
+            Verdict::Fail
+        );
     }
 
     #[test]
     fn not_requested_passes_but_says_so() {
         let mut r = report("base", &mixed_records());
         r.compounding = None;
-        let c = CheckSummary::of(&[r]);
+        let c = CheckSummary::of(&[r], 1.0);
         assert_eq!(c.verdict, Verdict::Pass);
         assert!(!c.compounding_requested);
         assert!(c.accounted);
+    }
+
+    #[test]
+    fn the_error_rule_holds_failed_over_sent_to_the_limit() {
+        let judge = VariantErrorRate::judge;
+        assert!(judge(100, 1, 0.01).passed, "at the limit passes");
+        assert!(!judge(100, 2, 0.01).passed);
+        assert!(!judge(100, 1, 0.0).passed);
+        assert!(judge(100, 100, 1.0).passed);
+        assert_eq!(judge(100, 100, 0.01).error_rate, 1.0);
+        assert_eq!(judge(8, 2, 0.5).error_rate, 0.25);
+        let nothing_sent = judge(0, 0, 0.0);
+        assert_eq!(nothing_sent.error_rate, 0.0);
+        assert!(nothing_sent.passed);
+    }
+
+    #[test]
+    fn the_error_check_counts_errors_and_timeouts_per_variant() {
+        // 5 timeouts and 5 errors of 1010 requests: a share of 0.0099.
+        let r = report("push", &mixed_records());
+        let within = CheckSummary::of(std::slice::from_ref(&r), 0.01);
+        let e = within.error_rate.as_ref().expect("always evaluated");
+        let push = &e.variants["push"];
+        assert_eq!((push.sent, push.failed), (1010, 10));
+        assert!((push.error_rate - 10.0 / 1010.0).abs() < 1e-12);
+        assert!(e.passed && within.passed());
+
+        let clean = report("clean", &crate::analysis::testing::ok_records());
+        let above = CheckSummary::of(&[r, clean], 0.009);
+        assert_eq!(
+            above.verdict,
+            Verdict::Pass,
+            "compounding is a separate check"
+        );
+        assert!(!above.passed());
+        let e = above.error_rate.as_ref().expect("always evaluated");
+        let failing: Vec<&str> = e.failing().map(|(name, _)| name).collect();
+        assert_eq!(failing, ["push"]);
+        assert_eq!(
+            above.error_failures(),
+            [
+                "variant \"push\": 10 of 1010 requests failed (errors and timeouts), an error \
+                 share of 0.990 %, above check.max_error_rate = 0.009 (0.900 %)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_summary_from_before_the_error_check_still_reads_and_passes() {
+        let mut json = serde_json::to_value(crate::analysis::testing::summary())
+            .expect("a summary serializes");
+        for (object, key) in [("/check", "error_rate"), ("/scenario", "max_error_rate")] {
+            json.pointer_mut(object)
+                .and_then(serde_json::Value::as_object_mut)
+                .and_then(|o| o.remove(key))
+                .expect("the key is written");
+        }
+        let old: Summary = serde_json::from_value(json).expect("an older summary reads");
+        assert_eq!(old.check.error_rate, None);
+        assert!(old.check.passed());
+        assert_eq!(old.scenario.max_error_rate, 0.01);
     }
 
     #[test]

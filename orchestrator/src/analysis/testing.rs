@@ -73,11 +73,12 @@ pub(crate) fn chain3() -> Variant {
     )
 }
 
-/// Slow threshold 15 ms, compounding on.
+/// Slow threshold 15 ms, compounding on, the default error share.
 pub(crate) fn check() -> Check {
     Check {
         slow_threshold: Duration::from_millis(15),
         compounding: true,
+        max_error_rate: crate::scenario::DEFAULT_MAX_ERROR_RATE,
     }
 }
 

@@ -51,6 +51,9 @@ pub(crate) enum CliError {
         verdict: &'static str,
         /// Whether every request was accounted for.
         accounted: bool,
+        /// One line per variant that failed more of its requests than
+        /// `[check] max_error_rate` allows: its share and the limit.
+        too_many_errors: Vec<String>,
     },
     /// Anything else that kept the command from being done.
     Failed(anyhow::Error),
@@ -97,9 +100,18 @@ impl CliError {
             CliError::Interrupted => {
                 tell!("tailmesh: interrupted; the results above cover what ran");
             }
-            CliError::CheckFailed { verdict, accounted } => tell!(
-                "tailmesh: check failed (verdict {verdict}, every request accounted for: {accounted})"
-            ),
+            CliError::CheckFailed {
+                verdict,
+                accounted,
+                too_many_errors,
+            } => {
+                tell!(
+                    "tailmesh: check failed (verdict {verdict}, every request accounted for: {accounted})"
+                );
+                for line in too_many_errors {
+                    tell!("tailmesh: {line}");
+                }
+            }
             CliError::Failed(e) => tell!("tailmesh: {}", error_chain(e.as_ref())),
         }
     }

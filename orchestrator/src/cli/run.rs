@@ -87,6 +87,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         return Err(CliError::CheckFailed {
             verdict: finished.summary.check.verdict.as_str(),
             accounted: finished.summary.check.accounted,
+            too_many_errors: finished.summary.check.error_failures(),
         });
     }
     Ok(())

@@ -54,6 +54,9 @@ pub fn render_table(summary: &Summary) -> String {
     if summary.check.compounding_requested {
         out.push_str(&format!("check: {}\n", summary.check.verdict.as_str()));
     }
+    for line in summary.check.error_failures() {
+        out.push_str(&format!("check: {line}\n"));
+    }
     out
 }
 
@@ -436,12 +439,12 @@ mod tests {
         let mut s = summary();
         let empty = analyze_variant(&chain3(), &check(), &[], Duration::ZERO);
         s.variants = vec![empty];
-        s.check = CheckSummary::of(&s.variants);
+        s.check = CheckSummary::of(&s.variants, 1.0);
         let text = render_table(&s);
         assert!(text.contains("measured - (no trials)"), "{text}");
         assert!(text.contains("inconclusive"), "{text}");
         s.variants.clear();
-        s.check = CheckSummary::of(&s.variants);
+        s.check = CheckSummary::of(&s.variants, 1.0);
         assert!(render_table(&s).contains("variant"));
     }
 

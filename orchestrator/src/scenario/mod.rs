@@ -30,7 +30,7 @@
 //! | `[load]` | table | required |
 //! | `[[hop]]` | 1 to [`MAX_HOPS`] tables | required |
 //! | `[[variant]]` | tables | one variant, "base" |
-//! | `[check]` | table | `slow_threshold = "1s"`, `compounding = false` |
+//! | `[check]` | table | `slow_threshold = "1s"`, `compounding = false`, `max_error_rate = 0.01` |
 //! | `[report]` | table | `histogram = false` |
 //! | `[sweep]` | table | none |
 //! | `[telemetry]` | table | `sampling = 1.0`, no `forward` |
@@ -97,7 +97,11 @@
 //! overrides it).
 //!
 //! `[check]`: `slow_threshold` (> 0, default `"1s"`), `compounding`
-//! (bool, default false; true needs an explicit `slow_threshold`).
+//! (bool, default false; true needs an explicit `slow_threshold`),
+//! `max_error_rate` (number in [0, 1], default
+//! [`DEFAULT_MAX_ERROR_RATE`] = 0.01: the largest share of a variant's
+//! requests, errors plus timeouts over sent, that may fail; a variant
+//! above it fails the check).
 //!
 //! `[[variant]]`: `name` (required DNS label, unique), `set` (table of
 //! quoted paths to new values), `unset` (array of paths). Paths are

@@ -11,6 +11,10 @@ use tailmesh_services::model::{
 /// Most hops a scenario may declare.
 pub const MAX_HOPS: usize = 64;
 
+/// The share of a variant's requests that may fail when the file has no
+/// `[check].max_error_rate`: a few failures pass, a broken mesh does not.
+pub const DEFAULT_MAX_ERROR_RATE: f64 = 0.01;
+
 /// A whole experiment: one or more variants of the same mesh, run one after
 /// another and compared side by side.
 #[derive(Clone, Debug, PartialEq)]
@@ -297,4 +301,7 @@ pub struct Check {
     pub slow_threshold: Duration,
     /// Whether to compare the measured slow fraction with 1 - prod(1 - p_i).
     pub compounding: bool,
+    /// The largest share of a variant's requests that may fail (errors
+    /// plus timeouts over sent), in [0, 1].
+    pub max_error_rate: f64,
 }

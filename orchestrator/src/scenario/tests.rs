@@ -99,6 +99,7 @@ error = { probability = 0.5, code = 13 }
 [check]
 slow_threshold = "15ms"
 compounding = true
+max_error_rate = 0.6
 
 [report]
 histogram = true
@@ -210,6 +211,7 @@ fn full_scenario_parses_into_the_exact_model() {
         check: Check {
             slow_threshold: ms(15),
             compounding: true,
+            max_error_rate: 0.6,
         },
         report: Report { histogram: true },
         sweep: None,
@@ -479,6 +481,7 @@ fn defaults_fill_in_a_minimal_scenario() {
         check: Check {
             slow_threshold: Duration::from_secs(1),
             compounding: false,
+            max_error_rate: DEFAULT_MAX_ERROR_RATE,
         },
         report: Report::default(),
         sweep: None,
@@ -1249,6 +1252,27 @@ name = "b"
         downstream,
         [vec!["a".to_owned(), "b".to_owned()], vec![], vec![]]
     );
+}
+
+#[test]
+fn max_error_rate_defaults_to_one_percent_and_is_a_share() {
+    let base =
+        "name = \"e\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 5\n[[hop]]\nname = \"a\"\n";
+    assert_eq!(ok(base).check.max_error_rate, 0.01);
+    let all = ok(&format!("{base}[check]\nmax_error_rate = 1.0\n"));
+    assert_eq!(all.check.max_error_rate, 1.0);
+    let none = ok(&format!("{base}[check]\nmax_error_rate = 0\n"));
+    assert_eq!(none.check.max_error_rate, 0.0);
+    for bad in ["1.5", "-0.1", "\"1%\""] {
+        let found = problems(&format!("{base}[check]\nmax_error_rate = {bad}\n"));
+        assert_eq!(found.len(), 1, "{bad}: {found:#?}");
+        assert!(found[0].2.contains("check.max_error_rate"), "{found:#?}");
+    }
+    let variant = problems(&format!(
+        "{base}[[variant]]\nname = \"v\"\nset = {{ \"check.max_error_rate\" = 0.5 }}\n"
+    ));
+    assert_eq!(variant.len(), 1, "{variant:#?}");
+    assert!(variant[0].2.contains("per scenario"), "{variant:#?}");
 }
 
 #[test]

@@ -12,8 +12,8 @@ use tailmesh_services::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ClientPolicy, ConnectionMode, Hedge, Hop, Launcher, Load, LoadMode, MAX_HOPS,
-    NetFault, ReplicaNet, Report, Stop, Telemetry,
+    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop, Launcher,
+    Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report, Stop, Telemetry,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -64,7 +64,7 @@ const HOP_KEYS: &[&str] = &[
 ];
 const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
-const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding"];
+const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding", "max_error_rate"];
 const REPORT_KEYS: &[&str] = &["histogram"];
 const TELEMETRY_KEYS: &[&str] = &["sampling", "forward"];
 
@@ -176,6 +176,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         None => Some(Check {
             slow_threshold: DEFAULT_SLOW_THRESHOLD,
             compounding: false,
+            max_error_rate: DEFAULT_MAX_ERROR_RATE,
         }),
     };
 
@@ -384,9 +385,14 @@ fn check(s: &Section<'_>, p: &mut Problems) -> Option<Check> {
             "= true needs check.slow_threshold: a slow request must be defined to count them",
         );
     }
+    let max_error_rate = match s.get("max_error_rate") {
+        None => Some(DEFAULT_MAX_ERROR_RATE),
+        Some(_) => s.probability(p, "max_error_rate"),
+    };
     Some(Check {
         slow_threshold: threshold.unwrap_or(Some(DEFAULT_SLOW_THRESHOLD))?,
         compounding: compounding?,
+        max_error_rate: max_error_rate?,
     })
 }
 

@@ -24,6 +24,7 @@ tests! {
     sync a_hop_replica_killed_mid_run_is_counted_and_named,
     sync check_exits_3_when_the_compounding_model_fails_and_0_without_check,
     sync check_passes_on_the_shipped_default_scenario_scaled_down,
+    sync check_exits_3_when_a_variant_fails_more_requests_than_max_error_rate,
     sync no_hop_process_outlives_a_normal_run,
 }
 
@@ -808,5 +809,93 @@ fn no_hop_process_outlives_a_normal_run() {
         pid_files(&results).is_empty(),
         "pid files left: {:?}",
         pid_files(&results)
+    );
+}
+
+/// A one-hop mesh whose hop answers every request `unavailable`, with
+/// `check_extra` in its `[check]` table.
+fn all_errors(check_extra: &str) -> String {
+    format!(
+        r#"
+name = "all-errors"
+seed = 3
+
+[load]
+mode = "open"
+rate = 200
+requests = 40
+timeout = "2s"
+
+[[hop]]
+name = "broken"
+error = {{ probability = 1.0, code = "unavailable" }}
+
+[check]
+{check_extra}
+"#
+    )
+}
+
+fn check_exits_3_when_a_variant_fails_more_requests_than_max_error_rate() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    // The default limit (1 %): every request failing fails the check.
+    let scenario = write(dir.path(), "default-limit.toml", &all_errors(""));
+    let results = dir.path().join("results-default");
+    let finished = tailmesh(dir.path(), &run_args(&scenario, &results, &["--check"]));
+    assert_eq!(finished.code(), Some(3), "{}", finished.output());
+    let expected = "variant \"base\": 40 of 40 requests failed (errors and timeouts), an error \
+                    share of 100 %, above check.max_error_rate = 0.01 (1.0 %)";
+    assert!(
+        finished.stderr.contains(expected),
+        "expected {expected:?} in:\n{}",
+        finished.output()
+    );
+    let failed = summary(&only_run_dir(&results));
+    let context = format!("{failed:#}\n{}", finished.output());
+    let check = failed
+        .pointer("/check/error_rate")
+        .expect("the error check");
+    assert_eq!(check["passed"], Value::Bool(false), "{context}");
+    assert_eq!(check["max_error_rate"].as_f64(), Some(0.01), "{context}");
+    let base = &check["variants"]["base"];
+    assert_eq!(
+        (u64_at(base, "/sent"), u64_at(base, "/failed")),
+        (40, 40),
+        "{context}"
+    );
+    assert_eq!(base["error_rate"].as_f64(), Some(1.0), "{context}");
+    assert_eq!(base["passed"], Value::Bool(false), "{context}");
+    // The other checks are unaffected: the failure is the error share's.
+    assert_eq!(str_at(&failed, "/check/verdict"), "pass", "{context}");
+    assert_eq!(failed.pointer("/check/accounted"), Some(&Value::Bool(true)));
+
+    // A scenario that errs on purpose says how much it may.
+    let scenario = write(
+        dir.path(),
+        "errs-on-purpose.toml",
+        &all_errors("max_error_rate = 1.0"),
+    );
+    let results = dir.path().join("results-allowed");
+    let finished = tailmesh(dir.path(), &run_args(&scenario, &results, &["--check"]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    assert!(
+        !finished.stderr.contains("max_error_rate"),
+        "{}",
+        finished.output()
+    );
+    let passed = summary(&only_run_dir(&results));
+    assert_eq!(
+        passed.pointer("/check/error_rate/passed"),
+        Some(&Value::Bool(true)),
+        "{passed:#}"
+    );
+    assert_eq!(
+        passed
+            .pointer("/check/error_rate/variants/base/error_rate")
+            .and_then(Value::as_f64),
+        Some(1.0),
+        "{passed:#}"
     );
 }
