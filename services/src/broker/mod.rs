@@ -64,6 +64,13 @@ pub struct BrokerConfig {
     pub topics: Vec<String>,
     /// Most tasks waiting per topic before submits are refused.
     pub queue_capacity: usize,
+    /// Most payload bytes waiting per topic before submits are refused
+    /// (held tasks do not count); at least `max_payload_bytes`, so any
+    /// accepted payload fits an empty queue. The default, 64 MiB, holds
+    /// 16 tasks of the largest payload, or the full `queue_capacity` of
+    /// tasks up to 6.5 KiB each, and keeps a topic's queue to a known share
+    /// of memory however large the payloads.
+    pub queue_bytes: usize,
     /// Deliveries a task may have before a lost worker makes it fail.
     pub max_deliveries: u32,
     /// Largest task or result payload accepted, in bytes.
@@ -82,6 +89,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             topics: Vec::new(),
             queue_capacity: 10_000,
+            queue_bytes: 64 * 1024 * 1024,
             max_deliveries: 3,
             max_payload_bytes: 4 * 1024 * 1024,
             drain_grace: Duration::from_secs(5),

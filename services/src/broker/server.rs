@@ -154,6 +154,12 @@ impl Broker {
         if config.queue_capacity == 0 {
             return bad("queue_capacity must be at least 1".into());
         }
+        if config.queue_bytes < config.max_payload_bytes.max(1) {
+            return bad(format!(
+                "queue_bytes ({}) must be at least max_payload_bytes ({}), or a payload the broker accepts could never be queued",
+                config.queue_bytes, config.max_payload_bytes
+            ));
+        }
         if config.max_deliveries == 0 {
             return bad("max_deliveries must be at least 1".into());
         }
@@ -166,6 +172,7 @@ impl Broker {
             let topic = Topic::new(
                 name.clone(),
                 config.queue_capacity,
+                config.queue_bytes,
                 config.max_deliveries,
                 config.max_payload_bytes,
                 idle.clone(),
