@@ -546,6 +546,7 @@ fn effective_deadline(
     if deadline_unix_nanos == 0 && timeout.is_none() {
         return (None, 0);
     }
+    // Wall clock read once, to put the unix deadline on tokio time: later checks ignore clock steps.
     let now = Instant::now();
     let unix_now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
