@@ -108,6 +108,10 @@ pub(crate) struct BrokerArgs {
     /// Most tasks queued per topic; more are refused with RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = 10_000)]
     queue_capacity: usize,
+    /// Most payload bytes queued per topic (64 MiB by default, at least the
+    /// 4 MiB payload limit); more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = BrokerConfig::default().queue_bytes)]
+    queue_bytes: usize,
     /// Deliveries a task may have before losing its workers fails it.
     #[arg(long, default_value_t = 3)]
     max_deliveries: u32,
@@ -121,6 +125,7 @@ pub(crate) fn broker(args: BrokerArgs) -> Result<(), CliError> {
     let config = BrokerConfig {
         topics: args.topics,
         queue_capacity: args.queue_capacity,
+        queue_bytes: args.queue_bytes,
         max_deliveries: args.max_deliveries,
         // Its tasks and results are whole hop messages, a full payload
         // plus its framing.

@@ -57,6 +57,15 @@ pub(crate) enum TaskError {
     PayloadTooLarge { len: usize, limit: usize },
     #[error("topic {topic:?} is full ({capacity} tasks queued); try again later")]
     Full { topic: String, capacity: usize },
+    #[error(
+        "topic {topic:?} is full ({queued} of its {limit} bytes queued, this task needs {len}); try again later"
+    )]
+    FullBytes {
+        topic: String,
+        queued: usize,
+        len: usize,
+        limit: usize,
+    },
     #[error("broker is shutting down and takes no new tasks")]
     ShuttingDown,
     #[error("deadline had already passed when the task reached the broker")]
@@ -103,7 +112,7 @@ impl From<TaskError> for Status {
             TaskError::PayloadTooLarge { .. }
             | TaskError::Protocol(_)
             | TaskError::NeverIssued { .. } => Code::InvalidArgument,
-            TaskError::Full { .. } => Code::ResourceExhausted,
+            TaskError::Full { .. } | TaskError::FullBytes { .. } => Code::ResourceExhausted,
             TaskError::ShuttingDown | TaskError::Unanswered { .. } => Code::Unavailable,
             TaskError::DeadlineOnArrival
             | TaskError::Expired { .. }

@@ -9,12 +9,19 @@
 //!   `Credit` grants more, `Drain` takes them all back. With one credit (the
 //!   default) a worker takes a task only when free, as in back-to-back, but
 //!   is woken by the broker the moment work arrives: no polling.
-//! - **Bounded.** At most `queue_capacity` tasks wait per topic; a full topic
-//!   answers RESOURCE_EXHAUSTED at once. Tasks put back after a worker loss
-//!   may briefly exceed it by what workers held.
+//! - **Bounded, in tasks and in bytes.** At most `queue_capacity` tasks and
+//!   `queue_bytes` payload bytes wait per topic; a submit past either limit
+//!   is answered RESOURCE_EXHAUSTED at once and counted in `rejected_full`.
+//!   A task's bytes are released as soon as it leaves the queue
+//!   (dispatched, expired, given up). Tasks put back after a worker loss
+//!   may briefly exceed both by what workers held.
 //! - **Deadlines.** A task carries the earlier of its absolute deadline and
-//!   the call's grpc-timeout. Past it, the producer gets DEADLINE_EXCEEDED;
-//!   a task that expired in the queue is never dispatched.
+//!   the call's grpc-timeout. Past it, the producer gets DEADLINE_EXCEEDED.
+//!   Dispatch checks it too: a task whose deadline passed while it was
+//!   queued is answered there, counted in `expired` and never dispatched,
+//!   so workers' credit goes only to work someone still waits for. The
+//!   deadline travels with the task, and the library's worker drops a
+//!   handler still running when it passes (`expired_in_flight`).
 //! - **Redelivery.** Tasks held by a worker whose stream ends go back to the
 //!   head of their queue (oldest first) and are delivered again, up to
 //!   `max_deliveries` deliveries; then the producer gets ABORTED ("task 7
@@ -64,6 +71,13 @@ pub struct BrokerConfig {
     pub topics: Vec<String>,
     /// Most tasks waiting per topic before submits are refused.
     pub queue_capacity: usize,
+    /// Most payload bytes waiting per topic before submits are refused
+    /// (held tasks do not count); at least `max_payload_bytes`, so any
+    /// accepted payload fits an empty queue. The default, 64 MiB, holds
+    /// 16 tasks of the largest payload, or the full `queue_capacity` of
+    /// tasks up to 6.5 KiB each, and keeps a topic's queue to a known share
+    /// of memory however large the payloads.
+    pub queue_bytes: usize,
     /// Deliveries a task may have before a lost worker makes it fail.
     pub max_deliveries: u32,
     /// Largest task or result payload accepted, in bytes.
@@ -82,6 +96,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             topics: Vec::new(),
             queue_capacity: 10_000,
+            queue_bytes: 64 * 1024 * 1024,
             max_deliveries: 3,
             max_payload_bytes: 4 * 1024 * 1024,
             drain_grace: Duration::from_secs(5),

@@ -12,6 +12,10 @@
 //!   while queued leaves a stale id behind (counted in `stale`, skipped when
 //!   popped, compacted away once stale ids outnumber live ones), so memory
 //!   stays bounded by the capacity plus the tasks workers hold.
+//! - `queued_bytes` is the sum of the payload lengths of the live queued
+//!   tasks: charged when a task enters the queue (submitted, or put back
+//!   after a worker loss) and released when it leaves (dispatched, expired,
+//!   abandoned, closed), at the same places `queued` moves.
 //! - A worker's `held` lists the tasks delivered to it that it has not
 //!   answered, even when their producer gave up meanwhile: a result for a
 //!   held task returns the worker's credit; a result for any other id is
@@ -69,6 +73,8 @@ pub(crate) struct NewTask {
 pub(crate) struct Topic {
     name: String,
     capacity: usize,
+    /// Most payload bytes queued at once before submits are refused.
+    capacity_bytes: usize,
     max_deliveries: u32,
     max_payload: usize,
     /// Woken whenever a topic that no longer accepts work has no task left.
@@ -128,6 +134,9 @@ struct Inner {
     /// Stale ids in `queue`.
     stale: usize,
     max_depth: usize,
+    /// Payload bytes of the live ids in `queue`.
+    queued_bytes: usize,
+    max_depth_bytes: usize,
     tasks: HashMap<u64, Pending>,
     workers: HashMap<WorkerId, Worker>,
     ready: VecDeque<WorkerId>,
@@ -140,6 +149,7 @@ impl Topic {
     pub(crate) fn new(
         name: String,
         capacity: usize,
+        capacity_bytes: usize,
         max_deliveries: u32,
         max_payload: usize,
         idle: Arc<Notify>,
@@ -149,6 +159,7 @@ impl Topic {
         Topic {
             name,
             capacity,
+            capacity_bytes,
             max_deliveries,
             max_payload,
             idle,
@@ -160,6 +171,8 @@ impl Topic {
                 queued: 0,
                 stale: 0,
                 max_depth: 0,
+                queued_bytes: 0,
+                max_depth_bytes: 0,
                 tasks: HashMap::new(),
                 workers: HashMap::new(),
                 ready: VecDeque::new(),
@@ -189,8 +202,9 @@ impl Topic {
         }
     }
 
-    /// Queues a task, or refuses it at once (full, shutting down, deadline
-    /// already passed); the refused task's reply sender is dropped.
+    /// Queues a task, or refuses it at once (full in tasks or in bytes,
+    /// shutting down, deadline already passed); the refused task's reply
+    /// sender is dropped.
     pub(crate) fn submit(&self, task: NewTask) -> Result<(), TaskError> {
         let now = Instant::now();
         let mut inner = self.lock();
@@ -211,6 +225,16 @@ impl Topic {
                 capacity: self.capacity,
             });
         }
+        let len = task.payload.len();
+        if inner.queued_bytes.saturating_add(len) > self.capacity_bytes {
+            inner.counters.rejected_full += 1;
+            return Err(TaskError::FullBytes {
+                topic: self.name.clone(),
+                queued: inner.queued_bytes,
+                len,
+                limit: self.capacity_bytes,
+            });
+        }
         inner.tasks.insert(
             task.id,
             Pending {
@@ -229,6 +253,7 @@ impl Topic {
         inner.queue.push_back(task.id);
         inner.queued += 1;
         inner.max_depth = inner.max_depth.max(inner.queued);
+        inner.charge_bytes(len);
         inner.counters.enqueued += 1;
         self.settle(&mut inner, now);
         Ok(())
@@ -245,7 +270,7 @@ impl Topic {
         };
         let err = match p.holder {
             None => {
-                inner.forget_queued();
+                inner.forget_queued(p.payload.len());
                 inner.counters.expired += 1;
                 TaskError::Expired {
                     task: id,
@@ -278,7 +303,7 @@ impl Topic {
             return;
         };
         if p.holder.is_none() {
-            inner.forget_queued();
+            inner.forget_queued(p.payload.len());
         }
         inner.counters.abandoned += 1;
         self.settle(&mut inner, now);
@@ -393,6 +418,7 @@ impl Topic {
         }
         inner.queue.clear();
         inner.queued = 0;
+        inner.queued_bytes = 0;
         inner.stale = 0;
         inner.ready.clear();
         for (_, w) in inner.workers.drain() {
@@ -423,6 +449,8 @@ impl Topic {
                 shutdown_unanswered: c.shutdown_unanswered,
                 depth: inner.queued as u64,
                 max_depth: inner.max_depth as u64,
+                depth_bytes: inner.queued_bytes as u64,
+                max_depth_bytes: inner.max_depth_bytes as u64,
                 in_flight: inner.workers.values().map(|w| w.held.len() as u64).sum(),
                 workers: inner.workers.len() as u32,
                 credits: inner.workers.values().map(|w| u64::from(w.credits)).sum(),
@@ -444,9 +472,11 @@ impl Topic {
 }
 
 impl Inner {
-    /// Bookkeeping after a queued task left `tasks`: its id turns stale.
-    fn forget_queued(&mut self) {
+    /// Bookkeeping after a queued task of `bytes` payload left `tasks`: its
+    /// id turns stale.
+    fn forget_queued(&mut self, bytes: usize) {
         self.queued -= 1;
+        self.release_bytes(bytes);
         self.stale += 1;
         if self.stale > STALE_COMPACT_MIN && self.stale > self.queued {
             let tasks = &self.tasks;
@@ -454,6 +484,18 @@ impl Inner {
                 .retain(|id| tasks.get(id).is_some_and(|p| p.holder.is_none()));
             self.stale = 0;
         }
+    }
+
+    /// A task of `bytes` payload entered the queue.
+    fn charge_bytes(&mut self, bytes: usize) {
+        self.queued_bytes = self.queued_bytes.saturating_add(bytes);
+        self.max_depth_bytes = self.max_depth_bytes.max(self.queued_bytes);
+    }
+
+    /// A task of `bytes` payload left the queue.
+    fn release_bytes(&mut self, bytes: usize) {
+        debug_assert!(self.queued_bytes >= bytes, "queued bytes went negative");
+        self.queued_bytes = self.queued_bytes.saturating_sub(bytes);
     }
 
     fn mark_ready(&mut self, id: WorkerId) {
@@ -484,8 +526,11 @@ impl Inner {
                 continue;
             };
             self.queued -= 1;
-            if p.deadline.is_some_and(|d| d <= now) {
-                let waited = now.saturating_duration_since(p.enqueued_at);
+            let len = p.payload.len();
+            let expired = p.deadline.is_some_and(|d| d <= now);
+            let waited = now.saturating_duration_since(p.enqueued_at);
+            self.release_bytes(len);
+            if expired {
                 if let Some(p) = self.tasks.remove(&id) {
                     self.counters.expired += 1;
                     let _ = p.reply.send(Err(TaskError::Expired { task: id, waited }));
@@ -552,8 +597,10 @@ impl Inner {
                     p.payload = t.payload;
                     p.headers = t.headers;
                 }
+                let len = p.payload.len();
                 self.queue.push_front(id);
                 self.queued += 1;
+                self.charge_bytes(len);
                 self.remove_worker(wid, max_deliveries);
                 continue;
             }
@@ -699,9 +746,11 @@ impl Inner {
                 continue;
             }
             p.holder = None;
+            let len = p.payload.len();
             self.queue.push_front(id);
             self.queued += 1;
             self.max_depth = self.max_depth.max(self.queued);
+            self.charge_bytes(len);
             self.counters.redelivered += 1;
         }
     }
@@ -719,6 +768,7 @@ mod tests {
         Topic::new(
             "t".into(),
             capacity,
+            usize::MAX,
             max_deliveries,
             1024,
             Arc::new(Notify::new()),
@@ -726,17 +776,33 @@ mod tests {
     }
 
     fn task(id: u64) -> (NewTask, oneshot::Receiver<Answer>) {
+        sized(id, 1, None)
+    }
+
+    /// Task `id` with a `len`-byte payload, expiring `deadline` from now.
+    fn sized(
+        id: u64,
+        len: usize,
+        deadline: Option<Duration>,
+    ) -> (NewTask, oneshot::Receiver<Answer>) {
         let (reply, rx) = oneshot::channel();
         let t = NewTask {
             id,
-            payload: vec![id as u8],
+            payload: vec![id as u8; len],
             headers: HashMap::new(),
             span: None,
-            deadline: None,
+            deadline: deadline.map(|d| Instant::now() + d),
+            // Only the worker reads it; these tests have none.
             deadline_unix_nanos: 0,
             reply,
         };
         (t, rx)
+    }
+
+    fn credit(credits: u32) -> pb::WorkerMessage {
+        pb::WorkerMessage {
+            kind: Some(worker_message::Kind::Credit(pb::Credit { credits })),
+        }
     }
 
     fn next_task(
@@ -811,5 +877,117 @@ mod tests {
             .map(|t| (t.task_id, t.delivery))
             .collect();
         assert_eq!(order, vec![(1, 2), (2, 2), (3, 1), (4, 1)]);
+    }
+
+    /// Dispatch itself checks deadlines: a task whose deadline passed while
+    /// queued is answered DEADLINE_EXCEEDED and skipped even when its
+    /// producer's own timer (which calls `expire`) has not run yet.
+    #[tokio::test(start_paused = true)]
+    async fn tasks_past_their_deadline_are_never_dispatched() {
+        let t = topic(100, 3);
+        let (tx, mut wrx) = mpsc::unbounded_channel();
+        // Connected, but holding no credit while the tasks wait.
+        t.add_worker(1, "w".into(), 0, tx).expect("added");
+        let mut late = Vec::new();
+        for id in 1..=3 {
+            let (nt, rx) = sized(id, 1, Some(Duration::from_millis(10)));
+            t.submit(nt).expect("queued");
+            late.push(rx);
+        }
+        let (nt, mut fresh) = sized(4, 1, Some(Duration::from_secs(10)));
+        t.submit(nt).expect("queued");
+        tokio::time::advance(Duration::from_millis(20)).await;
+
+        t.on_message(1, credit(1), 5);
+        let got = next_task(&mut wrx).expect("a task");
+        assert_eq!(got.task_id, 4, "only the task still in time is delivered");
+        assert!(next_task(&mut wrx).is_none());
+        for mut rx in late {
+            match rx.try_recv() {
+                Ok(Err(e @ TaskError::Expired { .. })) => {
+                    assert_eq!(Status::from(e).code(), Code::DeadlineExceeded);
+                }
+                other => panic!("expected Expired, got {other:?}"),
+            }
+        }
+        t.on_message(1, result(4), 5);
+        assert!(matches!(fresh.try_recv(), Ok(Ok(_))));
+        let s = t.stats();
+        assert_eq!(
+            (s.expired, s.dispatched, s.completed, s.depth),
+            (3, 1, 1, 0),
+            "{s:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queued_bytes_are_bounded_and_return_to_zero() {
+        let t = Topic::new("t".into(), 100, 100, 3, 1024, Arc::new(Notify::new()));
+        let bytes = |t: &Topic| t.lock().queued_bytes;
+        let mut rxs = Vec::new();
+        for (id, len) in [(1, 40), (2, 40)] {
+            let (nt, rx) = sized(id, len, None);
+            t.submit(nt).expect("queued");
+            rxs.push(rx);
+        }
+        // 30 more would make 110 of 100 bytes.
+        let (nt, _) = sized(3, 30, None);
+        let err = t.submit(nt).expect_err("over the byte limit");
+        assert!(
+            matches!(
+                err,
+                TaskError::FullBytes {
+                    queued: 80,
+                    len: 30,
+                    limit: 100,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(Status::from(err).code(), Code::ResourceExhausted);
+        // Exactly to the limit is fine.
+        let (nt, rx) = sized(4, 20, None);
+        t.submit(nt).expect("queued");
+        rxs.push(rx);
+        assert_eq!(bytes(&t), 100);
+
+        // Abandoned while queued.
+        t.abandon(2);
+        assert_eq!(bytes(&t), 60);
+        // Expires in the queue, found expired at dispatch.
+        let (nt, rx) = sized(5, 40, Some(Duration::from_millis(10)));
+        t.submit(nt).expect("queued");
+        rxs.push(rx);
+        assert_eq!(bytes(&t), 100);
+        tokio::time::advance(Duration::from_millis(20)).await;
+
+        // Dispatched: 1 and 4 leave, 5 is skipped as expired.
+        let (tx, mut wrx) = mpsc::unbounded_channel();
+        t.add_worker(1, "a".into(), 3, tx).expect("added");
+        assert_eq!(next_task(&mut wrx).map(|t| t.task_id), Some(1));
+        assert_eq!(next_task(&mut wrx).map(|t| t.task_id), Some(4));
+        assert!(next_task(&mut wrx).is_none());
+        assert_eq!(bytes(&t), 0);
+
+        // Requeued after the worker is lost: charged again.
+        t.remove_worker(1);
+        assert_eq!(bytes(&t), 60);
+        // Expired by its producer's timer while queued.
+        t.expire(1);
+        assert_eq!(bytes(&t), 20);
+        let (tx, mut wrx) = mpsc::unbounded_channel();
+        t.add_worker(2, "b".into(), 1, tx).expect("added");
+        assert_eq!(next_task(&mut wrx).map(|t| t.task_id), Some(4));
+        assert_eq!(bytes(&t), 0);
+        t.on_message(2, result(4), 6);
+
+        let s = t.stats();
+        assert_eq!(
+            (s.depth_bytes, s.max_depth_bytes, s.rejected_full, s.expired),
+            (0, 100, 1, 2),
+            "{s:?}"
+        );
+        assert!(t.is_idle());
     }
 }

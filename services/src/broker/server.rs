@@ -152,6 +152,12 @@ impl Broker {
         if config.queue_capacity == 0 {
             return bad("queue_capacity must be at least 1".into());
         }
+        if config.queue_bytes < config.max_payload_bytes.max(1) {
+            return bad(format!(
+                "queue_bytes ({}) must be at least max_payload_bytes ({}), or a payload the broker accepts could never be queued",
+                config.queue_bytes, config.max_payload_bytes
+            ));
+        }
         if config.max_deliveries == 0 {
             return bad("max_deliveries must be at least 1".into());
         }
@@ -164,6 +170,7 @@ impl Broker {
             let topic = Topic::new(
                 name.clone(),
                 config.queue_capacity,
+                config.queue_bytes,
                 config.max_deliveries,
                 config.max_payload_bytes,
                 idle.clone(),
@@ -537,6 +544,7 @@ fn effective_deadline(
     if deadline_unix_nanos == 0 && timeout.is_none() {
         return (None, 0);
     }
+    // Wall clock read once, to put the unix deadline on tokio time: later checks ignore clock steps.
     let now = Instant::now();
     let unix_now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

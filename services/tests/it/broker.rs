@@ -375,6 +375,128 @@ async fn full_topic_refuses_at_once_and_stays_bounded() {
 }
 
 #[tokio::test]
+async fn byte_limit_refuses_at_once_and_frees_room_as_tasks_leave() {
+    let broker = start(BrokerConfig {
+        queue_bytes: 100,
+        max_payload_bytes: 100,
+        ..config(&["t"])
+    })
+    .await;
+    let client = broker.client().await;
+    let forty = "x".repeat(40);
+    let queued = submit_in_order(&client, "t", &[&forty, &forty]).await;
+
+    // 80 of 100 bytes queued: 30 more do not fit, whatever the task count.
+    let started = Instant::now();
+    let mut c = client.clone();
+    let err = within(
+        "the refusal",
+        c.submit("t", vec![b'y'; 30], HashMap::new(), None),
+    )
+    .await
+    .expect_err("over the byte limit");
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("80 of its 100 bytes"), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    let s = stats_of(&client, "t").await;
+    assert_eq!(
+        (s.depth, s.depth_bytes, s.rejected_full),
+        (2, 80, 1),
+        "{s:?}"
+    );
+
+    // A worker takes one: its bytes leave the queue with it.
+    let mut worker = raw_worker(broker.addr, "t", 1).await;
+    let first = worker.task().await;
+    wait_stats(&client, "t", "the bytes to be released", |s| {
+        s.depth_bytes == 40
+    })
+    .await;
+    let mut calls = queued;
+    calls.extend(submit_in_order(&client, "t", &[&"z".repeat(60)]).await);
+    let s = stats_of(&client, "t").await;
+    assert_eq!(
+        (s.depth, s.depth_bytes, s.max_depth_bytes),
+        (2, 100, 100),
+        "{s:?}"
+    );
+
+    worker.answer(first.task_id, b"ok");
+    for _ in 0..2 {
+        let task = worker.task().await;
+        worker.answer(task.task_id, b"ok");
+    }
+    for call in calls {
+        answer_of(call).await.expect("ok");
+    }
+    let s = stats_of(&client, "t").await;
+    assert_eq!(
+        (s.completed, s.rejected_full, s.depth_bytes),
+        (3, 1, 0),
+        "{s:?}"
+    );
+    broker.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn byte_limit_below_the_payload_limit_is_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let config = BrokerConfig {
+        queue_bytes: 1024,
+        max_payload_bytes: 4096,
+        ..config(&["t"])
+    };
+    let err = run(config, listener, std::future::pending())
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("queue_bytes (1024)"), "{err}");
+}
+
+#[tokio::test]
+async fn worker_without_credit_never_gets_tasks_that_expired_meanwhile() {
+    let broker = start(config(&["t"])).await;
+    let client = broker.client().await;
+    // Connected, but granting no credit while the tasks wait.
+    let mut worker = raw_worker(broker.addr, "t", 0).await;
+    let late: Vec<_> = (0..3)
+        .map(|i| {
+            submit_bg(
+                &client,
+                "t",
+                &format!("late {i}"),
+                Some(Duration::from_millis(100)),
+            )
+        })
+        .collect();
+    for call in late {
+        let err = answer_of(call).await.expect_err("expires");
+        assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+        assert!(err.message().contains("never dispatched"), "{err:?}");
+    }
+
+    worker.send(worker_message::Kind::Credit(pb::Credit { credits: 1 }));
+    let fresh = submit_bg(&client, "t", "fresh", Some(Duration::from_secs(30)));
+    let task = worker.task().await;
+    assert_eq!(
+        text(&task.payload),
+        "fresh",
+        "no expired task was delivered"
+    );
+    worker.answer(task.task_id, b"ok");
+    answer_of(fresh).await.expect("ok");
+    let s = stats_of(&client, "t").await;
+    assert_eq!(
+        (s.expired, s.expired_in_flight, s.dispatched, s.completed),
+        (3, 0, 1, 1),
+        "{s:?}"
+    );
+    broker.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
 async fn task_expired_in_queue_is_answered_and_never_dispatched() {
     let broker = start(config(&["t"])).await;
     let client = broker.client().await;
