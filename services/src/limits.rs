@@ -8,6 +8,10 @@
 //! message is itself the payload of a broker message (`Task`,
 //! `TaskResult`, the submit stream's messages), which adds its own fields.
 //! Each wrapping adds at most [`MESSAGE_OVERHEAD`].
+//!
+//! It also holds the bound on a push replica's wait queue
+//! ([`DEFAULT_QUEUE_LIMIT`]), for the same reason: the validator and the hop
+//! share one definition.
 
 /// The largest payload a request may carry, in bytes (4 MiB): the
 /// scenario's `[load] payload` maximum.
@@ -24,6 +28,15 @@ pub const MESSAGE_OVERHEAD: usize = 64 * 1024;
 /// gRPC message limit of the hop service and of every client that calls
 /// it, and the largest task a broker serving hops must accept.
 pub const MAX_CALL_MESSAGE_BYTES: usize = MAX_PAYLOAD_BYTES + MESSAGE_OVERHEAD;
+
+/// The most requests that may wait for a slot at one push replica with
+/// limited concurrency when the scenario sets no `queue_limit`: far more
+/// than a healthy queue holds (1000 service times of waiting), yet a fixed
+/// count, so an overloaded replica's memory stays bounded.
+pub const DEFAULT_QUEUE_LIMIT: u32 = 1000;
+
+/// The largest `queue_limit` a scenario may set: a bound that still bounds.
+pub const MAX_QUEUE_LIMIT: u32 = 1_000_000;
 
 #[cfg(test)]
 mod tests {

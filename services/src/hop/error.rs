@@ -64,6 +64,10 @@ pub(crate) enum CallError {
         replica: u32,
         code: Code,
     },
+    /// A push replica with limited concurrency already has `limit`
+    /// requests waiting for a slot; this one is refused, never queued.
+    #[error("hop \"{hop}\" replica {replica}: {limit} requests already wait for a slot (queue_limit)")]
+    QueueFull { hop: String, replica: u32, limit: u32 },
     /// Nothing was left of the caller's deadline for the downstream calls.
     #[error("hop \"{hop}\": deadline passed before calling downstream")]
     DeadlineBeforeDownstream { hop: String },
@@ -107,6 +111,7 @@ impl From<CallError> for Status {
         let code = match &err {
             CallError::ShuttingDown { .. } | CallError::Connect { .. } => Code::Unavailable,
             CallError::Injected { code, .. } => *code,
+            CallError::QueueFull { .. } => Code::ResourceExhausted,
             CallError::DeadlineBeforeDownstream { .. } => Code::DeadlineExceeded,
             CallError::UndecodableRequest { .. } => Code::InvalidArgument,
             CallError::Replica { status, .. } | CallError::ViaBroker { status, .. } => {
@@ -139,6 +144,15 @@ mod tests {
                 },
                 Code::ResourceExhausted,
                 "injected error at hop \"b\" replica 1",
+            ),
+            (
+                CallError::QueueFull {
+                    hop: "b".into(),
+                    replica: 0,
+                    limit: 1000,
+                },
+                Code::ResourceExhausted,
+                "hop \"b\" replica 0: 1000 requests already wait for a slot (queue_limit)",
             ),
             (
                 CallError::DeadlineBeforeDownstream { hop: "b".into() },

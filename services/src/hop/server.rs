@@ -3,7 +3,10 @@
 use std::{
     collections::HashMap,
     future::Future,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -15,7 +18,7 @@ use tailmesh_proto::pb::{
 };
 use tokio::{
     net::TcpListener,
-    sync::{Semaphore, oneshot, watch},
+    sync::{Semaphore, SemaphorePermit, TryAcquireError, oneshot, watch},
     time::Instant,
 };
 use tonic::{Code, Request, Response, Status};
@@ -34,7 +37,7 @@ use crate::{
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
-    limits::MAX_CALL_MESSAGE_BYTES,
+    limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
     model::{Balance, HopBehavior, Transport},
     reflection::reflection_service,
     telemetry,
@@ -76,6 +79,11 @@ pub struct HopConfig {
     /// one task at a time for a pull worker (its credit).
     #[serde(default)]
     pub concurrency: Option<u32>,
+    /// With `concurrency`, the most requests that may wait for a slot at
+    /// this replica (push); one more is refused with RESOURCE_EXHAUSTED at
+    /// once. Unused by a pull worker, whose queue is the broker's.
+    #[serde(default = "default_queue_limit")]
+    pub queue_limit: u32,
     /// How long shutdown waits for requests in flight.
     #[serde(default = "default_grace")]
     pub drain_grace: Duration,
@@ -100,6 +108,7 @@ impl HopConfig {
             downstream: Vec::new(),
             broker: None,
             concurrency: None,
+            queue_limit: default_queue_limit(),
             drain_grace: default_grace(),
             precise_timer: default_true(),
             idle_timeout: default_idle_timeout(),
@@ -109,6 +118,9 @@ impl HopConfig {
 
 fn default_grace() -> Duration {
     Duration::from_secs(5)
+}
+fn default_queue_limit() -> u32 {
+    DEFAULT_QUEUE_LIMIT
 }
 fn default_true() -> bool {
     true
@@ -262,7 +274,66 @@ struct Inner {
     transport: Transport,
     downstream: Vec<Downstream>,
     sleeper: Sleeper,
-    slots: Option<Semaphore>,
+    slots: Option<Slots>,
+}
+
+/// A replica's slots for its own work, and the bounded line of requests
+/// waiting for one.
+struct Slots {
+    permits: Semaphore,
+    /// Requests waiting for a permit now.
+    waiting: AtomicU32,
+    /// The most that may wait (push); `None` for a pull worker, which never
+    /// takes more tasks than it has slots (its queue is the broker's).
+    queue_limit: Option<u32>,
+}
+
+impl Slots {
+    /// A slot, at once or after waiting in line; refused at once when the
+    /// line is full.
+    async fn acquire(&self, hop: &str, replica: u32) -> Result<SemaphorePermit<'_>, CallError> {
+        let shutting_down = || CallError::ShuttingDown { hop: hop.to_owned() };
+        match self.permits.try_acquire() {
+            Ok(permit) => return Ok(permit),
+            Err(TryAcquireError::Closed) => return Err(shutting_down()),
+            Err(TryAcquireError::NoPermits) => {}
+        }
+        let _in_line = match self.queue_limit {
+            Some(limit) => Some(InLine::enter(&self.waiting, limit).ok_or_else(|| {
+                CallError::QueueFull {
+                    hop: hop.to_owned(),
+                    replica,
+                    limit,
+                }
+            })?),
+            None => None,
+        };
+        self.permits.acquire().await.map_err(|_| shutting_down())
+    }
+}
+
+/// A place in a replica's line for a slot, given up when dropped (also when
+/// the caller gives up and the request is cancelled).
+struct InLine<'a> {
+    waiting: &'a AtomicU32,
+}
+
+impl<'a> InLine<'a> {
+    /// Takes a place unless `limit` requests already wait.
+    fn enter(waiting: &'a AtomicU32, limit: u32) -> Option<Self> {
+        waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InLine { waiting })
+    }
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The request handler shared by the gRPC service and the pull worker.
@@ -316,9 +387,14 @@ impl HopCore {
                 replica: config.replica,
                 transport: config.transport,
                 downstream,
-                slots: config
-                    .concurrency
-                    .map(|n| Semaphore::new(n.max(1) as usize)),
+                slots: config.concurrency.map(|n| Slots {
+                    permits: Semaphore::new(n.max(1) as usize),
+                    waiting: AtomicU32::new(0),
+                    queue_limit: match config.transport {
+                        Transport::Push => Some(config.queue_limit),
+                        Transport::Pull => None,
+                    },
+                }),
                 sleeper: if config.precise_timer {
                     Sleeper::Precise
                 } else {
@@ -371,13 +447,12 @@ impl HopCore {
         );
 
         // A replica with limited concurrency holds a slot for its own work
-        // only; the wait for a slot is queueing, like a broker queue's.
+        // only; the wait for a slot is queueing, like a broker queue's, and
+        // as bounded: a full line refuses the request rather than grow.
         let (slot, slot_wait) = match &inner.slots {
             Some(slots) => {
                 let waiting = Instant::now();
-                let slot = slots.acquire().await.map_err(|_| CallError::ShuttingDown {
-                    hop: inner.behavior.name.clone(),
-                })?;
+                let slot = slots.acquire(&inner.behavior.name, inner.replica).await?;
                 (Some(slot), waiting.elapsed())
             }
             None => (None, Duration::ZERO),

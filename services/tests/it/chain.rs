@@ -8,7 +8,9 @@ use tailmesh_services::{
     hop::{self, Connections, DownstreamConfig, HopConfig, PushPool, draw},
     model::{Balance, DurationDist, ErrorInjection, HopBehavior, Slowness, Transport, Work},
 };
+use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::{net::TcpListener, sync::watch};
+use tonic::Code;
 
 /// A hop under construction.
 #[derive(Clone)]
@@ -19,6 +21,7 @@ struct HopSpec {
     error: Option<ErrorInjection>,
     work: Work,
     concurrency: Option<u32>,
+    queue_limit: u32,
 }
 
 fn hop(name: &str) -> HopSpec {
@@ -29,6 +32,7 @@ fn hop(name: &str) -> HopSpec {
         error: None,
         work: Work::None,
         concurrency: None,
+        queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
     }
 }
 
@@ -56,6 +60,10 @@ impl HopSpec {
     }
     fn concurrency(mut self, n: u32) -> Self {
         self.concurrency = Some(n);
+        self
+    }
+    fn queue_limit(mut self, n: u32) -> Self {
+        self.queue_limit = n;
         self
     }
     fn behavior(&self, seed: u64) -> HopBehavior {
@@ -108,6 +116,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                     .collect(),
                 broker: None,
                 concurrency: spec.concurrency,
+                queue_limit: spec.queue_limit,
                 drain_grace: Duration::from_secs(1),
                 precise_timer: true,
                 idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
@@ -312,5 +321,44 @@ async fn limited_concurrency_queues_requests_and_reports_the_wait() {
     for r in [&first.path[0], &second.path[0]] {
         assert!(r.total_ns >= r.service_ns + r.queue_wait_ns, "{r:?}");
     }
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_wait_queue_refuses_at_once_until_a_slot_frees() {
+    // Four requests at once at a replica with one slot and room for two in
+    // line: whichever arrives last is refused, and its answer is the first
+    // to come back, while the request holding the slot still works.
+    let c = chain(vec![
+        hop("b")
+            .sleep(Duration::from_millis(500))
+            .concurrency(1)
+            .queue_limit(2),
+    ])
+    .await;
+    let mut calls: FuturesUnordered<_> = (1..=4).map(|id| c.call(id)).collect();
+    let first = calls.next().await.expect("four calls");
+    let refused = first.expect_err("the fourth request is refused before any work ends");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("hop \"b\" replica 0: 2 requests already wait for a slot (queue_limit)"),
+        "{}",
+        refused.message()
+    );
+
+    // The next to end is the one that held the slot; the line is down to
+    // one, so a new request is accepted and waits its turn.
+    let done = calls.next().await.expect("three calls left");
+    done.expect("the request in the slot succeeds");
+    calls.push(c.call(5));
+    let mut accepted = 0;
+    while let Some(result) = calls.next().await {
+        result.expect("every request in line is served");
+        accepted += 1;
+    }
+    assert_eq!(accepted, 3, "two that waited and the one after the slot freed");
+    drop(calls);
     c.stop().await;
 }
