@@ -17,6 +17,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         name: name.to_string(),
         replicas: 2,
         concurrency: None,
+        queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
         transport: Transport::Push,
         balance: Balance::RoundRobin,
         work: Work::Sleep {

@@ -480,6 +480,14 @@ mod tests {
             blamed_hop("injected error at hop \"c\" replica 0"),
             Some("c")
         );
+        // A full wait queue at "b", forwarded by "a": blamed on "b".
+        assert_eq!(
+            blamed_hop(
+                "hop \"b\" replica 0 (127.0.0.1:2): hop \"b\" replica 0: \
+                 1000 requests already wait for a slot (queue_limit)"
+            ),
+            Some("b")
+        );
         assert_eq!(blamed_hop("transport error"), None);
         assert_eq!(blamed_hop("hop \"unterminated"), None);
     }

@@ -175,6 +175,7 @@ impl MeshPlan {
             downstream,
             broker: addrs.broker.clone(),
             concurrency: hop.concurrency,
+            queue_limit: hop.queue_limit,
             drain_grace: DRAIN_GRACE,
             idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
             precise_timer: true,

@@ -48,7 +48,11 @@
 //! `[[hop]]`: `name` (required, unique), `replicas` (1..=64, default 1),
 //! `concurrency` (1..=10000: requests a replica works on at once, the rest
 //! wait in the replica (push) or the broker (pull); default: unlimited for
-//! push, one task at a time for pull),
+//! push, one task at a time for pull), `queue_limit` (0..=1 000 000,
+//! only with `concurrency`, default 1000: the most requests that may wait
+//! for a slot at one push replica; one more is refused at once with
+//! RESOURCE_EXHAUSTED, counted on the hop as `resource_exhausted`; pull
+//! hops ignore it, their queue is the broker's),
 //! `transport` = `"push"` (default) | `"pull"`, `balance` =
 //! `"round_robin"` (default) | `"random"` | `"p2c"` (accepted on pull hops
 //! too, where it is unused, so a variant can flip the transport alone),

@@ -247,6 +247,11 @@ pub struct Hop {
     /// credit). `None`: push replicas take everything at once, pull workers
     /// take one task at a time (back-to-back's default).
     pub concurrency: Option<u32>,
+    /// With `concurrency`, the most requests that may wait for a slot at
+    /// one push replica; more are refused with RESOURCE_EXHAUSTED at once.
+    /// Default [`DEFAULT_QUEUE_LIMIT`](tailmesh_services::limits::DEFAULT_QUEUE_LIMIT);
+    /// unused without `concurrency` and by pull hops (the broker queues).
+    pub queue_limit: u32,
     /// How callers reach this hop.
     pub transport: Transport,
     /// How push callers pick a replica of this hop.

@@ -40,6 +40,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         name: name.to_owned(),
         replicas: 1,
         concurrency: None,
+        queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
         transport: Transport::Push,
         balance: Balance::RoundRobin,
         work: Work::None,
@@ -134,6 +135,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     name: "frontend".to_owned(),
                     replicas: 2,
                     concurrency: None,
+                    queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     transport: Transport::Push,
                     balance: Balance::P2c,
                     work: Work::Sleep {
@@ -154,6 +156,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     name: "backend".to_owned(),
                     replicas: 3,
                     concurrency: Some(4),
+                    queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     transport: Transport::Pull,
                     balance: Balance::Random,
                     work: Work::Cpu {
@@ -179,6 +182,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     name: "cache".to_owned(),
                     replicas: 1,
                     concurrency: None,
+                    queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     transport: Transport::Push,
                     balance: Balance::RoundRobin,
                     work: Work::Sleep {
@@ -1372,4 +1376,38 @@ fn many_problems_are_reported_in_time_linear_in_the_input() {
             "{what}: {count} problems for {KEYS} unknown keys"
         );
     }
+}
+
+#[test]
+fn queue_limit_bounds_the_wait_of_a_hop_with_concurrency() {
+    let s = ok(&format!(
+        "{HEAD}[[hop]]\nname = \"a\"\nconcurrency = 2\nqueue_limit = 0\n\
+         [[hop]]\nname = \"b\"\nconcurrency = 1\n"
+    ));
+    let v = &s.variants[0];
+    assert_eq!((v.hops[0].concurrency, v.hops[0].queue_limit), (Some(2), 0));
+    assert_eq!(
+        v.hops[1].queue_limit,
+        tailmesh_services::limits::DEFAULT_QUEUE_LIMIT
+    );
+
+    assert_eq!(
+        problems(&format!(
+            "{HEAD}[[hop]]\nname = \"a\"\nqueue_limit = 5\n\
+             [[hop]]\nname = \"b\"\nconcurrency = 1\nqueue_limit = -1\n"
+        )),
+        vec![
+            (
+                8,
+                1,
+                "hop \"a\": queue_limit needs concurrency (it bounds the wait for a slot)"
+                    .to_owned()
+            ),
+            (
+                12,
+                15,
+                "hop \"b\": queue_limit must be between 0 and 1000000, got -1".to_owned()
+            ),
+        ]
+    );
 }

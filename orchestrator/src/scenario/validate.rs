@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tailmesh_services::{
-    limits::MAX_PAYLOAD_BYTES,
+    limits::{DEFAULT_QUEUE_LIMIT, MAX_PAYLOAD_BYTES, MAX_QUEUE_LIMIT},
     model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
 };
 
@@ -51,6 +51,7 @@ const HOP_KEYS: &[&str] = &[
     "name",
     "replicas",
     "concurrency",
+    "queue_limit",
     "transport",
     "balance",
     "work",
@@ -559,6 +560,20 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             .and_then(|c| u32::try_from(c).ok())
             .map(Some),
     };
+    let queue_limit = match s.get("queue_limit") {
+        None => Some(DEFAULT_QUEUE_LIMIT),
+        Some(_) if s.get("concurrency").is_none() => {
+            s.forbid(
+                p,
+                "queue_limit",
+                "needs concurrency (it bounds the wait for a slot)",
+            );
+            None
+        }
+        Some(_) => s
+            .int_in(p, "queue_limit", 0, i64::from(MAX_QUEUE_LIMIT))
+            .and_then(|q| u32::try_from(q).ok()),
+    };
     let transport = match s.get("transport") {
         None => Some(Transport::Push),
         Some(_) => s.choice(
@@ -651,6 +666,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             name: name?,
             replicas: replicas?,
             concurrency: concurrency?,
+            queue_limit: queue_limit?,
             transport: transport?,
             balance: balance?,
             work: work?,

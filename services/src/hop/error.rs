@@ -66,8 +66,14 @@ pub(crate) enum CallError {
     },
     /// A push replica with limited concurrency already has `limit`
     /// requests waiting for a slot; this one is refused, never queued.
-    #[error("hop \"{hop}\" replica {replica}: {limit} requests already wait for a slot (queue_limit)")]
-    QueueFull { hop: String, replica: u32, limit: u32 },
+    #[error(
+        "hop \"{hop}\" replica {replica}: {limit} requests already wait for a slot (queue_limit)"
+    )]
+    QueueFull {
+        hop: String,
+        replica: u32,
+        limit: u32,
+    },
     /// Nothing was left of the caller's deadline for the downstream calls.
     #[error("hop \"{hop}\": deadline passed before calling downstream")]
     DeadlineBeforeDownstream { hop: String },

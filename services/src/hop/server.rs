@@ -292,22 +292,25 @@ impl Slots {
     /// A slot, at once or after waiting in line; refused at once when the
     /// line is full.
     async fn acquire(&self, hop: &str, replica: u32) -> Result<SemaphorePermit<'_>, CallError> {
-        let shutting_down = || CallError::ShuttingDown { hop: hop.to_owned() };
+        let shutting_down = || CallError::ShuttingDown {
+            hop: hop.to_owned(),
+        };
         match self.permits.try_acquire() {
             Ok(permit) => return Ok(permit),
             Err(TryAcquireError::Closed) => return Err(shutting_down()),
             Err(TryAcquireError::NoPermits) => {}
         }
-        let _in_line = match self.queue_limit {
-            Some(limit) => Some(InLine::enter(&self.waiting, limit).ok_or_else(|| {
-                CallError::QueueFull {
-                    hop: hop.to_owned(),
-                    replica,
-                    limit,
-                }
-            })?),
-            None => None,
-        };
+        let _in_line =
+            match self.queue_limit {
+                Some(limit) => Some(InLine::enter(&self.waiting, limit).ok_or_else(|| {
+                    CallError::QueueFull {
+                        hop: hop.to_owned(),
+                        replica,
+                        limit,
+                    }
+                })?),
+                None => None,
+            };
         self.permits.acquire().await.map_err(|_| shutting_down())
     }
 }

@@ -3,12 +3,12 @@
 
 use std::{net::SocketAddr, time::Duration};
 
+use futures::{StreamExt, stream::FuturesUnordered};
 use tailmesh_proto::pb::CallRequest;
 use tailmesh_services::{
     hop::{self, Connections, DownstreamConfig, HopConfig, PushPool, draw},
     model::{Balance, DurationDist, ErrorInjection, HopBehavior, Slowness, Transport, Work},
 };
-use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::{net::TcpListener, sync::watch};
 use tonic::Code;
 
@@ -358,7 +358,10 @@ async fn a_full_wait_queue_refuses_at_once_until_a_slot_frees() {
         result.expect("every request in line is served");
         accepted += 1;
     }
-    assert_eq!(accepted, 3, "two that waited and the one after the slot freed");
+    assert_eq!(
+        accepted, 3,
+        "two that waited and the one after the slot freed"
+    );
     drop(calls);
     c.stop().await;
 }
