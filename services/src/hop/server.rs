@@ -708,3 +708,63 @@ async fn pull_worker(
     };
     run_worker_releasing(broker, topic, worker, credits, handler, shutdown).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots(concurrency: usize, queue_limit: u32) -> Arc<Slots> {
+        Arc::new(Slots {
+            permits: Semaphore::new(concurrency),
+            waiting: AtomicU32::new(0),
+            queue_limit: Some(queue_limit),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_waiter_gives_its_place_in_line_back() {
+        let slots = slots(1, 1);
+        let held = slots.acquire("b", 0).await.expect("a free slot");
+        let waiter = tokio::spawn({
+            let slots = Arc::clone(&slots);
+            async move {
+                slots
+                    .acquire("b", 0)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        });
+        while slots.waiting.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let refused = slots
+            .acquire("b", 0)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            refused,
+            Err("hop \"b\" replica 0: 1 requests already wait for a slot (queue_limit)".into())
+        );
+
+        // The caller gives up (its request is dropped): the line empties.
+        waiter.abort();
+        assert!(waiter.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(slots.waiting.load(Ordering::Acquire), 0);
+        drop(held);
+        assert!(slots.acquire("b", 0).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_zero_limit_refuses_whenever_every_slot_is_busy() {
+        let slots = slots(1, 0);
+        let held = slots.acquire("b", 0).await.expect("a free slot");
+        assert!(matches!(
+            slots.acquire("b", 0).await,
+            Err(CallError::QueueFull { limit: 0, .. })
+        ));
+        drop(held);
+        assert!(slots.acquire("b", 0).await.is_ok());
+    }
+}
