@@ -145,7 +145,7 @@ impl Network {
             "ip",
             ["-n", &hub, "link", "set", &uplink, "master", &bridge, "up"],
         )?;
-        let host_addr = format!("{}/24", self.addr(254));
+        let host_addr = format!("{}/24", self.host_addr());
         run_tool("ip", ["addr", "add", &host_addr, "dev", &host_if])?;
         run_tool("ip", ["link", "set", &host_if, "up"])?;
         Ok(())
@@ -164,6 +164,12 @@ impl Network {
     /// The host's interface into the hub.
     fn host_if(&self) -> String {
         format!("tm{}h", self.id)
+    }
+
+    /// The host's address on the run's network (.254, on `tm<id>h`): the
+    /// one host address every member can reach.
+    pub fn host_addr(&self) -> Ipv4Addr {
+        self.addr(254)
     }
 
     /// The members created so far.

@@ -171,6 +171,9 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             if command.attach.is_some() {
                 std::net::SocketAddr::from(([0, 0, 0, 0], crate::deploy::TRACE_PORT))
             } else {
+                // Loopback only: local processes reach it here; a netns
+                // variant opens one more listener on its own network's host
+                // address (run::run_variant), no other host interface.
                 std::net::SocketAddr::from(([127, 0, 0, 1], 0))
             },
         )?)
@@ -180,6 +183,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let traces = receiver.as_ref().map(|r| TraceSetup {
         collector: Arc::clone(&r.collector),
         endpoint: r.endpoint.clone(),
+        receiver: r.handle(),
         sampling,
     });
     let (runs, trace_counts) = runtime.block_on(async {

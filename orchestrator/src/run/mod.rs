@@ -34,7 +34,10 @@ use crate::{
     loadgen::{self, LoadOutcome, Target},
     plan::{DRAIN_GRACE, MeshPlan, Naming},
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
-    traces::{collector::Collector, loadgen::LoadTracer},
+    traces::{
+        collector::{Collector, ReceiverHandle},
+        loadgen::LoadTracer,
+    },
 };
 
 /// How long hops get to finish requests in flight when a variant ends:
@@ -111,8 +114,11 @@ pub(crate) struct VariantRun {
 pub(crate) struct TraceSetup {
     /// The embedded receiver's store.
     pub collector: Arc<Collector>,
-    /// The receiver's `http://127.0.0.1:port`, handed to every process.
+    /// The receiver's `http://127.0.0.1:port`, handed to every process of
+    /// the local launcher (netns variants get their own listener, below).
     pub endpoint: String,
+    /// Opens the receiver's listener on a netns variant's host address.
+    pub receiver: ReceiverHandle,
     /// The share of requests traced, 0.0 to 1.0.
     pub sampling: f64,
 }
@@ -238,6 +244,26 @@ async fn run_variant(
     } else {
         AnyLauncher::Local(LocalLauncher::new(log_dir.clone()))
     };
+    // Processes in namespaces cannot reach the host's loopback, where the
+    // trace receiver listens: they get a listener of their own on the host
+    // side of their network (.254 on `tm<id>h`, reachable only from the
+    // run's namespaces), kept until they have stopped and flushed.
+    let mut netns_options = None;
+    let _trace_listener = match (&launcher, &options.traces) {
+        (AnyLauncher::Netns(netns), Some(t)) => {
+            let ip = std::net::IpAddr::V4(netns.network().host_addr());
+            let listener = t.receiver.listen_on(ip).map_err(|e| setup(e.to_string()))?;
+            let mut o = options.clone();
+            o.traces = Some(TraceSetup {
+                endpoint: listener.endpoint.clone(),
+                ..t.clone()
+            });
+            netns_options = Some(o);
+            Some(listener)
+        }
+        _ => None,
+    };
+    let options = netns_options.as_ref().unwrap_or(options);
     let plan = MeshPlan::new(scenario, variant);
     let result = measure(&plan, options, &mut launcher, interrupt.clone()).await;
     // Abandoned requests may still be at the hops: no grace for them.

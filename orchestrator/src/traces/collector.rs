@@ -327,6 +327,10 @@ pub struct ReceiverThread {
     pub collector: Arc<Collector>,
     /// `http://<bound address>`.
     pub endpoint: String,
+    /// Its thread's runtime, where further listeners are served.
+    runtime: tokio::runtime::Handle,
+    /// The port it is bound to.
+    port: u16,
     /// Stops and joins the receiver when dropped.
     _thread: RuntimeThread,
 }
@@ -342,7 +346,7 @@ impl ReceiverThread {
         bind: std::net::SocketAddr,
     ) -> Result<Self, ReceiverError> {
         let forward = forward.map(str::to_string);
-        let ((collector, addr), thread) =
+        let ((collector, addr, runtime), thread) =
             RuntimeThread::spawn("trace-receiver", move |ready, stopped| async move {
                 let started = async {
                     let collector = Collector::new(capacity, forward.as_deref())?;
@@ -359,7 +363,8 @@ impl ReceiverThread {
                         return;
                     }
                 };
-                let _ = ready.send(Ok((Arc::clone(&collector), addr)));
+                let runtime = tokio::runtime::Handle::current();
+                let _ = ready.send(Ok((Arc::clone(&collector), addr, runtime)));
                 if let Err(e) = serve(Arc::clone(&collector), listener, async {
                     let _ = stopped.await;
                 })
@@ -373,9 +378,84 @@ impl ReceiverThread {
         Ok(ReceiverThread {
             collector,
             endpoint: format!("http://{addr}"),
+            runtime,
+            port: addr.port(),
             _thread: thread,
         })
     }
+
+    /// A handle that opens more listeners for this receiver.
+    pub fn handle(&self) -> ReceiverHandle {
+        ReceiverHandle {
+            collector: Arc::clone(&self.collector),
+            runtime: self.runtime.clone(),
+            port: self.port,
+        }
+    }
+}
+
+/// Opens more listeners for a running receiver: the same store, served on
+/// the receiver's own thread (for processes that cannot reach the address
+/// it was started on, such as those in network namespaces).
+#[derive(Clone)]
+pub struct ReceiverHandle {
+    collector: Arc<Collector>,
+    runtime: tokio::runtime::Handle,
+    port: u16,
+}
+
+impl ReceiverHandle {
+    /// Serves the receiver on `ip` as well, on the receiver's own port
+    /// when that is free there (an ephemeral one otherwise), until the
+    /// returned listener is dropped. If the receiver has stopped, the
+    /// listener accepts nothing.
+    pub fn listen_on(&self, ip: std::net::IpAddr) -> Result<ExtraListener, ReceiverError> {
+        let wanted = std::net::SocketAddr::new(ip, self.port);
+        let bound = match std::net::TcpListener::bind(wanted) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                std::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
+            }
+            other => other,
+        };
+        let listener = bound.map_err(|source| ReceiverError::Bind {
+            addr: wanted,
+            source,
+        })?;
+        let addr = listener.local_addr().map_err(ReceiverError::LocalAddr)?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| ReceiverError::Bind { addr, source })?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let collector = Arc::clone(&self.collector);
+        self.runtime.spawn(async move {
+            let listener = match TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    crate::tell!("warning: trace receiver on {addr}: {e}");
+                    return;
+                }
+            };
+            // Ends when the listener's owner drops it (the sender).
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = serve(collector, listener, shutdown).await {
+                crate::tell!("warning: trace receiver on {addr}: {e}");
+            }
+        });
+        Ok(ExtraListener {
+            endpoint: format!("http://{addr}"),
+            _stop: stop,
+        })
+    }
+}
+
+/// One more listener of the receiver; stops listening when dropped.
+pub struct ExtraListener {
+    /// `http://<bound address>`.
+    pub endpoint: String,
+    /// Dropping it stops the listener.
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Serves the OTLP trace service for `collector` on `listener` until

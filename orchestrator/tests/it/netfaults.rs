@@ -22,6 +22,7 @@ tests! {
     sync ctrl_c_and_sigkill_plus_clean_leave_nothing_behind,
     sync ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing,
     sync an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_everything,
+    sync spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces,
 }
 
 /// Skips the calling test (a failure under `TAILMESH_REQUIRE_ALL`) unless
@@ -684,4 +685,53 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
     );
     let ruleset = c.exec("nft", &["list", "ruleset"]);
     assert!(!ruleset.contains("tailmesh"), "{ruleset}");
+}
+
+fn spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces() {
+    let Case {
+        _serial,
+        dir,
+        scenario,
+    } = case(
+        "netns-traces",
+        "[load]\nmode = \"open\"\nrate = 100\nduration = \"3s\"\n\
+             timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
+             net = { loss = 0.02 }\n[[hop]]\nname = \"c\"\ntransport = \"pull\"\n",
+    );
+    let results = dir.path().join("results");
+    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+    for id in run_ids(&finished.stderr) {
+        assert_gone(&id, &finished.output());
+    }
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let expected = u64_at(v, "/traces/expected");
+    let complete = u64_at(v, "/traces/complete");
+    assert!(expected >= 200, "too few sampled ok requests: {v:#}");
+    // Lost packets are retransmitted, spans included: nearly every trace
+    // is whole (the last batches flush when the processes stop).
+    assert!(
+        complete * 100 >= expected * 99,
+        "{complete} of {expected} sampled ok requests have a complete trace: {}",
+        finished.output()
+    );
+    let hops = v["traces"]["hops"].as_array().expect("traces.hops");
+    for name in ["a", "b", "c"] {
+        let hop = hops
+            .iter()
+            .find(|h| h["hop"] == name)
+            .unwrap_or_else(|| panic!("no spans of hop {name}: {v:#}"));
+        assert!(u64_at(hop, "/spans") >= complete, "hop {name}: {hop:#}");
+    }
+    // The broker's queue-wait spans: c is pulled.
+    let c = hops.iter().find(|h| h["hop"] == "c").expect("hop c");
+    assert!(
+        c["queue_wait"]["max_us"].as_f64().is_some_and(|m| m > 0.0),
+        "no broker spans: {c:#}"
+    );
+    assert!(
+        !finished.stderr.contains("complete traces"),
+        "a warning about traces: {}",
+        finished.stderr
+    );
 }
