@@ -314,6 +314,18 @@ fn analyze_runs(
             traces
                 .hops
                 .sort_by_key(|h| order(&h.hop).unwrap_or(usize::MAX));
+            traces
+                .coverage
+                .sort_by_key(|c| order(&c.hop).unwrap_or(usize::MAX));
+            let pulled = |hop: &str| {
+                run.variant.hops.iter().any(|h| {
+                    h.name == hop && h.transport == tailmesh_services::model::Transport::Pull
+                })
+            };
+            if let Some(line) = breakdown::completeness_warning(&run.variant.name, &traces, pulled)
+            {
+                crate::tell!("warning: {line}");
+            }
             report.traces = Some(traces);
         }
         reports.push(report);

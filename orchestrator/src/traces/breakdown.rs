@@ -88,6 +88,71 @@ pub struct TraceReport {
     pub timing_disagreements: u64,
     /// Per hop, in the order the reply path lists them.
     pub hops: Vec<HopBreakdown>,
+    /// Per hop, its spans in the sampled ok requests' traces against
+    /// their reply paths (for the warning; not written).
+    #[serde(skip)]
+    pub coverage: Vec<HopCoverage>,
+}
+
+/// How many of the sampled ok requests through one hop have its spans.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HopCoverage {
+    /// The hop.
+    pub hop: String,
+    /// Sampled ok requests whose reply path passes through it.
+    pub expected: u64,
+    /// Of those, the ones whose trace has its server span.
+    pub server_spans: u64,
+    /// Of those, the ones whose trace has the broker's queue-wait span
+    /// for it (pull hops only).
+    pub queue_waits: u64,
+}
+
+/// Below this share of complete traces among a variant's sampled ok
+/// requests, the run warns.
+pub const COMPLETE_WARN_SHARE: f64 = 0.9;
+
+/// The warning for a variant with fewer than [`COMPLETE_WARN_SHARE`] of
+/// its sampled ok requests traced completely, naming the services whose
+/// spans fall short of the requests that passed through them (`pulled`
+/// says which hops are reached through the broker); `None` otherwise.
+pub fn completeness_warning(
+    variant: &str,
+    report: &TraceReport,
+    pulled: impl Fn(&str) -> bool,
+) -> Option<String> {
+    if report.expected == 0
+        || report.complete as f64 >= COMPLETE_WARN_SHARE * report.expected as f64
+    {
+        return None;
+    }
+    let mut services: Vec<String> = Vec::new();
+    let mut broker = false;
+    for c in &report.coverage {
+        if c.server_spans < c.expected {
+            services.push(format!(
+                "hop-{} ({} of {})",
+                c.hop, c.server_spans, c.expected
+            ));
+        }
+        if pulled(&c.hop) && c.queue_waits < c.expected {
+            broker = true;
+        }
+    }
+    if broker {
+        services.push("broker".to_string());
+    }
+    let whose = if services.is_empty() {
+        "every service sent its spans, but they do not match the reply paths".to_string()
+    } else {
+        format!("spans missing from {}", services.join(", "))
+    };
+    Some(format!(
+        "variant {variant}: only {} of {} sampled ok requests have complete traces ({:.1} %); {whose}",
+        report.complete,
+        report.expected,
+        report.complete as f64 * 100.0 / report.expected as f64
+    ))
 }
 
 /// How far a server span and its path record may differ.
@@ -196,12 +261,32 @@ pub fn analyze(
             }
         }
     }
+    let mut coverage: BTreeMap<String, HopCoverage> = BTreeMap::new();
     for record in records.iter().filter(|r| r.outcome == Outcome::Ok) {
         if !sampled(record.id) {
             continue;
         }
         report.expected += 1;
-        let Some(trace) = by_request.get(&record.id).and_then(|t| traces.get(t)) else {
+        let trace = by_request.get(&record.id).and_then(|t| traces.get(t));
+        for rec in &record.path {
+            let c = coverage.entry(rec.hop.clone()).or_default();
+            c.expected += 1;
+            let Some(t) = trace else {
+                continue;
+            };
+            if t.iter().any(|s| {
+                s.kind == SpanKind::Server as i32
+                    && attr_string(s, "hop").as_deref() == Some(rec.hop.as_str())
+            }) {
+                c.server_spans += 1;
+            }
+            // The broker names its span after the topic, which is the hop.
+            let queue_wait = format!("queue wait {}", rec.hop);
+            if t.iter().any(|s| s.name == queue_wait) {
+                c.queue_waits += 1;
+            }
+        }
+        let Some(trace) = trace else {
             report.missing += 1;
             continue;
         };
@@ -242,6 +327,10 @@ pub fn analyze(
             network: Dist::of(t.network),
             queue_wait: Dist::of(t.queue_wait),
         })
+        .collect();
+    report.coverage = coverage
+        .into_iter()
+        .map(|(hop, c)| HopCoverage { hop, ..c })
         .collect();
     report
 }
@@ -377,6 +466,23 @@ mod tests {
         assert_eq!(b.downstream.p50_us, 0.0);
         assert_eq!(b.queue_wait.p50_us, 1.0);
         assert_eq!(b.network.p50_us, 2.0);
+        assert_eq!(
+            r.coverage,
+            [
+                HopCoverage {
+                    hop: "a".into(),
+                    expected: 1,
+                    server_spans: 1,
+                    queue_waits: 0
+                },
+                HopCoverage {
+                    hop: "b".into(),
+                    expected: 1,
+                    server_spans: 1,
+                    queue_waits: 1
+                },
+            ]
+        );
         // A trace of no measured request (warmup) adds no hop times.
         let warmup = vec![span(1, 0, "request 7", SpanKind::Client, SERVICE, 0, 9)];
         assert!(analyze(&batch(warmup), "v", &[], |_| true).hops.is_empty());
@@ -405,5 +511,70 @@ mod tests {
         assert_eq!(r.complete, 0);
         // Another variant's spans are not this variant's.
         assert_eq!(analyze(&batch(Vec::new()), "w", &[], |_| true).spans, 0);
+        // Per hop: request 7 passed a, b and c, request 8 only a; no c.
+        let got: Vec<(&str, u64, u64)> = r
+            .coverage
+            .iter()
+            .map(|c| (c.hop.as_str(), c.expected, c.server_spans))
+            .collect();
+        assert_eq!(got, [("a", 2, 1), ("b", 1, 1), ("c", 1, 0)]);
+    }
+
+    fn coverage(hop: &str, expected: u64, server_spans: u64, queue_waits: u64) -> HopCoverage {
+        HopCoverage {
+            hop: hop.into(),
+            expected,
+            server_spans,
+            queue_waits,
+        }
+    }
+
+    fn report(expected: u64, complete: u64, coverage: Vec<HopCoverage>) -> TraceReport {
+        TraceReport {
+            expected,
+            complete,
+            missing: expected - complete,
+            coverage,
+            ..TraceReport::default()
+        }
+    }
+
+    #[test]
+    fn ninety_percent_complete_is_quiet_and_less_names_the_short_services() {
+        let whole = vec![coverage("a", 100, 100, 0), coverage("b", 100, 100, 100)];
+        let pulled = |hop: &str| hop == "b";
+        assert_eq!(
+            completeness_warning("v", &report(100, 90, whole), pulled),
+            None
+        );
+        assert_eq!(
+            completeness_warning("v", &report(0, 0, Vec::new()), pulled),
+            None
+        );
+        // Nothing arrived from the processes: every hop and the broker.
+        let none = vec![coverage("a", 599, 0, 0), coverage("b", 599, 0, 0)];
+        assert_eq!(
+            completeness_warning("base", &report(599, 0, none), pulled).as_deref(),
+            Some(
+                "variant base: only 0 of 599 sampled ok requests have complete traces (0.0 %); \
+                 spans missing from hop-a (0 of 599), hop-b (0 of 599), broker"
+            )
+        );
+        // b's own spans all came, the broker's did not.
+        let broker = vec![coverage("a", 100, 89, 0), coverage("b", 100, 100, 50)];
+        assert_eq!(
+            completeness_warning("v", &report(100, 89, broker), pulled).as_deref(),
+            Some(
+                "variant v: only 89 of 100 sampled ok requests have complete traces (89.0 %); \
+                 spans missing from hop-a (89 of 100), broker"
+            )
+        );
+        // Every span came, yet the traces disagree with the paths.
+        let all = vec![coverage("a", 10, 10, 0)];
+        let line = completeness_warning("v", &report(10, 5, all), pulled).unwrap_or_default();
+        assert!(
+            line.ends_with("every service sent its spans, but they do not match the reply paths"),
+            "{line}"
+        );
     }
 }
