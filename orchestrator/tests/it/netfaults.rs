@@ -79,6 +79,19 @@ struct Case {
     scenario: std::path::PathBuf,
 }
 
+impl Case {
+    /// Runs the scenario to a normal end and checks that nothing of the run
+    /// is left; returns what it printed and its summary.json.
+    fn run(&self) -> (Finished, serde_json::Value) {
+        let results = self.dir.path().join("results");
+        let (finished, run_dir) = run_ok(self.dir.path(), &self.scenario, &results);
+        for id in run_ids(&finished.stderr) {
+            assert_gone(&id, &finished.output());
+        }
+        (finished, summary(&run_dir))
+    }
+}
+
 /// The [`Case`] of a test; skips the test without the privilege.
 fn case(name: &str, body: &str) -> Case {
     require_privilege(&[]);
@@ -97,22 +110,13 @@ fn case(name: &str, body: &str) -> Case {
 }
 
 fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
-    let Case {
-        _serial,
-        dir,
-        scenario,
-    } = case(
+    let (_, summary) = case(
         "loss20",
         "[load]\nmode = \"closed\"\nconcurrency = 16\n\
              duration = \"10s\"\ntimeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\n\
              name = \"b\"\nreplicas = 2\nreplica_net = { replica = 1, loss = 0.2 }\n",
-    );
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
-    for id in run_ids(&finished.stderr) {
-        assert_gone(&id, &finished.output());
-    }
-    let summary = summary(&run_dir);
+    )
+    .run();
     let v = &variants(&summary)[0];
     let fault = &v["faults"][0];
     assert_eq!(str_at(fault, "/hop"), "b", "{v:#}");
@@ -144,22 +148,13 @@ fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
 }
 
 fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() {
-    let Case {
-        _serial,
-        dir,
-        scenario,
-    } = case(
+    let (_, summary) = case(
         "loss5",
         "[load]\nmode = \"open\"\nrate = 150\nduration = \"5s\"\n\
              timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
              net = { loss = 0.05 }\n[[hop]]\nname = \"c\"\n",
-    );
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
-    for id in run_ids(&finished.stderr) {
-        assert_gone(&id, &finished.output());
-    }
-    let summary = summary(&run_dir);
+    )
+    .run();
     let v = &variants(&summary)[0];
     // Most requests lose nothing; those that do wait for TCP to recover:
     // fast retransmit or a tail-loss probe (milliseconds), or a
@@ -262,24 +257,15 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
 }
 
 fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
-    let Case {
-        _serial,
-        dir,
-        scenario,
-    } = case(
+    let (finished, summary) = case(
         "delay",
         "[load]\nmode = \"open\"\nrate = 50\nduration = \"3s\"\n\
              [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
              net = { delay = \"10ms\" }\n\
              [[variant]]\nname = \"delayed\"\n\
              [[variant]]\nname = \"clean\"\nunset = [\"hop.b.net\"]\n",
-    );
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
-    for id in run_ids(&finished.stderr) {
-        assert_gone(&id, &finished.output());
-    }
-    let summary = summary(&run_dir);
+    )
+    .run();
     let variants = variants(&summary);
     let delayed = &variants[0];
     let clean = &variants[1];
@@ -688,22 +674,13 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
 }
 
 fn spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces() {
-    let Case {
-        _serial,
-        dir,
-        scenario,
-    } = case(
+    let (finished, summary) = case(
         "netns-traces",
         "[load]\nmode = \"open\"\nrate = 100\nduration = \"3s\"\n\
              timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
              net = { loss = 0.02 }\n[[hop]]\nname = \"c\"\ntransport = \"pull\"\n",
-    );
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
-    for id in run_ids(&finished.stderr) {
-        assert_gone(&id, &finished.output());
-    }
-    let summary = summary(&run_dir);
+    )
+    .run();
     let v = &variants(&summary)[0];
     let expected = u64_at(v, "/traces/expected");
     let complete = u64_at(v, "/traces/complete");
