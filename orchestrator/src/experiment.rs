@@ -301,6 +301,14 @@ fn analyze_runs(
         );
         report.warmup = run.load.warmup;
         report.interrupted = run.load.interrupted;
+        report.generator_links = run.load.links;
+        if let Some(line) = crate::loadgen::link_warning(
+            &run.variant.name,
+            &run.load.links,
+            run.variant.load.connection,
+        ) {
+            crate::tell!("warning: {line}");
+        }
         report.incidents = run.incidents.clone();
         report.broker = run.broker.clone();
         report.faults = run.faults.clone();

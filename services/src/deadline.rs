@@ -7,28 +7,33 @@ use std::time::Duration;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
-/// Awaits `call` for at most `limit`. A call that outlives it is
-/// DEADLINE_EXCEEDED, and so is one the callee cut short once the deadline
-/// had passed: tonic's server reports its own `grpc-timeout` expiry as
-/// CANCELLED ("Timeout expired"), and which of the two timers fires first
-/// is a race. `what` names what was waited for.
+/// How much longer a caller waits than the deadline it sends, so the
+/// callee's own DEADLINE_EXCEEDED, which says where the time went, arrives
+/// before the caller's safety net fires and resets the stream.
+pub(crate) const ANSWER_SLACK: Duration = Duration::from_millis(20);
+
+/// Awaits `call`, sent with `deadline`, for at most `deadline` plus
+/// [`ANSWER_SLACK`]. A call that outlives that is DEADLINE_EXCEEDED, and so
+/// is one the callee cut short once the deadline had passed: tonic's server
+/// reports its own `grpc-timeout` expiry as CANCELLED ("Timeout expired").
+/// `what` names what was waited for.
 pub(crate) async fn within<T>(
-    limit: Duration,
+    deadline: Duration,
     call: impl Future<Output = Result<T, Status>>,
     what: impl FnOnce() -> String,
 ) -> Result<T, Status> {
     let sent = tokio::time::Instant::now();
-    match tokio::time::timeout(limit, call).await {
-        Ok(Err(status)) if status.code() == Code::Cancelled && sent.elapsed() >= limit => {
+    match tokio::time::timeout(deadline + ANSWER_SLACK, call).await {
+        Ok(Err(status)) if status.code() == Code::Cancelled && sent.elapsed() >= deadline => {
             Err(Status::deadline_exceeded(format!(
-                "{} within {limit:?} (the callee's deadline fired: {})",
+                "{} within {deadline:?} (the callee's deadline fired: {})",
                 what(),
                 status.message()
             )))
         }
         Ok(result) => result,
         Err(_) => Err(Status::deadline_exceeded(format!(
-            "{} within {limit:?}",
+            "{} within {deadline:?}",
             what()
         ))),
     }
@@ -113,11 +118,13 @@ mod tests {
             status.message().contains("no answer within 100ms"),
             "{status:?}"
         );
-        // In time, untouched.
-        assert!(
-            within(limit, answer_after(limit / 2, None), what)
-                .await
-                .is_ok()
-        );
+        // In time, untouched; and an answer the callee sends at its
+        // deadline still arrives within the slack.
+        for delay in [limit / 2, limit + ANSWER_SLACK / 2] {
+            assert!(
+                within(limit, answer_after(delay, None), what).await.is_ok(),
+                "{delay:?}"
+            );
+        }
     }
 }

@@ -16,6 +16,8 @@
 //! - [`limits`]: the largest payload and the gRPC message limits derived
 //!   from it.
 //! - `reflection`: server reflection listing only the services served.
+//! - [`link`]: the client side of every connection (one endpoint set-up)
+//!   and what happened to the connections ([`link::LinkCounts`]).
 
 pub mod addr;
 pub mod broker;
@@ -24,6 +26,7 @@ mod deadline;
 pub mod hop;
 pub mod incoming;
 pub mod limits;
+pub mod link;
 pub mod model;
 pub mod process;
 mod reflection;

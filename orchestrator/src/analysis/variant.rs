@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use tailmesh_services::link::LinkCounts;
 
 use super::compounding::{CompoundingReport, HopSlowness, SlowCounts, judge};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
@@ -214,6 +215,11 @@ pub struct VariantReport {
     pub warmup: WarmupCounts,
     /// Whether the run was cut short (Ctrl-C) while this variant ran.
     pub interrupted: bool,
+    /// What happened to the load generator's own connections: opened,
+    /// closed, and calls ended by the transport (GOAWAY received or sent,
+    /// a stream reset by the peer, a broken connection).
+    #[serde(default)]
+    pub generator_links: LinkCounts,
     /// What went wrong around the measurement (a hop process that died...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incidents: Vec<String>,
@@ -445,6 +451,7 @@ pub(crate) fn analyze_variant(
         compounding,
         warmup: WarmupCounts::default(),
         interrupted: false,
+        generator_links: LinkCounts::default(),
         incidents: Vec::new(),
         broker: Vec::new(),
         faults: Vec::new(),

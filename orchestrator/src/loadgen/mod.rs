@@ -26,13 +26,14 @@ use tailmesh_services::{
         PullTarget, PushPool,
         policy::{self, Called, ClientPolicy, PolicyState},
     },
+    link::LinkCounts,
     timer::Sleeper,
 };
 use tokio::{sync::watch, task::JoinSet, time::Instant};
 
 use crate::{
     record::{Outcome, RequestRecord},
-    scenario::{Load, LoadMode, Stop},
+    scenario::{ConnectionMode, Load, LoadMode, Stop},
     traces::loadgen::LoadTracer,
 };
 
@@ -59,6 +60,14 @@ impl Target {
     /// The first hop reached by pull, through its broker topic.
     pub(crate) fn pull(target: PullTarget, policy: ClientPolicy) -> Self {
         Self::new(Reach::Pull(Arc::new(target)), policy)
+    }
+
+    /// What happened to the generator's connections so far.
+    fn link_counts(&self) -> LinkCounts {
+        match &self.reach {
+            Reach::Push(pool) => pool.link_counts(),
+            Reach::Pull(target) => target.link_counts(),
+        }
     }
 
     fn new(reach: Reach, policy: ClientPolicy) -> Self {
@@ -109,6 +118,8 @@ pub(crate) struct LoadOutcome {
     pub measured: Duration,
     /// Whether the run was cut short (Ctrl-C or a dead hop).
     pub interrupted: bool,
+    /// What happened to the generator's own connections meanwhile.
+    pub links: LinkCounts,
 }
 
 /// Drives `load` against `target`. `stop` counts interrupts: the first
@@ -149,7 +160,14 @@ pub(crate) async fn generate(
             .await
         }
         LoadMode::Closed { concurrency } => {
-            closed_loop(shared, *concurrency, load.stop, progress.clone(), stop).await
+            closed_loop(
+                Arc::clone(&shared),
+                *concurrency,
+                load.stop,
+                progress.clone(),
+                stop,
+            )
+            .await
         }
     };
     if let Some(bar) = &progress {
@@ -158,6 +176,7 @@ pub(crate) async fn generate(
     let mut outcome = LoadOutcome {
         measured,
         interrupted,
+        links: shared.target.link_counts(),
         ..LoadOutcome::default()
     };
     for (record, warmup) in records {
@@ -174,6 +193,42 @@ pub(crate) async fn generate(
     }
     outcome.records.sort_by_key(|r| r.id);
     outcome
+}
+
+/// A warning naming what happened to the generator's connections, when
+/// they did not hold: calls the transport ended, or long-lived connections
+/// that closed while the load ran. Requests on them are counted as what the
+/// system did (UNAVAILABLE and the like); this says where to look.
+pub(crate) fn link_warning(
+    variant: &str,
+    links: &LinkCounts,
+    connection: ConnectionMode,
+) -> Option<String> {
+    let mut parts = Vec::new();
+    let mut count = |n: u64, what: &str| {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    };
+    if matches!(connection, ConnectionMode::Shared { .. }) {
+        count(links.closed, "connection(s) lost");
+    }
+    count(
+        links.goaway_received,
+        "call(s) ended by a GOAWAY from the peer",
+    );
+    count(
+        links.goaway_sent,
+        "call(s) ended by a GOAWAY of the generator's own HTTP/2 stack",
+    );
+    count(links.reset_by_peer, "stream(s) reset by the peer");
+    count(links.broken, "call(s) on a broken connection");
+    (!parts.is_empty()).then(|| {
+        format!(
+            "variant {variant}: the load generator's connections: {} (summary.json: generator_links)",
+            parts.join(", ")
+        )
+    })
 }
 
 fn payload(len: usize) -> Vec<u8> {

@@ -22,12 +22,11 @@ use tonic::{
 };
 
 use super::error::BrokerError;
-use crate::addr::PeerAddr;
+use crate::{
+    addr::PeerAddr,
+    link::{self, LinkCounts, LinkEvents},
+};
 
-/// Extra time the task's relative timeout (and the local wait) get beyond
-/// its own deadline, so the broker's precise DEADLINE_EXCEEDED answer,
-/// which says where the time went, arrives before either safety net fires.
-const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 /// How long connecting to the broker may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests (tasks and cancels) queued for the stream before a submit
@@ -46,36 +45,40 @@ pub struct BrokerClient {
     /// The submit stream this client and its clones share: opened on the
     /// first submit, replaced by the first submit after it ended.
     stream: Arc<Mutex<Option<SubmitStream>>>,
+    /// What happened to the connection and the submit streams on it.
+    events: Arc<LinkEvents>,
 }
 
 impl BrokerClient {
     /// Connects to the broker at `addr`.
     pub async fn connect(addr: impl Into<PeerAddr>) -> Result<Self, BrokerError> {
         let addr = addr.into();
-        let channel = endpoint(&addr)
-            .connect()
+        let events = Arc::default();
+        let channel = link::connect(&endpoint(&addr), &events)
             .await
             .map_err(|source| BrokerError::Connect {
                 addr: addr.clone(),
                 source,
             })?;
-        Ok(Self::named(channel, addr.to_string()))
+        Ok(Self::named(channel, addr.to_string(), events))
     }
 
     /// A client for the broker at `addr` that connects on first use, so a
     /// caller can be built before the broker answers.
     pub fn connect_lazy(addr: impl Into<PeerAddr>) -> Self {
         let addr = addr.into();
-        Self::named(endpoint(&addr).connect_lazy(), addr.to_string())
+        let events = Arc::default();
+        let channel = link::connect_lazy(&endpoint(&addr), &events);
+        Self::named(channel, addr.to_string(), events)
     }
 
     /// Wraps an existing channel (for callers that build their own, e.g.
     /// with a balancer or extra layers).
     pub fn from_channel(channel: Channel) -> Self {
-        Self::named(channel, "(caller's channel)".to_owned())
+        Self::named(channel, "(caller's channel)".to_owned(), Arc::default())
     }
 
-    fn named(channel: Channel, broker: String) -> Self {
+    fn named(channel: Channel, broker: String, events: Arc<LinkEvents>) -> Self {
         // The broker bounds what it sends (its max_payload_bytes); tonic's
         // 4 MiB default would refuse a full-size payload plus its framing.
         let inner = broker_client::BrokerClient::new(channel).max_decoding_message_size(usize::MAX);
@@ -83,7 +86,15 @@ impl BrokerClient {
             inner,
             broker: broker.into(),
             stream: Arc::default(),
+            events,
         }
+    }
+
+    /// What happened to this client's connection so far (shared by its
+    /// clones): connections opened and closed, and submit streams ended by
+    /// the transport, each counted once for the stream.
+    pub fn link_counts(&self) -> LinkCounts {
+        self.events.counts()
     }
 
     /// Submits one task to `topic` and waits for the worker's answer.
@@ -118,9 +129,12 @@ impl BrokerClient {
         let Some(deadline) = deadline else {
             return self.submit_on_stream(request, None).await;
         };
-        let patience = deadline + DEADLINE_SLACK;
+        // The task's relative timeout (like the local wait) is a little
+        // longer than its own deadline, so the broker's precise answer
+        // arrives before either safety net fires.
+        let patience = deadline + crate::deadline::ANSWER_SLACK;
         crate::deadline::within(
-            patience,
+            deadline,
             self.submit_on_stream(request, Some(patience)),
             || format!("no answer from the broker (task deadline {deadline:?})"),
         )
@@ -172,7 +186,11 @@ impl BrokerClient {
         if let Some(stream) = slot.as_ref().filter(|s| !s.waiters.has_ended()) {
             return stream.clone();
         }
-        let stream = SubmitStream::open(self.inner.clone(), self.broker.clone());
+        let stream = SubmitStream::open(
+            self.inner.clone(),
+            self.broker.clone(),
+            Arc::clone(&self.events),
+        );
         *slot = Some(stream.clone());
         stream
     }
@@ -212,7 +230,11 @@ struct SubmitStream {
 impl SubmitStream {
     /// Opens the stream in the background: requests queue until the call
     /// is up, and a failure to open it ends the stream like a break.
-    fn open(client: broker_client::BrokerClient<Channel>, broker: Arc<str>) -> Self {
+    fn open(
+        client: broker_client::BrokerClient<Channel>,
+        broker: Arc<str>,
+        events: Arc<LinkEvents>,
+    ) -> Self {
         let (requests, outbound) = mpsc::channel(STREAM_REQUEST_BUFFER);
         let waiters = Arc::new(Waiters::default());
         tokio::spawn(read_replies(
@@ -220,6 +242,7 @@ impl SubmitStream {
             ReceiverStream::new(outbound),
             waiters.clone(),
             broker,
+            events,
         ));
         SubmitStream { requests, waiters }
     }
@@ -232,6 +255,7 @@ async fn read_replies(
     outbound: ReceiverStream<pb::SubmitStreamRequest>,
     waiters: Arc<Waiters>,
     broker: Arc<str>,
+    events: Arc<LinkEvents>,
 ) {
     let why = match client.submit_stream(outbound).await {
         Err(status) => status,
@@ -247,6 +271,7 @@ async fn read_replies(
         }
     };
     tracing::debug!(%broker, status = %why, "submit stream ended");
+    events.note(&why);
     waiters.end(Status::unavailable(format!(
         "broker {broker}: submit stream ended: {:?}: {}",
         why.code(),
@@ -367,11 +392,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The endpoint every broker client uses.
 pub(crate) fn endpoint(addr: &PeerAddr) -> Endpoint {
-    Endpoint::from(
+    link::endpoint(
         addr.uri()
             .parse::<tonic::codegen::http::Uri>()
             .expect("a checked host and port make a valid URI"),
+        CONNECT_TIMEOUT,
     )
-    .connect_timeout(CONNECT_TIMEOUT)
-    .tcp_nodelay(true)
 }

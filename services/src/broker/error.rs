@@ -66,6 +66,8 @@ pub(crate) enum TaskError {
         len: usize,
         limit: usize,
     },
+    #[error("this submit stream already has {limit} unanswered tasks; try again later")]
+    StreamFull { limit: usize },
     #[error("broker is shutting down and takes no new tasks")]
     ShuttingDown,
     #[error("deadline had already passed when the task reached the broker")]
@@ -112,7 +114,9 @@ impl From<TaskError> for Status {
             TaskError::PayloadTooLarge { .. }
             | TaskError::Protocol(_)
             | TaskError::NeverIssued { .. } => Code::InvalidArgument,
-            TaskError::Full { .. } | TaskError::FullBytes { .. } => Code::ResourceExhausted,
+            TaskError::Full { .. } | TaskError::FullBytes { .. } | TaskError::StreamFull { .. } => {
+                Code::ResourceExhausted
+            }
             TaskError::ShuttingDown | TaskError::Unanswered { .. } => Code::Unavailable,
             TaskError::DeadlineOnArrival
             | TaskError::Expired { .. }

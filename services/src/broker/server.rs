@@ -40,9 +40,13 @@ use super::{
     queue::{NewTask, Topic},
 };
 
-/// Most unanswered tasks one SubmitStream may have; past it the broker
-/// reads no more of that stream until some are answered.
-const STREAM_MAX_TASKS: usize = 4096;
+/// Most unanswered tasks one SubmitStream may have; a task past it is
+/// answered RESOURCE_EXHAUSTED at once. The broker never stops reading a
+/// stream: tasks left unread pile up in HTTP/2's buffers, and h2 ends the
+/// whole connection (GOAWAY `too_many_data_frames`) when small unread
+/// frames outgrow its budget, failing every task on it. Far above a
+/// topic's default capacity, so a topic's own bound answers first.
+const STREAM_MAX_TASKS: usize = 65_536;
 /// Answers buffered per SubmitStream before writing them waits on the
 /// producer reading.
 const STREAM_REPLY_BUFFER: usize = 256;
@@ -378,7 +382,7 @@ impl pb::broker_server::Broker for BrokerService {
     }
 }
 
-/// Serves one SubmitStream: reads tasks while it has room for them, runs
+/// Serves one SubmitStream: reads every task as it arrives, runs
 /// each through [`Broker::submit`] concurrently, and writes each answer
 /// under its task's id as soon as it is ready.
 ///
@@ -412,7 +416,7 @@ async fn serve_submit_stream(
                     break None;
                 }
             }
-            msg = inbound.message(), if reading && running.len() < STREAM_MAX_TASKS => {
+            msg = inbound.message(), if reading => {
                 let msg = match msg {
                     Ok(Some(msg)) => msg,
                     Ok(None) => {
@@ -431,6 +435,13 @@ async fn serve_submit_stream(
                             break Some(Status::from(TaskError::Protocol(format!(
                                 "task id {id} is already in use by an unanswered task on this stream"
                             ))));
+                        }
+                        if running.len() >= STREAM_MAX_TASKS {
+                            let full = TaskError::StreamFull { limit: STREAM_MAX_TASKS };
+                            if tx.send(Ok(stream_reply(id, Err(full)))).await.is_err() {
+                                break None;
+                            }
+                            continue;
                         }
                         let (cancel, cancelled) = oneshot::channel::<()>();
                         cancels.insert(id, cancel);

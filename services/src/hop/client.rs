@@ -18,7 +18,12 @@ use tonic::{
 };
 
 use super::{draw::keyed_rng, error::CallError};
-use crate::{addr::PeerAddr, limits::MAX_CALL_MESSAGE_BYTES, model::Balance};
+use crate::{
+    addr::PeerAddr,
+    limits::MAX_CALL_MESSAGE_BYTES,
+    link::{self, LinkCounts, LinkEvents},
+    model::Balance,
+};
 
 /// How a caller holds its connections to a hop's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +50,7 @@ pub struct PushPool {
     replicas: Vec<Replica>,
     next: AtomicUsize,
     rng: Mutex<ChaCha8Rng>,
+    events: Arc<LinkEvents>,
 }
 
 /// Errors building a pool.
@@ -82,21 +88,20 @@ impl PushPool {
         if addrs.is_empty() {
             return Err(PoolError::NoReplicas(hop.to_string()));
         }
+        let events = Arc::<LinkEvents>::default();
         let mut replicas = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
             let addr: PeerAddr = addr.clone().into();
-            let endpoint = Endpoint::from_shared(addr.uri())
-                .map_err(|source| PoolError::Endpoint {
-                    hop: hop.to_string(),
-                    replica: i,
-                    addr: addr.clone(),
-                    source,
-                })?
-                .tcp_nodelay(true)
-                .connect_timeout(Duration::from_secs(2));
+            let uri = Endpoint::from_shared(addr.uri()).map_err(|source| PoolError::Endpoint {
+                hop: hop.to_string(),
+                replica: i,
+                addr: addr.clone(),
+                source,
+            })?;
+            let endpoint = link::endpoint(uri.uri().clone(), Duration::from_secs(2));
             let channels = match connections {
                 Connections::Shared(n) => (0..n.max(1))
-                    .map(|_| hop_client(endpoint.connect_lazy()))
+                    .map(|_| hop_client(link::connect_lazy(&endpoint, &events)))
                     .collect(),
                 Connections::PerRequest => Vec::new(),
             };
@@ -115,7 +120,13 @@ impl PushPool {
             replicas,
             next: AtomicUsize::new(0),
             rng: Mutex::new(keyed_rng(seed, &format!("balance:{caller}->{hop}"), 0, 0)),
+            events,
         })
+    }
+
+    /// What happened to this pool's connections so far.
+    pub fn link_counts(&self) -> LinkCounts {
+        self.events.counts()
     }
 
     /// The hop this pool calls.
@@ -158,8 +169,9 @@ impl PushPool {
     }
 
     /// Calls one replica picked by the policy. `timeout` becomes the
-    /// request's `grpc-timeout` and bounds the wait here too. Errors name the
-    /// hop, the replica and its address.
+    /// request's `grpc-timeout`; the wait here ends a little after it, so
+    /// the replica's own DEADLINE_EXCEEDED usually ends the call. Errors
+    /// name the hop, the replica and its address.
     pub async fn call(
         &self,
         request: CallRequest,
@@ -191,18 +203,17 @@ impl PushPool {
                     replica.channels[i % replica.channels.len()].clone()
                 }
                 Connections::PerRequest => {
-                    let channel = replica
-                        .endpoint
-                        .connect()
+                    let channel = link::connect(&replica.endpoint, &self.events)
                         .await
                         .map_err(|source| Status::from(CallError::Connect { source }))?;
                     hop_client(channel)
                 }
             };
-            client
-                .call(grpc_request)
-                .await
-                .map(tonic::Response::into_inner)
+            let answer = client.call(grpc_request).await;
+            if let Err(status) = &answer {
+                self.events.note(status);
+            }
+            answer.map(tonic::Response::into_inner)
         };
         let result = match timeout {
             Some(t) => crate::deadline::within(t, call, || "no answer".to_owned()).await,

@@ -237,6 +237,11 @@ impl PullTarget {
         }
     }
 
+    /// What happened to the connection to the broker so far.
+    pub fn link_counts(&self) -> crate::link::LinkCounts {
+        self.client.link_counts()
+    }
+
     /// Submits the request to the topic and decodes the worker's reply.
     /// Errors name the hop and the broker.
     pub async fn call(

@@ -1472,4 +1472,75 @@ mod stream {
         drop(relay);
         second.shutdown().await.expect("clean shutdown");
     }
+
+    /// One producer far faster than the broker, with small tasks each sent
+    /// as its own HTTP/2 frame: the broker keeps reading the stream, so
+    /// every task is answered (queued and expired, or refused because the
+    /// topic is full) and the connection survives. A broker that stopped
+    /// reading let the unread frames pile up in h2 until it ended the
+    /// connection (GOAWAY `too_many_data_frames`) and every task with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_producer_that_outruns_the_broker_keeps_its_connection() {
+        const TASKS: usize = 12_000;
+        let capacity = 10_000;
+        let broker = start(BrokerConfig {
+            queue_capacity: capacity,
+            ..config(&["t"])
+        })
+        .await;
+        let client = broker.client().await;
+        // No worker: every queued task waits until its deadline.
+        let deadline = Duration::from_secs(3);
+        let runtime = tokio::runtime::Handle::current();
+        let producer = {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                (0..TASKS)
+                    .map(|i| {
+                        let mut client = client.clone();
+                        let call = runtime.spawn(async move {
+                            client
+                                .submit("t", i.to_string(), HashMap::new(), Some(deadline))
+                                .await
+                        });
+                        // Paced, so the tasks leave one frame each rather
+                        // than coalesced into a few large ones.
+                        std::thread::sleep(Duration::from_micros(40));
+                        call
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        let calls = tokio::task::spawn_blocking(move || producer.join())
+            .await
+            .expect("join")
+            .expect("the producer thread");
+        let mut codes: HashMap<Code, usize> = HashMap::new();
+        for call in calls {
+            let code = match timeout(deadline + WAIT, call).await {
+                Ok(Ok(Ok(_))) => Code::Ok,
+                Ok(Ok(Err(status))) => status.code(),
+                Ok(Err(join)) => panic!("submit task: {join}"),
+                Err(_) => panic!("a submit was never answered"),
+            };
+            *codes.entry(code).or_default() += 1;
+        }
+        let expired = codes.get(&Code::DeadlineExceeded).copied().unwrap_or(0);
+        let refused = codes.get(&Code::ResourceExhausted).copied().unwrap_or(0);
+        assert_eq!(expired + refused, TASKS, "answers by code: {codes:?}");
+        assert!(expired >= capacity / 2, "answers by code: {codes:?}");
+        let links = client.link_counts();
+        assert_eq!(
+            (links.opened, links.closed, links.transport_failures()),
+            (1, 0, 0),
+            "{links:?}"
+        );
+        let s = stats_of(&client, "t").await;
+        assert_eq!(
+            s.enqueued + s.rejected_full,
+            TASKS as u64,
+            "every task reached the broker: {s:?}"
+        );
+        broker.shutdown().await.expect("clean shutdown");
+    }
 }

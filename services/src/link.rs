@@ -1,0 +1,255 @@
+//! The client side of the HTTP/2 connections tailmesh opens (to a hop, to
+//! the broker): one endpoint set-up for every caller, and [`LinkEvents`],
+//! what happened to the connections while they were used.
+//!
+//! The set-up keeps a caller's connections whatever the system under test
+//! does. h2 protects a client from a misbehaving server by ending the whole
+//! connection (GOAWAY `too_many_internal_resets`) once it has reset 1024
+//! streams of its own accord, and an overloaded hop makes exactly that
+//! happen: a caller gives up a call at its deadline, the hop's late answer
+//! then arrives on a stream h2 has forgotten, and h2 resets it. Every
+//! tailmesh client talks to tailmesh's own services, so that limit is off;
+//! a caller also waits a little past the deadline it sends (see
+//! `deadline::ANSWER_SLACK`), so the callee's own DEADLINE_EXCEEDED
+//! usually ends the call without a reset at all.
+
+use std::{
+    io,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
+use tokio::net::TcpStream;
+use tonic::{
+    Status,
+    codegen::http::Uri,
+    transport::{Channel, Endpoint},
+};
+
+/// What happened to one caller's connections: counted by the connections
+/// themselves (opened, closed) and from the errors of the calls on them.
+#[derive(Debug, Default)]
+pub struct LinkEvents {
+    opened: AtomicU64,
+    closed: AtomicU64,
+    goaway_received: AtomicU64,
+    goaway_sent: AtomicU64,
+    reset_by_peer: AtomicU64,
+    broken: AtomicU64,
+}
+
+/// A snapshot of [`LinkEvents`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LinkCounts {
+    /// TCP connections opened (each reconnect counts).
+    pub opened: u64,
+    /// Connections that ended, for whatever reason: with long-lived
+    /// connections, one that ends while the caller is still calling was
+    /// lost; with a connection per call, every call closes one.
+    pub closed: u64,
+    /// Calls that failed because the peer sent GOAWAY.
+    pub goaway_received: u64,
+    /// Calls that failed because this side's HTTP/2 stack sent GOAWAY (a
+    /// protection limit of its own, not the peer's doing).
+    pub goaway_sent: u64,
+    /// Calls whose stream the peer reset (RST_STREAM).
+    pub reset_by_peer: u64,
+    /// Calls that failed because the connection broke under them (an I/O
+    /// error, the peer closing it, a failed connect).
+    pub broken: u64,
+}
+
+impl LinkCounts {
+    /// Calls ended by the transport rather than answered by the peer.
+    pub fn transport_failures(&self) -> u64 {
+        self.goaway_received + self.goaway_sent + self.reset_by_peer + self.broken
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &LinkCounts) {
+        self.opened += other.opened;
+        self.closed += other.closed;
+        self.goaway_received += other.goaway_received;
+        self.goaway_sent += other.goaway_sent;
+        self.reset_by_peer += other.reset_by_peer;
+        self.broken += other.broken;
+    }
+}
+
+impl LinkEvents {
+    /// The counts so far.
+    pub fn counts(&self) -> LinkCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LinkCounts {
+            opened: get(&self.opened),
+            closed: get(&self.closed),
+            goaway_received: get(&self.goaway_received),
+            goaway_sent: get(&self.goaway_sent),
+            reset_by_peer: get(&self.reset_by_peer),
+            broken: get(&self.broken),
+        }
+    }
+
+    /// Counts a failed call by what its status says about the transport;
+    /// a status the peer answered with is not a transport event.
+    pub fn note(&self, status: &Status) {
+        if let Some(counter) = self.counter_for(status) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn counter_for(&self, status: &Status) -> Option<&AtomicU64> {
+        let mut source: Option<&(dyn std::error::Error + 'static)> =
+            std::error::Error::source(status);
+        while let Some(error) = source {
+            if let Some(h2) = error.downcast_ref::<h2::Error>() {
+                return if h2.is_go_away() {
+                    Some(if h2.is_remote() {
+                        &self.goaway_received
+                    } else {
+                        &self.goaway_sent
+                    })
+                } else if h2.is_reset() && h2.is_remote() {
+                    Some(&self.reset_by_peer)
+                } else if h2.is_io() {
+                    Some(&self.broken)
+                } else {
+                    None
+                };
+            }
+            if let Some(hyper) = error.downcast_ref::<hyper::Error>()
+                && (hyper.is_closed() || hyper.is_incomplete_message() || hyper.is_canceled())
+            {
+                return Some(&self.broken);
+            }
+            if error.is::<io::Error>() {
+                // A failed connect or a broken socket, below HTTP/2.
+                return Some(&self.broken);
+            }
+            source = error.source();
+        }
+        None
+    }
+}
+
+/// The endpoint every tailmesh client uses for `uri`.
+pub(crate) fn endpoint(uri: Uri, connect_timeout: Duration) -> Endpoint {
+    Endpoint::from(uri)
+        .tcp_nodelay(true)
+        .connect_timeout(connect_timeout)
+        .http2_max_local_error_reset_streams(None)
+}
+
+/// A channel on `endpoint` that connects on first use, its connections
+/// counted in `events`.
+pub(crate) fn connect_lazy(endpoint: &Endpoint, events: &Arc<LinkEvents>) -> Channel {
+    endpoint.connect_with_connector_lazy(Counting::new(events))
+}
+
+/// A channel on `endpoint`, connected now, its connections counted in
+/// `events`.
+pub(crate) async fn connect(
+    endpoint: &Endpoint,
+    events: &Arc<LinkEvents>,
+) -> Result<Channel, tonic::transport::Error> {
+    endpoint.connect_with_connector(Counting::new(events)).await
+}
+
+/// A TCP connector that counts the connections it opens and, through
+/// [`Counted`], the ones that end.
+#[derive(Clone)]
+struct Counting {
+    http: HttpConnector,
+    events: Arc<LinkEvents>,
+}
+
+impl Counting {
+    fn new(events: &Arc<LinkEvents>) -> Self {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        Counting {
+            http,
+            events: Arc::clone(events),
+        }
+    }
+}
+
+impl tower::Service<Uri> for Counting {
+    type Response = Counted;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = Pin<Box<dyn Future<Output = Result<Counted, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.http.call(uri);
+        let events = Arc::clone(&self.events);
+        Box::pin(async move {
+            let io = connecting.await?;
+            events.opened.fetch_add(1, Ordering::Relaxed);
+            Ok(Counted { io, events })
+        })
+    }
+}
+
+/// A connection that counts itself closed when it is dropped.
+struct Counted {
+    io: TokioIo<TcpStream>,
+    events: Arc<LinkEvents>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.events.closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Read for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl Write for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+}
