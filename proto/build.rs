@@ -18,6 +18,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out.join("tailmesh_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure()
+        // A hop request's payload is shared, not copied, by everyone who
+        // holds the request: the load generator's calls in flight, a hop's
+        // retries and hedges, a reply that echoes it.
+        .bytes(".tailmesh.v1.CallRequest.payload")
+        .bytes(".tailmesh.v1.CallReply.payload")
         // Broker statistics land in summary.json as they are.
         .type_attribute(
             ".tailmesh.v1.TopicStats",

@@ -311,6 +311,7 @@ fn analyze_runs(
         }
         report.incidents = run.incidents.clone();
         report.broker = run.broker.clone();
+        report.peak_memory = run.memory.clone();
         report.faults = run.faults.clone();
         if let Some(tracer) = &run.tracer {
             let mut traces =

@@ -29,6 +29,19 @@ pub const MESSAGE_OVERHEAD: usize = 64 * 1024;
 /// it, and the largest task a broker serving hops must accept.
 pub const MAX_CALL_MESSAGE_BYTES: usize = MAX_PAYLOAD_BYTES + MESSAGE_OVERHEAD;
 
+/// The most the load generator may have in flight, in bytes of payload
+/// and per-request state (1 GiB): the requests that can be in flight at
+/// once (open loop: rate x timeout; closed loop: the concurrency) times
+/// the payload plus [`IN_FLIGHT_REQUEST_BYTES`]. A scenario over it is
+/// refused, so no process of a run can be asked to hold more than this
+/// in requests, whatever the mesh does with them.
+pub const MAX_IN_FLIGHT_BYTES: u64 = 1 << 30;
+
+/// What one request in flight costs besides its payload, in bytes (8 KiB):
+/// measured at 5 to 10 KiB per request waiting in the load generator and
+/// in an overloaded hop (the call's state, its HTTP/2 stream, buffers).
+pub const IN_FLIGHT_REQUEST_BYTES: u64 = 8 * 1024;
+
 /// The most requests that may wait for a slot at one push replica with
 /// limited concurrency when the scenario sets no `queue_limit`: far more
 /// than a healthy queue holds (1000 service times of waiting), yet a fixed
@@ -64,7 +77,7 @@ mod tests {
     fn a_full_payload_fits_a_request() {
         let request = CallRequest {
             request_id: u64::MAX,
-            payload: vec![0; MAX_PAYLOAD_BYTES],
+            payload: vec![0; MAX_PAYLOAD_BYTES].into(),
             attempt: u32::MAX,
             caller: "c".repeat(63),
         };
@@ -76,7 +89,7 @@ mod tests {
     fn a_full_payload_fits_a_reply_through_64_hops() {
         let reply = CallReply {
             request_id: u64::MAX,
-            payload: vec![0; MAX_PAYLOAD_BYTES],
+            payload: vec![0; MAX_PAYLOAD_BYTES].into(),
             path: vec![widest_record(); 64],
         };
         assert!(

@@ -227,6 +227,11 @@ pub struct VariantReport {
     /// when hops are reached by pull; queue wait values are in ns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub broker: Vec<tailmesh_services::broker::TopicStats>,
+    /// The peak resident memory of each process of the variant (hops, the
+    /// broker) and of the orchestrator, when the load ended (absent when
+    /// attached to containers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peak_memory: Vec<crate::launcher::PeakMemory>,
     /// Network faults applied, each with its mechanism (netem or nftables)
     /// and, for nftables, the packets its rules saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -454,6 +459,7 @@ pub(crate) fn analyze_variant(
         generator_links: LinkCounts::default(),
         incidents: Vec::new(),
         broker: Vec::new(),
+        peak_memory: Vec::new(),
         faults: Vec::new(),
         traces: None,
         latency_histogram: latency,

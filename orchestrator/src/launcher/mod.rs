@@ -85,6 +85,26 @@ impl AnyLauncher {
         }
     }
 
+    /// The peak resident memory (VmHWM) of every child still running, in
+    /// launch order; empty when attached (the container runtime has its
+    /// own figures) and for a child whose figure cannot be read.
+    pub fn peak_memory(&self) -> Vec<PeakMemory> {
+        let running: Vec<&Launched> = match self {
+            Self::Local(l) => l.running().collect(),
+            Self::Netns(l) => l.running().collect(),
+            Self::Attached(_) => Vec::new(),
+        };
+        running
+            .into_iter()
+            .filter_map(|c| {
+                Some(PeakMemory {
+                    process: c.name.clone(),
+                    peak_rss_bytes: peak_rss_bytes(&format!("/proc/{}/status", c.pid))?,
+                })
+            })
+            .collect()
+    }
+
     /// `"local"`, `"netns"` or `"attached"`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -93,6 +113,29 @@ impl AnyLauncher {
             Self::Attached(_) => "attached",
         }
     }
+}
+
+/// The peak resident memory of one process of a run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PeakMemory {
+    /// The process (`hop-b-1`, `broker`, `orchestrator`).
+    pub process: String,
+    /// Its peak resident set size so far (Linux's VmHWM), in bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// The VmHWM line of a `/proc/<pid>/status` file, in bytes.
+pub fn peak_rss_bytes(status_file: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(status_file).ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
 }
 
 /// What to start: `program args... --addr-file <log_dir>/<name>.addr --supervised`.

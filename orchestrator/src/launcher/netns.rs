@@ -117,6 +117,11 @@ impl NetnsLauncher {
         self.local.launch(wrapped).await
     }
 
+    /// See [`LocalLauncher::running`].
+    pub fn running(&self) -> impl Iterator<Item = &Launched> {
+        self.local.running()
+    }
+
     /// See [`LocalLauncher::exited`].
     pub fn exited(&mut self) -> Vec<ExitedChild> {
         self.local.exited()

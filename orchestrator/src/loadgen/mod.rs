@@ -18,6 +18,7 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use indicatif::ProgressBar;
 pub(crate) use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
@@ -136,7 +137,7 @@ pub(crate) async fn generate(
     stop: watch::Receiver<u32>,
     tracer: Option<Arc<LoadTracer>>,
 ) -> LoadOutcome {
-    let payload = Arc::new(payload(load.payload_bytes));
+    let payload = payload(load.payload_bytes);
     let shared = Arc::new(Shared {
         target,
         timeout: load.timeout,
@@ -231,14 +232,18 @@ pub(crate) fn link_warning(
     })
 }
 
-fn payload(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i % 251) as u8).collect()
+/// The payload every request carries: one buffer, shared by all of them.
+fn payload(len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into()
 }
 
 struct Shared {
     target: Target,
     timeout: Duration,
-    payload: Arc<Vec<u8>>,
+    payload: Bytes,
     origin: Instant,
     warmup: Duration,
     /// Makes each request's root span, when tracing is on.
@@ -265,7 +270,7 @@ impl Shared {
     ) -> impl Future<Output = (RequestRecord, bool)> + use<> {
         let target = self.target.clone();
         let timeout = self.timeout;
-        let payload = Arc::clone(&self.payload);
+        let payload = self.payload.clone();
         let measure_from = self.origin + self.warmup;
         let tracer = self.tracer.clone();
         let mut interrupts = self.interrupts.clone();
@@ -273,7 +278,7 @@ impl Shared {
             let start = Instant::now();
             let request = CallRequest {
                 request_id: id,
-                payload: payload.as_ref().clone(),
+                payload,
                 attempt: 0,
                 caller: String::new(),
             };

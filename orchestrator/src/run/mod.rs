@@ -30,7 +30,10 @@ use tailmesh_services::{
 use tokio::sync::watch;
 
 use crate::{
-    launcher::{AnyLauncher, Attach, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher},
+    launcher::{
+        AnyLauncher, Attach, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher,
+        PeakMemory, peak_rss_bytes,
+    },
     loadgen::{self, LoadOutcome, Target},
     plan::{DRAIN_GRACE, MeshPlan, Naming},
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
@@ -101,6 +104,9 @@ pub(crate) struct VariantRun {
     pub broker: Vec<TopicStats>,
     /// The network faults applied, with their mechanism.
     pub faults: Vec<FaultRecord>,
+    /// The peak resident memory of the variant's processes and of the
+    /// orchestrator, read when the load ended.
+    pub memory: Vec<PeakMemory>,
     /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
     pub launcher: &'static str,
     /// The variant's spans, all flushed (its processes have exited).
@@ -396,12 +402,20 @@ async fn measure(
         },
         None => Vec::new(),
     };
+    let mut memory = launcher.peak_memory();
+    memory.extend(
+        peak_rss_bytes("/proc/self/status").map(|peak_rss_bytes| PeakMemory {
+            process: "orchestrator".to_owned(),
+            peak_rss_bytes,
+        }),
+    );
     Ok(VariantRun {
         variant: variant.clone(),
         load,
         incidents,
         broker,
         faults,
+        memory,
         launcher: launcher.kind(),
         spans: Vec::new(),
         tracer,

@@ -1411,3 +1411,36 @@ fn queue_limit_bounds_the_wait_of_a_hop_with_concurrency() {
         ]
     );
 }
+
+#[test]
+fn a_load_that_could_hold_more_than_the_in_flight_budget_is_refused_at_its_key() {
+    let load = |extra: &str| {
+        format!(
+            "name = \"t\"\n[load]\nmode = \"open\"\nrate = 1000\nduration = \"1s\"\n{extra}[[hop]]\nname = \"a\"\n"
+        )
+    };
+    // 1000/s x 2 s x (1 MiB + 8 KiB): about 2 GiB, at the payload key.
+    let found = problems(&load("timeout = \"2s\"\npayload = 1048576\n"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((found[0].0, found[0].1), (7, 1), "{found:?}");
+    assert!(
+        found[0]
+            .2
+            .contains("up to 2000 requests may be in flight (rate x timeout)"),
+        "{found:?}"
+    );
+    // The boundary: 2000 x (528678 + 8192) bytes is 1 GiB, less 8.
+    assert_eq!(
+        problems(&load("timeout = \"2s\"\npayload = 528679\n")).len(),
+        1
+    );
+    ok(&load("timeout = \"2s\"\npayload = 528678\n"));
+    // Without a payload key the timeout is the culprit: 10^6 in flight.
+    let found = problems(&load("timeout = \"1000s\"\n"));
+    assert_eq!((found.len(), found[0].0), (1, 6), "{found:?}");
+    // Closed loop: the concurrency.
+    let closed = "name = \"t\"\n[load]\nmode = \"closed\"\nconcurrency = 10000\nrequests = 10\n\
+                  payload = 4194304\n[[hop]]\nname = \"a\"\n";
+    let found = problems(closed);
+    assert!(found[0].2.contains("(the concurrency)"), "{found:?}");
+}

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tailmesh_services::{
-    limits::{DEFAULT_QUEUE_LIMIT, MAX_PAYLOAD_BYTES, MAX_QUEUE_LIMIT},
+    limits::{
+        DEFAULT_QUEUE_LIMIT, IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
+        MAX_QUEUE_LIMIT,
+    },
     model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
 };
 
@@ -360,6 +363,10 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
             .and_then(|b| usize::try_from(b).ok()),
     };
 
+    if let (Some(mode), Some(timeout), Some(payload)) = (&mode, timeout, payload_bytes) {
+        in_flight_budget(s, p, mode, timeout, payload);
+    }
+
     Some(Load {
         mode: mode?,
         stop: stop?,
@@ -368,6 +375,45 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         connection: connection?,
         payload_bytes: payload_bytes?,
     })
+}
+
+/// Refuses a load that could put more than [`MAX_IN_FLIGHT_BYTES`] in
+/// flight, at the key that makes it large (the payload, else the timeout,
+/// else the table).
+fn in_flight_budget(
+    s: &Section<'_>,
+    p: &mut Problems,
+    mode: &LoadMode,
+    timeout: Duration,
+    payload: usize,
+) {
+    let in_flight = match mode {
+        LoadMode::Open { rate, .. } => (rate * timeout.as_secs_f64()).ceil(),
+        LoadMode::Closed { concurrency } => f64::from(*concurrency),
+    };
+    let per_request = payload as f64 + IN_FLIGHT_REQUEST_BYTES as f64;
+    let bytes = in_flight * per_request;
+    if bytes <= MAX_IN_FLIGHT_BYTES as f64 {
+        return;
+    }
+    let mib = |b: f64| b / f64::from(1u32 << 20);
+    let why = match mode {
+        LoadMode::Open { .. } => "rate x timeout",
+        LoadMode::Closed { .. } => "the concurrency",
+    };
+    let message = format!(
+        "up to {in_flight} requests may be in flight ({why}), {:.0} MiB of payload and \
+         per-request state at {:.1} KiB each; the load generator holds at most {:.0} MiB in \
+         flight: lower the rate, the timeout or the payload",
+        mib(bytes),
+        per_request / 1024.0,
+        mib(MAX_IN_FLIGHT_BYTES as f64),
+    );
+    let span = ["payload", "timeout"]
+        .iter()
+        .find_map(|k| s.get(k))
+        .map_or(&s.span, |entry| &entry.key_span);
+    s.report(p, span, format!("{}: {message}", s.label));
 }
 
 fn check(s: &Section<'_>, p: &mut Problems) -> Option<Check> {

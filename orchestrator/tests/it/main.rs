@@ -6,7 +6,8 @@
 //!   with reasons) and the `tests!` registration macro;
 //! - `support`: running the real binary with deadlines, reading results;
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
-//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`, and
+//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
+//!   `stress` (the instrument under overload), and
 //!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
@@ -23,6 +24,7 @@ mod policy;
 mod pull;
 mod report;
 mod run;
+mod stress;
 mod traces;
 
 fn main() -> std::process::ExitCode {
@@ -39,5 +41,6 @@ fn main() -> std::process::ExitCode {
         report::TESTS,
         deploy::TESTS,
         netfaults::TESTS,
+        stress::TESTS,
     ])
 }
