@@ -150,7 +150,7 @@ impl Chain {
     async fn call(&self, id: u64) -> Result<tailmesh_proto::pb::CallReply, tonic::Status> {
         let request = CallRequest {
             request_id: id,
-            payload: vec![7; 16],
+            payload: vec![7; 16].into(),
             attempt: 0,
             caller: String::new(),
         };
@@ -254,7 +254,7 @@ async fn deadlines_propagate_downstream() {
     .await;
     let request = CallRequest {
         request_id: 1,
-        payload: vec![],
+        payload: Default::default(),
         attempt: 0,
         caller: String::new(),
     };
@@ -286,7 +286,7 @@ async fn a_refusing_downstream_is_named() {
     .expect("pool");
     let request = CallRequest {
         request_id: 1,
-        payload: vec![],
+        payload: Default::default(),
         attempt: 0,
         caller: String::new(),
     };
