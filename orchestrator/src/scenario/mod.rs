@@ -43,7 +43,10 @@
 //! `connection` = `"shared"` (default) | `"per_request"`, `connections`
 //! (1..=64, default 1, shared only), `payload` (bytes, 0..=4 194 304, the
 //! services' [`MAX_PAYLOAD_BYTES`](tailmesh_services::limits::MAX_PAYLOAD_BYTES);
-//! default 64).
+//! default 64). The requests that may be in flight (open: `rate` x
+//! `timeout`; closed: `concurrency`) times `payload` plus 8 KiB may not
+//! exceed [`MAX_IN_FLIGHT_BYTES`](tailmesh_services::limits::MAX_IN_FLIGHT_BYTES)
+//! (1 GiB): over it is an error at `payload` (else `timeout`).
 //!
 //! `[[hop]]`: `name` (required, unique), `replicas` (1..=64, default 1),
 //! `concurrency` (1..=10000: requests a replica works on at once, the rest
