@@ -80,6 +80,12 @@ pub(crate) enum TaskError {
         worker: String,
         delivery: u32,
     },
+    #[error(
+        "task {task} shed after {waited:?} in the queue: the topic's queue has not been empty for {interval:?}, so its adaptive discipline sheds waits over {target:?}",
+        interval = crate::discipline::ADAPTIVE_INTERVAL,
+        target = crate::discipline::ADAPTIVE_TARGET
+    )]
+    Shed { task: u64, waited: Duration },
     #[error("task {task} lost its worker {deliveries} times (max_deliveries reached); giving up")]
     Lost { task: u64, deliveries: u32 },
     #[error("broker shut down before task {task} was answered")]
@@ -112,7 +118,9 @@ impl From<TaskError> for Status {
             TaskError::PayloadTooLarge { .. }
             | TaskError::Protocol(_)
             | TaskError::NeverIssued { .. } => Code::InvalidArgument,
-            TaskError::Full { .. } | TaskError::FullBytes { .. } => Code::ResourceExhausted,
+            TaskError::Full { .. } | TaskError::FullBytes { .. } | TaskError::Shed { .. } => {
+                Code::ResourceExhausted
+            }
             TaskError::ShuttingDown | TaskError::Unanswered { .. } => Code::Unavailable,
             TaskError::DeadlineOnArrival
             | TaskError::Expired { .. }
