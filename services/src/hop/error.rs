@@ -86,6 +86,13 @@ pub(crate) enum CallError {
         replica: u32,
         waited: std::time::Duration,
     },
+    /// The caller's deadline passed while the request waited for a slot.
+    #[error("hop \"{hop}\" replica {replica}: deadline passed after {waited:?} waiting for a slot")]
+    DeadlineInLine {
+        hop: String,
+        replica: u32,
+        waited: std::time::Duration,
+    },
     /// Nothing was left of the caller's deadline for the downstream calls.
     #[error("hop \"{hop}\": deadline passed before calling downstream")]
     DeadlineBeforeDownstream { hop: String },
@@ -130,7 +137,9 @@ impl From<CallError> for Status {
             CallError::ShuttingDown { .. } | CallError::Connect { .. } => Code::Unavailable,
             CallError::Injected { code, .. } => *code,
             CallError::QueueFull { .. } | CallError::Shed { .. } => Code::ResourceExhausted,
-            CallError::DeadlineBeforeDownstream { .. } => Code::DeadlineExceeded,
+            CallError::DeadlineBeforeDownstream { .. } | CallError::DeadlineInLine { .. } => {
+                Code::DeadlineExceeded
+            }
             CallError::UndecodableRequest { .. } => Code::InvalidArgument,
             CallError::Replica { status, .. } | CallError::ViaBroker { status, .. } => {
                 status.code()

@@ -395,7 +395,19 @@ impl HopCore {
         let (slot, slot_wait) = match &inner.slots {
             Some(slots) => {
                 let waiting = Instant::now();
-                let slot = slots.acquire(&inner.behavior.name, inner.replica).await?;
+                let acquire = slots.acquire(&inner.behavior.name, inner.replica);
+                // Nobody waits for a request past its deadline: it leaves
+                // the line rather than take a slot late.
+                let slot = match deadline {
+                    Some(d) => tokio::time::timeout_at(d, acquire).await.map_err(|_| {
+                        CallError::DeadlineInLine {
+                            hop: inner.behavior.name.clone(),
+                            replica: inner.replica,
+                            waited: waiting.elapsed(),
+                        }
+                    })??,
+                    None => acquire.await?,
+                };
                 (Some(slot), waiting.elapsed())
             }
             None => (None, Duration::ZERO),
