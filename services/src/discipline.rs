@@ -90,6 +90,7 @@ impl FromStr for Discipline {
 #[derive(Clone, Debug)]
 pub(crate) struct Line {
     discipline: Discipline,
+    /// When capacity last found the queue empty.
     last_empty: Instant,
 }
 
@@ -107,13 +108,12 @@ impl Line {
         self.discipline
     }
 
-    /// Records the queue's length at `now`; the queue must report every
-    /// moment it is empty (before an enqueue into an empty queue, after a
-    /// dequeue that empties it).
-    pub(crate) fn observe(&mut self, waiting: usize, now: Instant) {
-        if waiting == 0 {
-            self.last_empty = now;
-        }
+    /// Records that capacity found nothing waiting at `now`: a slot or
+    /// worker came free with an empty queue, or a request was served at
+    /// once. Only that ends a standing queue; a queue that shedding
+    /// emptied while every worker stays busy still stands.
+    pub(crate) fn idle(&mut self, now: Instant) {
+        self.last_empty = now;
     }
 
     /// Whether `adaptive` sees a standing queue at `now`.
@@ -160,9 +160,8 @@ mod tests {
         // A burst shorter than the interval: FIFO, nothing shed.
         assert!(!line.newest_first(ms(50)));
         assert!(!line.sheds(t0, ms(50)));
-        // Empty again at 60 ms: the interval counts from there.
-        line.observe(0, ms(60));
-        line.observe(3, ms(100));
+        // Idle again at 60 ms: the interval counts from there.
+        line.idle(ms(60));
         assert!(!line.newest_first(ms(160)));
         assert!(line.newest_first(ms(161)));
         // Standing: a 5 ms wait is kept, a longer one is shed.

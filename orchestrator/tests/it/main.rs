@@ -6,7 +6,8 @@
 //!   with reasons) and the `tests!` registration macro;
 //! - `support`: running the real binary with deadlines, reading results;
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
-//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`, and
+//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
+//!   `overload`, and
 //!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
@@ -18,6 +19,7 @@ mod deploy;
 mod fanout;
 mod launcher;
 mod netfaults;
+mod overload;
 mod payload;
 mod policy;
 mod pull;
@@ -39,5 +41,6 @@ fn main() -> std::process::ExitCode {
         report::TESTS,
         deploy::TESTS,
         netfaults::TESTS,
+        overload::TESTS,
     ])
 }

@@ -245,7 +245,6 @@ impl Topic {
                 limit: self.capacity_bytes,
             });
         }
-        inner.observe(now);
         inner.tasks.insert(
             task.id,
             Pending {
@@ -485,11 +484,6 @@ impl Topic {
 }
 
 impl Inner {
-    /// Tells the discipline the queue's length now.
-    fn observe(&mut self, now: Instant) {
-        self.line.observe(self.queued, now);
-    }
-
     /// Bookkeeping after a queued task of `bytes` payload left `tasks`: its
     /// id turns stale.
     fn forget_queued(&mut self, bytes: usize) {
@@ -571,7 +565,11 @@ impl Inner {
     fn pump(&mut self, now: Instant, max_deliveries: u32) {
         self.shed(now);
         self.dispatch(now, max_deliveries);
-        self.observe(now);
+        if self.queued == 0 && !self.ready.is_empty() {
+            // A worker with credit and nothing to give it: no standing
+            // queue.
+            self.line.idle(now);
+        }
     }
 
     /// Answers RESOURCE_EXHAUSTED, from the oldest on, the queued tasks the
@@ -805,7 +803,6 @@ impl Inner {
             }
             p.holder = None;
             let len = p.payload.len();
-            self.observe(Instant::now());
             self.queue.push_front(id);
             self.queued += 1;
             self.max_depth = self.max_depth.max(self.queued);

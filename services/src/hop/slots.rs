@@ -3,7 +3,9 @@
 //!
 //! Invariants:
 //! - `free` slots exist only while nobody waits: a released slot goes
-//!   straight to the next waiter the discipline picks.
+//!   straight to the next waiter the discipline picks. A slot that finds
+//!   nobody waiting, or a request served at once, tells the discipline the
+//!   line is idle (what ends a standing queue for `adaptive`).
 //! - `line` holds the waiters in arrival order; a waiter whose request was
 //!   cancelled leaves its entry behind with a closed channel (skipped when
 //!   met, compacted once such entries outnumber live ones), so it stays
@@ -103,6 +105,7 @@ impl Slots {
             state.shed(now);
             if state.free > 0 {
                 state.free -= 1;
+                state.discipline.idle(now);
                 return Ok(Slot { slots: self });
             }
             if let Some(limit) = self.queue_limit
@@ -115,7 +118,6 @@ impl Slots {
                 });
             }
             let (tx, rx) = oneshot::channel();
-            state.observe(now);
             state.line.push_back(Waiter { since: now, tx });
             state.waiting += 1;
             state.compact();
@@ -148,18 +150,11 @@ impl Slots {
         let now = Instant::now();
         let mut state = self.lock();
         state.shed(now);
-        if !state.grant_next(now) {
-            state.free += 1;
-        }
+        state.pass_on(now);
     }
 }
 
 impl State {
-    /// Tells the discipline the line's length now.
-    fn observe(&mut self, now: Instant) {
-        self.discipline.observe(self.waiting, now);
-    }
-
     /// Takes the next live waiter in the discipline's order.
     fn pop(&mut self, now: Instant) -> Option<Waiter> {
         let newest_first = self.discipline.newest_first(now);
@@ -177,16 +172,18 @@ impl State {
         None
     }
 
-    /// Hands a slot to the next waiter; false when nobody waits.
-    fn grant_next(&mut self, now: Instant) -> bool {
-        let granted = match self.pop(now) {
-            // The receiver is open (checked under this lock), so the send
-            // arrives.
-            Some(w) => w.tx.send(Grant::Slot).is_ok(),
-            None => false,
-        };
-        self.observe(now);
-        granted
+    /// Hands a free slot to the next waiter, or back to the pool when
+    /// nobody waits (the line is then idle).
+    fn pass_on(&mut self, now: Instant) {
+        // The receiver is open (checked under this lock), so the send
+        // arrives.
+        let granted = self
+            .pop(now)
+            .is_some_and(|w| w.tx.send(Grant::Slot).is_ok());
+        if !granted {
+            self.free += 1;
+            self.discipline.idle(now);
+        }
     }
 
     /// Answers the waiters the discipline gives up on, oldest first.
@@ -205,7 +202,6 @@ impl State {
                     w.tx.send(Grant::Shed(now.saturating_duration_since(w.since)));
             }
         }
-        self.observe(now);
     }
 
     /// Drops cancelled entries once they outnumber live ones.
@@ -236,17 +232,10 @@ impl Drop for InLine<'_> {
         self.rx.close();
         match self.rx.try_recv() {
             // Granted as it gave up: pass the slot on.
-            Ok(Grant::Slot) => {
-                if !state.grant_next(now) {
-                    state.free += 1;
-                }
-            }
+            Ok(Grant::Slot) => state.pass_on(now),
             // Already answered; nothing to undo.
             Ok(Grant::Shed(_)) => {}
-            Err(_) => {
-                state.waiting -= 1;
-                state.observe(now);
-            }
+            Err(_) => state.waiting -= 1,
         }
     }
 }
