@@ -1135,14 +1135,14 @@ mod tests {
             tokio::time::advance(Duration::from_millis(1)).await;
         }
         // At 150 ms the queue has stood for 150: tasks that waited over
-        // 5 ms (ids 1..=145) are shed, and the worker's credits go to the
+        // the 20 ms target (ids 1..=130) are shed, and the worker's credits go to the
         // newest first.
         t.on_message(1, credit(2), 151);
         let order: Vec<_> = std::iter::from_fn(|| next_task(&mut wrx))
             .map(|t| t.task_id)
             .collect();
         assert_eq!(order, [150, 149]);
-        for (i, rx) in rxs.iter_mut().enumerate().take(145) {
+        for (i, rx) in rxs.iter_mut().enumerate().take(130) {
             match rx.try_recv() {
                 Ok(Err(e @ TaskError::Shed { .. })) => {
                     assert_eq!(Status::from(e).code(), Code::ResourceExhausted);
@@ -1150,11 +1150,11 @@ mod tests {
                 other => panic!("task {}: expected Shed, got {other:?}", i + 1),
             }
         }
-        assert!(rxs[145].try_recv().is_err(), "146 still waits");
+        assert!(rxs[130].try_recv().is_err(), "131 still waits");
         let s = t.stats();
         assert_eq!(
             (s.discipline.as_str(), s.shed, s.depth, s.dispatched),
-            ("adaptive", 145, 3, 2),
+            ("adaptive", 130, 18, 2),
             "{s:?}"
         );
     }

@@ -321,8 +321,8 @@ mod tests {
             waiters.push(queued(&slots).await);
             tokio::time::advance(Duration::from_millis(1)).await;
         }
-        // Freed at 150 ms: whoever waited over 5 ms is shed, the newest
-        // (149) is served, 145..=148 still wait.
+        // Freed at 150 ms: whoever waited over the 20 ms target (0..=129)
+        // is shed, the newest (149) is served, 130..=148 still wait.
         drop(held);
         let mut outcome = Vec::new();
         let mut held = Vec::new();
@@ -346,9 +346,9 @@ mod tests {
         }
         let count = |what| outcome.iter().filter(|o| **o == what).count();
         assert_eq!(outcome[149], "served", "{outcome:?}");
-        assert_eq!(&outcome[145..149], ["waiting"; 4]);
-        assert_eq!((count("shed"), count("waiting")), (145, 4), "{outcome:?}");
-        assert_eq!(slots.waiting(), 4);
+        assert_eq!(&outcome[130..149], ["waiting"; 19]);
+        assert_eq!((count("shed"), count("waiting")), (130, 19), "{outcome:?}");
+        assert_eq!(slots.waiting(), 19);
     }
 
     #[tokio::test]
