@@ -36,6 +36,8 @@ pub const ADAPTIVE_INTERVAL: Duration = Duration::from_millis(100);
 /// whenever no request arrived within it (at 1.5x a 5 ms worker's capacity,
 /// 5 ms kept goodput at 0.6 of capacity through the broker), so this one is
 /// a few service times of tailmesh's overload scenarios: 20 ms.
+pub const ADAPTIVE_TARGET: Duration = Duration::from_millis(20);
+
 /// The order a queue serves its waiting requests in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
