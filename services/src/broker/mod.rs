@@ -4,7 +4,7 @@
 //!
 //! Semantics (each covered by `services/tests/it/broker.rs`):
 //! - **A discipline per topic, credit-based dispatch.** Each topic serves its
-//!   queue in its [`Discipline`](crate::discipline::Discipline): `fifo`
+//!   queue in its [`Discipline`]: `fifo`
 //!   (the default), `lifo`, or `adaptive` (FIFO until the queue stands,
 //!   then newest first, shedding waits over the target with
 //!   RESOURCE_EXHAUSTED, counted in `shed`). A task goes to a worker only
