@@ -28,6 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".tailmesh.v1.TopicStats",
             "#[derive(serde::Serialize, serde::Deserialize)]",
         )
+        // Summaries written before a field existed still read.
+        .type_attribute(".tailmesh.v1.TopicStats", "#[serde(default)]")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -3,6 +3,8 @@
 //!
 //! - [`broker`]: the pull broker, its producer client and its worker loop.
 //! - `control`: the fault agent, `tailmesh.v1.Control` (token-guarded).
+//! - [`discipline`]: queue disciplines (fifo, lifo, adaptive) shared by the
+//!   broker's topics and a push replica's line for a slot.
 //! - `model`: hop behaviour as plain data (work, slowness, balancing).
 //! - `process`: the contract between a supervised process and its launcher.
 //! - `hop`: the hop server, its per-request draws and its downstream clients.
@@ -23,6 +25,7 @@ pub mod addr;
 pub mod broker;
 pub mod control;
 mod deadline;
+pub mod discipline;
 pub mod hop;
 pub mod incoming;
 pub mod limits;

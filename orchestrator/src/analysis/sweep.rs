@@ -32,6 +32,12 @@ pub struct SweepRow {
     pub sent: u64,
     /// Answered ok.
     pub ok: u64,
+    /// Goodput: requests answered ok per second of the measured window.
+    #[serde(default)]
+    pub ok_rate: f64,
+    /// Share of the requests sent that failed (errors and timeouts).
+    #[serde(default)]
+    pub error_share: f64,
     /// End-to-end latency percentiles, µs.
     pub p50_us: u64,
     /// 99th percentile, µs.
@@ -78,6 +84,12 @@ pub(crate) fn summarize_sweep(
             variant: v.name.clone(),
             sent: r.sent,
             ok: r.ok,
+            ok_rate: r.ok_rate,
+            error_share: if r.sent == 0 {
+                0.0
+            } else {
+                r.sent.saturating_sub(r.ok) as f64 / r.sent as f64
+            },
             p50_us: r.latency.p50_us,
             p99_us: r.latency.p99_us,
             p99_9_us: r.latency.p99_9_us,
@@ -148,6 +160,10 @@ mod tests {
             ("push", "2", "push-hops-2")
         );
         assert_eq!(row.p99_us, reports[1].latency.p99_us);
+        assert_eq!(row.ok_rate, reports[1].ok_rate);
+        let failed = reports[1].sent - reports[1].ok;
+        assert!(failed > 0, "the records hold failures");
+        assert_eq!(row.error_share, failed as f64 / reports[1].sent as f64);
         let c = row.compounding.as_ref().expect("checked");
         let rc = reports[1].compounding.as_ref().expect("checked");
         assert_eq!(

@@ -18,6 +18,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         replicas: 2,
         concurrency: None,
         queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
+        discipline: Default::default(),
         transport: Transport::Push,
         balance: Balance::RoundRobin,
         work: Work::Sleep {

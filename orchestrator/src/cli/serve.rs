@@ -16,6 +16,7 @@ use tailmesh::{
 use tailmesh_services::{
     addr::{AddrError, PeerAddr},
     broker::BrokerConfig,
+    discipline::Discipline,
     limits::MAX_CALL_MESSAGE_BYTES,
 };
 
@@ -105,6 +106,10 @@ pub(crate) struct BrokerArgs {
     /// Topics to serve (the names of the hops reached by pull).
     #[arg(long, value_delimiter = ',', required = true)]
     topics: Vec<String>,
+    /// The queue discipline of a topic, as TOPIC=fifo|lifo|adaptive (topics
+    /// not named are fifo).
+    #[arg(long, value_delimiter = ',', value_parser = topic_discipline)]
+    discipline: Vec<(String, Discipline)>,
     /// Most tasks queued per topic; more are refused with RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = 10_000)]
     queue_capacity: usize,
@@ -124,6 +129,7 @@ pub(crate) fn broker(args: BrokerArgs) -> Result<(), CliError> {
     let options = args.serve.options();
     let config = BrokerConfig {
         topics: args.topics,
+        disciplines: args.discipline.into_iter().collect(),
         queue_capacity: args.queue_capacity,
         queue_bytes: args.queue_bytes,
         max_deliveries: args.max_deliveries,
@@ -133,6 +139,15 @@ pub(crate) fn broker(args: BrokerArgs) -> Result<(), CliError> {
         ..BrokerConfig::default()
     };
     Ok(roles::serve_broker(config, &options)?)
+}
+
+/// One `--discipline` value: `TOPIC=DISCIPLINE`.
+fn topic_discipline(value: &str) -> Result<(String, Discipline), String> {
+    let (topic, discipline) = value
+        .split_once('=')
+        .ok_or_else(|| format!("expected TOPIC=DISCIPLINE, got {value:?}"))?;
+    let discipline = discipline.parse().map_err(|e| format!("{e}"))?;
+    Ok((topic.to_owned(), discipline))
 }
 
 /// `tailmesh delay-line`.

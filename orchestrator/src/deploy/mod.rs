@@ -181,7 +181,10 @@ impl Service {
                 "--replica".into(),
                 replica.to_string(),
             ],
-            Role::Broker { topics } => vec!["broker".into(), "--topics".into(), topics.join(",")],
+            Role::Broker {
+                topics,
+                disciplines,
+            } => crate::plan::broker_args(topics, disciplines),
         };
         args.into_iter()
             .chain(["--listen".to_owned(), listen])

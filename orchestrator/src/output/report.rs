@@ -69,6 +69,9 @@ pub fn render_report(summary: &Summary, records: &[(&str, &[RequestRecord])]) ->
     out.push_str(&compounding_table(&summary.variants));
     if let Some(sweep) = &summary.sweep {
         out.push_str(&sweep_section(sweep));
+        if sweep.key == LOAD_RATE {
+            out.push_str(&hockey_stick_section(sweep));
+        }
     }
     out.push_str("<h2>Latency distribution</h2><p class=\"note\">End-to-end latency of ok requests, measured from the intended send time. Share of requests per bucket (ten buckets per decade).</p>");
     out.push_str(&svg::line_chart(&histogram_chart(&summary.variants)));
@@ -707,6 +710,101 @@ fn sweep_section(sweep: &SweepSummary) -> String {
     out
 }
 
+/// The sweep key that makes a sweep an offered-load sweep.
+const LOAD_RATE: &str = "load.rate";
+
+/// An offered-load sweep's hockey stick: goodput (ok answers per second)
+/// against the offered load, with the offered load itself dashed (where
+/// goodput leaves it, the system saturated), and the share of requests that
+/// failed; p99 of the answered requests is the sweep's p99 chart. One
+/// series per declared variant.
+fn hockey_stick_section(sweep: &SweepSummary) -> String {
+    let mut groups: Vec<&str> = Vec::new();
+    for r in &sweep.rows {
+        if !groups.contains(&r.group.as_str()) {
+            groups.push(&r.group);
+        }
+    }
+    let points = |g: &str, y: fn(&crate::analysis::sweep::SweepRow) -> f64| -> Vec<(f64, f64)> {
+        sweep
+            .rows
+            .iter()
+            .filter(|r| r.group == g)
+            .filter_map(|r| Some((r.value.parse::<f64>().ok()?, y(r))))
+            .collect()
+    };
+    let offered: Vec<(f64, f64)> = sweep
+        .values
+        .iter()
+        .filter_map(|v| v.parse::<f64>().ok())
+        .map(|x| (x, x))
+        .collect();
+    let series = |y: fn(&crate::analysis::sweep::SweepRow) -> f64| -> Vec<Series> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| Series {
+                name: (*g).to_owned(),
+                points: points(g, y),
+                dashed: false,
+                colour: i,
+                intervals: Vec::new(),
+            })
+            .collect()
+    };
+    let mut goodput = series(|r| r.ok_rate);
+    goodput.push(Series {
+        name: "offered".to_owned(),
+        points: offered,
+        dashed: true,
+        colour: groups.len(),
+        intervals: Vec::new(),
+    });
+    let mut out = String::from(
+        "<h2>Overload: goodput against offered load</h2><p class=\"note\">Requests answered ok per second against the requests offered per second (dashed: goodput equal to the offered load). Past saturation goodput should stay flat at capacity; where it falls, the system spends its capacity on requests nobody waits for any more. The p99 of the answered requests is the sweep's p99 chart above.</p>",
+    );
+    out.push_str(&svg::line_chart(&LineChart {
+        id: "hockey-goodput",
+        title: "Goodput",
+        x_label: "offered load (requests/s)",
+        y_label: "ok answers/s",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        x_format: plain,
+        y_format: plain,
+        x_range: None,
+        series: goodput,
+    }));
+    out.push_str(&svg::line_chart(&LineChart {
+        id: "hockey-errors",
+        title: "Errors and timeouts",
+        x_label: "offered load (requests/s)",
+        y_label: "failed requests (%)",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        x_format: plain,
+        y_format: percent,
+        x_range: None,
+        series: series(|r| r.error_share * 100.0),
+    }));
+    out.push_str("<table id=\"hockey\"><tr><th>variant</th><th>offered/s</th><th>sent</th><th>goodput/s</th><th>p50</th><th>p99</th><th>failed</th></tr>");
+    for r in &sweep.rows {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{:.1} %</td></tr>",
+            escape(&r.group),
+            escape(&r.value),
+            r.sent,
+            r.ok_rate,
+            format_us(r.p50_us),
+            format_us(r.p99_us),
+            r.error_share * 100.0
+        );
+    }
+    out.push_str("</table>");
+    out
+}
+
 fn broker_table(variants: &[VariantReport]) -> String {
     if variants.iter().all(|v| v.broker.is_empty()) {
         return String::new();
@@ -774,6 +872,58 @@ mod tests {
         assert!(
             html.contains("class=\"pass\" id=\"verdict\""),
             "verdict shown"
+        );
+    }
+
+    #[test]
+    fn an_offered_load_sweep_draws_the_hockey_stick_per_variant() {
+        use crate::analysis::sweep::SweepRow;
+        let row = |group: &str, value: &str, ok_rate: f64, error_share: f64| SweepRow {
+            group: group.into(),
+            value: value.into(),
+            variant: format!("{group}-load.rate-{value}"),
+            sent: 1000,
+            ok: 900,
+            ok_rate,
+            error_share,
+            p50_us: 5_000,
+            p99_us: 250_000,
+            p99_9_us: 400_000,
+            compounding: None,
+        };
+        let mut sweep = SweepSummary {
+            key: "load.rate".into(),
+            values: vec!["100".into(), "300".into()],
+            rows: vec![
+                row("fifo", "100", 99.5, 0.0),
+                row("fifo", "300", 120.25, 0.6),
+                row("adaptive", "100", 99.5, 0.0),
+                row("adaptive", "300", 195.0, 0.35),
+            ],
+        };
+        let html = hockey_stick_section(&sweep);
+        for id in ["hockey-goodput", "hockey-errors", "hockey"] {
+            assert!(html.contains(&format!("id=\"{id}\"")), "missing {id}");
+        }
+        for text in [
+            ">fifo<",
+            ">adaptive<",
+            ">offered<",
+            "<td>120</td>",
+            "<td>60.0 %</td>",
+        ] {
+            assert!(html.contains(text), "missing {text}: {html}");
+        }
+        let mut s = summary();
+        s.sweep = Some(sweep.clone());
+        let page = render_report(&s, &[]);
+        assert!(page.contains("id=\"hockey-goodput\""));
+        sweep.key = "hops".into();
+        s.sweep = Some(sweep);
+        let page = render_report(&s, &[]);
+        assert!(
+            !page.contains("id=\"hockey-goodput\""),
+            "only for load.rate"
         );
     }
 

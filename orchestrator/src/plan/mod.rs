@@ -17,6 +17,7 @@ use std::{collections::BTreeMap, collections::HashSet, time::Duration};
 
 use tailmesh_services::{
     addr::PeerAddr,
+    discipline::Discipline,
     hop::{DownstreamConfig, HopConfig},
     model::Transport,
 };
@@ -53,7 +54,23 @@ pub enum Role {
     Broker {
         /// The hops reached by pull, one topic each.
         topics: Vec<String>,
+        /// The topics whose queue discipline is not the default (fifo).
+        disciplines: Vec<(String, Discipline)>,
     },
+}
+
+/// The `tailmesh` arguments that start the broker of `topics`, up to
+/// (not including) where it listens.
+pub(crate) fn broker_args(topics: &[String], disciplines: &[(String, Discipline)]) -> Vec<String> {
+    let mut args = vec!["broker".to_owned(), "--topics".to_owned(), topics.join(",")];
+    if !disciplines.is_empty() {
+        let per_topic: Vec<String> = disciplines
+            .iter()
+            .map(|(topic, d)| format!("{topic}={d}"))
+            .collect();
+        args.extend(["--discipline".to_owned(), per_topic.join(",")]);
+    }
+    args
 }
 
 /// One process of a variant's mesh.
@@ -96,15 +113,23 @@ impl MeshPlan {
     /// The plan of `variant` of `scenario`.
     pub(crate) fn new(scenario: &Scenario, variant: &Variant) -> MeshPlan {
         let mut processes = Vec::new();
-        let topics: Vec<String> = variant
-            .hops
-            .iter()
-            .filter(|h| h.transport == Transport::Pull)
-            .map(|h| h.name.clone())
+        let pulled = || {
+            variant
+                .hops
+                .iter()
+                .filter(|h| h.transport == Transport::Pull)
+        };
+        let topics: Vec<String> = pulled().map(|h| h.name.clone()).collect();
+        let disciplines = pulled()
+            .filter(|h| h.discipline != Discipline::Fifo)
+            .map(|h| (h.name.clone(), h.discipline))
             .collect();
         if !topics.is_empty() {
             processes.push(Process {
-                role: Role::Broker { topics },
+                role: Role::Broker {
+                    topics,
+                    disciplines,
+                },
                 name: BROKER.to_owned(),
                 otel_name: BROKER.to_owned(),
                 net_fault: None,
@@ -176,6 +201,7 @@ impl MeshPlan {
             broker: addrs.broker.clone(),
             concurrency: hop.concurrency,
             queue_limit: hop.queue_limit,
+            discipline: hop.discipline,
             drain_grace: DRAIN_GRACE,
             idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
             precise_timer: true,
@@ -280,7 +306,8 @@ replica_net = { replica = 0, loss = 0.1 }
         assert_eq!(
             plan.broker().map(|b| &b.role),
             Some(&Role::Broker {
-                topics: vec!["c".into()]
+                topics: vec!["c".into()],
+                disciplines: Vec::new(),
             })
         );
         let otel: Vec<&str> = plan.hops().map(|(p, _, _)| p.otel_name.as_str()).collect();
@@ -292,6 +319,36 @@ replica_net = { replica = 0, loss = 0.1 }
             .map(|p| p.name.as_str())
             .collect();
         assert_eq!(faulty, ["hop-c-0"]);
+    }
+
+    #[test]
+    fn disciplines_reach_the_broker_per_topic_and_push_hops_in_their_config() {
+        let text = CHAIN
+            .replace(
+                "name = \"c\"\n",
+                "name = \"c\"\ndiscipline = \"adaptive\"\n",
+            )
+            .replace(
+                "replicas = 2\n",
+                "replicas = 2\nconcurrency = 1\ndiscipline = \"lifo\"\n",
+            );
+        let scenario =
+            crate::scenario::parse(&text, "chain.toml").unwrap_or_else(|e| panic!("{e}"));
+        let plan = MeshPlan::new(&scenario, &scenario.variants[0]);
+        let Some(Role::Broker {
+            topics,
+            disciplines,
+        }) = plan.broker().map(|b| &b.role)
+        else {
+            panic!("a broker");
+        };
+        assert_eq!(
+            broker_args(topics, disciplines),
+            ["broker", "--topics", "c", "--discipline", "c=adaptive"]
+        );
+        let b = &plan.variant.hops[1];
+        let config = plan.hop_config(b, 1, &Addrs::default());
+        assert_eq!(config.discipline, Discipline::Lifo);
     }
 
     #[test]

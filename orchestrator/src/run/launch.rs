@@ -112,7 +112,10 @@ fn spec_of(
         return Ok(spec);
     }
     let spec = match &process.role {
-        Role::Broker { topics } => spec.arg("broker").arg("--topics").arg(topics.join(",")),
+        Role::Broker {
+            topics,
+            disciplines,
+        } => spec.args(crate::plan::broker_args(topics, disciplines)),
         Role::Hop { hop, replica } => {
             let hop = plan
                 .variant

@@ -55,7 +55,11 @@
 //! only with `concurrency`, default 1000: the most requests that may wait
 //! for a slot at one push replica; one more is refused at once with
 //! RESOURCE_EXHAUSTED, counted on the hop as `resource_exhausted`; pull
-//! hops ignore it, their queue is the broker's),
+//! hops ignore it, their queue is the broker's), `discipline` =
+//! `"fifo"` (default) | `"lifo"` | `"adaptive"` (the order waiting
+//! requests are served in: at a push replica's line for a slot, which
+//! needs `concurrency`, or in a pull hop's broker topic; see
+//! [`tailmesh_services::discipline`]),
 //! `transport` = `"push"` (default) | `"pull"`, `balance` =
 //! `"round_robin"` (default) | `"random"` | `"p2c"` (accepted on pull hops
 //! too, where it is unused, so a variant can flip the transport alone),

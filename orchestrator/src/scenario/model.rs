@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tailmesh_services::discipline::Discipline;
 pub use tailmesh_services::hop::policy::{ClientPolicy, Hedge};
 use tailmesh_services::model::{
     Balance, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
@@ -252,6 +253,9 @@ pub struct Hop {
     /// Default [`DEFAULT_QUEUE_LIMIT`](tailmesh_services::limits::DEFAULT_QUEUE_LIMIT);
     /// unused without `concurrency` and by pull hops (the broker queues).
     pub queue_limit: u32,
+    /// The order waiting requests are served in: at a push replica's line
+    /// for a slot, or in the hop's broker topic (pull).
+    pub discipline: Discipline,
     /// How callers reach this hop.
     pub transport: Transport,
     /// How push callers pick a replica of this hop.

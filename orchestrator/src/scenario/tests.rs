@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use tailmesh_services::discipline::Discipline;
 use tailmesh_services::model::{
     Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
 };
@@ -41,6 +42,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         replicas: 1,
         concurrency: None,
         queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
+        discipline: Discipline::Fifo,
         transport: Transport::Push,
         balance: Balance::RoundRobin,
         work: Work::None,
@@ -136,6 +138,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     replicas: 2,
                     concurrency: None,
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
+                    discipline: Discipline::Fifo,
                     transport: Transport::Push,
                     balance: Balance::P2c,
                     work: Work::Sleep {
@@ -157,6 +160,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     replicas: 3,
                     concurrency: Some(4),
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
+                    discipline: Discipline::Fifo,
                     transport: Transport::Pull,
                     balance: Balance::Random,
                     work: Work::Cpu {
@@ -183,6 +187,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     replicas: 1,
                     concurrency: None,
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
+                    discipline: Discipline::Fifo,
                     transport: Transport::Push,
                     balance: Balance::RoundRobin,
                     work: Work::Sleep {
@@ -1443,4 +1448,42 @@ fn a_load_that_could_hold_more_than_the_in_flight_budget_is_refused_at_its_key()
                   payload = 4194304\n[[hop]]\nname = \"a\"\n";
     let found = problems(closed);
     assert!(found[0].2.contains("(the concurrency)"), "{found:?}");
+}
+
+#[test]
+fn discipline_orders_a_push_line_or_a_pull_topic() {
+    let s = ok(&format!(
+        "{HEAD}[[hop]]\nname = \"a\"\nconcurrency = 1\ndiscipline = \"lifo\"\n\
+         [[hop]]\nname = \"b\"\ntransport = \"pull\"\ndiscipline = \"adaptive\"\n\
+         [[hop]]\nname = \"c\"\n\
+         [[variant]]\nname = \"v\"\nset = {{ \"hop.a.discipline\" = \"adaptive\" }}\n"
+    ));
+    // The one declared variant: its override replaces hop a's lifo.
+    let disciplines: Vec<_> = s.variants[0].hops.iter().map(|h| h.discipline).collect();
+    assert_eq!(
+        disciplines,
+        [Discipline::Adaptive, Discipline::Adaptive, Discipline::Fifo]
+    );
+
+    assert_eq!(
+        problems(&format!(
+            "{HEAD}[[hop]]\nname = \"a\"\ndiscipline = \"lifo\"\n\
+             [[hop]]\nname = \"b\"\nconcurrency = 1\ndiscipline = \"codel\"\n\
+             [[hop]]\nname = \"c\"\ndiscipline = \"fifo\"\n"
+        )),
+        vec![
+            (
+                8,
+                1,
+                "hop \"a\": discipline needs concurrency on a push hop (it orders the wait for a slot)"
+                    .to_owned()
+            ),
+            (
+                12,
+                14,
+                "hop \"b\": discipline must be one of \"fifo\", \"lifo\", \"adaptive\", got \"codel\""
+                    .to_owned()
+            ),
+        ]
+    );
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tailmesh_services::{
+    discipline::Discipline,
     limits::{
         DEFAULT_QUEUE_LIMIT, IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
         MAX_QUEUE_LIMIT,
@@ -55,6 +56,7 @@ const HOP_KEYS: &[&str] = &[
     "replicas",
     "concurrency",
     "queue_limit",
+    "discipline",
     "transport",
     "balance",
     "work",
@@ -628,6 +630,27 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             &[("push", Transport::Push), ("pull", Transport::Pull)],
         ),
     };
+    let discipline = match s.get("discipline") {
+        None => Some(Discipline::Fifo),
+        Some(_) => s
+            .choice(p, "discipline", &Discipline::ALL.map(|d| (d.as_str(), d)))
+            .filter(|d| {
+                // A push replica without concurrency takes every request at
+                // once: it has no line to order. A pull hop's line is its
+                // broker topic.
+                let lineless = *d != Discipline::Fifo
+                    && transport == Some(Transport::Push)
+                    && s.get("concurrency").is_none();
+                if lineless {
+                    s.forbid(
+                        p,
+                        "discipline",
+                        "needs concurrency on a push hop (it orders the wait for a slot)",
+                    );
+                }
+                !lineless
+            }),
+    };
     let balance = match s.get("balance") {
         None => Some(Balance::RoundRobin),
         Some(_) => s.choice(
@@ -713,6 +736,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             replicas: replicas?,
             concurrency: concurrency?,
             queue_limit: queue_limit?,
+            discipline: discipline?,
             transport: transport?,
             balance: balance?,
             work: work?,

@@ -7,7 +7,8 @@
 //! - `support`: running the real binary with deadlines, reading results;
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
 //!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
-//!   `stress` (the instrument under overload), and
+//!   `overload` (queue disciplines), `stress` (the instrument under
+//!   overload), and
 //!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
@@ -19,6 +20,7 @@ mod deploy;
 mod fanout;
 mod launcher;
 mod netfaults;
+mod overload;
 mod payload;
 mod policy;
 mod pull;
@@ -41,6 +43,7 @@ fn main() -> std::process::ExitCode {
         report::TESTS,
         deploy::TESTS,
         netfaults::TESTS,
+        overload::TESTS,
         stress::TESTS,
     ])
 }

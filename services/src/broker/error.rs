@@ -82,6 +82,12 @@ pub(crate) enum TaskError {
         worker: String,
         delivery: u32,
     },
+    #[error(
+        "task {task} shed after {waited:?} in the queue: the topic's queue has not been empty for {interval:?}, so its adaptive discipline sheds waits over {target:?}",
+        interval = crate::discipline::ADAPTIVE_INTERVAL,
+        target = crate::discipline::ADAPTIVE_TARGET
+    )]
+    Shed { task: u64, waited: Duration },
     #[error("task {task} lost its worker {deliveries} times (max_deliveries reached); giving up")]
     Lost { task: u64, deliveries: u32 },
     #[error("broker shut down before task {task} was answered")]
@@ -114,9 +120,10 @@ impl From<TaskError> for Status {
             TaskError::PayloadTooLarge { .. }
             | TaskError::Protocol(_)
             | TaskError::NeverIssued { .. } => Code::InvalidArgument,
-            TaskError::Full { .. } | TaskError::FullBytes { .. } | TaskError::StreamFull { .. } => {
-                Code::ResourceExhausted
-            }
+            TaskError::Full { .. }
+            | TaskError::FullBytes { .. }
+            | TaskError::StreamFull { .. }
+            | TaskError::Shed { .. } => Code::ResourceExhausted,
             TaskError::ShuttingDown | TaskError::Unanswered { .. } => Code::Unavailable,
             TaskError::DeadlineOnArrival
             | TaskError::Expired { .. }

@@ -3,7 +3,11 @@
 //! tasks when they have credit, and send results back on it.
 //!
 //! Semantics (each covered by `services/tests/it/broker.rs`):
-//! - **FIFO per topic, credit-based dispatch.** A task goes to a worker only
+//! - **A discipline per topic, credit-based dispatch.** Each topic serves its
+//!   queue in its [`Discipline`]: `fifo`
+//!   (the default), `lifo`, or `adaptive` (FIFO until the queue stands,
+//!   then newest first, shedding waits over the target with
+//!   RESOURCE_EXHAUSTED, counted in `shed`). A task goes to a worker only
 //!   while that worker has credit. Hello grants the first credits, every
 //!   result for a task the stream holds returns one credit implicitly,
 //!   `Credit` grants more, `Drain` takes them all back. With one credit (the
@@ -44,7 +48,7 @@
 //! - **Graceful shutdown**, see [`run`].
 //!
 //! Layout:
-//! - `queue`: one topic's FIFO, pending tasks and workers behind one lock.
+//! - `queue`: one topic's queue, pending tasks and workers behind one lock.
 //! - `server`: the gRPC service and [`run`].
 //! - `client`: [`BrokerClient`], the producer side.
 //! - `worker`: [`run_worker`], the worker side.
@@ -56,7 +60,9 @@ mod queue;
 mod server;
 mod worker;
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
+
+use crate::discipline::Discipline;
 
 pub use client::BrokerClient;
 pub use error::BrokerError;
@@ -69,6 +75,9 @@ pub use worker::{Release, run_worker, run_worker_releasing};
 pub struct BrokerConfig {
     /// The topics producers may submit to; anything else is NOT_FOUND.
     pub topics: Vec<String>,
+    /// The queue discipline of each topic named here; the others are
+    /// [`Discipline::Fifo`].
+    pub disciplines: HashMap<String, Discipline>,
     /// Most tasks waiting per topic before submits are refused.
     pub queue_capacity: usize,
     /// Most payload bytes waiting per topic before submits are refused
@@ -95,6 +104,7 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             topics: Vec::new(),
+            disciplines: HashMap::new(),
             queue_capacity: 10_000,
             queue_bytes: 64 * 1024 * 1024,
             max_deliveries: 3,

@@ -1,4 +1,5 @@
-//! One topic: its FIFO of waiting tasks, the tasks still owed an answer, and
+//! One topic: its queue of waiting tasks (served in the topic's
+//! [`Discipline`]), the tasks still owed an answer, and
 //! the workers that take them, all behind one mutex per topic. The lock is
 //! held only for short, non-blocking work (map and deque updates plus
 //! non-blocking channel sends, never an `.await`), so it serves equally on a
@@ -8,10 +9,13 @@
 //! - `tasks` holds exactly the tasks whose producer still waits. Answering
 //!   removes the entry and consumes its one-shot reply sender, so every
 //!   producer call gets exactly one answer, whoever answers first.
-//! - `queue` holds task ids in dispatch order. A task answered or given up
-//!   while queued leaves a stale id behind (counted in `stale`, skipped when
-//!   popped, compacted away once stale ids outnumber live ones), so memory
-//!   stays bounded by the capacity plus the tasks workers hold.
+//! - `queue` holds task ids in arrival order (tasks put back after a worker
+//!   loss at the head); dispatch takes the front (FIFO) or the back (LIFO)
+//!   as the discipline says, and `adaptive` sheds from the front. A task
+//!   answered or given up while queued leaves a stale id behind (counted in
+//!   `stale`, skipped when popped, compacted away once stale ids outnumber
+//!   live ones), so memory stays bounded by the capacity plus the tasks
+//!   workers hold.
 //! - `queued_bytes` is the sum of the payload lengths of the live queued
 //!   tasks: charged when a task enters the queue (submitted, or put back
 //!   after a worker loss) and released when it leaves (dispatched, expired,
@@ -39,6 +43,7 @@ use tokio::{
 use tonic::{Code, Status};
 
 use super::error::TaskError;
+use crate::discipline::{Discipline, Line};
 
 /// What a producer call is answered with.
 pub(crate) type Answer = Result<pb::SubmitReply, TaskError>;
@@ -123,6 +128,7 @@ struct Counters {
     abandoned: u64,
     late_results: u64,
     shutdown_unanswered: u64,
+    shed: u64,
 }
 
 struct Inner {
@@ -142,6 +148,8 @@ struct Inner {
     ready: VecDeque<WorkerId>,
     counters: Counters,
     wait: Histogram<u64>,
+    /// Which end dispatch takes, and what `adaptive` sheds.
+    line: Line,
 }
 
 impl Topic {
@@ -152,6 +160,7 @@ impl Topic {
         capacity_bytes: usize,
         max_deliveries: u32,
         max_payload: usize,
+        discipline: Discipline,
         idle: Arc<Notify>,
     ) -> Self {
         let wait = Histogram::new_with_bounds(1, WAIT_HIST_MAX_NS, 3)
@@ -178,6 +187,7 @@ impl Topic {
                 ready: VecDeque::new(),
                 counters: Counters::default(),
                 wait,
+                line: Line::new(discipline, Instant::now()),
             }),
         }
     }
@@ -447,6 +457,8 @@ impl Topic {
                 abandoned: c.abandoned,
                 late_results: c.late_results,
                 shutdown_unanswered: c.shutdown_unanswered,
+                shed: c.shed,
+                discipline: inner.line.discipline().as_str().to_owned(),
                 depth: inner.queued as u64,
                 max_depth: inner.max_depth as u64,
                 depth_bytes: inner.queued_bytes as u64,
@@ -517,10 +529,16 @@ impl Inner {
         }
     }
 
-    /// The next queued task still owed an answer whose deadline has not
-    /// passed; expired ones met on the way are answered DEADLINE_EXCEEDED.
+    /// The next queued task, in the discipline's order, still owed an
+    /// answer whose deadline has not passed; expired ones met on the way are
+    /// answered DEADLINE_EXCEEDED.
     fn pop_live(&mut self, now: Instant) -> Option<u64> {
-        while let Some(id) = self.queue.pop_front() {
+        let newest_first = self.line.newest_first(now);
+        while let Some(id) = if newest_first {
+            self.queue.pop_back()
+        } else {
+            self.queue.pop_front()
+        } {
             let Some(p) = self.tasks.get(&id).filter(|p| p.holder.is_none()) else {
                 self.stale = self.stale.saturating_sub(1);
                 continue;
@@ -542,8 +560,46 @@ impl Inner {
         None
     }
 
-    /// Hands queued tasks to workers with credit until either runs out.
+    /// Sheds what the discipline gives up on, then hands queued tasks to
+    /// workers with credit until either runs out.
     fn pump(&mut self, now: Instant, max_deliveries: u32) {
+        self.shed(now);
+        self.dispatch(now, max_deliveries);
+        if self.queued == 0 && !self.ready.is_empty() {
+            // A worker with credit and nothing to give it: no standing
+            // queue.
+            self.line.idle(now);
+        }
+    }
+
+    /// Answers RESOURCE_EXHAUSTED, from the oldest on, the queued tasks the
+    /// discipline sheds (only `adaptive` does, over a standing queue).
+    fn shed(&mut self, now: Instant) {
+        while let Some(&id) = self.queue.front() {
+            let Some(p) = self.tasks.get(&id).filter(|p| p.holder.is_none()) else {
+                self.queue.pop_front();
+                self.stale = self.stale.saturating_sub(1);
+                continue;
+            };
+            if !self.line.sheds(p.enqueued_at, now) {
+                return;
+            }
+            self.queue.pop_front();
+            let Some(p) = self.tasks.remove(&id) else {
+                continue;
+            };
+            self.queued -= 1;
+            self.release_bytes(p.payload.len());
+            self.counters.shed += 1;
+            let _ = p.reply.send(Err(TaskError::Shed {
+                task: id,
+                waited: now.saturating_duration_since(p.enqueued_at),
+            }));
+        }
+    }
+
+    /// Hands queued tasks to workers with credit until either runs out.
+    fn dispatch(&mut self, now: Instant, max_deliveries: u32) {
         while let Some(&wid) = self.ready.front() {
             let Some(id) = self.pop_live(now) else {
                 return;
@@ -771,6 +827,7 @@ mod tests {
             usize::MAX,
             max_deliveries,
             1024,
+            Discipline::Fifo,
             Arc::new(Notify::new()),
         )
     }
@@ -922,7 +979,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn queued_bytes_are_bounded_and_return_to_zero() {
-        let t = Topic::new("t".into(), 100, 100, 3, 1024, Arc::new(Notify::new()));
+        let t = Topic::new(
+            "t".into(),
+            100,
+            100,
+            3,
+            1024,
+            Discipline::Fifo,
+            Arc::new(Notify::new()),
+        );
         let bytes = |t: &Topic| t.lock().queued_bytes;
         let mut rxs = Vec::new();
         for (id, len) in [(1, 40), (2, 40)] {
@@ -989,5 +1054,108 @@ mod tests {
             "{s:?}"
         );
         assert!(t.is_idle());
+    }
+    fn disciplined(discipline: Discipline) -> Topic {
+        Topic::new(
+            "t".into(),
+            10_000,
+            usize::MAX,
+            3,
+            1024,
+            discipline,
+            Arc::new(Notify::new()),
+        )
+    }
+
+    /// Submits tasks 1..=n, 1 ms apart, while no worker has credit, waits
+    /// `age`, then lets one worker with one credit take them one by one:
+    /// the ids in the order dispatched.
+    async fn dispatch_order(t: &Topic, n: u64, age: Duration) -> Vec<u64> {
+        let mut rxs = Vec::new();
+        for id in 1..=n {
+            let (nt, rx) = task(id);
+            t.submit(nt).expect("queued");
+            rxs.push(rx);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        tokio::time::advance(age).await;
+        let (tx, mut wrx) = mpsc::unbounded_channel();
+        t.add_worker(1, "w".into(), 1, tx).expect("added");
+        let mut order = Vec::new();
+        while let Some(got) = next_task(&mut wrx) {
+            order.push(got.task_id);
+            t.on_message(1, result(got.task_id), n + 1);
+        }
+        order
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fifo_dispatches_the_oldest_first() {
+        let t = disciplined(Discipline::Fifo);
+        assert_eq!(
+            dispatch_order(&t, 4, Duration::from_secs(1)).await,
+            [1, 2, 3, 4]
+        );
+        assert_eq!(t.stats().discipline, "fifo");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lifo_dispatches_the_newest_first() {
+        let t = disciplined(Discipline::Lifo);
+        assert_eq!(
+            dispatch_order(&t, 4, Duration::from_secs(1)).await,
+            [4, 3, 2, 1]
+        );
+        let s = t.stats();
+        assert_eq!((s.discipline.as_str(), s.shed), ("lifo", 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adaptive_is_fifo_while_the_queue_does_not_stand() {
+        let t = disciplined(Discipline::Adaptive);
+        // Queued for 4..=20 ms: over the target, under the interval.
+        assert_eq!(
+            dispatch_order(&t, 4, Duration::from_millis(16)).await,
+            [1, 2, 3, 4]
+        );
+        assert_eq!(t.stats().shed, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adaptive_sheds_the_old_and_serves_the_new_once_the_queue_stands() {
+        let t = disciplined(Discipline::Adaptive);
+        let (tx, mut wrx) = mpsc::unbounded_channel();
+        // Connected, with no credit: the queue stands.
+        t.add_worker(1, "w".into(), 0, tx).expect("added");
+        let mut rxs = Vec::new();
+        for id in 1..=150 {
+            let (nt, rx) = task(id);
+            t.submit(nt).expect("queued");
+            rxs.push(rx);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        // At 150 ms the queue has stood for 150: tasks that waited over
+        // the 20 ms target (ids 1..=130) are shed, and the worker's credits go to the
+        // newest first.
+        t.on_message(1, credit(2), 151);
+        let order: Vec<_> = std::iter::from_fn(|| next_task(&mut wrx))
+            .map(|t| t.task_id)
+            .collect();
+        assert_eq!(order, [150, 149]);
+        for (i, rx) in rxs.iter_mut().enumerate().take(130) {
+            match rx.try_recv() {
+                Ok(Err(e @ TaskError::Shed { .. })) => {
+                    assert_eq!(Status::from(e).code(), Code::ResourceExhausted);
+                }
+                other => panic!("task {}: expected Shed, got {other:?}", i + 1),
+            }
+        }
+        assert!(rxs[130].try_recv().is_err(), "131 still waits");
+        let s = t.stats();
+        assert_eq!(
+            (s.discipline.as_str(), s.shed, s.depth, s.dispatched),
+            ("adaptive", 130, 18, 2),
+            "{s:?}"
+        );
     }
 }

@@ -165,6 +165,15 @@ impl Broker {
         if config.max_deliveries == 0 {
             return bad("max_deliveries must be at least 1".into());
         }
+        if let Some(name) = config
+            .disciplines
+            .keys()
+            .find(|name| !config.topics.contains(name))
+        {
+            return bad(format!(
+                "a discipline is set for topic {name:?}, which is not served"
+            ));
+        }
         let idle = Arc::new(Notify::new());
         let mut topics = HashMap::new();
         for name in &config.topics {
@@ -177,6 +186,7 @@ impl Broker {
                 config.queue_bytes,
                 config.max_deliveries,
                 config.max_payload_bytes,
+                config.disciplines.get(name).copied().unwrap_or_default(),
                 idle.clone(),
             );
             if topics.insert(name.clone(), Arc::new(topic)).is_some() {

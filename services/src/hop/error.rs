@@ -74,6 +74,25 @@ pub(crate) enum CallError {
         replica: u32,
         limit: u32,
     },
+    /// The replica's adaptive discipline gave up on a request that waited
+    /// too long in a line that stands.
+    #[error(
+        "hop \"{hop}\" replica {replica}: shed after {waited:?} waiting for a slot: the line has not been empty for {interval:?}, so its adaptive discipline sheds waits over {target:?}",
+        interval = crate::discipline::ADAPTIVE_INTERVAL,
+        target = crate::discipline::ADAPTIVE_TARGET
+    )]
+    Shed {
+        hop: String,
+        replica: u32,
+        waited: std::time::Duration,
+    },
+    /// The caller's deadline passed while the request waited for a slot.
+    #[error("hop \"{hop}\" replica {replica}: deadline passed after {waited:?} waiting for a slot")]
+    DeadlineInLine {
+        hop: String,
+        replica: u32,
+        waited: std::time::Duration,
+    },
     /// Nothing was left of the caller's deadline for the downstream calls.
     #[error("hop \"{hop}\": deadline passed before calling downstream")]
     DeadlineBeforeDownstream { hop: String },
@@ -117,8 +136,10 @@ impl From<CallError> for Status {
         let code = match &err {
             CallError::ShuttingDown { .. } | CallError::Connect { .. } => Code::Unavailable,
             CallError::Injected { code, .. } => *code,
-            CallError::QueueFull { .. } => Code::ResourceExhausted,
-            CallError::DeadlineBeforeDownstream { .. } => Code::DeadlineExceeded,
+            CallError::QueueFull { .. } | CallError::Shed { .. } => Code::ResourceExhausted,
+            CallError::DeadlineBeforeDownstream { .. } | CallError::DeadlineInLine { .. } => {
+                Code::DeadlineExceeded
+            }
             CallError::UndecodableRequest { .. } => Code::InvalidArgument,
             CallError::Replica { status, .. } | CallError::ViaBroker { status, .. } => {
                 status.code()

@@ -5,6 +5,8 @@
 //! - `client`: reaching a push hop's replicas, with balancing.
 //! - `policy`: timeouts, budgeted retries and hedged requests.
 //! - `server`: the request handler, the gRPC service and `run`.
+//! - `slots`: a replica's slots for its own work and the bounded line of
+//!   requests waiting for one, in the hop's queue discipline.
 //! - `error`: [`HopError`], and the one mapping of a call's failures to a
 //!   gRPC status.
 
@@ -13,6 +15,7 @@ pub mod draw;
 mod error;
 pub mod policy;
 pub mod server;
+mod slots;
 pub mod work;
 
 pub use client::{Connections, PushPool};

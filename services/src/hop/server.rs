@@ -3,10 +3,7 @@
 use std::{
     collections::HashMap,
     future::Future,
-    sync::{
-        Arc,
-        atomic::{AtomicU32, Ordering},
-    },
+    sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -18,7 +15,7 @@ use tailmesh_proto::pb::{
 };
 use tokio::{
     net::TcpListener,
-    sync::{Semaphore, SemaphorePermit, TryAcquireError, oneshot, watch},
+    sync::{oneshot, watch},
     time::Instant,
 };
 use tonic::{Code, Request, Response, Status};
@@ -30,12 +27,14 @@ use super::{
     draw::plan,
     error::{CallError, HopError},
     policy::{self, Called, ClientPolicy, PolicyState},
+    slots::Slots,
     work::perform,
 };
 use crate::{
     addr::PeerAddr,
     broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
     deadline::grpc_timeout,
+    discipline::Discipline,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
     model::{Balance, HopBehavior, Transport},
@@ -84,6 +83,10 @@ pub struct HopConfig {
     /// once. Unused by a pull worker, whose queue is the broker's.
     #[serde(default = "default_queue_limit")]
     pub queue_limit: u32,
+    /// The order waiting requests get a slot in (push); a pull hop's queue
+    /// is its broker topic, which has its own.
+    #[serde(default)]
+    pub discipline: Discipline,
     /// How long shutdown waits for requests in flight.
     #[serde(default = "default_grace")]
     pub drain_grace: Duration,
@@ -109,6 +112,7 @@ impl HopConfig {
             broker: None,
             concurrency: None,
             queue_limit: default_queue_limit(),
+            discipline: Discipline::Fifo,
             drain_grace: default_grace(),
             precise_timer: default_true(),
             idle_timeout: default_idle_timeout(),
@@ -282,68 +286,6 @@ struct Inner {
     slots: Option<Slots>,
 }
 
-/// A replica's slots for its own work, and the bounded line of requests
-/// waiting for one.
-struct Slots {
-    permits: Semaphore,
-    /// Requests waiting for a permit now.
-    waiting: AtomicU32,
-    /// The most that may wait (push); `None` for a pull worker, which never
-    /// takes more tasks than it has slots (its queue is the broker's).
-    queue_limit: Option<u32>,
-}
-
-impl Slots {
-    /// A slot, at once or after waiting in line; refused at once when the
-    /// line is full.
-    async fn acquire(&self, hop: &str, replica: u32) -> Result<SemaphorePermit<'_>, CallError> {
-        let shutting_down = || CallError::ShuttingDown {
-            hop: hop.to_owned(),
-        };
-        match self.permits.try_acquire() {
-            Ok(permit) => return Ok(permit),
-            Err(TryAcquireError::Closed) => return Err(shutting_down()),
-            Err(TryAcquireError::NoPermits) => {}
-        }
-        let _in_line =
-            match self.queue_limit {
-                Some(limit) => Some(InLine::enter(&self.waiting, limit).ok_or_else(|| {
-                    CallError::QueueFull {
-                        hop: hop.to_owned(),
-                        replica,
-                        limit,
-                    }
-                })?),
-                None => None,
-            };
-        self.permits.acquire().await.map_err(|_| shutting_down())
-    }
-}
-
-/// A place in a replica's line for a slot, given up when dropped (also when
-/// the caller gives up and the request is cancelled).
-struct InLine<'a> {
-    waiting: &'a AtomicU32,
-}
-
-impl<'a> InLine<'a> {
-    /// Takes a place unless `limit` requests already wait.
-    fn enter(waiting: &'a AtomicU32, limit: u32) -> Option<Self> {
-        waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| InLine { waiting })
-    }
-}
-
-impl Drop for InLine<'_> {
-    fn drop(&mut self) {
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The request handler shared by the gRPC service and the pull worker.
 #[derive(Clone)]
 pub struct HopCore {
@@ -395,13 +337,11 @@ impl HopCore {
                 replica: config.replica,
                 transport: config.transport,
                 downstream,
-                slots: config.concurrency.map(|n| Slots {
-                    permits: Semaphore::new(n.max(1) as usize),
-                    waiting: AtomicU32::new(0),
-                    queue_limit: match config.transport {
-                        Transport::Push => Some(config.queue_limit),
-                        Transport::Pull => None,
-                    },
+                slots: config.concurrency.map(|n| match config.transport {
+                    Transport::Push => Slots::new(n, Some(config.queue_limit), config.discipline),
+                    // The broker orders a pull hop's queue; the worker never
+                    // takes more tasks than it has slots.
+                    Transport::Pull => Slots::new(n, None, Discipline::Fifo),
                 }),
                 sleeper: if config.precise_timer {
                     Sleeper::Precise
@@ -460,7 +400,19 @@ impl HopCore {
         let (slot, slot_wait) = match &inner.slots {
             Some(slots) => {
                 let waiting = Instant::now();
-                let slot = slots.acquire(&inner.behavior.name, inner.replica).await?;
+                let acquire = slots.acquire(&inner.behavior.name, inner.replica);
+                // Nobody waits for a request past its deadline: it leaves
+                // the line rather than take a slot late.
+                let slot = match deadline {
+                    Some(d) => tokio::time::timeout_at(d, acquire).await.map_err(|_| {
+                        CallError::DeadlineInLine {
+                            hop: inner.behavior.name.clone(),
+                            replica: inner.replica,
+                            waited: waiting.elapsed(),
+                        }
+                    })??,
+                    None => acquire.await?,
+                };
                 (Some(slot), waiting.elapsed())
             }
             None => (None, Duration::ZERO),
@@ -712,64 +664,4 @@ async fn pull_worker(
         let _ = stopped.wait_for(|s| *s).await;
     };
     run_worker_releasing(broker, topic, worker, credits, handler, shutdown).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn slots(concurrency: usize, queue_limit: u32) -> Arc<Slots> {
-        Arc::new(Slots {
-            permits: Semaphore::new(concurrency),
-            waiting: AtomicU32::new(0),
-            queue_limit: Some(queue_limit),
-        })
-    }
-
-    #[tokio::test]
-    async fn a_cancelled_waiter_gives_its_place_in_line_back() {
-        let slots = slots(1, 1);
-        let held = slots.acquire("b", 0).await.expect("a free slot");
-        let waiter = tokio::spawn({
-            let slots = Arc::clone(&slots);
-            async move {
-                slots
-                    .acquire("b", 0)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            }
-        });
-        while slots.waiting.load(Ordering::Acquire) == 0 {
-            tokio::task::yield_now().await;
-        }
-        let refused = slots
-            .acquire("b", 0)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string());
-        assert_eq!(
-            refused,
-            Err("hop \"b\" replica 0: 1 requests already wait for a slot (queue_limit)".into())
-        );
-
-        // The caller gives up (its request is dropped): the line empties.
-        waiter.abort();
-        assert!(waiter.await.is_err_and(|e| e.is_cancelled()));
-        assert_eq!(slots.waiting.load(Ordering::Acquire), 0);
-        drop(held);
-        assert!(slots.acquire("b", 0).await.is_ok());
-    }
-
-    #[tokio::test]
-    async fn a_zero_limit_refuses_whenever_every_slot_is_busy() {
-        let slots = slots(1, 0);
-        let held = slots.acquire("b", 0).await.expect("a free slot");
-        assert!(matches!(
-            slots.acquire("b", 0).await,
-            Err(CallError::QueueFull { limit: 0, .. })
-        ));
-        drop(held);
-        assert!(slots.acquire("b", 0).await.is_ok());
-    }
 }

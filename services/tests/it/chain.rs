@@ -117,6 +117,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                 broker: None,
                 concurrency: spec.concurrency,
                 queue_limit: spec.queue_limit,
+                discipline: Default::default(),
                 drain_grace: Duration::from_secs(1),
                 precise_timer: true,
                 idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
