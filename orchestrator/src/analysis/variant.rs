@@ -225,6 +225,14 @@ pub struct VariantReport {
     /// and, for nftables, the packets its rules saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
+    /// Why the slow requests were slow: counts per cause (absent in
+    /// summaries from before attribution).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<super::attribution::AttributionReport>,
+    /// The load generator watching itself and the machine while the
+    /// variant ran (absent when read back from an older summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instrument: Option<crate::loadgen::selfwatch::InstrumentReport>,
     /// The per-hop breakdown from the traces and its cross-check against
     /// the reply paths (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -448,6 +456,8 @@ pub(crate) fn analyze_variant(
         incidents: Vec::new(),
         broker: Vec::new(),
         faults: Vec::new(),
+        attribution: Some(super::attribution::summarize(records, check.slow_threshold)),
+        instrument: None,
         traces: None,
         latency_histogram: latency,
     }

@@ -3,12 +3,14 @@
 //! closed loop with a fixed number of requests in flight.
 //!
 //! - `schedule`: the seeded open-loop send times.
+//! - `selfwatch`: the generator watching itself and the machine while it runs.
 //!
 //! Every request sent is accounted for: it ends as ok, an error (by gRPC
 //! code) or a timeout, and requests still in flight when the generator stops
 //! are waited for (their deadline bounds the wait).
 
 mod schedule;
+pub(crate) mod selfwatch;
 
 use std::{
     sync::{
@@ -109,6 +111,8 @@ pub(crate) struct LoadOutcome {
     pub measured: Duration,
     /// Whether the run was cut short (Ctrl-C or a dead hop).
     pub interrupted: bool,
+    /// What the self-watch saw while the load ran.
+    pub instrument: Option<selfwatch::InstrumentReport>,
 }
 
 /// Drives `load` against `target`. `stop` counts interrupts: the first
@@ -135,6 +139,7 @@ pub(crate) async fn generate(
         tracer,
         interrupts: stop.clone(),
     });
+    let watch = selfwatch::Watch::start();
     let (records, measured, interrupted) = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
             let schedule = Schedule::new(*rate, *arrivals, seed);
@@ -158,6 +163,7 @@ pub(crate) async fn generate(
     let mut outcome = LoadOutcome {
         measured,
         interrupted,
+        instrument: Some(watch.finish()),
         ..LoadOutcome::default()
     };
     for (record, warmup) in records {
