@@ -98,10 +98,11 @@ impl CauseKind {
         matches!(self, CauseKind::Generator | CauseKind::Unexplained)
     }
 
-    /// Whether a busy machine shows as it (processes waiting for a CPU
-    /// between hops, sleeps that overrun).
+    /// Whether a busy machine shows as it: processes waiting for a CPU
+    /// between hops (a hop's work longer than it can be is counted apart,
+    /// see [`AttributionReport::work_overrun`]).
     pub fn is_machine(self) -> bool {
-        matches!(self, CauseKind::Network | CauseKind::Work)
+        matches!(self, CauseKind::Network)
     }
 }
 
@@ -341,6 +342,11 @@ pub struct AttributionReport {
     /// Slow requests WITHOUT injected slowness (what the model does not
     /// predict) by primary cause label.
     pub excess: BTreeMap<String, u64>,
+    /// Of those with a hop's work as primary cause, the ones whose work
+    /// took longer than its declared distribution allows (beyond its
+    /// 99.99th percentile): sleeps that overran on a busy machine.
+    #[serde(default)]
+    pub work_overrun: u64,
     /// The p99 and p99.9 latencies split by cause kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub split: Vec<PercentileSplit>,
@@ -372,8 +378,14 @@ impl AttributionReport {
     }
 }
 
-/// Attributes every slow request of a variant.
-pub(crate) fn summarize(records: &[RequestRecord], threshold: Duration) -> AttributionReport {
+/// Attributes every slow request of a variant. `work_bounds` holds, per
+/// hop, the longest its work should take (absent: no bound known, such as
+/// CPU-bound work).
+pub(crate) fn summarize(
+    records: &[RequestRecord],
+    threshold: Duration,
+    work_bounds: &BTreeMap<String, Duration>,
+) -> AttributionReport {
     let mut report = AttributionReport {
         slow_threshold_us: super::stats::micros(threshold),
         cause_share: CAUSE_SHARE,
@@ -420,6 +432,15 @@ pub(crate) fn summarize(records: &[RequestRecord], threshold: Duration) -> Attri
         if a.injected {
             report.slow_injected += 1;
         } else {
+            let overrun = a.components.first().filter(|c| {
+                a.causes > 0
+                    && c.kind == CauseKind::Work
+                    && c.hop
+                        .as_ref()
+                        .and_then(|h| work_bounds.get(h))
+                        .is_some_and(|bound| c.duration > *bound)
+            });
+            report.work_overrun += u64::from(overrun.is_some());
             *report.excess.entry(primary).or_default() += 1;
         }
     }
@@ -473,8 +494,9 @@ pub struct Decomposition {
     pub excess: BTreeMap<String, u64>,
     /// Of the excess, slow from the instrument (the generator, unexplained).
     pub instrument: u64,
-    /// Of the excess, slow from network and work while the machine was
-    /// busy (0 when it was not).
+    /// Of the excess, slow from the network or from work longer than its
+    /// declared distribution allows, while the machine was busy (0 when it
+    /// was not).
     pub machine: u64,
 }
 
@@ -496,13 +518,13 @@ pub struct MachineState {
 /// The rule, for a measured fraction above the model: let `removed` be the
 /// excess requests the instrument made slow. Inconclusive when they are at
 /// least [`INSTRUMENT_SHARE`] of the excess (slow requests without injected
-/// slowness), or when, left out of the trials, the model lies within the
-/// interval of the rest. Below the model: fail, naming the share of
+/// slowness), or when, left out of the trials, the interval of the rest
+/// reaches down to the model. Below the model: fail, naming the share of
 /// requests with injected slowness that stayed under the threshold.
 pub(crate) fn refine(c: &mut CompoundingReport, a: &AttributionReport, machine: &MachineState) {
     let instrument = a.excess_where(CauseKind::is_instrument);
     let machine_count = if machine.busy {
-        a.excess_where(CauseKind::is_machine)
+        a.excess_where(CauseKind::is_machine) + a.work_overrun
     } else {
         0
     };
@@ -527,14 +549,15 @@ pub(crate) fn refine(c: &mut CompoundingReport, a: &AttributionReport, machine: 
     }
     let excess: u64 = a.excess.values().sum();
     let removed = instrument + machine_count;
-    let rest_hi = wilson95(c.slow.saturating_sub(removed), c.n.saturating_sub(removed)).1;
+    let rest_lo = wilson95(c.slow.saturating_sub(removed), c.n.saturating_sub(removed)).0;
     let mostly = excess > 0 && removed as f64 >= INSTRUMENT_SHARE * excess as f64;
-    if removed > 0 && (mostly || c.model <= rest_hi) {
+    // Without the instrument's requests, the rest reaches down to the model.
+    if removed > 0 && (mostly || c.model >= rest_lo) {
         c.verdict = Verdict::Inconclusive;
         let who = if machine_count > instrument {
             format!(
-                "the machine was busy ({}): {} of requests were slow from network and hop work \
-                 without injected slowness",
+                "the machine was busy ({}): {} of requests were slow between hops, or from hop work \
+                 beyond its declared distribution, without injected slowness",
                 machine.reasons.join(", "),
                 pct(share(machine_count))
             )
@@ -828,7 +851,7 @@ mod tests {
     }
 
     fn verdict(records: &[RequestRecord], machine: &MachineState) -> CompoundingReport {
-        let a = summarize(records, T);
+        let a = summarize(records, T, &BTreeMap::new());
         let injected = records
             .iter()
             .filter(|r| r.path.iter().any(|h| h.slow))
@@ -862,7 +885,7 @@ mod tests {
     #[test]
     fn queue_wait_beyond_the_model_fails_and_is_named() {
         let records = variant_records(50, 60, CauseKind::Queue);
-        let a = summarize(&records, T);
+        let a = summarize(&records, T, &BTreeMap::new());
         assert_eq!((a.slow, a.slow_injected), (110, 50));
         assert_eq!(a.excess.get("queue:b"), Some(&60));
         assert_eq!(a.per_hop["b"]["queue"], 60);
@@ -875,12 +898,19 @@ mod tests {
             ),
             "{reason}"
         );
-        // A busy machine does not excuse queueing.
+        // A busy machine does not excuse queueing, also when it made a few
+        // requests slow between hops.
         let busy = MachineState {
             busy: true,
             reasons: vec!["CPU pressure 90 %".into()],
         };
         assert_eq!(verdict(&records, &busy).verdict, Verdict::Fail);
+        let mut records = records;
+        let network = variant_records(50, 65, CauseKind::Network);
+        records[110..115].clone_from_slice(&network[110..115]);
+        let c = verdict(&records, &busy);
+        assert_eq!(c.verdict, Verdict::Fail, "{:?}", c.reason);
+        assert_eq!(c.decomposition.map(|d| d.machine), Some(5));
     }
 
     #[test]
@@ -920,6 +950,48 @@ mod tests {
     }
 
     #[test]
+    fn work_beyond_its_declared_bound_is_the_machine_only_when_busy() {
+        // 60 requests whose hop a worked 16.5 ms, uninjected.
+        let mut records = variant_records(50, 0, CauseKind::Queue);
+        for r in &mut records[50..110] {
+            r.path[1] = rec("a", "", "push", [165, 170, 0], false);
+            r.end = r.start + Duration::from_micros(17_100);
+        }
+        let bounds: BTreeMap<String, Duration> =
+            [("a".to_string(), Duration::from_millis(2))].into();
+        let a = summarize(&records, T, &bounds);
+        assert_eq!((a.excess.get("work:a"), a.work_overrun), (Some(&60), 60));
+        let busy = MachineState {
+            busy: true,
+            reasons: vec!["CPU pressure 90 %".into()],
+        };
+        let judged = |a: &AttributionReport, machine: &MachineState| {
+            let hops = vec![HopSlowness {
+                hop: "a".into(),
+                requests: 1000,
+                slow: 50,
+                p: 0.05,
+                declared_p: 0.05,
+            }];
+            let counts = SlowCounts {
+                n: a.requests,
+                slow: a.slow,
+                ..SlowCounts::default()
+            };
+            let mut c = judge(counts, hops, 15_000);
+            refine(&mut c, a, machine);
+            (c.verdict, c.reason)
+        };
+        assert_eq!(judged(&a, &busy).0, Verdict::Inconclusive);
+        assert_eq!(judged(&a, &MachineState::default()).0, Verdict::Fail);
+        // Work its distribution allows is the mesh's, busy or not.
+        let unbounded = summarize(&records, T, &BTreeMap::new());
+        assert_eq!(unbounded.work_overrun, 0);
+        let (verdict, reason) = judged(&unbounded, &busy);
+        assert_eq!(verdict, Verdict::Fail, "{reason:?} {unbounded:?}");
+    }
+
+    #[test]
     fn agreement_passes_whatever_the_machine() {
         let records = variant_records(50, 0, CauseKind::Queue);
         let busy = MachineState {
@@ -934,7 +1006,7 @@ mod tests {
     #[test]
     fn the_p99_split_sums_to_about_the_p99() {
         let records = variant_records(50, 60, CauseKind::Queue);
-        let a = summarize(&records, T);
+        let a = summarize(&records, T, &BTreeMap::new());
         let p99 = a.split.iter().find(|s| s.percentile == "p99").expect("p99");
         let total: f64 = p99.by_kind_us.values().sum();
         assert!((total - p99.latency_us as f64).abs() < 1_000.0, "{p99:?}");

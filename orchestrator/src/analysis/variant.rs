@@ -293,6 +293,29 @@ pub(crate) fn declared_p(hop: &Hop) -> f64 {
     hop.slow.as_ref().map_or(0.0, |s| s.probability)
 }
 
+/// The longest a hop's work should take: the 99.99th percentile of its
+/// declared sleep (times a slow replica's factor); `None` for CPU-bound
+/// work, whose time depends on the machine.
+pub(crate) fn work_bound(hop: &Hop) -> Option<Duration> {
+    use tailmesh_services::model::{DurationDist, Work};
+    let bound = match &hop.work {
+        Work::None => Duration::ZERO,
+        Work::Cpu { .. } => return None,
+        Work::Sleep { dist } => match dist {
+            DurationDist::Fixed { value } => *value,
+            DurationDist::Uniform { max, .. } => *max,
+            // -ln(1e-4) = 9.21 means.
+            DurationDist::Exp { mean } => mean.mul_f64(9.21),
+            // exp(mu + 3.72 sigma) with mu = ln(mean) - sigma^2 / 2.
+            DurationDist::Lognormal { mean, sigma } => {
+                mean.mul_f64((3.72 * sigma - sigma * sigma / 2.0).exp().min(1e6))
+            }
+        },
+    };
+    let factor = hop.replica_slow.as_ref().map_or(1.0, |r| r.factor.max(1.0));
+    Some(bound.mul_f64(factor))
+}
+
 /// The innermost hop named in an error message (`... hop "b" ...`).
 fn blamed_hop(message: &str) -> Option<&str> {
     let start = message.rfind("hop \"")? + "hop \"".len();
@@ -456,7 +479,15 @@ pub(crate) fn analyze_variant(
         incidents: Vec::new(),
         broker: Vec::new(),
         faults: Vec::new(),
-        attribution: Some(super::attribution::summarize(records, check.slow_threshold)),
+        attribution: Some(super::attribution::summarize(
+            records,
+            check.slow_threshold,
+            &variant
+                .hops
+                .iter()
+                .filter_map(|h| Some((h.name.clone(), work_bound(h)?)))
+                .collect(),
+        )),
         instrument: None,
         traces: None,
         latency_histogram: latency,

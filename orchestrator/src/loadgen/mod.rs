@@ -3,12 +3,15 @@
 //! closed loop with a fixed number of requests in flight.
 //!
 //! - `schedule`: the seeded open-loop send times.
+//! - `pacing`: how the open loop waits for each send time (timer, spin,
+//!   real-time priority, placement).
 //! - `selfwatch`: the generator watching itself and the machine while it runs.
 //!
 //! Every request sent is accounted for: it ends as ok, an error (by gRPC
 //! code) or a timeout, and requests still in flight when the generator stops
 //! are waited for (their deadline bounds the wait).
 
+mod pacing;
 mod schedule;
 pub(crate) mod selfwatch;
 
@@ -310,6 +313,8 @@ async fn open_loop(
     let measure_from = shared.origin + shared.warmup;
     let measured_end;
     let mut id = 0u64;
+    let pacing = pacing::Pacing::from_env();
+    let _placed = pacing.enter();
     loop {
         let intended = shared.origin + schedule.next_offset();
         let measuring = intended >= measure_from;
@@ -328,7 +333,7 @@ async fn open_loop(
                 measured_end = Instant::now().saturating_duration_since(measure_from);
                 break;
             }
-            () = sleeper.sleep_until(intended) => {}
+            () = pacing.wait_until(&sleeper, intended) => {}
         }
         in_flight.spawn(shared.send(id, intended));
         id += 1;
