@@ -6,13 +6,15 @@
 //!   with reasons) and the `tests!` registration macro;
 //! - `support`: running the real binary with deadlines, reading results;
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
-//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`, and
+//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
+//!   `attribution`, and
 //!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
 mod harness;
 mod support;
 
+mod attribution;
 mod cli;
 mod deploy;
 mod fanout;
@@ -39,5 +41,6 @@ fn main() -> std::process::ExitCode {
         report::TESTS,
         deploy::TESTS,
         netfaults::TESTS,
+        attribution::TESTS,
     ])
 }
