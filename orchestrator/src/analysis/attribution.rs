@@ -608,8 +608,8 @@ pub(crate) fn refine(c: &mut CompoundingReport, a: &AttributionReport, machine: 
                 _ => "",
             };
             format!(
-                "{} of requests slow from {}{behind} without injected slowness on them \
-                 ({} of the {} such requests)",
+                "{} of requests were slow from {}{behind}, with no injected slowness of \
+                 their own ({} of the {} slow requests the model does not predict)",
                 pct(share(n)),
                 describe_label(label),
                 pct(n as f64 / excess.max(1) as f64),
@@ -894,7 +894,8 @@ mod tests {
         let reason = c.reason.unwrap_or_default();
         assert!(
             reason.starts_with(
-                "6.0 % of requests slow from queue wait at hop b behind slow requests"
+                "6.0 % of requests were slow from queue wait at hop b behind slow requests, \
+                 with no injected slowness of their own (100.0 % of the 60"
             ),
             "{reason}"
         );

@@ -160,13 +160,6 @@ pub(crate) struct PacingGuard {
     pinned: Option<nix::sched::CpuSet>,
 }
 
-impl PacingGuard {
-    /// Whether real-time priority was granted to the generator's thread.
-    pub(crate) fn realtime(&self) -> bool {
-        !self.realtime.is_empty()
-    }
-}
-
 impl Drop for PacingGuard {
     fn drop(&mut self) {
         for tid in &self.realtime {

@@ -360,7 +360,8 @@ mod tests {
         judge(&mut q);
         assert!(!q.busy && q.busy_reasons.is_empty() && q.warning().is_none());
 
-        let cases: [(fn(&mut InstrumentReport), &str); 5] = [
+        type Make = fn(&mut InstrumentReport);
+        let cases: [(Make, &str); 5] = [
             (
                 |r| r.timer_error.p99_us = 2_500,
                 "timer wake-up error p99 2.5 ms",
