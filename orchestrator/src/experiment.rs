@@ -313,6 +313,18 @@ fn analyze_runs(
         report.broker = run.broker.clone();
         report.peak_memory = run.memory.clone();
         report.faults = run.faults.clone();
+        report.instrument = run.load.instrument.clone();
+        if let Some(line) = report.instrument.as_ref().and_then(|i| i.warning()) {
+            crate::tell!("warning: variant {}: {line}", run.variant.name);
+        }
+        let machine = report
+            .instrument
+            .as_ref()
+            .map(|i| i.machine())
+            .unwrap_or_default();
+        if let (Some(c), Some(a)) = (report.compounding.as_mut(), report.attribution.as_ref()) {
+            crate::analysis::attribution::refine(c, a, &machine);
+        }
         if let Some(tracer) = &run.tracer {
             let mut traces =
                 breakdown::analyze(&run.spans, &run.variant.name, &run.load.records, |id| {
@@ -413,7 +425,8 @@ fn write_files(
         path
     };
     output::write_summary(&next("summary.json"), summary)?;
-    output::write_requests_csv(&next("requests.csv"), &tables)?;
+    let threshold = Duration::from_micros(summary.scenario.slow_threshold_us);
+    output::write_requests_csv(&next("requests.csv"), &tables, threshold)?;
     for report in &summary.variants {
         let hgrm = next(&format!("{}.hgrm", report.name));
         output::write_hgrm(&hgrm, &report.latency_histogram)?;

@@ -80,6 +80,8 @@ struct State {
 pub struct PreciseTimer {
     state: Mutex<State>,
     changed: Condvar,
+    /// The serving thread's kernel thread id, once it runs (0 before).
+    tid: std::sync::atomic::AtomicI32,
 }
 
 impl PreciseTimer {
@@ -90,6 +92,7 @@ impl PreciseTimer {
             let timer = Arc::new(PreciseTimer {
                 state: Mutex::new(State::default()),
                 changed: Condvar::new(),
+                tid: std::sync::atomic::AtomicI32::new(0),
             });
             let serving = Arc::clone(&timer);
             // If the thread cannot be spawned, sleeps never wake; that is a
@@ -130,7 +133,19 @@ impl PreciseTimer {
         let _ = woken.await;
     }
 
+    /// The timer thread's kernel thread id (Linux), e.g. to raise its
+    /// priority; `None` before it runs or elsewhere.
+    pub fn thread_id(&self) -> Option<i32> {
+        let tid = self.tid.load(std::sync::atomic::Ordering::Relaxed);
+        (tid > 0).then_some(tid)
+    }
+
     fn serve(&self) {
+        #[cfg(target_os = "linux")]
+        self.tid.store(
+            nix::unistd::gettid().as_raw(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         // The kernel may otherwise let this thread's waits run up to 50 us
         // late (the default timer slack) to batch wake-ups.
         #[cfg(target_os = "linux")]

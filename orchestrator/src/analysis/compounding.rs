@@ -125,9 +125,14 @@ pub struct CompoundingReport {
     pub hops: Vec<HopSlowness>,
     /// The verdict.
     pub verdict: Verdict,
-    /// Why the verdict is inconclusive, if it is.
+    /// Why the verdict is inconclusive, or what failed: the cause of most
+    /// of the excess (see [`super::attribution::refine`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The excess split by cause (absent in summaries from before
+    /// attribution).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decomposition: Option<super::attribution::Decomposition>,
 }
 
 /// Judges measured counts against the per-hop probabilities.
@@ -179,6 +184,7 @@ pub(crate) fn judge(
         hops,
         verdict,
         reason,
+        decomposition: None,
     }
 }
 

@@ -77,6 +77,26 @@ impl Summary {
     }
 }
 
+impl Summary {
+    /// One line per variant whose compounding verdict is inconclusive:
+    /// `variant "base": inconclusive: <reason>`.
+    pub fn inconclusive_reasons(&self) -> Vec<String> {
+        self.variants
+            .iter()
+            .filter_map(|v| {
+                let c = v.compounding.as_ref()?;
+                (c.verdict == Verdict::Inconclusive).then(|| {
+                    format!(
+                        "variant \"{}\": inconclusive: {}",
+                        v.name,
+                        c.reason.as_deref().unwrap_or("no reason recorded")
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
 /// `t` in UTC as RFC 3339, e.g. `2025-01-02T03:04:05.123Z`.
 pub(crate) fn rfc3339_utc(t: OffsetDateTime) -> String {
     t.to_offset(time::UtcOffset::UTC)

@@ -236,6 +236,14 @@ pub struct VariantReport {
     /// and, for nftables, the packets its rules saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
+    /// Why the slow requests were slow: counts per cause (absent in
+    /// summaries from before attribution).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<super::attribution::AttributionReport>,
+    /// The load generator watching itself and the machine while the
+    /// variant ran (absent when read back from an older summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instrument: Option<crate::loadgen::selfwatch::InstrumentReport>,
     /// The per-hop breakdown from the traces and its cross-check against
     /// the reply paths (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,6 +302,29 @@ impl HopAcc {
 /// The declared per-request slow probability of a hop (0 without `slow`).
 pub(crate) fn declared_p(hop: &Hop) -> f64 {
     hop.slow.as_ref().map_or(0.0, |s| s.probability)
+}
+
+/// The longest a hop's work should take: the 99.99th percentile of its
+/// declared sleep (times a slow replica's factor); `None` for CPU-bound
+/// work, whose time depends on the machine.
+pub(crate) fn work_bound(hop: &Hop) -> Option<Duration> {
+    use tailmesh_services::model::{DurationDist, Work};
+    let bound = match &hop.work {
+        Work::None => Duration::ZERO,
+        Work::Cpu { .. } => return None,
+        Work::Sleep { dist } => match dist {
+            DurationDist::Fixed { value } => *value,
+            DurationDist::Uniform { max, .. } => *max,
+            // -ln(1e-4) = 9.21 means.
+            DurationDist::Exp { mean } => mean.mul_f64(9.21),
+            // exp(mu + 3.72 sigma) with mu = ln(mean) - sigma^2 / 2.
+            DurationDist::Lognormal { mean, sigma } => {
+                mean.mul_f64((3.72 * sigma - sigma * sigma / 2.0).exp().min(1e6))
+            }
+        },
+    };
+    let factor = hop.replica_slow.as_ref().map_or(1.0, |r| r.factor.max(1.0));
+    Some(bound.mul_f64(factor))
 }
 
 /// The innermost hop named in an error message (`... hop "b" ...`).
@@ -461,6 +492,16 @@ pub(crate) fn analyze_variant(
         broker: Vec::new(),
         peak_memory: Vec::new(),
         faults: Vec::new(),
+        attribution: Some(super::attribution::summarize(
+            records,
+            check.slow_threshold,
+            &variant
+                .hops
+                .iter()
+                .filter_map(|h| Some((h.name.clone(), work_bound(h)?)))
+                .collect(),
+        )),
+        instrument: None,
         traces: None,
         latency_histogram: latency,
     }

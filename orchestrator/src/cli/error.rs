@@ -1,7 +1,7 @@
 //! How a command ends other than in success, and the one place that turns
 //! that into what the user reads and the process's exit status: 0 done,
 //! 1 the command could not be done, 2 a bad scenario or bad flags, 3 a
-//! check failed, 130 interrupted.
+//! check failed, 4 a check was inconclusive, 130 interrupted.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -55,6 +55,13 @@ pub(crate) enum CliError {
         /// `[check] max_error_rate` allows: its share and the limit.
         too_many_errors: Vec<String>,
     },
+    /// `tailmesh run --check`: no check failed, but a compounding verdict
+    /// was inconclusive (too few requests, or the instrument: the load
+    /// generator, unexplained slowness, a busy machine).
+    CheckInconclusive {
+        /// One line per inconclusive variant: its name and the reason.
+        reasons: Vec<String>,
+    },
     /// Anything else that kept the command from being done.
     Failed(anyhow::Error),
 }
@@ -70,6 +77,7 @@ impl CliError {
             | CliError::Undeployable { .. }
             | CliError::Health(HealthError::Addr(_)) => 2,
             CliError::CheckFailed { .. } => 3,
+            CliError::CheckInconclusive { .. } => 4,
             CliError::Interrupted => 130,
             CliError::Health(_)
             | CliError::Context(_)
@@ -109,6 +117,12 @@ impl CliError {
                     "tailmesh: check failed (verdict {verdict}, every request accounted for: {accounted})"
                 );
                 for line in too_many_errors {
+                    tell!("tailmesh: {line}");
+                }
+            }
+            CliError::CheckInconclusive { reasons } => {
+                tell!("tailmesh: check inconclusive");
+                for line in reasons {
                     tell!("tailmesh: {line}");
                 }
             }

@@ -23,7 +23,8 @@ pub(crate) struct RunArgs {
     /// Folder for results: <RESULTS>/<scenario>/<run-id>/.
     #[arg(long, default_value = "results")]
     results: PathBuf,
-    /// Exit with status 3 when a check fails or a request is unaccounted for.
+    /// Exit with status 3 when a check fails or a request is unaccounted
+    /// for, 4 when a compounding verdict is inconclusive.
     #[arg(long)]
     check: bool,
     /// No progress bars.
@@ -88,6 +89,11 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
             verdict: finished.summary.check.verdict.as_str(),
             accounted: finished.summary.check.accounted,
             too_many_errors: finished.summary.check.error_failures(),
+        });
+    }
+    if args.check && finished.summary.check.verdict.as_str() == "inconclusive" {
+        return Err(CliError::CheckInconclusive {
+            reasons: finished.summary.inconclusive_reasons(),
         });
     }
     Ok(())

@@ -3,12 +3,17 @@
 //! closed loop with a fixed number of requests in flight.
 //!
 //! - `schedule`: the seeded open-loop send times.
+//! - `pacing`: how the open loop waits for each send time (timer, spin,
+//!   real-time priority, placement).
+//! - `selfwatch`: the generator watching itself and the machine while it runs.
 //!
 //! Every request sent is accounted for: it ends as ok, an error (by gRPC
 //! code) or a timeout, and requests still in flight when the generator stops
 //! are waited for (their deadline bounds the wait).
 
+mod pacing;
 mod schedule;
+pub(crate) mod selfwatch;
 
 use std::{
     sync::{
@@ -121,6 +126,8 @@ pub(crate) struct LoadOutcome {
     pub interrupted: bool,
     /// What happened to the generator's own connections meanwhile.
     pub links: LinkCounts,
+    /// What the self-watch saw while the load ran.
+    pub instrument: Option<selfwatch::InstrumentReport>,
 }
 
 /// Drives `load` against `target`. `stop` counts interrupts: the first
@@ -147,6 +154,7 @@ pub(crate) async fn generate(
         tracer,
         interrupts: stop.clone(),
     });
+    let watch = selfwatch::Watch::start();
     let (records, measured, interrupted) = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
             let schedule = Schedule::new(*rate, *arrivals, seed);
@@ -178,6 +186,7 @@ pub(crate) async fn generate(
         measured,
         interrupted,
         links: shared.target.link_counts(),
+        instrument: Some(watch.finish()),
         ..LoadOutcome::default()
     };
     for (record, warmup) in records {
@@ -364,6 +373,8 @@ async fn open_loop(
     let measure_from = shared.origin + shared.warmup;
     let measured_end;
     let mut id = 0u64;
+    let pacing = pacing::Pacing::from_env();
+    let _placed = pacing.enter();
     loop {
         let intended = shared.origin + schedule.next_offset();
         let measuring = intended >= measure_from;
@@ -382,7 +393,7 @@ async fn open_loop(
                 measured_end = Instant::now().saturating_duration_since(measure_from);
                 break;
             }
-            () = sleeper.sleep_until(intended) => {}
+            () = pacing.wait_until(&sleeper, intended) => {}
         }
         in_flight.spawn(shared.send(id, intended));
         id += 1;

@@ -1,6 +1,6 @@
 //! `requests.csv`: one row per measured request of every variant.
 //!
-//! Columns: `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts`.
+//! Columns: `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes`.
 //!
 //! - Times are microseconds since the start of the measured phase with
 //!   exactly three decimals (nanosecond resolution, printed from integers,
@@ -11,6 +11,11 @@
 //! - `path`: `hop/replica/service_us` per path record, joined by `;`.
 //! - `extra_attempts`: attempts the load generator sent beyond the first
 //!   (retries and hedges of the first hop's client policy).
+//! - `cause`: a slow request's primary cause (`injected:b`, `queue:b`,
+//!   `network:a->b`, `work:b`, `generator`, `unexplained`; see
+//!   `analysis::attribution`); empty for requests that were not slow.
+//! - `causes`: every cause of a slow request with its duration, largest
+//!   first, e.g. `injected:b=20.113ms;queue:c=4.020ms`.
 //! - Fields containing `,`, `"`, CR or LF are quoted per RFC 4180; lines end
 //!   in `\n`.
 
@@ -20,21 +25,31 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::OutputError;
+use crate::analysis::attribution::attribute;
 use crate::record::{Outcome, RequestRecord};
 
 /// The header line, without its line end.
-pub const CSV_HEADER: &str =
+pub const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes";
+
+/// The header of files written before the cause columns.
+const CSV_HEADER_V1: &str =
     "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts";
 
-/// Writes every variant's records to `path`, variants in the given order.
+/// Writes every variant's records to `path`, variants in the given order;
+/// requests over `slow_threshold` get their causes.
 pub fn write_requests_csv(
     path: &Path,
     variants: &[(&str, &[RequestRecord])],
+    slow_threshold: Duration,
 ) -> Result<(), OutputError> {
-    super::write_atomically(path, |out| write_rows(out, variants))
+    super::write_atomically(path, |out| write_rows(out, variants, slow_threshold))
 }
 
-fn write_rows(out: &mut impl Write, variants: &[(&str, &[RequestRecord])]) -> std::io::Result<()> {
+fn write_rows(
+    out: &mut impl Write,
+    variants: &[(&str, &[RequestRecord])],
+    slow_threshold: Duration,
+) -> std::io::Result<()> {
     writeln!(out, "{CSV_HEADER}")?;
     for &(variant, records) in variants {
         let variant = quote(variant);
@@ -57,9 +72,28 @@ fn write_rows(out: &mut impl Write, variants: &[(&str, &[RequestRecord])]) -> st
                     )
                 })
                 .collect();
+            let (cause, causes) = match attribute(r, slow_threshold) {
+                Some(a) => (
+                    a.primary(),
+                    a.causes()
+                        .iter()
+                        .map(|c| {
+                            let ns = c.duration.as_nanos();
+                            format!(
+                                "{}={}.{:03}ms",
+                                c.label(),
+                                ns / 1_000_000,
+                                ns / 1_000 % 1_000
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                ),
+                None => (String::new(), String::new()),
+            };
             writeln!(
                 out,
-                "{variant},{},{},{},{},{},{},{},{},{}",
+                "{variant},{},{},{},{},{},{},{},{},{},{},{}",
                 r.id,
                 micros3(r.intended),
                 micros3(r.start),
@@ -69,6 +103,8 @@ fn write_rows(out: &mut impl Write, variants: &[(&str, &[RequestRecord])]) -> st
                 quote(&slow_hops.join(";")),
                 quote(&path.join(";")),
                 r.extra_attempts,
+                quote(&cause),
+                quote(&causes),
             )?;
         }
     }
@@ -121,7 +157,8 @@ pub fn split_rows(text: &str) -> Vec<Vec<String>> {
 
 /// Reads a `requests.csv` back: each row's variant and its record. Error
 /// messages are not in the file, so errors come back with an empty one;
-/// path records carry hop, replica, service time and the slow flag.
+/// path records carry hop, replica, service time and the slow flag. The
+/// cause columns are derived, and not read; files from before them read.
 pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, OutputError> {
     let text = std::fs::read_to_string(path).map_err(OutputError::io(path))?;
     let bad = |line: usize, what: String| OutputError::Parse {
@@ -130,13 +167,21 @@ pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, Ou
         what,
     };
     let mut rows = split_rows(&text).into_iter().enumerate();
-    match rows.next() {
-        Some((_, header)) if header.join(",") == CSV_HEADER => {}
+    let fields = match rows.next() {
+        Some((_, header)) if header.join(",") == CSV_HEADER => 12,
+        Some((_, header)) if header.join(",") == CSV_HEADER_V1 => 10,
         _ => return Err(bad(1, format!("the first line must be {CSV_HEADER}"))),
-    }
+    };
     let mut out = Vec::new();
-    for (i, row) in rows {
+    for (i, mut row) in rows {
         let line = i + 1;
+        if row.len() != fields {
+            return Err(bad(
+                line,
+                format!("{} fields, expected {fields}", row.len()),
+            ));
+        }
+        row.truncate(10);
         let [
             variant,
             id,
@@ -203,6 +248,22 @@ mod tests {
     use super::*;
     use crate::analysis::testing::{mixed_records, ok_records};
 
+    const MS15: Duration = Duration::from_millis(15);
+
+    #[test]
+    fn files_without_the_cause_columns_still_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("requests.csv");
+        std::fs::write(
+            &path,
+            format!("{CSV_HEADER_V1}\nbase,3,0.000,1.000,9.000,9.000,ok,,a/0/5.000,0\n"),
+        )
+        .expect("write");
+        let back = read_requests_csv(&path).expect("an older file reads");
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].1.path.len(), 1);
+    }
+
     fn parse(text: &str) -> Vec<Vec<String>> {
         let rows = split_rows(text);
         assert!(
@@ -217,7 +278,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("requests.csv");
         let mixed = mixed_records();
-        write_requests_csv(&path, &[("a, \"b\"", &mixed)]).expect("written");
+        write_requests_csv(&path, &[("a, \"b\"", &mixed)], MS15).expect("written");
         let back = read_requests_csv(&path).expect("read back");
         assert_eq!(back.len(), mixed.len());
         for ((variant, got), want) in back.iter().zip(&mixed) {
@@ -249,13 +310,14 @@ mod tests {
         let mixed = mixed_records();
         let ok = ok_records();
         let odd_name = "push, \"fast\"";
-        write_requests_csv(&path, &[(odd_name, &mixed), ("pull", &ok[..2])]).expect("written");
+        write_requests_csv(&path, &[(odd_name, &mixed), ("pull", &ok[..2])], MS15)
+            .expect("written");
         let rows = parse(&std::fs::read_to_string(&path).expect("readable"));
         assert_eq!(rows.len(), mixed.len() + 2 + 1);
         assert_eq!(rows[0].join(","), CSV_HEADER);
         assert!(
-            rows.iter().all(|r| r.len() == 10),
-            "every row has 10 fields"
+            rows.iter().all(|r| r.len() == 12),
+            "every row has 12 fields"
         );
 
         // Request 0: slow at a, b and c; 100 µs late; 21 ms latency.
@@ -267,7 +329,11 @@ mod tests {
         );
         assert_eq!(r0[7], "c;b;a");
         assert_eq!(r0[8], "c/0/20300.000;b/0/20300.000;a/0/20300.000");
+        // Injected everywhere, 20.3 ms of service at each hop.
+        assert_eq!(r0[10], "injected:a");
+        assert!(r0[11].starts_with("injected:a=20.300ms;"), "{}", r0[11]);
         // Request 111: slow nowhere.
+        assert_eq!((rows[112][10].as_str(), rows[112][11].as_str()), ("", ""));
         assert_eq!(rows[112][7], "");
         assert_eq!(rows[112][8], "c/1/300.000;b/1/300.000;a/1/300.000");
         // Failures: status label, no path.
@@ -299,7 +365,7 @@ mod tests {
     fn errors_name_the_file() {
         let dir = tempfile::tempdir().expect("temp dir");
         let bad = dir.path().join("nope").join("requests.csv");
-        let err = write_requests_csv(&bad, &[]).expect_err("no such folder");
+        let err = write_requests_csv(&bad, &[], MS15).expect_err("no such folder");
         assert!(err.to_string().contains("nope/requests.csv"), "{err}");
     }
 }

@@ -4,12 +4,14 @@
 //! - `csv`: one row per request (`requests.csv`).
 //! - `json`: the run summary (`summary.json`).
 //! - `table`: the human summary printed at the end of a run.
+//! - `causes`: why requests were slow, for the terminal and the report.
 //! - `bars`: terminal latency histograms, a bar per bucket.
 //! - `report`: the self-contained HTML report (`report.html`).
 //! - `svg`: the hand-written SVG charts the report inlines.
 //! - `compare`: two runs side by side (`tailmesh compare`).
 
 pub mod bars;
+pub mod causes;
 pub mod compare;
 pub mod csv;
 pub mod hgrm;

@@ -67,6 +67,7 @@ pub fn render_report(summary: &Summary, records: &[(&str, &[RequestRecord])]) ->
     }
     out.push_str(&latency_table(&summary.variants));
     out.push_str(&compounding_table(&summary.variants));
+    out.push_str(&super::causes::causes_section(&summary.variants));
     if let Some(sweep) = &summary.sweep {
         out.push_str(&sweep_section(sweep));
         if sweep.key == LOAD_RATE {

@@ -18,6 +18,10 @@ pub fn render_table(summary: &Summary) -> String {
         out.push_str(&per_hop(&summary.variants).to_string());
         out.push('\n');
     }
+    if let Some(causes) = super::causes::causes_table(&summary.variants) {
+        out.push_str(&causes.to_string());
+        out.push('\n');
+    }
     if let Some(sweep) = &summary.sweep {
         out.push_str(&sweep_table(sweep).to_string());
         out.push('\n');
@@ -85,8 +89,13 @@ pub fn render_legend(summary: &Summary) -> String {
         lines.extend([
             "  compounding: measured = share of requests over the slow threshold, [95 % Wilson interval]",
             "    model = 1 - prod(1 - p_i) with each hop's p_slow as measured; declared = the same with the scenario's probabilities",
-            "    pass: the model lies in the interval; fail: it does not; inconclusive: too few requests to say",
+            "    pass: the model lies in the interval; fail: it does not, and the mesh made the difference (named);",
+            "    inconclusive: too few requests, or the difference is mostly the instrument's (the load generator,",
+            "    unexplained slowness, or a busy machine; named); --check exits 3 on fail, 4 on inconclusive",
         ]);
+    }
+    if super::causes::causes_table(&summary.variants).is_some() {
+        lines.push(super::causes::causes_legend());
     }
     lines.join("\n")
 }

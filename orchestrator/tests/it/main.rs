@@ -8,13 +8,14 @@
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
 //!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
 //!   `overload` (queue disciplines), `stress` (the instrument under
-//!   overload), and
+//!   overload), `attribution`, and
 //!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
 mod harness;
 mod support;
 
+mod attribution;
 mod cli;
 mod deploy;
 mod fanout;
@@ -45,5 +46,6 @@ fn main() -> std::process::ExitCode {
         netfaults::TESTS,
         overload::TESTS,
         stress::TESTS,
+        attribution::TESTS,
     ])
 }

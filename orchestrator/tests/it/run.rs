@@ -740,6 +740,18 @@ fn check_passes_on_the_shipped_default_scenario_scaled_down() {
         .iter()
         .filter(|r| r.slow_hops.is_empty() && r.latency_ns > threshold_ns)
         .count();
+    // A busy machine may make the verdict inconclusive (exit 4, naming
+    // the machine or the generator), never a failure.
+    let verdict = str_at(&summary, "/check/verdict");
+    if finished.code() == Some(4) && verdict == "inconclusive" {
+        let reason = str_at(&summary, "/variants/0/compounding/reason");
+        assert!(
+            reason.contains("the machine was busy") || reason.contains("load generator"),
+            "{reason}\n{}",
+            finished.output()
+        );
+        return;
+    }
     assert_eq!(
         finished.code(),
         Some(0),

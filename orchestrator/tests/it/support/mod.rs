@@ -350,10 +350,11 @@ pub(crate) struct Row {
     pub slow_hops: Vec<String>,
     /// (hop, replica) per path record.
     pub path: Vec<(String, u32)>,
+    /// The primary cause of a slow request (empty when not slow).
+    pub cause: String,
 }
 
-pub(crate) const CSV_HEADER: &str =
-    "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts";
+pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes";
 
 pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
     let text = std::fs::read_to_string(run_dir.join("requests.csv")).expect("read requests.csv");
@@ -363,7 +364,7 @@ pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
         .map(|line| {
             // No field of these scenarios needs quoting: names are DNS labels.
             let f: Vec<&str> = line.split(',').collect();
-            assert_eq!(f.len(), 10, "10 fields: {line}");
+            assert_eq!(f.len(), 12, "12 fields: {line}");
             let list = |s: &str| -> Vec<String> {
                 s.split(';')
                     .filter(|x| !x.is_empty())
@@ -387,6 +388,7 @@ pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
                         (parts[0].to_string(), replica)
                     })
                     .collect(),
+                cause: f[10].to_string(),
             }
         })
         .collect()
