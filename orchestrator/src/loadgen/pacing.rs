@@ -4,7 +4,8 @@
 //! - sleep on the precise timer until `spin` before the send time, then
 //!   spin on the generator's own thread for the last microseconds (a
 //!   wake-up through the timer thread costs tens of microseconds, a spin
-//!   none);
+//!   none); the spin yields to the runtime at every turn, so answers that
+//!   arrive meanwhile are still read and timed at once;
 //! - real-time priority (`SCHED_FIFO` 1, reset on fork so no child process
 //!   inherits it) for the generator's thread and the timer thread while the
 //!   load runs, where the process is allowed it, and silently not
@@ -122,9 +123,12 @@ impl Pacing {
         match sleeper {
             Sleeper::Precise if !self.spin.is_zero() => {
                 sleeper.sleep_until(deadline - self.spin).await;
-                // Bounded by `spin` (the timer never wakes early).
+                // Bounded by `spin` (the timer never wakes early). Spin by
+                // yielding: the runtime (one thread) still polls its
+                // sockets between turns, so an answer that arrives during
+                // the spin is timed when it arrives, not after the spin.
                 while Instant::now() < deadline {
-                    std::hint::spin_loop();
+                    tokio::task::yield_now().await;
                 }
             }
             _ => sleeper.sleep_until(deadline).await,
