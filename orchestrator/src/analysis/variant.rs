@@ -222,7 +222,7 @@ pub struct VariantReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub broker: Vec<tailmesh_services::broker::TopicStats>,
     /// Network faults applied, each with its mechanism (netem or nftables)
-    /// and, for nftables, the packets its rules saw and dropped.
+    /// and the packets its rules or qdiscs saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
     /// The per-hop breakdown from the traces and its cross-check against

@@ -6,7 +6,8 @@
 //!   with reasons) and the `tests!` registration macro;
 //! - `support`: running the real binary with deadlines, reading results;
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
-//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`, and
+//!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
+//!   `netem` (the network-fault tests again on a netem kernel), and
 //!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
@@ -17,6 +18,7 @@ mod cli;
 mod deploy;
 mod fanout;
 mod launcher;
+mod netem;
 mod netfaults;
 mod payload;
 mod policy;
@@ -39,5 +41,6 @@ fn main() -> std::process::ExitCode {
         report::TESTS,
         deploy::TESTS,
         netfaults::TESTS,
+        netem::TESTS,
     ])
 }
