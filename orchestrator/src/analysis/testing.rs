@@ -19,6 +19,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         concurrency: None,
         queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
         transport: Transport::Push,
+        worker_ping: None,
         balance: Balance::RoundRobin,
         work: Work::Sleep {
             dist: DurationDist::Fixed {

@@ -178,6 +178,7 @@ impl MeshPlan {
             queue_limit: hop.queue_limit,
             drain_grace: DRAIN_GRACE,
             idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
+            worker_ping: hop.worker_ping,
             precise_timer: true,
         }
     }

@@ -42,6 +42,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         concurrency: None,
         queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
         transport: Transport::Push,
+        worker_ping: None,
         balance: Balance::RoundRobin,
         work: Work::None,
         slow: None,
@@ -137,6 +138,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     concurrency: None,
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     transport: Transport::Push,
+                    worker_ping: None,
                     balance: Balance::P2c,
                     work: Work::Sleep {
                         dist: DurationDist::Exp { mean: ms(1) },
@@ -158,6 +160,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     concurrency: Some(4),
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     transport: Transport::Pull,
+                    worker_ping: None,
                     balance: Balance::Random,
                     work: Work::Cpu {
                         min_rounds: 10,
@@ -184,6 +187,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     concurrency: None,
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     transport: Transport::Push,
+                    worker_ping: None,
                     balance: Balance::RoundRobin,
                     work: Work::Sleep {
                         dist: DurationDist::Lognormal {

@@ -53,6 +53,7 @@ const HOP_KEYS: &[&str] = &[
     "concurrency",
     "queue_limit",
     "transport",
+    "worker_ping",
     "balance",
     "work",
     "slow",
@@ -71,6 +72,9 @@ const TELEMETRY_KEYS: &[&str] = &["sampling", "forward"];
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
+/// Bounds of a hop's `worker_ping`.
+const MIN_WORKER_PING: Duration = Duration::from_millis(1);
+const MAX_WORKER_PING: Duration = Duration::from_secs(60);
 /// Largest `[load] payload`: what the services' message limits are sized for.
 const MAX_PAYLOAD: i64 = MAX_PAYLOAD_BYTES as i64;
 
@@ -582,6 +586,24 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             &[("push", Transport::Push), ("pull", Transport::Pull)],
         ),
     };
+    let worker_ping = match s.get("worker_ping") {
+        None => Some(None),
+        Some(_) => s.duration(p, "worker_ping").and_then(|(d, entry)| {
+            if (MIN_WORKER_PING..=MAX_WORKER_PING).contains(&d) {
+                Some(Some(d))
+            } else {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} must be from {MIN_WORKER_PING:?} to {MAX_WORKER_PING:?}, got {d:?}",
+                        s.name("worker_ping")
+                    ),
+                );
+                None
+            }
+        }),
+    };
     let balance = match s.get("balance") {
         None => Some(Balance::RoundRobin),
         Some(_) => s.choice(
@@ -668,6 +690,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             concurrency: concurrency?,
             queue_limit: queue_limit?,
             transport: transport?,
+            worker_ping: worker_ping?,
             balance: balance?,
             work: work?,
             slow: slow?,
