@@ -6,6 +6,10 @@
 //! fault must be applied with netem. The result comes back as the guest
 //! script's exit status and its output in a directory under the target
 //! directory (on the host's disk, which the guest writes through 9p).
+//! Emulation is several times slower than the host, too slow for the
+//! tests' loads with debug binaries: the guest runs the release
+//! `tailmesh` in place of the debug one (this test runs `cargo build
+//! --release` first: nothing to do when `.ci/run` has built it).
 //!
 //! Needs root (the guest mounts the host's root with passthrough), qemu
 //! (`qemu-system-x86`), a static busybox (`busybox-static`), `cpio`,
@@ -74,6 +78,36 @@ fn the_network_fault_tests_pass_in_a_guest_whose_kernel_has_netem() {
             String::from_utf8_lossy(&prepared.stderr).trim()
         ));
     }
+    // Emulated, the guest runs debug binaries too slowly for the tests'
+    // loads: there the release binary stands in for the debug one (a bind
+    // mount in the guest).
+    let release = Path::new(TAILMESH)
+        .parent()
+        .and_then(Path::parent)
+        .map(|target| target.join("release/tailmesh"))
+        .expect("the target directory");
+    // Built here (nothing to do when it is up to date, as in CI, which
+    // builds it first).
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "tailmesh",
+            "--bin",
+            "tailmesh",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cargo build --release");
+    assert!(
+        built.status.success() && release.exists(),
+        "cargo build --release: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
     // The guest is CPU-bound emulation: no mesh of another test beside it.
     let _serial = serial();
     // Not under /tmp: the guest has its own.
@@ -86,8 +120,10 @@ fn the_network_fault_tests_pass_in_a_guest_whose_kernel_has_netem() {
         "run.sh",
         &format!(
             "export {NETEM_GUEST_ENV}=1 TAILMESH_REQUIRE_ALL=1 {SLOWDOWN_ENV}={GUEST_SLOWDOWN}\n\
+             mount --bind '{}' '{TAILMESH}' || exit 1\n\
              tc -V\n\
              exec '{}' --test-threads 1 netfaults::\n",
+            path_str(&release),
             path_str(&me)
         ),
     );
