@@ -408,23 +408,55 @@ fn parse_counters(listing: &str) -> [u64; 2] {
     [seen, dropped]
 }
 
+/// Reads `[seen, dropped]` of the netem qdisc on `dev` of namespace `ns`
+/// from `tc -s qdisc show`: the packets it passed plus those it dropped,
+/// and those it dropped.
+fn netem_counters(ns: &str, dev: &str) -> Option<[u64; 2]> {
+    let out = run_tool("tc", ["-s", "-n", ns, "qdisc", "show", "dev", dev]).ok()?;
+    parse_qdisc_stats(&out)
+}
+
+/// `[sent + dropped, dropped]` packets from the statistics line of a
+/// netem qdisc: ` Sent 1234 bytes 56 pkt (dropped 7, overlimits 0 requeues 0)`.
+fn parse_qdisc_stats(listing: &str) -> Option<[u64; 2]> {
+    let mut lines = listing.lines();
+    lines.find(|l| l.starts_with("qdisc netem "))?;
+    let stats = lines.next()?.trim();
+    let number_after = |key: &str| -> Option<u64> {
+        stats
+            .split(key)
+            .nth(1)?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let sent = number_after("bytes ")?;
+    let dropped = number_after("(dropped ")?;
+    Some([sent + dropped, dropped])
+}
+
 /// Removes what [`apply`] added (errors ignored: a member namespace is
 /// removed at the end of the run anyway, and the agent's own namespace is
-/// swept by [`remove_leftovers`]); returns the loss rule's counters.
+/// swept by [`remove_leftovers`]); returns the packets seen and dropped
+/// by the loss rules or the netem qdiscs.
 pub(crate) fn clear(place: &Place, applied: InForce) -> Option<[u64; 2]> {
     let mut counters = None;
     for mechanism in &applied.mechanisms {
         match mechanism {
             Mechanism::Netem => {
                 if let Place::Member { member, hub, .. } = place {
-                    let _ = run_tool(
-                        "tc",
-                        ["-n", &member.ns, "qdisc", "del", "dev", MEMBER_IF, "root"],
-                    );
-                    let _ = run_tool(
-                        "tc",
-                        ["-n", hub, "qdisc", "del", "dev", &member.hub_port, "root"],
-                    );
+                    let ends = [
+                        (member.ns.as_str(), MEMBER_IF),
+                        (hub.as_str(), &member.hub_port),
+                    ];
+                    counters = ends.iter().try_fold([0, 0], |[seen, dropped], (ns, dev)| {
+                        let [s, d] = netem_counters(ns, dev)?;
+                        Some([seen + s, dropped + d])
+                    });
+                    for (ns, dev) in ends {
+                        let _ = run_tool("tc", ["-n", ns, "qdisc", "del", "dev", dev, "root"]);
+                    }
                 }
             }
             Mechanism::NftablesNumgen => {
@@ -507,6 +539,22 @@ mod tests {
             netem_args("h", "p0", &fault(0.0005, 0, 0)).join(" "),
             "-n h qdisc replace dev p0 root netem loss 0.05%"
         );
+    }
+
+    #[test]
+    fn netem_counters_are_read_from_tc_statistics() {
+        let listing = "qdisc netem 8001: root refcnt 2 limit 1000 delay 10ms loss 20%\n \
+                       Sent 91234 bytes 1234 pkt (dropped 310, overlimits 0 requeues 0) \n \
+                       backlog 0b 0p requeues 0\n";
+        assert_eq!(parse_qdisc_stats(listing), Some([1544, 310]));
+        // Another qdisc than netem (it was replaced or never applied).
+        assert_eq!(
+            parse_qdisc_stats(
+                "qdisc noqueue 0: root refcnt 2\n Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0)\n"
+            ),
+            None
+        );
+        assert_eq!(parse_qdisc_stats(""), None);
     }
 
     #[test]

@@ -29,8 +29,9 @@ pub struct FaultRecord {
     /// How it was applied: one mechanism (netem), or the loss and the
     /// delay mechanisms of the fallback.
     pub mechanisms: Vec<Mechanism>,
-    /// Packets the drop rule saw and dropped (nftables only), read when the
-    /// fault was cleared: `[seen, dropped]` over both directions.
+    /// Packets the fault saw and dropped, read when it was cleared:
+    /// `[seen, dropped]` over both directions, from the nftables rules'
+    /// counters or the netem qdiscs' statistics (`tc -s qdisc`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packets: Option<[u64; 2]>,
 }

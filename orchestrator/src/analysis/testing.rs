@@ -20,6 +20,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
         discipline: Default::default(),
         transport: Transport::Push,
+        worker_ping: None,
         balance: Balance::RoundRobin,
         work: Work::Sleep {
             dist: DurationDist::Fixed {

@@ -233,7 +233,7 @@ pub struct VariantReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_memory: Vec<crate::launcher::PeakMemory>,
     /// Network faults applied, each with its mechanism (netem or nftables)
-    /// and, for nftables, the packets its rules saw and dropped.
+    /// and the packets its rules or qdiscs saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
     /// Why the slow requests were slow: counts per cause (absent in

@@ -204,6 +204,7 @@ impl MeshPlan {
             discipline: hop.discipline,
             drain_grace: DRAIN_GRACE,
             idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
+            worker_ping: hop.worker_ping,
             precise_timer: true,
         }
     }

@@ -158,10 +158,12 @@ impl Faults {
         let mut record = planned.record;
         match control_call(&planned.addr, &mut planned.channel, &self.token, None).await {
             Ok(state) => {
-                if record
-                    .mechanisms
-                    .contains(&netfault::Mechanism::NftablesNumgen)
-                {
+                if record.mechanisms.iter().any(|m| {
+                    matches!(
+                        m,
+                        netfault::Mechanism::NftablesNumgen | netfault::Mechanism::Netem
+                    )
+                }) {
                     record.packets = Some([state.packets_seen, state.packets_dropped]);
                 }
             }

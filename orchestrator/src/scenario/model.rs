@@ -258,6 +258,11 @@ pub struct Hop {
     pub discipline: Discipline,
     /// How callers reach this hop.
     pub transport: Transport,
+    /// Pull only: after this long without a frame from the broker, each
+    /// worker sends an HTTP/2 PING on its stream: a short interval is a
+    /// loss probe (see `WorkerOptions::ping_after` in tailmesh-services).
+    /// `None`: the keepalive default (5 s).
+    pub worker_ping: Option<Duration>,
     /// How push callers pick a replica of this hop.
     pub balance: Balance,
     /// The work model.

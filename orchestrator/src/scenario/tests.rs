@@ -44,6 +44,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
         discipline: Discipline::Fifo,
         transport: Transport::Push,
+        worker_ping: None,
         balance: Balance::RoundRobin,
         work: Work::None,
         slow: None,
@@ -140,6 +141,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     discipline: Discipline::Fifo,
                     transport: Transport::Push,
+                    worker_ping: None,
                     balance: Balance::P2c,
                     work: Work::Sleep {
                         dist: DurationDist::Exp { mean: ms(1) },
@@ -162,6 +164,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     discipline: Discipline::Fifo,
                     transport: Transport::Pull,
+                    worker_ping: None,
                     balance: Balance::Random,
                     work: Work::Cpu {
                         min_rounds: 10,
@@ -189,6 +192,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     queue_limit: tailmesh_services::limits::DEFAULT_QUEUE_LIMIT,
                     discipline: Discipline::Fifo,
                     transport: Transport::Push,
+                    worker_ping: None,
                     balance: Balance::RoundRobin,
                     work: Work::Sleep {
                         dist: DurationDist::Lognormal {

@@ -58,6 +58,7 @@ const HOP_KEYS: &[&str] = &[
     "queue_limit",
     "discipline",
     "transport",
+    "worker_ping",
     "balance",
     "work",
     "slow",
@@ -76,6 +77,9 @@ const TELEMETRY_KEYS: &[&str] = &["sampling", "forward"];
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
+/// Bounds of a hop's `worker_ping`.
+const MIN_WORKER_PING: Duration = Duration::from_millis(1);
+const MAX_WORKER_PING: Duration = Duration::from_secs(60);
 /// Largest `[load] payload`: what the services' message limits are sized for.
 const MAX_PAYLOAD: i64 = MAX_PAYLOAD_BYTES as i64;
 
@@ -651,6 +655,24 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
                 !lineless
             }),
     };
+    let worker_ping = match s.get("worker_ping") {
+        None => Some(None),
+        Some(_) => s.duration(p, "worker_ping").and_then(|(d, entry)| {
+            if (MIN_WORKER_PING..=MAX_WORKER_PING).contains(&d) {
+                Some(Some(d))
+            } else {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} must be from {MIN_WORKER_PING:?} to {MAX_WORKER_PING:?}, got {d:?}",
+                        s.name("worker_ping")
+                    ),
+                );
+                None
+            }
+        }),
+    };
     let balance = match s.get("balance") {
         None => Some(Balance::RoundRobin),
         Some(_) => s.choice(
@@ -738,6 +760,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             queue_limit: queue_limit?,
             discipline: discipline?,
             transport: transport?,
+            worker_ping: worker_ping?,
             balance: balance?,
             work: work?,
             slow: slow?,

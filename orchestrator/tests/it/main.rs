@@ -8,7 +8,8 @@
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
 //!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
 //!   `overload` (queue disciplines), `stress` (the instrument under
-//!   overload), `attribution`, and
+//!   overload), `attribution`, `netem` (the network-fault tests again on
+//!   a netem kernel), and
 //!   `cli` (the command line as a new user meets it).
 
 #[macro_use]
@@ -20,6 +21,7 @@ mod cli;
 mod deploy;
 mod fanout;
 mod launcher;
+mod netem;
 mod netfaults;
 mod overload;
 mod payload;
@@ -47,5 +49,6 @@ fn main() -> std::process::ExitCode {
         overload::TESTS,
         stress::TESTS,
         attribution::TESTS,
+        netem::TESTS,
     ])
 }

@@ -2,8 +2,15 @@
 //! drops measured by counters and by latency, and cleanup on every exit
 //! path. They need root and `ip`/`nft`/`tc`; elsewhere they skip with a
 //! message, unless `TAILMESH_REQUIRE_ALL=1` (CI), where a skip fails.
+//!
+//! The mechanism a fault must get is probed here, independently of the
+//! launcher: netem where the kernel has `sch_netem`, the nftables and
+//! NFQUEUE fallbacks otherwise; the checks follow it (the qdiscs' or the
+//! rules' counters, both ends of the replica's link). The `netem` module
+//! runs these tests again in a guest whose kernel has netem, which sets
+//! [`NETEM_GUEST_ENV`]: there the probe must find netem.
 
-use std::{path::Path, thread::sleep, time::Duration};
+use std::{path::Path, sync::OnceLock, thread::sleep, time::Duration};
 
 use crate::{harness::skip, support::*};
 use nix::{
@@ -37,6 +44,114 @@ fn require_privilege(extra: &[(&'static str, &'static str)]) {
     if !missing.is_empty() {
         skip(format!("needs {missing:?} (tool, Debian package)"));
     }
+}
+
+/// Set in the netem guest (the `netem` module): the kernel has netem, and
+/// every fault must be applied with it.
+pub(crate) const NETEM_GUEST_ENV: &str = "TAILMESH_NETEM_GUEST";
+
+/// Whether the kernel has `sch_netem`: a netem qdisc on the loopback of a
+/// namespace made for the probe (asked once). In the netem guest it must.
+fn kernel_has_netem() -> bool {
+    static NETEM: OnceLock<bool> = OnceLock::new();
+    *NETEM.get_or_init(|| {
+        let ns = format!("netemprobe{}", std::process::id());
+        run_tool("ip", ["netns", "add", &ns]).expect("a namespace for the netem probe");
+        let netem = run_tool(
+            "tc",
+            [
+                "-n", &ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0us",
+            ],
+        );
+        let removed = run_tool("ip", ["netns", "del", &ns]);
+        assert!(
+            std::env::var_os(NETEM_GUEST_ENV).is_none() || netem.is_ok(),
+            "the netem guest's kernel refuses a netem qdisc: {netem:?}"
+        );
+        removed.expect("remove the netem probe's namespace");
+        netem.is_ok()
+    })
+}
+
+/// The mechanisms a fault with loss and/or delay must be recorded with on
+/// this kernel.
+fn expected_mechanisms(loss: bool, delay: bool) -> serde_json::Value {
+    if kernel_has_netem() {
+        return serde_json::json!(["netem"]);
+    }
+    let mut fallback = Vec::new();
+    if loss {
+        fallback.push("nftables_numgen");
+    }
+    if delay {
+        fallback.push("nfqueue_delay_line");
+    }
+    serde_json::json!(fallback)
+}
+
+/// The replicas of run `id` whose fault is in force, as (namespace, what
+/// shapes it). With netem: a netem qdisc on the replica's `tmeth0` and
+/// another on its peer, the bridge port in the hub, both with `expect`
+/// (e.g. "loss 1%"); a replica shaped on one end only fails the test.
+/// Without: the run's nftables table in the replica's namespace.
+fn shaped_replicas(id: &str, expect: &str) -> Vec<(String, String)> {
+    let hub = format!("tm{id}hub");
+    let members: Vec<String> = netns::list_namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("tm{id}m")))
+        .collect();
+    let mut shaped = Vec::new();
+    for ns in members {
+        if !kernel_has_netem() {
+            if let Ok(table) = run_tool(
+                "ip",
+                [
+                    "netns",
+                    "exec",
+                    ns.as_str(),
+                    "nft",
+                    "list",
+                    "table",
+                    "inet",
+                    &format!("tailmesh_{id}"),
+                ],
+            ) {
+                shaped.push((ns, table));
+            }
+            continue;
+        }
+        // Both ends of the process's veth: tmeth0 here, the bridge port
+        // whose index tmeth0 names as its peer (`tmeth0@ifN`) in the hub.
+        let Ok(own) = run_tool("tc", ["-n", &ns, "qdisc", "show", "dev", "tmeth0"]) else {
+            continue; // the namespace went away meanwhile
+        };
+        let link = run_tool("ip", ["-n", &ns, "-o", "link", "show", "tmeth0"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let peer = link
+            .split("tmeth0@if")
+            .nth(1)
+            .and_then(|rest| rest.split(':').next())
+            .unwrap_or_else(|| panic!("no peer index in {link}"));
+        let ports =
+            run_tool("ip", ["-n", &hub, "-o", "link", "show"]).unwrap_or_else(|e| panic!("{e}"));
+        let port = ports
+            .lines()
+            .find(|l| l.starts_with(&format!("{peer}: ")))
+            .and_then(|l| l.split(": ").nth(1))
+            .and_then(|name| name.split('@').next())
+            .unwrap_or_else(|| panic!("no interface {peer} in {hub}:\n{ports}"));
+        let theirs = run_tool("tc", ["-n", &hub, "qdisc", "show", "dev", port])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let netem = |q: &str| q.contains("qdisc netem") && q.contains(expect);
+        match (netem(&own), netem(&theirs)) {
+            (true, true) => shaped.push((ns, format!("{own}{theirs}"))),
+            (false, false) => {}
+            _ => panic!(
+                "netem with \"{expect}\" on one end of {ns}'s link only:\n{ns} tmeth0: {own}\n{hub} {port}: {theirs}"
+            ),
+        }
+    }
+    shaped
 }
 
 /// The run id the orchestrator printed (`netns launcher, run <id>`).
@@ -121,27 +236,32 @@ fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
     let fault = &v["faults"][0];
     assert_eq!(str_at(fault, "/hop"), "b", "{v:#}");
     assert_eq!(u64_at(fault, "/replica"), 1);
-    match str_at(fault, "/mechanisms/0") {
-        "nftables_numgen" => {
-            let seen = u64_at(fault, "/packets/0");
-            let dropped = u64_at(fault, "/packets/1");
-            // 20 % each way stalls single TCP connections in retransmission
-            // backoff, so a closed loop of 16 keeps packets flowing, for
-            // 10 s: in 5 s one long backoff chain once let only 64 through. The
-            // share is binomial: within 3.5 standard deviations and at
-            // least 4 points (about 5 points at 1000 packets).
-            assert!(seen >= 300, "too few packets to judge: {fault}");
-            let share = dropped as f64 / seen as f64;
-            let sd = (0.2f64 * 0.8 / seen as f64).sqrt();
-            let tolerance = (3.5 * sd).max(0.04);
-            assert!(
-                (share - 0.2).abs() <= tolerance,
-                "dropped {dropped} of {seen}: {share:.3}, expected 0.2 ± {tolerance:.3}"
-            );
-        }
-        "netem" => {} // netem keeps no per-rule counters; latency tests judge it
-        other => panic!("unknown mechanism {other}"),
-    }
+    assert_eq!(
+        fault["mechanisms"],
+        expected_mechanisms(true, false),
+        "{v:#}"
+    );
+    // The packets seen and dropped, by the nftables rules' counters or the
+    // netem qdiscs' own statistics (`tc -s qdisc`), both directions.
+    let seen = u64_at(fault, "/packets/0");
+    let dropped = u64_at(fault, "/packets/1");
+    // 20 % each way stalls single TCP connections in retransmission
+    // backoff, so a closed loop of 16 keeps packets flowing, for 10 s: in
+    // 5 s one long backoff chain once let only 64 through. The share is
+    // binomial: within 3.5 standard deviations and at least 4 points
+    // (about 5 points at 1000 packets).
+    assert!(seen >= 300, "too few packets to judge: {fault}");
+    let share = dropped as f64 / seen as f64;
+    let sd = (0.2f64 * 0.8 / seen as f64).sqrt();
+    let tolerance = (3.5 * sd).max(0.04);
+    eprintln!(
+        "20 % loss by {}: dropped {dropped} of {seen} packets ({share:.3})",
+        fault["mechanisms"]
+    );
+    assert!(
+        (share - 0.2).abs() <= tolerance,
+        "dropped {dropped} of {seen}: {share:.3}, expected 0.2 ± {tolerance:.3}"
+    );
     // 20 % loss each way can exceed the timeout; every request is still
     // accounted for.
     assert_eq!(v["accounted"], serde_json::json!(true), "{v:#}");
@@ -208,13 +328,29 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
             run.assert_in_time("waiting for the mesh");
             sleep(POLL);
         };
-        // Give the faults their first scheduling round.
-        sleep(Duration::from_millis(500));
-        let prefix = format!("tm{id}");
-        let nft_present = netns::list_namespaces()
-            .iter()
-            .any(|n| n.starts_with(&prefix));
-        assert!(nft_present, "no namespace of run {id} while it runs");
+        // The fault comes with the first scheduling round: on both of b's
+        // replicas, on both ends of their links with netem.
+        let mut shaped = Vec::new();
+        wait_for(
+            Duration::from_secs(20),
+            &|| {
+                format!(
+                    "b's replicas of run {id} not both shaped:\n{}",
+                    run.output()
+                )
+            },
+            || {
+                shaped = shaped_replicas(&id, "loss 1%");
+                shaped.len() == 2
+            },
+        );
+        eprintln!(
+            "run {id}, the fault in force: {}",
+            shaped
+                .iter()
+                .map(|(ns, how)| format!("{ns}:\n{how}"))
+                .collect::<String>()
+        );
         // The hop's fault agent refuses calls without the run's token.
         let addr: std::net::SocketAddr = find_files(&results, "hop-b-0.addr")
             .first()
@@ -257,32 +393,71 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
 }
 
 fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
-    let (finished, summary) = case(
+    let case = case(
         "delay",
         "[load]\nmode = \"open\"\nrate = 50\nduration = \"3s\"\n\
              [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
              net = { delay = \"10ms\" }\n\
              [[variant]]\nname = \"delayed\"\n\
+             [[variant]]\nname = \"jittered\"\nset = { \"hop.b.net.jitter\" = \"5ms\" }\n\
              [[variant]]\nname = \"clean\"\nunset = [\"hop.b.net\"]\n",
-    )
-    .run();
-    let variants = variants(&summary);
-    let delayed = &variants[0];
-    let clean = &variants[1];
-    let mechanisms = &delayed["faults"][0]["mechanisms"];
-    assert!(
-        mechanisms == &serde_json::json!(["netem"])
-            || mechanisms == &serde_json::json!(["nfqueue_delay_line"]),
-        "{mechanisms}"
     );
+    let (finished, summary) = case.run();
+    let variants = variants(&summary);
+    let (delayed, jittered, clean) = (&variants[0], &variants[1], &variants[2]);
+    for v in [delayed, jittered] {
+        assert_eq!(
+            v["faults"][0]["mechanisms"],
+            expected_mechanisms(false, true),
+            "{v:#}"
+        );
+    }
     // A call from a to b crosses b's link twice (request in, reply out),
     // each crossing delayed 10 ms: +20 ms. Tolerance -5 ms (packets of one
     // message are delayed in parallel, not one after another) to +12 ms
     // (an extra packet such as a window update, and scheduling).
-    let raise = u64_at(delayed, "/latency/p50_us") as i64 - u64_at(clean, "/latency/p50_us") as i64;
+    let p50 = |v: &serde_json::Value| u64_at(v, "/latency/p50_us") as i64;
+    let raise = p50(delayed) - p50(clean);
+    eprintln!(
+        "10 ms delay by {}: p50 {} us against {} us clean",
+        delayed["faults"][0]["mechanisms"],
+        p50(delayed),
+        p50(clean)
+    );
     assert!(
         (15_000..=32_000).contains(&raise),
         "p50 raised by {raise} us, expected 20 ms -5/+12 ms:\n{delayed:#}\n{clean:#}"
+    );
+    // Per-request latencies: no call beats its two crossings' least delay,
+    // 20 ms with a fixed delay; with 5 ms jitter each crossing takes 5 to
+    // 15 ms, so some calls take less than 20 ms (never less than 10 ms).
+    // A message of several packets waits for the latest of them, which
+    // shifts jittered calls up, so only a few percent come in under 20 ms.
+    let rows = requests_csv(&only_run_dir(&case.dir.path().join("results")));
+    let latencies = |variant: &str| -> Vec<u64> {
+        let mut l: Vec<u64> = rows
+            .iter()
+            .filter(|r| r.variant == variant && r.status == "ok")
+            .map(|r| r.latency_ns / 1000)
+            .collect();
+        l.sort_unstable();
+        assert!(l.len() >= 100, "{} ok requests of {variant}", l.len());
+        l
+    };
+    let (fixed, jitter) = (latencies("delayed"), latencies("jittered"));
+    let under = jitter.iter().filter(|&&l| l < 20_000).count();
+    eprintln!(
+        "fastest call {} us with 10 ms, {} us with 10 ms ± 5 ms ({under} of {} under 20 ms)",
+        fixed[0],
+        jitter[0],
+        jitter.len()
+    );
+    assert!(fixed[0] >= 20_000, "a delayed call took {} us", fixed[0]);
+    assert!(jitter[0] >= 10_000, "a jittered call took {} us", jitter[0]);
+    assert!(
+        under > 0,
+        "no jittered call under 20 ms (fastest {} us): no jitter applied",
+        jitter[0]
     );
     // The delay line exited with its variant.
     let leftover: Vec<String> = netns::list_namespaces()

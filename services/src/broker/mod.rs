@@ -68,7 +68,7 @@ pub use client::BrokerClient;
 pub use error::BrokerError;
 pub use server::run;
 pub use tailmesh_proto::pb::{SubmitReply, Task, TopicStats};
-pub use worker::{Release, run_worker, run_worker_releasing};
+pub use worker::{KEEPALIVE_INTERVAL, Release, WorkerOptions, run_worker, run_worker_releasing};
 
 /// What a broker serves, as plain data.
 #[derive(Clone, Debug)]

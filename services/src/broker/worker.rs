@@ -20,8 +20,9 @@ use crate::addr::PeerAddr;
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// HTTP/2 pings that notice a broker gone silent (a dead host, a partition)
-/// while the worker waits for work, so the stream does not hang forever.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// while the worker waits for work, so the stream does not hang forever
+/// (the default of [`WorkerOptions::ping_after`]).
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a drained worker waits for the broker to close the stream.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
@@ -58,7 +59,39 @@ where
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
     let handler = move |task, _release: Release| handler(task);
-    run_worker_releasing(addr, topic, worker, credits, handler, shutdown).await
+    let options = WorkerOptions::credits(credits);
+    run_worker_releasing(addr, topic, worker, options, handler, shutdown).await
+}
+
+/// How a worker holds its stream to the broker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerOptions {
+    /// Tasks it may hold at once (at least 1).
+    pub credits: u32,
+    /// After this long without a frame from the broker, the worker sends
+    /// an HTTP/2 PING (and another each time as long again passes without
+    /// one); no answer within 5 s breaks the stream. Default
+    /// [`KEEPALIVE_INTERVAL`], which only notices a dead broker.
+    ///
+    /// Short (a few round trips), it is a loss probe: with one credit the
+    /// stream is stop-and-wait, a task out and nothing more until its
+    /// result comes back, so a lost task or result is the last segment in
+    /// flight and TCP recovers it only by its tail-loss probe or
+    /// retransmission timeout, about 200 ms on Linux. A PING sent behind it
+    /// carries later data (and draws the broker's PING ACK behind a lost
+    /// task), so the receiver's SACK reports the hole at once and the
+    /// sender retransmits within a round trip or two.
+    pub ping_after: Duration,
+}
+
+impl WorkerOptions {
+    /// `credits` credits, pings after the default [`KEEPALIVE_INTERVAL`].
+    pub fn credits(credits: u32) -> Self {
+        WorkerOptions {
+            credits,
+            ping_after: KEEPALIVE_INTERVAL,
+        }
+    }
 }
 
 /// Lets a handler give its credit back before its result is ready: once it
@@ -83,12 +116,12 @@ impl Release {
 }
 
 /// [`run_worker`] for handlers that take a [`Release`] along with each
-/// task, to free their credit before they answer.
+/// task, to free their credit before they answer, with [`WorkerOptions`].
 pub async fn run_worker_releasing<H, F>(
     addr: impl Into<PeerAddr>,
     topic: String,
     worker: String,
-    credits: u32,
+    options: WorkerOptions,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BrokerError>
@@ -100,10 +133,10 @@ where
     let hello = pb::Hello {
         topic,
         worker,
-        credits: credits.max(1),
+        credits: options.credits.max(1),
     };
     let endpoint = endpoint(&addr)
-        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .http2_keep_alive_interval(options.ping_after)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);
     let mut shutdown = pin!(shutdown);

@@ -32,7 +32,7 @@ use super::{
 };
 use crate::{
     addr::PeerAddr,
-    broker::{BrokerClient, BrokerError, Release, Task, run_worker_releasing},
+    broker::{BrokerClient, BrokerError, Release, Task, WorkerOptions, run_worker_releasing},
     deadline::grpc_timeout,
     discipline::Discipline,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
@@ -97,6 +97,10 @@ pub struct HopConfig {
     /// before this replica closes it (see [`DEFAULT_IDLE_TIMEOUT`]).
     #[serde(default = "default_idle_timeout")]
     pub idle_timeout: Duration,
+    /// A pull worker's HTTP/2 PING interval on its broker stream (see
+    /// [`WorkerOptions::ping_after`]); `None`: the keepalive default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_ping: Option<Duration>,
 }
 
 impl HopConfig {
@@ -116,6 +120,7 @@ impl HopConfig {
             drain_grace: default_grace(),
             precise_timer: default_true(),
             idle_timeout: default_idle_timeout(),
+            worker_ping: None,
         }
     }
 }
@@ -556,7 +561,12 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
         (Transport::Pull, Some(broker)) => Some(tokio::spawn(pull_worker(
             core.clone(),
             broker,
-            config.concurrency.unwrap_or(1),
+            WorkerOptions {
+                credits: config.concurrency.unwrap_or(1),
+                ping_after: config
+                    .worker_ping
+                    .unwrap_or(crate::broker::KEEPALIVE_INTERVAL),
+            },
             worker_stopped,
         ))),
         (Transport::Pull, None) => {
@@ -624,7 +634,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
 async fn pull_worker(
     core: HopCore,
     broker: PeerAddr,
-    credits: u32,
+    options: WorkerOptions,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), BrokerError> {
     let topic = core.inner.behavior.name.clone();
@@ -663,5 +673,5 @@ async fn pull_worker(
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    run_worker_releasing(broker, topic, worker, credits, handler, shutdown).await
+    run_worker_releasing(broker, topic, worker, options, handler, shutdown).await
 }

@@ -121,6 +121,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                 drain_grace: Duration::from_secs(1),
                 precise_timer: true,
                 idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
+                worker_ping: None,
             };
             let mut stopped = stopped.clone();
             tasks.push(tokio::spawn(async move {

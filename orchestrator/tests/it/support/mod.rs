@@ -26,6 +26,20 @@ pub(crate) const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 /// No run of these tests should come near this; past it the run is killed.
 pub(crate) const RUN_DEADLINE: Duration = Duration::from_secs(40);
 
+/// Multiplies the deadlines of runs: a machine several times slower than
+/// the ones they were set on (the netem guest, emulated) sets it.
+pub(crate) const SLOWDOWN_ENV: &str = "TAILMESH_TEST_SLOWDOWN";
+
+/// [`RUN_DEADLINE`] times [`SLOWDOWN_ENV`] (default 1).
+pub(crate) fn run_deadline() -> Duration {
+    let factor = std::env::var(SLOWDOWN_ENV)
+        .ok()
+        .and_then(|f| f.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    RUN_DEADLINE * factor
+}
+
 /// How often a wait re-checks its condition.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
 
@@ -119,17 +133,18 @@ impl Running {
     /// Fails the test, with the output so far, once the run is past its
     /// deadline.
     pub(crate) fn assert_in_time(&mut self, waiting_for: &str) {
-        if self.started.elapsed() > RUN_DEADLINE {
+        let deadline = run_deadline();
+        if self.started.elapsed() > deadline {
             let _ = self.child.kill();
             let _ = self.child.wait();
             panic!(
-                "tailmesh still running after {RUN_DEADLINE:?} ({waiting_for}):\n{}",
+                "tailmesh still running after {deadline:?} ({waiting_for}):\n{}",
                 self.output()
             );
         }
     }
 
-    /// Waits for it to exit, within [`RUN_DEADLINE`] of its start.
+    /// Waits for it to exit, within [`run_deadline`] of its start.
     pub(crate) fn wait(mut self) -> Finished {
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for tailmesh") {
