@@ -174,6 +174,7 @@ impl MeshPlan {
             transport: hop.transport,
             downstream,
             broker: addrs.broker.clone(),
+            broker_kind: self.variant.broker,
             concurrency: hop.concurrency,
             queue_limit: hop.queue_limit,
             drain_grace: DRAIN_GRACE,

@@ -5,12 +5,13 @@
 use tailmesh_netfault::tool;
 use tailmesh_services::{
     addr::PeerAddr,
-    broker::{BrokerClient, TopicStats},
+    broker::{BrokerClient, TopicStats, backend},
+    model::BrokerKind,
 };
 
 use super::{RunError, RunOptions, TraceSetup};
 use crate::{
-    launcher::{AnyLauncher, ProcessSpec},
+    launcher::{AnyLauncher, ProcessSpec, brokers},
     plan::{Addrs, MeshPlan, Process, Role},
     scenario::{Launcher, Variant},
 };
@@ -86,7 +87,17 @@ pub(super) async fn launch_mesh(
     let mut addrs = Addrs::default();
     if let Some(broker) = plan.broker() {
         let spec = spec_of(broker, plan, options, launcher, &addrs)?;
-        addrs.broker = Some(launcher.launch(spec).await.map_err(launch_error)?);
+        let addr = launcher.launch(spec).await.map_err(launch_error)?;
+        // Another broker is reached where its wrapper says it listens.
+        addrs.broker = Some(match plan.variant.broker {
+            BrokerKind::Tailmesh => addr,
+            _ if matches!(launcher, AnyLauncher::Attached(_)) => addr,
+            _ => brokers::read_endpoint(&options.dir.join("logs").join(variant), &broker.name)
+                .map_err(|e| RunError::Setup {
+                    variant: variant.clone(),
+                    message: e.to_string(),
+                })?,
+        });
     }
     for (process, hop, _) in plan.hops() {
         let spec = spec_of(process, plan, options, launcher, &addrs)?;
@@ -112,7 +123,13 @@ fn spec_of(
         return Ok(spec);
     }
     let spec = match &process.role {
-        Role::Broker { topics } => spec.arg("broker").arg("--topics").arg(topics.join(",")),
+        Role::Broker { topics } => spec
+            .arg("broker")
+            .arg("--topics")
+            .arg(topics.join(","))
+            .arg("--kind")
+            .arg(plan.variant.broker.as_str())
+            .ready_within(brokers::READY_TIMEOUT),
         Role::Hop { hop, replica } => {
             let hop = plan
                 .variant
@@ -176,12 +193,22 @@ pub(super) enum StatsError {
     Call(tonic::Status),
 }
 
-/// The broker's per-topic statistics now.
-pub(super) async fn broker_stats(addr: &PeerAddr) -> Result<Vec<TopicStats>, StatsError> {
-    let mut client = BrokerClient::connect(addr)
+/// The broker's per-topic statistics now (for another broker than
+/// tailmesh's, what it reports of the pulled hops' queues).
+pub(super) async fn broker_stats(
+    kind: BrokerKind,
+    addr: &PeerAddr,
+    topics: &[String],
+) -> Result<Vec<TopicStats>, StatsError> {
+    if kind == BrokerKind::Tailmesh {
+        let mut client = BrokerClient::connect(addr)
+            .await
+            .map_err(|e| StatsError::Connect(e.to_string()))?;
+        return client.stats(None).await.map_err(StatsError::Call);
+    }
+    backend::stats(kind, addr, topics)
         .await
-        .map_err(|e| StatsError::Connect(e.to_string()))?;
-    client.stats(None).await.map_err(StatsError::Call)
+        .map_err(StatsError::Call)
 }
 
 #[cfg(test)]

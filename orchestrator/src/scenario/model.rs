@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub use tailmesh_services::hop::policy::{ClientPolicy, Hedge};
 use tailmesh_services::model::{
-    Balance, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
+    Balance, BrokerKind, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
 };
 
 /// Most hops a scenario may declare.
@@ -97,6 +97,8 @@ pub struct Variant {
     pub hops: Vec<Hop>,
     /// Which launcher runs the hops.
     pub launcher: Launcher,
+    /// The broker pull hops go through.
+    pub broker: BrokerKind,
     /// Its place in the scenario's sweep, if any.
     pub sweep: Option<SweepPoint>,
 }

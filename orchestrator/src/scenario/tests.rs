@@ -210,6 +210,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 },
             ],
             launcher: Launcher::Auto,
+            broker: tailmesh_services::model::BrokerKind::Tailmesh,
             sweep: None,
         }],
         check: Check {
@@ -480,6 +481,7 @@ fn defaults_fill_in_a_minimal_scenario() {
             // A chain in file order; the last hop is a leaf.
             hops: vec![plain("a", &["b"]), plain("b", &["c"]), plain("c", &[])],
             launcher: Launcher::Local,
+            broker: tailmesh_services::model::BrokerKind::Tailmesh,
             sweep: None,
         }],
         check: Check {
@@ -782,7 +784,7 @@ set = { "seed" = 3, "check.compounding" = true, "nope.x" = 1, "hop.1.slow.probab
                 21,
                 49,
                 "variant \"odd\": unknown section \"nope\" in override path \"nope.x\" \
-                 (expected load, hop or launcher)"
+                 (expected load, hop, launcher or broker)"
                     .to_owned()
             ),
             (

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tailmesh_services::{
     limits::{DEFAULT_QUEUE_LIMIT, MAX_PAYLOAD_BYTES, MAX_QUEUE_LIMIT},
-    model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
+    model::{
+        Balance, BrokerKind, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
+    },
 };
 
 use super::error::Problems;
@@ -33,6 +35,7 @@ const TOP_KEYS: &[&str] = &[
     "report",
     "sweep",
     "telemetry",
+    "broker",
 ];
 const LOAD_KEYS: &[&str] = &[
     "mode",
@@ -86,6 +89,7 @@ pub(super) struct Parts {
     pub check: Check,
     pub report: Report,
     pub telemetry: Telemetry,
+    pub broker: BrokerKind,
 }
 
 /// Validates a whole tree; `Some` only if it has no problem at all.
@@ -193,6 +197,12 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         None => Some(Telemetry::default()),
     };
 
+    let broker = match table_section(&top, &mut p, "broker") {
+        Some(Some(section)) => super::broker::broker(&section, &mut p),
+        Some(None) => None,
+        None => Some(BrokerKind::default()),
+    };
+
     let parts = match (
         name,
         description,
@@ -203,6 +213,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         check,
         report,
         telemetry,
+        broker,
     ) {
         (
             Some(name),
@@ -214,6 +225,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             Some(check),
             Some(report),
             Some(telemetry),
+            Some(broker),
         ) if p.is_empty() => Some(Parts {
             name,
             description,
@@ -224,6 +236,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             check,
             report,
             telemetry,
+            broker,
         }),
         _ => None,
     };
