@@ -53,6 +53,9 @@ use super::{
 };
 use crate::addr::PeerAddr;
 
+/// Most tasks a worker tracks at once (its prefetch bounds those it has
+/// not acknowledged; acknowledged ones waiting on downstream hops add).
+const TASKS_HELD: u32 = 1 << 20;
 /// Direct reply-to's pseudo-queue.
 const REPLY_TO: &str = "amq.rabbitmq.reply-to";
 /// First and longest pause before a worker retries a broken connection.
@@ -143,9 +146,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 type Waiters = Mutex<HashMap<u64, oneshot::Sender<Delivery>>>;
 
+impl Drop for Connected {
+    fn drop(&mut self) {
+        // Closed politely, so the broker does not log a lost client, and
+        // this side's I/O loop ends now rather than when the broker stops.
+        if let (Ok(runtime), Some(connection)) = (
+            tokio::runtime::Handle::try_current(),
+            self.connection.take(),
+        ) {
+            runtime.spawn(async move {
+                let _ = connection.close(200, "done".into()).await;
+            });
+        }
+    }
+}
+
 /// A producer's connection and channel, consuming its direct reply-to.
 struct Connected {
-    _connection: Connection,
+    /// Taken only by `drop`, to close it.
+    connection: Option<Connection>,
     channel: Channel,
     waiters: Arc<Waiters>,
     next_id: AtomicU64,
@@ -226,7 +245,7 @@ impl RabbitProducer {
             lock(&routing).clear();
         });
         let connected = Arc::new(Connected {
-            _connection: connection,
+            connection: Some(connection),
             channel,
             waiters,
             next_id: AtomicU64::new(0),
@@ -364,7 +383,9 @@ where
         };
         match connected {
             Ok((connection, channel, mut consumer)) => {
-                let in_flight = Arc::new(tokio::sync::Semaphore::new(usize::from(prefetch)));
+                // One permit per task held, to wait for them at shutdown
+                // (the broker's prefetch is the credit).
+                let in_flight = Arc::new(tokio::sync::Semaphore::new(TASKS_HELD as usize));
                 let why = loop {
                     tokio::select! {
                         () = shutdown.as_mut() => {
@@ -372,16 +393,13 @@ where
                             let _ = channel
                                 .basic_cancel(worker.as_str().into(), Default::default())
                                 .await;
-                            let _ = in_flight.acquire_many(u32::from(prefetch)).await;
+                            let _ = in_flight.acquire_many(TASKS_HELD).await;
                             let _ = connection.close(200, "shutdown".into()).await;
                             return Ok(());
                         }
                         next = consumer.next() => match next {
                             Some(Ok(delivery)) => {
                                 let Ok(slot) = in_flight.clone().try_acquire_owned() else {
-                                    // More than the prefetch: the broker broke
-                                    // its promise; give the task back.
-                                    tracing::warn!(%topic, "RabbitMQ delivered beyond the prefetch; requeued");
                                     let _ = delivery.acker.reject(BasicRejectOptions { requeue: true }).await;
                                     continue;
                                 };
