@@ -13,6 +13,7 @@
 mod harness;
 mod support;
 
+mod brokers;
 mod cli;
 mod deploy;
 mod fanout;
@@ -32,6 +33,7 @@ fn main() -> std::process::ExitCode {
         launcher::TESTS,
         run::TESTS,
         pull::TESTS,
+        brokers::TESTS,
         payload::TESTS,
         fanout::TESTS,
         policy::TESTS,

@@ -527,7 +527,14 @@ pub(crate) async fn stats(
             dispatched: consumer
                 .as_ref()
                 .map_or(0, |c| c.delivered.consumer_sequence),
-            redelivered: consumer.as_ref().map_or(0, |c| c.num_redelivered as u64),
+            // Deliveries beyond the messages delivered: the consumer's
+            // sequence counts every delivery, the stream's the last
+            // message delivered (work-queue streams deliver in order).
+            redelivered: consumer.as_ref().map_or(0, |c| {
+                c.delivered
+                    .consumer_sequence
+                    .saturating_sub(c.delivered.stream_sequence)
+            }),
             in_flight: consumer.as_ref().map_or(0, |c| c.num_ack_pending as u64),
             workers: consumer
                 .as_ref()

@@ -47,6 +47,7 @@ pub(crate) struct Running {
     out: PathBuf,
     err: PathBuf,
     started: Instant,
+    deadline: Duration,
 }
 
 /// A finished `tailmesh`.
@@ -90,7 +91,15 @@ impl Running {
             out,
             err,
             started: Instant::now(),
+            deadline: RUN_DEADLINE,
         }
+    }
+
+    /// Gives the run longer than [`RUN_DEADLINE`] (a RabbitMQ server takes
+    /// tens of seconds to start on a busy machine).
+    pub(crate) fn with_deadline(mut self, deadline: Duration) -> Running {
+        self.deadline = deadline;
+        self
     }
 
     /// Time since it was started.
@@ -119,11 +128,12 @@ impl Running {
     /// Fails the test, with the output so far, once the run is past its
     /// deadline.
     pub(crate) fn assert_in_time(&mut self, waiting_for: &str) {
-        if self.started.elapsed() > RUN_DEADLINE {
+        if self.started.elapsed() > self.deadline {
             let _ = self.child.kill();
             let _ = self.child.wait();
             panic!(
-                "tailmesh still running after {RUN_DEADLINE:?} ({waiting_for}):\n{}",
+                "tailmesh still running after {:?} ({waiting_for}):\n{}",
+                self.deadline,
                 self.output()
             );
         }
