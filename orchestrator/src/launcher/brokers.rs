@@ -231,7 +231,7 @@ impl BrokerServer {
                 server.stop().await;
                 return Err(error);
             }
-            match probe(kind, addr).await {
+            match probe(kind, &PeerAddr::from(addr)).await {
                 Ok(()) => break,
                 Err(why) => last = why,
             }
@@ -304,10 +304,9 @@ fn find(program: &str, kind: BrokerKind) -> Option<PathBuf> {
 
 /// Is the server up: NATS answers a JetStream request, RabbitMQ opens an
 /// AMQP connection.
-async fn probe(kind: BrokerKind, addr: SocketAddr) -> Result<(), String> {
-    let addr = PeerAddr::from(addr);
+pub(crate) async fn probe(kind: BrokerKind, addr: &PeerAddr) -> Result<(), String> {
     let probed = tokio::time::timeout(Duration::from_secs(2), async {
-        tailmesh_services::broker::backend::stats(kind, &addr, &[])
+        tailmesh_services::broker::backend::stats(kind, addr, &[])
             .await
             .map(drop)
             .map_err(|s| s.message().to_owned())

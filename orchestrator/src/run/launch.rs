@@ -86,6 +86,13 @@ pub(super) async fn launch_mesh(
     };
     let mut addrs = Addrs::default();
     if let Some(broker) = plan.broker() {
+        // A deployment runs another broker from its official image.
+        if let (AnyLauncher::Attached(attached), kind) = (&*launcher, plan.variant.broker)
+            && kind != BrokerKind::Tailmesh
+        {
+            addrs.broker = Some(attached.attach_broker(kind).await.map_err(launch_error)?);
+            return launch_hops(plan, options, launcher, addrs).await;
+        }
         let spec = spec_of(broker, plan, options, launcher, &addrs)?;
         let addr = launcher.launch(spec).await.map_err(launch_error)?;
         // Another broker is reached where its wrapper says it listens.
@@ -99,6 +106,21 @@ pub(super) async fn launch_mesh(
                 })?,
         });
     }
+    launch_hops(plan, options, launcher, addrs).await
+}
+
+/// Starts every hop of `plan`, callees first, once the broker is at
+/// `addrs.broker`.
+async fn launch_hops(
+    plan: &MeshPlan,
+    options: &RunOptions,
+    launcher: &mut AnyLauncher,
+    mut addrs: Addrs,
+) -> Result<Addrs, RunError> {
+    let launch_error = |source| RunError::Launch {
+        variant: plan.variant.name.clone(),
+        source: Box::new(source),
+    };
     for (process, hop, _) in plan.hops() {
         let spec = spec_of(process, plan, options, launcher, &addrs)?;
         let addr = launcher.launch(spec).await.map_err(launch_error)?;
