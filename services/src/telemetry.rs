@@ -230,6 +230,35 @@ pub fn traceparent(trace_id: u128, span_id: u64, sampled: bool) -> String {
     )
 }
 
+/// Records a finished internal span `name` under `parent` that started at
+/// `start` and ends now (a queue wait measured from a broker's enqueue
+/// time, which no `tracing` span can start at), with `attributes`; returns
+/// the context under which its children go. Without export, or without a
+/// sampled parent, nothing is recorded and `parent` comes back.
+pub fn past_span(
+    name: String,
+    start: std::time::SystemTime,
+    attributes: Vec<opentelemetry::KeyValue>,
+    parent: Context,
+) -> Context {
+    use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
+    let Some(tracer) = TRACER.get() else {
+        return parent;
+    };
+    if !has_span(&parent) {
+        return parent;
+    }
+    let span = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Internal)
+        .with_start_time(start)
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent);
+    let cx = parent.with_span(span);
+    cx.span().end();
+    cx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,33 +294,4 @@ mod tests {
         inject_metadata(&mut md);
         assert!(md.is_empty());
     }
-}
-
-/// Records a finished internal span `name` under `parent` that started at
-/// `start` and ends now (a queue wait measured from a broker's enqueue
-/// time, which no `tracing` span can start at), with `attributes`; returns
-/// the context under which its children go. Without export, or without a
-/// sampled parent, nothing is recorded and `parent` comes back.
-pub fn past_span(
-    name: String,
-    start: std::time::SystemTime,
-    attributes: Vec<opentelemetry::KeyValue>,
-    parent: Context,
-) -> Context {
-    use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
-    let Some(tracer) = TRACER.get() else {
-        return parent;
-    };
-    if !has_span(&parent) {
-        return parent;
-    }
-    let span = tracer
-        .span_builder(name)
-        .with_kind(SpanKind::Internal)
-        .with_start_time(start)
-        .with_attributes(attributes)
-        .start_with_context(tracer, &parent);
-    let cx = parent.with_span(span);
-    cx.span().end();
-    cx
 }

@@ -61,6 +61,9 @@ struct Args {
     payload: usize,
 }
 
+/// A backend, a case and its requests in flight.
+type Case = (BrokerKind, &'static str, usize);
+
 #[derive(Default)]
 struct Result1 {
     hist: Option<Histogram<u64>>,
@@ -80,8 +83,7 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<()> {
     let kinds = [BrokerKind::Tailmesh, BrokerKind::Nats, BrokerKind::Rabbitmq];
-    // (kind, case, inflight) -> merged result
-    let mut results: Vec<((BrokerKind, &'static str, usize), Result1)> = Vec::new();
+    let mut results: Vec<(Case, Result1)> = Vec::new();
     for round in 0..args.rounds {
         let order: Vec<BrokerKind> = if round % 2 == 0 {
             kinds.to_vec()
@@ -114,11 +116,7 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn merge(
-    results: &mut Vec<((BrokerKind, &'static str, usize), Result1)>,
-    key: (BrokerKind, &'static str, usize),
-    r: Result1,
-) {
+fn merge(results: &mut Vec<(Case, Result1)>, key: Case, r: Result1) {
     if let Some((_, acc)) = results.iter_mut().find(|(k, _)| *k == key) {
         if let (Some(a), Some(b)) = (acc.hist.as_mut(), r.hist.as_ref()) {
             let _ = a.add(b);
@@ -139,10 +137,7 @@ fn fmt_ns(ns: u64) -> String {
 }
 
 /// One backend: its server, a worker thread per case, every case.
-fn bench_backend(
-    kind: BrokerKind,
-    args: &Args,
-) -> Result<Vec<((BrokerKind, &'static str, usize), Result1)>> {
+fn bench_backend(kind: BrokerKind, args: &Args) -> Result<Vec<(Case, Result1)>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -9,7 +9,7 @@
 //!   has at most that many unacknowledged tasks out at the worker.
 //! - **Acknowledgement** after the reply is sent (or, for a hop that calls
 //!   others, once its own work is done: see
-//!   [`AckWhen`](super::backend::AckWhen)); unacknowledged tasks of a worker
+//!   [`AckWhen`]); unacknowledged tasks of a worker
 //!   whose channel closes (a crash, a kill) are requeued by the broker and
 //!   delivered again (a classic queue sets no limit on redeliveries).
 //! - **Replies** through direct reply-to (`amq.rabbitmq.reply-to`): no
