@@ -75,4 +75,58 @@ mod tests {
         }
         assert_eq!(image(BrokerKind::Tailmesh), None);
     }
+
+    #[test]
+    fn a_deployment_runs_the_brokers_image_with_its_health_check_and_port() {
+        let text = r#"
+name = "b"
+[load]
+mode = "closed"
+concurrency = 1
+requests = 10
+[[hop]]
+name = "a"
+transport = "pull"
+[[variant]]
+name = "n"
+set = { "broker.kind" = "nats" }
+[[variant]]
+name = "r"
+set = { "broker.kind" = "rabbitmq" }
+"#;
+        let scenario = crate::scenario::parse(text, "b.toml").unwrap_or_else(|e| panic!("{e}"));
+        let compose = crate::deploy::compose::generate(&scenario, text, &Default::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        for (service, image, health) in [
+            ("n-broker:", NATS_IMAGE, "healthz?js-enabled-only=true"),
+            ("r-broker:", RABBITMQ_IMAGE, "check_port_connectivity"),
+        ] {
+            let at = compose.find(service).unwrap_or_else(|| panic!("{compose}"));
+            let block = &compose[at..];
+            let block = &block[..block[1..]
+                .find("\n  n-")
+                .or(block[1..].find("\n  r-"))
+                .map_or(block.len(), |e| e + 1)];
+            assert!(block.contains(image) && block.contains(health), "{block}");
+            assert!(!block.contains("*tailmesh"), "{block}");
+        }
+        let manifests = crate::deploy::k8s::generate(&scenario, text, &Default::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mesh = &manifests
+            .iter()
+            .find(|(name, _)| name == "20-mesh.yaml")
+            .expect("the mesh")
+            .1;
+        for needle in [
+            NATS_IMAGE,
+            RABBITMQ_IMAGE,
+            "containerPort: 4222",
+            "containerPort: 5672",
+            "port: 4222",
+            "port: 5672",
+            "exec:",
+        ] {
+            assert!(mesh.contains(needle), "{needle} in\n{mesh}");
+        }
+    }
 }
