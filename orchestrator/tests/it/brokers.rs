@@ -26,6 +26,8 @@ tests! {
     sync rabbitmq_redelivers_the_tasks_of_a_killed_worker,
     sync nats_honours_the_credit_and_drops_expired_tasks,
     sync rabbitmq_honours_the_credit_and_drops_expired_tasks,
+    sync a_full_nats_stream_refuses_with_resource_exhausted,
+    sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
 }
 
 /// How long a run with a broker server may take: RabbitMQ alone needs up
@@ -439,4 +441,78 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
         served.values().all(|n| *n == 1),
         "a task was served twice: {served:?}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// 4. The bound: a full queue refuses the next task with RESOURCE_EXHAUSTED.
+
+fn a_full_nats_stream_refuses_with_resource_exhausted() {
+    full_queue(BrokerKind::Nats);
+}
+
+fn a_full_rabbitmq_queue_refuses_with_resource_exhausted() {
+    full_queue(BrokerKind::Rabbitmq);
+}
+
+fn full_queue(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let server = tailmesh::launcher::brokers::BrokerServer::start(
+            kind,
+            std::net::Ipv4Addr::LOCALHOST.into(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let addr = PeerAddr::from(server.addr);
+        let producer = backend::Producer::connect_lazy(kind, &addr);
+        let topic = "full";
+        let patience = Some(Duration::from_secs(120));
+        // No worker: every task stays queued until the queue is full.
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..backend::QUEUE_CAPACITY {
+            let producer = producer.clone();
+            waiting.spawn(async move {
+                producer
+                    .submit(topic, vec![1; 16], HashMap::new(), patience)
+                    .await
+            });
+        }
+        let started = std::time::Instant::now();
+        loop {
+            let depth = backend::stats(kind, &addr, &[topic.to_owned()])
+                .await
+                .ok()
+                .and_then(|s| s.first().map(|t| t.depth));
+            if depth == Some(u64::from(backend::QUEUE_CAPACITY)) {
+                break;
+            }
+            // A refusal before the queue is full would be an answer.
+            if let Some(answered) = waiting.try_join_next() {
+                panic!("a task was answered while the queue filled: {answered:?}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the queue holds {depth:?} tasks after 60 s"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        let refused = producer
+            .submit(topic, vec![1; 16], HashMap::new(), patience)
+            .await
+            .expect_err("one task more than the queue holds");
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{refused:?}"
+        );
+        assert!(refused.message().contains("is full"), "{refused:?}");
+        waiting.abort_all();
+        drop(producer);
+        server.stop().await;
+    });
 }
