@@ -302,11 +302,9 @@ fn analyze_runs(
         report.warmup = run.load.warmup;
         report.interrupted = run.load.interrupted;
         report.generator_links = run.load.links;
-        if let Some(line) = crate::loadgen::link_warning(
-            &run.variant.name,
-            &run.load.links,
-            run.variant.load.connection,
-        ) {
+        if let Some(line) = run.load.links.as_ref().and_then(|links| {
+            crate::loadgen::link_warning(&run.variant.name, links, run.variant.load.connection)
+        }) {
             crate::tell!("warning: {line}");
         }
         report.incidents = run.incidents.clone();

@@ -194,6 +194,9 @@ pub enum ServiceError {
     /// The broker's.
     #[error(transparent)]
     Broker(#[from] BrokerError),
+    /// Another broker's server, run as a child.
+    #[error(transparent)]
+    BrokerServer(#[from] crate::launcher::brokers::BrokerProcessError),
 }
 
 /// Options of `tailmesh hop`.
@@ -413,6 +416,70 @@ pub fn serve_broker(config: BrokerConfig, options: &ServeOptions) -> Result<(), 
         tailmesh_services::broker::run(config, listener, shutdown)
             .await
             .map_err(ServiceError::from)
+    })
+}
+
+/// Runs a RabbitMQ or NATS server for the run until told to stop (see
+/// [`crate::launcher::brokers`]): serves gRPC health, SERVING once the
+/// server takes connections and its address is in the endpoint file.
+pub fn serve_broker_server(
+    kind: tailmesh_services::model::BrokerKind,
+    options: &ServeOptions,
+) -> Result<(), RoleError> {
+    use crate::launcher::brokers::{BrokerProcessError, BrokerServer, endpoint_file};
+    let endpoint = options.addr_file.as_deref().map(endpoint_file);
+    serve("broker", options, |listener, shutdown| async move {
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |source| {
+                ServiceError::from(BrokerProcessError::Io {
+                    kind: kind.as_str(),
+                    what,
+                    source,
+                })
+            }
+        };
+        let ip = listener.local_addr().map_err(io("its listener"))?.ip();
+        let (reporter, health) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        let (stop_health, health_stopped) = tokio::sync::oneshot::channel::<()>();
+        let health_server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = health_stopped.await;
+                    },
+                ),
+        );
+        let mut shutdown = shutdown;
+        let started = tokio::select! {
+            s = BrokerServer::start(kind, ip) => s,
+            () = &mut shutdown => {
+                let _ = stop_health.send(());
+                return Ok(());
+            }
+        };
+        let mut server = started?;
+        if let Some(path) = &endpoint {
+            process::write_addr_file(path, server.addr).map_err(io("write its endpoint file"))?;
+        }
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let result = tokio::select! {
+            () = &mut shutdown => Ok(()),
+            status = server.exited() => Err(io("the server")(std::io::Error::other(format!(
+                "exited while the run needed it: {status}"
+            )))),
+        };
+        server.stop().await;
+        let _ = stop_health.send(());
+        let _ = health_server.await;
+        result
     })
 }
 

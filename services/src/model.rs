@@ -110,6 +110,30 @@ impl Transport {
     }
 }
 
+/// Which broker pull hops go through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BrokerKind {
+    /// tailmesh's own broker (`tailmesh broker`).
+    #[default]
+    Tailmesh,
+    /// RabbitMQ over AMQP 0-9-1: a queue per pulled hop.
+    Rabbitmq,
+    /// NATS JetStream: a work-queue stream and a pull consumer per pulled hop.
+    Nats,
+}
+
+impl BrokerKind {
+    /// The name used in scenarios and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerKind::Tailmesh => "tailmesh",
+            BrokerKind::Rabbitmq => "rabbitmq",
+            BrokerKind::Nats => "nats",
+        }
+    }
+}
+
 /// How a push caller picks a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

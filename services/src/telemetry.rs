@@ -34,6 +34,9 @@ pub const VARIANT_ENV: &str = "TAILMESH_VARIANT";
 const MAX_QUEUE: usize = 65_536;
 
 static VARIANT: OnceLock<String> = OnceLock::new();
+/// The exporting tracer, for spans whose start lies in the past (see
+/// [`past_span`]).
+static TRACER: OnceLock<opentelemetry_sdk::trace::SdkTracer> = OnceLock::new();
 
 /// The variant this process serves in (from [`VARIANT_ENV`]), or "".
 pub fn variant() -> &'static str {
@@ -95,6 +98,9 @@ pub fn init(default_filter: &str) -> Telemetry {
             (None, None)
         }
     };
+    if let Some(p) = &provider {
+        let _ = TRACER.set(p.tracer("tailmesh"));
+    }
     let otel = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("tailmesh"))
@@ -222,6 +228,35 @@ pub fn traceparent(trace_id: u128, span_id: u64, sampled: bool) -> String {
         "00-{trace_id:032x}-{span_id:016x}-{:02x}",
         u8::from(sampled)
     )
+}
+
+/// Records a finished internal span `name` under `parent` that started at
+/// `start` and ends now (a queue wait measured from a broker's enqueue
+/// time, which no `tracing` span can start at), with `attributes`; returns
+/// the context under which its children go. Without export, or without a
+/// sampled parent, nothing is recorded and `parent` comes back.
+pub fn past_span(
+    name: String,
+    start: std::time::SystemTime,
+    attributes: Vec<opentelemetry::KeyValue>,
+    parent: Context,
+) -> Context {
+    use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
+    let Some(tracer) = TRACER.get() else {
+        return parent;
+    };
+    if !has_span(&parent) {
+        return parent;
+    }
+    let span = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Internal)
+        .with_start_time(start)
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent);
+    let cx = parent.with_span(span);
+    cx.span().end();
+    cx
 }
 
 #[cfg(test)]

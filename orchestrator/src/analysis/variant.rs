@@ -217,9 +217,10 @@ pub struct VariantReport {
     pub interrupted: bool,
     /// What happened to the load generator's own connections: opened,
     /// closed, and calls ended by the transport (GOAWAY received or sent,
-    /// a stream reset by the peer, a broken connection).
-    #[serde(default)]
-    pub generator_links: LinkCounts,
+    /// a stream reset by the peer, a broken connection). Absent through
+    /// RabbitMQ or NATS, whose clients do not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_links: Option<LinkCounts>,
     /// What went wrong around the measurement (a hop process that died...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incidents: Vec<String>,
@@ -487,7 +488,7 @@ pub(crate) fn analyze_variant(
         compounding,
         warmup: WarmupCounts::default(),
         interrupted: false,
-        generator_links: LinkCounts::default(),
+        generator_links: None,
         incidents: Vec::new(),
         broker: Vec::new(),
         peak_memory: Vec::new(),

@@ -18,6 +18,7 @@ use tailmesh_services::{
     broker::BrokerConfig,
     discipline::Discipline,
     limits::MAX_CALL_MESSAGE_BYTES,
+    model::BrokerKind,
 };
 
 use super::CliError;
@@ -100,6 +101,14 @@ pub(crate) fn hop(args: HopArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `tailmesh broker --kind`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum KindArg {
+    Tailmesh,
+    Rabbitmq,
+    Nats,
+}
+
 /// `tailmesh broker`.
 #[derive(Args)]
 pub(crate) struct BrokerArgs {
@@ -120,6 +129,10 @@ pub(crate) struct BrokerArgs {
     /// Deliveries a task may have before losing its workers fails it.
     #[arg(long, default_value_t = 3)]
     max_deliveries: u32,
+    /// Which broker: tailmesh's own, or a RabbitMQ or NATS server run as
+    /// this process's child (installed from their Debian packages).
+    #[arg(long, value_enum, default_value_t = KindArg::Tailmesh)]
+    kind: KindArg,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -127,6 +140,14 @@ pub(crate) struct BrokerArgs {
 /// Serves the pull broker until told to stop.
 pub(crate) fn broker(args: BrokerArgs) -> Result<(), CliError> {
     let options = args.serve.options();
+    let kind = match args.kind {
+        KindArg::Tailmesh => None,
+        KindArg::Rabbitmq => Some(BrokerKind::Rabbitmq),
+        KindArg::Nats => Some(BrokerKind::Nats),
+    };
+    if let Some(kind) = kind {
+        return Ok(roles::serve_broker_server(kind, &options)?);
+    }
     let config = BrokerConfig {
         topics: args.topics,
         disciplines: args.discipline.into_iter().collect(),

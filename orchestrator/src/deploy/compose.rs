@@ -166,6 +166,30 @@ fn header(scenario: &Scenario, options: &Options) -> String {
 }
 
 fn mesh_service(service: &Service) -> Node {
+    if let Some(broker) = service.broker_image() {
+        let mut health = vec!["CMD".to_owned()];
+        health.extend(broker.health);
+        let mut entries = vec![("image".to_owned(), s(broker.image))];
+        if !broker.args.is_empty() {
+            entries.push(("command".to_owned(), flow(broker.args)));
+        }
+        if !broker.env.is_empty() {
+            entries.push((
+                "environment".to_owned(),
+                Node::Map(broker.env.into_iter().map(|(k, v)| (k, s(v))).collect()),
+            ));
+        }
+        entries.push((
+            "healthcheck".to_owned(),
+            map([
+                ("test", flow(health)),
+                ("interval", s("2s")),
+                ("timeout", s("5s")),
+                ("retries", Node::Raw("60".into())),
+            ]),
+        ));
+        return Node::Map(entries);
+    }
     let env = service.env().into_iter().map(|(k, v)| (k, s(v))).collect();
     let mut entries = vec![
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),

@@ -134,10 +134,18 @@ pub fn generate(
             &digest,
             pod,
         ));
+        let port = service.broker_image().map_or(SERVICE_PORT, |b| b.port);
         mesh.push(cluster_service(
             meta(&service.name, component),
             &service.name,
-            &[("grpc", SERVICE_PORT)],
+            &[(
+                if port == SERVICE_PORT {
+                    "grpc"
+                } else {
+                    "broker"
+                },
+                port,
+            )],
         ));
     }
     files.push(("20-mesh.yaml".to_owned(), doc(mesh)));
@@ -332,6 +340,38 @@ fn volumes(token: bool) -> (Vec<Node>, Vec<Node>) {
 }
 
 fn mesh_pod(service: &Service, options: &Options) -> Node {
+    if let Some(broker) = service.broker_image() {
+        let env = broker
+            .env
+            .into_iter()
+            .map(|(k, v)| env_var(&k, v))
+            .collect();
+        let mut container = vec![
+            ("name".to_owned(), s("broker")),
+            ("image".to_owned(), s(broker.image)),
+            ("imagePullPolicy".to_owned(), s("IfNotPresent")),
+        ];
+        if !broker.args.is_empty() {
+            container.push(("args".to_owned(), flow(broker.args)));
+        }
+        container.extend([
+            ("env".to_owned(), Node::Seq(env)),
+            (
+                "ports".to_owned(),
+                Node::Seq(vec![port("broker", broker.port)]),
+            ),
+            (
+                "readinessProbe".to_owned(),
+                map([
+                    ("exec", map([("command", flow(broker.health))])),
+                    ("periodSeconds", Node::Raw("2".into())),
+                    ("timeoutSeconds", Node::Raw("5".into())),
+                ]),
+            ),
+            ("resources".to_owned(), requests("250m", "256Mi")),
+        ]);
+        return map([("containers", Node::Seq(vec![Node::Map(container)]))]);
+    }
     let env = service
         .env()
         .into_iter()

@@ -17,9 +17,12 @@
 //! - fault agents and the orchestrator share a Control token read from the
 //!   file named by [`TOKEN_FILE_ENV`].
 
+pub mod brokers;
 pub mod compose;
 pub mod k8s;
 mod yaml;
+
+use tailmesh_services::model::BrokerKind;
 
 pub use crate::plan::{BROKER, Role};
 use crate::{
@@ -100,6 +103,8 @@ pub struct Service {
     pub otel_name: String,
     /// Its trace environment at the scenario's sampling (empty when off).
     trace_env: Vec<(String, String)>,
+    /// The broker a broker service runs (its image when not tailmesh's).
+    pub broker: BrokerKind,
 }
 
 /// Every service of every variant, in start order (each variant's broker
@@ -151,6 +156,7 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                     scenario.telemetry.sampling,
                     &variant.name,
                 ),
+                broker: variant.broker,
             });
         }
     }
@@ -166,6 +172,15 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
 }
 
 impl Service {
+    /// The official image it runs instead of tailmesh's: the broker of a
+    /// variant whose pull hops go through RabbitMQ or NATS.
+    pub fn broker_image(&self) -> Option<brokers::BrokerImage> {
+        match self.role {
+            Role::Broker { .. } => brokers::image(self.broker),
+            Role::Hop { .. } => None,
+        }
+    }
+
     /// The tailmesh arguments its container runs.
     pub fn command(&self) -> Vec<String> {
         let listen = format!("0.0.0.0:{SERVICE_PORT}");

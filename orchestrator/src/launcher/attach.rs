@@ -65,6 +65,37 @@ impl AttachedLauncher {
         self.naming.service(name)
     }
 
+    /// Waits until the RabbitMQ or NATS server running as the variant's
+    /// `broker` service takes connections (on its own port, not
+    /// tailmesh's), and returns its address.
+    pub async fn attach_broker(
+        &self,
+        kind: tailmesh_services::model::BrokerKind,
+    ) -> Result<PeerAddr, LaunchError> {
+        let name = crate::plan::BROKER;
+        let service = self.naming.service(name);
+        let unreachable = |waited, last_problem| LaunchError::Unreachable {
+            name: name.to_owned(),
+            service: service.clone(),
+            waited,
+            last_problem,
+        };
+        let port = super::brokers::port_of(kind).unwrap_or_default();
+        let addr = PeerAddr::new(&service, port)
+            .map_err(|e| unreachable(Duration::ZERO, e.to_string()))?;
+        let started = Instant::now();
+        loop {
+            let problem = match super::brokers::probe(kind, &addr).await {
+                Ok(()) => return Ok(addr),
+                Err(e) => e,
+            };
+            if started.elapsed() >= self.ready_timeout {
+                return Err(unreachable(started.elapsed(), problem));
+            }
+            sleep(PROBE_INTERVAL).await;
+        }
+    }
+
     /// Waits until the service playing `name` answers SERVING, and returns
     /// its address. A name that never resolves or answers is an error that
     /// says which service was expected where.

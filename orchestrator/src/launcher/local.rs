@@ -197,7 +197,11 @@ impl LocalLauncher {
         tracing::debug!(%name, pid, "started, waiting for it to answer health checks");
 
         let started = Instant::now();
-        let deadline = started + self.ready_timeout;
+        let deadline = started
+            + spec
+                .ready_timeout
+                .unwrap_or(self.ready_timeout)
+                .max(self.ready_timeout);
         let mut addr = None;
         let mut last_problem = None;
         let readiness = {

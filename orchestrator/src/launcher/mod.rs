@@ -11,8 +11,11 @@
 //! - `attach`: [`AttachedLauncher`], services someone else started (Docker
 //!   Compose, Kubernetes), found by name.
 //! - `health`: the readiness probe every launcher shares.
+//! - `brokers`: RabbitMQ and NATS servers as processes of a run, started
+//!   by `tailmesh broker --kind` (a supervised child like any other).
 
 mod attach;
+pub mod brokers;
 pub mod health;
 mod local;
 pub mod netns;
@@ -151,6 +154,9 @@ pub struct ProcessSpec {
     pub args: Vec<OsString>,
     /// Variables added to the inherited environment.
     pub env: Vec<(OsString, OsString)>,
+    /// How long it may take to answer SERVING, when longer than the
+    /// launcher's default (a RabbitMQ server takes tens of seconds).
+    pub ready_timeout: Option<Duration>,
 }
 
 impl ProcessSpec {
@@ -161,6 +167,7 @@ impl ProcessSpec {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            ready_timeout: None,
         }
     }
 
@@ -177,6 +184,12 @@ impl ProcessSpec {
         A: Into<OsString>,
     {
         self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Gives it longer than the launcher's default to get ready.
+    pub fn ready_within(mut self, timeout: Duration) -> Self {
+        self.ready_timeout = Some(timeout);
         self
     }
 

@@ -113,6 +113,7 @@ impl NetnsLauncher {
             program: find_in_path("ip").unwrap_or_else(|| "ip".into()),
             args,
             env,
+            ready_timeout: spec.ready_timeout,
         };
         self.local.launch(wrapped).await
     }

@@ -69,9 +69,9 @@ impl Target {
     }
 
     /// What happened to the generator's connections so far.
-    fn link_counts(&self) -> LinkCounts {
+    fn link_counts(&self) -> Option<LinkCounts> {
         match &self.reach {
-            Reach::Push(pool) => pool.link_counts(),
+            Reach::Push(pool) => Some(pool.link_counts()),
             Reach::Pull(target) => target.link_counts(),
         }
     }
@@ -124,8 +124,9 @@ pub(crate) struct LoadOutcome {
     pub measured: Duration,
     /// Whether the run was cut short (Ctrl-C or a dead hop).
     pub interrupted: bool,
-    /// What happened to the generator's own connections meanwhile.
-    pub links: LinkCounts,
+    /// What happened to the generator's own connections meanwhile (`None`
+    /// through RabbitMQ or NATS, whose clients keep theirs to themselves).
+    pub links: Option<LinkCounts>,
     /// What the self-watch saw while the load ran.
     pub instrument: Option<selfwatch::InstrumentReport>,
 }

@@ -199,6 +199,7 @@ impl MeshPlan {
             transport: hop.transport,
             downstream,
             broker: addrs.broker.clone(),
+            broker_kind: self.variant.broker,
             concurrency: hop.concurrency,
             queue_limit: hop.queue_limit,
             discipline: hop.discipline,

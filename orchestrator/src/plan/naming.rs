@@ -57,7 +57,12 @@ impl Naming {
     /// replica addresses, as a deployed hop hands them to its clients.
     pub fn addrs(&self, variant: &Variant) -> Result<Addrs, NamingError> {
         let broker = if variant.hops.iter().any(|h| h.transport == Transport::Pull) {
-            Some(self.addr(BROKER)?)
+            let service = self.service(BROKER);
+            let port = crate::launcher::brokers::port_of(variant.broker).unwrap_or(self.port);
+            Some(PeerAddr::new(&service, port).map_err(|e| NamingError {
+                reason: e.to_string(),
+                service,
+            })?)
         } else {
             None
         };

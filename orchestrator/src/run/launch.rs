@@ -5,12 +5,13 @@
 use tailmesh_netfault::tool;
 use tailmesh_services::{
     addr::PeerAddr,
-    broker::{BrokerClient, TopicStats},
+    broker::{BrokerClient, TopicStats, backend},
+    model::BrokerKind,
 };
 
 use super::{RunError, RunOptions, TraceSetup};
 use crate::{
-    launcher::{AnyLauncher, ProcessSpec},
+    launcher::{AnyLauncher, ProcessSpec, brokers},
     plan::{Addrs, MeshPlan, Process, Role},
     scenario::{Launcher, Variant},
 };
@@ -85,9 +86,41 @@ pub(super) async fn launch_mesh(
     };
     let mut addrs = Addrs::default();
     if let Some(broker) = plan.broker() {
+        // A deployment runs another broker from its official image.
+        if let (AnyLauncher::Attached(attached), kind) = (&*launcher, plan.variant.broker)
+            && kind != BrokerKind::Tailmesh
+        {
+            addrs.broker = Some(attached.attach_broker(kind).await.map_err(launch_error)?);
+            return launch_hops(plan, options, launcher, addrs).await;
+        }
         let spec = spec_of(broker, plan, options, launcher, &addrs)?;
-        addrs.broker = Some(launcher.launch(spec).await.map_err(launch_error)?);
+        let addr = launcher.launch(spec).await.map_err(launch_error)?;
+        // Another broker is reached where its wrapper says it listens.
+        addrs.broker = Some(match plan.variant.broker {
+            BrokerKind::Tailmesh => addr,
+            _ if matches!(launcher, AnyLauncher::Attached(_)) => addr,
+            _ => brokers::read_endpoint(&options.dir.join("logs").join(variant), &broker.name)
+                .map_err(|e| RunError::Setup {
+                    variant: variant.clone(),
+                    message: e.to_string(),
+                })?,
+        });
     }
+    launch_hops(plan, options, launcher, addrs).await
+}
+
+/// Starts every hop of `plan`, callees first, once the broker is at
+/// `addrs.broker`.
+async fn launch_hops(
+    plan: &MeshPlan,
+    options: &RunOptions,
+    launcher: &mut AnyLauncher,
+    mut addrs: Addrs,
+) -> Result<Addrs, RunError> {
+    let launch_error = |source| RunError::Launch {
+        variant: plan.variant.name.clone(),
+        source: Box::new(source),
+    };
     for (process, hop, _) in plan.hops() {
         let spec = spec_of(process, plan, options, launcher, &addrs)?;
         let addr = launcher.launch(spec).await.map_err(launch_error)?;
@@ -115,7 +148,11 @@ fn spec_of(
         Role::Broker {
             topics,
             disciplines,
-        } => spec.args(crate::plan::broker_args(topics, disciplines)),
+        } => spec
+            .args(crate::plan::broker_args(topics, disciplines))
+            .arg("--kind")
+            .arg(plan.variant.broker.as_str())
+            .ready_within(brokers::READY_TIMEOUT),
         Role::Hop { hop, replica } => {
             let hop = plan
                 .variant
@@ -179,12 +216,22 @@ pub(super) enum StatsError {
     Call(tonic::Status),
 }
 
-/// The broker's per-topic statistics now.
-pub(super) async fn broker_stats(addr: &PeerAddr) -> Result<Vec<TopicStats>, StatsError> {
-    let mut client = BrokerClient::connect(addr)
+/// The broker's per-topic statistics now (for another broker than
+/// tailmesh's, what it reports of the pulled hops' queues).
+pub(super) async fn broker_stats(
+    kind: BrokerKind,
+    addr: &PeerAddr,
+    topics: &[String],
+) -> Result<Vec<TopicStats>, StatsError> {
+    if kind == BrokerKind::Tailmesh {
+        let mut client = BrokerClient::connect(addr)
+            .await
+            .map_err(|e| StatsError::Connect(e.to_string()))?;
+        return client.stats(None).await.map_err(StatsError::Call);
+    }
+    backend::stats(kind, addr, topics)
         .await
-        .map_err(|e| StatsError::Connect(e.to_string()))?;
-    client.stats(None).await.map_err(StatsError::Call)
+        .map_err(StatsError::Call)
 }
 
 #[cfg(test)]

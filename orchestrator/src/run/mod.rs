@@ -311,13 +311,20 @@ async fn measure(
     };
     let addrs = launch::launch_mesh(plan, options, launcher).await?;
     let broker = addrs.broker.clone();
+    let topics: Vec<String> = variant
+        .hops
+        .iter()
+        .filter(|h| h.transport == Transport::Pull)
+        .map(|h| h.name.clone())
+        .collect();
     let entry = plan
         .entry()
         .ok_or_else(|| setup("the variant has no hop".to_owned()))?;
     let target = match (entry.transport, broker.clone()) {
-        (Transport::Pull, Some(broker)) => {
-            Target::pull(PullTarget::new(broker, &entry.name), entry.client.clone())
-        }
+        (Transport::Pull, Some(broker)) => Target::pull(
+            PullTarget::of_kind(variant.broker, broker, &entry.name),
+            entry.client.clone(),
+        ),
         _ => {
             let connections = match variant.load.connection {
                 ConnectionMode::Shared { connections } => Connections::Shared(connections as usize),
@@ -393,7 +400,7 @@ async fn measure(
     let (faults, fault_incidents) = faults.finish().await;
     incidents.extend(fault_incidents);
     let broker = match broker {
-        Some(addr) => match launch::broker_stats(&addr).await {
+        Some(addr) => match launch::broker_stats(variant.broker, &addr, &topics).await {
             Ok(stats) => stats,
             Err(e) => {
                 incidents.push(format!("broker statistics unavailable: {e}"));

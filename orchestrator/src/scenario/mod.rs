@@ -34,6 +34,7 @@
 //! | `[report]` | table | `histogram = false` |
 //! | `[sweep]` | table | none |
 //! | `[telemetry]` | table | `sampling = 1.0`, no `forward` |
+//! | `[broker]` | table | `kind = "tailmesh"` |
 //!
 //! `[load]`: `mode` = `"open"` | `"closed"` (required). Open needs `rate`
 //! (number, > 0, <= 1 000 000) and takes `arrivals` = `"poisson"` (default)
@@ -97,6 +98,12 @@
 //!   duplicates, cycles and hops not reachable from the first hop (the
 //!   entry) are errors.
 //!
+//! `[broker]`: `kind` = `"tailmesh"` (default: tailmesh's own broker) |
+//! `"rabbitmq"` | `"nats"` (NATS JetStream): the broker every pull hop of
+//! the variant goes through. Variants may override it
+//! (`"broker.kind" = "nats"`), so one scenario compares brokers side by
+//! side.
+//!
 //! `[report]`: `histogram` (bool): also print each variant's latency
 //! histogram in the terminal, one bucket per line with a bar, as
 //! back-to-back's study did.
@@ -138,6 +145,7 @@
 //! reported, with its place, and nothing else (toml's recovery after it
 //! guesses, and its later errors are often artefacts of the first).
 
+mod broker;
 mod error;
 mod model;
 mod read;
@@ -338,6 +346,7 @@ fn variant_of(name: String, overrides: Vec<(String, String)>, parts: &Parts) -> 
         load: parts.load.clone(),
         hops: parts.hops.clone(),
         launcher: parts.launcher,
+        broker: parts.broker,
         sweep: None,
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tailmesh_services::discipline::Discipline;
 pub use tailmesh_services::hop::policy::{ClientPolicy, Hedge};
 use tailmesh_services::model::{
-    Balance, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
+    Balance, BrokerKind, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
 };
 
 /// Most hops a scenario may declare.
@@ -98,6 +98,8 @@ pub struct Variant {
     pub hops: Vec<Hop>,
     /// Which launcher runs the hops.
     pub launcher: Launcher,
+    /// The broker pull hops go through.
+    pub broker: BrokerKind,
     /// Its place in the scenario's sweep, if any.
     pub sweep: Option<SweepPoint>,
 }

@@ -219,6 +219,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 },
             ],
             launcher: Launcher::Auto,
+            broker: tailmesh_services::model::BrokerKind::Tailmesh,
             sweep: None,
         }],
         check: Check {
@@ -489,6 +490,7 @@ fn defaults_fill_in_a_minimal_scenario() {
             // A chain in file order; the last hop is a leaf.
             hops: vec![plain("a", &["b"]), plain("b", &["c"]), plain("c", &[])],
             launcher: Launcher::Local,
+            broker: tailmesh_services::model::BrokerKind::Tailmesh,
             sweep: None,
         }],
         check: Check {
@@ -791,7 +793,7 @@ set = { "seed" = 3, "check.compounding" = true, "nope.x" = 1, "hop.1.slow.probab
                 21,
                 49,
                 "variant \"odd\": unknown section \"nope\" in override path \"nope.x\" \
-                 (expected load, hop or launcher)"
+                 (expected load, hop, launcher or broker)"
                     .to_owned()
             ),
             (

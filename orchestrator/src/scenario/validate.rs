@@ -11,7 +11,9 @@ use tailmesh_services::{
         DEFAULT_QUEUE_LIMIT, IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
         MAX_QUEUE_LIMIT,
     },
-    model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
+    model::{
+        Balance, BrokerKind, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
+    },
 };
 
 use super::error::Problems;
@@ -37,6 +39,7 @@ const TOP_KEYS: &[&str] = &[
     "report",
     "sweep",
     "telemetry",
+    "broker",
 ];
 const LOAD_KEYS: &[&str] = &[
     "mode",
@@ -95,6 +98,7 @@ pub(super) struct Parts {
     pub check: Check,
     pub report: Report,
     pub telemetry: Telemetry,
+    pub broker: BrokerKind,
 }
 
 /// Validates a whole tree; `Some` only if it has no problem at all.
@@ -202,6 +206,12 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         None => Some(Telemetry::default()),
     };
 
+    let broker = match table_section(&top, &mut p, "broker") {
+        Some(Some(section)) => super::broker::broker(&section, &mut p),
+        Some(None) => None,
+        None => Some(BrokerKind::default()),
+    };
+
     let parts = match (
         name,
         description,
@@ -212,6 +222,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         check,
         report,
         telemetry,
+        broker,
     ) {
         (
             Some(name),
@@ -223,6 +234,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             Some(check),
             Some(report),
             Some(telemetry),
+            Some(broker),
         ) if p.is_empty() => Some(Parts {
             name,
             description,
@@ -233,6 +245,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             check,
             report,
             telemetry,
+            broker,
         }),
         _ => None,
     };

@@ -31,6 +31,11 @@ enum OverrideError {
          index, e.g. \"hop.*.transport\" (write the whole path in quotes)"
     )]
     HopPath { path: String },
+    #[error(
+        "override path \"{path}\" must name a key of [broker], e.g. \"broker.kind\" (write the \
+         whole path in quotes)"
+    )]
+    BrokerWithoutKey { path: String },
     #[error("seed cannot be overridden by a variant: it is per scenario")]
     Seed,
     #[error(
@@ -40,7 +45,8 @@ enum OverrideError {
     #[error("override path \"{path}\": {key} cannot be overridden by a variant")]
     Fixed { path: String, key: String },
     #[error(
-        "unknown section \"{section}\" in override path \"{path}\" (expected load, hop or launcher)"
+        "unknown section \"{section}\" in override path \"{path}\" (expected load, hop, launcher or \
+         broker)"
     )]
     UnknownSection { path: String, section: String },
     #[error("hop selector \"{selector}\" in \"{path}\" matches no hop")]
@@ -99,6 +105,8 @@ enum Target {
     Launcher,
     /// Keys below `[load]`.
     Load(Vec<String>),
+    /// Keys below `[broker]`.
+    Broker(Vec<String>),
     /// Keys below each selected `[[hop]]`.
     Hop {
         selector: String,
@@ -271,6 +279,8 @@ fn target(path: &str) -> Result<Target, OverrideError> {
         "launcher" => Err(OverrideError::LauncherKey { path: path() }),
         "load" if rest.is_empty() => Err(OverrideError::LoadWithoutKey),
         "load" => Ok(Target::Load(rest.to_vec())),
+        "broker" if rest.is_empty() => Err(OverrideError::BrokerWithoutKey { path: path() }),
+        "broker" => Ok(Target::Broker(rest.to_vec())),
         "hop" => match rest.split_first() {
             Some((_, keys)) if keys.first().is_some_and(|k| k == "name") => {
                 Err(OverrideError::HopName { path: path() })
@@ -314,6 +324,11 @@ fn apply_one(tree: &mut Table, op: &Op) -> Result<(), OverrideError> {
         Target::Launcher => edit(tree, &["launcher".to_owned()], op),
         Target::Load(rest) => {
             let mut path = vec!["load".to_owned()];
+            path.extend(rest.iter().cloned());
+            edit(tree, &path, op)
+        }
+        Target::Broker(rest) => {
+            let mut path = vec!["broker".to_owned()];
             path.extend(rest.iter().cloned());
             edit(tree, &path, op)
         }

@@ -17,6 +17,7 @@ mod harness;
 mod support;
 
 mod attribution;
+mod brokers;
 mod cli;
 mod deploy;
 mod fanout;
@@ -39,6 +40,7 @@ fn main() -> std::process::ExitCode {
         launcher::TESTS,
         run::TESTS,
         pull::TESTS,
+        brokers::TESTS,
         payload::TESTS,
         fanout::TESTS,
         policy::TESTS,

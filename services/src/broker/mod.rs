@@ -53,10 +53,16 @@
 //! - `client`: [`BrokerClient`], the producer side.
 //! - `worker`: [`run_worker`], the worker side.
 //! - `error`: [`BrokerError`] and the one mapping of refusals to statuses.
+//! - `backend`: the pull backends side by side (tailmesh's broker,
+//!   RabbitMQ, NATS JetStream): one producer type, one worker entry point.
+//! - `nats`, `rabbitmq`: the external brokers' producers and workers.
 
+pub mod backend;
 mod client;
 mod error;
+pub mod nats;
 mod queue;
+pub mod rabbitmq;
 mod server;
 mod worker;
 

@@ -98,20 +98,33 @@ impl WorkerOptions {
 /// has done its own work and only waits on others (a hop waiting on its
 /// downstream hops), the worker can take its next task. Dropping it
 /// without calling [`Release::release`] keeps the credit until the result.
-pub struct Release {
-    task_id: u64,
-    out: mpsc::UnboundedSender<pb::WorkerMessage>,
+pub struct Release(ReleaseTo);
+
+enum ReleaseTo {
+    /// tailmesh's broker: a Release message on the Work stream.
+    Stream {
+        task_id: u64,
+        out: mpsc::UnboundedSender<pb::WorkerMessage>,
+    },
+    /// Another broker's worker: whatever frees the credit there.
+    Callback(Box<dyn FnOnce() + Send>),
 }
 
 impl Release {
+    /// A release that runs `free` (the worker of another broker).
+    pub(crate) fn callback(free: impl FnOnce() + Send + 'static) -> Self {
+        Release(ReleaseTo::Callback(Box::new(free)))
+    }
+
     /// Returns the task's credit to the broker now.
     pub fn release(self) {
-        let release = pb::Release {
-            task_id: self.task_id,
-        };
-        let _ = self
-            .out
-            .send(message(worker_message::Kind::Release(release)));
+        match self.0 {
+            ReleaseTo::Stream { task_id, out } => {
+                let release = pb::Release { task_id };
+                let _ = out.send(message(worker_message::Kind::Release(release)));
+            }
+            ReleaseTo::Callback(free) => free(),
+        }
     }
 }
 
@@ -251,7 +264,7 @@ where
             msg = inbound.message() => match msg {
                 Ok(Some(pb::BrokerMessage { kind: Some(broker_message::Kind::Task(task)) })) => {
                     let (task_id, deadline) = (task.task_id, task.deadline_unix_nanos);
-                    let release = Release { task_id, out: out.clone() };
+                    let release = Release(ReleaseTo::Stream { task_id, out: out.clone() });
                     let work = with_deadline(handler(task, release), deadline);
                     let abort = running.spawn(async move { (task_id, work.await) });
                     task_ids.insert(abort.id(), task_id);

@@ -32,12 +32,15 @@ use super::{
 };
 use crate::{
     addr::PeerAddr,
-    broker::{BrokerClient, BrokerError, Release, Task, WorkerOptions, run_worker_releasing},
+    broker::{
+        BrokerError, Release, Task, WorkerOptions,
+        backend::{AckWhen, Producer, run_backend_worker},
+    },
     deadline::grpc_timeout,
     discipline::Discipline,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
-    model::{Balance, HopBehavior, Transport},
+    model::{Balance, BrokerKind, HopBehavior, Transport},
     reflection::reflection_service,
     telemetry,
     timer::Sleeper,
@@ -73,6 +76,9 @@ pub struct HopConfig {
     /// The broker, when this hop or a downstream one is reached by pull.
     #[serde(default)]
     pub broker: Option<PeerAddr>,
+    /// Which broker that is.
+    #[serde(default)]
+    pub broker_kind: BrokerKind,
     /// Requests this replica works on at once; the rest wait for a slot
     /// (that wait is reported as queue wait). `None`: no limit for push;
     /// one task at a time for a pull worker (its credit).
@@ -114,6 +120,7 @@ impl HopConfig {
             transport: Transport::Push,
             downstream: Vec::new(),
             broker: None,
+            broker_kind: BrokerKind::Tailmesh,
             concurrency: None,
             queue_limit: default_queue_limit(),
             discipline: Discipline::Fifo,
@@ -230,24 +237,32 @@ fn server_span(inner: &Inner, request_id: u64, parent: opentelemetry::Context) -
 /// A hop reached through the broker: its topic is the hop's name.
 #[derive(Clone)]
 pub struct PullTarget {
-    client: BrokerClient,
+    client: Producer,
     topic: String,
     broker: PeerAddr,
 }
 
 impl PullTarget {
-    /// A target for `topic` on the broker at `broker`; connects lazily.
+    /// A target for `topic` on tailmesh's broker at `broker`; connects
+    /// lazily.
     pub fn new(broker: impl Into<PeerAddr>, topic: &str) -> Self {
+        Self::of_kind(BrokerKind::Tailmesh, broker, topic)
+    }
+
+    /// A target for `topic` on the `kind` broker at `broker`; connects
+    /// lazily.
+    pub fn of_kind(kind: BrokerKind, broker: impl Into<PeerAddr>, topic: &str) -> Self {
         let broker = broker.into();
         PullTarget {
-            client: BrokerClient::connect_lazy(&broker),
+            client: Producer::connect_lazy(kind, &broker),
             topic: topic.to_string(),
             broker,
         }
     }
 
-    /// What happened to the connection to the broker so far.
-    pub fn link_counts(&self) -> crate::link::LinkCounts {
+    /// What happened to the connection to the broker so far (tailmesh's
+    /// broker only; `None` through RabbitMQ or NATS).
+    pub fn link_counts(&self) -> Option<crate::link::LinkCounts> {
         self.client.link_counts()
     }
 
@@ -258,10 +273,10 @@ impl PullTarget {
         request: CallRequest,
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
-        let mut client = self.client.clone();
         let mut headers = HashMap::new();
         telemetry::inject_headers(&opentelemetry::Context::current(), &mut headers);
-        let reply = client
+        let reply = self
+            .client
             .submit(&self.topic, request.encode_to_vec(), headers, timeout)
             .await
             .map_err(|status| CallError::ViaBroker {
@@ -269,13 +284,12 @@ impl PullTarget {
                 broker: self.broker.clone(),
                 status,
             })?;
-        let reply = CallReply::decode(reply.payload.as_slice()).map_err(|source| {
-            CallError::UndecodableReply {
+        let reply =
+            CallReply::decode(reply.as_slice()).map_err(|source| CallError::UndecodableReply {
                 hop: self.topic.clone(),
                 broker: self.broker.clone(),
                 source,
-            }
-        })?;
+            })?;
         Ok(reply)
     }
 }
@@ -328,7 +342,11 @@ impl HopCore {
                         downstream: d.hop.clone(),
                     })?;
                     downstream.push(Downstream {
-                        target: Target::Pull(PullTarget::new(broker, &d.hop)),
+                        target: Target::Pull(PullTarget::of_kind(
+                            config.broker_kind,
+                            broker.clone(),
+                            &d.hop,
+                        )),
                         policy: d.policy.clone(),
                         state: PolicyState::default(),
                     });
@@ -560,6 +578,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
     let worker = match (config.transport, config.broker.clone()) {
         (Transport::Pull, Some(broker)) => Some(tokio::spawn(pull_worker(
             core.clone(),
+            config.broker_kind,
             broker,
             WorkerOptions {
                 credits: config.concurrency.unwrap_or(1),
@@ -633,12 +652,14 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
 /// per credit, until `stopped` turns true.
 async fn pull_worker(
     core: HopCore,
+    kind: BrokerKind,
     broker: PeerAddr,
     options: WorkerOptions,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), BrokerError> {
     let topic = core.inner.behavior.name.clone();
     let worker = format!("{topic}-{}", core.inner.replica);
+    let has_downstream = !core.inner.downstream.is_empty();
     let handler = move |task: Task, release: Release| {
         let core = core.clone();
         async move {
@@ -673,5 +694,12 @@ async fn pull_worker(
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    run_worker_releasing(broker, topic, worker, options, handler, shutdown).await
+    // A leaf acknowledges after its reply; a hop that calls others, once
+    // its own work is done (its credit is free while it waits on them).
+    let ack = if has_downstream {
+        AckWhen::OnRelease
+    } else {
+        AckWhen::AfterReply
+    };
+    run_backend_worker(kind, broker, topic, worker, options, ack, handler, shutdown).await
 }

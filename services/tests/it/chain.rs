@@ -115,6 +115,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                     })
                     .collect(),
                 broker: None,
+                broker_kind: Default::default(),
                 concurrency: spec.concurrency,
                 queue_limit: spec.queue_limit,
                 discipline: Default::default(),

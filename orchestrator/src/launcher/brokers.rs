@@ -1,0 +1,407 @@
+//! RabbitMQ and NATS JetStream servers as processes of a run.
+//!
+//! `tailmesh broker --kind nats|rabbitmq` is the supervised child the
+//! launchers start, like any other: it serves gRPC health (NOT_SERVING
+//! until the server is up), starts the server as its own child with its
+//! data, logs and node name in a fresh temporary directory and on free
+//! ports of its listening address, waits until the server takes
+//! connections, writes the server's address to `<name>.endpoint` beside its
+//! address file, and reports SERVING. When told to stop (a signal, or its
+//! standard input closing because the orchestrator died) it stops the
+//! server (SIGTERM, then SIGKILL after a grace) and removes the directory.
+//! So the server gets the local and netns launchers' guarantees: started
+//! in the variant's place, waited for, never left behind.
+//!
+//! RabbitMQ's node needs epmd, the Erlang port mapper; the wrapper starts
+//! one of its own on a free port in the foreground (`ERL_EPMD_PORT`), so
+//! the node finds it instead of daemonizing one that would outlive the run.
+
+use std::{
+    ffi::OsString,
+    net::{IpAddr, SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use tailmesh_services::{
+    addr::PeerAddr,
+    broker::{nats, rabbitmq},
+    model::BrokerKind,
+};
+use tokio::{
+    process::{Child, Command},
+    time::{Instant, sleep, timeout},
+};
+
+/// How long a broker server may take to take connections: RabbitMQ needs
+/// 5 to 25 s on a busy 2-core machine.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a server gets to stop after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Pause between readiness probes.
+const PROBE_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The port the official images listen on (Compose and Kubernetes);
+/// `None` for tailmesh's broker, which listens where the deployment says.
+pub fn port_of(kind: BrokerKind) -> Option<u16> {
+    match kind {
+        BrokerKind::Tailmesh => None,
+        BrokerKind::Nats => Some(4222),
+        BrokerKind::Rabbitmq => Some(5672),
+    }
+}
+
+/// The executable each server needs, and its Debian package.
+fn program(kind: BrokerKind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        BrokerKind::Tailmesh => None,
+        BrokerKind::Nats => Some(("nats-server", "nats-server")),
+        // The Debian wrapper in /usr/sbin switches to the rabbitmq user,
+        // which cannot write the run's directory; the script it runs can.
+        BrokerKind::Rabbitmq => Some(("rabbitmq-server", "rabbitmq-server")),
+    }
+}
+
+/// What went wrong starting or stopping a broker server.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerProcessError {
+    /// The server's program is not installed.
+    #[error(
+        "broker kind \"{kind}\" needs {program}, which is not installed (Debian package {package})"
+    )]
+    Missing {
+        /// The broker kind.
+        kind: &'static str,
+        /// The executable.
+        program: &'static str,
+        /// Its Debian package.
+        package: &'static str,
+    },
+    /// Files or ports could not be had.
+    #[error("broker {kind}: {what}: {source}")]
+    Io {
+        /// The broker kind.
+        kind: &'static str,
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server exited before it took connections.
+    #[error("broker {kind}: {program} exited before it was ready ({status}); its log is {log}")]
+    Exited {
+        /// The broker kind.
+        kind: &'static str,
+        /// The executable.
+        program: String,
+        /// How it ended.
+        status: std::process::ExitStatus,
+        /// Where its output went.
+        log: String,
+    },
+    /// The server did not take connections in time.
+    #[error("broker {kind}: not ready after {waited:?}: {last}")]
+    NotReady {
+        /// The broker kind.
+        kind: &'static str,
+        /// How long it was given.
+        waited: Duration,
+        /// The last probe's answer.
+        last: String,
+    },
+    /// The endpoint file of a started broker could not be read.
+    #[error("broker endpoint file {path}: {why}")]
+    Endpoint {
+        /// The file.
+        path: PathBuf,
+        /// Why it is unusable.
+        why: String,
+    },
+}
+
+/// The file `tailmesh broker --kind` writes the server's address to.
+pub fn endpoint_file(addr_file: &Path) -> PathBuf {
+    addr_file.with_extension("endpoint")
+}
+
+/// The server's address, as the broker process `name` started by a
+/// launcher whose log directory is `log_dir` wrote it.
+pub fn read_endpoint(log_dir: &Path, name: &str) -> Result<PeerAddr, BrokerProcessError> {
+    let path = endpoint_file(&log_dir.join(format!("{name}.addr")));
+    let fail = |why: String| BrokerProcessError::Endpoint {
+        path: path.clone(),
+        why,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
+    let addr: SocketAddr = text.trim().parse().map_err(|e| fail(format!("{e}")))?;
+    Ok(PeerAddr::from(addr))
+}
+
+/// A free TCP port on `ip` (bound and released: the server binds it an
+/// instant later).
+fn free_port(ip: IpAddr) -> std::io::Result<u16> {
+    Ok(TcpListener::bind((ip, 0))?.local_addr()?.port())
+}
+
+/// A running broker server and what the run gave it.
+#[derive(Debug)]
+pub struct BrokerServer {
+    kind: BrokerKind,
+    /// Where clients reach it.
+    pub addr: SocketAddr,
+    child: Child,
+    epmd: Option<Child>,
+    dir: PathBuf,
+}
+
+impl BrokerServer {
+    /// Starts the `kind` server listening on `ip` and waits until it takes
+    /// connections; its output goes to this process's standard error (the
+    /// launcher's `<name>.log`).
+    pub async fn start(kind: BrokerKind, ip: IpAddr) -> Result<Self, BrokerProcessError> {
+        let name = kind.as_str();
+        let Some((program, package)) = program(kind) else {
+            return Err(BrokerProcessError::Missing {
+                kind: name,
+                program: "",
+                package: "",
+            });
+        };
+        let path = find(program, kind).ok_or(BrokerProcessError::Missing {
+            kind: name,
+            program,
+            package,
+        })?;
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |source| BrokerProcessError::Io {
+                kind: name,
+                what,
+                source,
+            }
+        };
+        let dir = std::env::temp_dir().join(format!("tailmesh-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(io("create its directory"))?;
+        let port = free_port(ip).map_err(io("find a free port"))?;
+        let addr = SocketAddr::new(ip, port);
+        let (mut command, epmd) = match kind {
+            BrokerKind::Nats => (
+                nats_command(&path, &dir, addr).map_err(io("write its config"))?,
+                None,
+            ),
+            _ => {
+                let (command, epmd) = rabbitmq_command(&path, &dir, addr)
+                    .await
+                    .map_err(io("prepare RabbitMQ"))?;
+                (command, Some(epmd))
+            }
+        };
+        let child = command
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io(&format!("start {}", path.display())))?;
+        let mut server = BrokerServer {
+            kind,
+            addr,
+            child,
+            epmd,
+            dir,
+        };
+        let started = Instant::now();
+        tracing::info!(broker = name, %addr, "started, waiting until it takes connections");
+        let mut last: String;
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                let error = BrokerProcessError::Exited {
+                    kind: name,
+                    program: path.display().to_string(),
+                    status,
+                    log: "the broker's log".into(),
+                };
+                server.stop().await;
+                return Err(error);
+            }
+            match probe(kind, &PeerAddr::from(addr)).await {
+                Ok(()) => break,
+                Err(why) => last = why,
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                server.stop().await;
+                return Err(BrokerProcessError::NotReady {
+                    kind: name,
+                    waited: started.elapsed(),
+                    last,
+                });
+            }
+            sleep(PROBE_INTERVAL).await;
+        }
+        tracing::info!(broker = name, %addr, ready_in = ?started.elapsed(), "ready");
+        Ok(server)
+    }
+
+    /// Resolves when the server exits on its own, with how it ended.
+    pub async fn exited(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(status) => status.to_string(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Stops the server (SIGTERM, then SIGKILL after a grace), and its
+    /// epmd, and removes its directory.
+    pub async fn stop(mut self) {
+        for child in std::iter::once(&mut self.child).chain(self.epmd.as_mut()) {
+            // Each runs in a process group of its own: the signal reaches
+            // the helpers it started too (the Erlang VM's).
+            let group = child.id().and_then(|p| i32::try_from(p).ok());
+            if let Some(pid) = group {
+                let _ = kill(Pid::from_raw(-pid), Signal::SIGTERM);
+            }
+            if timeout(STOP_GRACE, child.wait()).await.is_err() {
+                tracing::warn!(
+                    broker = self.kind.as_str(),
+                    "did not stop within {STOP_GRACE:?}; killing it"
+                );
+                if let Some(pid) = group {
+                    let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+                }
+                let _ = timeout(STOP_GRACE, child.wait()).await;
+            } else if let Some(pid) = group {
+                // Whatever of the group outlived its leader.
+                let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), "cannot remove the broker's directory: {e}");
+        }
+    }
+}
+
+fn find(program: &str, kind: BrokerKind) -> Option<PathBuf> {
+    let candidates: &[&str] = match kind {
+        BrokerKind::Rabbitmq => &["/usr/lib/rabbitmq/bin"],
+        _ => &[],
+    };
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    candidates
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::env::split_paths(&path))
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Is the server up: NATS answers a JetStream request, RabbitMQ opens an
+/// AMQP connection.
+pub(crate) async fn probe(kind: BrokerKind, addr: &PeerAddr) -> Result<(), String> {
+    let probed = tokio::time::timeout(Duration::from_secs(2), async {
+        tailmesh_services::broker::backend::stats(kind, addr, &[])
+            .await
+            .map(drop)
+            .map_err(|s| s.message().to_owned())
+    })
+    .await;
+    probed.unwrap_or_else(|_| Err("no answer within 2 s".into()))
+}
+
+fn nats_command(program: &Path, dir: &Path, addr: SocketAddr) -> std::io::Result<Command> {
+    let config = dir.join("nats.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "max_payload: {}\njetstream {{\n  store_dir: \"{}\"\n}}\n",
+            nats::MAX_PAYLOAD,
+            dir.join("jetstream").display()
+        ),
+    )?;
+    let mut command = Command::new(program);
+    command
+        .arg("-c")
+        .arg(&config)
+        .arg("-js")
+        .arg("-a")
+        .arg(addr.ip().to_string())
+        .arg("-p")
+        .arg(addr.port().to_string());
+    Ok(command)
+}
+
+/// The RabbitMQ node's command, everything it writes under `dir`, and the
+/// epmd it registers with (started here, in the foreground).
+async fn rabbitmq_command(
+    program: &Path,
+    dir: &Path,
+    addr: SocketAddr,
+) -> std::io::Result<(Command, Child)> {
+    std::fs::write(
+        dir.join("rabbitmq.conf"),
+        format!(
+            "loopback_users = none\ndefault_user = {}\ndefault_pass = {}\nlog.console = true\nlog.console.level = warning\nlog.file = false\n",
+            rabbitmq::USER,
+            rabbitmq::PASSWORD
+        ),
+    )?;
+    std::fs::write(dir.join("enabled_plugins"), "[].\n")?;
+    let local = IpAddr::from([127, 0, 0, 1]);
+    let epmd_port = free_port(local)?;
+    let dist_port = free_port(local)?;
+    let epmd_path = find("epmd", BrokerKind::Tailmesh)
+        .or_else(|| {
+            std::fs::read_dir("/usr/lib/erlang")
+                .ok()?
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("bin/epmd"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from("epmd"));
+    let epmd = Command::new(&epmd_path)
+        .arg("-port")
+        .arg(epmd_port.to_string())
+        .env("ERL_EPMD_ADDRESS", "127.0.0.1")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let node = format!("tailmesh{}@localhost", std::process::id());
+    let env: Vec<(&str, OsString)> = vec![
+        ("HOME", dir.into()),
+        ("RABBITMQ_NODENAME", node.into()),
+        ("RABBITMQ_NODE_IP_ADDRESS", addr.ip().to_string().into()),
+        ("RABBITMQ_NODE_PORT", addr.port().to_string().into()),
+        ("RABBITMQ_DIST_PORT", dist_port.to_string().into()),
+        ("ERL_EPMD_PORT", epmd_port.to_string().into()),
+        ("ERL_EPMD_ADDRESS", "127.0.0.1".into()),
+        ("RABBITMQ_MNESIA_BASE", dir.join("mnesia").into()),
+        ("RABBITMQ_LOG_BASE", dir.join("log").into()),
+        ("RABBITMQ_PID_FILE", dir.join("rabbitmq.pid").into()),
+        ("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq").into()),
+        (
+            "RABBITMQ_ENABLED_PLUGINS_FILE",
+            dir.join("enabled_plugins").into(),
+        ),
+    ];
+    let mut command = Command::new(program);
+    command.envs(env);
+    // The node inherits epmd's address; its distribution stays local.
+    let _ = timeout(Duration::from_secs(1), async {
+        while tokio::net::TcpStream::connect((local, epmd_port))
+            .await
+            .is_err()
+        {
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    Ok((command, epmd))
+}

@@ -1,0 +1,518 @@
+//! Pull hops through RabbitMQ and NATS JetStream, end to end: the real
+//! binary starts the broker server as a process of the run, and the run
+//! is checked for accounting, whole traces, redelivery after a worker is
+//! killed, the credit, and deadlines. Each test is skipped, naming the
+//! Debian package, where the server is not installed.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    thread::sleep,
+    time::Duration,
+};
+
+use crate::support::*;
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use serde_json::Value;
+use tailmesh_services::{addr::PeerAddr, broker::backend, model::BrokerKind};
+
+tests! {
+    sync nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted,
+    sync rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted,
+    sync nats_redelivers_the_tasks_of_a_killed_worker,
+    sync rabbitmq_redelivers_the_tasks_of_a_killed_worker,
+    sync nats_honours_the_credit_and_drops_expired_tasks,
+    sync rabbitmq_honours_the_credit_and_drops_expired_tasks,
+    sync a_full_nats_stream_refuses_with_resource_exhausted,
+    sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
+}
+
+/// How long a run with a broker server may take: RabbitMQ alone needs up
+/// to half a minute to start on a busy 2-core machine.
+const BROKER_RUN_DEADLINE: Duration = Duration::from_secs(150);
+
+/// Skips the test unless `kind`'s server is installed.
+fn require(kind: BrokerKind) {
+    let (program, dirs): (&str, &[&str]) = match kind {
+        BrokerKind::Nats => ("nats-server", &["/usr/sbin", "/usr/bin", "/usr/local/bin"]),
+        BrokerKind::Rabbitmq => ("rabbitmq-server", &["/usr/lib/rabbitmq/bin", "/usr/sbin"]),
+        BrokerKind::Tailmesh => return,
+    };
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = dirs
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::env::split_paths(&path))
+        .any(|d| d.join(program).is_file());
+    if !found {
+        crate::harness::skip(format!(
+            "{program} is not installed (Debian package {program})"
+        ));
+    }
+}
+
+fn run_scenario(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf) {
+    let finished = Running::start(dir, &run_args(scenario, results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE)
+        .wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    (finished, only_run_dir(results))
+}
+
+fn assert_accounted(v: &Value, context: &str) {
+    let (sent, ok, timeouts) = (u64_at(v, "/sent"), u64_at(v, "/ok"), u64_at(v, "/timeouts"));
+    let errors: u64 = errors(v).values().sum();
+    assert!(sent > 0, "nothing sent:\n{context}");
+    assert_eq!(sent, ok + errors + timeouts, "sent vs outcomes:\n{context}");
+    assert_eq!(
+        v.pointer("/accounted"),
+        Some(&Value::Bool(true)),
+        "{context}"
+    );
+}
+
+/// Every span of the run, with its trace's spans by id.
+fn traces(run_dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
+    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
+    file["data"].as_array().expect("data array").clone()
+}
+
+fn spans(trace: &Value) -> &Vec<Value> {
+    trace["spans"].as_array().expect("spans")
+}
+
+fn name(span: &Value) -> &str {
+    span["operationName"].as_str().expect("operationName")
+}
+
+fn parent<'a>(trace: &'a Value, span: &Value) -> Option<&'a Value> {
+    let id = span["references"].as_array()?.first()?["spanID"].as_str()?;
+    spans(trace).iter().find(|s| s["spanID"] == id)
+}
+
+fn int_tag(span: &Value, key: &str) -> Option<i64> {
+    span["tags"].as_array()?.iter().find(|t| t["key"] == key)?["value"].as_i64()
+}
+
+// ---------------------------------------------------------------------------
+// 1. A chain through each broker: every request answered, every trace whole.
+
+fn nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted() {
+    pull_chain(BrokerKind::Nats);
+}
+
+fn rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted() {
+    pull_chain(BrokerKind::Rabbitmq);
+}
+
+fn pull_chain(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(
+        dir.path(),
+        "chain.toml",
+        &format!(
+            r#"
+name = "broker-chain"
+seed = 3
+
+[broker]
+kind = "{}"
+
+[load]
+mode = "open"
+rate = 50
+arrivals = "uniform"
+duration = "2s"
+timeout = "3s"
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+transport = "pull"
+replicas = 2
+concurrency = 2
+work = {{ kind = "sleep", dist = "exp", mean = "2ms" }}
+
+[[hop]]
+name = "c"
+transport = "pull"
+work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
+"#,
+            kind.as_str()
+        ),
+    );
+    let results = dir.path().join("results");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE);
+    let broker_pid = loop {
+        if let Some(pid) = pid_of(&results, "base", "broker") {
+            break pid;
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for the broker process");
+        sleep(POLL);
+    };
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
+    assert_eq!(ok, sent, "a request failed:\n{context}");
+    // Every ok request has a trace whose server spans match its path.
+    assert_eq!(u64_at(v, "/traces/complete"), ok, "{context}");
+    // Each pulled hop's server span hangs under its queue wait, under the
+    // caller's client span: one trace through the broker.
+    let traces = traces(&run_dir);
+    assert_eq!(traces.len() as u64, sent, "one trace per request");
+    for trace in &traces {
+        for (hop, caller) in [("b", "a -> b"), ("c", "b -> c")] {
+            let server = spans(trace)
+                .iter()
+                .find(|s| name(s) == hop)
+                .unwrap_or_else(|| panic!("no span {hop}: {trace:#}"));
+            let wait = parent(trace, server).expect("the server span's parent");
+            assert_eq!(name(wait), format!("queue wait {hop}"), "{trace:#}");
+            let client = parent(trace, wait).expect("the queue wait's parent");
+            assert_eq!(name(client), caller, "{trace:#}");
+        }
+    }
+    // The broker's own statistics reached the summary.
+    let topics: Vec<&str> = v
+        .pointer("/broker")
+        .and_then(Value::as_array)
+        .expect("broker statistics")
+        .iter()
+        .filter_map(|t| t["topic"].as_str())
+        .collect();
+    assert_eq!(topics, ["b", "c"], "{context}");
+    assert_nothing_left(kind, broker_pid);
+}
+
+/// No server of the run is left running, nor its directory: both are
+/// named after the broker process's pid.
+fn assert_nothing_left(kind: BrokerKind, broker_pid: u32) {
+    let tag = format!("tailmesh-{}-{broker_pid}", kind.as_str());
+    assert!(
+        !std::env::temp_dir().join(&tag).exists(),
+        "the broker's directory {tag} is left behind"
+    );
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        assert!(
+            !cmdline.contains(&tag),
+            "a server of the run still runs: {cmdline}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 2. A worker SIGKILLed while it holds tasks: they are delivered again.
+
+fn nats_redelivers_the_tasks_of_a_killed_worker() {
+    killed_worker(BrokerKind::Nats);
+}
+
+fn rabbitmq_redelivers_the_tasks_of_a_killed_worker() {
+    killed_worker(BrokerKind::Rabbitmq);
+}
+
+fn killed_worker(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = path_str(dir.path()).to_string();
+    // Two workers with credit 1 and 300 ms tasks take 6.7 tasks/s; 20/s
+    // arrive, so the queue backs up and each worker always holds a task.
+    let scenario = write(
+        dir.path(),
+        "kill.toml",
+        &format!(
+            r#"
+name = "broker-kill"
+seed = 5
+
+[broker]
+kind = "{}"
+
+[load]
+mode = "open"
+rate = 20
+arrivals = "uniform"
+duration = "1500ms"
+timeout = "30s"
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+transport = "pull"
+replicas = 2
+concurrency = 1
+work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
+"#,
+            kind.as_str()
+        ),
+    );
+    let results = dir.path().join("results");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE);
+    // Kill hop-b-1 once the broker says both workers hold tasks: NATS
+    // counts unacknowledged deliveries; RabbitMQ tells the queue's depth
+    // and consumers, and a backlog with both consumers (prefetch 1 each)
+    // means each holds one.
+    let victim = loop {
+        let victim = pid_of(&results, "base", "hop-b-1");
+        let stats = endpoint(&results).and_then(|addr| {
+            runtime.block_on(async {
+                let stats = backend::stats(kind, &addr, &["b".to_owned()]).await.ok()?;
+                stats.into_iter().next()
+            })
+        });
+        let holding = stats.is_some_and(|s| match kind {
+            BrokerKind::Nats => s.in_flight >= 2,
+            _ => s.workers == 2 && s.depth >= 3,
+        });
+        if let (Some(victim), true) = (victim, holding) {
+            break victim;
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for tasks held by both workers");
+        sleep(POLL);
+    };
+    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-1");
+    kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    // The task the dead worker held was answered all the same: only a
+    // redelivery to the survivor can have done it.
+    assert_eq!(
+        u64_at(v, "/ok"),
+        u64_at(v, "/sent"),
+        "a request was lost with its worker:\n{context}"
+    );
+    if kind == BrokerKind::Nats {
+        let b = v
+            .pointer("/broker")
+            .and_then(Value::as_array)
+            .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
+            .expect("statistics of b");
+        assert!(u64_at(b, "/redelivered") >= 1, "{context}");
+    }
+    assert_killed_replica_is_the_incident(v, victim, &context);
+}
+
+/// The broker server's address, once the run's broker process wrote it.
+fn endpoint(results: &Path) -> Option<PeerAddr> {
+    let file = find_files(results, "broker.endpoint").into_iter().next()?;
+    let addr: std::net::SocketAddr = std::fs::read_to_string(file).ok()?.trim().parse().ok()?;
+    Some(addr.into())
+}
+
+// ---------------------------------------------------------------------------
+// 3. Overload: a worker never holds more than its credit, and a task whose
+//    deadline passed in the queue is never worked on.
+
+fn nats_honours_the_credit_and_drops_expired_tasks() {
+    credit_and_deadlines(BrokerKind::Nats);
+}
+
+fn rabbitmq_honours_the_credit_and_drops_expired_tasks() {
+    credit_and_deadlines(BrokerKind::Rabbitmq);
+}
+
+fn credit_and_deadlines(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // One worker with credit 2 and 100 ms tasks takes 20/s; 40/s arrive
+    // with 400 ms to live: the queue grows and most requests expire in it.
+    let scenario = write(
+        dir.path(),
+        "overload.toml",
+        &format!(
+            r#"
+name = "broker-overload"
+seed = 9
+
+[broker]
+kind = "{}"
+
+[load]
+mode = "open"
+rate = 40
+arrivals = "uniform"
+duration = "2s"
+timeout = "400ms"
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+transport = "pull"
+concurrency = 2
+work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
+"#,
+            kind.as_str()
+        ),
+    );
+    let results = dir.path().join("results");
+    let (finished, run_dir) = run_scenario(dir.path(), &scenario, &results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    let failed = u64_at(v, "/sent") - u64_at(v, "/ok");
+    assert!(
+        failed >= 10,
+        "the scenario did not overload the worker:\n{context}"
+    );
+
+    // The worker's own record of what it worked on: b's server spans, each
+    // from taking the task to answering it (a leaf: no downstream wait).
+    let timeout_us = 400_000;
+    let mut intervals = Vec::new();
+    let mut served: HashMap<i64, u64> = HashMap::new();
+    for trace in traces(&run_dir) {
+        let root = spans(&trace)
+            .iter()
+            .find(|s| s["references"].as_array().is_some_and(Vec::is_empty))
+            .expect("the load generator's span");
+        let intended = root["startTime"].as_u64().expect("startTime");
+        for s in spans(&trace).iter().filter(|s| name(s) == "b") {
+            let start = s["startTime"].as_u64().expect("startTime");
+            let end = start + s["duration"].as_u64().expect("duration");
+            // Taken before the request's deadline, never after.
+            assert!(
+                start < intended + timeout_us,
+                "b started a task {} us after its deadline:\n{trace:#}",
+                start - intended - timeout_us
+            );
+            intervals.push((start, end));
+            *served
+                .entry(int_tag(s, "request_id").expect("request_id"))
+                .or_default() += 1;
+        }
+    }
+    assert!(!intervals.is_empty(), "b served nothing:\n{context}");
+    // Never more than the credit (2) at once.
+    let mut events: BTreeMap<(u64, i8), i64> = BTreeMap::new();
+    for (start, end) in &intervals {
+        // Ends sort before starts at the same instant.
+        *events.entry((*end, -1)).or_default() += 1;
+        *events.entry((*start, 1)).or_default() += 1;
+    }
+    let (mut now, mut most) = (0i64, 0i64);
+    for ((_, kind), n) in events {
+        now += i64::from(kind) * n;
+        most = most.max(now);
+    }
+    assert!(
+        most <= 2,
+        "b held {most} tasks at once with credit 2:\n{context}"
+    );
+    assert!(most >= 1);
+    assert!(
+        served.values().all(|n| *n == 1),
+        "a task was served twice: {served:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 4. The bound: a full queue refuses the next task with RESOURCE_EXHAUSTED.
+
+fn a_full_nats_stream_refuses_with_resource_exhausted() {
+    full_queue(BrokerKind::Nats);
+}
+
+fn a_full_rabbitmq_queue_refuses_with_resource_exhausted() {
+    full_queue(BrokerKind::Rabbitmq);
+}
+
+fn full_queue(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let server = tailmesh::launcher::brokers::BrokerServer::start(
+            kind,
+            std::net::Ipv4Addr::LOCALHOST.into(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let addr = PeerAddr::from(server.addr);
+        let producer = backend::Producer::connect_lazy(kind, &addr);
+        let topic = "full";
+        let patience = Some(Duration::from_secs(120));
+        // No worker: every task stays queued until the queue is full.
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..backend::QUEUE_CAPACITY {
+            let producer = producer.clone();
+            waiting.spawn(async move {
+                producer
+                    .submit(topic, vec![1; 16], HashMap::new(), patience)
+                    .await
+            });
+        }
+        let started = std::time::Instant::now();
+        loop {
+            let depth = backend::stats(kind, &addr, &[topic.to_owned()])
+                .await
+                .ok()
+                .and_then(|s| s.first().map(|t| t.depth));
+            if depth == Some(u64::from(backend::QUEUE_CAPACITY)) {
+                break;
+            }
+            // A refusal before the queue is full would be an answer.
+            if let Some(answered) = waiting.try_join_next() {
+                panic!("a task was answered while the queue filled: {answered:?}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the queue holds {depth:?} tasks after 60 s"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        let refused = producer
+            .submit(topic, vec![1; 16], HashMap::new(), patience)
+            .await
+            .expect_err("one task more than the queue holds");
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{refused:?}"
+        );
+        assert!(refused.message().contains("is full"), "{refused:?}");
+        waiting.abort_all();
+        drop(producer);
+        server.stop().await;
+    });
+}

@@ -1,0 +1,295 @@
+//! The pull backends side by side: tailmesh's own broker, RabbitMQ and NATS
+//! JetStream, behind one producer type ([`Producer`]) and one worker entry
+//! point ([`run_backend_worker`]), so a hop's caller and worker code is
+//! written once.
+//!
+//! The external brokers carry what tailmesh's broker keeps in its task
+//! message in headers instead: W3C trace context, the absolute deadline
+//! ([`DEADLINE_HEADER`]), the enqueue time ([`ENQUEUED_HEADER`]) and, on
+//! replies, the gRPC code and message ([`CODE_HEADER`], [`MESSAGE_HEADER`]).
+//! Their workers hand the hop the same [`pb::Task`] the tailmesh worker
+//! does, so the hop's handler does not know which broker it serves.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use tailmesh_proto::pb;
+use tonic::{Code, Status};
+
+use super::{
+    BrokerClient, BrokerError, Release, WorkerOptions, nats, rabbitmq, run_worker_releasing,
+};
+use crate::{addr::PeerAddr, model::BrokerKind, telemetry};
+
+/// Header: the task's absolute deadline, Unix nanoseconds (absent: none).
+pub const DEADLINE_HEADER: &str = "tm-deadline";
+/// Header: when the producer enqueued the task, Unix nanoseconds.
+pub const ENQUEUED_HEADER: &str = "tm-enqueued";
+/// Reply header: the gRPC code of the worker's answer (absent: OK).
+pub const CODE_HEADER: &str = "tm-code";
+/// Reply header: the status message of an error answer.
+pub const MESSAGE_HEADER: &str = "tm-message";
+/// Most tasks waiting per topic in an external broker before publishing is
+/// refused with RESOURCE_EXHAUSTED: tailmesh's broker's default capacity.
+pub const QUEUE_CAPACITY: u32 = 10_000;
+/// Deliveries a task may have (the first and redeliveries after a lost
+/// worker), as tailmesh's broker's default.
+pub const MAX_DELIVERIES: u32 = 3;
+/// How long a worker may hold a task without a sign of life before the
+/// broker (JetStream) gives it to another worker; workers signal progress
+/// at a third of it.
+pub const ACK_WAIT: Duration = Duration::from_secs(2);
+/// Extra time a producer waits for the reply beyond the task's deadline.
+pub(crate) const REPLY_SLACK: Duration = Duration::from_millis(20);
+
+/// Unix nanoseconds now.
+pub(crate) fn unix_nanos() -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(now.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The absolute deadline of a task with `deadline` left, Unix nanoseconds.
+pub(crate) fn deadline_nanos(deadline: Option<Duration>) -> u64 {
+    deadline.map_or(0, |d| {
+        unix_nanos().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    })
+}
+
+/// The headers an external broker's task carries: the caller's (trace
+/// context) plus deadline and enqueue time.
+pub(crate) fn task_headers(
+    mut headers: HashMap<String, String>,
+    deadline_unix_nanos: u64,
+) -> HashMap<String, String> {
+    if deadline_unix_nanos > 0 {
+        headers.insert(DEADLINE_HEADER.into(), deadline_unix_nanos.to_string());
+    }
+    headers.insert(ENQUEUED_HEADER.into(), unix_nanos().to_string());
+    headers
+}
+
+/// A number header, 0 when absent or unreadable.
+pub(crate) fn number(headers: &HashMap<String, String>, key: &str) -> u64 {
+    headers
+        .get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
+}
+
+/// The task a worker of an external broker hands its handler. Its queue
+/// wait runs from `enqueued_unix_nanos` (the broker's own time where it
+/// records one) to now; when the task is traced, a "queue wait <topic>"
+/// span covering it goes between the caller's span and the worker's, as
+/// tailmesh's broker records one.
+pub(crate) fn task_of(
+    topic: &str,
+    task_id: u64,
+    payload: Vec<u8>,
+    mut headers: HashMap<String, String>,
+    enqueued_unix_nanos: u64,
+    delivery: u32,
+) -> pb::Task {
+    let now = unix_nanos();
+    let queue_wait_ns = now.saturating_sub(enqueued_unix_nanos);
+    let parent = telemetry::extract_headers(&headers);
+    let cx = telemetry::past_span(
+        format!("queue wait {topic}"),
+        UNIX_EPOCH + Duration::from_nanos(enqueued_unix_nanos.min(now)),
+        vec![
+            opentelemetry::KeyValue::new("hop", topic.to_owned()),
+            opentelemetry::KeyValue::new("transport", "pull"),
+            opentelemetry::KeyValue::new("variant", telemetry::variant()),
+            opentelemetry::KeyValue::new(
+                "queue_wait_ns",
+                i64::try_from(queue_wait_ns).unwrap_or(i64::MAX),
+            ),
+        ],
+        parent,
+    );
+    telemetry::inject_headers(&cx, &mut headers);
+    pb::Task {
+        task_id,
+        payload,
+        deadline_unix_nanos: number(&headers, DEADLINE_HEADER),
+        headers,
+        queue_wait_ns,
+        delivery,
+    }
+}
+
+/// Whether a task's deadline (Unix nanoseconds, 0 = none) has passed.
+pub(crate) fn expired(deadline_unix_nanos: u64) -> bool {
+    deadline_unix_nanos > 0 && unix_nanos() >= deadline_unix_nanos
+}
+
+/// The reply headers of a worker's answer.
+pub(crate) fn reply_headers(outcome: &Result<Vec<u8>, Status>) -> Vec<(&'static str, String)> {
+    match outcome {
+        Ok(_) => Vec::new(),
+        Err(status) => vec![
+            (CODE_HEADER, (status.code() as i32).to_string()),
+            (MESSAGE_HEADER, status.message().to_owned()),
+        ],
+    }
+}
+
+/// A reply read back from its headers and payload.
+pub(crate) fn reply_of(
+    code: Option<&str>,
+    message: Option<&str>,
+    payload: Vec<u8>,
+) -> Result<Vec<u8>, Status> {
+    match code.and_then(|c| c.parse::<i32>().ok()).map(Code::from) {
+        None | Some(Code::Ok) => Ok(payload),
+        Some(code) => Err(Status::new(code, message.unwrap_or_default().to_owned())),
+    }
+}
+
+/// The producer side of a pull hop, whichever broker it goes through: a
+/// cheap `Clone` sharing one connection.
+#[derive(Clone, Debug)]
+pub enum Producer {
+    /// tailmesh's broker.
+    Tailmesh(BrokerClient),
+    /// NATS JetStream.
+    Nats(nats::NatsProducer),
+    /// RabbitMQ.
+    Rabbitmq(rabbitmq::RabbitProducer),
+}
+
+impl Producer {
+    /// What happened to the connection to tailmesh's broker so far; `None`
+    /// for RabbitMQ and NATS, whose clients keep their connections to
+    /// themselves.
+    pub fn link_counts(&self) -> Option<crate::link::LinkCounts> {
+        match self {
+            Producer::Tailmesh(client) => Some(client.link_counts()),
+            Producer::Nats(_) | Producer::Rabbitmq(_) => None,
+        }
+    }
+
+    /// A producer for the `kind` broker at `addr`, connecting on first use.
+    pub fn connect_lazy(kind: BrokerKind, addr: &PeerAddr) -> Self {
+        match kind {
+            BrokerKind::Tailmesh => Producer::Tailmesh(BrokerClient::connect_lazy(addr)),
+            BrokerKind::Nats => Producer::Nats(nats::NatsProducer::new(addr.clone())),
+            BrokerKind::Rabbitmq => Producer::Rabbitmq(rabbitmq::RabbitProducer::new(addr.clone())),
+        }
+    }
+
+    /// Submits `payload` to `topic` and waits for the worker's reply
+    /// payload. `deadline` is the time the caller still waits: past it the
+    /// answer is DEADLINE_EXCEEDED, and a full queue answers
+    /// RESOURCE_EXHAUSTED, whichever the broker.
+    pub async fn submit(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        headers: HashMap<String, String>,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<u8>, Status> {
+        match self {
+            Producer::Tailmesh(client) => client
+                .clone()
+                .submit(topic, payload, headers, deadline)
+                .await
+                .map(|reply| reply.payload),
+            Producer::Nats(p) => p.submit(topic, payload, headers, deadline).await,
+            Producer::Rabbitmq(p) => p.submit(topic, payload, headers, deadline).await,
+        }
+    }
+}
+
+/// How an external broker's worker acknowledges a task: after its reply is
+/// sent (`AfterReply`, so a worker lost at any point gets the task
+/// redelivered), or once the handler releases its credit (`OnRelease`: a
+/// hop whose own work is done and only waits on downstream hops frees its
+/// credit, as with tailmesh's broker; a worker lost after that loses the
+/// task, and its caller times out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckWhen {
+    /// After the reply.
+    AfterReply,
+    /// When the handler releases its credit (or after the reply).
+    OnRelease,
+}
+
+/// Runs a worker for `topic` on the `kind` broker at `addr` until
+/// `shutdown`, at most `options.credits` tasks at once, each answered by
+/// `handler` (see [`run_worker_releasing`] for tailmesh's broker; the
+/// external brokers' workers behave alike: a task whose deadline passed
+/// before it reached the worker is dropped unprocessed, a handler running
+/// past it is answered DEADLINE_EXCEEDED).
+#[allow(clippy::too_many_arguments)]
+pub async fn run_backend_worker<H, F>(
+    kind: BrokerKind,
+    addr: PeerAddr,
+    topic: String,
+    worker: String,
+    options: WorkerOptions,
+    ack: AckWhen,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BrokerError>
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    let credits = options.credits;
+    match kind {
+        BrokerKind::Tailmesh => {
+            run_worker_releasing(addr, topic, worker, options, handler, shutdown).await
+        }
+        BrokerKind::Nats => {
+            nats::run_worker(addr, topic, worker, credits.max(1), ack, handler, shutdown).await
+        }
+        BrokerKind::Rabbitmq => {
+            rabbitmq::run_worker(addr, topic, worker, credits.max(1), ack, handler, shutdown).await
+        }
+    }
+}
+
+/// Runs `work` until the wall-clock deadline (Unix nanoseconds, 0 = none).
+pub(crate) async fn within_deadline<F>(work: F, deadline_unix_nanos: u64) -> Result<Vec<u8>, Status>
+where
+    F: Future<Output = Result<Vec<u8>, Status>>,
+{
+    if deadline_unix_nanos == 0 {
+        return work.await;
+    }
+    let remaining = Duration::from_nanos(deadline_unix_nanos.saturating_sub(unix_nanos()));
+    tokio::time::timeout(remaining, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(
+                "the worker's handler ran past the task's deadline",
+            ))
+        })
+}
+
+/// Per-topic statistics of the `kind` broker at `addr`, in tailmesh's
+/// broker's terms: what the broker itself reports (NATS JetStream: stream
+/// and consumer state; RabbitMQ: queue depth and consumers), the rest left
+/// zero (queue waits are measured by the workers and travel in the reply
+/// paths).
+pub async fn stats(
+    kind: BrokerKind,
+    addr: &PeerAddr,
+    topics: &[String],
+) -> Result<Vec<pb::TopicStats>, Status> {
+    match kind {
+        BrokerKind::Tailmesh => {
+            let mut client = BrokerClient::connect(addr)
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            client.stats(None).await
+        }
+        BrokerKind::Nats => nats::stats(addr, topics).await,
+        BrokerKind::Rabbitmq => rabbitmq::stats(addr, topics).await,
+    }
+}

@@ -1,0 +1,546 @@
+//! NATS JetStream as a pull backend.
+//!
+//! - **A work-queue stream per pulled hop**: stream `tm_<hop>` on subject
+//!   `tm.<hop>`, in memory, work-queue retention (a message leaves the
+//!   stream when acknowledged), at most [`QUEUE_CAPACITY`] messages with
+//!   discard-new: one more publish is refused, answered RESOURCE_EXHAUSTED.
+//! - **One durable pull consumer per hop** (`workers`) shared by the hop's
+//!   replicas, explicit acks, ack wait [`ACK_WAIT`] (workers signal progress
+//!   on long tasks) and [`MAX_DELIVERIES`] deliveries.
+//! - **Credit**: a worker has at most `credits` pull requests and tasks
+//!   outstanding together, each pull asking for one message, so the server
+//!   hands it a task only when it has a free slot.
+//! - **Replies** go by core NATS to the producer's inbox, named in the
+//!   `tm-reply` header (JetStream uses the message's own reply subject for
+//!   its publish acknowledgement).
+//! - **Deadlines**: NATS 2.9 has no per-message time to live, so the
+//!   deadline travels in a header and the worker checks it: a task whose
+//!   deadline passed in the queue is acknowledged (terminated) unprocessed.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::pin,
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use async_nats::{
+    HeaderMap,
+    jetstream::{self, AckKind, consumer::pull, stream},
+};
+use futures::StreamExt;
+use tailmesh_proto::pb;
+use tokio::{
+    sync::{Semaphore, oneshot},
+    task::JoinSet,
+};
+use tonic::Status;
+
+use super::{
+    BrokerError, Release,
+    backend::{
+        ACK_WAIT, AckWhen, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES,
+        MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK, deadline_nanos, expired, number,
+        reply_headers, reply_of, task_headers, task_of, within_deadline,
+    },
+};
+use crate::addr::PeerAddr;
+
+/// Header: the producer's inbox subject for the reply.
+const REPLY_HEADER: &str = "tm-reply";
+/// The consumer every worker of a hop shares.
+const CONSUMER: &str = "workers";
+/// How long one pull request waits for a message before it is renewed.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// First and longest pause before a worker retries a broken connection.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Largest message the broker accepts (its `max_payload`, set when the
+/// launcher starts it): a full payload plus framing.
+pub const MAX_PAYLOAD: usize = 8 * 1024 * 1024;
+
+/// The stream of a hop's tasks.
+pub fn stream_name(topic: &str) -> String {
+    format!("tm_{topic}")
+}
+
+fn subject(topic: &str) -> String {
+    format!("tm.{topic}")
+}
+
+fn url(addr: &PeerAddr) -> String {
+    format!("nats://{addr}")
+}
+
+async fn connect(addr: &PeerAddr) -> Result<async_nats::Client, Status> {
+    async_nats::ConnectOptions::new()
+        .connection_timeout(CONNECT_TIMEOUT)
+        .connect(url(addr))
+        .await
+        .map_err(|e| Status::unavailable(format!("NATS {addr}: connect: {e}")))
+}
+
+/// The hop's stream, created if it is not there yet (by whichever of its
+/// producers and workers comes first; they all ask for the same).
+async fn ensure_stream(js: &jetstream::Context, topic: &str) -> Result<stream::Stream, Status> {
+    let config = stream::Config {
+        name: stream_name(topic),
+        subjects: vec![subject(topic)],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::Memory,
+        max_messages: i64::from(QUEUE_CAPACITY),
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    };
+    // Two creators may race: the loser finds the winner's stream.
+    match js.get_or_create_stream(config).await {
+        Ok(s) => Ok(s),
+        Err(first) => js.get_stream(stream_name(topic)).await.map_err(|_| {
+            Status::unavailable(format!("NATS stream {}: {first}", stream_name(topic)))
+        }),
+    }
+}
+
+async fn ensure_consumer(
+    stream: &stream::Stream,
+    topic: &str,
+) -> Result<jetstream::consumer::PullConsumer, Status> {
+    let config = pull::Config {
+        durable_name: Some(CONSUMER.to_owned()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: ACK_WAIT,
+        max_deliver: i64::from(MAX_DELIVERIES),
+        max_ack_pending: i64::from(QUEUE_CAPACITY),
+        ..Default::default()
+    };
+    match stream.get_or_create_consumer(CONSUMER, config).await {
+        Ok(c) => Ok(c),
+        Err(first) => stream.get_consumer(CONSUMER).await.map_err(|_| {
+            Status::unavailable(format!("NATS consumer {CONSUMER} of {topic}: {first}"))
+        }),
+    }
+}
+
+/// A producer's connection: JetStream for tasks, an inbox for replies.
+#[derive(Debug)]
+struct Connected {
+    js: jetstream::Context,
+    inbox: String,
+    waiters: Arc<Waiters>,
+    next_id: AtomicU64,
+    /// Topics whose stream this producer has made sure of.
+    streams: Mutex<Vec<String>>,
+}
+
+type Waiters = Mutex<HashMap<u64, oneshot::Sender<async_nats::Message>>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The producer side: a cheap `Clone` over one NATS connection, opened on
+/// first use.
+#[derive(Clone, Debug)]
+pub struct NatsProducer {
+    addr: PeerAddr,
+    conn: Arc<tokio::sync::Mutex<Option<Arc<Connected>>>>,
+}
+
+impl NatsProducer {
+    /// A producer for the NATS server at `addr`; connects on first submit.
+    pub fn new(addr: PeerAddr) -> Self {
+        NatsProducer {
+            addr,
+            conn: Arc::default(),
+        }
+    }
+
+    async fn connected(&self) -> Result<Arc<Connected>, Status> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let client = connect(&self.addr).await?;
+        let inbox = client.new_inbox();
+        let mut replies = client
+            .subscribe(format!("{inbox}.*"))
+            .await
+            .map_err(|e| Status::unavailable(format!("NATS {}: subscribe: {e}", self.addr)))?;
+        let waiters: Arc<Waiters> = Arc::default();
+        let routing = waiters.clone();
+        tokio::spawn(async move {
+            while let Some(reply) = replies.next().await {
+                let id = reply
+                    .subject
+                    .rsplit('.')
+                    .next()
+                    .and_then(|id| id.parse::<u64>().ok());
+                if let Some(tx) = id.and_then(|id| lock(&routing).remove(&id)) {
+                    let _ = tx.send(reply);
+                }
+            }
+        });
+        let connected = Arc::new(Connected {
+            js: jetstream::new(client),
+            inbox,
+            waiters,
+            next_id: AtomicU64::new(0),
+            streams: Mutex::default(),
+        });
+        *slot = Some(connected.clone());
+        Ok(connected)
+    }
+
+    /// Publishes the task and waits for its reply (see
+    /// [`Producer::submit`](super::backend::Producer::submit)).
+    pub async fn submit(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        headers: HashMap<String, String>,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<u8>, Status> {
+        let wait = async {
+            let c = self.connected().await?;
+            if !lock(&c.streams).iter().any(|t| t == topic) {
+                ensure_stream(&c.js, topic).await?;
+                lock(&c.streams).push(topic.to_owned());
+            }
+            let id = c.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            lock(&c.waiters).insert(id, tx);
+            let _waiting = Forget(&c.waiters, id);
+            let mut map = HeaderMap::new();
+            for (k, v) in task_headers(headers, deadline_nanos(deadline)) {
+                map.insert(k.as_str(), v.as_str());
+            }
+            map.insert(REPLY_HEADER, format!("{}.{id}", c.inbox).as_str());
+            let published =
+                c.js.publish_with_headers(subject(topic), map, payload.into())
+                    .await
+                    .map_err(|e| refused(topic, &self.addr, &e.to_string()))?;
+            published
+                .await
+                .map_err(|e| refused(topic, &self.addr, &e.to_string()))?;
+            let reply = rx.await.map_err(|_| {
+                Status::unavailable(format!("NATS {}: reply subscription ended", self.addr))
+            })?;
+            let header = |k: &str| {
+                reply
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(k))
+                    .map(|v| v.as_str().to_owned())
+            };
+            reply_of(
+                header(CODE_HEADER).as_deref(),
+                header(MESSAGE_HEADER).as_deref(),
+                reply.payload.to_vec(),
+            )
+        };
+        match deadline {
+            None => wait.await,
+            Some(d) => tokio::time::timeout(d + REPLY_SLACK, wait)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Status::deadline_exceeded(format!(
+                        "no reply from hop {topic:?} through NATS {} within its deadline ({d:?})",
+                        self.addr
+                    )))
+                }),
+        }
+    }
+}
+
+/// Removes a waiter however its submit ends.
+struct Forget<'a>(&'a Waiters, u64);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        lock(self.0).remove(&self.1);
+    }
+}
+
+/// A refused publish: a full stream is RESOURCE_EXHAUSTED, anything else
+/// UNAVAILABLE.
+fn refused(topic: &str, addr: &PeerAddr, why: &str) -> Status {
+    if why.contains("maximum messages") || why.contains("maximum bytes") {
+        Status::resource_exhausted(format!(
+            "topic {topic:?} is full ({QUEUE_CAPACITY} tasks queued in NATS {addr}); try again later"
+        ))
+    } else {
+        Status::unavailable(format!("NATS {addr}: publish to {topic:?}: {why}"))
+    }
+}
+
+/// The worker side (see [`run_backend_worker`](super::backend::run_backend_worker)).
+/// A broken connection is retried with backoff; only shutdown ends it.
+pub(crate) async fn run_worker<H, F>(
+    addr: PeerAddr,
+    topic: String,
+    worker: String,
+    credits: u32,
+    ack: AckWhen,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BrokerError>
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    let mut shutdown = pin!(shutdown);
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let session = async {
+            let client = connect(&addr).await?;
+            let js = jetstream::new(client.clone());
+            let stream = ensure_stream(&js, &topic).await?;
+            let consumer = ensure_consumer(&stream, &topic).await?;
+            tracing::debug!(%addr, %topic, %worker, "NATS worker connected");
+            Ok::<_, Status>((client, consumer))
+        };
+        let connected = tokio::select! {
+            c = session => c,
+            () = shutdown.as_mut() => return Ok(()),
+        };
+        match connected {
+            Ok((client, consumer)) => {
+                let slots = Arc::new(Semaphore::new(credits as usize));
+                let mut running = JoinSet::new();
+                for _ in 0..credits {
+                    running.spawn(pull_loop(
+                        client.clone(),
+                        consumer.clone(),
+                        topic.clone(),
+                        slots.clone(),
+                        ack,
+                        handler.clone(),
+                    ));
+                }
+                tokio::select! {
+                    () = shutdown.as_mut() => {
+                        // No new pulls; the tasks held are finished and answered.
+                        running.abort_all();
+                        let _ = slots.acquire_many(credits).await;
+                        return Ok(());
+                    }
+                    Some(ended) = running.join_next() => {
+                        let why = match ended {
+                            Ok(why) => why,
+                            Err(e) => e.to_string(),
+                        };
+                        tracing::warn!(%addr, %topic, %worker, %why, retry_in = ?backoff, "NATS worker lost its consumer");
+                    }
+                }
+            }
+            Err(status) => {
+                tracing::warn!(%addr, %topic, %worker, reason = %status.message(), retry_in = ?backoff, "NATS worker cannot connect");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutdown.as_mut() => return Ok(()),
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One credit: takes a slot, pulls one message for it, hands it to a task
+/// of its own (which frees the slot on release or when done), repeats.
+/// Returns why it stopped.
+async fn pull_loop<H, F>(
+    client: async_nats::Client,
+    consumer: jetstream::consumer::PullConsumer,
+    topic: String,
+    slots: Arc<Semaphore>,
+    ack: AckWhen,
+    handler: H,
+) -> String
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return "slots closed".into();
+        };
+        let batch = consumer
+            .batch()
+            .max_messages(1)
+            .expires(PULL_EXPIRES)
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => return format!("pull: {e}"),
+        };
+        let message = match batch.next().await {
+            None => continue,
+            Some(Err(e)) => {
+                // An expired pull with no message is not an error worth a
+                // reconnect; anything else is.
+                let text = e.to_string();
+                if text.contains("timed out") || text.contains("408") {
+                    continue;
+                }
+                return format!("pull: {text}");
+            }
+            Some(Ok(m)) => m,
+        };
+        let client = client.clone();
+        let handler = handler.clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            serve_message(client, message, &topic, slot, ack, handler).await;
+        });
+    }
+}
+
+async fn serve_message<H, F>(
+    client: async_nats::Client,
+    message: jetstream::Message,
+    topic: &str,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    ack: AckWhen,
+    handler: H,
+) where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    let headers: HashMap<String, String> = message
+        .headers
+        .as_ref()
+        .map(|h| {
+            h.iter()
+                .filter_map(|(k, v)| Some((k.to_string(), v.first()?.as_str().to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (sequence, delivery) = message
+        .info()
+        .map(|i| (i.stream_sequence, u32::try_from(i.delivered).unwrap_or(1)))
+        .unwrap_or((0, 1));
+    if expired(number(&headers, DEADLINE_HEADER)) {
+        // Nobody waits for it any more: taken off the queue, not worked on.
+        tracing::debug!(%topic, sequence, "task expired in the queue; dropped");
+        let _ = message.ack_with(AckKind::Term).await;
+        return;
+    }
+    let reply_to = headers.get(REPLY_HEADER).cloned();
+    let task = task_of(
+        topic,
+        sequence,
+        message.payload.to_vec(),
+        headers.clone(),
+        number(&headers, ENQUEUED_HEADER),
+        delivery,
+    );
+    let deadline = task.deadline_unix_nanos;
+    let message = Arc::new(message);
+    // The slot (and, with OnRelease, the acknowledgement) goes back on
+    // release or at the end, whichever comes first.
+    let held = Arc::new(Mutex::new(Some(slot)));
+    let acked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let release = {
+        let (held, message, acked) = (held.clone(), message.clone(), acked.clone());
+        Release::callback(move || {
+            if ack == AckWhen::OnRelease {
+                if !acked.swap(true, Ordering::AcqRel) {
+                    tokio::spawn(async move {
+                        let _ = message.ack().await;
+                    });
+                }
+                lock(&held).take();
+            }
+        })
+    };
+    let work = within_deadline(handler(task, release), deadline);
+    // Long tasks tell the broker they are alive, so it does not redeliver.
+    let outcome = {
+        let mut work = pin!(work);
+        let mut tick = tokio::time::interval(ACK_WAIT / 3);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                _ = tick.tick() => {
+                    if !acked.load(Ordering::Acquire) {
+                        let _ = message.ack_with(AckKind::Progress).await;
+                    }
+                }
+            }
+        }
+    };
+    if let Some(reply_to) = reply_to {
+        let mut map = HeaderMap::new();
+        for (k, v) in reply_headers(&outcome) {
+            map.insert(k, v.as_str());
+        }
+        let payload = outcome.unwrap_or_default();
+        if let Err(e) = client
+            .publish_with_headers(reply_to, map, payload.into())
+            .await
+        {
+            tracing::warn!(%topic, "NATS reply: {e}");
+        }
+    }
+    if !acked.swap(true, Ordering::AcqRel) {
+        let _ = message.ack().await;
+    }
+    lock(&held).take();
+}
+
+/// Per-topic statistics from the server: stream depth, messages stored
+/// since the stream was made, deliveries, redeliveries and acks pending.
+pub(crate) async fn stats(
+    addr: &PeerAddr,
+    topics: &[String],
+) -> Result<Vec<pb::TopicStats>, Status> {
+    let client = connect(addr).await?;
+    let js = jetstream::new(client);
+    let mut out = Vec::new();
+    for topic in topics {
+        let unavailable = |e: &dyn std::fmt::Display| {
+            Status::unavailable(format!("NATS {addr}: stream {}: {e}", stream_name(topic)))
+        };
+        let mut stream = js
+            .get_stream(stream_name(topic))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let state = stream
+            .info()
+            .await
+            .map_err(|e| unavailable(&e))?
+            .state
+            .clone();
+        let consumer = stream.consumer_info(CONSUMER).await.ok();
+        out.push(pb::TopicStats {
+            topic: topic.clone(),
+            enqueued: state.last_sequence,
+            depth: state.messages,
+            dispatched: consumer
+                .as_ref()
+                .map_or(0, |c| c.delivered.consumer_sequence),
+            // Deliveries beyond the messages delivered: the consumer's
+            // sequence counts every delivery, the stream's the last
+            // message delivered (work-queue streams deliver in order).
+            redelivered: consumer.as_ref().map_or(0, |c| {
+                c.delivered
+                    .consumer_sequence
+                    .saturating_sub(c.delivered.stream_sequence)
+            }),
+            in_flight: consumer.as_ref().map_or(0, |c| c.num_ack_pending as u64),
+            workers: consumer
+                .as_ref()
+                .map_or(0, |c| u32::try_from(c.num_waiting).unwrap_or(u32::MAX)),
+            ..Default::default()
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,519 @@
+//! RabbitMQ (AMQP 0-9-1) as a pull backend.
+//!
+//! - **A queue per pulled hop**: `tm.<hop>`, not durable, at most
+//!   [`QUEUE_CAPACITY`] messages (`x-max-length`) with `x-overflow =
+//!   reject-publish`: producers publish with confirms, and a refused
+//!   publish (a nack) is answered RESOURCE_EXHAUSTED.
+//! - **Credit**: each worker consumes on its own channel with `basic.qos`
+//!   prefetch equal to its credit (the hop's `concurrency`), so the broker
+//!   has at most that many unacknowledged tasks out at the worker.
+//! - **Acknowledgement** after the reply is sent (or, for a hop that calls
+//!   others, once its own work is done: see
+//!   [`AckWhen`]); unacknowledged tasks of a worker
+//!   whose channel closes (a crash, a kill) are requeued by the broker and
+//!   delivered again (a classic queue sets no limit on redeliveries).
+//! - **Replies** through direct reply-to (`amq.rabbitmq.reply-to`): no
+//!   reply queue, the producer's channel consumes its own pseudo-queue.
+//! - **Deadlines**: the remaining deadline becomes the message's
+//!   `expiration`, so RabbitMQ drops a task that expires in the queue; the
+//!   worker checks the absolute deadline header too.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::pin,
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::StreamExt;
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties,
+    message::Delivery,
+    options::{
+        BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+        BasicRejectOptions, ConfirmSelectOptions, QueueDeclareOptions,
+    },
+    types::{AMQPValue, FieldTable, LongString, ShortString},
+};
+use tailmesh_proto::pb;
+use tokio::sync::oneshot;
+use tonic::Status;
+
+use super::{
+    BrokerError, Release,
+    backend::{
+        AckWhen, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, QUEUE_CAPACITY,
+        REPLY_SLACK, deadline_nanos, expired, number, reply_headers, reply_of, task_headers,
+        task_of, within_deadline,
+    },
+};
+use crate::addr::PeerAddr;
+
+/// Most tasks a worker tracks at once (its prefetch bounds those it has
+/// not acknowledged; acknowledged ones waiting on downstream hops add).
+const TASKS_HELD: u32 = 1 << 20;
+/// Direct reply-to's pseudo-queue.
+const REPLY_TO: &str = "amq.rabbitmq.reply-to";
+/// First and longest pause before a worker retries a broken connection.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// User and password the launcher's broker and the deployments' images
+/// are given.
+pub const USER: &str = "tailmesh";
+/// See [`USER`].
+pub const PASSWORD: &str = "tailmesh";
+
+/// The queue of a hop's tasks.
+pub fn queue_name(topic: &str) -> String {
+    format!("tm.{topic}")
+}
+
+fn uri(addr: &PeerAddr) -> String {
+    format!("amqp://{USER}:{PASSWORD}@{addr}/%2f")
+}
+
+fn unavailable(addr: &PeerAddr, what: &str, e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("RabbitMQ {addr}: {what}: {e}"))
+}
+
+async fn connect(addr: &PeerAddr) -> Result<Connection, Status> {
+    Connection::connect(&uri(addr), ConnectionProperties::default())
+        .await
+        .map_err(|e| unavailable(addr, "connect", e))
+}
+
+/// Declares the hop's queue (idempotent: every producer and worker asks for
+/// the same); returns its depth and consumers.
+async fn declare(channel: &Channel, addr: &PeerAddr, topic: &str) -> Result<(u32, u32), Status> {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-max-length".into(),
+        AMQPValue::LongLongInt(i64::from(QUEUE_CAPACITY)),
+    );
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    let queue = channel
+        .queue_declare(
+            queue_name(topic).into(),
+            QueueDeclareOptions::default(),
+            args,
+        )
+        .await
+        .map_err(|e| unavailable(addr, &format!("declare queue {}", queue_name(topic)), e))?;
+    Ok((queue.message_count(), queue.consumer_count()))
+}
+
+fn header_map(properties: &BasicProperties) -> HashMap<String, String> {
+    let Some(table) = properties.headers() else {
+        return HashMap::new();
+    };
+    table
+        .inner()
+        .iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+                AMQPValue::ShortString(s) => s.as_str().to_owned(),
+                _ => return None,
+            };
+            Some((k.as_str().to_owned(), v))
+        })
+        .collect()
+}
+
+fn field_table<K: AsRef<str>, V: AsRef<str>>(
+    entries: impl IntoIterator<Item = (K, V)>,
+) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (k, v) in entries {
+        table.insert(
+            ShortString::from(k.as_ref()),
+            AMQPValue::LongString(LongString::from(v.as_ref().as_bytes().to_vec())),
+        );
+    }
+    table
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+type Waiters = Mutex<HashMap<u64, oneshot::Sender<Delivery>>>;
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        // Closed politely, so the broker does not log a lost client, and
+        // this side's I/O loop ends now rather than when the broker stops.
+        if let (Ok(runtime), Some(connection)) = (
+            tokio::runtime::Handle::try_current(),
+            self.connection.take(),
+        ) {
+            runtime.spawn(async move {
+                let _ = connection.close(200, "done".into()).await;
+            });
+        }
+    }
+}
+
+/// A producer's connection and channel, consuming its direct reply-to.
+struct Connected {
+    /// Taken only by `drop`, to close it.
+    connection: Option<Connection>,
+    channel: Channel,
+    waiters: Arc<Waiters>,
+    next_id: AtomicU64,
+    declared: Mutex<Vec<String>>,
+    /// Set when the reply consumer ended: the next submit reconnects.
+    broken: Arc<AtomicBool>,
+}
+
+/// The producer side: a cheap `Clone` over one AMQP connection and channel,
+/// opened on first use (and again after it broke).
+#[derive(Clone)]
+pub struct RabbitProducer {
+    addr: PeerAddr,
+    conn: Arc<tokio::sync::Mutex<Option<Arc<Connected>>>>,
+}
+
+impl std::fmt::Debug for RabbitProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitProducer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl RabbitProducer {
+    /// A producer for the RabbitMQ broker at `addr`; connects on first
+    /// submit.
+    pub fn new(addr: PeerAddr) -> Self {
+        RabbitProducer {
+            addr,
+            conn: Arc::default(),
+        }
+    }
+
+    async fn connected(&self) -> Result<Arc<Connected>, Status> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.broken.load(Ordering::Acquire)) {
+            return Ok(c.clone());
+        }
+        let addr = &self.addr;
+        let connection = connect(addr).await?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| unavailable(addr, "channel", e))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| unavailable(addr, "confirm.select", e))?;
+        let mut replies = channel
+            .basic_consume(
+                REPLY_TO.into(),
+                "".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| unavailable(addr, "consume direct reply-to", e))?;
+        let waiters: Arc<Waiters> = Arc::default();
+        let broken = Arc::new(AtomicBool::new(false));
+        let (routing, ended) = (waiters.clone(), broken.clone());
+        tokio::spawn(async move {
+            while let Some(Ok(reply)) = replies.next().await {
+                let id = reply
+                    .properties
+                    .correlation_id()
+                    .as_ref()
+                    .and_then(|c| c.as_str().parse::<u64>().ok());
+                if let Some(tx) = id.and_then(|id| lock(&routing).remove(&id)) {
+                    let _ = tx.send(reply);
+                }
+            }
+            ended.store(true, Ordering::Release);
+            // Whoever still waits learns it now, not at its deadline.
+            lock(&routing).clear();
+        });
+        let connected = Arc::new(Connected {
+            connection: Some(connection),
+            channel,
+            waiters,
+            next_id: AtomicU64::new(0),
+            declared: Mutex::default(),
+            broken,
+        });
+        *slot = Some(connected.clone());
+        Ok(connected)
+    }
+
+    /// Publishes the task and waits for its reply (see
+    /// [`Producer::submit`](super::backend::Producer::submit)).
+    pub async fn submit(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        headers: HashMap<String, String>,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<u8>, Status> {
+        let addr = &self.addr;
+        let wait = async {
+            let c = self.connected().await?;
+            if !lock(&c.declared).iter().any(|t| t == topic) {
+                declare(&c.channel, addr, topic).await?;
+                lock(&c.declared).push(topic.to_owned());
+            }
+            let id = c.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            lock(&c.waiters).insert(id, tx);
+            let _waiting = Forget(&c.waiters, id);
+            let mut properties = BasicProperties::default()
+                .with_reply_to(REPLY_TO.into())
+                .with_correlation_id(id.to_string().into())
+                .with_headers(field_table(task_headers(headers, deadline_nanos(deadline))));
+            if let Some(d) = deadline {
+                // Whole milliseconds, at least one: "0" would expire at once.
+                let ms = d.as_millis().max(1);
+                properties = properties.with_expiration(ms.to_string().into());
+            }
+            let confirm = c
+                .channel
+                .basic_publish(
+                    "".into(),
+                    queue_name(topic).into(),
+                    BasicPublishOptions::default(),
+                    &payload,
+                    properties,
+                )
+                .await
+                .map_err(|e| unavailable(addr, "publish", e))?
+                .await
+                .map_err(|e| unavailable(addr, "publish confirm", e))?;
+            if let Confirmation::Nack(_) = confirm {
+                return Err(Status::resource_exhausted(format!(
+                    "topic {topic:?} is full ({QUEUE_CAPACITY} tasks queued in RabbitMQ {addr}); try again later"
+                )));
+            }
+            let reply = rx.await.map_err(|_| {
+                Status::unavailable(format!("RabbitMQ {addr}: the reply consumer ended"))
+            })?;
+            let headers = header_map(&reply.properties);
+            reply_of(
+                headers.get(CODE_HEADER).map(String::as_str),
+                headers.get(MESSAGE_HEADER).map(String::as_str),
+                reply.data,
+            )
+        };
+        match deadline {
+            None => wait.await,
+            Some(d) => tokio::time::timeout(d + REPLY_SLACK, wait)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Status::deadline_exceeded(format!(
+                        "no reply from hop {topic:?} through RabbitMQ {addr} within its deadline ({d:?})"
+                    )))
+                }),
+        }
+    }
+}
+
+/// Removes a waiter however its submit ends.
+struct Forget<'a>(&'a Waiters, u64);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        lock(self.0).remove(&self.1);
+    }
+}
+
+/// The worker side (see [`run_backend_worker`](super::backend::run_backend_worker)).
+/// A broken connection is retried with backoff; only shutdown ends it.
+pub(crate) async fn run_worker<H, F>(
+    addr: PeerAddr,
+    topic: String,
+    worker: String,
+    credits: u32,
+    ack: AckWhen,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BrokerError>
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    let mut shutdown = pin!(shutdown);
+    let mut backoff = BACKOFF_MIN;
+    let prefetch = u16::try_from(credits).unwrap_or(u16::MAX);
+    loop {
+        let session = async {
+            let connection = connect(&addr).await?;
+            let channel = connection
+                .create_channel()
+                .await
+                .map_err(|e| unavailable(&addr, "channel", e))?;
+            declare(&channel, &addr, &topic).await?;
+            channel
+                .basic_qos(prefetch, BasicQosOptions::default())
+                .await
+                .map_err(|e| unavailable(&addr, "basic.qos", e))?;
+            let consumer = channel
+                .basic_consume(
+                    queue_name(&topic).into(),
+                    worker.as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| unavailable(&addr, "consume", e))?;
+            tracing::debug!(%addr, %topic, %worker, prefetch, "RabbitMQ worker connected");
+            Ok::<_, Status>((connection, channel, consumer))
+        };
+        let connected = tokio::select! {
+            c = session => c,
+            () = shutdown.as_mut() => return Ok(()),
+        };
+        match connected {
+            Ok((connection, channel, mut consumer)) => {
+                // One permit per task held, to wait for them at shutdown
+                // (the broker's prefetch is the credit).
+                let in_flight = Arc::new(tokio::sync::Semaphore::new(TASKS_HELD as usize));
+                let why = loop {
+                    tokio::select! {
+                        () = shutdown.as_mut() => {
+                            // Stop taking tasks; finish and answer those held.
+                            let _ = channel
+                                .basic_cancel(worker.as_str().into(), Default::default())
+                                .await;
+                            let _ = in_flight.acquire_many(TASKS_HELD).await;
+                            let _ = connection.close(200, "shutdown".into()).await;
+                            return Ok(());
+                        }
+                        next = consumer.next() => match next {
+                            Some(Ok(delivery)) => {
+                                let Ok(slot) = in_flight.clone().try_acquire_owned() else {
+                                    let _ = delivery.acker.reject(BasicRejectOptions { requeue: true }).await;
+                                    continue;
+                                };
+                                let (channel, handler, topic) = (channel.clone(), handler.clone(), topic.clone());
+                                tokio::spawn(async move {
+                                    serve_delivery(channel, delivery, &topic, ack, handler).await;
+                                    drop(slot);
+                                });
+                            }
+                            Some(Err(e)) => break e.to_string(),
+                            None => break "the consumer was cancelled".to_owned(),
+                        },
+                    }
+                };
+                tracing::warn!(%addr, %topic, %worker, %why, retry_in = ?backoff, "RabbitMQ worker lost its consumer");
+            }
+            Err(status) => {
+                tracing::warn!(%addr, %topic, %worker, reason = %status.message(), retry_in = ?backoff, "RabbitMQ worker cannot connect");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutdown.as_mut() => return Ok(()),
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn serve_delivery<H, F>(
+    channel: Channel,
+    delivery: Delivery,
+    topic: &str,
+    ack: AckWhen,
+    handler: H,
+) where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    let headers = header_map(&delivery.properties);
+    let acker = Arc::new(delivery.acker.clone());
+    if expired(number(&headers, DEADLINE_HEADER)) {
+        tracing::debug!(%topic, "task expired in the queue; dropped");
+        let _ = acker.ack(BasicAckOptions::default()).await;
+        return;
+    }
+    let reply_to = delivery.properties.reply_to().clone();
+    let correlation = delivery.properties.correlation_id().clone();
+    let task = task_of(
+        topic,
+        delivery.delivery_tag,
+        delivery.data,
+        headers.clone(),
+        number(&headers, ENQUEUED_HEADER),
+        if delivery.redelivered { 2 } else { 1 },
+    );
+    let deadline = task.deadline_unix_nanos;
+    let acked = Arc::new(AtomicBool::new(false));
+    let release = {
+        let (acker, acked) = (acker.clone(), acked.clone());
+        Release::callback(move || {
+            if ack == AckWhen::OnRelease && !acked.swap(true, Ordering::AcqRel) {
+                tokio::spawn(async move {
+                    let _ = acker.ack(BasicAckOptions::default()).await;
+                });
+            }
+        })
+    };
+    let outcome = within_deadline(handler(task, release), deadline).await;
+    if let Some(reply_to) = reply_to {
+        let mut properties =
+            BasicProperties::default().with_headers(field_table(reply_headers(&outcome)));
+        if let Some(c) = correlation {
+            properties = properties.with_correlation_id(c);
+        }
+        let payload = outcome.unwrap_or_default();
+        let published = channel
+            .basic_publish(
+                "".into(),
+                reply_to,
+                BasicPublishOptions::default(),
+                &payload,
+                properties,
+            )
+            .await;
+        if let Err(e) = published {
+            tracing::warn!(%topic, "RabbitMQ reply: {e}");
+        }
+    }
+    if !acked.swap(true, Ordering::AcqRel) {
+        let _ = acker.ack(BasicAckOptions::default()).await;
+    }
+}
+
+/// Per-topic statistics RabbitMQ tells any client (without its management
+/// plugin): the queue's depth and consumers now.
+pub(crate) async fn stats(
+    addr: &PeerAddr,
+    topics: &[String],
+) -> Result<Vec<pb::TopicStats>, Status> {
+    let connection = connect(addr).await?;
+    let channel = connection
+        .create_channel()
+        .await
+        .map_err(|e| unavailable(addr, "channel", e))?;
+    let mut out = Vec::new();
+    for topic in topics {
+        let (depth, consumers) = declare(&channel, addr, topic).await?;
+        out.push(pb::TopicStats {
+            topic: topic.clone(),
+            depth: u64::from(depth),
+            workers: consumers,
+            ..Default::default()
+        });
+    }
+    let _ = connection.close(200, "stats read".into()).await;
+    Ok(out)
+}
