@@ -28,6 +28,7 @@ tests! {
     sync rabbitmq_honours_the_credit_and_drops_expired_tasks,
     sync a_full_nats_stream_refuses_with_resource_exhausted,
     sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
+    sync a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted,
 }
 
 /// How long a run with a broker server may take: RabbitMQ alone needs up
@@ -515,4 +516,99 @@ fn full_queue(kind: BrokerKind) {
         drop(producer);
         server.stop().await;
     });
+}
+
+// ---------------------------------------------------------------------------
+// 5. The broker's server killed mid-run: an incident, every request
+//    still accounted for.
+
+fn a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted() {
+    let kind = BrokerKind::Nats;
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(
+        dir.path(),
+        "kill-broker.toml",
+        r#"
+name = "broker-killed"
+seed = 4
+
+[broker]
+kind = "nats"
+
+[load]
+mode = "open"
+rate = 50
+arrivals = "uniform"
+duration = "3s"
+timeout = "500ms"
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+transport = "pull"
+work = { kind = "sleep", dist = "fixed", value = "1ms" }
+"#,
+    );
+    let results = dir.path().join("results");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    // Once tasks flow, kill the server (not the broker process that runs it).
+    let server = loop {
+        let flowing = endpoint(&results).is_some_and(|addr| {
+            runtime.block_on(async {
+                backend::stats(kind, &addr, &["b".to_owned()])
+                    .await
+                    .is_ok_and(|s| s.first().is_some_and(|t| t.enqueued >= 20))
+            })
+        });
+        let broker = pid_of(&results, "base", "broker");
+        if let (true, Some(broker)) = (flowing, broker) {
+            let tag = format!("tailmesh-nats-{broker}");
+            let server = std::fs::read_dir("/proc")
+                .expect("/proc")
+                .flatten()
+                .find(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&tag))
+                })
+                .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .expect("the nats-server of the run");
+            break server;
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for tasks through NATS");
+        sleep(POLL);
+    };
+    kill(Pid::from_raw(server), Signal::SIGKILL).expect("SIGKILL nats-server");
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    assert!(
+        u64_at(v, "/ok") < u64_at(v, "/sent"),
+        "nothing failed without the broker:\n{context}"
+    );
+    let incidents: Vec<&str> = v
+        .pointer("/incidents")
+        .and_then(Value::as_array)
+        .map(|i| i.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        incidents.iter().any(|i| i.contains("broker")),
+        "no incident names the broker: {incidents:?}"
+    );
 }
