@@ -1,6 +1,7 @@
-//! The client side of the HTTP/2 connections tailmesh opens (to a hop, to
-//! the broker): one endpoint set-up for every caller, and [`LinkEvents`],
-//! what happened to the connections while they were used.
+//! The HTTP/2 connections between tailmesh's processes: one endpoint
+//! set-up for every caller (to a hop, to the broker), one server set-up for
+//! every service, and [`LinkEvents`], what happened to a caller's
+//! connections while they were used.
 //!
 //! The set-up keeps a caller's connections whatever the system under test
 //! does. h2 protects a client from a misbehaving server by ending the whole
@@ -137,6 +138,23 @@ impl LinkEvents {
         }
         None
     }
+}
+
+/// Streams a peer may reset before the server has taken them up, per
+/// connection: h2's default (20) guards a public server against a "rapid
+/// reset" flood by ending the connection, which a busy machine triggers
+/// from a well-behaved tailmesh caller (a hedge's loser, a call given up at
+/// its deadline), failing every other call on the connection. Every peer
+/// of a tailmesh server is tailmesh's own, so the bound is high.
+const PENDING_ACCEPT_RESETS: usize = 65_536;
+
+/// The gRPC server every tailmesh service (hop, broker) runs: no limit of
+/// HTTP/2's that a caller under stress could trip and lose its connection
+/// over.
+pub(crate) fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_max_pending_accept_reset_streams(Some(PENDING_ACCEPT_RESETS))
+        .http2_max_local_error_reset_streams(None)
 }
 
 /// The endpoint every tailmesh client uses for `uri`.

@@ -272,7 +272,8 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
         "loss5",
         "[load]\nmode = \"open\"\nrate = 150\nduration = \"5s\"\n\
              timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
-             net = { loss = 0.05 }\n[[hop]]\nname = \"c\"\n",
+             net = { loss = 0.05 }\n[[hop]]\nname = \"c\"\n\
+             [check]\nslow_threshold = \"50ms\"\n",
     )
     .run();
     let v = &variants(&summary)[0];
@@ -298,6 +299,29 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
     assert!(
         max >= 200_000,
         "max {max} us: no request waited for a retransmission timeout: {v:#}"
+    );
+    // Attribution: what made requests slow (over 50 ms) was the network,
+    // on the links into and out of hop b, never a hop's queue or work.
+    let attribution = &v["attribution"];
+    let slow = u64_at(attribution, "/slow");
+    assert!(slow > 0, "nothing slow: {attribution:#}");
+    let primary = attribution["primary"]
+        .as_object()
+        .expect("slow requests by primary cause");
+    let network: u64 = primary
+        .iter()
+        .filter(|(label, _)| label.starts_with("network:"))
+        .map(|(label, n)| {
+            assert!(
+                ["network:a->b", "network:b->c"].contains(&label.as_str()),
+                "a loss on hop b blamed on {label}: {attribution:#}"
+            );
+            n.as_u64().unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        network * 10 >= slow * 8,
+        "{network} of {slow} slow requests attributed to the network: {attribution:#}"
     );
 }
 

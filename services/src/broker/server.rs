@@ -31,7 +31,7 @@ use tokio::{
     time::Instant,
 };
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
-use tonic::{Request, Response, Status, Streaming, transport::Server};
+use tonic::{Request, Response, Status, Streaming};
 use tonic_health::ServingStatus;
 
 use super::{
@@ -88,7 +88,7 @@ pub async fn run(
     // sets it instead.
     let incoming = Incoming::tcp(listener, "broker", config.idle_timeout);
     let mut server = pin!(
-        Server::builder()
+        crate::link::server()
             .add_service(health_service)
             .add_service(reflection)
             .add_service(service)

@@ -601,7 +601,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
         &format!("hop \"{name}\" replica {}", config.replica),
         config.idle_timeout,
     );
-    let server = tonic::transport::Server::builder()
+    let server = crate::link::server()
         .add_service(health)
         .add_service(reflection)
         .add_service(
