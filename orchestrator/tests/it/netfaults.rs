@@ -186,6 +186,26 @@ fn assert_gone(id: &str, context: &str) {
 
 const HEAD: &str = "seed = 11\nlauncher = \"netns\"\n";
 
+/// Tracing off, for the tests that judge packets and latencies, not spans
+/// (spans cost every process CPU time, which an emulated guest has little
+/// of).
+const NO_TRACES: &str = "[telemetry]\nsampling = 0.0\n";
+
+/// A `[load]` table: an open loop at `rate` per second for `secs` seconds,
+/// as on the machines these tests were set on. On a machine [`slowdown`]
+/// times slower (the netem guest) the rate is divided by that factor and
+/// the duration multiplied by it: the same number of requests, so the
+/// statistics judged on them keep their sample sizes, at a load the
+/// machine keeps up with. Loss and delay act per packet, whatever the rate.
+fn open_load(rate: u32, secs: u32) -> String {
+    let factor = slowdown();
+    format!(
+        "[load]\nmode = \"open\"\nrate = {}\nduration = \"{}s\"\n",
+        f64::from(rate) / f64::from(factor),
+        secs * factor
+    )
+}
+
 /// One netns test's setup: the run lock, a temp dir, and the scenario
 /// `name = "<name>"`, [`HEAD`], then `body`, written in it.
 struct Case {
@@ -227,9 +247,12 @@ fn case(name: &str, body: &str) -> Case {
 fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
     let (_, summary) = case(
         "loss20",
-        "[load]\nmode = \"closed\"\nconcurrency = 16\n\
-             duration = \"10s\"\ntimeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\n\
-             name = \"b\"\nreplicas = 2\nreplica_net = { replica = 1, loss = 0.2 }\n",
+        &format!(
+            "{NO_TRACES}[load]\nmode = \"closed\"\nconcurrency = 16\n\
+             duration = \"{}s\"\ntimeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\n\
+             name = \"b\"\nreplicas = 2\nreplica_net = {{ replica = 1, loss = 0.2 }}\n",
+            10 * slowdown()
+        ),
     )
     .run();
     let v = &variants(&summary)[0];
@@ -270,9 +293,11 @@ fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
 fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() {
     let (_, summary) = case(
         "loss5",
-        "[load]\nmode = \"open\"\nrate = 150\nduration = \"5s\"\n\
-             timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
-             net = { loss = 0.05 }\n[[hop]]\nname = \"c\"\n",
+        &format!(
+            "{NO_TRACES}{}timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
+             net = {{ loss = 0.05 }}\n[[hop]]\nname = \"c\"\n",
+            open_load(150, 5)
+        ),
     )
     .run();
     let v = &variants(&summary)[0];
@@ -308,9 +333,11 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
         scenario,
     } = case(
         "long",
-        "[load]\nmode = \"open\"\nrate = 50\nduration = \"30s\"\n\
-             [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 2\n\
-             net = { loss = 0.01 }\n",
+        &format!(
+            "{NO_TRACES}{}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 2\n\
+             net = {{ loss = 0.01 }}\n",
+            open_load(50, 30)
+        ),
     );
     for signal in [Signal::SIGINT, Signal::SIGKILL] {
         let results = dir.path().join(format!("results-{signal}"));
@@ -395,12 +422,14 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
 fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
     let case = case(
         "delay",
-        "[load]\nmode = \"open\"\nrate = 50\nduration = \"3s\"\n\
-             [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
-             net = { delay = \"10ms\" }\n\
+        &format!(
+            "{NO_TRACES}{}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
+             net = {{ delay = \"10ms\" }}\n\
              [[variant]]\nname = \"delayed\"\n\
-             [[variant]]\nname = \"jittered\"\nset = { \"hop.b.net.jitter\" = \"5ms\" }\n\
+             [[variant]]\nname = \"jittered\"\nset = {{ \"hop.b.net.jitter\" = \"5ms\" }}\n\
              [[variant]]\nname = \"clean\"\nunset = [\"hop.b.net\"]\n",
+            open_load(50, 3)
+        ),
     );
     let (finished, summary) = case.run();
     let variants = variants(&summary);
@@ -593,8 +622,10 @@ fn children_of(parent: u32, marker: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Waits until `condition` holds, failing with `what` after `within`.
+/// Waits until `condition` holds, failing with `what` after `within`
+/// times [`slowdown`].
 fn wait_for(within: Duration, what: &dyn Fn() -> String, mut condition: impl FnMut() -> bool) {
+    let within = within * slowdown();
     let deadline = std::time::Instant::now() + within;
     while !condition() {
         assert!(
@@ -851,9 +882,11 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
 fn spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces() {
     let (finished, summary) = case(
         "netns-traces",
-        "[load]\nmode = \"open\"\nrate = 100\nduration = \"3s\"\n\
-             timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
-             net = { loss = 0.02 }\n[[hop]]\nname = \"c\"\ntransport = \"pull\"\n",
+        &format!(
+            "{}timeout = \"5s\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
+             net = {{ loss = 0.02 }}\n[[hop]]\nname = \"c\"\ntransport = \"pull\"\n",
+            open_load(100, 3)
+        ),
     )
     .run();
     let v = &variants(&summary)[0];
