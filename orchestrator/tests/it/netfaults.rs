@@ -92,9 +92,10 @@ fn expected_mechanisms(loss: bool, delay: bool) -> serde_json::Value {
 /// The replicas of run `id` whose fault is in force, as (namespace, what
 /// shapes it). With netem: a netem qdisc on the replica's `tmeth0` and
 /// another on its peer, the bridge port in the hub, both with `expect`
-/// (e.g. "loss 1%"); a replica shaped on one end only fails the test.
+/// (e.g. "loss 1%"); a replica shaped on one end only is listed in `half`
+/// (the agent applies one end after the other: a poll can fall between).
 /// Without: the run's nftables table in the replica's namespace.
-fn shaped_replicas(id: &str, expect: &str) -> Vec<(String, String)> {
+fn shaped_replicas(id: &str, expect: &str, half: &mut Vec<String>) -> Vec<(String, String)> {
     let hub = format!("tm{id}hub");
     let members: Vec<String> = netns::list_namespaces()
         .into_iter()
@@ -146,9 +147,9 @@ fn shaped_replicas(id: &str, expect: &str) -> Vec<(String, String)> {
         match (netem(&own), netem(&theirs)) {
             (true, true) => shaped.push((ns, format!("{own}{theirs}"))),
             (false, false) => {}
-            _ => panic!(
+            _ => half.push(format!(
                 "netem with \"{expect}\" on one end of {ns}'s link only:\n{ns} tmeth0: {own}\n{hub} {port}: {theirs}"
-            ),
+            )),
         }
     }
     shaped
@@ -308,14 +309,25 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
     // meet each varies run to run (p99 was 162 ms in one run, over 200 ms
     // in others), so the check is on the order of magnitude of the tail
     // and on at least one timeout.
+    //
+    // In the emulated guest ([`slowdown`] > 1) every request also waits
+    // for the CPU, which widens p50 (76 ms at 25/s there, with qemu on 60 %
+    // of one host core), while the retransmission timeout's floor stays
+    // 200 ms of real time: there p50 only has to stay below that floor
+    // (the median request waited for no timeout), and p99 above 5 times it.
+    let (p50_below, tail_ratio) = if slowdown() > 1 {
+        (200_000, 5)
+    } else {
+        (100_000, 10)
+    };
     let p50 = u64_at(v, "/latency/p50_us");
     assert!(
-        p50 < 100_000,
+        p50 < p50_below,
         "p50 {p50} us: most requests should not lose a packet"
     );
     let p99 = u64_at(v, "/latency/p99_us");
     assert!(
-        p99 > 20_000 && p99 > 10 * p50,
+        p99 > 20_000 && p99 > tail_ratio * p50,
         "p99 {p99} us against p50 {p50} us with 5 % loss: {v:#}"
     );
     let max = u64_at(v, "/latency/max_us");
@@ -356,18 +368,23 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
             sleep(POLL);
         };
         // The fault comes with the first scheduling round: on both of b's
-        // replicas, on both ends of their links with netem.
+        // replicas, on both ends of their links with netem (a replica
+        // still shaped on one end only at the deadline fails the test).
         let mut shaped = Vec::new();
+        let half = std::cell::RefCell::new(Vec::new());
         wait_for(
             Duration::from_secs(20),
             &|| {
                 format!(
-                    "b's replicas of run {id} not both shaped:\n{}",
+                    "b's replicas of run {id} not both shaped: {:?}\n{}",
+                    half.borrow(),
                     run.output()
                 )
             },
             || {
-                shaped = shaped_replicas(&id, "loss 1%");
+                let mut now = Vec::new();
+                shaped = shaped_replicas(&id, "loss 1%", &mut now);
+                *half.borrow_mut() = now;
                 shaped.len() == 2
             },
         );
@@ -426,7 +443,7 @@ fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
             "{NO_TRACES}{}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n\
              net = {{ delay = \"10ms\" }}\n\
              [[variant]]\nname = \"delayed\"\n\
-             [[variant]]\nname = \"jittered\"\nset = {{ \"hop.b.net.jitter\" = \"5ms\" }}\n\
+             [[variant]]\nname = \"jittered\"\nset = {{ \"hop.b.net.delay\" = \"20ms\", \"hop.b.net.jitter\" = \"15ms\" }}\n\
              [[variant]]\nname = \"clean\"\nunset = [\"hop.b.net\"]\n",
             open_load(50, 3)
         ),
@@ -458,10 +475,13 @@ fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
         "p50 raised by {raise} us, expected 20 ms -5/+12 ms:\n{delayed:#}\n{clean:#}"
     );
     // Per-request latencies: no call beats its two crossings' least delay,
-    // 20 ms with a fixed delay; with 5 ms jitter each crossing takes 5 to
-    // 15 ms, so some calls take less than 20 ms (never less than 10 ms).
-    // A message of several packets waits for the latest of them, which
-    // shifts jittered calls up, so only a few percent come in under 20 ms.
+    // 20 ms with a fixed delay of 10 ms. With 20 ms ± 15 ms each crossing
+    // takes 5 to 35 ms: without the jitter no call would take less than
+    // 40 ms, with it some do (never less than 10 ms). A message of several
+    // packets waits for the latest of them, which shifts jittered calls
+    // up, and every call also waits for the CPU (at least 11 ms in the
+    // emulated guest, where 10 ms ± 5 ms and ± 8 ms let no call in under
+    // 20 ms): the jitter is wide enough that some still come in.
     let rows = requests_csv(&only_run_dir(&case.dir.path().join("results")));
     let latencies = |variant: &str| -> Vec<u64> {
         let mut l: Vec<u64> = rows
@@ -474,9 +494,9 @@ fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
         l
     };
     let (fixed, jitter) = (latencies("delayed"), latencies("jittered"));
-    let under = jitter.iter().filter(|&&l| l < 20_000).count();
+    let under = jitter.iter().filter(|&&l| l < 40_000).count();
     eprintln!(
-        "fastest call {} us with 10 ms, {} us with 10 ms ± 5 ms ({under} of {} under 20 ms)",
+        "fastest call {} us with 10 ms, {} us with 20 ms ± 15 ms ({under} of {} under 40 ms)",
         fixed[0],
         jitter[0],
         jitter.len()
@@ -485,7 +505,7 @@ fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
     assert!(jitter[0] >= 10_000, "a jittered call took {} us", jitter[0]);
     assert!(
         under > 0,
-        "no jittered call under 20 ms (fastest {} us): no jitter applied",
+        "no jittered call under 40 ms (fastest {} us): no jitter applied",
         jitter[0]
     );
     // The delay line exited with its variant.
