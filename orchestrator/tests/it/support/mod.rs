@@ -26,18 +26,24 @@ pub(crate) const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 /// No run of these tests should come near this; past it the run is killed.
 pub(crate) const RUN_DEADLINE: Duration = Duration::from_secs(40);
 
-/// Multiplies the deadlines of runs: a machine several times slower than
-/// the ones they were set on (the netem guest, emulated) sets it.
+/// How many times slower than the machines the tests' loads and deadlines
+/// were set on this one is: a machine that sets it (the netem guest,
+/// emulated) gets runs with deadlines that much longer, and the network
+/// fault tests' loads that much lighter and longer (see [`slowdown`]).
 pub(crate) const SLOWDOWN_ENV: &str = "TAILMESH_TEST_SLOWDOWN";
 
-/// [`RUN_DEADLINE`] times [`SLOWDOWN_ENV`] (default 1).
-pub(crate) fn run_deadline() -> Duration {
-    let factor = std::env::var(SLOWDOWN_ENV)
+/// [`SLOWDOWN_ENV`]'s factor, at least 1 (1 when unset or invalid).
+pub(crate) fn slowdown() -> u32 {
+    std::env::var(SLOWDOWN_ENV)
         .ok()
         .and_then(|f| f.parse::<u32>().ok())
         .unwrap_or(1)
-        .max(1);
-    RUN_DEADLINE * factor
+        .max(1)
+}
+
+/// [`RUN_DEADLINE`] times [`slowdown`].
+pub(crate) fn run_deadline() -> Duration {
+    RUN_DEADLINE * slowdown()
 }
 
 /// How often a wait re-checks its condition.
