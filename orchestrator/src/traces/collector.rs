@@ -577,9 +577,8 @@ mod tests {
     fn raw_batches_are_counted_on_arrival_and_decoded_in_full_when_taken() {
         let collector = Collector::new(10, None).expect("collector");
         let mut b = batch(vec![7; 16]);
-        b[0].scope_spans[0]
-            .spans
-            .push(b[0].scope_spans[0].spans[0].clone());
+        let first = b[0].scope_spans[0].spans[0].clone();
+        b[0].scope_spans[0].spans.push(first);
         b[0].scope_spans[0].spans[1].name = "second".into();
         collector.accept_raw(raw::check(encoded(b.clone())).expect("well-formed"));
         collector.accept(batch(vec![8; 16]));
