@@ -5,38 +5,39 @@
 //! Export is on only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the
 //! orchestrator sets it to its embedded receiver); then the process's
 //! service name comes from `OTEL_SERVICE_NAME` and the parent-based
-//! sampling ratio from `OTEL_TRACES_SAMPLER_ARG` (default 1.0). Only spans
-//! with target [`TARGET`] are exported, so h2, hyper, tonic and tower's own
-//! spans stay out. When export is off those spans are disabled by the log
-//! filter and cost next to nothing.
+//! sampling ratio from `OTEL_TRACES_SAMPLER_ARG` (default 1.0).
+//!
+//! Spans ([`TraceSpan`]) are made with the OpenTelemetry API directly, not
+//! through `tracing`: only tailmesh's own spans exist for export (h2,
+//! hyper, tonic and tower's `tracing` spans never reach it), and a span
+//! costs one SDK span, with no subscriber bookkeeping on every poll. When
+//! export is off no span is made at all.
 
-use std::{collections::HashMap, sync::OnceLock, time::Duration};
+use std::{borrow::Cow, collections::HashMap, sync::OnceLock, time::Duration};
 
 use opentelemetry::{
-    Context,
+    Context, KeyValue,
     propagation::{Extractor, Injector, TextMapPropagator},
-    trace::TracerProvider as _,
+    trace::{SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _},
 };
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::{
     Resource,
     propagation::TraceContextPropagator,
-    trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider},
+    trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider},
 };
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-use tracing_subscriber::{Layer, filter, layer::SubscriberExt, util::SubscriberInitExt};
+use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
 
-/// The target of every span tailmesh exports.
-pub const TARGET: &str = "tailmesh_trace";
 /// The environment variable naming the variant a process serves in.
 pub const VARIANT_ENV: &str = "TAILMESH_VARIANT";
 /// Spans waiting for export at most; more are dropped by the SDK.
 const MAX_QUEUE: usize = 65_536;
 
 static VARIANT: OnceLock<String> = OnceLock::new();
-/// The exporting tracer, for spans whose start lies in the past (see
-/// [`past_span`]).
-static TRACER: OnceLock<opentelemetry_sdk::trace::SdkTracer> = OnceLock::new();
+/// The tracer of tailmesh's spans, set once when export is on (also for
+/// spans whose start lies in the past: see [`past_span`]).
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 
 /// The variant this process serves in (from [`VARIANT_ENV`]), or "".
 pub fn variant() -> &'static str {
@@ -101,22 +102,7 @@ pub fn init(default_filter: &str) -> Telemetry {
     if let Some(p) = &provider {
         let _ = TRACER.set(p.tracer("tailmesh"));
     }
-    let otel = provider.as_ref().map(|p| {
-        tracing_opentelemetry::layer()
-            .with_tracer(p.tracer("tailmesh"))
-            .with_threads(false)
-            .with_location(false)
-            .with_target(false)
-            .with_tracked_inactivity(false)
-            // A static target filter (not a closure): callsites of other
-            // crates are never asked again, and the level hint stays INFO,
-            // so h2's and hyper's trace-level callsites stay off.
-            .with_filter(filter::Targets::new().with_target(TARGET, tracing::Level::INFO))
-    });
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(otel)
-        .try_init();
+    let _ = tracing_subscriber::registry().with(fmt).try_init();
     Telemetry { provider, exporter }
 }
 
@@ -164,6 +150,75 @@ fn provider(endpoint: &str) -> Result<SdkTracerProvider, opentelemetry_otlp::Exp
         ))))
         .with_resource(Resource::builder().with_service_name(service).build())
         .build())
+}
+
+/// One of tailmesh's spans, or nothing when export is off. It ends when
+/// [`TraceSpan::end`] is called or when dropped.
+pub struct TraceSpan {
+    /// The parent's context with this span in it; `None` when export is
+    /// off.
+    cx: Option<Context>,
+}
+
+impl TraceSpan {
+    /// Starts a span of `kind`, child of `parent()`, named and attributed
+    /// by `describe()`. Neither closure runs when export is off.
+    pub fn start(
+        kind: SpanKind,
+        parent: impl FnOnce() -> Context,
+        describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
+    ) -> Self {
+        let Some(tracer) = TRACER.get() else {
+            return TraceSpan { cx: None };
+        };
+        let parent = parent();
+        let (name, attributes) = describe();
+        let span = tracer
+            .span_builder(name)
+            .with_kind(kind)
+            .with_attributes(attributes)
+            .start_with_context(tracer, &parent);
+        TraceSpan {
+            cx: Some(parent.with_span(span)),
+        }
+    }
+
+    /// The context to run this span's work in (current while it is
+    /// polled, so clients inject it): empty when there is no span.
+    pub fn context(&self) -> Context {
+        self.cx.clone().unwrap_or_default()
+    }
+
+    /// Sets attributes made by `attributes()` (not run without a span).
+    pub fn set(&self, attributes: impl FnOnce() -> Vec<KeyValue>) {
+        if let Some(cx) = &self.cx {
+            cx.span().set_attributes(attributes());
+        }
+    }
+
+    /// Marks the span failed with the gRPC code of an error `result`.
+    pub fn mark_error<T>(&self, result: &Result<T, tonic::Status>) {
+        if let (Some(cx), Err(status)) = (&self.cx, result) {
+            let span = cx.span();
+            span.set_status(Status::error(""));
+            span.set_attribute(KeyValue::new("grpc_code", status.code().description()));
+        }
+    }
+
+    /// Ends the span now.
+    pub fn end(self) {
+        if let Some(cx) = &self.cx {
+            cx.span().end();
+        }
+    }
+}
+
+/// Sets attributes made by `attributes()` on the current span (the one
+/// whose context the running future carries); nothing when export is off.
+pub fn set_current(attributes: impl FnOnce() -> Vec<KeyValue>) {
+    if TRACER.get().is_some() {
+        Context::map_current(|cx| cx.span().set_attributes(attributes()));
+    }
 }
 
 struct MetadataInjector<'a>(&'a mut MetadataMap);
@@ -216,8 +271,8 @@ pub fn extract_headers(headers: &HashMap<String, String>) -> Context {
     TraceContextPropagator::new().extract(headers)
 }
 
-fn has_span(cx: &Context) -> bool {
-    use opentelemetry::trace::TraceContextExt;
+/// Whether `cx` holds a valid span context.
+pub fn has_span(cx: &Context) -> bool {
     cx.span().span_context().is_valid()
 }
 

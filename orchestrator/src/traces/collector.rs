@@ -12,18 +12,17 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::{
-    collector::trace::v1::{
-        ExportTraceServiceRequest, ExportTraceServiceResponse,
-        trace_service_client::TraceServiceClient,
-        trace_service_server::{TraceService, TraceServiceServer},
-    },
+    collector::trace::v1::{ExportTraceServiceRequest, trace_service_client::TraceServiceClient},
     trace::v1::ResourceSpans,
 };
 use serde::Serialize;
 use tailmesh_services::runtime_thread::{RuntimeThread, ThreadError};
 use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
-use tonic::{Request, Response, Status, transport::server::TcpIncoming};
+use tonic::transport::server::TcpIncoming;
+
+use super::raw::{self, RawBatch};
 
 /// Spans kept in memory at most; more are dropped and counted.
 pub const DEFAULT_CAPACITY: usize = 2_000_000;
@@ -31,6 +30,8 @@ pub const DEFAULT_CAPACITY: usize = 2_000_000;
 const FORWARD_QUEUE: usize = 256;
 /// How long one forwarded batch may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
+/// The receiver's HTTP/2 flow-control window, per stream and connection.
+const RECEIVE_WINDOW: u32 = 4 * 1024 * 1024;
 
 /// Why the trace receiver could not start.
 #[derive(Debug, thiserror::Error)]
@@ -84,9 +85,16 @@ struct Counters {
     forward_dropped: AtomicU64,
 }
 
+/// A stored batch: decoded (the load generator's own spans), or a batch
+/// as it arrived, checked but decoded only when taken.
+enum Stored {
+    Decoded(Vec<ResourceSpans>),
+    Raw(RawBatch),
+}
+
 /// Where the run's spans go: the in-memory store and the forwarder.
 pub struct Collector {
-    store: Mutex<Vec<ResourceSpans>>,
+    store: Mutex<Vec<Stored>>,
     capacity: usize,
     counters: Arc<Counters>,
     forward: Mutex<Option<Forwarder>>,
@@ -123,13 +131,24 @@ impl Collector {
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<ResourceSpans>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<Stored>> {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Keeps a well-formed batch (as much of it as fits) and forwards it.
     pub fn accept(&self, batch: Vec<ResourceSpans>) {
-        let n = span_count(&batch);
+        self.keep(span_count(&batch), Stored::Decoded(batch));
+    }
+
+    /// Keeps a batch checked by [`raw::check`] as it arrived, and
+    /// forwards it (decoded only when forwarding is on).
+    fn accept_raw(&self, batch: RawBatch) {
+        self.keep(batch.spans, Stored::Raw(batch));
+    }
+
+    /// Forwards a batch of `n` spans when forwarding is on, and stores it
+    /// when it fits.
+    fn keep(&self, n: u64, batch: Stored) {
         if n == 0 {
             return;
         }
@@ -140,7 +159,10 @@ impl Collector {
             .as_ref()
         {
             let request = ExportTraceServiceRequest {
-                resource_spans: batch.clone(),
+                resource_spans: match &batch {
+                    Stored::Decoded(b) => b.clone(),
+                    Stored::Raw(raw) => raw.decode().map(|r| r.resource_spans).unwrap_or_default(),
+                },
             };
             if f.tx.try_send(request).is_err() {
                 self.counters
@@ -154,12 +176,29 @@ impl Collector {
             return;
         }
         self.counters.spans.fetch_add(n, Ordering::Relaxed);
-        self.lock().extend(batch);
+        self.lock().push(batch);
     }
 
-    /// Takes every span stored so far.
+    /// Takes every span stored so far, decoding the batches kept as they
+    /// arrived. A batch that passed the check on arrival but does not
+    /// decode in full is counted as rejected and its spans as not kept.
     pub fn take(&self) -> Vec<ResourceSpans> {
-        std::mem::take(&mut *self.lock())
+        let stored = std::mem::take(&mut *self.lock());
+        let mut out = Vec::with_capacity(stored.len());
+        for batch in stored {
+            match batch {
+                Stored::Decoded(b) => out.extend(b),
+                Stored::Raw(raw) => match raw.decode() {
+                    Ok(request) => out.extend(request.resource_spans),
+                    Err(_) => {
+                        let c = &self.counters;
+                        c.rejected_batches.fetch_add(1, Ordering::Relaxed);
+                        c.spans.fetch_sub(raw.spans, Ordering::Relaxed);
+                    }
+                },
+            }
+        }
+        out
     }
 
     /// The counts so far.
@@ -259,64 +298,24 @@ impl Forwarder {
     }
 }
 
-/// Why a batch is malformed, if it is: ids of the wrong length, a span
-/// that ends before it starts.
-pub fn malformed(batch: &[ResourceSpans]) -> Option<String> {
-    for span in batch
-        .iter()
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-    {
-        if span.trace_id.len() != 16 || span.trace_id.iter().all(|b| *b == 0) {
-            return Some(format!(
-                "span \"{}\": trace id of {} bytes",
-                span.name,
-                span.trace_id.len()
-            ));
+/// Takes each export request as it arrives: checked with a light decode
+/// (ids, times and span count; attributes skipped), stored as bytes, and
+/// decoded in full only when the run's spans are taken, after the load.
+fn receive(collector: &Collector, body: Bytes) -> Result<(), tonic::Status> {
+    match raw::check(body) {
+        Ok(batch) => {
+            collector.accept_raw(batch);
+            Ok(())
         }
-        if span.span_id.len() != 8 || span.span_id.iter().all(|b| *b == 0) {
-            return Some(format!(
-                "span \"{}\": span id of {} bytes",
-                span.name,
-                span.span_id.len()
-            ));
-        }
-        if !(span.parent_span_id.is_empty() || span.parent_span_id.len() == 8) {
-            return Some(format!(
-                "span \"{}\": parent span id of {} bytes",
-                span.name,
-                span.parent_span_id.len()
-            ));
-        }
-        if span.end_time_unix_nano < span.start_time_unix_nano {
-            return Some(format!("span \"{}\": ends before it starts", span.name));
-        }
-    }
-    None
-}
-
-struct Receiver(Arc<Collector>);
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        let batch = request.into_inner().resource_spans;
-        if let Some(why) = malformed(&batch) {
-            self.0
+        Err(why) => {
+            collector
                 .counters
                 .rejected_batches
                 .fetch_add(1, Ordering::Relaxed);
-            return Err(Status::invalid_argument(format!(
+            Err(tonic::Status::invalid_argument(format!(
                 "malformed span batch: {why}"
-            )));
+            )))
         }
-        self.0.accept(batch);
-        Ok(Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
     }
 }
 
@@ -466,11 +465,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let take = move |body: Bytes| receive(&collector, body);
     tonic::transport::Server::builder()
-        .add_service(
-            TraceServiceServer::new(Receiver(collector))
-                .max_decoding_message_size(64 * 1024 * 1024),
-        )
+        // Batches are large: a window that takes one whole saves the
+        // round trips of window updates.
+        .initial_stream_window_size(Some(RECEIVE_WINDOW))
+        .initial_connection_window_size(Some(RECEIVE_WINDOW))
+        .add_service(raw::TraceServer::new(take))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
@@ -478,6 +479,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use opentelemetry_proto::tonic::trace::v1::{ScopeSpans, Span};
+    use prost::Message;
 
     use super::*;
 
@@ -542,15 +544,47 @@ mod tests {
         assert_eq!(span_count(&collector.take()), 1);
     }
 
+    /// `batch` as the bytes of an export request.
+    fn encoded(batch: Vec<ResourceSpans>) -> Bytes {
+        ExportTraceServiceRequest {
+            resource_spans: batch,
+        }
+        .encode_to_vec()
+        .into()
+    }
+
     #[test]
-    fn malformed_names_each_problem() {
-        assert!(malformed(&batch(vec![7; 16])).is_none());
-        assert!(malformed(&batch(vec![0; 16])).is_some());
+    fn the_check_names_each_problem() {
+        let problem = |b| raw::check(encoded(b)).err().unwrap_or_default();
+        assert_eq!(problem(batch(vec![7; 16])), "");
+        assert!(problem(batch(vec![0; 16])).contains("trace id of 16 bytes"));
+        let mut b = batch(vec![7; 16]);
+        b[0].scope_spans[0].spans[0].span_id = vec![1; 3];
+        assert!(problem(b).contains("span id of 3 bytes"));
         let mut b = batch(vec![7; 16]);
         b[0].scope_spans[0].spans[0].end_time_unix_nano = 0;
-        assert!(malformed(&b).is_some_and(|m| m.contains("ends before")));
+        assert!(problem(b).contains("ends before"));
         let mut b = batch(vec![7; 16]);
         b[0].scope_spans[0].spans[0].parent_span_id = vec![1; 4];
-        assert!(malformed(&b).is_some_and(|m| m.contains("parent")));
+        assert!(problem(b).contains("parent"));
+        assert!(
+            raw::check(Bytes::from_static(&[0x0a, 0x05, 0x01]))
+                .is_err_and(|m| m.contains("undecodable"))
+        );
+    }
+
+    #[test]
+    fn raw_batches_are_counted_on_arrival_and_decoded_in_full_when_taken() {
+        let collector = Collector::new(10, None).expect("collector");
+        let mut b = batch(vec![7; 16]);
+        let first = b[0].scope_spans[0].spans[0].clone();
+        b[0].scope_spans[0].spans.push(first);
+        b[0].scope_spans[0].spans[1].name = "second".into();
+        collector.accept_raw(raw::check(encoded(b.clone())).expect("well-formed"));
+        collector.accept(batch(vec![8; 16]));
+        assert_eq!(collector.counts().spans, 3);
+        let taken = collector.take();
+        assert_eq!(taken[0], b[0], "the raw batch decodes to what was sent");
+        assert_eq!(span_count(&taken), 3);
     }
 }

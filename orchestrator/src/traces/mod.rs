@@ -6,6 +6,7 @@ pub mod breakdown;
 pub mod collector;
 pub mod jaeger;
 pub mod loadgen;
+mod raw;
 
 use opentelemetry_proto::tonic::{
     common::v1::{AnyValue, any_value::Value},

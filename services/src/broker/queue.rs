@@ -65,7 +65,7 @@ pub(crate) struct NewTask {
     pub payload: Vec<u8>,
     pub headers: HashMap<String, String>,
     /// The queue-wait span of a traced task, closed at dispatch.
-    pub span: Option<tracing::Span>,
+    pub span: Option<crate::telemetry::TraceSpan>,
     /// When the producer stops waiting: the earlier of its absolute
     /// deadline and its grpc-timeout.
     pub deadline: Option<Instant>,
@@ -90,7 +90,7 @@ pub(crate) struct Topic {
 struct Pending {
     payload: Vec<u8>,
     headers: HashMap<String, String>,
-    span: Option<tracing::Span>,
+    span: Option<crate::telemetry::TraceSpan>,
     deadline: Option<Instant>,
     deadline_unix_nanos: u64,
     enqueued_at: Instant,
@@ -615,7 +615,9 @@ impl Inner {
             p.holder = Some(wid);
             p.wait_ns = duration_ns(now.saturating_duration_since(p.enqueued_at));
             if let Some(span) = p.span.take() {
-                span.record("queue_wait_ns", p.wait_ns as i64);
+                let wait_ns = p.wait_ns as i64;
+                span.set(|| vec![opentelemetry::KeyValue::new("queue_wait_ns", wait_ns)]);
+                span.end();
             }
             // The last allowed delivery can never be redelivered, so the
             // payload moves instead of being copied (the common case with

@@ -283,26 +283,33 @@ impl Broker {
 /// the producer's context in `headers`, whose context then replaces the
 /// producer's so the worker's span is its child. `None` for an untraced
 /// task.
-fn queue_wait_span(topic: &str, headers: &mut HashMap<String, String>) -> Option<tracing::Span> {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
+fn queue_wait_span(
+    topic: &str,
+    headers: &mut HashMap<String, String>,
+) -> Option<telemetry::TraceSpan> {
+    use opentelemetry::{KeyValue, trace::SpanKind};
     if !headers.contains_key("traceparent") {
         return None;
     }
-    let span = tracing::info_span!(
-        target: telemetry::TARGET,
-        "queue wait",
-        otel.name = format!("queue wait {topic}"),
-        otel.kind = "internal",
-        hop = topic,
-        transport = "pull",
-        variant = telemetry::variant(),
-        queue_wait_ns = tracing::field::Empty,
+    let span = telemetry::TraceSpan::start(
+        SpanKind::Internal,
+        || telemetry::extract_headers(headers),
+        || {
+            (
+                format!("queue wait {topic}").into(),
+                vec![
+                    KeyValue::new("hop", topic.to_string()),
+                    KeyValue::new("transport", "pull"),
+                    KeyValue::new("variant", telemetry::variant()),
+                ],
+            )
+        },
     );
-    if span.is_disabled() {
+    let cx = span.context();
+    if !telemetry::has_span(&cx) {
         return None;
     }
-    let _ = span.set_parent(telemetry::extract_headers(headers));
-    telemetry::inject_headers(&span.context(), headers);
+    telemetry::inject_headers(&cx, headers);
     Some(span)
 }
 

@@ -7,6 +7,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use opentelemetry::{Context, KeyValue, context::FutureExt as _, trace::SpanKind};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::{
@@ -19,8 +20,6 @@ use tokio::{
     time::Instant,
 };
 use tonic::{Code, Request, Response, Status};
-use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{
     client::{Connections, PushPool},
@@ -171,20 +170,19 @@ impl Downstream {
             Target::Push(pool) => (pool.hop(), Transport::Push),
             Target::Pull(target) => (target.topic.as_str(), Transport::Pull),
         };
-        let span = tracing::info_span!(
-            target: telemetry::TARGET,
-            "call",
-            otel.name = format!("{} -> {hop}", caller.behavior.name),
-            otel.kind = "client",
-            hop = %caller.behavior.name,
-            replica = i64::from(caller.replica),
-            downstream = hop,
-            transport = transport.as_str(),
-            variant = telemetry::variant(),
-            request_id = request.request_id as i64,
-            otel.status_code = tracing::field::Empty,
-            grpc_code = tracing::field::Empty,
-        );
+        let span = telemetry::TraceSpan::start(SpanKind::Client, Context::current, || {
+            (
+                format!("{} -> {hop}", caller.behavior.name).into(),
+                vec![
+                    KeyValue::new("hop", caller.behavior.name.clone()),
+                    KeyValue::new("replica", i64::from(caller.replica)),
+                    KeyValue::new("downstream", hop.to_string()),
+                    KeyValue::new("transport", transport.as_str()),
+                    KeyValue::new("variant", telemetry::variant()),
+                    KeyValue::new("request_id", request.request_id as i64),
+                ],
+            )
+        });
         let called = policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
             let request = CallRequest {
                 attempt,
@@ -197,41 +195,33 @@ impl Downstream {
                 }
             }
         })
-        .instrument(span.clone())
+        .with_context(span.context())
         .await;
-        mark_error(&span, &called.result);
+        span.mark_error(&called.result);
+        span.end();
         called
     }
 }
 
-/// Marks `span` as failed with the gRPC code of an error `result`.
-fn mark_error<T>(span: &tracing::Span, result: &Result<T, Status>) {
-    if let Err(status) = result {
-        span.record("otel.status_code", "error");
-        span.record("grpc_code", status.code().description());
-    }
-}
-
 /// The server span of one request at this hop, child of the caller's
-/// context.
-fn server_span(inner: &Inner, request_id: u64, parent: opentelemetry::Context) -> tracing::Span {
-    let span = tracing::info_span!(
-        target: telemetry::TARGET,
-        "serve",
-        otel.name = inner.behavior.name.as_str(),
-        otel.kind = "server",
-        hop = %inner.behavior.name,
-        replica = i64::from(inner.replica),
-        transport = inner.transport.as_str(),
-        variant = telemetry::variant(),
-        request_id = request_id as i64,
-        slow = tracing::field::Empty,
-        queue_wait_ns = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-        grpc_code = tracing::field::Empty,
-    );
-    let _ = span.set_parent(parent);
-    span
+/// context (`parent()`).
+fn server_span(
+    inner: &Inner,
+    request_id: u64,
+    parent: impl FnOnce() -> Context,
+) -> telemetry::TraceSpan {
+    telemetry::TraceSpan::start(SpanKind::Server, parent, || {
+        (
+            inner.behavior.name.clone().into(),
+            vec![
+                KeyValue::new("hop", inner.behavior.name.clone()),
+                KeyValue::new("replica", i64::from(inner.replica)),
+                KeyValue::new("transport", inner.transport.as_str()),
+                KeyValue::new("variant", telemetry::variant()),
+                KeyValue::new("request_id", request_id as i64),
+            ],
+        )
+    })
 }
 
 /// A hop reached through the broker: its topic is the hop's name.
@@ -274,7 +264,7 @@ impl PullTarget {
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
         let mut headers = HashMap::new();
-        telemetry::inject_headers(&opentelemetry::Context::current(), &mut headers);
+        telemetry::inject_headers(&Context::current(), &mut headers);
         let reply = self
             .client
             .submit(&self.topic, request.encode_to_vec(), headers, timeout)
@@ -447,9 +437,12 @@ impl HopCore {
             inner.sleeper.sleep(extra).await;
         }
         let service = started.elapsed();
-        let span = tracing::Span::current();
-        span.record("slow", plan.slow.is_some());
-        span.record("queue_wait_ns", nanos(queue_wait) as i64);
+        telemetry::set_current(|| {
+            vec![
+                KeyValue::new("slow", plan.slow.is_some()),
+                KeyValue::new("queue_wait_ns", nanos(queue_wait) as i64),
+            ]
+        });
         // Its own work done, the replica is free for the next request while
         // it waits on its downstream hops.
         drop(slot);
@@ -526,15 +519,17 @@ struct HopService {
 impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
-        let parent = telemetry::extract_metadata(request.metadata());
-        let request = request.into_inner();
-        let span = server_span(&self.core.inner, request.request_id, parent);
+        let (metadata, _, request) = request.into_parts();
+        let span = server_span(&self.core.inner, request.request_id, || {
+            telemetry::extract_metadata(&metadata)
+        });
         let result = self
             .core
             .handle(request, timeout, Duration::ZERO, None)
-            .instrument(span.clone())
+            .with_context(span.context())
             .await;
-        mark_error(&span, &result);
+        span.mark_error(&result);
+        span.end();
         result.map(Response::new)
     }
 }
@@ -675,8 +670,9 @@ async fn pull_worker(
                     .unwrap_or_default();
                 Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(now)
             });
-            let parent = telemetry::extract_headers(&task.headers);
-            let span = server_span(&core.inner, request.request_id, parent);
+            let span = server_span(&core.inner, request.request_id, || {
+                telemetry::extract_headers(&task.headers)
+            });
             let reply = core
                 .handle(
                     request,
@@ -684,9 +680,10 @@ async fn pull_worker(
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
                 )
-                .instrument(span.clone())
+                .with_context(span.context())
                 .await;
-            mark_error(&span, &reply);
+            span.mark_error(&reply);
+            span.end();
             let reply = reply?;
             Ok(reply.encode_to_vec())
         }
