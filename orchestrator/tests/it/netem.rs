@@ -115,7 +115,8 @@ fn the_network_fault_tests_pass_in_a_guest_whose_kernel_has_netem() {
     );
     // The guest is CPU-bound emulation: no mesh of another test beside it.
     let _serial = serial();
-    // Not under /tmp: the guest has its own.
+    // In the target's tmp folder, which the guest sees wherever the clone
+    // lies (under /tmp it binds the clone back over its own /tmp).
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(tmp).expect("create the target's tmp directory");
     let dir = tempfile::tempdir_in(tmp).expect("a directory for the guest's results");
