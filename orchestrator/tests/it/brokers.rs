@@ -63,18 +63,6 @@ fn run_scenario(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathB
     (finished, only_run_dir(results))
 }
 
-fn assert_accounted(v: &Value, context: &str) {
-    let (sent, ok, timeouts) = (u64_at(v, "/sent"), u64_at(v, "/ok"), u64_at(v, "/timeouts"));
-    let errors: u64 = errors(v).values().sum();
-    assert!(sent > 0, "nothing sent:\n{context}");
-    assert_eq!(sent, ok + errors + timeouts, "sent vs outcomes:\n{context}");
-    assert_eq!(
-        v.pointer("/accounted"),
-        Some(&Value::Bool(true)),
-        "{context}"
-    );
-}
-
 /// Every span of the run, with its trace's spans by id.
 fn traces(run_dir: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");

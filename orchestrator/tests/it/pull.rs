@@ -49,19 +49,6 @@ fn broker_topic<'a>(v: &'a Value, topic: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no broker statistics for topic {topic:?} in {v:#}"))
 }
 
-/// Asserts sent = ok + every error kind + timeouts and `accounted`.
-fn assert_accounted(v: &Value, context: &str) {
-    let (sent, ok, timeouts) = (u64_at(v, "/sent"), u64_at(v, "/ok"), u64_at(v, "/timeouts"));
-    let errors: u64 = errors(v).values().sum();
-    assert!(sent > 0, "nothing sent:\n{context}");
-    assert_eq!(sent, ok + errors + timeouts, "sent vs outcomes:\n{context}");
-    assert_eq!(
-        v.pointer("/accounted"),
-        Some(&Value::Bool(true)),
-        "{context}"
-    );
-}
-
 /// The per-hop report of `hop` in variant `v`.
 fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
     v.pointer("/hops")

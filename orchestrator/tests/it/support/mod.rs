@@ -359,6 +359,19 @@ pub(crate) fn variants(summary: &Value) -> &Vec<Value> {
         .expect("summary.json has variants")
 }
 
+/// Asserts sent = ok + every error kind + timeouts and `accounted`.
+pub(crate) fn assert_accounted(v: &Value, context: &str) {
+    let (sent, ok, timeouts) = (u64_at(v, "/sent"), u64_at(v, "/ok"), u64_at(v, "/timeouts"));
+    let errors: u64 = errors(v).values().sum();
+    assert!(sent > 0, "nothing sent:\n{context}");
+    assert_eq!(sent, ok + errors + timeouts, "sent vs outcomes:\n{context}");
+    assert_eq!(
+        v.pointer("/accounted"),
+        Some(&Value::Bool(true)),
+        "{context}"
+    );
+}
+
 /// The variant's error counts by label.
 pub(crate) fn errors(variant: &Value) -> BTreeMap<String, u64> {
     variant
