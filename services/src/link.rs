@@ -72,16 +72,6 @@ impl LinkCounts {
     pub fn transport_failures(&self) -> u64 {
         self.goaway_received + self.goaway_sent + self.reset_by_peer + self.broken
     }
-
-    /// Adds `other`'s counts to these.
-    pub fn add(&mut self, other: &LinkCounts) {
-        self.opened += other.opened;
-        self.closed += other.closed;
-        self.goaway_received += other.goaway_received;
-        self.goaway_sent += other.goaway_sent;
-        self.reset_by_peer += other.reset_by_peer;
-        self.broken += other.broken;
-    }
 }
 
 impl LinkEvents {
