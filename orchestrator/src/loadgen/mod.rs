@@ -6,6 +6,8 @@
 //! - `pacing`: how the open loop waits for each send time (timer, spin,
 //!   real-time priority, placement).
 //! - `selfwatch`: the generator watching itself and the machine while it runs.
+//! - `standalone`: the generator against one replica already running
+//!   (`tailmesh load`, for benchmarks).
 //!
 //! Every request sent is accounted for: it ends as ok, an error (by gRPC
 //! code) or a timeout, and requests still in flight when the generator stops
@@ -14,6 +16,7 @@
 mod pacing;
 mod schedule;
 pub(crate) mod selfwatch;
+pub mod standalone;
 
 use std::{
     sync::{
