@@ -99,7 +99,16 @@ fn ten_times_overload_keeps_the_generators_connections_and_its_outcome_kinds() {
                 );
             }
             assert!(outcome.contains_key("ok"), "{context}");
-            assert!(outcome.contains_key("timeout"), "{context}");
+            // Pushed, the replica's line (1000 requests, 4 s of work) is
+            // shorter than the deadline: the overflow is refused, and
+            // whether any request in line outlives 5 s depends on the
+            // machine. Pulled, the topic holds them all: deadlines pass.
+            let overflow = if name == "push" {
+                "resource_exhausted"
+            } else {
+                "timeout"
+            };
+            assert!(outcome.contains_key(overflow), "{context}");
             kinds.insert(name, outcome);
         }
         runs.push(kinds);

@@ -47,6 +47,9 @@ const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 const MAX_FRAME: u32 = 16 * 1024;
 const MAX_SEND_BUFFER: usize = 1024 * 1024;
 
+/// An open connection: its number and its request handle.
+type Open = (u64, SendRequest<Bytes>);
+
 /// One HTTP/2 connection to one replica, opened on first use and again
 /// after it ends; calls on it are multiplexed.
 pub(crate) struct Link {
@@ -57,7 +60,7 @@ pub(crate) struct Link {
     /// The open connection's request handle, with a number telling this
     /// connection from the ones before it (so one that ended clears only
     /// itself).
-    open: Arc<Mutex<Option<(u64, SendRequest<Bytes>)>>>,
+    open: Arc<Mutex<Option<Open>>>,
     /// Held while connecting, so concurrent first calls open one
     /// connection, not one each.
     connecting: tokio::sync::Mutex<u64>,
@@ -195,10 +198,10 @@ impl Link {
         if head.status != http::StatusCode::OK {
             return Err(http_status(head.status));
         }
-        if let Some(status) = Status::from_header_map(&head.headers) {
-            if status.code() != Code::Ok {
-                return Err(status);
-            }
+        if let Some(status) = Status::from_header_map(&head.headers)
+            && status.code() != Code::Ok
+        {
+            return Err(status);
         }
         let mut message = Bytes::new();
         let mut gathered: Option<BytesMut> = None;
