@@ -1,6 +1,6 @@
 //! Reaching the replicas of a push hop: one HTTP/2 connection per replica
-//! (or several, or a new connection per call; see [`super::unary`]) and a
-//! balancing policy.
+//! (or several, or a new connection per call) and a balancing policy; the
+//! call itself is the `unary` module's, over h2.
 
 use std::{
     sync::{
