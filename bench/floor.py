@@ -14,8 +14,14 @@ Subcommands:
                                 write p50/p99/req/s to OUT (JSON)
   tailmesh SUMMARY N OUT        read a tailmesh summary.json, check it, and
                                 write p50/p99/req/s to OUT (JSON)
-  report DIR [JSON]             print the table from DIR/{h2load,t1,t3}.json,
-                                optionally write everything to JSON
+  load RAW N OUT                read `tailmesh load`'s JSON, check it, and
+                                write p50/p99/req/s to OUT (JSON)
+  report DIR [JSON]             print the floor table from DIR/h2load.json
+                                and DIR/t{1,3}-{off,on}.json (tailmesh
+                                with traces off and on), optionally write
+                                everything to JSON
+  generator-report DIR R [JSON] print the generator table from
+                                DIR/{h2load,tailmesh}-{1,64,128}-{1..R}.json
 """
 
 import json
@@ -228,43 +234,101 @@ def cmd_tailmesh(summary_path, n, out):
     json.dump(result, open(out, "w"), indent=2)
 
 
+def cmd_load(raw_path, n, out):
+    n = int(n)
+    lines = [l for l in open(raw_path) if l.strip().startswith("{")]
+    if not lines:
+        fail(f"{raw_path}: no JSON line from tailmesh load")
+    r = json.loads(lines[-1])
+    if r["ok"] != n or r["failed"]:
+        fail(f"tailmesh load: {r['ok']}/{n} ok, {r['failed']} failed")
+    result = {
+        "what": "tailmesh load -> 1 hop",
+        "count": r["ok"],
+        "p50_us": r["p50_us"],
+        "p99_us": r["p99_us"],
+        "rps": r["ok_per_s"],
+        "links": r["links"],
+    }
+    json.dump(result, open(out, "w"), indent=2)
+
+
+def median(values):
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def cmd_generator_report(d, rounds, json_out=None):
+    rounds = int(rounds)
+    levels = [1, 64, 128]
+    doc = {"rounds": rounds, "levels": {}}
+    print(
+        f"{'in flight':>9}  {'h2load req/s':>12}  {'tailmesh req/s':>14}  {'ratio':>5}  "
+        f"{'h2load p50':>10}  {'tailmesh p50':>12}  {'h2load p99':>10}  {'tailmesh p99':>12}  ratios by round"
+    )
+    for n in levels:
+        runs = {
+            tool: [json.load(open(f"{d}/{tool}-{n}-{r}.json")) for r in range(1, rounds + 1)]
+            for tool in ("h2load", "tailmesh")
+        }
+        per_round = [t["rps"] / h["rps"] for h, t in zip(runs["h2load"], runs["tailmesh"])]
+        row = {
+            tool: {k: median([x[k] for x in rs]) for k in ("rps", "p50_us", "p99_us")}
+            for tool, rs in runs.items()
+        }
+        ratio = median(per_round)
+        print(
+            f"{n:>9}  {row['h2load']['rps']:>12.0f}  {row['tailmesh']['rps']:>14.0f}  {ratio:>5.2f}  "
+            f"{row['h2load']['p50_us']:>8.0f}us  {row['tailmesh']['p50_us']:>10.0f}us  "
+            f"{row['h2load']['p99_us']:>8.0f}us  {row['tailmesh']['p99_us']:>10.0f}us  "
+            + " ".join(f"{x:.2f}" for x in per_round)
+        )
+        doc["levels"][str(n)] = {"median": row, "rate_ratio": ratio, "rate_ratios": per_round, "runs": runs}
+    print("ratio: tailmesh's rate / h2load's, median of the rounds' ratios (each round measures both)")
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+
+
 def cmd_report(d, json_out=None):
     h2 = json.load(open(f"{d}/h2load.json"))
-    t1 = json.load(open(f"{d}/t1.json"))
-    t3 = json.load(open(f"{d}/t3.json"))
-    per_hop = (t3["p50_us"] - t1["p50_us"]) / 2.0
-    ratios = {
-        "tailmesh_1hop_p50_over_h2load_p50": t1["p50_us"] / h2["p50_us"] if h2["p50_us"] else None,
-        "per_hop_p50_over_h2load_p50": per_hop / h2["p50_us"] if h2["p50_us"] else None,
-    }
-
-    rows = [
-        (h2["what"], h2["p50_us"], h2["p99_us"], h2["rps"]),
-        (t1["what"], t1["p50_us"], t1["p99_us"], t1["rps"]),
-        (t3["what"], t3["p50_us"], t3["p99_us"], t3["rps"]),
-    ]
-    w = max(len(r[0]) for r in rows + [("per-hop cost (3-hop - 1-hop p50) / 2",)])
+    doc = {"h2load_1hop": h2}
+    rows = [(h2["what"], h2["p50_us"], h2["p99_us"], h2["rps"])]
+    costs = {}
+    for traces in ("off", "on"):
+        t1 = json.load(open(f"{d}/t1-{traces}.json"))
+        t3 = json.load(open(f"{d}/t3-{traces}.json"))
+        for t in (t1, t3):
+            rows.append((f"{t['what']}, traces {traces}", t["p50_us"], t["p99_us"], t["rps"]))
+        costs[traces] = (t3["p50_us"] - t1["p50_us"]) / 2.0
+        doc[f"tailmesh_1hop_traces_{traces}"] = t1
+        doc[f"tailmesh_3hop_traces_{traces}"] = t3
+        doc[f"per_hop_cost_p50_us_traces_{traces}"] = costs[traces]
+        doc[f"per_hop_p50_over_h2load_p50_traces_{traces}"] = (
+            costs[traces] / h2["p50_us"] if h2["p50_us"] else None
+        )
+        doc[f"tailmesh_1hop_p50_over_h2load_p50_traces_{traces}"] = (
+            t1["p50_us"] / h2["p50_us"] if h2["p50_us"] else None
+        )
+    label = "per-hop cost (3-hop - 1-hop p50) / 2, traces off"
+    w = max(len(r[0]) for r in rows + [(label,)])
     print(f"{'':<{w}}  {'p50':>8}  {'p99':>8}  {'req/s':>9}")
     for what, p50, p99, rps in rows:
         print(f"{what:<{w}}  {p50:>6}us  {p99:>6}us  {rps:>9.0f}")
-    print(f"{'per-hop cost (3-hop - 1-hop p50) / 2':<{w}}  {per_hop:>6.1f}us")
+    for traces in ("off", "on"):
+        print(f"{'per-hop cost (3-hop - 1-hop p50) / 2, traces ' + traces:<{w}}  {costs[traces]:>6.1f}us")
     print()
-    r1 = ratios["tailmesh_1hop_p50_over_h2load_p50"]
-    r2 = ratios["per_hop_p50_over_h2load_p50"]
-    print(f"tailmesh 1-hop p50 / h2load p50 = {r1:.2f}")
-    print(f"per-hop cost / h2load p50       = {r2:.2f}")
+    for traces in ("off", "on"):
+        r1 = doc[f"tailmesh_1hop_p50_over_h2load_p50_traces_{traces}"]
+        r2 = doc[f"per_hop_p50_over_h2load_p50_traces_{traces}"]
+        print(f"traces {traces:<3}: tailmesh 1-hop p50 / h2load p50 = {r1:.2f}, per-hop cost / h2load p50 = {r2:.2f}")
     print(
         f"(h2load replies: {h2['data_bytes_per_request']:.0f} data bytes per request, "
         f"a real reply needs >= {h2['min_reply_bytes']})"
     )
     if json_out:
-        doc = {
-            "h2load_1hop": h2,
-            "tailmesh_1hop": t1,
-            "tailmesh_3hop": t3,
-            "per_hop_cost_p50_us": per_hop,
-            **ratios,
-        }
         with open(json_out, "w") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
@@ -276,7 +340,9 @@ def main(argv):
         "check-reply": (cmd_check_reply, 2),
         "h2load": (cmd_h2load, 5),
         "tailmesh": (cmd_tailmesh, 3),
+        "load": (cmd_load, 3),
         "report": (cmd_report, None),
+        "generator-report": (cmd_generator_report, None),
     }
     if len(argv) < 2 or argv[1] not in commands:
         print(__doc__, file=sys.stderr)

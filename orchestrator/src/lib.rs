@@ -28,7 +28,7 @@ pub mod console;
 pub mod deploy;
 pub mod experiment;
 pub mod launcher;
-mod loadgen;
+pub mod loadgen;
 pub mod output;
 mod plan;
 mod record;

@@ -38,6 +38,10 @@ enum Command {
     /// if so, 1 otherwise. Container health checks run it.
     #[command(hide = true)]
     Health(cli::serve::HealthArgs),
+    /// Drive one running hop replica with the load generator, closed loop,
+    /// and print what it measured as JSON (the generator benchmark runs it).
+    #[command(hide = true)]
+    Load(cli::serve::LoadArgs),
     /// Write a fresh random Control token to a file (the token service of
     /// a Compose deployment with network faults runs this).
     #[command(hide = true)]
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Command::K8s(args) => cli::deploy::k8s(args),
         Command::Health(args) => cli::serve::health(args),
         Command::Token(args) => cli::serve::token(args),
+        Command::Load(args) => cli::serve::load(args),
         Command::Broker(args) => cli::serve::broker(args),
         Command::Report(args) => cli::report::report(args),
         Command::Compare(args) => cli::report::compare(args),

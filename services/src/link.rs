@@ -27,7 +27,10 @@ use std::{
 
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
 use tonic::{
     Status,
     codegen::http::Uri,
@@ -96,24 +99,40 @@ impl LinkEvents {
         }
     }
 
+    /// Counts a transport failure h2 reported directly.
+    pub(crate) fn note_h2(&self, error: &h2::Error) {
+        if let Some(counter) = self.h2_counter(error) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a call that failed because no connection could be made.
+    pub(crate) fn count_broken(&self) {
+        self.broken.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn h2_counter(&self, h2: &h2::Error) -> Option<&AtomicU64> {
+        if h2.is_go_away() {
+            Some(if h2.is_remote() {
+                &self.goaway_received
+            } else {
+                &self.goaway_sent
+            })
+        } else if h2.is_reset() && h2.is_remote() {
+            Some(&self.reset_by_peer)
+        } else if h2.is_io() {
+            Some(&self.broken)
+        } else {
+            None
+        }
+    }
+
     fn counter_for(&self, status: &Status) -> Option<&AtomicU64> {
         let mut source: Option<&(dyn std::error::Error + 'static)> =
             std::error::Error::source(status);
         while let Some(error) = source {
             if let Some(h2) = error.downcast_ref::<h2::Error>() {
-                return if h2.is_go_away() {
-                    Some(if h2.is_remote() {
-                        &self.goaway_received
-                    } else {
-                        &self.goaway_sent
-                    })
-                } else if h2.is_reset() && h2.is_remote() {
-                    Some(&self.reset_by_peer)
-                } else if h2.is_io() {
-                    Some(&self.broken)
-                } else {
-                    None
-                };
+                return self.h2_counter(h2);
             }
             if let Some(hyper) = error.downcast_ref::<hyper::Error>()
                 && (hyper.is_closed() || hyper.is_incomplete_message() || hyper.is_canceled())
@@ -191,9 +210,10 @@ impl Counting {
 }
 
 impl tower::Service<Uri> for Counting {
-    type Response = Counted;
+    type Response = Counted<TokioIo<TcpStream>>;
     type Error = Box<dyn std::error::Error + Send + Sync>;
-    type Future = Pin<Box<dyn Future<Output = Result<Counted, Self::Error>> + Send>>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<Counted<TokioIo<TcpStream>>, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.http.poll_ready(cx).map_err(Into::into)
@@ -204,25 +224,36 @@ impl tower::Service<Uri> for Counting {
         let events = Arc::clone(&self.events);
         Box::pin(async move {
             let io = connecting.await?;
-            events.opened.fetch_add(1, Ordering::Relaxed);
-            Ok(Counted { io, events })
+            Ok(Counted::opened(io, &events))
         })
     }
 }
 
-/// A connection that counts itself closed when it is dropped.
-struct Counted {
-    io: TokioIo<TcpStream>,
+/// A connection that counts itself closed when it is dropped: for
+/// hyper (tonic's channels) over [`TokioIo`], for h2 over a [`TcpStream`].
+pub(crate) struct Counted<IO> {
+    io: IO,
     events: Arc<LinkEvents>,
 }
 
-impl Drop for Counted {
+impl<IO> Counted<IO> {
+    /// Counts `io` opened; it counts itself closed when dropped.
+    pub(crate) fn opened(io: IO, events: &Arc<LinkEvents>) -> Self {
+        events.opened.fetch_add(1, Ordering::Relaxed);
+        Counted {
+            io,
+            events: Arc::clone(events),
+        }
+    }
+}
+
+impl<IO> Drop for Counted<IO> {
     fn drop(&mut self) {
         self.events.closed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-impl Read for Counted {
+impl<IO: Read + Unpin> Read for Counted<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -232,7 +263,47 @@ impl Read for Counted {
     }
 }
 
-impl Write for Counted {
+impl<IO: Write + Unpin> Write for Counted<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+}
+
+impl AsyncRead for Counted<TcpStream> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted<TcpStream> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -229,6 +229,57 @@ pub(crate) fn health(args: HealthArgs) -> Result<(), CliError> {
     check().map_err(CliError::Health)
 }
 
+/// `tailmesh load`.
+#[derive(Args)]
+pub(crate) struct LoadArgs {
+    /// The hop replica, host:port.
+    addr: String,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 1)]
+    concurrency: u32,
+    /// Measured requests.
+    #[arg(long, default_value_t = 20000)]
+    requests: u64,
+    /// HTTP/2 connections.
+    #[arg(long, default_value_t = 1)]
+    connections: u32,
+    /// Unmeasured time first.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    warmup: Duration,
+    /// Each request's deadline.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    timeout: Duration,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 64)]
+    payload: usize,
+}
+
+/// Drives one replica closed loop and prints the numbers as JSON.
+pub(crate) fn load(args: LoadArgs) -> Result<(), CliError> {
+    use tailmesh::loadgen::standalone::{Standalone, against};
+    let addr: PeerAddr = args
+        .addr
+        .parse()
+        .with_context(|| format!("tailmesh load: {}", args.addr))?;
+    let spec = Standalone {
+        concurrency: args.concurrency,
+        requests: args.requests,
+        connections: args.connections,
+        warmup: args.warmup,
+        timeout: args.timeout,
+        payload: args
+            .payload
+            .min(tailmesh_services::limits::MAX_PAYLOAD_BYTES),
+    };
+    let report = roles::runtime(1)
+        .context("tailmesh load")?
+        .block_on(against(&addr, &spec))
+        .context("tailmesh load")?;
+    let json = serde_json::to_string(&report).context("tailmesh load: JSON")?;
+    tailmesh::say!("{json}");
+    Ok(())
+}
+
 /// `tailmesh token`.
 #[derive(Args)]
 pub(crate) struct TokenArgs {

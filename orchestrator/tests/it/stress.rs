@@ -101,6 +101,15 @@ fn ten_times_overload_keeps_the_generators_connections_and_its_outcome_kinds() {
                 );
             }
             assert!(outcome.contains_key("ok"), "{context}");
+            // Pushed, the replica's wait line (1000 requests, 4 s of work)
+            // is shorter than the deadline: the overflow is refused.
+            // Pulled, the topic holds them all: deadlines pass there.
+            let overflow = if name == "push" {
+                "resource_exhausted"
+            } else {
+                "timeout"
+            };
+            assert!(outcome.contains_key(overflow), "{context}");
             let sent = u64_at(v, "/sent");
             kinds.insert(name, (sent, outcome));
         }

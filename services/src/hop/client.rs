@@ -1,5 +1,6 @@
-//! Reaching the replicas of a push hop: one tonic channel per replica (or
-//! several, or a new connection per call) and a balancing policy.
+//! Reaching the replicas of a push hop: one HTTP/2 connection per replica
+//! (or several, or a new connection per call) and a balancing policy; the
+//! call itself is the `unary` module's, over h2.
 
 use std::{
     sync::{
@@ -11,19 +12,18 @@ use std::{
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use tailmesh_proto::pb::{CallReply, CallRequest, hop_client::HopClient};
-use tonic::{
-    Status,
-    transport::{Channel, Endpoint},
-};
+use tailmesh_proto::pb::{CallReply, CallRequest};
+use tonic::{Status, metadata::MetadataMap};
 
-use super::{draw::keyed_rng, error::CallError};
+use super::{draw::keyed_rng, error::CallError, unary::Link};
 use crate::{
     addr::PeerAddr,
-    limits::MAX_CALL_MESSAGE_BYTES,
-    link::{self, LinkCounts, LinkEvents},
+    link::{LinkCounts, LinkEvents},
     model::Balance,
 };
+
+/// How long a connection to a replica may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How a caller holds its connections to a hop's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +36,7 @@ pub enum Connections {
 
 struct Replica {
     addr: PeerAddr,
-    endpoint: Endpoint,
-    channels: Vec<HopClient<Channel>>,
+    links: Vec<Link>,
     next_channel: AtomicUsize,
     in_flight: AtomicUsize,
 }
@@ -68,8 +67,8 @@ pub enum PoolError {
         replica: usize,
         /// Its address.
         addr: PeerAddr,
-        /// The transport error.
-        source: tonic::transport::Error,
+        /// Why it is not a URI.
+        source: tonic::codegen::http::uri::InvalidUri,
     },
 }
 
@@ -92,23 +91,25 @@ impl PushPool {
         let mut replicas = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
             let addr: PeerAddr = addr.clone().into();
-            let uri = Endpoint::from_shared(addr.uri()).map_err(|source| PoolError::Endpoint {
-                hop: hop.to_string(),
-                replica: i,
-                addr: addr.clone(),
-                source,
-            })?;
-            let endpoint = link::endpoint(uri.uri().clone(), Duration::from_secs(2));
-            let channels = match connections {
-                Connections::Shared(n) => (0..n.max(1))
-                    .map(|_| hop_client(link::connect_lazy(&endpoint, &events)))
-                    .collect(),
-                Connections::PerRequest => Vec::new(),
+            let link = || {
+                Link::new(addr.clone(), CONNECT_TIMEOUT, &events).map_err(|source| {
+                    PoolError::Endpoint {
+                        hop: hop.to_string(),
+                        replica: i,
+                        addr: addr.clone(),
+                        source,
+                    }
+                })
             };
+            // Per request: one link checks the address now; each call
+            // opens its own.
+            let links = match connections {
+                Connections::Shared(n) => (0..n.max(1)).map(|_| link()).collect(),
+                Connections::PerRequest => link().map(|_| Vec::new()),
+            }?;
             replicas.push(Replica {
                 addr,
-                endpoint,
-                channels,
+                links,
                 next_channel: AtomicUsize::new(0),
                 in_flight: AtomicUsize::new(0),
             });
@@ -191,29 +192,23 @@ impl PushPool {
         let replica = &self.replicas[index % self.replicas.len()];
         replica.in_flight.fetch_add(1, Ordering::Relaxed);
         let _done = InFlight(&replica.in_flight);
-        let mut grpc_request = tonic::Request::new(request);
-        if let Some(t) = timeout {
-            grpc_request.set_timeout(t);
-        }
-        crate::telemetry::inject_metadata(grpc_request.metadata_mut());
+        let mut metadata = MetadataMap::new();
+        crate::telemetry::inject_metadata(&mut metadata);
         let call = async {
-            let mut client = match self.connections {
+            match self.connections {
                 Connections::Shared(_) => {
                     let i = replica.next_channel.fetch_add(1, Ordering::Relaxed);
-                    replica.channels[i % replica.channels.len()].clone()
+                    replica.links[i % replica.links.len()]
+                        .call(&request, timeout, metadata)
+                        .await
                 }
                 Connections::PerRequest => {
-                    let channel = link::connect(&replica.endpoint, &self.events)
-                        .await
-                        .map_err(|source| Status::from(CallError::Connect { source }))?;
-                    hop_client(channel)
+                    // Its connection closes when the link drops.
+                    let link = Link::new(replica.addr.clone(), CONNECT_TIMEOUT, &self.events)
+                        .map_err(|e| Status::internal(e.to_string()))?;
+                    link.call(&request, timeout, metadata).await
                 }
-            };
-            let answer = client.call(grpc_request).await;
-            if let Err(status) = &answer {
-                self.events.note(status);
             }
-            answer.map(tonic::Response::into_inner)
         };
         let result = match timeout {
             Some(t) => crate::deadline::within(t, call, || "no answer".to_owned()).await,
@@ -229,14 +224,6 @@ impl PushPool {
             .into()
         })
     }
-}
-
-/// A client of the hop service on `channel`, with message limits that fit
-/// a full payload and its framing (tonic's 4 MiB default does not).
-fn hop_client(channel: Channel) -> HopClient<Channel> {
-    HopClient::new(channel)
-        .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES)
 }
 
 struct InFlight<'a>(&'a AtomicUsize);

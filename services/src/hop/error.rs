@@ -4,7 +4,7 @@
 
 use tonic::{Code, Status};
 
-use super::client::{PoolError, error_chain};
+use super::client::PoolError;
 use crate::addr::PeerAddr;
 
 /// Errors starting or running a hop.
@@ -102,9 +102,6 @@ pub(crate) enum CallError {
         task: u64,
         source: prost::DecodeError,
     },
-    /// A push replica could not be connected to (per-request connections).
-    #[error("connect: {}", error_chain(source))]
-    Connect { source: tonic::transport::Error },
     /// A push replica's call failed; `status` is what it (or the transport)
     /// said, its code kept.
     #[error("hop \"{hop}\" replica {replica} ({addr}): {}", status.message())]
@@ -134,7 +131,7 @@ pub(crate) enum CallError {
 impl From<CallError> for Status {
     fn from(err: CallError) -> Self {
         let code = match &err {
-            CallError::ShuttingDown { .. } | CallError::Connect { .. } => Code::Unavailable,
+            CallError::ShuttingDown { .. } => Code::Unavailable,
             CallError::Injected { code, .. } => *code,
             CallError::QueueFull { .. } | CallError::Shed { .. } => Code::ResourceExhausted,
             CallError::DeadlineBeforeDownstream { .. } | CallError::DeadlineInLine { .. } => {

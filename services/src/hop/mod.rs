@@ -3,6 +3,7 @@
 //! - `draw`: seeded per-request decisions (work, slowness, errors).
 //! - `work`: doing the work (sleep or CPU).
 //! - `client`: reaching a push hop's replicas, with balancing.
+//! - `unary`: the call itself, over HTTP/2 with h2 (no tonic channel).
 //! - `policy`: timeouts, budgeted retries and hedged requests.
 //! - `server`: the request handler, the gRPC service and `run`.
 //! - `slots`: a replica's slots for its own work and the bounded line of
@@ -16,6 +17,7 @@ mod error;
 pub mod policy;
 pub mod server;
 mod slots;
+mod unary;
 pub mod work;
 
 pub use client::{Connections, PushPool};

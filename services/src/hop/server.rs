@@ -557,6 +557,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
 ) -> Result<(), HopError> {
     let core = HopCore::new(&config)?;
     let name = config.behavior.name.clone();
+    let _anchor = crate::timer::keep_timer_armed();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<HopServer<HopService>>().await;
     let served: &[&str] = match control {

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# tailmesh's load generator against h2load, side by side in one run: both
+# drive the same standalone zero-work push hop, closed loop, with 1, 64 and
+# 128 requests in flight, the two tools alternated (which goes first
+# alternates too) for each level in each round.
+#
+#   h2load:   1 in flight: -c 1 -m 1; N in flight: -c 4 -m N/4
+#   tailmesh: tailmesh load --concurrency N --connections (1 or 4), the
+#             generator of `tailmesh run` (closed loop, latency from each
+#             request's send time, every request accounted for)
+#
+# Usage: bench/generator.sh [-n REQUESTS] [-r ROUNDS] [--json FILE]
+#   -n N         requests per measurement (default 50000)
+#   -r R         rounds (default 3); the table shows each tool's median
+#   --json FILE  also write every measurement as JSON
+#
+# Needs cargo, python3, and h2load + nghttp (Debian: nghttp2-client).
+# Loopback only. Leaves nothing behind: every process it starts is stopped
+# by its PID and the temp dir removed, on every exit path (Ctrl-C included).
+set -euo pipefail
+
+BENCH=generator
+REQUESTS=50000
+ROUNDS=3
+JSON_OUT=""
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+    case "$1" in
+        -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
+        -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
+        --json) JSON_OUT="${2:?--json needs a file}"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "$BENCH: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+for v in "$REQUESTS" "$ROUNDS"; do
+    if ! [[ $v =~ ^[1-9][0-9]*$ ]]; then
+        echo "$BENCH: -n and -r want positive integers, got '$v'" >&2
+        exit 2
+    fi
+done
+if [[ -n $JSON_OUT ]]; then
+    JSON_OUT="$(cd "$(dirname "$JSON_OUT")" && pwd)/$(basename "$JSON_OUT")"
+fi
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+# shellcheck source=bench/lib/standalone-hop.sh
+source "$HERE/lib/standalone-hop.sh"
+bench_setup
+start_hop
+check_hop
+
+run_h2load() { # in_flight round
+    local n=$1 r=$2 c=4
+    ((n >= 4)) || c=1
+    local out="$TMP/h2load-$n-$r"
+    say "round $r: h2load -n $REQUESTS -c $c -m $((n / c)) -t 1"
+    step TERM h2load -n "$REQUESTS" -c "$c" -m "$((n / c))" -t 1 -d "$TMP/body.bin" \
+        "${GRPC_HEADERS[@]}" --log-file "$out.log" "$URL" >"$out.txt" 2>&1 || {
+        say "h2load failed:"
+        cat "$out.txt" >&2
+        exit 1
+    }
+    python3 "$PY" h2load "$out.txt" "$out.log" "$REQUESTS" "$HOP_NAME" "$out.json"
+    rm -f "$out.log"
+}
+
+run_tailmesh() { # in_flight round
+    local n=$1 r=$2 c=4
+    ((n >= 4)) || c=1
+    local out="$TMP/tailmesh-$n-$r"
+    say "round $r: tailmesh load --concurrency $n --connections $c --requests $REQUESTS"
+    step TERM "$BIN" load "$ADDR" --concurrency "$n" --connections "$c" --requests "$REQUESTS" \
+        --warmup 0s >"$out.raw" 2>"$out.err" || {
+        say "tailmesh load failed:"
+        cat "$out.err" >&2
+        exit 1
+    }
+    python3 "$PY" load "$out.raw" "$REQUESTS" "$out.json"
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+    for n in 1 64 128; do
+        if ((r % 2)); then
+            run_h2load "$n" "$r"
+            run_tailmesh "$n" "$r"
+        else
+            run_tailmesh "$n" "$r"
+            run_h2load "$n" "$r"
+        fi
+    done
+done
+
+echo
+echo "load generator vs h2load: one zero-work hop, $REQUESTS requests each, $ROUNDS rounds (medians), 64-byte payload, $(nproc) cores"
+python3 "$PY" generator-report "$TMP" "$ROUNDS" ${JSON_OUT:+"$JSON_OUT"}
+[[ -n $JSON_OUT ]] && say "wrote $JSON_OUT"
+exit 0

@@ -1,0 +1,402 @@
+//! `tailmesh.v1.Hop/Call` over HTTP/2 directly with h2: the client every
+//! push caller uses (the load generator and each hop's downstream calls).
+//!
+//! A tonic channel hands each call through three tasks before it reaches
+//! the socket and back (its buffer's worker, hyper's connection task, and a
+//! task hyper spawns per request to wait for the answer), and hyper writes
+//! a request's HEADERS and DATA in separate socket writes, because the body
+//! waits for flow-control capacity that the connection task assigns only
+//! after it has sent the HEADERS. Here the calling task itself opens the
+//! stream, queues HEADERS and the one DATA frame (END_STREAM) together, and
+//! awaits the answer; h2's connection task, the only other task, writes both
+//! frames in one go and wakes the caller when the answer is in. What goes
+//! on the wire is the same gRPC a tonic client sends (the hop's server is
+//! tonic), and the answer's status is read the way tonic reads it.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2::client::SendRequest;
+use prost::Message;
+use tailmesh_proto::pb::{CallReply, CallRequest};
+use tokio::net::TcpStream;
+use tonic::{
+    Code, Status,
+    codegen::http::{self, HeaderValue, Method, Request, Uri, header},
+    metadata::MetadataMap,
+};
+
+use crate::{
+    addr::PeerAddr,
+    limits::MAX_CALL_MESSAGE_BYTES,
+    link::{Counted, LinkEvents},
+};
+
+/// The method's path.
+const PATH: &str = "/tailmesh.v1.Hop/Call";
+/// The gRPC message prefix: a compression flag and a 4-byte length.
+const PREFIX: usize = 5;
+
+/// HTTP/2 settings of every connection: hyper's client defaults, which a
+/// tonic channel used before.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+const MAX_FRAME: u32 = 16 * 1024;
+const MAX_SEND_BUFFER: usize = 1024 * 1024;
+
+/// An open connection: its number and its request handle.
+type Open = (u64, SendRequest<Bytes>);
+
+/// One HTTP/2 connection to one replica, opened on first use and again
+/// after it ends; calls on it are multiplexed.
+pub(crate) struct Link {
+    addr: PeerAddr,
+    uri: Uri,
+    connect_timeout: Duration,
+    events: Arc<LinkEvents>,
+    /// The open connection's request handle, with a number telling this
+    /// connection from the ones before it (so one that ended clears only
+    /// itself).
+    open: Arc<Mutex<Option<Open>>>,
+    /// Held while connecting, so concurrent first calls open one
+    /// connection, not one each.
+    connecting: tokio::sync::Mutex<u64>,
+}
+
+impl Link {
+    /// A link to `addr`; nothing is connected yet.
+    pub(crate) fn new(
+        addr: PeerAddr,
+        connect_timeout: Duration,
+        events: &Arc<LinkEvents>,
+    ) -> Result<Self, http::uri::InvalidUri> {
+        let uri = format!("{}{PATH}", addr.uri()).parse()?;
+        Ok(Link {
+            addr,
+            uri,
+            connect_timeout,
+            events: Arc::clone(events),
+            open: Arc::default(),
+            connecting: tokio::sync::Mutex::new(0),
+        })
+    }
+
+    /// One call: `timeout` becomes its `grpc-timeout`, `metadata` (trace
+    /// context) its extra headers. The caller bounds the wait.
+    pub(crate) async fn call(
+        &self,
+        request: &CallRequest,
+        timeout: Option<Duration>,
+        metadata: MetadataMap,
+    ) -> Result<CallReply, Status> {
+        let body = encode(request)?;
+        let mut http = Request::new(());
+        *http.method_mut() = Method::POST;
+        *http.uri_mut() = self.uri.clone();
+        let headers = http.headers_mut();
+        headers.extend(metadata.into_headers());
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        if let Some(t) = timeout {
+            headers.insert("grpc-timeout", grpc_timeout_value(t));
+        }
+
+        let send = self.sender().await?;
+        let mut send = send.ready().await.map_err(|e| self.lost(e))?;
+        let (answer, mut stream) = send.send_request(http, false).map_err(|e| self.lost(e))?;
+        stream
+            .send_data(body, true)
+            .map_err(|e| self.transport(e))?;
+        let answer = answer.await.map_err(|e| self.transport(e))?;
+        self.read_reply(answer).await
+    }
+
+    /// The open connection's handle, connecting first if there is none.
+    async fn sender(&self) -> Result<SendRequest<Bytes>, Status> {
+        if let Some(send) = self.current() {
+            return Ok(send);
+        }
+        let mut generation = self.connecting.lock().await;
+        if let Some(send) = self.current() {
+            return Ok(send);
+        }
+        *generation += 1;
+        let send = self.connect(*generation).await?;
+        Ok(send)
+    }
+
+    fn current(&self) -> Option<SendRequest<Bytes>> {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.as_ref().map(|(_, send)| send.clone())
+    }
+
+    /// Opens connection number `generation` and runs it on its own task,
+    /// which forgets it when it ends.
+    async fn connect(&self, generation: u64) -> Result<SendRequest<Bytes>, Status> {
+        let unavailable = |what: String| {
+            self.events.count_broken();
+            Status::unavailable(format!("connect to {}: {what}", self.addr))
+        };
+        let tcp = match tokio::time::timeout(
+            self.connect_timeout,
+            TcpStream::connect(self.addr.to_string()),
+        )
+        .await
+        {
+            Ok(Ok(tcp)) => tcp,
+            Ok(Err(e)) => return Err(unavailable(e.to_string())),
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "no connection within {:?}",
+                    self.connect_timeout
+                )));
+            }
+        };
+        // Without it every call would wait for the peer's delayed ACK.
+        tcp.set_nodelay(true)
+            .map_err(|e| unavailable(format!("TCP_NODELAY: {e}")))?;
+        let io = Counted::opened(tcp, &self.events);
+        let (send, connection) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME)
+            .max_send_buffer_size(MAX_SEND_BUFFER)
+            .enable_push(false)
+            // See the `link` module: tailmesh's clients keep their
+            // connections whatever the system under test does.
+            .max_local_error_reset_streams(None)
+            .handshake::<_, Bytes>(io)
+            .await
+            .map_err(|e| unavailable(format!("HTTP/2 handshake: {e}")))?;
+        let open = Arc::clone(&self.open);
+        *open.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, send.clone()));
+        tokio::spawn(async move {
+            // An error here also fails the calls on the connection, which
+            // count it; the connection's end is counted when `io` drops.
+            let _ = connection.await;
+            let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+            if open.as_ref().is_some_and(|(g, _)| *g == generation) {
+                *open = None;
+            }
+        });
+        Ok(send)
+    }
+
+    /// The answer's message, or its status: in the headers of a
+    /// trailers-only answer, else in the trailers.
+    async fn read_reply(
+        &self,
+        answer: http::Response<h2::RecvStream>,
+    ) -> Result<CallReply, Status> {
+        let (head, mut body) = answer.into_parts();
+        if head.status != http::StatusCode::OK {
+            return Err(http_status(head.status));
+        }
+        if let Some(status) = Status::from_header_map(&head.headers)
+            && status.code() != Code::Ok
+        {
+            return Err(status);
+        }
+        let mut message = Bytes::new();
+        let mut gathered: Option<BytesMut> = None;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| self.transport(e))?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            match &mut gathered {
+                Some(buf) => buf.extend_from_slice(&chunk),
+                None if message.is_empty() => message = chunk,
+                None => {
+                    let mut buf = BytesMut::with_capacity(message.len() + chunk.len());
+                    buf.extend_from_slice(&message);
+                    buf.extend_from_slice(&chunk);
+                    gathered = Some(buf);
+                }
+            }
+            let len = gathered.as_ref().map_or(message.len(), BytesMut::len);
+            if len > PREFIX + MAX_CALL_MESSAGE_BYTES {
+                return Err(too_large(len - PREFIX));
+            }
+        }
+        let trailers = body.trailers().await.map_err(|e| self.transport(e))?;
+        match trailers.as_ref().and_then(Status::from_header_map) {
+            Some(status) if status.code() == Code::Ok => {}
+            Some(status) => return Err(status),
+            None => {
+                if Status::from_header_map(&head.headers).is_none() {
+                    return Err(Status::internal("the answer ended without a grpc-status"));
+                }
+            }
+        }
+        decode(gathered.map_or(message, BytesMut::freeze))
+    }
+
+    /// A failure before the request left: the connection is gone (or
+    /// going), so forget it; the next call opens another.
+    fn lost(&self, error: h2::Error) -> Status {
+        if let Ok(mut open) = self.open.lock() {
+            *open = None;
+        }
+        self.transport(error)
+    }
+
+    /// A transport failure, counted and turned into the status a tonic
+    /// client would answer with.
+    fn transport(&self, error: h2::Error) -> Status {
+        self.events.note_h2(&error);
+        let code = match error.reason() {
+            _ if error.is_io() => Code::Unavailable,
+            Some(h2::Reason::REFUSED_STREAM) => Code::Unavailable,
+            Some(h2::Reason::NO_ERROR) if error.is_go_away() => Code::Unavailable,
+            Some(h2::Reason::CANCEL) => Code::Cancelled,
+            Some(h2::Reason::ENHANCE_YOUR_CALM) => Code::ResourceExhausted,
+            Some(h2::Reason::INADEQUATE_SECURITY) => Code::PermissionDenied,
+            Some(_) => Code::Internal,
+            None if error.is_go_away() => Code::Unavailable,
+            None => Code::Unknown,
+        };
+        Status::new(code, format!("h2 protocol error: {error}"))
+    }
+}
+
+/// The request as one gRPC message: the prefix, then the protobuf.
+fn encode(request: &impl Message) -> Result<Bytes, Status> {
+    let len = request.encoded_len();
+    if len > MAX_CALL_MESSAGE_BYTES {
+        return Err(Status::out_of_range(format!(
+            "the request is {len} bytes, over the limit of {MAX_CALL_MESSAGE_BYTES}"
+        )));
+    }
+    let mut buf = BytesMut::with_capacity(PREFIX + len);
+    buf.put_u8(0);
+    // Within MAX_CALL_MESSAGE_BYTES, so within u32.
+    buf.put_u32(len as u32);
+    request
+        .encode(&mut buf)
+        .map_err(|e| Status::internal(format!("encode the request: {e}")))?;
+    Ok(buf.freeze())
+}
+
+/// The one message of an answer's body.
+fn decode(mut body: Bytes) -> Result<CallReply, Status> {
+    if body.len() < PREFIX {
+        return Err(Status::internal(
+            "the answer has grpc-status OK but no message",
+        ));
+    }
+    let compressed = body.get_u8();
+    let len = body.get_u32() as usize;
+    if compressed != 0 {
+        return Err(Status::internal(
+            "the answer is compressed, which was not asked for",
+        ));
+    }
+    if len > MAX_CALL_MESSAGE_BYTES {
+        return Err(too_large(len));
+    }
+    if body.len() != len {
+        return Err(Status::internal(format!(
+            "the answer's message says {len} bytes, its body holds {}",
+            body.len()
+        )));
+    }
+    CallReply::decode(body).map_err(|e| Status::internal(format!("decode the answer: {e}")))
+}
+
+fn too_large(len: usize) -> Status {
+    Status::out_of_range(format!(
+        "the answer is {len} bytes, over the limit of {MAX_CALL_MESSAGE_BYTES}"
+    ))
+}
+
+/// A non-200 answer, mapped as gRPC over HTTP says (and tonic does).
+fn http_status(status: http::StatusCode) -> Status {
+    let code = match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502..=504 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(code, format!("HTTP status {status} instead of 200"))
+}
+
+/// `grpc-timeout` for `t`: the finest unit whose value fits in the 8 digits
+/// the header allows.
+fn grpc_timeout_value(t: Duration) -> HeaderValue {
+    const MAX: u128 = 99_999_999;
+    let (n, unit) = [
+        (t.as_nanos(), 'n'),
+        (t.as_micros(), 'u'),
+        (t.as_millis(), 'm'),
+        (u128::from(t.as_secs()), 'S'),
+        (u128::from(t.as_secs() / 60), 'M'),
+    ]
+    .into_iter()
+    .find(|(n, _)| *n <= MAX)
+    .unwrap_or(((u128::from(t.as_secs() / 3600)).min(MAX), 'H'));
+    HeaderValue::from_str(&format!("{n}{unit}")).unwrap_or(HeaderValue::from_static("99999999H"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deadline::parse_grpc_timeout;
+
+    #[test]
+    fn grpc_timeouts_round_trip_at_the_finest_unit_that_fits() {
+        for (t, text) in [
+            (Duration::from_millis(50), "50000000n"),
+            (Duration::from_millis(150), "150000u"),
+            (Duration::from_secs(2), "2000000u"),
+            (Duration::from_secs(500), "500000m"),
+            (Duration::from_secs(200_000), "200000S"),
+        ] {
+            let value = grpc_timeout_value(t);
+            assert_eq!(value.to_str().ok(), Some(text), "{t:?}");
+            assert_eq!(parse_grpc_timeout(text), Some(t), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn a_message_round_trips_through_the_framing() {
+        let sent = CallReply {
+            request_id: 7,
+            payload: Bytes::from_static(b"abc"),
+            path: Vec::new(),
+        };
+        let framed = encode(&sent).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(framed[0], 0);
+        assert_eq!(framed.len(), PREFIX + sent.encoded_len());
+        let reply = decode(framed).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reply, sent);
+    }
+
+    #[test]
+    fn a_truncated_or_compressed_answer_is_refused() {
+        assert_eq!(
+            decode(Bytes::from_static(&[0, 0, 0]))
+                .err()
+                .map(|s| s.code()),
+            Some(Code::Internal)
+        );
+        assert_eq!(
+            decode(Bytes::from_static(&[0, 0, 0, 0, 9, 1]))
+                .err()
+                .map(|s| s.code()),
+            Some(Code::Internal)
+        );
+        assert_eq!(
+            decode(Bytes::from_static(&[1, 0, 0, 0, 0]))
+                .err()
+                .map(|s| s.code()),
+            Some(Code::Internal)
+        );
+    }
+}
