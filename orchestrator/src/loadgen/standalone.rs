@@ -53,7 +53,7 @@ pub struct StandaloneReport {
     /// See `p50_us`.
     pub p99_us: u64,
     /// What happened to the generator's connections.
-    pub links: LinkCounts,
+    pub links: Option<LinkCounts>,
 }
 
 /// Drives `load` against the hop replica at `addr` (push).
