@@ -16,6 +16,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use futures::future::{FutureExt, Shared};
 use tailmesh_proto::pb;
 use tonic::{Code, Status};
 
@@ -251,6 +252,61 @@ where
         BrokerKind::Rabbitmq => {
             rabbitmq::run_worker(addr, topic, worker, credits.max(1), ack, handler, shutdown).await
         }
+    }
+}
+
+/// How one session of an external broker's worker ended.
+pub(crate) enum SessionEnd {
+    /// Shutdown came; the tasks the worker held were finished and answered.
+    ShutDown,
+    /// The worker was connected, then lost its consumer: why.
+    Lost(String),
+    /// The worker could not connect: why.
+    Unreachable(String),
+}
+
+/// The first wait before a worker reconnects; it doubles per failed
+/// attempt up to [`BACKOFF_MAX`], and starts again after a session that
+/// connected.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The longest wait before a worker reconnects.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Runs an external broker's worker: `session` connects and serves until it
+/// ends; a lost or failed session is logged and run again after a backoff;
+/// only shutdown ends the worker. Each session is handed the shutdown
+/// future (shared), to stop connecting or serving when it fires.
+pub(crate) async fn reconnecting<Sh, S, F>(
+    broker: &str,
+    addr: &PeerAddr,
+    topic: &str,
+    worker: &str,
+    shutdown: Sh,
+    mut session: S,
+) -> Result<(), BrokerError>
+where
+    Sh: Future<Output = ()>,
+    S: FnMut(Shared<Sh>) -> F,
+    F: Future<Output = SessionEnd>,
+{
+    let mut shutdown = shutdown.shared();
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        match session(shutdown.clone()).await {
+            SessionEnd::ShutDown => return Ok(()),
+            SessionEnd::Lost(why) => {
+                backoff = BACKOFF_MIN;
+                tracing::warn!(%addr, %topic, %worker, %why, retry_in = ?backoff, "{broker} worker lost its consumer");
+            }
+            SessionEnd::Unreachable(why) => {
+                tracing::warn!(%addr, %topic, %worker, reason = %why, retry_in = ?backoff, "{broker} worker cannot connect");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = &mut shutdown => return Ok(()),
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 

@@ -32,7 +32,7 @@ use async_nats::{
     HeaderMap,
     jetstream::{self, AckKind, consumer::pull, stream},
 };
-use futures::StreamExt;
+use futures::{StreamExt, future::Shared};
 use tailmesh_proto::pb;
 use tokio::{
     sync::{Semaphore, oneshot},
@@ -44,8 +44,8 @@ use super::{
     BrokerError, Release,
     backend::{
         ACK_WAIT, AckWhen, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES,
-        MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK, deadline_nanos, expired, number,
-        reply_headers, reply_of, task_headers, task_of, within_deadline,
+        MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK, SessionEnd, deadline_nanos, expired, number,
+        reconnecting, reply_headers, reply_of, task_headers, task_of, within_deadline,
     },
 };
 use crate::addr::PeerAddr;
@@ -58,9 +58,6 @@ const CONSUMER: &str = "workers";
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// First and longest pause before a worker retries a broken connection.
-const BACKOFF_MIN: Duration = Duration::from_millis(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Largest message the broker accepts (its `max_payload`, set when the
 /// launcher starts it): a full payload plus framing.
 pub const MAX_PAYLOAD: usize = 8 * 1024 * 1024;
@@ -294,60 +291,74 @@ where
     H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
-    let mut shutdown = pin!(shutdown);
-    let mut backoff = BACKOFF_MIN;
-    loop {
-        let session = async {
-            let client = connect(&addr).await?;
-            let js = jetstream::new(client.clone());
-            let stream = ensure_stream(&js, &topic).await?;
-            let consumer = ensure_consumer(&stream, &topic).await?;
-            tracing::debug!(%addr, %topic, %worker, "NATS worker connected");
-            Ok::<_, Status>((client, consumer))
-        };
-        let connected = tokio::select! {
-            c = session => c,
-            () = shutdown.as_mut() => return Ok(()),
-        };
-        match connected {
-            Ok((client, consumer)) => {
-                let slots = Arc::new(Semaphore::new(credits as usize));
-                let mut running = JoinSet::new();
-                for _ in 0..credits {
-                    running.spawn(pull_loop(
-                        client.clone(),
-                        consumer.clone(),
-                        topic.clone(),
-                        slots.clone(),
-                        ack,
-                        handler.clone(),
-                    ));
-                }
-                tokio::select! {
-                    () = shutdown.as_mut() => {
-                        // No new pulls; the tasks held are finished and answered.
-                        running.abort_all();
-                        let _ = slots.acquire_many(credits).await;
-                        return Ok(());
-                    }
-                    Some(ended) = running.join_next() => {
-                        let why = match ended {
-                            Ok(why) => why,
-                            Err(e) => e.to_string(),
-                        };
-                        tracing::warn!(%addr, %topic, %worker, %why, retry_in = ?backoff, "NATS worker lost its consumer");
-                    }
-                }
-            }
-            Err(status) => {
-                tracing::warn!(%addr, %topic, %worker, reason = %status.message(), retry_in = ?backoff, "NATS worker cannot connect");
-            }
+    reconnecting("NATS", &addr, &topic, &worker, shutdown, |shutdown| {
+        session(
+            addr.clone(),
+            topic.clone(),
+            worker.clone(),
+            credits,
+            ack,
+            handler.clone(),
+            shutdown,
+        )
+    })
+    .await
+}
+
+/// One session: connects, then serves until the connection is lost or
+/// shutdown fires.
+async fn session<H, F, Sh>(
+    addr: PeerAddr,
+    topic: String,
+    worker: String,
+    credits: u32,
+    ack: AckWhen,
+    handler: H,
+    mut shutdown: Shared<Sh>,
+) -> SessionEnd
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+    Sh: Future<Output = ()>,
+{
+    let session = async {
+        let client = connect(&addr).await?;
+        let js = jetstream::new(client.clone());
+        let stream = ensure_stream(&js, &topic).await?;
+        let consumer = ensure_consumer(&stream, &topic).await?;
+        tracing::debug!(%addr, %topic, %worker, "NATS worker connected");
+        Ok::<_, Status>((client, consumer))
+    };
+    let (client, consumer) = tokio::select! {
+        connected = session => match connected {
+            Ok(c) => c,
+            Err(status) => return SessionEnd::Unreachable(status.message().to_owned()),
+        },
+        () = &mut shutdown => return SessionEnd::ShutDown,
+    };
+    let slots = Arc::new(Semaphore::new(credits as usize));
+    let mut running = JoinSet::new();
+    for _ in 0..credits {
+        running.spawn(pull_loop(
+            client.clone(),
+            consumer.clone(),
+            topic.clone(),
+            slots.clone(),
+            ack,
+            handler.clone(),
+        ));
+    }
+    tokio::select! {
+        () = &mut shutdown => {
+            // No new pulls; the tasks held are finished and answered.
+            running.abort_all();
+            let _ = slots.acquire_many(credits).await;
+            SessionEnd::ShutDown
         }
-        tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
-            () = shutdown.as_mut() => return Ok(()),
-        }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        Some(ended) = running.join_next() => SessionEnd::Lost(match ended {
+            Ok(why) => why,
+            Err(e) => e.to_string(),
+        }),
     }
 }
 

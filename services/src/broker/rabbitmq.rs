@@ -21,7 +21,6 @@
 use std::{
     collections::HashMap,
     future::Future,
-    pin::pin,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -29,7 +28,7 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
+use futures::{StreamExt, future::Shared};
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties,
     message::Delivery,
@@ -47,8 +46,8 @@ use super::{
     BrokerError, Release,
     backend::{
         AckWhen, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, QUEUE_CAPACITY,
-        REPLY_SLACK, deadline_nanos, expired, number, reply_headers, reply_of, task_headers,
-        task_of, within_deadline,
+        REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers,
+        reply_of, task_headers, task_of, within_deadline,
     },
 };
 use crate::addr::PeerAddr;
@@ -58,9 +57,6 @@ use crate::addr::PeerAddr;
 const TASKS_HELD: u32 = 1 << 20;
 /// Direct reply-to's pseudo-queue.
 const REPLY_TO: &str = "amq.rabbitmq.reply-to";
-/// First and longest pause before a worker retries a broken connection.
-const BACKOFF_MIN: Duration = Duration::from_millis(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// User and password the launcher's broker and the deployments' images
 /// are given.
 pub const USER: &str = "tailmesh";
@@ -350,81 +346,97 @@ where
     H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
-    let mut shutdown = pin!(shutdown);
-    let mut backoff = BACKOFF_MIN;
     let prefetch = u16::try_from(credits).unwrap_or(u16::MAX);
+    reconnecting("RabbitMQ", &addr, &topic, &worker, shutdown, |shutdown| {
+        session(
+            addr.clone(),
+            topic.clone(),
+            worker.clone(),
+            prefetch,
+            ack,
+            handler.clone(),
+            shutdown,
+        )
+    })
+    .await
+}
+
+/// One session: connects, then serves until the connection is lost or
+/// shutdown fires.
+async fn session<H, F, Sh>(
+    addr: PeerAddr,
+    topic: String,
+    worker: String,
+    prefetch: u16,
+    ack: AckWhen,
+    handler: H,
+    mut shutdown: Shared<Sh>,
+) -> SessionEnd
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+    Sh: Future<Output = ()>,
+{
+    let session = async {
+        let connection = connect(&addr).await?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| unavailable(&addr, "channel", e))?;
+        declare(&channel, &addr, &topic).await?;
+        channel
+            .basic_qos(prefetch, BasicQosOptions::default())
+            .await
+            .map_err(|e| unavailable(&addr, "basic.qos", e))?;
+        let consumer = channel
+            .basic_consume(
+                queue_name(&topic).into(),
+                worker.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| unavailable(&addr, "consume", e))?;
+        tracing::debug!(%addr, %topic, %worker, prefetch, "RabbitMQ worker connected");
+        Ok::<_, Status>((connection, channel, consumer))
+    };
+    let (connection, channel, mut consumer) = tokio::select! {
+        connected = session => match connected {
+            Ok(c) => c,
+            Err(status) => return SessionEnd::Unreachable(status.message().to_owned()),
+        },
+        () = &mut shutdown => return SessionEnd::ShutDown,
+    };
+    // One permit per task held, to wait for them at shutdown (the
+    // broker's prefetch is the credit).
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(TASKS_HELD as usize));
     loop {
-        let session = async {
-            let connection = connect(&addr).await?;
-            let channel = connection
-                .create_channel()
-                .await
-                .map_err(|e| unavailable(&addr, "channel", e))?;
-            declare(&channel, &addr, &topic).await?;
-            channel
-                .basic_qos(prefetch, BasicQosOptions::default())
-                .await
-                .map_err(|e| unavailable(&addr, "basic.qos", e))?;
-            let consumer = channel
-                .basic_consume(
-                    queue_name(&topic).into(),
-                    worker.as_str().into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(|e| unavailable(&addr, "consume", e))?;
-            tracing::debug!(%addr, %topic, %worker, prefetch, "RabbitMQ worker connected");
-            Ok::<_, Status>((connection, channel, consumer))
-        };
-        let connected = tokio::select! {
-            c = session => c,
-            () = shutdown.as_mut() => return Ok(()),
-        };
-        match connected {
-            Ok((connection, channel, mut consumer)) => {
-                // One permit per task held, to wait for them at shutdown
-                // (the broker's prefetch is the credit).
-                let in_flight = Arc::new(tokio::sync::Semaphore::new(TASKS_HELD as usize));
-                let why = loop {
-                    tokio::select! {
-                        () = shutdown.as_mut() => {
-                            // Stop taking tasks; finish and answer those held.
-                            let _ = channel
-                                .basic_cancel(worker.as_str().into(), Default::default())
-                                .await;
-                            let _ = in_flight.acquire_many(TASKS_HELD).await;
-                            let _ = connection.close(200, "shutdown".into()).await;
-                            return Ok(());
-                        }
-                        next = consumer.next() => match next {
-                            Some(Ok(delivery)) => {
-                                let Ok(slot) = in_flight.clone().try_acquire_owned() else {
-                                    let _ = delivery.acker.reject(BasicRejectOptions { requeue: true }).await;
-                                    continue;
-                                };
-                                let (channel, handler, topic) = (channel.clone(), handler.clone(), topic.clone());
-                                tokio::spawn(async move {
-                                    serve_delivery(channel, delivery, &topic, ack, handler).await;
-                                    drop(slot);
-                                });
-                            }
-                            Some(Err(e)) => break e.to_string(),
-                            None => break "the consumer was cancelled".to_owned(),
-                        },
-                    }
-                };
-                tracing::warn!(%addr, %topic, %worker, %why, retry_in = ?backoff, "RabbitMQ worker lost its consumer");
-            }
-            Err(status) => {
-                tracing::warn!(%addr, %topic, %worker, reason = %status.message(), retry_in = ?backoff, "RabbitMQ worker cannot connect");
-            }
-        }
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
-            () = shutdown.as_mut() => return Ok(()),
+            () = &mut shutdown => {
+                // Stop taking tasks; finish and answer those held.
+                let _ = channel
+                    .basic_cancel(worker.as_str().into(), Default::default())
+                    .await;
+                let _ = in_flight.acquire_many(TASKS_HELD).await;
+                let _ = connection.close(200, "shutdown".into()).await;
+                return SessionEnd::ShutDown;
+            }
+            next = consumer.next() => match next {
+                Some(Ok(delivery)) => {
+                    let Ok(slot) = in_flight.clone().try_acquire_owned() else {
+                        let _ = delivery.acker.reject(BasicRejectOptions { requeue: true }).await;
+                        continue;
+                    };
+                    let (channel, handler, topic) = (channel.clone(), handler.clone(), topic.clone());
+                    tokio::spawn(async move {
+                        serve_delivery(channel, delivery, &topic, ack, handler).await;
+                        drop(slot);
+                    });
+                }
+                Some(Err(e)) => return SessionEnd::Lost(e.to_string()),
+                None => return SessionEnd::Lost("the consumer was cancelled".to_owned()),
+            },
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
