@@ -26,6 +26,7 @@ Subcommands:
 
 import json
 import math
+import os
 import re
 import sys
 
@@ -259,6 +260,20 @@ def median(values):
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
+def machine_load(d):
+    """The 1-minute load average before the measurements and now, printed
+    under the table (a quiet and a busy machine give different ratios)."""
+    def one_minute(path):
+        try:
+            return float(open(path).read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+    load = {"before": one_minute(f"{d}/loadavg-start"), "after": one_minute("/proc/loadavg")}
+    shown = ", ".join(f"{k} {v:.2f}" for k, v in load.items() if v is not None)
+    print(f"machine load average (1 min): {shown or 'unknown'}, {os.cpu_count()} cores")
+    return load
+
+
 def cmd_generator_report(d, rounds, json_out=None):
     rounds = int(rounds)
     levels = [1, 64, 128]
@@ -286,6 +301,7 @@ def cmd_generator_report(d, rounds, json_out=None):
         )
         doc["levels"][str(n)] = {"median": row, "rate_ratio": ratio, "rate_ratios": per_round, "runs": runs}
     print("ratio: tailmesh's rate / h2load's, median of the rounds' ratios (each round measures both)")
+    doc["load_average"] = machine_load(d)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(doc, f, indent=2)
@@ -328,6 +344,7 @@ def cmd_report(d, json_out=None):
         f"(h2load replies: {h2['data_bytes_per_request']:.0f} data bytes per request, "
         f"a real reply needs >= {h2['min_reply_bytes']})"
     )
+    doc["load_average"] = machine_load(d)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(doc, f, indent=2)

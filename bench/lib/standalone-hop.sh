@@ -90,6 +90,9 @@ bench_setup() {
     say "cargo build --release -p tailmesh"
     step TERM cargo build --release -p tailmesh --quiet
     python3 "$PY" body "$TMP/body.bin"
+    # The machine's load before the measurements (after the build), which
+    # the report prints beside the one after: the ratios depend on it.
+    cp /proc/loadavg "$TMP/loadavg-start" 2>/dev/null || true
     GRPC_HEADERS=(-H 'content-type: application/grpc' -H 'te: trailers')
 }
 
