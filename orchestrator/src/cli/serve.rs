@@ -235,13 +235,13 @@ pub(crate) struct LoadArgs {
     /// The hop replica, host:port.
     addr: String,
     /// Requests in flight.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     concurrency: u32,
     /// Measured requests.
-    #[arg(long, default_value_t = 20000)]
+    #[arg(long, default_value_t = 20000, value_parser = clap::value_parser!(u64).range(1..))]
     requests: u64,
     /// HTTP/2 connections.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     connections: u32,
     /// Unmeasured time first.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
@@ -250,7 +250,7 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     timeout: Duration,
     /// Payload bytes.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = payload_bytes)]
     payload: usize,
 }
 
@@ -260,24 +260,32 @@ pub(crate) fn load(args: LoadArgs) -> Result<(), CliError> {
     let addr: PeerAddr = args
         .addr
         .parse()
-        .with_context(|| format!("tailmesh load: {}", args.addr))?;
+        .with_context(|| format!("load: the replica {:?}", args.addr))?;
     let spec = Standalone {
         concurrency: args.concurrency,
         requests: args.requests,
         connections: args.connections,
         warmup: args.warmup,
         timeout: args.timeout,
-        payload: args
-            .payload
-            .min(tailmesh_services::limits::MAX_PAYLOAD_BYTES),
+        payload: args.payload,
     };
     let report = roles::runtime(1)
-        .context("tailmesh load")?
+        .context("load")?
         .block_on(against(&addr, &spec))
-        .context("tailmesh load")?;
-    let json = serde_json::to_string(&report).context("tailmesh load: JSON")?;
+        .context("load")?;
+    let json = serde_json::to_string(&report).context("load: JSON")?;
     tailmesh::say!("{json}");
     Ok(())
+}
+
+/// `--payload`: bytes, at most what one call may carry.
+fn payload_bytes(text: &str) -> Result<usize, String> {
+    let max = tailmesh_services::limits::MAX_PAYLOAD_BYTES;
+    match text.parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        Ok(n) => Err(format!("{n} bytes is over the limit of {max}")),
+        Err(e) => Err(format!("not a number of bytes: {e}")),
+    }
 }
 
 /// `tailmesh token`.
