@@ -52,7 +52,7 @@ pub struct HopBreakdown {
     /// Server spans seen.
     pub spans: u64,
     /// Server span minus the longest of its downstream client spans
-    /// (downstream calls run in parallel).
+    /// (downstream calls run in parallel) and minus its wait for a slot.
     pub self_time: Dist,
     /// The longest downstream client span of each request.
     pub downstream: Dist,
@@ -60,7 +60,8 @@ pub struct HopBreakdown {
     /// the broker queue wait for pull). For the entry hop the caller is the
     /// load generator, whose span starts at the intended send time.
     pub network: Dist,
-    /// The broker queue-wait span (pull hops).
+    /// The broker queue-wait span (pull hops) plus the wait for a slot in
+    /// the replica (hops with limited concurrency).
     pub queue_wait: Dist,
 }
 
@@ -244,16 +245,24 @@ pub fn analyze(
                 .map(|c| duration(c))
                 .max()
                 .unwrap_or(0);
-            t.self_time.push(total.saturating_sub(down));
+            // A replica with limited concurrency says how long the request
+            // waited in its span for a slot: queue wait, not its own time.
+            let slot_wait = attr_int(server, "slot_wait_ns").map(|n| u64::try_from(n).unwrap_or(0));
+            let in_line = slot_wait.unwrap_or(0).min(total.saturating_sub(down));
+            t.self_time
+                .push(total.saturating_sub(down).saturating_sub(in_line));
             t.downstream.push(down);
             // The caller's side: a queue-wait span (pull) then the client
             // span, or the client span directly (push).
             let mut caller = by_id.get(server.parent_span_id.as_slice()).copied();
             let mut waited = 0;
-            if let Some(q) = caller.filter(|q| is_queue_wait(q)) {
+            let broker_wait = caller.filter(|q| is_queue_wait(q));
+            if let Some(q) = broker_wait {
                 waited = duration(q);
-                t.queue_wait.push(waited);
                 caller = by_id.get(q.parent_span_id.as_slice()).copied();
+            }
+            if broker_wait.is_some() || slot_wait.is_some() {
+                t.queue_wait.push(waited + in_line);
             }
             if let Some(c) = caller {
                 t.network
@@ -486,6 +495,27 @@ mod tests {
         // A trace of no measured request (warmup) adds no hop times.
         let warmup = vec![span(1, 0, "request 7", SpanKind::Client, SERVICE, 0, 9)];
         assert!(analyze(&batch(warmup), "v", &[], |_| true).hops.is_empty());
+    }
+
+    #[test]
+    fn a_pushed_hops_wait_for_a_slot_is_queue_wait_not_its_own_time() {
+        let mut b = span(4, 3, "b", SpanKind::Server, "b", 4_000, 9_000);
+        // 3 us of b's 5 us span were spent in line for a slot.
+        b.attributes
+            .push(kv("slot_wait_ns", Value::IntValue(3_000)));
+        let spans = vec![
+            span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
+            span(2, 1, "a", SpanKind::Server, "a", 2_000, 10_000),
+            span(3, 2, "a -> b", SpanKind::Client, "a", 3_000, 9_500),
+            b,
+        ];
+        let r = analyze(&batch(spans), "v", &[record(&["b", "a"])], |_| true);
+        let (a, b) = (&r.hops[0], &r.hops[1]);
+        assert_eq!((b.self_time.p50_us, b.queue_wait.p50_us), (2.0, 3.0));
+        assert_eq!(b.network.p50_us, 1.5);
+        // A hop without slots has no queue wait at all, not a wait of 0.
+        assert_eq!(a.queue_wait, Dist::default());
+        assert_eq!(a.self_time.p50_us, 1.5);
     }
 
     #[test]

@@ -438,10 +438,16 @@ impl HopCore {
         }
         let service = started.elapsed();
         telemetry::set_current(|| {
-            vec![
+            let mut attributes = vec![
                 KeyValue::new("slow", plan.slow.is_some()),
                 KeyValue::new("queue_wait_ns", nanos(queue_wait) as i64),
-            ]
+            ];
+            // The part of this span spent waiting for a slot, which a trace
+            // breakdown counts as queue wait, not the hop's own time.
+            if slot.is_some() {
+                attributes.push(KeyValue::new("slot_wait_ns", nanos(slot_wait) as i64));
+            }
+            attributes
         });
         // Its own work done, the replica is free for the next request while
         // it waits on its downstream hops.
