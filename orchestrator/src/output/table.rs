@@ -82,7 +82,7 @@ pub fn render_legend(summary: &Summary) -> String {
     }
     if summary.variants.iter().any(|v| v.traces.is_some()) {
         lines.push(
-            "  traces: self = the hop's own time, network = the caller's client time minus the callee's server time",
+            "  traces: self = the hop's own time; queue wait = in the broker or for a slot; network = the caller's client time minus the callee's server time",
         );
     }
     if summary.variants.iter().any(|v| v.compounding.is_some()) {
