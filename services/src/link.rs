@@ -25,7 +25,6 @@ use std::{
     time::Duration,
 };
 
-use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
@@ -210,10 +209,9 @@ impl Counting {
 }
 
 impl tower::Service<Uri> for Counting {
-    type Response = Counted<TokioIo<TcpStream>>;
+    type Response = TokioIo<Counted>;
     type Error = Box<dyn std::error::Error + Send + Sync>;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<Counted<TokioIo<TcpStream>>, Self::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<Counted>, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.http.poll_ready(cx).map_err(Into::into)
@@ -224,21 +222,21 @@ impl tower::Service<Uri> for Counting {
         let events = Arc::clone(&self.events);
         Box::pin(async move {
             let io = connecting.await?;
-            Ok(Counted::opened(io, &events))
+            Ok(TokioIo::new(Counted::opened(io.into_inner(), &events)))
         })
     }
 }
 
-/// A connection that counts itself closed when it is dropped: for
-/// hyper (tonic's channels) over [`TokioIo`], for h2 over a [`TcpStream`].
-pub(crate) struct Counted<IO> {
-    io: IO,
+/// A connection that counts itself closed when it is dropped: for h2
+/// directly, and for hyper (tonic's channels) through [`TokioIo`].
+pub(crate) struct Counted {
+    io: TcpStream,
     events: Arc<LinkEvents>,
 }
 
-impl<IO> Counted<IO> {
+impl Counted {
     /// Counts `io` opened; it counts itself closed when dropped.
-    pub(crate) fn opened(io: IO, events: &Arc<LinkEvents>) -> Self {
+    pub(crate) fn opened(io: TcpStream, events: &Arc<LinkEvents>) -> Self {
         events.opened.fetch_add(1, Ordering::Relaxed);
         Counted {
             io,
@@ -247,53 +245,13 @@ impl<IO> Counted<IO> {
     }
 }
 
-impl<IO> Drop for Counted<IO> {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.events.closed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-impl<IO: Read + Unpin> Read for Counted<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: Write + Unpin> Write for Counted<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-}
-
-impl AsyncRead for Counted<TcpStream> {
+impl AsyncRead for Counted {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -303,7 +261,7 @@ impl AsyncRead for Counted<TcpStream> {
     }
 }
 
-impl AsyncWrite for Counted<TcpStream> {
+impl AsyncWrite for Counted {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
