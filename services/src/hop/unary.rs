@@ -107,9 +107,10 @@ impl Link {
             headers.insert("grpc-timeout", grpc_timeout_value(t));
         }
 
-        let send = self.sender().await?;
-        let mut send = send.ready().await.map_err(|e| self.lost(e))?;
-        let (answer, mut stream) = send.send_request(http, false).map_err(|e| self.lost(e))?;
+        let (generation, mut send) = self.ready().await?;
+        let (answer, mut stream) = send
+            .send_request(http, false)
+            .map_err(|e| self.lost(generation, e))?;
         stream
             .send_data(body, true)
             .map_err(|e| self.transport(e))?;
@@ -117,23 +118,43 @@ impl Link {
         self.read_reply(answer).await
     }
 
-    /// The open connection's handle, connecting first if there is none.
-    async fn sender(&self) -> Result<SendRequest<Bytes>, Status> {
-        if let Some(send) = self.current() {
-            return Ok(send);
+    /// A handle ready for a new stream, with its connection's number: on
+    /// the open connection, or on a new one if that one has just ended (a
+    /// replica that restarted). The request has not left yet, so trying
+    /// again sends nothing twice; a second failure is the call's.
+    async fn ready(&self) -> Result<Open, Status> {
+        let (generation, send) = self.sender().await?;
+        match send.ready().await {
+            Ok(send) => Ok((generation, send)),
+            Err(e) => {
+                // Counted, and the connection forgotten; the status is not
+                // the call's.
+                let _ = self.lost(generation, e);
+                let (generation, send) = self.sender().await?;
+                let send = send.ready().await.map_err(|e| self.lost(generation, e))?;
+                Ok((generation, send))
+            }
+        }
+    }
+
+    /// The open connection's number and handle, connecting first if there
+    /// is none.
+    async fn sender(&self) -> Result<Open, Status> {
+        if let Some(open) = self.current() {
+            return Ok(open);
         }
         let mut generation = self.connecting.lock().await;
-        if let Some(send) = self.current() {
-            return Ok(send);
+        if let Some(open) = self.current() {
+            return Ok(open);
         }
         *generation += 1;
         let send = self.connect(*generation).await?;
-        Ok(send)
+        Ok((*generation, send))
     }
 
-    fn current(&self) -> Option<SendRequest<Bytes>> {
+    fn current(&self) -> Option<Open> {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.as_ref().map(|(_, send)| send.clone())
+        open.clone()
     }
 
     /// Opens connection number `generation` and runs it on its own task,
@@ -236,12 +257,15 @@ impl Link {
         decode(gathered.map_or(message, BytesMut::freeze))
     }
 
-    /// A failure before the request left: the connection is gone (or
-    /// going), so forget it; the next call opens another.
-    fn lost(&self, error: h2::Error) -> Status {
-        if let Ok(mut open) = self.open.lock() {
+    /// A failure before the request left: connection number `generation`
+    /// is gone (or going), so forget it, unless another has replaced it
+    /// already; the next call opens another.
+    fn lost(&self, generation: u64, error: h2::Error) -> Status {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.as_ref().is_some_and(|(g, _)| *g == generation) {
             *open = None;
         }
+        drop(open);
         self.transport(error)
     }
 

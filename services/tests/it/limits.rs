@@ -1,7 +1,8 @@
 //! What a server does at its limits and at its edges: accept errors (out
 //! of file descriptors) backed off and logged once a second, idle
 //! connections closed, reflection listing only what is served, and the
-//! Control API's `authorization` scheme read case-insensitively.
+//! Control API's `authorization` scheme read case-insensitively, and a
+//! push client that finds a replica again after it was gone.
 
 use std::{
     collections::{BTreeSet, VecDeque},
@@ -17,13 +18,13 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
-use tailmesh_proto::pb::{GetFaultsRequest, control_client::ControlClient};
+use tailmesh_proto::pb::{CallRequest, GetFaultsRequest, control_client::ControlClient};
 use tailmesh_services::{
     broker::{self, BrokerConfig},
     control::{ControlService, NoFaults},
-    hop::{self, HopConfig},
+    hop::{self, Connections, HopConfig, PushPool},
     incoming::{DEFAULT_IDLE_TIMEOUT, IdleTimeout, Incoming},
-    model::HopBehavior,
+    model::{Balance, HopBehavior},
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -278,7 +279,12 @@ impl Running {
 }
 
 async fn start_hop(config: HopConfig, control: bool) -> Running {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    start_hop_at("127.0.0.1:0", config, control).await
+}
+
+/// [`start_hop`] on a given address (a port of 0: any).
+async fn start_hop_at(at: &str, config: HopConfig, control: bool) -> Running {
+    let listener = TcpListener::bind(at).await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
     let shutdown = async {
@@ -442,4 +448,57 @@ async fn control_accepts_the_bearer_scheme_in_any_case() {
         assert_eq!(e.code(), Code::Unauthenticated, "{value:?}: {e:?}");
     }
     hop.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_client_connects_again_to_a_replica_that_came_back() {
+    let first = start_hop(hop_config("back", DEFAULT_IDLE_TIMEOUT), false).await;
+    let addr = first.addr;
+    let pool = PushPool::new(
+        "back",
+        &[addr],
+        Balance::RoundRobin,
+        Connections::Shared(1),
+        1,
+        "t",
+    )
+    .expect("pool");
+    let call = |id| {
+        pool.call(
+            CallRequest {
+                request_id: id,
+                payload: Default::default(),
+                attempt: 0,
+                caller: String::new(),
+            },
+            Some(Duration::from_secs(2)),
+        )
+    };
+    within("the first call", call(1))
+        .await
+        .expect("the first call");
+    first.stop().await;
+    // The replica's shutdown ends the connection; the client sees it end.
+    within("the client to see its connection end", async {
+        while pool.link_counts().closed == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let again = start_hop_at(
+        &addr.to_string(),
+        hop_config("back", DEFAULT_IDLE_TIMEOUT),
+        false,
+    )
+    .await;
+    within("a call to the replica that came back", call(2))
+        .await
+        .expect("a call after the replica came back");
+    let counts = pool.link_counts();
+    assert_eq!(
+        (counts.opened, counts.closed, counts.broken),
+        (2, 1, 0),
+        "{counts:?}"
+    );
+    again.stop().await;
 }
