@@ -10,7 +10,8 @@
 //!   `overload` (queue disciplines), `stress` (the instrument under
 //!   overload), `attribution`, `netem` (the network-fault tests again on
 //!   a netem kernel), and
-//!   `cli` (the command line as a new user meets it).
+//!   `cli` (the command line as a new user meets it), and `links` (every
+//!   relative link and anchor in README.md and docs/ resolves).
 
 #[macro_use]
 mod harness;
@@ -22,6 +23,7 @@ mod cli;
 mod deploy;
 mod fanout;
 mod launcher;
+mod links;
 mod netem;
 mod netfaults;
 mod overload;
@@ -51,6 +53,7 @@ fn main() -> std::process::ExitCode {
         overload::TESTS,
         stress::TESTS,
         attribution::TESTS,
+        links::TESTS,
         netem::TESTS,
     ])
 }
