@@ -9,9 +9,9 @@
 //!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
 //!   `overload` (queue disciplines), `stress` (the instrument under
 //!   overload), `attribution`, `netem` (the network-fault tests again on
-//!   a netem kernel), and
-//!   `cli` (the command line as a new user meets it), and `links` (every
-//!   relative link and anchor in README.md and docs/ resolves).
+//!   a netem kernel), `cli` (the command line as a new user meets it),
+//!   and `links` (every relative link and anchor in README.md and docs/
+//!   resolves).
 
 #[macro_use]
 mod harness;
