@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tailmesh_services::{addr::PeerAddr, hop::client::error_chain};
+use tailmesh_services::addr::PeerAddr;
 
 use tonic::transport::Endpoint;
 use tonic_health::pb::{
@@ -55,7 +55,7 @@ pub async fn check(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError>
     .timeout(timeout);
     let channel = endpoint.connect().await.map_err(|e| ProbeError::Connect {
         addr: addr.clone(),
-        cause: error_chain(&e),
+        cause: crate::error_chain(&e),
     })?;
     let response = HealthClient::new(channel)
         .check(HealthCheckRequest {

@@ -21,8 +21,15 @@ mod local;
 pub mod netns;
 
 use std::{
-    ffi::OsString, fmt, net::SocketAddr, os::unix::process::ExitStatusExt, path::PathBuf,
-    process::ExitStatus, time::Duration,
+    ffi::OsString,
+    fmt,
+    fs::File,
+    io::{Read, Seek, SeekFrom},
+    net::SocketAddr,
+    os::unix::process::ExitStatusExt,
+    path::{Path, PathBuf},
+    process::ExitStatus,
+    time::Duration,
 };
 
 use tailmesh_services::addr::PeerAddr;
@@ -398,6 +405,38 @@ pub struct LogTail {
 impl LogTail {
     /// How many lines an error message quotes.
     pub const MAX_LINES: usize = 20;
+
+    /// Reads at most this much of a log to quote its last lines.
+    const MAX_BYTES: u64 = 64 * 1024;
+
+    /// The last [`LogTail::MAX_LINES`] lines of `path` written after byte
+    /// `start` (where one launch's output begins in an appended log).
+    pub fn read(path: &Path, start: u64) -> Box<LogTail> {
+        let read = || -> std::io::Result<Vec<String>> {
+            let mut file = File::open(path)?;
+            let end = file.metadata()?.len();
+            let from = start.max(end.saturating_sub(Self::MAX_BYTES));
+            file.seek(SeekFrom::Start(from))?;
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)?;
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            let skip = lines.len().saturating_sub(Self::MAX_LINES);
+            Ok(lines[skip..].iter().map(|l| l.to_string()).collect())
+        };
+        match read() {
+            Ok(lines) => Box::new(LogTail {
+                path: path.to_path_buf(),
+                lines,
+                unreadable: None,
+            }),
+            Err(e) => Box::new(LogTail {
+                path: path.to_path_buf(),
+                lines: Vec::new(),
+                unreadable: Some(e.to_string()),
+            }),
+        }
+    }
 }
 
 impl fmt::Display for LogTail {
@@ -430,6 +469,26 @@ mod tests {
             describe_exit(ExitStatus::from_raw(15)),
             "signal 15 (SIGTERM)"
         );
+    }
+
+    #[test]
+    fn the_log_tail_covers_this_launch_only_and_its_last_lines() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("hop.log");
+        let earlier = "an earlier run\n";
+        let lines: Vec<String> = (1..=25).map(|i| format!("line {i}")).collect();
+        std::fs::write(&path, format!("{earlier}{}\n", lines.join("\n")))?;
+
+        let tail = LogTail::read(&path, earlier.len() as u64);
+        assert_eq!(tail.lines, lines[5..]);
+        assert!(tail.unreadable.is_none());
+
+        let tail = LogTail::read(&path, std::fs::metadata(&path)?.len());
+        assert!(tail.lines.is_empty());
+
+        let tail = LogTail::read(&dir.path().join("missing.log"), 0);
+        assert!(tail.unreadable.is_some());
+        Ok(())
     }
 
     #[test]
