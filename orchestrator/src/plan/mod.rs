@@ -179,11 +179,19 @@ impl MeshPlan {
         })
     }
 
-    /// The network faults of the plan's processes, as `(hop, replica,
-    /// fault)`, in start order.
-    pub(crate) fn net_faults(&self) -> impl Iterator<Item = (&Hop, u32, &NetFault)> {
-        self.hops()
-            .filter_map(|(p, hop, replica)| Some((hop, replica, p.net_fault.as_ref()?)))
+    /// The hop replicas with a network fault that does something, as
+    /// `(process, hop, replica, fault)`, in the scenario's order of hops
+    /// and replicas (as summary.json lists the faults).
+    pub(crate) fn net_faults(&self) -> Vec<(&Process, &Hop, u32, &NetFault)> {
+        let mut faulty: Vec<_> = self
+            .hops()
+            .filter_map(|(p, hop, replica)| Some((p, hop, replica, p.net_fault.as_ref()?)))
+            .collect();
+        faulty.sort_by_key(|(_, hop, replica, _)| {
+            let order = self.variant.hops.iter().position(|h| h.name == hop.name);
+            (order, *replica)
+        });
+        faulty
     }
 
     /// The hop the load generator calls.
@@ -334,6 +342,15 @@ replica_net = { replica = 0, loss = 0.1 }
             .map(|p| p.name.as_str())
             .collect();
         assert_eq!(faulty, ["hop-c-0"]);
+        let faults: Vec<(&str, u32, f64)> = plan
+            .net_faults()
+            .into_iter()
+            .map(|(p, hop, replica, fault)| {
+                assert_eq!(p.name, hop_role(&hop.name, replica));
+                (hop.name.as_str(), replica, fault.loss)
+            })
+            .collect();
+        assert_eq!(faults, [("c", 0, 0.1)]);
     }
 
     #[test]

@@ -274,13 +274,13 @@ mod tests {
 
         let faults = "its network faults need the netns launcher, which";
         let lossy = plan("", "[[hop]]\nname = \"a\"\nnet = { loss = 0.01 }\n");
-        assert_eq!(lossy.net_faults().count(), 1);
+        assert_eq!(lossy.net_faults().len(), 1);
         assert_eq!(resolve_launcher(&lossy), netns_here(faults));
 
         // A fault that does nothing is applied by no process, and still
         // gets the launcher the other variants of a loss sweep get.
         let zero = plan("", "[[hop]]\nname = \"a\"\nnet = { loss = 0.0 }\n");
-        assert_eq!(zero.net_faults().count(), 0);
+        assert_eq!(zero.net_faults().len(), 0);
         assert_eq!(resolve_launcher(&zero), netns_here(faults));
 
         let asked = plan("launcher = \"netns\"\n", clean);

@@ -299,7 +299,7 @@ async fn run_variant(
         // on error the launcher's drop removes the network.
         let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
         let iptables = tool::tool_available("iptables");
-        for (hop, replica, fault) in plan.net_faults() {
+        for (_, hop, replica, fault) in plan.net_faults() {
             netfault::check(&hop.name, replica, &fault.spec(), netem, iptables).map_err(
                 |source| RunError::Fault {
                     variant: variant.name.clone(),
