@@ -71,6 +71,7 @@ fn program(kind: BrokerKind) -> Option<(&'static str, &'static str)> {
 }
 
 /// What went wrong starting or stopping a broker server.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerProcessError {
     /// The server's program is not installed.
@@ -78,11 +79,8 @@ pub enum BrokerProcessError {
         "broker kind \"{kind}\" needs {program}, which is not installed (Debian package {package})"
     )]
     Missing {
-        /// The broker kind.
         kind: &'static str,
-        /// The executable.
         program: &'static str,
-        /// Its Debian package.
         package: &'static str,
     },
     /// Tailmesh's own broker is no server to start: it runs in process or
@@ -92,22 +90,16 @@ pub enum BrokerProcessError {
     /// Files or ports could not be had.
     #[error("broker {kind}: {what}: {source}")]
     Io {
-        /// The broker kind.
         kind: &'static str,
-        /// What was being done.
         what: String,
-        /// Why it failed.
         #[source]
         source: std::io::Error,
     },
     /// The server exited before it took connections.
     #[error("broker {kind}: {program} exited before it was ready ({status}); {log}")]
     Exited {
-        /// The broker kind.
         kind: &'static str,
-        /// The executable.
         program: String,
-        /// How it ended.
         status: std::process::ExitStatus,
         /// The end of its log.
         log: Box<LogTail>,
@@ -115,11 +107,8 @@ pub enum BrokerProcessError {
     /// The server did not take connections in time.
     #[error("broker {kind}: not ready after {waited:?}: {last}; {log}")]
     NotReady {
-        /// The broker kind.
         kind: &'static str,
-        /// How long it was given.
         waited: Duration,
-        /// The last probe's answer.
         #[source]
         last: BrokerProbeError,
         /// The end of its log.
@@ -128,9 +117,7 @@ pub enum BrokerProcessError {
     /// The endpoint file of a started broker could not be read.
     #[error("broker endpoint file {}: {source}", path.display())]
     Endpoint {
-        /// The file.
         path: PathBuf,
-        /// Why it is unusable.
         #[source]
         source: EndpointError,
     },

@@ -270,33 +270,24 @@ pub fn describe_exit(status: ExitStatus) -> String {
 }
 
 /// Why a process could not be launched.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     /// The name cannot be used as a file name, or is already running.
     #[error("{name:?}: {reason}")]
-    InvalidName {
-        /// The offending name.
-        name: String,
-        /// Why it was refused.
-        reason: &'static str,
-    },
+    InvalidName { name: String, reason: &'static str },
     /// A file the launcher needs (log directory, log file, pid file) could
     /// not be written.
     #[error("{name}: cannot write {}: {source}", path.display())]
     Files {
-        /// The process.
         name: String,
-        /// The file or directory.
         path: PathBuf,
-        /// The cause.
         source: std::io::Error,
     },
     /// The program could not be started at all.
     #[error("{name}: cannot start {}: {source}", program.display())]
     Spawn {
-        /// The process.
         name: String,
-        /// The executable.
         program: PathBuf,
         /// The cause (commonly: not found, permission denied).
         source: std::io::Error,
@@ -304,13 +295,10 @@ pub enum LaunchError {
     /// The process exited before it answered health checks.
     #[error("{}: exited before it was ready ({}); {log}", who(name, *addr, *pid), describe_exit(*status))]
     ExitedBeforeReady {
-        /// The process.
         name: String,
-        /// Its former process id.
         pid: u32,
         /// Its address, if it had written one.
         addr: Option<SocketAddr>,
-        /// How it ended.
         status: ExitStatus,
         /// The end of its log.
         log: Box<LogTail>,
@@ -324,13 +312,10 @@ pub enum LaunchError {
         last_problem.as_deref().unwrap_or("it never wrote its address file")
     )]
     NotReady {
-        /// The process.
         name: String,
-        /// Its former process id.
         pid: u32,
         /// Its address, if it had written one.
         addr: Option<SocketAddr>,
-        /// How long the launcher waited.
         waited: Duration,
         /// The last failed health check, or why the address file was not
         /// usable.
@@ -350,7 +335,6 @@ pub enum LaunchError {
         name: String,
         /// The service expected to play it.
         service: String,
-        /// How long the launcher waited.
         waited: Duration,
         /// The last failed health check.
         last_problem: String,
@@ -358,11 +342,8 @@ pub enum LaunchError {
     /// Waiting for the process failed in the operating system.
     #[error("{}: cannot wait for it: {source}", who(name, None, *pid))]
     Wait {
-        /// The process.
         name: String,
-        /// Its process id.
         pid: u32,
-        /// The cause.
         source: std::io::Error,
     },
 }

@@ -14,12 +14,11 @@ use super::{Addrs, BROKER, hop_role};
 use crate::scenario::{Scenario, Variant};
 
 /// A service name that cannot be an address.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 #[error("service {service}: {reason}")]
 pub struct NamingError {
-    /// The service name.
     pub service: String,
-    /// Why it is no address.
     pub reason: String,
 }
 

@@ -57,93 +57,63 @@ const SPAN_QUIET: Duration = Duration::from_secs(1);
 const SPAN_SETTLE_LIMIT: Duration = Duration::from_secs(15);
 
 /// Errors that stop a run before it measures anything.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A hop or broker process could not be started.
     #[error("variant \"{variant}\": {source}")]
     Launch {
-        /// The variant.
         variant: String,
-        /// The LaunchError it failed with.
         source: Box<LaunchError>,
     },
     /// A file or folder could not be written.
     #[error("{what} {path}: {source}")]
     Io {
-        /// What was being done.
         what: &'static str,
-        /// Where.
         path: PathBuf,
-        /// The operating system's error.
         source: std::io::Error,
     },
     /// The variant cannot have the launcher it needs.
     #[error("variant \"{variant}\": {source}")]
     Launcher {
-        /// The variant.
         variant: String,
-        /// The LauncherError it failed with.
         source: LauncherError,
     },
     /// The network namespaces of a netns variant could not be built.
     #[error("variant \"{variant}\": {source}")]
-    Network {
-        /// The variant.
-        variant: String,
-        /// The NetnsError it failed with.
-        source: NetnsError,
-    },
+    Network { variant: String, source: NetnsError },
     /// A network fault that this kernel and its tools cannot apply.
     #[error("variant \"{variant}\": {source}")]
-    Fault {
-        /// The variant.
-        variant: String,
-        /// The FaultError it failed with.
-        source: FaultError,
-    },
+    Fault { variant: String, source: FaultError },
     /// The trace receiver cannot listen where a netns variant's processes
     /// reach it.
     #[error("variant \"{variant}\": {source}")]
     TraceListener {
-        /// The variant.
         variant: String,
-        /// The ReceiverError it failed with.
         source: ReceiverError,
     },
     /// A hop replica's configuration could not be encoded.
     #[error("variant \"{variant}\": encode the configuration of {process}: {source}")]
     HopConfig {
-        /// The variant.
         variant: String,
         /// The process (`hop-b-1`).
         process: String,
-        /// The encoder's error.
         source: serde_json::Error,
     },
     /// The address of the variant's RabbitMQ or NATS server is unknown.
     #[error("variant \"{variant}\": {source}")]
     BrokerEndpoint {
-        /// The variant.
         variant: String,
-        /// The BrokerProcessError it failed with.
         source: BrokerProcessError,
     },
     /// The variant has no hop to send the load to (a checked scenario
     /// always has one).
     #[error("variant \"{variant}\" has no hop")]
-    NoHop {
-        /// The variant.
-        variant: String,
-    },
+    NoHop { variant: String },
     /// The load generator's pool of connections to the entry hop could
     /// not be built.
     #[error("variant \"{variant}\": {source}")]
-    EntryPool {
-        /// The variant.
-        variant: String,
-        /// The PoolError it failed with.
-        source: PoolError,
-    },
+    EntryPool { variant: String, source: PoolError },
 }
 
 /// What one variant's run produced.
