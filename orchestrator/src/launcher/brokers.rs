@@ -516,3 +516,68 @@ async fn rabbitmq_command(
     .await;
     Ok((command, epmd))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_that_exits_at_start_is_an_error_quoting_its_log_not_the_terminal() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let script = dir.path().join("fake-nats-server");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\necho 'a banner line'\necho 'fatal: cannot start' >&2\nexit 3\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.path().join("server.log");
+        let spec = ServerSpec::new(BrokerKind::Nats, IpAddr::from([127, 0, 0, 1]))
+            .program(&script)
+            .log_to(&log);
+        let error = match BrokerServer::start(spec).await {
+            Ok(_) => panic!("a server that exits at once started"),
+            Err(e) => e,
+        };
+        let BrokerProcessError::Exited {
+            status, log: tail, ..
+        } = &error
+        else {
+            panic!("not an early exit: {error}");
+        };
+        assert_eq!(status.code(), Some(3), "{error}");
+        assert_eq!(tail.path, log);
+        assert_eq!(
+            tail.lines,
+            ["a banner line", "fatal: cannot start"],
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("\n  fatal: cannot start"),
+            "{error}"
+        );
+        // Its output is in the log it was given, after this start's header.
+        let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{e}"));
+        assert!(text.starts_with("--- starting "), "{text}");
+        assert!(
+            text.ends_with("a banner line\nfatal: cannot start\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_server_log_and_endpoint_sit_beside_the_address_file() {
+        let addr = Path::new("/run/logs/base/broker.addr");
+        assert_eq!(
+            server_log_file(addr),
+            Path::new("/run/logs/base/broker.server.log")
+        );
+        assert_eq!(
+            endpoint_file(addr),
+            Path::new("/run/logs/base/broker.endpoint")
+        );
+    }
+}
