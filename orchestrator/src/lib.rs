@@ -3,6 +3,7 @@
 //!
 //! - `console`: lines for people on stdout and stderr that survive a
 //!   closed pipe.
+//! - `error_chain`: an error told with its causes.
 //! - `scenario`: parse, validate and model scenario files.
 //! - `record`: what was measured for each request.
 //! - `plan`: what a variant becomes: every process, its role, name,
@@ -26,6 +27,7 @@
 mod analysis;
 pub mod console;
 pub mod deploy;
+mod error_chain;
 pub mod experiment;
 pub mod launcher;
 pub mod loadgen;
@@ -36,3 +38,5 @@ pub mod roles;
 mod run;
 pub mod scenario;
 pub mod traces;
+
+pub use error_chain::error_chain;

@@ -421,13 +421,17 @@ pub fn serve_broker(config: BrokerConfig, options: &ServeOptions) -> Result<(), 
 
 /// Runs a RabbitMQ or NATS server for the run until told to stop (see
 /// [`crate::launcher::brokers`]): serves gRPC health, SERVING once the
-/// server takes connections and its address is in the endpoint file.
+/// server takes connections and its address is in the endpoint file. The
+/// server's output goes to `<name>.server.log` beside the address file.
 pub fn serve_broker_server(
     kind: tailmesh_services::model::BrokerKind,
     options: &ServeOptions,
 ) -> Result<(), RoleError> {
-    use crate::launcher::brokers::{BrokerProcessError, BrokerServer, endpoint_file};
+    use crate::launcher::brokers::{
+        BrokerProcessError, BrokerServer, ServerSpec, endpoint_file, server_log_file,
+    };
     let endpoint = options.addr_file.as_deref().map(endpoint_file);
+    let server_log = options.addr_file.as_deref().map(server_log_file);
     serve("broker", options, |listener, shutdown| async move {
         let io = |what: &str| {
             let what = what.to_owned();
@@ -457,7 +461,10 @@ pub fn serve_broker_server(
         );
         let mut shutdown = shutdown;
         let started = tokio::select! {
-            s = BrokerServer::start(kind, ip) => s,
+            s = BrokerServer::start(match server_log {
+                Some(log) => ServerSpec::new(kind, ip).log_to(log),
+                None => ServerSpec::new(kind, ip),
+            }) => s,
             () = &mut shutdown => {
                 let _ = stop_health.send(());
                 return Ok(());

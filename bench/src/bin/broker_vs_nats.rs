@@ -13,19 +13,17 @@
 //! Each case is a closed loop with a fixed number of requests in flight,
 //! measured after a warmup; the cases are repeated in rounds whose order
 //! alternates (A B ... then ... B A), so noise on a shared machine hits every
-//! system. nats-server is killed (by its PID) on every exit path that runs
-//! destructors: success, error, panic, Ctrl-C and SIGTERM.
+//! system. nats-server is started and stopped as a run's NATS server is
+//! (`tailmesh_bench::start_server`), its output in its own log; it is
+//! stopped on success, error, Ctrl-C and SIGTERM, and killed (by its
+//! process group) on a panic.
 
 use std::{
     collections::HashMap,
-    future::Future,
-    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream},
-    path::{Path, PathBuf},
-    process::{Child, Command, ExitCode, Stdio},
-    sync::{
-        Arc,
-        atomic::{AtomicI64, Ordering},
-    },
+    net::{Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -36,20 +34,19 @@ use clap::Parser;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use tailmesh_services::broker::{self, BrokerClient, BrokerConfig};
+use tailmesh_bench::{Call, CallError, Sample, closed_loop, histogram, start_server};
+use tailmesh_services::{
+    broker::{self, BrokerClient, BrokerConfig},
+    model::BrokerKind,
+};
 use tokio::sync::{oneshot, watch};
 
 /// The NATS subject the responder serves.
 const SUBJECT: &str = "tailmesh.bench.echo";
-/// Latencies above a minute are recorded as a minute.
-const HIST_MAX_NS: u64 = 60_000_000_000;
 /// Longest any single measurement (warmup or measured) may take.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
-/// Longest nats-server and the worker may take to become ready.
+/// Longest the responder and the workers may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Where nats-server is looked for besides `PATH` (Debian puts it in sbin,
-/// which a non-root `PATH` often lacks).
-const NATS_DIRS: &[&str] = &["/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin"];
 
 /// Request/reply through the tailmesh broker vs through nats-server.
 #[derive(Parser, Debug)]
@@ -79,7 +76,8 @@ struct Args {
     /// Write the results as JSON to this file as well.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// The nats-server binary [default: found in PATH or /usr/sbin].
+    /// The nats-server binary [default: found in PATH, /usr/sbin or
+    /// /usr/local/sbin].
     #[arg(long)]
     nats_server: Option<PathBuf>,
 }
@@ -114,9 +112,13 @@ fn run(args: &Args) -> Result<()> {
     }
     let warmup = args.warmup.unwrap_or((args.requests / 10).max(500));
 
-    // Declared first so it is dropped last: the servers' threads stop
-    // before nats-server is killed.
-    let nats = NatsServer::start(args.nats_server.as_deref())?;
+    // Its own runtime starts and stops nats-server (a child is waited for
+    // on the runtime that spawned it); declared first so a panic drops
+    // (kills) it last, after the servers' threads have stopped.
+    let control_rt = current_thread()?;
+    let nats = control_rt
+        .block_on(start_server(BrokerKind::Nats, args.nats_server.as_deref()))
+        .context("start nats-server")?;
     let broker_listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .context("bind the broker's listener")?;
     broker_listener
@@ -156,7 +158,7 @@ fn run(args: &Args) -> Result<()> {
 
     let probe = CpuProbe {
         own_pid: std::process::id(),
-        nats_pid: nats.child.id(),
+        nats_pid: nats.pid().unwrap_or_default(),
     };
     let client_rt = current_thread()?;
     let results = client_rt.block_on(async {
@@ -167,7 +169,7 @@ fn run(args: &Args) -> Result<()> {
     });
     drop(client_rt);
     drop(servers);
-    drop(nats);
+    control_rt.block_on(nats.stop());
     let results = results?;
     print_report(args, warmup, &results);
     if let Some(path) = &args.json {
@@ -211,90 +213,6 @@ async fn interrupted() -> anyhow::Error {
         _ = tokio::signal::ctrl_c() => anyhow!("interrupted (SIGINT)"),
         _ = term.recv() => anyhow!("terminated (SIGTERM)"),
     }
-}
-
-/// The nats-server child process; killed by its PID when dropped.
-struct NatsServer {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl NatsServer {
-    fn start(binary: Option<&Path>) -> Result<Self> {
-        let binary = match binary {
-            Some(b) => b.to_path_buf(),
-            None => find_nats_server().ok_or_else(|| {
-                anyhow!(
-                    "nats-server not found in PATH or {}: install it with \
-                     `apt-get install nats-server` (Debian/Ubuntu package), or pass \
-                     --nats-server PATH",
-                    NATS_DIRS.join(", ")
-                )
-            })?,
-        };
-        // A free port: bound, read and released; nats-server takes it next.
-        let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .context("find a free port for nats-server")?
-            .port();
-        let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-        let child = Command::new(&binary)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| {
-                format!(
-                    "start {} (install it with `apt-get install nats-server`)",
-                    binary.display()
-                )
-            })?;
-        // From here on, dropping `server` kills the child.
-        let mut server = NatsServer { child, addr };
-        let started = Instant::now();
-        loop {
-            if let Some(status) = server.child.try_wait().context("poll nats-server")? {
-                bail!(
-                    "{} exited at startup ({status}); run `{} -a 127.0.0.1 -p {port}` to see why",
-                    binary.display(),
-                    binary.display()
-                );
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                break;
-            }
-            if started.elapsed() > READY_TIMEOUT {
-                bail!("nats-server did not accept connections on {addr} within {READY_TIMEOUT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!(
-            "nats-server {} (pid {}) listening on {addr}",
-            binary.display(),
-            server.child.id()
-        );
-        Ok(server)
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let pid = self.child.id();
-        // Child::kill sends SIGKILL to this PID (and nothing else); wait
-        // reaps it so no zombie is left behind.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!("nats-server (pid {pid}) stopped");
-    }
-}
-
-fn find_nats_server() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(NATS_DIRS.iter().map(PathBuf::from))
-        .map(|dir| dir.join("nats-server"))
-        .find(|p| p.is_file())
 }
 
 /// The server-side threads; told to stop and joined when dropped.
@@ -386,50 +304,47 @@ async fn nats_connect(addr: SocketAddr) -> Result<async_nats::Client> {
         .with_context(|| format!("connect to nats-server at {addr}"))
 }
 
-/// One system's requester: sends one payload and checks the echo.
-trait Echo: Clone + Send + 'static {
-    fn echo(&mut self, payload: &Bytes) -> impl Future<Output = Result<()>> + Send;
+/// A NATS request whose echo is checked.
+#[derive(Clone)]
+struct NatsEcho {
+    client: async_nats::Client,
+    payload: Bytes,
 }
 
-#[derive(Clone)]
-struct NatsEcho(async_nats::Client);
-
-impl Echo for NatsEcho {
-    async fn echo(&mut self, payload: &Bytes) -> Result<()> {
-        let reply = self
-            .0
-            .request(SUBJECT, payload.clone())
-            .await
-            .context("NATS request")?;
-        ensure!(reply.payload == *payload, "NATS echoed other bytes");
+impl Call for NatsEcho {
+    async fn call(&mut self) -> Result<(), CallError> {
+        let reply = self.client.request(SUBJECT, self.payload.clone()).await?;
+        if reply.payload != self.payload {
+            return Err("NATS echoed other bytes".into());
+        }
         Ok(())
     }
 }
 
+/// A task submitted to a broker topic whose echo is checked.
 #[derive(Clone)]
 struct BrokerEcho {
     client: BrokerClient,
     topic: Arc<str>,
+    payload: Bytes,
 }
 
-impl Echo for BrokerEcho {
-    async fn echo(&mut self, payload: &Bytes) -> Result<()> {
+impl Call for BrokerEcho {
+    async fn call(&mut self) -> Result<(), CallError> {
         let reply = self
             .client
-            .submit(&self.topic, payload.to_vec(), HashMap::new(), None)
-            .await
-            .context("broker submit")?;
-        ensure!(
-            reply.payload == payload[..],
-            "the broker echoed other bytes"
-        );
+            .submit(&self.topic, self.payload.to_vec(), HashMap::new(), None)
+            .await?;
+        if reply.payload != self.payload[..] {
+            return Err("the broker echoed other bytes".into());
+        }
         Ok(())
     }
 }
 
 /// One measurement: latencies and wall time of `requests` calls, and the
 /// CPU time each component spent meanwhile.
-struct Sample {
+struct Measured {
     hist: Histogram<u64>,
     elapsed: Duration,
     cpu: Cpu,
@@ -518,51 +433,17 @@ fn threads_cpu(pid: u32) -> Vec<(u32, String, u64)> {
     .collect()
 }
 
-fn new_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HIST_MAX_NS, 3).expect("constant histogram bounds are valid")
-}
-
-/// Runs `requests` calls with `inflight` of them outstanding at all times
-/// (each of `inflight` tasks sends its next request when its last returns).
-async fn closed_loop<E: Echo>(
-    conn: &E,
+/// A closed loop of `requests` calls with `inflight` outstanding, and the
+/// CPU time each component spent meanwhile.
+async fn measure<C: Call>(
+    caller: &C,
     inflight: usize,
     requests: u64,
-    payload: &Bytes,
     cpu: impl Fn() -> Cpu,
-) -> Result<Sample> {
+) -> Result<Measured> {
     let cpu_before = cpu();
-    let remaining = Arc::new(AtomicI64::new(
-        i64::try_from(requests).context("request count")?,
-    ));
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..inflight {
-        let mut conn = conn.clone();
-        let remaining = remaining.clone();
-        let payload = payload.clone();
-        tasks.spawn(async move {
-            let mut hist = new_hist();
-            while remaining.fetch_sub(1, Ordering::Relaxed) > 0 {
-                let t = Instant::now();
-                conn.echo(&payload).await?;
-                let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                hist.saturating_record(ns.clamp(1, HIST_MAX_NS));
-            }
-            Ok::<_, anyhow::Error>(hist)
-        });
-    }
-    let mut hist = new_hist();
-    let joined = tokio::time::timeout(PHASE_TIMEOUT, async {
-        while let Some(task) = tasks.join_next().await {
-            hist.add(task.context("requester task")??)?;
-        }
-        Ok::<_, anyhow::Error>(())
-    })
-    .await;
-    joined.map_err(|_| anyhow!("a measurement took longer than {PHASE_TIMEOUT:?}"))??;
-    let elapsed = started.elapsed();
-    Ok(Sample {
+    let Sample { hist, elapsed } = closed_loop(caller, inflight, requests, PHASE_TIMEOUT).await?;
+    Ok(Measured {
         hist,
         elapsed,
         cpu: cpu().minus(cpu_before),
@@ -589,12 +470,12 @@ impl System {
 struct Case {
     system: System,
     inflight: usize,
-    rounds: Vec<Sample>,
+    rounds: Vec<Measured>,
 }
 
 impl Case {
     fn merged(&self) -> Histogram<u64> {
-        let mut all = new_hist();
+        let mut all = histogram();
         for s in &self.rounds {
             let _ = all.add(&s.hist);
         }
@@ -619,7 +500,7 @@ impl Case {
     }
 }
 
-fn round_throughput(s: &Sample) -> f64 {
+fn round_throughput(s: &Measured) -> f64 {
     s.hist.len() as f64 / s.elapsed.as_secs_f64()
 }
 
@@ -636,7 +517,7 @@ async fn bench(
         .await
         .map_err(|_| anyhow!("the NATS responder was not ready within {READY_TIMEOUT:?}"))?
         .map_err(|_| anyhow!("the responder thread failed at startup"))?;
-    let nats = NatsEcho(nats_connect(nats_addr).await?);
+    let nats = nats_connect(nats_addr).await?;
     let mut client = BrokerClient::connect(broker_addr)
         .await
         .context("connect to the broker")?;
@@ -677,18 +558,23 @@ async fn bench(
             );
             let sample = match case.system {
                 System::Nats => {
+                    let conn = NatsEcho {
+                        client: nats.clone(),
+                        payload: payload.clone(),
+                    };
                     let cpu = || probe.read(true);
-                    closed_loop(&nats, case.inflight, warmup, &payload, cpu).await?;
-                    closed_loop(&nats, case.inflight, args.requests, &payload, cpu).await?
+                    measure(&conn, case.inflight, warmup, cpu).await?;
+                    measure(&conn, case.inflight, args.requests, cpu).await?
                 }
                 System::Broker { credits } => {
                     let conn = BrokerEcho {
                         client: client.clone(),
                         topic: topic_for(credits).into(),
+                        payload: payload.clone(),
                     };
                     let cpu = || probe.read(false);
-                    closed_loop(&conn, case.inflight, warmup, &payload, cpu).await?;
-                    closed_loop(&conn, case.inflight, args.requests, &payload, cpu).await?
+                    measure(&conn, case.inflight, warmup, cpu).await?;
+                    measure(&conn, case.inflight, args.requests, cpu).await?
                 }
             };
             eprintln!(

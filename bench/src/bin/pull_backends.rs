@@ -12,23 +12,17 @@
 //! The producers run on a current-thread runtime on the main thread, the
 //! worker on one of its own thread; tailmesh's broker runs in process on a
 //! third thread, nats-server and rabbitmq-server as child processes
-//! (started and stopped as a run starts them, see
-//! `tailmesh::launcher::brokers`). Rounds alternate the order of the
-//! backends. A backend whose server is missing is skipped with a message.
+//! (started and stopped as a run starts them: `tailmesh_bench::start_server`).
+//! Rounds alternate the order of the backends. A backend whose server is
+//! missing is skipped with a message.
 
-use std::{
-    collections::HashMap,
-    net::Ipv4Addr,
-    process::ExitCode,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, net::Ipv4Addr, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::{Context, Result, anyhow};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use prost::Message;
-use tailmesh::launcher::brokers::BrokerServer;
+use tailmesh_bench::{Call, CallError, closed_loop, start_server};
 use tailmesh_proto::pb::CallRequest;
 use tailmesh_services::{
     addr::PeerAddr,
@@ -42,6 +36,10 @@ use tailmesh_services::{
 use tokio::sync::watch;
 
 const TOPIC: &str = "bench";
+/// Longest one measurement (warmup or measured) may take.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a producer waits for each answer.
+const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Request/reply through tailmesh's broker, NATS JetStream and RabbitMQ.
 #[derive(Parser, Debug)]
@@ -169,9 +167,7 @@ fn bench_backend(kind: BrokerKind, args: &Args) -> Result<Vec<(Case, Result1)>> 
                 Ok::<_, anyhow::Error>((PeerAddr::from(addr), None, Some(thread)))
             }
             _ => {
-                let server = BrokerServer::start(kind, Ipv4Addr::LOCALHOST.into())
-                    .await
-                    .context("start the server")?;
+                let server = start_server(kind, None).await.context("start the server")?;
                 Ok((PeerAddr::from(server.addr), Some(server), None))
             }
         }
@@ -277,7 +273,6 @@ fn bench_case(
         .enable_all()
         .build()?;
     let result = runtime.block_on(async {
-        let producer = Producer::connect_lazy(kind, addr);
         let payload = if case == "echo" {
             vec![7u8; args.payload]
         } else {
@@ -289,63 +284,45 @@ fn bench_case(
             }
             .encode_to_vec()
         };
+        let submit = Submit {
+            producer: Producer::connect_lazy(kind, addr),
+            topic: topic.into(),
+            payload: payload.into(),
+        };
         // Warm up until the worker answers, then measure.
         let warmup = (args.requests / 10).max(200);
-        closed_loop(&producer, &topic, &payload, inflight, warmup).await?;
-        closed_loop(&producer, &topic, &payload, inflight, args.requests).await
+        closed_loop(&submit, inflight, warmup, PHASE_TIMEOUT).await?;
+        let sample = closed_loop(&submit, inflight, args.requests, PHASE_TIMEOUT).await?;
+        Ok::<_, anyhow::Error>(Result1 {
+            seconds: sample.elapsed.as_secs_f64(),
+            requests: sample.hist.len(),
+            hist: Some(sample.hist),
+        })
     });
     let _ = stop.send(true);
     let _ = worker.join();
     result
 }
 
-async fn closed_loop(
-    producer: &Producer,
-    topic: &str,
-    payload: &[u8],
-    inflight: usize,
-    requests: u64,
-) -> Result<Result1> {
-    let hist = Arc::new(std::sync::Mutex::new(Histogram::<u64>::new_with_bounds(
-        1,
-        60_000_000_000,
-        3,
-    )?));
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let started = Instant::now();
-    let loops = (0..inflight).map(|_| {
-        let (hist, next) = (hist.clone(), next.clone());
-        async move {
-            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < requests {
-                let t = Instant::now();
-                producer
-                    .submit(
-                        topic,
-                        payload.to_vec(),
-                        HashMap::new(),
-                        Some(Duration::from_secs(30)),
-                    )
-                    .await
-                    .map_err(|s| anyhow!("submit: {}", s.message()))?;
-                let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                if let Ok(mut h) = hist.lock() {
-                    let _ = h.record(ns.max(1));
-                }
-            }
-            Ok::<_, anyhow::Error>(())
-        }
-    });
-    for r in futures::future::join_all(loops).await {
-        r?;
+/// One task submitted to a topic, answered by the case's worker.
+#[derive(Clone)]
+struct Submit {
+    producer: Producer,
+    topic: Arc<str>,
+    payload: Arc<[u8]>,
+}
+
+impl Call for Submit {
+    async fn call(&mut self) -> Result<(), CallError> {
+        self.producer
+            .submit(
+                &self.topic,
+                self.payload.to_vec(),
+                HashMap::new(),
+                Some(PATIENCE),
+            )
+            .await
+            .map(drop)
+            .map_err(|s| format!("submit: {}", s.message()).into())
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let hist = Arc::try_unwrap(hist)
-        .map_err(|_| anyhow!("histogram still shared"))?
-        .into_inner()
-        .map_err(|_| anyhow!("histogram poisoned"))?;
-    Ok(Result1 {
-        hist: Some(hist),
-        seconds,
-        requests,
-    })
 }

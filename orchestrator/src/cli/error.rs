@@ -7,8 +7,9 @@
 
 use std::{error::Error, path::PathBuf, process::ExitCode};
 
-use tailmesh::{experiment::ExperimentError, roles::RoleError, scenario::ScenarioErrors, tell};
-use tailmesh_services::hop::client::error_chain;
+use tailmesh::{
+    error_chain, experiment::ExperimentError, roles::RoleError, scenario::ScenarioErrors, tell,
+};
 
 use super::{deploy::ContextError, serve::HealthError};
 

@@ -60,7 +60,7 @@ pub fn image(kind: BrokerKind) -> Option<BrokerImage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launcher::brokers::port_of;
+    use crate::plan::broker_port;
 
     #[test]
     fn images_are_pinned_and_listen_where_the_hops_call_them() {
@@ -71,7 +71,7 @@ mod tests {
                 tag.chars().next().is_some_and(|c| c.is_ascii_digit()),
                 "{tag}"
             );
-            assert_eq!(Some(image.port), port_of(kind));
+            assert_eq!(Some(image.port), broker_port(kind));
         }
         assert_eq!(image(BrokerKind::Tailmesh), None);
     }

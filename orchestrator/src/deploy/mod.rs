@@ -89,7 +89,7 @@ pub struct Runtime {
 }
 
 /// One service of a deployment: a hop replica or the broker of a variant.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Service {
     /// Its name in the container network.
     pub name: String,
@@ -129,6 +129,7 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
             let name = naming.service(&process.name);
             let net_faults = process.net_fault.is_some();
             if let Role::Hop { hop, replica } = &process.role {
+                let hop = &hop.name;
                 if let Some(e) = label_problem(&name) {
                     problems.push(format!(
                         "variant {:?}, hop {hop:?} replica {replica}: its service name {name:?} {e}; \
@@ -192,7 +193,7 @@ impl Service {
                 "--variant".into(),
                 self.variant.clone(),
                 "--hop".into(),
-                hop.clone(),
+                hop.name.clone(),
                 "--replica".into(),
                 replica.to_string(),
             ],

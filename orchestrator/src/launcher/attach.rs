@@ -80,14 +80,15 @@ impl AttachedLauncher {
             waited,
             last_problem,
         };
-        let port = super::brokers::port_of(kind).unwrap_or_default();
-        let addr = PeerAddr::new(&service, port)
-            .map_err(|e| unreachable(Duration::ZERO, e.to_string()))?;
+        let addr = self
+            .naming
+            .broker_addr(kind)
+            .map_err(|e| unreachable(Duration::ZERO, e.reason))?;
         let started = Instant::now();
         loop {
             let problem = match super::brokers::probe(kind, &addr).await {
                 Ok(()) => return Ok(addr),
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             if started.elapsed() >= self.ready_timeout {
                 return Err(unreachable(started.elapsed(), problem));

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tailmesh_services::{addr::PeerAddr, hop::client::error_chain};
+use tailmesh_services::addr::PeerAddr;
 
 use tonic::transport::Endpoint;
 use tonic_health::pb::{
@@ -11,12 +11,12 @@ use tonic_health::pb::{
 };
 
 /// Why one health check did not say SERVING.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// No connection (refused, unresolvable, timed out).
     #[error("connect {addr}: {cause}")]
     Connect {
-        /// The address probed.
         addr: PeerAddr,
         /// Why, with its causes.
         cause: String,
@@ -24,21 +24,13 @@ pub enum ProbeError {
     /// The call failed.
     #[error("health check on {addr}: {code:?}: {message}")]
     Rpc {
-        /// The address probed.
         addr: PeerAddr,
-        /// The status code.
         code: tonic::Code,
-        /// The status message.
         message: String,
     },
     /// It answered, but not SERVING.
     #[error("health check on {addr}: {status}")]
-    NotServing {
-        /// The address probed.
-        addr: PeerAddr,
-        /// What it said.
-        status: String,
-    },
+    NotServing { addr: PeerAddr, status: String },
 }
 
 /// Asks `addr` once whether it is SERVING; `timeout` bounds the connection
@@ -55,7 +47,7 @@ pub async fn check(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError>
     .timeout(timeout);
     let channel = endpoint.connect().await.map_err(|e| ProbeError::Connect {
         addr: addr.clone(),
-        cause: error_chain(&e),
+        cause: crate::error_chain(&e),
     })?;
     let response = HealthClient::new(channel)
         .check(HealthCheckRequest {

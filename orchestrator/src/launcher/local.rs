@@ -13,7 +13,7 @@
 
 use std::{
     fs::{File, OpenOptions},
-    io::{self, Read, Seek, SeekFrom, Write},
+    io::{self, Write},
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
@@ -47,9 +47,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long to wait for a SIGKILLed child to be reaped before giving up on
 /// it (a process in uninterruptible sleep can outlive SIGKILL for a while).
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Reads at most this much of a log to quote its last lines.
-const TAIL_BYTES: u64 = 64 * 1024;
 
 /// Starts processes on this machine and owns every child it started until
 /// it has reaped it: [`LocalLauncher::shutdown`] stops them gracefully, and
@@ -236,7 +233,7 @@ impl LocalLauncher {
                 pid,
                 addr,
                 status,
-                log: read_tail(&log_path, log_start),
+                log: LogTail::read(&log_path, log_start),
             },
             Readiness::Exited(Err(source)) => {
                 let _ = child.start_kill();
@@ -253,7 +250,7 @@ impl LocalLauncher {
                     addr,
                     waited: started.elapsed(),
                     last_problem,
-                    log: read_tail(&log_path, log_start),
+                    log: LogTail::read(&log_path, log_start),
                 }
             }
         };
@@ -467,34 +464,6 @@ fn open_log(path: &Path, spec: &ProcessSpec) -> io::Result<(File, File, u64)> {
     Ok((log, stderr, start))
 }
 
-/// The last [`LogTail::MAX_LINES`] lines written after `start`.
-fn read_tail(path: &Path, start: u64) -> Box<LogTail> {
-    let read = || -> io::Result<Vec<String>> {
-        let mut file = File::open(path)?;
-        let end = file.metadata()?.len();
-        let from = start.max(end.saturating_sub(TAIL_BYTES));
-        file.seek(SeekFrom::Start(from))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
-        let text = String::from_utf8_lossy(&bytes);
-        let lines: Vec<&str> = text.lines().collect();
-        let skip = lines.len().saturating_sub(LogTail::MAX_LINES);
-        Ok(lines[skip..].iter().map(|l| l.to_string()).collect())
-    };
-    match read() {
-        Ok(lines) => Box::new(LogTail {
-            path: path.to_path_buf(),
-            lines,
-            unreadable: None,
-        }),
-        Err(e) => Box::new(LogTail {
-            path: path.to_path_buf(),
-            lines: Vec::new(),
-            unreadable: Some(e.to_string()),
-        }),
-    }
-}
-
 /// Through a temporary file and a rename, as the child writes its address.
 fn write_atomically(path: &Path, contents: &str) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
@@ -523,25 +492,5 @@ mod tests {
         for bad in ["", ".", "..", "../etc", "a/b", "a b", "hé"] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn the_log_tail_covers_this_launch_only_and_its_last_lines() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("hop.log");
-        let earlier = "an earlier run\n";
-        let lines: Vec<String> = (1..=25).map(|i| format!("line {i}")).collect();
-        std::fs::write(&path, format!("{earlier}{}\n", lines.join("\n")))?;
-
-        let tail = read_tail(&path, earlier.len() as u64);
-        assert_eq!(tail.lines, lines[5..]);
-        assert!(tail.unreadable.is_none());
-
-        let tail = read_tail(&path, std::fs::metadata(&path)?.len());
-        assert!(tail.lines.is_empty());
-
-        let tail = read_tail(&dir.path().join("missing.log"), 0);
-        assert!(tail.unreadable.is_some());
-        Ok(())
     }
 }

@@ -21,8 +21,15 @@ mod local;
 pub mod netns;
 
 use std::{
-    ffi::OsString, fmt, net::SocketAddr, os::unix::process::ExitStatusExt, path::PathBuf,
-    process::ExitStatus, time::Duration,
+    ffi::OsString,
+    fmt,
+    fs::File,
+    io::{Read, Seek, SeekFrom},
+    net::SocketAddr,
+    os::unix::process::ExitStatusExt,
+    path::{Path, PathBuf},
+    process::ExitStatus,
+    time::Duration,
 };
 
 use tailmesh_services::addr::PeerAddr;
@@ -263,33 +270,24 @@ pub fn describe_exit(status: ExitStatus) -> String {
 }
 
 /// Why a process could not be launched.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     /// The name cannot be used as a file name, or is already running.
     #[error("{name:?}: {reason}")]
-    InvalidName {
-        /// The offending name.
-        name: String,
-        /// Why it was refused.
-        reason: &'static str,
-    },
+    InvalidName { name: String, reason: &'static str },
     /// A file the launcher needs (log directory, log file, pid file) could
     /// not be written.
     #[error("{name}: cannot write {}: {source}", path.display())]
     Files {
-        /// The process.
         name: String,
-        /// The file or directory.
         path: PathBuf,
-        /// The cause.
         source: std::io::Error,
     },
     /// The program could not be started at all.
     #[error("{name}: cannot start {}: {source}", program.display())]
     Spawn {
-        /// The process.
         name: String,
-        /// The executable.
         program: PathBuf,
         /// The cause (commonly: not found, permission denied).
         source: std::io::Error,
@@ -297,13 +295,10 @@ pub enum LaunchError {
     /// The process exited before it answered health checks.
     #[error("{}: exited before it was ready ({}); {log}", who(name, *addr, *pid), describe_exit(*status))]
     ExitedBeforeReady {
-        /// The process.
         name: String,
-        /// Its former process id.
         pid: u32,
         /// Its address, if it had written one.
         addr: Option<SocketAddr>,
-        /// How it ended.
         status: ExitStatus,
         /// The end of its log.
         log: Box<LogTail>,
@@ -317,13 +312,10 @@ pub enum LaunchError {
         last_problem.as_deref().unwrap_or("it never wrote its address file")
     )]
     NotReady {
-        /// The process.
         name: String,
-        /// Its former process id.
         pid: u32,
         /// Its address, if it had written one.
         addr: Option<SocketAddr>,
-        /// How long the launcher waited.
         waited: Duration,
         /// The last failed health check, or why the address file was not
         /// usable.
@@ -343,7 +335,6 @@ pub enum LaunchError {
         name: String,
         /// The service expected to play it.
         service: String,
-        /// How long the launcher waited.
         waited: Duration,
         /// The last failed health check.
         last_problem: String,
@@ -351,11 +342,8 @@ pub enum LaunchError {
     /// Waiting for the process failed in the operating system.
     #[error("{}: cannot wait for it: {source}", who(name, None, *pid))]
     Wait {
-        /// The process.
         name: String,
-        /// Its process id.
         pid: u32,
-        /// The cause.
         source: std::io::Error,
     },
 }
@@ -398,6 +386,38 @@ pub struct LogTail {
 impl LogTail {
     /// How many lines an error message quotes.
     pub const MAX_LINES: usize = 20;
+
+    /// Reads at most this much of a log to quote its last lines.
+    const MAX_BYTES: u64 = 64 * 1024;
+
+    /// The last [`LogTail::MAX_LINES`] lines of `path` written after byte
+    /// `start` (where one launch's output begins in an appended log).
+    pub fn read(path: &Path, start: u64) -> Box<LogTail> {
+        let read = || -> std::io::Result<Vec<String>> {
+            let mut file = File::open(path)?;
+            let end = file.metadata()?.len();
+            let from = start.max(end.saturating_sub(Self::MAX_BYTES));
+            file.seek(SeekFrom::Start(from))?;
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)?;
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            let skip = lines.len().saturating_sub(Self::MAX_LINES);
+            Ok(lines[skip..].iter().map(|l| l.to_string()).collect())
+        };
+        match read() {
+            Ok(lines) => Box::new(LogTail {
+                path: path.to_path_buf(),
+                lines,
+                unreadable: None,
+            }),
+            Err(e) => Box::new(LogTail {
+                path: path.to_path_buf(),
+                lines: Vec::new(),
+                unreadable: Some(e.to_string()),
+            }),
+        }
+    }
 }
 
 impl fmt::Display for LogTail {
@@ -430,6 +450,26 @@ mod tests {
             describe_exit(ExitStatus::from_raw(15)),
             "signal 15 (SIGTERM)"
         );
+    }
+
+    #[test]
+    fn the_log_tail_covers_this_launch_only_and_its_last_lines() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("hop.log");
+        let earlier = "an earlier run\n";
+        let lines: Vec<String> = (1..=25).map(|i| format!("line {i}")).collect();
+        std::fs::write(&path, format!("{earlier}{}\n", lines.join("\n")))?;
+
+        let tail = LogTail::read(&path, earlier.len() as u64);
+        assert_eq!(tail.lines, lines[5..]);
+        assert!(tail.unreadable.is_none());
+
+        let tail = LogTail::read(&path, std::fs::metadata(&path)?.len());
+        assert!(tail.lines.is_empty());
+
+        let tail = LogTail::read(&dir.path().join("missing.log"), 0);
+        assert!(tail.unreadable.is_some());
+        Ok(())
     }
 
     #[test]

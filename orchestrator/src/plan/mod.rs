@@ -13,7 +13,11 @@
 
 mod naming;
 
-use std::{collections::BTreeMap, collections::HashSet, time::Duration};
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use tailmesh_services::{
     addr::PeerAddr,
@@ -22,6 +26,9 @@ use tailmesh_services::{
     model::Transport,
 };
 
+/// The deployment's images must listen where the plan says they do.
+#[cfg(test)]
+pub(crate) use naming::broker_port;
 pub(crate) use naming::{Naming, NamingError};
 
 use crate::scenario::{Hop, NetFault, Scenario, Variant};
@@ -41,12 +48,13 @@ pub(crate) fn hop_role(hop: &str, replica: u32) -> String {
 }
 
 /// What a process runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Role {
-    /// Replica `replica` of hop `hop`.
+    /// Replica `replica` of `hop`, with everything the hop is (shared by
+    /// its replicas): whoever starts it needs nothing else to configure it.
     Hop {
-        /// The hop.
-        hop: String,
+        /// The hop, as the variant has it.
+        hop: Arc<Hop>,
         /// The replica index.
         replica: u32,
     },
@@ -136,10 +144,11 @@ impl MeshPlan {
             });
         }
         for hop in launch_order(&variant.hops) {
+            let shared = Arc::new(hop.clone());
             for replica in 0..hop.replicas {
                 processes.push(Process {
                     role: Role::Hop {
-                        hop: hop.name.clone(),
+                        hop: Arc::clone(&shared),
                         replica,
                     },
                     name: hop_role(&hop.name, replica),
@@ -165,12 +174,24 @@ impl MeshPlan {
     /// The hop replicas, in start order.
     pub(crate) fn hops(&self) -> impl Iterator<Item = (&Process, &Hop, u32)> {
         self.processes.iter().filter_map(|p| match &p.role {
-            Role::Hop { hop, replica } => {
-                let hop = self.variant.hops.iter().find(|h| &h.name == hop)?;
-                Some((p, hop, *replica))
-            }
+            Role::Hop { hop, replica } => Some((p, hop.as_ref(), *replica)),
             Role::Broker { .. } => None,
         })
+    }
+
+    /// The hop replicas with a network fault that does something, as
+    /// `(process, hop, replica, fault)`, in the scenario's order of hops
+    /// and replicas (as summary.json lists the faults).
+    pub(crate) fn net_faults(&self) -> Vec<(&Process, &Hop, u32, &NetFault)> {
+        let mut faulty: Vec<_> = self
+            .hops()
+            .filter_map(|(p, hop, replica)| Some((p, hop, replica, p.net_fault.as_ref()?)))
+            .collect();
+        faulty.sort_by_key(|(_, hop, replica, _)| {
+            let order = self.variant.hops.iter().position(|h| h.name == hop.name);
+            (order, *replica)
+        });
+        faulty
     }
 
     /// The hop the load generator calls.
@@ -321,6 +342,15 @@ replica_net = { replica = 0, loss = 0.1 }
             .map(|p| p.name.as_str())
             .collect();
         assert_eq!(faulty, ["hop-c-0"]);
+        let faults: Vec<(&str, u32, f64)> = plan
+            .net_faults()
+            .into_iter()
+            .map(|(p, hop, replica, fault)| {
+                assert_eq!(p.name, hop_role(&hop.name, replica));
+                (hop.name.as_str(), replica, fault.loss)
+            })
+            .collect();
+        assert_eq!(faults, [("c", 0, 0.1)]);
     }
 
     #[test]

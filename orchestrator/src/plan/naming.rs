@@ -5,19 +5,32 @@
 
 use std::collections::BTreeMap;
 
-use tailmesh_services::{addr::PeerAddr, model::Transport};
+use tailmesh_services::{
+    addr::PeerAddr,
+    model::{BrokerKind, Transport},
+};
 
 use super::{Addrs, BROKER, hop_role};
 use crate::scenario::{Scenario, Variant};
 
 /// A service name that cannot be an address.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 #[error("service {service}: {reason}")]
 pub struct NamingError {
-    /// The service name.
     pub service: String,
-    /// Why it is no address.
     pub reason: String,
+}
+
+/// The port another broker's official image listens on (Compose and
+/// Kubernetes run RabbitMQ and NATS from their images); `None` for
+/// tailmesh's broker, which listens where the deployment says, like a hop.
+pub(crate) fn broker_port(kind: BrokerKind) -> Option<u16> {
+    match kind {
+        BrokerKind::Tailmesh => None,
+        BrokerKind::Nats => Some(4222),
+        BrokerKind::Rabbitmq => Some(5672),
+    }
 }
 
 /// The service names of one variant's mesh, all listening on one port.
@@ -53,16 +66,22 @@ impl Naming {
         })
     }
 
+    /// Where the variant's broker of `kind` is reached: on its image's own
+    /// port ([`broker_port`]), or on the mesh's port for tailmesh's broker.
+    pub fn broker_addr(&self, kind: BrokerKind) -> Result<PeerAddr, NamingError> {
+        let service = self.service(BROKER);
+        let port = broker_port(kind).unwrap_or(self.port);
+        PeerAddr::new(&service, port).map_err(|e| NamingError {
+            reason: e.to_string(),
+            service,
+        })
+    }
+
     /// The broker's address (when a hop is reached by pull) and every hop's
     /// replica addresses, as a deployed hop hands them to its clients.
     pub fn addrs(&self, variant: &Variant) -> Result<Addrs, NamingError> {
         let broker = if variant.hops.iter().any(|h| h.transport == Transport::Pull) {
-            let service = self.service(BROKER);
-            let port = crate::launcher::brokers::port_of(variant.broker).unwrap_or(self.port);
-            Some(PeerAddr::new(&service, port).map_err(|e| NamingError {
-                reason: e.to_string(),
-                service,
-            })?)
+            Some(self.broker_addr(variant.broker)?)
         } else {
             None
         };

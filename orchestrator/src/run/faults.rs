@@ -46,20 +46,7 @@ impl Faults {
             done: Vec::new(),
             incidents: Vec::new(),
         };
-        // In the scenario's order of hops and replicas, as summary.json lists them.
-        let mut faulty: Vec<_> = plan
-            .hops()
-            .filter_map(|(process, hop, replica)| {
-                Some((process.net_fault.as_ref()?, process, hop, replica))
-            })
-            .collect();
-        faulty.sort_by_key(|(_, _, hop, replica)| {
-            (
-                plan.variant.hops.iter().position(|h| h.name == hop.name),
-                *replica,
-            )
-        });
-        for (fault, process, hop, replica) in faulty {
+        for (process, hop, replica, fault) in plan.net_faults() {
             let addr = addrs
                 .hops
                 .get(&hop.name)

@@ -5,7 +5,7 @@
 use tailmesh_netfault::tool;
 use tailmesh_services::{
     addr::PeerAddr,
-    broker::{BrokerClient, TopicStats, backend},
+    broker::{BrokerClient, BrokerError, TopicStats, backend},
     model::BrokerKind,
 };
 
@@ -13,7 +13,7 @@ use super::{RunError, RunOptions, TraceSetup};
 use crate::{
     launcher::{AnyLauncher, ProcessSpec, brokers},
     plan::{Addrs, MeshPlan, Process, Role},
-    scenario::{Launcher, Variant},
+    scenario::Launcher,
 };
 
 /// Why a variant cannot get the launcher it needs.
@@ -38,11 +38,16 @@ pub enum LauncherError {
     },
 }
 
-/// Which launcher a variant gets: `auto` becomes netns when the variant
-/// has network faults and the process may build namespaces. Netns without
-/// the privilege or the tools fails here, before anything starts; the
-/// error says what is needed.
-pub(crate) fn resolve_launcher(variant: &Variant) -> Result<Launcher, LauncherError> {
+/// Which launcher a plan gets: `auto` becomes netns when its variant has
+/// network faults and the process may build namespaces. Netns without the
+/// privilege or the tools fails here, before anything starts; the error
+/// says what is needed.
+///
+/// A fault written with nothing to do (`loss = 0`, no delay) still asks
+/// for netns, though no process of the plan applies it: a sweep over loss
+/// from 0 runs every variant on the same kind of network.
+pub(crate) fn resolve_launcher(plan: &MeshPlan) -> Result<Launcher, LauncherError> {
+    let variant = &plan.variant;
     let wanted = match variant.launcher {
         Launcher::Auto if variant.has_net_faults() => Launcher::Netns,
         Launcher::Auto => Launcher::Local,
@@ -59,17 +64,20 @@ pub(crate) fn resolve_launcher(variant: &Variant) -> Result<Launcher, LauncherEr
     if !tool::has_privilege() {
         return Err(LauncherError::NoPrivilege { why });
     }
-    let missing = tool::missing_tools();
+    let missing = missing_tools();
     if !missing.is_empty() {
-        return Err(LauncherError::MissingTools {
-            why,
-            missing: missing
-                .iter()
-                .map(|(tool, package)| format!("{tool} (Debian package {package})"))
-                .collect(),
-        });
+        return Err(LauncherError::MissingTools { why, missing });
     }
     Ok(Launcher::Netns)
+}
+
+/// Each tool the netns launcher runs that this machine lacks, with its
+/// Debian package.
+fn missing_tools() -> Vec<String> {
+    tool::missing_tools()
+        .iter()
+        .map(|(tool, package)| format!("{tool} (Debian package {package})"))
+        .collect()
 }
 
 /// Starts every process of `plan` in its order (the broker, then each hop
@@ -100,9 +108,9 @@ pub(super) async fn launch_mesh(
             BrokerKind::Tailmesh => addr,
             _ if matches!(launcher, AnyLauncher::Attached(_)) => addr,
             _ => brokers::read_endpoint(&options.dir.join("logs").join(variant), &broker.name)
-                .map_err(|e| RunError::Setup {
+                .map_err(|source| RunError::BrokerEndpoint {
                     variant: variant.clone(),
-                    message: e.to_string(),
+                    source,
                 })?,
         });
     }
@@ -154,25 +162,18 @@ fn spec_of(
             .arg(plan.variant.broker.as_str())
             .ready_within(brokers::READY_TIMEOUT),
         Role::Hop { hop, replica } => {
-            let hop = plan
-                .variant
-                .hops
-                .iter()
-                .find(|h| &h.name == hop)
-                .ok_or_else(|| RunError::Setup {
-                    variant: plan.variant.name.clone(),
-                    message: format!("the plan names hop {hop:?}, which the variant lacks"),
-                })?;
             let config = plan.hop_config(hop, *replica, addrs);
             let path = options
                 .dir
                 .join("logs")
                 .join(&plan.variant.name)
                 .join(format!("{}.json", process.name));
-            let json = serde_json::to_string_pretty(&config).map_err(|e| RunError::Setup {
-                variant: plan.variant.name.clone(),
-                message: format!("encode {} config: {e}", process.name),
-            })?;
+            let json =
+                serde_json::to_string_pretty(&config).map_err(|source| RunError::HopConfig {
+                    variant: plan.variant.name.clone(),
+                    process: process.name.clone(),
+                    source,
+                })?;
             std::fs::write(&path, json).map_err(|source| RunError::Io {
                 what: "write",
                 path: path.clone(),
@@ -209,11 +210,11 @@ fn traced(
 #[derive(Debug, thiserror::Error)]
 pub(super) enum StatsError {
     /// No connection.
-    #[error("{0}")]
-    Connect(String),
+    #[error(transparent)]
+    Connect(#[from] BrokerError),
     /// The Stats call failed.
     #[error("{}", .0.message())]
-    Call(tonic::Status),
+    Call(#[source] tonic::Status),
 }
 
 /// The broker's per-topic statistics now (for another broker than
@@ -224,9 +225,7 @@ pub(super) async fn broker_stats(
     topics: &[String],
 ) -> Result<Vec<TopicStats>, StatsError> {
     if kind == BrokerKind::Tailmesh {
-        let mut client = BrokerClient::connect(addr)
-            .await
-            .map_err(|e| StatsError::Connect(e.to_string()))?;
+        let mut client = BrokerClient::connect(addr).await?;
         return client.stats(None).await.map_err(StatsError::Call);
     }
     backend::stats(kind, addr, topics)
@@ -236,43 +235,75 @@ pub(super) async fn broker_stats(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::{
-        analysis::testing::{hop, variant},
-        scenario::NetFault,
-    };
+
+    /// The plan of the only variant of `hops` (TOML `[[hop]]` tables) with
+    /// `head` (top-level keys) before them.
+    fn plan(head: &str, hops: &str) -> MeshPlan {
+        let text = format!(
+            "{head}name = \"s\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 10\n{hops}"
+        );
+        let scenario = crate::scenario::parse(&text, "s.toml").unwrap_or_else(|e| panic!("{e}"));
+        MeshPlan::new(&scenario, &scenario.variants[0])
+    }
+
+    /// What `resolve_launcher` must answer for a plan that needs netns
+    /// because of `why`, on this machine: root (or the capabilities) and
+    /// the tools, checked in that order.
+    fn netns_here(why: &'static str) -> Result<Launcher, LauncherError> {
+        if !tool::has_privilege() {
+            Err(LauncherError::NoPrivilege { why })
+        } else if !missing_tools().is_empty() {
+            Err(LauncherError::MissingTools {
+                why,
+                missing: missing_tools(),
+            })
+        } else {
+            Ok(Launcher::Netns)
+        }
+    }
 
     #[test]
     fn auto_without_network_faults_is_local_and_with_them_netns_or_a_clear_error() {
-        let mut v = variant("v", vec![hop("a", None)]);
-        v.launcher = Launcher::Auto;
-        assert_eq!(resolve_launcher(&v), Ok(Launcher::Local));
-        v.launcher = Launcher::Local;
-        assert_eq!(resolve_launcher(&v), Ok(Launcher::Local));
+        let clean = "[[hop]]\nname = \"a\"\n";
+        assert_eq!(resolve_launcher(&plan("", clean)), Ok(Launcher::Local));
+        assert_eq!(
+            resolve_launcher(&plan("launcher = \"local\"\n", clean)),
+            Ok(Launcher::Local)
+        );
 
-        v.launcher = Launcher::Auto;
-        v.hops[0].net = Some(NetFault {
-            loss: 0.01,
-            delay: Duration::ZERO,
-            jitter: Duration::ZERO,
-            start: Duration::ZERO,
-            duration: None,
-        });
-        match resolve_launcher(&v) {
-            Ok(kind) => {
-                assert_eq!(kind, Launcher::Netns);
-                assert!(tool::has_privilege());
-            }
-            Err(error) => {
-                let message = error.to_string();
-                // Without root (or the tools) the message says what is needed.
-                assert!(
-                    message.contains("needs root or CAP_NET_ADMIN") || message.contains("needs "),
-                    "{message}"
-                );
-            }
-        }
+        let faults = "its network faults need the netns launcher, which";
+        let lossy = plan("", "[[hop]]\nname = \"a\"\nnet = { loss = 0.01 }\n");
+        assert_eq!(lossy.net_faults().len(), 1);
+        assert_eq!(resolve_launcher(&lossy), netns_here(faults));
+
+        // A fault that does nothing is applied by no process, and still
+        // gets the launcher the other variants of a loss sweep get.
+        let zero = plan("", "[[hop]]\nname = \"a\"\nnet = { loss = 0.0 }\n");
+        assert_eq!(zero.net_faults().len(), 0);
+        assert_eq!(resolve_launcher(&zero), netns_here(faults));
+
+        let asked = plan("launcher = \"netns\"\n", clean);
+        assert_eq!(resolve_launcher(&asked), netns_here("launcher = \"netns\""));
+    }
+
+    #[test]
+    fn launcher_errors_say_what_is_needed() {
+        let why = "its network faults need the netns launcher, which";
+        assert_eq!(
+            LauncherError::NoPrivilege { why }.to_string(),
+            "its network faults need the netns launcher, which needs root or CAP_NET_ADMIN and \
+             CAP_SYS_ADMIN (to create network namespaces): run as root (sudo), or remove the \
+             net/replica_net faults to run with the local launcher"
+        );
+        let missing = vec![
+            "tc (Debian package iproute2)".to_owned(),
+            "nft (Debian package nftables)".to_owned(),
+        ];
+        assert_eq!(
+            LauncherError::MissingTools { why, missing }.to_string(),
+            "its network faults need the netns launcher, which needs tc (Debian package \
+             iproute2), nft (Debian package nftables)"
+        );
     }
 }

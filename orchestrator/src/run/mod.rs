@@ -20,10 +20,14 @@ use std::{
 };
 
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
-use tailmesh_netfault::{self as netfault, FaultRecord, netns, tool};
+use tailmesh_netfault::{
+    self as netfault, FaultError, FaultRecord,
+    netns::{self, NetnsError},
+    tool,
+};
 use tailmesh_services::{
     broker::TopicStats,
-    hop::{Connections, PullTarget, PushPool},
+    hop::{Connections, PullTarget, PushPool, client::PoolError},
     model::Transport,
     timer::Sleeper,
 };
@@ -32,13 +36,13 @@ use tokio::sync::watch;
 use crate::{
     launcher::{
         AnyLauncher, Attach, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher,
-        PeakMemory, peak_rss_bytes,
+        PeakMemory, brokers::BrokerProcessError, peak_rss_bytes,
     },
     loadgen::{self, LoadOutcome, Target},
     plan::{DRAIN_GRACE, MeshPlan, Naming},
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
     traces::{
-        collector::{Collector, ReceiverHandle},
+        collector::{Collector, ReceiverError, ReceiverHandle},
         loadgen::LoadTracer,
     },
 };
@@ -53,42 +57,63 @@ const SPAN_QUIET: Duration = Duration::from_secs(1);
 const SPAN_SETTLE_LIMIT: Duration = Duration::from_secs(15);
 
 /// Errors that stop a run before it measures anything.
+#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A hop or broker process could not be started.
     #[error("variant \"{variant}\": {source}")]
     Launch {
-        /// The variant.
         variant: String,
-        /// The LaunchError it failed with.
         source: Box<LaunchError>,
     },
     /// A file or folder could not be written.
     #[error("{what} {path}: {source}")]
     Io {
-        /// What was being done.
         what: &'static str,
-        /// Where.
         path: PathBuf,
-        /// The operating system's error.
         source: std::io::Error,
     },
     /// The variant cannot have the launcher it needs.
     #[error("variant \"{variant}\": {source}")]
     Launcher {
-        /// The variant.
         variant: String,
-        /// The LauncherError it failed with.
         source: LauncherError,
     },
-    /// The entry pool could not be built.
-    #[error("variant \"{variant}\": {message}")]
-    Setup {
-        /// The variant.
+    /// The network namespaces of a netns variant could not be built.
+    #[error("variant \"{variant}\": {source}")]
+    Network { variant: String, source: NetnsError },
+    /// A network fault that this kernel and its tools cannot apply.
+    #[error("variant \"{variant}\": {source}")]
+    Fault { variant: String, source: FaultError },
+    /// The trace receiver cannot listen where a netns variant's processes
+    /// reach it.
+    #[error("variant \"{variant}\": {source}")]
+    TraceListener {
         variant: String,
-        /// The message it failed with.
-        message: String,
+        source: ReceiverError,
     },
+    /// A hop replica's configuration could not be encoded.
+    #[error("variant \"{variant}\": encode the configuration of {process}: {source}")]
+    HopConfig {
+        variant: String,
+        /// The process (`hop-b-1`).
+        process: String,
+        source: serde_json::Error,
+    },
+    /// The address of the variant's RabbitMQ or NATS server is unknown.
+    #[error("variant \"{variant}\": {source}")]
+    BrokerEndpoint {
+        variant: String,
+        source: BrokerProcessError,
+    },
+    /// The variant has no hop to send the load to (a checked scenario
+    /// always has one).
+    #[error("variant \"{variant}\" has no hop")]
+    NoHop { variant: String },
+    /// The load generator's pool of connections to the entry hop could
+    /// not be built.
+    #[error("variant \"{variant}\": {source}")]
+    EntryPool { variant: String, source: PoolError },
 }
 
 /// What one variant's run produced.
@@ -164,15 +189,20 @@ pub(crate) async fn run_variants(
     options: &RunOptions,
     interrupt: watch::Receiver<u32>,
 ) -> Result<Vec<VariantRun>, RunError> {
+    let plans: Vec<MeshPlan> = scenario
+        .variants
+        .iter()
+        .map(|variant| MeshPlan::new(scenario, variant))
+        .collect();
     // Every variant's launcher is checked before the first one starts.
-    let mut launchers = Vec::with_capacity(scenario.variants.len());
-    for variant in &scenario.variants {
+    let mut launchers = Vec::with_capacity(plans.len());
+    for plan in &plans {
         if options.attach.is_some() {
             launchers.push(Launcher::Auto);
             continue;
         }
-        let kind = resolve_launcher(variant).map_err(|source| RunError::Launcher {
-            variant: variant.name.clone(),
+        let kind = resolve_launcher(plan).map_err(|source| RunError::Launcher {
+            variant: plan.variant.name.clone(),
             source,
         })?;
         launchers.push(kind);
@@ -184,39 +214,37 @@ pub(crate) async fn run_variants(
         }
     }
     let mut runs = Vec::new();
-    for (variant, kind) in scenario.variants.iter().zip(launchers) {
+    for (plan, kind) in plans.iter().zip(launchers) {
         if *interrupt.borrow() >= loadgen::STOP_SENDING {
             break;
         }
-        let replicas: u32 = variant.hops.iter().map(|h| h.replicas).sum();
+        let variant = &plan.variant;
         crate::tell!(
-            "variant {}: {} hop(s), {replicas} process(es), {}",
+            "variant {}: {} hop(s), {} process(es), {}",
             variant.name,
             variant.hops.len(),
+            plan.hops().count(),
             describe_load(&variant.load)
         );
-        runs.push(run_variant(scenario, variant, kind, options, interrupt.clone()).await?);
+        runs.push(run_variant(scenario, plan, kind, options, interrupt.clone()).await?);
     }
     Ok(runs)
 }
 
 async fn run_variant(
     scenario: &Scenario,
-    variant: &Variant,
+    plan: &MeshPlan,
     kind: Launcher,
     options: &RunOptions,
     interrupt: watch::Receiver<u32>,
 ) -> Result<VariantRun, RunError> {
+    let variant = &plan.variant;
     let log_dir = options.dir.join("logs").join(&variant.name);
     std::fs::create_dir_all(&log_dir).map_err(|source| RunError::Io {
         what: "create",
         path: log_dir.clone(),
         source,
     })?;
-    let setup = |message: String| RunError::Setup {
-        variant: variant.name.clone(),
-        message,
-    };
     let mut launcher = if let Some(attach) = &options.attach {
         AnyLauncher::Attached(
             AttachedLauncher::new(
@@ -226,7 +254,10 @@ async fn run_variant(
             .with_ready_timeout(attach.ready_timeout),
         )
     } else if kind == Launcher::Netns {
-        let netns = NetnsLauncher::new(log_dir.clone()).map_err(|e| setup(e.to_string()))?;
+        let netns = NetnsLauncher::new(log_dir.clone()).map_err(|source| RunError::Network {
+            variant: variant.name.clone(),
+            source,
+        })?;
         let net = netns.network();
         crate::tell!(
             "variant {}: netns launcher, run {} (namespaces tm{}*)",
@@ -238,13 +269,13 @@ async fn run_variant(
         // on error the launcher's drop removes the network.
         let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
         let iptables = tool::tool_available("iptables");
-        for hop in &variant.hops {
-            for replica in 0..hop.replicas {
-                if let Some(fault) = hop.net_of(replica) {
-                    netfault::check(&hop.name, replica, &fault.spec(), netem, iptables)
-                        .map_err(|e| setup(e.to_string()))?;
-                }
-            }
+        for (_, hop, replica, fault) in plan.net_faults() {
+            netfault::check(&hop.name, replica, &fault.spec(), netem, iptables).map_err(
+                |source| RunError::Fault {
+                    variant: variant.name.clone(),
+                    source,
+                },
+            )?;
         }
         AnyLauncher::Netns(netns)
     } else {
@@ -258,7 +289,13 @@ async fn run_variant(
     let _trace_listener = match (&launcher, &options.traces) {
         (AnyLauncher::Netns(netns), Some(t)) => {
             let ip = std::net::IpAddr::V4(netns.network().host_addr());
-            let listener = t.receiver.listen_on(ip).map_err(|e| setup(e.to_string()))?;
+            let listener = t
+                .receiver
+                .listen_on(ip)
+                .map_err(|source| RunError::TraceListener {
+                    variant: variant.name.clone(),
+                    source,
+                })?;
             let mut o = options.clone();
             o.traces = Some(TraceSetup {
                 endpoint: listener.endpoint.clone(),
@@ -270,8 +307,7 @@ async fn run_variant(
         _ => None,
     };
     let options = netns_options.as_ref().unwrap_or(options);
-    let plan = MeshPlan::new(scenario, variant);
-    let result = measure(&plan, options, &mut launcher, interrupt.clone()).await;
+    let result = measure(plan, options, &mut launcher, interrupt.clone()).await;
     // Abandoned requests may still be at the hops: no grace for them.
     let grace = if *interrupt.borrow() >= loadgen::ABANDON {
         Duration::ZERO
@@ -305,10 +341,6 @@ async fn measure(
     interrupt: watch::Receiver<u32>,
 ) -> Result<VariantRun, RunError> {
     let variant = &plan.variant;
-    let setup = |message: String| RunError::Setup {
-        variant: variant.name.clone(),
-        message,
-    };
     let addrs = launch::launch_mesh(plan, options, launcher).await?;
     let broker = addrs.broker.clone();
     let topics: Vec<String> = variant
@@ -317,9 +349,9 @@ async fn measure(
         .filter(|h| h.transport == Transport::Pull)
         .map(|h| h.name.clone())
         .collect();
-    let entry = plan
-        .entry()
-        .ok_or_else(|| setup("the variant has no hop".to_owned()))?;
+    let entry = plan.entry().ok_or_else(|| RunError::NoHop {
+        variant: variant.name.clone(),
+    })?;
     let target = match (entry.transport, broker.clone()) {
         (Transport::Pull, Some(broker)) => Target::pull(
             PullTarget::of_kind(variant.broker, broker, &entry.name),
@@ -342,7 +374,10 @@ async fn measure(
                 plan.seed,
                 "loadgen",
             )
-            .map_err(|e| setup(e.to_string()))?;
+            .map_err(|source| RunError::EntryPool {
+                variant: variant.name.clone(),
+                source,
+            })?;
             Target::push(pool, entry.client.clone())
         }
     };

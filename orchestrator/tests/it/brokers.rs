@@ -17,6 +17,7 @@ use nix::{
     unistd::Pid,
 };
 use serde_json::Value;
+use tailmesh::launcher::brokers::{BrokerServer, ServerSpec};
 use tailmesh_services::{addr::PeerAddr, broker::backend, model::BrokerKind};
 
 tests! {
@@ -186,6 +187,15 @@ work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
         .collect();
     assert_eq!(topics, ["b", "c"], "{context}");
     assert_nothing_left(kind, broker_pid);
+    // The server's own output is in the run's logs, beside the broker's.
+    let log = run_dir.join("logs/base/broker.server.log");
+    let text = std::fs::read_to_string(&log)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{context}", log.display()));
+    assert!(
+        text.lines().count() > 1,
+        "{} holds only its header:\n{text}",
+        log.display()
+    );
 }
 
 /// No server of the run is left running, nor its directory: both are
@@ -450,13 +460,23 @@ fn full_queue(kind: BrokerKind) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    // The server's output stays in the test's directory; a server that
+    // does not get ready fails the test quoting the log's last lines.
+    let dir = tempfile::tempdir().expect("temp dir");
     runtime.block_on(async {
-        let server = tailmesh::launcher::brokers::BrokerServer::start(
-            kind,
-            std::net::Ipv4Addr::LOCALHOST.into(),
+        let server = BrokerServer::start(
+            ServerSpec::new(kind, std::net::Ipv4Addr::LOCALHOST.into())
+                .log_to(dir.path().join("server.log")),
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+        // What the server printed went to its log, not to the terminal.
+        let log = std::fs::read_to_string(server.log()).expect("the server's log");
+        assert!(
+            log.lines().count() > 1,
+            "{} holds only its header:\n{log}",
+            server.log().display()
+        );
         let addr = PeerAddr::from(server.addr);
         let producer = backend::Producer::connect_lazy(kind, &addr);
         let topic = "full";

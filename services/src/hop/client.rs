@@ -234,21 +234,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// An error and its sources, joined with ": ".
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
 /// A shareable pool.
 pub type SharedPool = Arc<PushPool>;
 
