@@ -372,7 +372,7 @@ mod tests {
 
     use super::*;
     use crate::analysis::testing::{chain3, check, summary};
-    use crate::analysis::{summary::CheckSummary, variant::analyze_variant};
+    use crate::analysis::{summary::CheckSummary, testing::analyze_variant};
 
     #[test]
     fn shows_percentiles_hops_and_the_verdict() {
