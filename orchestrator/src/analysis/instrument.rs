@@ -190,7 +190,7 @@ mod tests {
     fn quiet() -> MachineSamples {
         let mut timer = hdrhistogram::Histogram::<u64>::new(3).expect("3 digits");
         for us in [60, 60, 60, 200] {
-            timer.saturating_record(us);
+            timer.record(us).expect("in range");
         }
         MachineSamples {
             timer_error: Some(timer),
@@ -229,7 +229,7 @@ mod tests {
             (
                 |s, _| {
                     let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("3 digits");
-                    h.saturating_record(2_500);
+                    h.record(2_500).expect("in range");
                     s.timer_error = Some(h);
                 },
                 "timer wake-up error p99 2.5 ms",

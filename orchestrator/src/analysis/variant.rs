@@ -367,7 +367,7 @@ fn blamed_hop(message: &str) -> Option<&str> {
     Some(&message[start..start + len])
 }
 
-/// The request ids seen, as ranges `start -> end` (end exclusive): ids are
+/// The request ids seen, as ranges `first -> last`: ids are
 /// handed out in order, so the ranges merge as requests complete and the
 /// set holds about as many ranges as requests were in flight at once.
 #[derive(Debug, Default)]
@@ -378,24 +378,19 @@ struct IdSet {
 impl IdSet {
     /// Adds `id`; false when it was already there.
     fn insert(&mut self, id: u64) -> bool {
-        let before = self.ranges.range(..=id).next_back().map(|(&s, &e)| (s, e));
-        if before.is_some_and(|(_, end)| end > id) {
+        let before = self.ranges.range(..=id).next_back().map(|(&s, &l)| (s, l));
+        if before.is_some_and(|(_, last)| last >= id) {
             return false;
         }
-        let next = id.saturating_add(1);
-        let after = self.ranges.get(&next).copied();
         let start = match before {
-            Some((start, end)) if end == id => start,
+            Some((start, last)) if last.checked_add(1) == Some(id) => start,
             _ => id,
         };
-        let end = match after {
-            Some(end) => {
-                self.ranges.remove(&next);
-                end
-            }
-            None => next,
+        let last = match id.checked_add(1).and_then(|next| self.ranges.remove(&next)) {
+            Some(last) => last,
+            None => id,
         };
-        self.ranges.insert(start, end);
+        self.ranges.insert(start, last);
         true
     }
 }
@@ -919,6 +914,89 @@ mod tests {
         let r = analyze_variant(&chain3(), &check(), &records, Duration::from_secs(2));
         let c = r.compounding.expect("compounding requested");
         assert_eq!((c.n, c.slow, c.timeouts_censored), (1000, 271, 1));
+    }
+
+    #[test]
+    fn the_order_requests_complete_in_changes_nothing() {
+        let records = mixed_records();
+        let sorted = analyze_variant(&chain3(), &check(), &records, Duration::from_secs(2));
+        let mut reversed = records.clone();
+        reversed.reverse();
+        let reversed = analyze_variant(&chain3(), &check(), &reversed, Duration::from_secs(2));
+        let json = |r: &VariantReport| {
+            let mut v = serde_json::to_value(r).expect("serialize");
+            // The first few error messages kept are the first seen.
+            for hop in v["hops"].as_array_mut().into_iter().flatten() {
+                hop["error_samples"].take();
+            }
+            v
+        };
+        assert_eq!(json(&sorted), json(&reversed));
+        assert_eq!(sorted.intervals, reversed.intervals);
+        assert_eq!(sorted.latency_histogram, reversed.latency_histogram);
+    }
+
+    #[test]
+    fn ids_are_kept_as_ranges_that_merge() {
+        let mut ids = IdSet::default();
+        // Completed out of order within a window of 8 in flight.
+        for base in (0..10_000u64).step_by(8) {
+            for id in [3, 1, 0, 7, 2, 6, 4, 5] {
+                assert!(ids.insert(base + id), "{}", base + id);
+            }
+        }
+        assert_eq!(ids.ranges.len(), 1, "{:?}", ids.ranges);
+        assert!(!ids.insert(0) && !ids.insert(9_999) && !ids.insert(4_321));
+        assert!(ids.insert(10_005) && ids.insert(u64::MAX));
+        assert!(!ids.insert(u64::MAX));
+        assert_eq!(ids.ranges.len(), 3);
+    }
+
+    #[test]
+    fn the_context_lands_in_the_report_and_warnings_come_back() {
+        let mut acc = VariantAccumulator::new(&chain3(), &check(), None);
+        for r in &mixed_records() {
+            acc.record(r);
+        }
+        let analyzed = acc.finish(VariantContext {
+            measured: Duration::from_secs(2),
+            warmup: WarmupCounts {
+                sent: 10,
+                ok: 9,
+                failed: 1,
+            },
+            interrupted: true,
+            generator_links: Some(LinkCounts {
+                broken: 2,
+                ..LinkCounts::default()
+            }),
+            incidents: vec!["hop b replica 1 exited".into()],
+            broker: vec![BrokerTopicStats {
+                topic: "b".into(),
+                enqueued: 5,
+                ..BrokerTopicStats::default()
+            }],
+            machine: Some(MachineSamples {
+                cpus: 2,
+                steal: Some(0.2),
+                ..MachineSamples::default()
+            }),
+            ..VariantContext::default()
+        });
+        let r = &analyzed.report;
+        assert_eq!((r.warmup.sent, r.interrupted), (10, true));
+        assert_eq!(r.incidents, ["hop b replica 1 exited"]);
+        assert_eq!(r.broker[0].enqueued, 5);
+        assert_eq!(r.generator_links.map(|l| l.broken), Some(2));
+        let instrument = r.instrument.as_ref().expect("judged");
+        assert!(instrument.busy, "{instrument:?}");
+        assert_eq!(analyzed.warnings.len(), 2, "{:?}", analyzed.warnings);
+        assert!(analyzed.warnings[0].contains("2 call(s) on a broken connection"));
+        assert!(analyzed.warnings[1].starts_with("variant base: the machine was busy"));
+        // Interrupted: sending ended at the last intended send (2.5225 s,
+        // after the measured phase's 2 s).
+        assert_eq!(r.intervals.sending_end, 2.5225);
+        assert!(r.traces.is_none(), "not traced");
     }
 
     #[test]
