@@ -12,8 +12,7 @@ use tokio::sync::watch;
 
 use crate::{
     analysis::{
-        self, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext,
-        summary::Environment,
+        self, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext, summary::Environment,
     },
     output::{self, OutputError},
     record::RequestRecord,
@@ -300,9 +299,10 @@ async fn count_interrupts(interrupts: watch::Sender<u32>) {
 fn analyze_runs(scenario: &Scenario, facts: RunFacts<'_>, runs: &[VariantRun]) -> Summary {
     let mut reports = Vec::with_capacity(runs.len());
     for run in runs {
-        let sampled = run.tracer.clone().map(|tracer| -> analysis::variant::Sampled {
-            Box::new(move |id| tracer.sampled(id))
-        });
+        let sampled = run
+            .tracer
+            .clone()
+            .map(|tracer| -> analysis::variant::Sampled { Box::new(move |id| tracer.sampled(id)) });
         let mut variant = VariantAccumulator::new(&run.variant, &scenario.check, sampled);
         for record in &run.load.records {
             variant.record(record);

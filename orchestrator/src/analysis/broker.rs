@@ -141,6 +141,9 @@ mod tests {
         // An older summary without the newer fields still reads.
         let old: BrokerTopicStats =
             serde_json::from_str(r#"{"topic":"b","enqueued":3}"#).expect("read");
-        assert_eq!((old.enqueued, old.shed, old.discipline.as_str()), (3, 0, ""));
+        assert_eq!(
+            (old.enqueued, old.shed, old.discipline.as_str()),
+            (3, 0, "")
+        );
     }
 }

@@ -101,8 +101,7 @@ pub(crate) struct RunFacts<'a> {
 /// `files` is left for the writer to fill.
 pub(crate) fn summarize_run(facts: RunFacts<'_>, reports: Vec<VariantReport>) -> Summary {
     let ran = reports.len();
-    let interrupted =
-        ran < facts.scenario.variants.len() || reports.iter().any(|r| r.interrupted);
+    let interrupted = ran < facts.scenario.variants.len() || reports.iter().any(|r| r.interrupted);
     let mut summary = Summary::new(
         facts.run_id,
         facts.started_at,
@@ -432,8 +431,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::analysis::testing::{chain3, check, mixed_records};
     use crate::analysis::testing::analyze_variant;
+    use crate::analysis::testing::{chain3, check, mixed_records};
 
     fn report(name: &str, records: &[crate::record::RequestRecord]) -> VariantReport {
         let mut v = chain3();

@@ -234,7 +234,13 @@ pub(crate) const MS: u64 = 1_000_000;
 
 /// A path record: hop, its caller, transport, service / total / queue
 /// wait in ms, injected.
-pub(crate) fn rec(hop: &str, parent: &str, transport: &str, times: [u64; 3], slow: bool) -> HopRecord {
+pub(crate) fn rec(
+    hop: &str,
+    parent: &str,
+    transport: &str,
+    times: [u64; 3],
+    slow: bool,
+) -> HopRecord {
     HopRecord {
         hop: hop.into(),
         parent: parent.into(),

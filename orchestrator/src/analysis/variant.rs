@@ -23,7 +23,7 @@ use super::compounding::{HopSlowness, SlowCounts, compare};
 use super::instrument::{self, InstrumentReport};
 use super::intervals::{IntervalRecorder, IntervalSeries, Window, sending_end};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
-use super::verdict::{CompoundingReport, MachineState, decide};
+use super::verdict::{CompoundingReport, decide};
 use crate::record::{MachineSamples, Outcome, RequestRecord, WarmupCounts};
 use crate::scenario::{Arrivals, Check, ConnectionMode, Hop, LoadMode, Stop, Variant};
 use crate::traces::breakdown::{self, TraceReport};
@@ -474,7 +474,11 @@ impl VariantAccumulator {
             latency: new_histogram(),
             uncorrected: new_histogram(),
             lateness: new_histogram(),
-            hops: variant.hops.iter().map(|h| HopAcc::new(h.replicas)).collect(),
+            hops: variant
+                .hops
+                .iter()
+                .map(|h| HopAcc::new(h.replicas))
+                .collect(),
             unknown_hops: BTreeMap::new(),
             errors: BTreeMap::new(),
             ids: IdSet::default(),
@@ -598,7 +602,7 @@ impl VariantAccumulator {
         let machine = instrument
             .as_ref()
             .map(InstrumentReport::machine)
-            .unwrap_or_else(MachineState::default);
+            .unwrap_or_default();
 
         let attribution = self.attribution.finish();
         let compounding = self.check.compounding.then(|| {
@@ -641,9 +645,7 @@ impl VariantAccumulator {
             interrupted: context.interrupted,
         };
         let last_send = self.intervals.last_send();
-        let intervals = self
-            .intervals
-            .finish(sending_end(Some(&window), last_send));
+        let intervals = self.intervals.finish(sending_end(Some(&window), last_send));
         let error_total: u64 = self.errors.values().sum();
         let report = VariantReport {
             name: variant.name.clone(),
@@ -792,8 +794,10 @@ fn transport_summary(hops: &[Hop]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::testing::{
+        analyze_variant, chain3, check, failed, mixed_records, ok_records,
+    };
     use crate::analysis::verdict::Verdict;
-    use crate::analysis::testing::{analyze_variant, chain3, check, failed, mixed_records, ok_records};
 
     #[test]
     fn errors_are_blamed_on_the_innermost_hop_named() {

@@ -149,7 +149,9 @@ pub(crate) fn decide(
 ) -> CompoundingReport {
     let decomposition = decompose(attribution, machine);
     let (verdict, reason) = match judge(&c) {
-        (Verdict::Fail, _) if c.counts.n > 0 => refine_fail(&c, attribution, &decomposition, machine),
+        (Verdict::Fail, _) if c.counts.n > 0 => {
+            refine_fail(&c, attribution, &decomposition, machine)
+        }
         judged => judged,
     };
     report(c, verdict, reason, Some(decomposition))

@@ -230,14 +230,10 @@ impl Watch {
             .unwrap_or_default();
         let (timer_error, worst) = timer_errors(&samples.errors_us);
         let secs = elapsed.as_secs_f64();
-        let steal = self
-            .cpu
-            .machine
-            .zip(cpu_end.machine)
-            .and_then(|(a, b)| {
-                let total = b.total.saturating_sub(a.total);
-                (total > 0).then(|| b.steal.saturating_sub(a.steal) as f64 / total as f64)
-            });
+        let steal = self.cpu.machine.zip(cpu_end.machine).and_then(|(a, b)| {
+            let total = b.total.saturating_sub(a.total);
+            (total > 0).then(|| b.steal.saturating_sub(a.steal) as f64 / total as f64)
+        });
         let cpu_pressure = self
             .pressure
             .zip(cpu_pressure_total())
@@ -353,7 +349,10 @@ mod tests {
             }
         }
         let r = w.finish();
-        assert!(r.timer_error.as_ref().is_some_and(|h| !h.is_empty()), "{r:?}");
+        assert!(
+            r.timer_error.as_ref().is_some_and(|h| !h.is_empty()),
+            "{r:?}"
+        );
         assert!(r.cpus >= 1);
         if cfg!(target_os = "linux") {
             assert!(
@@ -425,7 +424,10 @@ mod tests {
         };
         // 2 CPUs over 100 ticks: 200 ticks; 150 busy, 60 of them the mesh.
         let u = cpu_use(at(1000, 100, 40), at(1200, 250, 100), 2).expect("both ends");
-        assert!((u.mesh - 0.6).abs() < 1e-9 && (u.others - 0.9).abs() < 1e-9, "{u:?}");
+        assert!(
+            (u.mesh - 0.6).abs() < 1e-9 && (u.others - 0.9).abs() < 1e-9,
+            "{u:?}"
+        );
         assert_eq!(cpu_use(CpuSnapshot::default(), at(1, 1, 1), 2), None);
     }
 }
