@@ -302,7 +302,7 @@ fn analyze_runs(scenario: &Scenario, facts: RunFacts<'_>, runs: &[VariantRun]) -
         let sampled = run
             .tracer
             .clone()
-            .map(|tracer| -> analysis::variant::Sampled { Box::new(move |id| tracer.sampled(id)) });
+            .map(|tracer| -> analysis::Sampled { Box::new(move |id| tracer.sampled(id)) });
         let mut variant = VariantAccumulator::new(&run.variant, &scenario.check, sampled);
         for record in &run.load.records {
             variant.record(record);
