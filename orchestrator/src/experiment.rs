@@ -396,8 +396,6 @@ pub fn regenerate_report(dir: &Path) -> Result<PathBuf, ExperimentError> {
     Ok(path)
 }
 
-/// The Jaeger JSON file in the run folder.
-pub const TRACES_FILE: &str = output::TRACES_FILE;
 /// How long queued spans get to reach the forward target at the end.
 const FORWARD_GRACE: Duration = Duration::from_secs(3);
 

@@ -163,11 +163,29 @@ mod tests {
                 "logs/"
             ]
         );
+        // summary.json's `files`, as it has always read.
         let listed = describe(&files);
-        assert_eq!(
-            listed.get("base.hgrm").map(String::as_str),
-            Some("latency percentile distribution of variant base")
-        );
+        let expected: BTreeMap<String, String> = [
+            ("summary.json", "this file"),
+            ("requests.csv", "one row per measured request"),
+            (
+                "base.hgrm",
+                "latency percentile distribution of variant base",
+            ),
+            (
+                TRACES_FILE,
+                "every span, for Jaeger's UI (Search, Upload JSON)",
+            ),
+            (
+                "report.html",
+                "the self-contained HTML report (tailmesh report <run-folder> redraws it)",
+            ),
+            ("logs/", "each hop process's config and log"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(listed, expected);
         assert!(!describe(&run_files(&s, false)).contains_key(TRACES_FILE));
 
         let dir = tempfile::tempdir().expect("temp dir");
