@@ -41,8 +41,8 @@ pub struct Summary {
     /// Variants that never ran because the run was interrupted first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
-    /// The files written, by role ("requests" -> "requests.csv", ...),
-    /// relative to the results folder. Filled in by whoever writes them.
+    /// The run folder's files: name (relative to the folder) -> what it
+    /// holds. Filled in from the writer's own list (`output::run_files`).
     pub files: BTreeMap<String, String>,
     /// What the trace receiver counted (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]

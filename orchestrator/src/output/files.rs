@@ -15,6 +15,9 @@ use crate::{analysis::Summary, record::RequestRecord, traces::jaeger};
 /// The Jaeger JSON file in the run folder.
 pub const TRACES_FILE: &str = "traces.jaeger.json";
 
+/// The folder of the hop processes' configs and logs, and what it holds.
+pub(crate) const LOGS: (&str, &str) = ("logs/", "each hop process's config and log");
+
 /// What a file of the run folder holds, which says how it is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Content {
@@ -80,11 +83,7 @@ pub fn run_files(summary: &Summary, traced: bool) -> Vec<RunFile> {
         "the self-contained HTML report (tailmesh report <run-folder> redraws it)",
         Content::Report,
     ));
-    files.push(file(
-        "logs/",
-        "each hop process's config and log",
-        Content::Logs,
-    ));
+    files.push(file(LOGS.0, LOGS.1, Content::Logs));
     files
 }
 

@@ -110,7 +110,8 @@ pub fn render_files(dir: &std::path::Path, files: &[std::path::PathBuf]) -> Stri
             .unwrap_or_default();
         out.push_str(&format!("  {name}\n"));
     }
-    out.push_str("  logs/ (each hop process's config and log)\n");
+    let (logs, what) = super::files::LOGS;
+    out.push_str(&format!("  {logs} ({what})\n"));
     if let Some(report) = files.iter().find(|f| f.ends_with("report.html")) {
         out.push_str(&format!("report: {}", report.display()));
     }
