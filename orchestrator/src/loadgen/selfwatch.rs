@@ -182,9 +182,74 @@ fn involuntary_switches() -> Option<u64> {
 /// What the watcher thread measured.
 #[derive(Default)]
 struct Samples {
-    errors_us: Vec<(Duration, u64)>,
-    runnable: Vec<u64>,
-    load: Vec<f64>,
+    timer: TimerErrors,
+    /// Runnable tasks besides the watcher: the sum of the samples, and
+    /// how many.
+    runnable: (f64, u64),
+    /// The 1-minute load average: first, last and largest sample.
+    load: Option<[f64; 3]>,
+}
+
+impl Samples {
+    fn sample(&mut self, load: f64, running: u64) {
+        // The watcher itself is running when it reads the file.
+        self.runnable.0 += running.saturating_sub(1) as f64;
+        self.runnable.1 += 1;
+        self.load = Some(match self.load {
+            Some([first, _, max]) => [first, load, max.max(load)],
+            None => [load, load, load],
+        });
+    }
+}
+
+/// The probe's wake-up errors (µs): all of them, and the worst one-second
+/// window's p99, kept as they come (two histograms, whatever the run's
+/// length).
+struct TimerErrors {
+    all: Option<Histogram<u64>>,
+    second: Option<Histogram<u64>>,
+    window_end: Duration,
+    worst: u64,
+}
+
+impl Default for TimerErrors {
+    fn default() -> Self {
+        TimerErrors {
+            all: Histogram::new(3).ok(),
+            second: Histogram::new(3).ok(),
+            window_end: Duration::from_secs(1),
+            worst: 0,
+        }
+    }
+}
+
+impl TimerErrors {
+    /// One wake-up `us` late, `at` into the window.
+    fn record(&mut self, at: Duration, us: u64) {
+        if at >= self.window_end {
+            if let Some(second) = &mut self.second {
+                self.worst = self.worst.max(second.value_at_quantile(0.99));
+                second.reset();
+            }
+            self.window_end = at + Duration::from_secs(1);
+        }
+        // An auto-resizing histogram refuses only values beyond any range.
+        for h in [&mut self.all, &mut self.second].into_iter().flatten() {
+            if h.record(us).is_err() {
+                h.saturating_record(us);
+            }
+        }
+    }
+
+    /// The histogram of every error, and the worst second's p99 (a last,
+    /// partial second counts from 20 wake-ups on).
+    fn finish(self) -> (Option<Histogram<u64>>, u64) {
+        let last = self
+            .second
+            .filter(|s| s.len() >= 20)
+            .map_or(0, |s| s.value_at_quantile(0.99));
+        (self.all, self.worst.max(last))
+    }
 }
 
 /// The self-watch of one load phase: started and finished on the load
@@ -228,7 +293,7 @@ impl Watch {
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
-        let (timer_error, worst) = timer_errors(&samples.errors_us);
+        let (timer_error, worst) = samples.timer.finish();
         let secs = elapsed.as_secs_f64();
         let steal = self.cpu.machine.zip(cpu_end.machine).and_then(|(a, b)| {
             let total = b.total.saturating_sub(a.total);
@@ -244,62 +309,21 @@ impl Watch {
             .switches
             .zip(involuntary_switches())
             .map(|(a, b)| b.saturating_sub(a));
-        let runnable: Vec<f64> = samples
-            .runnable
-            .iter()
-            // The watcher itself is running when it reads the file.
-            .map(|&r| r.saturating_sub(1) as f64)
-            .collect();
-        let load_average = match (samples.load.first(), samples.load.last()) {
-            (Some(&first), Some(&last)) => Some([
-                first,
-                last,
-                samples.load.iter().copied().fold(f64::MIN, f64::max),
-            ]),
-            _ => None,
-        };
+        let (runnable_sum, runnable_samples) = samples.runnable;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         MachineSamples {
             timer_error,
             timer_error_worst_second_us: worst,
             cpus,
             elapsed,
-            runnable_mean: (!runnable.is_empty())
-                .then(|| runnable.iter().sum::<f64>() / runnable.len() as f64),
-            load_average,
+            runnable_mean: (runnable_samples > 0).then(|| runnable_sum / runnable_samples as f64),
+            load_average: samples.load,
             cpu_pressure,
             steal,
             cpu_use: cpu_use(self.cpu, cpu_end, cpus),
             involuntary_switches: switches,
         }
     }
-}
-
-/// The probe's wake-up errors as a histogram (µs), and the worst
-/// one-second window's p99.
-fn timer_errors(errors_us: &[(Duration, u64)]) -> (Option<Histogram<u64>>, u64) {
-    let (Ok(mut all), Ok(mut second)) = (Histogram::<u64>::new(3), Histogram::<u64>::new(3)) else {
-        return (None, 0);
-    };
-    let mut worst = 0;
-    let mut window_end = Duration::from_secs(1);
-    for &(at, us) in errors_us {
-        if at >= window_end {
-            worst = worst.max(second.value_at_quantile(0.99));
-            second.reset();
-            window_end = at + Duration::from_secs(1);
-        }
-        // An auto-resizing histogram refuses only values beyond any range.
-        for h in [&mut all, &mut second] {
-            if h.record(us).is_err() {
-                h.saturating_record(us);
-            }
-        }
-    }
-    if second.len() >= 20 {
-        worst = worst.max(second.value_at_quantile(0.99));
-    }
-    (Some(all), worst)
 }
 
 impl Drop for Watch {
@@ -317,14 +341,13 @@ fn watch(stop: &AtomicBool) -> Samples {
         thread::sleep(PROBE_SLEEP);
         let woke = Instant::now();
         let late = woke.saturating_duration_since(before + PROBE_SLEEP);
-        samples.errors_us.push((
+        samples.timer.record(
             woke.saturating_duration_since(origin),
             u64::try_from(late.as_micros()).unwrap_or(u64::MAX),
-        ));
+        );
         if woke >= next_sample {
             if let Some((load, running)) = loadavg() {
-                samples.load.push(load);
-                samples.runnable.push(running);
+                samples.sample(load, running);
             }
             next_sample = woke + SAMPLE_EVERY;
         }
@@ -364,19 +387,37 @@ mod tests {
 
     #[test]
     fn wake_up_errors_of_any_size_are_kept() {
-        let errors: Vec<(Duration, u64)> = (0..100u64)
-            .map(|i| {
-                let us = if i % 50 == 49 { 250_000 } else { 80 };
-                (Duration::from_millis(i * 10), us)
-            })
-            .collect();
-        let (all, worst) = timer_errors(&errors);
+        let mut errors = TimerErrors::default();
+        for i in 0..100u64 {
+            let us = if i % 50 == 49 { 250_000 } else { 80 };
+            errors.record(Duration::from_millis(i * 10), us);
+        }
+        let (all, worst) = errors.finish();
         let all = all.expect("a histogram");
         assert_eq!(all.len(), 100);
         assert!(all.max() >= 250_000, "{}", all.max());
         assert!(all.value_at_quantile(0.5) >= 80, "not clamped");
         // Two bad wake-ups in a hundred make the second's p99.
         assert!(worst >= 250_000, "{worst}");
+        // A later quiet second does not hide it.
+        let mut errors = TimerErrors::default();
+        for i in 0..300u64 {
+            let us = if i < 100 && i % 50 == 49 { 9_000 } else { 50 };
+            errors.record(Duration::from_millis(i * 10), us);
+        }
+        let (_, worst) = errors.finish();
+        assert!((9_000..9_100).contains(&worst), "{worst}");
+    }
+
+    #[test]
+    fn load_samples_keep_first_last_and_largest() {
+        let mut s = Samples::default();
+        for (load, running) in [(2.0, 3), (5.5, 1), (1.5, 0)] {
+            s.sample(load, running);
+        }
+        assert_eq!(s.load, Some([2.0, 1.5, 5.5]));
+        // The watcher's own reading is not counted: 2 + 0 + 0.
+        assert_eq!(s.runnable, (2.0, 3));
     }
 
     #[test]
