@@ -12,20 +12,14 @@ use tokio::sync::watch;
 
 use crate::{
     analysis::{
-        stats, summarize_sweep,
-        summary::{Environment, ScenarioEcho, Summary},
-        variant::analyze_variant,
+        self, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext, summary::Environment,
     },
     output::{self, OutputError},
-    record::{Outcome, RequestRecord},
+    record::RequestRecord,
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
     scenario::{self, Scenario, ScenarioErrors},
-    traces::{
-        breakdown,
-        collector::{self, ReceiverError, ReceiverThread},
-        jaeger,
-    },
+    traces::collector::{self, ReceiverError, ReceiverThread},
 };
 
 /// What `tailmesh run` was asked to do.
@@ -134,7 +128,25 @@ impl Finished {
     /// first, and points `<results>/<scenario>/latest` at the folder.
     /// Returns the files written, in the order written.
     pub fn write(&self) -> Result<Vec<PathBuf>, ExperimentError> {
-        let written = write_files(&self.dir, &self.summary, &self.runs)?;
+        let requests: Vec<(&str, &[RequestRecord])> = self
+            .runs
+            .iter()
+            .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
+            .collect();
+        let spans: Vec<_> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.spans.iter().cloned())
+            .collect();
+        let written = output::write_run(
+            &self.dir,
+            &self.summary,
+            &output::run_files(&self.summary, traced(&self.runs)),
+            &output::RunData {
+                requests: &requests,
+                spans: &spans,
+            },
+        )?;
         link_latest(&self.dir);
         Ok(written)
     }
@@ -226,15 +238,16 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             );
         }
     }
-    let mut summary = analyze_runs(
-        &scenario,
-        &command.scenario,
-        &source,
-        &run_id,
+    let facts = RunFacts {
+        scenario: &scenario,
+        origin: &command.scenario,
+        source: &source,
+        run_id: &run_id,
         started_at,
-        &runs,
-    );
-    summary.traces = trace_counts;
+        environment: Environment::detect(&launchers(&runs)),
+        traces: trace_counts,
+    };
+    let summary = analyze_runs(&scenario, facts, &runs);
     Ok(Finished {
         interrupted: summary.interrupted,
         dir,
@@ -281,160 +294,57 @@ async fn count_interrupts(interrupts: watch::Sender<u32>) {
     }
 }
 
-/// Analyzes the variants into the run's [`Summary`], with the files it
-/// will be written with.
-fn analyze_runs(
-    scenario: &Scenario,
-    origin: &Path,
-    source: &str,
-    run_id: &str,
-    started_at: OffsetDateTime,
-    runs: &[VariantRun],
-) -> Summary {
+/// Analyzes the variants into the run's [`Summary`], listing the files it
+/// will be written with; prints analysis's warnings.
+fn analyze_runs(scenario: &Scenario, facts: RunFacts<'_>, runs: &[VariantRun]) -> Summary {
     let mut reports = Vec::with_capacity(runs.len());
     for run in runs {
-        let mut report = analyze_variant(
-            &run.variant,
-            &scenario.check,
-            &run.load.records,
-            run.load.measured,
-        );
-        report.warmup = run.load.warmup;
-        report.interrupted = run.load.interrupted;
-        report.generator_links = run.load.links;
-        if let Some(line) = run.load.links.as_ref().and_then(|links| {
-            crate::loadgen::link_warning(&run.variant.name, links, run.variant.load.connection)
-        }) {
+        let sampled = run
+            .tracer
+            .clone()
+            .map(|tracer| -> analysis::Sampled { Box::new(move |id| tracer.sampled(id)) });
+        let mut variant = VariantAccumulator::new(&run.variant, &scenario.check, sampled);
+        for record in &run.load.records {
+            variant.record(record);
+        }
+        let analyzed = variant.finish(VariantContext {
+            measured: run.load.measured,
+            warmup: run.load.warmup,
+            interrupted: run.load.interrupted,
+            generator_links: run.load.links,
+            incidents: run.incidents.clone(),
+            broker: run.broker.iter().cloned().map(Into::into).collect(),
+            peak_memory: run.memory.clone(),
+            faults: run.faults.clone(),
+            machine: run.load.instrument.clone(),
+            spans: run.tracer.is_some().then_some(run.spans.as_slice()),
+        });
+        for line in &analyzed.warnings {
             crate::tell!("warning: {line}");
         }
-        report.incidents = run.incidents.clone();
-        report.broker = run.broker.clone();
-        report.peak_memory = run.memory.clone();
-        report.faults = run.faults.clone();
-        report.instrument = run.load.instrument.clone();
-        if let Some(line) = report.instrument.as_ref().and_then(|i| i.warning()) {
-            crate::tell!("warning: variant {}: {line}", run.variant.name);
-        }
-        let machine = report
-            .instrument
-            .as_ref()
-            .map(|i| i.machine())
-            .unwrap_or_default();
-        if let (Some(c), Some(a)) = (report.compounding.as_mut(), report.attribution.as_ref()) {
-            crate::analysis::attribution::refine(c, a, &machine);
-        }
-        if let Some(tracer) = &run.tracer {
-            let mut traces =
-                breakdown::analyze(&run.spans, &run.variant.name, &run.load.records, |id| {
-                    tracer.sampled(id)
-                });
-            // Hops in the scenario's order, as everywhere else.
-            let order = |hop: &str| run.variant.hops.iter().position(|h| h.name == hop);
-            traces
-                .hops
-                .sort_by_key(|h| order(&h.hop).unwrap_or(usize::MAX));
-            traces
-                .coverage
-                .sort_by_key(|c| order(&c.hop).unwrap_or(usize::MAX));
-            let pulled = |hop: &str| {
-                run.variant.hops.iter().any(|h| {
-                    h.name == hop && h.transport == tailmesh_services::model::Transport::Pull
-                })
-            };
-            if let Some(line) = breakdown::completeness_warning(&run.variant.name, &traces, pulled)
-            {
-                crate::tell!("warning: {line}");
-            }
-            report.traces = Some(traces);
-        }
-        reports.push(report);
+        reports.push(analyzed.report);
     }
-    let mut summary = Summary::new(
-        run_id,
-        started_at,
-        ScenarioEcho::new(scenario, origin, source),
-        // "local", "netns", or both ("local+netns") when variants differ.
-        Environment::detect(&{
-            let mut kinds: Vec<&str> = runs.iter().map(|r| r.launcher).collect();
-            kinds.sort_unstable();
-            kinds.dedup();
-            if kinds.is_empty() {
-                "local".to_owned()
-            } else {
-                kinds.join("+")
-            }
-        }),
-        reports,
-    );
-    summary.sweep = summarize_sweep(scenario, &summary.variants);
-    summary.interrupted =
-        runs.len() < scenario.variants.len() || runs.iter().any(|r| r.load.interrupted);
-    summary.skipped = scenario
-        .variants
-        .iter()
-        .skip(runs.len())
-        .map(|v| v.name.clone())
-        .collect();
-    summary
-        .files
-        .insert("summary.json".into(), "this file".into());
-    summary
-        .files
-        .insert("requests.csv".into(), "one row per measured request".into());
-    for report in &summary.variants {
-        summary.files.insert(
-            format!("{}.hgrm", report.name),
-            format!("latency percentile distribution of variant {}", report.name),
-        );
-    }
-    if runs.iter().any(|r| r.tracer.is_some()) {
-        summary.files.insert(
-            TRACES_FILE.into(),
-            "every span, for Jaeger's UI (Search, Upload JSON)".into(),
-        );
-    }
-    summary.files.insert(
-        "report.html".into(),
-        "the self-contained HTML report (tailmesh report <run-folder> redraws it)".into(),
-    );
-    summary
-        .files
-        .insert("logs/".into(), "each hop process's config and log".into());
+    let mut summary = analysis::summarize_run(facts, reports);
+    summary.files = output::describe(&output::run_files(&summary, traced(runs)));
     summary
 }
 
-/// Writes summary.json, requests.csv, one .hgrm per variant, the traces
-/// and report.html into `dir`, in that order (the most important first,
-/// should the disk fill up); each file appears whole or not at all.
-fn write_files(
-    dir: &Path,
-    summary: &Summary,
-    runs: &[VariantRun],
-) -> Result<Vec<PathBuf>, ExperimentError> {
-    let tables: Vec<(&str, &[RequestRecord])> = runs
-        .iter()
-        .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
-        .collect();
-    let mut written = Vec::new();
-    // Each file's path, listed as it is named: an error ends the list.
-    let mut next = |file: &str| {
-        let path = dir.join(file);
-        written.push(path.clone());
-        path
-    };
-    output::write_summary(&next("summary.json"), summary)?;
-    let threshold = Duration::from_micros(summary.scenario.slow_threshold_us);
-    output::write_requests_csv(&next("requests.csv"), &tables, threshold)?;
-    for report in &summary.variants {
-        let hgrm = next(&format!("{}.hgrm", report.name));
-        output::write_hgrm(&hgrm, &report.latency_histogram)?;
+/// Whether any variant was traced (then the run has a traces file).
+fn traced(runs: &[VariantRun]) -> bool {
+    runs.iter().any(|r| r.tracer.is_some())
+}
+
+/// The launchers that ran the variants: "local", "netns", or both
+/// ("local+netns") when variants differ.
+fn launchers(runs: &[VariantRun]) -> String {
+    let mut kinds: Vec<&str> = runs.iter().map(|r| r.launcher).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    if kinds.is_empty() {
+        "local".to_owned()
+    } else {
+        kinds.join("+")
     }
-    if runs.iter().any(|r| r.tracer.is_some()) {
-        let spans: Vec<_> = runs.iter().flat_map(|r| r.spans.iter().cloned()).collect();
-        write_jaeger(&next(TRACES_FILE), &spans)?;
-    }
-    output::write_report(&next("report.html"), summary, &tables)?;
-    Ok(written)
 }
 
 /// Each variant's name and its requests, in the summary's order.
@@ -468,11 +378,11 @@ pub fn read_run(dir: &Path) -> Result<(Summary, VariantRecords), ExperimentError
         }
     }
     for (report, (_, list)) in summary.variants.iter_mut().zip(&records) {
-        let mut histogram = stats::new_histogram();
-        for r in list.iter().filter(|r| r.outcome == Outcome::Ok) {
-            stats::record_us(&mut histogram, stats::micros(r.latency()));
+        let mut rebuild = Rebuild::new();
+        for r in list {
+            rebuild.record(r);
         }
-        report.latency_histogram = histogram;
+        rebuild.finish(report);
     }
     Ok((summary, records))
 }
@@ -480,29 +390,14 @@ pub fn read_run(dir: &Path) -> Result<(Summary, VariantRecords), ExperimentError
 /// `tailmesh report <run-folder>`: redraws report.html from the folder's
 /// files; returns the report's path.
 pub fn regenerate_report(dir: &Path) -> Result<PathBuf, ExperimentError> {
-    let (summary, records) = read_run(dir)?;
-    let tables: Vec<(&str, &[RequestRecord])> = records
-        .iter()
-        .map(|(name, list)| (name.as_str(), list.as_slice()))
-        .collect();
+    let (summary, _) = read_run(dir)?;
     let path = dir.join("report.html");
-    output::write_report(&path, &summary, &tables)?;
+    output::write_report(&path, &summary)?;
     Ok(path)
 }
 
-/// The Jaeger JSON file in the run folder.
-pub const TRACES_FILE: &str = "traces.jaeger.json";
 /// How long queued spans get to reach the forward target at the end.
 const FORWARD_GRACE: Duration = Duration::from_secs(3);
-
-fn write_jaeger(
-    path: &Path,
-    spans: &[opentelemetry_proto::tonic::trace::v1::ResourceSpans],
-) -> Result<(), OutputError> {
-    output::write_atomically(path, |w| {
-        serde_json::to_writer(w, &jaeger::to_jaeger(spans)).map_err(std::io::Error::from)
-    })
-}
 
 fn create_run_dir(
     results: &Path,

@@ -5,7 +5,8 @@
 //!   closed pipe.
 //! - `error_chain`: an error told with its causes.
 //! - `scenario`: parse, validate and model scenario files.
-//! - `record`: what was measured for each request.
+//! - `record`: what the load generator measured: each request, the
+//!   warmup, the machine during the load.
 //! - `plan`: what a variant becomes: every process, its role, name,
 //!   configuration and environment, and the order they start in.
 //! - `roles`: `tailmesh hop` and the other service roles of the one binary.
@@ -15,16 +16,17 @@
 //! - `loadgen`: open- and closed-loop load, measured from intended send times.
 //! - `run`: launch each variant, drive its load, collect what it measured.
 //! - `experiment`: the whole of `tailmesh run`, from file to results.
-//! - `analysis`: percentiles, Wilson intervals, the compounding check, and
-//!   the per-variant and whole-run summaries.
+//! - `analysis`: one request at a time to each variant's finished report:
+//!   percentiles, intervals over time, attribution, the verdict, and the
+//!   whole-run summary (summary.json's types).
 //! - `traces`: the embedded OTLP receiver, the load generator's spans,
 //!   `traces.jaeger.json` and the per-hop breakdown from traces.
-//! - `output`: the result files (`summary.json`, `*.hgrm`, `requests.csv`)
-//!   and the terminal table.
+//! - `output`: the result files (`summary.json`, `*.hgrm`, `requests.csv`,
+//!   the traces, `report.html`), listed once, and the terminal table.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-mod analysis;
+pub mod analysis;
 pub mod console;
 pub mod deploy;
 mod error_chain;

@@ -1,5 +1,7 @@
-//! What the load generator learned about one request: the raw material of
-//! every statistic, CSV row and verdict.
+//! What the load generator measured: each request (the raw material of
+//! every statistic, CSV row and verdict), the warmup's accounting, and the
+//! machine during the load window. Plain data shared by `loadgen` (which
+//! fills it) and `analysis` (which judges it), so neither imports the other.
 
 use std::time::Duration;
 
@@ -101,6 +103,55 @@ impl RequestRecord {
     pub fn service_latency(&self) -> Duration {
         self.end.saturating_sub(self.start)
     }
+}
+
+/// Requests sent during warmup: not measured, but still accounted for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WarmupCounts {
+    /// Sent during warmup.
+    pub sent: u64,
+    /// Of those, answered ok.
+    pub ok: u64,
+    /// Of those, errors and timeouts.
+    pub failed: u64,
+}
+
+/// What the load generator's self-watch measured over one load window (the
+/// machine's side; `analysis::instrument` judges whether it was busy).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MachineSamples {
+    /// How late the watcher's 1 ms sleeps woke, µs.
+    pub timer_error: Option<hdrhistogram::Histogram<u64>>,
+    /// The worst one-second window's p99 of that error, µs.
+    pub timer_error_worst_second_us: u64,
+    /// CPUs available.
+    pub cpus: usize,
+    /// How long the window lasted.
+    pub elapsed: Duration,
+    /// Mean runnable tasks on the machine besides the watcher (the mesh's
+    /// own included).
+    pub runnable_mean: Option<f64>,
+    /// 1-minute load average at the start, the end, and its largest sample.
+    pub load_average: Option<[f64; 3]>,
+    /// Share of the window some task waited for a CPU (`/proc/pressure/cpu`).
+    pub cpu_pressure: Option<f64>,
+    /// Share of CPU time stolen by the hypervisor over the window.
+    pub steal: Option<f64>,
+    /// CPU time used over the window, split between this process and its
+    /// descendants (the mesh) and everything else on the machine.
+    pub cpu_use: Option<CpuUse>,
+    /// Involuntary context switches of the load generator's thread.
+    pub involuntary_switches: Option<u64>,
+}
+
+/// CPU time used during a window, in CPUs (1.0: one CPU busy the whole
+/// window).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct CpuUse {
+    /// The orchestrator and its descendants (the hops, the broker).
+    pub mesh: f64,
+    /// Every other process on the machine.
+    pub others: f64,
 }
 
 #[cfg(test)]

@@ -33,18 +33,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::HopRecord;
 
-use super::compounding::{CompoundingReport, Verdict};
-use super::stats::wilson95;
 use crate::record::{Outcome, RequestRecord};
 
 /// A component is a cause of a slow request when it is at least this share
 /// of the slow threshold.
 pub(crate) const CAUSE_SHARE: f64 = 0.25;
-
-/// A failed compounding check whose excess is at least this share from the
-/// instrument (the generator, unexplained slowness, or a busy machine's
-/// network and work delays) is inconclusive.
-pub(crate) const INSTRUMENT_SHARE: f64 = 0.5;
 
 /// What a component of a request's latency is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -378,33 +371,80 @@ impl AttributionReport {
     }
 }
 
-/// Attributes every slow request of a variant. `work_bounds` holds, per
-/// hop, the longest its work should take (absent: no bound known, such as
-/// CPU-bound work).
-pub(crate) fn summarize(
-    records: &[RequestRecord],
+/// Attributes a variant's slow requests one at a time; [`Self::finish`]
+/// gives the counts. Holds counters and, for the percentile split, the
+/// components summed per latency band (3 significant digits): bounded by
+/// the number of bands, not by the number of requests.
+pub(crate) struct AttributionAcc {
+    report: AttributionReport,
     threshold: Duration,
-    work_bounds: &BTreeMap<String, Duration>,
-) -> AttributionReport {
-    let mut report = AttributionReport {
-        slow_threshold_us: super::stats::micros(threshold),
-        cause_share: CAUSE_SHARE,
-        ..AttributionReport::default()
-    };
-    let mut judged: Vec<&RequestRecord> = Vec::new();
-    for r in records {
+    work_bounds: BTreeMap<String, Duration>,
+    /// Ok requests by latency band.
+    bands: BTreeMap<u64, Band>,
+    /// Ok requests recorded (the split's population).
+    ok: u64,
+}
+
+/// The ok requests whose latency falls in one band: how many, their summed
+/// latency and their summed components per cause kind, µs.
+#[derive(Clone, Debug, Default)]
+struct Band {
+    count: u64,
+    latency_us: f64,
+    by_kind_us: [f64; CauseKind::ALL.len()],
+}
+
+/// The band of a latency: `us` with 3 significant digits kept.
+fn band_of(us: u64) -> u64 {
+    let mut scale = 1;
+    while us / scale >= 1000 {
+        scale *= 10;
+    }
+    us / scale * scale
+}
+
+impl AttributionAcc {
+    /// `work_bounds` holds, per hop, the longest its work should take
+    /// (absent: no bound known, such as CPU-bound work).
+    pub(crate) fn new(threshold: Duration, work_bounds: BTreeMap<String, Duration>) -> Self {
+        AttributionAcc {
+            report: AttributionReport {
+                slow_threshold_us: super::stats::micros(threshold),
+                cause_share: CAUSE_SHARE,
+                ..AttributionReport::default()
+            },
+            threshold,
+            work_bounds,
+            bands: BTreeMap::new(),
+            ok: 0,
+        }
+    }
+
+    /// Counts one completed request.
+    pub(crate) fn record(&mut self, r: &RequestRecord) {
+        let threshold = self.threshold;
+        let report = &mut self.report;
         let ok = r.outcome == Outcome::Ok;
         if ok || (r.outcome == Outcome::Timeout && r.latency() > threshold) {
             report.requests += 1;
-            if ok {
-                judged.push(r);
+        }
+        if ok {
+            self.ok += 1;
+            let latency = super::stats::micros(r.latency());
+            let band = self.bands.entry(band_of(latency)).or_default();
+            band.count += 1;
+            band.latency_us += r.latency().as_secs_f64() * 1e6;
+            for c in components(r) {
+                if let Some(k) = CauseKind::ALL.iter().position(|k| *k == c.kind) {
+                    band.by_kind_us[k] += c.duration.as_secs_f64() * 1e6;
+                }
             }
         }
         let Some(a) = attribute(r, threshold) else {
             if ok && r.path.iter().any(|h| h.slow) {
                 report.injected_fast += 1;
             }
-            continue;
+            return;
         };
         report.slow += 1;
         let primary = a.primary();
@@ -432,192 +472,85 @@ pub(crate) fn summarize(
         if a.injected {
             report.slow_injected += 1;
         } else {
+            let bounds = &self.work_bounds;
             let overrun = a.components.first().filter(|c| {
                 a.causes > 0
                     && c.kind == CauseKind::Work
                     && c.hop
                         .as_ref()
-                        .and_then(|h| work_bounds.get(h))
+                        .and_then(|h| bounds.get(h))
                         .is_some_and(|bound| c.duration > *bound)
             });
             report.work_overrun += u64::from(overrun.is_some());
             *report.excess.entry(primary).or_default() += 1;
         }
     }
-    judged.sort_by_key(|r| r.latency());
-    report.split = [("p99", 0.99), ("p99.9", 0.999)]
-        .into_iter()
-        .filter_map(|(name, q)| split_at(&judged, name, q))
-        .collect();
-    report
+
+    /// The counts, with the p99 and p99.9 split.
+    pub(crate) fn finish(self) -> AttributionReport {
+        let mut report = self.report;
+        report.split = [("p99", 0.99), ("p99.9", 0.999)]
+            .into_iter()
+            .filter_map(|(name, q)| split_at(&self.bands, self.ok, name, q))
+            .collect();
+        report
+    }
 }
 
-/// The mean components of the ok requests nearest quantile `q` of
-/// `sorted` (by latency): the 0.2 % of requests around the rank, at least 5.
-fn split_at(sorted: &[&RequestRecord], name: &str, q: f64) -> Option<PercentileSplit> {
-    if sorted.is_empty() {
+/// Attributes every slow request among `records` (tests feed whole lists).
+#[cfg(test)]
+pub(crate) fn summarize<'a>(
+    records: impl IntoIterator<Item = &'a RequestRecord>,
+    threshold: Duration,
+    work_bounds: &BTreeMap<String, Duration>,
+) -> AttributionReport {
+    let mut acc = AttributionAcc::new(threshold, work_bounds.clone());
+    for r in records {
+        acc.record(r);
+    }
+    acc.finish()
+}
+
+/// The mean components of the `n` ok requests (in latency `bands`) nearest
+/// quantile `q`: the 0.2 % of requests around its rank, at least 5. A band
+/// the range only partly covers counts with the share it covers.
+fn split_at(bands: &BTreeMap<u64, Band>, n: u64, name: &str, q: f64) -> Option<PercentileSplit> {
+    if n == 0 {
         return None;
     }
-    let n = sorted.len();
-    let rank = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
+    let rank = ((q * n as f64).ceil() as u64).clamp(1, n) - 1;
     let half = (n / 1000).max(2);
     let (lo, hi) = (rank.saturating_sub(half), (rank + half + 1).min(n));
-    let near = &sorted[lo..hi];
-    let mut by_kind: BTreeMap<String, f64> = BTreeMap::new();
-    for r in near {
-        for c in components(r) {
-            *by_kind.entry(c.kind.as_str().to_string()).or_default() +=
-                c.duration.as_secs_f64() * 1e6;
+    let mut by_kind = [0.0; CauseKind::ALL.len()];
+    let mut latency_us = 0;
+    // Requests below each band: its ranks are [below, below + count).
+    let mut below = 0;
+    for band in bands.values() {
+        let (first, end) = (below, below + band.count);
+        below = end;
+        let taken = end.min(hi).saturating_sub(first.max(lo));
+        if taken > 0 {
+            let share = taken as f64 / band.count as f64;
+            for (sum, part) in by_kind.iter_mut().zip(band.by_kind_us) {
+                *sum += part * share;
+            }
+        }
+        if (first..end).contains(&rank) {
+            latency_us = (band.latency_us / band.count as f64).round() as u64;
         }
     }
-    for v in by_kind.values_mut() {
-        *v /= near.len() as f64;
-    }
+    let near = hi - lo;
     Some(PercentileSplit {
         percentile: name.to_string(),
-        latency_us: super::stats::micros(sorted[rank].latency()),
-        requests: near.len() as u64,
-        by_kind_us: by_kind,
+        latency_us,
+        requests: near,
+        by_kind_us: CauseKind::ALL
+            .iter()
+            .zip(by_kind)
+            .filter(|(_, us)| *us > 0.0)
+            .map(|(k, us)| (k.as_str().to_string(), us / near as f64))
+            .collect(),
     })
-}
-
-/// The verdict's decomposition: the model against the measured fraction,
-/// and the excess split by cause.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Decomposition {
-    /// Slow requests with injected slowness on their path (what the model
-    /// predicts).
-    pub slow_injected: u64,
-    /// Ok requests with injected slowness that stayed under the threshold.
-    pub injected_fast: u64,
-    /// Slow requests without injected slowness, by primary cause label.
-    pub excess: BTreeMap<String, u64>,
-    /// Of the excess, slow from the instrument (the generator, unexplained).
-    pub instrument: u64,
-    /// Of the excess, slow from the network or from work longer than its
-    /// declared distribution allows, while the machine was busy (0 when it
-    /// was not).
-    pub machine: u64,
-}
-
-/// What the verdict needs to know about the machine during the run.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct MachineState {
-    /// Whether the self-watch found the machine busy.
-    pub busy: bool,
-    /// Its reasons, in words ("CPU pressure 87 %", ...).
-    pub reasons: Vec<String>,
-}
-
-/// Refines a compounding verdict with the attribution: records the
-/// decomposition; a "fail" whose excess is mostly the instrument's (the
-/// generator, unexplained slowness, or network and work delays on a busy
-/// machine) becomes "inconclusive" and names it; a remaining "fail" names
-/// the cause of most of its excess.
-///
-/// The rule, for a measured fraction above the model: let `removed` be the
-/// excess requests the instrument made slow. Inconclusive when they are at
-/// least [`INSTRUMENT_SHARE`] of the excess (slow requests without injected
-/// slowness), or when, left out of the trials, the interval of the rest
-/// reaches down to the model. Below the model: fail, naming the share of
-/// requests with injected slowness that stayed under the threshold.
-pub(crate) fn refine(c: &mut CompoundingReport, a: &AttributionReport, machine: &MachineState) {
-    let instrument = a.excess_where(CauseKind::is_instrument);
-    let machine_count = if machine.busy {
-        a.excess_where(CauseKind::is_machine) + a.work_overrun
-    } else {
-        0
-    };
-    c.decomposition = Some(Decomposition {
-        slow_injected: a.slow_injected,
-        injected_fast: a.injected_fast,
-        excess: a.excess.clone(),
-        instrument,
-        machine: machine_count,
-    });
-    if c.verdict != Verdict::Fail || c.n == 0 {
-        return;
-    }
-    let share = |k: u64| k as f64 / c.n as f64;
-    if c.measured < c.model {
-        c.reason = Some(format!(
-            "{} of requests had injected slowness and stayed under the threshold \
-             (the model counts every one as slow)",
-            pct(share(a.injected_fast))
-        ));
-        return;
-    }
-    let excess: u64 = a.excess.values().sum();
-    let removed = instrument + machine_count;
-    let rest_lo = wilson95(c.slow.saturating_sub(removed), c.n.saturating_sub(removed)).0;
-    let mostly = excess > 0 && removed as f64 >= INSTRUMENT_SHARE * excess as f64;
-    // Without the instrument's requests, the rest reaches down to the model.
-    if removed > 0 && (mostly || c.model >= rest_lo) {
-        c.verdict = Verdict::Inconclusive;
-        let who = if machine_count > instrument {
-            format!(
-                "the machine was busy ({}): {} of requests were slow between hops, or from hop work \
-                 beyond its declared distribution, without injected slowness",
-                machine.reasons.join(", "),
-                pct(share(machine_count))
-            )
-        } else {
-            let generator = a.excess_where(|k| k == CauseKind::Generator);
-            let what = if generator * 2 >= instrument {
-                "the load generator's lateness"
-            } else {
-                "unexplained slowness (no one hop, link or queue took a quarter of the threshold)"
-            };
-            let busy = if machine.busy {
-                format!("; the machine was busy ({})", machine.reasons.join(", "))
-            } else {
-                String::new()
-            };
-            format!(
-                "the instrument: {} of requests were slow from {what}{busy}",
-                pct(share(instrument))
-            )
-        };
-        c.reason = Some(format!(
-            "{who}; that is {} of the {} slow requests the model does not predict",
-            pct(if excess > 0 {
-                removed as f64 / excess as f64
-            } else {
-                0.0
-            }),
-            excess
-        ));
-        return;
-    }
-    let top = a
-        .excess
-        .iter()
-        .filter(|(label, _)| CauseKind::of_label(label).is_some_and(|k| !k.is_instrument()))
-        .max_by_key(|(_, n)| **n);
-    c.reason = Some(match top {
-        Some((label, &n)) => {
-            let behind = match CauseKind::of_label(label) {
-                Some(CauseKind::Queue) => {
-                    let hop = label.split_once(':').map_or("", |(_, h)| h);
-                    if c.hops.iter().any(|h| h.hop == hop && h.slow > 0) {
-                        " behind injected-slow requests"
-                    } else {
-                        " behind slow requests"
-                    }
-                }
-                _ => "",
-            };
-            format!(
-                "{} of requests were slow from {}{behind}, with no injected slowness of \
-                 their own ({} of the {} slow requests the model does not predict)",
-                pct(share(n)),
-                describe_label(label),
-                pct(n as f64 / excess.max(1) as f64),
-                excess
-            )
-        }
-        None => "slow requests without injected slowness".to_string(),
-    });
 }
 
 /// A share as a percentage with one decimal: `4.1 %`.
@@ -628,40 +561,7 @@ pub(crate) fn pct(share: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::compounding::{HopSlowness, SlowCounts, judge};
-
-    const MS: u64 = 1_000_000;
-
-    /// A path record: hop, its caller, transport, service / total / queue
-    /// wait in ms, injected.
-    fn rec(hop: &str, parent: &str, transport: &str, times: [u64; 3], slow: bool) -> HopRecord {
-        HopRecord {
-            hop: hop.into(),
-            parent: parent.into(),
-            transport: transport.into(),
-            service_ns: times[0] * MS / 10,
-            total_ns: times[1] * MS / 10,
-            queue_wait_ns: times[2] * MS / 10,
-            slow,
-            ..HopRecord::default()
-        }
-    }
-
-    /// A request sent `late` tenths of a ms after its intended time, taking
-    /// `client` tenths of a ms, with `path`.
-    fn request(late: u64, client: u64, path: Vec<HopRecord>) -> RequestRecord {
-        RequestRecord {
-            id: 1,
-            intended: Duration::ZERO,
-            start: Duration::from_micros(late * 100),
-            end: Duration::from_micros((late + client) * 100),
-            outcome: Outcome::Ok,
-            path,
-            extra_attempts: 0,
-        }
-    }
-
-    const T: Duration = Duration::from_millis(15);
+    use crate::analysis::testing::{T, rec, request, variant_records};
 
     fn labels(a: &Attribution) -> Vec<String> {
         a.causes().iter().map(Component::label).collect()
@@ -821,187 +721,6 @@ mod tests {
             message: String::new(),
         };
         assert_eq!(attribute(&failed, T), None);
-    }
-
-    /// 1000 requests through a -> b: `injected` slow from injection at a,
-    /// `extra` slow from `cause` (a path built to make it primary), the rest
-    /// fast.
-    fn variant_records(injected: u64, extra: u64, cause: CauseKind) -> Vec<RequestRecord> {
-        (0..1000u64)
-            .map(|i| {
-                let (late, a_total, b) = if i < injected {
-                    (0, 210, rec("b", "a", "push", [2, 3, 0], false))
-                } else if i < injected + extra {
-                    match cause {
-                        CauseKind::Queue => (0, 185, rec("b", "a", "push", [2, 182, 180], false)),
-                        CauseKind::Generator => (180, 10, rec("b", "a", "push", [2, 3, 0], false)),
-                        CauseKind::Network => (0, 185, rec("b", "a", "push", [2, 3, 0], false)),
-                        _ => (0, 170, rec("b", "a", "push", [2, 3, 0], false)),
-                    }
-                } else {
-                    (0, 10, rec("b", "a", "push", [2, 3, 0], false))
-                };
-                let a_service = if i < injected { 205 } else { 2 };
-                let a = rec("a", "", "push", [a_service, a_total, 0], i < injected);
-                let mut r = request(late, a_total + 1, vec![b, a]);
-                r.id = i;
-                r
-            })
-            .collect()
-    }
-
-    fn verdict(records: &[RequestRecord], machine: &MachineState) -> CompoundingReport {
-        let a = summarize(records, T, &BTreeMap::new());
-        let injected = records
-            .iter()
-            .filter(|r| r.path.iter().any(|h| h.slow))
-            .count() as u64;
-        let hops = vec![
-            HopSlowness {
-                hop: "a".into(),
-                requests: 1000,
-                slow: injected,
-                p: injected as f64 / 1000.0,
-                declared_p: 0.05,
-            },
-            HopSlowness {
-                hop: "b".into(),
-                requests: 1000,
-                slow: 0,
-                p: 0.0,
-                declared_p: 0.0,
-            },
-        ];
-        let counts = SlowCounts {
-            n: a.requests,
-            slow: a.slow,
-            ..SlowCounts::default()
-        };
-        let mut c = judge(counts, hops, 15_000);
-        refine(&mut c, &a, machine);
-        c
-    }
-
-    #[test]
-    fn queue_wait_beyond_the_model_fails_and_is_named() {
-        let records = variant_records(50, 60, CauseKind::Queue);
-        let a = summarize(&records, T, &BTreeMap::new());
-        assert_eq!((a.slow, a.slow_injected), (110, 50));
-        assert_eq!(a.excess.get("queue:b"), Some(&60));
-        assert_eq!(a.per_hop["b"]["queue"], 60);
-        let c = verdict(&records, &MachineState::default());
-        assert_eq!(c.verdict, Verdict::Fail);
-        let reason = c.reason.unwrap_or_default();
-        assert!(
-            reason.starts_with(
-                "6.0 % of requests were slow from queue wait at hop b behind slow requests, \
-                 with no injected slowness of their own (100.0 % of the 60"
-            ),
-            "{reason}"
-        );
-        // A busy machine does not excuse queueing, also when it made a few
-        // requests slow between hops.
-        let busy = MachineState {
-            busy: true,
-            reasons: vec!["CPU pressure 90 %".into()],
-        };
-        assert_eq!(verdict(&records, &busy).verdict, Verdict::Fail);
-        let mut records = records;
-        let network = variant_records(50, 65, CauseKind::Network);
-        records[110..115].clone_from_slice(&network[110..115]);
-        let c = verdict(&records, &busy);
-        assert_eq!(c.verdict, Verdict::Fail, "{:?}", c.reason);
-        assert_eq!(c.decomposition.map(|d| d.machine), Some(5));
-    }
-
-    #[test]
-    fn a_late_generator_makes_a_failure_inconclusive_and_is_named() {
-        let records = variant_records(50, 60, CauseKind::Generator);
-        let c = verdict(&records, &MachineState::default());
-        assert_eq!(c.verdict, Verdict::Inconclusive);
-        let reason = c.reason.unwrap_or_default();
-        assert!(reason.contains("the load generator's lateness"), "{reason}");
-        assert_eq!(c.decomposition.map(|d| d.instrument), Some(60));
-    }
-
-    #[test]
-    fn network_excess_fails_on_a_quiet_machine_and_is_the_machine_on_a_busy_one() {
-        let records = variant_records(50, 60, CauseKind::Network);
-        let quiet = verdict(&records, &MachineState::default());
-        assert_eq!(quiet.verdict, Verdict::Fail);
-        assert!(
-            quiet
-                .reason
-                .as_deref()
-                .is_some_and(|r| r.contains("network between hops a and b")),
-            "{:?}",
-            quiet.reason
-        );
-        let busy = MachineState {
-            busy: true,
-            reasons: vec!["load average 4.5 on 2 CPUs".into()],
-        };
-        let c = verdict(&records, &busy);
-        assert_eq!(c.verdict, Verdict::Inconclusive);
-        let reason = c.reason.unwrap_or_default();
-        assert!(
-            reason.starts_with("the machine was busy (load average 4.5 on 2 CPUs)"),
-            "{reason}"
-        );
-    }
-
-    #[test]
-    fn work_beyond_its_declared_bound_is_the_machine_only_when_busy() {
-        // 60 requests whose hop a worked 16.5 ms, uninjected.
-        let mut records = variant_records(50, 0, CauseKind::Queue);
-        for r in &mut records[50..110] {
-            r.path[1] = rec("a", "", "push", [165, 170, 0], false);
-            r.end = r.start + Duration::from_micros(17_100);
-        }
-        let bounds: BTreeMap<String, Duration> =
-            [("a".to_string(), Duration::from_millis(2))].into();
-        let a = summarize(&records, T, &bounds);
-        assert_eq!((a.excess.get("work:a"), a.work_overrun), (Some(&60), 60));
-        let busy = MachineState {
-            busy: true,
-            reasons: vec!["CPU pressure 90 %".into()],
-        };
-        let judged = |a: &AttributionReport, machine: &MachineState| {
-            let hops = vec![HopSlowness {
-                hop: "a".into(),
-                requests: 1000,
-                slow: 50,
-                p: 0.05,
-                declared_p: 0.05,
-            }];
-            let counts = SlowCounts {
-                n: a.requests,
-                slow: a.slow,
-                ..SlowCounts::default()
-            };
-            let mut c = judge(counts, hops, 15_000);
-            refine(&mut c, a, machine);
-            (c.verdict, c.reason)
-        };
-        assert_eq!(judged(&a, &busy).0, Verdict::Inconclusive);
-        assert_eq!(judged(&a, &MachineState::default()).0, Verdict::Fail);
-        // Work its distribution allows is the mesh's, busy or not.
-        let unbounded = summarize(&records, T, &BTreeMap::new());
-        assert_eq!(unbounded.work_overrun, 0);
-        let (verdict, reason) = judged(&unbounded, &busy);
-        assert_eq!(verdict, Verdict::Fail, "{reason:?} {unbounded:?}");
-    }
-
-    #[test]
-    fn agreement_passes_whatever_the_machine() {
-        let records = variant_records(50, 0, CauseKind::Queue);
-        let busy = MachineState {
-            busy: true,
-            reasons: vec!["x".into()],
-        };
-        let c = verdict(&records, &busy);
-        assert_eq!(c.verdict, Verdict::Pass);
-        assert_eq!(c.decomposition.map(|d| d.slow_injected), Some(50));
     }
 
     #[test]

@@ -41,30 +41,6 @@ pub(crate) fn compound(p: &[f64]) -> f64 {
     1.0 - p.iter().map(|p| 1.0 - p.clamp(0.0, 1.0)).product::<f64>()
 }
 
-/// The outcome of the compounding check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// The model lies inside the measured fraction's 95 % Wilson interval.
-    Pass,
-    /// The model lies outside it.
-    Fail,
-    /// Too few trials (< [`MIN_TRIALS`]), or nothing was slow-injected and
-    /// nothing was slow, so agreement would be vacuous.
-    Inconclusive,
-}
-
-impl Verdict {
-    /// "pass", "fail" or "inconclusive".
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Pass => "pass",
-            Verdict::Fail => "fail",
-            Verdict::Inconclusive => "inconclusive",
-        }
-    }
-}
-
 /// One hop's measured and declared slow probability.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HopSlowness {
@@ -94,97 +70,85 @@ pub(crate) struct SlowCounts {
     pub errors_excluded: u64,
 }
 
-/// The compounding check of one variant.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CompoundingReport {
+/// The measured slow fraction against the model, before any verdict
+/// (`super::verdict` decides it).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Comparison {
     /// The threshold, µs: a request is slow if its latency exceeds it.
     pub slow_threshold_us: u64,
-    /// Trials (ok requests plus timeouts above the threshold).
-    pub n: u64,
-    /// Slow trials.
-    pub slow: u64,
-    /// Timeouts at or below the threshold, left out of `n`.
-    pub timeouts_censored: u64,
-    /// Errors, left out of `n`.
-    pub errors_excluded: u64,
+    /// The counts it was computed from.
+    pub counts: SlowCounts,
     /// Measured slow fraction `slow / n` (0 when `n == 0`).
     pub measured: f64,
-    /// Lower end of the measured fraction's 95 % Wilson interval.
-    pub ci_lo: f64,
-    /// Upper end of the measured fraction's 95 % Wilson interval.
-    pub ci_hi: f64,
+    /// The measured fraction's 95 % Wilson interval.
+    pub ci: (f64, f64),
     /// `1 - prod(1 - p_i)` with p_i measured from the paths.
     pub model: f64,
     /// `1 - prod(1 - p_i)` with p_i as declared in the scenario.
     pub declared_model: f64,
-    /// `(model - measured)` divided by the distance from `measured` to the
-    /// interval's end on the model's side: |deviation| <= 1 means inside.
-    /// `null` when that distance is 0 and the model differs.
+    /// `(model - measured)` over the distance from `measured` to the
+    /// interval's end on the model's side: |deviation| <= 1 means inside;
+    /// `None` when that distance is 0 and the model differs.
     pub deviation: Option<f64>,
     /// The per-hop probabilities behind the model, in scenario order.
     pub hops: Vec<HopSlowness>,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// Why the verdict is inconclusive, or what failed: the cause of most
-    /// of the excess (see [`super::attribution::refine`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The excess split by cause (absent in summaries from before
-    /// attribution).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decomposition: Option<super::attribution::Decomposition>,
 }
 
-/// Judges measured counts against the per-hop probabilities.
-pub(crate) fn judge(
+/// Whether the comparison says anything, and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Agreement {
+    /// The model lies inside the interval.
+    Inside,
+    /// The model lies outside it.
+    Outside,
+    /// Nothing can be said, and why: too few trials, or nothing injected
+    /// and nothing slow (agreement would be vacuous).
+    Undecided(String),
+}
+
+impl Comparison {
+    /// Whether the model agrees with the measured fraction.
+    pub(crate) fn agreement(&self) -> Agreement {
+        let injected: u64 = self.hops.iter().map(|h| h.slow).sum();
+        if self.counts.n < MIN_TRIALS {
+            Agreement::Undecided(format!(
+                "{} trials, fewer than the {MIN_TRIALS} needed",
+                self.counts.n
+            ))
+        } else if injected == 0 && self.counts.slow == 0 {
+            Agreement::Undecided("no hop injected slowness and no request was slow".to_string())
+        } else if self.deviation.is_some_and(|d| d.abs() <= 1.0) {
+            Agreement::Inside
+        } else {
+            Agreement::Outside
+        }
+    }
+}
+
+/// Compares measured counts with the model of the per-hop probabilities.
+pub(crate) fn compare(
     counts: SlowCounts,
     hops: Vec<HopSlowness>,
     slow_threshold_us: u64,
-) -> CompoundingReport {
+) -> Comparison {
     let measured_p: Vec<f64> = hops.iter().map(|h| h.p).collect();
     let declared_p: Vec<f64> = hops.iter().map(|h| h.declared_p).collect();
     let model = compound(&measured_p);
-    let declared_model = compound(&declared_p);
     let measured = if counts.n == 0 {
         0.0
     } else {
         counts.slow as f64 / counts.n as f64
     };
-    let (ci_lo, ci_hi) = wilson95(counts.slow, counts.n);
-    let deviation = deviation(measured, ci_lo, ci_hi, model);
-    let injected: u64 = hops.iter().map(|h| h.slow).sum();
-
-    let reason = if counts.n < MIN_TRIALS {
-        Some(format!(
-            "{} trials, fewer than the {MIN_TRIALS} needed",
-            counts.n
-        ))
-    } else if injected == 0 && counts.slow == 0 {
-        Some("no hop injected slowness and no request was slow".to_string())
-    } else {
-        None
-    };
-    let verdict = match (&reason, deviation) {
-        (Some(_), _) => Verdict::Inconclusive,
-        (None, Some(d)) if d.abs() <= 1.0 => Verdict::Pass,
-        (None, _) => Verdict::Fail,
-    };
-    CompoundingReport {
+    let ci = wilson95(counts.slow, counts.n);
+    Comparison {
         slow_threshold_us,
-        n: counts.n,
-        slow: counts.slow,
-        timeouts_censored: counts.timeouts_censored,
-        errors_excluded: counts.errors_excluded,
+        counts,
         measured,
-        ci_lo,
-        ci_hi,
+        ci,
         model,
-        declared_model,
-        deviation,
+        declared_model: compound(&declared_p),
+        deviation: deviation(measured, ci.0, ci.1, model),
         hops,
-        verdict,
-        reason,
-        decomposition: None,
     }
 }
 
@@ -224,95 +188,11 @@ mod tests {
 
     use super::*;
 
-    fn hop(name: &str, requests: u64, slow: u64, declared_p: f64) -> HopSlowness {
-        HopSlowness {
-            hop: name.to_string(),
-            requests,
-            slow,
-            p: if requests == 0 {
-                0.0
-            } else {
-                slow as f64 / requests as f64
-            },
-            declared_p,
-        }
-    }
-
     #[test]
     fn three_hops_at_ten_percent_compound_to_0_271() {
         assert!((compound(&[0.1, 0.1, 0.1]) - 0.271).abs() < 1e-12);
         assert!((compound(&[0.5, 0.2]) - 0.6).abs() < 1e-12);
         assert_eq!(compound(&[]), 0.0);
         assert_eq!(compound(&[0.0, 1.0]), 1.0);
-    }
-
-    #[test]
-    fn model_inside_the_interval_passes() {
-        let hops = vec![
-            hop("a", 1000, 100, 0.1),
-            hop("b", 1000, 100, 0.1),
-            hop("c", 1000, 100, 0.1),
-        ];
-        let counts = SlowCounts {
-            n: 1000,
-            slow: 271,
-            ..Default::default()
-        };
-        let r = judge(counts, hops, 15_000);
-        assert_eq!(r.verdict, Verdict::Pass);
-        assert!((r.model - 0.271).abs() < 1e-12);
-        assert!((r.declared_model - 0.271).abs() < 1e-12);
-        assert!((r.measured - 0.271).abs() < 1e-12);
-        assert!(r.deviation.is_some_and(|d| d.abs() < 1e-9));
-    }
-
-    #[test]
-    fn model_outside_the_interval_fails_with_deviation_above_one() {
-        // 271 of 1000: interval [0.2444, 0.2994]; a model of 0.36 is above it.
-        let hops = vec![hop("a", 1000, 200, 0.1), hop("b", 1000, 200, 0.1)];
-        let counts = SlowCounts {
-            n: 1000,
-            slow: 271,
-            ..Default::default()
-        };
-        let r = judge(counts, hops, 15_000);
-        assert_eq!(r.verdict, Verdict::Fail);
-        let expected = (0.36 - 0.271) / (0.299_385_935_9 - 0.271);
-        assert!(
-            (r.deviation.unwrap_or(0.0) - expected).abs() < 1e-6,
-            "{:?}",
-            r.deviation
-        );
-    }
-
-    #[test]
-    fn too_few_trials_are_inconclusive() {
-        let counts = SlowCounts {
-            n: 29,
-            slow: 29,
-            ..Default::default()
-        };
-        let r = judge(counts, vec![hop("a", 29, 29, 1.0)], 1);
-        assert_eq!(r.verdict, Verdict::Inconclusive);
-        assert!(r.reason.is_some());
-    }
-
-    #[test]
-    fn nothing_injected_and_nothing_slow_is_inconclusive() {
-        let counts = SlowCounts {
-            n: 500,
-            slow: 0,
-            ..Default::default()
-        };
-        let r = judge(counts, vec![hop("a", 500, 0, 0.0)], 1);
-        assert_eq!(r.verdict, Verdict::Inconclusive);
-        // But slow requests without any injection contradict a zero model.
-        let counts = SlowCounts {
-            n: 500,
-            slow: 50,
-            ..Default::default()
-        };
-        let r = judge(counts, vec![hop("a", 500, 0, 0.0)], 1);
-        assert_eq!(r.verdict, Verdict::Fail);
     }
 }

@@ -1,25 +1,44 @@
-//! Analysis: pure functions from measured records to reports. Nothing here
-//! does I/O except [`Environment::detect`], which reads the host's facts.
+//! Analysis: from measured requests, fed one at a time, and plain data
+//! about the run to the finished reports. Nothing here does I/O except
+//! [`summary::Environment::detect`], which the caller runs to read the
+//! host's facts; warnings come back as strings for the caller to print.
 //!
 //! - `stats`: latency histograms (µs, 3 digits), percentiles, Wilson interval.
 //! - `compounding`: `1 - prod(1 - p_i)` against the measured slow fraction.
-//! - `attribution`: why each slow request was slow, and the verdict's
-//!   decomposition by cause.
-//! - `variant`: one variant's records -> [`VariantReport`].
+//! - `attribution`: why each slow request was slow, counted per cause.
+//! - `verdict`: the compounding verdict, refined by the attribution and the
+//!   machine's state, decided in one place.
+//! - `instrument`: whether the machine was busy during the load window.
+//! - `intervals`: requests and answers over time, in fixed intervals.
+//! - `broker`: the broker's per-topic statistics as summary.json holds them.
+//! - `variant`: one variant's requests -> [`VariantReport`], through
+//!   [`VariantAccumulator`].
 //! - `summary`: the whole run -> [`Summary`] (summary.json's shape).
 //! - `sweep`: a swept scenario's table and compounding curve.
 
 pub(crate) mod attribution;
+pub(crate) mod broker;
 pub(crate) mod compounding;
+pub(crate) mod instrument;
+pub(crate) mod intervals;
 pub(crate) mod stats;
 pub(crate) mod summary;
 pub(crate) mod sweep;
 pub(crate) mod variant;
+pub(crate) mod verdict;
 
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub(crate) use stats::Percentiles;
-pub(crate) use summary::Summary;
-pub(crate) use sweep::{SweepSummary, summarize_sweep};
-pub(crate) use variant::VariantReport;
+pub use broker::BrokerTopicStats;
+pub use instrument::InstrumentReport;
+pub use intervals::{IntervalSeries, IntervalStats};
+pub use stats::Percentiles;
+pub use summary::{CheckSummary, Summary};
+pub use sweep::SweepSummary;
+pub use variant::VariantReport;
+pub use verdict::{CompoundingReport, Verdict};
+
+pub(crate) use summary::{RunFacts, summarize_run};
+pub(crate) use sweep::summarize_sweep;
+pub(crate) use variant::{Rebuild, Sampled, VariantAccumulator, VariantContext};

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::compounding::Verdict;
 use super::variant::{Override, VariantReport, overrides};
+use super::verdict::Verdict;
 use crate::scenario::Scenario;
 
 /// The `schema` value of summary.json; bump on incompatible changes.
@@ -41,8 +41,8 @@ pub struct Summary {
     /// Variants that never ran because the run was interrupted first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
-    /// The files written, by role ("requests" -> "requests.csv", ...),
-    /// relative to the results folder. Filled in by whoever writes them.
+    /// The run folder's files: name (relative to the folder) -> what it
+    /// holds. Filled in from the writer's own list (`output::run_files`).
     pub files: BTreeMap<String, String>,
     /// What the trace receiver counted (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +75,51 @@ impl Summary {
             traces: None,
         }
     }
+}
+
+/// What the run knew besides its variants' reports: plain data for
+/// [`summarize_run`].
+pub(crate) struct RunFacts<'a> {
+    /// The scenario as run.
+    pub scenario: &'a Scenario,
+    /// The scenario file, as given.
+    pub origin: &'a Path,
+    /// The scenario file's text.
+    pub source: &'a str,
+    /// The run's id (its folder's name).
+    pub run_id: &'a str,
+    /// When the run started.
+    pub started_at: OffsetDateTime,
+    /// The host ([`Environment::detect`]).
+    pub environment: Environment,
+    /// What the trace receiver counted, when tracing was on.
+    pub traces: Option<crate::traces::collector::TraceCounts>,
+}
+
+/// The whole run's summary from the reports of the variants that ran (in
+/// scenario order; fewer than the scenario's when it was interrupted).
+/// `files` is left for the writer to fill.
+pub(crate) fn summarize_run(facts: RunFacts<'_>, reports: Vec<VariantReport>) -> Summary {
+    let ran = reports.len();
+    let interrupted = ran < facts.scenario.variants.len() || reports.iter().any(|r| r.interrupted);
+    let mut summary = Summary::new(
+        facts.run_id,
+        facts.started_at,
+        ScenarioEcho::new(facts.scenario, facts.origin, facts.source),
+        facts.environment,
+        reports,
+    );
+    summary.sweep = super::summarize_sweep(facts.scenario, &summary.variants);
+    summary.interrupted = interrupted;
+    summary.skipped = facts
+        .scenario
+        .variants
+        .iter()
+        .skip(ran)
+        .map(|v| v.name.clone())
+        .collect();
+    summary.traces = facts.traces;
+    summary
 }
 
 impl Summary {
@@ -386,8 +431,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::analysis::testing::analyze_variant;
     use crate::analysis::testing::{chain3, check, mixed_records};
-    use crate::analysis::variant::analyze_variant;
 
     fn report(name: &str, records: &[crate::record::RequestRecord]) -> VariantReport {
         let mut v = chain3();

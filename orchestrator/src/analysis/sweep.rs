@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{compounding::Verdict, variant::VariantReport};
+use super::{variant::VariantReport, verdict::Verdict};
 use crate::scenario::Scenario;
 
 /// The sweep's table.
@@ -116,10 +116,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        analysis::{
-            testing::{chain3, check, mixed_records},
-            variant::analyze_variant,
-        },
+        analysis::testing::{analyze_variant, chain3, check, mixed_records},
         scenario::{Report, Sweep, SweepPoint},
     };
 

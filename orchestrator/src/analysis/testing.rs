@@ -6,6 +6,7 @@ use std::time::Duration;
 use tailmesh_proto::pb::HopRecord;
 use tailmesh_services::model::{Balance, DurationDist, Slowness, Transport, Work};
 
+use crate::analysis::attribution::CauseKind;
 use crate::record::{Outcome, RequestRecord};
 use crate::scenario::{
     Arrivals, Check, ConnectionMode, Hop, Launcher, Load, LoadMode, Stop, Variant,
@@ -174,13 +175,31 @@ pub(crate) fn mixed_records() -> Vec<RequestRecord> {
     records
 }
 
+/// One variant's report from `records`, fed one at a time, with the
+/// measured phase `measured` long and nothing else known.
+pub(crate) fn analyze_variant(
+    variant: &Variant,
+    check: &Check,
+    records: &[RequestRecord],
+    measured: Duration,
+) -> crate::analysis::VariantReport {
+    let mut acc = crate::analysis::VariantAccumulator::new(variant, check, None);
+    for r in records {
+        acc.record(r);
+    }
+    acc.finish(crate::analysis::VariantContext {
+        measured,
+        ..Default::default()
+    })
+    .report
+}
+
 /// A one-variant summary of [`mixed_records`] on [`chain3`], started at the
 /// Unix epoch, with `files` naming requests.csv.
 pub(crate) fn summary() -> crate::analysis::Summary {
     use crate::analysis::{
         Summary,
         summary::{Environment, ScenarioEcho},
-        variant::analyze_variant,
     };
     let variant = chain3();
     let scenario = crate::scenario::Scenario {
@@ -208,4 +227,72 @@ pub(crate) fn summary() -> crate::analysis::Summary {
     );
     s.files.insert("requests".into(), "requests.csv".into());
     s
+}
+
+/// Nanoseconds in a millisecond.
+pub(crate) const MS: u64 = 1_000_000;
+
+/// A path record: hop, its caller, transport, service / total / queue
+/// wait in ms, injected.
+pub(crate) fn rec(
+    hop: &str,
+    parent: &str,
+    transport: &str,
+    times: [u64; 3],
+    slow: bool,
+) -> HopRecord {
+    HopRecord {
+        hop: hop.into(),
+        parent: parent.into(),
+        transport: transport.into(),
+        service_ns: times[0] * MS / 10,
+        total_ns: times[1] * MS / 10,
+        queue_wait_ns: times[2] * MS / 10,
+        slow,
+        ..HopRecord::default()
+    }
+}
+
+/// A request sent `late` tenths of a ms after its intended time, taking
+/// `client` tenths of a ms, with `path`.
+pub(crate) fn request(late: u64, client: u64, path: Vec<HopRecord>) -> RequestRecord {
+    RequestRecord {
+        id: 1,
+        intended: Duration::ZERO,
+        start: Duration::from_micros(late * 100),
+        end: Duration::from_micros((late + client) * 100),
+        outcome: Outcome::Ok,
+        path,
+        extra_attempts: 0,
+    }
+}
+
+/// The slow threshold of the attribution tests.
+pub(crate) const T: Duration = Duration::from_millis(15);
+
+/// 1000 requests through a -> b: `injected` slow from injection at a,
+/// `extra` slow from `cause` (a path built to make it primary), the rest
+/// fast.
+pub(crate) fn variant_records(injected: u64, extra: u64, cause: CauseKind) -> Vec<RequestRecord> {
+    (0..1000u64)
+        .map(|i| {
+            let (late, a_total, b) = if i < injected {
+                (0, 210, rec("b", "a", "push", [2, 3, 0], false))
+            } else if i < injected + extra {
+                match cause {
+                    CauseKind::Queue => (0, 185, rec("b", "a", "push", [2, 182, 180], false)),
+                    CauseKind::Generator => (180, 10, rec("b", "a", "push", [2, 3, 0], false)),
+                    CauseKind::Network => (0, 185, rec("b", "a", "push", [2, 3, 0], false)),
+                    _ => (0, 170, rec("b", "a", "push", [2, 3, 0], false)),
+                }
+            } else {
+                (0, 10, rec("b", "a", "push", [2, 3, 0], false))
+            };
+            let a_service = if i < injected { 205 } else { 2 };
+            let a = rec("a", "", "push", [a_service, a_total, 0], i < injected);
+            let mut r = request(late, a_total + 1, vec![b, a]);
+            r.id = i;
+            r
+        })
+        .collect()
 }

@@ -1,18 +1,32 @@
-//! One variant's records turned into its report: accounting, rates,
-//! latency percentiles, per-hop statistics and the compounding check.
+//! One variant's report, built one completed request at a time
+//! ([`VariantAccumulator`]): accounting, rates, latency percentiles,
+//! per-hop statistics, requests over time, attribution, and the verdict,
+//! finished with what the run knew besides the requests
+//! ([`VariantContext`]).
+//!
+//! What it holds grows with the latency bands and intervals seen (both
+//! bounded), the gaps in the request ids still open (about the requests in
+//! flight), and the traced requests (the sampled share of the run, for the
+//! cross-check against their traces); nothing else grows with the run.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use serde::{Deserialize, Serialize};
 use tailmesh_services::link::LinkCounts;
 
-use super::compounding::{CompoundingReport, HopSlowness, SlowCounts, judge};
+use super::attribution::{AttributionAcc, AttributionReport};
+use super::broker::BrokerTopicStats;
+use super::compounding::{HopSlowness, SlowCounts, compare};
+use super::instrument::{self, InstrumentReport};
+use super::intervals::{IntervalRecorder, IntervalSeries, Window, sending_end};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
-use crate::loadgen::WarmupCounts;
-use crate::record::{Outcome, RequestRecord};
+use super::verdict::{CompoundingReport, decide};
+use crate::record::{MachineSamples, Outcome, RequestRecord, WarmupCounts};
 use crate::scenario::{Arrivals, Check, ConnectionMode, Hop, LoadMode, Stop, Variant};
+use crate::traces::breakdown::{self, TraceReport};
 
 /// Error messages kept per hop as samples.
 const ERROR_SAMPLES: usize = 3;
@@ -227,7 +241,7 @@ pub struct VariantReport {
     /// The broker's per-topic statistics (queue depth, waits, redeliveries)
     /// when hops are reached by pull; queue wait values are in ns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub broker: Vec<tailmesh_services::broker::TopicStats>,
+    pub broker: Vec<BrokerTopicStats>,
     /// The peak resident memory of each process of the variant (hops, the
     /// broker) and of the orchestrator, when the load ended (absent when
     /// attached to containers).
@@ -240,19 +254,23 @@ pub struct VariantReport {
     /// Why the slow requests were slow: counts per cause (absent in
     /// summaries from before attribution).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attribution: Option<super::attribution::AttributionReport>,
+    pub attribution: Option<AttributionReport>,
     /// The load generator watching itself and the machine while the
     /// variant ran (absent when read back from an older summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instrument: Option<crate::loadgen::selfwatch::InstrumentReport>,
+    pub instrument: Option<InstrumentReport>,
     /// The per-hop breakdown from the traces and its cross-check against
     /// the reply paths (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub traces: Option<crate::traces::breakdown::TraceReport>,
+    pub traces: Option<TraceReport>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     /// Not in summary.json: rebuilt from requests.csv when read back.
     #[serde(skip, default = "super::stats::new_histogram")]
     pub latency_histogram: Histogram<u64>,
+    /// Requests and answers over time, in fixed intervals. Not in
+    /// summary.json: rebuilt from requests.csv when read back.
+    #[serde(skip)]
+    pub intervals: IntervalSeries,
 }
 
 /// Accumulates one hop's statistics.
@@ -279,6 +297,20 @@ impl HopAcc {
             errors: BTreeMap::new(),
             error_samples: Vec::new(),
         }
+    }
+
+    /// Counts one path record of an ok request.
+    fn record(&mut self, h: &tailmesh_proto::pb::HopRecord) {
+        self.requests += 1;
+        self.slow += u64::from(h.slow);
+        let replica = h.replica as usize;
+        if self.replicas.len() <= replica {
+            self.replicas.resize(replica + 1, 0);
+        }
+        self.replicas[replica] += 1;
+        record_us(&mut self.service, h.service_ns / 1_000);
+        record_us(&mut self.total, h.total_ns / 1_000);
+        record_us(&mut self.queue_wait, h.queue_wait_ns / 1_000);
     }
 
     fn into_report(self, hop: &Hop) -> HopReport {
@@ -335,177 +367,416 @@ fn blamed_hop(message: &str) -> Option<&str> {
     Some(&message[start..start + len])
 }
 
-/// Analyzes one variant's measured records. `measured` is the length of the
-/// measured phase (for rates). Pure: same input, same report.
-pub(crate) fn analyze_variant(
-    variant: &Variant,
-    check: &Check,
-    records: &[RequestRecord],
-    measured: Duration,
-) -> VariantReport {
-    let mut latency = new_histogram();
-    let mut uncorrected = new_histogram();
-    let mut lateness = new_histogram();
-    let mut hops: Vec<HopAcc> = variant
-        .hops
-        .iter()
-        .map(|h| HopAcc::new(h.replicas))
-        .collect();
-    let index: BTreeMap<&str, usize> = variant
-        .hops
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (h.name.as_str(), i))
-        .collect();
-    let mut unknown_hops = BTreeMap::new();
-    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    let mut seen = HashSet::with_capacity(records.len());
-    let (mut ok, mut timeouts, mut duplicate_ids) = (0u64, 0u64, 0u64);
-    let mut counts = SlowCounts::default();
+/// The request ids seen, as ranges `first -> last`: ids are
+/// handed out in order, so the ranges merge as requests complete and the
+/// set holds about as many ranges as requests were in flight at once.
+#[derive(Debug, Default)]
+struct IdSet {
+    ranges: BTreeMap<u64, u64>,
+}
 
-    for r in records {
-        if !seen.insert(r.id) {
-            duplicate_ids += 1;
+impl IdSet {
+    /// Adds `id`; false when it was already there.
+    fn insert(&mut self, id: u64) -> bool {
+        let before = self.ranges.range(..=id).next_back().map(|(&s, &l)| (s, l));
+        if before.is_some_and(|(_, last)| last >= id) {
+            return false;
         }
-        record_us(&mut lateness, micros(r.start.saturating_sub(r.intended)));
-        let slow = r.latency() > check.slow_threshold;
+        let start = match before {
+            Some((start, last)) if last.checked_add(1) == Some(id) => start,
+            _ => id,
+        };
+        let last = match id.checked_add(1).and_then(|next| self.ranges.remove(&next)) {
+            Some(last) => last,
+            None => id,
+        };
+        self.ranges.insert(start, last);
+        true
+    }
+}
+
+/// Which request ids were traced.
+pub(crate) type Sampled = Box<dyn Fn(u64) -> bool>;
+
+/// What the run knew about a variant besides its requests: plain data,
+/// gathered by the caller and handed to [`VariantAccumulator::finish`].
+#[derive(Default)]
+pub(crate) struct VariantContext<'a> {
+    /// Length of the measured phase (for rates).
+    pub measured: Duration,
+    /// Requests sent during warmup.
+    pub warmup: WarmupCounts,
+    /// Whether the run was cut short while this variant ran.
+    pub interrupted: bool,
+    /// The load generator's connections.
+    pub generator_links: Option<LinkCounts>,
+    /// What went wrong around the measurement.
+    pub incidents: Vec<String>,
+    /// The broker's per-topic statistics.
+    pub broker: Vec<BrokerTopicStats>,
+    /// Peak resident memory of the variant's processes.
+    pub peak_memory: Vec<crate::launcher::PeakMemory>,
+    /// Network faults applied.
+    pub faults: Vec<tailmesh_netfault::FaultRecord>,
+    /// What the self-watch measured over the load window.
+    pub machine: Option<MachineSamples>,
+    /// The variant's spans, when it was traced.
+    pub spans: Option<&'a [ResourceSpans]>,
+}
+
+/// A finished variant: its report and the warnings for the terminal.
+#[derive(Debug)]
+pub(crate) struct Analyzed {
+    /// The report.
+    pub report: VariantReport,
+    /// One line each, without the `warning: ` prefix.
+    pub warnings: Vec<String>,
+}
+
+/// Builds one variant's report from its completed requests, one at a time.
+pub(crate) struct VariantAccumulator {
+    variant: Variant,
+    check: Check,
+    index: BTreeMap<String, usize>,
+    latency: Histogram<u64>,
+    uncorrected: Histogram<u64>,
+    lateness: Histogram<u64>,
+    hops: Vec<HopAcc>,
+    unknown_hops: BTreeMap<String, u64>,
+    errors: BTreeMap<String, u64>,
+    ids: IdSet,
+    sent: u64,
+    ok: u64,
+    timeouts: u64,
+    duplicate_ids: u64,
+    counts: SlowCounts,
+    extra_attempts: u64,
+    calls: u64,
+    attribution: AttributionAcc,
+    intervals: IntervalRecorder,
+    /// The traced requests (only those), for the traces' cross-check.
+    traced: Option<(Sampled, Vec<RequestRecord>)>,
+}
+
+impl VariantAccumulator {
+    /// An empty accumulator for `variant` under `check`; `sampled` says
+    /// which requests were traced, when tracing was on.
+    pub(crate) fn new(variant: &Variant, check: &Check, sampled: Option<Sampled>) -> Self {
+        VariantAccumulator {
+            variant: variant.clone(),
+            check: check.clone(),
+            index: variant
+                .hops
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (h.name.clone(), i))
+                .collect(),
+            latency: new_histogram(),
+            uncorrected: new_histogram(),
+            lateness: new_histogram(),
+            hops: variant
+                .hops
+                .iter()
+                .map(|h| HopAcc::new(h.replicas))
+                .collect(),
+            unknown_hops: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            ids: IdSet::default(),
+            sent: 0,
+            ok: 0,
+            timeouts: 0,
+            duplicate_ids: 0,
+            counts: SlowCounts::default(),
+            extra_attempts: 0,
+            calls: 0,
+            attribution: AttributionAcc::new(
+                check.slow_threshold,
+                variant
+                    .hops
+                    .iter()
+                    .filter_map(|h| Some((h.name.clone(), work_bound(h)?)))
+                    .collect(),
+            ),
+            intervals: IntervalRecorder::default(),
+            traced: sampled.map(|s| (s, Vec::new())),
+        }
+    }
+
+    /// Counts one completed request of the measured phase.
+    pub(crate) fn record(&mut self, r: &RequestRecord) {
+        self.sent += 1;
+        if !self.ids.insert(r.id) {
+            self.duplicate_ids += 1;
+        }
+        record_us(
+            &mut self.lateness,
+            micros(r.start.saturating_sub(r.intended)),
+        );
+        // Retries and hedges: the load generator's, and every hop's recorded
+        // in the paths (failed requests carry no path, so theirs are not
+        // seen).
+        self.extra_attempts += u64::from(r.extra_attempts)
+            + r.path
+                .iter()
+                .map(|h| u64::from(h.extra_attempts))
+                .sum::<u64>();
+        self.calls += 1 + r.path.len().saturating_sub(1) as u64;
+        let slow = r.latency() > self.check.slow_threshold;
         match &r.outcome {
             Outcome::Ok => {
-                ok += 1;
-                record_us(&mut latency, micros(r.latency()));
-                record_us(&mut uncorrected, micros(r.service_latency()));
-                counts.n += 1;
-                counts.slow += u64::from(slow);
+                self.ok += 1;
+                record_us(&mut self.latency, micros(r.latency()));
+                record_us(&mut self.uncorrected, micros(r.service_latency()));
+                self.counts.n += 1;
+                self.counts.slow += u64::from(slow);
                 for h in &r.path {
-                    let Some(&i) = index.get(h.hop.as_str()) else {
-                        *unknown_hops.entry(h.hop.clone()).or_insert(0) += 1;
+                    let Some(&i) = self.index.get(h.hop.as_str()) else {
+                        *self.unknown_hops.entry(h.hop.clone()).or_insert(0) += 1;
                         continue;
                     };
-                    let acc = &mut hops[i];
-                    acc.requests += 1;
-                    acc.slow += u64::from(h.slow);
-                    let replica = h.replica as usize;
-                    if acc.replicas.len() <= replica {
-                        acc.replicas.resize(replica + 1, 0);
-                    }
-                    acc.replicas[replica] += 1;
-                    record_us(&mut acc.service, h.service_ns / 1_000);
-                    record_us(&mut acc.total, h.total_ns / 1_000);
-                    record_us(&mut acc.queue_wait, h.queue_wait_ns / 1_000);
+                    self.hops[i].record(h);
                 }
             }
             Outcome::Timeout => {
-                timeouts += 1;
+                self.timeouts += 1;
                 if slow {
-                    counts.n += 1;
-                    counts.slow += 1;
+                    self.counts.n += 1;
+                    self.counts.slow += 1;
                 } else {
-                    counts.timeouts_censored += 1;
+                    self.counts.timeouts_censored += 1;
                 }
             }
             Outcome::Error { message, .. } => {
                 let label = r.outcome.label();
-                *errors.entry(label.clone()).or_insert(0) += 1;
-                counts.errors_excluded += 1;
+                *self.errors.entry(label.clone()).or_insert(0) += 1;
+                self.counts.errors_excluded += 1;
                 if let Some(acc) = blamed_hop(message)
-                    .and_then(|h| index.get(h))
-                    .map(|&i| &mut hops[i])
+                    .and_then(|h| self.index.get(h))
+                    .map(|&i| &mut self.hops[i])
                 {
-                    *acc.errors.entry(label.clone()).or_insert(0) += 1;
+                    *acc.errors.entry(label).or_insert(0) += 1;
                     if acc.error_samples.len() < ERROR_SAMPLES {
                         acc.error_samples.push(message.clone());
                     }
                 }
             }
         }
+        self.attribution.record(r);
+        self.intervals.record(r);
+        if let Some((sampled, kept)) = &mut self.traced
+            && sampled(r.id)
+        {
+            kept.push(r.clone());
+        }
     }
 
-    let sent = records.len() as u64;
-    let error_total: u64 = errors.values().sum();
-    // Retries and hedges: the load generator's, and every hop's recorded in
-    // the paths (failed requests carry no path, so theirs are not seen).
-    let extra_attempts: u64 = records
-        .iter()
-        .map(|r| {
-            u64::from(r.extra_attempts)
-                + r.path
-                    .iter()
-                    .map(|h| u64::from(h.extra_attempts))
-                    .sum::<u64>()
-        })
-        .sum();
-    let calls = sent
-        + records
-            .iter()
-            .map(|r| r.path.len().saturating_sub(1) as u64)
-            .sum::<u64>();
-    let secs = measured.as_secs_f64();
-    let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
-    let hop_reports: Vec<HopReport> = hops
-        .into_iter()
-        .zip(&variant.hops)
-        .map(|(acc, hop)| acc.into_report(hop))
-        .collect();
-    let compounding = check.compounding.then(|| {
-        let slowness = hop_reports
-            .iter()
-            .map(|h| HopSlowness {
-                hop: h.hop.clone(),
-                requests: h.requests,
-                slow: h.slow,
-                p: h.p_slow.unwrap_or(0.0),
-                declared_p: h.declared_p_slow,
-            })
+    /// The finished report: everything recorded, with `context`, the
+    /// machine's judgement, the verdict and the traces' breakdown.
+    pub(crate) fn finish(self, context: VariantContext<'_>) -> Analyzed {
+        let mut warnings = Vec::new();
+        let variant = &self.variant;
+        let secs = context.measured.as_secs_f64();
+        let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let hop_reports: Vec<HopReport> = self
+            .hops
+            .into_iter()
+            .zip(&variant.hops)
+            .map(|(acc, hop)| acc.into_report(hop))
             .collect();
-        judge(counts, slowness, micros(check.slow_threshold))
-    });
+        let lateness = Percentiles::from_histogram(&self.lateness);
 
-    VariantReport {
-        name: variant.name.clone(),
-        overrides: overrides(variant),
-        transport: transport_summary(&variant.hops).to_string(),
-        load: LoadSummary::of(variant),
-        measured_s: secs,
-        sent,
-        extra_attempts,
-        extra_load: if calls > 0 {
-            extra_attempts as f64 / calls as f64
-        } else {
-            0.0
-        },
-        ok,
-        timeouts,
-        errors,
-        duplicate_ids,
-        accounted: sent == ok + error_total + timeouts && duplicate_ids == 0,
-        achieved_rate: per_sec(sent),
-        ok_rate: per_sec(ok),
-        latency: Percentiles::from_histogram(&latency),
-        latency_uncorrected: Percentiles::from_histogram(&uncorrected),
-        lateness: Percentiles::from_histogram(&lateness),
-        hops: hop_reports,
-        unknown_hops,
-        compounding,
-        warmup: WarmupCounts::default(),
-        interrupted: false,
-        generator_links: None,
-        incidents: Vec::new(),
-        broker: Vec::new(),
-        peak_memory: Vec::new(),
-        faults: Vec::new(),
-        attribution: Some(super::attribution::summarize(
-            records,
-            check.slow_threshold,
-            &variant
-                .hops
+        if let Some(line) = context
+            .generator_links
+            .as_ref()
+            .and_then(|links| link_warning(&variant.name, links, variant.load.connection))
+        {
+            warnings.push(line);
+        }
+        let instrument = context
+            .machine
+            .as_ref()
+            .map(|m| instrument::judge(m, &lateness));
+        if let Some(line) = instrument.as_ref().and_then(InstrumentReport::warning) {
+            warnings.push(format!("variant {}: {line}", variant.name));
+        }
+        let machine = instrument
+            .as_ref()
+            .map(InstrumentReport::machine)
+            .unwrap_or_default();
+
+        let attribution = self.attribution.finish();
+        let compounding = self.check.compounding.then(|| {
+            let slowness = hop_reports
                 .iter()
-                .filter_map(|h| Some((h.name.clone(), work_bound(h)?)))
-                .collect(),
-        )),
-        instrument: None,
-        traces: None,
-        latency_histogram: latency,
+                .map(|h| HopSlowness {
+                    hop: h.hop.clone(),
+                    requests: h.requests,
+                    slow: h.slow,
+                    p: h.p_slow.unwrap_or(0.0),
+                    declared_p: h.declared_p_slow,
+                })
+                .collect();
+            let comparison = compare(self.counts, slowness, micros(self.check.slow_threshold));
+            decide(comparison, &attribution, &machine)
+        });
+
+        let traces = match (self.traced, context.spans) {
+            (Some((_, traced)), Some(spans)) => {
+                let report = trace_breakdown(variant, spans, &traced);
+                let pulled = |hop: &str| {
+                    variant.hops.iter().any(|h| {
+                        h.name == hop && h.transport == tailmesh_services::model::Transport::Pull
+                    })
+                };
+                if let Some(line) = breakdown::completeness_warning(&variant.name, &report, pulled)
+                {
+                    warnings.push(line);
+                }
+                Some(report)
+            }
+            _ => None,
+        };
+
+        let load = LoadSummary::of(variant);
+        let window = Window {
+            planned_s: load.duration_s,
+            open: load.mode == "open",
+            measured_s: secs,
+            interrupted: context.interrupted,
+        };
+        let last_send = self.intervals.last_send();
+        let intervals = self.intervals.finish(sending_end(Some(&window), last_send));
+        let error_total: u64 = self.errors.values().sum();
+        let report = VariantReport {
+            name: variant.name.clone(),
+            overrides: overrides(variant),
+            transport: transport_summary(&variant.hops).to_string(),
+            load,
+            measured_s: secs,
+            sent: self.sent,
+            extra_attempts: self.extra_attempts,
+            extra_load: if self.calls > 0 {
+                self.extra_attempts as f64 / self.calls as f64
+            } else {
+                0.0
+            },
+            ok: self.ok,
+            timeouts: self.timeouts,
+            errors: self.errors,
+            duplicate_ids: self.duplicate_ids,
+            accounted: self.sent == self.ok + error_total + self.timeouts
+                && self.duplicate_ids == 0,
+            achieved_rate: per_sec(self.sent),
+            ok_rate: per_sec(self.ok),
+            latency: Percentiles::from_histogram(&self.latency),
+            latency_uncorrected: Percentiles::from_histogram(&self.uncorrected),
+            lateness,
+            hops: hop_reports,
+            unknown_hops: self.unknown_hops,
+            compounding,
+            warmup: context.warmup,
+            interrupted: context.interrupted,
+            generator_links: context.generator_links,
+            incidents: context.incidents,
+            broker: context.broker,
+            peak_memory: context.peak_memory,
+            faults: context.faults,
+            attribution: Some(attribution),
+            instrument,
+            traces,
+            latency_histogram: self.latency,
+            intervals,
+        };
+        Analyzed { report, warnings }
     }
+}
+
+/// The traces' per-hop breakdown of `variant`, hops in the scenario's
+/// order as everywhere else.
+fn trace_breakdown(
+    variant: &Variant,
+    spans: &[ResourceSpans],
+    traced: &[RequestRecord],
+) -> TraceReport {
+    // `traced` holds the sampled requests only.
+    let mut traces = breakdown::analyze(spans, &variant.name, traced, |_| true);
+    let order = |hop: &str| variant.hops.iter().position(|h| h.name == hop);
+    traces
+        .hops
+        .sort_by_key(|h| order(&h.hop).unwrap_or(usize::MAX));
+    traces
+        .coverage
+        .sort_by_key(|c| order(&c.hop).unwrap_or(usize::MAX));
+    traces
+}
+
+/// Rebuilds the parts of `report` that summary.json leaves out (the
+/// latency histogram, the intervals) from its requests, one at a time,
+/// as read back from requests.csv.
+pub(crate) struct Rebuild {
+    latency: Histogram<u64>,
+    intervals: IntervalRecorder,
+}
+
+impl Rebuild {
+    /// Nothing read yet.
+    pub(crate) fn new() -> Rebuild {
+        Rebuild {
+            latency: new_histogram(),
+            intervals: IntervalRecorder::default(),
+        }
+    }
+
+    /// Counts one request.
+    pub(crate) fn record(&mut self, r: &RequestRecord) {
+        if r.outcome == Outcome::Ok {
+            record_us(&mut self.latency, micros(r.latency()));
+        }
+        self.intervals.record(r);
+    }
+
+    /// Puts what was rebuilt into `report`.
+    pub(crate) fn finish(self, report: &mut VariantReport) {
+        let end = sending_end(Some(&Window::of(report)), self.intervals.last_send());
+        report.latency_histogram = self.latency;
+        report.intervals = self.intervals.finish(end);
+    }
+}
+
+/// A warning naming what happened to the generator's connections, when
+/// they did not hold: calls the transport ended, or long-lived connections
+/// that closed while the load ran. Requests on them are counted as what the
+/// system did (UNAVAILABLE and the like); this says where to look.
+pub(crate) fn link_warning(
+    variant: &str,
+    links: &LinkCounts,
+    connection: ConnectionMode,
+) -> Option<String> {
+    let mut parts = Vec::new();
+    let mut count = |n: u64, what: &str| {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    };
+    if matches!(connection, ConnectionMode::Shared { .. }) {
+        count(links.closed, "connection(s) lost");
+    }
+    count(
+        links.goaway_received,
+        "call(s) ended by a GOAWAY from the peer",
+    );
+    count(
+        links.goaway_sent,
+        "call(s) ended by a GOAWAY of the generator's own HTTP/2 stack",
+    );
+    count(links.reset_by_peer, "stream(s) reset by the peer");
+    count(links.broken, "call(s) on a broken connection");
+    (!parts.is_empty()).then(|| {
+        format!(
+            "variant {variant}: the load generator's connections: {} (summary.json: generator_links)",
+            parts.join(", ")
+        )
+    })
 }
 
 /// "push" or "pull" when every hop agrees, "mixed" otherwise ("push" for
@@ -523,8 +794,10 @@ fn transport_summary(hops: &[Hop]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::compounding::Verdict;
-    use crate::analysis::testing::{chain3, check, failed, mixed_records, ok_records};
+    use crate::analysis::testing::{
+        analyze_variant, chain3, check, failed, mixed_records, ok_records,
+    };
+    use crate::analysis::verdict::Verdict;
 
     #[test]
     fn errors_are_blamed_on_the_innermost_hop_named() {
@@ -645,6 +918,89 @@ mod tests {
         let r = analyze_variant(&chain3(), &check(), &records, Duration::from_secs(2));
         let c = r.compounding.expect("compounding requested");
         assert_eq!((c.n, c.slow, c.timeouts_censored), (1000, 271, 1));
+    }
+
+    #[test]
+    fn the_order_requests_complete_in_changes_nothing() {
+        let records = mixed_records();
+        let sorted = analyze_variant(&chain3(), &check(), &records, Duration::from_secs(2));
+        let mut reversed = records.clone();
+        reversed.reverse();
+        let reversed = analyze_variant(&chain3(), &check(), &reversed, Duration::from_secs(2));
+        let json = |r: &VariantReport| {
+            let mut v = serde_json::to_value(r).expect("serialize");
+            // The first few error messages kept are the first seen.
+            for hop in v["hops"].as_array_mut().into_iter().flatten() {
+                hop["error_samples"].take();
+            }
+            v
+        };
+        assert_eq!(json(&sorted), json(&reversed));
+        assert_eq!(sorted.intervals, reversed.intervals);
+        assert_eq!(sorted.latency_histogram, reversed.latency_histogram);
+    }
+
+    #[test]
+    fn ids_are_kept_as_ranges_that_merge() {
+        let mut ids = IdSet::default();
+        // Completed out of order within a window of 8 in flight.
+        for base in (0..10_000u64).step_by(8) {
+            for id in [3, 1, 0, 7, 2, 6, 4, 5] {
+                assert!(ids.insert(base + id), "{}", base + id);
+            }
+        }
+        assert_eq!(ids.ranges.len(), 1, "{:?}", ids.ranges);
+        assert!(!ids.insert(0) && !ids.insert(9_999) && !ids.insert(4_321));
+        assert!(ids.insert(10_005) && ids.insert(u64::MAX));
+        assert!(!ids.insert(u64::MAX));
+        assert_eq!(ids.ranges.len(), 3);
+    }
+
+    #[test]
+    fn the_context_lands_in_the_report_and_warnings_come_back() {
+        let mut acc = VariantAccumulator::new(&chain3(), &check(), None);
+        for r in &mixed_records() {
+            acc.record(r);
+        }
+        let analyzed = acc.finish(VariantContext {
+            measured: Duration::from_secs(2),
+            warmup: WarmupCounts {
+                sent: 10,
+                ok: 9,
+                failed: 1,
+            },
+            interrupted: true,
+            generator_links: Some(LinkCounts {
+                broken: 2,
+                ..LinkCounts::default()
+            }),
+            incidents: vec!["hop b replica 1 exited".into()],
+            broker: vec![BrokerTopicStats {
+                topic: "b".into(),
+                enqueued: 5,
+                ..BrokerTopicStats::default()
+            }],
+            machine: Some(MachineSamples {
+                cpus: 2,
+                steal: Some(0.2),
+                ..MachineSamples::default()
+            }),
+            ..VariantContext::default()
+        });
+        let r = &analyzed.report;
+        assert_eq!((r.warmup.sent, r.interrupted), (10, true));
+        assert_eq!(r.incidents, ["hop b replica 1 exited"]);
+        assert_eq!(r.broker[0].enqueued, 5);
+        assert_eq!(r.generator_links.map(|l| l.broken), Some(2));
+        let instrument = r.instrument.as_ref().expect("judged");
+        assert!(instrument.busy, "{instrument:?}");
+        assert_eq!(analyzed.warnings.len(), 2, "{:?}", analyzed.warnings);
+        assert!(analyzed.warnings[0].contains("2 call(s) on a broken connection"));
+        assert!(analyzed.warnings[1].starts_with("variant base: the machine was busy"));
+        // Interrupted: sending ended at the last intended send (2.5225 s,
+        // after the measured phase's 2 s).
+        assert_eq!(r.intervals.sending_end, 2.5225);
+        assert!(r.traces.is_none(), "not traced");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::Args;
 use tailmesh::{
+    analysis::Verdict,
     experiment::{self, RunCommand},
     launcher::Attach,
     output, roles, say,
@@ -91,7 +92,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
             too_many_errors: finished.summary.check.error_failures(),
         });
     }
-    if args.check && finished.summary.check.verdict.as_str() == "inconclusive" {
+    if args.check && finished.summary.check.verdict == Verdict::Inconclusive {
         return Err(CliError::CheckInconclusive {
             reasons: finished.summary.inconclusive_reasons(),
         });

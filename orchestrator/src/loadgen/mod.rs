@@ -15,7 +15,7 @@
 
 mod pacing;
 mod schedule;
-pub(crate) mod selfwatch;
+mod selfwatch;
 pub mod standalone;
 
 use std::{
@@ -41,8 +41,8 @@ use tailmesh_services::{
 use tokio::{sync::watch, task::JoinSet, time::Instant};
 
 use crate::{
-    record::{Outcome, RequestRecord},
-    scenario::{ConnectionMode, Load, LoadMode, Stop},
+    record::{MachineSamples, Outcome, RequestRecord, WarmupCounts},
+    scenario::{Load, LoadMode, Stop},
     traces::loadgen::LoadTracer,
 };
 
@@ -105,17 +105,6 @@ impl Target {
     }
 }
 
-/// Requests sent during warmup: not measured, but still accounted for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct WarmupCounts {
-    /// Sent during warmup.
-    pub sent: u64,
-    /// Of those, answered ok.
-    pub ok: u64,
-    /// Of those, errors and timeouts.
-    pub failed: u64,
-}
-
 /// What one load phase produced.
 #[derive(Debug, Default)]
 pub(crate) struct LoadOutcome {
@@ -131,7 +120,7 @@ pub(crate) struct LoadOutcome {
     /// through RabbitMQ or NATS, whose clients keep theirs to themselves).
     pub links: Option<LinkCounts>,
     /// What the self-watch saw while the load ran.
-    pub instrument: Option<selfwatch::InstrumentReport>,
+    pub instrument: Option<MachineSamples>,
 }
 
 /// Drives `load` against `target`. `stop` counts interrupts: the first
@@ -209,42 +198,6 @@ pub(crate) async fn generate(
     }
     outcome.records.sort_by_key(|r| r.id);
     outcome
-}
-
-/// A warning naming what happened to the generator's connections, when
-/// they did not hold: calls the transport ended, or long-lived connections
-/// that closed while the load ran. Requests on them are counted as what the
-/// system did (UNAVAILABLE and the like); this says where to look.
-pub(crate) fn link_warning(
-    variant: &str,
-    links: &LinkCounts,
-    connection: ConnectionMode,
-) -> Option<String> {
-    let mut parts = Vec::new();
-    let mut count = |n: u64, what: &str| {
-        if n > 0 {
-            parts.push(format!("{n} {what}"));
-        }
-    };
-    if matches!(connection, ConnectionMode::Shared { .. }) {
-        count(links.closed, "connection(s) lost");
-    }
-    count(
-        links.goaway_received,
-        "call(s) ended by a GOAWAY from the peer",
-    );
-    count(
-        links.goaway_sent,
-        "call(s) ended by a GOAWAY of the generator's own HTTP/2 stack",
-    );
-    count(links.reset_by_peer, "stream(s) reset by the peer");
-    count(links.broken, "call(s) on a broken connection");
-    (!parts.is_empty()).then(|| {
-        format!(
-            "variant {variant}: the load generator's connections: {} (summary.json: generator_links)",
-            parts.join(", ")
-        )
-    })
 }
 
 /// The payload every request carries: one buffer, shared by all of them.

@@ -196,8 +196,8 @@ mod tests {
 
     use super::*;
     use crate::analysis::attribution::PercentileSplit;
+    use crate::analysis::testing::analyze_variant;
     use crate::analysis::testing::{chain3, check, ok_records};
-    use crate::analysis::variant::analyze_variant;
 
     fn report() -> VariantReport {
         analyze_variant(

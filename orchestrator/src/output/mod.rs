@@ -3,6 +3,7 @@
 //! - `hgrm`: HdrHistogram percentile distributions (`*.hgrm`).
 //! - `csv`: one row per request (`requests.csv`).
 //! - `json`: the run summary (`summary.json`).
+//! - `files`: the run folder's files, listed once, and their writer.
 //! - `table`: the human summary printed at the end of a run.
 //! - `causes`: why requests were slow, for the terminal and the report.
 //! - `bars`: terminal latency histograms, a bar per bucket.
@@ -14,6 +15,7 @@ pub mod bars;
 pub mod causes;
 pub mod compare;
 pub mod csv;
+pub mod files;
 pub mod hgrm;
 pub mod json;
 pub mod report;
@@ -29,6 +31,7 @@ use std::{
 pub use bars::render_histogram;
 pub use compare::render_comparison;
 pub use csv::{CSV_HEADER, read_requests_csv, write_requests_csv};
+pub use files::{RunData, RunFile, TRACES_FILE, describe, run_files, write_run};
 pub use hgrm::{format_percentile_distribution, write_hgrm};
 pub use json::write_summary;
 pub use report::{render_report, write_report};

@@ -13,10 +13,7 @@ use super::{
     svg::{self, LineChart, Scale, Series, StackedBars, escape},
     table::format_us,
 };
-use crate::{
-    analysis::{Summary, SweepSummary, VariantReport},
-    record::{Outcome, RequestRecord},
-};
+use crate::analysis::{IntervalSeries, Summary, SweepSummary, VariantReport};
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
@@ -28,19 +25,14 @@ svg.chart{display:block;margin:.5rem 0;max-width:100%;height:auto}
 svg .title{font-size:14px;font-weight:bold}svg .tick,svg .legend{font-size:11px}svg .label{font-size:12px}
 svg .grid{stroke:#eee}svg .axis{stroke:#555}";
 
-/// Writes `report.html` for `summary`; `records` are each variant's
-/// requests (for throughput over time).
-pub fn write_report(
-    path: &Path,
-    summary: &Summary,
-    records: &[(&str, &[RequestRecord])],
-) -> Result<(), OutputError> {
-    let page = render_report(summary, records);
+/// Writes `report.html` for `summary`.
+pub fn write_report(path: &Path, summary: &Summary) -> Result<(), OutputError> {
+    let page = render_report(summary);
     super::write_atomically(path, |out| std::io::Write::write_all(out, page.as_bytes()))
 }
 
 /// The whole page.
-pub fn render_report(summary: &Summary, records: &[(&str, &[RequestRecord])]) -> String {
+pub fn render_report(summary: &Summary) -> String {
     let s = &summary.scenario;
     let mut out = String::with_capacity(64 * 1024);
     let _ = write!(
@@ -83,7 +75,7 @@ pub fn render_report(summary: &Summary, records: &[(&str, &[RequestRecord])]) ->
     out.push_str(&hop_table(&summary.variants));
     out.push_str("<h2>Errors and timeouts</h2>");
     out.push_str(&error_table(&summary.variants));
-    out.push_str(&throughput_section(&summary.variants, records));
+    out.push_str(&throughput_section(&summary.variants));
     out.push_str(&broker_table(&summary.variants));
     let env = &summary.environment;
     let _ = write!(
@@ -390,27 +382,6 @@ fn bucket_width(end_s: f64) -> f64 {
     (end_s / MOST_BUCKETS).ceil().max(1.0)
 }
 
-/// Where a variant's sending ended, seconds into the measured phase: the
-/// planned duration; when it stopped by count or was interrupted, where
-/// sending actually stopped. Answers after it are the drain of requests
-/// still in flight, not the system's throughput.
-fn sending_end(report: Option<&VariantReport>, records: &[RequestRecord]) -> f64 {
-    let last_send = records
-        .iter()
-        .map(|r| r.intended.as_secs_f64())
-        .fold(0.0, f64::max);
-    match report {
-        Some(v) => match v.load.duration_s {
-            Some(d) if !v.interrupted && d > 0.0 => d,
-            // Open loop, the measured phase ends at the next intended send
-            // (or the interruption); closed loop, at the last answer.
-            _ if v.load.mode == "open" => v.measured_s.max(last_send),
-            _ => last_send,
-        },
-        None => last_send,
-    }
-}
-
 /// One throughput bucket: seconds into the measured phase, and answers per
 /// second of the time it covers.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -426,7 +397,7 @@ struct RateBucket {
 struct Throughput {
     /// Buckets covering `[0, end]` without gaps.
     buckets: Vec<RateBucket>,
-    /// Where the window ends (see [`sending_end`]).
+    /// Where the window ends (where sending ended).
     end: f64,
     /// Ok answers that arrived after `end`.
     late_ok: u64,
@@ -434,12 +405,17 @@ struct Throughput {
     late_failed: u64,
 }
 
-/// Bucket edges over `[0, end]`.
+/// Bucket edges over `[0, end]`, one-second series' own.
+#[cfg(test)]
 fn bucket_edges(end: f64) -> Vec<(f64, f64)> {
-    if !(end.is_finite() && end > 0.0) {
+    bucket_edges_with(end, bucket_width(end))
+}
+
+/// Bucket edges `width` apart over `[0, end]`.
+fn bucket_edges_with(end: f64, width: f64) -> Vec<(f64, f64)> {
+    if !(end.is_finite() && end > 0.0 && width > 0.0) {
         return Vec::new();
     }
-    let width = bucket_width(end);
     let whole = (end / width).floor() as usize;
     let rest = end - whole as f64 * width;
     let mut edges: Vec<(f64, f64)> = (0..whole)
@@ -455,29 +431,21 @@ fn bucket_edges(end: f64) -> Vec<(f64, f64)> {
     edges
 }
 
-/// Answers per second in buckets over `[0, end]`, by arrival time; answers
-/// after `end` are counted apart.
-fn throughput(records: &[RequestRecord], end: f64) -> Throughput {
-    let edges = bucket_edges(end);
-    let width = bucket_width(end);
+/// Answers per second in buckets over the sending window, from the
+/// series' answers by arrival time (a bucket spans whole intervals of the
+/// series; answers after the window are the series' late counts).
+fn throughput(series: &IntervalSeries) -> Throughput {
+    let end = series.sending_end;
+    let step = series.interval.as_secs_f64().max(f64::MIN_POSITIVE);
+    // The chart's width in whole intervals of the series.
+    let width = (bucket_width(end) / step).ceil().max(1.0) * step;
+    let edges = bucket_edges_with(end, width);
     let (mut ok, mut failed) = (vec![0u64; edges.len()], vec![0u64; edges.len()]);
-    let (mut late_ok, mut late_failed) = (0, 0);
-    for r in records {
-        let t = r.end.as_secs_f64();
-        let is_ok = r.outcome == Outcome::Ok;
-        if t >= end || edges.is_empty() {
-            if is_ok {
-                late_ok += 1;
-            } else {
-                late_failed += 1;
-            }
-            continue;
-        }
-        let i = ((t / width) as usize).min(edges.len() - 1);
-        if is_ok {
-            ok[i] += 1;
-        } else {
-            failed[i] += 1;
+    if !edges.is_empty() {
+        for (k, interval) in series.buckets.iter().enumerate() {
+            let i = ((k as f64 * step / width) as usize).min(edges.len() - 1);
+            ok[i] += interval.answered_ok;
+            failed[i] += interval.answered_failed;
         }
     }
     let buckets = edges
@@ -496,28 +464,22 @@ fn throughput(records: &[RequestRecord], end: f64) -> Throughput {
     Throughput {
         buckets,
         end,
-        late_ok,
-        late_failed,
+        late_ok: series.late_ok,
+        late_failed: series.late_failed,
     }
 }
 
 /// Each variant's throughput, by name, over its own sending window.
-fn throughputs(
-    variants: &[VariantReport],
-    records: &[(&str, &[RequestRecord])],
-) -> Vec<(String, Throughput)> {
-    records
+fn throughputs(variants: &[VariantReport]) -> Vec<(String, Throughput)> {
+    variants
         .iter()
-        .map(|(name, rs)| {
-            let report = variants.iter().find(|v| v.name == *name);
-            (name.to_string(), throughput(rs, sending_end(report, rs)))
-        })
+        .map(|v| (v.name.clone(), throughput(&v.intervals)))
         .collect()
 }
 
 /// The heading, the chart and a note on the answers left out.
-fn throughput_section(variants: &[VariantReport], records: &[(&str, &[RequestRecord])]) -> String {
-    let all = throughputs(variants, records);
+fn throughput_section(variants: &[VariantReport]) -> String {
+    let all = throughputs(variants);
     let mut out = String::from(
         "<h2>Throughput over time</h2><p class=\"note\">Answers per second while the load was sent, by arrival time; each step is one bucket; dashed: errors and timeouts.</p>",
     );
@@ -841,13 +803,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::analysis::testing::{mixed_records, summary};
+    use crate::analysis::intervals::{IntervalRecorder, Window, sending_end};
+    use crate::analysis::testing::summary;
+    use crate::record::{Outcome, RequestRecord};
 
     #[test]
     fn the_page_is_self_contained_and_has_every_section() {
         let s = summary();
-        let records = mixed_records();
-        let html = render_report(&s, &[("base", &records)]);
+        let html = render_report(&s);
         assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
         for id in [
             "histogram",
@@ -917,11 +880,11 @@ mod tests {
         }
         let mut s = summary();
         s.sweep = Some(sweep.clone());
-        let page = render_report(&s, &[]);
+        let page = render_report(&s);
         assert!(page.contains("id=\"hockey-goodput\""));
         sweep.key = "hops".into();
         s.sweep = Some(sweep);
-        let page = render_report(&s, &[]);
+        let page = render_report(&s);
         assert!(
             !page.contains("id=\"hockey-goodput\""),
             "only for load.rate"
@@ -962,6 +925,25 @@ mod tests {
             .collect()
     }
 
+    /// `v` with its intervals rebuilt from `records`.
+    fn with(records: &[RequestRecord], mut v: VariantReport) -> VariantReport {
+        let mut rebuild = crate::analysis::Rebuild::new();
+        for r in records {
+            rebuild.record(r);
+        }
+        rebuild.finish(&mut v);
+        v
+    }
+
+    /// The series of `records` with sending ended at `end` seconds.
+    fn series_of(records: &[RequestRecord], end: f64) -> IntervalSeries {
+        let mut recorder = IntervalRecorder::default();
+        for r in records {
+            recorder.record(r);
+        }
+        recorder.finish(end)
+    }
+
     /// The summary's variant, planned for `duration_s` (count-stopped when
     /// `None`).
     fn planned(duration_s: Option<f64>) -> VariantReport {
@@ -982,8 +964,8 @@ mod tests {
     fn a_late_answer_after_the_phase_neither_widens_the_axis_nor_plots_a_collapse() {
         // 10 s at 100/s answered in 5 ms, but the last one comes at 10.3 s.
         let records = every_10ms(1000, |i| (if i == 999 { 310 } else { 5 }, Outcome::Ok));
-        let variants = [planned(Some(10.0))];
-        let all = throughputs(&variants, &[("base", &records)]);
+        let variants = [with(&records, planned(Some(10.0)))];
+        let all = throughputs(&variants);
         let chart = throughput_chart(&all);
         assert_eq!(chart.x_range, Some((0.0, 10.0)));
         let ok = series(&chart, "base ok");
@@ -1001,7 +983,7 @@ mod tests {
                 && !svg.contains(">15</text>"),
             "{svg}"
         );
-        let html = throughput_section(&variants, &[("base", &records)]);
+        let html = throughput_section(&variants);
         assert!(html.contains("(base: 1 ok, 0 failed)"), "{html}");
     }
 
@@ -1016,8 +998,8 @@ mod tests {
                 (2_000, Outcome::Timeout)
             }
         });
-        let variants = [planned(Some(10.0))];
-        let all = throughputs(&variants, &[("base", &records)]);
+        let variants = [with(&records, planned(Some(10.0)))];
+        let all = throughputs(&variants);
         let chart = throughput_chart(&all);
         assert_eq!(chart.x_range, Some((0.0, 10.0)));
         let ok = series(&chart, "base ok");
@@ -1043,7 +1025,7 @@ mod tests {
         assert_eq!(bucket_edges(86_400.0).len(), 600);
         for end in [10.6f64, 10.2] {
             let records = every_10ms((end * 100.0).round() as u64, |_| (1, Outcome::Ok));
-            let t = throughput(&records, end);
+            let t = throughput(&series_of(&records, end));
             let last = t.buckets.last().copied();
             assert!(
                 last.is_some_and(|b| b.end == end && (b.ok - 100.0).abs() < 1e-6),
@@ -1054,23 +1036,25 @@ mod tests {
 
     #[test]
     fn the_sending_window_is_the_plan_or_where_sending_stopped() {
-        let records = every_10ms(300, |_| (500, Outcome::Ok));
-        assert_eq!(sending_end(Some(&planned(Some(10.0))), &records), 10.0);
+        // The last of 300 sends every 10 ms.
+        let last_send = 2.99;
+        let end = |v: &VariantReport| sending_end(Some(&Window::of(v)), last_send);
+        assert_eq!(end(&planned(Some(10.0))), 10.0);
         // Interrupted: the plan no longer holds.
         let mut v = planned(Some(10.0));
         v.interrupted = true;
         v.measured_s = 3.0;
-        assert_eq!(sending_end(Some(&v), &records), 3.0);
+        assert_eq!(end(&v), 3.0);
         // Stopped by count, open loop: the next intended send.
         let mut v = planned(None);
         v.measured_s = 3.0;
-        assert_eq!(sending_end(Some(&v), &records), 3.0);
+        assert_eq!(end(&v), 3.0);
         // Closed loop: its measured phase runs to the last answer (3.49 s);
         // sending stopped at the last send.
         v.load.mode = "closed".into();
         v.measured_s = 3.49;
-        assert_eq!(sending_end(Some(&v), &records), 2.99);
-        assert_eq!(sending_end(None, &records), 2.99);
+        assert_eq!(end(&v), 2.99);
+        assert_eq!(sending_end(None, last_send), 2.99);
     }
 
     #[test]

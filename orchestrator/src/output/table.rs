@@ -110,7 +110,8 @@ pub fn render_files(dir: &std::path::Path, files: &[std::path::PathBuf]) -> Stri
             .unwrap_or_default();
         out.push_str(&format!("  {name}\n"));
     }
-    out.push_str("  logs/ (each hop process's config and log)\n");
+    let (logs, what) = super::files::LOGS;
+    out.push_str(&format!("  {logs} ({what})\n"));
     if let Some(report) = files.iter().find(|f| f.ends_with("report.html")) {
         out.push_str(&format!("report: {}", report.display()));
     }
@@ -372,7 +373,7 @@ mod tests {
 
     use super::*;
     use crate::analysis::testing::{chain3, check, summary};
-    use crate::analysis::{summary::CheckSummary, variant::analyze_variant};
+    use crate::analysis::{summary::CheckSummary, testing::analyze_variant};
 
     #[test]
     fn shows_percentiles_hops_and_the_verdict() {

@@ -1,0 +1,212 @@
+//! The run folder's files, listed once: summary.json's `files` map and the
+//! writer both come from [`run_files`].
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+
+use super::OutputError;
+use crate::{analysis::Summary, record::RequestRecord, traces::jaeger};
+
+/// The Jaeger JSON file in the run folder.
+pub const TRACES_FILE: &str = "traces.jaeger.json";
+
+/// The folder of the hop processes' configs and logs, and what it holds.
+pub(crate) const LOGS: (&str, &str) = ("logs/", "each hop process's config and log");
+
+/// What a file of the run folder holds, which says how it is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// summary.json.
+    Summary,
+    /// requests.csv: every measured request.
+    Requests,
+    /// One variant's `.hgrm` (its index in the summary).
+    Histogram(usize),
+    /// Every span, as Jaeger JSON.
+    Traces,
+    /// report.html.
+    Report,
+    /// The hop processes' configs and logs, written by the launcher while
+    /// the hops run (listed, not written here).
+    Logs,
+}
+
+/// One file of the run folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunFile {
+    /// Its name in the folder (`logs/` for the folder of logs).
+    pub name: String,
+    /// What it is, for summary.json's `files`.
+    pub description: String,
+    /// What it holds.
+    pub content: Content,
+}
+
+/// The run folder's files, in the order they are written: the most
+/// important first, should the disk fill up. `traced`: whether any variant
+/// was traced.
+pub fn run_files(summary: &Summary, traced: bool) -> Vec<RunFile> {
+    let file = |name: &str, description: &str, content| RunFile {
+        name: name.to_string(),
+        description: description.to_string(),
+        content,
+    };
+    let mut files = vec![
+        file("summary.json", "this file", Content::Summary),
+        file(
+            "requests.csv",
+            "one row per measured request",
+            Content::Requests,
+        ),
+    ];
+    for (i, report) in summary.variants.iter().enumerate() {
+        files.push(RunFile {
+            name: format!("{}.hgrm", report.name),
+            description: format!("latency percentile distribution of variant {}", report.name),
+            content: Content::Histogram(i),
+        });
+    }
+    if traced {
+        files.push(file(
+            TRACES_FILE,
+            "every span, for Jaeger's UI (Search, Upload JSON)",
+            Content::Traces,
+        ));
+    }
+    files.push(file(
+        "report.html",
+        "the self-contained HTML report (tailmesh report <run-folder> redraws it)",
+        Content::Report,
+    ));
+    files.push(file(LOGS.0, LOGS.1, Content::Logs));
+    files
+}
+
+/// summary.json's `files`: each file's name and description.
+pub fn describe(files: &[RunFile]) -> BTreeMap<String, String> {
+    files
+        .iter()
+        .map(|f| (f.name.clone(), f.description.clone()))
+        .collect()
+}
+
+/// What the files hold besides the summary.
+pub struct RunData<'a> {
+    /// Each variant's name and its measured requests, in the summary's
+    /// order.
+    pub requests: &'a [(&'a str, &'a [RequestRecord])],
+    /// Every variant's spans.
+    pub spans: &'a [ResourceSpans],
+}
+
+/// Writes `files` into `dir` in their order, each whole or not at all;
+/// returns the paths written (an error ends the list).
+pub fn write_run(
+    dir: &Path,
+    summary: &Summary,
+    files: &[RunFile],
+    data: &RunData<'_>,
+) -> Result<Vec<PathBuf>, OutputError> {
+    let mut written = Vec::new();
+    for f in files {
+        let path = dir.join(&f.name);
+        match f.content {
+            Content::Summary => super::write_summary(&path, summary)?,
+            Content::Requests => {
+                let threshold = Duration::from_micros(summary.scenario.slow_threshold_us);
+                super::write_requests_csv(&path, data.requests, threshold)?;
+            }
+            Content::Histogram(i) => {
+                if let Some(report) = summary.variants.get(i) {
+                    super::write_hgrm(&path, &report.latency_histogram)?;
+                }
+            }
+            Content::Traces => write_jaeger(&path, data.spans)?,
+            Content::Report => super::write_report(&path, summary)?,
+            Content::Logs => continue,
+        }
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn write_jaeger(path: &Path, spans: &[ResourceSpans]) -> Result<(), OutputError> {
+    super::write_atomically(path, |w| {
+        serde_json::to_writer(w, &jaeger::to_jaeger(spans)).map_err(std::io::Error::from)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testing::{mixed_records, summary};
+
+    #[test]
+    fn the_summary_lists_exactly_the_files_written() {
+        let s = summary();
+        let files = run_files(&s, true);
+        let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "summary.json",
+                "requests.csv",
+                "base.hgrm",
+                TRACES_FILE,
+                "report.html",
+                "logs/"
+            ]
+        );
+        // summary.json's `files`, as it has always read.
+        let listed = describe(&files);
+        let expected: BTreeMap<String, String> = [
+            ("summary.json", "this file"),
+            ("requests.csv", "one row per measured request"),
+            (
+                "base.hgrm",
+                "latency percentile distribution of variant base",
+            ),
+            (
+                TRACES_FILE,
+                "every span, for Jaeger's UI (Search, Upload JSON)",
+            ),
+            (
+                "report.html",
+                "the self-contained HTML report (tailmesh report <run-folder> redraws it)",
+            ),
+            ("logs/", "each hop process's config and log"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(listed, expected);
+        assert!(!describe(&run_files(&s, false)).contains_key(TRACES_FILE));
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let records = mixed_records();
+        let written = write_run(
+            dir.path(),
+            &s,
+            &files,
+            &RunData {
+                requests: &[("base", &records)],
+                spans: &[],
+            },
+        )
+        .expect("written");
+        let written: Vec<String> = written
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        // Every file listed but the launcher's logs, in the listed order.
+        assert_eq!(written, names[..names.len() - 1]);
+        for name in &written {
+            assert!(dir.path().join(name).is_file(), "{name}");
+        }
+    }
+}
