@@ -41,6 +41,29 @@ pub(crate) fn skip(reason: impl Display) -> ! {
 /// The payload of a skip, told apart from a failure's panic.
 struct Skip(String);
 
+/// Notes that the rest of the calling test is left, by design, to another
+/// run of the same test (the netem guest leaves what needs the host's
+/// speed to the host), for the list after the summary line. Not a skip:
+/// the test goes on and passes or fails on what it checked, whatever
+/// `TAILMESH_REQUIRE_ALL` says. A part this machine lacks something for
+/// is a [`skip`].
+pub(crate) fn part_checked_elsewhere(reason: impl Display) {
+    let test = RUNNING.with(|name| name.borrow().clone());
+    eprintln!("part left to another run: {reason}");
+    ELSEWHERE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((test, reason.to_string()));
+}
+
+thread_local! {
+    /// The test running on this thread, for [`part_checked_elsewhere`].
+    static RUNNING: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Parts of tests left to another run, with their reasons.
+static ELSEWHERE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
 /// One registered test.
 pub(crate) struct Test {
     module: &'static str,
@@ -158,6 +181,13 @@ pub(crate) fn main(groups: &[&'static [Test]]) -> ExitCode {
             println!("  skipped {name}: {reason}");
         }
     }
+    let elsewhere = ELSEWHERE.lock().unwrap_or_else(|e| e.into_inner());
+    if !elsewhere.is_empty() {
+        println!("{} part(s) of tests left to another run:", elsewhere.len());
+        for (name, reason) in elsewhere.iter() {
+            println!("  {name}: {reason}");
+        }
+    }
     conclusion.exit_code()
 }
 
@@ -165,6 +195,7 @@ fn trial(test: &'static Test) -> Trial {
     let name = test.full_name();
     let recorded = name.clone();
     Trial::ignorable_test(name, move || {
+        RUNNING.with(|running| running.borrow_mut().clone_from(&recorded));
         match catch_unwind(AssertUnwindSafe(test.run)) {
             Ok(()) => Ok(Completion::Completed),
             Err(payload) => match payload.downcast::<Skip>() {
