@@ -6,6 +6,9 @@
 //! (reason)`, counted among the ignored in the summary line, and listed
 //! again after it, so a plain `cargo test` shows what did not run and
 //! why. With `TAILMESH_REQUIRE_ALL=1` (CI) a skip is a failure instead.
+//! A part of a test left by design to another run of it (the netem guest
+//! leaves to the host what needs the host's speed) is noted with
+//! [`part_checked_elsewhere`] and listed after the summary line too.
 //!
 //! Tests are registered per module with [`tests!`]; a test in this
 //! binary checks that no test function was left out of its module's list.
