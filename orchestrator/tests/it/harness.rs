@@ -6,6 +6,9 @@
 //! (reason)`, counted among the ignored in the summary line, and listed
 //! again after it, so a plain `cargo test` shows what did not run and
 //! why. With `TAILMESH_REQUIRE_ALL=1` (CI) a skip is a failure instead.
+//! A part of a test left by design to another run of it (the netem guest
+//! leaves to the host what needs the host's speed) is noted with
+//! [`part_checked_elsewhere`] and listed after the summary line too.
 //!
 //! Tests are registered per module with [`tests!`]; a test in this
 //! binary checks that no test function was left out of its module's list.
@@ -40,6 +43,29 @@ pub(crate) fn skip(reason: impl Display) -> ! {
 
 /// The payload of a skip, told apart from a failure's panic.
 struct Skip(String);
+
+/// Notes that the rest of the calling test is left, by design, to another
+/// run of the same test (the netem guest leaves what needs the host's
+/// speed to the host), for the list after the summary line. Not a skip:
+/// the test goes on and passes or fails on what it checked, whatever
+/// `TAILMESH_REQUIRE_ALL` says. A part this machine lacks something for
+/// is a [`skip`].
+pub(crate) fn part_checked_elsewhere(reason: impl Display) {
+    let test = RUNNING.with(|name| name.borrow().clone());
+    eprintln!("part left to another run: {reason}");
+    ELSEWHERE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((test, reason.to_string()));
+}
+
+thread_local! {
+    /// The test running on this thread, for [`part_checked_elsewhere`].
+    static RUNNING: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Parts of tests left to another run, with their reasons.
+static ELSEWHERE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
 /// One registered test.
 pub(crate) struct Test {
@@ -158,6 +184,13 @@ pub(crate) fn main(groups: &[&'static [Test]]) -> ExitCode {
             println!("  skipped {name}: {reason}");
         }
     }
+    let elsewhere = ELSEWHERE.lock().unwrap_or_else(|e| e.into_inner());
+    if !elsewhere.is_empty() {
+        println!("{} part(s) of tests left to another run:", elsewhere.len());
+        for (name, reason) in elsewhere.iter() {
+            println!("  {name}: {reason}");
+        }
+    }
     conclusion.exit_code()
 }
 
@@ -165,6 +198,7 @@ fn trial(test: &'static Test) -> Trial {
     let name = test.full_name();
     let recorded = name.clone();
     Trial::ignorable_test(name, move || {
+        RUNNING.with(|running| running.borrow_mut().clone_from(&recorded));
         match catch_unwind(AssertUnwindSafe(test.run)) {
             Ok(()) => Ok(Completion::Completed),
             Err(payload) => match payload.downcast::<Skip>() {

@@ -1,6 +1,8 @@
 //! Client policies end to end: hedged requests cut the tail of a leaf that
-//! is slow 2 % of the time, for a few percent more requests, and the run
+//! is slow 3 % of the time, for a few percent more requests, and the run
 //! reports both sides of that trade.
+
+use std::collections::BTreeSet;
 
 use crate::support::*;
 
@@ -53,25 +55,79 @@ fn hedging_cuts_the_tail_for_a_few_percent_more_requests() {
         );
     }
     let p99 = |v: &serde_json::Value| u64_at(v, "/latency/p99_us");
-    // 3 % of plain requests take 100 ms more: its p99 is above 100 ms.
+    // 3 % of plain requests take 100 ms more: its p99 is above 100 ms (a
+    // sleep's lower bound, which a busy machine only raises).
     assert!(p99(plain) > 100_000, "plain p99 {} us", p99(plain));
-    // A hedge after 15 ms answers them from another replica.
+
+    // A hedge after 15 ms answers the slow ones from another replica.
+    // Counted, not timed: comparing the variants' p99s compared two runs
+    // of a busy machine's noise. The leaf's slowness is drawn per request
+    // id and attempt, the same in both variants, so the plain variant's
+    // slow answers name the requests whose first leaf attempt was slow in
+    // the hedged one too; there a hedge won when the answer came from a
+    // leaf that was not slow. A hedge sent after 15 ms of a 100 ms delay
+    // loses only if the machine holds it up for 85 ms more than the
+    // attempt it races, so "at least two in three won" leaves a margin no
+    // loaded machine crosses by accident (a hedge loses on its own merits
+    // only when it is slow too: 3 % of them).
+    let rows = requests_csv(&run_dir);
+    let slow_leaf = |variant: &str| -> BTreeSet<u64> {
+        rows.iter()
+            .filter(|r| r.variant == variant && r.slow_hops.iter().any(|h| h == "leaf"))
+            .map(|r| r.id)
+            .collect()
+    };
+    let (slow_plain, slow_hedged) = (slow_leaf("plain"), slow_leaf("hedged"));
+    // Seeded: the same count every run (3 % of 1500 is 45).
     assert!(
-        p99(hedged) * 3 < p99(plain),
-        "hedged p99 {} us vs plain {} us",
-        p99(hedged),
-        p99(plain)
+        (20..=80).contains(&slow_plain.len()),
+        "{} plain requests answered by a slow leaf",
+        slow_plain.len()
     );
+    let won = slow_plain.difference(&slow_hedged).count();
+    eprintln!(
+        "hedging: {won} of {} slow first attempts won by a hedge; p99 {} us hedged, {} us plain; \
+         extra load {:?}",
+        slow_plain.len(),
+        p99(hedged),
+        p99(plain),
+        hedged.pointer("/extra_load")
+    );
+    assert!(
+        won * 3 >= slow_plain.len() * 2,
+        "hedges won {won} of {} slow first attempts; still slow when hedged: {slow_hedged:?}",
+        slow_plain.len()
+    );
+    assert!(
+        slow_hedged.len() * 3 < slow_plain.len(),
+        "{} hedged requests answered by a slow leaf against {} plain",
+        slow_hedged.len(),
+        slow_plain.len()
+    );
+
     let extra = |v: &serde_json::Value| {
         v.pointer("/extra_load")
             .and_then(|x| x.as_f64())
             .expect("extra_load")
     };
     assert_eq!(extra(plain), 0.0);
-    // About the slow share of the hop calls were hedged (half of all calls
-    // go to the leaf): between 0.5 % and 5 % extra requests.
+    // Every slow first attempt was hedged (it cannot answer within 15 ms);
+    // a busy machine only adds hedges, so this bound holds anywhere.
     assert!(
-        (0.005..0.05).contains(&extra(hedged)),
+        u64_at(hedged, "/extra_attempts") >= slow_plain.len() as u64,
+        "{} extra attempts for {} slow first attempts",
+        u64_at(hedged, "/extra_attempts"),
+        slow_plain.len()
+    );
+    // About the slow share of the hop calls were hedged (half of all calls
+    // go to the leaf): 1.2 % extra requests on a quiet machine, where a
+    // fast call (1 ms on average) outlasts 15 ms once in three million by
+    // its draw. A busy machine adds hedges by holding fast calls up past
+    // 15 ms: 1.7 % to 2.5 % with two busy loops on the two cores. Over
+    // 10 %, one in six of the leaf's fast calls would have been held up
+    // that long, for the whole run: hedging would not be cheap any more.
+    assert!(
+        (0.005..0.10).contains(&extra(hedged)),
         "extra load {}",
         extra(hedged)
     );

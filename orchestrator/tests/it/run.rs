@@ -10,7 +10,7 @@ use std::{
     thread::sleep,
 };
 
-use crate::support::*;
+use crate::{harness::skip, support::*};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -741,7 +741,9 @@ fn check_passes_on_the_shipped_default_scenario_scaled_down() {
         .filter(|r| r.slow_hops.is_empty() && r.latency_ns > threshold_ns)
         .count();
     // A busy machine may make the verdict inconclusive (exit 4, naming
-    // the machine or the generator), never a failure.
+    // the machine or the generator), never a failure; then the pass this
+    // test is about was not checked, which the harness reports as a skip
+    // (a failure under TAILMESH_REQUIRE_ALL).
     let verdict = str_at(&summary, "/check/verdict");
     if finished.code() == Some(4) && verdict == "inconclusive" {
         let reason = str_at(&summary, "/variants/0/compounding/reason");
@@ -750,7 +752,9 @@ fn check_passes_on_the_shipped_default_scenario_scaled_down() {
             "{reason}\n{}",
             finished.output()
         );
-        return;
+        skip(format!(
+            "the compounding verdict was inconclusive, so its pass was not checked: {reason}"
+        ));
     }
     assert_eq!(
         finished.code(),

@@ -113,12 +113,22 @@ fn ten_times_overload_keeps_the_generators_connections_and_its_outcome_kinds() {
             let sent = u64_at(v, "/sent");
             kinds.insert(name, (sent, outcome));
         }
+        eprintln!("round {round}: (sent, outcome counts) by variant: {kinds:?}");
         runs.push(kinds);
     }
-    // The same kinds both times, in counts within the noise of a shared
-    // machine (the hop's capacity is what varies): every kind that holds 1 %
-    // of the requests in one run is there in the other, in a count within
-    // 1.5x (plus 1 % of the requests).
+    // The same kinds both times: every kind that holds 1 % of the requests
+    // in one run is there in the other, in a count within 3x (plus 1 % of
+    // the requests). The counts follow how many requests a second the hop
+    // serves, which a busy machine lowers: each is 4 ms of sleep plus its
+    // CPU time, the timer's wake-up and, pulled, the broker's round trip.
+    // Measured, answered: pulled, 2000 to 2100 on a quiet machine and 1300
+    // to 1450 with two busy loops on the two cores (1.6x: the 1.5x this
+    // compared before fails when one run is quiet and the other busy);
+    // pushed, 1850 and 1200 to 1700 (the 1000 the replica's line holds
+    // are answered whatever the load).
+    // Apart by 3x, one run's hop would serve a third of the other's: over
+    // 8 ms of delay per request beside its 4 ms of sleep, for seconds on
+    // end, from processes that mostly sleep.
     for (variant, (sent, first)) in &runs[0] {
         let (_, second) = &runs[1][variant];
         let floor = sent / 100;
@@ -134,7 +144,7 @@ fn ten_times_overload_keeps_the_generators_connections_and_its_outcome_kinds() {
         {
             let (lo, hi) = (a.min(b), a.max(b));
             assert!(
-                hi <= floor || (lo as f64) * 1.5 + floor as f64 >= hi as f64,
+                hi <= floor || lo * 3 + floor >= hi,
                 "variant {variant}: {kind} {a} vs {b}: {first:?} vs {second:?}"
             );
         }

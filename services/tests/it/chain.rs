@@ -1,16 +1,28 @@
 //! A 3-hop chain on loopback: reply paths, slow flags, seeded schedules,
 //! errors and deadlines, end to end through real gRPC.
+//!
+//! Tests that compare durations run on tokio's paused clock (hops sleep on
+//! tokio's timer then, not the precise one): a duration there is what the
+//! hop was told to wait, not what a busy machine made of it.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use futures::{StreamExt, stream::FuturesUnordered};
-use tailmesh_proto::pb::CallRequest;
+use tailmesh_proto::pb::{
+    CallReply, CallRequest, HopRecord,
+    hop_server::{Hop, HopServer},
+};
 use tailmesh_services::{
     hop::{self, Connections, DownstreamConfig, HopConfig, PushPool, draw},
     model::{Balance, DurationDist, ErrorInjection, HopBehavior, Slowness, Transport, Work},
 };
 use tokio::{net::TcpListener, sync::watch};
-use tonic::Code;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Code, Request, Response, Status};
 
 /// A hop under construction.
 #[derive(Clone)]
@@ -87,12 +99,53 @@ struct Chain {
 
 const SEED: u64 = 11;
 
-/// Starts the hops last to first, each calling the next, and returns a pool
-/// over the first hop's replicas.
+/// How a chain is built besides its hops.
+#[derive(Clone, Copy, Default)]
+struct Options {
+    /// The last hop calls a [`Leaf`] the test plays.
+    leaf: bool,
+    /// Hops sleep on tokio's timer, which follows a paused clock, instead
+    /// of the precise timer (real time, whatever the clock).
+    tokio_timer: bool,
+}
+
+/// A chain of `hops` on the precise timer, as hops run for real.
 async fn chain(hops: Vec<HopSpec>) -> Chain {
+    start_chain(hops, Options::default()).await.0
+}
+
+/// [`chain`] for a test on tokio's paused clock.
+async fn paused_chain(hops: Vec<HopSpec>) -> Chain {
+    let options = Options {
+        tokio_timer: true,
+        ..Options::default()
+    };
+    start_chain(hops, options).await.0
+}
+
+/// [`chain`] whose last hop calls a [`Leaf`], returned beside it.
+async fn chain_to_leaf(hops: Vec<HopSpec>) -> (Chain, Leaf) {
+    let options = Options {
+        leaf: true,
+        ..Options::default()
+    };
+    let (chain, leaf) = start_chain(hops, options).await;
+    (chain, leaf.expect("a leaf was asked for"))
+}
+
+/// Starts the leaf (if asked for), then the hops last to first, each
+/// calling the next, and returns a pool over the first hop's replicas.
+async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Leaf>) {
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut next: Option<(String, Vec<SocketAddr>)> = None;
+    let mut leaf = None;
+    if options.leaf {
+        let (played, addr, task) = Leaf::start(stopped.clone()).await;
+        next = Some((LEAF.to_owned(), vec![addr]));
+        leaf = Some(played);
+        tasks.push(task);
+    }
     for spec in hops.iter().rev() {
         let mut addrs = Vec::new();
         for replica in 0..spec.replicas {
@@ -120,7 +173,7 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
                 queue_limit: spec.queue_limit,
                 discipline: Default::default(),
                 drain_grace: Duration::from_secs(1),
-                precise_timer: true,
+                precise_timer: !options.tokio_timer,
                 idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
                 worker_ping: None,
             };
@@ -146,11 +199,96 @@ async fn chain(hops: Vec<HopSpec>) -> Chain {
         "test",
     )
     .expect("entry pool");
-    Chain { entry, stop, tasks }
+    (Chain { entry, stop, tasks }, leaf)
+}
+
+/// The name the [`Leaf`] answers as.
+const LEAF: &str = "leaf";
+
+/// The last hop of a chain, played by the test: a bare `tailmesh.v1.Hop`
+/// server that writes down the `grpc-timeout` each call arrived with (what
+/// its caller propagated) and answers at once with its own path record.
+#[derive(Clone, Default)]
+struct Leaf {
+    /// The raw `grpc-timeout` of each call, in arrival order (`None`: the
+    /// call came without one).
+    timeouts: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Leaf {
+    /// Serves a leaf on a loopback port until `stopped` turns true.
+    async fn start(
+        mut stopped: watch::Receiver<bool>,
+    ) -> (Leaf, SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let leaf = Leaf::default();
+        let server = tonic::transport::Server::builder()
+            .add_service(HopServer::new(leaf.clone()))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            });
+        let task = tokio::spawn(async move { server.await.expect("the leaf serves") });
+        (leaf, addr, task)
+    }
+
+    fn timeouts(&self) -> Vec<Option<String>> {
+        self.timeouts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+#[tonic::async_trait]
+impl Hop for Leaf {
+    async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
+        let timeout = request
+            .metadata()
+            .get("grpc-timeout")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        self.timeouts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(timeout);
+        let request = request.into_inner();
+        Ok(Response::new(CallReply {
+            request_id: request.request_id,
+            payload: request.payload,
+            path: vec![HopRecord {
+                hop: LEAF.to_owned(),
+                parent: request.caller,
+                transport: "push".to_owned(),
+                ..HopRecord::default()
+            }],
+        }))
+    }
+}
+
+/// A `grpc-timeout` value as gRPC's HTTP/2 protocol spells it: at most 8
+/// digits and a unit (H, M, S, m, u, n).
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let digits = value.len().checked_sub(1)?;
+    let (number, unit) = value.split_at(digits);
+    if number.is_empty() || number.len() > 8 || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = number.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 impl Chain {
-    async fn call(&self, id: u64) -> Result<tailmesh_proto::pb::CallReply, tonic::Status> {
+    async fn call(&self, id: u64) -> Result<CallReply, Status> {
         let request = CallRequest {
             request_id: id,
             payload: vec![7; 16].into(),
@@ -194,7 +332,13 @@ async fn paths_name_every_hop_in_order_with_parents() {
     c.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On the paused clock: a request without slowness has no work to do, and
+// its service time must stay under the injected 20 ms, which on a busy
+// machine's real clock one preemption between two readings can exceed.
+// Paused, time moves only when every task waits for a timer; loopback
+// sockets deliver inside the sender's write, so the runtime sees the bytes
+// on its next poll and no call's deadline is skipped to.
+#[tokio::test(start_paused = true)]
 async fn slow_flags_follow_the_seeded_schedule_and_add_the_delay() {
     let extra = Duration::from_millis(20);
     let specs = vec![
@@ -202,7 +346,7 @@ async fn slow_flags_follow_the_seeded_schedule_and_add_the_delay() {
         hop("b").slow(0.3, extra),
         hop("c"),
     ];
-    let c = chain(specs.clone()).await;
+    let c = paused_chain(specs.clone()).await;
     let mut slow_seen = 0;
     for id in 0..40 {
         let reply = c.call(id).await.expect("call succeeds");
@@ -250,6 +394,47 @@ async fn injected_errors_propagate_with_their_code_and_hop_names() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_propagate_downstream() {
+    // What the leaf is told: the caller's deadline less the time hop a
+    // spent before calling it (at least its 30 ms of work). The entry
+    // pool's own wait cannot stand in for this: only the header the leaf
+    // received shows that the deadline went downstream. The bounds hold on
+    // any machine: the work can only take longer, and what is left of 10 s
+    // stays positive unless hop a stalls for seconds.
+    let work = Duration::from_millis(30);
+    let deadline = Duration::from_secs(10);
+    let (c, leaf) = chain_to_leaf(vec![hop("a").sleep(work)]).await;
+    let request = CallRequest {
+        request_id: 1,
+        payload: Default::default(),
+        attempt: 0,
+        caller: String::new(),
+    };
+    let reply = c
+        .entry
+        .call(request, Some(deadline))
+        .await
+        .expect("the chain answers in time");
+    let hops: Vec<(&str, &str)> = reply
+        .path
+        .iter()
+        .map(|r| (r.hop.as_str(), r.parent.as_str()))
+        .collect();
+    assert_eq!(hops, [(LEAF, "a"), ("a", "")], "{reply:?}");
+    let received = leaf.timeouts();
+    assert_eq!(received.len(), 1, "one call reached the leaf: {received:?}");
+    let header = received[0]
+        .as_deref()
+        .expect("hop a sent its downstream call without a grpc-timeout");
+    let left = parse_grpc_timeout(header)
+        .unwrap_or_else(|| panic!("grpc-timeout {header:?} is not a gRPC timeout"));
+    assert!(
+        left > Duration::ZERO && left <= deadline - work,
+        "the leaf was given {left:?} ({header:?}) of a {deadline:?} deadline \
+         after {work:?} of work upstream"
+    );
+    c.stop().await;
+
+    // A chain slower than its deadline ends in DEADLINE_EXCEEDED.
     let c = chain(vec![
         hop("a").sleep(Duration::from_millis(30)),
         hop("b").sleep(Duration::from_millis(200)),
@@ -268,6 +453,22 @@ async fn deadlines_propagate_downstream() {
         .expect_err("the chain needs 230 ms, the deadline is 100 ms");
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
     c.stop().await;
+}
+
+#[test]
+fn grpc_timeouts_parse_as_the_protocol_spells_them() {
+    assert_eq!(
+        parse_grpc_timeout("9970m"),
+        Some(Duration::from_millis(9970))
+    );
+    assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+    assert_eq!(
+        parse_grpc_timeout("12345678u"),
+        Some(Duration::from_micros(12_345_678))
+    );
+    for bad in ["", "m", "5", "123456789n", "1.5S", "-1m", "10x"] {
+        assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,10 +506,13 @@ async fn a_refusing_downstream_is_named() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On the paused clock (see the slow flags' test): the second request's
+// wait is the first's work left when it arrived, and on a real clock a
+// busy machine can put milliseconds between two requests sent together.
+#[tokio::test(start_paused = true)]
 async fn limited_concurrency_queues_requests_and_reports_the_wait() {
     let work = Duration::from_millis(40);
-    let c = chain(vec![hop("a").sleep(work).concurrency(1)]).await;
+    let c = paused_chain(vec![hop("a").sleep(work).concurrency(1)]).await;
     let (first, second) = tokio::join!(c.call(1), c.call(2));
     let (first, second) = (first.expect("first call"), second.expect("second call"));
     let waits = [first.path[0].queue_wait_ns, second.path[0].queue_wait_ns];
