@@ -11,12 +11,7 @@ pub enum FaultError {
          this kernel lacks, or the NFQUEUE delay line, which needs the iptables command \
          (Debian package iptables)"
     )]
-    NoDelayMechanism {
-        /// The hop.
-        hop: String,
-        /// The replica.
-        replica: u32,
-    },
+    NoDelayMechanism { hop: String, replica: u32 },
     /// An interface name the rules cannot use.
     #[error(
         "fault agent: interface name {iface:?}: expected 1 to 15 letters, digits, '.', '_' or \

@@ -52,12 +52,7 @@ pub enum NetnsError {
     TooMany,
     /// The ownership file.
     #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: io::Error,
-    },
+    Io { path: PathBuf, source: io::Error },
 }
 
 /// A run id: six hex digits from the pid and the clock.

@@ -9,7 +9,6 @@ use crate::Mechanism;
 /// One fault as recorded in summary.json.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FaultRecord {
-    /// The hop.
     pub hop: String,
     /// The replica, 0-based.
     pub replica: u32,

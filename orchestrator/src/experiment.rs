@@ -70,7 +70,6 @@ pub enum ExperimentError {
     Io {
         /// What was being done: "create", "read".
         what: &'static str,
-        /// Where.
         path: PathBuf,
         /// The operating system's error.
         source: std::io::Error,

@@ -30,7 +30,6 @@ pub enum RoleError {
     /// The hop's config file could not be read.
     #[error("read hop config {}: {source}", path.display())]
     ReadConfig {
-        /// The file.
         path: PathBuf,
         /// The operating system's error.
         source: std::io::Error,
@@ -38,7 +37,6 @@ pub enum RoleError {
     /// The hop's config file is not a hop config.
     #[error("parse hop config {}: {source}", path.display())]
     ParseConfig {
-        /// The file.
         path: PathBuf,
         /// The JSON error, with its line and column.
         source: serde_json::Error,
@@ -69,7 +67,6 @@ pub enum RoleError {
     NoHop {
         /// The scenario file.
         scenario: PathBuf,
-        /// The variant.
         variant: String,
         /// The hop asked for.
         hop: String,
@@ -82,7 +79,6 @@ pub enum RoleError {
     NoReplica {
         /// The scenario file.
         scenario: PathBuf,
-        /// The hop.
         hop: String,
         /// Its replicas.
         replicas: u32,
@@ -107,17 +103,13 @@ pub enum RoleError {
         crate::deploy::TOKEN_FILE_ENV
     )]
     ReadToken {
-        /// The file.
         path: PathBuf,
         /// The operating system's error.
         source: std::io::Error,
     },
     /// The Control token file holds no token.
     #[error("the Control token file {} is empty", path.display())]
-    EmptyToken {
-        /// The file.
-        path: PathBuf,
-    },
+    EmptyToken { path: PathBuf },
     /// The fault agent of a deployed hop cannot act in its container.
     #[error(
         "fault agent on {iface}: the container needs CAP_NET_ADMIN and the nft and iptables \
@@ -132,7 +124,6 @@ pub enum RoleError {
     /// The netns launcher's description of the agent is not readable.
     #[error("{name}: parse {}: {source}", crate::launcher::netns::AGENT_ENV)]
     AgentEnv {
-        /// The role.
         name: String,
         /// The JSON error, with its line and column.
         source: serde_json::Error,
@@ -140,7 +131,6 @@ pub enum RoleError {
     /// The fault agent under the netns launcher cannot act.
     #[error("{name}: fault agent: {source}")]
     Agent {
-        /// The role.
         name: String,
         /// The FaultError it failed with.
         source: tailmesh_netfault::FaultError,
@@ -148,9 +138,7 @@ pub enum RoleError {
     /// The listening address could not be bound.
     #[error("{name}: bind {addr}: {source}")]
     Bind {
-        /// The role.
         name: String,
-        /// The address.
         addr: SocketAddr,
         /// The operating system's error.
         source: std::io::Error,
@@ -158,7 +146,6 @@ pub enum RoleError {
     /// The bound address could not be read.
     #[error("{name}: local address: {source}")]
     LocalAddr {
-        /// The role.
         name: String,
         /// The operating system's error.
         source: std::io::Error,
@@ -166,7 +153,6 @@ pub enum RoleError {
     /// The bound address could not be handed to the launcher.
     #[error("{name}: write {}: {source}", path.display())]
     AddrFile {
-        /// The role.
         name: String,
         /// The address file.
         path: PathBuf,
@@ -176,7 +162,6 @@ pub enum RoleError {
     /// The service failed while serving.
     #[error("{name} on {addr}: {source}")]
     Serve {
-        /// The role.
         name: String,
         /// Where it listened.
         addr: SocketAddr,
@@ -249,7 +234,6 @@ pub struct DeployedHop {
     pub scenario: PathBuf,
     /// The variant (may be omitted when the scenario has one).
     pub variant: Option<String>,
-    /// The hop.
     pub hop: String,
     /// The replica index.
     pub replica: u32,

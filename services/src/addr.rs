@@ -30,10 +30,7 @@ pub enum AddrError {
     },
     /// Port 0, which no service listens on.
     #[error("{host}: port 0 names no service")]
-    PortZero {
-        /// The host.
-        host: String,
-    },
+    PortZero { host: String },
     /// No `:` separates a host from a port.
     #[error("{text:?} is not host:port")]
     NotHostPort {
@@ -86,7 +83,6 @@ impl PeerAddr {
         })
     }
 
-    /// The port.
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -107,7 +107,6 @@ impl Line {
         }
     }
 
-    /// The discipline.
     pub(crate) fn discipline(&self) -> Discipline {
         self.discipline
     }

@@ -11,10 +11,7 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "dist", rename_all = "snake_case")]
 pub enum DurationDist {
     /// Always the same value.
-    Fixed {
-        /// The value.
-        value: Duration,
-    },
+    Fixed { value: Duration },
     /// Uniform between `min` and `max` (inclusive).
     Uniform {
         /// Lower bound.
@@ -23,10 +20,7 @@ pub enum DurationDist {
         max: Duration,
     },
     /// Exponential with the given mean.
-    Exp {
-        /// Mean.
-        mean: Duration,
-    },
+    Exp { mean: Duration },
     /// Log-normal with the given mean; `sigma` is the standard deviation of
     /// the underlying normal (larger means a heavier tail).
     Lognormal {

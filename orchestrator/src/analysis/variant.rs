@@ -181,7 +181,6 @@ pub struct VariantReport {
     pub overrides: Vec<Override>,
     /// "push", "pull" or "mixed": how the hops are reached.
     pub transport: String,
-    /// The load.
     pub load: LoadSummary,
     /// Length of the measured phase, seconds.
     pub measured_s: f64,
@@ -427,7 +426,6 @@ pub(crate) struct VariantContext<'a> {
 /// A finished variant: its report and the warnings for the terminal.
 #[derive(Debug)]
 pub(crate) struct Analyzed {
-    /// The report.
     pub report: VariantReport,
     /// One line each, without the `warning: ` prefix.
     pub warnings: Vec<String>,

@@ -8,7 +8,8 @@
 use std::{error::Error, path::PathBuf, process::ExitCode};
 
 use tailmesh::{
-    error_chain, experiment::ExperimentError, roles::RoleError, scenario::ScenarioErrors, tell,
+    analysis::Verdict, error_chain, experiment::ExperimentError, roles::RoleError,
+    scenario::ScenarioErrors, tell,
 };
 
 use super::{deploy::ContextError, serve::HealthError};
@@ -48,8 +49,8 @@ pub(crate) enum CliError {
     /// `tailmesh run --check`: a check failed, or a request was not
     /// accounted for.
     CheckFailed {
-        /// The compounding check's verdict.
-        verdict: &'static str,
+        /// The run's overall verdict.
+        verdict: Verdict,
         /// Whether every request was accounted for.
         accounted: bool,
         /// One line per variant that failed more of its requests than
@@ -115,7 +116,8 @@ impl CliError {
                 too_many_errors,
             } => {
                 tell!(
-                    "tailmesh: check failed (verdict {verdict}, every request accounted for: {accounted})"
+                    "tailmesh: check failed (verdict {}, every request accounted for: {accounted})",
+                    verdict.as_str()
                 );
                 for line in too_many_errors {
                     tell!("tailmesh: {line}");

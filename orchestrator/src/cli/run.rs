@@ -87,7 +87,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     }
     if args.check && !finished.passed() {
         return Err(CliError::CheckFailed {
-            verdict: finished.summary.check.verdict.as_str(),
+            verdict: finished.summary.check.verdict,
             accounted: finished.summary.check.accounted,
             too_many_errors: finished.summary.check.error_failures(),
         });

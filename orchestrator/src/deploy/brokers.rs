@@ -13,7 +13,6 @@ const NATS_MONITOR_PORT: u16 = 8222;
 /// How a deployment runs another broker than tailmesh's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerImage {
-    /// The image.
     pub image: &'static str,
     /// Its arguments (the image's entrypoint stays).
     pub args: Vec<String>,

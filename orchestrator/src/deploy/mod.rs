@@ -64,7 +64,6 @@ pub enum DeployError {
     Io {
         /// What was being done.
         what: &'static str,
-        /// Where.
         path: std::path::PathBuf,
         /// The operating system's error.
         source: std::io::Error,

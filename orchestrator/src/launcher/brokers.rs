@@ -71,7 +71,6 @@ fn program(kind: BrokerKind) -> Option<(&'static str, &'static str)> {
 }
 
 /// What went wrong starting or stopping a broker server.
-#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerProcessError {
     /// The server's program is not installed.

@@ -11,7 +11,6 @@ use tonic_health::pb::{
 };
 
 /// Why one health check did not say SERVING.
-#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// No connection (refused, unresolvable, timed out).

@@ -270,7 +270,6 @@ pub fn describe_exit(status: ExitStatus) -> String {
 }
 
 /// Why a process could not be launched.
-#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     /// The name cannot be used as a file name, or is already running.

@@ -43,9 +43,7 @@ pub enum OutputError {
     /// Creating or writing the file failed.
     #[error("write {}: {source}", path.display())]
     Io {
-        /// The file.
         path: PathBuf,
-        /// The cause.
         source: std::io::Error,
     },
     /// The results folder cannot take files (checked before a run starts).
@@ -53,13 +51,11 @@ pub enum OutputError {
     NotWritable {
         /// The run folder.
         dir: PathBuf,
-        /// The cause.
         source: std::io::Error,
     },
     /// A results file read back is not what tailmesh writes.
     #[error("read {}: line {line}: unexpected {what}", path.display())]
     Parse {
-        /// The file.
         path: PathBuf,
         /// The line (1-based).
         line: usize,

@@ -71,7 +71,6 @@ pub struct LineChart<'a> {
     /// the caller's to leave out); `None`: the data's range, a linear axis
     /// rounded up to a nice value.
     pub x_range: Option<(f64, f64)>,
-    /// The lines.
     pub series: Vec<Series>,
 }
 

@@ -65,10 +65,10 @@ pub fn render_table(summary: &Summary) -> String {
 }
 
 /// One line per kind of number the table shows, for the kinds this run has:
-/// what the columns mean, so the table can be read without the README.
+/// what the columns mean, so the table can be read without the docs.
 pub fn render_legend(summary: &Summary) -> String {
     let mut lines = vec![
-        "how to read it (README, \"Reading the results\"):",
+        "how to read it (docs/measurement.md, \"Reading the results\"):",
         "  sent = ok + errors + timeouts: every request the load generator sent, by outcome",
         "  rate/requested: requests sent per second / the rate (or c=concurrency) asked for",
         "  p50 .. max: end-to-end latency of ok requests, measured from each request's intended send time",

@@ -109,7 +109,6 @@ pub struct Addrs {
 pub(crate) struct MeshPlan {
     /// The scenario's seed, which every hop's draws are keyed on.
     pub seed: u64,
-    /// The variant.
     pub variant: Variant,
     /// Every process, in start order: the broker first (when a hop is
     /// reached by pull), then the hops, each after every hop it calls, so

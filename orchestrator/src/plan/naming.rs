@@ -14,7 +14,6 @@ use super::{Addrs, BROKER, hop_role};
 use crate::scenario::{Scenario, Variant};
 
 /// A service name that cannot be an address.
-#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 #[error("service {service}: {reason}")]
 pub struct NamingError {

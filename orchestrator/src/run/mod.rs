@@ -57,7 +57,6 @@ const SPAN_QUIET: Duration = Duration::from_secs(1);
 const SPAN_SETTLE_LIMIT: Duration = Duration::from_secs(15);
 
 /// Errors that stop a run before it measures anything.
-#[allow(missing_docs, reason = "the fields are named for what they hold")]
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A hop or broker process could not be started.

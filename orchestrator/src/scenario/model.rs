@@ -92,7 +92,6 @@ pub struct Variant {
     /// The overrides as written, `key = value` with the value in TOML syntax,
     /// for the summary's scenario echo.
     pub overrides: Vec<(String, String)>,
-    /// The load.
     pub load: Load,
     /// The hops in file order; `hops[0]` is the entry the load generator calls.
     pub hops: Vec<Hop>,

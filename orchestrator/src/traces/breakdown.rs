@@ -13,13 +13,10 @@ use crate::record::{Outcome, RequestRecord};
 /// A distribution of one time, in microseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Dist {
-    /// Mean.
     pub mean_us: f64,
-    /// Median.
     pub p50_us: f64,
     /// 99th percentile.
     pub p99_us: f64,
-    /// Maximum.
     pub max_us: f64,
 }
 
@@ -47,7 +44,6 @@ impl Dist {
 /// traces.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct HopBreakdown {
-    /// The hop.
     pub hop: String,
     /// Server spans seen.
     pub spans: u64,
@@ -98,7 +94,6 @@ pub struct TraceReport {
 /// How many of the sampled ok requests through one hop have its spans.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HopCoverage {
-    /// The hop.
     pub hop: String,
     /// Sampled ok requests whose reply path passes through it.
     pub expected: u64,

@@ -47,7 +47,6 @@ pub enum ReceiverError {
     /// The listening address could not be bound.
     #[error("trace receiver: bind {addr}: {source}")]
     Bind {
-        /// The address.
         addr: std::net::SocketAddr,
         /// The operating system's error.
         source: std::io::Error,

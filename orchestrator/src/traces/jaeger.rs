@@ -72,7 +72,6 @@ pub struct JaegerReference {
     /// The parent's trace.
     #[serde(rename = "traceID")]
     pub trace_id: String,
-    /// The parent.
     #[serde(rename = "spanID")]
     pub span_id: String,
 }
@@ -80,16 +79,13 @@ pub struct JaegerReference {
 /// A key, a type and a value.
 #[derive(Debug, Serialize)]
 pub struct JaegerTag {
-    /// The attribute.
     pub key: String,
     /// `string`, `bool`, `int64` or `float64`.
     #[serde(rename = "type")]
     pub kind: &'static str,
-    /// The value.
     pub value: serde_json::Value,
 }
 
-/// A service.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JaegerProcess {

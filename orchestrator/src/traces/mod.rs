@@ -18,7 +18,6 @@ use opentelemetry_proto::tonic::{
 pub struct FlatSpan<'a> {
     /// The sender's `service.name`.
     pub service: &'a str,
-    /// The span.
     pub span: &'a Span,
 }
 

@@ -159,7 +159,6 @@ pub enum Producer {
     Tailmesh(BrokerClient),
     /// NATS JetStream.
     Nats(nats::NatsProducer),
-    /// RabbitMQ.
     Rabbitmq(rabbitmq::RabbitProducer),
 }
 

@@ -61,7 +61,6 @@ pub enum PoolError {
     /// An address could not be turned into an endpoint.
     #[error("hop \"{hop}\" replica {replica} ({addr}): {source}")]
     Endpoint {
-        /// The hop.
         hop: String,
         /// The replica index.
         replica: usize,

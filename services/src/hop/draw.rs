@@ -86,7 +86,6 @@ pub enum PlannedWork {
 /// Everything a hop decided about one request before doing it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Plan {
-    /// The work.
     pub work: PlannedWork,
     /// Injected extra delay, if this request is slowed here.
     pub slow: Option<Duration>,
