@@ -50,6 +50,27 @@ impl Default for Pacing {
     }
 }
 
+/// Why a `TAILMESH_PACING` value was refused.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub(crate) enum PacingError {
+    #[error("spin={value}: {source}")]
+    Spin {
+        value: String,
+        #[source]
+        source: humantime::DurationError,
+    },
+    #[error("spin={0:?}: at most 1ms")]
+    SpinTooLong(Duration),
+    #[error("pin={value}: {source}")]
+    Pin {
+        value: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("unknown setting {0:?}")]
+    Unknown(String),
+}
+
 impl Pacing {
     /// The defaults, overridden by `TAILMESH_PACING` when it is set and
     /// valid (an invalid value is told and ignored).
@@ -64,7 +85,7 @@ impl Pacing {
     }
 
     /// Parses `TAILMESH_PACING`'s value.
-    pub(crate) fn parse(text: &str) -> Result<Pacing, String> {
+    pub(crate) fn parse(text: &str) -> Result<Pacing, PacingError> {
         let mut p = Pacing::default();
         for token in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             match token.split_once('=') {
@@ -78,18 +99,23 @@ impl Pacing {
                 None if token == "rt" => p.realtime = true,
                 None if token == "nort" => p.realtime = false,
                 Some(("spin", d)) => {
-                    p.spin = humantime::parse_duration(d)
-                        .map_err(|e| format!("spin={d}: {e}"))
-                        .and_then(|d| {
-                            (d <= Duration::from_millis(1))
-                                .then_some(d)
-                                .ok_or_else(|| format!("spin={d:?}: at most 1ms"))
+                    let spin =
+                        humantime::parse_duration(d).map_err(|source| PacingError::Spin {
+                            value: d.to_string(),
+                            source,
                         })?;
+                    if spin > Duration::from_millis(1) {
+                        return Err(PacingError::SpinTooLong(spin));
+                    }
+                    p.spin = spin;
                 }
                 Some(("pin", cpu)) => {
-                    p.pin = Some(cpu.parse().map_err(|e| format!("pin={cpu}: {e}"))?);
+                    p.pin = Some(cpu.parse().map_err(|source| PacingError::Pin {
+                        value: cpu.to_string(),
+                        source,
+                    })?);
                 }
-                _ => return Err(format!("unknown setting {token:?}")),
+                _ => return Err(PacingError::Unknown(token.to_string())),
             }
         }
         Ok(p)

@@ -554,7 +554,12 @@ mod tests {
 
     #[test]
     fn the_check_names_each_problem() {
-        let problem = |b| raw::check(encoded(b)).err().unwrap_or_default();
+        let problem = |b| {
+            raw::check(encoded(b))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
         assert_eq!(problem(batch(vec![7; 16])), "");
         assert!(problem(batch(vec![0; 16])).contains("trace id of 16 bytes"));
         let mut b = batch(vec![7; 16]);
@@ -568,7 +573,7 @@ mod tests {
         assert!(problem(b).contains("parent"));
         assert!(
             raw::check(Bytes::from_static(&[0x0a, 0x05, 0x01]))
-                .is_err_and(|m| m.contains("undecodable"))
+                .is_err_and(|e| e.to_string().contains("undecodable"))
         );
     }
 

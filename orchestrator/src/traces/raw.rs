@@ -82,11 +82,26 @@ struct LiteSpan {
     end_time_unix_nano: u64,
 }
 
+/// Why an export request was refused.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BatchError {
+    #[error("undecodable: {0}")]
+    Undecodable(#[source] prost::DecodeError),
+    #[error("span \"{span}\": trace id of {bytes} bytes")]
+    TraceId { span: String, bytes: usize },
+    #[error("span \"{span}\": span id of {bytes} bytes")]
+    SpanId { span: String, bytes: usize },
+    #[error("span \"{span}\": parent span id of {bytes} bytes")]
+    ParentId { span: String, bytes: usize },
+    #[error("span \"{span}\": ends before it starts")]
+    EndsBeforeStart { span: String },
+}
+
 /// Checks an export request: it must decode, and every span must have a
 /// 16-byte non-zero trace id, an 8-byte non-zero span id, an empty or
 /// 8-byte parent span id, and must not end before it starts. Says why not.
-pub(super) fn check(body: Bytes) -> Result<RawBatch, String> {
-    let lite = LiteRequest::decode(body.clone()).map_err(|e| format!("undecodable: {e}"))?;
+pub(super) fn check(body: Bytes) -> Result<RawBatch, BatchError> {
+    let lite = LiteRequest::decode(body.clone()).map_err(BatchError::Undecodable)?;
     let mut spans = 0u64;
     for span in lite
         .resource_spans
@@ -97,28 +112,25 @@ pub(super) fn check(body: Bytes) -> Result<RawBatch, String> {
         spans += 1;
         let name = || String::from_utf8_lossy(&span.name).into_owned();
         if span.trace_id.len() != 16 || span.trace_id.iter().all(|b| *b == 0) {
-            return Err(format!(
-                "span \"{}\": trace id of {} bytes",
-                name(),
-                span.trace_id.len()
-            ));
+            return Err(BatchError::TraceId {
+                span: name(),
+                bytes: span.trace_id.len(),
+            });
         }
         if span.span_id.len() != 8 || span.span_id.iter().all(|b| *b == 0) {
-            return Err(format!(
-                "span \"{}\": span id of {} bytes",
-                name(),
-                span.span_id.len()
-            ));
+            return Err(BatchError::SpanId {
+                span: name(),
+                bytes: span.span_id.len(),
+            });
         }
         if !(span.parent_span_id.is_empty() || span.parent_span_id.len() == 8) {
-            return Err(format!(
-                "span \"{}\": parent span id of {} bytes",
-                name(),
-                span.parent_span_id.len()
-            ));
+            return Err(BatchError::ParentId {
+                span: name(),
+                bytes: span.parent_span_id.len(),
+            });
         }
         if span.end_time_unix_nano < span.start_time_unix_nano {
-            return Err(format!("span \"{}\": ends before it starts", name()));
+            return Err(BatchError::EndsBeforeStart { span: name() });
         }
     }
     Ok(RawBatch { body, spans })
