@@ -25,7 +25,7 @@ pub struct IntervalSeries {
     /// The intervals, from the start of the measured phase.
     pub buckets: Vec<IntervalStats>,
     /// Where sending ended, seconds into the measured phase (see
-    /// [`sending_end`]): answers after it are the drain of requests still
+    /// `sending_end`): answers after it are the drain of requests still
     /// in flight, not the system's throughput.
     pub sending_end: f64,
     /// Ok answers that arrived after `sending_end` (not in `buckets`'

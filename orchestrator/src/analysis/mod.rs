@@ -1,6 +1,6 @@
 //! Analysis: from measured requests, fed one at a time, and plain data
 //! about the run to the finished reports. Nothing here does I/O except
-//! [`summary::Environment::detect`], which the caller runs to read the
+//! `Environment::detect`, which the caller runs to read the
 //! host's facts; warnings come back as strings for the caller to print.
 //!
 //! - `stats`: latency histograms (µs, 3 digits), percentiles, Wilson interval.
@@ -12,7 +12,7 @@
 //! - `intervals`: requests and answers over time, in fixed intervals.
 //! - `broker`: the broker's per-topic statistics as summary.json holds them.
 //! - `variant`: one variant's requests -> [`VariantReport`], through
-//!   [`VariantAccumulator`].
+//!   `VariantAccumulator`.
 //! - `summary`: the whole run -> [`Summary`] (summary.json's shape).
 //! - `sweep`: a swept scenario's table and compounding curve.
 

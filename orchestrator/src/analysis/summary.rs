@@ -18,7 +18,7 @@ pub(crate) const SCHEMA: &str = "tailmesh.summary/v1";
 /// Everything summary.json holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
-    /// Always [`SCHEMA`].
+    /// Always `SCHEMA` (the current version).
     pub schema: String,
     /// The run's id (also its results folder).
     pub run_id: String,

@@ -108,7 +108,7 @@ pub struct CompoundingReport {
     pub deviation: Option<f64>,
     /// The per-hop probabilities behind the model, in scenario order.
     pub hops: Vec<HopSlowness>,
-    /// The verdict (see [`decide`]).
+    /// The verdict (see `decide`).
     pub verdict: Verdict,
     /// Why the verdict is inconclusive, or what failed: the cause of most
     /// of the excess.
