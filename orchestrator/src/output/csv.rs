@@ -572,7 +572,7 @@ mod tests {
             (r.path[0].hop.as_str(), r.path[0].replica, r.path[0].slow),
             ("a", 1, true)
         );
-        assert_eq!(r.path[0].service_ns, 5_000_000);
+        assert_eq!(r.path[0].service_ns, 5_000);
     }
 
     #[test]
