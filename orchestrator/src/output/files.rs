@@ -119,22 +119,27 @@ pub fn write_run(
     let mut requests_failed = None;
     for f in files {
         let path = dir.join(&f.name);
-        match f.content {
-            Content::Summary => super::write_summary(&path, summary)?,
-            Content::Requests => {
-                if let Some(Err(e)) = requests.take().map(RequestsWriter::finish) {
+        let done = match f.content {
+            Content::Summary => super::write_summary(&path, summary),
+            Content::Requests => match requests.take().map(RequestsWriter::finish) {
+                Some(Err(e)) => {
                     requests_failed = Some(e);
                     continue;
                 }
-            }
-            Content::Histogram(i) => {
-                if let Some(report) = summary.variants.get(i) {
-                    super::write_hgrm(&path, &report.latency_histogram)?;
-                }
-            }
-            Content::Traces => write_jaeger(&path, data.spans)?,
-            Content::Report => super::write_report(&path, summary)?,
+                _ => Ok(()),
+            },
+            Content::Histogram(i) => match summary.variants.get(i) {
+                Some(report) => super::write_hgrm(&path, &report.latency_histogram),
+                None => Ok(()),
+            },
+            Content::Traces => write_jaeger(&path, data.spans),
+            Content::Report => super::write_report(&path, summary),
             Content::Logs => continue,
+        };
+        if let Err(e) = done {
+            // The requests file failed first (during the run): its error
+            // is the one to tell.
+            return Err(requests_failed.unwrap_or(e));
         }
         written.push(path);
     }
