@@ -407,7 +407,7 @@ pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,late
 
 /// CSV text split into rows of fields, RFC 4180 quotes honoured (error
 /// messages carry quotes and commas).
-fn csv_rows(text: &str) -> Vec<Vec<String>> {
+pub(crate) fn csv_rows(text: &str) -> Vec<Vec<String>> {
     let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
     let (mut quoted, mut chars) = (false, text.chars().peekable());
     while let Some(c) = chars.next() {
