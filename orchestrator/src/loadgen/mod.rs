@@ -479,10 +479,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
             Stop::Requests(n) => measured_sent.load(Ordering::Relaxed).min(n),
             Stop::Duration(_) => measured_sent.load(Ordering::Relaxed),
         };
-        drain.tick(
-            sent,
-            Instant::now().saturating_duration_since(measure_from),
-        );
+        drain.tick(sent, Instant::now().saturating_duration_since(measure_from));
     }
     while workers.join_next().await.is_some() {}
     drain.stats.peak_in_flight = peak_in_flight.load(Ordering::Relaxed);

@@ -134,10 +134,7 @@ mod tests {
             },
             Stop::Requests(1000),
         );
-        assert_eq!(
-            p.line(0, Duration::ZERO),
-            "0.0s, 0 sent, 0/s, p99 so far -"
-        );
+        assert_eq!(p.line(0, Duration::ZERO), "0.0s, 0 sent, 0/s, p99 so far -");
         for i in 0..100 {
             p.record(&ok(if i == 99 { 50 } else { 2 }));
         }

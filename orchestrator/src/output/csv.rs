@@ -346,7 +346,9 @@ pub fn split_rows(text: &str) -> Vec<Vec<String>> {
 /// (see [`for_each_request`], which keeps none).
 pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, OutputError> {
     let mut out = Vec::new();
-    for_each_request(path, |variant, record| out.push((variant.to_owned(), record)))?;
+    for_each_request(path, |variant, record| {
+        out.push((variant.to_owned(), record))
+    })?;
     Ok(out)
 }
 
@@ -664,10 +666,17 @@ mod tests {
             }
         }
         assert_eq!(writer.rows(), 20_000);
-        assert!(writer.peak_buffered() <= BUFFER, "{}", writer.peak_buffered());
+        assert!(
+            writer.peak_buffered() <= BUFFER,
+            "{}",
+            writer.peak_buffered()
+        );
         writer.finish().expect("finished");
         let size = std::fs::metadata(&path).expect("written").len();
-        assert!(size > 10 * BUFFER as u64, "{size} bytes: the rows reached the file");
+        assert!(
+            size > 10 * BUFFER as u64,
+            "{size} bytes: the rows reached the file"
+        );
     }
 
     #[test]
@@ -700,7 +709,10 @@ mod tests {
         assert_eq!(r0[10], "injected:a");
         assert!(r0[11].starts_with("injected:a=20.300ms;"), "{}", r0[11]);
         assert_eq!(r0[12], "0", "no retry");
-        assert_eq!(r0[13], "20300.500/0.000//push/0;20300.500/0.000//push/0;20300.500/0.000//push/0");
+        assert_eq!(
+            r0[13],
+            "20300.500/0.000//push/0;20300.500/0.000//push/0;20300.500/0.000//push/0"
+        );
         // Request 111: slow nowhere.
         assert_eq!((rows[112][10].as_str(), rows[112][11].as_str()), ("", ""));
         assert_eq!(rows[112][7], "");

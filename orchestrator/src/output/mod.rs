@@ -159,7 +159,7 @@ pub fn check_room(dir: &Path, estimate: &OutputEstimate) -> Result<(), OutputErr
     let Ok(stat) = nix::sys::statvfs::statvfs(dir) else {
         return Ok(());
     };
-    let free = u64::from(stat.blocks_available()).saturating_mul(u64::from(stat.fragment_size()));
+    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
     if free < estimate.bytes {
         return Err(OutputError::NoRoom {
             dir: dir.to_path_buf(),

@@ -65,8 +65,7 @@ fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
         return None;
     }
     let bar = ProgressBar::new(len);
-    let template =
-        format!("{{prefix}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{elapsed}}) {{msg}}");
+    let template = format!("{{prefix}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{elapsed}}) {{msg}}");
     if let Ok(style) = ProgressStyle::with_template(&template) {
         bar.set_style(style.progress_chars("=> "));
     }

@@ -334,7 +334,10 @@ slow_threshold = "15ms"
             assert!(read_lossy(&path).contains("#[Max"), "{name} is cut short");
         }
         if name == "report.html" {
-            assert!(read_lossy(&path).trim_end().ends_with("</html>"), "{name} is cut short");
+            assert!(
+                read_lossy(&path).trim_end().ends_with("</html>"),
+                "{name} is cut short"
+            );
         }
     }
 }

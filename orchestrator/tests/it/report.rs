@@ -228,7 +228,13 @@ fn report_redraws_from_the_files_and_compare_puts_runs_side_by_side() {
         v2.push_str(&row[..12].join(","));
         v2.push('\n');
     }
-    assert!(v2.starts_with("variant,id,") && v2.lines().next().is_some_and(|h| h.ends_with(",cause,causes")));
+    assert!(
+        v2.starts_with("variant,id,")
+            && v2
+                .lines()
+                .next()
+                .is_some_and(|h| h.ends_with(",cause,causes"))
+    );
     std::fs::write(&csv, v2).expect("write a version 2 file");
     std::fs::remove_file(&report).expect("remove it");
     let redraw = tailmesh(dir.path(), &["report", path_str(&run_dir)]);
