@@ -226,7 +226,8 @@ pub struct VariantReport {
     pub compounding: Option<CompoundingReport>,
     /// Requests sent during warmup (not measured, still accounted for).
     pub warmup: WarmupCounts,
-    /// Whether the run was cut short (Ctrl-C) while this variant ran.
+    /// Whether the run was cut short (Ctrl-C, or a results disk that
+    /// filled) while this variant ran.
     pub interrupted: bool,
     /// What happened to the load generator's own connections: opened,
     /// closed, and calls ended by the transport (GOAWAY received or sent,
