@@ -3,7 +3,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -14,7 +14,7 @@ use crate::{
     analysis::{
         self, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext, summary::Environment,
     },
-    output::{self, OutputError, RequestsWriter},
+    output::{self, OutputError, RequestsSpool, RequestsWriter},
     record::{RecordSink, RequestRecord},
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
@@ -118,8 +118,8 @@ pub struct Finished {
     /// What every variant measured, for the traces file.
     runs: Vec<VariantRun>,
     /// requests.csv, written while the run went, renamed into place by
-    /// [`Finished::write`].
-    requests: Option<RequestsWriter>,
+    /// [`Finished::write`] (or why it was lost).
+    requests: Option<Result<RequestsWriter, OutputError>>,
 }
 
 impl Finished {
@@ -206,14 +206,18 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         sampling,
     });
     let (interrupt_tx, interrupt) = watch::channel(0u32);
+    let lost_requests = Arc::new(Mutex::new(None));
+    let requests =
+        RequestsWriter::create(&dir.join("requests.csv"), scenario.check.slow_threshold)?;
     let mut records = RunRecords {
         check: scenario.check.clone(),
-        requests: RequestsWriter::create(&dir.join("requests.csv"), scenario.check.slow_threshold)?,
+        requests: RequestsSpool::start(
+            requests,
+            stop_on_lost_requests(interrupt_tx.clone(), Arc::clone(&lost_requests)),
+        )?,
         variants: Vec::new(),
         // The slot for a sampler fed every measured record (none yet).
         tail_sampler: None,
-        halt: interrupt_tx.clone(),
-        lost_requests: None,
     };
     let (runs, trace_counts) = runtime.block_on(async {
         let options = RunOptions {
@@ -264,12 +268,12 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         traces: trace_counts,
     };
     let RunRecords {
-        requests,
-        variants,
-        lost_requests,
-        ..
+        requests, variants, ..
     } = records;
-    let summary = analyze_runs(facts, &runs, variants, lost_requests);
+    // Every row queued is written before the requests file is judged.
+    let requests = requests.finish();
+    let lost = lost_requests.lock().ok().and_then(|mut l| l.take());
+    let summary = analyze_runs(facts, &runs, variants, lost);
     Ok(Finished {
         interrupted: summary.interrupted,
         dir,
@@ -280,23 +284,46 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     })
 }
 
+/// What the requests file's thread does when the disk cannot take a row:
+/// says so at once, stops the load as a first Ctrl-C does (the requests in
+/// flight are finished, the remaining variants skipped), and notes the
+/// variant and the error in `lost` for its incidents.
+fn stop_on_lost_requests(
+    halt: watch::Sender<u32>,
+    lost: Arc<Mutex<Option<(usize, String)>>>,
+) -> impl FnOnce(usize, OutputError) + Send + 'static {
+    move |variants, e| {
+        crate::tell!(
+            "\ntailmesh: {e}: the results disk is full (or the file too large); \
+             stopping the load, finishing the requests in flight, then writing what fits"
+        );
+        if let Ok(mut lost) = lost.lock() {
+            *lost = Some((variants.saturating_sub(1), e.to_string()));
+        }
+        halt.send_if_modified(|n| {
+            let raise = *n < crate::loadgen::STOP_SENDING;
+            if raise {
+                *n = crate::loadgen::STOP_SENDING;
+            }
+            raise
+        });
+    }
+}
+
 /// The run's record pipeline: each measured request, as it completes, goes
-/// to its variant's analysis, to requests.csv, and to the tail sampler's
-/// slot; none is kept. A requests file the disk cannot take stops the load
-/// (as a first Ctrl-C does) so the run ends cleanly with what it measured.
+/// to its variant's analysis, to requests.csv (written on a thread of its
+/// own, through a bounded queue), and to the tail sampler's slot; none is
+/// kept. A requests file the disk cannot take stops the load (see
+/// [`stop_on_lost_requests`]) so the run ends cleanly with what it measured.
 struct RunRecords {
     check: scenario::Check,
-    requests: RequestsWriter,
+    requests: RequestsSpool,
     /// One accumulator per variant begun, the current one last.
     variants: Vec<VariantAccumulator>,
     /// Fed every measured record after analysis and the requests file: the
     /// place for a sampler that decides, as each request ends, whether its
     /// trace is kept. `None`: no such sampler.
     tail_sampler: Option<Box<dyn RecordSink + Send>>,
-    /// Raised to [`crate::loadgen::STOP_SENDING`] when requests.csv fails.
-    halt: watch::Sender<u32>,
-    /// The variant (its index) during which requests.csv failed, and why.
-    lost_requests: Option<(usize, String)>,
 }
 
 impl RecordSink for RunRecords {
@@ -304,20 +331,7 @@ impl RecordSink for RunRecords {
         if let Some(variant) = self.variants.last_mut() {
             variant.record(record);
         }
-        if let Err(e) = self.requests.write(record) {
-            crate::tell!(
-                "\ntailmesh: {e}: the results disk is full (or the file too large); \
-                 stopping the load, finishing the requests in flight, then writing what fits"
-            );
-            self.lost_requests = Some((self.variants.len().saturating_sub(1), e.to_string()));
-            self.halt.send_if_modified(|n| {
-                let raise = *n < crate::loadgen::STOP_SENDING;
-                if raise {
-                    *n = crate::loadgen::STOP_SENDING;
-                }
-                raise
-            });
-        }
+        self.requests.write(record);
         if let Some(sampler) = &mut self.tail_sampler {
             sampler.record(record);
         }
@@ -341,6 +355,7 @@ impl run::RecordPipeline for RunRecords {
             records = stats.records,
             peak_in_flight = stats.peak_in_flight,
             peak_held = stats.peak_held,
+            peak_queued_rows = self.requests.peak_queued(),
             peak_buffered_bytes = self.requests.peak_buffered(),
             peak_id_ranges = self.variants.last().map_or(0, VariantAccumulator::peak_id_ranges),
             "record pipeline"

@@ -38,6 +38,12 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+    mpsc::SyncSender,
+};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tailmesh_proto::pb::HopRecord;
@@ -213,6 +219,141 @@ impl Drop for RequestsWriter {
     fn drop(&mut self) {
         if self.out.take().is_some() {
             let _ = std::fs::remove_file(&self.partial);
+        }
+    }
+}
+
+/// A [`RequestsWriter`] on a thread of its own, fed through a bounded
+/// queue: the rows are formatted and written off the load generator's
+/// thread (which sends the requests), and memory holds at most
+/// [`SPOOL_QUEUE`] records waiting (a disk slower than the load makes
+/// [`write`] wait instead of piling records up).
+///
+/// [`write`]: RequestsSpool::write
+pub struct RequestsSpool {
+    queue: Option<SyncSender<Spooled>>,
+    thread: Option<JoinHandle<RequestsWriter>>,
+    path: PathBuf,
+    queued: Arc<AtomicUsize>,
+    peak_queued: Arc<AtomicUsize>,
+    peak_buffered: Arc<AtomicUsize>,
+}
+
+/// Records waiting for the spool's thread, at most.
+pub const SPOOL_QUEUE: usize = 4096;
+
+enum Spooled {
+    Variant(String),
+    Record(RequestRecord),
+}
+
+impl std::fmt::Debug for RequestsSpool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestsSpool")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl RequestsSpool {
+    /// Moves `writer` to a thread of its own. `on_failure` is called there,
+    /// once, when a write fails, with the number of variants begun so far
+    /// and the error (later rows are dropped).
+    pub fn start(
+        mut writer: RequestsWriter,
+        on_failure: impl FnOnce(usize, OutputError) + Send + 'static,
+    ) -> Result<RequestsSpool, OutputError> {
+        let (queue, rows) = std::sync::mpsc::sync_channel(SPOOL_QUEUE);
+        let path = writer.path.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let peak_queued = Arc::new(AtomicUsize::new(0));
+        let peak_buffered = Arc::new(AtomicUsize::new(0));
+        let (waiting, buffered) = (Arc::clone(&queued), Arc::clone(&peak_buffered));
+        let thread = std::thread::Builder::new()
+            .name("requests.csv".to_owned())
+            .spawn(move || {
+                let mut on_failure = Some(on_failure);
+                let mut variants = 0;
+                for row in rows {
+                    match row {
+                        Spooled::Variant(name) => {
+                            variants += 1;
+                            writer.begin_variant(&name);
+                        }
+                        Spooled::Record(r) => {
+                            waiting.fetch_sub(1, Ordering::Relaxed);
+                            if let Err(e) = writer.write(&r)
+                                && let Some(tell) = on_failure.take()
+                            {
+                                tell(variants, e);
+                            }
+                            buffered.fetch_max(writer.peak_buffered(), Ordering::Relaxed);
+                        }
+                    }
+                }
+                writer
+            })
+            .map_err(OutputError::io(&path))?;
+        Ok(RequestsSpool {
+            queue: Some(queue),
+            thread: Some(thread),
+            path,
+            queued,
+            peak_queued,
+            peak_buffered,
+        })
+    }
+
+    /// The rows that follow belong to variant `name`.
+    pub fn begin_variant(&self, name: &str) {
+        if let Some(queue) = &self.queue {
+            // The thread only ends when the queue closes.
+            let _ = queue.send(Spooled::Variant(name.to_owned()));
+        }
+    }
+
+    /// Queues one request's row; waits while the queue is full.
+    pub fn write(&self, r: &RequestRecord) {
+        if let Some(queue) = &self.queue {
+            let waiting = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
+            self.peak_queued.fetch_max(waiting, Ordering::Relaxed);
+            let _ = queue.send(Spooled::Record(r.clone()));
+        }
+    }
+
+    /// The most records held at once between [`write`] and the file: the
+    /// queue's [`SPOOL_QUEUE`], plus one being handed over and one being
+    /// written, at most.
+    ///
+    /// [`write`]: RequestsSpool::write
+    pub fn peak_queued(&self) -> usize {
+        self.peak_queued.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes the writer held before they reached the file.
+    pub fn peak_buffered(&self) -> usize {
+        self.peak_buffered.load(Ordering::Relaxed)
+    }
+
+    /// Waits for every queued row to be written; the writer, to finish.
+    pub fn finish(mut self) -> Result<RequestsWriter, OutputError> {
+        self.queue = None;
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(writer)) => Ok(writer),
+            _ => Err(OutputError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other("the thread writing it panicked"),
+            }),
+        }
+    }
+}
+
+impl Drop for RequestsSpool {
+    /// Unfinished: the writer's thread ends, removing the partial file.
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -651,6 +792,70 @@ mod tests {
         writer.write(&records[0]).expect("a row");
         drop(writer);
         assert!(!path.exists() && !partial.exists());
+    }
+
+    #[test]
+    fn the_spool_writes_every_row_in_order_off_the_callers_thread() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("requests.csv");
+        let mixed = mixed_records();
+        let writer = RequestsWriter::create(&path, MS15).expect("created");
+        let spool = RequestsSpool::start(writer, |_, e| panic!("no failure expected: {e}"))
+            .expect("started");
+        for (name, records) in [("push", &mixed[..]), ("pull", &mixed[..10])] {
+            spool.begin_variant(name);
+            for _ in 0..10 {
+                for r in records {
+                    spool.write(r);
+                }
+            }
+        }
+        assert!(
+            spool.peak_queued() <= SPOOL_QUEUE + 2,
+            "{}",
+            spool.peak_queued()
+        );
+        let writer = spool.finish().expect("the thread ended");
+        assert_eq!(writer.rows(), 10 * (mixed.len() as u64 + 10));
+        writer.finish().expect("renamed into place");
+        let back = read_requests_csv(&path).expect("read back");
+        assert_eq!(back.len(), 10 * (mixed.len() + 10));
+        assert_eq!(back[0].1, mixed[0]);
+        assert_eq!(back[mixed.len()].1, mixed[0], "rows keep their order");
+        assert_eq!(back.last().map(|(v, _)| v.as_str()), Some("pull"));
+    }
+
+    #[test]
+    fn a_spool_whose_disk_fills_says_so_once_and_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("requests.csv");
+        let records = ok_records();
+        let mut writer = RequestsWriter::create(&path, MS15).expect("created");
+        // Every write to /dev/full fails with ENOSPC, as on a full disk.
+        let full = File::options()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        writer.out = Some(BufWriter::with_capacity(BUFFER, full));
+        let (told_tx, told) = std::sync::mpsc::channel();
+        let spool = RequestsSpool::start(writer, move |variants, e| {
+            let _ = told_tx.send((variants, e.to_string()));
+        })
+        .expect("started");
+        spool.begin_variant("base");
+        for _ in 0..100 {
+            for r in &records {
+                spool.write(r);
+            }
+        }
+        let writer = spool.finish().expect("the thread ended");
+        let told: Vec<(usize, String)> = told.try_iter().collect();
+        assert_eq!(told.len(), 1, "told once: {told:?}");
+        assert_eq!(told[0].0, 1, "during the first variant");
+        assert!(told[0].1.contains("requests.csv"), "{}", told[0].1);
+        assert!(writer.failed());
+        assert!(writer.finish().is_err());
+        assert!(!path.exists() && !dir.path().join(".requests.csv.partial").exists());
     }
 
     #[test]

@@ -98,8 +98,8 @@ pub fn describe(files: &[RunFile]) -> BTreeMap<String, String> {
 pub struct RunData<'a> {
     /// requests.csv, written row by row while the run went (every
     /// variant's measured requests, in the summary's order): finished in
-    /// its turn.
-    pub requests: RequestsWriter,
+    /// its turn; or why it was lost during the run.
+    pub requests: Result<RequestsWriter, OutputError>,
     /// Every variant's spans.
     pub spans: &'a [ResourceSpans],
 }
@@ -121,13 +121,15 @@ pub fn write_run(
         let path = dir.join(&f.name);
         let done = match f.content {
             Content::Summary => super::write_summary(&path, summary),
-            Content::Requests => match requests.take().map(RequestsWriter::finish) {
-                Some(Err(e)) => {
-                    requests_failed = Some(e);
-                    continue;
+            Content::Requests => {
+                match requests.take().map(|r| r.and_then(RequestsWriter::finish)) {
+                    Some(Err(e)) => {
+                        requests_failed = Some(e);
+                        continue;
+                    }
+                    _ => Ok(()),
                 }
-                _ => Ok(()),
-            },
+            }
             Content::Histogram(i) => match summary.variants.get(i) {
                 Some(report) => super::write_hgrm(&path, &report.latency_histogram),
                 None => Ok(()),
@@ -217,7 +219,7 @@ mod tests {
             &s,
             &files,
             RunData {
-                requests,
+                requests: Ok(requests),
                 spans: &[],
             },
         )
@@ -257,7 +259,7 @@ mod tests {
             &s,
             &files,
             RunData {
-                requests,
+                requests: Ok(requests),
                 spans: &[],
             },
         );

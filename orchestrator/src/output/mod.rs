@@ -31,7 +31,7 @@ use std::{
 pub use bars::render_histogram;
 pub use compare::render_comparison;
 pub use csv::{
-    CSV_HEADER, CSV_VERSION, RequestsWriter, for_each_request, read_requests_csv,
+    CSV_HEADER, CSV_VERSION, RequestsSpool, RequestsWriter, for_each_request, read_requests_csv,
     write_requests_csv,
 };
 pub use files::{RunData, RunFile, TRACES_FILE, describe, run_files, write_run};

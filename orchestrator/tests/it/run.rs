@@ -941,9 +941,9 @@ fn pipeline_stat(line: &str, key: &str) -> u64 {
 
 /// 20,000 requests through one zero-work hop, as fast as 32 in flight go:
 /// what the record pipeline holds (requests in flight and ended but not yet
-/// handed on, the gaps in the ids analysis tracks, bytes buffered for
-/// requests.csv) stays under bounds set by the 32 in flight and the
-/// writer's buffer, far below the run's size, while every request reaches
+/// handed on, the gaps in the ids analysis tracks, rows queued for
+/// requests.csv and bytes buffered there) stays under bounds set by the 32
+/// in flight and the requests file's queue and buffer, not by the run, while every request reaches
 /// requests.csv and the summary. Progress lines, on a non-terminal output,
 /// come at most one per 10 s.
 fn the_record_pipeline_holds_what_is_in_flight_not_the_run() {
@@ -1007,11 +1007,15 @@ name = "a"
         .find(|l| l.contains("record pipeline"))
         .unwrap_or_else(|| panic!("no record pipeline line:\n{context}"));
     assert_eq!(pipeline_stat(line, "records"), 20_000, "{line}");
-    // Bounds from the load's shape, a twentieth of the run or less each.
+    // Bounds from the load's shape (32 in flight) and the requests file's
+    // queue and buffer, none of them the run's size: 20,000 requests is
+    // five times the largest.
     let in_flight = pipeline_stat(line, "peak_in_flight");
     assert!((1..=32).contains(&in_flight), "{line}");
     assert!(pipeline_stat(line, "peak_held") <= 33, "{line}");
     assert!(pipeline_stat(line, "peak_id_ranges") <= 33, "{line}");
+    // The queue's 4096, one being handed over, one being written.
+    assert!(pipeline_stat(line, "peak_queued_rows") <= 4098, "{line}");
     assert!(
         pipeline_stat(line, "peak_buffered_bytes") <= 64 * 1024,
         "{line}"
