@@ -1,6 +1,7 @@
 //! What the load generator measured: each request (the raw material of
 //! every statistic, CSV row and verdict), the warmup's accounting, and the
-//! machine during the load window. Plain data shared by `loadgen` (which
+//! machine during the load window; and [`RecordSink`], where each request
+//! goes as it completes. Plain data shared by `loadgen` (which
 //! fills it) and `analysis` (which judges it), so neither imports the other.
 
 use std::time::Duration;
@@ -118,15 +119,6 @@ impl RequestRecord {
 pub(crate) trait RecordSink {
     /// Takes one completed request of the measured phase.
     fn record(&mut self, record: &RequestRecord);
-}
-
-/// Sends each record to every sink in turn.
-impl RecordSink for [&mut dyn RecordSink] {
-    fn record(&mut self, record: &RequestRecord) {
-        for sink in self.iter_mut() {
-            sink.record(record);
-        }
-    }
 }
 
 /// What the record pipeline held at most while a variant ran: the
