@@ -3,7 +3,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -14,12 +14,15 @@ use crate::{
     analysis::{
         self, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext, summary::Environment,
     },
-    output::{self, OutputError},
-    record::RequestRecord,
+    output::{self, OutputError, RequestsSpool, RequestsWriter},
+    record::{RecordSink, RequestRecord},
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
-    scenario::{self, Scenario, ScenarioErrors},
-    traces::collector::{self, ReceiverError, ReceiverThread},
+    scenario::{self, ScenarioErrors},
+    traces::{
+        collector::{self, ReceiverError, ReceiverThread},
+        loadgen::LoadTracer,
+    },
 };
 
 /// What `tailmesh run` was asked to do.
@@ -112,8 +115,11 @@ pub struct Finished {
     pub interrupted: bool,
     /// Whether the scenario asks for terminal histograms.
     pub histograms: bool,
-    /// What every variant measured, for requests.csv, the traces and the report.
+    /// What every variant measured, for the traces file.
     runs: Vec<VariantRun>,
+    /// requests.csv, written while the run went, renamed into place by
+    /// [`Finished::write`] (or why it was lost).
+    requests: Option<Result<RequestsWriter, OutputError>>,
 }
 
 impl Finished {
@@ -124,14 +130,15 @@ impl Finished {
     }
 
     /// Writes the run folder's files, each whole or not at all, summary.json
-    /// first, and points `<results>/<scenario>/latest` at the folder.
-    /// Returns the files written, in the order written.
-    pub fn write(&self) -> Result<Vec<PathBuf>, ExperimentError> {
-        let requests: Vec<(&str, &[RequestRecord])> = self
-            .runs
-            .iter()
-            .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
-            .collect();
+    /// first (requests.csv, written during the run, is renamed into place
+    /// in its turn), and points `<results>/<scenario>/latest` at the folder.
+    /// Returns the files written, in the order written. A requests file the
+    /// disk could not take during the run is this error, after the other
+    /// files are written. Once only: a second call writes nothing.
+    pub fn write(&mut self) -> Result<Vec<PathBuf>, ExperimentError> {
+        let Some(requests) = self.requests.take() else {
+            return Ok(Vec::new());
+        };
         let spans: Vec<_> = self
             .runs
             .iter()
@@ -141,13 +148,13 @@ impl Finished {
             &self.dir,
             &self.summary,
             &output::run_files(&self.summary, traced(&self.runs)),
-            &output::RunData {
-                requests: &requests,
+            output::RunData {
+                requests,
                 spans: &spans,
             },
-        )?;
+        );
         link_latest(&self.dir);
-        Ok(written)
+        Ok(written?)
     }
 }
 
@@ -160,6 +167,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let started_at = OffsetDateTime::now_utc();
     let dir = create_run_dir(&command.results, &scenario.name, started_at)?;
     output::check_writable(&dir)?;
+    output::check_room(&dir, &estimate_output(&scenario, !command.no_traces))?;
     let run_id = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -197,6 +205,20 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         receiver: r.handle(),
         sampling,
     });
+    let (interrupt_tx, interrupt) = watch::channel(0u32);
+    let lost_requests = Arc::new(Mutex::new(None));
+    let requests =
+        RequestsWriter::create(&dir.join("requests.csv"), scenario.check.slow_threshold)?;
+    let mut records = RunRecords {
+        check: scenario.check.clone(),
+        requests: RequestsSpool::start(
+            requests,
+            stop_on_lost_requests(interrupt_tx.clone(), Arc::clone(&lost_requests)),
+        )?,
+        variants: Vec::new(),
+        // The slot for a sampler fed every measured record (none yet).
+        tail_sampler: None,
+    };
     let (runs, trace_counts) = runtime.block_on(async {
         let options = RunOptions {
             dir: dir.clone(),
@@ -205,9 +227,8 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             traces: traces.clone(),
             attach: command.attach.clone(),
         };
-        let (interrupt_tx, interrupt) = watch::channel(0u32);
         tokio::spawn(count_interrupts(interrupt_tx));
-        let runs = run::run_variants(&scenario, &options, interrupt)
+        let runs = run::run_variants(&scenario, &options, interrupt, &mut records)
             .await
             .map_err(Box::new)?;
         let counts = match &traces {
@@ -246,14 +267,152 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         environment: Environment::detect(&launchers(&runs)),
         traces: trace_counts,
     };
-    let summary = analyze_runs(&scenario, facts, &runs);
+    let RunRecords {
+        requests, variants, ..
+    } = records;
+    // Every row queued is written before the requests file is judged.
+    let requests = requests.finish();
+    let lost = lost_requests.lock().ok().and_then(|mut l| l.take());
+    let summary = analyze_runs(facts, &runs, variants, lost);
     Ok(Finished {
         interrupted: summary.interrupted,
         dir,
         summary,
         histograms: scenario.report.histogram,
         runs,
+        requests: Some(requests),
     })
+}
+
+/// What the requests file's thread does when the disk cannot take a row:
+/// says so at once, stops the load as a first Ctrl-C does (the requests in
+/// flight are finished, the remaining variants skipped), and notes the
+/// variant and the error in `lost` for its incidents.
+fn stop_on_lost_requests(
+    halt: watch::Sender<u32>,
+    lost: Arc<Mutex<Option<(usize, String)>>>,
+) -> impl FnOnce(usize, OutputError) + Send + 'static {
+    move |variants, e| {
+        crate::tell!(
+            "\ntailmesh: {e}: the results disk is full (or the file too large); \
+             stopping the load, finishing the requests in flight, then writing what fits"
+        );
+        if let Ok(mut lost) = lost.lock() {
+            *lost = Some((variants.saturating_sub(1), e.to_string()));
+        }
+        halt.send_if_modified(|n| {
+            let raise = *n < crate::loadgen::STOP_SENDING;
+            if raise {
+                *n = crate::loadgen::STOP_SENDING;
+            }
+            raise
+        });
+    }
+}
+
+/// The run's record pipeline: each measured request, as it completes, goes
+/// to its variant's analysis, to requests.csv (written on a thread of its
+/// own, through a bounded queue), and to the tail sampler's slot; none is
+/// kept. A requests file the disk cannot take stops the load (see
+/// [`stop_on_lost_requests`]) so the run ends cleanly with what it measured.
+struct RunRecords {
+    check: scenario::Check,
+    requests: RequestsSpool,
+    /// One accumulator per variant begun, the current one last.
+    variants: Vec<VariantAccumulator>,
+    /// Fed every measured record after analysis and the requests file: the
+    /// place for a sampler that decides, as each request ends, whether its
+    /// trace is kept. `None`: no such sampler.
+    tail_sampler: Option<Box<dyn RecordSink + Send>>,
+}
+
+impl RecordSink for RunRecords {
+    fn record(&mut self, record: &RequestRecord) {
+        if let Some(variant) = self.variants.last_mut() {
+            variant.record(record);
+        }
+        self.requests.write(record);
+        if let Some(sampler) = &mut self.tail_sampler {
+            sampler.record(record);
+        }
+    }
+}
+
+impl run::RecordPipeline for RunRecords {
+    fn begin_variant(&mut self, variant: &scenario::Variant, tracer: Option<&Arc<LoadTracer>>) {
+        let sampled = tracer
+            .cloned()
+            .map(|tracer| -> analysis::Sampled { Box::new(move |id| tracer.sampled(id)) });
+        self.variants
+            .push(VariantAccumulator::new(variant, &self.check, sampled));
+        self.requests.begin_variant(&variant.name);
+    }
+
+    fn end_variant(&mut self, load: &crate::loadgen::LoadOutcome) {
+        let stats = &load.pipeline;
+        tracing::info!(
+            target: "tailmesh::records",
+            records = stats.records,
+            peak_in_flight = stats.peak_in_flight,
+            peak_held = stats.peak_held,
+            peak_queued_rows = self.requests.peak_queued(),
+            peak_buffered_bytes = self.requests.peak_buffered(),
+            peak_id_ranges = self.variants.last().map_or(0, VariantAccumulator::peak_id_ranges),
+            "record pipeline"
+        );
+    }
+}
+
+/// Bytes of a requests.csv row before its path: variant, id, four times,
+/// status, attempts, flags, about.
+const ROW_BASE_BYTES: u64 = 110;
+/// Bytes each path record adds to a row (`path` and `hops` entries, names
+/// aside), about.
+const ROW_HOP_BYTES: u64 = 60;
+/// Bytes of traces per hop of a traced request (a Jaeger span or two),
+/// about, and per traced request besides (the generator's span).
+const TRACE_HOP_BYTES: u64 = 1_200;
+const TRACE_REQUEST_BYTES: u64 = 600;
+/// The files whose size does not follow the request count: summary.json,
+/// the .hgrm files, report.html, the logs.
+const FIXED_BYTES: u64 = 2_000_000;
+
+/// What `scenario` will write, from its request count: each variant's
+/// requests (rate x duration, or the count asked for; a closed loop that
+/// stops by time has no count known up front and is left out) times its
+/// row size, plus traces when `traced`.
+fn estimate_output(scenario: &scenario::Scenario, traced: bool) -> output::OutputEstimate {
+    use crate::scenario::{LoadMode, Stop};
+    let mut estimate = output::OutputEstimate {
+        bytes: FIXED_BYTES,
+        ..Default::default()
+    };
+    let sampling = if traced {
+        scenario.telemetry.sampling.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    for variant in &scenario.variants {
+        let load = &variant.load;
+        let requests = match (load.stop, &load.mode) {
+            (Stop::Requests(n), _) => n,
+            (Stop::Duration(d), LoadMode::Open { rate, .. }) => (rate * d.as_secs_f64()) as u64,
+            (Stop::Duration(_), LoadMode::Closed { .. }) => 0,
+        };
+        let hops = variant.hops.len() as u64;
+        let names: u64 = variant.hops.iter().map(|h| 2 * h.name.len() as u64).sum();
+        let row = ROW_BASE_BYTES + variant.name.len() as u64 + hops * ROW_HOP_BYTES + names;
+        let trace =
+            (requests as f64 * sampling) as u64 * (TRACE_REQUEST_BYTES + hops * TRACE_HOP_BYTES);
+        estimate.requests = estimate.requests.saturating_add(requests);
+        estimate.row_bytes = estimate.row_bytes.max(row);
+        estimate.trace_bytes = estimate.trace_bytes.saturating_add(trace);
+        estimate.bytes = estimate
+            .bytes
+            .saturating_add(requests.saturating_mul(row))
+            .saturating_add(trace);
+    }
+    estimate
 }
 
 /// Counts Ctrl-C and SIGTERM into `interrupts`: the first stops sending,
@@ -293,25 +452,30 @@ async fn count_interrupts(interrupts: watch::Sender<u32>) {
     }
 }
 
-/// Analyzes the variants into the run's [`Summary`], listing the files it
-/// will be written with; prints analysis's warnings.
-fn analyze_runs(scenario: &Scenario, facts: RunFacts<'_>, runs: &[VariantRun]) -> Summary {
+/// Finishes each variant's analysis (`variants`, fed while it ran) into
+/// the run's [`Summary`], listing the files it will be written with;
+/// prints analysis's warnings. `lost_requests`: the variant during which
+/// requests.csv could not be written, and why.
+fn analyze_runs(
+    facts: RunFacts<'_>,
+    runs: &[VariantRun],
+    variants: Vec<VariantAccumulator>,
+    lost_requests: Option<(usize, String)>,
+) -> Summary {
     let mut reports = Vec::with_capacity(runs.len());
-    for run in runs {
-        let sampled = run
-            .tracer
-            .clone()
-            .map(|tracer| -> analysis::Sampled { Box::new(move |id| tracer.sampled(id)) });
-        let mut variant = VariantAccumulator::new(&run.variant, &scenario.check, sampled);
-        for record in &run.load.records {
-            variant.record(record);
+    for (i, (run, variant)) in runs.iter().zip(variants).enumerate() {
+        let mut incidents = run.incidents.clone();
+        if let Some((_, why)) = lost_requests.as_ref().filter(|(at, _)| *at == i) {
+            incidents.push(format!(
+                "{why}: the results disk filled; sending stopped early, requests.csv is absent"
+            ));
         }
         let analyzed = variant.finish(VariantContext {
             measured: run.load.measured,
             warmup: run.load.warmup,
             interrupted: run.load.interrupted,
             generator_links: run.load.links,
-            incidents: run.incidents.clone(),
+            incidents,
             broker: run.broker.iter().cloned().map(Into::into).collect(),
             peak_memory: run.memory.clone(),
             faults: run.faults.clone(),
@@ -346,12 +510,10 @@ fn launchers(runs: &[VariantRun]) -> String {
     }
 }
 
-/// Each variant's name and its requests, in the summary's order.
-pub type VariantRecords = Vec<(String, Vec<RequestRecord>)>;
-
-/// Reads a run folder's summary.json and requests.csv back, with each
-/// variant's latency histogram rebuilt from the requests.
-pub fn read_run(dir: &Path) -> Result<(Summary, VariantRecords), ExperimentError> {
+/// Reads a run folder's summary.json back, with each variant's latency
+/// histogram and requests over time rebuilt from requests.csv, read one
+/// row at a time (no request is kept).
+pub fn read_run(dir: &Path) -> Result<Summary, ExperimentError> {
     let path = dir.join("summary.json");
     let text = std::fs::read_to_string(&path).map_err(|source| ExperimentError::Io {
         what: "read",
@@ -360,36 +522,43 @@ pub fn read_run(dir: &Path) -> Result<(Summary, VariantRecords), ExperimentError
     })?;
     let mut summary: Summary =
         serde_json::from_str(&text).map_err(|source| ExperimentError::ReadRun { path, source })?;
-    let mut records: Vec<(String, Vec<RequestRecord>)> = summary
-        .variants
-        .iter()
-        .map(|v| (v.name.clone(), Vec::new()))
-        .collect();
-    for (variant, record) in output::read_requests_csv(&dir.join("requests.csv"))? {
-        match records.iter_mut().find(|(name, _)| *name == variant) {
-            Some((_, list)) => list.push(record),
+    let mut rebuilds: Vec<Rebuild> = summary.variants.iter().map(|_| Rebuild::new()).collect();
+    let mut unknown = None;
+    // Rows come variant after variant: look up a name only when it changes.
+    let mut current: Option<(String, usize)> = None;
+    output::for_each_request(&dir.join("requests.csv"), |variant, record| {
+        let index = match &current {
+            Some((name, i)) if name == variant => Some(*i),
+            _ => summary.variants.iter().position(|v| v.name == variant),
+        };
+        match index {
+            Some(i) => {
+                if current.as_ref().is_none_or(|(name, _)| name != variant) {
+                    current = Some((variant.to_owned(), i));
+                }
+                rebuilds[i].record(&record);
+            }
             None => {
-                return Err(ExperimentError::UnknownVariant {
-                    dir: dir.to_owned(),
-                    variant,
-                });
+                unknown.get_or_insert_with(|| variant.to_owned());
             }
         }
+    })?;
+    if let Some(variant) = unknown {
+        return Err(ExperimentError::UnknownVariant {
+            dir: dir.to_owned(),
+            variant,
+        });
     }
-    for (report, (_, list)) in summary.variants.iter_mut().zip(&records) {
-        let mut rebuild = Rebuild::new();
-        for r in list {
-            rebuild.record(r);
-        }
+    for (report, rebuild) in summary.variants.iter_mut().zip(rebuilds) {
         rebuild.finish(report);
     }
-    Ok((summary, records))
+    Ok(summary)
 }
 
 /// `tailmesh report <run-folder>`: redraws report.html from the folder's
 /// files; returns the report's path.
 pub fn regenerate_report(dir: &Path) -> Result<PathBuf, ExperimentError> {
-    let (summary, _) = read_run(dir)?;
+    let summary = read_run(dir)?;
     let path = dir.join("report.html");
     output::write_report(&path, &summary)?;
     Ok(path)

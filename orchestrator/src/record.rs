@@ -1,6 +1,7 @@
 //! What the load generator measured: each request (the raw material of
 //! every statistic, CSV row and verdict), the warmup's accounting, and the
-//! machine during the load window. Plain data shared by `loadgen` (which
+//! machine during the load window; and [`RecordSink`], where each request
+//! goes as it completes. Plain data shared by `loadgen` (which
 //! fills it) and `analysis` (which judges it), so neither imports the other.
 
 use std::time::Duration;
@@ -103,6 +104,34 @@ impl RequestRecord {
     pub fn service_latency(&self) -> Duration {
         self.end.saturating_sub(self.start)
     }
+
+    /// Whether any attempt beyond the first was sent for it, by the load
+    /// generator or by a hop on its path (retries and hedges; failed
+    /// requests carry no path, so only the generator's are seen for them).
+    pub fn retried(&self) -> bool {
+        self.extra_attempts > 0 || self.path.iter().any(|h| h.extra_attempts > 0)
+    }
+}
+
+/// Where completed measured requests go, one at a time, as they complete:
+/// the analysis accumulator, the requests file, the trace sampler. Nothing
+/// downstream of the load generator holds every record.
+pub(crate) trait RecordSink {
+    /// Takes one completed request of the measured phase.
+    fn record(&mut self, record: &RequestRecord);
+}
+
+/// What the record pipeline held at most while a variant ran: the
+/// structures that could grow with the number of requests, counted, so a
+/// test can show they stay bounded by what is in flight instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PipelineStats {
+    /// Measured records that went through the pipeline.
+    pub records: u64,
+    /// Requests sent and not yet ended, at most.
+    pub peak_in_flight: usize,
+    /// Records ended but not yet handed to the sinks, at most.
+    pub peak_held: usize,
 }
 
 /// Requests sent during warmup: not measured, but still accounted for.

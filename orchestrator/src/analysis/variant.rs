@@ -226,7 +226,8 @@ pub struct VariantReport {
     pub compounding: Option<CompoundingReport>,
     /// Requests sent during warmup (not measured, still accounted for).
     pub warmup: WarmupCounts,
-    /// Whether the run was cut short (Ctrl-C) while this variant ran.
+    /// Whether the run was cut short (Ctrl-C, or a results disk that
+    /// filled) while this variant ran.
     pub interrupted: bool,
     /// What happened to the load generator's own connections: opened,
     /// closed, and calls ended by the transport (GOAWAY received or sent,
@@ -443,6 +444,8 @@ pub(crate) struct VariantAccumulator {
     unknown_hops: BTreeMap<String, u64>,
     errors: BTreeMap<String, u64>,
     ids: IdSet,
+    /// The most ranges `ids` held at once.
+    peak_id_ranges: usize,
     sent: u64,
     ok: u64,
     timeouts: u64,
@@ -480,6 +483,7 @@ impl VariantAccumulator {
             unknown_hops: BTreeMap::new(),
             errors: BTreeMap::new(),
             ids: IdSet::default(),
+            peak_id_ranges: 0,
             sent: 0,
             ok: 0,
             timeouts: 0,
@@ -506,6 +510,7 @@ impl VariantAccumulator {
         if !self.ids.insert(r.id) {
             self.duplicate_ids += 1;
         }
+        self.peak_id_ranges = self.peak_id_ranges.max(self.ids.ranges.len());
         record_us(
             &mut self.lateness,
             micros(r.start.saturating_sub(r.intended)),
@@ -566,6 +571,13 @@ impl VariantAccumulator {
         {
             kept.push(r.clone());
         }
+    }
+
+    /// The most ranges of request ids held at once: the one structure here
+    /// that follows the requests (it grows with the requests in flight,
+    /// ended out of order, not with the run's length).
+    pub(crate) fn peak_id_ranges(&self) -> usize {
+        self.peak_id_ranges
     }
 
     /// The finished report: everything recorded, with `context`, the

@@ -35,8 +35,8 @@ pub(crate) struct CompareArgs {
 
 /// Prints the two runs side by side.
 pub(crate) fn compare(args: CompareArgs) -> Result<(), CliError> {
-    let (run_a, _) = experiment::read_run(&args.a)?;
-    let (run_b, _) = experiment::read_run(&args.b)?;
+    let run_a = experiment::read_run(&args.a)?;
+    let run_b = experiment::read_run(&args.b)?;
     let label = |p: &Path| p.display().to_string();
     tailmesh::console::out_text(&tailmesh::output::render_comparison(
         &run_a,

@@ -59,7 +59,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
     } else {
         None
     };
-    let finished = experiment::execute(&RunCommand {
+    let mut finished = experiment::execute(&RunCommand {
         scenario: args.scenario,
         results: args.results,
         progress: !args.quiet,

@@ -5,15 +5,20 @@
 //! - `schedule`: the seeded open-loop send times.
 //! - `pacing`: how the open loop waits for each send time (timer, spin,
 //!   real-time priority, placement).
+//! - `progress`: elapsed, sent, rate and p99 so far, while it runs.
 //! - `selfwatch`: the generator watching itself and the machine while it runs.
 //! - `standalone`: the generator against one replica already running
 //!   (`tailmesh load`, for benchmarks).
+//!
+//! Each measured request is handed to a [`RecordSink`] as it completes;
+//! the generator keeps none (memory holds the requests in flight).
 //!
 //! Every request sent is accounted for: it ends as ok, an error (by gRPC
 //! code) or a timeout, and requests still in flight when the generator stops
 //! are waited for (their deadline bounds the wait).
 
 mod pacing;
+mod progress;
 mod schedule;
 mod selfwatch;
 pub mod standalone;
@@ -21,13 +26,13 @@ pub mod standalone;
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
 
 use bytes::Bytes;
-use indicatif::ProgressBar;
+pub(crate) use progress::{Progress, View};
 pub(crate) use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
@@ -38,10 +43,14 @@ use tailmesh_services::{
     link::LinkCounts,
     timer::Sleeper,
 };
-use tokio::{sync::watch, task::JoinSet, time::Instant};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+    time::Instant,
+};
 
 use crate::{
-    record::{MachineSamples, Outcome, RequestRecord, WarmupCounts},
+    record::{MachineSamples, Outcome, PipelineStats, RecordSink, RequestRecord, WarmupCounts},
     scenario::{Load, LoadMode, Stop},
     traces::loadgen::LoadTracer,
 };
@@ -105,37 +114,42 @@ impl Target {
     }
 }
 
-/// What one load phase produced.
+/// What one load phase produced (its requests went to the sink).
 #[derive(Debug, Default)]
 pub(crate) struct LoadOutcome {
-    /// The measured requests, in id order.
-    pub records: Vec<RequestRecord>,
     /// Warmup accounting.
     pub warmup: WarmupCounts,
     /// Length of the measured phase (see [`generate`]).
     pub measured: Duration,
-    /// Whether the run was cut short (Ctrl-C or a dead hop).
+    /// Whether the run was cut short (Ctrl-C, a dead hop, or a full
+    /// results disk).
     pub interrupted: bool,
     /// What happened to the generator's own connections meanwhile (`None`
     /// through RabbitMQ or NATS, whose clients keep theirs to themselves).
     pub links: Option<LinkCounts>,
     /// What the self-watch saw while the load ran.
     pub instrument: Option<MachineSamples>,
+    /// What the record pipeline held at most.
+    pub pipeline: PipelineStats,
 }
 
-/// Drives `load` against `target`. `stop` counts interrupts: the first
-/// ([`STOP_SENDING`]) ends sending early and requests in flight are still
-/// awaited; the second ([`ABANDON`]) gives those up. The measured phase lasts from the
-/// end of warmup to the time sending stopped (open loop: the next intended
-/// send time; closed loop: the last answer).
-pub(crate) async fn generate(
+/// Drives `load` against `target` and hands each measured request to
+/// `sink` as it completes (warmup requests are only counted). `stop`
+/// counts interrupts: the first ([`STOP_SENDING`]) ends sending early and
+/// requests in flight are still awaited; the second ([`ABANDON`]) gives
+/// those up. The measured phase lasts from the end of warmup to the time
+/// sending stopped (open loop: the next intended send time; closed loop:
+/// the last answer).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn generate<S: RecordSink + ?Sized>(
     target: Target,
     load: &Load,
     seed: u64,
     sleeper: Sleeper,
-    progress: Option<ProgressBar>,
+    progress: Option<Progress>,
     stop: watch::Receiver<u32>,
     tracer: Option<Arc<LoadTracer>>,
+    sink: &mut S,
 ) -> LoadOutcome {
     let payload = payload(load.payload_bytes);
     let shared = Arc::new(Shared {
@@ -150,54 +164,77 @@ pub(crate) async fn generate(
     let watch = selfwatch::Watch::start();
     // Each request's deadline would otherwise wake the runtime's driver.
     let _anchor = tailmesh_services::timer::keep_timer_armed();
-    let (records, measured, interrupted) = match &load.mode {
+    let mut drain = Drain {
+        sink,
+        progress,
+        warmup: WarmupCounts::default(),
+        stats: PipelineStats::default(),
+        last_end: Duration::ZERO,
+    };
+    let (measured, interrupted) = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
             let schedule = Schedule::new(*rate, *arrivals, seed);
-            open_loop(
-                &shared,
-                schedule,
-                load.stop,
-                sleeper,
-                progress.as_ref(),
-                stop,
-            )
-            .await
+            open_loop(&shared, schedule, load.stop, sleeper, &mut drain, stop).await
         }
         LoadMode::Closed { concurrency } => {
             closed_loop(
                 Arc::clone(&shared),
                 *concurrency,
                 load.stop,
-                progress.clone(),
+                &mut drain,
                 stop,
             )
             .await
         }
     };
-    if let Some(bar) = &progress {
-        bar.finish_and_clear();
+    if let Some(p) = &drain.progress {
+        p.finish();
     }
-    let mut outcome = LoadOutcome {
+    LoadOutcome {
+        warmup: drain.warmup,
         measured,
         interrupted,
         links: shared.target.link_counts(),
         instrument: Some(watch.finish()),
-        ..LoadOutcome::default()
-    };
-    for (record, warmup) in records {
+        pipeline: drain.stats,
+    }
+}
+
+/// Where completed requests go: warmup ones are counted, measured ones are
+/// handed to the sink and the progress display at once, never kept.
+struct Drain<'a, S: ?Sized> {
+    sink: &'a mut S,
+    progress: Option<Progress>,
+    warmup: WarmupCounts,
+    stats: PipelineStats,
+    /// The latest end of a measured request.
+    last_end: Duration,
+}
+
+impl<S: RecordSink + ?Sized> Drain<'_, S> {
+    fn take(&mut self, record: RequestRecord, warmup: bool) {
         if warmup {
-            outcome.warmup.sent += 1;
+            self.warmup.sent += 1;
             if record.outcome == Outcome::Ok {
-                outcome.warmup.ok += 1;
+                self.warmup.ok += 1;
             } else {
-                outcome.warmup.failed += 1;
+                self.warmup.failed += 1;
             }
-        } else {
-            outcome.records.push(record);
+            return;
+        }
+        self.stats.records += 1;
+        self.last_end = self.last_end.max(record.end);
+        if let Some(p) = &mut self.progress {
+            p.record(&record);
+        }
+        self.sink.record(&record);
+    }
+
+    fn tick(&mut self, sent: u64, elapsed: Duration) {
+        if let Some(p) = &mut self.progress {
+            p.tick(sent, elapsed);
         }
     }
-    outcome.records.sort_by_key(|r| r.id);
-    outcome
 }
 
 /// The payload every request carries: one buffer, shared by all of them.
@@ -317,16 +354,15 @@ impl Shared {
     }
 }
 
-async fn open_loop(
+async fn open_loop<S: RecordSink + ?Sized>(
     shared: &Shared,
     mut schedule: Schedule,
     stop_at: Stop,
     sleeper: Sleeper,
-    progress: Option<&ProgressBar>,
+    drain: &mut Drain<'_, S>,
     mut stop: watch::Receiver<u32>,
-) -> (Vec<(RequestRecord, bool)>, Duration, bool) {
+) -> (Duration, bool) {
     let mut in_flight = JoinSet::new();
-    let mut done = Vec::new();
     let mut measured_sent = 0u64;
     let mut interrupted = false;
     let measure_from = shared.origin + shared.warmup;
@@ -359,39 +395,44 @@ async fn open_loop(
         if measuring {
             measured_sent += 1;
         }
-        if let Some(bar) = progress {
-            advance(
-                bar,
-                stop_at,
-                measured_sent,
-                intended.saturating_duration_since(measure_from),
-            );
-        }
-        // Collect finished requests as we go, so memory holds only those in flight.
+        // Requests sent and not yet taken back (some may have ended).
+        drain.stats.peak_in_flight = drain.stats.peak_in_flight.max(in_flight.len());
+        drain.tick(
+            measured_sent,
+            intended.saturating_duration_since(measure_from),
+        );
+        // Hand finished requests on as we go: memory holds only those in
+        // flight.
         while let Some(joined) = in_flight.try_join_next() {
-            if let Ok(r) = joined {
-                done.push(r);
+            if let Ok((record, warmup)) = joined {
+                drain.stats.peak_held = drain.stats.peak_held.max(1);
+                drain.take(record, warmup);
             }
         }
     }
     while let Some(joined) = in_flight.join_next().await {
-        if let Ok(r) = joined {
-            done.push(r);
+        if let Ok((record, warmup)) = joined {
+            drain.take(record, warmup);
         }
     }
-    (done, measured_end, interrupted)
+    (measured_end, interrupted)
 }
 
-async fn closed_loop(
+async fn closed_loop<S: RecordSink + ?Sized>(
     shared: Arc<Shared>,
     concurrency: u32,
     stop_at: Stop,
-    progress: Option<ProgressBar>,
+    drain: &mut Drain<'_, S>,
     stop: watch::Receiver<u32>,
-) -> (Vec<(RequestRecord, bool)>, Duration, bool) {
+) -> (Duration, bool) {
     let next_id = Arc::new(AtomicU64::new(0));
     let measured_sent = Arc::new(AtomicU64::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let peak_in_flight = Arc::new(AtomicUsize::new(0));
     let measure_from = shared.origin + shared.warmup;
+    // Each worker hands its finished request to the drain below: at most
+    // one per worker waits in the channel.
+    let (done_tx, mut done_rx) = mpsc::channel(concurrency.max(1) as usize);
     let mut workers = JoinSet::new();
     for _ in 0..concurrency {
         let (shared, next_id, measured_sent) = (
@@ -399,59 +440,48 @@ async fn closed_loop(
             Arc::clone(&next_id),
             Arc::clone(&measured_sent),
         );
-        let (stop, progress) = (stop.clone(), progress.clone());
+        let (in_flight, peak_in_flight) = (Arc::clone(&in_flight), Arc::clone(&peak_in_flight));
+        let (stop, done_tx) = (stop.clone(), done_tx.clone());
         // Each worker sends its next request as soon as its previous one ends.
         workers.spawn(async move {
-            let mut mine = Vec::new();
             while *stop.borrow() < STOP_SENDING {
                 let now = Instant::now();
                 if now >= measure_from {
-                    let sent = match stop_at {
+                    match stop_at {
                         Stop::Duration(d) if now >= measure_from + d => break,
-                        Stop::Duration(_) => measured_sent.fetch_add(1, Ordering::Relaxed) + 1,
+                        Stop::Duration(_) => {
+                            measured_sent.fetch_add(1, Ordering::Relaxed);
+                        }
                         Stop::Requests(n) => {
-                            let claimed = measured_sent.fetch_add(1, Ordering::Relaxed);
-                            if claimed >= n {
+                            if measured_sent.fetch_add(1, Ordering::Relaxed) >= n {
                                 break;
                             }
-                            claimed + 1
                         }
-                    };
-                    if let Some(bar) = &progress {
-                        advance(
-                            bar,
-                            stop_at,
-                            sent,
-                            now.saturating_duration_since(measure_from),
-                        );
                     }
                 }
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
-                mine.push(shared.send(id, now).await);
+                let now_in_flight = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+                peak_in_flight.fetch_max(now_in_flight, Ordering::Relaxed);
+                let done = shared.send(id, now).await;
+                in_flight.fetch_sub(1, Ordering::Relaxed);
+                if done_tx.send(done).await.is_err() {
+                    break;
+                }
             }
-            mine
         });
     }
-    let mut done = Vec::new();
-    while let Some(joined) = workers.join_next().await {
-        if let Ok(mut r) = joined {
-            done.append(&mut r);
-        }
+    drop(done_tx);
+    while let Some((record, warmup)) = done_rx.recv().await {
+        drain.stats.peak_held = drain.stats.peak_held.max(done_rx.len() + 1);
+        drain.take(record, warmup);
+        let sent = match stop_at {
+            // Claims past the count were not sent.
+            Stop::Requests(n) => measured_sent.load(Ordering::Relaxed).min(n),
+            Stop::Duration(_) => measured_sent.load(Ordering::Relaxed),
+        };
+        drain.tick(sent, Instant::now().saturating_duration_since(measure_from));
     }
-    let measured_end = done
-        .iter()
-        .filter(|(_, warmup)| !*warmup)
-        .map(|(r, _)| r.end)
-        .max()
-        .unwrap_or_default();
-    (done, measured_end, *stop.borrow() >= STOP_SENDING)
-}
-
-fn advance(bar: &ProgressBar, stop_at: Stop, sent: u64, elapsed: Duration) {
-    match stop_at {
-        Stop::Requests(_) => bar.set_position(sent),
-        Stop::Duration(_) => {
-            bar.set_position(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-        }
-    }
+    while workers.join_next().await.is_some() {}
+    drain.stats.peak_in_flight = peak_in_flight.load(Ordering::Relaxed);
+    (drain.last_end, *stop.borrow() >= STOP_SENDING)
 }

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::{Target, generate};
 use crate::{
-    record::Outcome,
+    record::{Outcome, RecordSink, RequestRecord},
     scenario::{ConnectionMode, Load, LoadMode, Stop},
 };
 
@@ -36,6 +36,23 @@ pub struct Standalone {
     pub payload: usize,
 }
 
+/// Counts requests as they complete, keeping no sample.
+struct Counted {
+    sent: u64,
+    /// Ok answers' latency, µs.
+    latency_us: hdrhistogram::Histogram<u64>,
+}
+
+impl RecordSink for Counted {
+    fn record(&mut self, r: &RequestRecord) {
+        self.sent += 1;
+        if r.outcome == Outcome::Ok {
+            let us = u64::try_from(r.latency().as_micros()).unwrap_or(u64::MAX);
+            self.latency_us.saturating_record(us);
+        }
+    }
+}
+
 /// What it measured.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StandaloneReport {
@@ -47,8 +64,8 @@ pub struct StandaloneReport {
     pub failed: u64,
     /// Answered ok per second of the measured phase.
     pub ok_per_s: f64,
-    /// Latency percentiles of the ok answers, in microseconds (nearest
-    /// rank).
+    /// Latency percentiles of the ok answers, in microseconds (from a
+    /// histogram of 3 significant digits).
     pub p50_us: u64,
     /// See `p50_us`.
     pub p99_us: u64,
@@ -80,6 +97,11 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
     };
     // Never interrupted: a Ctrl-C ends the process.
     let (_keep, stop) = watch::channel(0);
+    let mut counted = Counted {
+        sent: 0,
+        latency_us: hdrhistogram::Histogram::new(3)
+            .expect("3 significant digits is a valid histogram"),
+    };
     let outcome = generate(
         Target::push(pool, ClientPolicy::default()),
         &spec,
@@ -88,22 +110,16 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
         None,
         stop,
         None,
+        &mut counted,
     )
     .await;
-    let mut latencies: Vec<Duration> = outcome
-        .records
-        .iter()
-        .filter(|r| r.outcome == Outcome::Ok)
-        .map(|r| r.latency())
-        .collect();
-    latencies.sort_unstable();
-    let ok = latencies.len() as u64;
-    let sent = outcome.records.len() as u64;
+    let (sent, ok) = (counted.sent, counted.latency_us.len());
     let micros = |p: f64| {
-        let rank = ((p / 100.0 * latencies.len() as f64).ceil() as usize).max(1);
-        latencies
-            .get(rank - 1)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        if ok == 0 {
+            0
+        } else {
+            counted.latency_us.value_at_quantile(p / 100.0)
+        }
     };
     let seconds = outcome.measured.as_secs_f64();
     Ok(StandaloneReport {

@@ -4,13 +4,12 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    time::Duration,
 };
 
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 
-use super::OutputError;
-use crate::{analysis::Summary, record::RequestRecord, traces::jaeger};
+use super::{OutputError, RequestsWriter};
+use crate::{analysis::Summary, traces::jaeger};
 
 /// The Jaeger JSON file in the run folder.
 pub const TRACES_FILE: &str = "traces.jaeger.json";
@@ -97,42 +96,59 @@ pub fn describe(files: &[RunFile]) -> BTreeMap<String, String> {
 
 /// What the files hold besides the summary.
 pub struct RunData<'a> {
-    /// Each variant's name and its measured requests, in the summary's
-    /// order.
-    pub requests: &'a [(&'a str, &'a [RequestRecord])],
+    /// requests.csv, written row by row while the run went (every
+    /// variant's measured requests, in the summary's order): finished in
+    /// its turn; or why it was lost during the run.
+    pub requests: Result<RequestsWriter, OutputError>,
     /// Every variant's spans.
     pub spans: &'a [ResourceSpans],
 }
 
 /// Writes `files` into `dir` in their order, each whole or not at all;
-/// returns the paths written (an error ends the list).
+/// returns the paths written. An error ends the list, except requests.csv's
+/// (a disk that filled during the run: its partial file is gone, and the
+/// files after it may fit), which is returned once the others are written.
 pub fn write_run(
     dir: &Path,
     summary: &Summary,
     files: &[RunFile],
-    data: &RunData<'_>,
+    data: RunData<'_>,
 ) -> Result<Vec<PathBuf>, OutputError> {
     let mut written = Vec::new();
+    let mut requests = Some(data.requests);
+    let mut requests_failed = None;
     for f in files {
         let path = dir.join(&f.name);
-        match f.content {
-            Content::Summary => super::write_summary(&path, summary)?,
+        let done = match f.content {
+            Content::Summary => super::write_summary(&path, summary),
             Content::Requests => {
-                let threshold = Duration::from_micros(summary.scenario.slow_threshold_us);
-                super::write_requests_csv(&path, data.requests, threshold)?;
-            }
-            Content::Histogram(i) => {
-                if let Some(report) = summary.variants.get(i) {
-                    super::write_hgrm(&path, &report.latency_histogram)?;
+                match requests.take().map(|r| r.and_then(RequestsWriter::finish)) {
+                    Some(Err(e)) => {
+                        requests_failed = Some(e);
+                        continue;
+                    }
+                    _ => Ok(()),
                 }
             }
-            Content::Traces => write_jaeger(&path, data.spans)?,
-            Content::Report => super::write_report(&path, summary)?,
+            Content::Histogram(i) => match summary.variants.get(i) {
+                Some(report) => super::write_hgrm(&path, &report.latency_histogram),
+                None => Ok(()),
+            },
+            Content::Traces => write_jaeger(&path, data.spans),
+            Content::Report => super::write_report(&path, summary),
             Content::Logs => continue,
+        };
+        if let Err(e) = done {
+            // The requests file failed first (during the run): its error
+            // is the one to tell.
+            return Err(requests_failed.unwrap_or(e));
         }
         written.push(path);
     }
-    Ok(written)
+    match requests_failed {
+        Some(e) => Err(e),
+        None => Ok(written),
+    }
 }
 
 fn write_jaeger(path: &Path, spans: &[ResourceSpans]) -> Result<(), OutputError> {
@@ -144,6 +160,8 @@ fn write_jaeger(path: &Path, spans: &[ResourceSpans]) -> Result<(), OutputError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
     use crate::analysis::testing::{mixed_records, summary};
 
     #[test]
@@ -189,12 +207,19 @@ mod tests {
 
         let dir = tempfile::tempdir().expect("temp dir");
         let records = mixed_records();
+        let mut requests =
+            RequestsWriter::create(&dir.path().join("requests.csv"), Duration::from_millis(15))
+                .expect("requests.csv started");
+        requests.begin_variant("base");
+        for r in &records {
+            requests.write(r).expect("a row");
+        }
         let written = write_run(
             dir.path(),
             &s,
             &files,
-            &RunData {
-                requests: &[("base", &records)],
+            RunData {
+                requests: Ok(requests),
                 spans: &[],
             },
         )
@@ -208,5 +233,41 @@ mod tests {
         for name in &written {
             assert!(dir.path().join(name).is_file(), "{name}");
         }
+        let rows = crate::output::read_requests_csv(&dir.path().join("requests.csv"))
+            .expect("requests.csv reads");
+        assert_eq!(rows.len(), records.len());
+    }
+
+    #[test]
+    fn a_requests_file_lost_mid_run_is_reported_after_the_other_files() {
+        let s = summary();
+        let files = run_files(&s, false);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let requests = RequestsWriter::create(&dir.path().join("requests.csv"), Duration::ZERO)
+            .expect("requests.csv started");
+        // The partial file vanishes, as on a disk that filled mid-run.
+        std::fs::remove_dir_all(dir.path()).expect("remove");
+        std::fs::create_dir(dir.path()).expect("recreate");
+        let mut requests = requests;
+        requests.begin_variant("base");
+        for r in &mixed_records() {
+            // Rows still go into the unlinked file: make the flush fail.
+            let _ = requests.write(r);
+        }
+        let err = write_run(
+            dir.path(),
+            &s,
+            &files,
+            RunData {
+                requests: Ok(requests),
+                spans: &[],
+            },
+        );
+        // Every file but requests.csv was written, requests.csv is absent.
+        assert!(dir.path().join("summary.json").is_file());
+        assert!(dir.path().join("report.html").is_file());
+        assert!(!dir.path().join("requests.csv").exists());
+        let e = err.expect_err("the lost file is reported");
+        assert!(e.to_string().contains("requests.csv"), "{e}");
     }
 }

@@ -30,7 +30,10 @@ use std::{
 
 pub use bars::render_histogram;
 pub use compare::render_comparison;
-pub use csv::{CSV_HEADER, read_requests_csv, write_requests_csv};
+pub use csv::{
+    CSV_HEADER, CSV_VERSION, RequestsSpool, RequestsWriter, for_each_request, read_requests_csv,
+    write_requests_csv,
+};
 pub use files::{RunData, RunFile, TRACES_FILE, describe, run_files, write_run};
 pub use hgrm::{format_percentile_distribution, write_hgrm};
 pub use json::write_summary;
@@ -52,6 +55,31 @@ pub enum OutputError {
         /// The run folder.
         dir: PathBuf,
         source: std::io::Error,
+    },
+    /// The results disk cannot hold what the run is estimated to write
+    /// (checked before a run starts).
+    #[error(
+        "the results folder {} has {} free, but this run is estimated to write {} \
+         ({} measured requests at about {} bytes per requests.csv row{}); \
+         free some space or pass --results a folder on a larger disk",
+        dir.display(),
+        megabytes(*free),
+        megabytes(estimate.bytes),
+        estimate.requests,
+        estimate.row_bytes,
+        if estimate.trace_bytes > 0 {
+            format!(", plus {} of traces", megabytes(estimate.trace_bytes))
+        } else {
+            String::new()
+        }
+    )]
+    NoRoom {
+        /// The run folder.
+        dir: PathBuf,
+        /// Bytes available to this user on its disk.
+        free: u64,
+        /// What the run would write.
+        estimate: OutputEstimate,
     },
     /// A results file read back is not what tailmesh writes.
     #[error("read {}: line {line}: unexpected {what}", path.display())]
@@ -100,6 +128,46 @@ pub fn write_atomically(
             source,
         }
     })
+}
+
+/// What a run is expected to write into its folder, estimated before it
+/// starts from its request count (rate x duration, or the requests asked
+/// for).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputEstimate {
+    /// Measured requests expected, every variant together.
+    pub requests: u64,
+    /// Bytes of one requests.csv row, about (the widest variant's).
+    pub row_bytes: u64,
+    /// Bytes of traces expected (0 untraced).
+    pub trace_bytes: u64,
+    /// Everything: the rows, the traces, and the fixed files (summary,
+    /// histograms, report).
+    pub bytes: u64,
+}
+
+/// `bytes` in megabytes, one decimal: "12.3 MB".
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// Checks, before a run starts, that the disk of `dir` has room for
+/// `estimate`: a run that cannot keep its results is refused at once
+/// instead of failing hours in. A disk whose free space cannot be read is
+/// not refused (the write check above still guards it).
+pub fn check_room(dir: &Path, estimate: &OutputEstimate) -> Result<(), OutputError> {
+    let Ok(stat) = nix::sys::statvfs::statvfs(dir) else {
+        return Ok(());
+    };
+    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
+    if free < estimate.bytes {
+        return Err(OutputError::NoRoom {
+            dir: dir.to_path_buf(),
+            free,
+            estimate: *estimate,
+        });
+    }
+    Ok(())
 }
 
 /// Checks, before a run starts, that `dir` takes a file: a read-only or

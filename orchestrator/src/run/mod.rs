@@ -4,7 +4,11 @@
 //! - `launch`: which launcher a variant gets; its processes started in the
 //!   plan's order.
 //! - `faults`: the network-fault schedule, through each replica's agent.
-//! - `progress`: the line and the progress bar shown while a variant runs.
+//! - `progress`: the line shown when a variant starts, and where its
+//!   progress goes (a bar on a terminal, a line every 10 s elsewhere).
+//!
+//! Each variant's measured requests go through a [`RecordPipeline`] as
+//! they complete; the run keeps none of them.
 
 mod faults;
 mod launch;
@@ -40,6 +44,7 @@ use crate::{
     },
     loadgen::{self, LoadOutcome, Target},
     plan::{DRAIN_GRACE, MeshPlan, Naming},
+    record::RecordSink,
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
     traces::{
         collector::{Collector, ReceiverError, ReceiverHandle},
@@ -118,9 +123,8 @@ pub enum RunError {
 /// What one variant's run produced.
 #[derive(Debug)]
 pub(crate) struct VariantRun {
-    /// The variant as run.
-    pub variant: Variant,
-    /// The load generator's measurements.
+    /// The load generator's measurements (its requests went through the
+    /// run's [`RecordPipeline`]).
     pub load: LoadOutcome,
     /// Things that went wrong while it ran (a hop process that died...).
     pub incidents: Vec<String>,
@@ -137,6 +141,18 @@ pub(crate) struct VariantRun {
     pub spans: Vec<ResourceSpans>,
     /// The load generator's tracer (which requests were sampled).
     pub tracer: Option<Arc<LoadTracer>>,
+}
+
+/// Where a run's measured requests go, variant after variant: the
+/// per-variant record pipeline (analysis, the requests file, the trace
+/// sampler), fed one completed request at a time while the load runs.
+pub(crate) trait RecordPipeline: RecordSink {
+    /// The records that follow belong to `variant`; `tracer` says which of
+    /// its requests are traced, when tracing is on.
+    fn begin_variant(&mut self, variant: &Variant, tracer: Option<&Arc<LoadTracer>>);
+    /// The variant's load has ended; `load` says what the generator's part
+    /// of the pipeline held at most.
+    fn end_variant(&mut self, load: &LoadOutcome);
 }
 
 /// Where the run's spans go.
@@ -187,6 +203,7 @@ pub(crate) async fn run_variants(
     scenario: &Scenario,
     options: &RunOptions,
     interrupt: watch::Receiver<u32>,
+    records: &mut dyn RecordPipeline,
 ) -> Result<Vec<VariantRun>, RunError> {
     let plans: Vec<MeshPlan> = scenario
         .variants
@@ -225,7 +242,7 @@ pub(crate) async fn run_variants(
             plan.hops().count(),
             describe_load(&variant.load)
         );
-        runs.push(run_variant(scenario, plan, kind, options, interrupt.clone()).await?);
+        runs.push(run_variant(scenario, plan, kind, options, interrupt.clone(), records).await?);
     }
     Ok(runs)
 }
@@ -236,6 +253,7 @@ async fn run_variant(
     kind: Launcher,
     options: &RunOptions,
     interrupt: watch::Receiver<u32>,
+    records: &mut dyn RecordPipeline,
 ) -> Result<VariantRun, RunError> {
     let variant = &plan.variant;
     let log_dir = options.dir.join("logs").join(&variant.name);
@@ -306,7 +324,7 @@ async fn run_variant(
         _ => None,
     };
     let options = netns_options.as_ref().unwrap_or(options);
-    let result = measure(plan, options, &mut launcher, interrupt.clone()).await;
+    let result = measure(plan, options, &mut launcher, interrupt.clone(), records).await;
     // Abandoned requests may still be at the hops: no grace for them.
     let grace = if *interrupt.borrow() >= loadgen::ABANDON {
         Duration::ZERO
@@ -338,6 +356,7 @@ async fn measure(
     options: &RunOptions,
     launcher: &mut AnyLauncher,
     interrupt: watch::Receiver<u32>,
+    records: &mut dyn RecordPipeline,
 ) -> Result<VariantRun, RunError> {
     let variant = &plan.variant;
     let addrs = launch::launch_mesh(plan, options, launcher).await?;
@@ -382,10 +401,7 @@ async fn measure(
     };
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
     faults.start(Duration::ZERO).await;
-    let progress = options
-        .progress
-        .then(|| progress::progress_bar(variant))
-        .flatten();
+    let progress = options.progress.then(|| progress::view(variant)).flatten();
     let tracer = options.traces.as_ref().map(|t| {
         Arc::new(LoadTracer::new(
             Arc::clone(&t.collector),
@@ -395,6 +411,7 @@ async fn measure(
         ))
     });
     let load_tracer = tracer.clone();
+    records.begin_variant(variant, tracer.as_ref());
     let (done_tx, mut done_rx) = watch::channel(false);
     let generate = async {
         let outcome = loadgen::generate(
@@ -405,6 +422,7 @@ async fn measure(
             progress,
             interrupt,
             load_tracer,
+            records,
         )
         .await;
         let _ = done_tx.send(true);
@@ -431,6 +449,7 @@ async fn measure(
         incidents
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
+    records.end_variant(&load);
     let (faults, fault_incidents) = faults.finish().await;
     incidents.extend(fault_incidents);
     let broker = match broker {
@@ -451,7 +470,6 @@ async fn measure(
         }),
     );
     Ok(VariantRun {
-        variant: variant.clone(),
         load,
         incidents,
         broker,

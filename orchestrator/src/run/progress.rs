@@ -1,11 +1,16 @@
 //! What a run shows while it runs: one line describing each variant's load,
-//! and a progress bar for variants longer than two seconds.
+//! and its progress: on a terminal, a progress bar for variants longer
+//! than two seconds; elsewhere, a line every 10 s (the load generator's
+//! `Progress` paces both).
 
-use std::time::Duration;
+use std::{io::IsTerminal, time::Duration};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::scenario::{Load, LoadMode, Stop, Variant};
+use crate::{
+    loadgen::{Progress, View},
+    scenario::{Load, LoadMode, Stop, Variant},
+};
 
 /// "open loop, 400/s poisson, 20s (+2s warmup)" and the like.
 pub(crate) fn describe_load(load: &Load) -> String {
@@ -29,7 +34,20 @@ pub(crate) fn describe_load(load: &Load) -> String {
     }
 }
 
-pub(super) fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
+/// Where `variant`'s progress goes: the bar on a terminal (none for a
+/// short variant), lines on any other standard error.
+pub(super) fn view(variant: &Variant) -> Option<Progress> {
+    let view = if std::io::stderr().is_terminal() {
+        View::Bar(progress_bar(variant)?)
+    } else {
+        View::Lines {
+            variant: variant.name.clone(),
+        }
+    };
+    Some(Progress::new(view, variant.load.stop))
+}
+
+fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
     let load = &variant.load;
     let (len, unit) = match (load.stop, &load.mode) {
         (Stop::Duration(d), _) => (u64::try_from(d.as_millis()).unwrap_or(u64::MAX), "ms"),
@@ -47,7 +65,7 @@ pub(super) fn progress_bar(variant: &Variant) -> Option<ProgressBar> {
         return None;
     }
     let bar = ProgressBar::new(len);
-    let template = format!("{{prefix}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{elapsed}})");
+    let template = format!("{{prefix}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{elapsed}}) {{msg}}");
     if let Ok(style) = ProgressStyle::with_template(&template) {
         bar.set_style(style.progress_chars("=> "));
     }

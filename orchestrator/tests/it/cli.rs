@@ -1,6 +1,7 @@
 //! The command line as a new user meets it: what the terminal says at the
 //! end of a run, output into a pipe that closes early, a results folder
-//! that cannot take the files, and Ctrl-C pressed twice.
+//! that cannot take the files (before the run, at its end, or filling up
+//! during it), and Ctrl-C pressed twice.
 
 use std::{
     process::{Command, Output, Stdio},
@@ -21,6 +22,8 @@ tests! {
     sync output_into_closed_pipes_changes_no_exit_status,
     sync an_unwritable_results_folder_fails_before_anything_starts,
     sync a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal,
+    sync a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none,
+    sync a_run_whose_output_cannot_fit_is_refused_before_anything_starts,
     sync a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once,
 }
 
@@ -261,6 +264,117 @@ fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
             _ => {}
         }
     }
+}
+
+fn a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // 20,000 requests (10 s) whose rows would take about 2 MB: requests.csv
+    // meets the limit within the first thousand.
+    let scenario = write(
+        dir.path(),
+        "filling.toml",
+        r#"
+name = "filling"
+[load]
+mode = "open"
+rate = 2000
+requests = 20000
+[[hop]]
+name = "a"
+[check]
+slow_threshold = "15ms"
+"#,
+    );
+    let results = dir.path().join("results");
+    let limit = 48 * 1024;
+    let out = output_of(&run_args(&scenario, &results, &[]), Some(limit));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let context = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{context}");
+    let run_dir = only_run_dir(&results);
+    assert!(
+        stderr.contains("the results disk is full")
+            && stderr.contains(&format!("write {}/requests.csv", run_dir.display()))
+            && stderr.contains("is incomplete"),
+        "the error should say the disk filled, name the file, and say the folder is incomplete:\n{context}"
+    );
+    assert!(
+        stdout.contains("p99.9"),
+        "the measured numbers were not printed:\n{context}"
+    );
+    // Sending stopped: far fewer than the 20,000 requests, each accounted
+    // for, and the variant says why.
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    assert!(u64_at(v, "/sent") < 20_000, "sending went on:\n{v:#}");
+    assert!(u64_at(v, "/sent") > 0, "{v:#}");
+    assert_accounted(v, &context);
+    let incidents = v.pointer("/incidents").map(ToString::to_string);
+    assert!(
+        incidents
+            .as_deref()
+            .is_some_and(|i| i.contains("requests.csv is absent")),
+        "no incident names the lost file:\n{v:#}"
+    );
+    // Every file whole or absent; the one that overflowed, absent.
+    let names: Vec<String> = std::fs::read_dir(&run_dir)
+        .expect("read the run folder")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.ends_with(".partial")),
+        "partial files left: {names:?}"
+    );
+    assert!(!names.iter().any(|n| n == "requests.csv"), "{names:?}");
+    for name in &names {
+        let path = run_dir.join(name);
+        if name.ends_with(".hgrm") {
+            assert!(read_lossy(&path).contains("#[Max"), "{name} is cut short");
+        }
+        if name == "report.html" {
+            assert!(
+                read_lossy(&path).trim_end().ends_with("</html>"),
+                "{name} is cut short"
+            );
+        }
+    }
+}
+
+fn a_run_whose_output_cannot_fit_is_refused_before_anything_starts() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A trillion requests: hundreds of terabytes of rows, more than any
+    // disk here holds.
+    let scenario = write(
+        dir.path(),
+        "huge.toml",
+        r#"
+name = "huge"
+[load]
+mode = "open"
+rate = 1000
+requests = 1000000000000
+[[hop]]
+name = "a"
+"#,
+    );
+    let results = dir.path().join("results");
+    let out = output_of(&run_args(&scenario, &results, &["--no-traces"]), None);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(path_str(&results))
+            && stderr.contains(" free, but this run is estimated to write ")
+            && stderr.contains("1000000000000 measured requests"),
+        "the error should name the folder, its free space and the estimate:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("variant huge") && !stderr.contains("variant base"),
+        "the run started before its output was estimated:\n{stderr}"
+    );
+    assert!(pid_files(&results).is_empty(), "hops were started");
 }
 
 fn a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once() {

@@ -78,6 +78,20 @@ fn hedging_cuts_the_tail_for_a_few_percent_more_requests() {
             .collect()
     };
     let (slow_plain, slow_hedged) = (slow_leaf("plain"), slow_leaf("hedged"));
+    // requests.csv marks the requests that had a hedge at any hop: none
+    // without a policy; with one, at most one per extra attempt counted.
+    let retried = |variant: &str| {
+        rows.iter()
+            .filter(|r| r.variant == variant && r.retried)
+            .count() as u64
+    };
+    assert_eq!(retried("plain"), 0);
+    assert!(
+        (1..=u64_at(hedged, "/extra_attempts")).contains(&retried("hedged")),
+        "{} hedged rows marked, {} extra attempts",
+        retried("hedged"),
+        u64_at(hedged, "/extra_attempts")
+    );
     // Seeded: the same count every run (3 % of 1500 is 45).
     assert!(
         (20..=80).contains(&slow_plain.len()),

@@ -212,28 +212,35 @@ fn report_redraws_from_the_files_and_compare_puts_runs_side_by_side() {
     let redraw = tailmesh(dir.path(), &["report", path_str(&run_dir)]);
     assert_eq!(redraw.code(), Some(0), "{}", redraw.output());
     let again = std::fs::read_to_string(&report).expect("report.html redrawn");
-    // The same data gives the same charts: latencies, histograms and
-    // throughput all come back from summary.json and requests.csv.
-    for id in ["histogram", "spectrum", "throughput", "hops"] {
-        let chart = |html: &str| {
-            let at = html
-                .find(&format!("<svg id=\"{id}\""))
-                .expect("chart present");
-            html[at..at + html[at..].find("</svg>").expect("closes")].to_string()
-        };
-        let (a, b) = (chart(&original), chart(&again));
-        let at = a
-            .bytes()
-            .zip(b.bytes())
-            .position(|(x, y)| x != y)
-            .unwrap_or(a.len().min(b.len()));
+    assert_same_charts(&original, &again);
+
+    // A run folder from before requests.csv's version 3 (its first 12
+    // columns) redraws the same.
+    let csv = run_dir.join("requests.csv");
+    let text = std::fs::read_to_string(&csv).expect("requests.csv");
+    let mut v2 = String::new();
+    for (i, row) in csv_rows(&text).into_iter().enumerate() {
+        assert_eq!(row.len(), 15, "row {i}: {row:?}");
         assert!(
-            a == b,
-            "chart {id} differs after the redraw at byte {at}: {:?} vs {:?}",
-            &a[at.saturating_sub(80)..(at + 80).min(a.len())],
-            &b[at.saturating_sub(80)..(at + 80).min(b.len())]
+            row[..12].iter().all(|f| !f.contains([',', '"'])),
+            "row {i} needs no quotes: {row:?}"
         );
+        v2.push_str(&row[..12].join(","));
+        v2.push('\n');
     }
+    assert!(
+        v2.starts_with("variant,id,")
+            && v2
+                .lines()
+                .next()
+                .is_some_and(|h| h.ends_with(",cause,causes"))
+    );
+    std::fs::write(&csv, v2).expect("write a version 2 file");
+    std::fs::remove_file(&report).expect("remove it");
+    let redraw = tailmesh(dir.path(), &["report", path_str(&run_dir)]);
+    assert_eq!(redraw.code(), Some(0), "{}", redraw.output());
+    let from_v2 = std::fs::read_to_string(&report).expect("report.html redrawn");
+    assert_same_charts(&original, &from_v2);
 
     let compare = tailmesh(
         dir.path(),
@@ -253,4 +260,29 @@ fn report_redraws_from_the_files_and_compare_puts_runs_side_by_side() {
         "{}",
         missing.output()
     );
+}
+
+/// The same data gives the same charts: latencies, histograms and
+/// throughput all come back from summary.json and requests.csv.
+fn assert_same_charts(original: &str, again: &str) {
+    for id in ["histogram", "spectrum", "throughput", "hops"] {
+        let chart = |html: &str| {
+            let at = html
+                .find(&format!("<svg id=\"{id}\""))
+                .expect("chart present");
+            html[at..at + html[at..].find("</svg>").expect("closes")].to_string()
+        };
+        let (a, b) = (chart(original), chart(again));
+        let at = a
+            .bytes()
+            .zip(b.bytes())
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(b.len()));
+        assert!(
+            a == b,
+            "chart {id} differs after the redraw at byte {at}: {:?} vs {:?}",
+            &a[at.saturating_sub(80)..(at + 80).min(a.len())],
+            &b[at.saturating_sub(80)..(at + 80).min(b.len())]
+        );
+    }
 }

@@ -26,6 +26,7 @@ tests! {
     sync check_passes_on_the_shipped_default_scenario_scaled_down,
     sync check_exits_3_when_a_variant_fails_more_requests_than_max_error_rate,
     sync no_hop_process_outlives_a_normal_run,
+    sync the_record_pipeline_holds_what_is_in_flight_not_the_run,
 }
 
 /// A 3-hop chain where every hop is slow with p = 0.2 (+20 ms), the middle
@@ -156,6 +157,11 @@ fn assert_files_agree(run_dir: &Path, expected_variants: &[&str], replicas: &[&s
                 .filter(|r| r.status != "ok")
                 .all(|r| r.path.is_empty()),
             "variant {name}: only ok requests carry a path"
+        );
+        assert!(
+            mine.iter()
+                .all(|r| r.error.is_empty() == (r.status == "ok" || r.status == "timeout")),
+            "variant {name}: errors, and only they, carry their message"
         );
 
         // Per hop: visits, replica split and injected slowness from the paths.
@@ -914,5 +920,119 @@ fn check_exits_3_when_a_variant_fails_more_requests_than_max_error_rate() {
             .and_then(Value::as_f64),
         Some(1.0),
         "{passed:#}"
+    );
+}
+
+/// The `key=value` of the record pipeline's log line (`tailmesh::records`).
+fn pipeline_stat(line: &str, key: &str) -> u64 {
+    let start = line
+        .find(&format!("{key}="))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        + key.len()
+        + 1;
+    let digits: String = line[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|e| panic!("{key} in {line}: {e}"))
+}
+
+/// 20,000 requests through one zero-work hop, as fast as 32 in flight go:
+/// what the record pipeline holds (requests in flight and ended but not yet
+/// handed on, the gaps in the ids analysis tracks, rows queued for
+/// requests.csv and bytes buffered there) stays under bounds set by the 32
+/// in flight and the requests file's queue and buffer, not by the run, while every request reaches
+/// requests.csv and the summary. Progress lines, on a non-terminal output,
+/// come at most one per 10 s.
+fn the_record_pipeline_holds_what_is_in_flight_not_the_run() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(
+        dir.path(),
+        "long.toml",
+        r#"
+name = "long"
+[load]
+mode = "closed"
+concurrency = 32
+requests = 20000
+timeout = "10s"
+[[hop]]
+name = "a"
+"#,
+    );
+    let results = dir.path().join("results");
+    let log = |name: &str| std::fs::File::create(dir.path().join(name)).expect("a log file");
+    // Not --quiet: the progress lines go to the (non-terminal) log.
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(TAILMESH)
+        .args([
+            "run",
+            path_str(&scenario),
+            "--results",
+            path_str(&results),
+            "--no-traces",
+        ])
+        .env("RUST_LOG", "warn,tailmesh::records=info")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(log("stdout"))
+        .stderr(log("stderr"))
+        .spawn()
+        .expect("start tailmesh");
+    let deadline = started + run_deadline();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for tailmesh") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "still running after {:?}:\n{}",
+                run_deadline(),
+                read_lossy(&dir.path().join("stderr"))
+            );
+        }
+        sleep(POLL);
+    };
+    let wall = started.elapsed();
+    let stderr = read_lossy(&dir.path().join("stderr"));
+    let context = format!("{}\n{stderr}", read_lossy(&dir.path().join("stdout")));
+    assert_eq!(status.code(), Some(0), "{context}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("record pipeline"))
+        .unwrap_or_else(|| panic!("no record pipeline line:\n{context}"));
+    assert_eq!(pipeline_stat(line, "records"), 20_000, "{line}");
+    // Bounds from the load's shape (32 in flight) and the requests file's
+    // queue and buffer, none of them the run's size: 20,000 requests is
+    // five times the largest.
+    let in_flight = pipeline_stat(line, "peak_in_flight");
+    assert!((1..=32).contains(&in_flight), "{line}");
+    assert!(pipeline_stat(line, "peak_held") <= 33, "{line}");
+    assert!(pipeline_stat(line, "peak_id_ranges") <= 33, "{line}");
+    // The queue's 4096, one being handed over, one being written.
+    assert!(pipeline_stat(line, "peak_queued_rows") <= 4098, "{line}");
+    assert!(
+        pipeline_stat(line, "peak_buffered_bytes") <= 64 * 1024,
+        "{line}"
+    );
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    assert_eq!(u64_at(v, "/sent"), 20_000, "{v:#}");
+    assert_accounted(v, &context);
+    let rows = requests_csv(&run_dir);
+    assert_eq!(rows.len(), 20_000);
+    let ids: BTreeSet<u64> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 20_000, "one row per request");
+    assert!(rows.iter().all(|r| !r.retried), "no policy, no retries");
+    let progress = stderr.lines().filter(|l| l.contains("p99 so far")).count();
+    assert!(
+        progress as u64 <= wall.as_secs() / 10 + 1,
+        "{progress} progress lines in {wall:?}:\n{stderr}"
     );
 }

@@ -396,46 +396,88 @@ pub(crate) struct Row {
     pub path: Vec<(String, u32)>,
     /// The primary cause of a slow request (empty when not slow).
     pub cause: String,
+    /// Whether a retry or hedge was sent for it at any hop.
+    pub retried: bool,
+    /// An error's message (empty otherwise).
+    pub error: String,
 }
 
-pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes";
+/// requests.csv's header (format version 3).
+pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error";
+
+/// CSV text split into rows of fields, RFC 4180 quotes honoured (error
+/// messages carry quotes and commas).
+pub(crate) fn csv_rows(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
+    let (mut quoted, mut chars) = (false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    assert!(
+        row.is_empty() && field.is_empty(),
+        "the last row ends in a line end"
+    );
+    rows
+}
 
 pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
     let text = std::fs::read_to_string(run_dir.join("requests.csv")).expect("read requests.csv");
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some(CSV_HEADER));
-    lines
-        .map(|line| {
-            // No field of these scenarios needs quoting: names are DNS labels.
-            let f: Vec<&str> = line.split(',').collect();
-            assert_eq!(f.len(), 12, "12 fields: {line}");
-            let list = |s: &str| -> Vec<String> {
-                s.split(';')
-                    .filter(|x| !x.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            };
-            Row {
-                variant: f[0].to_string(),
-                id: f[1].parse().unwrap_or_else(|e| panic!("id in {line}: {e}")),
-                latency_ns: micros3_to_ns(f[5]),
-                status: f[6].to_string(),
-                slow_hops: list(f[7]),
-                path: list(f[8])
-                    .iter()
-                    .map(|rec| {
-                        let parts: Vec<&str> = rec.split('/').collect();
-                        assert_eq!(parts.len(), 3, "hop/replica/service_us: {rec}");
-                        let replica = parts[1]
-                            .parse()
-                            .unwrap_or_else(|e| panic!("replica in {rec}: {e}"));
-                        (parts[0].to_string(), replica)
-                    })
-                    .collect(),
-                cause: f[10].to_string(),
-            }
-        })
-        .collect()
+    let mut rows = csv_rows(&text).into_iter();
+    assert_eq!(
+        rows.next().map(|h| h.join(",")).as_deref(),
+        Some(CSV_HEADER)
+    );
+    rows.map(|f| {
+        let line = f.join(",");
+        assert_eq!(f.len(), 15, "15 fields: {line}");
+        let f: Vec<&str> = f.iter().map(String::as_str).collect();
+        let list = |s: &str| -> Vec<String> {
+            s.split(';')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        Row {
+            variant: f[0].to_string(),
+            id: f[1].parse().unwrap_or_else(|e| panic!("id in {line}: {e}")),
+            latency_ns: micros3_to_ns(f[5]),
+            status: f[6].to_string(),
+            slow_hops: list(f[7]),
+            path: list(f[8])
+                .iter()
+                .map(|rec| {
+                    let parts: Vec<&str> = rec.split('/').collect();
+                    assert_eq!(parts.len(), 3, "hop/replica/service_us: {rec}");
+                    let replica = parts[1]
+                        .parse()
+                        .unwrap_or_else(|e| panic!("replica in {rec}: {e}"));
+                    (parts[0].to_string(), replica)
+                })
+                .collect(),
+            cause: f[10].to_string(),
+            retried: match f[12] {
+                "0" => false,
+                "1" => true,
+                other => panic!("retried is 0 or 1, not {other:?}: {line}"),
+            },
+            error: f[14].to_string(),
+        }
+    })
+    .collect()
 }
 
 /// "1234.567" (µs with three decimals) as nanoseconds.
