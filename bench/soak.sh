@@ -195,7 +195,7 @@ PY
 # The machine's load before the run, printed beside the one after.
 cp /proc/loadavg "$OUT/loadavg-start"
 mkdir -p "$OUT/run"
-say "tailmesh run $OUT/scenario.toml --results $OUT/run (${RATE:-scenario's} req/s, ${DURATION:-scenario's} duration)"
+say "tailmesh run $OUT/scenario.toml --results $OUT/run (rate ${RATE:-as in bench/soak.toml}, duration ${DURATION:-as in bench/soak.toml})"
 # In its own session (setsid execs in place: $! is tailmesh), so that a
 # Ctrl-C at the terminal reaches only this script, whose trap passes it on
 # once; the hops follow the orchestrator as in any run.
@@ -259,17 +259,6 @@ def disk(root):
     return used, size
 
 
-def written(p):
-    try:
-        with open(f"/proc/{p}/io") as f:
-            for line in f:
-                if line.startswith("write_bytes:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 # bash forks, then execs tailmesh: wait for the exec.
 deadline = time.monotonic() + 10
 while True:
@@ -290,7 +279,7 @@ with open(os.path.join(out, "rss.csv"), "w", newline="") as rf, \
         open(os.path.join(out, "disk.csv"), "w", newline="") as df:
     rss, dsk = csv.writer(rf), csv.writer(df)
     rss.writerow(["t_s", "process", "pid", "vmrss_kb", "vmhwm_kb"])
-    dsk.writerow(["t_s", "run_dir_du_bytes", "run_dir_apparent_bytes", "orchestrator_write_bytes"])
+    dsk.writerow(["t_s", "run_dir_du_bytes", "run_dir_apparent_bytes"])
     next_at = time.monotonic()
     while True:
         try:
@@ -322,8 +311,7 @@ with open(os.path.join(out, "rss.csv"), "w", newline="") as rf, \
                 continue  # exited meanwhile
         rss.writerows(("" if v is None else v for v in r) for r in sorted(rows, key=lambda r: r[1] != "orchestrator"))
         rf.flush()
-        w = written(pid)
-        dsk.writerow([t, *disk(run_root), "" if w is None else w])
+        dsk.writerow([t, *disk(run_root)])
         df.flush()
         next_at += interval
         time.sleep(max(0.0, next_at - time.monotonic()))
@@ -341,7 +329,7 @@ done
 RUN_PID=""
 wait "$SAMPLER_PID" || say "the memory sampler failed (status $?)"
 SAMPLER_PID=""
-if ((RUN_RC != 0)); then
+if ((RUN_RC != 0 && !INTERRUPTED)); then
     say "tailmesh run exited $RUN_RC; the end of its output ($OUT/tailmesh.log):"
     tail -n 20 "$OUT/tailmesh.log" >&2
 fi
@@ -441,14 +429,8 @@ if run_dir:
             size += st.st_size
             if n in names:
                 files.append((os.path.relpath(os.path.join(d, n), run_dir), st.st_size))
-jaeger = sorted((f for f in files if "jaeger" in os.path.basename(f[0])), key=lambda f: -f[1])
-written = None
-try:
-    with open(os.path.join(out, "disk.csv"), newline="") as f:
-        for r in csv.DictReader(f):
-            written = num(r["orchestrator_write_bytes"]) or written
-except OSError:
-    pass
+# traces.jaeger.json, and traces-2.jaeger.json ... where a binary splits them.
+jaeger = sorted((f for f in files if ".jaeger.json" in os.path.basename(f[0])), key=lambda f: -f[1])
 
 # Every request accounted for: summary.json's own verdict and sent = ok +
 # errors + timeouts recomputed, per variant.
@@ -469,13 +451,15 @@ accounted = bool(summary) and bool(variants) and all(v["accounted"] and v["sum_m
 
 
 def counts(node, path=""):
-    """Numeric leaves under node whose path names kept or dropped things."""
+    """Numeric leaves under node whose path names spans, kept or dropped
+    traces, or tail sampling (a binary with tail sampling reports
+    traces.sampling per variant; older ones only spans and dropped)."""
     found = {}
     if isinstance(node, dict):
         for k, v in node.items():
             found.update(counts(v, f"{path}.{k}" if path else k))
     elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        if any(w in path for w in ("kept", "dropped", "sampled", "spans")):
+        if any(w in path for w in ("spans", "kept", "dropped", "sampl")):
             found[path] = node
     return found
 
@@ -498,7 +482,7 @@ doc = {
     "failed": failed, "accounted": accounted, "variants": variants,
     "orchestrator": orch, "orchestrator_drift": drift,
     "hops": [process_row(n) for n in hops],
-    "run_dir_du_bytes": used, "run_dir_apparent_bytes": size, "orchestrator_write_bytes": written,
+    "run_dir_du_bytes": used, "run_dir_apparent_bytes": size,
     "largest_files": [{"path": p, "bytes": b} for p, b in sorted(files, key=lambda f: -f[1])[:5]],
     "jaeger_files": [{"path": p, "bytes": b} for p, b in jaeger],
     "trace_counts": trace_counts,
@@ -530,13 +514,13 @@ rows.append(("orchestrator RSS peak / final", f"{mb(orch['peak_mb'])} / {mb(orch
 for h in doc["hops"]:
     rows.append((f"{h['process']} RSS at {early_label} / end / peak",
                  f"{mb(h['rss_at_early_mb'])} / {mb(h['rss_at_load_end_mb'])} / {mb(h['peak_mb'])}", ""))
-rows.append(("run folder (du)", f"{mb(used / MB)} ({size:,} bytes apparent"
-             + ("" if written is None else f"; the orchestrator wrote {mb(written / MB)} to disk") + ")", ""))
+rows.append(("run folder (du)", f"{mb(used / MB)} ({size:,} bytes apparent)", ""))
 rows.append(("Jaeger file(s)",
              ", ".join(f"{p} {mb(b / MB)}" for p, b in jaeger) or "none",
              f"each at most {JAEGER_GOAL_MB} MB: {verdict(goals['each_jaeger_file_at_most_50_mb'])}"))
 rows.append(("trace counts (summary.json)",
-             ", ".join(f"{k} {v:,}" for k, v in trace_counts.items()) or "none", ""))
+             ", ".join(f"{k.replace('variants.', '').replace('.traces.', ': ')} {v:,}"
+                       for k, v in trace_counts.items()) or "none", ""))
 la = doc["load_average"]
 rows.append(("machine load average (1 min)",
              f"before {la['before']}, after {la['after']}, {doc['cores']} cores", ""))
@@ -558,8 +542,11 @@ for path in filter(None, (os.path.join(out, "soak.json"), json_out)):
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
-if failed:
+if interrupted:
+    print(f"soak: interrupted (tailmesh run exited {run_rc}); the table covers what ran", file=sys.stderr)
+elif failed:
     print(f"soak: the run failed (exit status {run_rc}{', no summary.json' if summary is None else ''})", file=sys.stderr)
+if failed:
     sys.exit(1)
 if not accounted:
     print("soak: not every request is accounted for", file=sys.stderr)
