@@ -274,6 +274,21 @@ while True:
 _, _, started = stat(pid)
 boot_s = lambda: time.clock_gettime(time.CLOCK_BOOTTIME)
 
+
+def orchestrator():
+    """(seconds since it started, VmRSS, VmHWM), or None once it is gone."""
+    try:
+        state, _, start = stat(pid)
+        if state == "Z" or start != started:
+            return None
+        t = round(boot_s() - started / tick, 2)
+        rss_kb, hwm_kb = memory(pid)
+    except OSError:
+        return None
+    # A process that turned zombie between the two reads has no VmRSS.
+    return None if rss_kb is None else (t, rss_kb, hwm_kb)
+
+
 names = {}
 with open(os.path.join(out, "rss.csv"), "w", newline="") as rf, \
         open(os.path.join(out, "disk.csv"), "w", newline="") as df:
@@ -281,15 +296,9 @@ with open(os.path.join(out, "rss.csv"), "w", newline="") as rf, \
     rss.writerow(["t_s", "process", "pid", "vmrss_kb", "vmhwm_kb"])
     dsk.writerow(["t_s", "run_dir_du_bytes", "run_dir_apparent_bytes"])
     next_at = time.monotonic()
-    while True:
-        try:
-            state, _, start = stat(pid)
-            if state == "Z" or start != started:
-                break
-            orch = memory(pid)
-        except OSError:
-            break
-        t = round(boot_s() - started / tick, 2)
+    last = orchestrator()
+    while last is not None:
+        t = last[0]
         children = {}
         for entry in os.listdir("/proc"):
             if entry.isdigit():
@@ -298,7 +307,7 @@ with open(os.path.join(out, "rss.csv"), "w", newline="") as rf, \
                 except OSError:
                     continue
                 children.setdefault(ppid, []).append((int(entry), st))
-        rows = [(t, "orchestrator", pid, *orch)]
+        rows = [(t, "orchestrator", pid, *last[1:])]
         todo = list(children.get(pid, []))
         while todo:
             p, st = todo.pop()
@@ -309,13 +318,23 @@ with open(os.path.join(out, "rss.csv"), "w", newline="") as rf, \
                 rows.append((t, names[(p, st)], p, *memory(p)))
             except (OSError, IndexError):
                 continue  # exited meanwhile
-        rss.writerows(("" if v is None else v for v in r) for r in sorted(rows, key=lambda r: r[1] != "orchestrator"))
+        rss.writerows(("" if v is None else v for v in r) for r in rows)
         rf.flush()
         dsk.writerow([t, *disk(run_root)])
         df.flush()
-        next_at += interval
-        time.sleep(max(0.0, next_at - time.monotonic()))
-        next_at = max(next_at, time.monotonic() - interval)
+        # Between rows the orchestrator alone is read every 50 ms, so the
+        # last row (below) has its peak to within 50 ms of its exit: it
+        # writes the Jaeger file, its largest allocation, in its last
+        # moments.
+        next_at = max(next_at + interval, time.monotonic())
+        while last is not None and time.monotonic() < next_at:
+            time.sleep(min(0.05, max(0.0, next_at - time.monotonic())))
+            now = orchestrator()
+            if now is None and last[0] != t:
+                rss.writerow(("" if v is None else v for v in (last[0], "orchestrator", pid, *last[1:])))
+            last = now
+        if last is not None:
+            last = orchestrator()
 PY
 SAMPLER_PID=$!
 
