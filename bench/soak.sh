@@ -172,7 +172,7 @@ src, dst, rate, dur = sys.argv[1:]
 wanted = {"rate": rate, "duration": f'"{dur}s"' if dur else ""}
 out, section, done = [], None, set()
 for line in open(src):
-    m = re.match(r"\s*\[([^\[\]]+)\]\s*(#.*)?$", line)
+    m = re.match(r"\s*\[\[?([^\[\]]+)\]\]?\s*(#.*)?$", line)  # [table] or [[array]]
     if m:
         section = m.group(1).strip()
     elif section == "load":
@@ -373,8 +373,8 @@ def loadavg(path):
         return None
 
 
-def num(s, kind=int):
-    return kind(s) if s not in ("", None) else None
+def num(s):
+    return int(s) if s not in ("", None) else None
 
 
 # Memory over time, per process name.
@@ -413,14 +413,14 @@ def peak(name):
 
 
 def process_row(name):
-    early = at(name, early_s, load_end_t) if load_end_t is not None else None
+    in_mb = lambda kb: None if kb is None else kb / 1024
     return {
         "process": name,
         "samples": len(series.get(name, [])),
-        "rss_at_early_mb": early and early / 1024,
-        "rss_at_load_end_mb": (v := last(name, load_end_t)) and v / 1024,
-        "rss_final_mb": (v := last(name)) and v / 1024,
-        "peak_mb": (v := peak(name)) and v / 1024,
+        "rss_at_early_mb": in_mb(at(name, early_s, load_end_t)) if load_end_t is not None else None,
+        "rss_at_load_end_mb": in_mb(last(name, load_end_t)),
+        "rss_final_mb": in_mb(last(name)),
+        "peak_mb": in_mb(peak(name)),
     }
 
 
@@ -430,7 +430,8 @@ if orch["rss_at_early_mb"] and orch["rss_at_load_end_mb"] is not None:
     drift = orch["rss_at_load_end_mb"] / orch["rss_at_early_mb"] - 1
 
 # The run folder.
-runs = [p for p in glob.glob(os.path.join(out, "run", "*", "*")) if os.path.basename(p) != "latest" and os.path.isdir(p)]
+runs = [p for p in glob.glob(os.path.join(out, "run", "*", "*"))
+        if os.path.basename(p) != "latest" and os.path.isdir(p)]
 run_dir = max(runs, default=None)
 summary = None
 if run_dir:
