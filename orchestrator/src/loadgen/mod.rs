@@ -10,7 +10,7 @@
 //! - `standalone`: the generator against one replica already running
 //!   (`tailmesh load`, for benchmarks).
 //!
-//! Each measured request is handed to a [`RecordSink`] as it completes;
+//! Each measured request is handed to a `RecordSink` as it completes;
 //! the generator keeps none (memory holds the requests in flight).
 //!
 //! Every request sent is accounted for: it ends as ok, an error (by gRPC
