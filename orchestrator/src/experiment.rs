@@ -15,11 +15,17 @@ use crate::{
         self, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext, summary::Environment,
     },
     output::{self, OutputError},
-    record::RequestRecord,
+    record::{RecordSink, RequestRecord},
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
     scenario::{self, Scenario, ScenarioErrors},
-    traces::collector::{self, ReceiverError, ReceiverThread},
+    traces::{
+        breakdown::{TraceAnalyzer, TraceReport},
+        collector::{self, ReceiverError, ReceiverThread},
+        jaeger::{KeptFile, KeptTraces},
+        sift::{self, Sift},
+        tail::{self, FactsFile, TailPolicy, TailSampler},
+    },
 };
 
 /// What `tailmesh run` was asked to do.
@@ -112,8 +118,10 @@ pub struct Finished {
     pub interrupted: bool,
     /// Whether the scenario asks for terminal histograms.
     pub histograms: bool,
-    /// What every variant measured, for requests.csv, the traces and the report.
+    /// What every variant measured, for requests.csv and the report.
     runs: Vec<VariantRun>,
+    /// The kept traces, for the Jaeger files.
+    kept: Option<KeptFile>,
 }
 
 impl Finished {
@@ -132,20 +140,19 @@ impl Finished {
             .iter()
             .map(|r| (r.variant.name.as_str(), r.load.records.as_slice()))
             .collect();
-        let spans: Vec<_> = self
-            .runs
-            .iter()
-            .flat_map(|r| r.spans.iter().cloned())
-            .collect();
         let written = output::write_run(
             &self.dir,
             &self.summary,
-            &output::run_files(&self.summary, traced(&self.runs)),
+            &output::run_files(&self.summary, trace_files(&self.runs, self.kept.as_ref())),
             &output::RunData {
                 requests: &requests,
-                spans: &spans,
+                traces: self.kept.as_ref(),
             },
-        )?;
+        );
+        if let Some(kept) = &self.kept {
+            kept.remove();
+        }
+        let written = written?;
         link_latest(&self.dir);
         Ok(written)
     }
@@ -187,6 +194,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
                 // address (run::run_variant), no other host interface.
                 std::net::SocketAddr::from(([127, 0, 0, 1], 0))
             },
+            &dir,
         )?)
     } else {
         None
@@ -197,7 +205,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         receiver: r.handle(),
         sampling,
     });
-    let (runs, trace_counts) = runtime.block_on(async {
+    let (runs, mut trace_counts) = runtime.block_on(async {
         let options = RunOptions {
             dir: dir.clone(),
             exe,
@@ -219,6 +227,15 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         };
         Ok::<_, ExperimentError>((runs, counts))
     })?;
+    let traced = Traced {
+        dir: &dir,
+        sampling,
+    };
+    let (mut reports, kept) = analyze_variants(&scenario, &runs, &traced);
+    if let (Some(c), Some(r)) = (&mut trace_counts, &receiver) {
+        // The pass over the spools counted batches that did not decode.
+        *c = r.collector.counts();
+    }
     drop(receiver);
     if let Some(c) = &trace_counts {
         if c.forward_dropped > 0 {
@@ -246,13 +263,21 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         environment: Environment::detect(&launchers(&runs)),
         traces: trace_counts,
     };
-    let summary = analyze_runs(&scenario, facts, &runs);
+    let files = trace_files(&runs, kept.as_ref());
+    for t in reports.iter_mut().filter_map(|r| r.traces.as_mut()) {
+        if let Some(s) = &mut t.sampling {
+            s.files = files as u64;
+        }
+    }
+    let mut summary = analysis::summarize_run(facts, reports);
+    summary.files = output::describe(&output::run_files(&summary, files));
     Ok(Finished {
         interrupted: summary.interrupted,
         dir,
         summary,
         histograms: scenario.report.histogram,
         runs,
+        kept,
     })
 }
 
@@ -293,19 +318,65 @@ async fn count_interrupts(interrupts: watch::Sender<u32>) {
     }
 }
 
-/// Analyzes the variants into the run's [`Summary`], listing the files it
-/// will be written with; prints analysis's warnings.
-fn analyze_runs(scenario: &Scenario, facts: RunFacts<'_>, runs: &[VariantRun]) -> Summary {
+/// Where traced variants' traces go.
+struct Traced<'a> {
+    /// The run folder (the facts files and the kept traces, hidden).
+    dir: &'a Path,
+    /// The head-sampling share.
+    sampling: f64,
+}
+
+/// Analyzes the variants into their reports, printing analysis's warnings;
+/// the traced ones' spools are read once each, into their traces' breakdown
+/// and the kept traces.
+fn analyze_variants(
+    scenario: &Scenario,
+    runs: &[VariantRun],
+    traced: &Traced<'_>,
+) -> (Vec<analysis::VariantReport>, Option<KeptFile>) {
+    let mut kept = None;
+    if runs.iter().any(|r| r.tracer.is_some()) {
+        match KeptTraces::create(&traced.dir.join(".traces.kept"), tail::JAEGER_FILE_LIMIT) {
+            Ok(k) => kept = Some(k),
+            Err(e) => crate::tell!("warning: no Jaeger file: {e}"),
+        }
+    }
     let mut reports = Vec::with_capacity(runs.len());
-    for run in runs {
-        let sampled = run
-            .tracer
-            .clone()
-            .map(|tracer| -> analysis::Sampled { Box::new(move |id| tracer.sampled(id)) });
-        let mut variant = VariantAccumulator::new(&run.variant, &scenario.check, sampled);
+    for (i, run) in runs.iter().enumerate() {
+        let mut variant = VariantAccumulator::new(&run.variant, &scenario.check);
+        let mut warnings = Vec::new();
+        let mut sampler = run.tracer.clone().and_then(|tracer| {
+            let policy = TailPolicy::resolve(
+                &scenario.telemetry.keep,
+                &run.variant,
+                scenario.check.slow_threshold,
+                traced.sampling,
+                tail::JAEGER_FILE_LIMIT / runs.len().max(1) as u64,
+            );
+            let hops = run.variant.hops.iter().map(|h| h.name.clone()).collect();
+            match FactsFile::create(&traced.dir.join(format!(".facts-{i}")), hops) {
+                Ok(facts) => Some(TailSampler::new(
+                    policy,
+                    scenario.seed,
+                    Box::new(move |id| tracer.sampled(id)),
+                    facts,
+                )),
+                Err(e) => {
+                    warnings.push(format!("variant {}: no traces: {e}", run.variant.name));
+                    None
+                }
+            }
+        });
         for record in &run.load.records {
             variant.record(record);
+            if let Some(s) = &mut sampler {
+                s.record(record);
+            }
         }
+        let traces = match (sampler, kept.as_mut()) {
+            (Some(sampler), Some(kept)) => trace_report(run, sampler, kept, &mut warnings),
+            _ => None,
+        };
         let analyzed = variant.finish(VariantContext {
             measured: run.load.measured,
             warmup: run.load.warmup,
@@ -316,21 +387,73 @@ fn analyze_runs(scenario: &Scenario, facts: RunFacts<'_>, runs: &[VariantRun]) -
             peak_memory: run.memory.clone(),
             faults: run.faults.clone(),
             machine: run.load.instrument.clone(),
-            spans: run.tracer.is_some().then_some(run.spans.as_slice()),
+            traces,
         });
-        for line in &analyzed.warnings {
+        for line in warnings.iter().chain(&analyzed.warnings) {
             crate::tell!("warning: {line}");
         }
         reports.push(analyzed.report);
     }
-    let mut summary = analysis::summarize_run(facts, reports);
-    summary.files = output::describe(&output::run_files(&summary, traced(runs)));
-    summary
+    let kept = kept.and_then(|k| match k.finish() {
+        Ok(k) => Some(k),
+        Err(e) => {
+            crate::tell!("warning: no Jaeger file: {e}");
+            None
+        }
+    });
+    (reports, kept)
 }
 
-/// Whether any variant was traced (then the run has a traces file).
-fn traced(runs: &[VariantRun]) -> bool {
-    runs.iter().any(|r| r.tracer.is_some())
+/// The traces' breakdown of `run` from one pass over its spool, the kept
+/// traces set aside into `kept`; removes the spool and the facts file.
+fn trace_report(
+    run: &VariantRun,
+    sampler: TailSampler,
+    kept: &mut KeptTraces,
+    warnings: &mut Vec<String>,
+) -> Option<TraceReport> {
+    let name = &run.variant.name;
+    let mut analyzer = TraceAnalyzer::new();
+    let (facts, mut counts, facts_warning) = sampler.finish(&mut analyzer);
+    warnings.extend(facts_warning.map(|w| format!("variant {name}: {w}")));
+    if let Some(e) = &run.spans.error {
+        warnings.push(format!("variant {name}: some spans were lost: {e}"));
+    }
+    let sifted = sift::sift(
+        &run.spans,
+        Sift {
+            variant: name,
+            horizon: Sift::horizon_for(run.variant.load.timeout),
+            keep_unmeasured: counts.keep_share >= 1.0,
+        },
+        Some(&facts),
+        &mut analyzer,
+        kept,
+    );
+    facts.remove();
+    run.spans.remove();
+    match sifted {
+        Ok(sifted) => {
+            counts.written = sifted.written;
+            let mut report = analyzer.finish();
+            report.sampling = Some(counts);
+            Some(report)
+        }
+        Err(e) => {
+            warnings.push(format!("variant {name}: no traces breakdown: {e}"));
+            None
+        }
+    }
+}
+
+/// How many Jaeger files the run writes: those the kept traces fill, and
+/// one (empty) when traced variants kept none.
+fn trace_files(runs: &[VariantRun], kept: Option<&KeptFile>) -> usize {
+    let traced = runs.iter().any(|r| r.tracer.is_some());
+    match kept {
+        Some(k) => k.files().max(1),
+        None => usize::from(traced),
+    }
 }
 
 /// The launchers that ran the variants: "local", "netns", or both

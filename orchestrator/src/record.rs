@@ -105,6 +105,11 @@ impl RequestRecord {
     }
 }
 
+/// Takes each completed measured request as it ends.
+pub(crate) trait RecordSink {
+    fn record(&mut self, record: &RequestRecord);
+}
+
 /// Requests sent during warmup: not measured, but still accounted for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WarmupCounts {

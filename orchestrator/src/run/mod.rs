@@ -19,7 +19,6 @@ use std::{
     time::Duration,
 };
 
-use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use tailmesh_netfault::{
     self as netfault, FaultError, FaultRecord,
     netns::{self, NetnsError},
@@ -42,7 +41,7 @@ use crate::{
     plan::{DRAIN_GRACE, MeshPlan, Naming},
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
     traces::{
-        collector::{Collector, ReceiverError, ReceiverHandle},
+        collector::{Collector, ReceiverError, ReceiverHandle, Spool},
         loadgen::LoadTracer,
     },
 };
@@ -133,8 +132,9 @@ pub(crate) struct VariantRun {
     pub memory: Vec<PeakMemory>,
     /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
     pub launcher: &'static str,
-    /// The variant's spans, all flushed (its processes have exited).
-    pub spans: Vec<ResourceSpans>,
+    /// The variant's spool of spans, sealed once all were flushed (its
+    /// processes have exited).
+    pub spans: Spool,
     /// The load generator's tracer (which requests were sampled).
     pub tracer: Option<Arc<LoadTracer>>,
 }
@@ -325,7 +325,7 @@ async fn run_variant(
                 run.incidents.push(late);
             }
         }
-        run.spans = t.collector.take();
+        run.spans = t.collector.seal();
     }
     for child in stopped.iter().filter(|c| c.forced) {
         run.incidents.push(child.to_string());
@@ -458,7 +458,7 @@ async fn measure(
         faults,
         memory,
         launcher: launcher.kind(),
-        spans: Vec::new(),
+        spans: Spool::default(),
         tracer,
     })
 }
