@@ -232,6 +232,10 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         sampling,
     };
     let (mut reports, kept) = analyze_variants(&scenario, &runs, &traced);
+    if let Some(r) = &receiver {
+        // Spans after the last variant (none from processes that stopped).
+        r.collector.seal().remove();
+    }
     if let (Some(c), Some(r)) = (&mut trace_counts, &receiver) {
         // The pass over the spools counted batches that did not decode.
         *c = r.collector.counts();

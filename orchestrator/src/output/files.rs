@@ -200,7 +200,10 @@ mod tests {
         assert_eq!(listed, expected);
         assert!(!describe(&run_files(&s, 0)).contains_key(TRACES_FILE));
         let split: Vec<String> = run_files(&s, 2).into_iter().map(|f| f.name).collect();
-        assert!(split.contains(&"traces-2.jaeger.json".to_owned()), "{split:?}");
+        assert!(
+            split.contains(&"traces-2.jaeger.json".to_owned()),
+            "{split:?}"
+        );
 
         let dir = tempfile::tempdir().expect("temp dir");
         let records = mixed_records();

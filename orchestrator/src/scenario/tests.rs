@@ -1349,7 +1349,10 @@ fn tail_sampling_keeps_the_tail_and_a_share_by_default_and_checks_its_keys() {
     let set = ok(&format!(
         "{base}[telemetry]\nkeep_slow = false\nkeep_failed = false\nkeep_share = \"auto\"\n"
     ));
-    assert_eq!((set.telemetry.keep.slow, set.telemetry.keep.failed), (false, false));
+    assert_eq!(
+        (set.telemetry.keep.slow, set.telemetry.keep.failed),
+        (false, false)
+    );
     assert_eq!(set.telemetry.keep.share, KeepShare::Auto);
     // Line 8 is [telemetry]; each bad value is named where it stands.
     let bad = problems(&format!(
@@ -1358,7 +1361,10 @@ fn tail_sampling_keeps_the_tail_and_a_share_by_default_and_checks_its_keys() {
     ));
     let got: Vec<(usize, usize)> = bad.iter().map(|(l, c, _)| (*l, *c)).collect();
     assert_eq!(got, [(9, 13), (10, 14), (11, 15), (13, 1)], "{bad:#?}");
-    assert!(bad[0].2.contains("keep_slow") && bad[0].2.contains("boolean"), "{bad:#?}");
+    assert!(
+        bad[0].2.contains("keep_slow") && bad[0].2.contains("boolean"),
+        "{bad:#?}"
+    );
     assert!(bad[1].2.contains("keep_share"), "{bad:#?}");
     assert!(bad[2].2.contains("keep_failed"), "{bad:#?}");
     assert!(bad[3].2.contains("unknown key \"keep_all\""), "{bad:#?}");
@@ -1366,7 +1372,9 @@ fn tail_sampling_keeps_the_tail_and_a_share_by_default_and_checks_its_keys() {
     assert_eq!(word.len(), 1, "{word:#?}");
     assert_eq!((word[0].0, word[0].1), (9, 14));
     assert!(
-        word[0].2.contains("must be \"auto\" or a share from 0.0 to 1.0, not \"most\""),
+        word[0]
+            .2
+            .contains("must be \"auto\" or a share from 0.0 to 1.0, not \"most\""),
         "{word:#?}"
     );
 }

@@ -18,8 +18,8 @@ use tailmesh_services::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop, Launcher,
-    Keep, KeepShare, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report, Stop, Telemetry,
+    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop, Keep,
+    KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report, Stop, Telemetry,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};

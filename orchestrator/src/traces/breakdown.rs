@@ -309,7 +309,11 @@ impl TraceAnalyzer {
 
     /// Adds `n` expected requests through `hop` at once (the tail sampler
     /// counts them as they end); `requests` expected requests in all.
-    pub fn expect_counted(&mut self, requests: u64, per_hop: impl IntoIterator<Item = (String, u64)>) {
+    pub fn expect_counted(
+        &mut self,
+        requests: u64,
+        per_hop: impl IntoIterator<Item = (String, u64)>,
+    ) {
         self.report.expected += requests;
         for (hop, n) in per_hop {
             self.coverage_of(&hop).expected += n;

@@ -144,7 +144,10 @@ pub fn to_jaeger(batches: &[ResourceSpans]) -> JaegerFile {
 pub fn trace(spans: &[FlatSpan<'_>]) -> JaegerTrace {
     let mut spans: Vec<&FlatSpan<'_>> = spans.iter().collect();
     spans.sort_by_key(|s| s.span.start_time_unix_nano);
-    let trace_id = hex(spans.first().map(|s| s.span.trace_id.as_slice()).unwrap_or_default());
+    let trace_id = hex(spans
+        .first()
+        .map(|s| s.span.trace_id.as_slice())
+        .unwrap_or_default());
     let mut processes: BTreeMap<String, JaegerProcess> = BTreeMap::new();
     let mut ids: BTreeMap<&str, String> = BTreeMap::new();
     let spans = spans
@@ -403,7 +406,11 @@ mod tests {
         for i in 0..kept.files() {
             let mut bytes = Vec::new();
             kept.write_file(i, &mut bytes).expect("write");
-            assert!(bytes.len() as u64 <= limit, "file {i}: {} bytes", bytes.len());
+            assert!(
+                bytes.len() as u64 <= limit,
+                "file {i}: {} bytes",
+                bytes.len()
+            );
             let file: serde_json::Value = serde_json::from_slice(&bytes).expect("whole JSON");
             for t in file["data"].as_array().expect("data") {
                 seen.push(t["traceID"].as_str().expect("id").to_owned());

@@ -231,7 +231,10 @@ mod tests {
         let root = service == SERVICE;
         let mut attributes = vec![
             kv("variant", Value::StringValue("v".into())),
-            kv("hop", Value::StringValue(if root { SERVICE } else { "a" }.into())),
+            kv(
+                "hop",
+                Value::StringValue(if root { SERVICE } else { "a" }.into()),
+            ),
             kv("replica", Value::IntValue(0)),
         ];
         if root {
@@ -241,8 +244,16 @@ mod tests {
             trace_id: trace_id(id),
             span_id: vec![if root { 1 } else { 2 }; 8],
             parent_span_id: if root { Vec::new() } else { vec![1; 8] },
-            name: if root { format!("request {id}") } else { "a".into() },
-            kind: if root { SpanKind::Client } else { SpanKind::Server } as i32,
+            name: if root {
+                format!("request {id}")
+            } else {
+                "a".into()
+            },
+            kind: if root {
+                SpanKind::Client
+            } else {
+                SpanKind::Server
+            } as i32,
             start_time_unix_nano: 1_000,
             end_time_unix_nano: if root { 9_000 } else { 8_000 },
             attributes,
@@ -290,8 +301,7 @@ mod tests {
     fn memory_holds_one_window_of_traces_and_the_kept_ones_are_exactly_the_tail() {
         const REQUESTS: u64 = 20_000;
         let dir = tempfile::tempdir().expect("temp dir");
-        let facts =
-            FactsFile::create(&dir.path().join("facts"), vec!["a".into()]).expect("facts");
+        let facts = FactsFile::create(&dir.path().join("facts"), vec!["a".into()]).expect("facts");
         let policy = TailPolicy {
             slow_above: Some(Duration::from_millis(10)),
             failed: true,
@@ -301,8 +311,8 @@ mod tests {
         // Request 11's trace was not meant to be (head sampling).
         let mut sampler = TailSampler::new(policy, 3, Box::new(|id| id != 11), facts);
         {
-            let mut spool = crate::traces::spool::SpoolWriter::create(&dir.path().join("s"))
-                .expect("spool");
+            let mut spool =
+                crate::traces::spool::SpoolWriter::create(&dir.path().join("s")).expect("spool");
             let ms = 1_000_000u64;
             let mut frames: Vec<(u64, Vec<u8>)> = Vec::new();
             for id in 0..REQUESTS {
@@ -327,8 +337,7 @@ mod tests {
         let (facts, counts, warning) = sampler.finish(&mut analyzer);
         assert_eq!(warning, None);
         let spool = Spool::at(dir.path().join("s"));
-        let mut kept =
-            KeptTraces::create(&dir.path().join("kept"), u64::MAX).expect("kept traces");
+        let mut kept = KeptTraces::create(&dir.path().join("kept"), u64::MAX).expect("kept traces");
         let sifted = sift(
             &spool,
             Sift {
@@ -397,7 +406,9 @@ mod tests {
         let encode = |b| ExportTraceServiceRequest { resource_spans: b }.encode_to_vec();
         spool.append(0, &encode(batch(1, SERVICE))).expect("append");
         // 20 ms later, past a 10 ms horizon: the hop's span is alone.
-        spool.append(20_000_000, &encode(batch(1, "hop-a"))).expect("append");
+        spool
+            .append(20_000_000, &encode(batch(1, "hop-a")))
+            .expect("append");
         spool.finish().expect("finish");
         let spool = Spool::at(dir.path().join("s"));
         let mut analyzer = TraceAnalyzer::new();

@@ -481,8 +481,8 @@ mod tests {
     #[test]
     fn each_request_is_kept_for_its_first_reason_and_its_facts_come_back() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let facts = FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()])
-            .expect("facts");
+        let facts =
+            FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()]).expect("facts");
         let mut s = TailSampler::new(policy(0.0), 1, Box::new(|id| id != 5), facts);
         let timeout = Outcome::Timeout;
         s.record(&record(0, 1, Outcome::Ok, &[("a", 0), ("b", 0)]));
@@ -506,7 +506,10 @@ mod tests {
             (counts.traced, counts.kept_slow, counts.kept_failed),
             (5, 1, 1)
         );
-        assert_eq!((counts.kept_retried, counts.kept_sampled, counts.dropped), (1, 0, 2));
+        assert_eq!(
+            (counts.kept_retried, counts.kept_sampled, counts.dropped),
+            (1, 0, 2)
+        );
         // Request 5 was not traced: measured, not kept, not expected.
         let (keep, f) = facts.read(5).expect("read").expect("measured");
         assert!(!keep && !f.sampled && f.ok);
