@@ -288,7 +288,7 @@ mod tests {
             id,
             intended: Duration::ZERO,
             start: Duration::ZERO,
-            end: Duration::from_millis(if id % 7 == 0 { 50 } else { 1 }),
+            end: Duration::from_millis(if id.is_multiple_of(7) { 50 } else { 1 }),
             outcome,
             path,
             extra_attempts: 0,
