@@ -115,7 +115,9 @@ struct SpoolState {
     /// The number of the next spool file.
     next: u32,
     writer: Option<SpoolWriter>,
-    /// The first error writing the spool since the last seal.
+    /// The spool file given up after an error, until the seal.
+    broken: Option<PathBuf>,
+    /// The error that broke the spool since the last seal.
     error: Option<SpoolError>,
 }
 
@@ -191,6 +193,7 @@ impl Collector {
                 dir: spool_dir.to_owned(),
                 next: 1,
                 writer: None,
+                broken: None,
                 error: None,
             }),
             capacity,
@@ -257,6 +260,11 @@ impl Collector {
         };
         let arrived = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let mut spool = self.lock();
+        if spool.error.is_some() {
+            // The spool broke (a full disk): nothing more until the seal.
+            self.counters.dropped.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
         let written = match spool.writer.as_mut() {
             Some(w) => w.append(arrived, body),
             None => {
@@ -274,7 +282,10 @@ impl Collector {
             }
             Err(e) => {
                 self.counters.dropped.fetch_add(n, Ordering::Relaxed);
-                spool.error.get_or_insert(e);
+                // What was written before stays readable; a frame cut
+                // short ends it.
+                spool.broken = spool.writer.take().map(SpoolWriter::abandon);
+                spool.error = Some(e);
             }
         }
     }
@@ -285,12 +296,14 @@ impl Collector {
         let mut spool = self.lock();
         spool.next += 1;
         let mut error = spool.error.take().map(|e| e.to_string());
-        let path = match spool.writer.take().map(SpoolWriter::finish) {
-            None => None,
-            Some(Ok(path)) => Some(path),
-            Some(Err(e)) => {
-                error.get_or_insert(e.to_string());
-                None
+        let path = match spool.writer.take() {
+            None => spool.broken.take(),
+            Some(w) => {
+                let (path, flushed) = w.finish();
+                if let Err(e) = flushed {
+                    error.get_or_insert(e.to_string());
+                }
+                Some(path)
             }
         };
         Spool {
@@ -663,6 +676,25 @@ mod tests {
         collector.accept(batch(vec![8; 16]));
         let counts = collector.counts();
         assert_eq!((counts.spans, counts.dropped), (1, 1));
+        assert_eq!(span_count(&collector.take()), 1);
+    }
+
+    #[test]
+    fn a_spool_that_cannot_be_written_drops_and_counts_and_says_why() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let gone = tmp.path().join("no such folder");
+        let collector = Collector::new(10, None, &gone).expect("collector");
+        collector.accept(batch(vec![7; 16]));
+        collector.accept(batch(vec![8; 16]));
+        let counts = collector.counts();
+        assert_eq!((counts.spans, counts.dropped), (0, 2));
+        let spool = collector.seal();
+        assert_eq!(spool.path, None);
+        let why = spool.error.unwrap_or_default();
+        assert!(why.contains("no such folder"), "{why}");
+        // After the seal the spool is tried afresh.
+        std::fs::create_dir(&gone).expect("create");
+        collector.accept(batch(vec![9; 16]));
         assert_eq!(span_count(&collector.take()), 1);
     }
 

@@ -328,7 +328,7 @@ mod tests {
             for (at, body) in &frames {
                 spool.append(*at, body).expect("append");
             }
-            spool.finish().expect("finish");
+            spool.finish().1.expect("finish");
         }
         for id in 0..REQUESTS {
             sampler.record(&record(id));
@@ -409,7 +409,7 @@ mod tests {
         spool
             .append(20_000_000, &encode(batch(1, "hop-a")))
             .expect("append");
-        spool.finish().expect("finish");
+        spool.finish().1.expect("finish");
         let spool = Spool::at(dir.path().join("s"));
         let mut analyzer = TraceAnalyzer::new();
         let mut kept = KeptTraces::create(&dir.path().join("k"), u64::MAX).expect("kept");

@@ -72,13 +72,21 @@ impl SpoolWriter {
             })
     }
 
-    /// Flushes and closes the file; returns its path.
-    pub(super) fn finish(mut self) -> Result<PathBuf, SpoolError> {
-        self.out.flush().map_err(|source| SpoolError::Io {
+    /// Flushes and closes the file; returns its path and whether the
+    /// flush went through.
+    pub(super) fn finish(mut self) -> (PathBuf, Result<(), SpoolError>) {
+        let flushed = self.out.flush().map_err(|source| SpoolError::Io {
             path: self.path.clone(),
             source,
-        })?;
-        Ok(self.path)
+        });
+        (self.path, flushed)
+    }
+
+    /// Closes the file after an error without writing what is buffered
+    /// (which may continue a frame cut short); returns its path.
+    pub(super) fn abandon(self) -> PathBuf {
+        let (_file, _unwritten) = self.out.into_parts();
+        self.path
     }
 }
 
@@ -163,7 +171,7 @@ mod tests {
         w.append(5, b"first").expect("append");
         w.append(9, b"").expect("append");
         w.append(12, b"third one").expect("append");
-        w.finish().expect("finish");
+        w.finish().1.expect("finish");
         let mut r = SpoolReader::open(&path).expect("open");
         let mut got = Vec::new();
         while let Some(f) = r.next_frame().expect("read") {
