@@ -14,17 +14,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use opentelemetry_proto::tonic::{common::v1::any_value::Value, trace::v1::ResourceSpans};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use serde::Serialize;
 
-use super::{FlatSpan, flatten, hex};
-
-/// The whole file.
-#[derive(Debug, Serialize)]
-pub struct JaegerFile {
-    /// One entry per trace.
-    pub data: Vec<JaegerTrace>,
-}
+use super::{FlatSpan, hex};
 
 /// One trace.
 #[derive(Debug, Serialize)]
@@ -127,17 +120,6 @@ const KINDS: [&str; 6] = [
     "producer",
     "consumer",
 ];
-
-/// Groups `batches` by trace, traces in order of their first span's start.
-pub fn to_jaeger(batches: &[ResourceSpans]) -> JaegerFile {
-    let mut by_trace: BTreeMap<Vec<u8>, Vec<FlatSpan<'_>>> = BTreeMap::new();
-    for s in flatten(batches) {
-        by_trace.entry(s.span.trace_id.clone()).or_default().push(s);
-    }
-    let mut data: Vec<JaegerTrace> = by_trace.into_values().map(|t| trace(&t)).collect();
-    data.sort_by_key(|t| t.spans.first().map(|s| s.start_time).unwrap_or(0));
-    JaegerFile { data }
-}
 
 /// One trace, from its spans (all of the same trace id), spans in order of
 /// their start.

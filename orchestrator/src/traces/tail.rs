@@ -74,11 +74,6 @@ impl TailPolicy {
             },
         }
     }
-
-    /// Whether every trace is kept, warmup's included.
-    pub fn keeps_all(&self) -> bool {
-        self.share >= 1.0
-    }
 }
 
 /// The share of traces that fills `budget` bytes of Jaeger JSON by the
@@ -575,5 +570,16 @@ mod tests {
         assert_eq!(share, 0.0111);
         // Half the requests traced: twice the share.
         assert_eq!(auto_share(&long, 0.5, JAEGER_FILE_LIMIT), 0.0222);
+    }
+
+    #[test]
+    fn the_shipped_default_scenario_keeps_every_trace() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/default.toml");
+        let (scenario, _) = crate::scenario::load(std::path::Path::new(path)).expect("valid");
+        let n = scenario.variants.len() as u64;
+        for v in &scenario.variants {
+            let share = auto_share(v, scenario.telemetry.sampling, JAEGER_FILE_LIMIT / n);
+            assert_eq!(share, 1.0, "variant {}", v.name);
+        }
     }
 }
