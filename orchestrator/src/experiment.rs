@@ -252,7 +252,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         }
         if c.dropped > 0 || c.rejected_batches > 0 {
             crate::tell!(
-                "warning: trace receiver dropped {} span(s) (store full) and rejected {} malformed batch(es)",
+                "warning: trace receiver dropped {} span(s) (spool full or not writable) and rejected {} malformed batch(es)",
                 c.dropped,
                 c.rejected_batches
             );

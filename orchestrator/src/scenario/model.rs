@@ -68,6 +68,9 @@ impl Default for Telemetry {
 pub struct Keep {
     /// Keep requests slower than `[check] slow_threshold`.
     pub slow: bool,
+    /// Keep ok requests slower than this percentile (0 to 100, exclusive)
+    /// of the variant's ok requests ended before them.
+    pub slow_percentile: Option<f64>,
     /// Keep requests that failed (errors and timeouts).
     pub failed: bool,
     /// Keep requests with an extra attempt (retry or hedge) at any hop.
@@ -80,6 +83,7 @@ impl Default for Keep {
     fn default() -> Self {
         Keep {
             slow: true,
+            slow_percentile: None,
             failed: true,
             retried: true,
             share: KeepShare::Auto,

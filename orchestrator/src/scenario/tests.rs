@@ -236,6 +236,7 @@ fn full_scenario_parses_into_the_exact_model() {
             forward: Some("http://127.0.0.1:4317".to_owned()),
             keep: Keep {
                 slow: true,
+                slow_percentile: None,
                 failed: true,
                 retried: false,
                 share: KeepShare::Fixed(0.25),
@@ -1341,11 +1342,22 @@ fn tail_sampling_keeps_the_tail_and_a_share_by_default_and_checks_its_keys() {
         keep,
         Keep {
             slow: true,
+            slow_percentile: None,
             failed: true,
             retried: true,
             share: KeepShare::Auto
         }
     );
+    let p99 = ok(&format!("{base}[telemetry]\nkeep_slow_percentile = 99.9\n"));
+    assert_eq!(p99.telemetry.keep.slow_percentile, Some(99.9));
+    for bad in ["0", "100", "101", "\"p99\""] {
+        let got = problems(&format!(
+            "{base}[telemetry]\nkeep_slow_percentile = {bad}\n"
+        ));
+        assert_eq!(got.len(), 1, "{bad}: {got:#?}");
+        assert_eq!((got[0].0, got[0].1), (9, 24), "{bad}: {got:#?}");
+        assert!(got[0].2.contains("keep_slow_percentile"), "{got:#?}");
+    }
     let set = ok(&format!(
         "{base}[telemetry]\nkeep_slow = false\nkeep_failed = false\nkeep_share = \"auto\"\n"
     ));

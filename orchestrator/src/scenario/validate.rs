@@ -80,6 +80,7 @@ const TELEMETRY_KEYS: &[&str] = &[
     "sampling",
     "forward",
     "keep_slow",
+    "keep_slow_percentile",
     "keep_failed",
     "keep_retried",
     "keep_share",
@@ -513,6 +514,23 @@ fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> {
         Some(_) => s.boolean(p, key),
     };
     let slow = flag(p, "keep_slow");
+    let slow_percentile = match s.get("keep_slow_percentile") {
+        None => Some(None),
+        Some(_) => s
+            .number_in(p, "keep_slow_percentile", 0.0, true, 100.0)
+            .and_then(|q| {
+                if q < 100.0 {
+                    Some(Some(q))
+                } else {
+                    s.report(
+                        p,
+                        &s.get("keep_slow_percentile")?.node.span,
+                        format!("{} must be below 100", s.name("keep_slow_percentile")),
+                    );
+                    None
+                }
+            }),
+    };
     let failed = flag(p, "keep_failed");
     let retried = flag(p, "keep_retried");
     let share = match s.get("keep_share") {
@@ -538,6 +556,7 @@ fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> {
         forward: forward?,
         keep: Keep {
             slow: slow?,
+            slow_percentile: slow_percentile?,
             failed: failed?,
             retried: retried?,
             share: share?,

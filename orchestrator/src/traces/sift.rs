@@ -304,6 +304,7 @@ mod tests {
         let facts = FactsFile::create(&dir.path().join("facts"), vec!["a".into()]).expect("facts");
         let policy = TailPolicy {
             slow_above: Some(Duration::from_millis(10)),
+            slow_percentile: None,
             failed: true,
             retried: true,
             share: 0.0,

@@ -16,6 +16,7 @@ use std::{
     time::Duration,
 };
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::breakdown::{PathHop, RequestFacts, TraceAnalyzer};
@@ -44,6 +45,9 @@ const MAX_SLOTS: u64 = 1 << 32;
 pub struct TailPolicy {
     /// Requests slower than this are kept (`None`: not for being slow).
     pub slow_above: Option<Duration>,
+    /// Ok requests slower than this percentile of the ok requests ended
+    /// before them are kept too.
+    pub slow_percentile: Option<f64>,
     /// Keep failed requests (errors and timeouts).
     pub failed: bool,
     /// Keep requests with an extra attempt at any hop.
@@ -66,6 +70,7 @@ impl TailPolicy {
     ) -> Self {
         TailPolicy {
             slow_above: keep.slow.then_some(slow_threshold),
+            slow_percentile: keep.slow_percentile,
             failed: keep.failed,
             retried: keep.retried,
             share: match keep.share {
@@ -320,6 +325,8 @@ pub struct TailSampler {
     /// The first error writing the facts file, and how many writes failed.
     error: Option<FactsError>,
     failed_writes: u64,
+    /// The ok requests' latencies (µs) so far, for `slow_percentile`.
+    latencies: Option<Histogram<u64>>,
 }
 
 impl TailSampler {
@@ -340,6 +347,7 @@ impl TailSampler {
             expected_per_hop: vec![0; hops],
             error: None,
             failed_writes: 0,
+            latencies: policy.slow_percentile.and_then(|_| Histogram::new(3).ok()),
         }
     }
 
@@ -352,6 +360,13 @@ impl TailSampler {
         if p.slow_above.is_some_and(|t| record.latency() > t) {
             return Reason::Slow;
         }
+        if record.outcome == Outcome::Ok
+            && self
+                .percentile_so_far()
+                .is_some_and(|t| record.latency() > t)
+        {
+            return Reason::Slow;
+        }
         let retried = record.extra_attempts > 0 || record.path.iter().any(|h| h.extra_attempts > 0);
         if p.retried && retried {
             return Reason::Retried;
@@ -360,6 +375,16 @@ impl TailSampler {
             return Reason::Sampled;
         }
         Reason::Dropped
+    }
+
+    /// The latency at `slow_percentile` of the ok requests so far, once
+    /// there are enough of them for it to be more than their maximum
+    /// (100 for p99, 1,000 for p99.9).
+    fn percentile_so_far(&self) -> Option<Duration> {
+        let (q, h) = (self.policy.slow_percentile?, self.latencies.as_ref()?);
+        let needed = (100.0 / (100.0 - q)).ceil() as u64;
+        (h.len() >= needed)
+            .then(|| Duration::from_micros(h.highest_equivalent(h.value_at_quantile(q / 100.0))))
     }
 
     /// Hands the facts file, the counts and the expected traces over to the
@@ -397,6 +422,7 @@ fn in_share(seed: u64, id: u64, share: f64) -> bool {
 impl RecordSink for TailSampler {
     fn record(&mut self, record: &RequestRecord) {
         let sampled = (self.sampled)(record.id);
+        let latency_us = u64::try_from(record.latency().as_micros()).unwrap_or(u64::MAX);
         let facts = RequestFacts::of(record, sampled);
         let mut flags = MEASURED;
         if facts.ok {
@@ -425,6 +451,12 @@ impl RecordSink for TailSampler {
                     }
                 }
             }
+        }
+        if let Some(h) = &mut self.latencies
+            && record.outcome == Outcome::Ok
+        {
+            // An auto-resizing histogram takes any value.
+            let _ = h.record(latency_us);
         }
         if record.id >= MAX_SLOTS {
             self.failed_writes += 1;
@@ -467,6 +499,7 @@ mod tests {
     fn policy(share: f64) -> TailPolicy {
         TailPolicy {
             slow_above: Some(Duration::from_millis(10)),
+            slow_percentile: None,
             failed: true,
             retried: true,
             share,
@@ -543,6 +576,32 @@ mod tests {
             .map(|c| (c.hop.as_str(), c.expected))
             .collect();
         assert_eq!(per_hop, [("a", 4), ("b", 3)]);
+    }
+
+    #[test]
+    fn above_the_percentile_so_far_is_slow_once_there_are_enough_requests() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let facts = FactsFile::create(&dir.path().join("f"), vec!["a".into()]).expect("facts");
+        let p90 = TailPolicy {
+            slow_above: None,
+            slow_percentile: Some(90.0),
+            ..policy(0.0)
+        };
+        let mut s = TailSampler::new(p90, 1, Box::new(|_| true), facts);
+        // 1 ms each: the first 10 requests are too few for a p90.
+        for id in 0..10 {
+            assert_eq!(s.reason(&record(id, 5, Outcome::Ok, &[])), Reason::Dropped);
+            s.record(&record(id, 1, Outcome::Ok, &[]));
+        }
+        assert_eq!(s.reason(&record(10, 5, Outcome::Ok, &[])), Reason::Slow);
+        assert_eq!(s.reason(&record(10, 1, Outcome::Ok, &[])), Reason::Dropped);
+        // Failures are not latencies: they do not move the percentile.
+        for id in 10..100 {
+            s.record(&record(id, 1_000, Outcome::Timeout, &[]));
+        }
+        assert_eq!(s.reason(&record(100, 5, Outcome::Ok, &[])), Reason::Slow);
+        let (_, counts, _) = s.finish(&mut TraceAnalyzer::new());
+        assert_eq!((counts.kept_slow, counts.dropped), (0, 10));
     }
 
     #[test]
