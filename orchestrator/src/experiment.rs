@@ -18,13 +18,14 @@ use crate::{
     record::{RecordSink, RequestRecord},
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
-    scenario::{self, Scenario, ScenarioErrors},
+    scenario::{self, Scenario, ScenarioErrors, Variant},
     traces::{
         breakdown::{TraceAnalyzer, TraceReport},
         collector::{self, ReceiverError, ReceiverThread},
         jaeger::{KeptFile, KeptTraces},
+        loadgen::LoadTracer,
         sift::{self, Sift},
-        tail::{self, FactsFile, TailPolicy, TailSampler},
+        tail::{self, FactsError, FactsFile, TailPolicy, TailSampler},
     },
 };
 
@@ -350,26 +351,10 @@ fn analyze_variants(
         let mut variant = VariantAccumulator::new(&run.variant, &scenario.check);
         let mut warnings = Vec::new();
         let mut sampler = run.tracer.clone().and_then(|tracer| {
-            let policy = TailPolicy::resolve(
-                &scenario.telemetry.keep,
-                &run.variant,
-                scenario.check.slow_threshold,
-                traced.sampling,
-                tail::JAEGER_FILE_LIMIT / runs.len().max(1) as u64,
-            );
-            let hops = run.variant.hops.iter().map(|h| h.name.clone()).collect();
-            match FactsFile::create(&traced.dir.join(format!(".facts-{i}")), hops) {
-                Ok(facts) => Some(TailSampler::new(
-                    policy,
-                    scenario.seed,
-                    Box::new(move |id| tracer.sampled(id)),
-                    facts,
-                )),
-                Err(e) => {
-                    warnings.push(format!("variant {}: no traces: {e}", run.variant.name));
-                    None
-                }
-            }
+            let sampler = tail_sampler(scenario, &run.variant, (i, runs.len()), traced, tracer);
+            sampler
+                .map_err(|e| warnings.push(format!("variant {}: no traces: {e}", run.variant.name)))
+                .ok()
         });
         for record in &run.load.records {
             variant.record(record);
@@ -406,6 +391,33 @@ fn analyze_variants(
         }
     });
     (reports, kept)
+}
+
+/// The tail sampler of variant `index.0` of `index.1`, whose load generator
+/// traces with `tracer`: the [`RecordSink`] that sees each of its measured
+/// requests as it ends.
+fn tail_sampler(
+    scenario: &Scenario,
+    variant: &Variant,
+    index: (usize, usize),
+    traced: &Traced<'_>,
+    tracer: Arc<LoadTracer>,
+) -> Result<TailSampler, FactsError> {
+    let policy = TailPolicy::resolve(
+        &scenario.telemetry.keep,
+        variant,
+        scenario.check.slow_threshold,
+        traced.sampling,
+        tail::JAEGER_FILE_LIMIT / index.1.max(1) as u64,
+    );
+    let hops = variant.hops.iter().map(|h| h.name.clone()).collect();
+    let facts = FactsFile::create(&traced.dir.join(format!(".facts-{}", index.0)), hops)?;
+    Ok(TailSampler::new(
+        policy,
+        scenario.seed,
+        Box::new(move |id| tracer.sampled(id)),
+        facts,
+    ))
 }
 
 /// The traces' breakdown of `run` from one pass over its spool, the kept
