@@ -339,13 +339,10 @@ fn analyze_variants(
     runs: &[VariantRun],
     traced: &Traced<'_>,
 ) -> (Vec<analysis::VariantReport>, Option<KeptFile>) {
-    let mut kept = None;
-    if runs.iter().any(|r| r.tracer.is_some()) {
-        match KeptTraces::create(&traced.dir.join(".traces.kept"), tail::JAEGER_FILE_LIMIT) {
-            Ok(k) => kept = Some(k),
-            Err(e) => crate::tell!("warning: no Jaeger file: {e}"),
-        }
-    }
+    let mut kept = runs
+        .iter()
+        .any(|r| r.tracer.is_some())
+        .then(|| KeptTraces::create(&traced.dir.join(".traces.kept"), tail::JAEGER_FILE_LIMIT));
     let mut reports = Vec::with_capacity(runs.len());
     for (i, run) in runs.iter().enumerate() {
         let mut variant = VariantAccumulator::new(&run.variant, &scenario.check);
@@ -383,14 +380,7 @@ fn analyze_variants(
         }
         reports.push(analyzed.report);
     }
-    let kept = kept.and_then(|k| match k.finish() {
-        Ok(k) => Some(k),
-        Err(e) => {
-            crate::tell!("warning: no Jaeger file: {e}");
-            None
-        }
-    });
-    (reports, kept)
+    (reports, kept.map(KeptTraces::finish))
 }
 
 /// The tail sampler of variant `index.0` of `index.1`, whose load generator

@@ -214,7 +214,7 @@ pub fn file_name(index: usize) -> String {
     }
 }
 
-/// Why kept traces could not be set aside or read back.
+/// Why kept traces could not be set aside.
 #[derive(Debug, thiserror::Error)]
 #[error("kept traces {}: {source}", path.display())]
 pub struct KeptError {
@@ -225,41 +225,70 @@ pub struct KeptError {
 
 /// The run's kept traces as they are decided, one JSON trace a line in a
 /// hidden file of the run folder, split into Jaeger files of at most
-/// `limit` bytes (a trace larger than that gets a file of its own).
+/// `limit` bytes (a trace larger than that gets a file of its own). A
+/// write error (a full disk) stops it, and writing the Jaeger files then
+/// fails with that error, as writing them directly would have.
 pub struct KeptTraces {
     path: PathBuf,
-    out: BufWriter<File>,
+    /// `None` once an error stopped it.
+    out: Option<BufWriter<File>>,
     limit: u64,
     /// Traces per Jaeger file.
     files: Vec<u64>,
     /// Bytes of the last file so far.
     bytes: u64,
+    error: Option<KeptError>,
 }
 
 impl KeptTraces {
     /// An empty set at `path`, files of at most `limit` bytes.
-    pub fn create(path: &Path, limit: u64) -> Result<Self, KeptError> {
-        let file = File::create(path).map_err(|source| KeptError {
+    pub fn create(path: &Path, limit: u64) -> Self {
+        let mut kept = KeptTraces {
             path: path.to_owned(),
-            source,
-        })?;
-        Ok(KeptTraces {
-            path: path.to_owned(),
-            out: BufWriter::new(file),
+            out: None,
             limit,
             files: Vec::new(),
             bytes: 0,
-        })
+            error: None,
+        };
+        match File::create(path) {
+            Ok(file) => kept.out = Some(BufWriter::new(file)),
+            Err(e) => kept.fail(e),
+        }
+        kept
     }
 
-    /// Sets `trace` aside for the Jaeger files.
-    pub fn push(&mut self, trace: &JaegerTrace) -> Result<(), KeptError> {
-        let io = |source| KeptError {
+    fn fail(&mut self, source: std::io::Error) {
+        if let Some(out) = self.out.take() {
+            // What is buffered may continue a line cut short: not written.
+            let (_file, _unwritten) = out.into_parts();
+        }
+        self.error.get_or_insert(KeptError {
             path: self.path.clone(),
             source,
+        });
+    }
+
+    /// Sets `trace` aside for the Jaeger files; false when an error has
+    /// stopped the set.
+    pub fn push(&mut self, trace: &JaegerTrace) -> bool {
+        let Some(out) = self.out.as_mut() else {
+            return false;
         };
-        let line = serde_json::to_vec(trace).map_err(|e| io(std::io::Error::from(e)))?;
-        let len = line.len() as u64;
+        let written = serde_json::to_vec(trace)
+            .map_err(std::io::Error::from)
+            .and_then(|line| {
+                out.write_all(&line)?;
+                out.write_all(b"\n")?;
+                Ok(line.len() as u64)
+            });
+        let len = match written {
+            Ok(len) => len,
+            Err(e) => {
+                self.fail(e);
+                return false;
+            }
+        };
         match self.files.last_mut() {
             Some(n) if self.bytes + 1 + len <= self.limit => {
                 *n += 1;
@@ -270,10 +299,7 @@ impl KeptTraces {
                 self.bytes = (OPEN.len() + CLOSE.len()) as u64 + len;
             }
         }
-        self.out
-            .write_all(&line)
-            .and_then(|()| self.out.write_all(b"\n"))
-            .map_err(io)
+        true
     }
 
     /// The Jaeger files the traces set aside so far fill.
@@ -282,15 +308,15 @@ impl KeptTraces {
     }
 
     /// Done: the traces, ready to be written as Jaeger files.
-    pub fn finish(mut self) -> Result<KeptFile, KeptError> {
-        self.out.flush().map_err(|source| KeptError {
-            path: self.path.clone(),
-            source,
-        })?;
-        Ok(KeptFile {
+    pub fn finish(mut self) -> KeptFile {
+        if let Some(Err(e)) = self.out.as_mut().map(Write::flush) {
+            self.fail(e);
+        }
+        KeptFile {
             path: self.path,
             files: self.files,
-        })
+            error: self.error.map(|e| (e.source.kind(), e.to_string())),
+        }
     }
 }
 
@@ -299,6 +325,8 @@ impl KeptTraces {
 pub struct KeptFile {
     path: PathBuf,
     files: Vec<u64>,
+    /// Why not all of them could be set aside: the kind and the message.
+    error: Option<(std::io::ErrorKind, String)>,
 }
 
 impl KeptFile {
@@ -309,8 +337,12 @@ impl KeptFile {
 
     /// Writes Jaeger file `index` (see [`file_name`]) to `out`: a
     /// self-contained `{"data":[...]}` of its share of the traces. Writes
-    /// an empty one when there are no traces.
+    /// an empty one when there are no traces. Fails when the traces could
+    /// not all be set aside.
     pub fn write_file(&self, index: usize, out: &mut impl Write) -> std::io::Result<()> {
+        if let Some((kind, message)) = &self.error {
+            return Err(std::io::Error::new(*kind, message.clone()));
+        }
         let skip: u64 = self.files.iter().take(index).sum();
         let take = self.files.get(index).copied().unwrap_or(0);
         out.write_all(OPEN)?;
@@ -370,7 +402,7 @@ mod tests {
         .len() as u64;
         // Room for two traces a file, not three.
         let limit = 11 + 2 * one + 1 + one / 2;
-        let mut kept = KeptTraces::create(&dir.path().join("k"), limit).expect("create");
+        let mut kept = KeptTraces::create(&dir.path().join("k"), limit);
         for t in 1..=5u8 {
             let spans = [span(t, 1)];
             let flat: Vec<FlatSpan<'_>> = spans
@@ -380,9 +412,9 @@ mod tests {
                     span: s,
                 })
                 .collect();
-            kept.push(&trace(&flat)).expect("push");
+            assert!(kept.push(&trace(&flat)));
         }
-        let kept = kept.finish().expect("finish");
+        let kept = kept.finish();
         assert_eq!(kept.files(), 3);
         let mut seen = Vec::new();
         for i in 0..kept.files() {
@@ -402,5 +434,23 @@ mod tests {
         assert_eq!(seen, expected, "every trace once, in order");
         assert_eq!(file_name(0), "traces.jaeger.json");
         assert_eq!(file_name(2), "traces-3.jaeger.json");
+    }
+
+    #[test]
+    fn traces_that_could_not_be_set_aside_fail_the_jaeger_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut kept = KeptTraces::create(&dir.path().join("gone").join("k"), 1_000);
+        let spans = [span(1, 1)];
+        let flat = [FlatSpan {
+            service: "s",
+            span: &spans[0],
+        }];
+        assert!(!kept.push(&trace(&flat)));
+        let kept = kept.finish();
+        let e = kept
+            .write_file(0, &mut Vec::new())
+            .expect_err("nothing to write");
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("kept traces"), "{e}");
     }
 }

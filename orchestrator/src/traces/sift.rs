@@ -24,7 +24,7 @@ use super::{
     FlatSpan, attr_string,
     breakdown::{TraceAnalyzer, request_id},
     collector::Spool,
-    jaeger::{self, KeptError, KeptTraces},
+    jaeger::{self, KeptTraces},
     raw,
     spool::{SpoolError, SpoolReader},
     tail::{FactsError, FactsFile},
@@ -43,8 +43,6 @@ pub enum SiftError {
     Spool(#[from] SpoolError),
     #[error(transparent)]
     Facts(#[from] FactsError),
-    #[error(transparent)]
-    Kept(#[from] KeptError),
 }
 
 /// What the pass is told.
@@ -116,8 +114,7 @@ pub fn sift(
         let spans: Vec<&Span> = flat.iter().map(|s| s.span).collect();
         analyzer.trace(&spans, decided.as_ref().map(|(_, f)| f));
         let keep = decided.map_or(sift.keep_unmeasured, |(keep, _)| keep);
-        if keep {
-            kept.push(&jaeger::trace(&flat))?;
+        if keep && kept.push(&jaeger::trace(&flat)) {
             out.written += 1;
         }
         Ok(())
@@ -338,7 +335,7 @@ mod tests {
         let (facts, counts, warning) = sampler.finish(&mut analyzer);
         assert_eq!(warning, None);
         let spool = Spool::at(dir.path().join("s"));
-        let mut kept = KeptTraces::create(&dir.path().join("kept"), u64::MAX).expect("kept traces");
+        let mut kept = KeptTraces::create(&dir.path().join("kept"), u64::MAX);
         let sifted = sift(
             &spool,
             Sift {
@@ -372,7 +369,7 @@ mod tests {
         assert_eq!(sifted.written, tail.len() as u64);
         assert_eq!(counts.kept(), tail.len() as u64);
         assert_eq!(counts.dropped, REQUESTS - 1 - tail.len() as u64);
-        let kept = kept.finish().expect("finish");
+        let kept = kept.finish();
         let mut bytes = Vec::new();
         kept.write_file(0, &mut bytes).expect("write");
         let file: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
@@ -413,7 +410,7 @@ mod tests {
         spool.finish().1.expect("finish");
         let spool = Spool::at(dir.path().join("s"));
         let mut analyzer = TraceAnalyzer::new();
-        let mut kept = KeptTraces::create(&dir.path().join("k"), u64::MAX).expect("kept");
+        let mut kept = KeptTraces::create(&dir.path().join("k"), u64::MAX);
         let sifted = sift(
             &spool,
             Sift {
