@@ -18,10 +18,14 @@ use crate::{
     record::{RecordSink, RequestRecord},
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
-    scenario::{self, ScenarioErrors},
+    scenario::{self, Scenario, ScenarioErrors, Variant},
     traces::{
+        breakdown::{TraceAnalyzer, TraceReport},
         collector::{self, ReceiverError, ReceiverThread},
+        jaeger::{KeptFile, KeptTraces},
         loadgen::LoadTracer,
+        sift::{self, Sift},
+        tail::{self, FactsError, FactsFile, TailPolicy, TailSampler},
     },
 };
 
@@ -115,11 +119,13 @@ pub struct Finished {
     pub interrupted: bool,
     /// Whether the scenario asks for terminal histograms.
     pub histograms: bool,
-    /// What every variant measured, for the traces file.
+    /// What every variant measured, for the report.
     runs: Vec<VariantRun>,
     /// requests.csv, written while the run went, renamed into place by
     /// [`Finished::write`] (or why it was lost).
     requests: Option<Result<RequestsWriter, OutputError>>,
+    /// The kept traces, for the Jaeger files.
+    kept: Option<KeptFile>,
 }
 
 impl Finished {
@@ -139,20 +145,18 @@ impl Finished {
         let Some(requests) = self.requests.take() else {
             return Ok(Vec::new());
         };
-        let spans: Vec<_> = self
-            .runs
-            .iter()
-            .flat_map(|r| r.spans.iter().cloned())
-            .collect();
         let written = output::write_run(
             &self.dir,
             &self.summary,
-            &output::run_files(&self.summary, traced(&self.runs)),
+            &output::run_files(&self.summary, trace_files(&self.runs, self.kept.as_ref())),
             output::RunData {
                 requests,
-                spans: &spans,
+                traces: self.kept.as_ref(),
             },
         );
+        if let Some(kept) = &self.kept {
+            kept.remove();
+        }
         link_latest(&self.dir);
         Ok(written?)
     }
@@ -195,6 +199,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
                 // address (run::run_variant), no other host interface.
                 std::net::SocketAddr::from(([127, 0, 0, 1], 0))
             },
+            &dir,
         )?)
     } else {
         None
@@ -210,16 +215,17 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let requests =
         RequestsWriter::create(&dir.join("requests.csv"), scenario.check.slow_threshold)?;
     let mut records = RunRecords {
-        check: scenario.check.clone(),
+        scenario: scenario.clone(),
+        dir: dir.clone(),
+        sampling,
         requests: RequestsSpool::start(
             requests,
             stop_on_lost_requests(interrupt_tx.clone(), Arc::clone(&lost_requests)),
         )?,
         variants: Vec::new(),
-        // The slot for a sampler fed every measured record (none yet).
-        tail_sampler: None,
+        warnings: Vec::new(),
     };
-    let (runs, trace_counts) = runtime.block_on(async {
+    let (runs, mut trace_counts) = runtime.block_on(async {
         let options = RunOptions {
             dir: dir.clone(),
             exe,
@@ -240,6 +246,27 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         };
         Ok::<_, ExperimentError>((runs, counts))
     })?;
+    let RunRecords {
+        requests,
+        variants,
+        warnings,
+        ..
+    } = records;
+    // Every row queued is written before the requests file is judged.
+    let requests = requests.finish();
+    let lost = lost_requests.lock().ok().and_then(|mut l| l.take());
+    for line in &warnings {
+        crate::tell!("warning: {line}");
+    }
+    let (mut reports, kept) = analyze_variants(&dir, &runs, variants, lost);
+    if let Some(r) = &receiver {
+        // Spans after the last variant (none from processes that stopped).
+        r.collector.seal().remove();
+    }
+    if let (Some(c), Some(r)) = (&mut trace_counts, &receiver) {
+        // The pass over the spools counted batches that did not decode.
+        *c = r.collector.counts();
+    }
     drop(receiver);
     if let Some(c) = &trace_counts {
         if c.forward_dropped > 0 {
@@ -252,7 +279,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         }
         if c.dropped > 0 || c.rejected_batches > 0 {
             crate::tell!(
-                "warning: trace receiver dropped {} span(s) (store full) and rejected {} malformed batch(es)",
+                "warning: trace receiver dropped {} span(s) (spool full or not writable) and rejected {} malformed batch(es)",
                 c.dropped,
                 c.rejected_batches
             );
@@ -267,13 +294,14 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         environment: Environment::detect(&launchers(&runs)),
         traces: trace_counts,
     };
-    let RunRecords {
-        requests, variants, ..
-    } = records;
-    // Every row queued is written before the requests file is judged.
-    let requests = requests.finish();
-    let lost = lost_requests.lock().ok().and_then(|mut l| l.take());
-    let summary = analyze_runs(facts, &runs, variants, lost);
+    let files = trace_files(&runs, kept.as_ref());
+    for t in reports.iter_mut().filter_map(|r| r.traces.as_mut()) {
+        if let Some(s) = &mut t.sampling {
+            s.files = files as u64;
+        }
+    }
+    let mut summary = analysis::summarize_run(facts, reports);
+    summary.files = output::describe(&output::run_files(&summary, files));
     Ok(Finished {
         interrupted: summary.interrupted,
         dir,
@@ -281,6 +309,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         histograms: scenario.report.histogram,
         runs,
         requests: Some(requests),
+        kept,
     })
 }
 
@@ -316,35 +345,55 @@ fn stop_on_lost_requests(
 /// kept. A requests file the disk cannot take stops the load (see
 /// [`stop_on_lost_requests`]) so the run ends cleanly with what it measured.
 struct RunRecords {
-    check: scenario::Check,
+    scenario: Scenario,
+    /// The run folder (the tail samplers' facts files, hidden).
+    dir: PathBuf,
+    /// The head-sampling share.
+    sampling: f64,
     requests: RequestsSpool,
-    /// One accumulator per variant begun, the current one last.
-    variants: Vec<VariantAccumulator>,
-    /// Fed every measured record after analysis and the requests file: the
-    /// place for a sampler that decides, as each request ends, whether its
-    /// trace is kept. `None`: no such sampler.
-    tail_sampler: Option<Box<dyn RecordSink + Send>>,
+    /// One per variant begun, the current one last: its analysis, and its
+    /// tail sampler when traced, which decides as each request ends
+    /// whether its trace is kept.
+    variants: Vec<(VariantAccumulator, Option<TailSampler>)>,
+    /// What could not be set up (a facts file the disk refused), told once
+    /// the load is over.
+    warnings: Vec<String>,
 }
 
 impl RecordSink for RunRecords {
     fn record(&mut self, record: &RequestRecord) {
-        if let Some(variant) = self.variants.last_mut() {
+        if let Some((variant, sampler)) = self.variants.last_mut() {
             variant.record(record);
+            if let Some(sampler) = sampler {
+                sampler.record(record);
+            }
         }
         self.requests.write(record);
-        if let Some(sampler) = &mut self.tail_sampler {
-            sampler.record(record);
-        }
     }
 }
 
 impl run::RecordPipeline for RunRecords {
     fn begin_variant(&mut self, variant: &scenario::Variant, tracer: Option<&Arc<LoadTracer>>) {
-        let sampled = tracer
-            .cloned()
-            .map(|tracer| -> analysis::Sampled { Box::new(move |id| tracer.sampled(id)) });
-        self.variants
-            .push(VariantAccumulator::new(variant, &self.check, sampled));
+        let index = (self.variants.len(), self.scenario.variants.len());
+        let sampler = tracer.cloned().and_then(|tracer| {
+            tail_sampler(
+                &self.scenario,
+                variant,
+                index,
+                &self.dir,
+                self.sampling,
+                tracer,
+            )
+            .map_err(|e| {
+                self.warnings
+                    .push(format!("variant {}: no traces: {e}", variant.name))
+            })
+            .ok()
+        });
+        self.variants.push((
+            VariantAccumulator::new(variant, &self.scenario.check),
+            sampler,
+        ));
         self.requests.begin_variant(&variant.name);
     }
 
@@ -357,7 +406,10 @@ impl run::RecordPipeline for RunRecords {
             peak_held = stats.peak_held,
             peak_queued_rows = self.requests.peak_queued(),
             peak_buffered_bytes = self.requests.peak_buffered(),
-            peak_id_ranges = self.variants.last().map_or(0, VariantAccumulator::peak_id_ranges),
+            peak_id_ranges = self
+                .variants
+                .last()
+                .map_or(0, |(v, _)| v.peak_id_ranges()),
             "record pipeline"
         );
     }
@@ -452,24 +504,38 @@ async fn count_interrupts(interrupts: watch::Sender<u32>) {
     }
 }
 
-/// Finishes each variant's analysis (`variants`, fed while it ran) into
-/// the run's [`Summary`], listing the files it will be written with;
-/// prints analysis's warnings. `lost_requests`: the variant during which
-/// requests.csv could not be written, and why.
-fn analyze_runs(
-    facts: RunFacts<'_>,
+/// Finishes each variant's analysis (`variants`, fed while it ran, with
+/// its tail sampler when traced) into its report, printing analysis's
+/// warnings; the traced variants' spools are read once each, into their
+/// traces' breakdown and the kept traces. `lost_requests`: the variant
+/// during which requests.csv could not be written, and why.
+fn analyze_variants(
+    dir: &Path,
     runs: &[VariantRun],
-    variants: Vec<VariantAccumulator>,
+    variants: Vec<(VariantAccumulator, Option<TailSampler>)>,
     lost_requests: Option<(usize, String)>,
-) -> Summary {
+) -> (Vec<analysis::VariantReport>, Option<KeptFile>) {
+    let mut kept = runs
+        .iter()
+        .any(|r| r.tracer.is_some())
+        .then(|| KeptTraces::create(&dir.join(".traces.kept"), tail::JAEGER_FILE_LIMIT));
     let mut reports = Vec::with_capacity(runs.len());
-    for (i, (run, variant)) in runs.iter().zip(variants).enumerate() {
+    for (i, (run, (variant, sampler))) in runs.iter().zip(variants).enumerate() {
+        let mut warnings = Vec::new();
         let mut incidents = run.incidents.clone();
         if let Some((_, why)) = lost_requests.as_ref().filter(|(at, _)| *at == i) {
             incidents.push(format!(
                 "{why}: the results disk filled; sending stopped early, requests.csv is absent"
             ));
         }
+        let traces = match (sampler, kept.as_mut()) {
+            (Some(sampler), Some(kept)) => trace_report(run, sampler, kept, &mut warnings),
+            _ => {
+                // Untraced, or its sampler could not start: its spool goes.
+                run.spans.remove();
+                None
+            }
+        };
         let analyzed = variant.finish(VariantContext {
             measured: run.load.measured,
             warmup: run.load.warmup,
@@ -480,21 +546,94 @@ fn analyze_runs(
             peak_memory: run.memory.clone(),
             faults: run.faults.clone(),
             machine: run.load.instrument.clone(),
-            spans: run.tracer.is_some().then_some(run.spans.as_slice()),
+            traces,
         });
-        for line in &analyzed.warnings {
+        for line in warnings.iter().chain(&analyzed.warnings) {
             crate::tell!("warning: {line}");
         }
         reports.push(analyzed.report);
     }
-    let mut summary = analysis::summarize_run(facts, reports);
-    summary.files = output::describe(&output::run_files(&summary, traced(runs)));
-    summary
+    (reports, kept.map(KeptTraces::finish))
 }
 
-/// Whether any variant was traced (then the run has a traces file).
-fn traced(runs: &[VariantRun]) -> bool {
-    runs.iter().any(|r| r.tracer.is_some())
+/// The tail sampler of variant `index.0` of `index.1`, whose load generator
+/// traces with `tracer`: the [`RecordSink`] that sees each of its measured
+/// requests as it ends.
+fn tail_sampler(
+    scenario: &Scenario,
+    variant: &Variant,
+    index: (usize, usize),
+    dir: &Path,
+    sampling: f64,
+    tracer: Arc<LoadTracer>,
+) -> Result<TailSampler, FactsError> {
+    let policy = TailPolicy::resolve(
+        &scenario.telemetry.keep,
+        variant,
+        scenario.check.slow_threshold,
+        sampling,
+        tail::JAEGER_FILE_LIMIT / index.1.max(1) as u64,
+    );
+    let hops = variant.hops.iter().map(|h| h.name.clone()).collect();
+    let facts = FactsFile::create(&dir.join(format!(".facts-{}", index.0)), hops)?;
+    Ok(TailSampler::new(
+        policy,
+        scenario.seed,
+        Box::new(move |id| tracer.sampled(id)),
+        facts,
+    ))
+}
+
+/// The traces' breakdown of `run` from one pass over its spool, the kept
+/// traces set aside into `kept`; removes the spool and the facts file.
+fn trace_report(
+    run: &VariantRun,
+    sampler: TailSampler,
+    kept: &mut KeptTraces,
+    warnings: &mut Vec<String>,
+) -> Option<TraceReport> {
+    let name = &run.variant.name;
+    let mut analyzer = TraceAnalyzer::new();
+    let (facts, mut counts, facts_warning) = sampler.finish(&mut analyzer);
+    warnings.extend(facts_warning.map(|w| format!("variant {name}: {w}")));
+    if let Some(e) = &run.spans.error {
+        warnings.push(format!("variant {name}: some spans were lost: {e}"));
+    }
+    let sifted = sift::sift(
+        &run.spans,
+        Sift {
+            variant: name,
+            horizon: Sift::horizon_for(run.variant.load.timeout),
+            keep_unmeasured: counts.keep_share >= 1.0,
+        },
+        Some(&facts),
+        &mut analyzer,
+        kept,
+    );
+    facts.remove();
+    run.spans.remove();
+    match sifted {
+        Ok(sifted) => {
+            counts.written = sifted.written;
+            let mut report = analyzer.finish();
+            report.sampling = Some(counts);
+            Some(report)
+        }
+        Err(e) => {
+            warnings.push(format!("variant {name}: no traces breakdown: {e}"));
+            None
+        }
+    }
+}
+
+/// How many Jaeger files the run writes: those the kept traces fill, and
+/// one (empty) when traced variants kept none.
+fn trace_files(runs: &[VariantRun], kept: Option<&KeptFile>) -> usize {
+    let traced = runs.iter().any(|r| r.tracer.is_some());
+    match kept {
+        Some(k) => k.files().max(1),
+        None => usize::from(traced),
+    }
 }
 
 /// The launchers that ran the variants: "local", "netns", or both

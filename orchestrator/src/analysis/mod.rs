@@ -41,4 +41,4 @@ pub use verdict::{CompoundingReport, Verdict};
 
 pub(crate) use summary::{RunFacts, summarize_run};
 pub(crate) use sweep::summarize_sweep;
-pub(crate) use variant::{Rebuild, Sampled, VariantAccumulator, VariantContext};
+pub(crate) use variant::{Rebuild, VariantAccumulator, VariantContext};

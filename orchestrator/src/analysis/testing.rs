@@ -183,7 +183,7 @@ pub(crate) fn analyze_variant(
     records: &[RequestRecord],
     measured: Duration,
 ) -> crate::analysis::VariantReport {
-    let mut acc = crate::analysis::VariantAccumulator::new(variant, check, None);
+    let mut acc = crate::analysis::VariantAccumulator::new(variant, check);
     for r in records {
         acc.record(r);
     }

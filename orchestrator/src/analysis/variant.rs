@@ -6,14 +6,13 @@
 //!
 //! What it holds grows with the latency bands and intervals seen (both
 //! bounded), the gaps in the request ids still open (about the requests in
-//! flight), and the traced requests (the sampled share of the run, for the
-//! cross-check against their traces); nothing else grows with the run.
+//! flight); nothing else grows with the run. The traces' breakdown comes
+//! finished, from the streaming pass over the variant's spans.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use serde::{Deserialize, Serialize};
 use tailmesh_services::link::LinkCounts;
 
@@ -395,13 +394,10 @@ impl IdSet {
     }
 }
 
-/// Which request ids were traced.
-pub(crate) type Sampled = Box<dyn Fn(u64) -> bool>;
-
 /// What the run knew about a variant besides its requests: plain data,
 /// gathered by the caller and handed to [`VariantAccumulator::finish`].
 #[derive(Default)]
-pub(crate) struct VariantContext<'a> {
+pub(crate) struct VariantContext {
     /// Length of the measured phase (for rates).
     pub measured: Duration,
     /// Requests sent during warmup.
@@ -420,8 +416,8 @@ pub(crate) struct VariantContext<'a> {
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
     /// What the self-watch measured over the load window.
     pub machine: Option<MachineSamples>,
-    /// The variant's spans, when it was traced.
-    pub spans: Option<&'a [ResourceSpans]>,
+    /// The traces' breakdown (from every trace), when it was traced.
+    pub traces: Option<TraceReport>,
 }
 
 /// A finished variant: its report and the warnings for the terminal.
@@ -455,14 +451,11 @@ pub(crate) struct VariantAccumulator {
     calls: u64,
     attribution: AttributionAcc,
     intervals: IntervalRecorder,
-    /// The traced requests (only those), for the traces' cross-check.
-    traced: Option<(Sampled, Vec<RequestRecord>)>,
 }
 
 impl VariantAccumulator {
-    /// An empty accumulator for `variant` under `check`; `sampled` says
-    /// which requests were traced, when tracing was on.
-    pub(crate) fn new(variant: &Variant, check: &Check, sampled: Option<Sampled>) -> Self {
+    /// An empty accumulator for `variant` under `check`.
+    pub(crate) fn new(variant: &Variant, check: &Check) -> Self {
         VariantAccumulator {
             variant: variant.clone(),
             check: check.clone(),
@@ -500,7 +493,6 @@ impl VariantAccumulator {
                     .collect(),
             ),
             intervals: IntervalRecorder::default(),
-            traced: sampled.map(|s| (s, Vec::new())),
         }
     }
 
@@ -566,11 +558,6 @@ impl VariantAccumulator {
         }
         self.attribution.record(r);
         self.intervals.record(r);
-        if let Some((sampled, kept)) = &mut self.traced
-            && sampled(r.id)
-        {
-            kept.push(r.clone());
-        }
     }
 
     /// The most ranges of request ids held at once: the one structure here
@@ -582,7 +569,7 @@ impl VariantAccumulator {
 
     /// The finished report: everything recorded, with `context`, the
     /// machine's judgement, the verdict and the traces' breakdown.
-    pub(crate) fn finish(self, context: VariantContext<'_>) -> Analyzed {
+    pub(crate) fn finish(self, context: VariantContext) -> Analyzed {
         let mut warnings = Vec::new();
         let variant = &self.variant;
         let secs = context.measured.as_secs_f64();
@@ -630,9 +617,9 @@ impl VariantAccumulator {
             decide(comparison, &attribution, &machine)
         });
 
-        let traces = match (self.traced, context.spans) {
-            (Some((_, traced)), Some(spans)) => {
-                let report = trace_breakdown(variant, spans, &traced);
+        let traces = match context.traces {
+            Some(report) => {
+                let report = trace_breakdown(variant, report);
                 let pulled = |hop: &str| {
                     variant.hops.iter().any(|h| {
                         h.name == hop && h.transport == tailmesh_services::model::Transport::Pull
@@ -644,7 +631,7 @@ impl VariantAccumulator {
                 }
                 Some(report)
             }
-            _ => None,
+            None => None,
         };
 
         let load = LoadSummary::of(variant);
@@ -703,13 +690,7 @@ impl VariantAccumulator {
 
 /// The traces' per-hop breakdown of `variant`, hops in the scenario's
 /// order as everywhere else.
-fn trace_breakdown(
-    variant: &Variant,
-    spans: &[ResourceSpans],
-    traced: &[RequestRecord],
-) -> TraceReport {
-    // `traced` holds the sampled requests only.
-    let mut traces = breakdown::analyze(spans, &variant.name, traced, |_| true);
+fn trace_breakdown(variant: &Variant, mut traces: TraceReport) -> TraceReport {
     let order = |hop: &str| variant.hops.iter().position(|h| h.name == hop);
     traces
         .hops
@@ -968,7 +949,7 @@ mod tests {
 
     #[test]
     fn the_context_lands_in_the_report_and_warnings_come_back() {
-        let mut acc = VariantAccumulator::new(&chain3(), &check(), None);
+        let mut acc = VariantAccumulator::new(&chain3(), &check());
         for r in &mixed_records() {
             acc.record(r);
         }

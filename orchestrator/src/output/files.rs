@@ -6,12 +6,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
-
 use super::{OutputError, RequestsWriter};
-use crate::{analysis::Summary, traces::jaeger};
+use crate::{
+    analysis::Summary,
+    traces::jaeger::{self, KeptFile},
+};
 
-/// The Jaeger JSON file in the run folder.
+/// The (first) Jaeger JSON file in the run folder.
 pub const TRACES_FILE: &str = "traces.jaeger.json";
 
 /// The folder of the hop processes' configs and logs, and what it holds.
@@ -26,8 +27,8 @@ pub enum Content {
     Requests,
     /// One variant's `.hgrm` (its index in the summary).
     Histogram(usize),
-    /// Every span, as Jaeger JSON.
-    Traces,
+    /// The kept traces' share of Jaeger file `n` (from 0), as Jaeger JSON.
+    Traces(usize),
     /// report.html.
     Report,
     /// The hop processes' configs and logs, written by the launcher while
@@ -47,9 +48,9 @@ pub struct RunFile {
 }
 
 /// The run folder's files, in the order they are written: the most
-/// important first, should the disk fill up. `traced`: whether any variant
-/// was traced.
-pub fn run_files(summary: &Summary, traced: bool) -> Vec<RunFile> {
+/// important first, should the disk fill up. `trace_files`: how many Jaeger
+/// files the kept traces fill (at least one when any variant was traced).
+pub fn run_files(summary: &Summary, trace_files: usize) -> Vec<RunFile> {
     let file = |name: &str, description: &str, content| RunFile {
         name: name.to_string(),
         description: description.to_string(),
@@ -70,12 +71,20 @@ pub fn run_files(summary: &Summary, traced: bool) -> Vec<RunFile> {
             content: Content::Histogram(i),
         });
     }
-    if traced {
-        files.push(file(
-            TRACES_FILE,
-            "every span, for Jaeger's UI (Search, Upload JSON)",
-            Content::Traces,
-        ));
+    for i in 0..trace_files {
+        let description = if trace_files == 1 {
+            "the kept traces, for Jaeger's UI (Search, Upload JSON)".to_owned()
+        } else {
+            format!(
+                "the kept traces, part {} of {trace_files}, for Jaeger's UI (Search, Upload JSON)",
+                i + 1
+            )
+        };
+        files.push(RunFile {
+            name: jaeger::file_name(i),
+            description,
+            content: Content::Traces(i),
+        });
     }
     files.push(file(
         "report.html",
@@ -100,8 +109,8 @@ pub struct RunData<'a> {
     /// variant's measured requests, in the summary's order): finished in
     /// its turn; or why it was lost during the run.
     pub requests: Result<RequestsWriter, OutputError>,
-    /// Every variant's spans.
-    pub spans: &'a [ResourceSpans],
+    /// The kept traces of every variant, when traced.
+    pub traces: Option<&'a KeptFile>,
 }
 
 /// Writes `files` into `dir` in their order, each whole or not at all;
@@ -134,7 +143,7 @@ pub fn write_run(
                 Some(report) => super::write_hgrm(&path, &report.latency_histogram),
                 None => Ok(()),
             },
-            Content::Traces => write_jaeger(&path, data.spans),
+            Content::Traces(i) => write_jaeger(&path, data.traces, i),
             Content::Report => super::write_report(&path, summary),
             Content::Logs => continue,
         };
@@ -151,9 +160,12 @@ pub fn write_run(
     }
 }
 
-fn write_jaeger(path: &Path, spans: &[ResourceSpans]) -> Result<(), OutputError> {
-    super::write_atomically(path, |w| {
-        serde_json::to_writer(w, &jaeger::to_jaeger(spans)).map_err(std::io::Error::from)
+/// Jaeger file `index`: its share of the kept traces (an empty file when
+/// none was kept).
+fn write_jaeger(path: &Path, kept: Option<&KeptFile>, index: usize) -> Result<(), OutputError> {
+    super::write_atomically(path, |w| match kept {
+        Some(kept) => kept.write_file(index, w),
+        None => std::io::Write::write_all(w, b"{\"data\":[]}"),
     })
 }
 
@@ -167,7 +179,7 @@ mod tests {
     #[test]
     fn the_summary_lists_exactly_the_files_written() {
         let s = summary();
-        let files = run_files(&s, true);
+        let files = run_files(&s, 1);
         let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(
             names,
@@ -191,7 +203,7 @@ mod tests {
             ),
             (
                 TRACES_FILE,
-                "every span, for Jaeger's UI (Search, Upload JSON)",
+                "the kept traces, for Jaeger's UI (Search, Upload JSON)",
             ),
             (
                 "report.html",
@@ -203,7 +215,12 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(listed, expected);
-        assert!(!describe(&run_files(&s, false)).contains_key(TRACES_FILE));
+        assert!(!describe(&run_files(&s, 0)).contains_key(TRACES_FILE));
+        let split: Vec<String> = run_files(&s, 2).into_iter().map(|f| f.name).collect();
+        assert!(
+            split.contains(&"traces-2.jaeger.json".to_owned()),
+            "{split:?}"
+        );
 
         let dir = tempfile::tempdir().expect("temp dir");
         let records = mixed_records();
@@ -220,7 +237,7 @@ mod tests {
             &files,
             RunData {
                 requests: Ok(requests),
-                spans: &[],
+                traces: None,
             },
         )
         .expect("written");
@@ -241,7 +258,7 @@ mod tests {
     #[test]
     fn a_requests_file_lost_mid_run_is_reported_after_the_other_files() {
         let s = summary();
-        let files = run_files(&s, false);
+        let files = run_files(&s, 0);
         let dir = tempfile::tempdir().expect("temp dir");
         let requests = RequestsWriter::create(&dir.path().join("requests.csv"), Duration::ZERO)
             .expect("requests.csv started");
@@ -260,7 +277,7 @@ mod tests {
             &files,
             RunData {
                 requests: Ok(requests),
-                spans: &[],
+                traces: None,
             },
         );
         // Every file but requests.csv was written, requests.csv is absent.

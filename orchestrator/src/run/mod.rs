@@ -23,7 +23,6 @@ use std::{
     time::Duration,
 };
 
-use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use tailmesh_netfault::{
     self as netfault, FaultError, FaultRecord,
     netns::{self, NetnsError},
@@ -47,7 +46,7 @@ use crate::{
     record::RecordSink,
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
     traces::{
-        collector::{Collector, ReceiverError, ReceiverHandle},
+        collector::{Collector, ReceiverError, ReceiverHandle, Spool},
         loadgen::LoadTracer,
     },
 };
@@ -123,6 +122,8 @@ pub enum RunError {
 /// What one variant's run produced.
 #[derive(Debug)]
 pub(crate) struct VariantRun {
+    /// The variant as run.
+    pub variant: Variant,
     /// The load generator's measurements (its requests went through the
     /// run's [`RecordPipeline`]).
     pub load: LoadOutcome,
@@ -137,8 +138,9 @@ pub(crate) struct VariantRun {
     pub memory: Vec<PeakMemory>,
     /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
     pub launcher: &'static str,
-    /// The variant's spans, all flushed (its processes have exited).
-    pub spans: Vec<ResourceSpans>,
+    /// The variant's spool of spans, sealed once all were flushed (its
+    /// processes have exited).
+    pub spans: Spool,
     /// The load generator's tracer (which requests were sampled).
     pub tracer: Option<Arc<LoadTracer>>,
 }
@@ -343,7 +345,7 @@ async fn run_variant(
                 run.incidents.push(late);
             }
         }
-        run.spans = t.collector.take();
+        run.spans = t.collector.seal();
     }
     for child in stopped.iter().filter(|c| c.forced) {
         run.incidents.push(child.to_string());
@@ -470,13 +472,14 @@ async fn measure(
         }),
     );
     Ok(VariantRun {
+        variant: variant.clone(),
         load,
         incidents,
         broker,
         faults,
         memory,
         launcher: launcher.kind(),
-        spans: Vec::new(),
+        spans: Spool::default(),
         tracer,
     })
 }

@@ -42,10 +42,14 @@ pub struct Scenario {
 /// How requests are traced.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Telemetry {
-    /// The share of requests traced, 0.0 (tracing off) to 1.0.
+    /// The share of requests traced, 0.0 (tracing off) to 1.0 (head
+    /// sampling: decided when the request is sent).
     pub sampling: f64,
     /// An OTLP gRPC endpoint every span is also sent to (e.g. Jaeger).
     pub forward: Option<String>,
+    /// Which traced requests' traces go into the Jaeger file (tail
+    /// sampling: decided when the request ends).
+    pub keep: Keep,
 }
 
 impl Default for Telemetry {
@@ -53,8 +57,48 @@ impl Default for Telemetry {
         Telemetry {
             sampling: 1.0,
             forward: None,
+            keep: Keep::default(),
         }
     }
+}
+
+/// The tail sampler's rule: the traces of slow, failed and retried or
+/// hedged requests, plus a uniform share of the others.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Keep {
+    /// Keep requests slower than `[check] slow_threshold`.
+    pub slow: bool,
+    /// Keep ok requests slower than this percentile (0 to 100, exclusive)
+    /// of the variant's ok requests ended before them.
+    pub slow_percentile: Option<f64>,
+    /// Keep requests that failed (errors and timeouts).
+    pub failed: bool,
+    /// Keep requests with an extra attempt (retry or hedge) at any hop.
+    pub retried: bool,
+    /// The share of the other requests kept.
+    pub share: KeepShare,
+}
+
+impl Default for Keep {
+    fn default() -> Self {
+        Keep {
+            slow: true,
+            slow_percentile: None,
+            failed: true,
+            retried: true,
+            share: KeepShare::Auto,
+        }
+    }
+}
+
+/// The share of unremarkable traces kept.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KeepShare {
+    /// All of them when the run is short, less when the estimate of the
+    /// run's traces would pass the Jaeger file's size (see `traces::tail`).
+    Auto,
+    /// This share, 0.0 to 1.0.
+    Fixed(f64),
 }
 
 /// A parameter swept over a list of values: every variant runs once per

@@ -111,6 +111,8 @@ histogram = true
 [telemetry]
 sampling = 0.5
 forward = "http://127.0.0.1:4317"
+keep_retried = false
+keep_share = 0.25
 "#;
 
 #[test]
@@ -232,6 +234,13 @@ fn full_scenario_parses_into_the_exact_model() {
         telemetry: Telemetry {
             sampling: 0.5,
             forward: Some("http://127.0.0.1:4317".to_owned()),
+            keep: Keep {
+                slow: true,
+                slow_percentile: None,
+                failed: true,
+                retried: false,
+                share: KeepShare::Fixed(0.25),
+            },
         },
     };
     assert_eq!(ok(FULL), expected);
@@ -1322,6 +1331,64 @@ fn telemetry_defaults_to_full_sampling_and_checks_its_keys() {
     ));
     assert_eq!(variant.len(), 1, "{variant:#?}");
     assert!(variant[0].2.contains("per scenario"), "{variant:#?}");
+}
+
+#[test]
+fn tail_sampling_keeps_the_tail_and_a_share_by_default_and_checks_its_keys() {
+    let base =
+        "name = \"t\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 5\n[[hop]]\nname = \"a\"\n";
+    let keep = ok(base).telemetry.keep;
+    assert_eq!(
+        keep,
+        Keep {
+            slow: true,
+            slow_percentile: None,
+            failed: true,
+            retried: true,
+            share: KeepShare::Auto
+        }
+    );
+    let p99 = ok(&format!("{base}[telemetry]\nkeep_slow_percentile = 99.9\n"));
+    assert_eq!(p99.telemetry.keep.slow_percentile, Some(99.9));
+    for bad in ["0", "100", "101", "\"p99\""] {
+        let got = problems(&format!(
+            "{base}[telemetry]\nkeep_slow_percentile = {bad}\n"
+        ));
+        assert_eq!(got.len(), 1, "{bad}: {got:#?}");
+        assert_eq!((got[0].0, got[0].1), (9, 24), "{bad}: {got:#?}");
+        assert!(got[0].2.contains("keep_slow_percentile"), "{got:#?}");
+    }
+    let set = ok(&format!(
+        "{base}[telemetry]\nkeep_slow = false\nkeep_failed = false\nkeep_share = \"auto\"\n"
+    ));
+    assert_eq!(
+        (set.telemetry.keep.slow, set.telemetry.keep.failed),
+        (false, false)
+    );
+    assert_eq!(set.telemetry.keep.share, KeepShare::Auto);
+    // Line 8 is [telemetry]; each bad value is named where it stands.
+    let bad = problems(&format!(
+        "{base}[telemetry]\nkeep_slow = 1\nkeep_share = 1.5\nkeep_failed = \"yes\"\n\
+         keep_retried = true\nkeep_all = true\n"
+    ));
+    let got: Vec<(usize, usize)> = bad.iter().map(|(l, c, _)| (*l, *c)).collect();
+    assert_eq!(got, [(9, 13), (10, 14), (11, 15), (13, 1)], "{bad:#?}");
+    assert!(
+        bad[0].2.contains("keep_slow") && bad[0].2.contains("boolean"),
+        "{bad:#?}"
+    );
+    assert!(bad[1].2.contains("keep_share"), "{bad:#?}");
+    assert!(bad[2].2.contains("keep_failed"), "{bad:#?}");
+    assert!(bad[3].2.contains("unknown key \"keep_all\""), "{bad:#?}");
+    let word = problems(&format!("{base}[telemetry]\nkeep_share = \"most\"\n"));
+    assert_eq!(word.len(), 1, "{word:#?}");
+    assert_eq!((word[0].0, word[0].1), (9, 14));
+    assert!(
+        word[0]
+            .2
+            .contains("must be \"auto\" or a share from 0.0 to 1.0, not \"most\""),
+        "{word:#?}"
+    );
 }
 
 #[test]

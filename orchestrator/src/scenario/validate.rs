@@ -18,8 +18,8 @@ use tailmesh_services::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop, Launcher,
-    Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report, Stop, Telemetry,
+    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop, Keep,
+    KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report, Stop, Telemetry,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -76,7 +76,15 @@ const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
 const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding", "max_error_rate"];
 const REPORT_KEYS: &[&str] = &["histogram"];
-const TELEMETRY_KEYS: &[&str] = &["sampling", "forward"];
+const TELEMETRY_KEYS: &[&str] = &[
+    "sampling",
+    "forward",
+    "keep_slow",
+    "keep_slow_percentile",
+    "keep_failed",
+    "keep_retried",
+    "keep_share",
+];
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
@@ -501,9 +509,58 @@ fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> {
             }
         }),
     };
+    let flag = |p: &mut Problems, key: &str| match s.get(key) {
+        None => Some(true),
+        Some(_) => s.boolean(p, key),
+    };
+    let slow = flag(p, "keep_slow");
+    let slow_percentile = match s.get("keep_slow_percentile") {
+        None => Some(None),
+        Some(_) => s
+            .number_in(p, "keep_slow_percentile", 0.0, true, 100.0)
+            .and_then(|q| {
+                if q < 100.0 {
+                    Some(Some(q))
+                } else {
+                    s.report(
+                        p,
+                        &s.get("keep_slow_percentile")?.node.span,
+                        format!("{} must be below 100", s.name("keep_slow_percentile")),
+                    );
+                    None
+                }
+            }),
+    };
+    let failed = flag(p, "keep_failed");
+    let retried = flag(p, "keep_retried");
+    let share = match s.get("keep_share") {
+        None => Some(KeepShare::Auto),
+        Some(entry) => match &entry.node.value {
+            Value::String(text) if text == "auto" => Some(KeepShare::Auto),
+            Value::String(text) => {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} must be \"auto\" or a share from 0.0 to 1.0, not \"{text}\"",
+                        s.name("keep_share")
+                    ),
+                );
+                None
+            }
+            _ => s.probability(p, "keep_share").map(KeepShare::Fixed),
+        },
+    };
     Some(Telemetry {
         sampling: sampling?,
         forward: forward?,
+        keep: Keep {
+            slow: slow?,
+            slow_percentile: slow_percentile?,
+            failed: failed?,
+            retried: retried?,
+            share: share?,
+        },
     })
 }
 

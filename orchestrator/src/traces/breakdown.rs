@@ -1,13 +1,19 @@
 //! The per-hop breakdown of each variant's traces (self time, downstream
 //! time, network time, queue wait), cross-checked against the reply
-//! paths the load generator measured.
+//! paths the load generator measured: built one whole trace at a time
+//! ([`TraceAnalyzer`]) from every trace of the variant, kept or not, into
+//! histograms and counters.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, span::SpanKind};
+#[cfg(test)]
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind};
 use serde::Serialize;
 
-use super::{FlatSpan, attr_int, attr_string, flatten, loadgen::SERVICE};
+#[cfg(test)]
+use super::flatten;
+use super::{FlatSpan, attr_int, attr_string, loadgen::SERVICE};
 use crate::record::{Outcome, RequestRecord};
 
 /// A distribution of one time, in microseconds.
@@ -85,6 +91,10 @@ pub struct TraceReport {
     pub timing_disagreements: u64,
     /// Per hop, in the order the reply path lists them.
     pub hops: Vec<HopBreakdown>,
+    /// What the tail sampler kept and dropped (absent in runs before it
+    /// existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<super::tail::TailCounts>,
     /// Per hop, its spans in the sampled ok requests' traces against
     /// their reply paths (for the warning; not written).
     #[serde(skip)]
@@ -162,62 +172,181 @@ fn is_queue_wait(s: &Span) -> bool {
     s.name.starts_with("queue wait")
 }
 
+/// One time's distribution as it accumulates: a histogram (3 significant
+/// digits) with the exact sum and maximum.
+struct DistAcc {
+    histogram: hdrhistogram::Histogram<u64>,
+    sum: f64,
+    max: u64,
+}
+
+impl Default for DistAcc {
+    fn default() -> Self {
+        DistAcc {
+            histogram: hdrhistogram::Histogram::new(3)
+                .unwrap_or_else(|_| unreachable!("3 significant digits is a valid precision")),
+            sum: 0.0,
+            max: 0,
+        }
+    }
+}
+
+impl DistAcc {
+    fn push(&mut self, ns: u64) {
+        // An auto-resizing histogram takes any value.
+        let _ = self.histogram.record(ns);
+        self.sum += ns as f64;
+        self.max = self.max.max(ns);
+    }
+
+    fn finish(&self) -> Dist {
+        let n = self.histogram.len();
+        if n == 0 {
+            return Dist::default();
+        }
+        let at = |q: f64| {
+            let h = &self.histogram;
+            h.lowest_equivalent(h.value_at_quantile(q)) as f64 / 1_000.0
+        };
+        Dist {
+            mean_us: self.sum / n as f64 / 1_000.0,
+            p50_us: at(0.50),
+            p99_us: at(0.99),
+            max_us: self.max as f64 / 1_000.0,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Times {
     spans: u64,
-    self_time: Vec<u64>,
-    downstream: Vec<u64>,
-    network: Vec<u64>,
-    queue_wait: Vec<u64>,
+    self_time: DistAcc,
+    downstream: DistAcc,
+    network: DistAcc,
+    queue_wait: DistAcc,
 }
 
-/// Analyzes the spans of `variant` against its measured `records`;
-/// `sampled` says which request ids were meant to be traced.
-pub fn analyze(
-    batches: &[ResourceSpans],
-    variant: &str,
-    records: &[RequestRecord],
-    sampled: impl Fn(u64) -> bool,
-) -> TraceReport {
-    let spans: Vec<FlatSpan<'_>> = flatten(batches)
-        .into_iter()
-        .filter(|s| attr_string(s.span, "variant").as_deref() == Some(variant))
-        .collect();
-    let mut traces: HashMap<&[u8], Vec<&Span>> = HashMap::new();
-    for s in &spans {
-        traces
-            .entry(s.span.trace_id.as_slice())
-            .or_default()
-            .push(s.span);
-    }
-    let mut report = TraceReport {
-        spans: spans.len() as u64,
-        traces: traces.len() as u64,
-        ..TraceReport::default()
-    };
-    let mut by_request: HashMap<u64, &[u8]> = HashMap::new();
-    for s in &spans {
-        if s.service == SERVICE
-            && let Some(id) = attr_int(s.span, "request_id")
-        {
-            by_request.insert(id as u64, s.span.trace_id.as_slice());
+/// What the load generator measured of one request, as the cross-check
+/// needs it (kept by the tail sampler, not as a whole record).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestFacts {
+    /// Answered ok.
+    pub ok: bool,
+    /// Its trace was meant to exist (head sampling).
+    pub sampled: bool,
+    /// Its reply path: each hop with the replica and the hop's total time.
+    pub path: Vec<PathHop>,
+}
+
+/// One hop of a reply path.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PathHop {
+    pub hop: String,
+    pub replica: u32,
+    pub total_ns: u64,
+}
+
+impl RequestFacts {
+    /// The facts of `record`; `sampled`: whether it was traced.
+    pub fn of(record: &RequestRecord, sampled: bool) -> Self {
+        RequestFacts {
+            ok: record.outcome == Outcome::Ok,
+            sampled,
+            path: record
+                .path
+                .iter()
+                .map(|h| PathHop {
+                    hop: h.hop.clone(),
+                    replica: h.replica,
+                    total_ns: h.total_ns,
+                })
+                .collect(),
         }
     }
-    // Hop times come from the measured requests' traces only (not warmup's).
-    let measured: HashSet<&[u8]> = records
-        .iter()
-        .filter_map(|r| by_request.get(&r.id).copied())
-        .collect();
-    let mut times: BTreeMap<String, Times> = BTreeMap::new();
-    for (trace_id, trace) in &traces {
+
+    /// Whether its trace is expected and checked against its path: a
+    /// sampled ok request.
+    pub fn expected(&self) -> bool {
+        self.ok && self.sampled
+    }
+}
+
+/// Builds a variant's [`TraceReport`] one whole trace at a time, keeping
+/// histograms and counters only.
+pub struct TraceAnalyzer {
+    report: TraceReport,
+    times: BTreeMap<String, Times>,
+    coverage: BTreeMap<String, HopCoverage>,
+    /// Expected requests whose trace was found.
+    found: u64,
+}
+
+impl Default for TraceAnalyzer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TraceAnalyzer {
+    /// Nothing seen yet.
+    pub fn new() -> Self {
+        TraceAnalyzer {
+            report: TraceReport::default(),
+            times: BTreeMap::new(),
+            coverage: BTreeMap::new(),
+            found: 0,
+        }
+    }
+
+    /// Counts one request whose trace is expected ([`RequestFacts::expected`])
+    /// passing through `hops`.
+    pub fn expect<'h>(&mut self, hops: impl IntoIterator<Item = &'h str>) {
+        self.report.expected += 1;
+        for hop in hops {
+            self.coverage_of(hop).expected += 1;
+        }
+    }
+
+    /// Adds `n` expected requests through `hop` at once (the tail sampler
+    /// counts them as they end); `requests` expected requests in all.
+    pub fn expect_counted(
+        &mut self,
+        requests: u64,
+        per_hop: impl IntoIterator<Item = (String, u64)>,
+    ) {
+        self.report.expected += requests;
+        for (hop, n) in per_hop {
+            self.coverage_of(&hop).expected += n;
+        }
+    }
+
+    fn coverage_of(&mut self, hop: &str) -> &mut HopCoverage {
+        self.coverage.entry(hop.to_owned()).or_default()
+    }
+
+    /// Takes one whole trace of this variant; `facts`: what the load
+    /// generator measured of its request, when it was a measured one.
+    pub fn trace(&mut self, trace: &[&Span], facts: Option<&RequestFacts>) {
+        let report = &mut self.report;
+        report.spans += trace.len() as u64;
+        report.traces += 1;
         let ids: HashSet<&[u8]> = trace.iter().map(|s| s.span_id.as_slice()).collect();
         report.orphan_spans += trace
             .iter()
             .filter(|s| !s.parent_span_id.is_empty() && !ids.contains(s.parent_span_id.as_slice()))
             .count() as u64;
-        if !measured.contains(trace_id) {
-            continue;
+        // Hop times come from the measured requests' traces only (not warmup's).
+        let Some(facts) = facts else {
+            return;
+        };
+        self.hop_times(trace);
+        if facts.expected() {
+            self.found += 1;
+            self.cross_check(trace, facts);
         }
+    }
+
+    fn hop_times(&mut self, trace: &[&Span]) {
         let by_id: HashMap<&[u8], &Span> =
             trace.iter().map(|s| (s.span_id.as_slice(), *s)).collect();
         let children = |parent: &Span| -> Vec<&Span> {
@@ -231,7 +360,7 @@ pub fn analyze(
             let Some(hop) = attr_string(server, "hop") else {
                 continue;
             };
-            let t = times.entry(hop).or_default();
+            let t = self.times.entry(hop).or_default();
             t.spans += 1;
             let total = duration(server);
             let down = children(server)
@@ -265,46 +394,31 @@ pub fn analyze(
             }
         }
     }
-    let mut coverage: BTreeMap<String, HopCoverage> = BTreeMap::new();
-    for record in records.iter().filter(|r| r.outcome == Outcome::Ok) {
-        if !sampled(record.id) {
-            continue;
-        }
-        report.expected += 1;
-        let trace = by_request.get(&record.id).and_then(|t| traces.get(t));
-        for rec in &record.path {
-            let c = coverage.entry(rec.hop.clone()).or_default();
-            c.expected += 1;
-            let Some(t) = trace else {
-                continue;
-            };
-            if t.iter().any(|s| {
+
+    fn cross_check(&mut self, trace: &[&Span], facts: &RequestFacts) {
+        for rec in &facts.path {
+            let has_server = trace.iter().any(|s| {
                 s.kind == SpanKind::Server as i32
                     && attr_string(s, "hop").as_deref() == Some(rec.hop.as_str())
-            }) {
-                c.server_spans += 1;
-            }
+            });
             // The broker names its span after the topic, which is the hop.
             let queue_wait = format!("queue wait {}", rec.hop);
-            if t.iter().any(|s| s.name == queue_wait) {
-                c.queue_waits += 1;
-            }
+            let has_queue_wait = trace.iter().any(|s| s.name == queue_wait);
+            let c = self.coverage_of(&rec.hop);
+            c.server_spans += u64::from(has_server);
+            c.queue_waits += u64::from(has_queue_wait);
         }
-        let Some(trace) = trace else {
-            report.missing += 1;
-            continue;
-        };
         let mut from_trace: Vec<String> = trace
             .iter()
             .filter(|s| s.kind == SpanKind::Server as i32)
             .filter_map(|s| attr_string(s, "hop"))
             .collect();
-        let mut from_path: Vec<String> = record.path.iter().map(|h| h.hop.clone()).collect();
+        let mut from_path: Vec<&str> = facts.path.iter().map(|h| h.hop.as_str()).collect();
         from_trace.sort();
-        from_path.sort();
+        from_path.sort_unstable();
         if from_trace == from_path {
-            report.complete += 1;
-            for rec in &record.path {
+            self.report.complete += 1;
+            for rec in &facts.path {
                 let span = trace.iter().find(|s| {
                     s.kind == SpanKind::Server as i32
                         && attr_string(s, "hop").as_deref() == Some(rec.hop.as_str())
@@ -313,30 +427,86 @@ pub fn analyze(
                 let agrees =
                     span.is_some_and(|s| duration(s).abs_diff(rec.total_ns) <= TIMING_TOLERANCE_NS);
                 if !agrees {
-                    report.timing_disagreements += 1;
+                    self.report.timing_disagreements += 1;
                 }
             }
         } else {
-            report.incomplete += 1;
+            self.report.incomplete += 1;
         }
     }
-    // By name (deterministic); callers put them in their scenario's order.
-    report.hops = times
+
+    /// The finished report, hops by name (callers put them in their
+    /// scenario's order).
+    pub fn finish(self) -> TraceReport {
+        let mut report = self.report;
+        report.missing = report.expected.saturating_sub(self.found);
+        report.hops = self
+            .times
+            .into_iter()
+            .map(|(hop, t)| HopBreakdown {
+                hop,
+                spans: t.spans,
+                self_time: t.self_time.finish(),
+                downstream: t.downstream.finish(),
+                network: t.network.finish(),
+                queue_wait: t.queue_wait.finish(),
+            })
+            .collect();
+        report.coverage = self
+            .coverage
+            .into_iter()
+            .map(|(hop, c)| HopCoverage { hop, ..c })
+            .collect();
+        report
+    }
+}
+
+/// The request id of a trace: the one its load-generator span names.
+pub fn request_id(trace: &[FlatSpan<'_>]) -> Option<u64> {
+    trace
+        .iter()
+        .filter(|s| s.service == SERVICE)
+        .find_map(|s| attr_int(s.span, "request_id"))
+        .and_then(|id| u64::try_from(id).ok())
+}
+
+/// Analyzes the spans of `variant` against its measured `records` held in
+/// memory; `sampled` says which request ids were meant to be traced. The
+/// known-answer form of what a run does streaming (`sift`).
+#[cfg(test)]
+pub fn analyze(
+    batches: &[ResourceSpans],
+    variant: &str,
+    records: &[RequestRecord],
+    sampled: impl Fn(u64) -> bool,
+) -> TraceReport {
+    let mut traces: BTreeMap<&[u8], Vec<FlatSpan<'_>>> = BTreeMap::new();
+    for s in flatten(batches)
         .into_iter()
-        .map(|(hop, t)| HopBreakdown {
-            hop,
-            spans: t.spans,
-            self_time: Dist::of(t.self_time),
-            downstream: Dist::of(t.downstream),
-            network: Dist::of(t.network),
-            queue_wait: Dist::of(t.queue_wait),
-        })
+        .filter(|s| attr_string(s.span, "variant").as_deref() == Some(variant))
+    {
+        traces
+            .entry(s.span.trace_id.as_slice())
+            .or_default()
+            .push(s);
+    }
+    let facts: HashMap<u64, RequestFacts> = records
+        .iter()
+        .map(|r| (r.id, RequestFacts::of(r, sampled(r.id))))
         .collect();
-    report.coverage = coverage
-        .into_iter()
-        .map(|(hop, c)| HopCoverage { hop, ..c })
-        .collect();
-    report
+    let mut analyzer = TraceAnalyzer::new();
+    for r in records {
+        let f = &facts[&r.id];
+        if f.expected() {
+            analyzer.expect(f.path.iter().map(|h| h.hop.as_str()));
+        }
+    }
+    for trace in traces.values() {
+        let spans: Vec<&Span> = trace.iter().map(|s| s.span).collect();
+        let f = request_id(trace).and_then(|id| facts.get(&id));
+        analyzer.trace(&spans, f);
+    }
+    analyzer.finish()
 }
 
 #[cfg(test)]

@@ -1,15 +1,17 @@
-//! The embedded OTLP trace receiver: a tonic `TraceService` that keeps
-//! every span of the run in memory (bounded, drops counted), rejects
+//! The embedded OTLP trace receiver: a tonic `TraceService` that appends
+//! every span batch of the run to a spool file in the run folder as it
+//! arrives (bounded, drops counted; nothing kept in memory), rejects
 //! malformed batches, and optionally forwards everything to an external
 //! collector such as Jaeger without ever slowing the run.
 
 use std::{
     future::Future,
+    path::{Path, PathBuf},
     sync::{
         Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -17,15 +19,20 @@ use opentelemetry_proto::tonic::{
     collector::trace::v1::{ExportTraceServiceRequest, trace_service_client::TraceServiceClient},
     trace::v1::ResourceSpans,
 };
+use prost::Message;
 use serde::Serialize;
 use tailmesh_services::runtime_thread::{RuntimeThread, ThreadError};
 use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 use tonic::transport::server::TcpIncoming;
 
-use super::raw::{self, RawBatch};
+use super::{
+    raw::{self, RawBatch},
+    spool::{SpoolError, SpoolWriter},
+};
 
-/// Spans kept in memory at most; more are dropped and counted.
-pub const DEFAULT_CAPACITY: usize = 2_000_000;
+/// Spans spooled at most over a run; more are dropped and counted. A bound
+/// on the disk the spool takes (about 150 bytes a span), not on memory.
+pub const DEFAULT_CAPACITY: usize = 50_000_000;
 /// Batches waiting to be forwarded at most; more are dropped and counted.
 const FORWARD_QUEUE: usize = 256;
 /// How long one forwarded batch may take.
@@ -62,9 +69,9 @@ pub enum ReceiverError {
 /// What the receiver and the forwarder counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TraceCounts {
-    /// Spans received and kept.
+    /// Spans received and kept (spooled).
     pub spans: u64,
-    /// Spans dropped because the store was full.
+    /// Spans dropped because the spool was full or could not be written.
     pub dropped: u64,
     /// Batches rejected as malformed.
     pub rejected_batches: u64,
@@ -75,7 +82,7 @@ pub struct TraceCounts {
     pub forward_dropped: u64,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Counters {
     spans: AtomicU64,
     dropped: AtomicU64,
@@ -84,19 +91,73 @@ struct Counters {
     forward_dropped: AtomicU64,
 }
 
-/// A stored batch: decoded (the load generator's own spans), or a batch
-/// as it arrived, checked but decoded only when taken.
+/// A batch to keep: decoded (the load generator's own spans), or a batch
+/// as it arrived, checked but not decoded.
 enum Stored {
     Decoded(Vec<ResourceSpans>),
     Raw(RawBatch),
 }
 
-/// Where the run's spans go: the in-memory store and the forwarder.
+/// Where the run's spans go: the spool and the forwarder.
 pub struct Collector {
-    store: Mutex<Vec<Stored>>,
+    spool: Mutex<SpoolState>,
     capacity: usize,
     counters: Arc<Counters>,
     forward: Mutex<Option<Forwarder>>,
+    /// The clock of the spool's arrival times.
+    origin: Instant,
+}
+
+/// The spool file being written, opened at the first batch after each
+/// [`Collector::seal`].
+struct SpoolState {
+    dir: PathBuf,
+    /// The number of the next spool file.
+    next: u32,
+    writer: Option<SpoolWriter>,
+    /// The spool file given up after an error, until the seal.
+    broken: Option<PathBuf>,
+    /// The error that broke the spool since the last seal.
+    error: Option<SpoolError>,
+}
+
+/// One sealed spool file: the spans that arrived between two seals (one
+/// variant's). Read it with [`super::spool::SpoolReader`]; remove it with
+/// [`Spool::remove`] once read.
+#[derive(Debug, Default)]
+pub struct Spool {
+    /// The file; `None` when no span arrived.
+    pub path: Option<PathBuf>,
+    /// Why some spans could not be spooled, if any were lost that way.
+    pub error: Option<String>,
+    counters: Option<Arc<Counters>>,
+}
+
+impl Spool {
+    /// Counts a batch that was spooled but does not decode: it is
+    /// rejected after all, and its spans are not kept.
+    pub fn reject(&self, spans: u64) {
+        if let Some(c) = &self.counters {
+            c.rejected_batches.fetch_add(1, Ordering::Relaxed);
+            c.spans.fetch_sub(spans, Ordering::Relaxed);
+        }
+    }
+
+    /// The spool at `path`, not counted by any collector.
+    #[cfg(test)]
+    pub(crate) fn at(path: PathBuf) -> Self {
+        Spool {
+            path: Some(path),
+            ..Spool::default()
+        }
+    }
+
+    /// Removes the file (best effort: it is hidden in the run folder).
+    pub fn remove(&self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 struct Forwarder {
@@ -113,25 +174,37 @@ fn span_count(batch: &[ResourceSpans]) -> u64 {
 }
 
 impl Collector {
-    /// A collector keeping up to `capacity` spans, forwarding to
-    /// `forward` (an `http://host:port` OTLP gRPC endpoint) when given.
-    /// Must be called inside a tokio runtime when forwarding.
-    pub fn new(capacity: usize, forward: Option<&str>) -> Result<Arc<Self>, ReceiverError> {
+    /// A collector spooling up to `capacity` spans into hidden files in
+    /// `spool_dir`, forwarding to `forward` (an `http://host:port` OTLP
+    /// gRPC endpoint) when given. Must be called inside a tokio runtime
+    /// when forwarding.
+    pub fn new(
+        capacity: usize,
+        forward: Option<&str>,
+        spool_dir: &Path,
+    ) -> Result<Arc<Self>, ReceiverError> {
         let counters = Arc::new(Counters::default());
         let forward = match forward {
             None => None,
             Some(url) => Some(Forwarder::start(url, Arc::clone(&counters))?),
         };
         Ok(Arc::new(Collector {
-            store: Mutex::new(Vec::new()),
+            spool: Mutex::new(SpoolState {
+                dir: spool_dir.to_owned(),
+                next: 1,
+                writer: None,
+                broken: None,
+                error: None,
+            }),
             capacity,
             counters,
             forward: Mutex::new(forward),
+            origin: Instant::now(),
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Stored>> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, SpoolState> {
+        self.spool.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Keeps a well-formed batch (as much of it as fits) and forwards it.
@@ -145,7 +218,7 @@ impl Collector {
         self.keep(batch.spans, Stored::Raw(batch));
     }
 
-    /// Forwards a batch of `n` spans when forwarding is on, and stores it
+    /// Forwards a batch of `n` spans when forwarding is on, and spools it
     /// when it fits.
     fn keep(&self, n: u64, batch: Stored) {
         if n == 0 {
@@ -174,29 +247,89 @@ impl Collector {
             self.counters.dropped.fetch_add(n, Ordering::Relaxed);
             return;
         }
-        self.counters.spans.fetch_add(n, Ordering::Relaxed);
-        self.lock().push(batch);
-    }
-
-    /// Takes every span stored so far, decoding the batches kept as they
-    /// arrived. A batch that passed the check on arrival but does not
-    /// decode in full is counted as rejected and its spans as not kept.
-    pub fn take(&self) -> Vec<ResourceSpans> {
-        let stored = std::mem::take(&mut *self.lock());
-        let mut out = Vec::with_capacity(stored.len());
-        for batch in stored {
-            match batch {
-                Stored::Decoded(b) => out.extend(b),
-                Stored::Raw(raw) => match raw.decode() {
-                    Ok(request) => out.extend(request.resource_spans),
-                    Err(_) => {
-                        let c = &self.counters;
-                        c.rejected_batches.fetch_add(1, Ordering::Relaxed);
-                        c.spans.fetch_sub(raw.spans, Ordering::Relaxed);
-                    }
-                },
+        let encoded;
+        let body: &[u8] = match &batch {
+            Stored::Raw(raw) => raw.body(),
+            Stored::Decoded(b) => {
+                encoded = ExportTraceServiceRequest {
+                    resource_spans: b.clone(),
+                }
+                .encode_to_vec();
+                &encoded
+            }
+        };
+        let arrived = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let mut spool = self.lock();
+        if spool.error.is_some() {
+            // The spool broke (a full disk): nothing more until the seal.
+            self.counters.dropped.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        let written = match spool.writer.as_mut() {
+            Some(w) => w.append(arrived, body),
+            None => {
+                let path = spool.dir.join(format!(".spans-{}.spool", spool.next));
+                SpoolWriter::create(&path).and_then(|mut w| {
+                    w.append(arrived, body)?;
+                    spool.writer = Some(w);
+                    Ok(())
+                })
+            }
+        };
+        match written {
+            Ok(()) => {
+                self.counters.spans.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.counters.dropped.fetch_add(n, Ordering::Relaxed);
+                // What was written before stays readable; a frame cut
+                // short ends it.
+                spool.broken = spool.writer.take().map(SpoolWriter::abandon);
+                spool.error = Some(e);
             }
         }
+    }
+
+    /// Closes the spool file written so far and returns it; the next batch
+    /// starts a new one. Call it when a variant's processes have flushed.
+    pub fn seal(&self) -> Spool {
+        let mut spool = self.lock();
+        spool.next += 1;
+        let mut error = spool.error.take().map(|e| e.to_string());
+        let path = match spool.writer.take() {
+            None => spool.broken.take(),
+            Some(w) => {
+                let (path, flushed) = w.finish();
+                if let Err(e) = flushed {
+                    error.get_or_insert(e.to_string());
+                }
+                Some(path)
+            }
+        };
+        Spool {
+            path,
+            error,
+            counters: Some(Arc::clone(&self.counters)),
+        }
+    }
+
+    /// Seals the spool and reads every span in it back (tests only: a run
+    /// reads its spool in one streaming pass).
+    #[cfg(test)]
+    pub(crate) fn take(&self) -> Vec<ResourceSpans> {
+        let spool = self.seal();
+        let mut out = Vec::new();
+        let Some(path) = &spool.path else {
+            return out;
+        };
+        let mut reader = super::spool::SpoolReader::open(path).expect("open spool");
+        while let Some(frame) = reader.next_frame().expect("read spool") {
+            match ExportTraceServiceRequest::decode(frame.body) {
+                Ok(r) => out.extend(r.resource_spans),
+                Err(_) => spool.reject(0),
+            }
+        }
+        spool.remove();
         out
     }
 
@@ -298,8 +431,8 @@ impl Forwarder {
 }
 
 /// Takes each export request as it arrives: checked with a light decode
-/// (ids, times and span count; attributes skipped), stored as bytes, and
-/// decoded in full only when the run's spans are taken, after the load.
+/// (ids, times and span count; attributes skipped) and spooled as bytes,
+/// decoded in full only when the spool is read, after the variant.
 fn receive(collector: &Collector, body: Bytes) -> Result<(), tonic::Status> {
     match raw::check(body) {
         Ok(batch) => {
@@ -321,7 +454,7 @@ fn receive(collector: &Collector, body: Bytes) -> Result<(), tonic::Status> {
 /// A receiver running on its own thread and runtime, so decoding span
 /// batches never delays the load generator. Stops when dropped.
 pub struct ReceiverThread {
-    /// Its store.
+    /// Its spool.
     pub collector: Arc<Collector>,
     /// `http://<bound address>`.
     pub endpoint: String,
@@ -336,18 +469,20 @@ pub struct ReceiverThread {
 impl ReceiverThread {
     /// Binds `bind` (127.0.0.1:0 for the local launchers; all interfaces
     /// on the trace port when attached to a deployment) and serves there,
-    /// keeping up to `capacity` spans and forwarding to `forward` when
-    /// given.
+    /// spooling up to `capacity` spans into `spool_dir` and forwarding to
+    /// `forward` when given.
     pub fn start(
         capacity: usize,
         forward: Option<&str>,
         bind: std::net::SocketAddr,
+        spool_dir: &Path,
     ) -> Result<Self, ReceiverError> {
         let forward = forward.map(str::to_string);
+        let spool_dir = spool_dir.to_owned();
         let ((collector, addr, runtime), thread) =
             RuntimeThread::spawn("trace-receiver", move |ready, stopped| async move {
                 let started = async {
-                    let collector = Collector::new(capacity, forward.as_deref())?;
+                    let collector = Collector::new(capacity, forward.as_deref(), &spool_dir)?;
                     let listener = TcpListener::bind(bind)
                         .await
                         .map_err(|source| ReceiverError::Bind { addr: bind, source })?;
@@ -478,7 +613,6 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use opentelemetry_proto::tonic::trace::v1::{ScopeSpans, Span};
-    use prost::Message;
 
     use super::*;
 
@@ -501,7 +635,8 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_batches_are_rejected_and_counted_good_ones_kept() {
-        let collector = Collector::new(10, None).expect("collector");
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(10, None, tmp.path()).expect("collector");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -535,11 +670,31 @@ mod tests {
 
     #[test]
     fn a_full_store_drops_and_counts() {
-        let collector = Collector::new(1, None).expect("collector");
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(1, None, tmp.path()).expect("collector");
         collector.accept(batch(vec![7; 16]));
         collector.accept(batch(vec![8; 16]));
         let counts = collector.counts();
         assert_eq!((counts.spans, counts.dropped), (1, 1));
+        assert_eq!(span_count(&collector.take()), 1);
+    }
+
+    #[test]
+    fn a_spool_that_cannot_be_written_drops_and_counts_and_says_why() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let gone = tmp.path().join("no such folder");
+        let collector = Collector::new(10, None, &gone).expect("collector");
+        collector.accept(batch(vec![7; 16]));
+        collector.accept(batch(vec![8; 16]));
+        let counts = collector.counts();
+        assert_eq!((counts.spans, counts.dropped), (0, 2));
+        let spool = collector.seal();
+        assert_eq!(spool.path, None);
+        let why = spool.error.unwrap_or_default();
+        assert!(why.contains("no such folder"), "{why}");
+        // After the seal the spool is tried afresh.
+        std::fs::create_dir(&gone).expect("create");
+        collector.accept(batch(vec![9; 16]));
         assert_eq!(span_count(&collector.take()), 1);
     }
 
@@ -579,7 +734,8 @@ mod tests {
 
     #[test]
     fn raw_batches_are_counted_on_arrival_and_decoded_in_full_when_taken() {
-        let collector = Collector::new(10, None).expect("collector");
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(10, None, tmp.path()).expect("collector");
         let mut b = batch(vec![7; 16]);
         let first = b[0].scope_spans[0].spans[0].clone();
         b[0].scope_spans[0].spans.push(first);

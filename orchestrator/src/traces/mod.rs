@@ -1,12 +1,19 @@
 //! The run's traces: the embedded OTLP receiver and forwarder
-//! (`collector`), the load generator's own spans (`loadgen`), the Jaeger
-//! JSON file (`jaeger`) and the per-hop breakdown (`breakdown`).
+//! (`collector`), which spools every span to disk as it arrives (`spool`);
+//! the load generator's own spans (`loadgen`); the tail sampler, which
+//! decides at each request's end whether its trace is kept (`tail`); the
+//! streaming pass over a variant's spool (`sift`), which feeds every trace
+//! to the per-hop breakdown (`breakdown`) and writes the kept ones as
+//! Jaeger JSON (`jaeger`).
 
 pub mod breakdown;
 pub mod collector;
 pub mod jaeger;
 pub mod loadgen;
 mod raw;
+pub mod sift;
+pub mod spool;
+pub mod tail;
 
 use opentelemetry_proto::tonic::{
     common::v1::{AnyValue, any_value::Value},

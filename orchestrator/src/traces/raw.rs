@@ -28,7 +28,7 @@ const SERVICE: &str = "opentelemetry.proto.collector.trace.v1.TraceService";
 /// The path of its one method.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 /// The largest export request taken.
-const MAX_REQUEST: usize = 64 * 1024 * 1024;
+pub(super) const MAX_REQUEST: usize = 64 * 1024 * 1024;
 
 /// An export request as it arrived, well-formed by [`check`].
 pub(super) struct RawBatch {
@@ -38,6 +38,11 @@ pub(super) struct RawBatch {
 }
 
 impl RawBatch {
+    /// The request's bytes, as they arrived.
+    pub(super) fn body(&self) -> &[u8] {
+        &self.body
+    }
+
     /// The request, decoded in full.
     pub(super) fn decode(&self) -> Result<ExportTraceServiceRequest, prost::DecodeError> {
         ExportTraceServiceRequest::decode(self.body.clone())

@@ -18,6 +18,7 @@ tests! {
     sync no_traces_writes_no_trace_file_and_no_breakdown,
     sync failed_requests_have_error_spans_from_the_failing_hop_up,
     sync partial_sampling_traces_only_the_sampled_requests_end_to_end,
+    sync the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_trace,
 }
 
 const MIXED: &str = r#"
@@ -65,7 +66,7 @@ fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let scenario = write(tmp.path(), "mixed.toml", MIXED);
     let results = tmp.path().join("results");
-    let second = ReceiverThread::start(1_000_000, None, ([127, 0, 0, 1], 0).into())
+    let second = ReceiverThread::start(1_000_000, None, ([127, 0, 0, 1], 0).into(), tmp.path())
         .expect("second receiver");
     let finished = tailmesh(
         tmp.path(),
@@ -367,4 +368,184 @@ fn partial_sampling_traces_only_the_sampled_requests_end_to_end() {
     assert_eq!(u64_at(t, "/expected"), traces.len() as u64);
     assert_eq!(u64_at(t, "/complete"), traces.len() as u64);
     assert_eq!(u64_at(t, "/missing"), 0);
+}
+
+/// Hop a is hedged by the load generator after 8 ms; b works 3 ms on
+/// average (exponential: 7 % of requests over 8 ms, hedged but not slow),
+/// is slow (30 ms more) for 5 % of requests and fails 5 %; slow means over
+/// 20 ms; a tenth of the other traces is kept.
+const TAIL: &str = r#"
+name = "tail"
+seed = 11
+[load]
+mode = "open"
+rate = 200
+requests = 400
+timeout = "2s"
+[[hop]]
+name = "a"
+client = { hedge_after = "8ms" }
+work = { kind = "sleep", dist = "fixed", value = "200us" }
+[[hop]]
+name = "b"
+work = { kind = "sleep", dist = "exp", mean = "3ms" }
+slow = { probability = 0.05, extra = "30ms" }
+error = { probability = 0.05, code = "unavailable" }
+[check]
+slow_threshold = "20ms"
+[telemetry]
+keep_share = 0.1
+"#;
+
+/// Each request id in requests.csv with its load generator's extra
+/// attempts (the column found by its name).
+fn extra_attempts(run_dir: &Path) -> HashMap<u64, u64> {
+    let text = std::fs::read_to_string(run_dir.join("requests.csv")).expect("requests.csv");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no {name} column"))
+    };
+    let (id, extra) = (column("id"), column("extra_attempts"));
+    lines
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            (
+                f[id].parse().expect("id"),
+                f[extra].parse().expect("extra attempts"),
+            )
+        })
+        .collect()
+}
+
+fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_trace() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scenario = write(tmp.path(), "tail.toml", TAIL);
+    let results = tmp.path().join("results");
+    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let rows = requests_csv(&run_dir);
+    let extra = extra_attempts(&run_dir);
+    let threshold_ns = 20_000_000;
+    // The tail by the first reason that applies, from the records.
+    let failed: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.status != "ok")
+        .map(|r| r.id)
+        .collect();
+    let slow: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.status == "ok" && r.latency_ns > threshold_ns)
+        .map(|r| r.id)
+        .collect();
+    let retried: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.status == "ok" && r.latency_ns <= threshold_ns && extra[&r.id] > 0)
+        .map(|r| r.id)
+        .collect();
+    assert!(
+        !failed.is_empty() && !slow.is_empty() && !retried.is_empty(),
+        "the scenario makes each kind: {} failed, {} slow, {} hedged",
+        failed.len(),
+        slow.len(),
+        retried.len()
+    );
+
+    let summary = summary(&run_dir);
+    let t = &variants(&summary)[0]["traces"];
+    let s = &t["sampling"];
+    assert_eq!(u64_at(s, "/traced"), rows.len() as u64);
+    assert_eq!(u64_at(s, "/kept_failed"), failed.len() as u64);
+    assert_eq!(u64_at(s, "/kept_slow"), slow.len() as u64);
+    assert_eq!(u64_at(s, "/kept_retried"), retried.len() as u64);
+    assert_eq!(s["keep_share"].as_f64(), Some(0.1));
+    assert_eq!(u64_at(s, "/files"), 1);
+    let sampled = u64_at(s, "/kept_sampled");
+    let kept =
+        u64_at(s, "/kept_failed") + u64_at(s, "/kept_slow") + u64_at(s, "/kept_retried") + sampled;
+    assert_eq!(kept + u64_at(s, "/dropped"), rows.len() as u64);
+    let others = rows.len() as u64 - kept + sampled;
+    assert!(
+        sampled >= others / 30 && sampled <= others / 4,
+        "about a tenth of {others}: {sampled}"
+    );
+    let files = summary["files"].as_object().expect("files");
+    assert!(files.contains_key("traces.jaeger.json"));
+    assert!(!files.contains_key("traces-2.jaeger.json"));
+
+    // The Jaeger file: exactly the kept requests, each trace whole.
+    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
+    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
+    let mut in_file = Vec::new();
+    for trace in file["data"].as_array().expect("data") {
+        let spans = trace["spans"].as_array().expect("spans");
+        let ids: Vec<&str> = spans
+            .iter()
+            .map(|s| s["spanID"].as_str().expect("id"))
+            .collect();
+        let roots: Vec<&Value> = spans
+            .iter()
+            .filter(|s| s["references"].as_array().is_some_and(Vec::is_empty))
+            .collect();
+        assert_eq!(roots.len(), 1, "one root: {trace:#}");
+        for s in spans {
+            for r in s["references"].as_array().expect("references") {
+                let parent = r["spanID"].as_str().expect("parent");
+                assert!(ids.contains(&parent), "{parent} resolves: {trace:#}");
+            }
+        }
+        let id = tag(roots[0], "request_id")
+            .and_then(Value::as_u64)
+            .expect("request id");
+        let ok = rows.iter().any(|r| r.id == id && r.status == "ok");
+        for hop in ["a", "b"] {
+            assert!(
+                !ok || spans.iter().any(|s| s["operationName"] == hop),
+                "request {id}: {hop}'s server span: {trace:#}"
+            );
+        }
+        in_file.push(id);
+    }
+    in_file.sort_unstable();
+    assert_eq!(in_file.len() as u64, kept, "one trace per kept request");
+    assert_eq!(u64_at(s, "/written"), kept);
+    for id in failed.iter().chain(&slow).chain(&retried) {
+        assert!(
+            in_file.binary_search(id).is_ok(),
+            "request {id} of the tail is kept"
+        );
+    }
+
+    // The breakdown comes from every trace, kept or dropped.
+    let ok = rows.iter().filter(|r| r.status == "ok").count() as u64;
+    assert_eq!(u64_at(t, "/expected"), ok);
+    assert_eq!(u64_at(t, "/missing"), 0);
+    assert_eq!(u64_at(t, "/complete") + u64_at(t, "/incomplete"), ok);
+    // Hedged requests have a's and b's spans twice, their paths once.
+    let hedged_ok = rows
+        .iter()
+        .filter(|r| r.status == "ok" && extra[&r.id] > 0)
+        .count() as u64;
+    assert!(
+        u64_at(t, "/complete") + hedged_ok >= ok,
+        "{} complete, {hedged_ok} hedged, {ok} ok",
+        u64_at(t, "/complete")
+    );
+    assert!(
+        u64_at(t, "/hops/0/spans") >= ok,
+        "a's spans of every ok request"
+    );
+    assert!(u64_at(t, "/traces") >= rows.len() as u64);
+    // Nothing of the spool, the facts or the kept traces is left behind.
+    let hidden: Vec<String> = std::fs::read_dir(&run_dir)
+        .expect("run dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
 }

@@ -1,0 +1,644 @@
+//! Tail-based sampling: which traced requests' traces go into the Jaeger
+//! file, decided when each request ends from what the load generator
+//! measured ([`TailSampler`], a [`RecordSink`]): every slow, failed, and
+//! retried or hedged request, plus a uniform share of the rest.
+//!
+//! The decision and the few facts the traces' cross-check needs (outcome,
+//! head sampling, the reply path's hops, replicas and times) go to a facts
+//! file in the run folder, one fixed-size slot per request id, so the pass
+//! over the spool (`sift`) looks each trace's request up on disk; the
+//! sampler itself holds counters only.
+
+use std::{
+    fs::File,
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::breakdown::{PathHop, RequestFacts, TraceAnalyzer};
+use crate::{
+    record::{Outcome, RecordSink, RequestRecord},
+    scenario::{Keep, KeepShare, LoadMode, Stop, Variant},
+};
+use tailmesh_services::model::Transport;
+
+/// The most a Jaeger file holds; more kept traces go into further files.
+/// Jaeger's UI loads an uploaded file into the browser whole.
+pub const JAEGER_FILE_LIMIT: u64 = 50_000_000;
+/// What one span takes in the Jaeger file, about (measured on the shipped
+/// scenarios: 600 to 750 bytes with its tags).
+pub const JAEGER_BYTES_PER_SPAN: u64 = 750;
+/// The request rate assumed for a closed loop's estimate: about what a
+/// traced chain reaches on a small machine.
+pub const CLOSED_LOOP_RATE: f64 = 5_000.0;
+/// Request ids past this are not given a slot in the facts file (their
+/// traces are dropped and counted); a run at 5,000/s reaches it after
+/// 6 days.
+const MAX_SLOTS: u64 = 1 << 32;
+
+/// The rule resolved for one variant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TailPolicy {
+    /// Requests slower than this are kept (`None`: not for being slow).
+    pub slow_above: Option<Duration>,
+    /// Ok requests slower than this percentile of the ok requests ended
+    /// before them are kept too.
+    pub slow_percentile: Option<f64>,
+    /// Keep failed requests (errors and timeouts).
+    pub failed: bool,
+    /// Keep requests with an extra attempt at any hop.
+    pub retried: bool,
+    /// The share of the other traced requests kept, 0.0 to 1.0.
+    pub share: f64,
+}
+
+impl TailPolicy {
+    /// `keep` for `variant`, whose slow requests are those above
+    /// `slow_threshold`; `sampling`: the head-sampling share;
+    /// `file_budget`: the Jaeger bytes this variant may fill by its share
+    /// (the file's limit split between the variants).
+    pub fn resolve(
+        keep: &Keep,
+        variant: &Variant,
+        slow_threshold: Duration,
+        sampling: f64,
+        file_budget: u64,
+    ) -> Self {
+        TailPolicy {
+            slow_above: keep.slow.then_some(slow_threshold),
+            slow_percentile: keep.slow_percentile,
+            failed: keep.failed,
+            retried: keep.retried,
+            share: match keep.share {
+                KeepShare::Fixed(share) => share,
+                KeepShare::Auto => auto_share(variant, sampling, file_budget),
+            },
+        }
+    }
+}
+
+/// The share of traces that fills `budget` bytes of Jaeger JSON by the
+/// estimate of `variant`'s traced requests (its request count, or its
+/// duration times its rate, [`CLOSED_LOOP_RATE`] for a closed loop; warmup
+/// included) and of its spans per trace (the load generator's, and per hop
+/// a server span, a client span to the next hop and a broker queue wait
+/// for pull hops). 1.0 when everything fits; rounded down to 3 significant
+/// digits.
+pub fn auto_share(variant: &Variant, sampling: f64, budget: u64) -> f64 {
+    let load = &variant.load;
+    let rate = match load.mode {
+        LoadMode::Open { rate, .. } => rate,
+        LoadMode::Closed { .. } => CLOSED_LOOP_RATE,
+    };
+    let requests = match load.stop {
+        Stop::Requests(n) => n as f64 + rate * load.warmup.as_secs_f64(),
+        Stop::Duration(d) => rate * (d + load.warmup).as_secs_f64(),
+    };
+    let spans: u64 = 1 + variant
+        .hops
+        .iter()
+        .map(|h| 2 + u64::from(h.transport == Transport::Pull))
+        .sum::<u64>();
+    let bytes = requests * sampling * (spans * JAEGER_BYTES_PER_SPAN) as f64;
+    if bytes <= budget as f64 {
+        return 1.0;
+    }
+    let share = budget as f64 / bytes;
+    let scale = 10f64.powi(2 - share.log10().floor() as i32);
+    (share * scale).floor() / scale
+}
+
+/// Why a trace was kept, or that it was not; the first reason that
+/// applies, in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    Failed,
+    Slow,
+    Retried,
+    Sampled,
+    Dropped,
+}
+
+/// What the tail sampler decided over one variant's traced requests, by
+/// reason (each request counted once, under its first reason).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TailCounts {
+    /// The share of the other traced requests kept.
+    pub keep_share: f64,
+    /// Measured requests that were traced (head sampling).
+    pub traced: u64,
+    /// Kept: failed (errors and timeouts).
+    pub kept_failed: u64,
+    /// Kept: slower than the check's threshold.
+    pub kept_slow: u64,
+    /// Kept: an extra attempt (retry or hedge) at some hop.
+    pub kept_retried: u64,
+    /// Kept: in the uniform share.
+    pub kept_sampled: u64,
+    /// Not kept.
+    pub dropped: u64,
+    /// Traces written to the Jaeger file(s): the kept ones that arrived,
+    /// and warmup's when every trace is kept.
+    pub written: u64,
+    /// Jaeger files the run's kept traces fill (the same for every variant).
+    pub files: u64,
+}
+
+impl TailCounts {
+    /// Requests kept, all reasons.
+    pub fn kept(&self) -> u64 {
+        self.kept_failed + self.kept_slow + self.kept_retried + self.kept_sampled
+    }
+}
+
+/// Why the facts file could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[error("trace facts {}: {source}", path.display())]
+pub struct FactsError {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Flags of a slot.
+const MEASURED: u8 = 1;
+const OK: u8 = 2;
+const SAMPLED: u8 = 4;
+const KEEP: u8 = 8;
+/// The path had more hops than the slot holds (or a hop not in the
+/// variant): its trace cannot match it.
+const OVERFLOW: u8 = 16;
+/// A path hop: its index in the variant (u8), replica (u16), total (u64).
+const HOP_BYTES: usize = 11;
+const UNKNOWN_HOP: u8 = u8::MAX;
+
+/// One slot per request id: flags, path length, then the path's hops.
+fn slot_size(hops: usize) -> usize {
+    2 + hops * HOP_BYTES
+}
+
+/// The decisions and facts of one variant's requests, by id.
+pub struct FactsFile {
+    path: PathBuf,
+    file: File,
+    hops: Vec<String>,
+}
+
+impl FactsFile {
+    /// A new facts file at `path` for a variant with `hops`.
+    pub fn create(path: &Path, hops: Vec<String>) -> Result<Self, FactsError> {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|source| FactsError {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(FactsFile {
+            path: path.to_owned(),
+            file,
+            hops,
+        })
+    }
+
+    fn slot(&self) -> usize {
+        slot_size(self.hops.len())
+    }
+
+    fn write(&self, id: u64, flags: u8, facts: &RequestFacts) -> Result<(), FactsError> {
+        let mut buf = vec![0u8; self.slot()];
+        let mut flags = flags;
+        let index = |hop: &str| {
+            self.hops
+                .iter()
+                .position(|h| h == hop)
+                .and_then(|i| u8::try_from(i).ok())
+                .filter(|i| *i != UNKNOWN_HOP)
+        };
+        if facts.path.len() > self.hops.len() || facts.path.iter().any(|h| index(&h.hop).is_none())
+        {
+            flags |= OVERFLOW;
+        } else {
+            buf[1] = facts.path.len() as u8;
+            for (i, h) in facts.path.iter().enumerate() {
+                let at = 2 + i * HOP_BYTES;
+                buf[at] = index(&h.hop).unwrap_or(UNKNOWN_HOP);
+                let replica = u16::try_from(h.replica).unwrap_or(u16::MAX);
+                buf[at + 1..at + 3].copy_from_slice(&replica.to_le_bytes());
+                buf[at + 3..at + 11].copy_from_slice(&h.total_ns.to_le_bytes());
+            }
+        }
+        buf[0] = flags;
+        self.file
+            .write_all_at(&buf, id * self.slot() as u64)
+            .map_err(|source| FactsError {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// What was decided for request `id`: whether its trace is kept, and
+    /// its facts; `None` when it was not measured (warmup, or never
+    /// recorded).
+    pub fn read(&self, id: u64) -> Result<Option<(bool, RequestFacts)>, FactsError> {
+        if id >= MAX_SLOTS {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; self.slot()];
+        match self.file.read_exact_at(&mut buf, id * self.slot() as u64) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(source) => {
+                return Err(FactsError {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        }
+        let flags = buf[0];
+        if flags & MEASURED == 0 {
+            return Ok(None);
+        }
+        let mut path = Vec::new();
+        if flags & OVERFLOW != 0 {
+            // A hop no trace can name: the check finds it incomplete.
+            path.push(PathHop {
+                hop: String::new(),
+                ..PathHop::default()
+            });
+        }
+        for i in 0..usize::from(buf[1]).min(self.hops.len()) {
+            let at = 2 + i * HOP_BYTES;
+            let mut replica = [0u8; 2];
+            replica.copy_from_slice(&buf[at + 1..at + 3]);
+            let mut total = [0u8; 8];
+            total.copy_from_slice(&buf[at + 3..at + 11]);
+            path.push(PathHop {
+                hop: self
+                    .hops
+                    .get(usize::from(buf[at]))
+                    .cloned()
+                    .unwrap_or_default(),
+                replica: u32::from(u16::from_le_bytes(replica)),
+                total_ns: u64::from_le_bytes(total),
+            });
+        }
+        Ok(Some((
+            flags & KEEP != 0,
+            RequestFacts {
+                ok: flags & OK != 0,
+                sampled: flags & SAMPLED != 0,
+                path,
+            },
+        )))
+    }
+
+    /// Removes the file (best effort: it is hidden in the run folder).
+    pub fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Which request ids were traced (head sampling).
+pub type HeadSampled = Box<dyn Fn(u64) -> bool + Send>;
+
+/// Decides, as each measured request ends, whether its trace is kept, and
+/// writes the decision and the request's facts to the [`FactsFile`].
+/// Holds counters only.
+pub struct TailSampler {
+    policy: TailPolicy,
+    seed: u64,
+    sampled: HeadSampled,
+    facts: FactsFile,
+    counts: TailCounts,
+    /// Expected traces (sampled ok requests) in all and per hop of the
+    /// variant, for the cross-check's coverage.
+    expected: u64,
+    expected_per_hop: Vec<u64>,
+    /// The first error writing the facts file, and how many writes failed.
+    error: Option<FactsError>,
+    failed_writes: u64,
+    /// The ok requests' latencies (µs) so far, for `slow_percentile`.
+    latencies: Option<Histogram<u64>>,
+}
+
+impl TailSampler {
+    /// A sampler applying `policy` to the requests `sampled` says were
+    /// traced, with its uniform share drawn from `seed`.
+    pub fn new(policy: TailPolicy, seed: u64, sampled: HeadSampled, facts: FactsFile) -> Self {
+        let hops = facts.hops.len();
+        TailSampler {
+            counts: TailCounts {
+                keep_share: policy.share,
+                ..TailCounts::default()
+            },
+            policy,
+            seed,
+            sampled,
+            facts,
+            expected: 0,
+            expected_per_hop: vec![0; hops],
+            error: None,
+            failed_writes: 0,
+            latencies: policy.slow_percentile.and_then(|_| Histogram::new(3).ok()),
+        }
+    }
+
+    /// Why `record`'s trace is kept, or [`Reason::Dropped`].
+    pub fn reason(&self, record: &RequestRecord) -> Reason {
+        let p = &self.policy;
+        if p.failed && record.outcome != Outcome::Ok {
+            return Reason::Failed;
+        }
+        if p.slow_above.is_some_and(|t| record.latency() > t) {
+            return Reason::Slow;
+        }
+        if record.outcome == Outcome::Ok
+            && self
+                .percentile_so_far()
+                .is_some_and(|t| record.latency() > t)
+        {
+            return Reason::Slow;
+        }
+        let retried = record.extra_attempts > 0 || record.path.iter().any(|h| h.extra_attempts > 0);
+        if p.retried && retried {
+            return Reason::Retried;
+        }
+        if in_share(self.seed, record.id, p.share) {
+            return Reason::Sampled;
+        }
+        Reason::Dropped
+    }
+
+    /// The latency at `slow_percentile` of the ok requests so far, once
+    /// there are enough of them for it to be more than their maximum
+    /// (100 for p99, 1,000 for p99.9).
+    fn percentile_so_far(&self) -> Option<Duration> {
+        let (q, h) = (self.policy.slow_percentile?, self.latencies.as_ref()?);
+        let needed = (100.0 / (100.0 - q)).ceil() as u64;
+        (h.len() >= needed)
+            .then(|| Duration::from_micros(h.highest_equivalent(h.value_at_quantile(q / 100.0))))
+    }
+
+    /// Hands the facts file, the counts and the expected traces over to the
+    /// pass over the spool; a line when facts could not be written.
+    pub fn finish(self, analyzer: &mut TraceAnalyzer) -> (FactsFile, TailCounts, Option<String>) {
+        let per_hop: Vec<(String, u64)> = self
+            .facts
+            .hops
+            .iter()
+            .cloned()
+            .zip(self.expected_per_hop)
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        analyzer.expect_counted(self.expected, per_hop);
+        let warning = self.error.map(|e| {
+            format!(
+                "{} request(s) could not be noted for the traces ({e}); their traces count as missing",
+                self.failed_writes
+            )
+        });
+        (self.facts, self.counts, warning)
+    }
+}
+
+/// Whether request `id` is in the uniform `share` (the same for the same
+/// id and seed, and independent of head sampling's draw).
+fn in_share(seed: u64, id: u64, share: f64) -> bool {
+    if share >= 1.0 {
+        return true;
+    }
+    let h = super::loadgen::mix(seed ^ 0x7461_696c_5f6b_6565 ^ super::loadgen::mix(id));
+    ((h >> 11) as f64 / (1u64 << 53) as f64) < share
+}
+
+impl RecordSink for TailSampler {
+    fn record(&mut self, record: &RequestRecord) {
+        let sampled = (self.sampled)(record.id);
+        let latency_us = u64::try_from(record.latency().as_micros()).unwrap_or(u64::MAX);
+        let facts = RequestFacts::of(record, sampled);
+        let mut flags = MEASURED;
+        if facts.ok {
+            flags |= OK;
+        }
+        if sampled {
+            flags |= SAMPLED;
+            self.counts.traced += 1;
+            let reason = self.reason(record);
+            let c = &mut self.counts;
+            match reason {
+                Reason::Failed => c.kept_failed += 1,
+                Reason::Slow => c.kept_slow += 1,
+                Reason::Retried => c.kept_retried += 1,
+                Reason::Sampled => c.kept_sampled += 1,
+                Reason::Dropped => c.dropped += 1,
+            }
+            if reason != Reason::Dropped {
+                flags |= KEEP;
+            }
+            if facts.expected() {
+                self.expected += 1;
+                for h in &facts.path {
+                    if let Some(i) = self.facts.hops.iter().position(|n| *n == h.hop) {
+                        self.expected_per_hop[i] += 1;
+                    }
+                }
+            }
+        }
+        if let Some(h) = &mut self.latencies
+            && record.outcome == Outcome::Ok
+        {
+            // An auto-resizing histogram takes any value.
+            let _ = h.record(latency_us);
+        }
+        if record.id >= MAX_SLOTS {
+            self.failed_writes += 1;
+            return;
+        }
+        if let Err(e) = self.facts.write(record.id, flags, &facts) {
+            self.failed_writes += 1;
+            self.error.get_or_insert(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tailmesh_proto::pb::HopRecord;
+
+    use super::*;
+
+    fn record(id: u64, latency_ms: u64, outcome: Outcome, path: &[(&str, u32)]) -> RequestRecord {
+        RequestRecord {
+            id,
+            intended: Duration::ZERO,
+            start: Duration::ZERO,
+            end: Duration::from_millis(latency_ms),
+            outcome,
+            path: path
+                .iter()
+                .map(|(hop, extra)| HopRecord {
+                    hop: (*hop).into(),
+                    replica: 1,
+                    total_ns: 1_234,
+                    extra_attempts: *extra,
+                    ..HopRecord::default()
+                })
+                .collect(),
+            extra_attempts: 0,
+        }
+    }
+
+    fn policy(share: f64) -> TailPolicy {
+        TailPolicy {
+            slow_above: Some(Duration::from_millis(10)),
+            slow_percentile: None,
+            failed: true,
+            retried: true,
+            share,
+        }
+    }
+
+    #[test]
+    fn each_request_is_kept_for_its_first_reason_and_its_facts_come_back() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let facts =
+            FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()]).expect("facts");
+        let mut s = TailSampler::new(policy(0.0), 1, Box::new(|id| id != 5), facts);
+        let timeout = Outcome::Timeout;
+        s.record(&record(0, 1, Outcome::Ok, &[("a", 0), ("b", 0)]));
+        s.record(&record(1, 20, Outcome::Ok, &[("a", 0), ("b", 0)]));
+        s.record(&record(2, 20, timeout, &[]));
+        s.record(&record(3, 1, Outcome::Ok, &[("a", 0), ("b", 2)]));
+        s.record(&record(4, 1, Outcome::Ok, &[("a", 0), ("zz", 0)]));
+        s.record(&record(5, 50, Outcome::Ok, &[("a", 0), ("b", 0)]));
+        let reasons: Vec<Reason> = [
+            record(2, 20, Outcome::Timeout, &[]),
+            record(1, 20, Outcome::Ok, &[]),
+        ]
+        .iter()
+        .map(|r| s.reason(r))
+        .collect();
+        assert_eq!(reasons, [Reason::Failed, Reason::Slow]);
+        let mut analyzer = TraceAnalyzer::new();
+        let (facts, counts, warning) = s.finish(&mut analyzer);
+        assert_eq!(warning, None);
+        assert_eq!(
+            (counts.traced, counts.kept_slow, counts.kept_failed),
+            (5, 1, 1)
+        );
+        assert_eq!(
+            (counts.kept_retried, counts.kept_sampled, counts.dropped),
+            (1, 0, 2)
+        );
+        // Request 5 was not traced: measured, not kept, not expected.
+        let (keep, f) = facts.read(5).expect("read").expect("measured");
+        assert!(!keep && !f.sampled && f.ok);
+        let (keep, f) = facts.read(3).expect("read").expect("measured");
+        assert!(keep && f.expected());
+        assert_eq!(
+            f.path,
+            [
+                PathHop {
+                    hop: "a".into(),
+                    replica: 1,
+                    total_ns: 1_234
+                },
+                PathHop {
+                    hop: "b".into(),
+                    replica: 1,
+                    total_ns: 1_234
+                }
+            ]
+        );
+        let (keep, f) = facts.read(2).expect("read").expect("measured");
+        assert!(keep && !f.ok && f.path.is_empty());
+        // A hop not in the variant: a path no trace can match.
+        let (_, f) = facts.read(4).expect("read").expect("measured");
+        assert_eq!(f.path.len(), 1);
+        assert_eq!(f.path[0].hop, "");
+        // Never recorded, inside and past the end of the file.
+        assert_eq!(facts.read(9).expect("read"), None);
+        assert_eq!(facts.read(1_000_000).expect("read"), None);
+        let report = analyzer.finish();
+        // Traced and ok: 0, 1, 3 and 4; through a: all four, b: three.
+        assert_eq!(report.expected, 4);
+        let per_hop: Vec<(&str, u64)> = report
+            .coverage
+            .iter()
+            .map(|c| (c.hop.as_str(), c.expected))
+            .collect();
+        assert_eq!(per_hop, [("a", 4), ("b", 3)]);
+    }
+
+    #[test]
+    fn above_the_percentile_so_far_is_slow_once_there_are_enough_requests() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let facts = FactsFile::create(&dir.path().join("f"), vec!["a".into()]).expect("facts");
+        let p90 = TailPolicy {
+            slow_above: None,
+            slow_percentile: Some(90.0),
+            ..policy(0.0)
+        };
+        let mut s = TailSampler::new(p90, 1, Box::new(|_| true), facts);
+        // 1 ms each: the first 10 requests are too few for a p90.
+        for id in 0..10 {
+            assert_eq!(s.reason(&record(id, 5, Outcome::Ok, &[])), Reason::Dropped);
+            s.record(&record(id, 1, Outcome::Ok, &[]));
+        }
+        assert_eq!(s.reason(&record(10, 5, Outcome::Ok, &[])), Reason::Slow);
+        assert_eq!(s.reason(&record(10, 1, Outcome::Ok, &[])), Reason::Dropped);
+        // Failures are not latencies: they do not move the percentile.
+        for id in 10..100 {
+            s.record(&record(id, 1_000, Outcome::Timeout, &[]));
+        }
+        assert_eq!(s.reason(&record(100, 5, Outcome::Ok, &[])), Reason::Slow);
+        let (_, counts, _) = s.finish(&mut TraceAnalyzer::new());
+        assert_eq!((counts.kept_slow, counts.dropped), (0, 10));
+    }
+
+    #[test]
+    fn the_uniform_share_is_the_share_asked_for() {
+        let kept = (0..100_000u64).filter(|id| in_share(7, *id, 0.1)).count();
+        assert!((9_000..11_000).contains(&kept), "{kept}");
+        assert!((0..1000).all(|id| in_share(7, id, 1.0)));
+        assert!(!(0..1000).any(|id| in_share(7, id, 0.0)));
+    }
+
+    #[test]
+    fn the_automatic_share_keeps_short_runs_whole_and_long_ones_under_the_limit() {
+        let src = "name = \"t\"\n[load]\nmode = \"open\"\nrate = 100\nrequests = 2000\n\
+                   [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\ntransport = \"pull\"\n";
+        let scenario = crate::scenario::parse(src, "t.toml").expect("valid");
+        let v = &scenario.variants[0];
+        assert_eq!(auto_share(v, 1.0, JAEGER_FILE_LIMIT), 1.0);
+        // 1 + 2 + 3 spans a trace; a million traces.
+        let mut long = v.clone();
+        long.load.stop = Stop::Requests(1_000_000);
+        let share = auto_share(&long, 1.0, JAEGER_FILE_LIMIT);
+        let bytes = 1_000_000.0 * 6.0 * JAEGER_BYTES_PER_SPAN as f64 * share;
+        assert!(bytes <= JAEGER_FILE_LIMIT as f64, "{share}");
+        assert!(bytes > 0.99 * JAEGER_FILE_LIMIT as f64, "{share}");
+        assert_eq!(share, 0.0111);
+        // Half the requests traced: twice the share.
+        assert_eq!(auto_share(&long, 0.5, JAEGER_FILE_LIMIT), 0.0222);
+    }
+
+    #[test]
+    fn the_shipped_default_scenario_keeps_every_trace() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/default.toml");
+        let (scenario, _) = crate::scenario::load(std::path::Path::new(path)).expect("valid");
+        let n = scenario.variants.len() as u64;
+        for v in &scenario.variants {
+            let share = auto_share(v, scenario.telemetry.sampling, JAEGER_FILE_LIMIT / n);
+            assert_eq!(share, 1.0, "variant {}", v.name);
+        }
+    }
+}
