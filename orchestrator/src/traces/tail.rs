@@ -1,6 +1,6 @@
 //! Tail-based sampling: which traced requests' traces go into the Jaeger
 //! file, decided when each request ends from what the load generator
-//! measured ([`TailSampler`], a [`RecordSink`]): every slow, failed, and
+//! measured ([`TailSampler`], a `RecordSink`): every slow, failed, and
 //! retried or hedged request, plus a uniform share of the rest.
 //!
 //! The decision and the few facts the traces' cross-check needs (outcome,
