@@ -115,15 +115,8 @@ RUN_PID=""
 SAMPLER_PID=""
 INTERRUPTED=0
 
-# Waits up to $2 tenths of a second for PID $1 to exit; 0 when it did.
-wait_gone() {
-    local pid=$1 tenths=$2
-    while ((tenths-- > 0)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    ! kill -0 "$pid" 2>/dev/null
-}
+# shellcheck source=bench/lib/wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/wait.sh"
 
 # On any exit: the run, if still going, is stopped as Ctrl-C stops it (it
 # writes what it measured), then killed if it does not end; then the

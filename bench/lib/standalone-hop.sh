@@ -13,15 +13,8 @@ HOP_NAME="floor"
 
 say() { echo "$BENCH: $*" >&2; }
 
-# Waits up to $2 tenths of a second for PID $1 to exit; 0 when it did.
-wait_gone() {
-    local pid=$1 tenths=$2
-    while ((tenths-- > 0)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    ! kill -0 "$pid" 2>/dev/null
-}
+# shellcheck source=bench/lib/wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
 
 stop_hop() {
     if [[ -n $HOP_PID ]]; then

@@ -405,33 +405,15 @@ pub(crate) struct Row {
 /// requests.csv's header (format version 3).
 pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error";
 
-/// CSV text split into rows of fields, RFC 4180 quotes honoured (error
-/// messages carry quotes and commas).
+/// CSV text split into rows of fields (the library's own RFC 4180 reader:
+/// error messages carry quotes and commas); the last row must end in a
+/// line end.
 pub(crate) fn csv_rows(text: &str) -> Vec<Vec<String>> {
-    let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
-    let (mut quoted, mut chars) = (false, text.chars().peekable());
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                chars.next();
-                field.push('"');
-            }
-            (true, '"') => quoted = false,
-            (true, c) => field.push(c),
-            (false, '"') => quoted = true,
-            (false, ',') => row.push(std::mem::take(&mut field)),
-            (false, '\n') => {
-                row.push(std::mem::take(&mut field));
-                rows.push(std::mem::take(&mut row));
-            }
-            (false, c) => field.push(c),
-        }
-    }
     assert!(
-        row.is_empty() && field.is_empty(),
+        text.is_empty() || text.ends_with('\n'),
         "the last row ends in a line end"
     );
-    rows
+    tailmesh::output::csv::split_rows(text)
 }
 
 pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
