@@ -239,18 +239,7 @@ fn index(t: Duration, interval: Duration) -> usize {
 mod tests {
     use super::*;
 
-    fn at(id: u64, intended_ms: u64, after_ms: u64, outcome: Outcome) -> RequestRecord {
-        let intended = Duration::from_millis(intended_ms);
-        RequestRecord {
-            id,
-            intended,
-            start: intended,
-            end: intended + Duration::from_millis(after_ms),
-            outcome,
-            path: Vec::new(),
-            extra_attempts: 0,
-        }
-    }
+    use crate::analysis::testing::at;
 
     #[test]
     fn requests_count_where_they_were_meant_to_be_sent_and_answers_where_they_arrived() {

@@ -296,3 +296,18 @@ pub(crate) fn variant_records(injected: u64, extra: u64, cause: CauseKind) -> Ve
         })
         .collect()
 }
+
+/// Request `id`, meant for `intended_ms` and sent then, ending as
+/// `outcome` `after_ms` later, with no path.
+pub(crate) fn at(id: u64, intended_ms: u64, after_ms: u64, outcome: Outcome) -> RequestRecord {
+    let intended = Duration::from_millis(intended_ms);
+    RequestRecord {
+        id,
+        intended,
+        start: intended,
+        end: intended + Duration::from_millis(after_ms),
+        outcome,
+        path: Vec::new(),
+        extra_attempts: 0,
+    }
+}

@@ -800,7 +800,6 @@ fn broker_table(variants: &[VariantReport]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use super::*;
     use crate::analysis::intervals::{IntervalRecorder, Window, sending_end};
@@ -910,17 +909,8 @@ mod tests {
     fn every_10ms(n: u64, answer: impl Fn(u64) -> (u64, Outcome)) -> Vec<RequestRecord> {
         (0..n)
             .map(|i| {
-                let intended = Duration::from_millis(i * 10);
                 let (after_ms, outcome) = answer(i);
-                RequestRecord {
-                    id: i,
-                    intended,
-                    start: intended,
-                    end: intended + Duration::from_millis(after_ms),
-                    outcome,
-                    path: Vec::new(),
-                    extra_attempts: 0,
-                }
+                crate::analysis::testing::at(i, i * 10, after_ms, outcome)
             })
             .collect()
     }
