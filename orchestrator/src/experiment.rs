@@ -12,7 +12,9 @@ use tokio::sync::watch;
 
 use crate::{
     analysis::{
-        self, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext, summary::Environment,
+        self, ObserverReport, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext,
+        observer::{ObserverInputs, ProcessInputs},
+        summary::Environment,
     },
     output::{self, OutputError, RequestsSpool, RequestsWriter},
     record::{RecordSink, RequestRecord},
@@ -24,6 +26,7 @@ use crate::{
         collector::{self, ReceiverError, ReceiverThread},
         jaeger::{KeptFile, KeptTraces},
         loadgen::LoadTracer,
+        observer::{CpuMeter, ReportedTotals, thread_cpu_ns},
         sift::{self, Sift},
         tail::{self, FactsError, FactsFile, TailPolicy, TailSampler},
     },
@@ -351,21 +354,30 @@ struct RunRecords {
     /// The head-sampling share.
     sampling: f64,
     requests: RequestsSpool,
-    /// One per variant begun, the current one last: its analysis, and its
-    /// tail sampler when traced, which decides as each request ends
-    /// whether its trace is kept.
-    variants: Vec<(VariantAccumulator, Option<TailSampler>)>,
+    /// One per variant begun, the current one last.
+    variants: Vec<VariantRecords>,
     /// What could not be set up (a facts file the disk refused), told once
     /// the load is over.
     warnings: Vec<String>,
 }
 
+/// Where one variant's records go besides requests.csv.
+struct VariantRecords {
+    /// Its analysis.
+    analysis: VariantAccumulator,
+    /// Its tail sampler when traced, which decides as each request ends
+    /// whether its trace is kept.
+    sampler: Option<TailSampler>,
+    /// The sampler's CPU, part of the observer's cost.
+    sampling: CpuMeter,
+}
+
 impl RecordSink for RunRecords {
     fn record(&mut self, record: &RequestRecord) {
-        if let Some((variant, sampler)) = self.variants.last_mut() {
-            variant.record(record);
-            if let Some(sampler) = sampler {
-                sampler.record(record);
+        if let Some(v) = self.variants.last_mut() {
+            v.analysis.record(record);
+            if let Some(sampler) = &mut v.sampler {
+                v.sampling.measure(|| sampler.record(record));
             }
         }
         self.requests.write(record);
@@ -390,10 +402,11 @@ impl run::RecordPipeline for RunRecords {
             })
             .ok()
         });
-        self.variants.push((
-            VariantAccumulator::new(variant, &self.scenario.check),
+        self.variants.push(VariantRecords {
+            analysis: VariantAccumulator::new(variant, &self.scenario.check),
             sampler,
-        ));
+            sampling: CpuMeter::default(),
+        });
         self.requests.begin_variant(&variant.name);
     }
 
@@ -409,7 +422,7 @@ impl run::RecordPipeline for RunRecords {
             peak_id_ranges = self
                 .variants
                 .last()
-                .map_or(0, |(v, _)| v.peak_id_ranges()),
+                .map_or(0, |v| v.analysis.peak_id_ranges()),
             "record pipeline"
         );
     }
@@ -507,12 +520,13 @@ async fn count_interrupts(interrupts: watch::Sender<u32>) {
 /// Finishes each variant's analysis (`variants`, fed while it ran, with
 /// its tail sampler when traced) into its report, printing analysis's
 /// warnings; the traced variants' spools are read once each, into their
-/// traces' breakdown and the kept traces. `lost_requests`: the variant
-/// during which requests.csv could not be written, and why.
+/// traces' breakdown and the kept traces, and what tracing cost them is
+/// added up. `lost_requests`: the variant during which requests.csv could
+/// not be written, and why.
 fn analyze_variants(
     dir: &Path,
     runs: &[VariantRun],
-    variants: Vec<(VariantAccumulator, Option<TailSampler>)>,
+    variants: Vec<VariantRecords>,
     lost_requests: Option<(usize, String)>,
 ) -> (Vec<analysis::VariantReport>, Option<KeptFile>) {
     let mut kept = runs
@@ -520,7 +534,12 @@ fn analyze_variants(
         .any(|r| r.tracer.is_some())
         .then(|| KeptTraces::create(&dir.join(".traces.kept"), tail::JAEGER_FILE_LIMIT));
     let mut reports = Vec::with_capacity(runs.len());
-    for (i, (run, (variant, sampler))) in runs.iter().zip(variants).enumerate() {
+    for (i, (run, records)) in runs.iter().zip(variants).enumerate() {
+        let VariantRecords {
+            analysis: variant,
+            sampler,
+            sampling,
+        } = records;
         let mut warnings = Vec::new();
         let mut incidents = run.incidents.clone();
         if let Some((_, why)) = lost_requests.as_ref().filter(|(at, _)| *at == i) {
@@ -528,15 +547,35 @@ fn analyze_variants(
                 "{why}: the results disk filled; sending stopped early, requests.csv is absent"
             ));
         }
-        let traces = match (sampler, kept.as_mut()) {
+        let pass_started = thread_cpu_ns();
+        let (traces, processes) = match (sampler, kept.as_mut()) {
             (Some(sampler), Some(kept)) => trace_report(run, sampler, kept, &mut warnings),
             _ => {
                 // Untraced, or its sampler could not start: its spool goes.
                 run.spans.remove();
-                None
+                (None, None)
             }
         };
-        let analyzed = variant.finish(VariantContext {
+        let observed = run.tracer.as_ref().map(|tracer| ObserverInputs {
+            traced_requests: traces.as_ref().map_or(0, |t| t.traces),
+            spans: traces.as_ref().map_or(0, |t| t.spans),
+            processes: processes.map(|p: ReportedTotals| ProcessInputs {
+                processes: p.processes,
+                spans: p.counters.spans,
+                dropped: p.counters.dropped,
+                received: p.received,
+                record_ns: p.counters.record_ns,
+                export_cpu_ns: p.counters.export_cpu_ns,
+            }),
+            receiver_ns: run.spans.cost.receiver_ns,
+            spool_ns: run.spans.cost.spool_ns,
+            sampling_ns: sampling.read().total_ns(),
+            loadgen_spans_ns: tracer.cost().total_ns(),
+            analysis_ns: pass_started
+                .zip(thread_cpu_ns())
+                .map(|(a, b)| b.saturating_sub(a)),
+        });
+        let mut analyzed = variant.finish(VariantContext {
             measured: run.load.measured,
             warmup: run.load.warmup,
             interrupted: run.load.interrupted,
@@ -547,6 +586,10 @@ fn analyze_variants(
             faults: run.faults.clone(),
             machine: run.load.instrument.clone(),
             traces,
+        });
+        analyzed.report.observer = Some(match &observed {
+            Some(m) => ObserverReport::assess(m, &analyzed.report),
+            None => ObserverReport::off(),
         });
         for line in warnings.iter().chain(&analyzed.warnings) {
             crate::tell!("warning: {line}");
@@ -585,13 +628,14 @@ fn tail_sampler(
 }
 
 /// The traces' breakdown of `run` from one pass over its spool, the kept
-/// traces set aside into `kept`; removes the spool and the facts file.
+/// traces set aside into `kept`, and the counters its processes reported;
+/// removes the spool and the facts file.
 fn trace_report(
     run: &VariantRun,
     sampler: TailSampler,
     kept: &mut KeptTraces,
     warnings: &mut Vec<String>,
-) -> Option<TraceReport> {
+) -> (Option<TraceReport>, Option<ReportedTotals>) {
     let name = &run.variant.name;
     let mut analyzer = TraceAnalyzer::new();
     let (facts, mut counts, facts_warning) = sampler.finish(&mut analyzer);
@@ -617,11 +661,11 @@ fn trace_report(
             counts.written = sifted.written;
             let mut report = analyzer.finish();
             report.sampling = Some(counts);
-            Some(report)
+            (Some(report), sifted.processes.totals())
         }
         Err(e) => {
             warnings.push(format!("variant {name}: no traces breakdown: {e}"));
-            None
+            (None, None)
         }
     }
 }

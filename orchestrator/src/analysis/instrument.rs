@@ -65,6 +65,9 @@ pub struct InstrumentReport {
     /// CPUs used over the load window by every other process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub others_cpus: Option<f64>,
+    /// How long the load window was, s (warmup and measured phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<f64>,
     /// Involuntary context switches of the load generator's thread.
     pub involuntary_switches: Option<u64>,
     /// The same per second of load.
@@ -127,6 +130,7 @@ pub(crate) fn judge(samples: &MachineSamples, lateness: &Percentiles) -> Instrum
         steal: samples.steal,
         mesh_cpus: samples.cpu_use.map(|u| u.mesh),
         others_cpus: samples.cpu_use.map(|u| u.others),
+        window_s: Some(secs),
         involuntary_switches: samples.involuntary_switches,
         involuntary_switches_per_s: samples
             .involuntary_switches

@@ -9,6 +9,7 @@
 //! - `verdict`: the compounding verdict, refined by the attribution and the
 //!   machine's state, decided in one place.
 //! - `instrument`: whether the machine was busy during the load window.
+//! - `observer`: what tracing cost in the run it traced.
 //! - `intervals`: requests and answers over time, in fixed intervals.
 //! - `broker`: the broker's per-topic statistics as summary.json holds them.
 //! - `variant`: one variant's requests -> [`VariantReport`], through
@@ -21,6 +22,7 @@ pub(crate) mod broker;
 pub(crate) mod compounding;
 pub(crate) mod instrument;
 pub(crate) mod intervals;
+pub(crate) mod observer;
 pub(crate) mod stats;
 pub(crate) mod summary;
 pub(crate) mod sweep;
@@ -33,6 +35,7 @@ pub(crate) mod testing;
 pub use broker::BrokerTopicStats;
 pub use instrument::InstrumentReport;
 pub use intervals::{IntervalSeries, IntervalStats};
+pub use observer::ObserverReport;
 pub use stats::Percentiles;
 pub use summary::{CheckSummary, Summary};
 pub use sweep::SweepSummary;

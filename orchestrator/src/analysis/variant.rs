@@ -262,6 +262,10 @@ pub struct VariantReport {
     /// the reply paths (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traces: Option<TraceReport>,
+    /// What tracing cost in this variant (absent when read back from an
+    /// older summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observer: Option<super::observer::ObserverReport>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     /// Not in summary.json: rebuilt from requests.csv when read back.
     #[serde(skip, default = "super::stats::new_histogram")]
@@ -681,6 +685,8 @@ impl VariantAccumulator {
             attribution: Some(attribution),
             instrument,
             traces,
+            // The caller's: it knows what tracing cost.
+            observer: None,
             latency_histogram: self.latency,
             intervals,
         };

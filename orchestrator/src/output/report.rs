@@ -77,6 +77,7 @@ pub fn render_report(summary: &Summary) -> String {
     out.push_str(&error_table(&summary.variants));
     out.push_str(&throughput_section(&summary.variants));
     out.push_str(&broker_table(&summary.variants));
+    out.push_str(&observer_section(&summary.variants));
     let env = &summary.environment;
     let _ = write!(
         out,
@@ -92,6 +93,31 @@ pub fn render_report(summary: &Summary) -> String {
     );
     out.push('\n');
     out
+}
+
+/// What tracing cost in each variant that says, one line each.
+fn observer_section(variants: &[VariantReport]) -> String {
+    let lines: Vec<String> = variants
+        .iter()
+        .filter_map(|v| {
+            let o = v.observer.as_ref()?;
+            Some(format!(
+                "<tr><td>{}</td><td>{}</td></tr>",
+                escape(&v.name),
+                escape(&o.line())
+            ))
+        })
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<h2>What tracing cost</h2><p class=\"note\">The observer's own CPU while the load ran: \
+         the hops recording and exporting spans, and the orchestrator receiving, spooling and \
+         sampling them and making its own (summary.json's <code>observer</code>, per part).</p>\
+         <table id=\"observer\"><tr><th>variant</th><th>observer</th></tr>{}</table>",
+        lines.concat()
+    )
 }
 
 fn latency_table(variants: &[VariantReport]) -> String {
@@ -835,6 +861,19 @@ mod tests {
         assert!(
             html.contains("class=\"pass\" id=\"verdict\""),
             "verdict shown"
+        );
+    }
+
+    #[test]
+    fn the_observer_cost_has_a_section_when_measured() {
+        let mut s = summary();
+        assert!(!render_report(&s).contains("id=\"observer\""));
+        s.variants[0].observer = Some(crate::analysis::ObserverReport::off());
+        let html = render_report(&s);
+        assert!(html.contains("id=\"observer\""), "{html}");
+        assert!(
+            html.contains("<td>traces off: no observer cost</td>"),
+            "{html}"
         );
     }
 

@@ -40,6 +40,9 @@ pub fn render_table(summary: &Summary) -> String {
         if let Some(line) = v.traces.as_ref().and_then(trace_disagreement) {
             out.push_str(&format!("{}: traces: {line}\n", v.name));
         }
+        if let Some(o) = &v.observer {
+            out.push_str(&format!("{}: observer: {}\n", v.name, o.line()));
+        }
         if !v.accounted {
             out.push_str(&format!(
                 "{}: accounting mismatch: sent {} vs ok {} + errors {} + timeouts {} ({} duplicate ids)\n",
@@ -422,6 +425,19 @@ mod tests {
             text.contains(
                 "base: traces: 7 of 10 sampled ok requests have a complete trace; 2 missing, 1 disagree with their reply path, 0 orphan span(s), 0 hop time(s) off the path's by more than 1ms"
             ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn states_the_observer_cost_of_each_variant_that_has_one() {
+        use crate::analysis::ObserverReport;
+        let mut s = summary();
+        assert!(!render_table(&s).contains("observer"), "none measured");
+        s.variants[0].observer = Some(ObserverReport::off());
+        let text = render_table(&s);
+        assert!(
+            text.contains("base: observer: traces off: no observer cost\n"),
             "{text}"
         );
     }

@@ -8,7 +8,7 @@ use std::{
     future::Future,
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -26,6 +26,7 @@ use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 use tonic::transport::server::TcpIncoming;
 
 use super::{
+    observer::{CpuMeter, CpuReading, task_cpu_ns},
     raw::{self, RawBatch},
     spool::{SpoolError, SpoolWriter},
 };
@@ -106,6 +107,37 @@ pub struct Collector {
     forward: Mutex<Option<Forwarder>>,
     /// The clock of the spool's arrival times.
     origin: Instant,
+    /// The receiver thread's id, once it runs.
+    receiver_tid: OnceLock<i32>,
+    /// Spooling batches as they arrived, on the receiver's thread.
+    spool_raw: CpuMeter,
+    /// Encoding and spooling the load generator's own spans, on its
+    /// thread.
+    spool_decoded: CpuMeter,
+    /// The readings at the last seal.
+    sealed_at: Mutex<CostMark>,
+}
+
+/// The collector's CPU readings at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+struct CostMark {
+    receiver_ns: Option<u64>,
+    spool_raw: CpuReading,
+    spool_decoded: CpuReading,
+}
+
+/// What the collector's own work cost between two seals, on the threads
+/// that did it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CollectorCost {
+    /// CPU of the receiver's thread (serving OTLP, checking batches,
+    /// forwarding) besides spooling, ns; `None` when the thread's CPU
+    /// time cannot be read.
+    pub receiver_ns: Option<u64>,
+    /// CPU spent appending batches to the spool, ns, on the receiver's
+    /// thread and (for the load generator's spans, encoding included) on
+    /// the load generator's.
+    pub spool_ns: u64,
 }
 
 /// The spool file being written, opened at the first batch after each
@@ -130,6 +162,8 @@ pub struct Spool {
     pub path: Option<PathBuf>,
     /// Why some spans could not be spooled, if any were lost that way.
     pub error: Option<String>,
+    /// What receiving and spooling these spans cost.
+    pub cost: CollectorCost,
     counters: Option<Arc<Counters>>,
 }
 
@@ -200,6 +234,10 @@ impl Collector {
             counters,
             forward: Mutex::new(forward),
             origin: Instant::now(),
+            receiver_tid: OnceLock::new(),
+            spool_raw: CpuMeter::default(),
+            spool_decoded: CpuMeter::default(),
+            sealed_at: Mutex::new(CostMark::default()),
         }))
     }
 
@@ -247,8 +285,17 @@ impl Collector {
             self.counters.dropped.fetch_add(n, Ordering::Relaxed);
             return;
         }
+        let meter = match &batch {
+            Stored::Raw(_) => &self.spool_raw,
+            Stored::Decoded(_) => &self.spool_decoded,
+        };
+        meter.measure(|| self.spool(n, &batch));
+    }
+
+    /// Appends a batch of `n` spans to the spool.
+    fn spool(&self, n: u64, batch: &Stored) {
         let encoded;
-        let body: &[u8] = match &batch {
+        let body: &[u8] = match batch {
             Stored::Raw(raw) => raw.body(),
             Stored::Decoded(b) => {
                 encoded = ExportTraceServiceRequest {
@@ -293,6 +340,7 @@ impl Collector {
     /// Closes the spool file written so far and returns it; the next batch
     /// starts a new one. Call it when a variant's processes have flushed.
     pub fn seal(&self) -> Spool {
+        let cost = self.cost_since_seal();
         let mut spool = self.lock();
         spool.next += 1;
         let mut error = spool.error.take().map(|e| e.to_string());
@@ -309,7 +357,39 @@ impl Collector {
         Spool {
             path,
             error,
+            cost,
             counters: Some(Arc::clone(&self.counters)),
+        }
+    }
+
+    /// Notes the calling thread as the receiver's, whose CPU time counts
+    /// as receiving.
+    fn mark_receiver_thread(&self) {
+        let _ = self.receiver_tid.set(nix::unistd::gettid().as_raw());
+        let mut at = self.sealed_at.lock().unwrap_or_else(|e| e.into_inner());
+        at.receiver_ns = self.receiver_tid.get().copied().and_then(task_cpu_ns);
+    }
+
+    /// What the collector cost since the last seal; the mark moves on.
+    fn cost_since_seal(&self) -> CollectorCost {
+        let now = CostMark {
+            receiver_ns: self.receiver_tid.get().copied().and_then(task_cpu_ns),
+            spool_raw: self.spool_raw.read(),
+            spool_decoded: self.spool_decoded.read(),
+        };
+        let mut at = self.sealed_at.lock().unwrap_or_else(|e| e.into_inner());
+        let raw = now.spool_raw.since(&at.spool_raw).total_ns();
+        let decoded = now.spool_decoded.since(&at.spool_decoded).total_ns();
+        let receiver_ns = match (now.receiver_ns, at.receiver_ns) {
+            // Spooling raw batches runs on the receiver's thread: counted
+            // as spooling, not twice.
+            (Some(n), Some(a)) => Some(n.saturating_sub(a).saturating_sub(raw)),
+            _ => None,
+        };
+        *at = now;
+        CollectorCost {
+            receiver_ns,
+            spool_ns: raw + decoded,
         }
     }
 
@@ -497,6 +577,8 @@ impl ReceiverThread {
                     }
                 };
                 let runtime = tokio::runtime::Handle::current();
+                // A current-thread runtime: every listener's work is here.
+                collector.mark_receiver_thread();
                 let _ = ready.send(Ok((Arc::clone(&collector), addr, runtime)));
                 if let Err(e) = serve(Arc::clone(&collector), listener, async {
                     let _ = stopped.await;

@@ -17,7 +17,10 @@ use opentelemetry_proto::tonic::{
     trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
 };
 
-use super::collector::Collector;
+use super::{
+    collector::Collector,
+    observer::{CpuMeter, CpuReading},
+};
 
 /// The service name of the load generator's spans.
 pub const SERVICE: &str = "loadgen";
@@ -29,6 +32,8 @@ pub struct LoadTracer {
     ratio: f64,
     /// Distinguishes this variant's trace ids from other runs'.
     nonce: u64,
+    /// Making the client spans (spooling them is the collector's).
+    making: CpuMeter,
 }
 
 impl std::fmt::Debug for LoadTracer {
@@ -64,7 +69,13 @@ impl LoadTracer {
             variant: variant.to_string(),
             ratio,
             nonce,
+            making: CpuMeter::default(),
         }
+    }
+
+    /// The CPU spent making this variant's client spans so far.
+    pub fn cost(&self) -> CpuReading {
+        self.making.read()
     }
 
     /// The trace of request `id`: its ids and whether it is sampled (the
@@ -113,6 +124,21 @@ impl LoadTracer {
         if !t.sampled {
             return;
         }
+        let batch = self
+            .making
+            .measure(|| self.batch(t, request_id, ended, latency, error));
+        self.collector.accept(batch);
+    }
+
+    /// The request's client span, as the batch the collector takes.
+    fn batch(
+        &self,
+        t: RequestTrace,
+        request_id: u64,
+        ended: SystemTime,
+        latency: Duration,
+        error: Option<&str>,
+    ) -> Vec<ResourceSpans> {
         let end = ended
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -142,7 +168,7 @@ impl LoadTracer {
             }),
             ..Span::default()
         };
-        self.collector.accept(vec![ResourceSpans {
+        vec![ResourceSpans {
             resource: Some(Resource {
                 attributes: vec![kv("service.name", Value::StringValue(SERVICE.into()))],
                 ..Resource::default()
@@ -156,6 +182,6 @@ impl LoadTracer {
                 schema_url: String::new(),
             }],
             schema_url: String::new(),
-        }]);
+        }]
     }
 }

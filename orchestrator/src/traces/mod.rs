@@ -4,12 +4,14 @@
 //! decides at each request's end whether its trace is kept (`tail`); the
 //! streaming pass over a variant's spool (`sift`), which feeds every trace
 //! to the per-hop breakdown (`breakdown`) and writes the kept ones as
-//! Jaeger JSON (`jaeger`).
+//! Jaeger JSON (`jaeger`). What all of it costs while the load runs is
+//! metered in `observer`.
 
 pub mod breakdown;
 pub mod collector;
 pub mod jaeger;
 pub mod loadgen;
+pub mod observer;
 mod raw;
 pub mod sift;
 pub mod spool;

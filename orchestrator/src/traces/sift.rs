@@ -25,6 +25,7 @@ use super::{
     breakdown::{TraceAnalyzer, request_id},
     collector::Spool,
     jaeger::{self, KeptTraces},
+    observer::ProcessTally,
     raw,
     spool::{SpoolError, SpoolReader},
     tail::{FactsError, FactsFile},
@@ -65,7 +66,7 @@ impl Sift<'_> {
 }
 
 /// What the pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sifted {
     /// Traces written to the Jaeger files.
     pub written: u64,
@@ -73,6 +74,9 @@ pub struct Sifted {
     pub peak_traces: usize,
     /// The most spans held at once.
     pub peak_spans: usize,
+    /// The processes' own counters of what tracing cost them, read from
+    /// the resources of the export requests on the way.
+    pub processes: ProcessTally,
 }
 
 /// A trace still gathering spans.
@@ -142,6 +146,8 @@ pub fn sift(
             }
         };
         for resource in request.resource_spans {
+            let spans = resource.scope_spans.iter().map(|s| s.spans.len() as u64);
+            out.processes.note(resource.resource.as_ref(), spans.sum());
             let service = service_of(&resource, &mut services);
             for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
                 if attr_string(&span, "variant").as_deref() != Some(sift.variant) {
@@ -394,6 +400,50 @@ mod tests {
             .collect();
         ids.sort_unstable();
         assert_eq!(ids, tail);
+    }
+
+    #[test]
+    fn the_processes_counters_are_read_on_the_way_latest_per_instance() {
+        use crate::traces::observer::{ProcessCounters, tests::reporting};
+        let c = |spans, record_ns| ProcessCounters {
+            spans,
+            dropped: 0,
+            record_ns,
+            export_cpu_ns: 2 * record_ns,
+        };
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut spool =
+            crate::traces::spool::SpoolWriter::create(&dir.path().join("s")).expect("spool");
+        let encode = |b| ExportTraceServiceRequest { resource_spans: b }.encode_to_vec();
+        // Two replicas of hop a, one span a batch; the load generator's
+        // spans carry no counters.
+        let sent = [("a0", c(1, 10)), ("a1", c(1, 30)), ("a0", c(2, 25))];
+        for (id, (instance, counters)) in sent.iter().enumerate() {
+            let mut b = batch(id as u64, "hop-a");
+            b[0].resource = Some(reporting("hop-a", instance, *counters));
+            spool.append(id as u64, &encode(b)).expect("append");
+            spool
+                .append(id as u64, &encode(batch(id as u64, SERVICE)))
+                .expect("append");
+        }
+        spool.finish().1.expect("finish");
+        let mut kept = KeptTraces::create(&dir.path().join("k"), u64::MAX);
+        let sifted = sift(
+            &Spool::at(dir.path().join("s")),
+            Sift {
+                variant: "v",
+                horizon: Duration::from_millis(10),
+                keep_unmeasured: true,
+            },
+            None,
+            &mut TraceAnalyzer::new(),
+            &mut kept,
+        )
+        .expect("sifted");
+        let t = sifted.processes.totals().expect("reported");
+        assert_eq!(t.processes, 2);
+        assert_eq!(t.counters, c(3, 55), "a0's latest (2, 25) and a1's (1, 30)");
+        assert_eq!(t.received, 3, "the hop's spans, not the generator's");
     }
 
     #[test]

@@ -19,6 +19,8 @@ tests! {
     sync failed_requests_have_error_spans_from_the_failing_hop_up,
     sync partial_sampling_traces_only_the_sampled_requests_end_to_end,
     sync the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_trace,
+    sync fan_out_and_pulled_hop_traces_are_complete_and_well_formed,
+    sync a_traced_run_states_its_observer_cost,
 }
 
 const MIXED: &str = r#"
@@ -267,6 +269,16 @@ fn no_traces_writes_no_trace_file_and_no_breakdown() {
     assert!(summary.get("traces").is_none());
     assert!(variants(&summary)[0].get("traces").is_none());
     assert_eq!(requests_csv(&run_dir).len(), REQUESTS);
+    // Nothing traced, nothing spent on it, by construction.
+    let o = &variants(&summary)[0]["observer"];
+    assert_eq!(o["traced"], false, "{o}");
+    assert_eq!(o["cpu_us"]["total"].as_f64(), Some(0.0), "{o}");
+    assert_eq!(o["share_of_cpu"].as_f64(), Some(0.0), "{o}");
+    assert!(
+        finished.output().contains("base: observer: traces off"),
+        "{}",
+        finished.output()
+    );
 }
 
 fn failed_requests_have_error_spans_from_the_failing_hop_up() {
@@ -548,4 +560,295 @@ fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_eve
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(hidden.is_empty(), "{hidden:?}");
+}
+
+/// The shape of [`TREE`]: each hop, whether its caller reaches it through
+/// the broker, and the hops it calls (in parallel).
+const TREE_SHAPE: &[(&str, bool, &[&str])] = &[
+    ("a", false, &["b", "c"]),
+    ("b", false, &[]),
+    ("c", true, &["d"]),
+    ("d", false, &[]),
+];
+/// A fan-out (a calls b and c) whose second branch is pulled through the
+/// broker and calls on (c calls d). Every request traced, every trace kept.
+const TREE: &str = r#"
+name = "tree"
+seed = 11
+[load]
+mode = "open"
+rate = 100
+requests = 30
+timeout = "2s"
+[[hop]]
+name = "a"
+downstream = ["b", "c"]
+[[hop]]
+name = "b"
+work = { kind = "sleep", dist = "fixed", value = "100us" }
+[[hop]]
+name = "c"
+transport = "pull"
+downstream = ["d"]
+work = { kind = "sleep", dist = "fixed", value = "100us" }
+[[hop]]
+name = "d"
+work = { kind = "sleep", dist = "fixed", value = "100us" }
+[telemetry]
+sampling = 1.0
+keep_share = 1.0
+"#;
+const TREE_REQUESTS: usize = 30;
+
+/// The spans one request's trace must hold for [`TREE_SHAPE`]: (operation,
+/// service, parent operation). The load generator's root span ("request
+/// <id>", its parent `None`); per hop its server span, whose parent is its
+/// caller's client span (through the broker's queue wait when pulled);
+/// per call a client span in the caller, child of the caller's server
+/// span. So 1 + hops + calls + pulled calls spans.
+fn expected_tree_spans() -> Vec<(String, String, Option<String>)> {
+    let mut spans = vec![("request".to_owned(), "loadgen".to_owned(), None)];
+    let (entry, ..) = TREE_SHAPE[0];
+    spans.push((entry.into(), format!("hop-{entry}"), Some("request".into())));
+    for (hop, _, downstream) in TREE_SHAPE {
+        for child in *downstream {
+            let call = format!("{hop} -> {child}");
+            spans.push((call.clone(), format!("hop-{hop}"), Some((*hop).into())));
+            let pulled = TREE_SHAPE
+                .iter()
+                .any(|(name, pulled, _)| name == child && *pulled);
+            let server_parent = if pulled {
+                let wait = format!("queue wait {child}");
+                spans.push((wait.clone(), "broker".into(), Some(call)));
+                wait
+            } else {
+                call
+            };
+            spans.push(((*child).into(), format!("hop-{child}"), Some(server_parent)));
+        }
+    }
+    spans
+}
+
+/// One trace per request, each whole and well formed: unique span ids,
+/// every parent present in the same trace, the load generator's span the
+/// only root, exactly the spans the shape calls for with the right
+/// parents, no span longer than its parent or starting before it.
+fn fan_out_and_pulled_hop_traces_are_complete_and_well_formed() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scenario = write(tmp.path(), "tree.toml", TREE);
+    let results = tmp.path().join("results");
+    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let rows = requests_csv(&run_dir);
+    assert_eq!(rows.len(), TREE_REQUESTS);
+    assert!(rows.iter().all(|r| r.status == "ok"), "{rows:?}");
+    let mut sent: Vec<u64> = rows.iter().map(|r| r.id).collect();
+    sent.sort_unstable();
+
+    let expected = expected_tree_spans();
+    let calls: usize = TREE_SHAPE.iter().map(|(_, _, d)| d.len()).sum();
+    let pulled = TREE_SHAPE.iter().filter(|(_, p, _)| *p).count();
+    assert_eq!(expected.len(), 1 + TREE_SHAPE.len() + calls + pulled);
+    let mut expected_names: Vec<&str> = expected.iter().map(|(n, ..)| n.as_str()).collect();
+    expected_names.sort_unstable();
+
+    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
+    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
+    let traces = file["data"].as_array().expect("data array");
+    let mut trace_ids: Vec<&str> = traces
+        .iter()
+        .map(|t| t["traceID"].as_str().expect("traceID"))
+        .collect();
+    trace_ids.sort_unstable();
+    trace_ids.dedup();
+    assert_eq!(trace_ids.len(), traces.len(), "each trace once");
+    let mut traced = Vec::new();
+    for trace in traces {
+        let trace_id = trace["traceID"].as_str().expect("traceID");
+        let spans = trace["spans"].as_array().expect("spans");
+        let processes = trace["processes"].as_object().expect("processes");
+        let by_id: BTreeMap<&str, &Value> = spans
+            .iter()
+            .map(|s| (s["spanID"].as_str().expect("spanID"), s))
+            .collect();
+        assert_eq!(by_id.len(), spans.len(), "span ids are unique: {trace:#}");
+        let service = |s: &Value| -> String {
+            processes[s["processID"].as_str().expect("processID")]["serviceName"]
+                .as_str()
+                .expect("serviceName")
+                .to_owned()
+        };
+        // The load generator's span is named after its request.
+        let name = |s: &Value| -> String {
+            let op = s["operationName"].as_str().expect("operationName");
+            if op.starts_with("request ") {
+                "request".to_owned()
+            } else {
+                op.to_owned()
+            }
+        };
+        let mut roots = Vec::new();
+        let mut names = Vec::new();
+        for s in spans {
+            assert_eq!(s["traceID"], trace_id, "{s}");
+            let start = s["startTime"].as_u64().expect("startTime");
+            let duration = s["duration"].as_u64().expect("a duration, not negative");
+            let refs = s["references"].as_array().expect("references");
+            assert!(refs.len() <= 1, "one parent at most: {s}");
+            let parent = refs.first().map(|r| {
+                assert_eq!(r["refType"], "CHILD_OF", "{s}");
+                assert_eq!(r["traceID"], trace_id, "{s}");
+                let id = r["spanID"].as_str().expect("parent id");
+                *by_id
+                    .get(id)
+                    .unwrap_or_else(|| panic!("the parent of {s} is in the trace: {trace:#}"))
+            });
+            let (n, svc) = (name(s), service(s));
+            let want = expected
+                .iter()
+                .find(|(en, ..)| *en == n)
+                .unwrap_or_else(|| panic!("span {n} is not in the shape: {trace:#}"));
+            assert_eq!(svc, want.1, "{n}'s service: {trace:#}");
+            assert_eq!(parent.map(name), want.2, "{n}'s parent: {trace:#}");
+            match parent {
+                None => roots.push(s),
+                Some(p) => {
+                    // Same host, same clock: a child starts within its
+                    // parent and ends within it, or, below a queue wait
+                    // (which ends when a worker takes the task), within
+                    // the caller's client span above the wait (1 ms of
+                    // slack for rounding and clock reads).
+                    let bounds = |s: &Value| {
+                        let start = s["startTime"].as_u64().expect("startTime");
+                        (start, start + s["duration"].as_u64().expect("duration"))
+                    };
+                    let (p_start, p_end) = bounds(p);
+                    assert!(start + 1_000 >= p_start, "{n} starts before its parent");
+                    let enclosing = if name(p).starts_with("queue wait ") {
+                        let call = p["references"][0]["spanID"]
+                            .as_str()
+                            .expect("wait's parent");
+                        bounds(by_id[call]).1
+                    } else {
+                        p_end
+                    };
+                    assert!(
+                        start + duration <= enclosing + 1_000,
+                        "{n} ends after its caller: {trace:#}"
+                    );
+                }
+            }
+            names.push(n);
+        }
+        names.sort_unstable();
+        assert_eq!(
+            names, expected_names,
+            "the shape's spans, once each: {trace:#}"
+        );
+        assert_eq!(roots.len(), 1, "one root: {trace:#}");
+        assert_eq!(service(roots[0]), "loadgen");
+        traced.push(
+            tag(roots[0], "request_id")
+                .and_then(Value::as_u64)
+                .expect("the root names its request"),
+        );
+    }
+    traced.sort_unstable();
+    assert_eq!(traced, sent, "exactly one trace per sent request");
+
+    let summary = summary(&run_dir);
+    let t = &variants(&summary)[0]["traces"];
+    assert_eq!(u64_at(t, "/complete"), TREE_REQUESTS as u64);
+    assert_eq!(u64_at(t, "/orphan_spans"), 0);
+    assert_eq!(
+        u64_at(&summary, "/traces/spans"),
+        (TREE_REQUESTS * expected.len()) as u64
+    );
+}
+
+/// A traced run says what tracing cost it: every part the orchestrator
+/// measures present, the processes' own counters either reported and
+/// agreeing with the spans received, or said to be missing (null), never
+/// a made-up 0. No timing thresholds: only relations that must hold.
+fn a_traced_run_states_its_observer_cost() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scenario = write(tmp.path(), "tree.toml", TREE);
+    let results = tmp.path().join("results");
+    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let o = &variants(&summary)[0]["observer"];
+    let spans_per_trace = expected_tree_spans().len() as u64;
+    assert_eq!(o["traced"], true, "{o}");
+    assert_eq!(u64_at(o, "/traced_requests"), TREE_REQUESTS as u64, "{o}");
+    assert_eq!(
+        u64_at(o, "/spans"),
+        TREE_REQUESTS as u64 * spans_per_trace,
+        "{o}"
+    );
+    assert_eq!(
+        o["spans_per_traced_request"].as_f64(),
+        Some(spans_per_trace as f64)
+    );
+    let cpu = &o["cpu_us"];
+    let part = |key: &str| cpu[key].as_f64();
+    assert!(part("receiver").is_some_and(|us| us > 0.0), "{o}");
+    assert!(part("spool").is_some_and(|us| us > 0.0), "{o}");
+    assert!(part("loadgen_spans").is_some_and(|us| us > 0.0), "{o}");
+    assert!(part("sampling").is_some_and(|us| us >= 0.0), "{o}");
+    assert!(
+        o["analysis_cpu_us"].as_f64().is_some_and(|us| us > 0.0),
+        "{o}"
+    );
+    let parts: f64 = [
+        "hops_recording",
+        "hops_export",
+        "receiver",
+        "spool",
+        "sampling",
+        "loadgen_spans",
+    ]
+    .iter()
+    .filter_map(|k| part(k))
+    .sum();
+    let total = part("total").expect("total");
+    assert!((total - parts).abs() < 1e-6 * total.max(1.0), "{o}");
+    let per_request = o["cpu_us_per_traced_request"]
+        .as_f64()
+        .expect("per request");
+    assert!(
+        (per_request * TREE_REQUESTS as f64 - total).abs() < 1e-6 * total,
+        "{o}"
+    );
+    if let Some(share) = o["share_of_cpu"].as_f64() {
+        assert!(share > 0.0, "{o}");
+    }
+    if u64_at(o, "/processes_reporting") > 0 {
+        // Every span a process recorded and did not drop was received.
+        assert_eq!(
+            u64_at(o, "/processes_spans") - u64_at(o, "/processes_dropped"),
+            u64_at(o, "/processes_spans_received"),
+            "{o}"
+        );
+        // All but the load generator's span of each trace.
+        assert_eq!(
+            u64_at(o, "/processes_spans_received"),
+            TREE_REQUESTS as u64 * (spans_per_trace - 1),
+            "{o}"
+        );
+        assert!(part("hops_export").is_some() && part("hops_recording").is_some());
+        assert_eq!(o["complete"], true, "{o}");
+    } else {
+        // Processes that do not report: said, not guessed.
+        assert!(o["processes_spans"].is_null(), "{o}");
+        assert!(cpu["hops_export"].is_null() && cpu["hops_recording"].is_null());
+        assert_eq!(o["complete"], false, "{o}");
+    }
+    let line = format!("base: observer: {spans_per_trace}.0 spans/request, ");
+    assert!(finished.output().contains(&line), "{}", finished.output());
 }
