@@ -751,6 +751,54 @@ mod tests {
     }
 
     #[test]
+    fn each_seal_gives_what_receiving_and_spooling_cost_since_the_last() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let receiver =
+            ReceiverThread::start(1_000_000, None, ([127, 0, 0, 1], 0).into(), tmp.path())
+                .expect("receiver");
+        let endpoint = receiver.endpoint.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let mut client = TraceServiceClient::connect(endpoint)
+                .await
+                .expect("connect");
+            for i in 0..64u8 {
+                client
+                    .export(ExportTraceServiceRequest {
+                        resource_spans: batch(vec![i + 1; 16]),
+                    })
+                    .await
+                    .expect("taken");
+            }
+        });
+        let collector = &receiver.collector;
+        let first = collector.seal();
+        assert_eq!(collector.counts().spans, 64);
+        // The receiver's thread served 64 calls; every 16th batch's
+        // spooling was timed.
+        assert!(
+            first.cost.receiver_ns.is_some_and(|ns| ns > 0),
+            "{:?}",
+            first.cost
+        );
+        assert!(first.cost.spool_ns > 0, "{:?}", first.cost);
+        first.remove();
+        // Spans the orchestrator makes itself are spooled on its thread:
+        // counted as spooling, not as the receiver's.
+        for i in 0..32u8 {
+            collector.accept(batch(vec![i + 1; 16]));
+        }
+        let second = collector.seal();
+        assert!(second.cost.spool_ns > 0, "{:?}", second.cost);
+        second.remove();
+        let idle = collector.seal();
+        assert_eq!(idle.cost.spool_ns, 0, "nothing spooled since the last seal");
+    }
+
+    #[test]
     fn a_full_store_drops_and_counts() {
         let tmp = tempfile::tempdir().expect("temp dir");
         let collector = Collector::new(1, None, tmp.path()).expect("collector");

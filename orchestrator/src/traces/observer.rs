@@ -42,9 +42,9 @@ pub fn task_cpu_ns(tid: i32) -> Option<u64> {
 }
 
 /// How often a [`CpuMeter`] reads the clock: every this many calls. The
-/// thread CPU clock is a system call (a few hundred ns), as much as the
-/// cheapest parts it meters cost; one call in 16 keeps the meter's own
-/// cost a small fraction of what it measures.
+/// thread CPU clock is a system call (the kernel offers no fast path for
+/// it), about as costly as the cheapest parts it meters; one call in 16
+/// keeps the meter's own cost a small fraction of what it measures.
 pub const METER_EVERY: u64 = 16;
 
 /// The CPU time a part of the observer spends on the threads that call
