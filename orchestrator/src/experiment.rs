@@ -587,10 +587,16 @@ fn analyze_variants(
             machine: run.load.instrument.clone(),
             traces,
         });
-        analyzed.report.observer = Some(match &observed {
+        let mut observer = match &observed {
             Some(m) => ObserverReport::assess(m, &analyzed.report),
             None => ObserverReport::off(),
-        });
+        };
+        if run.launcher == "attached" {
+            // The services are not this process's children: the load
+            // window's CPU would be the orchestrator's alone.
+            observer.share_of_cpu = None;
+        }
+        analyzed.report.observer = Some(observer);
         for line in warnings.iter().chain(&analyzed.warnings) {
             crate::tell!("warning: {line}");
         }
