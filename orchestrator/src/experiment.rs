@@ -405,7 +405,7 @@ impl run::RecordPipeline for RunRecords {
         self.variants.push(VariantRecords {
             analysis: VariantAccumulator::new(variant, &self.scenario.check),
             sampler,
-            sampling: CpuMeter::default(),
+            sampling: CpuMeter::sampled(),
         });
         self.requests.begin_variant(&variant.name);
     }

@@ -109,7 +109,8 @@ pub struct Collector {
     origin: Instant,
     /// The receiver thread's id, once it runs.
     receiver_tid: OnceLock<i32>,
-    /// Spooling batches as they arrived, on the receiver's thread.
+    /// Spooling batches as they arrived, on the receiver's thread, each
+    /// timed (its CPU is taken off the thread's).
     spool_raw: CpuMeter,
     /// Encoding and spooling the load generator's own spans, on its
     /// thread.
@@ -235,8 +236,8 @@ impl Collector {
             forward: Mutex::new(forward),
             origin: Instant::now(),
             receiver_tid: OnceLock::new(),
-            spool_raw: CpuMeter::default(),
-            spool_decoded: CpuMeter::default(),
+            spool_raw: CpuMeter::every_call(),
+            spool_decoded: CpuMeter::sampled(),
             sealed_at: Mutex::new(CostMark::default()),
         }))
     }
@@ -777,8 +778,7 @@ mod tests {
         let collector = &receiver.collector;
         let first = collector.seal();
         assert_eq!(collector.counts().spans, 64);
-        // The receiver's thread served 64 calls; every 16th batch's
-        // spooling was timed.
+        // The receiver's thread served 64 calls and spooled 64 batches.
         assert!(
             first.cost.receiver_ns.is_some_and(|ns| ns > 0),
             "{:?}",

@@ -69,7 +69,7 @@ impl LoadTracer {
             variant: variant.to_string(),
             ratio,
             nonce,
-            making: CpuMeter::default(),
+            making: CpuMeter::sampled(),
         }
     }
 

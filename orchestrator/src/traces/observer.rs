@@ -43,7 +43,7 @@ fn clock_overhead_ns() -> u64 {
     static OVERHEAD: OnceLock<u64> = OnceLock::new();
     *OVERHEAD.get_or_init(|| {
         (0..32)
-            .filter_map(|_| Some(thread_cpu_ns().zip(thread_cpu_ns())?))
+            .filter_map(|_| thread_cpu_ns().zip(thread_cpu_ns()))
             .map(|(a, b)| b.saturating_sub(a))
             .min()
             .unwrap_or(0)
@@ -58,18 +58,20 @@ pub fn task_cpu_ns(tid: i32) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// How often a [`CpuMeter`] reads the clock: every this many calls. The
-/// thread CPU clock is a system call (the kernel offers no fast path for
-/// it), about as costly as the cheapest parts it meters; one call in 16
-/// keeps the meter's own cost a small fraction of what it measures.
+/// How often a [`CpuMeter::sampled`] meter reads the clock: every this
+/// many calls. The thread CPU clock is a system call (the kernel offers no
+/// fast path for it), about as costly as the cheapest parts metered (one
+/// request's share of the work); one call in 16 keeps the meter's own cost
+/// a small fraction of what it measures.
 pub const METER_EVERY: u64 = 16;
 
 /// The CPU time a part of the observer spends on the threads that call
-/// it: every [`METER_EVERY`]th call is timed on the calling thread's CPU
-/// clock (less the clock's own cost), and the total is that sample's mean
-/// times the calls.
-#[derive(Debug, Default)]
+/// it: every call, or every [`METER_EVERY`]th, is timed on the calling
+/// thread's CPU clock (less the clock's own cost), and the total is the
+/// timed calls' mean times the calls.
+#[derive(Debug)]
 pub struct CpuMeter {
+    every: u64,
     calls: AtomicU64,
     timed_calls: AtomicU64,
     timed_ns: AtomicU64,
@@ -107,10 +109,31 @@ impl CpuReading {
 }
 
 impl CpuMeter {
+    /// A meter timing every call: for calls that do much (a batch of
+    /// spans), where the clock costs little beside them.
+    pub fn every_call() -> Self {
+        CpuMeter {
+            every: 1,
+            calls: AtomicU64::new(0),
+            timed_calls: AtomicU64::new(0),
+            timed_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// A meter timing every [`METER_EVERY`]th call, the first timed being
+    /// the last of the first round (a first call that sets something up
+    /// would stand for too many).
+    pub fn sampled() -> Self {
+        CpuMeter {
+            every: METER_EVERY,
+            ..CpuMeter::every_call()
+        }
+    }
+
     /// Runs `f`, timing it when its turn comes.
     pub fn measure<T>(&self, f: impl FnOnce() -> T) -> T {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        if !n.is_multiple_of(METER_EVERY) {
+        if n % self.every != self.every - 1 {
             return f();
         }
         let overhead = clock_overhead_ns();
@@ -335,7 +358,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_meter_scales_its_timed_calls_to_every_call() {
-        let meter = CpuMeter::default();
+        let meter = CpuMeter::sampled();
         let mut spins = 0u64;
         for _ in 0..(METER_EVERY * 4) {
             meter.measure(|| {
@@ -366,6 +389,11 @@ pub(crate) mod tests {
             }
         );
         assert_eq!(CpuReading::default().total_ns(), 0);
+        let every = CpuMeter::every_call();
+        for _ in 0..3 {
+            every.measure(|| ());
+        }
+        assert_eq!((every.read().calls, every.read().timed_calls), (3, 3));
     }
 
     #[test]
