@@ -88,6 +88,15 @@ pub fn render_legend(summary: &Summary) -> String {
             "  traces: self = the hop's own time; queue wait = in the broker or for a slot; network = the caller's client time minus the callee's server time",
         );
     }
+    if summary
+        .variants
+        .iter()
+        .any(|v| v.observer.as_ref().is_some_and(|o| o.traced))
+    {
+        lines.push(
+            "  observer: CPU tracing took while the load ran (the hops recording and exporting spans, the orchestrator receiving, spooling and sampling them), per traced request and as a share of the run's CPU; parts in summary.json's observer",
+        );
+    }
     if summary.variants.iter().any(|v| v.compounding.is_some()) {
         lines.extend([
             "  compounding: measured = share of requests over the slow threshold, [95 % Wilson interval]",
@@ -440,6 +449,25 @@ mod tests {
             text.contains("base: observer: traces off: no observer cost\n"),
             "{text}"
         );
+        assert!(
+            !render_legend(&s).contains("observer"),
+            "nothing to explain"
+        );
+        let measured = crate::analysis::observer::ObserverInputs {
+            traced_requests: 10,
+            spans: 70,
+            spool_ns: 20_000,
+            ..Default::default()
+        };
+        s.variants[0].observer = Some(ObserverReport::assess(&measured, &s.variants[0]));
+        let text = render_table(&s);
+        assert!(
+            text.contains(
+                "base: observer: 7.0 spans/request, 2.0 us CPU per request; hops' own cost not reported\n"
+            ),
+            "{text}"
+        );
+        assert!(render_legend(&s).contains("  observer: CPU tracing took"));
     }
 
     #[test]
