@@ -306,7 +306,7 @@ fn queue_wait_span(
         },
     );
     let cx = span.context();
-    if !telemetry::has_span(&cx) {
+    if cx.is_none() {
         return None;
     }
     telemetry::inject_headers(&cx, headers);
