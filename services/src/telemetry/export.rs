@@ -625,4 +625,73 @@ mod tests {
         assert_eq!(map.get("x").and_then(|v| v.to_str().ok()), Some("1"));
         assert_eq!(map.len(), 2);
     }
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<std::sync::Mutex<Vec<(MetadataMap, ExportTraceServiceRequest)>>>);
+
+    #[tonic::async_trait]
+    impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService for Sink {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<
+            tonic::Response<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+            >,
+            tonic::Status,
+        > {
+            let (metadata, _, request) = request.into_parts();
+            self.0.lock().expect("sink").push((metadata, request));
+            Ok(tonic::Response::new(Default::default()))
+        }
+    }
+
+    #[test]
+    fn the_exporter_sends_over_otlp_grpc_and_flushes_on_shutdown() {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let sink = Sink::default();
+        runtime.spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(sink.clone()))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let config = ExportConfig {
+            endpoint: tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .expect("endpoint")
+                .timeout(TIMEOUT),
+            headers: parse_headers("x-test=yes"),
+            resource: resource_from_env(),
+            attribute_limit: 128,
+        };
+        let (spans, receiver) = mpsc::sync_channel(16);
+        let exporter =
+            ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
+        for id in 1..=3 {
+            spans.send(record(id, 10)).expect("queued");
+        }
+        exporter.shutdown();
+        let got = sink.0.lock().expect("sink");
+        let sent: usize = got
+            .iter()
+            .map(|(_, r)| r.resource_spans[0].scope_spans[0].spans.len())
+            .sum();
+        assert_eq!(sent, 3, "every queued span flushed at shutdown");
+        let (metadata, last) = got.last().expect("an export");
+        assert_eq!(
+            metadata.get("x-test").and_then(|v| v.to_str().ok()),
+            Some("yes")
+        );
+        assert_eq!(resource_int(last, "tailmesh.observer.spans"), 3);
+        assert_eq!(resource_int(last, "tailmesh.observer.record_ns"), 30);
+        assert!(resource_int(last, "tailmesh.observer.export_cpu_ns") > 0);
+    }
 }
