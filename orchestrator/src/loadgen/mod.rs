@@ -293,11 +293,12 @@ impl Shared {
                     // The request's trace context is current while it is
                     // sent, so the clients inject it.
                     Some((t, rt)) => {
-                        use opentelemetry::context::FutureExt;
-                        target
-                            .call(&request, timeout)
-                            .with_context(t.context(rt))
-                            .await
+                        tailmesh_services::telemetry::scope(
+                            Some(t.context(rt)),
+                            None,
+                            target.call(&request, timeout),
+                        )
+                        .await
                     }
                     None => target.call(&request, timeout).await,
                 }

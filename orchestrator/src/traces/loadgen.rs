@@ -7,15 +7,13 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use opentelemetry::{
-    Context,
-    trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState},
-};
 use opentelemetry_proto::tonic::{
     common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value::Value},
     resource::v1::Resource,
     trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
 };
+
+use tailmesh_services::telemetry::SpanContext;
 
 use super::{
     collector::Collector,
@@ -96,19 +94,13 @@ impl LoadTracer {
     }
 
     /// The context the request's downstream calls carry.
-    pub fn context(&self, t: RequestTrace) -> Context {
-        let flags = if t.sampled {
-            TraceFlags::SAMPLED
-        } else {
-            TraceFlags::default()
-        };
-        Context::new().with_remote_span_context(SpanContext::new(
-            TraceId::from_bytes(t.trace_id.to_be_bytes()),
-            SpanId::from_bytes(t.span_id.to_be_bytes()),
-            flags,
-            true,
-            TraceState::default(),
-        ))
+    pub fn context(&self, t: RequestTrace) -> SpanContext {
+        SpanContext {
+            trace_id: t.trace_id,
+            span_id: t.span_id,
+            sampled: t.sampled,
+            remote: true,
+        }
     }
 
     /// Records the request's client span, from its intended send time to

@@ -614,7 +614,7 @@ impl Inner {
             p.deliveries += 1;
             p.holder = Some(wid);
             p.wait_ns = duration_ns(now.saturating_duration_since(p.enqueued_at));
-            if let Some(span) = p.span.take() {
+            if let Some(mut span) = p.span.take() {
                 let wait_ns = p.wait_ns as i64;
                 span.set(|| vec![opentelemetry::KeyValue::new("queue_wait_ns", wait_ns)]);
                 span.end();

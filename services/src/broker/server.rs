@@ -305,11 +305,8 @@ fn queue_wait_span(
             )
         },
     );
-    let cx = span.context();
-    if !telemetry::has_span(&cx) {
-        return None;
-    }
-    telemetry::inject_headers(&cx, headers);
+    let cx = span.context()?;
+    telemetry::inject_headers(&Some(cx), headers);
     Some(span)
 }
 

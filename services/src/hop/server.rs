@@ -7,7 +7,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use opentelemetry::{Context, KeyValue, context::FutureExt as _, trace::SpanKind};
+use opentelemetry::{KeyValue, trace::SpanKind};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::{
@@ -170,7 +170,7 @@ impl Downstream {
             Target::Push(pool) => (pool.hop(), Transport::Push),
             Target::Pull(target) => (target.topic.as_str(), Transport::Pull),
         };
-        let span = telemetry::TraceSpan::start(SpanKind::Client, Context::current, || {
+        let mut span = telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
             (
                 format!("{} -> {hop}", caller.behavior.name).into(),
                 vec![
@@ -183,7 +183,7 @@ impl Downstream {
                 ],
             )
         });
-        let called = policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
+        let calls = policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
             let request = CallRequest {
                 attempt,
                 ..request.clone()
@@ -194,9 +194,8 @@ impl Downstream {
                     Target::Pull(target) => target.call(request, timeout).await,
                 }
             }
-        })
-        .with_context(span.context())
-        .await;
+        });
+        let called = span.scope(calls).await;
         span.mark_error(&called.result);
         span.end();
         called
@@ -208,7 +207,7 @@ impl Downstream {
 fn server_span(
     inner: &Inner,
     request_id: u64,
-    parent: impl FnOnce() -> Context,
+    parent: impl FnOnce() -> Option<telemetry::SpanContext>,
 ) -> telemetry::TraceSpan {
     telemetry::TraceSpan::start(SpanKind::Server, parent, || {
         (
@@ -264,7 +263,7 @@ impl PullTarget {
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
         let mut headers = HashMap::new();
-        telemetry::inject_headers(&Context::current(), &mut headers);
+        telemetry::inject_headers(&telemetry::current(), &mut headers);
         let reply = self
             .client
             .submit(&self.topic, request.encode_to_vec(), headers, timeout)
@@ -526,13 +525,11 @@ impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
         let (metadata, _, request) = request.into_parts();
-        let span = server_span(&self.core.inner, request.request_id, || {
+        let mut span = server_span(&self.core.inner, request.request_id, || {
             telemetry::extract_metadata(&metadata)
         });
-        let result = self
-            .core
-            .handle(request, timeout, Duration::ZERO, None)
-            .with_context(span.context())
+        let result = span
+            .scope(self.core.handle(request, timeout, Duration::ZERO, None))
             .await;
         span.mark_error(&result);
         span.end();
@@ -677,17 +674,16 @@ async fn pull_worker(
                     .unwrap_or_default();
                 Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(now)
             });
-            let span = server_span(&core.inner, request.request_id, || {
+            let mut span = server_span(&core.inner, request.request_id, || {
                 telemetry::extract_headers(&task.headers)
             });
-            let reply = core
-                .handle(
+            let reply = span
+                .scope(core.handle(
                     request,
                     timeout,
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
-                )
-                .with_context(span.context())
+                ))
                 .await;
             span.mark_error(&reply);
             span.end();

@@ -1,0 +1,240 @@
+//! The trace context a request carries: a `Copy` value (trace id, span id,
+//! sampled), made current while a future is polled ([`scope`]), and
+//! written to and read from W3C `traceparent` values by hand (no
+//! allocation beyond the value itself). `tracestate` is neither read nor
+//! written: tailmesh's spans carry no vendor state.
+
+use std::{cell::Cell, cell::RefCell, future::Future, pin::pin, task::Poll};
+
+use opentelemetry::KeyValue;
+
+/// One span's identity as its children and callees see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanContext {
+    pub trace_id: u128,
+    pub span_id: u64,
+    /// Whether the trace is recorded (W3C flag 01).
+    pub sampled: bool,
+    /// Whether this context came from another process (a `traceparent`);
+    /// OTLP spans say whether their parent was remote.
+    pub remote: bool,
+}
+
+/// The header (metadata key) of the W3C trace context.
+pub const TRACEPARENT: &str = "traceparent";
+/// The length of a version-00 `traceparent` value.
+const LEN: usize = 55;
+
+impl SpanContext {
+    /// The `traceparent` value of this context: version 00, lower-case hex
+    /// ids, the sampled flag.
+    pub fn traceparent(&self) -> String {
+        let mut out = [0u8; LEN];
+        out[..3].copy_from_slice(b"00-");
+        hex(&mut out[3..35], self.trace_id);
+        out[35] = b'-';
+        hex(&mut out[36..52], u128::from(self.span_id));
+        out[52..].copy_from_slice(if self.sampled { b"-01" } else { b"-00" });
+        // Every byte written above is ASCII.
+        out.iter().map(|&b| char::from(b)).collect()
+    }
+
+    /// Parses a `traceparent` value as the W3C format defines it: a
+    /// two-digit version other than `ff` (version 00 has exactly four
+    /// fields; later versions may append fields after a `-`), a 32-digit
+    /// trace id and a 16-digit span id, neither all zeros, and two flag
+    /// digits, all lower-case hex. `None` when it is not one.
+    pub fn parse(value: &str) -> Option<SpanContext> {
+        let b = value.trim().as_bytes();
+        if b.len() < LEN || b[2] != b'-' || b[35] != b'-' || b[52] != b'-' {
+            return None;
+        }
+        let version = unhex(&b[..2])?;
+        if version == 0xff || (version == 0 && b.len() != LEN) || (b.len() > LEN && b[LEN] != b'-')
+        {
+            return None;
+        }
+        let trace_id = unhex(&b[3..35])?;
+        let span_id = u64::try_from(unhex(&b[36..52])?).ok()?;
+        let flags = unhex(&b[53..55])?;
+        (trace_id != 0 && span_id != 0).then_some(SpanContext {
+            trace_id,
+            span_id,
+            sampled: flags & 1 == 1,
+            remote: true,
+        })
+    }
+}
+
+fn hex(out: &mut [u8], mut value: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for slot in out.iter_mut().rev() {
+        *slot = DIGITS[(value & 0xf) as usize];
+        value >>= 4;
+    }
+}
+
+/// Lower-case hex only (upper case is invalid in `traceparent`).
+fn unhex(digits: &[u8]) -> Option<u128> {
+    digits.iter().try_fold(0u128, |acc, &d| {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            _ => return None,
+        };
+        Some((acc << 4) | u128::from(v))
+    })
+}
+
+thread_local! {
+    /// The context of the future being polled on this thread.
+    static CURRENT: Cell<Option<SpanContext>> = const { Cell::new(None) };
+    /// Attributes set on the current span ([`set_current`]) during this
+    /// poll, collected by the innermost [`scope`] after it.
+    static PENDING: RefCell<Vec<KeyValue>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The context of the future being polled (set by [`scope`]), if any.
+pub fn current() -> Option<SpanContext> {
+    CURRENT.with(Cell::get)
+}
+
+/// Queues attributes for the current scope's span (dropped when the
+/// scope has no span of its own).
+pub(super) fn push_current(attributes: Vec<KeyValue>) {
+    PENDING.with(|p| p.borrow_mut().extend(attributes));
+}
+
+/// Restores the outer scope's context and pending attributes when left,
+/// also when the inner poll panics.
+struct Enter {
+    outer: Option<SpanContext>,
+    outer_pending: Vec<KeyValue>,
+    left: bool,
+}
+
+impl Enter {
+    fn new(cx: Option<SpanContext>) -> Self {
+        Enter {
+            outer: CURRENT.with(|c| c.replace(cx)),
+            outer_pending: PENDING.with(|p| std::mem::take(&mut *p.borrow_mut())),
+            left: false,
+        }
+    }
+
+    /// Leaves the scope, returning what was set on its span.
+    fn leave(&mut self) -> Vec<KeyValue> {
+        self.left = true;
+        CURRENT.with(|c| c.set(self.outer));
+        let outer = std::mem::take(&mut self.outer_pending);
+        PENDING.with(|p| std::mem::replace(&mut *p.borrow_mut(), outer))
+    }
+}
+
+impl Drop for Enter {
+    fn drop(&mut self) {
+        if !self.left {
+            self.leave();
+        }
+    }
+}
+
+/// Runs `fut` with `cx` current on every poll (what clients inject);
+/// attributes set on the current span meanwhile go to `sink`, or nowhere.
+pub async fn scope<F: Future>(
+    cx: Option<SpanContext>,
+    mut sink: Option<&mut Vec<KeyValue>>,
+    fut: F,
+) -> F::Output {
+    let mut fut = pin!(fut);
+    std::future::poll_fn(move |task| {
+        let mut enter = Enter::new(cx);
+        let poll: Poll<F::Output> = fut.as_mut().poll(task);
+        let set = enter.leave();
+        if let Some(sink) = sink.as_deref_mut() {
+            sink.extend(set);
+        }
+        poll
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cx(trace_id: u128, span_id: u64, sampled: bool) -> SpanContext {
+        SpanContext {
+            trace_id,
+            span_id,
+            sampled,
+            remote: true,
+        }
+    }
+
+    #[test]
+    fn traceparent_round_trips_and_is_w3c() {
+        let c = cx(0xabc, 0x12, true);
+        let value = c.traceparent();
+        assert_eq!(
+            value,
+            "00-00000000000000000000000000000abc-0000000000000012-01"
+        );
+        assert_eq!(SpanContext::parse(&value), Some(c));
+        let full = cx(u128::MAX - 1, u64::MAX, false);
+        assert_eq!(SpanContext::parse(&full.traceparent()), Some(full));
+        assert!(full.traceparent().ends_with("-00"));
+    }
+
+    #[test]
+    fn invalid_traceparents_are_refused() {
+        let ok = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert!(SpanContext::parse(ok).is_some());
+        for bad in [
+            "",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01extra",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033g1-01",
+            "00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ] {
+            assert_eq!(SpanContext::parse(bad), None, "{bad:?}");
+        }
+        // A later version may append fields; unknown flags are ignored.
+        let later = "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03-xyz";
+        let parsed = SpanContext::parse(later).expect("later version");
+        assert!(parsed.sampled);
+        assert_eq!(parsed.span_id, 0xb7ad_6b71_6920_3331);
+    }
+
+    #[tokio::test]
+    async fn scope_makes_its_context_current_and_collects_attributes() {
+        assert_eq!(current(), None);
+        let outer = cx(1, 2, true);
+        let inner = cx(1, 3, true);
+        let mut outer_set = Vec::new();
+        let mut inner_set = Vec::new();
+        scope(Some(outer), Some(&mut outer_set), async {
+            assert_eq!(current(), Some(outer));
+            push_current(vec![KeyValue::new("a", 1)]);
+            scope(Some(inner), Some(&mut inner_set), async {
+                assert_eq!(current(), Some(inner));
+                tokio::task::yield_now().await;
+                assert_eq!(current(), Some(inner));
+                push_current(vec![KeyValue::new("b", 2)]);
+            })
+            .await;
+            assert_eq!(current(), Some(outer));
+            push_current(vec![KeyValue::new("c", 3)]);
+        })
+        .await;
+        assert_eq!(current(), None);
+        let keys = |v: &[KeyValue]| v.iter().map(|kv| kv.key.to_string()).collect::<Vec<_>>();
+        assert_eq!(keys(&outer_set), ["a", "c"]);
+        assert_eq!(keys(&inner_set), ["b"]);
+    }
+}

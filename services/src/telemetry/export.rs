@@ -1,0 +1,697 @@
+//! The exporter: one thread per process that wakes every
+//! [`INTERVAL`], takes the spans the serving threads handed over, encodes
+//! them as OTLP (`ExportTraceServiceRequest`) and sends them over OTLP/gRPC
+//! to the collector. Every request's resource carries the process's
+//! identity and the observer's own counters (see [`Batcher`]).
+//!
+//! Configuration comes from the standard variables, read as the
+//! OpenTelemetry SDK and OTLP exporter 0.33 read them for a gRPC exporter
+//! given its endpoint and a 5 s timeout in code: `OTEL_SERVICE_NAME`,
+//! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (else
+//! `OTEL_EXPORTER_OTLP_HEADERS`), `OTEL_EXPORTER_OTLP_TRACES_INSECURE` (else
+//! `OTEL_EXPORTER_OTLP_INSECURE`) for an endpoint without a scheme,
+//! `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` (else
+//! `OTEL_EXPORTER_OTLP_COMPRESSION`; only `none` is supported) and
+//! `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`.
+
+use std::{
+    str::FromStr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc::{self, Receiver},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::{ExportTraceServiceRequest, trace_service_client::TraceServiceClient},
+    common::v1::{AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value::Value},
+    resource::v1::Resource,
+    trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
+};
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+
+use super::recorder::{Counters, SpanRecord};
+
+/// How often the exporter takes the spans handed over: each export
+/// request costs the exporter a few tens of microseconds (HTTP/2, system
+/// calls) whatever its size, so fewer, larger ones cost less per span.
+pub const INTERVAL: Duration = Duration::from_millis(200);
+/// Spans per export request at most.
+const MAX_BATCH: usize = 1024;
+/// The timeout of one export (the OTLP exporter's, set in code before).
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+/// The instrumentation scope of tailmesh's spans.
+const SCOPE: &str = "tailmesh";
+
+/// Why spans cannot be exported (the process then runs without export).
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("invalid endpoint {endpoint:?}")]
+    Endpoint {
+        endpoint: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("endpoint {0:?} uses HTTPS, but this build has no TLS for trace export")]
+    Https(String),
+    #[error("{var}={value:?}: only \"none\" compression is supported")]
+    Compression { var: &'static str, value: String },
+    #[error("otlp-export: thread")]
+    Thread(#[source] std::io::Error),
+    #[error("otlp-export: runtime")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Where and how spans are sent, from the environment.
+#[derive(Debug)]
+pub struct ExportConfig {
+    endpoint: tonic::transport::Endpoint,
+    headers: MetadataMap,
+    /// The resource's attributes apart from the observer's counters.
+    resource: Vec<KeyValue>,
+    attribute_limit: usize,
+}
+
+fn env(var: &str) -> Option<String> {
+    std::env::var(var).ok()
+}
+
+/// The first set variable of `vars`.
+fn env_either(vars: [&'static str; 2]) -> Option<(&'static str, String)> {
+    vars.into_iter()
+        .find_map(|v| env(v).map(|value| (v, value)))
+}
+
+fn kv(key: &str, value: Value) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..KeyValue::default()
+    }
+}
+
+impl ExportConfig {
+    /// The configuration for `endpoint` from the environment.
+    pub fn from_env(endpoint: &str) -> Result<Self, ExportError> {
+        let has_scheme = endpoint
+            .split_once("://")
+            .is_some_and(|(scheme, _)| !scheme.contains(['/', '?', '#']));
+        let insecure = env_either([
+            "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+            "OTEL_EXPORTER_OTLP_INSECURE",
+        ])
+        .is_some_and(|(_, v)| v.eq_ignore_ascii_case("true"));
+        let endpoint = match (has_scheme, insecure) {
+            (true, _) => endpoint.to_string(),
+            (false, true) => format!("http://{endpoint}"),
+            (false, false) => format!("https://{endpoint}"),
+        };
+        if endpoint.starts_with("https://") {
+            return Err(ExportError::Https(endpoint));
+        }
+        for var in [
+            "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+            "OTEL_EXPORTER_OTLP_COMPRESSION",
+        ] {
+            match env(var).map(|v| v.trim().to_ascii_lowercase()) {
+                None => continue,
+                Some(v) if v == "none" => break,
+                Some(v) if v == "gzip" || v == "zstd" => {
+                    return Err(ExportError::Compression { var, value: v });
+                }
+                // Unknown values are ignored, as the OTLP exporter does.
+                Some(_) => continue,
+            }
+        }
+        let parsed = tonic::transport::Endpoint::from_shared(endpoint.clone())
+            .map_err(|source| ExportError::Endpoint { endpoint, source })?
+            .timeout(TIMEOUT)
+            .connect_timeout(TIMEOUT);
+        let headers = env_either([
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ])
+        .map(|(_, v)| parse_headers(&v))
+        .unwrap_or_default();
+        let attribute_limit = env("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT")
+            .and_then(|v| usize::from_str(v.trim()).ok())
+            .unwrap_or(128);
+        Ok(ExportConfig {
+            endpoint: parsed,
+            headers,
+            resource: resource_from_env(),
+            attribute_limit,
+        })
+    }
+}
+
+/// `key=value` pairs separated by commas, values URL-decoded when they
+/// decode; pairs that are no valid metadata are skipped.
+fn parse_headers(value: &str) -> MetadataMap {
+    let mut map = MetadataMap::new();
+    for pair in value.split_terminator(',').map(str::trim) {
+        let Some((k, v)) = pair.split_once('=') else {
+            continue;
+        };
+        let (k, v) = (k.trim(), v.trim());
+        let v = url_decode(v).unwrap_or_else(|| v.to_string());
+        if k.is_empty() || v.is_empty() {
+            continue;
+        }
+        if let (Ok(k), Ok(v)) = (
+            MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()),
+            MetadataValue::try_from(v.as_str()),
+        ) {
+            map.append(k, v);
+        }
+    }
+    map
+}
+
+fn url_decode(value: &str) -> Option<String> {
+    let b = value.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,...`), then `service.name` from
+/// `OTEL_SERVICE_NAME` (default "tailmesh"), the SDK attributes and this
+/// process's `service.instance.id`.
+fn resource_from_env() -> Vec<KeyValue> {
+    let service = env("OTEL_SERVICE_NAME").unwrap_or_else(|| "tailmesh".into());
+    let mut attributes: Vec<KeyValue> = env("OTEL_RESOURCE_ATTRIBUTES")
+        .unwrap_or_default()
+        .split_terminator(',')
+        .filter_map(|entry| entry.split_once('='))
+        .map(|(k, v)| (k.trim(), v.trim()))
+        .filter(|(k, _)| *k != "service.name")
+        .map(|(k, v)| kv(k, Value::StringValue(v.to_string())))
+        .collect();
+    attributes.push(kv("service.name", Value::StringValue(service)));
+    attributes.push(kv(
+        "telemetry.sdk.name",
+        Value::StringValue("tailmesh".into()),
+    ));
+    attributes.push(kv(
+        "telemetry.sdk.language",
+        Value::StringValue("rust".into()),
+    ));
+    attributes.push(kv(
+        "telemetry.sdk.version",
+        Value::StringValue(env!("CARGO_PKG_VERSION").into()),
+    ));
+    attributes.push(kv(
+        "service.instance.id",
+        Value::StringValue(format!(
+            "{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        )),
+    ));
+    attributes
+}
+
+/// Turns handed-over spans into export requests and keeps the observer's
+/// counters: every request's resource carries `tailmesh.observer.spans`
+/// (spans recorded so far, dropped ones included),
+/// `tailmesh.observer.dropped`, `tailmesh.observer.record_ns` (serving
+/// threads' time on spans and propagation so far) and
+/// `tailmesh.observer.export_cpu_ns` (the exporter thread's CPU time so
+/// far), all cumulative.
+#[derive(Debug)]
+pub struct Batcher {
+    resource: Vec<KeyValue>,
+    attribute_limit: usize,
+    counters: Arc<Counters>,
+    /// Spans handed over so far.
+    received: u64,
+    record_ns: u64,
+}
+
+impl Batcher {
+    pub fn new(
+        config_resource: Vec<KeyValue>,
+        attribute_limit: usize,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Batcher {
+            resource: config_resource,
+            attribute_limit,
+            counters,
+            received: 0,
+            record_ns: 0,
+        }
+    }
+
+    /// The export request of `spans`, the exporter having used
+    /// `export_cpu_ns` of CPU so far.
+    pub fn encode(
+        &mut self,
+        spans: Vec<SpanRecord>,
+        export_cpu_ns: u64,
+    ) -> ExportTraceServiceRequest {
+        self.received += spans.len() as u64;
+        let spans: Vec<Span> = spans
+            .into_iter()
+            .map(|r| {
+                self.record_ns += r.cost_ns;
+                span(r, self.attribute_limit)
+            })
+            .collect();
+        let dropped = self.counters.dropped.load(Ordering::Relaxed);
+        let int = |n: u64| Value::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
+        let mut attributes = self.resource.clone();
+        attributes.extend([
+            kv("tailmesh.observer.spans", int(self.received + dropped)),
+            kv("tailmesh.observer.dropped", int(dropped)),
+            kv("tailmesh.observer.record_ns", int(self.record_ns)),
+            kv("tailmesh.observer.export_cpu_ns", int(export_cpu_ns)),
+        ]);
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes,
+                    ..Resource::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE.into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
+}
+
+/// OTLP span flags: sampled, "has is-remote", and is-remote when the
+/// parent came from another process (as the SDK's exporter sets them).
+fn flags(parent_remote: bool) -> u32 {
+    0x1 | 0x100 | if parent_remote { 0x200 } else { 0 }
+}
+
+fn kind(kind: &opentelemetry::trace::SpanKind) -> SpanKind {
+    use opentelemetry::trace::SpanKind as K;
+    match kind {
+        K::Client => SpanKind::Client,
+        K::Server => SpanKind::Server,
+        K::Producer => SpanKind::Producer,
+        K::Consumer => SpanKind::Consumer,
+        K::Internal => SpanKind::Internal,
+    }
+}
+
+fn span(r: SpanRecord, attribute_limit: usize) -> Span {
+    let total = r.attributes.len();
+    let attributes: Vec<KeyValue> = r
+        .attributes
+        .into_iter()
+        .take(attribute_limit)
+        .map(|a| kv(a.key.as_str(), value(a.value)))
+        .collect();
+    Span {
+        trace_id: r.trace_id.to_be_bytes().to_vec(),
+        span_id: r.span_id.to_be_bytes().to_vec(),
+        parent_span_id: if r.parent_span_id == 0 {
+            Vec::new()
+        } else {
+            r.parent_span_id.to_be_bytes().to_vec()
+        },
+        flags: flags(r.parent_remote),
+        name: r.name.into_owned(),
+        kind: kind(&r.kind) as i32,
+        start_time_unix_nano: r.start_unix_ns,
+        end_time_unix_nano: r.end_unix_ns,
+        dropped_attributes_count: u32::try_from(total - attributes.len()).unwrap_or(u32::MAX),
+        attributes,
+        status: Some(Status {
+            message: String::new(),
+            code: if r.error {
+                StatusCode::Error
+            } else {
+                StatusCode::Unset
+            } as i32,
+        }),
+        ..Span::default()
+    }
+}
+
+fn value(v: opentelemetry::Value) -> Value {
+    use opentelemetry::{Array, Value as V};
+    let array = |values: Vec<Value>| {
+        Value::ArrayValue(ArrayValue {
+            values: values
+                .into_iter()
+                .map(|v| AnyValue { value: Some(v) })
+                .collect(),
+        })
+    };
+    match v {
+        V::Bool(b) => Value::BoolValue(b),
+        V::I64(i) => Value::IntValue(i),
+        V::F64(f) => Value::DoubleValue(f),
+        V::String(s) => Value::StringValue(s.into()),
+        V::Array(Array::Bool(a)) => array(a.into_iter().map(Value::BoolValue).collect()),
+        V::Array(Array::I64(a)) => array(a.into_iter().map(Value::IntValue).collect()),
+        V::Array(Array::F64(a)) => array(a.into_iter().map(Value::DoubleValue).collect()),
+        V::Array(Array::String(a)) => array(
+            a.into_iter()
+                .map(|s| Value::StringValue(s.into()))
+                .collect(),
+        ),
+        other => Value::StringValue(other.as_str().into_owned()),
+    }
+}
+
+/// This thread's CPU time so far.
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
+    })
+}
+
+/// The running exporter thread; [`ExportThread::shutdown`] flushes it.
+#[derive(Debug)]
+pub struct ExportThread {
+    stop: Arc<AtomicBool>,
+    done: Receiver<()>,
+    thread: JoinHandle<()>,
+}
+
+impl ExportThread {
+    /// Starts the exporter of the spans arriving on `spans`.
+    pub fn spawn(
+        config: ExportConfig,
+        spans: Receiver<SpanRecord>,
+        counters: Arc<Counters>,
+    ) -> Result<Self, ExportError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ExportError::Runtime)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (finished, done) = mpsc::channel();
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || {
+                export_loop(&runtime, config, &spans, counters, &stopping);
+                let _ = finished.send(());
+            })
+            .map_err(ExportError::Thread)?;
+        Ok(ExportThread { stop, done, thread })
+    }
+
+    /// Exports what is still queued, waiting up to 5 s, and stops.
+    pub fn shutdown(self) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.thread().unpark();
+        match self.done.recv_timeout(TIMEOUT) {
+            Ok(()) => {
+                let _ = self.thread.join();
+            }
+            Err(_) => tracing::warn!("trace export shutdown: spans still unsent after 5 s"),
+        }
+    }
+}
+
+fn export_loop(
+    runtime: &tokio::runtime::Runtime,
+    config: ExportConfig,
+    spans: &Receiver<SpanRecord>,
+    counters: Arc<Counters>,
+    stop: &AtomicBool,
+) {
+    let mut client = {
+        let _entered = runtime.enter();
+        TraceServiceClient::new(config.endpoint.connect_lazy())
+    };
+    let mut batcher = Batcher::new(config.resource, config.attribute_limit, counters.clone());
+    let mut failing = false;
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        loop {
+            let batch: Vec<SpanRecord> = spans.try_iter().take(MAX_BATCH).collect();
+            if batch.is_empty() {
+                break;
+            }
+            let n = batch.len() as u64;
+            let mut request = tonic::Request::new(batcher.encode(batch, thread_cpu_ns()));
+            *request.metadata_mut() = config.headers.clone();
+            let sent = runtime
+                .block_on(async { tokio::time::timeout(TIMEOUT, client.export(request)).await });
+            let error = match sent {
+                Ok(Ok(_)) => None,
+                Ok(Err(status)) => Some(status.to_string()),
+                Err(_) => Some("timed out after 5 s".to_string()),
+            };
+            if let Some(e) = &error {
+                counters.dropped.fetch_add(n, Ordering::Relaxed);
+                if !failing {
+                    tracing::warn!("trace export: {e} (spans dropped until it recovers)");
+                }
+            }
+            failing = error.is_some();
+        }
+        if stopping {
+            return;
+        }
+        std::thread::park_timeout(INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: u64, cost_ns: u64) -> SpanRecord {
+        SpanRecord {
+            trace_id: 0x0102,
+            span_id: id,
+            parent_span_id: if id == 1 { 0 } else { 1 },
+            parent_remote: id == 1,
+            kind: opentelemetry::trace::SpanKind::Server,
+            name: format!("s{id}").into(),
+            start_unix_ns: 10,
+            end_unix_ns: 20,
+            error: id == 2,
+            attributes: vec![
+                opentelemetry::KeyValue::new("hop", "a"),
+                opentelemetry::KeyValue::new("request_id", 7_i64),
+                opentelemetry::KeyValue::new("slow", false),
+            ],
+            cost_ns,
+        }
+    }
+
+    fn resource_int(request: &ExportTraceServiceRequest, key: &str) -> i64 {
+        let resource = request.resource_spans[0]
+            .resource
+            .as_ref()
+            .expect("resource");
+        match resource
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        {
+            Some(Value::IntValue(n)) => *n,
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+
+    fn resource_string(request: &ExportTraceServiceRequest, key: &str) -> String {
+        let resource = request.resource_spans[0]
+            .resource
+            .as_ref()
+            .expect("resource");
+        match resource
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        {
+            Some(Value::StringValue(s)) => s.clone(),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn spans_encode_as_the_sdk_exported_them() {
+        let counters = Arc::new(Counters::default());
+        let mut batcher = Batcher::new(resource_from_env(), 128, counters);
+        let request = batcher.encode(vec![record(1, 0), record(2, 0)], 0);
+        let scope = &request.resource_spans[0].scope_spans[0];
+        assert_eq!(
+            scope.scope.as_ref().map(|s| s.name.as_str()),
+            Some("tailmesh")
+        );
+        let [root, child] = &scope.spans[..] else {
+            panic!("two spans: {:?}", scope.spans);
+        };
+        assert_eq!(root.trace_id, 0x0102_u128.to_be_bytes());
+        assert_eq!(root.span_id, 1_u64.to_be_bytes());
+        assert!(root.parent_span_id.is_empty());
+        assert_eq!(child.parent_span_id, 1_u64.to_be_bytes());
+        assert_eq!((root.flags, child.flags), (0x301, 0x101));
+        assert_eq!(root.kind, SpanKind::Server as i32);
+        assert_eq!(
+            (root.start_time_unix_nano, root.end_time_unix_nano),
+            (10, 20)
+        );
+        assert_eq!(root.name, "s1");
+        let code = |s: &Span| s.status.as_ref().map(|s| s.code);
+        assert_eq!(code(root), Some(StatusCode::Unset as i32));
+        assert_eq!(code(child), Some(StatusCode::Error as i32));
+        let values: Vec<_> = root
+            .attributes
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.clone().and_then(|v| v.value)))
+            .collect();
+        assert_eq!(
+            values,
+            [
+                ("hop", Some(Value::StringValue("a".into()))),
+                ("request_id", Some(Value::IntValue(7))),
+                ("slow", Some(Value::BoolValue(false))),
+            ]
+        );
+        assert_eq!(resource_string(&request, "service.name"), "tailmesh");
+        let instance = resource_string(&request, "service.instance.id");
+        assert!(
+            instance.starts_with(&format!("{}-", std::process::id())),
+            "{instance}"
+        );
+    }
+
+    #[test]
+    fn every_batch_carries_growing_observer_counters() {
+        let counters = Arc::new(Counters::default());
+        let mut batcher = Batcher::new(resource_from_env(), 128, counters.clone());
+        let first = batcher.encode(vec![record(1, 100), record(2, 50)], 1_000);
+        assert_eq!(resource_int(&first, "tailmesh.observer.spans"), 2);
+        assert_eq!(resource_int(&first, "tailmesh.observer.dropped"), 0);
+        assert_eq!(resource_int(&first, "tailmesh.observer.record_ns"), 150);
+        assert_eq!(
+            resource_int(&first, "tailmesh.observer.export_cpu_ns"),
+            1_000
+        );
+        counters.dropped.fetch_add(3, Ordering::Relaxed);
+        let second = batcher.encode(vec![record(3, 25)], thread_cpu_ns());
+        assert_eq!(resource_int(&second, "tailmesh.observer.spans"), 6);
+        assert_eq!(resource_int(&second, "tailmesh.observer.dropped"), 3);
+        assert_eq!(resource_int(&second, "tailmesh.observer.record_ns"), 175);
+        assert!(resource_int(&second, "tailmesh.observer.export_cpu_ns") > 0);
+        assert_eq!(
+            resource_string(&first, "service.instance.id"),
+            resource_string(&second, "service.instance.id")
+        );
+    }
+
+    #[test]
+    fn the_attribute_limit_drops_and_counts() {
+        let mut batcher = Batcher::new(Vec::new(), 2, Arc::new(Counters::default()));
+        let request = batcher.encode(vec![record(1, 0)], 0);
+        let span = &request.resource_spans[0].scope_spans[0].spans[0];
+        assert_eq!(span.attributes.len(), 2);
+        assert_eq!(span.dropped_attributes_count, 1);
+    }
+
+    #[test]
+    fn headers_parse_like_the_otlp_exporter() {
+        let map = parse_headers("api-key=a%20b, x=1,bad,=v,k=");
+        assert_eq!(
+            map.get("api-key").and_then(|v| v.to_str().ok()),
+            Some("a b")
+        );
+        assert_eq!(map.get("x").and_then(|v| v.to_str().ok()), Some("1"));
+        assert_eq!(map.len(), 2);
+    }
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<std::sync::Mutex<Vec<(MetadataMap, ExportTraceServiceRequest)>>>);
+
+    #[tonic::async_trait]
+    impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService for Sink {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<
+            tonic::Response<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+            >,
+            tonic::Status,
+        > {
+            let (metadata, _, request) = request.into_parts();
+            self.0.lock().expect("sink").push((metadata, request));
+            Ok(tonic::Response::new(Default::default()))
+        }
+    }
+
+    #[test]
+    fn the_exporter_sends_over_otlp_grpc_and_flushes_on_shutdown() {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let sink = Sink::default();
+        runtime.spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(sink.clone()))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let config = ExportConfig {
+            endpoint: tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .expect("endpoint")
+                .timeout(TIMEOUT),
+            headers: parse_headers("x-test=yes"),
+            resource: resource_from_env(),
+            attribute_limit: 128,
+        };
+        let (spans, receiver) = mpsc::sync_channel(16);
+        let exporter =
+            ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
+        for id in 1..=3 {
+            spans.send(record(id, 10)).expect("queued");
+        }
+        exporter.shutdown();
+        let got = sink.0.lock().expect("sink");
+        let sent: usize = got
+            .iter()
+            .map(|(_, r)| r.resource_spans[0].scope_spans[0].spans.len())
+            .sum();
+        assert_eq!(sent, 3, "every queued span flushed at shutdown");
+        let (metadata, last) = got.last().expect("an export");
+        assert_eq!(
+            metadata.get("x-test").and_then(|v| v.to_str().ok()),
+            Some("yes")
+        );
+        assert_eq!(resource_int(last, "tailmesh.observer.spans"), 3);
+        assert_eq!(resource_int(last, "tailmesh.observer.record_ns"), 30);
+        assert!(resource_int(last, "tailmesh.observer.export_cpu_ns") > 0);
+    }
+}

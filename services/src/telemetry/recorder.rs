@@ -1,0 +1,443 @@
+//! The span recorder: a span is a plain [`SpanRecord`] made on the
+//! serving thread without locks or shared allocations (ids from a
+//! per-thread generator, times from the wall clock), handed whole to the
+//! exporter thread through a bounded channel when it ends. A full channel
+//! drops the span and counts it.
+//!
+//! The time spent making, ending and propagating spans on serving threads
+//! is measured with the clock readings the spans need anyway (plus one
+//! after each hand-over) and travels with the next span the thread ends,
+//! so the exporter can report it without any shared counter.
+
+use std::{
+    borrow::Cow,
+    cell::Cell,
+    future::Future,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{Receiver, SyncSender, TrySendError, sync_channel},
+    },
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use opentelemetry::{KeyValue, trace::SpanKind};
+
+use super::context::{self, SpanContext};
+
+/// One finished span as the exporter encodes it.
+#[derive(Debug)]
+pub struct SpanRecord {
+    pub trace_id: u128,
+    pub span_id: u64,
+    /// 0 for a root span.
+    pub parent_span_id: u64,
+    /// Whether the parent context came from another process.
+    pub parent_remote: bool,
+    pub kind: SpanKind,
+    pub name: Cow<'static, str>,
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
+    /// Status error (with an empty message) rather than unset.
+    pub error: bool,
+    pub attributes: Vec<KeyValue>,
+    /// Serving-thread nanoseconds this span (and any propagation or
+    /// dropped spans on the same thread since the last hand-over) cost.
+    pub cost_ns: u64,
+}
+
+/// Counters the recorder and the exporter share.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Spans that never reached the collector: the channel was full, the
+    /// exporter had stopped, or their export failed.
+    pub dropped: AtomicU64,
+}
+
+/// The process's recorder: where ended spans go and how root spans are
+/// sampled.
+#[derive(Debug)]
+pub struct Recorder {
+    sender: SyncSender<SpanRecord>,
+    /// Root spans whose trace id's low 63 bits fall below this are
+    /// sampled (the OpenTelemetry SDK's trace-id ratio rule).
+    sample_below: u64,
+    always: bool,
+    counters: Arc<Counters>,
+}
+
+static RECORDER: OnceLock<Recorder> = OnceLock::new();
+
+impl Recorder {
+    /// A recorder sampling roots at `ratio` whose spans wait in a
+    /// channel of `capacity`; the receiver goes to the exporter.
+    pub fn new(ratio: f64, capacity: usize) -> (Recorder, Receiver<SpanRecord>, Arc<Counters>) {
+        let (sender, receiver) = sync_channel(capacity);
+        let counters = Arc::new(Counters::default());
+        let recorder = Recorder {
+            sender,
+            sample_below: (ratio.clamp(0.0, 1.0) * (1u64 << 63) as f64) as u64,
+            always: ratio >= 1.0,
+            counters: counters.clone(),
+        };
+        (recorder, receiver, counters)
+    }
+
+    /// Makes this the process's recorder; `false` if one already was.
+    pub fn install(self) -> bool {
+        RECORDER.set(self).is_ok()
+    }
+
+    /// Whether a new trace with `trace_id` is recorded.
+    fn samples(&self, trace_id: u128) -> bool {
+        self.always || ((trace_id as u64) >> 1) < self.sample_below
+    }
+
+    /// Hands an ended span (ended at `ended`, unix ns) to the exporter.
+    pub fn finish(&self, mut record: SpanRecord, ended: u64) {
+        record.cost_ns += UNREPORTED.take();
+        match self.sender.try_send(record) {
+            Ok(()) => {}
+            Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                UNREPORTED.set(UNREPORTED.get() + r.cost_ns);
+            }
+        }
+        UNREPORTED.set(UNREPORTED.get() + unix_ns().saturating_sub(ended));
+    }
+}
+
+/// The process's recorder, when export is on.
+pub(super) fn recorder() -> Option<&'static Recorder> {
+    RECORDER.get()
+}
+
+thread_local! {
+    /// splitmix64 state of this thread's ids; 0 until seeded.
+    static IDS: Cell<u64> = const { Cell::new(0) };
+    /// Serving-thread nanoseconds not yet carried by a span.
+    static UNREPORTED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A non-zero random 64-bit id from this thread's generator (seeded once
+/// per thread from the OS).
+fn next_id() -> u64 {
+    IDS.with(|state| {
+        let mut s = state.get();
+        if s == 0 {
+            s = rand::random::<u64>() | 1;
+        }
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        state.set(s);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)).max(1)
+    })
+}
+
+/// Now as unix nanoseconds (the wall clock: spans from different
+/// processes are compared).
+pub fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Starts timing serving-thread work for the observer's own cost; `None`
+/// when export is off.
+pub(super) fn cost_start() -> Option<u64> {
+    RECORDER.get().map(|_| unix_ns())
+}
+
+/// Adds the time since `started` to this thread's unreported cost.
+pub(super) fn cost_end(started: Option<u64>) {
+    if let Some(t) = started {
+        UNREPORTED.set(UNREPORTED.get() + unix_ns().saturating_sub(t));
+    }
+}
+
+/// One of tailmesh's spans, or nothing when export is off or its trace is
+/// not sampled. It ends when [`TraceSpan::end`] is called or when dropped.
+#[derive(Debug)]
+pub struct TraceSpan {
+    /// What this span's work carries: the span's own context, a context
+    /// that is not sampled, or nothing when export is off.
+    cx: Option<SpanContext>,
+    record: Option<SpanRecord>,
+}
+
+impl TraceSpan {
+    /// Starts a span of `kind`, child of `parent()` (a new trace when
+    /// `None`), named and attributed by `describe()`. Neither closure runs
+    /// when export is off; `describe` does not run when the trace is not
+    /// sampled.
+    pub fn start(
+        kind: SpanKind,
+        parent: impl FnOnce() -> Option<SpanContext>,
+        describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
+    ) -> Self {
+        let Some(recorder) = RECORDER.get() else {
+            return TraceSpan {
+                cx: None,
+                record: None,
+            };
+        };
+        let started = unix_ns();
+        let parent = parent();
+        let mut span = Self::begin(recorder, kind, parent, started, describe);
+        if let Some(r) = &mut span.record {
+            r.cost_ns = unix_ns().saturating_sub(started);
+        }
+        span
+    }
+
+    fn begin(
+        recorder: &Recorder,
+        kind: SpanKind,
+        parent: Option<SpanContext>,
+        start_unix_ns: u64,
+        describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
+    ) -> Self {
+        let (trace_id, sampled) = match parent {
+            Some(p) => (p.trace_id, p.sampled),
+            None => {
+                let t = (u128::from(next_id()) << 64) | u128::from(next_id());
+                (t, recorder.samples(t))
+            }
+        };
+        if !sampled {
+            // Callees learn the trace is not sampled; nothing is recorded.
+            let cx = parent.unwrap_or(SpanContext {
+                trace_id,
+                span_id: next_id(),
+                sampled: false,
+                remote: false,
+            });
+            return TraceSpan {
+                cx: Some(cx),
+                record: None,
+            };
+        }
+        let span_id = next_id();
+        let (name, attributes) = describe();
+        TraceSpan {
+            cx: Some(SpanContext {
+                trace_id,
+                span_id,
+                sampled: true,
+                remote: false,
+            }),
+            record: Some(SpanRecord {
+                trace_id,
+                span_id,
+                parent_span_id: parent.map_or(0, |p| p.span_id),
+                parent_remote: parent.is_some_and(|p| p.remote),
+                kind,
+                name,
+                start_unix_ns,
+                end_unix_ns: start_unix_ns,
+                error: false,
+                attributes,
+                cost_ns: 0,
+            }),
+        }
+    }
+
+    /// The context this span's work carries (what clients inject).
+    pub fn context(&self) -> Option<SpanContext> {
+        self.cx
+    }
+
+    /// Runs `fut` with this span current: clients inject its context, and
+    /// [`super::set_current`] sets attributes on it.
+    pub async fn scope<F: Future>(&mut self, fut: F) -> F::Output {
+        let cx = self.cx;
+        let sink = self.record.as_mut().map(|r| &mut r.attributes);
+        context::scope(cx, sink, fut).await
+    }
+
+    /// Sets attributes made by `attributes()` (not run without a record).
+    pub fn set(&mut self, attributes: impl FnOnce() -> Vec<KeyValue>) {
+        if let Some(r) = &mut self.record {
+            r.attributes.extend(attributes());
+        }
+    }
+
+    /// Marks the span failed with the gRPC code of an error `result`.
+    pub fn mark_error<T>(&mut self, result: &Result<T, tonic::Status>) {
+        if let (Some(r), Err(status)) = (&mut self.record, result) {
+            r.error = true;
+            r.attributes
+                .push(KeyValue::new("grpc_code", status.code().description()));
+        }
+    }
+
+    /// Ends the span now.
+    pub fn end(self) {
+        drop(self);
+    }
+}
+
+impl Drop for TraceSpan {
+    fn drop(&mut self) {
+        if let (Some(mut record), Some(recorder)) = (self.record.take(), RECORDER.get()) {
+            let ended = unix_ns();
+            record.end_unix_ns = ended;
+            recorder.finish(record, ended);
+        }
+    }
+}
+
+/// Records a finished internal span `name` under `parent` that started at
+/// `start` and ends now (a queue wait measured from a broker's enqueue
+/// time), with `attributes`; returns the context under which its children
+/// go. Without export, or without a sampled parent, nothing is recorded
+/// and `parent` comes back.
+pub fn past_span(
+    name: String,
+    start: SystemTime,
+    attributes: Vec<KeyValue>,
+    parent: Option<SpanContext>,
+) -> Option<SpanContext> {
+    let Some(recorder) = RECORDER.get() else {
+        return parent;
+    };
+    if !parent.is_some_and(|p| p.sampled) {
+        return parent;
+    }
+    let began = unix_ns();
+    let start_unix_ns = start
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let mut span = TraceSpan::begin(recorder, SpanKind::Internal, parent, start_unix_ns, || {
+        (name.into(), attributes)
+    });
+    if let Some(r) = &mut span.record {
+        r.cost_ns = unix_ns().saturating_sub(began);
+    }
+    let cx = span.context();
+    span.end();
+    cx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: u64) -> SpanRecord {
+        SpanRecord {
+            trace_id: 1,
+            span_id: id,
+            parent_span_id: 0,
+            parent_remote: false,
+            kind: SpanKind::Internal,
+            name: "s".into(),
+            start_unix_ns: 1,
+            end_unix_ns: 2,
+            error: false,
+            attributes: Vec::new(),
+            cost_ns: 5,
+        }
+    }
+
+    #[test]
+    fn ids_are_nonzero_and_distinct() {
+        let ids: std::collections::HashSet<u64> = (0..10_000).map(|_| next_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(!ids.contains(&0));
+        let other = std::thread::spawn(next_id).join().expect("thread");
+        assert!(!ids.contains(&other));
+    }
+
+    #[test]
+    fn a_full_channel_drops_and_counts_spans() {
+        let (recorder, receiver, counters) = Recorder::new(1.0, 2);
+        for id in 1..=5 {
+            recorder.finish(record(id), unix_ns());
+        }
+        assert_eq!(counters.dropped.load(Ordering::Relaxed), 3);
+        let got: Vec<SpanRecord> = receiver.try_iter().collect();
+        assert_eq!(got.iter().map(|r| r.span_id).collect::<Vec<_>>(), [1, 2]);
+        // The dropped spans' cost is carried by the next span handed over.
+        recorder.finish(record(6), unix_ns());
+        let next = receiver.try_recv().expect("room again");
+        assert!(next.cost_ns >= 5 + 3 * 5, "cost {}", next.cost_ns);
+    }
+
+    #[test]
+    fn roots_are_sampled_by_trace_id_ratio() {
+        let (none, _r, _c) = Recorder::new(0.0, 1);
+        let (all, _r2, _c2) = Recorder::new(1.0, 1);
+        let (half, _r3, _c3) = Recorder::new(0.5, 1);
+        assert!(!none.samples(u128::MAX));
+        assert!(all.samples(u128::MAX));
+        // The low 64 bits decide, as in the OpenTelemetry SDK.
+        assert!(half.samples(0x10));
+        assert!(!half.samples(u128::from(u64::MAX)));
+        let sampled = (0..10_000)
+            .filter(|_| half.samples(u128::from(next_id())))
+            .count();
+        assert!((4_000..6_000).contains(&sampled), "{sampled}");
+    }
+
+    #[test]
+    fn a_span_records_its_fields_under_its_parent() {
+        let (recorder, receiver, _) = Recorder::new(1.0, 8);
+        let parent = SpanContext {
+            trace_id: 0xabc,
+            span_id: 0x12,
+            sampled: true,
+            remote: true,
+        };
+        let mut span = TraceSpan::begin(&recorder, SpanKind::Server, Some(parent), 100, || {
+            ("a".into(), vec![KeyValue::new("hop", "a")])
+        });
+        let cx = span.context().expect("sampled");
+        assert_eq!(cx.trace_id, 0xabc);
+        assert_ne!(cx.span_id, 0x12);
+        assert!(cx.sampled && !cx.remote);
+        span.set(|| vec![KeyValue::new("slow", true)]);
+        span.mark_error::<()>(&Err(tonic::Status::unavailable("x")));
+        let mut r = span.record.take().expect("record");
+        r.end_unix_ns = 200;
+        recorder.finish(r, 200);
+        let r = receiver.try_recv().expect("handed over");
+        assert_eq!(
+            (r.trace_id, r.span_id, r.parent_span_id),
+            (0xabc, cx.span_id, 0x12)
+        );
+        assert!(r.parent_remote && r.error);
+        assert_eq!(r.kind, SpanKind::Server);
+        assert_eq!((r.start_unix_ns, r.end_unix_ns), (100, 200));
+        let keys: Vec<String> = r.attributes.iter().map(|kv| kv.key.to_string()).collect();
+        assert_eq!(keys, ["hop", "slow", "grpc_code"]);
+        assert_eq!(
+            r.attributes[2].value.as_str(),
+            "The service is currently unavailable"
+        );
+    }
+
+    #[test]
+    fn unsampled_parents_record_nothing_but_propagate() {
+        let (recorder, receiver, _) = Recorder::new(1.0, 8);
+        let parent = SpanContext {
+            trace_id: 7,
+            span_id: 8,
+            sampled: false,
+            remote: true,
+        };
+        let span = TraceSpan::begin(&recorder, SpanKind::Server, Some(parent), 1, || {
+            unreachable!("not described when not sampled")
+        });
+        assert_eq!(span.context(), Some(parent));
+        assert!(span.record.is_none());
+        drop(span);
+        assert!(receiver.try_recv().is_err());
+        let (never, _r, _c) = Recorder::new(0.0, 8);
+        let root = TraceSpan::begin(&never, SpanKind::Server, None, 1, || {
+            unreachable!("not described when not sampled")
+        });
+        assert!(root.context().is_some_and(|c| !c.sampled));
+    }
+}
