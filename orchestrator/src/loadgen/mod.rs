@@ -462,10 +462,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 let now_in_flight = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
                 peak_in_flight.fetch_max(now_in_flight, Ordering::Relaxed);
-                // Boxed: the request's future is large, and moving it into
-                // this task's state on every request cost more than the
-                // allocation (measured).
-                let done = Box::pin(shared.send(id, now)).await;
+                let done = shared.send(id, now).await;
                 in_flight.fetch_sub(1, Ordering::Relaxed);
                 if done_tx.send(done).await.is_err() {
                     break;
