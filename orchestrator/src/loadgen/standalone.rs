@@ -43,6 +43,20 @@ struct Counted {
     latency_us: hdrhistogram::Histogram<u64>,
 }
 
+impl Counted {
+    fn new() -> Self {
+        Counted {
+            sent: 0,
+            // Bounded, so that slow answers are counted at their value:
+            // a histogram that grows on demand would clamp them instead
+            // (`saturating_record` does not grow it).
+            #[allow(clippy::expect_used)]
+            latency_us: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("constant, valid histogram bounds"),
+        }
+    }
+}
+
 impl RecordSink for Counted {
     fn record(&mut self, r: &RequestRecord) {
         self.sent += 1;
@@ -65,7 +79,7 @@ pub struct StandaloneReport {
     /// Answered ok per second of the measured phase.
     pub ok_per_s: f64,
     /// Latency percentiles of the ok answers, in microseconds (from a
-    /// histogram of 3 significant digits).
+    /// histogram of 3 significant digits, 1 us to an hour).
     pub p50_us: u64,
     /// See `p50_us`.
     pub p99_us: u64,
@@ -97,11 +111,7 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
     };
     // Never interrupted: a Ctrl-C ends the process.
     let (_keep, stop) = watch::channel(0);
-    let mut counted = Counted {
-        sent: 0,
-        latency_us: hdrhistogram::Histogram::new(3)
-            .expect("3 significant digits is a valid histogram"),
-    };
+    let mut counted = Counted::new();
     let outcome = generate(
         Target::push(pool, ClientPolicy::default()),
         &spec,
@@ -135,4 +145,32 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
         p99_us: micros(99.0),
         links: outcome.links,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered_after(id: u64, latency: Duration) -> RequestRecord {
+        RequestRecord {
+            id,
+            intended: Duration::ZERO,
+            start: Duration::ZERO,
+            end: latency,
+            outcome: Outcome::Ok,
+            path: Vec::new(),
+            extra_attempts: 0,
+        }
+    }
+
+    #[test]
+    fn slow_answers_are_counted_at_their_latency() {
+        let mut counted = Counted::new();
+        for id in 0..10 {
+            counted.record(&answered_after(id, Duration::from_millis(50)));
+        }
+        assert_eq!(counted.sent, 10);
+        let p50 = counted.latency_us.value_at_quantile(0.5);
+        assert!((49_900..=50_100).contains(&p50), "p50 {p50} us");
+    }
 }

@@ -25,6 +25,7 @@ tests! {
     sync a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none,
     sync a_run_whose_output_cannot_fit_is_refused_before_anything_starts,
     sync a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once,
+    sync a_second_ctrl_c_gives_up_the_closed_loops_requests_in_flight_too,
 }
 
 /// A run of about 0.2 s through one hop.
@@ -378,6 +379,23 @@ name = "a"
 }
 
 fn a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once() {
+    second_ctrl_c_gives_up(
+        r#"mode = "open"
+rate = 20
+arrivals = "uniform""#,
+    );
+}
+
+fn a_second_ctrl_c_gives_up_the_closed_loops_requests_in_flight_too() {
+    second_ctrl_c_gives_up(
+        r#"mode = "closed"
+concurrency = 4"#,
+    );
+}
+
+/// Two Ctrl-Cs during a run whose requests each take a minute, its load
+/// section starting with `mode`.
+fn second_ctrl_c_gives_up(mode: &str) {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
     let marker = path_str(dir.path()).to_string();
@@ -386,18 +404,18 @@ fn a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once() {
     let scenario = write(
         dir.path(),
         "stuck.toml",
-        r#"
+        &format!(
+            r#"
 name = "stuck"
 [load]
-mode = "open"
-rate = 20
-arrivals = "uniform"
+{mode}
 duration = "60s"
 timeout = "90s"
 [[hop]]
 name = "a"
-work = { kind = "sleep", dist = "fixed", value = "60s" }
-"#,
+work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
+"#
+        ),
     );
     let results = dir.path().join("results");
     let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));

@@ -25,7 +25,7 @@ use tailmesh_proto::pb::{CallReply, CallRequest};
 use tokio::net::TcpStream;
 use tonic::{
     Code, Status,
-    codegen::http::{self, HeaderValue, Method, Request, Uri, header},
+    codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, header},
     metadata::MetadataMap,
 };
 
@@ -39,6 +39,8 @@ use crate::{
 const PATH: &str = "/tailmesh.v1.Hop/Call";
 /// The gRPC message prefix: a compression flag and a 4-byte length.
 const PREFIX: usize = 5;
+/// The deadline's header.
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// HTTP/2 settings of every connection: hyper's client defaults, which a
 /// tonic channel used before.
@@ -64,6 +66,11 @@ pub(crate) struct Link {
     /// Held while connecting, so concurrent first calls open one
     /// connection, not one each.
     connecting: tokio::sync::Mutex<u64>,
+    /// The headers every call carries, built once and cloned per call.
+    headers: HeaderMap,
+    /// The last deadline sent and its `grpc-timeout` value: the load
+    /// generator's calls all carry the same one, formatted once.
+    last_timeout: Mutex<Option<(Duration, HeaderValue)>>,
 }
 
 impl Link {
@@ -74,6 +81,12 @@ impl Link {
         events: &Arc<LinkEvents>,
     ) -> Result<Self, http::uri::InvalidUri> {
         let uri = format!("{}{PATH}", addr.uri()).parse()?;
+        let mut headers = HeaderMap::with_capacity(4);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
         Ok(Link {
             addr,
             uri,
@@ -81,6 +94,8 @@ impl Link {
             events: Arc::clone(events),
             open: Arc::default(),
             connecting: tokio::sync::Mutex::new(0),
+            headers,
+            last_timeout: Mutex::new(None),
         })
     }
 
@@ -97,14 +112,16 @@ impl Link {
         *http.method_mut() = Method::POST;
         *http.uri_mut() = self.uri.clone();
         let headers = http.headers_mut();
-        headers.extend(metadata.into_headers());
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        if metadata.is_empty() {
+            *headers = self.headers.clone();
+        } else {
+            *headers = metadata.into_headers();
+            for (name, value) in &self.headers {
+                headers.insert(name, value.clone());
+            }
+        }
         if let Some(t) = timeout {
-            headers.insert("grpc-timeout", grpc_timeout_value(t));
+            headers.insert(GRPC_TIMEOUT, self.timeout_value(t));
         }
 
         let (generation, mut send) = self.ready().await?;
@@ -116,6 +133,19 @@ impl Link {
             .map_err(|e| self.transport(e))?;
         let answer = answer.await.map_err(|e| self.transport(e))?;
         self.read_reply(answer).await
+    }
+
+    /// `grpc-timeout` for `t`, formatted again only when it changed.
+    fn timeout_value(&self, t: Duration) -> HeaderValue {
+        let mut last = self.last_timeout.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some((sent, value)) if *sent == t => value.clone(),
+            _ => {
+                let value = grpc_timeout_value(t);
+                *last = Some((t, value.clone()));
+                value
+            }
+        }
     }
 
     /// A handle ready for a new stream, with its connection's number: on
