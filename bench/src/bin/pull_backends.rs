@@ -43,6 +43,7 @@ use tailmesh_services::{
 };
 use tokio::sync::{oneshot, watch};
 
+#[path = "pull_backends/baseline.rs"]
 mod baseline;
 
 const TOPIC: &str = "bench";
@@ -117,7 +118,7 @@ fn run(args: Args) -> Result<()> {
 fn print_table(results: &[(Case, Result1)]) {
     println!("| backend | case | in flight | p50 | p99 | throughput |");
     println!("|---|---|---|---|---|---|");
-    for ((kind, case, inflight), r) in &results {
+    for ((kind, case, inflight), r) in results {
         let Some(h) = &r.hist else { continue };
         println!(
             "| {} | {case} | {inflight} | {} | {} | {:.0}/s |",
@@ -147,7 +148,9 @@ fn print_ratios(results: &[(Case, Result1)], args: &Args) {
     let most = args.inflight.iter().copied().max().unwrap_or(1);
     let tailmesh = throughput(results, (BrokerKind::Tailmesh, "echo", most));
     println!();
-    println!("| backend | hop p50 / core p50 (1 in flight) | echo throughput / tailmesh's ({most} in flight) |");
+    println!(
+        "| backend | hop p50 / core p50 (1 in flight) | echo throughput / tailmesh's ({most} in flight) |"
+    );
     println!("|---|---|---|");
     for kind in [BrokerKind::Nats, BrokerKind::Rabbitmq] {
         let hop = median(results, (kind, "hop", 1));

@@ -52,9 +52,9 @@ use tonic::Status;
 use super::{
     BrokerError, Release,
     backend::{
-        ACK_WAIT, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES,
-        MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK, SessionEnd, deadline_nanos, expired, number,
-        reconnecting, reply_headers, reply_of, task_headers, task_of, within_deadline,
+        ACK_WAIT, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES, MESSAGE_HEADER,
+        QUEUE_CAPACITY, REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting,
+        reply_headers, reply_of, task_headers, task_of, within_deadline,
     },
 };
 use crate::addr::PeerAddr;

@@ -49,9 +49,9 @@ use tonic::Status;
 use super::{
     BrokerError, Release,
     backend::{
-        CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, QUEUE_CAPACITY,
-        REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers,
-        reply_of, task_headers, task_of, within_deadline,
+        CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK,
+        SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers, reply_of,
+        task_headers, task_of, within_deadline,
     },
 };
 use crate::addr::PeerAddr;

@@ -54,7 +54,7 @@ async fn amqp(addr: &PeerAddr) -> Result<(Connection, Channel)> {
 
 /// Echoes every request on `subject` (a NATS subject, or a RabbitMQ queue
 /// it declares) until `stop`; `ready` fires once requests reach it.
-pub async fn responder(
+pub(crate) async fn responder(
     kind: BrokerKind,
     addr: PeerAddr,
     subject: String,
@@ -135,7 +135,7 @@ type Waiters = Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>;
 /// A requester over one connection: NATS core requests, or RabbitMQ
 /// publishes answered by direct reply-to.
 #[derive(Clone)]
-pub enum Requester {
+pub(crate) enum Requester {
     Nats {
         client: async_nats::Client,
         subject: Arc<str>,
@@ -153,7 +153,7 @@ pub enum Requester {
 }
 
 impl Requester {
-    pub async fn connect(
+    pub(crate) async fn connect(
         kind: BrokerKind,
         addr: &PeerAddr,
         subject: &str,
