@@ -27,8 +27,10 @@ tests! {
     sync rabbitmq_redelivers_the_tasks_of_a_killed_worker,
     sync nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released,
     sync rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released,
-    sync nats_honours_the_credit_and_drops_and_counts_expired_tasks,
-    sync rabbitmq_honours_the_credit_and_drops_and_counts_expired_tasks,
+    sync nats_honours_the_credit_and_drops_expired_tasks,
+    sync nats_counts_the_tasks_expired_behind_a_stalled_worker,
+    sync rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker,
+    sync rabbitmq_honours_the_credit_and_drops_expired_tasks,
     sync a_full_nats_stream_refuses_with_resource_exhausted,
     sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
     sync a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted,
@@ -446,13 +448,13 @@ fn endpoint(results: &Path) -> Option<PeerAddr> {
 
 // ---------------------------------------------------------------------------
 // 3. Overload: a worker never holds more than its credit, and a task whose
-//    deadline passed in the queue is never worked on, and is counted.
+//    deadline passed in the queue is never worked on.
 
-fn nats_honours_the_credit_and_drops_and_counts_expired_tasks() {
+fn nats_honours_the_credit_and_drops_expired_tasks() {
     credit_and_deadlines(BrokerKind::Nats);
 }
 
-fn rabbitmq_honours_the_credit_and_drops_and_counts_expired_tasks() {
+fn rabbitmq_honours_the_credit_and_drops_expired_tasks() {
     credit_and_deadlines(BrokerKind::Rabbitmq);
 }
 
@@ -506,18 +508,6 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
         failed >= 10,
         "the scenario did not overload the worker:\n{context}"
     );
-    // The tasks that expired in the queue are counted in summary.json,
-    // never more than the requests that failed.
-    let b = v
-        .pointer("/broker")
-        .and_then(Value::as_array)
-        .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
-        .expect("statistics of b");
-    let expired = u64_at(b, "/expired");
-    assert!(
-        (1..=failed).contains(&expired),
-        "{expired} expired tasks counted, {failed} requests failed:\n{context}"
-    );
 
     // The worker's own record of what it worked on: b's server spans, each
     // from taking the task to answering it (a leaf: no downstream wait).
@@ -566,6 +556,129 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
     assert!(
         served.values().all(|n| *n == 1),
         "a task was served twice: {served:?}"
+    );
+}
+
+// 3b. Tasks that expire in the queue behind a stalled worker are counted in
+//     summary.json.
+
+fn nats_counts_the_tasks_expired_behind_a_stalled_worker() {
+    expired_counted(BrokerKind::Nats);
+}
+
+fn rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker() {
+    expired_counted(BrokerKind::Rabbitmq);
+}
+
+fn expired_counted(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = path_str(dir.path()).to_string();
+    // One worker (credit 1, 5 ms tasks) keeps up with 20/s until it is
+    // stopped (SIGSTOP): then tasks wait in the queue past their 300 ms.
+    let scenario = write(
+        dir.path(),
+        "stalled.toml",
+        &format!(
+            r#"
+name = "broker-stalled"
+seed = 11
+
+[broker]
+kind = "{}"
+
+[load]
+mode = "open"
+rate = 20
+arrivals = "uniform"
+duration = "3s"
+timeout = "300ms"
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+transport = "pull"
+concurrency = 1
+work = {{ kind = "sleep", dist = "fixed", value = "5ms" }}
+"#,
+            kind.as_str()
+        ),
+    );
+    let results = dir.path().join("results");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE);
+    let stats = |addr: &PeerAddr| {
+        runtime.block_on(async {
+            let stats = backend::stats(kind, addr, &["b".to_owned()]).await.ok()?;
+            stats.into_iter().next()
+        })
+    };
+    // Stop the worker once it has taken tasks.
+    let (victim, addr) = loop {
+        let victim = pid_of(&results, "base", "hop-b-0");
+        if let (Some(victim), Some(addr)) = (victim, endpoint(&results)) {
+            let taking = stats(&addr).is_some_and(|s| match kind {
+                BrokerKind::Nats => s.dispatched >= 3,
+                _ => s.workers == 1,
+            });
+            if taking {
+                break (victim, addr);
+            }
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for the worker to take tasks");
+        sleep(POLL);
+    };
+    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-0");
+    let pid = Pid::from_raw(victim as i32);
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP hop-b-0");
+    // Resume it once tasks have expired behind it: RabbitMQ drops them
+    // from the queue itself; JetStream keeps them until a worker takes
+    // them, so enough queued tasks (20/s, 300 ms to live) will have.
+    loop {
+        let expired_behind = stats(&addr).is_some_and(|s| match kind {
+            BrokerKind::Nats => s.depth >= 10,
+            _ => s.expired >= 3,
+        });
+        if expired_behind {
+            break;
+        }
+        if run.exited() {
+            break;
+        }
+        run.assert_in_time("waiting for tasks to expire behind the stopped worker");
+        sleep(POLL);
+    }
+    kill(pid, Signal::SIGCONT).expect("SIGCONT hop-b-0");
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    let failed = u64_at(v, "/sent") - u64_at(v, "/ok");
+    let b = v
+        .pointer("/broker")
+        .and_then(Value::as_array)
+        .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
+        .expect("statistics of b");
+    let expired = u64_at(b, "/expired");
+    // At least the tasks seen expiring (RabbitMQ) or queued long enough
+    // to (JetStream), never more than the requests that failed.
+    assert!(
+        (3..=failed).contains(&expired),
+        "{expired} expired tasks counted, {failed} requests failed:\n{context}"
     );
 }
 
