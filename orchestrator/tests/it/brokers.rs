@@ -31,6 +31,8 @@ tests! {
     sync nats_counts_the_tasks_expired_behind_a_stalled_worker,
     sync rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker,
     sync rabbitmq_honours_the_credit_and_drops_expired_tasks,
+    sync a_nats_worker_with_credit_1_never_holds_2_tasks,
+    sync a_rabbitmq_worker_with_credit_1_never_holds_2_tasks,
     sync a_full_nats_stream_refuses_with_resource_exhausted,
     sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
     sync a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted,
@@ -451,19 +453,28 @@ fn endpoint(results: &Path) -> Option<PeerAddr> {
 //    deadline passed in the queue is never worked on.
 
 fn nats_honours_the_credit_and_drops_expired_tasks() {
-    credit_and_deadlines(BrokerKind::Nats);
+    credit_and_deadlines(BrokerKind::Nats, 2);
 }
 
 fn rabbitmq_honours_the_credit_and_drops_expired_tasks() {
-    credit_and_deadlines(BrokerKind::Rabbitmq);
+    credit_and_deadlines(BrokerKind::Rabbitmq, 2);
 }
 
-fn credit_and_deadlines(kind: BrokerKind) {
+fn a_nats_worker_with_credit_1_never_holds_2_tasks() {
+    credit_and_deadlines(BrokerKind::Nats, 1);
+}
+
+fn a_rabbitmq_worker_with_credit_1_never_holds_2_tasks() {
+    credit_and_deadlines(BrokerKind::Rabbitmq, 1);
+}
+
+fn credit_and_deadlines(kind: BrokerKind, credits: i64) {
     require(kind);
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
-    // One worker with credit 2 and 100 ms tasks takes 20/s; 40/s arrive
-    // with 400 ms to live: the queue grows and most requests expire in it.
+    // One worker with credit 2 (1) and 100 ms tasks takes 20/s (10/s);
+    // 40/s arrive with 400 ms to live: the queue grows and most requests
+    // expire in it.
     let scenario = write(
         dir.path(),
         "overload.toml",
@@ -491,7 +502,7 @@ name = "a"
 [[hop]]
 name = "b"
 transport = "pull"
-concurrency = 2
+concurrency = {credits}
 work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
 "#,
             kind.as_str()
@@ -536,7 +547,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
         }
     }
     assert!(!intervals.is_empty(), "b served nothing:\n{context}");
-    // Never more than the credit (2) at once.
+    // Never more than the credit at once.
     let mut events: BTreeMap<(u64, i8), i64> = BTreeMap::new();
     for (start, end) in &intervals {
         // Ends sort before starts at the same instant.
@@ -549,8 +560,8 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
         most = most.max(now);
     }
     assert!(
-        most <= 2,
-        "b held {most} tasks at once with credit 2:\n{context}"
+        most <= credits,
+        "b held {most} tasks at once with credit {credits}:\n{context}"
     );
     assert!(most >= 1);
     assert!(
