@@ -7,7 +7,15 @@
 //! - `echo`: the worker echoes the payload, at each `--inflight` value;
 //! - `hop`: the worker is a zero-work pull hop (`HopCore::handle`, the
 //!   request decoded, its reply path built and encoded), 1 in flight: the
-//!   cost one pull hop adds to a request, broker round trip included.
+//!   cost one pull hop adds to a request, broker round trip included;
+//! - `core` (NATS and RabbitMQ): the broker's own request/reply with no
+//!   queue a worker pulls from (NATS core request/reply, RabbitMQ direct
+//!   reply-to: `baseline`), at each `--inflight` value, echoing.
+//!
+//! After the table, the ratios the pull backends are judged by: per
+//! external broker, the `hop` median over the broker's `core` median at 1
+//! in flight, and its `echo` throughput at the most in flight over
+//! tailmesh's broker's.
 //!
 //! The producers run on a current-thread runtime on the main thread, the
 //! worker on one of its own thread; tailmesh's broker runs in process on a
@@ -28,12 +36,15 @@ use tailmesh_services::{
     addr::PeerAddr,
     broker::{
         self, BrokerConfig, Release, Task, WorkerOptions,
-        backend::{AckWhen, Producer, run_backend_worker},
+        backend::{Producer, run_backend_worker},
     },
     hop::{HopConfig, HopCore},
     model::{BrokerKind, HopBehavior, Transport, Work},
 };
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
+
+#[path = "pull_backends/baseline.rs"]
+mod baseline;
 
 const TOPIC: &str = "bench";
 /// Longest one measurement (warmup or measured) may take.
@@ -99,9 +110,15 @@ fn run(args: Args) -> Result<()> {
             }
         }
     }
+    print_table(&results);
+    print_ratios(&results, &args);
+    Ok(())
+}
+
+fn print_table(results: &[(Case, Result1)]) {
     println!("| backend | case | in flight | p50 | p99 | throughput |");
     println!("|---|---|---|---|---|---|");
-    for ((kind, case, inflight), r) in &results {
+    for ((kind, case, inflight), r) in results {
         let Some(h) = &r.hist else { continue };
         println!(
             "| {} | {case} | {inflight} | {} | {} | {:.0}/s |",
@@ -111,7 +128,43 @@ fn run(args: Args) -> Result<()> {
             r.requests as f64 / r.seconds
         );
     }
-    Ok(())
+}
+
+fn median(results: &[(Case, Result1)], key: Case) -> Option<u64> {
+    let (_, r) = results.iter().find(|(k, _)| *k == key)?;
+    Some(r.hist.as_ref()?.value_at_quantile(0.5))
+}
+
+fn throughput(results: &[(Case, Result1)], key: Case) -> Option<f64> {
+    let (_, r) = results.iter().find(|(k, _)| *k == key)?;
+    r.hist.as_ref()?;
+    Some(r.requests as f64 / r.seconds)
+}
+
+/// The goals' ratios: a pull hop at 1 in flight over the same broker's
+/// core request/reply (p50), and echo throughput at the most in flight
+/// over tailmesh's broker's.
+fn print_ratios(results: &[(Case, Result1)], args: &Args) {
+    let most = args.inflight.iter().copied().max().unwrap_or(1);
+    let tailmesh = throughput(results, (BrokerKind::Tailmesh, "echo", most));
+    println!();
+    println!(
+        "| backend | hop p50 / core p50 (1 in flight) | echo throughput / tailmesh's ({most} in flight) |"
+    );
+    println!("|---|---|---|");
+    for kind in [BrokerKind::Nats, BrokerKind::Rabbitmq] {
+        let hop = median(results, (kind, "hop", 1));
+        let core = median(results, (kind, "core", 1));
+        let latency = match (hop, core) {
+            (Some(h), Some(c)) if c > 0 => format!("{:.2}", h as f64 / c as f64),
+            _ => "-".to_owned(),
+        };
+        let rate = match (throughput(results, (kind, "echo", most)), tailmesh) {
+            (Some(k), Some(t)) if t > 0.0 => format!("{:.2}", k / t),
+            _ => "-".to_owned(),
+        };
+        println!("| {} | {latency} | {rate} |", kind.as_str());
+    }
 }
 
 fn merge(results: &mut Vec<(Case, Result1)>, key: Case, r: Result1) {
@@ -178,6 +231,12 @@ fn bench_backend(kind: BrokerKind, args: &Args) -> Result<Vec<(Case, Result1)>> 
         .iter()
         .map(|n| ("echo", *n))
         .chain([("hop", 1)])
+        .chain(
+            args.inflight
+                .iter()
+                .filter(|_| kind != BrokerKind::Tailmesh)
+                .map(|n| ("core", *n)),
+        )
         .collect();
     let mut failure = None;
     for (case, inflight) in cases {
@@ -216,6 +275,9 @@ fn bench_case(
     } else {
         topic
     };
+    if case == "core" {
+        return bench_core(kind, addr, &topic, inflight, args);
+    }
     let (stop, stopped) = watch::channel(false);
     let worker = {
         let (addr, topic) = (addr.clone(), topic.clone());
@@ -258,7 +320,6 @@ fn bench_case(
                     topic,
                     "bench-worker".into(),
                     WorkerOptions::credits(64),
-                    AckWhen::AfterReply,
                     handler,
                     async move {
                         let _ = stopped.wait_for(|s| *s).await;
@@ -301,6 +362,53 @@ fn bench_case(
     });
     let _ = stop.send(true);
     let _ = worker.join();
+    result
+}
+
+/// The `core` case: the broker's own request/reply, a responder on a
+/// thread of its own as the worker would be.
+fn bench_core(
+    kind: BrokerKind,
+    addr: &PeerAddr,
+    subject: &str,
+    inflight: usize,
+    args: &Args,
+) -> Result<Result1> {
+    let subject = format!("core.{subject}");
+    let (stop, stopped) = watch::channel(false);
+    let (ready, is_ready) = oneshot::channel();
+    let responder = {
+        let (addr, subject) = (addr.clone(), subject.clone());
+        std::thread::spawn(move || -> Result<()> {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(baseline::responder(kind, addr, subject, stopped, ready))
+        })
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async {
+        is_ready
+            .await
+            .map_err(|_| anyhow!("the {} responder did not start", kind.as_str()))?;
+        let payload = vec![7u8; args.payload];
+        let requester = baseline::Requester::connect(kind, addr, &subject, &payload).await?;
+        let warmup = (args.requests / 10).max(200);
+        closed_loop(&requester, inflight, warmup, PHASE_TIMEOUT).await?;
+        let sample = closed_loop(&requester, inflight, args.requests, PHASE_TIMEOUT).await?;
+        Ok::<_, anyhow::Error>(Result1 {
+            seconds: sample.elapsed.as_secs_f64(),
+            requests: sample.hist.len(),
+            hist: Some(sample.hist),
+        })
+    });
+    let _ = stop.send(true);
+    match responder.join() {
+        Ok(Err(e)) if result.is_ok() => return Err(e.context("the responder")),
+        _ => {}
+    }
     result
 }
 

@@ -1,7 +1,10 @@
 //! The official images of the brokers pull hops may go through, as a
 //! deployment's `broker` service (pinned tags), with their health checks.
 
-use tailmesh_services::{broker::rabbitmq, model::BrokerKind};
+use tailmesh_services::{
+    broker::{nats, rabbitmq},
+    model::BrokerKind,
+};
 
 /// NATS with JetStream: the official image, pinned.
 pub const NATS_IMAGE: &str = "nats:2.10.24-alpine";
@@ -9,6 +12,23 @@ pub const NATS_IMAGE: &str = "nats:2.10.24-alpine";
 pub const RABBITMQ_IMAGE: &str = "rabbitmq:3.13.7-alpine";
 /// NATS's monitoring port, where its health check asks.
 const NATS_MONITOR_PORT: u16 = 8222;
+
+/// Where the NATS service writes the configuration it starts with.
+const NATS_CONFIG: &str = "/tmp/tailmesh-nats.conf";
+
+/// The NATS service's arguments: nats-server takes `max_payload` only from
+/// a configuration file, so the container writes one (the largest message
+/// tailmesh sends, [`nats::MAX_PAYLOAD`], instead of the server's 1 MB
+/// default) and starts the server with it, JetStream on, storing under
+/// /data, monitoring on [`NATS_MONITOR_PORT`]. The image's entrypoint runs
+/// a first argument that is not a flag as the command.
+fn nats_args() -> Vec<String> {
+    let script = format!(
+        "printf 'max_payload: {}\\n' > {NATS_CONFIG} && exec nats-server -c {NATS_CONFIG} -js -sd /data -m {NATS_MONITOR_PORT}",
+        nats::MAX_PAYLOAD
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
 
 /// How a deployment runs another broker than tailmesh's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +52,7 @@ pub fn image(kind: BrokerKind) -> Option<BrokerImage> {
         BrokerKind::Tailmesh => None,
         BrokerKind::Nats => Some(BrokerImage {
             image: NATS_IMAGE,
-            args: strings(&["-js", "-sd", "/data", "-m", &NATS_MONITOR_PORT.to_string()]),
+            args: nats_args(),
             env: Vec::new(),
             health: strings(&[
                 "wget",
@@ -76,6 +96,36 @@ mod tests {
     }
 
     #[test]
+    fn nats_starts_with_tailmeshs_largest_payload_jetstream_and_monitoring() {
+        let image = image(BrokerKind::Nats).expect("an image");
+        let [shell, dash_c, script] = image.args.as_slice() else {
+            panic!("{:?}", image.args);
+        };
+        assert_eq!((shell.as_str(), dash_c.as_str()), ("sh", "-c"));
+        // The file written holds the limit; the server is started with it.
+        let (write, start) = script.split_once(" && ").expect("write, then start");
+        assert!(
+            write.contains(&format!("max_payload: {}", nats::MAX_PAYLOAD))
+                && write.ends_with(&format!("> {NATS_CONFIG}")),
+            "{write}"
+        );
+        let start: Vec<&str> = start.split_whitespace().collect();
+        assert_eq!(start[..2], ["exec", "nats-server"], "{start:?}");
+        for pair in [
+            ["-c", NATS_CONFIG],
+            ["-sd", "/data"],
+            ["-m", &NATS_MONITOR_PORT.to_string()],
+        ] {
+            assert!(start.windows(2).any(|w| w == pair), "{pair:?} in {start:?}");
+        }
+        assert!(start.contains(&"-js"), "{start:?}");
+        // More than tailmesh's largest payload plus framing, and more than
+        // the server's 1 MB default.
+        let payload = tailmesh_services::limits::MAX_PAYLOAD_BYTES;
+        assert!(nats::MAX_PAYLOAD > payload && nats::MAX_PAYLOAD > 1024 * 1024);
+    }
+
+    #[test]
     fn a_deployment_runs_the_brokers_image_with_its_health_check_and_port() {
         let text = r#"
 name = "b"
@@ -107,6 +157,9 @@ set = { "broker.kind" = "rabbitmq" }
                 .or(block[1..].find("\n  r-"))
                 .map_or(block.len(), |e| e + 1)];
             assert!(block.contains(image) && block.contains(health), "{block}");
+            if image == NATS_IMAGE {
+                assert!(block.contains("max_payload: "), "{block}");
+            }
             assert!(!block.contains("*tailmesh"), "{block}");
         }
         let manifests = crate::deploy::k8s::generate(&scenario, text, &Default::default())

@@ -25,8 +25,14 @@ tests! {
     sync rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted,
     sync nats_redelivers_the_tasks_of_a_killed_worker,
     sync rabbitmq_redelivers_the_tasks_of_a_killed_worker,
+    sync nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released,
+    sync rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released,
     sync nats_honours_the_credit_and_drops_expired_tasks,
+    sync nats_counts_the_tasks_expired_behind_a_stalled_worker,
+    sync rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker,
     sync rabbitmq_honours_the_credit_and_drops_expired_tasks,
+    sync a_nats_worker_with_credit_1_never_holds_2_tasks,
+    sync a_rabbitmq_worker_with_credit_1_never_holds_2_tasks,
     sync a_full_nats_stream_refuses_with_resource_exhausted,
     sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
     sync a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted,
@@ -322,6 +328,119 @@ work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
     assert_killed_replica_is_the_incident(v, victim, &context);
 }
 
+// 2b. A worker SIGKILLed while tasks it released wait on its downstream
+//     hop: they were never acknowledged, so they are delivered again.
+
+fn nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released() {
+    killed_mid_downstream(BrokerKind::Nats);
+}
+
+fn rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released() {
+    killed_mid_downstream(BrokerKind::Rabbitmq);
+}
+
+fn killed_mid_downstream(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = path_str(dir.path()).to_string();
+    // b's two workers (credit 1) do 300 ms of their own work, release
+    // their credit and wait 2 s on c: each takes 3.3 tasks/s while 20/s
+    // arrive, so the queue backs up, and once a worker has released a
+    // task it holds that task, unacknowledged, for the 2 s c takes.
+    let scenario = write(
+        dir.path(),
+        "kill-mid-downstream.toml",
+        &format!(
+            r#"
+name = "broker-kill-downstream"
+seed = 6
+
+[broker]
+kind = "{}"
+
+[load]
+mode = "open"
+rate = 20
+arrivals = "uniform"
+duration = "1500ms"
+timeout = "30s"
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+transport = "pull"
+replicas = 2
+concurrency = 1
+work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
+
+[[hop]]
+name = "c"
+work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
+"#,
+            kind.as_str()
+        ),
+    );
+    let results = dir.path().join("results");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE);
+    // Kill hop-b-1 once both workers have released tasks that now wait on
+    // c. NATS counts unacknowledged deliveries: more than the two credits
+    // are released ones. RabbitMQ tells the queue's depth and consumers:
+    // 8 queued behind both consumers means each worker has finished its
+    // own work on at least one task (20/s arrive, 6.7/s leave).
+    let victim = loop {
+        let victim = pid_of(&results, "base", "hop-b-1");
+        let stats = endpoint(&results).and_then(|addr| {
+            runtime.block_on(async {
+                let stats = backend::stats(kind, &addr, &["b".to_owned()]).await.ok()?;
+                stats.into_iter().next()
+            })
+        });
+        let holding = stats.is_some_and(|s| match kind {
+            BrokerKind::Nats => s.in_flight >= 4 && s.depth >= 8,
+            _ => s.workers == 2 && s.depth >= 8,
+        });
+        if let (Some(victim), true) = (victim, holding) {
+            break victim;
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for released tasks held by both workers");
+        sleep(POLL);
+    };
+    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-1");
+    kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    // The tasks the dead worker had released (and was waiting on c for)
+    // were answered all the same: only redelivery can have done it.
+    assert_eq!(
+        u64_at(v, "/ok"),
+        u64_at(v, "/sent"),
+        "a request was lost with its worker:\n{context}"
+    );
+    if kind == BrokerKind::Nats {
+        let b = v
+            .pointer("/broker")
+            .and_then(Value::as_array)
+            .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
+            .expect("statistics of b");
+        assert!(u64_at(b, "/redelivered") >= 1, "{context}");
+    }
+    assert_killed_replica_is_the_incident(v, victim, &context);
+}
+
 /// The broker server's address, once the run's broker process wrote it.
 fn endpoint(results: &Path) -> Option<PeerAddr> {
     let file = find_files(results, "broker.endpoint").into_iter().next()?;
@@ -334,19 +453,28 @@ fn endpoint(results: &Path) -> Option<PeerAddr> {
 //    deadline passed in the queue is never worked on.
 
 fn nats_honours_the_credit_and_drops_expired_tasks() {
-    credit_and_deadlines(BrokerKind::Nats);
+    credit_and_deadlines(BrokerKind::Nats, 2);
 }
 
 fn rabbitmq_honours_the_credit_and_drops_expired_tasks() {
-    credit_and_deadlines(BrokerKind::Rabbitmq);
+    credit_and_deadlines(BrokerKind::Rabbitmq, 2);
 }
 
-fn credit_and_deadlines(kind: BrokerKind) {
+fn a_nats_worker_with_credit_1_never_holds_2_tasks() {
+    credit_and_deadlines(BrokerKind::Nats, 1);
+}
+
+fn a_rabbitmq_worker_with_credit_1_never_holds_2_tasks() {
+    credit_and_deadlines(BrokerKind::Rabbitmq, 1);
+}
+
+fn credit_and_deadlines(kind: BrokerKind, credits: i64) {
     require(kind);
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
-    // One worker with credit 2 and 100 ms tasks takes 20/s; 40/s arrive
-    // with 400 ms to live: the queue grows and most requests expire in it.
+    // One worker with credit 2 (1) and 100 ms tasks takes 20/s (10/s);
+    // 40/s arrive with 400 ms to live: the queue grows and most requests
+    // expire in it.
     let scenario = write(
         dir.path(),
         "overload.toml",
@@ -374,7 +502,7 @@ name = "a"
 [[hop]]
 name = "b"
 transport = "pull"
-concurrency = 2
+concurrency = {credits}
 work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
 "#,
             kind.as_str()
@@ -419,7 +547,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
         }
     }
     assert!(!intervals.is_empty(), "b served nothing:\n{context}");
-    // Never more than the credit (2) at once.
+    // Never more than the credit at once.
     let mut events: BTreeMap<(u64, i8), i64> = BTreeMap::new();
     for (start, end) in &intervals {
         // Ends sort before starts at the same instant.
@@ -432,13 +560,136 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
         most = most.max(now);
     }
     assert!(
-        most <= 2,
-        "b held {most} tasks at once with credit 2:\n{context}"
+        most <= credits,
+        "b held {most} tasks at once with credit {credits}:\n{context}"
     );
     assert!(most >= 1);
     assert!(
         served.values().all(|n| *n == 1),
         "a task was served twice: {served:?}"
+    );
+}
+
+// 3b. Tasks that expire in the queue behind a stalled worker are counted in
+//     summary.json.
+
+fn nats_counts_the_tasks_expired_behind_a_stalled_worker() {
+    expired_counted(BrokerKind::Nats);
+}
+
+fn rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker() {
+    expired_counted(BrokerKind::Rabbitmq);
+}
+
+fn expired_counted(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = path_str(dir.path()).to_string();
+    // One worker (credit 1, 5 ms tasks) keeps up with 20/s until it is
+    // stopped (SIGSTOP): then tasks wait in the queue past their 300 ms.
+    let scenario = write(
+        dir.path(),
+        "stalled.toml",
+        &format!(
+            r#"
+name = "broker-stalled"
+seed = 11
+
+[broker]
+kind = "{}"
+
+[load]
+mode = "open"
+rate = 20
+arrivals = "uniform"
+duration = "3s"
+timeout = "300ms"
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+transport = "pull"
+concurrency = 1
+work = {{ kind = "sleep", dist = "fixed", value = "5ms" }}
+"#,
+            kind.as_str()
+        ),
+    );
+    let results = dir.path().join("results");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE);
+    let stats = |addr: &PeerAddr| {
+        runtime.block_on(async {
+            let stats = backend::stats(kind, addr, &["b".to_owned()]).await.ok()?;
+            stats.into_iter().next()
+        })
+    };
+    // Stop the worker once it has taken tasks.
+    let (victim, addr) = loop {
+        let victim = pid_of(&results, "base", "hop-b-0");
+        if let (Some(victim), Some(addr)) = (victim, endpoint(&results)) {
+            let taking = stats(&addr).is_some_and(|s| match kind {
+                BrokerKind::Nats => s.dispatched >= 3,
+                _ => s.workers == 1,
+            });
+            if taking {
+                break (victim, addr);
+            }
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for the worker to take tasks");
+        sleep(POLL);
+    };
+    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-0");
+    let pid = Pid::from_raw(victim as i32);
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP hop-b-0");
+    // Resume it once tasks have expired behind it: RabbitMQ drops them
+    // from the queue itself; JetStream keeps them until a worker takes
+    // them, so enough queued tasks (20/s, 300 ms to live) will have.
+    loop {
+        let expired_behind = stats(&addr).is_some_and(|s| match kind {
+            BrokerKind::Nats => s.depth >= 10,
+            _ => s.expired >= 3,
+        });
+        if expired_behind {
+            break;
+        }
+        if run.exited() {
+            break;
+        }
+        run.assert_in_time("waiting for tasks to expire behind the stopped worker");
+        sleep(POLL);
+    }
+    kill(pid, Signal::SIGCONT).expect("SIGCONT hop-b-0");
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    let failed = u64_at(v, "/sent") - u64_at(v, "/ok");
+    let b = v
+        .pointer("/broker")
+        .and_then(Value::as_array)
+        .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
+        .expect("statistics of b");
+    let expired = u64_at(b, "/expired");
+    // At least the tasks seen expiring (RabbitMQ) or queued long enough
+    // to (JetStream), never more than the requests that failed.
+    assert!(
+        (3..=failed).contains(&expired),
+        "{expired} expired tasks counted, {failed} requests failed:\n{context}"
     );
 }
 

@@ -205,34 +205,23 @@ impl Producer {
     }
 }
 
-/// How an external broker's worker acknowledges a task: after its reply is
-/// sent (`AfterReply`, so a worker lost at any point gets the task
-/// redelivered), or once the handler releases its credit (`OnRelease`: a
-/// hop whose own work is done and only waits on downstream hops frees its
-/// credit, as with tailmesh's broker; a worker lost after that loses the
-/// task, and its caller times out).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AckWhen {
-    /// After the reply.
-    AfterReply,
-    /// When the handler releases its credit (or after the reply).
-    OnRelease,
-}
-
 /// Runs a worker for `topic` on the `kind` broker at `addr` until
 /// `shutdown`, at most `options.credits` tasks at once, each answered by
 /// `handler` (see [`run_worker_releasing`] for tailmesh's broker; the
 /// external brokers' workers behave alike: a task whose deadline passed
 /// before it reached the worker is dropped unprocessed, a handler running
-/// past it is answered DEADLINE_EXCEEDED).
-#[allow(clippy::too_many_arguments)]
+/// past it is answered DEADLINE_EXCEEDED). A handler's [`Release`] frees
+/// its credit, so the worker takes its next task while this one waits on
+/// downstream hops; the external brokers' workers acknowledge a task only
+/// after its reply is sent, so a worker lost at any point (even after the
+/// release) leaves its tasks to be delivered again, as tailmesh's broker
+/// does.
 pub async fn run_backend_worker<H, F>(
     kind: BrokerKind,
     addr: PeerAddr,
     topic: String,
     worker: String,
     options: WorkerOptions,
-    ack: AckWhen,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BrokerError>
@@ -246,10 +235,10 @@ where
             run_worker_releasing(addr, topic, worker, options, handler, shutdown).await
         }
         BrokerKind::Nats => {
-            nats::run_worker(addr, topic, worker, credits.max(1), ack, handler, shutdown).await
+            nats::run_worker(addr, topic, worker, credits.max(1), handler, shutdown).await
         }
         BrokerKind::Rabbitmq => {
-            rabbitmq::run_worker(addr, topic, worker, credits.max(1), ack, handler, shutdown).await
+            rabbitmq::run_worker(addr, topic, worker, credits.max(1), handler, shutdown).await
         }
     }
 }

@@ -7,15 +7,24 @@
 //! - **One durable pull consumer per hop** (`workers`) shared by the hop's
 //!   replicas, explicit acks, ack wait [`ACK_WAIT`] (workers signal progress
 //!   on long tasks) and [`MAX_DELIVERIES`] deliveries.
-//! - **Credit**: a worker has at most `credits` pull requests and tasks
-//!   outstanding together, each pull asking for one message, so the server
-//!   hands it a task only when it has a free slot.
+//! - **Credit**: a worker keeps its free credit requested ahead: one pull
+//!   request for every slot free at the time, renewed as slots free up;
+//!   messages requested and tasks held never exceed `credits` together, so
+//!   the server hands it a task only for a free slot. A task's slot frees
+//!   when its handler releases it (a hop waiting on downstream hops) or
+//!   when it is answered.
+//! - **Acknowledgement** after the reply is sent, so a worker lost at any
+//!   point leaves its tasks to be delivered again after [`ACK_WAIT`];
+//!   until then the worker signals progress on the tasks it holds.
 //! - **Replies** go by core NATS to the producer's inbox, named in the
 //!   `tm-reply` header (JetStream uses the message's own reply subject for
 //!   its publish acknowledgement).
 //! - **Deadlines**: NATS 2.9 has no per-message time to live, so the
 //!   deadline travels in a header and the worker checks it: a task whose
 //!   deadline passed in the queue is acknowledged (terminated) unprocessed.
+//!   The server announces each termination in an advisory, which stream
+//!   `tm_<hop>_expired` captures: its last sequence is the `expired` count
+//!   of the hop's statistics.
 
 use std::{
     collections::HashMap,
@@ -43,9 +52,9 @@ use tonic::Status;
 use super::{
     BrokerError, Release,
     backend::{
-        ACK_WAIT, AckWhen, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES,
-        MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK, SessionEnd, deadline_nanos, expired, number,
-        reconnecting, reply_headers, reply_of, task_headers, task_of, within_deadline,
+        ACK_WAIT, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES, MESSAGE_HEADER,
+        QUEUE_CAPACITY, REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting,
+        reply_headers, reply_of, task_headers, task_of, within_deadline,
     },
 };
 use crate::addr::PeerAddr;
@@ -67,6 +76,25 @@ pub fn stream_name(topic: &str) -> String {
     format!("tm_{topic}")
 }
 
+/// The stream that keeps the advisories of a hop's expired tasks, only to
+/// count them.
+pub fn expired_stream_name(topic: &str) -> String {
+    format!("tm_{topic}_expired")
+}
+
+/// The advisory the server publishes when a worker terminates a message:
+/// it does so only for a task whose deadline passed in the queue.
+fn terminated_advisory(topic: &str) -> String {
+    format!(
+        "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{}.{CONSUMER}",
+        stream_name(topic)
+    )
+}
+
+/// Advisories of expired tasks kept; the count is the stream's last
+/// sequence, so dropping older ones loses no count.
+const EXPIRED_KEPT: i64 = 1_000;
+
 fn subject(topic: &str) -> String {
     format!("tm.{topic}")
 }
@@ -84,7 +112,8 @@ async fn connect(addr: &PeerAddr) -> Result<async_nats::Client, Status> {
 }
 
 /// The hop's stream, created if it is not there yet (by whichever of its
-/// producers and workers comes first; they all ask for the same).
+/// producers and workers comes first; they all ask for the same), and the
+/// stream that counts its expired tasks.
 async fn ensure_stream(js: &jetstream::Context, topic: &str) -> Result<stream::Stream, Status> {
     let config = stream::Config {
         name: stream_name(topic),
@@ -95,12 +124,30 @@ async fn ensure_stream(js: &jetstream::Context, topic: &str) -> Result<stream::S
         discard: stream::DiscardPolicy::New,
         ..Default::default()
     };
+    let expired = stream::Config {
+        name: expired_stream_name(topic),
+        subjects: vec![terminated_advisory(topic)],
+        storage: stream::StorageType::Memory,
+        max_messages: EXPIRED_KEPT,
+        discard: stream::DiscardPolicy::Old,
+        ..Default::default()
+    };
+    get_or_create(js, expired).await?;
+    get_or_create(js, config).await
+}
+
+async fn get_or_create(
+    js: &jetstream::Context,
+    config: stream::Config,
+) -> Result<stream::Stream, Status> {
+    let name = config.name.clone();
     // Two creators may race: the loser finds the winner's stream.
     match js.get_or_create_stream(config).await {
         Ok(s) => Ok(s),
-        Err(first) => js.get_stream(stream_name(topic)).await.map_err(|_| {
-            Status::unavailable(format!("NATS stream {}: {first}", stream_name(topic)))
-        }),
+        Err(first) => js
+            .get_stream(&name)
+            .await
+            .map_err(|_| Status::unavailable(format!("NATS stream {name}: {first}"))),
     }
 }
 
@@ -283,7 +330,6 @@ pub(crate) async fn run_worker<H, F>(
     topic: String,
     worker: String,
     credits: u32,
-    ack: AckWhen,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BrokerError>
@@ -297,7 +343,6 @@ where
             topic.clone(),
             worker.clone(),
             credits,
-            ack,
             handler.clone(),
             shutdown,
         )
@@ -312,7 +357,6 @@ async fn session<H, F, Sh>(
     topic: String,
     worker: String,
     credits: u32,
-    ack: AckWhen,
     handler: H,
     mut shutdown: Shared<Sh>,
 ) -> SessionEnd
@@ -337,80 +381,116 @@ where
         () = &mut shutdown => return SessionEnd::ShutDown,
     };
     let slots = Arc::new(Semaphore::new(credits as usize));
-    let mut running = JoinSet::new();
-    for _ in 0..credits {
-        running.spawn(pull_loop(
-            client.clone(),
-            consumer.clone(),
-            topic.clone(),
-            slots.clone(),
-            ack,
-            handler.clone(),
-        ));
-    }
+    let mut puller = JoinSet::new();
+    puller.spawn(pull_loop(
+        client.clone(),
+        consumer,
+        topic.clone(),
+        slots.clone(),
+        handler,
+    ));
     tokio::select! {
         () = &mut shutdown => {
             // No new pulls; the tasks held are finished and answered.
-            running.abort_all();
+            puller.abort_all();
             let _ = slots.acquire_many(credits).await;
             SessionEnd::ShutDown
         }
-        Some(ended) = running.join_next() => SessionEnd::Lost(match ended {
+        Some(ended) = puller.join_next() => SessionEnd::Lost(match ended {
             Ok(why) => why,
             Err(e) => e.to_string(),
         }),
     }
 }
 
-/// One credit: takes a slot, pulls one message for it, hands it to a task
-/// of its own (which frees the slot on release or when done), repeats.
+/// Keeps the worker's free credit requested: waits for a free slot, takes
+/// every slot free by then, asks the server for that many messages in one
+/// pull request, and goes back for the next free slot while the request
+/// waits. Each message delivered takes one of its request's slots along to
+/// the task that serves it (which frees it on release or when answered);
+/// the slots a request ends without using (it expired) come back. So the
+/// messages requested and the tasks held never exceed the credit together.
 /// Returns why it stopped.
 async fn pull_loop<H, F>(
     client: async_nats::Client,
     consumer: jetstream::consumer::PullConsumer,
     topic: String,
     slots: Arc<Semaphore>,
-    ack: AckWhen,
     handler: H,
 ) -> String
 where
     H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
+    let mut requests = JoinSet::new();
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return "slots closed".into();
+        let first = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return "slots closed".into(),
+            },
+            Some(ended) = requests.join_next() => match ended {
+                Ok(Ok(())) => continue,
+                Ok(Err(why)) => return why,
+                Err(e) => return e.to_string(),
+            },
         };
+        let mut held = vec![first];
+        while let Ok(slot) = slots.clone().try_acquire_owned() {
+            held.push(slot);
+        }
         let batch = consumer
             .batch()
-            .max_messages(1)
+            .max_messages(held.len())
             .expires(PULL_EXPIRES)
             .messages()
             .await;
-        let mut batch = match batch {
+        let batch = match batch {
             Ok(b) => b,
             Err(e) => return format!("pull: {e}"),
         };
-        let message = match batch.next().await {
-            None => continue,
-            Some(Err(e)) => {
+        let (client, handler, topic) = (client.clone(), handler.clone(), topic.clone());
+        requests.spawn(serve_batch(client, batch, topic, held, handler));
+    }
+}
+
+/// Serves one pull request's messages, each with one of `held`'s slots.
+async fn serve_batch<H, F>(
+    client: async_nats::Client,
+    mut batch: pull::Batch,
+    topic: String,
+    mut held: Vec<tokio::sync::OwnedSemaphorePermit>,
+    handler: H,
+) -> Result<(), String>
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    while let Some(next) = batch.next().await {
+        let message = match next {
+            Ok(m) => m,
+            Err(e) => {
                 // An expired pull with no message is not an error worth a
                 // reconnect; anything else is.
                 let text = e.to_string();
                 if text.contains("timed out") || text.contains("408") {
-                    continue;
+                    return Ok(());
                 }
-                return format!("pull: {text}");
+                return Err(format!("pull: {text}"));
             }
-            Some(Ok(m)) => m,
         };
-        let client = client.clone();
-        let handler = handler.clone();
-        let topic = topic.clone();
+        let Some(slot) = held.pop() else {
+            // The server sent more than asked for: never served, it goes
+            // back to the stream for another worker.
+            let _ = message.ack_with(AckKind::Nak(None)).await;
+            continue;
+        };
+        let (client, handler, topic) = (client.clone(), handler.clone(), topic.clone());
         tokio::spawn(async move {
-            serve_message(client, message, &topic, slot, ack, handler).await;
+            serve_message(client, message, &topic, slot, handler).await;
         });
     }
+    Ok(())
 }
 
 async fn serve_message<H, F>(
@@ -418,7 +498,6 @@ async fn serve_message<H, F>(
     message: jetstream::Message,
     topic: &str,
     slot: tokio::sync::OwnedSemaphorePermit,
-    ack: AckWhen,
     handler: H,
 ) where
     H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
@@ -453,22 +532,14 @@ async fn serve_message<H, F>(
         delivery,
     );
     let deadline = task.deadline_unix_nanos;
-    let message = Arc::new(message);
-    // The slot (and, with OnRelease, the acknowledgement) goes back on
-    // release or at the end, whichever comes first.
+    // The slot goes back on release or at the end, whichever comes first;
+    // the acknowledgement only after the reply, so a worker lost while its
+    // task waits on downstream hops leaves the task to be delivered again.
     let held = Arc::new(Mutex::new(Some(slot)));
-    let acked = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let release = {
-        let (held, message, acked) = (held.clone(), message.clone(), acked.clone());
+        let held = held.clone();
         Release::callback(move || {
-            if ack == AckWhen::OnRelease {
-                if !acked.swap(true, Ordering::AcqRel) {
-                    tokio::spawn(async move {
-                        let _ = message.ack().await;
-                    });
-                }
-                lock(&held).take();
-            }
+            lock(&held).take();
         })
     };
     let work = within_deadline(handler(task, release), deadline);
@@ -481,9 +552,7 @@ async fn serve_message<H, F>(
             tokio::select! {
                 outcome = &mut work => break outcome,
                 _ = tick.tick() => {
-                    if !acked.load(Ordering::Acquire) {
-                        let _ = message.ack_with(AckKind::Progress).await;
-                    }
+                    let _ = message.ack_with(AckKind::Progress).await;
                 }
             }
         }
@@ -501,14 +570,13 @@ async fn serve_message<H, F>(
             tracing::warn!(%topic, "NATS reply: {e}");
         }
     }
-    if !acked.swap(true, Ordering::AcqRel) {
-        let _ = message.ack().await;
-    }
+    let _ = message.ack().await;
     lock(&held).take();
 }
 
 /// Per-topic statistics from the server: stream depth, messages stored
-/// since the stream was made, deliveries, redeliveries and acks pending.
+/// since the stream was made, deliveries, redeliveries, acks pending and
+/// tasks expired (the advisories of terminated messages counted).
 pub(crate) async fn stats(
     addr: &PeerAddr,
     topics: &[String],
@@ -531,9 +599,14 @@ pub(crate) async fn stats(
             .state
             .clone();
         let consumer = stream.consumer_info(CONSUMER).await.ok();
+        let expired = match js.get_stream(expired_stream_name(topic)).await {
+            Ok(mut s) => s.info().await.map_or(0, |i| i.state.last_sequence),
+            Err(_) => 0,
+        };
         out.push(pb::TopicStats {
             topic: topic.clone(),
             enqueued: state.last_sequence,
+            expired,
             depth: state.messages,
             dispatched: consumer
                 .as_ref()

@@ -6,17 +6,21 @@
 //!   publish (a nack) is answered RESOURCE_EXHAUSTED.
 //! - **Credit**: each worker consumes on its own channel with `basic.qos`
 //!   prefetch equal to its credit (the hop's `concurrency`), so the broker
-//!   has at most that many unacknowledged tasks out at the worker.
-//! - **Acknowledgement** after the reply is sent (or, for a hop that calls
-//!   others, once its own work is done: see
-//!   [`AckWhen`]); unacknowledged tasks of a worker
-//!   whose channel closes (a crash, a kill) are requeued by the broker and
-//!   delivered again (a classic queue sets no limit on redeliveries).
+//!   has at most that many unreleased tasks out at the worker.
+//! - **Acknowledgement** after the reply is sent, also for a hop that
+//!   releases its credit while it waits on downstream hops (the prefetch
+//!   grows by the tasks released and not yet acknowledged: `Credit`);
+//!   unacknowledged tasks of a worker whose channel closes (a crash, a
+//!   kill) are requeued by the broker and delivered again (a classic queue
+//!   sets no limit on redeliveries).
 //! - **Replies** through direct reply-to (`amq.rabbitmq.reply-to`): no
 //!   reply queue, the producer's channel consumes its own pseudo-queue.
 //! - **Deadlines**: the remaining deadline becomes the message's
 //!   `expiration`, so RabbitMQ drops a task that expires in the queue; the
-//!   worker checks the absolute deadline header too.
+//!   worker checks the absolute deadline header too and rejects a task past
+//!   it unprocessed. Both dead-letter the task to the hop's expired queue
+//!   (`tm.<hop>.expired`), whose depth is the `expired` count of the hop's
+//!   statistics; it keeps those tasks until the server stops.
 
 use std::{
     collections::HashMap,
@@ -45,9 +49,9 @@ use tonic::Status;
 use super::{
     BrokerError, Release,
     backend::{
-        AckWhen, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, QUEUE_CAPACITY,
-        REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers,
-        reply_of, task_headers, task_of, within_deadline,
+        CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK,
+        SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers, reply_of,
+        task_headers, task_of, within_deadline,
     },
 };
 use crate::addr::PeerAddr;
@@ -82,9 +86,33 @@ async fn connect(addr: &PeerAddr) -> Result<Connection, Status> {
         .map_err(|e| unavailable(addr, "connect", e))
 }
 
+/// The queue that keeps a hop's expired tasks, only to count them.
+pub fn expired_queue_name(topic: &str) -> String {
+    format!("tm.{topic}.expired")
+}
+
 /// Declares the hop's queue (idempotent: every producer and worker asks for
-/// the same); returns its depth and consumers.
-async fn declare(channel: &Channel, addr: &PeerAddr, topic: &str) -> Result<(u32, u32), Status> {
+/// the same) and the queue its expired tasks are dead-lettered to; returns
+/// the hop queue's depth and consumers, and the expired tasks so far.
+async fn declare(
+    channel: &Channel,
+    addr: &PeerAddr,
+    topic: &str,
+) -> Result<(u32, u32, u32), Status> {
+    let expired = channel
+        .queue_declare(
+            expired_queue_name(topic).into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| {
+            unavailable(
+                addr,
+                &format!("declare queue {}", expired_queue_name(topic)),
+                e,
+            )
+        })?;
     let mut args = FieldTable::default();
     args.insert(
         "x-max-length".into(),
@@ -94,6 +122,17 @@ async fn declare(channel: &Channel, addr: &PeerAddr, topic: &str) -> Result<(u32
         "x-overflow".into(),
         AMQPValue::LongString("reject-publish".into()),
     );
+    // A task past its `expiration` in the queue, or dropped unprocessed by
+    // a worker that found its deadline passed, is dead-lettered to the
+    // expired queue, whose depth counts them.
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString("".into()),
+    );
+    args.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(expired_queue_name(topic).as_str().into()),
+    );
     let queue = channel
         .queue_declare(
             queue_name(topic).into(),
@@ -102,7 +141,11 @@ async fn declare(channel: &Channel, addr: &PeerAddr, topic: &str) -> Result<(u32
         )
         .await
         .map_err(|e| unavailable(addr, &format!("declare queue {}", queue_name(topic)), e))?;
-    Ok((queue.message_count(), queue.consumer_count()))
+    Ok((
+        queue.message_count(),
+        queue.consumer_count(),
+        expired.message_count(),
+    ))
 }
 
 fn header_map(properties: &BasicProperties) -> HashMap<String, String> {
@@ -338,7 +381,6 @@ pub(crate) async fn run_worker<H, F>(
     topic: String,
     worker: String,
     credits: u32,
-    ack: AckWhen,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BrokerError>
@@ -353,7 +395,6 @@ where
             topic.clone(),
             worker.clone(),
             prefetch,
-            ack,
             handler.clone(),
             shutdown,
         )
@@ -368,7 +409,6 @@ async fn session<H, F, Sh>(
     topic: String,
     worker: String,
     prefetch: u16,
-    ack: AckWhen,
     handler: H,
     mut shutdown: Shared<Sh>,
 ) -> SessionEnd
@@ -384,8 +424,9 @@ where
             .await
             .map_err(|e| unavailable(&addr, "channel", e))?;
         declare(&channel, &addr, &topic).await?;
-        channel
-            .basic_qos(prefetch, BasicQosOptions::default())
+        let credit = Arc::new(Credit::new(channel.clone(), prefetch));
+        credit
+            .apply()
             .await
             .map_err(|e| unavailable(&addr, "basic.qos", e))?;
         let consumer = channel
@@ -398,9 +439,9 @@ where
             .await
             .map_err(|e| unavailable(&addr, "consume", e))?;
         tracing::debug!(%addr, %topic, %worker, prefetch, "RabbitMQ worker connected");
-        Ok::<_, Status>((connection, channel, consumer))
+        Ok::<_, Status>((connection, channel, credit, consumer))
     };
-    let (connection, channel, mut consumer) = tokio::select! {
+    let (connection, channel, credit, mut consumer) = tokio::select! {
         connected = session => match connected {
             Ok(c) => c,
             Err(status) => return SessionEnd::Unreachable(status.message().to_owned()),
@@ -427,9 +468,10 @@ where
                         let _ = delivery.acker.reject(BasicRejectOptions { requeue: true }).await;
                         continue;
                     };
-                    let (channel, handler, topic) = (channel.clone(), handler.clone(), topic.clone());
+                    let (channel, credit) = (channel.clone(), credit.clone());
+                    let (handler, topic) = (handler.clone(), topic.clone());
                     tokio::spawn(async move {
-                        serve_delivery(channel, delivery, &topic, ack, handler).await;
+                        serve_delivery(channel, credit, delivery, &topic, handler).await;
                         drop(slot);
                     });
                 }
@@ -440,21 +482,74 @@ where
     }
 }
 
+/// A worker's credit on its channel: the channel's prefetch (`basic.qos`,
+/// for the whole channel, which RabbitMQ applies at once when it changes)
+/// is the credit plus the tasks released but not yet acknowledged. So a
+/// task released while it waits on downstream hops frees its credit for
+/// the next task, yet stays unacknowledged, to be delivered again if the
+/// worker is lost before its reply.
+struct Credit {
+    channel: Channel,
+    credits: u16,
+    released: Mutex<u16>,
+    /// Orders the `basic.qos` calls: each sends the count as it is then,
+    /// so the last one sent holds the latest.
+    sending: tokio::sync::Mutex<()>,
+}
+
+impl Credit {
+    fn new(channel: Channel, credits: u16) -> Self {
+        Credit {
+            channel,
+            credits,
+            released: Mutex::new(0),
+            sending: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Sends the prefetch the count asks for now.
+    async fn apply(&self) -> Result<(), lapin::Error> {
+        let _order = self.sending.lock().await;
+        let prefetch = self.credits.saturating_add(*lock(&self.released));
+        self.channel
+            .basic_qos(prefetch, BasicQosOptions { global: true })
+            .await
+    }
+
+    /// One task's credit freed before its acknowledgement: counted now
+    /// (before [`Credit::settle`] can run), sent by the caller's `apply`.
+    fn release(&self) {
+        *lock(&self.released) += 1;
+    }
+
+    /// A released task about to be acknowledged: the prefetch shrinks
+    /// first, so the acknowledgement does not open a slot beyond the credit.
+    async fn settle(&self) {
+        {
+            let mut released = lock(&self.released);
+            *released = released.saturating_sub(1);
+        }
+        let _ = self.apply().await;
+    }
+}
+
 async fn serve_delivery<H, F>(
     channel: Channel,
+    credit: Arc<Credit>,
     delivery: Delivery,
     topic: &str,
-    ack: AckWhen,
     handler: H,
 ) where
     H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
     let headers = header_map(&delivery.properties);
-    let acker = Arc::new(delivery.acker.clone());
+    let acker = delivery.acker.clone();
     if expired(number(&headers, DEADLINE_HEADER)) {
+        // Nobody waits for it any more: dead-lettered to the expired
+        // queue (counted there), not worked on.
         tracing::debug!(%topic, "task expired in the queue; dropped");
-        let _ = acker.ack(BasicAckOptions::default()).await;
+        let _ = acker.reject(BasicRejectOptions { requeue: false }).await;
         return;
     }
     let reply_to = delivery.properties.reply_to().clone();
@@ -468,13 +563,14 @@ async fn serve_delivery<H, F>(
         if delivery.redelivered { 2 } else { 1 },
     );
     let deadline = task.deadline_unix_nanos;
-    let acked = Arc::new(AtomicBool::new(false));
+    let released = Arc::new(AtomicBool::new(false));
     let release = {
-        let (acker, acked) = (acker.clone(), acked.clone());
+        let (credit, released) = (credit.clone(), released.clone());
         Release::callback(move || {
-            if ack == AckWhen::OnRelease && !acked.swap(true, Ordering::AcqRel) {
+            if !released.swap(true, Ordering::AcqRel) {
+                credit.release();
                 tokio::spawn(async move {
-                    let _ = acker.ack(BasicAckOptions::default()).await;
+                    let _ = credit.apply().await;
                 });
             }
         })
@@ -500,13 +596,15 @@ async fn serve_delivery<H, F>(
             tracing::warn!(%topic, "RabbitMQ reply: {e}");
         }
     }
-    if !acked.swap(true, Ordering::AcqRel) {
-        let _ = acker.ack(BasicAckOptions::default()).await;
+    if released.swap(true, Ordering::AcqRel) {
+        credit.settle().await;
     }
+    let _ = acker.ack(BasicAckOptions::default()).await;
 }
 
 /// Per-topic statistics RabbitMQ tells any client (without its management
-/// plugin): the queue's depth and consumers now.
+/// plugin): the queue's depth and consumers now, and the tasks expired so
+/// far (the depth of its expired queue).
 pub(crate) async fn stats(
     addr: &PeerAddr,
     topics: &[String],
@@ -518,11 +616,12 @@ pub(crate) async fn stats(
         .map_err(|e| unavailable(addr, "channel", e))?;
     let mut out = Vec::new();
     for topic in topics {
-        let (depth, consumers) = declare(&channel, addr, topic).await?;
+        let (depth, consumers, expired) = declare(&channel, addr, topic).await?;
         out.push(pb::TopicStats {
             topic: topic.clone(),
             depth: u64::from(depth),
             workers: consumers,
+            expired: u64::from(expired),
             ..Default::default()
         });
     }

@@ -33,7 +33,7 @@ use crate::{
     addr::PeerAddr,
     broker::{
         BrokerError, Release, Task, WorkerOptions,
-        backend::{AckWhen, Producer, run_backend_worker},
+        backend::{Producer, run_backend_worker},
     },
     deadline::grpc_timeout,
     discipline::Discipline,
@@ -658,7 +658,6 @@ async fn pull_worker(
 ) -> Result<(), BrokerError> {
     let topic = core.inner.behavior.name.clone();
     let worker = format!("{topic}-{}", core.inner.replica);
-    let has_downstream = !core.inner.downstream.is_empty();
     let handler = move |task: Task, release: Release| {
         let core = core.clone();
         async move {
@@ -694,12 +693,9 @@ async fn pull_worker(
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    // A leaf acknowledges after its reply; a hop that calls others, once
-    // its own work is done (its credit is free while it waits on them).
-    let ack = if has_downstream {
-        AckWhen::OnRelease
-    } else {
-        AckWhen::AfterReply
-    };
-    run_backend_worker(kind, broker, topic, worker, options, ack, handler, shutdown).await
+    // Every broker takes the task back from a worker lost before its reply
+    // (the external brokers acknowledge only after it); a hop that calls
+    // others frees its credit once its own work is done, while it waits on
+    // them (`core.handle` releases it).
+    run_backend_worker(kind, broker, topic, worker, options, handler, shutdown).await
 }
