@@ -329,7 +329,9 @@ impl Batcher {
         let resource_spans =
             head.len() as u64 + 1 + otlp::varint_len(scope_spans) as u64 + scope_spans;
         let start = gap
-            - (1 + otlp::varint_len(resource_spans) + head.len() + 1
+            - (1 + otlp::varint_len(resource_spans)
+                + head.len()
+                + 1
                 + otlp::varint_len(scope_spans));
         let mut before = &mut buf[start..gap];
         // ExportTraceServiceRequest.resource_spans
@@ -426,8 +428,9 @@ fn export_loop(
             request
                 .extensions_mut()
                 .insert(GrpcMethod::new(otlp::SERVICE, otlp::METHOD));
-            let sent = runtime
-                .block_on(async { tokio::time::timeout(TIMEOUT, export(&mut client, request)).await });
+            let sent = runtime.block_on(async {
+                tokio::time::timeout(TIMEOUT, export(&mut client, request)).await
+            });
             let error = match sent {
                 Ok(Ok(_)) => None,
                 Ok(Err(status)) => Some(status.to_string()),
@@ -469,7 +472,250 @@ async fn export(
 
 #[cfg(test)]
 mod tests {
+    use opentelemetry_proto::tonic::{
+        collector::trace::v1::ExportTraceServiceRequest,
+        common::v1::{ArrayValue, InstrumentationScope},
+        trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
+    };
+
     use super::*;
+
+    /// What `batcher` makes of `spans`, decoded.
+    fn decoded(
+        batcher: &mut Batcher,
+        spans: Vec<SpanRecord>,
+        export_cpu_ns: u64,
+    ) -> ExportTraceServiceRequest {
+        let bytes = batcher.encode(&spans, export_cpu_ns);
+        ExportTraceServiceRequest::decode(bytes).expect("a request that decodes")
+    }
+
+    /// The observer's counters as a request carries them.
+    struct Observed {
+        spans: u64,
+        dropped: u64,
+        record_ns: u64,
+        export_cpu_ns: u64,
+    }
+
+    /// The request of `spans` built as prost structs, as the exporter
+    /// built it before writing bytes itself: the reference.
+    fn reference(
+        resource: &[KeyValue],
+        attribute_limit: usize,
+        spans: &[SpanRecord],
+        observed: &Observed,
+    ) -> ExportTraceServiceRequest {
+        let int = |n: u64| Value::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
+        let mut attributes = resource.to_vec();
+        attributes.extend([
+            kv("tailmesh.observer.spans", int(observed.spans)),
+            kv("tailmesh.observer.dropped", int(observed.dropped)),
+            kv("tailmesh.observer.record_ns", int(observed.record_ns)),
+            kv(
+                "tailmesh.observer.export_cpu_ns",
+                int(observed.export_cpu_ns),
+            ),
+        ]);
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes,
+                    ..Resource::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE.into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans: spans
+                        .iter()
+                        .map(|r| reference_span(r, attribute_limit))
+                        .collect(),
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
+
+    fn reference_span(r: &SpanRecord, attribute_limit: usize) -> Span {
+        use opentelemetry::trace::SpanKind as K;
+        let attributes: Vec<KeyValue> = r
+            .attributes
+            .iter()
+            .take(attribute_limit)
+            .map(|a| kv(a.key.as_str(), reference_value(a.value.clone())))
+            .collect();
+        Span {
+            trace_id: r.trace_id.to_be_bytes().to_vec(),
+            span_id: r.span_id.to_be_bytes().to_vec(),
+            parent_span_id: if r.parent_span_id == 0 {
+                Vec::new()
+            } else {
+                r.parent_span_id.to_be_bytes().to_vec()
+            },
+            flags: otlp::flags(r.parent_remote),
+            name: r.name.to_string(),
+            kind: match r.kind {
+                K::Client => SpanKind::Client,
+                K::Server => SpanKind::Server,
+                K::Producer => SpanKind::Producer,
+                K::Consumer => SpanKind::Consumer,
+                K::Internal => SpanKind::Internal,
+            } as i32,
+            start_time_unix_nano: r.start_unix_ns,
+            end_time_unix_nano: r.end_unix_ns,
+            dropped_attributes_count: u32::try_from(r.attributes.len() - attributes.len())
+                .unwrap_or(u32::MAX),
+            attributes,
+            status: Some(Status {
+                message: String::new(),
+                code: if r.error {
+                    StatusCode::Error
+                } else {
+                    StatusCode::Unset
+                } as i32,
+            }),
+            ..Span::default()
+        }
+    }
+
+    fn reference_value(v: opentelemetry::Value) -> Value {
+        use opentelemetry::{Array, Value as V};
+        let array = |values: Vec<Value>| {
+            Value::ArrayValue(ArrayValue {
+                values: values
+                    .into_iter()
+                    .map(|v| AnyValue { value: Some(v) })
+                    .collect(),
+            })
+        };
+        match v {
+            V::Bool(b) => Value::BoolValue(b),
+            V::I64(i) => Value::IntValue(i),
+            V::F64(f) => Value::DoubleValue(f),
+            V::String(s) => Value::StringValue(s.into()),
+            V::Array(Array::Bool(a)) => array(a.into_iter().map(Value::BoolValue).collect()),
+            V::Array(Array::I64(a)) => array(a.into_iter().map(Value::IntValue).collect()),
+            V::Array(Array::F64(a)) => array(a.into_iter().map(Value::DoubleValue).collect()),
+            V::Array(Array::String(a)) => array(
+                a.into_iter()
+                    .map(|s| Value::StringValue(s.into()))
+                    .collect(),
+            ),
+            other => Value::StringValue(other.as_str().into_owned()),
+        }
+    }
+
+    /// Spans of every shape: roots and children, remote and local
+    /// parents, every kind, errors, past spans, unicode names, empty and
+    /// long names and values, attributes of every type.
+    fn varied_spans() -> Vec<SpanRecord> {
+        use opentelemetry::{Array, KeyValue as Kv, StringValue, trace::SpanKind as K};
+        let kinds = [K::Server, K::Client, K::Internal, K::Producer, K::Consumer];
+        (0..12_u64)
+            .map(|i| SpanRecord {
+                trace_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210 ^ u128::from(i),
+                span_id: 0x8000_0000_0000_0000 | (i + 1),
+                parent_span_id: if i % 3 == 0 { 0 } else { i },
+                parent_remote: i % 4 == 1,
+                kind: kinds[i as usize % kinds.len()].clone(),
+                name: match i % 4 {
+                    0 => "hop.serve".into(),
+                    1 => format!("grüße → 跳 {i} ✓").into(),
+                    2 => "".into(),
+                    _ => "n".repeat(300).into(),
+                },
+                // Past spans: times well before now; one at time zero.
+                start_unix_ns: if i == 5 {
+                    0
+                } else {
+                    1_600_000_000_000_000_000 + i
+                },
+                end_unix_ns: if i == 5 {
+                    7
+                } else {
+                    1_600_000_000_000_000_000 + 2 * i
+                },
+                error: i % 2 == 1,
+                attributes: match i % 3 {
+                    0 => vec![
+                        Kv::new("hop", "a"),
+                        Kv::new("request_id", i as i64),
+                        Kv::new("negative", -42_i64),
+                        Kv::new("zero", 0_i64),
+                        Kv::new("max", i64::MAX),
+                        Kv::new("empty", ""),
+                        Kv::new("ünïcode.key", "värde ✓"),
+                    ],
+                    1 => vec![
+                        Kv::new("slow", true),
+                        Kv::new("fast", false),
+                        Kv::new("ratio", 0.25),
+                        Kv::new("long", "v".repeat(200)),
+                        Kv::new(
+                            "bools",
+                            opentelemetry::Value::Array(Array::Bool(vec![true, false])),
+                        ),
+                        Kv::new(
+                            "ints",
+                            opentelemetry::Value::Array(Array::I64(vec![1, -1, 300])),
+                        ),
+                        Kv::new("floats", opentelemetry::Value::Array(Array::F64(vec![1.5]))),
+                        Kv::new(
+                            "strings",
+                            opentelemetry::Value::Array(Array::String(vec![
+                                StringValue::from("x"),
+                                StringValue::from(""),
+                            ])),
+                        ),
+                    ],
+                    _ => Vec::new(),
+                },
+                cost_ns: 100 + i,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn written_bytes_are_what_prost_makes_of_the_reference_request() {
+        let resource = resource_from_env();
+        let counters = Arc::new(Counters::default());
+        let mut batcher = Batcher::new(resource.clone(), 5, counters.clone());
+        let mut observed = Observed {
+            spans: 0,
+            dropped: 0,
+            record_ns: 0,
+            export_cpu_ns: 0,
+        };
+        // A first batch, then one after drops with grown counters, then
+        // an empty one, then a single span.
+        let mut batches = vec![varied_spans(), varied_spans(), Vec::new()];
+        batches.push(varied_spans().into_iter().take(1).collect());
+        for (n, spans) in batches.into_iter().enumerate() {
+            if n == 1 {
+                counters.dropped.fetch_add(300, Ordering::Relaxed);
+                observed.dropped = 300;
+            }
+            observed.spans = observed.spans + spans.len() as u64 + if n == 1 { 300 } else { 0 };
+            observed.record_ns += spans.iter().map(|r| r.cost_ns).sum::<u64>();
+            observed.export_cpu_ns = 1 << (7 * n as u64 + 3);
+            let expected = reference(&resource, 5, &spans, &observed);
+            let bytes = batcher.encode(&spans, observed.export_cpu_ns);
+            let got = ExportTraceServiceRequest::decode(bytes.clone()).expect("decodes");
+            let (got_spans, expected_spans) = (
+                &got.resource_spans[0].scope_spans[0].spans,
+                &expected.resource_spans[0].scope_spans[0].spans,
+            );
+            assert_eq!(got_spans.len(), expected_spans.len(), "batch {n}");
+            for (i, (g, e)) in got_spans.iter().zip(expected_spans).enumerate() {
+                assert_eq!(g, e, "batch {n}, span {i}");
+            }
+            assert_eq!(got, expected, "batch {n}");
+            assert_eq!(&bytes[..], &expected.encode_to_vec()[..], "batch {n}");
+        }
+    }
 
     fn record(id: u64, cost_ns: u64) -> SpanRecord {
         SpanRecord {
@@ -527,7 +773,7 @@ mod tests {
     fn spans_encode_as_the_sdk_exported_them() {
         let counters = Arc::new(Counters::default());
         let mut batcher = Batcher::new(resource_from_env(), 128, counters);
-        let request = batcher.encode(vec![record(1, 0), record(2, 0)], 0);
+        let request = decoded(&mut batcher, vec![record(1, 0), record(2, 0)], 0);
         let scope = &request.resource_spans[0].scope_spans[0];
         assert_eq!(
             scope.scope.as_ref().map(|s| s.name.as_str()),
@@ -575,7 +821,7 @@ mod tests {
     fn every_batch_carries_growing_observer_counters() {
         let counters = Arc::new(Counters::default());
         let mut batcher = Batcher::new(resource_from_env(), 128, counters.clone());
-        let first = batcher.encode(vec![record(1, 100), record(2, 50)], 1_000);
+        let first = decoded(&mut batcher, vec![record(1, 100), record(2, 50)], 1_000);
         assert_eq!(resource_int(&first, "tailmesh.observer.spans"), 2);
         assert_eq!(resource_int(&first, "tailmesh.observer.dropped"), 0);
         assert_eq!(resource_int(&first, "tailmesh.observer.record_ns"), 150);
@@ -584,7 +830,7 @@ mod tests {
             1_000
         );
         counters.dropped.fetch_add(3, Ordering::Relaxed);
-        let second = batcher.encode(vec![record(3, 25)], thread_cpu_ns());
+        let second = decoded(&mut batcher, vec![record(3, 25)], thread_cpu_ns());
         assert_eq!(resource_int(&second, "tailmesh.observer.spans"), 6);
         assert_eq!(resource_int(&second, "tailmesh.observer.dropped"), 3);
         assert_eq!(resource_int(&second, "tailmesh.observer.record_ns"), 175);
@@ -598,7 +844,7 @@ mod tests {
     #[test]
     fn the_attribute_limit_drops_and_counts() {
         let mut batcher = Batcher::new(Vec::new(), 2, Arc::new(Counters::default()));
-        let request = batcher.encode(vec![record(1, 0)], 0);
+        let request = decoded(&mut batcher, vec![record(1, 0)], 0);
         let span = &request.resource_spans[0].scope_spans[0].spans[0];
         assert_eq!(span.attributes.len(), 2);
         assert_eq!(span.dropped_attributes_count, 1);
