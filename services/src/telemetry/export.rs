@@ -680,9 +680,16 @@ mod tests {
 
     #[test]
     fn written_bytes_are_what_prost_makes_of_the_reference_request() {
+        // Every attribute kept, then some dropped by the limit.
+        for limit in [128, 5] {
+            bytes_match_the_reference(limit);
+        }
+    }
+
+    fn bytes_match_the_reference(limit: usize) {
         let resource = resource_from_env();
         let counters = Arc::new(Counters::default());
-        let mut batcher = Batcher::new(resource.clone(), 5, counters.clone());
+        let mut batcher = Batcher::new(resource.clone(), limit, counters.clone());
         let mut observed = Observed {
             spans: 0,
             dropped: 0,
@@ -701,19 +708,27 @@ mod tests {
             observed.spans = observed.spans + spans.len() as u64 + if n == 1 { 300 } else { 0 };
             observed.record_ns += spans.iter().map(|r| r.cost_ns).sum::<u64>();
             observed.export_cpu_ns = 1 << (7 * n as u64 + 3);
-            let expected = reference(&resource, 5, &spans, &observed);
+            let expected = reference(&resource, limit, &spans, &observed);
             let bytes = batcher.encode(&spans, observed.export_cpu_ns);
             let got = ExportTraceServiceRequest::decode(bytes.clone()).expect("decodes");
             let (got_spans, expected_spans) = (
                 &got.resource_spans[0].scope_spans[0].spans,
                 &expected.resource_spans[0].scope_spans[0].spans,
             );
-            assert_eq!(got_spans.len(), expected_spans.len(), "batch {n}");
+            assert_eq!(
+                got_spans.len(),
+                expected_spans.len(),
+                "limit {limit}, batch {n}"
+            );
             for (i, (g, e)) in got_spans.iter().zip(expected_spans).enumerate() {
-                assert_eq!(g, e, "batch {n}, span {i}");
+                assert_eq!(g, e, "limit {limit}, batch {n}, span {i}");
             }
-            assert_eq!(got, expected, "batch {n}");
-            assert_eq!(&bytes[..], &expected.encode_to_vec()[..], "batch {n}");
+            assert_eq!(got, expected, "limit {limit}, batch {n}");
+            assert_eq!(
+                &bytes[..],
+                &expected.encode_to_vec()[..],
+                "limit {limit}, batch {n}"
+            );
         }
     }
 
