@@ -17,11 +17,14 @@
 //!   future is polled, `traceparent` formatting and parsing;
 //! - [`recorder`]: [`TraceSpan`], ids, sampling, hand-over to the
 //!   exporter, the observer's serving-thread cost;
-//! - [`export`]: the exporter thread, OTLP encoding, the observer's
-//!   counters in every request's resource.
+//! - [`export`]: the exporter thread, its batches, the observer's
+//!   counters in every request's resource;
+//! - [`otlp`]: spans written straight as OTLP protobuf bytes, and the
+//!   gRPC codec sending those bytes as they are.
 
 pub mod context;
 pub mod export;
+pub mod otlp;
 pub mod recorder;
 
 use std::{collections::HashMap, sync::OnceLock};

@@ -1,8 +1,10 @@
 //! The exporter: one thread per process that wakes every
-//! [`INTERVAL`], takes the spans the serving threads handed over, encodes
-//! them as OTLP (`ExportTraceServiceRequest`) and sends them over OTLP/gRPC
-//! to the collector. Every request's resource carries the process's
-//! identity and the observer's own counters (see [`Batcher`]).
+//! [`INTERVAL`], takes the spans the serving threads handed over, writes
+//! them as one OTLP `ExportTraceServiceRequest` straight into a reused
+//! byte buffer (see [`otlp`](super::otlp)) and sends those bytes over
+//! OTLP/gRPC to the collector. Every request's resource carries the
+//! process's identity, encoded once, and the observer's own counters (see
+//! [`Batcher`]).
 //!
 //! Configuration comes from the standard variables, read as the
 //! OpenTelemetry SDK and OTLP exporter 0.33 read them for a gRPC exporter
@@ -25,15 +27,25 @@ use std::{
     time::Duration,
 };
 
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use opentelemetry_proto::tonic::{
-    collector::trace::v1::{ExportTraceServiceRequest, trace_service_client::TraceServiceClient},
-    common::v1::{AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value::Value},
+    collector::trace::v1::ExportTraceServiceResponse,
+    common::v1::{AnyValue, KeyValue, any_value::Value},
     resource::v1::Resource,
-    trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
 };
-use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use prost::Message;
+use tonic::{
+    GrpcMethod,
+    client::Grpc,
+    codegen::http::uri::PathAndQuery,
+    metadata::{MetadataKey, MetadataMap, MetadataValue},
+    transport::Channel,
+};
 
-use super::recorder::{Counters, SpanRecord};
+use super::{
+    otlp,
+    recorder::{Counters, SpanRecord},
+};
 
 /// How often the exporter takes the spans handed over: each export
 /// request costs the exporter a few tens of microseconds (HTTP/2, system
@@ -232,14 +244,26 @@ fn resource_from_env() -> Vec<KeyValue> {
 /// threads' time on spans and propagation so far) and
 /// `tailmesh.observer.export_cpu_ns` (the exporter thread's CPU time so
 /// far), all cumulative.
+///
+/// A request is written as bytes: first its spans, behind a gap, then
+/// what goes before them (the resource, whose fixed attributes were
+/// encoded once, its counters, and the lengths of the enclosing messages)
+/// at the gap's end, so the spans never move.
 #[derive(Debug)]
 pub struct Batcher {
-    resource: Vec<KeyValue>,
+    /// The resource's attributes apart from the counters, as the fields
+    /// of a `Resource`.
+    resource: Vec<u8>,
     attribute_limit: usize,
     counters: Arc<Counters>,
     /// Spans handed over so far.
     received: u64,
     record_ns: u64,
+    /// Where requests are written; its memory comes back for the next
+    /// one once the previous one is sent.
+    buf: BytesMut,
+    /// The resource field of the request being written.
+    head: BytesMut,
 }
 
 impl Batcher {
@@ -248,135 +272,77 @@ impl Batcher {
         attribute_limit: usize,
         counters: Arc<Counters>,
     ) -> Self {
+        let resource = Resource {
+            attributes: config_resource,
+            ..Resource::default()
+        }
+        .encode_to_vec();
         Batcher {
-            resource: config_resource,
+            resource,
             attribute_limit,
             counters,
             received: 0,
             record_ns: 0,
+            buf: BytesMut::new(),
+            head: BytesMut::new(),
         }
     }
 
-    /// The export request of `spans`, the exporter having used
-    /// `export_cpu_ns` of CPU so far.
-    pub fn encode(
-        &mut self,
-        spans: Vec<SpanRecord>,
-        export_cpu_ns: u64,
-    ) -> ExportTraceServiceRequest {
+    /// The export request of `spans` (`ExportTraceServiceRequest` bytes),
+    /// the exporter having used `export_cpu_ns` of CPU so far.
+    pub fn encode(&mut self, spans: &[SpanRecord], export_cpu_ns: u64) -> Bytes {
         self.received += spans.len() as u64;
-        let spans: Vec<Span> = spans
-            .into_iter()
-            .map(|r| {
-                self.record_ns += r.cost_ns;
-                span(r, self.attribute_limit)
-            })
-            .collect();
+        self.record_ns += spans.iter().map(|r| r.cost_ns).sum::<u64>();
         let dropped = self.counters.dropped.load(Ordering::Relaxed);
-        let int = |n: u64| Value::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
-        let mut attributes = self.resource.clone();
-        attributes.extend([
-            kv("tailmesh.observer.spans", int(self.received + dropped)),
-            kv("tailmesh.observer.dropped", int(dropped)),
-            kv("tailmesh.observer.record_ns", int(self.record_ns)),
-            kv("tailmesh.observer.export_cpu_ns", int(export_cpu_ns)),
-        ]);
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(Resource {
-                    attributes,
-                    ..Resource::default()
-                }),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: SCOPE.into(),
-                        ..InstrumentationScope::default()
-                    }),
-                    spans,
-                    schema_url: String::new(),
-                }],
-                schema_url: String::new(),
-            }],
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+
+        // ResourceSpans.resource
+        let head = &mut self.head;
+        head.clear();
+        let resource = otlp::open(head, 1, 2);
+        head.put_slice(&self.resource);
+        for (key, n) in [
+            ("tailmesh.observer.spans", self.received + dropped),
+            ("tailmesh.observer.dropped", dropped),
+            ("tailmesh.observer.record_ns", self.record_ns),
+            ("tailmesh.observer.export_cpu_ns", export_cpu_ns),
+        ] {
+            otlp::int_attribute(head, 1, key, int(n));
         }
-    }
-}
+        otlp::close(head, resource);
 
-/// OTLP span flags: sampled, "has is-remote", and is-remote when the
-/// parent came from another process (as the SDK's exporter sets them).
-fn flags(parent_remote: bool) -> u32 {
-    0x1 | 0x100 | if parent_remote { 0x200 } else { 0 }
-}
+        // The ScopeSpans' body, behind room for the request's tag and
+        // length, the resource, and ResourceSpans.scope_spans's tag and
+        // length.
+        let buf = &mut self.buf;
+        buf.clear();
+        let gap = head.len() + 2 * (1 + otlp::MAX_VARINT);
+        buf.put_bytes(0, gap);
+        let scope = otlp::open(buf, 1, 1);
+        otlp::bytes_field(buf, 1, SCOPE.as_bytes());
+        otlp::close(buf, scope);
+        for r in spans {
+            otlp::span(buf, r, self.attribute_limit);
+        }
 
-fn kind(kind: &opentelemetry::trace::SpanKind) -> SpanKind {
-    use opentelemetry::trace::SpanKind as K;
-    match kind {
-        K::Client => SpanKind::Client,
-        K::Server => SpanKind::Server,
-        K::Producer => SpanKind::Producer,
-        K::Consumer => SpanKind::Consumer,
-        K::Internal => SpanKind::Internal,
-    }
-}
-
-fn span(r: SpanRecord, attribute_limit: usize) -> Span {
-    let total = r.attributes.len();
-    let attributes: Vec<KeyValue> = r
-        .attributes
-        .into_iter()
-        .take(attribute_limit)
-        .map(|a| kv(a.key.as_str(), value(a.value)))
-        .collect();
-    Span {
-        trace_id: r.trace_id.to_be_bytes().to_vec(),
-        span_id: r.span_id.to_be_bytes().to_vec(),
-        parent_span_id: if r.parent_span_id == 0 {
-            Vec::new()
-        } else {
-            r.parent_span_id.to_be_bytes().to_vec()
-        },
-        flags: flags(r.parent_remote),
-        name: r.name.into_owned(),
-        kind: kind(&r.kind) as i32,
-        start_time_unix_nano: r.start_unix_ns,
-        end_time_unix_nano: r.end_unix_ns,
-        dropped_attributes_count: u32::try_from(total - attributes.len()).unwrap_or(u32::MAX),
-        attributes,
-        status: Some(Status {
-            message: String::new(),
-            code: if r.error {
-                StatusCode::Error
-            } else {
-                StatusCode::Unset
-            } as i32,
-        }),
-        ..Span::default()
-    }
-}
-
-fn value(v: opentelemetry::Value) -> Value {
-    use opentelemetry::{Array, Value as V};
-    let array = |values: Vec<Value>| {
-        Value::ArrayValue(ArrayValue {
-            values: values
-                .into_iter()
-                .map(|v| AnyValue { value: Some(v) })
-                .collect(),
-        })
-    };
-    match v {
-        V::Bool(b) => Value::BoolValue(b),
-        V::I64(i) => Value::IntValue(i),
-        V::F64(f) => Value::DoubleValue(f),
-        V::String(s) => Value::StringValue(s.into()),
-        V::Array(Array::Bool(a)) => array(a.into_iter().map(Value::BoolValue).collect()),
-        V::Array(Array::I64(a)) => array(a.into_iter().map(Value::IntValue).collect()),
-        V::Array(Array::F64(a)) => array(a.into_iter().map(Value::DoubleValue).collect()),
-        V::Array(Array::String(a)) => array(
-            a.into_iter()
-                .map(|s| Value::StringValue(s.into()))
-                .collect(),
-        ),
-        other => Value::StringValue(other.as_str().into_owned()),
+        let scope_spans = (buf.len() - gap) as u64;
+        let resource_spans =
+            head.len() as u64 + 1 + otlp::varint_len(scope_spans) as u64 + scope_spans;
+        let start = gap
+            - (1 + otlp::varint_len(resource_spans)
+                + head.len()
+                + 1
+                + otlp::varint_len(scope_spans));
+        let mut before = &mut buf[start..gap];
+        // ExportTraceServiceRequest.resource_spans
+        otlp::tag(&mut before, 1, 2);
+        otlp::varint(&mut before, resource_spans);
+        before.put_slice(head);
+        // ResourceSpans.scope_spans
+        otlp::tag(&mut before, 2, 2);
+        otlp::varint(&mut before, scope_spans);
+        buf.advance(start);
+        buf.split().freeze()
     }
 }
 
@@ -442,22 +408,29 @@ fn export_loop(
 ) {
     let mut client = {
         let _entered = runtime.enter();
-        TraceServiceClient::new(config.endpoint.connect_lazy())
+        Grpc::new(config.endpoint.connect_lazy())
     };
     let mut batcher = Batcher::new(config.resource, config.attribute_limit, counters.clone());
+    let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut failing = false;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         loop {
-            let batch: Vec<SpanRecord> = spans.try_iter().take(MAX_BATCH).collect();
+            batch.extend(spans.try_iter().take(MAX_BATCH));
             if batch.is_empty() {
                 break;
             }
             let n = batch.len() as u64;
-            let mut request = tonic::Request::new(batcher.encode(batch, thread_cpu_ns()));
+            let body = batcher.encode(&batch, thread_cpu_ns());
+            batch.clear();
+            let mut request = tonic::Request::new(body);
             *request.metadata_mut() = config.headers.clone();
-            let sent = runtime
-                .block_on(async { tokio::time::timeout(TIMEOUT, client.export(request)).await });
+            request
+                .extensions_mut()
+                .insert(GrpcMethod::new(otlp::SERVICE, otlp::METHOD));
+            let sent = runtime.block_on(async {
+                tokio::time::timeout(TIMEOUT, export(&mut client, request)).await
+            });
             let error = match sent {
                 Ok(Ok(_)) => None,
                 Ok(Err(status)) => Some(status.to_string()),
@@ -478,9 +451,286 @@ fn export_loop(
     }
 }
 
+/// Sends one export request's bytes.
+async fn export(
+    client: &mut Grpc<Channel>,
+    request: tonic::Request<Bytes>,
+) -> Result<(), tonic::Status> {
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    let _: tonic::Response<ExportTraceServiceResponse> = client
+        .unary(
+            request,
+            PathAndQuery::from_static(otlp::EXPORT_PATH),
+            otlp::RawCodec,
+        )
+        .await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    use opentelemetry_proto::tonic::{
+        collector::trace::v1::ExportTraceServiceRequest,
+        common::v1::{ArrayValue, InstrumentationScope},
+        trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
+    };
+
     use super::*;
+
+    /// What `batcher` makes of `spans`, decoded.
+    fn decoded(
+        batcher: &mut Batcher,
+        spans: Vec<SpanRecord>,
+        export_cpu_ns: u64,
+    ) -> ExportTraceServiceRequest {
+        let bytes = batcher.encode(&spans, export_cpu_ns);
+        ExportTraceServiceRequest::decode(bytes).expect("a request that decodes")
+    }
+
+    /// The observer's counters as a request carries them.
+    struct Observed {
+        spans: u64,
+        dropped: u64,
+        record_ns: u64,
+        export_cpu_ns: u64,
+    }
+
+    /// The request of `spans` built as prost structs, as the exporter
+    /// built it before writing bytes itself: the reference.
+    fn reference(
+        resource: &[KeyValue],
+        attribute_limit: usize,
+        spans: &[SpanRecord],
+        observed: &Observed,
+    ) -> ExportTraceServiceRequest {
+        let int = |n: u64| Value::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
+        let mut attributes = resource.to_vec();
+        attributes.extend([
+            kv("tailmesh.observer.spans", int(observed.spans)),
+            kv("tailmesh.observer.dropped", int(observed.dropped)),
+            kv("tailmesh.observer.record_ns", int(observed.record_ns)),
+            kv(
+                "tailmesh.observer.export_cpu_ns",
+                int(observed.export_cpu_ns),
+            ),
+        ]);
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes,
+                    ..Resource::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE.into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans: spans
+                        .iter()
+                        .map(|r| reference_span(r, attribute_limit))
+                        .collect(),
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
+
+    fn reference_span(r: &SpanRecord, attribute_limit: usize) -> Span {
+        use opentelemetry::trace::SpanKind as K;
+        let attributes: Vec<KeyValue> = r
+            .attributes
+            .iter()
+            .take(attribute_limit)
+            .map(|a| kv(a.key.as_str(), reference_value(a.value.clone())))
+            .collect();
+        Span {
+            trace_id: r.trace_id.to_be_bytes().to_vec(),
+            span_id: r.span_id.to_be_bytes().to_vec(),
+            parent_span_id: if r.parent_span_id == 0 {
+                Vec::new()
+            } else {
+                r.parent_span_id.to_be_bytes().to_vec()
+            },
+            flags: otlp::flags(r.parent_remote),
+            name: r.name.to_string(),
+            kind: match r.kind {
+                K::Client => SpanKind::Client,
+                K::Server => SpanKind::Server,
+                K::Producer => SpanKind::Producer,
+                K::Consumer => SpanKind::Consumer,
+                K::Internal => SpanKind::Internal,
+            } as i32,
+            start_time_unix_nano: r.start_unix_ns,
+            end_time_unix_nano: r.end_unix_ns,
+            dropped_attributes_count: u32::try_from(r.attributes.len() - attributes.len())
+                .unwrap_or(u32::MAX),
+            attributes,
+            status: Some(Status {
+                message: String::new(),
+                code: if r.error {
+                    StatusCode::Error
+                } else {
+                    StatusCode::Unset
+                } as i32,
+            }),
+            ..Span::default()
+        }
+    }
+
+    fn reference_value(v: opentelemetry::Value) -> Value {
+        use opentelemetry::{Array, Value as V};
+        let array = |values: Vec<Value>| {
+            Value::ArrayValue(ArrayValue {
+                values: values
+                    .into_iter()
+                    .map(|v| AnyValue { value: Some(v) })
+                    .collect(),
+            })
+        };
+        match v {
+            V::Bool(b) => Value::BoolValue(b),
+            V::I64(i) => Value::IntValue(i),
+            V::F64(f) => Value::DoubleValue(f),
+            V::String(s) => Value::StringValue(s.into()),
+            V::Array(Array::Bool(a)) => array(a.into_iter().map(Value::BoolValue).collect()),
+            V::Array(Array::I64(a)) => array(a.into_iter().map(Value::IntValue).collect()),
+            V::Array(Array::F64(a)) => array(a.into_iter().map(Value::DoubleValue).collect()),
+            V::Array(Array::String(a)) => array(
+                a.into_iter()
+                    .map(|s| Value::StringValue(s.into()))
+                    .collect(),
+            ),
+            other => Value::StringValue(other.as_str().into_owned()),
+        }
+    }
+
+    /// Spans of every shape: roots and children, remote and local
+    /// parents, every kind, errors, past spans, unicode names, empty and
+    /// long names and values, attributes of every type.
+    fn varied_spans() -> Vec<SpanRecord> {
+        use opentelemetry::{Array, KeyValue as Kv, StringValue, trace::SpanKind as K};
+        let kinds = [K::Server, K::Client, K::Internal, K::Producer, K::Consumer];
+        (0..12_u64)
+            .map(|i| SpanRecord {
+                trace_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210 ^ u128::from(i),
+                span_id: 0x8000_0000_0000_0000 | (i + 1),
+                parent_span_id: if i % 3 == 0 { 0 } else { i },
+                parent_remote: i % 4 == 1,
+                kind: kinds[i as usize % kinds.len()].clone(),
+                name: match i % 4 {
+                    0 => "hop.serve".into(),
+                    1 => format!("grüße → 跳 {i} ✓").into(),
+                    2 => "".into(),
+                    _ => "n".repeat(300).into(),
+                },
+                // Past spans: times well before now; one at time zero.
+                start_unix_ns: if i == 5 {
+                    0
+                } else {
+                    1_600_000_000_000_000_000 + i
+                },
+                end_unix_ns: if i == 5 {
+                    7
+                } else {
+                    1_600_000_000_000_000_000 + 2 * i
+                },
+                error: i % 2 == 1,
+                attributes: match i % 3 {
+                    0 => vec![
+                        Kv::new("hop", "a"),
+                        Kv::new("request_id", i as i64),
+                        Kv::new("negative", -42_i64),
+                        Kv::new("zero", 0_i64),
+                        Kv::new("max", i64::MAX),
+                        Kv::new("empty", ""),
+                        Kv::new("ünïcode.key", "värde ✓"),
+                    ],
+                    1 => vec![
+                        Kv::new("slow", true),
+                        Kv::new("fast", false),
+                        Kv::new("ratio", 0.25),
+                        Kv::new("long", "v".repeat(200)),
+                        Kv::new(
+                            "bools",
+                            opentelemetry::Value::Array(Array::Bool(vec![true, false])),
+                        ),
+                        Kv::new(
+                            "ints",
+                            opentelemetry::Value::Array(Array::I64(vec![1, -1, 300])),
+                        ),
+                        Kv::new("floats", opentelemetry::Value::Array(Array::F64(vec![1.5]))),
+                        Kv::new(
+                            "strings",
+                            opentelemetry::Value::Array(Array::String(vec![
+                                StringValue::from("x"),
+                                StringValue::from(""),
+                            ])),
+                        ),
+                    ],
+                    _ => Vec::new(),
+                },
+                cost_ns: 100 + i,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn written_bytes_are_what_prost_makes_of_the_reference_request() {
+        // Every attribute kept, then some dropped by the limit.
+        for limit in [128, 5] {
+            bytes_match_the_reference(limit);
+        }
+    }
+
+    fn bytes_match_the_reference(limit: usize) {
+        let resource = resource_from_env();
+        let counters = Arc::new(Counters::default());
+        let mut batcher = Batcher::new(resource.clone(), limit, counters.clone());
+        let mut observed = Observed {
+            spans: 0,
+            dropped: 0,
+            record_ns: 0,
+            export_cpu_ns: 0,
+        };
+        // A first batch, then one after drops with grown counters, then
+        // an empty one, then a single span.
+        let mut batches = vec![varied_spans(), varied_spans(), Vec::new()];
+        batches.push(varied_spans().into_iter().take(1).collect());
+        for (n, spans) in batches.into_iter().enumerate() {
+            if n == 1 {
+                counters.dropped.fetch_add(300, Ordering::Relaxed);
+                observed.dropped = 300;
+            }
+            observed.spans = observed.spans + spans.len() as u64 + if n == 1 { 300 } else { 0 };
+            observed.record_ns += spans.iter().map(|r| r.cost_ns).sum::<u64>();
+            observed.export_cpu_ns = 1 << (7 * n as u64 + 3);
+            let expected = reference(&resource, limit, &spans, &observed);
+            let bytes = batcher.encode(&spans, observed.export_cpu_ns);
+            let got = ExportTraceServiceRequest::decode(bytes.clone()).expect("decodes");
+            let (got_spans, expected_spans) = (
+                &got.resource_spans[0].scope_spans[0].spans,
+                &expected.resource_spans[0].scope_spans[0].spans,
+            );
+            assert_eq!(
+                got_spans.len(),
+                expected_spans.len(),
+                "limit {limit}, batch {n}"
+            );
+            for (i, (g, e)) in got_spans.iter().zip(expected_spans).enumerate() {
+                assert_eq!(g, e, "limit {limit}, batch {n}, span {i}");
+            }
+            assert_eq!(got, expected, "limit {limit}, batch {n}");
+            assert_eq!(
+                &bytes[..],
+                &expected.encode_to_vec()[..],
+                "limit {limit}, batch {n}"
+            );
+        }
+    }
 
     fn record(id: u64, cost_ns: u64) -> SpanRecord {
         SpanRecord {
@@ -538,7 +788,7 @@ mod tests {
     fn spans_encode_as_the_sdk_exported_them() {
         let counters = Arc::new(Counters::default());
         let mut batcher = Batcher::new(resource_from_env(), 128, counters);
-        let request = batcher.encode(vec![record(1, 0), record(2, 0)], 0);
+        let request = decoded(&mut batcher, vec![record(1, 0), record(2, 0)], 0);
         let scope = &request.resource_spans[0].scope_spans[0];
         assert_eq!(
             scope.scope.as_ref().map(|s| s.name.as_str()),
@@ -586,7 +836,7 @@ mod tests {
     fn every_batch_carries_growing_observer_counters() {
         let counters = Arc::new(Counters::default());
         let mut batcher = Batcher::new(resource_from_env(), 128, counters.clone());
-        let first = batcher.encode(vec![record(1, 100), record(2, 50)], 1_000);
+        let first = decoded(&mut batcher, vec![record(1, 100), record(2, 50)], 1_000);
         assert_eq!(resource_int(&first, "tailmesh.observer.spans"), 2);
         assert_eq!(resource_int(&first, "tailmesh.observer.dropped"), 0);
         assert_eq!(resource_int(&first, "tailmesh.observer.record_ns"), 150);
@@ -595,7 +845,7 @@ mod tests {
             1_000
         );
         counters.dropped.fetch_add(3, Ordering::Relaxed);
-        let second = batcher.encode(vec![record(3, 25)], thread_cpu_ns());
+        let second = decoded(&mut batcher, vec![record(3, 25)], thread_cpu_ns());
         assert_eq!(resource_int(&second, "tailmesh.observer.spans"), 6);
         assert_eq!(resource_int(&second, "tailmesh.observer.dropped"), 3);
         assert_eq!(resource_int(&second, "tailmesh.observer.record_ns"), 175);
@@ -609,7 +859,7 @@ mod tests {
     #[test]
     fn the_attribute_limit_drops_and_counts() {
         let mut batcher = Batcher::new(Vec::new(), 2, Arc::new(Counters::default()));
-        let request = batcher.encode(vec![record(1, 0)], 0);
+        let request = decoded(&mut batcher, vec![record(1, 0)], 0);
         let span = &request.resource_spans[0].scope_spans[0].spans[0];
         assert_eq!(span.attributes.len(), 2);
         assert_eq!(span.dropped_attributes_count, 1);
