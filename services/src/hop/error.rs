@@ -93,6 +93,10 @@ pub(crate) enum CallError {
         replica: u32,
         waited: std::time::Duration,
     },
+    /// A pull worker took a broker task whose deadline had already passed;
+    /// it is refused, never started.
+    #[error("hop \"{hop}\": task {task} taken after its deadline")]
+    TakenAfterDeadline { hop: String, task: u64 },
     /// Nothing was left of the caller's deadline for the downstream calls.
     #[error("hop \"{hop}\": deadline passed before calling downstream")]
     DeadlineBeforeDownstream { hop: String },
@@ -134,9 +138,9 @@ impl From<CallError> for Status {
             CallError::ShuttingDown { .. } => Code::Unavailable,
             CallError::Injected { code, .. } => *code,
             CallError::QueueFull { .. } | CallError::Shed { .. } => Code::ResourceExhausted,
-            CallError::DeadlineBeforeDownstream { .. } | CallError::DeadlineInLine { .. } => {
-                Code::DeadlineExceeded
-            }
+            CallError::DeadlineBeforeDownstream { .. }
+            | CallError::DeadlineInLine { .. }
+            | CallError::TakenAfterDeadline { .. } => Code::DeadlineExceeded,
             CallError::UndecodableRequest { .. } => Code::InvalidArgument,
             CallError::Replica { status, .. } | CallError::ViaBroker { status, .. } => {
                 status.code()
@@ -182,6 +186,14 @@ mod tests {
                 CallError::DeadlineBeforeDownstream { hop: "b".into() },
                 Code::DeadlineExceeded,
                 "hop \"b\": deadline passed before calling downstream",
+            ),
+            (
+                CallError::TakenAfterDeadline {
+                    hop: "b".into(),
+                    task: 7,
+                },
+                Code::DeadlineExceeded,
+                "hop \"b\": task 7 taken after its deadline",
             ),
             (
                 CallError::Replica {

@@ -203,13 +203,14 @@ impl Downstream {
 }
 
 /// The server span of one request at this hop, child of the caller's
-/// context (`parent()`).
+/// context (`parent()`), started at `started` (unix ns) or now.
 fn server_span(
     inner: &Inner,
     request_id: u64,
+    started: Option<u64>,
     parent: impl FnOnce() -> Option<telemetry::SpanContext>,
 ) -> telemetry::TraceSpan {
-    telemetry::TraceSpan::start(SpanKind::Server, parent, || {
+    telemetry::TraceSpan::start_at(SpanKind::Server, started, parent, || {
         (
             inner.behavior.name.clone().into(),
             vec![
@@ -525,7 +526,7 @@ impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
         let (metadata, _, request) = request.into_parts();
-        let mut span = server_span(&self.core.inner, request.request_id, || {
+        let mut span = server_span(&self.core.inner, request.request_id, None, || {
             telemetry::extract_metadata(&metadata)
         });
         let result = span
@@ -667,13 +668,23 @@ async fn pull_worker(
                     source,
                 }
             })?;
-            let timeout = (task.deadline_unix_nanos > 0).then(|| {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default();
-                Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(now)
-            });
-            let mut span = server_span(&core.inner, request.request_id, || {
+            // One clock reading decides whether the task is still wanted
+            // and is when this hop took it: a task past its deadline is
+            // refused here, never started.
+            let taken = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let timeout = (task.deadline_unix_nanos > 0)
+                .then(|| Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(taken));
+            if timeout == Some(Duration::ZERO) {
+                return Err(CallError::TakenAfterDeadline {
+                    hop: core.inner.behavior.name.clone(),
+                    task: task.task_id,
+                }
+                .into());
+            }
+            let taken = u64::try_from(taken.as_nanos()).ok();
+            let mut span = server_span(&core.inner, request.request_id, taken, || {
                 telemetry::extract_headers(&task.headers)
             });
             let reply = span

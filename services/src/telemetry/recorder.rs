@@ -177,17 +177,29 @@ impl TraceSpan {
         parent: impl FnOnce() -> Option<SpanContext>,
         describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
     ) -> Self {
+        Self::start_at(kind, None, parent, describe)
+    }
+
+    /// [`TraceSpan::start`] with the start time given (unix ns, a clock
+    /// reading the caller has just taken and decided on) or taken now.
+    pub fn start_at(
+        kind: SpanKind,
+        started: Option<u64>,
+        parent: impl FnOnce() -> Option<SpanContext>,
+        describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
+    ) -> Self {
         let Some(recorder) = RECORDER.get() else {
             return TraceSpan {
                 cx: None,
                 record: None,
             };
         };
-        let started = unix_ns();
+        let begun = unix_ns();
+        let started = started.unwrap_or(begun);
         let parent = parent();
         let mut span = Self::begin(recorder, kind, parent, started, describe);
         if let Some(r) = &mut span.record {
-            r.cost_ns = unix_ns().saturating_sub(started);
+            r.cost_ns = unix_ns().saturating_sub(begun);
         }
         span
     }
