@@ -390,6 +390,8 @@ pub(crate) struct Row {
     pub id: u64,
     /// `latency_us` in nanoseconds (the file prints exactly three decimals).
     pub latency_ns: u64,
+    /// How late it was sent (`start_us - intended_us`), in nanoseconds.
+    pub send_delay_ns: u64,
     pub status: String,
     pub slow_hops: Vec<String>,
     /// (hop, replica) per path record.
@@ -437,6 +439,7 @@ pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
             variant: f[0].to_string(),
             id: f[1].parse().unwrap_or_else(|e| panic!("id in {line}: {e}")),
             latency_ns: micros3_to_ns(f[5]),
+            send_delay_ns: micros3_to_ns(f[3]).saturating_sub(micros3_to_ns(f[2])),
             status: f[6].to_string(),
             slow_hops: list(f[7]),
             path: list(f[8])
