@@ -1,17 +1,49 @@
-//! `[broker]`: which broker pull hops go through.
+//! `[broker]`: which broker pull hops go through, and how many tasks and
+//! bytes each pulled hop's queue holds.
 
-use tailmesh_services::model::BrokerKind;
+use tailmesh_services::model::{BrokerKind, QueueBounds};
 
 use super::error::Problems;
 use super::read::Section;
 
-const BROKER_KEYS: &[&str] = &["kind"];
+const BROKER_KEYS: &[&str] = &["kind", "queue_capacity", "queue_bytes"];
+
+/// The most tasks `queue_capacity` may name.
+pub(super) const MAX_QUEUE_CAPACITY: i64 = 10_000_000;
+/// The least bytes `queue_bytes` may name: tailmesh's broker's largest
+/// payload (4 MiB), so any payload it accepts fits an empty queue.
+pub(super) const MIN_QUEUE_BYTES: i64 = 4 * 1024 * 1024;
+/// The most bytes `queue_bytes` may name: 64 GiB, more than a broker
+/// holding its queues in memory should be given.
+pub(super) const MAX_QUEUE_BYTES: i64 = 64 * 1024 * 1024 * 1024;
+
+/// `[broker]` as read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Broker {
+    /// Which broker pull hops go through.
+    pub(super) kind: BrokerKind,
+    /// How much each pulled hop's queue holds, whichever the broker.
+    pub(super) bounds: QueueBounds,
+}
 
 /// Reads `[broker]`: `kind` = `"tailmesh"` (the default) | `"rabbitmq"` |
-/// `"nats"`.
-pub(super) fn broker(s: &Section<'_>, p: &mut Problems) -> Option<BrokerKind> {
+/// `"nats"`; `queue_capacity` (tasks, 1 to 10,000,000, default 10,000) and
+/// `queue_bytes` (4 MiB to 64 GiB, default 64 MiB).
+pub(super) fn broker(s: &Section<'_>, p: &mut Problems) -> Option<Broker> {
     s.unknown_keys(p, BROKER_KEYS);
-    match s.get("kind") {
+    let capacity = match s.get("queue_capacity") {
+        None => Some(QueueBounds::DEFAULT_CAPACITY),
+        Some(_) => s
+            .int_in(p, "queue_capacity", 1, MAX_QUEUE_CAPACITY)
+            .and_then(|c| u32::try_from(c).ok()),
+    };
+    let bytes = match s.get("queue_bytes") {
+        None => Some(QueueBounds::DEFAULT_BYTES),
+        Some(_) => s
+            .int_in(p, "queue_bytes", MIN_QUEUE_BYTES, MAX_QUEUE_BYTES)
+            .and_then(|b| u64::try_from(b).ok()),
+    };
+    let kind = match s.get("kind") {
         None => Some(BrokerKind::default()),
         Some(_) => s.choice(
             p,
@@ -22,7 +54,14 @@ pub(super) fn broker(s: &Section<'_>, p: &mut Problems) -> Option<BrokerKind> {
                 ("nats", BrokerKind::Nats),
             ],
         ),
-    }
+    };
+    Some(Broker {
+        kind: kind?,
+        bounds: QueueBounds {
+            capacity: capacity?,
+            bytes: bytes?,
+        },
+    })
 }
 
 #[cfg(test)]
