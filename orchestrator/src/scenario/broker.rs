@@ -66,7 +66,7 @@ pub(super) fn broker(s: &Section<'_>, p: &mut Problems) -> Option<Broker> {
 
 #[cfg(test)]
 mod tests {
-    use tailmesh_services::model::BrokerKind;
+    use tailmesh_services::model::{BrokerKind, QueueBounds};
 
     use crate::scenario::parse;
 
@@ -87,6 +87,15 @@ transport = "pull"
             .variants
             .into_iter()
             .map(|v| (v.name, v.broker))
+            .collect()
+    }
+
+    fn bounds(text: &str) -> Vec<(String, QueueBounds)> {
+        let scenario = parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        scenario
+            .variants
+            .into_iter()
+            .map(|v| (v.name, v.queue_bounds))
             .collect()
     }
 
@@ -111,6 +120,90 @@ transport = "pull"
                 ("t".to_owned(), BrokerKind::Tailmesh),
                 ("r".to_owned(), BrokerKind::Rabbitmq)
             ]
+        );
+    }
+
+    #[test]
+    fn queue_bounds_default_to_tailmeshs_brokers_and_are_read_and_overridden() {
+        let default = QueueBounds {
+            capacity: 10_000,
+            bytes: 64 * 1024 * 1024,
+        };
+        assert_eq!(QueueBounds::default(), default);
+        assert_eq!(bounds(BASE), [("base".to_owned(), default)]);
+        let file = format!(
+            "{BASE}[broker]\nkind = \"rabbitmq\"\nqueue_capacity = 5\nqueue_bytes = 5000000\n"
+        );
+        assert_eq!(
+            bounds(&file),
+            [(
+                "base".to_owned(),
+                QueueBounds {
+                    capacity: 5,
+                    bytes: 5_000_000
+                }
+            )]
+        );
+        let variants = format!(
+            "{BASE}[broker]\nqueue_capacity = 7\n[[variant]]\nname = \"file\"\n[[variant]]\nname = \"set\"\nset = {{ \"broker.queue_capacity\" = 3, \"broker.queue_bytes\" = 8388608 }}\n[[variant]]\nname = \"unset\"\nunset = [\"broker.queue_capacity\"]\n"
+        );
+        assert_eq!(
+            bounds(&variants),
+            [
+                (
+                    "file".to_owned(),
+                    QueueBounds {
+                        capacity: 7,
+                        ..default
+                    }
+                ),
+                (
+                    "set".to_owned(),
+                    QueueBounds {
+                        capacity: 3,
+                        bytes: 8 * 1024 * 1024
+                    }
+                ),
+                ("unset".to_owned(), default),
+            ]
+        );
+    }
+
+    #[test]
+    fn zero_absurd_or_mistyped_queue_bounds_are_reported_where_they_are_written() {
+        for (line, at) in [
+            ("queue_capacity = 0", "t.toml:11:18"),
+            ("queue_capacity = 10000001", "t.toml:11:18"),
+            ("queue_capacity = -1", "t.toml:11:18"),
+            ("queue_bytes = 0", "t.toml:11:15"),
+            ("queue_bytes = 4194303", "t.toml:11:15"),
+            ("queue_bytes = 68719476737", "t.toml:11:15"),
+        ] {
+            let problem = problems(&format!("{BASE}[broker]\n{line}\n"));
+            let key = line.split(' ').next().unwrap_or_default();
+            assert!(
+                problem.contains(at) && problem.contains(key) && problem.contains("between"),
+                "{line}: {problem}"
+            );
+        }
+        let typed = problems(&format!("{BASE}[broker]\nqueue_capacity = \"5\"\n"));
+        assert!(
+            typed.contains("t.toml:11:18") && typed.contains("integer"),
+            "{typed}"
+        );
+        let both = problems(&format!(
+            "{BASE}[broker]\nqueue_capacity = 0\nqueue_bytes = 1\n"
+        ));
+        assert!(
+            both.contains("t.toml:11:18") && both.contains("t.toml:12:15"),
+            "{both}"
+        );
+        let value = problems(&format!(
+            "{BASE}[[variant]]\nname = \"v\"\nset = {{ \"broker.queue_capacity\" = 0 }}\n"
+        ));
+        assert!(
+            value.contains("variant \"v\"") && value.contains("queue_capacity"),
+            "{value}"
         );
     }
 
