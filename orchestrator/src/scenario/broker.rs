@@ -1,7 +1,10 @@
 //! `[broker]`: which broker pull hops go through, and how many tasks and
 //! bytes each pulled hop's queue holds.
 
-use tailmesh_services::model::{BrokerKind, QueueBounds};
+use tailmesh_services::{
+    limits::MAX_CALL_MESSAGE_BYTES,
+    model::{BrokerKind, QueueBounds},
+};
 
 use super::error::Problems;
 use super::read::Section;
@@ -10,9 +13,10 @@ const BROKER_KEYS: &[&str] = &["kind", "queue_capacity", "queue_bytes"];
 
 /// The most tasks `queue_capacity` may name.
 pub(super) const MAX_QUEUE_CAPACITY: i64 = 10_000_000;
-/// The least bytes `queue_bytes` may name: tailmesh's broker's largest
-/// payload (4 MiB), so any payload it accepts fits an empty queue.
-pub(super) const MIN_QUEUE_BYTES: i64 = 4 * 1024 * 1024;
+/// The least bytes `queue_bytes` may name: the largest task tailmesh's
+/// broker accepts (a whole hop message, 4 MiB of payload and 64 KiB for
+/// the rest), so any task fits an empty queue.
+pub(super) const MIN_QUEUE_BYTES: i64 = MAX_CALL_MESSAGE_BYTES as i64;
 /// The most bytes `queue_bytes` may name: 64 GiB, more than a broker
 /// holding its queues in memory should be given.
 pub(super) const MAX_QUEUE_BYTES: i64 = 64 * 1024 * 1024 * 1024;
@@ -28,7 +32,7 @@ pub(super) struct Broker {
 
 /// Reads `[broker]`: `kind` = `"tailmesh"` (the default) | `"rabbitmq"` |
 /// `"nats"`; `queue_capacity` (tasks, 1 to 10,000,000, default 10,000) and
-/// `queue_bytes` (4 MiB to 64 GiB, default 64 MiB).
+/// `queue_bytes` (4,259,840 to 64 GiB, default 64 MiB).
 pub(super) fn broker(s: &Section<'_>, p: &mut Problems) -> Option<Broker> {
     s.unknown_keys(p, BROKER_KEYS);
     let capacity = match s.get("queue_capacity") {
@@ -176,7 +180,7 @@ transport = "pull"
             ("queue_capacity = 10000001", "t.toml:11:18"),
             ("queue_capacity = -1", "t.toml:11:18"),
             ("queue_bytes = 0", "t.toml:11:15"),
-            ("queue_bytes = 4194303", "t.toml:11:15"),
+            ("queue_bytes = 4259839", "t.toml:11:15"),
             ("queue_bytes = 68719476737", "t.toml:11:15"),
         ] {
             let problem = problems(&format!("{BASE}[broker]\n{line}\n"));
@@ -186,6 +190,8 @@ transport = "pull"
                 "{line}: {problem}"
             );
         }
+        let least = format!("{BASE}[broker]\nqueue_bytes = 4259840\n");
+        assert_eq!(bounds(&least)[0].1.bytes, 4_259_840);
         let typed = problems(&format!("{BASE}[broker]\nqueue_capacity = \"5\"\n"));
         assert!(
             typed.contains("t.toml:11:18") && typed.contains("integer"),
