@@ -784,6 +784,27 @@ fn full_queue(kind: BrokerKind) {
             "{refused:?}"
         );
         assert!(refused.message().contains("is full"), "{refused:?}");
+        // A producer asking for other bounds finds the queue as it is and
+        // is told so, naming it.
+        let other = backend::Producer::connect_lazy(
+            kind,
+            &addr,
+            QueueBounds {
+                capacity: 7,
+                ..bounds
+            },
+        );
+        let mismatch = other
+            .submit(topic, vec![1; 16], HashMap::new(), patience)
+            .await
+            .expect_err("a queue declared with other bounds");
+        assert_eq!(
+            mismatch.code(),
+            tonic::Code::FailedPrecondition,
+            "{mismatch:?}"
+        );
+        assert!(mismatch.message().contains(topic), "{mismatch:?}");
+        drop(other);
         waiting.abort_all();
         drop(producer);
         server.stop().await;
