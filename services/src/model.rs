@@ -128,6 +128,36 @@ impl BrokerKind {
     }
 }
 
+/// How many tasks, and how many payload bytes, may wait in a pulled hop's
+/// queue before submits are refused with RESOURCE_EXHAUSTED, whichever the
+/// broker: tailmesh's broker's `--queue-capacity` and `--queue-bytes`,
+/// RabbitMQ's `x-max-length` and `x-max-length-bytes`, JetStream's
+/// `max_messages` and `max_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueBounds {
+    /// Most tasks waiting per topic.
+    pub capacity: u32,
+    /// Most payload bytes waiting per topic.
+    pub bytes: u64,
+}
+
+impl QueueBounds {
+    /// The default number of tasks: 10,000.
+    pub const DEFAULT_CAPACITY: u32 = 10_000;
+    /// The default number of bytes: 64 MiB (see
+    /// [`BrokerConfig::queue_bytes`](crate::broker::BrokerConfig::queue_bytes)).
+    pub const DEFAULT_BYTES: u64 = 64 * 1024 * 1024;
+}
+
+impl Default for QueueBounds {
+    fn default() -> Self {
+        QueueBounds {
+            capacity: Self::DEFAULT_CAPACITY,
+            bytes: Self::DEFAULT_BYTES,
+        }
+    }
+}
+
 /// How a push caller picks a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

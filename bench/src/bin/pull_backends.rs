@@ -317,6 +317,7 @@ fn bench_case(
                 run_backend_worker(
                     kind,
                     addr,
+                    Default::default(),
                     topic,
                     "bench-worker".into(),
                     WorkerOptions::credits(64),
@@ -346,7 +347,7 @@ fn bench_case(
             .encode_to_vec()
         };
         let submit = Submit {
-            producer: Producer::connect_lazy(kind, addr),
+            producer: Producer::connect_lazy(kind, addr, Default::default()),
             topic: topic.into(),
             payload: payload.into(),
         };

@@ -62,6 +62,7 @@ pub(crate) fn variant(name: &str, hops: Vec<Hop>) -> Variant {
         hops,
         launcher: Launcher::Local,
         broker: tailmesh_services::model::BrokerKind::Tailmesh,
+        queue_bounds: Default::default(),
         sweep: None,
     }
 }

@@ -120,7 +120,7 @@ pub(crate) struct BrokerArgs {
     #[arg(long, value_delimiter = ',', value_parser = topic_discipline)]
     discipline: Vec<(String, Discipline)>,
     /// Most tasks queued per topic; more are refused with RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = BrokerConfig::default().queue_capacity)]
     queue_capacity: usize,
     /// Most payload bytes queued per topic (64 MiB by default, at least the
     /// 4 MiB payload limit); more are refused with RESOURCE_EXHAUSTED.

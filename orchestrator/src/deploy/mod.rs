@@ -199,7 +199,8 @@ impl Service {
             Role::Broker {
                 topics,
                 disciplines,
-            } => crate::plan::broker_args(topics, disciplines),
+                bounds,
+            } => crate::plan::broker_args(topics, disciplines, *bounds),
         };
         args.into_iter()
             .chain(["--listen".to_owned(), listen])

@@ -414,7 +414,7 @@ fn find(program: &str, kind: BrokerKind) -> Option<PathBuf> {
 pub(crate) async fn probe(kind: BrokerKind, addr: &PeerAddr) -> Result<(), BrokerProbeError> {
     tokio::time::timeout(
         PROBE_TIMEOUT,
-        tailmesh_services::broker::backend::stats(kind, addr, &[]),
+        tailmesh_services::broker::backend::stats(kind, addr, Default::default(), &[]),
     )
     .await
     .map_err(|_| BrokerProbeError::Silent(PROBE_TIMEOUT))?

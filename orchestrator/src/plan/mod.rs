@@ -23,7 +23,7 @@ use tailmesh_services::{
     addr::PeerAddr,
     discipline::Discipline,
     hop::{DownstreamConfig, HopConfig},
-    model::Transport,
+    model::{QueueBounds, Transport},
 };
 
 /// The deployment's images must listen where the plan says they do.
@@ -64,13 +64,27 @@ pub enum Role {
         topics: Vec<String>,
         /// The topics whose queue discipline is not the default (fifo).
         disciplines: Vec<(String, Discipline)>,
+        /// How many tasks and bytes each topic's queue holds.
+        bounds: QueueBounds,
     },
 }
 
 /// The `tailmesh` arguments that start the broker of `topics`, up to
 /// (not including) where it listens.
-pub(crate) fn broker_args(topics: &[String], disciplines: &[(String, Discipline)]) -> Vec<String> {
-    let mut args = vec!["broker".to_owned(), "--topics".to_owned(), topics.join(",")];
+pub(crate) fn broker_args(
+    topics: &[String],
+    disciplines: &[(String, Discipline)],
+    bounds: QueueBounds,
+) -> Vec<String> {
+    let mut args = vec![
+        "broker".to_owned(),
+        "--topics".to_owned(),
+        topics.join(","),
+        "--queue-capacity".to_owned(),
+        bounds.capacity.to_string(),
+        "--queue-bytes".to_owned(),
+        bounds.bytes.to_string(),
+    ];
     if !disciplines.is_empty() {
         let per_topic: Vec<String> = disciplines
             .iter()
@@ -136,6 +150,7 @@ impl MeshPlan {
                 role: Role::Broker {
                     topics,
                     disciplines,
+                    bounds: variant.queue_bounds,
                 },
                 name: BROKER.to_owned(),
                 otel_name: BROKER.to_owned(),
@@ -220,6 +235,7 @@ impl MeshPlan {
             downstream,
             broker: addrs.broker.clone(),
             broker_kind: self.variant.broker,
+            queue_bounds: self.variant.queue_bounds,
             concurrency: hop.concurrency,
             queue_limit: hop.queue_limit,
             discipline: hop.discipline,
@@ -330,6 +346,7 @@ replica_net = { replica = 0, loss = 0.1 }
             Some(&Role::Broker {
                 topics: vec!["c".into()],
                 disciplines: Vec::new(),
+                bounds: QueueBounds::default(),
             })
         );
         let otel: Vec<&str> = plan.hops().map(|(p, _, _)| p.otel_name.as_str()).collect();
@@ -369,17 +386,67 @@ replica_net = { replica = 0, loss = 0.1 }
         let Some(Role::Broker {
             topics,
             disciplines,
+            bounds,
         }) = plan.broker().map(|b| &b.role)
         else {
             panic!("a broker");
         };
         assert_eq!(
-            broker_args(topics, disciplines),
-            ["broker", "--topics", "c", "--discipline", "c=adaptive"]
+            broker_args(topics, disciplines, *bounds),
+            [
+                "broker",
+                "--topics",
+                "c",
+                "--queue-capacity",
+                "10000",
+                "--queue-bytes",
+                "67108864",
+                "--discipline",
+                "c=adaptive"
+            ]
         );
         let b = &plan.variant.hops[1];
         let config = plan.hop_config(b, 1, &Addrs::default());
         assert_eq!(config.discipline, Discipline::Lifo);
+    }
+
+    #[test]
+    fn queue_bounds_reach_the_brokers_arguments_and_every_hops_config() {
+        let text = format!(
+            "{CHAIN}[broker]\nkind = \"nats\"\nqueue_capacity = 5\nqueue_bytes = 8388608\n"
+        );
+        let scenario =
+            crate::scenario::parse(&text, "chain.toml").unwrap_or_else(|e| panic!("{e}"));
+        let plan = MeshPlan::new(&scenario, &scenario.variants[0]);
+        let small = QueueBounds {
+            capacity: 5,
+            bytes: 8 * 1024 * 1024,
+        };
+        let Some(Role::Broker {
+            topics,
+            disciplines,
+            bounds,
+        }) = plan.broker().map(|b| &b.role)
+        else {
+            panic!("a broker");
+        };
+        assert_eq!(*bounds, small);
+        let args = broker_args(topics, disciplines, *bounds);
+        let value = |flag: &str| {
+            let at = args.iter().position(|a| a == flag);
+            at.and_then(|i| args.get(i + 1)).map(String::as_str)
+        };
+        assert_eq!(value("--queue-capacity"), Some("5"), "{args:?}");
+        assert_eq!(value("--queue-bytes"), Some("8388608"), "{args:?}");
+        // Every replica declares the external broker's queues it uses
+        // (as producer or worker) with the same bounds, through its config.
+        for (_, hop, replica) in plan.hops() {
+            let config = plan.hop_config(hop, replica, &Addrs::default());
+            assert_eq!(config.queue_bounds, small, "{}", hop.name);
+            let json = serde_json::to_string(&config).unwrap_or_else(|e| panic!("{e}"));
+            let back: HopConfig = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(back.queue_bounds, small);
+        }
     }
 
     #[test]

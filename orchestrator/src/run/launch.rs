@@ -6,7 +6,7 @@ use tailmesh_netfault::tool;
 use tailmesh_services::{
     addr::PeerAddr,
     broker::{BrokerClient, BrokerError, TopicStats, backend},
-    model::BrokerKind,
+    model::{BrokerKind, QueueBounds},
 };
 
 use super::{RunError, RunOptions, TraceSetup};
@@ -156,8 +156,9 @@ fn spec_of(
         Role::Broker {
             topics,
             disciplines,
+            bounds,
         } => spec
-            .args(crate::plan::broker_args(topics, disciplines))
+            .args(crate::plan::broker_args(topics, disciplines, *bounds))
             .arg("--kind")
             .arg(plan.variant.broker.as_str())
             .ready_within(brokers::READY_TIMEOUT),
@@ -222,13 +223,14 @@ pub(super) enum StatsError {
 pub(super) async fn broker_stats(
     kind: BrokerKind,
     addr: &PeerAddr,
+    bounds: QueueBounds,
     topics: &[String],
 ) -> Result<Vec<TopicStats>, StatsError> {
     if kind == BrokerKind::Tailmesh {
         let mut client = BrokerClient::connect(addr).await?;
         return client.stats(None).await.map_err(StatsError::Call);
     }
-    backend::stats(kind, addr, topics)
+    backend::stats(kind, addr, bounds, topics)
         .await
         .map_err(StatsError::Call)
 }

@@ -374,7 +374,7 @@ async fn measure(
     })?;
     let target = match (entry.transport, broker.clone()) {
         (Transport::Pull, Some(broker)) => Target::pull(
-            PullTarget::of_kind(variant.broker, broker, &entry.name),
+            PullTarget::of_kind(variant.broker, variant.queue_bounds, broker, &entry.name),
             entry.client.clone(),
         ),
         _ => {
@@ -455,13 +455,15 @@ async fn measure(
     let (faults, fault_incidents) = faults.finish().await;
     incidents.extend(fault_incidents);
     let broker = match broker {
-        Some(addr) => match launch::broker_stats(variant.broker, &addr, &topics).await {
-            Ok(stats) => stats,
-            Err(e) => {
-                incidents.push(format!("broker statistics unavailable: {e}"));
-                Vec::new()
+        Some(addr) => {
+            match launch::broker_stats(variant.broker, &addr, variant.queue_bounds, &topics).await {
+                Ok(stats) => stats,
+                Err(e) => {
+                    incidents.push(format!("broker statistics unavailable: {e}"));
+                    Vec::new()
+                }
             }
-        },
+        }
         None => Vec::new(),
     };
     let mut memory = launcher.peak_memory();

@@ -221,7 +221,8 @@ fn variant_of(name: String, overrides: Vec<(String, String)>, parts: &Parts) -> 
         load: parts.load.clone(),
         hops: parts.hops.clone(),
         launcher: parts.launcher,
-        broker: parts.broker,
+        broker: parts.broker.kind,
+        queue_bounds: parts.broker.bounds,
         sweep: None,
     }
 }

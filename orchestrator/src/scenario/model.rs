@@ -6,7 +6,8 @@ use std::time::Duration;
 use tailmesh_services::discipline::Discipline;
 pub use tailmesh_services::hop::policy::{ClientPolicy, Hedge};
 use tailmesh_services::model::{
-    Balance, BrokerKind, ErrorInjection, HopBehavior, ReplicaSlow, Slowness, Transport, Work,
+    Balance, BrokerKind, ErrorInjection, HopBehavior, QueueBounds, ReplicaSlow, Slowness,
+    Transport, Work,
 };
 
 /// Most hops a scenario may declare.
@@ -143,6 +144,9 @@ pub struct Variant {
     pub launcher: Launcher,
     /// The broker pull hops go through.
     pub broker: BrokerKind,
+    /// How many tasks and bytes each pulled hop's queue holds (`[broker]`
+    /// `queue_capacity` and `queue_bytes`), whichever the broker.
+    pub queue_bounds: QueueBounds,
     /// Its place in the scenario's sweep, if any.
     pub sweep: Option<SweepPoint>,
 }

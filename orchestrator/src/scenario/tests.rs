@@ -222,6 +222,7 @@ fn full_scenario_parses_into_the_exact_model() {
             ],
             launcher: Launcher::Auto,
             broker: tailmesh_services::model::BrokerKind::Tailmesh,
+            queue_bounds: tailmesh_services::model::QueueBounds::default(),
             sweep: None,
         }],
         check: Check {
@@ -500,6 +501,7 @@ fn defaults_fill_in_a_minimal_scenario() {
             hops: vec![plain("a", &["b"]), plain("b", &["c"]), plain("c", &[])],
             launcher: Launcher::Local,
             broker: tailmesh_services::model::BrokerKind::Tailmesh,
+            queue_bounds: tailmesh_services::model::QueueBounds::default(),
             sweep: None,
         }],
         check: Check {

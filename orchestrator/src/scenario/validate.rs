@@ -11,9 +11,7 @@ use tailmesh_services::{
         DEFAULT_QUEUE_LIMIT, IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
         MAX_QUEUE_LIMIT,
     },
-    model::{
-        Balance, BrokerKind, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
-    },
+    model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
 };
 
 use super::error::Problems;
@@ -106,7 +104,7 @@ pub(super) struct Parts {
     pub check: Check,
     pub report: Report,
     pub telemetry: Telemetry,
-    pub broker: BrokerKind,
+    pub broker: super::broker::Broker,
 }
 
 /// Validates a whole tree; `Some` only if it has no problem at all.
@@ -217,7 +215,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
     let broker = match table_section(&top, &mut p, "broker") {
         Some(Some(section)) => super::broker::broker(&section, &mut p),
         Some(None) => None,
-        None => Some(BrokerKind::default()),
+        None => Some(super::broker::Broker::default()),
     };
 
     let parts = match (

@@ -18,7 +18,11 @@ use nix::{
 };
 use serde_json::Value;
 use tailmesh::launcher::brokers::{BrokerServer, ServerSpec};
-use tailmesh_services::{addr::PeerAddr, broker::backend, model::BrokerKind};
+use tailmesh_services::{
+    addr::PeerAddr,
+    broker::backend,
+    model::{BrokerKind, QueueBounds},
+};
 
 tests! {
     sync nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted,
@@ -35,6 +39,8 @@ tests! {
     sync a_rabbitmq_worker_with_credit_1_never_holds_2_tasks,
     sync a_full_nats_stream_refuses_with_resource_exhausted,
     sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
+    sync a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest,
+    sync a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest,
     sync a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted,
 }
 
@@ -286,7 +292,9 @@ work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
         let victim = pid_of(&results, "base", "hop-b-1");
         let stats = endpoint(&results).and_then(|addr| {
             runtime.block_on(async {
-                let stats = backend::stats(kind, &addr, &["b".to_owned()]).await.ok()?;
+                let stats = backend::stats(kind, &addr, QueueBounds::default(), &["b".to_owned()])
+                    .await
+                    .ok()?;
                 stats.into_iter().next()
             })
         });
@@ -399,7 +407,9 @@ work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
         let victim = pid_of(&results, "base", "hop-b-1");
         let stats = endpoint(&results).and_then(|addr| {
             runtime.block_on(async {
-                let stats = backend::stats(kind, &addr, &["b".to_owned()]).await.ok()?;
+                let stats = backend::stats(kind, &addr, QueueBounds::default(), &["b".to_owned()])
+                    .await
+                    .ok()?;
                 stats.into_iter().next()
             })
         });
@@ -640,7 +650,9 @@ work = {{ kind = "sleep", dist = "fixed", value = "5ms" }}
         .with_deadline(BROKER_RUN_DEADLINE);
     let stats = |addr: &PeerAddr| {
         runtime.block_on(async {
-            let stats = backend::stats(kind, addr, &["b".to_owned()]).await.ok()?;
+            let stats = backend::stats(kind, addr, QueueBounds::default(), &["b".to_owned()])
+                .await
+                .ok()?;
             stats.into_iter().next()
         })
     };
@@ -739,12 +751,13 @@ fn full_queue(kind: BrokerKind) {
             server.log().display()
         );
         let addr = PeerAddr::from(server.addr);
-        let producer = backend::Producer::connect_lazy(kind, &addr);
+        let bounds = QueueBounds::default();
+        let producer = backend::Producer::connect_lazy(kind, &addr, bounds);
         let topic = "full";
         let patience = Some(Duration::from_secs(120));
         // No worker: every task stays queued until the queue is full.
         let mut waiting = tokio::task::JoinSet::new();
-        for _ in 0..backend::QUEUE_CAPACITY {
+        for _ in 0..bounds.capacity {
             let producer = producer.clone();
             waiting.spawn(async move {
                 producer
@@ -754,11 +767,11 @@ fn full_queue(kind: BrokerKind) {
         }
         let started = std::time::Instant::now();
         loop {
-            let depth = backend::stats(kind, &addr, &[topic.to_owned()])
+            let depth = backend::stats(kind, &addr, bounds, &[topic.to_owned()])
                 .await
                 .ok()
                 .and_then(|s| s.first().map(|t| t.depth));
-            if depth == Some(u64::from(backend::QUEUE_CAPACITY)) {
+            if depth == Some(u64::from(bounds.capacity)) {
                 break;
             }
             // A refusal before the queue is full would be an answer.
@@ -781,10 +794,105 @@ fn full_queue(kind: BrokerKind) {
             "{refused:?}"
         );
         assert!(refused.message().contains("is full"), "{refused:?}");
+        // A producer asking for other bounds finds the queue as it is and
+        // is told so, naming it.
+        let other = backend::Producer::connect_lazy(
+            kind,
+            &addr,
+            QueueBounds {
+                capacity: 7,
+                ..bounds
+            },
+        );
+        let mismatch = other
+            .submit(topic, vec![1; 16], HashMap::new(), patience)
+            .await
+            .expect_err("a queue declared with other bounds");
+        assert_eq!(
+            mismatch.code(),
+            tonic::Code::FailedPrecondition,
+            "{mismatch:?}"
+        );
+        assert!(mismatch.message().contains(topic), "{mismatch:?}");
+        drop(other);
         waiting.abort_all();
         drop(producer);
         server.stop().await;
     });
+}
+
+fn a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
+    scenario_capacity(BrokerKind::Nats);
+}
+
+fn a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
+    scenario_capacity(BrokerKind::Rabbitmq);
+}
+
+/// The scenario's `queue_capacity` bounds the external broker's queue: 20
+/// requests at once at a hop whose one worker (credit 1) is busy for 2 s
+/// find room for 5 queued tasks (JetStream: held ones included, as a work
+/// queue keeps a task until it is acknowledged; RabbitMQ: plus the one its
+/// worker holds, which no longer counts), and the rest are refused at once
+/// with RESOURCE_EXHAUSTED, counted so in summary.json. With the default
+/// bound of 10,000 none would be.
+fn scenario_capacity(kind: BrokerKind) {
+    require(kind);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = write(
+        dir.path(),
+        "bounded.toml",
+        &format!(
+            r#"
+name = "broker-bounded"
+seed = 13
+
+[broker]
+kind = "{}"
+queue_capacity = 5
+
+[load]
+mode = "open"
+rate = 200
+arrivals = "uniform"
+requests = 20
+timeout = "3s"
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "b"
+transport = "pull"
+concurrency = 1
+work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
+"#,
+            kind.as_str()
+        ),
+    );
+    let results = dir.path().join("results");
+    let finished = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
+        .with_deadline(BROKER_RUN_DEADLINE)
+        .wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    assert_eq!(u64_at(v, "/sent"), 20, "{context}");
+    let refused = errors(v).get("resource_exhausted").copied().unwrap_or(0);
+    let (capacity, credit) = (5, 1);
+    let least = match kind {
+        BrokerKind::Rabbitmq => 20 - capacity - credit,
+        _ => 20 - capacity,
+    };
+    assert!(
+        (least..=20 - capacity).contains(&refused),
+        "{refused} requests refused RESOURCE_EXHAUSTED, expected {least} to {}:\n{context}",
+        20 - capacity
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -836,7 +944,7 @@ work = { kind = "sleep", dist = "fixed", value = "1ms" }
     let server = loop {
         let flowing = endpoint(&results).is_some_and(|addr| {
             runtime.block_on(async {
-                backend::stats(kind, &addr, &["b".to_owned()])
+                backend::stats(kind, &addr, QueueBounds::default(), &["b".to_owned()])
                     .await
                     .is_ok_and(|s| s.first().is_some_and(|t| t.enqueued >= 20))
             })

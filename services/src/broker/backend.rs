@@ -23,7 +23,11 @@ use tonic::{Code, Status};
 use super::{
     BrokerClient, BrokerError, Release, WorkerOptions, nats, rabbitmq, run_worker_releasing,
 };
-use crate::{addr::PeerAddr, model::BrokerKind, telemetry};
+use crate::{
+    addr::PeerAddr,
+    model::{BrokerKind, QueueBounds},
+    telemetry,
+};
 
 /// Header: the task's absolute deadline, Unix nanoseconds (absent: none).
 pub const DEADLINE_HEADER: &str = "tm-deadline";
@@ -33,9 +37,6 @@ pub const ENQUEUED_HEADER: &str = "tm-enqueued";
 pub const CODE_HEADER: &str = "tm-code";
 /// Reply header: the status message of an error answer.
 pub const MESSAGE_HEADER: &str = "tm-message";
-/// Most tasks waiting per topic in an external broker before publishing is
-/// refused with RESOURCE_EXHAUSTED: tailmesh's broker's default capacity.
-pub const QUEUE_CAPACITY: u32 = 10_000;
 /// Deliveries a task may have (the first and redeliveries after a lost
 /// worker), as tailmesh's broker's default.
 pub const MAX_DELIVERIES: u32 = 3;
@@ -174,11 +175,16 @@ impl Producer {
     }
 
     /// A producer for the `kind` broker at `addr`, connecting on first use.
-    pub fn connect_lazy(kind: BrokerKind, addr: &PeerAddr) -> Self {
+    /// An external broker's queue is declared with `bounds` by whichever of
+    /// its producers and workers comes first (tailmesh's broker has its
+    /// own, from its arguments).
+    pub fn connect_lazy(kind: BrokerKind, addr: &PeerAddr, bounds: QueueBounds) -> Self {
         match kind {
             BrokerKind::Tailmesh => Producer::Tailmesh(BrokerClient::connect_lazy(addr)),
-            BrokerKind::Nats => Producer::Nats(nats::NatsProducer::new(addr.clone())),
-            BrokerKind::Rabbitmq => Producer::Rabbitmq(rabbitmq::RabbitProducer::new(addr.clone())),
+            BrokerKind::Nats => Producer::Nats(nats::NatsProducer::new(addr.clone(), bounds)),
+            BrokerKind::Rabbitmq => {
+                Producer::Rabbitmq(rabbitmq::RabbitProducer::new(addr.clone(), bounds))
+            }
         }
     }
 
@@ -215,10 +221,13 @@ impl Producer {
 /// downstream hops; the external brokers' workers acknowledge a task only
 /// after its reply is sent, so a worker lost at any point (even after the
 /// release) leaves its tasks to be delivered again, as tailmesh's broker
-/// does.
+/// does. An external broker's queue is declared with `bounds` (see
+/// [`Producer::connect_lazy`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn run_backend_worker<H, F>(
     kind: BrokerKind,
     addr: PeerAddr,
+    bounds: QueueBounds,
     topic: String,
     worker: String,
     options: WorkerOptions,
@@ -235,10 +244,28 @@ where
             run_worker_releasing(addr, topic, worker, options, handler, shutdown).await
         }
         BrokerKind::Nats => {
-            nats::run_worker(addr, topic, worker, credits.max(1), handler, shutdown).await
+            nats::run_worker(
+                addr,
+                bounds,
+                topic,
+                worker,
+                credits.max(1),
+                handler,
+                shutdown,
+            )
+            .await
         }
         BrokerKind::Rabbitmq => {
-            rabbitmq::run_worker(addr, topic, worker, credits.max(1), handler, shutdown).await
+            rabbitmq::run_worker(
+                addr,
+                bounds,
+                topic,
+                worker,
+                credits.max(1),
+                handler,
+                shutdown,
+            )
+            .await
         }
     }
 }
@@ -320,10 +347,11 @@ where
 /// broker's terms: what the broker itself reports (NATS JetStream: stream
 /// and consumer state; RabbitMQ: queue depth and consumers), the rest left
 /// zero (queue waits are measured by the workers and travel in the reply
-/// paths).
+/// paths). RabbitMQ's queues are declared to read them, with `bounds`.
 pub async fn stats(
     kind: BrokerKind,
     addr: &PeerAddr,
+    bounds: QueueBounds,
     topics: &[String],
 ) -> Result<Vec<pb::TopicStats>, Status> {
     match kind {
@@ -334,6 +362,6 @@ pub async fn stats(
             client.stats(None).await
         }
         BrokerKind::Nats => nats::stats(addr, topics).await,
-        BrokerKind::Rabbitmq => rabbitmq::stats(addr, topics).await,
+        BrokerKind::Rabbitmq => rabbitmq::stats(addr, bounds, topics).await,
     }
 }

@@ -111,8 +111,9 @@ impl Default for BrokerConfig {
         BrokerConfig {
             topics: Vec::new(),
             disciplines: HashMap::new(),
-            queue_capacity: 10_000,
-            queue_bytes: 64 * 1024 * 1024,
+            queue_capacity: crate::model::QueueBounds::DEFAULT_CAPACITY as usize,
+            queue_bytes: usize::try_from(crate::model::QueueBounds::DEFAULT_BYTES)
+                .unwrap_or(usize::MAX),
             max_deliveries: 3,
             max_payload_bytes: 4 * 1024 * 1024,
             drain_grace: Duration::from_secs(5),

@@ -2,8 +2,12 @@
 //!
 //! - **A work-queue stream per pulled hop**: stream `tm_<hop>` on subject
 //!   `tm.<hop>`, in memory, work-queue retention (a message leaves the
-//!   stream when acknowledged), at most [`QUEUE_CAPACITY`] messages with
-//!   discard-new: one more publish is refused, answered RESOURCE_EXHAUSTED.
+//!   stream when acknowledged), at most the hop's [`QueueBounds`] of
+//!   messages (`max_messages`) and bytes (`max_bytes`, which JetStream
+//!   counts over subject, headers and payload) with discard-new: one more
+//!   publish is refused, answered RESOURCE_EXHAUSTED. A stream that exists
+//!   with other bounds is not changed: whoever finds it is answered
+//!   FAILED_PRECONDITION, naming the stream.
 //! - **One durable pull consumer per hop** (`workers`) shared by the hop's
 //!   replicas, explicit acks, ack wait [`ACK_WAIT`] (workers signal progress
 //!   on long tasks) and [`MAX_DELIVERIES`] deliveries.
@@ -53,11 +57,16 @@ use super::{
     BrokerError, Release,
     backend::{
         ACK_WAIT, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES, MESSAGE_HEADER,
-        QUEUE_CAPACITY, REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting,
-        reply_headers, reply_of, task_headers, task_of, within_deadline,
+        REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers,
+        reply_of, task_headers, task_of, within_deadline,
     },
 };
-use crate::addr::PeerAddr;
+use crate::{addr::PeerAddr, model::QueueBounds};
+
+/// Most tasks the hop's consumer has delivered and not yet seen
+/// acknowledged (all its workers' together); workers' credit keeps them
+/// below it.
+const MAX_ACK_PENDING: i64 = 10_000;
 
 /// Header: the producer's inbox subject for the reply.
 const REPLY_HEADER: &str = "tm-reply";
@@ -113,14 +122,21 @@ async fn connect(addr: &PeerAddr) -> Result<async_nats::Client, Status> {
 
 /// The hop's stream, created if it is not there yet (by whichever of its
 /// producers and workers comes first; they all ask for the same), and the
-/// stream that counts its expired tasks.
-async fn ensure_stream(js: &jetstream::Context, topic: &str) -> Result<stream::Stream, Status> {
+/// stream that counts its expired tasks. A hop stream that exists with
+/// other `bounds` is FAILED_PRECONDITION (it is not changed under the
+/// producers and workers that made it).
+async fn ensure_stream(
+    js: &jetstream::Context,
+    bounds: QueueBounds,
+    topic: &str,
+) -> Result<stream::Stream, Status> {
     let config = stream::Config {
         name: stream_name(topic),
         subjects: vec![subject(topic)],
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::Memory,
-        max_messages: i64::from(QUEUE_CAPACITY),
+        max_messages: i64::from(bounds.capacity),
+        max_bytes: i64::try_from(bounds.bytes).unwrap_or(i64::MAX),
         discard: stream::DiscardPolicy::New,
         ..Default::default()
     };
@@ -133,7 +149,17 @@ async fn ensure_stream(js: &jetstream::Context, topic: &str) -> Result<stream::S
         ..Default::default()
     };
     get_or_create(js, expired).await?;
-    get_or_create(js, config).await
+    let (max_messages, max_bytes) = (config.max_messages, config.max_bytes);
+    let stream = get_or_create(js, config).await?;
+    let found = &stream.cached_info().config;
+    if (found.max_messages, found.max_bytes) != (max_messages, max_bytes) {
+        return Err(Status::failed_precondition(format!(
+            "NATS stream {} exists with bounds {} messages, {} bytes, not {max_messages}, \
+             {max_bytes}",
+            found.name, found.max_messages, found.max_bytes
+        )));
+    }
+    Ok(stream)
 }
 
 async fn get_or_create(
@@ -160,7 +186,7 @@ async fn ensure_consumer(
         ack_policy: jetstream::consumer::AckPolicy::Explicit,
         ack_wait: ACK_WAIT,
         max_deliver: i64::from(MAX_DELIVERIES),
-        max_ack_pending: i64::from(QUEUE_CAPACITY),
+        max_ack_pending: MAX_ACK_PENDING,
         ..Default::default()
     };
     match stream.get_or_create_consumer(CONSUMER, config).await {
@@ -193,14 +219,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Clone, Debug)]
 pub struct NatsProducer {
     addr: PeerAddr,
+    bounds: QueueBounds,
     conn: Arc<tokio::sync::Mutex<Option<Arc<Connected>>>>,
 }
 
 impl NatsProducer {
-    /// A producer for the NATS server at `addr`; connects on first submit.
-    pub fn new(addr: PeerAddr) -> Self {
+    /// A producer for the NATS server at `addr` whose hop streams are made
+    /// with `bounds`; connects on first submit.
+    pub fn new(addr: PeerAddr, bounds: QueueBounds) -> Self {
         NatsProducer {
             addr,
+            bounds,
             conn: Arc::default(),
         }
     }
@@ -253,7 +282,7 @@ impl NatsProducer {
         let wait = async {
             let c = self.connected().await?;
             if !lock(&c.streams).iter().any(|t| t == topic) {
-                ensure_stream(&c.js, topic).await?;
+                ensure_stream(&c.js, self.bounds, topic).await?;
                 lock(&c.streams).push(topic.to_owned());
             }
             let id = c.next_id.fetch_add(1, Ordering::Relaxed);
@@ -268,10 +297,10 @@ impl NatsProducer {
             let published =
                 c.js.publish_with_headers(subject(topic), map, payload.into())
                     .await
-                    .map_err(|e| refused(topic, &self.addr, &e.to_string()))?;
+                    .map_err(|e| refused(topic, &self.addr, self.bounds, &e.to_string()))?;
             published
                 .await
-                .map_err(|e| refused(topic, &self.addr, &e.to_string()))?;
+                .map_err(|e| refused(topic, &self.addr, self.bounds, &e.to_string()))?;
             let reply = rx.await.map_err(|_| {
                 Status::unavailable(format!("NATS {}: reply subscription ended", self.addr))
             })?;
@@ -313,10 +342,11 @@ impl Drop for Forget<'_> {
 
 /// A refused publish: a full stream is RESOURCE_EXHAUSTED, anything else
 /// UNAVAILABLE.
-fn refused(topic: &str, addr: &PeerAddr, why: &str) -> Status {
+fn refused(topic: &str, addr: &PeerAddr, bounds: QueueBounds, why: &str) -> Status {
     if why.contains("maximum messages") || why.contains("maximum bytes") {
         Status::resource_exhausted(format!(
-            "topic {topic:?} is full ({QUEUE_CAPACITY} tasks queued in NATS {addr}); try again later"
+            "topic {topic:?} is full ({} tasks or {} bytes queued in NATS {addr}); try again later",
+            bounds.capacity, bounds.bytes
         ))
     } else {
         Status::unavailable(format!("NATS {addr}: publish to {topic:?}: {why}"))
@@ -327,6 +357,7 @@ fn refused(topic: &str, addr: &PeerAddr, why: &str) -> Status {
 /// A broken connection is retried with backoff; only shutdown ends it.
 pub(crate) async fn run_worker<H, F>(
     addr: PeerAddr,
+    bounds: QueueBounds,
     topic: String,
     worker: String,
     credits: u32,
@@ -340,6 +371,7 @@ where
     reconnecting("NATS", &addr, &topic, &worker, shutdown, |shutdown| {
         session(
             addr.clone(),
+            bounds,
             topic.clone(),
             worker.clone(),
             credits,
@@ -354,6 +386,7 @@ where
 /// shutdown fires.
 async fn session<H, F, Sh>(
     addr: PeerAddr,
+    bounds: QueueBounds,
     topic: String,
     worker: String,
     credits: u32,
@@ -368,7 +401,7 @@ where
     let session = async {
         let client = connect(&addr).await?;
         let js = jetstream::new(client.clone());
-        let stream = ensure_stream(&js, &topic).await?;
+        let stream = ensure_stream(&js, bounds, &topic).await?;
         let consumer = ensure_consumer(&stream, &topic).await?;
         tracing::debug!(%addr, %topic, %worker, "NATS worker connected");
         Ok::<_, Status>((client, consumer))

@@ -1,9 +1,12 @@
 //! RabbitMQ (AMQP 0-9-1) as a pull backend.
 //!
-//! - **A queue per pulled hop**: `tm.<hop>`, not durable, at most
-//!   [`QUEUE_CAPACITY`] messages (`x-max-length`) with `x-overflow =
-//!   reject-publish`: producers publish with confirms, and a refused
-//!   publish (a nack) is answered RESOURCE_EXHAUSTED.
+//! - **A queue per pulled hop**: `tm.<hop>`, not durable, at most the
+//!   hop's [`QueueBounds`] of messages (`x-max-length`) and of body bytes
+//!   (`x-max-length-bytes`) with `x-overflow = reject-publish`: producers
+//!   publish with confirms, and a refused publish (a nack) is answered
+//!   RESOURCE_EXHAUSTED. A queue already declared with other bounds is
+//!   not changed (RabbitMQ refuses a redeclare with other arguments): the
+//!   declare is answered FAILED_PRECONDITION, naming the queue.
 //! - **Credit**: each worker consumes on its own channel with `basic.qos`
 //!   prefetch equal to its credit (the hop's `concurrency`), so the broker
 //!   has at most that many unreleased tasks out at the worker.
@@ -40,6 +43,7 @@ use lapin::{
         BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
         BasicRejectOptions, ConfirmSelectOptions, QueueDeclareOptions,
     },
+    protocol::{AMQPErrorKind, AMQPSoftError},
     types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 use tailmesh_proto::pb;
@@ -49,12 +53,12 @@ use tonic::Status;
 use super::{
     BrokerError, Release,
     backend::{
-        CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, QUEUE_CAPACITY, REPLY_SLACK,
-        SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers, reply_of,
-        task_headers, task_of, within_deadline,
+        CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, REPLY_SLACK, SessionEnd,
+        deadline_nanos, expired, number, reconnecting, reply_headers, reply_of, task_headers,
+        task_of, within_deadline,
     },
 };
-use crate::addr::PeerAddr;
+use crate::{addr::PeerAddr, model::QueueBounds};
 
 /// Most tasks a worker tracks at once (its prefetch bounds those it has
 /// not acknowledged; acknowledged ones waiting on downstream hops add).
@@ -93,10 +97,13 @@ pub fn expired_queue_name(topic: &str) -> String {
 
 /// Declares the hop's queue (idempotent: every producer and worker asks for
 /// the same) and the queue its expired tasks are dead-lettered to; returns
-/// the hop queue's depth and consumers, and the expired tasks so far.
+/// the hop queue's depth and consumers, and the expired tasks so far. A
+/// hop queue that exists with other arguments (other `bounds`) is
+/// FAILED_PRECONDITION.
 async fn declare(
     channel: &Channel,
     addr: &PeerAddr,
+    bounds: QueueBounds,
     topic: &str,
 ) -> Result<(u32, u32, u32), Status> {
     let expired = channel
@@ -116,7 +123,11 @@ async fn declare(
     let mut args = FieldTable::default();
     args.insert(
         "x-max-length".into(),
-        AMQPValue::LongLongInt(i64::from(QUEUE_CAPACITY)),
+        AMQPValue::LongLongInt(i64::from(bounds.capacity)),
+    );
+    args.insert(
+        "x-max-length-bytes".into(),
+        AMQPValue::LongLongInt(i64::try_from(bounds.bytes).unwrap_or(i64::MAX)),
     );
     args.insert(
         "x-overflow".into(),
@@ -140,12 +151,30 @@ async fn declare(
             args,
         )
         .await
-        .map_err(|e| unavailable(addr, &format!("declare queue {}", queue_name(topic)), e))?;
+        .map_err(|e| {
+            let name = queue_name(topic);
+            if precondition_failed(&e) {
+                Status::failed_precondition(format!(
+                    "RabbitMQ {addr}: queue {name} exists with other arguments than {} tasks, \
+                     {} bytes: {e}",
+                    bounds.capacity, bounds.bytes
+                ))
+            } else {
+                unavailable(addr, &format!("declare queue {name}"), e)
+            }
+        })?;
     Ok((
         queue.message_count(),
         queue.consumer_count(),
         expired.message_count(),
     ))
+}
+
+/// Whether RabbitMQ refused a declare whose arguments differ from the
+/// existing queue's.
+fn precondition_failed(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp)
+        if matches!(amqp.kind(), AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)))
 }
 
 fn header_map(properties: &BasicProperties) -> HashMap<String, String> {
@@ -217,6 +246,7 @@ struct Connected {
 #[derive(Clone)]
 pub struct RabbitProducer {
     addr: PeerAddr,
+    bounds: QueueBounds,
     conn: Arc<tokio::sync::Mutex<Option<Arc<Connected>>>>,
 }
 
@@ -224,16 +254,18 @@ impl std::fmt::Debug for RabbitProducer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RabbitProducer")
             .field("addr", &self.addr)
+            .field("bounds", &self.bounds)
             .finish()
     }
 }
 
 impl RabbitProducer {
-    /// A producer for the RabbitMQ broker at `addr`; connects on first
-    /// submit.
-    pub fn new(addr: PeerAddr) -> Self {
+    /// A producer for the RabbitMQ broker at `addr` whose hop queues are
+    /// declared with `bounds`; connects on first submit.
+    pub fn new(addr: PeerAddr, bounds: QueueBounds) -> Self {
         RabbitProducer {
             addr,
+            bounds,
             conn: Arc::default(),
         }
     }
@@ -308,7 +340,7 @@ impl RabbitProducer {
         let wait = async {
             let c = self.connected().await?;
             if !lock(&c.declared).iter().any(|t| t == topic) {
-                declare(&c.channel, addr, topic).await?;
+                declare(&c.channel, addr, self.bounds, topic).await?;
                 lock(&c.declared).push(topic.to_owned());
             }
             let id = c.next_id.fetch_add(1, Ordering::Relaxed);
@@ -339,7 +371,9 @@ impl RabbitProducer {
                 .map_err(|e| unavailable(addr, "publish confirm", e))?;
             if let Confirmation::Nack(_) = confirm {
                 return Err(Status::resource_exhausted(format!(
-                    "topic {topic:?} is full ({QUEUE_CAPACITY} tasks queued in RabbitMQ {addr}); try again later"
+                    "topic {topic:?} is full ({} tasks or {} bytes queued in RabbitMQ {addr}); try \
+                     again later",
+                    self.bounds.capacity, self.bounds.bytes
                 )));
             }
             let reply = rx.await.map_err(|_| {
@@ -378,6 +412,7 @@ impl Drop for Forget<'_> {
 /// A broken connection is retried with backoff; only shutdown ends it.
 pub(crate) async fn run_worker<H, F>(
     addr: PeerAddr,
+    bounds: QueueBounds,
     topic: String,
     worker: String,
     credits: u32,
@@ -392,6 +427,7 @@ where
     reconnecting("RabbitMQ", &addr, &topic, &worker, shutdown, |shutdown| {
         session(
             addr.clone(),
+            bounds,
             topic.clone(),
             worker.clone(),
             prefetch,
@@ -406,6 +442,7 @@ where
 /// shutdown fires.
 async fn session<H, F, Sh>(
     addr: PeerAddr,
+    bounds: QueueBounds,
     topic: String,
     worker: String,
     prefetch: u16,
@@ -423,7 +460,7 @@ where
             .create_channel()
             .await
             .map_err(|e| unavailable(&addr, "channel", e))?;
-        declare(&channel, &addr, &topic).await?;
+        declare(&channel, &addr, bounds, &topic).await?;
         let credit = Arc::new(Credit::new(channel.clone(), prefetch));
         credit
             .apply()
@@ -607,6 +644,7 @@ async fn serve_delivery<H, F>(
 /// far (the depth of its expired queue).
 pub(crate) async fn stats(
     addr: &PeerAddr,
+    bounds: QueueBounds,
     topics: &[String],
 ) -> Result<Vec<pb::TopicStats>, Status> {
     let connection = connect(addr).await?;
@@ -616,7 +654,7 @@ pub(crate) async fn stats(
         .map_err(|e| unavailable(addr, "channel", e))?;
     let mut out = Vec::new();
     for topic in topics {
-        let (depth, consumers, expired) = declare(&channel, addr, topic).await?;
+        let (depth, consumers, expired) = declare(&channel, addr, bounds, topic).await?;
         out.push(pb::TopicStats {
             topic: topic.clone(),
             depth: u64::from(depth),

@@ -39,7 +39,7 @@ use crate::{
     discipline::Discipline,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
-    model::{Balance, BrokerKind, HopBehavior, Transport},
+    model::{Balance, BrokerKind, HopBehavior, QueueBounds, Transport},
     reflection::reflection_service,
     telemetry,
     timer::Sleeper,
@@ -78,6 +78,12 @@ pub struct HopConfig {
     /// Which broker that is.
     #[serde(default)]
     pub broker_kind: BrokerKind,
+    /// The bounds of the pulled hops' queues in an external broker
+    /// (RabbitMQ, NATS JetStream), which this replica's producers and
+    /// worker declare them with; tailmesh's broker takes its own from its
+    /// arguments.
+    #[serde(default)]
+    pub queue_bounds: QueueBounds,
     /// Requests this replica works on at once; the rest wait for a slot
     /// (that wait is reported as queue wait). `None`: no limit for push;
     /// one task at a time for a pull worker (its credit).
@@ -120,6 +126,7 @@ impl HopConfig {
             downstream: Vec::new(),
             broker: None,
             broker_kind: BrokerKind::Tailmesh,
+            queue_bounds: QueueBounds::default(),
             concurrency: None,
             queue_limit: default_queue_limit(),
             discipline: Discipline::Fifo,
@@ -236,15 +243,20 @@ impl PullTarget {
     /// A target for `topic` on tailmesh's broker at `broker`; connects
     /// lazily.
     pub fn new(broker: impl Into<PeerAddr>, topic: &str) -> Self {
-        Self::of_kind(BrokerKind::Tailmesh, broker, topic)
+        Self::of_kind(BrokerKind::Tailmesh, QueueBounds::default(), broker, topic)
     }
 
-    /// A target for `topic` on the `kind` broker at `broker`; connects
-    /// lazily.
-    pub fn of_kind(kind: BrokerKind, broker: impl Into<PeerAddr>, topic: &str) -> Self {
+    /// A target for `topic` on the `kind` broker at `broker`, whose queue
+    /// an external broker holds within `bounds`; connects lazily.
+    pub fn of_kind(
+        kind: BrokerKind,
+        bounds: QueueBounds,
+        broker: impl Into<PeerAddr>,
+        topic: &str,
+    ) -> Self {
         let broker = broker.into();
         PullTarget {
-            client: Producer::connect_lazy(kind, &broker),
+            client: Producer::connect_lazy(kind, &broker, bounds),
             topic: topic.to_string(),
             broker,
         }
@@ -334,6 +346,7 @@ impl HopCore {
                     downstream.push(Downstream {
                         target: Target::Pull(PullTarget::of_kind(
                             config.broker_kind,
+                            config.queue_bounds,
                             broker.clone(),
                             &d.hop,
                         )),
@@ -579,6 +592,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
         (Transport::Pull, Some(broker)) => Some(tokio::spawn(pull_worker(
             core.clone(),
             config.broker_kind,
+            config.queue_bounds,
             broker,
             WorkerOptions {
                 credits: config.concurrency.unwrap_or(1),
@@ -653,6 +667,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
 async fn pull_worker(
     core: HopCore,
     kind: BrokerKind,
+    bounds: QueueBounds,
     broker: PeerAddr,
     options: WorkerOptions,
     mut stopped: watch::Receiver<bool>,
@@ -708,5 +723,8 @@ async fn pull_worker(
     // (the external brokers acknowledge only after it); a hop that calls
     // others frees its credit once its own work is done, while it waits on
     // them (`core.handle` releases it).
-    run_backend_worker(kind, broker, topic, worker, options, handler, shutdown).await
+    run_backend_worker(
+        kind, broker, bounds, topic, worker, options, handler, shutdown,
+    )
+    .await
 }

@@ -169,6 +169,7 @@ async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Lea
                     .collect(),
                 broker: None,
                 broker_kind: Default::default(),
+                queue_bounds: Default::default(),
                 concurrency: spec.concurrency,
                 queue_limit: spec.queue_limit,
                 discipline: Default::default(),
