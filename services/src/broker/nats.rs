@@ -577,10 +577,13 @@ async fn serve_message<H, F>(
     };
     let work = within_deadline(handler(task, release), deadline);
     // Long tasks tell the broker they are alive, so it does not redeliver.
+    // The first signal is due one period from now: an interval's immediate
+    // first tick is not immediate (tokio's timer rounds a deadline up to
+    // its next millisecond), and awaiting it held every task back ~1 ms.
     let outcome = {
         let mut work = pin!(work);
-        let mut tick = tokio::time::interval(ACK_WAIT / 3);
-        tick.tick().await;
+        let every = ACK_WAIT / 3;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tokio::select! {
                 outcome = &mut work => break outcome,
