@@ -243,7 +243,6 @@ fn killed_worker(kind: BrokerKind) {
     require(kind);
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
-    let marker = path_str(dir.path()).to_string();
     // Two workers with credit 1 and 300 ms tasks take 6.7 tasks/s; 20/s
     // arrive, so the queue backs up and each worker always holds a task.
     let scenario = write(
@@ -277,63 +276,16 @@ work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
             kind.as_str()
         ),
     );
-    let results = dir.path().join("results");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
-        .with_deadline(BROKER_RUN_DEADLINE);
-    // Kill hop-b-1 once the broker says both workers hold tasks: NATS
-    // counts unacknowledged deliveries; RabbitMQ tells the queue's depth
-    // and consumers, and a backlog with both consumers (prefetch 1 each)
-    // means each holds one.
-    let victim = loop {
-        let victim = pid_of(&results, "base", "hop-b-1");
-        let stats = endpoint(&results).and_then(|addr| {
-            runtime.block_on(async {
-                let stats = backend::stats(kind, &addr, QueueBounds::default(), &["b".to_owned()])
-                    .await
-                    .ok()?;
-                stats.into_iter().next()
-            })
-        });
-        let holding = stats.is_some_and(|s| match kind {
+    kill_hop_b_1_while(
+        kind,
+        dir.path(),
+        &scenario,
+        "waiting for tasks held by both workers",
+        |s| match kind {
             BrokerKind::Nats => s.in_flight >= 2,
             _ => s.workers == 2 && s.depth >= 3,
-        });
-        if let (Some(victim), true) = (victim, holding) {
-            break victim;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for tasks held by both workers");
-        sleep(POLL);
-    };
-    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-1");
-    kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
-    let finished = run.wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
-    // The task the dead worker held was answered all the same: only a
-    // redelivery to the survivor can have done it.
-    assert_eq!(
-        u64_at(v, "/ok"),
-        u64_at(v, "/sent"),
-        "a request was lost with its worker:\n{context}"
+        },
     );
-    if kind == BrokerKind::Nats {
-        let b = v
-            .pointer("/broker")
-            .and_then(Value::as_array)
-            .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
-            .expect("statistics of b");
-        assert!(u64_at(b, "/redelivered") >= 1, "{context}");
-    }
-    assert_killed_replica_is_the_incident(v, victim, &context);
 }
 
 // 2b. A worker SIGKILLed while tasks it released wait on its downstream
@@ -351,7 +303,6 @@ fn killed_mid_downstream(kind: BrokerKind) {
     require(kind);
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
-    let marker = path_str(dir.path()).to_string();
     // b's two workers (credit 1) do 300 ms of their own work, release
     // their credit and wait 2 s on c: each takes 3.3 tasks/s while 20/s
     // arrive, so the queue backs up, and once a worker has released a
@@ -391,18 +342,41 @@ work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
             kind.as_str()
         ),
     );
-    let results = dir.path().join("results");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
-        .with_deadline(BROKER_RUN_DEADLINE);
     // Kill hop-b-1 once both workers have released tasks that now wait on
     // c. NATS counts unacknowledged deliveries: more than the two credits
     // are released ones. RabbitMQ tells the queue's depth and consumers:
     // 8 queued behind both consumers means each worker has finished its
     // own work on at least one task (20/s arrive, 6.7/s leave).
+    kill_hop_b_1_while(
+        kind,
+        dir.path(),
+        &scenario,
+        "waiting for released tasks held by both workers",
+        |s| match kind {
+            BrokerKind::Nats => s.in_flight >= 4 && s.depth >= 8,
+            _ => s.workers == 2 && s.depth >= 8,
+        },
+    );
+}
+
+/// Runs `scenario` (in `dir`, which marks the run's processes), SIGKILLs
+/// hop-b-1 once the broker's statistics of b satisfy `holding`, and checks
+/// that every request was still answered and the kill is the incident.
+fn kill_hop_b_1_while(
+    kind: BrokerKind,
+    dir: &Path,
+    scenario: &Path,
+    waiting_for: &str,
+    holding: impl Fn(&tailmesh_proto::pb::TopicStats) -> bool,
+) {
+    let marker = path_str(dir).to_string();
+    let results = dir.join("results");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut run =
+        Running::start(dir, &run_args(scenario, &results, &[])).with_deadline(BROKER_RUN_DEADLINE);
     let victim = loop {
         let victim = pid_of(&results, "base", "hop-b-1");
         let stats = endpoint(&results).and_then(|addr| {
@@ -413,15 +387,12 @@ work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
                 stats.into_iter().next()
             })
         });
-        let holding = stats.is_some_and(|s| match kind {
-            BrokerKind::Nats => s.in_flight >= 4 && s.depth >= 8,
-            _ => s.workers == 2 && s.depth >= 8,
-        });
+        let holding = stats.as_ref().is_some_and(&holding);
         if let (Some(victim), true) = (victim, holding) {
             break victim;
         }
         assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for released tasks held by both workers");
+        run.assert_in_time(waiting_for);
         sleep(POLL);
     };
     assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-1");
@@ -433,8 +404,9 @@ work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
     let v = &variants(&summary)[0];
     let context = format!("{v:#}\n{}", finished.output());
     assert_accounted(v, &context);
-    // The tasks the dead worker had released (and was waiting on c for)
-    // were answered all the same: only redelivery can have done it.
+    // The tasks the dead worker held (done with or waiting on its
+    // downstream) were answered all the same: only redelivery to the
+    // survivor can have done it.
     assert_eq!(
         u64_at(v, "/ok"),
         u64_at(v, "/sent"),
@@ -551,9 +523,10 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
             let start = s["startTime"].as_u64().expect("startTime");
             let end = start + s["duration"].as_u64().expect("duration");
             let id = int_tag(s, "request_id").expect("request_id");
-            let sent = intended + send_delay_us.get(&id).copied().unwrap_or_else(|| {
-                panic!("request {id} is traced but not in requests.csv:\n{context}")
-            });
+            let sent = intended
+                + send_delay_us.get(&id).copied().unwrap_or_else(|| {
+                    panic!("request {id} is traced but not in requests.csv:\n{context}")
+                });
             // Taken before the request's deadline, never after.
             assert!(
                 start < sent + timeout_us,
