@@ -1,7 +1,7 @@
 //! The exporter: one thread per process that wakes every
 //! [`INTERVAL`], takes the spans the serving threads handed over, writes
 //! them as one OTLP `ExportTraceServiceRequest` straight into a reused
-//! byte buffer (see [`otlp`](super::otlp)) and sends those bytes over
+//! byte buffer (see [`otlp`]) and sends those bytes over
 //! OTLP/gRPC to the collector. Every request's resource carries the
 //! process's identity, encoded once, and the observer's own counters (see
 //! [`Batcher`]).
