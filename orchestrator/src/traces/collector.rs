@@ -40,6 +40,8 @@ const FORWARD_QUEUE: usize = 256;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 /// The receiver's HTTP/2 flow-control window, per stream and connection.
 const RECEIVE_WINDOW: u32 = 4 * 1024 * 1024;
+/// How long a stopping receiver lets open calls finish.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// Why the trace receiver could not start.
 #[derive(Debug, thiserror::Error)]
@@ -675,7 +677,8 @@ pub struct ExtraListener {
 }
 
 /// Serves the OTLP trace service for `collector` on `listener` until
-/// `shutdown` resolves.
+/// `shutdown` resolves, then lets open calls finish for at most
+/// [`CLOSE_GRACE`].
 pub async fn serve(
     collector: Arc<Collector>,
     listener: TcpListener,
@@ -683,14 +686,27 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let take = move |body: Bytes| receive(&collector, body);
-    tonic::transport::Server::builder()
+    let stopping = tokio::sync::Notify::new();
+    let server = tonic::transport::Server::builder()
         // Batches are large: a window that takes one whole saves the
         // round trips of window updates.
         .initial_stream_window_size(Some(RECEIVE_WINDOW))
         .initial_connection_window_size(Some(RECEIVE_WINDOW))
         .add_service(raw::TraceServer::new(take))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .serve_with_incoming_shutdown(incoming, async {
+            shutdown.await;
+            stopping.notify_one();
+        });
+    tokio::select! {
+        served = server => served,
+        // A graceful stop waits for every connection to close, and a
+        // client that outlives the run (an attached deployment's hops)
+        // may keep its own open: those are cut.
+        () = async {
+            stopping.notified().await;
+            tokio::time::sleep(CLOSE_GRACE).await;
+        } => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -749,6 +765,57 @@ mod tests {
         assert_eq!(span_count(&collector.take()), 1);
         let _ = stop.send(());
         server.await.expect("join").expect("serve");
+    }
+
+    #[test]
+    fn the_receiver_stops_while_a_client_keeps_its_connection_open() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let receiver = ReceiverThread::start(1_000, None, ([127, 0, 0, 1], 0).into(), tmp.path())
+            .expect("receiver");
+        // A service that outlives the run (attached) and whose exporter
+        // drives its connection only while it exports (the hops' exporter
+        // thread between batches): the connection stays open, deaf to the
+        // receiver's goodbye.
+        let endpoint = receiver.endpoint.clone();
+        let (exported_tx, exported) = std::sync::mpsc::channel();
+        let (leave, left) = std::sync::mpsc::channel::<()>();
+        let client = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let client = runtime.block_on(async {
+                let mut client = TraceServiceClient::connect(endpoint)
+                    .await
+                    .expect("connect");
+                let taken = client
+                    .export(ExportTraceServiceRequest {
+                        resource_spans: batch(vec![3; 16]),
+                    })
+                    .await;
+                let _ = exported_tx.send(taken.map(|_| ()));
+                client
+            });
+            let _ = left.recv();
+            drop(client);
+        });
+        exported
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the client exported")
+            .expect("the batch was taken");
+        let (stopped_tx, stopped) = std::sync::mpsc::channel();
+        let stopper = std::thread::spawn(move || {
+            drop(receiver);
+            let _ = stopped_tx.send(());
+        });
+        let outcome = stopped.recv_timeout(Duration::from_secs(60));
+        let _ = leave.send(());
+        client.join().expect("client thread");
+        assert!(
+            outcome.is_ok(),
+            "the receiver did not stop while a client held its connection"
+        );
+        stopper.join().expect("stopper thread");
     }
 
     #[test]
