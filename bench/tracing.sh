@@ -27,6 +27,9 @@ print(v["ok_rate"], v["latency"]["p50_us"])
 PY
 }
 
+# The ratios hold only on a quiet machine: the load average (1, 5, 15 min)
+# before the runs (after the build) and after them.
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 off=(); on=()
 for i in $(seq "$rounds"); do
   read -r r p < <(measure off --no-traces); off+=("$r $p")
@@ -47,3 +50,4 @@ p50 = med(on, 1) / med(off, 1)
 print(f"median throughput: off {med(off, 0):.1f}/s, on {med(on, 0):.1f}/s -> ratio on/off {tput:.3f}")
 print(f"median p50:        off {med(off, 1):.0f}us, on {med(on, 1):.0f}us -> ratio on/off {p50:.3f}")
 PY
+echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
