@@ -677,8 +677,7 @@ pub struct ExtraListener {
 }
 
 /// Serves the OTLP trace service for `collector` on `listener` until
-/// `shutdown` resolves, then lets open calls finish for at most
-/// [`CLOSE_GRACE`].
+/// `shutdown` resolves, then lets open calls finish for at most 2 s.
 pub async fn serve(
     collector: Arc<Collector>,
     listener: TcpListener,

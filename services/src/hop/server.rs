@@ -153,6 +153,10 @@ fn default_idle_timeout() -> Duration {
 
 /// A downstream hop: how to reach it, and the policy for calls to it.
 struct Downstream {
+    /// The client span's name, "<caller> -> <hop>", and the hop's name,
+    /// made once: a span shares them rather than copying them.
+    span_name: Arc<str>,
+    hop: Arc<str>,
     target: Target,
     policy: ClientPolicy,
     state: PolicyState,
@@ -173,17 +177,17 @@ impl Downstream {
         timeout: Option<Duration>,
         caller: &Inner,
     ) -> Called<CallReply> {
-        let (hop, transport) = match &self.target {
-            Target::Push(pool) => (pool.hop(), Transport::Push),
-            Target::Pull(target) => (target.topic.as_str(), Transport::Pull),
+        let transport = match &self.target {
+            Target::Push(_) => Transport::Push,
+            Target::Pull(_) => Transport::Pull,
         };
         let mut span = telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
             (
-                format!("{} -> {hop}", caller.behavior.name).into(),
+                Arc::clone(&self.span_name).into(),
                 vec![
-                    KeyValue::new("hop", caller.behavior.name.clone()),
+                    KeyValue::new("hop", Arc::clone(&caller.name)),
                     KeyValue::new("replica", i64::from(caller.replica)),
-                    KeyValue::new("downstream", hop.to_string()),
+                    KeyValue::new("downstream", Arc::clone(&self.hop)),
                     KeyValue::new("transport", transport.as_str()),
                     KeyValue::new("variant", telemetry::variant()),
                     KeyValue::new("request_id", request.request_id as i64),
@@ -219,9 +223,9 @@ fn server_span(
 ) -> telemetry::TraceSpan {
     telemetry::TraceSpan::start_at(SpanKind::Server, started, parent, || {
         (
-            inner.behavior.name.clone().into(),
+            Arc::clone(&inner.name).into(),
             vec![
-                KeyValue::new("hop", inner.behavior.name.clone()),
+                KeyValue::new("hop", Arc::clone(&inner.name)),
                 KeyValue::new("replica", i64::from(inner.replica)),
                 KeyValue::new("transport", inner.transport.as_str()),
                 KeyValue::new("variant", telemetry::variant()),
@@ -298,6 +302,8 @@ impl PullTarget {
 
 struct Inner {
     behavior: HopBehavior,
+    /// `behavior.name`, shared by every span of this hop.
+    name: Arc<str>,
     /// Slowness set at runtime by the fault agent; replaces `behavior.slow`.
     slow_override: std::sync::RwLock<Option<crate::model::Slowness>>,
     replica: u32,
@@ -316,6 +322,7 @@ pub struct HopCore {
 impl HopCore {
     /// Builds the handler and its downstream clients (lazily connected).
     pub fn new(config: &HopConfig) -> Result<Self, HopError> {
+        let span_name = |hop: &str| Arc::from(format!("{} -> {hop}", config.behavior.name));
         let mut downstream = Vec::with_capacity(config.downstream.len());
         for d in &config.downstream {
             match d.transport {
@@ -333,6 +340,8 @@ impl HopCore {
                         source,
                     })?;
                     downstream.push(Downstream {
+                        span_name: span_name(&d.hop),
+                        hop: d.hop.as_str().into(),
                         target: Target::Push(pool),
                         policy: d.policy.clone(),
                         state: PolicyState::default(),
@@ -344,6 +353,8 @@ impl HopCore {
                         downstream: d.hop.clone(),
                     })?;
                     downstream.push(Downstream {
+                        span_name: span_name(&d.hop),
+                        hop: d.hop.as_str().into(),
                         target: Target::Pull(PullTarget::of_kind(
                             config.broker_kind,
                             config.queue_bounds,
@@ -359,6 +370,7 @@ impl HopCore {
         Ok(HopCore {
             inner: Arc::new(Inner {
                 behavior: config.behavior.clone(),
+                name: config.behavior.name.as_str().into(),
                 slow_override: std::sync::RwLock::new(None),
                 replica: config.replica,
                 transport: config.transport,

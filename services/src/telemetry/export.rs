@@ -556,7 +556,7 @@ mod tests {
                 r.parent_span_id.to_be_bytes().to_vec()
             },
             flags: otlp::flags(r.parent_remote),
-            name: r.name.to_string(),
+            name: r.name.as_str().to_owned(),
             kind: match r.kind {
                 K::Client => SpanKind::Client,
                 K::Server => SpanKind::Server,

@@ -188,8 +188,8 @@ pub fn span(buf: &mut BytesMut, r: &SpanRecord, attribute_limit: usize) {
     if r.parent_span_id != 0 {
         bytes_field(buf, 4, &r.parent_span_id.to_be_bytes());
     }
-    if !r.name.is_empty() {
-        bytes_field(buf, 5, r.name.as_bytes());
+    if !r.name.as_str().is_empty() {
+        bytes_field(buf, 5, r.name.as_str().as_bytes());
     }
     varint_field(buf, 6, kind(&r.kind) as u64);
     if r.start_unix_ns != 0 {

@@ -10,7 +10,6 @@
 //! so the exporter can report it without any shared counter.
 
 use std::{
-    borrow::Cow,
     cell::Cell,
     future::Future,
     sync::{
@@ -21,7 +20,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use opentelemetry::{KeyValue, trace::SpanKind};
+use opentelemetry::{KeyValue, StringValue, trace::SpanKind};
 
 use super::context::{self, SpanContext};
 
@@ -35,7 +34,9 @@ pub struct SpanRecord {
     /// Whether the parent context came from another process.
     pub parent_remote: bool,
     pub kind: SpanKind,
-    pub name: Cow<'static, str>,
+    /// Static, owned, or shared (`Arc<str>`: a name a process reuses
+    /// costs no allocation per span).
+    pub name: StringValue,
     pub start_unix_ns: u64,
     pub end_unix_ns: u64,
     /// Status error (with an empty message) rather than unset.
@@ -175,7 +176,7 @@ impl TraceSpan {
     pub fn start(
         kind: SpanKind,
         parent: impl FnOnce() -> Option<SpanContext>,
-        describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
+        describe: impl FnOnce() -> (StringValue, Vec<KeyValue>),
     ) -> Self {
         Self::start_at(kind, None, parent, describe)
     }
@@ -186,7 +187,7 @@ impl TraceSpan {
         kind: SpanKind,
         started: Option<u64>,
         parent: impl FnOnce() -> Option<SpanContext>,
-        describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
+        describe: impl FnOnce() -> (StringValue, Vec<KeyValue>),
     ) -> Self {
         let Some(recorder) = RECORDER.get() else {
             return TraceSpan {
@@ -209,7 +210,7 @@ impl TraceSpan {
         kind: SpanKind,
         parent: Option<SpanContext>,
         start_unix_ns: u64,
-        describe: impl FnOnce() -> (Cow<'static, str>, Vec<KeyValue>),
+        describe: impl FnOnce() -> (StringValue, Vec<KeyValue>),
     ) -> Self {
         let (trace_id, sampled) = match parent {
             Some(p) => (p.trace_id, p.sampled),
