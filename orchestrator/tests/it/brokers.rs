@@ -84,8 +84,9 @@ fn require(kind: BrokerKind) {
     }
 }
 
-/// One test through `kind`'s broker: its folder (skipped unless the
-/// server is installed) and a runtime to ask the broker's server with.
+/// One test through `kind`'s broker (skipped unless its server is
+/// installed): its folder, holding the mesh lock, and a runtime to ask the
+/// broker's server with.
 struct BrokerTest {
     kind: BrokerKind,
     scratch: Scratch,
@@ -111,9 +112,17 @@ impl BrokerTest {
     /// table, `load` the rest of its [load] table and the tables after it.
     fn scenario(&self, name: &str, seed: u64, broker: &str, load: &str) -> PathBuf {
         let text = format!(
-            "name = \"{name}\"\nseed = {seed}\n\n[broker]\nkind = \"{}\"\n{broker}\n\
-             [load]\nmode = \"open\"\narrivals = \"uniform\"\n{load}",
-            self.kind.as_str()
+            r#"name = "{name}"
+seed = {seed}
+
+[broker]
+kind = "{kind}"
+{broker}
+[load]
+mode = "open"
+arrivals = "uniform"
+{load}"#,
+            kind = self.kind.as_str()
         );
         write(self.scratch.path(), &format!("{name}.toml"), &text)
     }
@@ -169,7 +178,8 @@ fn int_tag(span: &Value, key: &str) -> Option<i64> {
 
 on_both_brokers! {
     nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted,
-    rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted => |kind| pull_chain(kind)
+    rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted
+    => |kind| pull_chain(kind)
 }
 
 fn pull_chain(kind: BrokerKind) {
@@ -281,7 +291,8 @@ fn processes_naming(tag: &str) -> Vec<(i32, String)> {
 
 on_both_brokers! {
     nats_redelivers_the_tasks_of_a_killed_worker,
-    rabbitmq_redelivers_the_tasks_of_a_killed_worker => |kind| killed_worker(kind)
+    rabbitmq_redelivers_the_tasks_of_a_killed_worker
+    => |kind| killed_worker(kind)
 }
 
 /// The killed-worker scenarios' load, a and b: two workers of b with
@@ -321,7 +332,8 @@ fn killed_worker(kind: BrokerKind) {
 
 on_both_brokers! {
     nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released,
-    rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released => |kind| killed_mid_downstream(kind)
+    rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released
+    => |kind| killed_mid_downstream(kind)
 }
 
 fn killed_mid_downstream(kind: BrokerKind) {
@@ -412,12 +424,14 @@ fn endpoint(results: &Path) -> Option<PeerAddr> {
 
 on_both_brokers! {
     nats_honours_the_credit_and_drops_expired_tasks,
-    rabbitmq_honours_the_credit_and_drops_expired_tasks => |kind| credit_and_deadlines(kind, 2)
+    rabbitmq_honours_the_credit_and_drops_expired_tasks
+    => |kind| credit_and_deadlines(kind, 2)
 }
 
 on_both_brokers! {
     a_nats_worker_with_credit_1_never_holds_2_tasks,
-    a_rabbitmq_worker_with_credit_1_never_holds_2_tasks => |kind| credit_and_deadlines(kind, 1)
+    a_rabbitmq_worker_with_credit_1_never_holds_2_tasks
+    => |kind| credit_and_deadlines(kind, 1)
 }
 
 fn credit_and_deadlines(kind: BrokerKind, credits: i64) {
@@ -526,7 +540,8 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
 
 on_both_brokers! {
     nats_counts_the_tasks_expired_behind_a_stalled_worker,
-    rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker => |kind| expired_counted(kind)
+    rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker
+    => |kind| expired_counted(kind)
 }
 
 fn expired_counted(kind: BrokerKind) {
@@ -605,7 +620,8 @@ work = { kind = "sleep", dist = "fixed", value = "5ms" }
 
 on_both_brokers! {
     a_full_nats_stream_refuses_with_resource_exhausted,
-    a_full_rabbitmq_queue_refuses_with_resource_exhausted => |kind| full_queue(kind)
+    a_full_rabbitmq_queue_refuses_with_resource_exhausted
+    => |kind| full_queue(kind)
 }
 
 fn full_queue(kind: BrokerKind) {
@@ -699,7 +715,8 @@ fn full_queue(kind: BrokerKind) {
 
 on_both_brokers! {
     a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest,
-    a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest => |kind| scenario_capacity(kind)
+    a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest
+    => |kind| scenario_capacity(kind)
 }
 
 /// The scenario's `queue_capacity` bounds the external broker's queue: 20

@@ -170,7 +170,7 @@ work = { kind = "sleep", dist = "fixed", value = "200ms" }
     assert_eq!(split.iter().sum::<u64>(), ok, "{context}");
     assert!(split[1] < split[0], "{split:?}:\n{context}");
 
-    assert_killed_replica_is_the_incident(v, victim, &context);
+    assert_killed_replica_is_the_incident(v, victim, context);
 }
 
 // ---------------------------------------------------------------------------
