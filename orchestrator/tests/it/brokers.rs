@@ -44,6 +44,22 @@ tests! {
     sync a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted,
 }
 
+/// Defines the test `$nats` as `$body` with `$kind` NATS, and `$rabbitmq`
+/// as the same with RabbitMQ.
+macro_rules! on_both_brokers {
+    ($nats:ident, $rabbitmq:ident => |$kind:ident| $body:expr) => {
+        fn $nats() {
+            let $kind = BrokerKind::Nats;
+            $body;
+        }
+
+        fn $rabbitmq() {
+            let $kind = BrokerKind::Rabbitmq;
+            $body;
+        }
+    };
+}
+
 /// How long a run with a broker server may take: RabbitMQ alone needs up
 /// to half a minute to start on a busy 2-core machine.
 const BROKER_RUN_DEADLINE: Duration = Duration::from_secs(150);
@@ -68,19 +84,76 @@ fn require(kind: BrokerKind) {
     }
 }
 
-fn run_scenario(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf) {
-    let finished = Running::start(dir, &run_args(scenario, results, &[]))
-        .with_deadline(BROKER_RUN_DEADLINE)
-        .wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    (finished, only_run_dir(results))
+/// One test through `kind`'s broker (skipped unless its server is
+/// installed): its folder, holding the mesh lock, and a runtime to ask the
+/// broker's server with.
+struct BrokerTest {
+    kind: BrokerKind,
+    scratch: Scratch,
+    runtime: tokio::runtime::Runtime,
 }
 
-/// Every span of the run, with its trace's spans by id.
-fn traces(run_dir: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
-    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
-    file["data"].as_array().expect("data array").clone()
+impl BrokerTest {
+    fn new(kind: BrokerKind) -> BrokerTest {
+        require(kind);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        BrokerTest {
+            kind,
+            scratch: Scratch::new(),
+            runtime,
+        }
+    }
+
+    /// Writes the scenario `name` through the broker, with open-loop
+    /// uniform arrivals: `broker` holds further lines of its [broker]
+    /// table, `load` the rest of its [load] table and the tables after it.
+    fn scenario(&self, name: &str, seed: u64, broker: &str, load: &str) -> PathBuf {
+        let text = format!(
+            r#"name = "{name}"
+seed = {seed}
+
+[broker]
+kind = "{kind}"
+{broker}
+[load]
+mode = "open"
+arrivals = "uniform"
+{load}"#,
+            kind = self.kind.as_str()
+        );
+        write(self.scratch.path(), &format!("{name}.toml"), &text)
+    }
+
+    fn results(&self) -> PathBuf {
+        self.scratch.results()
+    }
+
+    /// Starts `scenario`, with the deadline of a run with a broker server.
+    fn start(&self, scenario: &Path) -> Running {
+        let results = self.results();
+        Running::start(self.scratch.path(), &run_args(scenario, &results, &[]))
+            .with_deadline(BROKER_RUN_DEADLINE)
+    }
+
+    /// Waits for `run` to exit 0 and checks its accounting.
+    fn finish(&self, run: Running) -> Accounted {
+        accounted(run.wait(), &self.results())
+    }
+
+    /// The broker server's statistics of topic b now (`None` while it has
+    /// no address or does not answer).
+    fn stats_of_b(&self) -> Option<tailmesh_proto::pb::TopicStats> {
+        let addr = endpoint(&self.results())?;
+        self.runtime.block_on(async {
+            let stats = backend::stats(self.kind, &addr, QueueBounds::default(), &["b".to_owned()])
+                .await
+                .ok()?;
+            stats.into_iter().next()
+        })
+    }
 }
 
 fn spans(trace: &Value) -> &Vec<Value> {
@@ -103,33 +176,19 @@ fn int_tag(span: &Value, key: &str) -> Option<i64> {
 // ---------------------------------------------------------------------------
 // 1. A chain through each broker: every request answered, every trace whole.
 
-fn nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted() {
-    pull_chain(BrokerKind::Nats);
-}
-
-fn rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted() {
-    pull_chain(BrokerKind::Rabbitmq);
+on_both_brokers! {
+    nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted,
+    rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted
+    => |kind| pull_chain(kind)
 }
 
 fn pull_chain(kind: BrokerKind) {
-    require(kind);
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(
-        dir.path(),
-        "chain.toml",
-        &format!(
-            r#"
-name = "broker-chain"
-seed = 3
-
-[broker]
-kind = "{}"
-
-[load]
-mode = "open"
-rate = 50
-arrivals = "uniform"
+    let test = BrokerTest::new(kind);
+    let scenario = test.scenario(
+        "broker-chain",
+        3,
+        "",
+        r#"rate = 50
 duration = "2s"
 timeout = "3s"
 
@@ -141,41 +200,32 @@ name = "b"
 transport = "pull"
 replicas = 2
 concurrency = 2
-work = {{ kind = "sleep", dist = "exp", mean = "2ms" }}
+work = { kind = "sleep", dist = "exp", mean = "2ms" }
 
 [[hop]]
 name = "c"
 transport = "pull"
-work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
+work = { kind = "sleep", dist = "fixed", value = "1ms" }
 "#,
-            kind.as_str()
-        ),
     );
-    let results = dir.path().join("results");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
-        .with_deadline(BROKER_RUN_DEADLINE);
-    let broker_pid = loop {
-        if let Some(pid) = pid_of(&results, "base", "broker") {
-            break pid;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for the broker process");
-        sleep(POLL);
-    };
-    let finished = run.wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let results = test.results();
+    let mut run = test.start(&scenario);
+    let broker_pid = run.wait_for("waiting for the broker process", || {
+        pid_of(&results, "base", "broker")
+    });
+    let Accounted {
+        ref run_dir,
+        ref v,
+        ref context,
+        ..
+    } = test.finish(run);
     let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
     assert_eq!(ok, sent, "a request failed:\n{context}");
     // Every ok request has a trace whose server spans match its path.
     assert_eq!(u64_at(v, "/traces/complete"), ok, "{context}");
     // Each pulled hop's server span hangs under its queue wait, under the
     // caller's client span: one trace through the broker.
-    let traces = traces(&run_dir);
+    let traces = jaeger_traces(run_dir);
     assert_eq!(traces.len() as u64, sent, "one trace per request");
     for trace in &traces {
         for (hop, caller) in [("b", "a -> b"), ("c", "b -> c")] {
@@ -218,48 +268,37 @@ fn assert_nothing_left(kind: BrokerKind, broker_pid: u32) {
         !std::env::temp_dir().join(&tag).exists(),
         "the broker's directory {tag} is left behind"
     );
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        assert!(
-            !cmdline.contains(&tag),
-            "a server of the run still runs: {cmdline}"
-        );
-    }
+    let left = processes_naming(&tag);
+    assert!(left.is_empty(), "a server of the run still runs: {left:?}");
+}
+
+/// The processes whose command line holds `tag`: pid and command line.
+fn processes_naming(tag: &str) -> Vec<(i32, String)> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+            cmdline.contains(tag).then_some((pid, cmdline))
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
 // 2. A worker SIGKILLed while it holds tasks: they are delivered again.
 
-fn nats_redelivers_the_tasks_of_a_killed_worker() {
-    killed_worker(BrokerKind::Nats);
+on_both_brokers! {
+    nats_redelivers_the_tasks_of_a_killed_worker,
+    rabbitmq_redelivers_the_tasks_of_a_killed_worker
+    => |kind| killed_worker(kind)
 }
 
-fn rabbitmq_redelivers_the_tasks_of_a_killed_worker() {
-    killed_worker(BrokerKind::Rabbitmq);
-}
-
-fn killed_worker(kind: BrokerKind) {
-    require(kind);
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    // Two workers with credit 1 and 300 ms tasks take 6.7 tasks/s; 20/s
-    // arrive, so the queue backs up and each worker always holds a task.
-    let scenario = write(
-        dir.path(),
-        "kill.toml",
-        &format!(
-            r#"
-name = "broker-kill"
-seed = 5
-
-[broker]
-kind = "{}"
-
-[load]
-mode = "open"
-rate = 20
-arrivals = "uniform"
+/// The killed-worker scenarios' load, a and b: two workers of b with
+/// credit 1 and 300 ms tasks take 6.7 tasks/s; 20/s arrive, so the queue
+/// backs up and each worker always holds a task.
+const KILLED_WORKER_LOAD: &str = r#"rate = 20
 duration = "1500ms"
 timeout = "30s"
 
@@ -271,14 +310,14 @@ name = "b"
 transport = "pull"
 replicas = 2
 concurrency = 1
-work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
-"#,
-            kind.as_str()
-        ),
-    );
+work = { kind = "sleep", dist = "fixed", value = "300ms" }
+"#;
+
+fn killed_worker(kind: BrokerKind) {
+    let test = BrokerTest::new(kind);
+    let scenario = test.scenario("broker-kill", 5, "", KILLED_WORKER_LOAD);
     kill_hop_b_1_while(
-        kind,
-        dir.path(),
+        &test,
         &scenario,
         "waiting for tasks held by both workers",
         |s| match kind {
@@ -291,55 +330,28 @@ work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
 // 2b. A worker SIGKILLed while tasks it released wait on its downstream
 //     hop: they were never acknowledged, so they are delivered again.
 
-fn nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released() {
-    killed_mid_downstream(BrokerKind::Nats);
-}
-
-fn rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released() {
-    killed_mid_downstream(BrokerKind::Rabbitmq);
+on_both_brokers! {
+    nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released,
+    rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released
+    => |kind| killed_mid_downstream(kind)
 }
 
 fn killed_mid_downstream(kind: BrokerKind) {
-    require(kind);
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let test = BrokerTest::new(kind);
     // b's two workers (credit 1) do 300 ms of their own work, release
     // their credit and wait 2 s on c: each takes 3.3 tasks/s while 20/s
     // arrive, so the queue backs up, and once a worker has released a
     // task it holds that task, unacknowledged, for the 2 s c takes.
-    let scenario = write(
-        dir.path(),
-        "kill-mid-downstream.toml",
+    let scenario = test.scenario(
+        "broker-kill-downstream",
+        6,
+        "",
         &format!(
-            r#"
-name = "broker-kill-downstream"
-seed = 6
-
-[broker]
-kind = "{}"
-
-[load]
-mode = "open"
-rate = 20
-arrivals = "uniform"
-duration = "1500ms"
-timeout = "30s"
-
-[[hop]]
-name = "a"
-
-[[hop]]
-name = "b"
-transport = "pull"
-replicas = 2
-concurrency = 1
-work = {{ kind = "sleep", dist = "fixed", value = "300ms" }}
-
+            r#"{KILLED_WORKER_LOAD}
 [[hop]]
 name = "c"
 work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
-"#,
-            kind.as_str()
+"#
         ),
     );
     // Kill hop-b-1 once both workers have released tasks that now wait on
@@ -348,8 +360,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
     // 8 queued behind both consumers means each worker has finished its
     // own work on at least one task (20/s arrive, 6.7/s leave).
     kill_hop_b_1_while(
-        kind,
-        dir.path(),
+        &test,
         &scenario,
         "waiting for released tasks held by both workers",
         |s| match kind {
@@ -359,51 +370,32 @@ work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
     );
 }
 
-/// Runs `scenario` (in `dir`, which marks the run's processes), SIGKILLs
-/// hop-b-1 once the broker's statistics of b satisfy `holding`, and checks
-/// that every request was still answered and the kill is the incident.
+/// Runs `scenario`, SIGKILLs hop-b-1 once the broker's statistics of b
+/// satisfy `holding`, and checks that every request was still answered
+/// and the kill is the incident.
 fn kill_hop_b_1_while(
-    kind: BrokerKind,
-    dir: &Path,
+    test: &BrokerTest,
     scenario: &Path,
     waiting_for: &str,
     holding: impl Fn(&tailmesh_proto::pb::TopicStats) -> bool,
 ) {
-    let marker = path_str(dir).to_string();
-    let results = dir.join("results");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let mut run =
-        Running::start(dir, &run_args(scenario, &results, &[])).with_deadline(BROKER_RUN_DEADLINE);
-    let victim = loop {
-        let victim = pid_of(&results, "base", "hop-b-1");
-        let stats = endpoint(&results).and_then(|addr| {
-            runtime.block_on(async {
-                let stats = backend::stats(kind, &addr, QueueBounds::default(), &["b".to_owned()])
-                    .await
-                    .ok()?;
-                stats.into_iter().next()
-            })
-        });
-        let holding = stats.as_ref().is_some_and(&holding);
-        if let (Some(victim), true) = (victim, holding) {
-            break victim;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time(waiting_for);
-        sleep(POLL);
-    };
-    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-1");
+    let results = test.results();
+    let mut run = test.start(scenario);
+    let victim = run.wait_for(waiting_for, || {
+        let victim = pid_of(&results, "base", "hop-b-1")?;
+        test.stats_of_b()
+            .as_ref()
+            .is_some_and(&holding)
+            .then_some(victim)
+    });
+    assert!(
+        runs_ours(victim, &test.scratch.marker),
+        "pid {victim} is not hop-b-1"
+    );
     kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
-    let finished = run.wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        ref v, ref context, ..
+    } = test.finish(run);
     // The tasks the dead worker held (done with or waiting on its
     // downstream) were answered all the same: only redelivery to the
     // survivor can have done it.
@@ -412,15 +404,11 @@ fn kill_hop_b_1_while(
         u64_at(v, "/sent"),
         "a request was lost with its worker:\n{context}"
     );
-    if kind == BrokerKind::Nats {
-        let b = v
-            .pointer("/broker")
-            .and_then(Value::as_array)
-            .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
-            .expect("statistics of b");
+    if test.kind == BrokerKind::Nats {
+        let b = broker_topic(v, "b");
         assert!(u64_at(b, "/redelivered") >= 1, "{context}");
     }
-    assert_killed_replica_is_the_incident(v, victim, &context);
+    assert_killed_replica_is_the_incident(v, victim, context);
 }
 
 /// The broker server's address, once the run's broker process wrote it.
@@ -434,44 +422,29 @@ fn endpoint(results: &Path) -> Option<PeerAddr> {
 // 3. Overload: a worker never holds more than its credit, and a task whose
 //    deadline passed in the queue is never worked on.
 
-fn nats_honours_the_credit_and_drops_expired_tasks() {
-    credit_and_deadlines(BrokerKind::Nats, 2);
+on_both_brokers! {
+    nats_honours_the_credit_and_drops_expired_tasks,
+    rabbitmq_honours_the_credit_and_drops_expired_tasks
+    => |kind| credit_and_deadlines(kind, 2)
 }
 
-fn rabbitmq_honours_the_credit_and_drops_expired_tasks() {
-    credit_and_deadlines(BrokerKind::Rabbitmq, 2);
-}
-
-fn a_nats_worker_with_credit_1_never_holds_2_tasks() {
-    credit_and_deadlines(BrokerKind::Nats, 1);
-}
-
-fn a_rabbitmq_worker_with_credit_1_never_holds_2_tasks() {
-    credit_and_deadlines(BrokerKind::Rabbitmq, 1);
+on_both_brokers! {
+    a_nats_worker_with_credit_1_never_holds_2_tasks,
+    a_rabbitmq_worker_with_credit_1_never_holds_2_tasks
+    => |kind| credit_and_deadlines(kind, 1)
 }
 
 fn credit_and_deadlines(kind: BrokerKind, credits: i64) {
-    require(kind);
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let test = BrokerTest::new(kind);
     // One worker with credit 2 (1) and 100 ms tasks takes 20/s (10/s);
     // 40/s arrive with 400 ms to live: the queue grows and most requests
     // expire in it.
-    let scenario = write(
-        dir.path(),
-        "overload.toml",
+    let scenario = test.scenario(
+        "broker-overload",
+        9,
+        "",
         &format!(
-            r#"
-name = "broker-overload"
-seed = 9
-
-[broker]
-kind = "{}"
-
-[load]
-mode = "open"
-rate = 40
-arrivals = "uniform"
+            r#"rate = 40
 duration = "2s"
 timeout = "400ms"
 
@@ -486,16 +459,15 @@ name = "b"
 transport = "pull"
 concurrency = {credits}
 work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
-"#,
-            kind.as_str()
+"#
         ),
     );
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_scenario(dir.path(), &scenario, &results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        ref run_dir,
+        ref v,
+        ref context,
+        ..
+    } = test.finish(test.start(&scenario));
     let failed = u64_at(v, "/sent") - u64_at(v, "/ok");
     assert!(
         failed >= 10,
@@ -507,13 +479,13 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
     // A request's deadline runs from when it was sent, which on a busy
     // machine is later than meant (requests.csv has both).
     let timeout_us = 400_000;
-    let send_delay_us: HashMap<i64, u64> = requests_csv(&run_dir)
+    let send_delay_us: HashMap<i64, u64> = requests_csv(run_dir)
         .iter()
         .map(|r| (r.id as i64, r.send_delay_ns / 1000))
         .collect();
     let mut intervals = Vec::new();
     let mut served: HashMap<i64, u64> = HashMap::new();
-    for trace in traces(&run_dir) {
+    for trace in jaeger_traces(run_dir) {
         let root = spans(&trace)
             .iter()
             .find(|s| s["references"].as_array().is_some_and(Vec::is_empty))
@@ -566,36 +538,21 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
 // 3b. Tasks that expire in the queue behind a stalled worker are counted in
 //     summary.json.
 
-fn nats_counts_the_tasks_expired_behind_a_stalled_worker() {
-    expired_counted(BrokerKind::Nats);
-}
-
-fn rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker() {
-    expired_counted(BrokerKind::Rabbitmq);
+on_both_brokers! {
+    nats_counts_the_tasks_expired_behind_a_stalled_worker,
+    rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker
+    => |kind| expired_counted(kind)
 }
 
 fn expired_counted(kind: BrokerKind) {
-    require(kind);
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let marker = path_str(dir.path()).to_string();
+    let test = BrokerTest::new(kind);
     // One worker (credit 1, 5 ms tasks) keeps up with 20/s until it is
     // stopped (SIGSTOP): then tasks wait in the queue past their 300 ms.
-    let scenario = write(
-        dir.path(),
-        "stalled.toml",
-        &format!(
-            r#"
-name = "broker-stalled"
-seed = 11
-
-[broker]
-kind = "{}"
-
-[load]
-mode = "open"
-rate = 20
-arrivals = "uniform"
+    let scenario = test.scenario(
+        "broker-stalled",
+        11,
+        "",
+        r#"rate = 20
 duration = "3s"
 timeout = "300ms"
 
@@ -609,50 +566,31 @@ name = "a"
 name = "b"
 transport = "pull"
 concurrency = 1
-work = {{ kind = "sleep", dist = "fixed", value = "5ms" }}
+work = { kind = "sleep", dist = "fixed", value = "5ms" }
 "#,
-            kind.as_str()
-        ),
     );
-    let results = dir.path().join("results");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
-        .with_deadline(BROKER_RUN_DEADLINE);
-    let stats = |addr: &PeerAddr| {
-        runtime.block_on(async {
-            let stats = backend::stats(kind, addr, QueueBounds::default(), &["b".to_owned()])
-                .await
-                .ok()?;
-            stats.into_iter().next()
-        })
-    };
+    let results = test.results();
+    let mut run = test.start(&scenario);
     // Stop the worker once it has taken tasks.
-    let (victim, addr) = loop {
-        let victim = pid_of(&results, "base", "hop-b-0");
-        if let (Some(victim), Some(addr)) = (victim, endpoint(&results)) {
-            let taking = stats(&addr).is_some_and(|s| match kind {
-                BrokerKind::Nats => s.dispatched >= 3,
-                _ => s.workers == 1,
-            });
-            if taking {
-                break (victim, addr);
-            }
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for the worker to take tasks");
-        sleep(POLL);
-    };
-    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-0");
+    let victim = run.wait_for("waiting for the worker to take tasks", || {
+        let victim = pid_of(&results, "base", "hop-b-0")?;
+        let taking = test.stats_of_b().is_some_and(|s| match kind {
+            BrokerKind::Nats => s.dispatched >= 3,
+            _ => s.workers == 1,
+        });
+        taking.then_some(victim)
+    });
+    assert!(
+        runs_ours(victim, &test.scratch.marker),
+        "pid {victim} is not hop-b-0"
+    );
     let pid = Pid::from_raw(victim as i32);
     kill(pid, Signal::SIGSTOP).expect("SIGSTOP hop-b-0");
     // Resume it once tasks have expired behind it: RabbitMQ drops them
     // from the queue itself; JetStream keeps them until a worker takes
     // them, so enough queued tasks (20/s, 300 ms to live) will have.
     loop {
-        let expired_behind = stats(&addr).is_some_and(|s| match kind {
+        let expired_behind = test.stats_of_b().is_some_and(|s| match kind {
             BrokerKind::Nats => s.depth >= 10,
             _ => s.expired >= 3,
         });
@@ -666,20 +604,9 @@ work = {{ kind = "sleep", dist = "fixed", value = "5ms" }}
         sleep(POLL);
     }
     kill(pid, Signal::SIGCONT).expect("SIGCONT hop-b-0");
-    let finished = run.wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
-    let failed = u64_at(v, "/sent") - u64_at(v, "/ok");
-    let b = v
-        .pointer("/broker")
-        .and_then(Value::as_array)
-        .and_then(|t| t.iter().find(|t| t["topic"] == "b"))
-        .expect("statistics of b");
-    let expired = u64_at(b, "/expired");
+    let Accounted { v, context, .. } = test.finish(run);
+    let failed = u64_at(&v, "/sent") - u64_at(&v, "/ok");
+    let expired = u64_at(broker_topic(&v, "b"), "/expired");
     // At least the tasks seen expiring (RabbitMQ) or queued long enough
     // to (JetStream), never more than the requests that failed.
     assert!(
@@ -691,28 +618,20 @@ work = {{ kind = "sleep", dist = "fixed", value = "5ms" }}
 // ---------------------------------------------------------------------------
 // 4. The bound: a full queue refuses the next task with RESOURCE_EXHAUSTED.
 
-fn a_full_nats_stream_refuses_with_resource_exhausted() {
-    full_queue(BrokerKind::Nats);
-}
-
-fn a_full_rabbitmq_queue_refuses_with_resource_exhausted() {
-    full_queue(BrokerKind::Rabbitmq);
+on_both_brokers! {
+    a_full_nats_stream_refuses_with_resource_exhausted,
+    a_full_rabbitmq_queue_refuses_with_resource_exhausted
+    => |kind| full_queue(kind)
 }
 
 fn full_queue(kind: BrokerKind) {
-    require(kind);
-    let _serial = serial();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let test = BrokerTest::new(kind);
     // The server's output stays in the test's directory; a server that
     // does not get ready fails the test quoting the log's last lines.
-    let dir = tempfile::tempdir().expect("temp dir");
-    runtime.block_on(async {
+    test.runtime.block_on(async {
         let server = BrokerServer::start(
             ServerSpec::new(kind, std::net::Ipv4Addr::LOCALHOST.into())
-                .log_to(dir.path().join("server.log")),
+                .log_to(test.scratch.path().join("server.log")),
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -794,12 +713,10 @@ fn full_queue(kind: BrokerKind) {
     });
 }
 
-fn a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
-    scenario_capacity(BrokerKind::Nats);
-}
-
-fn a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
-    scenario_capacity(BrokerKind::Rabbitmq);
+on_both_brokers! {
+    a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest,
+    a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest
+    => |kind| scenario_capacity(kind)
 }
 
 /// The scenario's `queue_capacity` bounds the external broker's queue: 20
@@ -810,25 +727,12 @@ fn a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
 /// with RESOURCE_EXHAUSTED, counted so in summary.json. With the default
 /// bound of 10,000 none would be.
 fn scenario_capacity(kind: BrokerKind) {
-    require(kind);
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(
-        dir.path(),
-        "bounded.toml",
-        &format!(
-            r#"
-name = "broker-bounded"
-seed = 13
-
-[broker]
-kind = "{}"
-queue_capacity = 5
-
-[load]
-mode = "open"
-rate = 200
-arrivals = "uniform"
+    let test = BrokerTest::new(kind);
+    let scenario = test.scenario(
+        "broker-bounded",
+        13,
+        "queue_capacity = 5\n",
+        r#"rate = 200
 requests = 20
 timeout = "3s"
 
@@ -839,21 +743,12 @@ max_error_rate = 1.0
 name = "b"
 transport = "pull"
 concurrency = 1
-work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
+work = { kind = "sleep", dist = "fixed", value = "2s" }
 "#,
-            kind.as_str()
-        ),
     );
-    let results = dir.path().join("results");
-    let finished = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
-        .with_deadline(BROKER_RUN_DEADLINE)
-        .wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        ref v, ref context, ..
+    } = test.finish(test.start(&scenario));
     assert_eq!(u64_at(v, "/sent"), 20, "{context}");
     let refused = errors(v).get("resource_exhausted").copied().unwrap_or(0);
     let (capacity, credit) = (5, 1);
@@ -873,24 +768,12 @@ work = {{ kind = "sleep", dist = "fixed", value = "2s" }}
 //    still accounted for.
 
 fn a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted() {
-    let kind = BrokerKind::Nats;
-    require(kind);
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(
-        dir.path(),
-        "kill-broker.toml",
-        r#"
-name = "broker-killed"
-seed = 4
-
-[broker]
-kind = "nats"
-
-[load]
-mode = "open"
-rate = 50
-arrivals = "uniform"
+    let test = BrokerTest::new(BrokerKind::Nats);
+    let scenario = test.scenario(
+        "broker-killed",
+        4,
+        "",
+        r#"rate = 50
 duration = "3s"
 timeout = "500ms"
 
@@ -906,48 +789,20 @@ transport = "pull"
 work = { kind = "sleep", dist = "fixed", value = "1ms" }
 "#,
     );
-    let results = dir.path().join("results");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]))
-        .with_deadline(BROKER_RUN_DEADLINE);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let results = test.results();
+    let mut run = test.start(&scenario);
     // Once tasks flow, kill the server (not the broker process that runs it).
-    let server = loop {
-        let flowing = endpoint(&results).is_some_and(|addr| {
-            runtime.block_on(async {
-                backend::stats(kind, &addr, QueueBounds::default(), &["b".to_owned()])
-                    .await
-                    .is_ok_and(|s| s.first().is_some_and(|t| t.enqueued >= 20))
-            })
-        });
-        let broker = pid_of(&results, "base", "broker");
-        if let (true, Some(broker)) = (flowing, broker) {
-            let tag = format!("tailmesh-nats-{broker}");
-            let server = std::fs::read_dir("/proc")
-                .expect("/proc")
-                .flatten()
-                .find(|e| {
-                    std::fs::read(e.path().join("cmdline"))
-                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&tag))
-                })
-                .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                .expect("the nats-server of the run");
-            break server;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for tasks through NATS");
-        sleep(POLL);
-    };
+    let server = run.wait_for("waiting for tasks through NATS", || {
+        let flowing = test.stats_of_b().is_some_and(|t| t.enqueued >= 20);
+        let broker = pid_of(&results, "base", "broker").filter(|_| flowing)?;
+        let servers = processes_naming(&format!("tailmesh-nats-{broker}"));
+        let (server, _) = servers.first().expect("the nats-server of the run");
+        Some(*server)
+    });
     kill(Pid::from_raw(server), Signal::SIGKILL).expect("SIGKILL nats-server");
-    let finished = run.wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        ref v, ref context, ..
+    } = test.finish(run);
     assert!(
         u64_at(v, "/ok") < u64_at(v, "/sent"),
         "nothing failed without the broker:\n{context}"

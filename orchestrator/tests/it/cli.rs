@@ -4,6 +4,7 @@
 //! during it), and Ctrl-C pressed twice.
 
 use std::{
+    path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     thread::sleep,
     time::{Duration, Instant},
@@ -70,11 +71,10 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(dir.path(), "tiny.toml", TINY);
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "tiny.toml", TINY);
+    let results = scratch.results();
+    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &results);
     let out = &finished.stdout;
     for column in [
         "sent = ok + errors + timeouts",
@@ -149,16 +149,15 @@ fn with_closed_pipes(args: &[&str]) -> Output {
 }
 
 fn output_into_closed_pipes_changes_no_exit_status() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let scratch = Scratch::new();
     // Many problems: far more than a pipe's buffer could hide.
     let mut bad = String::from("name = \"bad\"\n");
     for i in 0..5000 {
         bad.push_str(&format!("unknown{i} = 1\n"));
     }
-    let bad = write(dir.path(), "bad.toml", &bad);
-    let good = write(dir.path(), "tiny.toml", TINY);
-    let results = dir.path().join("results");
+    let bad = write(scratch.path(), "bad.toml", &bad);
+    let good = write(scratch.path(), "tiny.toml", TINY);
+    let results = scratch.results();
 
     let cases: [(&str, Vec<&str>, i32); 4] = [
         ("run, bad scenario", vec!["run", path_str(&bad)], 2),
@@ -191,10 +190,9 @@ fn output_into_closed_pipes_changes_no_exit_status() {
 }
 
 fn an_unwritable_results_folder_fails_before_anything_starts() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(dir.path(), "tiny.toml", TINY);
-    let results = dir.path().join("results");
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "tiny.toml", TINY);
+    let results = scratch.results();
     // Not one byte may be written: as on a disk that is already full.
     let out = output_of(&run_args(&scenario, &results, &[]), Some(0));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -212,32 +210,33 @@ fn an_unwritable_results_folder_fails_before_anything_starts() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
-fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = write(dir.path(), "tiny.toml", TINY);
-    let results = dir.path().join("results");
-    // Room for summary.json (a few KiB) but not for report.html (far more).
-    let limit = 48 * 1024;
-    let out = output_of(&run_args(&scenario, &results, &[]), Some(limit));
+/// What a run whose file writes fail past a limit (a full disk) left.
+struct FullDisk {
+    stdout: String,
+    stderr: String,
+    /// Both streams, for assertion messages.
+    context: String,
+    run_dir: PathBuf,
+}
+
+/// Runs `scenario` with its files limited to `limit` bytes; the run must
+/// exit 1 and have made its run folder.
+fn run_on_a_full_disk(scenario: &Path, results: &Path, limit: u64) -> FullDisk {
+    let out = output_of(&run_args(scenario, results, &[]), Some(limit));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     let context = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
     assert_eq!(out.status.code(), Some(1), "{context}");
-    assert!(
-        stdout.contains("p99.9") && stdout.contains("compounding: measured"),
-        "the measured numbers were not printed:\n{context}"
-    );
-    let run_dir = only_run_dir(&results);
-    assert!(
-        stderr.contains(&format!("write {}/", run_dir.display()))
-            && stderr.contains("is incomplete"),
-        "the error should name the file and say the folder is incomplete:\n{context}"
-    );
-    // summary.json is written first and fits; every other file is whole
-    // or absent, and the one that did not fit is absent.
-    let summary: Value = summary(&run_dir);
-    assert_eq!(str_at(&summary, "/schema"), "tailmesh.summary/v1");
-    let mut names: Vec<String> = std::fs::read_dir(&run_dir)
+    FullDisk {
+        stdout,
+        stderr,
+        context,
+        run_dir: only_run_dir(results),
+    }
+}
+
+/// The names of the files in `run_dir`, sorted, none of them left partial.
+fn whole_file_names(run_dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(run_dir)
         .expect("read the run folder")
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -247,6 +246,34 @@ fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
         names.iter().all(|n| !n.ends_with(".partial")),
         "partial files left: {names:?}"
     );
+    names
+}
+
+fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "tiny.toml", TINY);
+    let results = scratch.results();
+    // Room for summary.json (a few KiB) but not for report.html (far more).
+    let FullDisk {
+        stdout,
+        stderr,
+        context,
+        run_dir,
+    } = run_on_a_full_disk(&scenario, &results, 48 * 1024);
+    assert!(
+        stdout.contains("p99.9") && stdout.contains("compounding: measured"),
+        "the measured numbers were not printed:\n{context}"
+    );
+    assert!(
+        stderr.contains(&format!("write {}/", run_dir.display()))
+            && stderr.contains("is incomplete"),
+        "the error should name the file and say the folder is incomplete:\n{context}"
+    );
+    // summary.json is written first and fits; every other file is whole
+    // or absent, and the one that did not fit is absent.
+    let summary: Value = summary(&run_dir);
+    assert_eq!(str_at(&summary, "/schema"), "tailmesh.summary/v1");
+    let names = whole_file_names(&run_dir);
     assert!(
         !names.iter().any(|n| n == "report.html"),
         "{names:?}\n{context}"
@@ -268,12 +295,11 @@ fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
 }
 
 fn a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let scratch = Scratch::new();
     // 20,000 requests (10 s) whose rows would take about 2 MB: requests.csv
     // meets the limit within the first thousand.
     let scenario = write(
-        dir.path(),
+        scratch.path(),
         "filling.toml",
         r#"
 name = "filling"
@@ -287,13 +313,13 @@ name = "a"
 slow_threshold = "15ms"
 "#,
     );
-    let results = dir.path().join("results");
-    let limit = 48 * 1024;
-    let out = output_of(&run_args(&scenario, &results, &[]), Some(limit));
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    let context = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
-    assert_eq!(out.status.code(), Some(1), "{context}");
-    let run_dir = only_run_dir(&results);
+    let results = scratch.results();
+    let FullDisk {
+        stdout,
+        stderr,
+        context,
+        run_dir,
+    } = run_on_a_full_disk(&scenario, &results, 48 * 1024);
     assert!(
         stderr.contains("the results disk is full")
             && stderr.contains(&format!("write {}/requests.csv", run_dir.display()))
@@ -319,15 +345,7 @@ slow_threshold = "15ms"
         "no incident names the lost file:\n{v:#}"
     );
     // Every file whole or absent; the one that overflowed, absent.
-    let names: Vec<String> = std::fs::read_dir(&run_dir)
-        .expect("read the run folder")
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        names.iter().all(|n| !n.ends_with(".partial")),
-        "partial files left: {names:?}"
-    );
+    let names = whole_file_names(&run_dir);
     assert!(!names.iter().any(|n| n == "requests.csv"), "{names:?}");
     for name in &names {
         let path = run_dir.join(name);
@@ -344,12 +362,11 @@ slow_threshold = "15ms"
 }
 
 fn a_run_whose_output_cannot_fit_is_refused_before_anything_starts() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let scratch = Scratch::new();
     // A trillion requests: hundreds of terabytes of rows, more than any
     // disk here holds.
     let scenario = write(
-        dir.path(),
+        scratch.path(),
         "huge.toml",
         r#"
 name = "huge"
@@ -361,7 +378,7 @@ requests = 1000000000000
 name = "a"
 "#,
     );
-    let results = dir.path().join("results");
+    let results = scratch.results();
     let out = output_of(&run_args(&scenario, &results, &["--no-traces"]), None);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
@@ -396,13 +413,11 @@ concurrency = 4"#,
 /// Two Ctrl-Cs during a run whose requests each take a minute, its load
 /// section starting with `mode`.
 fn second_ctrl_c_gives_up(mode: &str) {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let marker = path_str(dir.path()).to_string();
+    let scratch = Scratch::new();
     // Every request takes a minute: after the first Ctrl-C the run would
     // wait that long for the ones in flight.
     let scenario = write(
-        dir.path(),
+        scratch.path(),
         "stuck.toml",
         &format!(
             r#"
@@ -417,8 +432,8 @@ work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
 "#
         ),
     );
-    let results = dir.path().join("results");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+    let results = scratch.results();
+    let mut run = Running::start(scratch.path(), &run_args(&scenario, &results, &[]));
     // The load generator connects at its first request, so once it is
     // connected that request is in flight, for a minute.
     let hop = loop {
@@ -458,7 +473,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
     let finished = run.wait();
     let context = finished.output();
     assert_eq!(finished.code(), Some(130), "{context}");
-    assert!(!runs_ours(hop, &marker), "the hop outlived the run");
+    assert!(!runs_ours(hop, &scratch.marker), "the hop outlived the run");
     let run_dir = only_run_dir(&results);
     let summary = summary(&run_dir);
     let v = &variants(&summary)[0];

@@ -2,8 +2,6 @@
 //! worker twice what it can serve, the same scenario and seed run with a
 //! fifo and an adaptive queue, pushed and pulled, compared within one run.
 
-use std::collections::BTreeMap;
-
 use crate::support::*;
 use serde_json::Value;
 
@@ -64,10 +62,7 @@ fn adaptive_keeps_the_answered_tail_bounded_under_overload_where_fifo_does_not()
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
     let summary = summary(&run_dir);
     let context = format!("{summary:#}\n{}", finished.output());
-    let by_name: BTreeMap<&str, &Value> = variants(&summary)
-        .iter()
-        .map(|v| (str_at(v, "/name"), v))
-        .collect();
+    let by_name = variants_by_name(&summary);
     for v in by_name.values() {
         let (sent, ok, timeouts) = (u64_at(v, "/sent"), u64_at(v, "/ok"), u64_at(v, "/timeouts"));
         let failed: u64 = errors(v).values().sum::<u64>() + timeouts;

@@ -7,7 +7,7 @@
 //! on a condition with a deadline; nothing sleeps and hopes.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::HashMap,
     net::SocketAddr,
     thread::sleep,
     time::{Duration, Instant},
@@ -41,14 +41,6 @@ fn topic_stats(
     })
 }
 
-/// The broker statistics summary.json holds for `topic` in variant `v`.
-fn broker_topic<'a>(v: &'a Value, topic: &str) -> &'a Value {
-    v.pointer("/broker")
-        .and_then(Value::as_array)
-        .and_then(|topics| topics.iter().find(|t| t["topic"] == topic))
-        .unwrap_or_else(|| panic!("no broker statistics for topic {topic:?} in {v:#}"))
-}
-
 /// The per-hop report of `hop` in variant `v`.
 fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
     v.pointer("/hops")
@@ -70,15 +62,13 @@ fn replica_requests(hop: &Value) -> Vec<u64> {
 // 1. A pull worker SIGKILLed mid-run: its tasks are redelivered.
 
 fn a_pull_worker_killed_mid_run_loses_no_request() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let marker = path_str(dir.path()).to_string();
+    let scratch = Scratch::new();
     // Each task sleeps 200 ms and arrives every 10 ms: about 20 tasks are
     // held at any moment, ten per worker (the broker hands tasks to workers
     // with credit in turn). Credit 40 lets the survivor take the victim's
     // share as well, so nothing queues for long and nothing times out.
     let scenario = write(
-        dir.path(),
+        scratch.path(),
         "kill-pull.toml",
         r#"
 name = "kill-pull"
@@ -102,40 +92,29 @@ concurrency = 40
 work = { kind = "sleep", dist = "fixed", value = "200ms" }
 "#,
     );
-    let results = dir.path().join("results");
+    let results = scratch.results();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+    let mut run = Running::start(scratch.path(), &run_args(&scenario, &results, &[]));
 
     // Kill once both workers are connected and the broker says at least
     // ten tasks are held: then each worker holds some.
-    let (victim, held) = loop {
-        let victim = pid_of(&results, "base", "hop-b-1");
-        let stats = addr_of(&results, "base", "broker")
-            .and_then(|broker| topic_stats(&runtime, broker, "b"));
-        if let (Some(victim), Some(stats)) = (victim, stats)
-            && stats.workers == 2
-            && stats.in_flight >= 10
-        {
-            break (victim, stats.in_flight);
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for tasks held by both pull workers");
-        sleep(POLL);
-    };
-    assert!(runs_ours(victim, &marker), "pid {victim} is not hop-b-1");
+    let (victim, held) = run.wait_for("waiting for tasks held by both pull workers", || {
+        let victim = pid_of(&results, "base", "hop-b-1")?;
+        let stats = topic_stats(&runtime, addr_of(&results, "base", "broker")?, "b")?;
+        (stats.workers == 2 && stats.in_flight >= 10).then_some((victim, stats.in_flight))
+    });
+    assert!(
+        runs_ours(victim, &scratch.marker),
+        "pid {victim} is not hop-b-1"
+    );
     kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
-    let finished = run.wait();
-
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    assert!(!runs_ours(victim, &marker));
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        ref v, ref context, ..
+    } = accounted(run.wait(), &results);
+    assert!(!runs_ours(victim, &scratch.marker));
 
     // The broker put back what the dead worker held and the survivor did
     // it: no producer saw the loss.
@@ -191,22 +170,21 @@ work = { kind = "sleep", dist = "fixed", value = "200ms" }
     assert_eq!(split.iter().sum::<u64>(), ok, "{context}");
     assert!(split[1] < split[0], "{split:?}:\n{context}");
 
-    assert_killed_replica_is_the_incident(v, victim, &context);
+    assert_killed_replica_is_the_incident(v, victim, context);
 }
 
 // ---------------------------------------------------------------------------
 // 2. One slow replica: pull's tail beats round-robin push's.
 
 fn pull_beats_push_at_p99_with_one_slow_replica() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let scratch = Scratch::new();
     // The worker's replicas take 4 ms and 40 ms, one request at a time:
     // 250/s and 25/s. Round robin sends the slow one 40/s of the 80/s, so
     // its backlog grows by 15/s (to about 1.8 s of waiting after 3 s).
     // Pulled, the fast replica takes whatever arrives while the slow one is
     // busy, and a request waits at most about one slow service time.
     let scenario = write(
-        dir.path(),
+        scratch.path(),
         "slow-replica-small.toml",
         r#"
 name = "slow-replica-small"
@@ -239,14 +217,10 @@ name = "pull"
 set = { "hop.worker.transport" = "pull" }
 "#,
     );
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let summary = summary(&run_dir);
     let context = format!("{summary:#}\n{}", finished.output());
-    let by_name: BTreeMap<&str, &Value> = variants(&summary)
-        .iter()
-        .map(|v| (str_at(v, "/name"), v))
-        .collect();
+    let by_name = variants_by_name(&summary);
     let (push, pull) = (by_name["push"], by_name["pull"]);
     for v in [push, pull] {
         assert_accounted(v, &context);
@@ -282,9 +256,7 @@ set = { "hop.worker.transport" = "pull" }
 // 3. Ctrl-C: exit 130, partial results written, no process left.
 
 fn ctrl_c_stops_the_run_writes_partial_results_and_leaves_no_process() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let marker = path_str(dir.path()).to_string();
+    let scratch = Scratch::new();
     // 50 ms of work at 100/s: a few requests are in flight at any moment,
     // and Ctrl-C must let them finish rather than drop them.
     const RATE: u64 = 100;
@@ -297,7 +269,7 @@ fn ctrl_c_stops_the_run_writes_partial_results_and_leaves_no_process() {
     // started.
     const STOP_BOUND: Duration = Duration::from_secs(15);
     let scenario = write(
-        dir.path(),
+        scratch.path(),
         "long.toml",
         &format!(
             r#"
@@ -320,8 +292,8 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
 "#
         ),
     );
-    let results = dir.path().join("results");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+    let results = scratch.results();
+    let mut run = Running::start(scratch.path(), &run_args(&scenario, &results, &[]));
 
     // Measuring: the variant was announced, and hop a (launched last) has
     // called hop b, so requests flow through both.
@@ -372,7 +344,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
     assert_eq!(names, ["hop-a-0", "hop-b-0"], "pid files seen");
     let left: Vec<_> = seen
         .iter()
-        .filter(|(_, pid)| runs_ours(**pid, &marker))
+        .filter(|(_, pid)| runs_ours(**pid, &scratch.marker))
         .collect();
     assert!(left.is_empty(), "still running after Ctrl-C: {left:?}");
     assert!(pid_files(&results).is_empty(), "pid files left behind");
@@ -407,10 +379,9 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
 // 4. A chain mixing push and pull, and the same chain all pull.
 
 fn a_mixed_push_pull_chain_and_an_all_pull_chain_answer_every_request() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let scratch = Scratch::new();
     let scenario = write(
-        dir.path(),
+        scratch.path(),
         "mixed.toml",
         r#"
 name = "mixed"
@@ -442,14 +413,10 @@ name = "pull"
 set = { "hop.*.transport" = "pull" }
 "#,
     );
-    let results = dir.path().join("results");
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let summary = summary(&run_dir);
     let context = format!("{summary:#}\n{}", finished.output());
-    let by_name: BTreeMap<&str, &Value> = variants(&summary)
-        .iter()
-        .map(|v| (str_at(v, "/name"), v))
-        .collect();
+    let by_name = variants_by_name(&summary);
     let (mixed, pull) = (by_name["mixed"], by_name["pull"]);
 
     // Every request ok, each path naming the chain innermost first.

@@ -64,26 +64,22 @@ fn is_hex(s: &str, len: usize) -> bool {
 }
 
 fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let scenario = write(tmp.path(), "mixed.toml", MIXED);
-    let results = tmp.path().join("results");
-    let second = ReceiverThread::start(1_000_000, None, ([127, 0, 0, 1], 0).into(), tmp.path())
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "mixed.toml", MIXED);
+    let second = ReceiverThread::start(1_000_000, None, ([127, 0, 0, 1], 0).into(), scratch.path())
         .expect("second receiver");
-    let finished = tailmesh(
-        tmp.path(),
-        &run_args(&scenario, &results, &["--otlp-forward", &second.endpoint]),
+    let (_, run_dir) = run_ok_with(
+        scratch.path(),
+        &scenario,
+        &scratch.results(),
+        &["--otlp-forward", &second.endpoint],
     );
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
     let rows = requests_csv(&run_dir);
     assert_eq!(rows.len(), REQUESTS);
     assert!(rows.iter().all(|r| r.status == "ok"), "{rows:?}");
     let latency: HashMap<u64, u64> = rows.iter().map(|r| (r.id, r.latency_ns)).collect();
 
-    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
-    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
-    let traces = file["data"].as_array().expect("data array");
+    let traces = &jaeger_traces(&run_dir);
     assert_eq!(traces.len(), REQUESTS, "one trace per request");
     let mut seen_ids = Vec::new();
     for trace in traces {
@@ -224,22 +220,20 @@ fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
 }
 
 fn unreachable_forward_target_neither_fails_nor_slows_the_run() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let scenario = write(tmp.path(), "mixed.toml", MIXED);
-    let results = tmp.path().join("results");
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "mixed.toml", MIXED);
     // A port that was just free: nothing listens there.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let finished = tailmesh(
-        tmp.path(),
-        &run_args(&scenario, &results, &["--otlp-forward", &url]),
+    let (finished, run_dir) = run_ok_with(
+        scratch.path(),
+        &scenario,
+        &scratch.results(),
+        &["--otlp-forward", &url],
     );
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
     let summary = summary(&run_dir);
     let total = (REQUESTS * SPANS_PER_TRACE) as u64;
     assert_eq!(u64_at(&summary, "/traces/spans"), total);
@@ -257,13 +251,14 @@ fn unreachable_forward_target_neither_fails_nor_slows_the_run() {
 }
 
 fn no_traces_writes_no_trace_file_and_no_breakdown() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let scenario = write(tmp.path(), "mixed.toml", MIXED);
-    let results = tmp.path().join("results");
-    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &["--no-traces"]));
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "mixed.toml", MIXED);
+    let (finished, run_dir) = run_ok_with(
+        scratch.path(),
+        &scenario,
+        &scratch.results(),
+        &["--no-traces"],
+    );
     assert!(!Path::new(&run_dir.join("traces.jaeger.json")).exists());
     let summary = summary(&run_dir);
     assert!(summary.get("traces").is_none());
@@ -282,10 +277,9 @@ fn no_traces_writes_no_trace_file_and_no_breakdown() {
 }
 
 fn failed_requests_have_error_spans_from_the_failing_hop_up() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let scratch = Scratch::new();
     let scenario = write(
-        tmp.path(),
+        scratch.path(),
         "err.toml",
         r#"
 name = "err"
@@ -302,20 +296,15 @@ transport = "pull"
 error = { probability = 0.3, code = "unavailable" }
 "#,
     );
-    let results = tmp.path().join("results");
-    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
+    let (_, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let failed: Vec<u64> = requests_csv(&run_dir)
         .iter()
         .filter(|r| r.status != "ok")
         .map(|r| r.id)
         .collect();
     assert!(!failed.is_empty(), "30 % errors in 40 requests");
-    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
-    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
     let mut errored = Vec::new();
-    for trace in file["data"].as_array().expect("data") {
+    for trace in &jaeger_traces(&run_dir) {
         let spans = trace["spans"].as_array().expect("spans");
         let root = spans
             .iter()
@@ -347,20 +336,14 @@ error = { probability = 0.3, code = "unavailable" }
 }
 
 fn partial_sampling_traces_only_the_sampled_requests_end_to_end() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let scratch = Scratch::new();
     let scenario = write(
-        tmp.path(),
+        scratch.path(),
         "half.toml",
         &format!("{MIXED}\n[telemetry]\nsampling = 0.5\n"),
     );
-    let results = tmp.path().join("results");
-    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
-    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
-    let traces = file["data"].as_array().expect("data");
+    let (_, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
+    let traces = &jaeger_traces(&run_dir);
     assert!(
         (5..=35).contains(&traces.len()),
         "about half of {REQUESTS}: {}",
@@ -434,13 +417,9 @@ fn extra_attempts(run_dir: &Path) -> HashMap<u64, u64> {
 }
 
 fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_trace() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let scenario = write(tmp.path(), "tail.toml", TAIL);
-    let results = tmp.path().join("results");
-    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "tail.toml", TAIL);
+    let (_, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let rows = requests_csv(&run_dir);
     let extra = extra_attempts(&run_dir);
     let threshold_ns = 20_000_000;
@@ -491,10 +470,8 @@ fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_eve
     assert!(!files.contains_key("traces-2.jaeger.json"));
 
     // The Jaeger file: exactly the kept requests, each trace whole.
-    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
-    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
     let mut in_file = Vec::new();
-    for trace in file["data"].as_array().expect("data") {
+    for trace in &jaeger_traces(&run_dir) {
         let spans = trace["spans"].as_array().expect("spans");
         let ids: Vec<&str> = spans
             .iter()
@@ -635,13 +612,9 @@ fn expected_tree_spans() -> Vec<(String, String, Option<String>)> {
 /// only root, exactly the spans the shape calls for with the right
 /// parents, no span longer than its parent or starting before it.
 fn fan_out_and_pulled_hop_traces_are_complete_and_well_formed() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let scenario = write(tmp.path(), "tree.toml", TREE);
-    let results = tmp.path().join("results");
-    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "tree.toml", TREE);
+    let (_, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let rows = requests_csv(&run_dir);
     assert_eq!(rows.len(), TREE_REQUESTS);
     assert!(rows.iter().all(|r| r.status == "ok"), "{rows:?}");
@@ -655,9 +628,7 @@ fn fan_out_and_pulled_hop_traces_are_complete_and_well_formed() {
     let mut expected_names: Vec<&str> = expected.iter().map(|(n, ..)| n.as_str()).collect();
     expected_names.sort_unstable();
 
-    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
-    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
-    let traces = file["data"].as_array().expect("data array");
+    let traces = &jaeger_traces(&run_dir);
     let mut trace_ids: Vec<&str> = traces
         .iter()
         .map(|t| t["traceID"].as_str().expect("traceID"))
@@ -774,13 +745,9 @@ fn fan_out_and_pulled_hop_traces_are_complete_and_well_formed() {
 /// agreeing with the spans received, or said to be missing (null), never
 /// a made-up 0. No timing thresholds: only relations that must hold.
 fn a_traced_run_states_its_observer_cost() {
-    let _serial = serial();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let scenario = write(tmp.path(), "tree.toml", TREE);
-    let results = tmp.path().join("results");
-    let finished = tailmesh(tmp.path(), &run_args(&scenario, &results, &[]));
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "tree.toml", TREE);
+    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let summary = summary(&run_dir);
     let o = &variants(&summary)[0]["observer"];
     let spans_per_trace = expected_tree_spans().len() as u64;

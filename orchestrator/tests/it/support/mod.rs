@@ -57,6 +57,37 @@ pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A test's own folder, with the mesh lock held as long as it lives (the
+/// folder goes first). Its path is on the command line of every process a
+/// run started in it, so `marker` tells them from a reused pid.
+pub(crate) struct Scratch {
+    pub dir: tempfile::TempDir,
+    pub marker: String,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Scratch {
+    pub(crate) fn new() -> Scratch {
+        let serial = serial();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let marker = path_str(dir.path()).to_string();
+        Scratch {
+            dir,
+            marker,
+            _serial: serial,
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Where the runs started here write their results.
+    pub(crate) fn results(&self) -> PathBuf {
+        self.dir.path().join("results")
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Running the binary
 
@@ -160,6 +191,23 @@ impl Running {
         }
     }
 
+    /// Polls `found` until it finds something, failing the test if the run
+    /// exits first or passes its deadline.
+    pub(crate) fn wait_for<T>(
+        &mut self,
+        waiting_for: &str,
+        mut found: impl FnMut() -> Option<T>,
+    ) -> T {
+        loop {
+            if let Some(found) = found() {
+                return found;
+            }
+            assert!(!self.exited(), "the run ended first:\n{}", self.output());
+            self.assert_in_time(waiting_for);
+            sleep(POLL);
+        }
+    }
+
     /// Waits for it to exit, within [`run_deadline`] of its start.
     pub(crate) fn wait(mut self) -> Finished {
         loop {
@@ -227,10 +275,44 @@ pub(crate) fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
 
 /// Runs a scenario that must succeed (exit 0) and returns its run folder.
 pub(crate) fn run_ok(dir: &Path, scenario: &Path, results: &Path) -> (Finished, PathBuf) {
-    let finished = tailmesh(dir, &run_args(scenario, results, &[]));
+    run_ok_with(dir, scenario, results, &[])
+}
+
+/// [`run_ok`] with `extra` flags.
+pub(crate) fn run_ok_with(
+    dir: &Path,
+    scenario: &Path,
+    results: &Path,
+    extra: &[&str],
+) -> (Finished, PathBuf) {
+    let finished = tailmesh(dir, &run_args(scenario, results, extra));
     assert_eq!(finished.code(), Some(0), "{}", finished.output());
     let run_dir = only_run_dir(results);
     (finished, run_dir)
+}
+
+/// A run that exited 0, its first variant checked for accounting.
+pub(crate) struct Accounted {
+    pub run_dir: PathBuf,
+    /// The first variant of summary.json.
+    pub v: Value,
+    /// The variant and the run's output, for assertion messages.
+    pub context: String,
+}
+
+/// Asserts that `finished` (which wrote into `results`) exited 0 and its
+/// first variant accounts for every request it sent.
+pub(crate) fn accounted(finished: Finished, results: &Path) -> Accounted {
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(results);
+    let v = variants(&summary(&run_dir))[0].clone();
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(&v, &context);
+    Accounted {
+        run_dir,
+        v,
+        context,
+    }
 }
 
 /// The one run folder under `<results>/<scenario>/` (besides `latest`).
@@ -357,6 +439,29 @@ pub(crate) fn variants(summary: &Value) -> &Vec<Value> {
         .pointer("/variants")
         .and_then(Value::as_array)
         .expect("summary.json has variants")
+}
+
+/// The broker statistics summary.json holds for `topic` in variant `v`.
+pub(crate) fn broker_topic<'a>(v: &'a Value, topic: &str) -> &'a Value {
+    v.pointer("/broker")
+        .and_then(Value::as_array)
+        .and_then(|topics| topics.iter().find(|t| t["topic"] == topic))
+        .unwrap_or_else(|| panic!("no broker statistics for topic {topic:?} in {v:#}"))
+}
+
+/// Every trace of traces.jaeger.json (each with its spans).
+pub(crate) fn jaeger_traces(run_dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(run_dir.join("traces.jaeger.json")).expect("jaeger file");
+    let file: Value = serde_json::from_str(&text).expect("jaeger JSON");
+    file["data"].as_array().expect("data array").clone()
+}
+
+/// summary.json's variants by name.
+pub(crate) fn variants_by_name(summary: &Value) -> BTreeMap<&str, &Value> {
+    variants(summary)
+        .iter()
+        .map(|v| (str_at(v, "/name"), v))
+        .collect()
 }
 
 /// Asserts sent = ok + every error kind + timeouts and `accounted`.
