@@ -910,32 +910,65 @@ mod tests {
         }
     }
 
+    /// A collector on 127.0.0.1 that keeps what it receives in a [`Sink`],
+    /// served on its own runtime (kept alive by the caller) until `stop`
+    /// fires; the exporter's configuration for it, with `headers`; and the
+    /// collector's result once it stopped serving.
+    struct TestCollector {
+        runtime: tokio::runtime::Runtime,
+        sink: Sink,
+        config: ExportConfig,
+        stopped: mpsc::Receiver<Result<(), String>>,
+    }
+
+    impl TestCollector {
+        fn start(headers: &str, stop: impl Future<Output = ()> + Send + 'static) -> Self {
+            use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let listener = runtime
+                .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let sink = Sink::default();
+            let server = tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(sink.clone()))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop,
+                );
+            let (served, stopped) = mpsc::channel();
+            runtime.spawn(async move {
+                let _ = served.send(server.await.map_err(|e| e.to_string()));
+            });
+            let config = ExportConfig {
+                endpoint: tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    .expect("endpoint")
+                    .timeout(TIMEOUT),
+                headers: parse_headers(headers),
+                resource: resource_from_env(),
+                attribute_limit: 128,
+            };
+            TestCollector {
+                runtime,
+                sink,
+                config,
+                stopped,
+            }
+        }
+    }
+
     #[test]
     fn the_exporter_sends_over_otlp_grpc_and_flushes_on_shutdown() {
-        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let sink = Sink::default();
-        runtime.spawn(
-            tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(sink.clone()))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        let config = ExportConfig {
-            endpoint: tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-                .expect("endpoint")
-                .timeout(TIMEOUT),
-            headers: parse_headers("x-test=yes"),
-            resource: resource_from_env(),
-            attribute_limit: 128,
-        };
+        let TestCollector {
+            runtime: _runtime,
+            sink,
+            config,
+            ..
+        } = TestCollector::start("x-test=yes", std::future::pending());
         let (spans, receiver) = mpsc::sync_channel(16);
         let exporter =
             ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
@@ -961,39 +994,16 @@ mod tests {
 
     #[test]
     fn an_idle_exporter_lets_its_collector_stop_gracefully() {
-        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
         const DEADLINE: Duration = Duration::from_secs(30);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let sink = Sink::default();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (served, stopped_serving) = mpsc::channel();
-        let server = tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(sink.clone()))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            );
-        runtime.spawn(async move {
-            let _ = served.send(server.await.map_err(|e| e.to_string()));
+        let (stop, stop_fired) = tokio::sync::oneshot::channel::<()>();
+        let TestCollector {
+            runtime: _runtime,
+            sink,
+            config,
+            stopped,
+        } = TestCollector::start("", async {
+            let _ = stop_fired.await;
         });
-        let config = ExportConfig {
-            endpoint: tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-                .expect("endpoint")
-                .timeout(TIMEOUT),
-            headers: MetadataMap::new(),
-            resource: resource_from_env(),
-            attribute_limit: 128,
-        };
         let (spans, receiver) = mpsc::sync_channel(16);
         let exporter =
             ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
@@ -1006,7 +1016,7 @@ mod tests {
         // The exporter is idle now (nothing more queued): a graceful stop
         // completes only if it answers the collector's GOAWAY and ping.
         stop.send(()).expect("the server waits for its stop");
-        let served = stopped_serving
+        let served = stopped
             .recv_timeout(DEADLINE)
             .expect("the collector stopped gracefully while the exporter was idle");
         assert_eq!(served, Ok(()));
