@@ -351,19 +351,24 @@ fn bench_case(
             topic: topic.into(),
             payload: payload.into(),
         };
-        // Warm up until the worker answers, then measure.
-        let warmup = (args.requests / 10).max(200);
-        closed_loop(&submit, inflight, warmup, PHASE_TIMEOUT).await?;
-        let sample = closed_loop(&submit, inflight, args.requests, PHASE_TIMEOUT).await?;
-        Ok::<_, anyhow::Error>(Result1 {
-            seconds: sample.elapsed.as_secs_f64(),
-            requests: sample.hist.len(),
-            hist: Some(sample.hist),
-        })
+        warm_then_measure(&submit, inflight, args).await
     });
     let _ = stop.send(true);
     let _ = worker.join();
     result
+}
+
+/// `args.requests` calls of `call` at `inflight` in flight, after a
+/// tenth as many (at least 200) that warm up until the other side answers.
+async fn warm_then_measure<C: Call>(call: &C, inflight: usize, args: &Args) -> Result<Result1> {
+    let warmup = (args.requests / 10).max(200);
+    closed_loop(call, inflight, warmup, PHASE_TIMEOUT).await?;
+    let sample = closed_loop(call, inflight, args.requests, PHASE_TIMEOUT).await?;
+    Ok(Result1 {
+        seconds: sample.elapsed.as_secs_f64(),
+        requests: sample.hist.len(),
+        hist: Some(sample.hist),
+    })
 }
 
 /// The `core` case: the broker's own request/reply, a responder on a
@@ -396,14 +401,7 @@ fn bench_core(
             .map_err(|_| anyhow!("the {} responder did not start", kind.as_str()))?;
         let payload = vec![7u8; args.payload];
         let requester = baseline::Requester::connect(kind, addr, &subject, &payload).await?;
-        let warmup = (args.requests / 10).max(200);
-        closed_loop(&requester, inflight, warmup, PHASE_TIMEOUT).await?;
-        let sample = closed_loop(&requester, inflight, args.requests, PHASE_TIMEOUT).await?;
-        Ok::<_, anyhow::Error>(Result1 {
-            seconds: sample.elapsed.as_secs_f64(),
-            requests: sample.hist.len(),
-            hist: Some(sample.hist),
-        })
+        warm_then_measure(&requester, inflight, args).await
     });
     let _ = stop.send(true);
     match responder.join() {

@@ -176,6 +176,24 @@ mod tests {
 
     use crate::analysis::testing::{mixed_records, summary};
 
+    /// Writes `files` into `dir` with `requests` and no traces.
+    fn write_untraced(
+        dir: &Path,
+        s: &Summary,
+        files: &[RunFile],
+        requests: RequestsWriter,
+    ) -> Result<Vec<PathBuf>, OutputError> {
+        write_run(
+            dir,
+            s,
+            files,
+            RunData {
+                requests: Ok(requests),
+                traces: None,
+            },
+        )
+    }
+
     #[test]
     fn the_summary_lists_exactly_the_files_written() {
         let s = summary();
@@ -231,16 +249,7 @@ mod tests {
         for r in &records {
             requests.write(r).expect("a row");
         }
-        let written = write_run(
-            dir.path(),
-            &s,
-            &files,
-            RunData {
-                requests: Ok(requests),
-                traces: None,
-            },
-        )
-        .expect("written");
+        let written = write_untraced(dir.path(), &s, &files, requests).expect("written");
         let written: Vec<String> = written
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -271,15 +280,7 @@ mod tests {
             // Rows still go into the unlinked file: make the flush fail.
             let _ = requests.write(r);
         }
-        let err = write_run(
-            dir.path(),
-            &s,
-            &files,
-            RunData {
-                requests: Ok(requests),
-                traces: None,
-            },
-        );
+        let err = write_untraced(dir.path(), &s, &files, requests);
         // Every file but requests.csv was written, requests.csv is absent.
         assert!(dir.path().join("summary.json").is_file());
         assert!(dir.path().join("report.html").is_file());

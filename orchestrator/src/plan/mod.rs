@@ -383,16 +383,8 @@ replica_net = { replica = 0, loss = 0.1 }
         let scenario =
             crate::scenario::parse(&text, "chain.toml").unwrap_or_else(|e| panic!("{e}"));
         let plan = MeshPlan::new(&scenario, &scenario.variants[0]);
-        let Some(Role::Broker {
-            topics,
-            disciplines,
-            bounds,
-        }) = plan.broker().map(|b| &b.role)
-        else {
-            panic!("a broker");
-        };
         assert_eq!(
-            broker_args(topics, disciplines, *bounds),
+            broker_args_of(&plan).0,
             [
                 "broker",
                 "--topics",
@@ -410,6 +402,19 @@ replica_net = { replica = 0, loss = 0.1 }
         assert_eq!(config.discipline, Discipline::Lifo);
     }
 
+    /// The plan's broker's command-line arguments and queue bounds.
+    fn broker_args_of(plan: &MeshPlan) -> (Vec<String>, QueueBounds) {
+        let Some(Role::Broker {
+            topics,
+            disciplines,
+            bounds,
+        }) = plan.broker().map(|b| &b.role)
+        else {
+            panic!("a broker");
+        };
+        (broker_args(topics, disciplines, *bounds), *bounds)
+    }
+
     #[test]
     fn queue_bounds_reach_the_brokers_arguments_and_every_hops_config() {
         let text = format!(
@@ -422,16 +427,8 @@ replica_net = { replica = 0, loss = 0.1 }
             capacity: 5,
             bytes: 8 * 1024 * 1024,
         };
-        let Some(Role::Broker {
-            topics,
-            disciplines,
-            bounds,
-        }) = plan.broker().map(|b| &b.role)
-        else {
-            panic!("a broker");
-        };
-        assert_eq!(*bounds, small);
-        let args = broker_args(topics, disciplines, *bounds);
+        let (args, bounds) = broker_args_of(&plan);
+        assert_eq!(bounds, small);
         let value = |flag: &str| {
             let at = args.iter().position(|a| a == flag);
             at.and_then(|i| args.get(i + 1)).map(String::as_str)

@@ -238,36 +238,50 @@ where
     H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
 {
-    let credits = options.credits;
+    let spec = WorkerSpec {
+        addr,
+        bounds,
+        topic,
+        worker,
+        credits: options.credits.max(1),
+    };
     match kind {
         BrokerKind::Tailmesh => {
+            let WorkerSpec {
+                addr,
+                topic,
+                worker,
+                ..
+            } = spec;
             run_worker_releasing(addr, topic, worker, options, handler, shutdown).await
         }
         BrokerKind::Nats => {
-            nats::run_worker(
-                addr,
-                bounds,
-                topic,
-                worker,
-                credits.max(1),
-                handler,
-                shutdown,
-            )
+            reconnecting("NATS", spec, shutdown, |spec, shutdown| {
+                nats::session(spec, handler.clone(), shutdown)
+            })
             .await
         }
         BrokerKind::Rabbitmq => {
-            rabbitmq::run_worker(
-                addr,
-                bounds,
-                topic,
-                worker,
-                credits.max(1),
-                handler,
-                shutdown,
-            )
+            reconnecting("RabbitMQ", spec, shutdown, |spec, shutdown| {
+                rabbitmq::session(spec, handler.clone(), shutdown)
+            })
             .await
         }
     }
+}
+
+/// What an external broker's worker serves, as plain data: each session
+/// of [`reconnecting`] gets its own copy.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerSpec {
+    pub(crate) addr: PeerAddr,
+    /// Its queue's bounds, which the worker declares it with.
+    pub(crate) bounds: QueueBounds,
+    pub(crate) topic: String,
+    /// The worker's name, in logs (and RabbitMQ's consumer tag).
+    pub(crate) worker: String,
+    /// Tasks the worker holds at once, at least 1.
+    pub(crate) credits: u32,
 }
 
 /// How one session of an external broker's worker ended.
@@ -287,27 +301,26 @@ const BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest wait before a worker reconnects.
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Runs an external broker's worker: `session` connects and serves until it
-/// ends; a lost or failed session is logged and run again after a backoff;
-/// only shutdown ends the worker. Each session is handed the shutdown
-/// future (shared), to stop connecting or serving when it fires.
-pub(crate) async fn reconnecting<Sh, S, F>(
+/// Runs an external broker's worker: `session` connects and serves `spec`
+/// until it ends; a lost or failed session is logged and run again after a
+/// backoff; only shutdown ends the worker. Each session is handed the
+/// shutdown future (shared), to stop connecting or serving when it fires.
+async fn reconnecting<Sh, S, F>(
     broker: &str,
-    addr: &PeerAddr,
-    topic: &str,
-    worker: &str,
+    spec: WorkerSpec,
     shutdown: Sh,
     mut session: S,
 ) -> Result<(), BrokerError>
 where
     Sh: Future<Output = ()>,
-    S: FnMut(Shared<Sh>) -> F,
+    S: FnMut(WorkerSpec, Shared<Sh>) -> F,
     F: Future<Output = SessionEnd>,
 {
+    let (addr, topic, worker) = (&spec.addr, &spec.topic, &spec.worker);
     let mut shutdown = shutdown.shared();
     let mut backoff = BACKOFF_MIN;
     loop {
-        match session(shutdown.clone()).await {
+        match session(spec.clone(), shutdown.clone()).await {
             SessionEnd::ShutDown => return Ok(()),
             SessionEnd::Lost(why) => {
                 backoff = BACKOFF_MIN;

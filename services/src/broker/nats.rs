@@ -54,10 +54,10 @@ use tokio::{
 use tonic::Status;
 
 use super::{
-    BrokerError, Release,
+    Release,
     backend::{
         ACK_WAIT, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES, MESSAGE_HEADER,
-        REPLY_SLACK, SessionEnd, deadline_nanos, expired, number, reconnecting, reply_headers,
+        REPLY_SLACK, SessionEnd, WorkerSpec, deadline_nanos, expired, number, reply_headers,
         reply_of, task_headers, task_of, within_deadline,
     },
 };
@@ -353,43 +353,11 @@ fn refused(topic: &str, addr: &PeerAddr, bounds: QueueBounds, why: &str) -> Stat
     }
 }
 
-/// The worker side (see [`run_backend_worker`](super::backend::run_backend_worker)).
-/// A broken connection is retried with backoff; only shutdown ends it.
-pub(crate) async fn run_worker<H, F>(
-    addr: PeerAddr,
-    bounds: QueueBounds,
-    topic: String,
-    worker: String,
-    credits: u32,
-    handler: H,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), BrokerError>
-where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-{
-    reconnecting("NATS", &addr, &topic, &worker, shutdown, |shutdown| {
-        session(
-            addr.clone(),
-            bounds,
-            topic.clone(),
-            worker.clone(),
-            credits,
-            handler.clone(),
-            shutdown,
-        )
-    })
-    .await
-}
-
-/// One session: connects, then serves until the connection is lost or
-/// shutdown fires.
-async fn session<H, F, Sh>(
-    addr: PeerAddr,
-    bounds: QueueBounds,
-    topic: String,
-    worker: String,
-    credits: u32,
+/// One session of the worker side (see
+/// [`run_backend_worker`](super::backend::run_backend_worker)): connects,
+/// then serves until the connection is lost or shutdown fires.
+pub(crate) async fn session<H, F, Sh>(
+    spec: WorkerSpec,
     handler: H,
     mut shutdown: Shared<Sh>,
 ) -> SessionEnd
@@ -398,11 +366,13 @@ where
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
     Sh: Future<Output = ()>,
 {
+    let (addr, topic, worker) = (&spec.addr, &spec.topic, &spec.worker);
+    let credits = spec.credits;
     let session = async {
-        let client = connect(&addr).await?;
+        let client = connect(addr).await?;
         let js = jetstream::new(client.clone());
-        let stream = ensure_stream(&js, bounds, &topic).await?;
-        let consumer = ensure_consumer(&stream, &topic).await?;
+        let stream = ensure_stream(&js, spec.bounds, topic).await?;
+        let consumer = ensure_consumer(&stream, topic).await?;
         tracing::debug!(%addr, %topic, %worker, "NATS worker connected");
         Ok::<_, Status>((client, consumer))
     };

@@ -51,10 +51,10 @@ use tokio::sync::oneshot;
 use tonic::Status;
 
 use super::{
-    BrokerError, Release,
+    Release,
     backend::{
         CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, REPLY_SLACK, SessionEnd,
-        deadline_nanos, expired, number, reconnecting, reply_headers, reply_of, task_headers,
+        WorkerSpec, deadline_nanos, expired, number, reply_headers, reply_of, task_headers,
         task_of, within_deadline,
     },
 };
@@ -76,7 +76,8 @@ pub fn queue_name(topic: &str) -> String {
     format!("tm.{topic}")
 }
 
-fn uri(addr: &PeerAddr) -> String {
+/// The AMQP URI of the broker at `addr`, with tailmesh's user.
+pub fn uri(addr: &PeerAddr) -> String {
     format!("amqp://{USER}:{PASSWORD}@{addr}/%2f")
 }
 
@@ -214,6 +215,106 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 type Waiters = Mutex<HashMap<u64, oneshot::Sender<Delivery>>>;
 
+/// Replies through direct reply-to (`amq.rabbitmq.reply-to`), RabbitMQ's
+/// request/reply without a reply queue: the channel that publishes
+/// requests consumes its own pseudo-queue, and each reply goes to the
+/// request whose correlation id it carries. Requests and replies need not
+/// alternate: any number can wait at once.
+#[derive(Debug)]
+pub struct DirectReplies {
+    waiters: Arc<Waiters>,
+    next_id: AtomicU64,
+    /// Set when the reply consumer ended (its channel or connection closed).
+    ended: Arc<AtomicBool>,
+}
+
+impl DirectReplies {
+    /// Starts consuming `channel`'s replies (with automatic
+    /// acknowledgement, as direct reply-to requires) on a task of the
+    /// current runtime; requests must be published on the same channel.
+    pub async fn consume(channel: &Channel) -> Result<Self, lapin::Error> {
+        let mut replies = channel
+            .basic_consume(
+                REPLY_TO.into(),
+                "".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        let waiters: Arc<Waiters> = Arc::default();
+        let ended = Arc::new(AtomicBool::new(false));
+        let (routing, ending) = (waiters.clone(), ended.clone());
+        tokio::spawn(async move {
+            while let Some(Ok(reply)) = replies.next().await {
+                let id = reply
+                    .properties
+                    .correlation_id()
+                    .as_ref()
+                    .and_then(|c| c.as_str().parse::<u64>().ok());
+                if let Some(tx) = id.and_then(|id| lock(&routing).remove(&id)) {
+                    let _ = tx.send(reply);
+                }
+            }
+            ending.store(true, Ordering::Release);
+            // Whoever still waits learns it now, not at its deadline.
+            lock(&routing).clear();
+        });
+        Ok(DirectReplies {
+            waiters,
+            next_id: AtomicU64::new(0),
+            ended,
+        })
+    }
+
+    /// Whether the reply consumer ended: no more replies will come.
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// A new request: the properties to publish it with (reply-to and a
+    /// fresh correlation id; add others to them) and its reply to wait on.
+    pub fn request(&self) -> (BasicProperties, PendingReply<'_>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.waiters).insert(id, tx);
+        let properties = BasicProperties::default()
+            .with_reply_to(REPLY_TO.into())
+            .with_correlation_id(id.to_string().into());
+        (
+            properties,
+            PendingReply {
+                waiters: &self.waiters,
+                id,
+                reply: rx,
+            },
+        )
+    }
+}
+
+/// The reply a request waits for; dropping it forgets the request.
+#[derive(Debug)]
+pub struct PendingReply<'a> {
+    waiters: &'a Waiters,
+    id: u64,
+    reply: oneshot::Receiver<Delivery>,
+}
+
+impl PendingReply<'_> {
+    /// The reply, or `None` if the reply consumer ended first.
+    pub async fn received(mut self) -> Option<Delivery> {
+        (&mut self.reply).await.ok()
+    }
+}
+
+impl Drop for PendingReply<'_> {
+    fn drop(&mut self) {
+        lock(self.waiters).remove(&self.id);
+    }
+}
+
 impl Drop for Connected {
     fn drop(&mut self) {
         // Closed politely, so the broker does not log a lost client, and
@@ -234,11 +335,9 @@ struct Connected {
     /// Taken only by `drop`, to close it.
     connection: Option<Connection>,
     channel: Channel,
-    waiters: Arc<Waiters>,
-    next_id: AtomicU64,
+    /// When they end, the next submit reconnects.
+    replies: DirectReplies,
     declared: Mutex<Vec<String>>,
-    /// Set when the reply consumer ended: the next submit reconnects.
-    broken: Arc<AtomicBool>,
 }
 
 /// The producer side: a cheap `Clone` over one AMQP connection and channel,
@@ -272,7 +371,7 @@ impl RabbitProducer {
 
     async fn connected(&self) -> Result<Arc<Connected>, Status> {
         let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.broken.load(Ordering::Acquire)) {
+        if let Some(c) = slot.as_ref().filter(|c| !c.replies.ended()) {
             return Ok(c.clone());
         }
         let addr = &self.addr;
@@ -285,43 +384,14 @@ impl RabbitProducer {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| unavailable(addr, "confirm.select", e))?;
-        let mut replies = channel
-            .basic_consume(
-                REPLY_TO.into(),
-                "".into(),
-                BasicConsumeOptions {
-                    no_ack: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
+        let replies = DirectReplies::consume(&channel)
             .await
             .map_err(|e| unavailable(addr, "consume direct reply-to", e))?;
-        let waiters: Arc<Waiters> = Arc::default();
-        let broken = Arc::new(AtomicBool::new(false));
-        let (routing, ended) = (waiters.clone(), broken.clone());
-        tokio::spawn(async move {
-            while let Some(Ok(reply)) = replies.next().await {
-                let id = reply
-                    .properties
-                    .correlation_id()
-                    .as_ref()
-                    .and_then(|c| c.as_str().parse::<u64>().ok());
-                if let Some(tx) = id.and_then(|id| lock(&routing).remove(&id)) {
-                    let _ = tx.send(reply);
-                }
-            }
-            ended.store(true, Ordering::Release);
-            // Whoever still waits learns it now, not at its deadline.
-            lock(&routing).clear();
-        });
         let connected = Arc::new(Connected {
             connection: Some(connection),
             channel,
-            waiters,
-            next_id: AtomicU64::new(0),
+            replies,
             declared: Mutex::default(),
-            broken,
         });
         *slot = Some(connected.clone());
         Ok(connected)
@@ -343,13 +413,8 @@ impl RabbitProducer {
                 declare(&c.channel, addr, self.bounds, topic).await?;
                 lock(&c.declared).push(topic.to_owned());
             }
-            let id = c.next_id.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = oneshot::channel();
-            lock(&c.waiters).insert(id, tx);
-            let _waiting = Forget(&c.waiters, id);
-            let mut properties = BasicProperties::default()
-                .with_reply_to(REPLY_TO.into())
-                .with_correlation_id(id.to_string().into())
+            let (properties, pending) = c.replies.request();
+            let mut properties = properties
                 .with_headers(field_table(task_headers(headers, deadline_nanos(deadline))));
             if let Some(d) = deadline {
                 // Whole milliseconds, at least one: "0" would expire at once.
@@ -376,7 +441,7 @@ impl RabbitProducer {
                     self.bounds.capacity, self.bounds.bytes
                 )));
             }
-            let reply = rx.await.map_err(|_| {
+            let reply = pending.received().await.ok_or_else(|| {
                 Status::unavailable(format!("RabbitMQ {addr}: the reply consumer ended"))
             })?;
             let headers = header_map(&reply.properties);
@@ -399,53 +464,11 @@ impl RabbitProducer {
     }
 }
 
-/// Removes a waiter however its submit ends.
-struct Forget<'a>(&'a Waiters, u64);
-
-impl Drop for Forget<'_> {
-    fn drop(&mut self) {
-        lock(self.0).remove(&self.1);
-    }
-}
-
-/// The worker side (see [`run_backend_worker`](super::backend::run_backend_worker)).
-/// A broken connection is retried with backoff; only shutdown ends it.
-pub(crate) async fn run_worker<H, F>(
-    addr: PeerAddr,
-    bounds: QueueBounds,
-    topic: String,
-    worker: String,
-    credits: u32,
-    handler: H,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), BrokerError>
-where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-{
-    let prefetch = u16::try_from(credits).unwrap_or(u16::MAX);
-    reconnecting("RabbitMQ", &addr, &topic, &worker, shutdown, |shutdown| {
-        session(
-            addr.clone(),
-            bounds,
-            topic.clone(),
-            worker.clone(),
-            prefetch,
-            handler.clone(),
-            shutdown,
-        )
-    })
-    .await
-}
-
-/// One session: connects, then serves until the connection is lost or
-/// shutdown fires.
-async fn session<H, F, Sh>(
-    addr: PeerAddr,
-    bounds: QueueBounds,
-    topic: String,
-    worker: String,
-    prefetch: u16,
+/// One session of the worker side (see
+/// [`run_backend_worker`](super::backend::run_backend_worker)): connects,
+/// then serves until the connection is lost or shutdown fires.
+pub(crate) async fn session<H, F, Sh>(
+    spec: WorkerSpec,
     handler: H,
     mut shutdown: Shared<Sh>,
 ) -> SessionEnd
@@ -454,27 +477,29 @@ where
     F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
     Sh: Future<Output = ()>,
 {
+    let (addr, topic, worker) = (&spec.addr, &spec.topic, &spec.worker);
+    let prefetch = u16::try_from(spec.credits).unwrap_or(u16::MAX);
     let session = async {
-        let connection = connect(&addr).await?;
+        let connection = connect(addr).await?;
         let channel = connection
             .create_channel()
             .await
-            .map_err(|e| unavailable(&addr, "channel", e))?;
-        declare(&channel, &addr, bounds, &topic).await?;
+            .map_err(|e| unavailable(addr, "channel", e))?;
+        declare(&channel, addr, spec.bounds, topic).await?;
         let credit = Arc::new(Credit::new(channel.clone(), prefetch));
         credit
             .apply()
             .await
-            .map_err(|e| unavailable(&addr, "basic.qos", e))?;
+            .map_err(|e| unavailable(addr, "basic.qos", e))?;
         let consumer = channel
             .basic_consume(
-                queue_name(&topic).into(),
+                queue_name(topic).into(),
                 worker.as_str().into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| unavailable(&addr, "consume", e))?;
+            .map_err(|e| unavailable(addr, "consume", e))?;
         tracing::debug!(%addr, %topic, %worker, prefetch, "RabbitMQ worker connected");
         Ok::<_, Status>((connection, channel, credit, consumer))
     };

@@ -2,7 +2,10 @@
 //! [`INTERVAL`], takes the spans the serving threads handed over, writes
 //! them as one OTLP `ExportTraceServiceRequest` straight into a reused
 //! byte buffer (see [`otlp`]) and sends those bytes over
-//! OTLP/gRPC to the collector. Every request's resource carries the
+//! OTLP/gRPC to the collector. Between exports the thread waits inside its
+//! runtime, so the connection to the collector keeps being served: pings
+//! are answered and a collector that stops (GOAWAY) or closes the
+//! connection is heard at once, not at the next export. Every request's resource carries the
 //! process's identity, encoded once, and the observer's own counters (see
 //! [`Batcher`]).
 //!
@@ -34,6 +37,7 @@ use opentelemetry_proto::tonic::{
     resource::v1::Resource,
 };
 use prost::Message;
+use tokio::sync::Notify;
 use tonic::{
     GrpcMethod,
     client::Grpc,
@@ -358,6 +362,9 @@ fn thread_cpu_ns() -> u64 {
 #[derive(Debug)]
 pub struct ExportThread {
     stop: Arc<AtomicBool>,
+    /// Ends the exporter's idle wait early (a notification given while it
+    /// exports is kept for its next wait).
+    wake: Arc<Notify>,
     done: Receiver<()>,
     thread: JoinHandle<()>,
 }
@@ -374,22 +381,28 @@ impl ExportThread {
             .build()
             .map_err(ExportError::Runtime)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(Notify::new());
         let (finished, done) = mpsc::channel();
-        let stopping = stop.clone();
+        let (stopping, woken) = (stop.clone(), wake.clone());
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
-                export_loop(&runtime, config, &spans, counters, &stopping);
+                export_loop(&runtime, config, &spans, counters, &stopping, &woken);
                 let _ = finished.send(());
             })
             .map_err(ExportError::Thread)?;
-        Ok(ExportThread { stop, done, thread })
+        Ok(ExportThread {
+            stop,
+            wake,
+            done,
+            thread,
+        })
     }
 
     /// Exports what is still queued, waiting up to 5 s, and stops.
     pub fn shutdown(self) {
         self.stop.store(true, Ordering::Release);
-        self.thread.thread().unpark();
+        self.wake.notify_one();
         match self.done.recv_timeout(TIMEOUT) {
             Ok(()) => {
                 let _ = self.thread.join();
@@ -405,6 +418,7 @@ fn export_loop(
     spans: &Receiver<SpanRecord>,
     counters: Arc<Counters>,
     stop: &AtomicBool,
+    wake: &Notify,
 ) {
     let mut client = {
         let _entered = runtime.enter();
@@ -447,7 +461,13 @@ fn export_loop(
         if stopping {
             return;
         }
-        std::thread::park_timeout(INTERVAL);
+        // Waiting in the runtime serves the connection meanwhile.
+        runtime.block_on(async {
+            tokio::select! {
+                () = tokio::time::sleep(INTERVAL) => {}
+                () = wake.notified() => {}
+            }
+        });
     }
 }
 
@@ -752,33 +772,27 @@ mod tests {
         }
     }
 
-    fn resource_int(request: &ExportTraceServiceRequest, key: &str) -> i64 {
-        let resource = request.resource_spans[0]
+    /// The value of the request's resource attribute `key`, if any.
+    fn resource_value<'a>(request: &'a ExportTraceServiceRequest, key: &str) -> Option<&'a Value> {
+        request.resource_spans[0]
             .resource
             .as_ref()
-            .expect("resource");
-        match resource
+            .expect("resource")
             .attributes
             .iter()
             .find(|kv| kv.key == key)
             .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-        {
+    }
+
+    fn resource_int(request: &ExportTraceServiceRequest, key: &str) -> i64 {
+        match resource_value(request, key) {
             Some(Value::IntValue(n)) => *n,
             other => panic!("{key}: {other:?}"),
         }
     }
 
     fn resource_string(request: &ExportTraceServiceRequest, key: &str) -> String {
-        let resource = request.resource_spans[0]
-            .resource
-            .as_ref()
-            .expect("resource");
-        match resource
-            .attributes
-            .iter()
-            .find(|kv| kv.key == key)
-            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-        {
+        match resource_value(request, key) {
             Some(Value::StringValue(s)) => s.clone(),
             other => panic!("{key}: {other:?}"),
         }
@@ -896,32 +910,65 @@ mod tests {
         }
     }
 
+    /// A collector on 127.0.0.1 that keeps what it receives in a [`Sink`],
+    /// served on its own runtime (kept alive by the caller) until `stop`
+    /// fires; the exporter's configuration for it, with `headers`; and the
+    /// collector's result once it stopped serving.
+    struct TestCollector {
+        runtime: tokio::runtime::Runtime,
+        sink: Sink,
+        config: ExportConfig,
+        stopped: mpsc::Receiver<Result<(), String>>,
+    }
+
+    impl TestCollector {
+        fn start(headers: &str, stop: impl Future<Output = ()> + Send + 'static) -> Self {
+            use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let listener = runtime
+                .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let sink = Sink::default();
+            let server = tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(sink.clone()))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop,
+                );
+            let (served, stopped) = mpsc::channel();
+            runtime.spawn(async move {
+                let _ = served.send(server.await.map_err(|e| e.to_string()));
+            });
+            let config = ExportConfig {
+                endpoint: tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    .expect("endpoint")
+                    .timeout(TIMEOUT),
+                headers: parse_headers(headers),
+                resource: resource_from_env(),
+                attribute_limit: 128,
+            };
+            TestCollector {
+                runtime,
+                sink,
+                config,
+                stopped,
+            }
+        }
+    }
+
     #[test]
     fn the_exporter_sends_over_otlp_grpc_and_flushes_on_shutdown() {
-        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let sink = Sink::default();
-        runtime.spawn(
-            tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(sink.clone()))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        let config = ExportConfig {
-            endpoint: tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-                .expect("endpoint")
-                .timeout(TIMEOUT),
-            headers: parse_headers("x-test=yes"),
-            resource: resource_from_env(),
-            attribute_limit: 128,
-        };
+        let TestCollector {
+            runtime: _runtime,
+            sink,
+            config,
+            ..
+        } = TestCollector::start("x-test=yes", std::future::pending());
         let (spans, receiver) = mpsc::sync_channel(16);
         let exporter =
             ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
@@ -943,5 +990,41 @@ mod tests {
         assert_eq!(resource_int(last, "tailmesh.observer.spans"), 3);
         assert_eq!(resource_int(last, "tailmesh.observer.record_ns"), 30);
         assert!(resource_int(last, "tailmesh.observer.export_cpu_ns") > 0);
+    }
+
+    #[test]
+    fn an_idle_exporter_lets_its_collector_stop_gracefully() {
+        const DEADLINE: Duration = Duration::from_secs(30);
+        let (stop, stop_fired) = tokio::sync::oneshot::channel::<()>();
+        let TestCollector {
+            runtime: _runtime,
+            sink,
+            config,
+            stopped,
+        } = TestCollector::start("", async {
+            let _ = stop_fired.await;
+        });
+        let (spans, receiver) = mpsc::sync_channel(16);
+        let exporter =
+            ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
+        spans.send(record(1, 10)).expect("queued");
+        let poll = Duration::from_millis(10);
+        let exported = (0..DEADLINE.as_millis() / poll.as_millis()).any(|_| {
+            let any = !sink.0.lock().expect("sink").is_empty();
+            if !any {
+                std::thread::sleep(poll);
+            }
+            any
+        });
+        assert!(exported, "no export within {DEADLINE:?}");
+        // The exporter is idle now (nothing more queued): a graceful stop
+        // completes only if it answers the collector's GOAWAY and ping.
+        stop.send(()).expect("the server waits for its stop");
+        let served = stopped
+            .recv_timeout(DEADLINE)
+            .expect("the collector stopped gracefully while the exporter was idle");
+        assert_eq!(served, Ok(()));
+        exporter.shutdown();
+        assert_eq!(sink.0.lock().expect("sink").len(), 1, "one batch exported");
     }
 }

@@ -6,13 +6,7 @@
 //!   automatic acknowledgement, the reply published to
 //!   `amq.rabbitmq.reply-to`), no publisher confirms.
 
-use std::{
-    collections::HashMap,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering},
-    },
-};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
@@ -23,18 +17,12 @@ use lapin::{
     types::FieldTable,
 };
 use tailmesh_bench::{Call, CallError};
-use tailmesh_services::{addr::PeerAddr, broker::rabbitmq, model::BrokerKind};
+use tailmesh_services::{
+    addr::PeerAddr,
+    broker::rabbitmq::{self, DirectReplies},
+    model::BrokerKind,
+};
 use tokio::sync::{oneshot, watch};
-
-const REPLY_TO: &str = "amq.rabbitmq.reply-to";
-
-fn amqp_uri(addr: &PeerAddr) -> String {
-    format!(
-        "amqp://{}:{}@{addr}/%2f",
-        rabbitmq::USER,
-        rabbitmq::PASSWORD
-    )
-}
 
 async fn nats(addr: &PeerAddr) -> Result<async_nats::Client> {
     async_nats::ConnectOptions::new()
@@ -45,7 +33,7 @@ async fn nats(addr: &PeerAddr) -> Result<async_nats::Client> {
 }
 
 async fn amqp(addr: &PeerAddr) -> Result<(Connection, Channel)> {
-    let connection = Connection::connect(&amqp_uri(addr), ConnectionProperties::default())
+    let connection = Connection::connect(&rabbitmq::uri(addr), ConnectionProperties::default())
         .await
         .with_context(|| format!("connect to RabbitMQ at {addr}"))?;
     let channel = connection.create_channel().await.context("AMQP channel")?;
@@ -130,8 +118,6 @@ pub(crate) async fn responder(
     }
 }
 
-type Waiters = Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>;
-
 /// A requester over one connection: NATS core requests, or RabbitMQ
 /// publishes answered by direct reply-to.
 #[derive(Clone)]
@@ -145,8 +131,7 @@ pub(crate) enum Requester {
         channel: Channel,
         queue: Arc<str>,
         payload: Arc<[u8]>,
-        waiters: Arc<Waiters>,
-        next_id: Arc<AtomicU64>,
+        replies: Arc<DirectReplies>,
         /// Kept open for the requester's life.
         _connection: Arc<Connection>,
     },
@@ -167,44 +152,14 @@ impl Requester {
             }),
             BrokerKind::Rabbitmq => {
                 let (connection, channel) = amqp(addr).await?;
-                let mut replies = channel
-                    .basic_consume(
-                        REPLY_TO.into(),
-                        "".into(),
-                        BasicConsumeOptions {
-                            no_ack: true,
-                            ..Default::default()
-                        },
-                        FieldTable::default(),
-                    )
+                let replies = DirectReplies::consume(&channel)
                     .await
                     .context("consume direct reply-to")?;
-                let waiters: Arc<Waiters> = Arc::default();
-                let routing = waiters.clone();
-                tokio::spawn(async move {
-                    while let Some(Ok(reply)) = replies.next().await {
-                        let id = reply
-                            .properties
-                            .correlation_id()
-                            .as_ref()
-                            .and_then(|c| c.as_str().parse::<u64>().ok());
-                        let waiter = id.and_then(|id| {
-                            routing
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .remove(&id)
-                        });
-                        if let Some(tx) = waiter {
-                            let _ = tx.send(reply.data);
-                        }
-                    }
-                });
                 Ok(Requester::Rabbitmq {
                     channel,
                     queue: subject.into(),
                     payload: payload.into(),
-                    waiters,
-                    next_id: Arc::default(),
+                    replies: Arc::new(replies),
                     _connection: Arc::new(connection),
                 })
             }
@@ -230,19 +185,10 @@ impl Call for Requester {
                 channel,
                 queue,
                 payload,
-                waiters,
-                next_id,
+                replies,
                 ..
             } => {
-                let id = next_id.fetch_add(1, Ordering::Relaxed);
-                let (tx, rx) = oneshot::channel();
-                waiters
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(id, tx);
-                let properties = BasicProperties::default()
-                    .with_reply_to(REPLY_TO.into())
-                    .with_correlation_id(id.to_string().into());
+                let (properties, pending) = replies.request();
                 channel
                     .basic_publish(
                         "".into(),
@@ -252,8 +198,8 @@ impl Call for Requester {
                         properties,
                     )
                     .await?;
-                let reply = rx.await.map_err(|_| "the reply consumer ended")?;
-                if reply.as_slice() != payload.as_ref() {
+                let reply = pending.received().await.ok_or("the reply consumer ended")?;
+                if reply.data.as_slice() != payload.as_ref() {
                     return Err("RabbitMQ echoed other bytes".into());
                 }
             }
