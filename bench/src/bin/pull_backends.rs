@@ -91,6 +91,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    // The ratios hold only on a quiet machine: its load before and after.
+    println!("load average before: {}", load_average());
     let kinds = [BrokerKind::Tailmesh, BrokerKind::Nats, BrokerKind::Rabbitmq];
     let mut results: Vec<(Case, Result1)> = Vec::new();
     for round in 0..args.rounds {
@@ -110,9 +112,22 @@ fn run(args: Args) -> Result<()> {
             }
         }
     }
+    println!("load average after:  {}", load_average());
     print_table(&results);
     print_ratios(&results, &args);
     Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages, and the cores, as one line.
+fn load_average() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    match std::fs::read_to_string("/proc/loadavg") {
+        Ok(l) => {
+            let three: Vec<&str> = l.split_whitespace().take(3).collect();
+            format!("{}, {cores} cores", three.join(" "))
+        }
+        Err(e) => format!("unknown (/proc/loadavg: {e}), {cores} cores"),
+    }
 }
 
 fn print_table(results: &[(Case, Result1)]) {
