@@ -361,20 +361,26 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
     let primary = attribution["primary"]
         .as_object()
         .expect("slow requests by primary cause");
-    let network: u64 = primary
-        .iter()
-        .filter(|(label, _)| label.starts_with("network:"))
-        .map(|(label, n)| {
-            assert!(
-                ["network:a->b", "network:b->c"].contains(&label.as_str()),
-                "a loss on hop b blamed on {label}: {attribution:#}"
-            );
-            n.as_u64().unwrap_or(0)
-        })
-        .sum();
+    // A link's network time is the caller's call minus the callee's
+    // serving, so it also holds the callee's wait for a CPU: on a busy
+    // machine a few requests are blamed on a link without loss. The links
+    // into and out of b carry at least nine tenths of the blame.
+    let (mut lossy, mut elsewhere) = (0u64, 0u64);
+    for (label, n) in primary.iter().filter(|(l, _)| l.starts_with("network:")) {
+        let n = n.as_u64().unwrap_or(0);
+        if ["network:a->b", "network:b->c"].contains(&label.as_str()) {
+            lossy += n;
+        } else {
+            elsewhere += n;
+        }
+    }
     assert!(
-        network * 10 >= slow * 8,
-        "{network} of {slow} slow requests attributed to the network: {attribution:#}"
+        elsewhere * 10 <= lossy,
+        "a loss on hop b blamed on other links ({elsewhere} against {lossy}): {attribution:#}"
+    );
+    assert!(
+        lossy * 10 >= slow * 8,
+        "{lossy} of {slow} slow requests attributed to the links of hop b: {attribution:#}"
     );
 }
 
