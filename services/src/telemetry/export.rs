@@ -5,9 +5,9 @@
 //! OTLP/gRPC to the collector. Between exports the thread waits inside its
 //! runtime, so the connection to the collector keeps being served: pings
 //! are answered and a collector that stops (GOAWAY) or closes the
-//! connection is heard at once, not at the next export. Every request's resource carries the
-//! process's identity, encoded once, and the observer's own counters (see
-//! [`Batcher`]).
+//! connection is heard at once, not at the next export. Every request's
+//! resource carries the process's identity, encoded once, and the
+//! observer's own counters (see [`Batcher`]).
 //!
 //! Configuration comes from the standard variables, read as the
 //! OpenTelemetry SDK and OTLP exporter 0.33 read them for a gRPC exporter
