@@ -44,22 +44,6 @@ tests! {
     sync a_nats_server_killed_mid_run_is_an_incident_and_every_request_is_accounted,
 }
 
-/// Defines the test `$nats` as `$body` with `$kind` NATS, and `$rabbitmq`
-/// as the same with RabbitMQ.
-macro_rules! on_both_brokers {
-    ($nats:ident, $rabbitmq:ident => |$kind:ident| $body:expr) => {
-        fn $nats() {
-            let $kind = BrokerKind::Nats;
-            $body;
-        }
-
-        fn $rabbitmq() {
-            let $kind = BrokerKind::Rabbitmq;
-            $body;
-        }
-    };
-}
-
 /// How long a run with a broker server may take: RabbitMQ alone needs up
 /// to half a minute to start on a busy 2-core machine.
 const BROKER_RUN_DEADLINE: Duration = Duration::from_secs(150);
@@ -176,10 +160,12 @@ fn int_tag(span: &Value, key: &str) -> Option<i64> {
 // ---------------------------------------------------------------------------
 // 1. A chain through each broker: every request answered, every trace whole.
 
-on_both_brokers! {
-    nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted,
-    rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted
-    => |kind| pull_chain(kind)
+fn nats_runs_a_pull_chain_with_whole_traces_and_every_request_accounted() {
+    pull_chain(BrokerKind::Nats);
+}
+
+fn rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted() {
+    pull_chain(BrokerKind::Rabbitmq);
 }
 
 fn pull_chain(kind: BrokerKind) {
@@ -289,10 +275,12 @@ fn processes_naming(tag: &str) -> Vec<(i32, String)> {
 // ---------------------------------------------------------------------------
 // 2. A worker SIGKILLed while it holds tasks: they are delivered again.
 
-on_both_brokers! {
-    nats_redelivers_the_tasks_of_a_killed_worker,
-    rabbitmq_redelivers_the_tasks_of_a_killed_worker
-    => |kind| killed_worker(kind)
+fn nats_redelivers_the_tasks_of_a_killed_worker() {
+    killed_worker(BrokerKind::Nats);
+}
+
+fn rabbitmq_redelivers_the_tasks_of_a_killed_worker() {
+    killed_worker(BrokerKind::Rabbitmq);
 }
 
 /// The killed-worker scenarios' load, a and b: two workers of b with
@@ -330,10 +318,12 @@ fn killed_worker(kind: BrokerKind) {
 // 2b. A worker SIGKILLed while tasks it released wait on its downstream
 //     hop: they were never acknowledged, so they are delivered again.
 
-on_both_brokers! {
-    nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released,
-    rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released
-    => |kind| killed_mid_downstream(kind)
+fn nats_redelivers_the_tasks_a_worker_killed_mid_downstream_released() {
+    killed_mid_downstream(BrokerKind::Nats);
+}
+
+fn rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released() {
+    killed_mid_downstream(BrokerKind::Rabbitmq);
 }
 
 fn killed_mid_downstream(kind: BrokerKind) {
@@ -422,16 +412,20 @@ fn endpoint(results: &Path) -> Option<PeerAddr> {
 // 3. Overload: a worker never holds more than its credit, and a task whose
 //    deadline passed in the queue is never worked on.
 
-on_both_brokers! {
-    nats_honours_the_credit_and_drops_expired_tasks,
-    rabbitmq_honours_the_credit_and_drops_expired_tasks
-    => |kind| credit_and_deadlines(kind, 2)
+fn nats_honours_the_credit_and_drops_expired_tasks() {
+    credit_and_deadlines(BrokerKind::Nats, 2);
 }
 
-on_both_brokers! {
-    a_nats_worker_with_credit_1_never_holds_2_tasks,
-    a_rabbitmq_worker_with_credit_1_never_holds_2_tasks
-    => |kind| credit_and_deadlines(kind, 1)
+fn rabbitmq_honours_the_credit_and_drops_expired_tasks() {
+    credit_and_deadlines(BrokerKind::Rabbitmq, 2);
+}
+
+fn a_nats_worker_with_credit_1_never_holds_2_tasks() {
+    credit_and_deadlines(BrokerKind::Nats, 1);
+}
+
+fn a_rabbitmq_worker_with_credit_1_never_holds_2_tasks() {
+    credit_and_deadlines(BrokerKind::Rabbitmq, 1);
 }
 
 fn credit_and_deadlines(kind: BrokerKind, credits: i64) {
@@ -538,10 +532,12 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
 // 3b. Tasks that expire in the queue behind a stalled worker are counted in
 //     summary.json.
 
-on_both_brokers! {
-    nats_counts_the_tasks_expired_behind_a_stalled_worker,
-    rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker
-    => |kind| expired_counted(kind)
+fn nats_counts_the_tasks_expired_behind_a_stalled_worker() {
+    expired_counted(BrokerKind::Nats);
+}
+
+fn rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker() {
+    expired_counted(BrokerKind::Rabbitmq);
 }
 
 fn expired_counted(kind: BrokerKind) {
@@ -620,10 +616,12 @@ work = { kind = "sleep", dist = "fixed", value = "5ms" }
 // ---------------------------------------------------------------------------
 // 4. The bound: a full queue refuses the next task with RESOURCE_EXHAUSTED.
 
-on_both_brokers! {
-    a_full_nats_stream_refuses_with_resource_exhausted,
-    a_full_rabbitmq_queue_refuses_with_resource_exhausted
-    => |kind| full_queue(kind)
+fn a_full_nats_stream_refuses_with_resource_exhausted() {
+    full_queue(BrokerKind::Nats);
+}
+
+fn a_full_rabbitmq_queue_refuses_with_resource_exhausted() {
+    full_queue(BrokerKind::Rabbitmq);
 }
 
 fn full_queue(kind: BrokerKind) {
@@ -715,10 +713,12 @@ fn full_queue(kind: BrokerKind) {
     });
 }
 
-on_both_brokers! {
-    a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest,
-    a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest
-    => |kind| scenario_capacity(kind)
+fn a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
+    scenario_capacity(BrokerKind::Nats);
+}
+
+fn a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
+    scenario_capacity(BrokerKind::Rabbitmq);
 }
 
 /// The scenario's `queue_capacity` bounds the external broker's queue: 20
