@@ -379,7 +379,7 @@ fn kill_hop_b_1_while(
             .then_some(victim)
     });
     assert!(
-        runs_ours(victim, &test.scratch.marker),
+        runs_ours(victim, test.scratch.marker()),
         "pid {victim} is not hop-b-1"
     );
     kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
@@ -579,7 +579,7 @@ work = { kind = "sleep", dist = "fixed", value = "5ms" }
         taking.then_some(victim)
     });
     assert!(
-        runs_ours(victim, &test.scratch.marker),
+        runs_ours(victim, test.scratch.marker()),
         "pid {victim} is not hop-b-0"
     );
     let pid = Pid::from_raw(victim as i32);

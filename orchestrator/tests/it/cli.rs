@@ -219,10 +219,14 @@ struct FullDisk {
     run_dir: PathBuf,
 }
 
-/// Runs `scenario` with its files limited to `limit` bytes; the run must
-/// exit 1 and have made its run folder.
-fn run_on_a_full_disk(scenario: &Path, results: &Path, limit: u64) -> FullDisk {
-    let out = output_of(&run_args(scenario, results, &[]), Some(limit));
+/// Writes the scenario `toml` as `file` in `scratch` and runs it with its
+/// files limited to 48 KiB: room for summary.json (a few KiB) but not for
+/// report.html (far more). The run must exit 1 and have made its run
+/// folder.
+fn run_on_a_full_disk(scratch: &Scratch, file: &str, toml: &str) -> FullDisk {
+    let scenario = write(scratch.path(), file, toml);
+    let results = scratch.results();
+    let out = output_of(&run_args(&scenario, &results, &[]), Some(48 * 1024));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     let context = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
     assert_eq!(out.status.code(), Some(1), "{context}");
@@ -230,7 +234,7 @@ fn run_on_a_full_disk(scenario: &Path, results: &Path, limit: u64) -> FullDisk {
         stdout,
         stderr,
         context,
-        run_dir: only_run_dir(results),
+        run_dir: only_run_dir(&results),
     }
 }
 
@@ -251,15 +255,12 @@ fn whole_file_names(run_dir: &Path) -> Vec<String> {
 
 fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
     let scratch = Scratch::new();
-    let scenario = write(scratch.path(), "tiny.toml", TINY);
-    let results = scratch.results();
-    // Room for summary.json (a few KiB) but not for report.html (far more).
     let FullDisk {
         stdout,
         stderr,
         context,
         run_dir,
-    } = run_on_a_full_disk(&scenario, &results, 48 * 1024);
+    } = run_on_a_full_disk(&scratch, "tiny.toml", TINY);
     assert!(
         stdout.contains("p99.9") && stdout.contains("compounding: measured"),
         "the measured numbers were not printed:\n{context}"
@@ -294,14 +295,9 @@ fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
     }
 }
 
-fn a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none() {
-    let scratch = Scratch::new();
-    // 20,000 requests (10 s) whose rows would take about 2 MB: requests.csv
-    // meets the limit within the first thousand.
-    let scenario = write(
-        scratch.path(),
-        "filling.toml",
-        r#"
+/// 20,000 requests (10 s) whose rows would take about 2 MB: requests.csv
+/// meets the limit within the first thousand.
+const FILLING: &str = r#"
 name = "filling"
 [load]
 mode = "open"
@@ -311,15 +307,16 @@ requests = 20000
 name = "a"
 [check]
 slow_threshold = "15ms"
-"#,
-    );
-    let results = scratch.results();
+"#;
+
+fn a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none() {
+    let scratch = Scratch::new();
     let FullDisk {
         stdout,
         stderr,
         context,
         run_dir,
-    } = run_on_a_full_disk(&scenario, &results, 48 * 1024);
+    } = run_on_a_full_disk(&scratch, "filling.toml", FILLING);
     assert!(
         stderr.contains("the results disk is full")
             && stderr.contains(&format!("write {}/requests.csv", run_dir.display()))
@@ -473,7 +470,10 @@ work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
     let finished = run.wait();
     let context = finished.output();
     assert_eq!(finished.code(), Some(130), "{context}");
-    assert!(!runs_ours(hop, &scratch.marker), "the hop outlived the run");
+    assert!(
+        !runs_ours(hop, scratch.marker()),
+        "the hop outlived the run"
+    );
     let run_dir = only_run_dir(&results);
     let summary = summary(&run_dir);
     let v = &variants(&summary)[0];

@@ -107,14 +107,14 @@ work = { kind = "sleep", dist = "fixed", value = "200ms" }
         (stats.workers == 2 && stats.in_flight >= 10).then_some((victim, stats.in_flight))
     });
     assert!(
-        runs_ours(victim, &scratch.marker),
+        runs_ours(victim, scratch.marker()),
         "pid {victim} is not hop-b-1"
     );
     kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
     let Accounted {
         ref v, ref context, ..
     } = accounted(run.wait(), &results);
-    assert!(!runs_ours(victim, &scratch.marker));
+    assert!(!runs_ours(victim, scratch.marker()));
 
     // The broker put back what the dead worker held and the survivor did
     // it: no producer saw the loss.
@@ -344,7 +344,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
     assert_eq!(names, ["hop-a-0", "hop-b-0"], "pid files seen");
     let left: Vec<_> = seen
         .iter()
-        .filter(|(_, pid)| runs_ours(**pid, &scratch.marker))
+        .filter(|(_, pid)| runs_ours(**pid, scratch.marker()))
         .collect();
     assert!(left.is_empty(), "still running after Ctrl-C: {left:?}");
     assert!(pid_files(&results).is_empty(), "pid files left behind");

@@ -247,13 +247,15 @@ where
     };
     match kind {
         BrokerKind::Tailmesh => {
-            let WorkerSpec {
-                addr,
-                topic,
-                worker,
-                ..
-            } = spec;
-            run_worker_releasing(addr, topic, worker, options, handler, shutdown).await
+            run_worker_releasing(
+                spec.addr,
+                spec.topic,
+                spec.worker,
+                options,
+                handler,
+                shutdown,
+            )
+            .await
         }
         BrokerKind::Nats => {
             reconnecting("NATS", spec, shutdown, |spec, shutdown| {

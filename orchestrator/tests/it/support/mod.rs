@@ -61,25 +61,26 @@ pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// folder goes first). Its path is on the command line of every process a
 /// run started in it, so `marker` tells them from a reused pid.
 pub(crate) struct Scratch {
-    pub dir: tempfile::TempDir,
-    pub marker: String,
+    dir: tempfile::TempDir,
     _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Scratch {
     pub(crate) fn new() -> Scratch {
         let serial = serial();
-        let dir = tempfile::tempdir().expect("temp dir");
-        let marker = path_str(dir.path()).to_string();
         Scratch {
-            dir,
-            marker,
+            dir: tempfile::tempdir().expect("temp dir"),
             _serial: serial,
         }
     }
 
     pub(crate) fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The folder's path as it stands on its runs' command lines.
+    pub(crate) fn marker(&self) -> &str {
+        path_str(self.dir.path())
     }
 
     /// Where the runs started here write their results.
