@@ -212,6 +212,8 @@ fn an_unwritable_results_folder_fails_before_anything_starts() {
 
 /// What a run whose file writes fail past a limit (a full disk) left.
 struct FullDisk {
+    /// Its folder, kept as long as the run is read.
+    _scratch: Scratch,
     stdout: String,
     stderr: String,
     /// Both streams, for assertion messages.
@@ -219,11 +221,12 @@ struct FullDisk {
     run_dir: PathBuf,
 }
 
-/// Writes the scenario `toml` as `file` in `scratch` and runs it with its
+/// Writes the scenario `toml` as `file` in a new [`Scratch`] and runs it with its
 /// files limited to 48 KiB: room for summary.json (a few KiB) but not for
 /// report.html (far more). The run must exit 1 and have made its run
 /// folder.
-fn run_on_a_full_disk(scratch: &Scratch, file: &str, toml: &str) -> FullDisk {
+fn run_on_a_full_disk(file: &str, toml: &str) -> FullDisk {
+    let scratch = Scratch::new();
     let scenario = write(scratch.path(), file, toml);
     let results = scratch.results();
     let out = output_of(&run_args(&scenario, &results, &[]), Some(48 * 1024));
@@ -231,10 +234,11 @@ fn run_on_a_full_disk(scratch: &Scratch, file: &str, toml: &str) -> FullDisk {
     let context = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
     assert_eq!(out.status.code(), Some(1), "{context}");
     FullDisk {
+        run_dir: only_run_dir(&results),
+        _scratch: scratch,
         stdout,
         stderr,
         context,
-        run_dir: only_run_dir(&results),
     }
 }
 
@@ -254,35 +258,31 @@ fn whole_file_names(run_dir: &Path) -> Vec<String> {
 }
 
 fn a_full_disk_leaves_whole_files_or_none_and_the_numbers_on_the_terminal() {
-    let scratch = Scratch::new();
-    let FullDisk {
-        stdout,
-        stderr,
-        context,
-        run_dir,
-    } = run_on_a_full_disk(&scratch, "tiny.toml", TINY);
+    let run = run_on_a_full_disk("tiny.toml", TINY);
+    let context = &run.context;
     assert!(
-        stdout.contains("p99.9") && stdout.contains("compounding: measured"),
+        run.stdout.contains("p99.9") && run.stdout.contains("compounding: measured"),
         "the measured numbers were not printed:\n{context}"
     );
     assert!(
-        stderr.contains(&format!("write {}/", run_dir.display()))
-            && stderr.contains("is incomplete"),
+        run.stderr
+            .contains(&format!("write {}/", run.run_dir.display()))
+            && run.stderr.contains("is incomplete"),
         "the error should name the file and say the folder is incomplete:\n{context}"
     );
     // summary.json is written first and fits; every other file is whole
     // or absent, and the one that did not fit is absent.
-    let summary: Value = summary(&run_dir);
+    let summary: Value = summary(&run.run_dir);
     assert_eq!(str_at(&summary, "/schema"), "tailmesh.summary/v1");
-    let names = whole_file_names(&run_dir);
+    let names = whole_file_names(&run.run_dir);
     assert!(
         !names.iter().any(|n| n == "report.html"),
         "{names:?}\n{context}"
     );
     for name in &names {
-        let path = run_dir.join(name);
+        let path = run.run_dir.join(name);
         match name.as_str() {
-            "requests.csv" => assert_eq!(requests_csv(&run_dir).len(), 40, "{name}"),
+            "requests.csv" => assert_eq!(requests_csv(&run.run_dir).len(), 40, "{name}"),
             "traces.jaeger.json" => {
                 let text = std::fs::read_to_string(&path).expect("read the traces");
                 serde_json::from_str::<Value>(&text).expect("whole JSON");
@@ -310,30 +310,27 @@ slow_threshold = "15ms"
 "#;
 
 fn a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none() {
-    let scratch = Scratch::new();
-    let FullDisk {
-        stdout,
-        stderr,
-        context,
-        run_dir,
-    } = run_on_a_full_disk(&scratch, "filling.toml", FILLING);
+    let run = run_on_a_full_disk("filling.toml", FILLING);
+    let context = &run.context;
     assert!(
-        stderr.contains("the results disk is full")
-            && stderr.contains(&format!("write {}/requests.csv", run_dir.display()))
-            && stderr.contains("is incomplete"),
+        run.stderr.contains("the results disk is full")
+            && run
+                .stderr
+                .contains(&format!("write {}/requests.csv", run.run_dir.display()))
+            && run.stderr.contains("is incomplete"),
         "the error should say the disk filled, name the file, and say the folder is incomplete:\n{context}"
     );
     assert!(
-        stdout.contains("p99.9"),
+        run.stdout.contains("p99.9"),
         "the measured numbers were not printed:\n{context}"
     );
     // Sending stopped: far fewer than the 20,000 requests, each accounted
     // for, and the variant says why.
-    let summary = summary(&run_dir);
+    let summary = summary(&run.run_dir);
     let v = &variants(&summary)[0];
     assert!(u64_at(v, "/sent") < 20_000, "sending went on:\n{v:#}");
     assert!(u64_at(v, "/sent") > 0, "{v:#}");
-    assert_accounted(v, &context);
+    assert_accounted(v, &run.context);
     let incidents = v.pointer("/incidents").map(ToString::to_string);
     assert!(
         incidents
@@ -342,10 +339,10 @@ fn a_disk_that_fills_mid_run_stops_the_load_and_leaves_whole_files_or_none() {
         "no incident names the lost file:\n{v:#}"
     );
     // Every file whole or absent; the one that overflowed, absent.
-    let names = whole_file_names(&run_dir);
+    let names = whole_file_names(&run.run_dir);
     assert!(!names.iter().any(|n| n == "requests.csv"), "{names:?}");
     for name in &names {
-        let path = run_dir.join(name);
+        let path = run.run_dir.join(name);
         if name.ends_with(".hgrm") {
             assert!(read_lossy(&path).contains("#[Max"), "{name} is cut short");
         }
