@@ -171,6 +171,18 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         stats: PipelineStats::default(),
         last_end: Duration::ZERO,
     };
+    // The load generator's client spans wait in a batch; hand them on
+    // every so often, so none waits long at a low rate.
+    let flusher = shared.tracer.clone().map(|tracer| {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::traces::loadgen::FLUSH_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                tracer.flush();
+            }
+        })
+    });
     let (measured, interrupted) = match &load.mode {
         LoadMode::Open { rate, arrivals } => {
             let schedule = Schedule::new(*rate, *arrivals, seed);
@@ -187,6 +199,12 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
             .await
         }
     };
+    if let Some(flusher) = flusher {
+        flusher.abort();
+    }
+    if let Some(tracer) = &shared.tracer {
+        tracer.flush();
+    }
     if let Some(p) = &drain.progress {
         p.finish();
     }

@@ -94,11 +94,20 @@ struct Counters {
     forward_dropped: AtomicU64,
 }
 
-/// A batch to keep: decoded (the load generator's own spans), or a batch
-/// as it arrived, checked but not decoded.
+/// A batch to keep, as export request bytes: one the receiver took as
+/// it arrived (checked, not decoded), or one this process encoded (the
+/// load generator's own spans).
 enum Stored {
-    Decoded(Vec<ResourceSpans>),
     Raw(RawBatch),
+    Local(RawBatch),
+}
+
+impl Stored {
+    fn batch(&self) -> &RawBatch {
+        match self {
+            Stored::Raw(b) | Stored::Local(b) => b,
+        }
+    }
 }
 
 /// Where the run's spans go: the spool and the forwarder.
@@ -114,9 +123,8 @@ pub struct Collector {
     /// Spooling batches as they arrived, on the receiver's thread, each
     /// timed (its CPU is taken off the thread's).
     spool_raw: CpuMeter,
-    /// Encoding and spooling the load generator's own spans, on its
-    /// thread.
-    spool_decoded: CpuMeter,
+    /// Spooling the load generator's own spans, on its thread.
+    spool_local: CpuMeter,
     /// The readings at the last seal.
     sealed_at: Mutex<CostMark>,
 }
@@ -126,7 +134,7 @@ pub struct Collector {
 struct CostMark {
     receiver_ns: Option<u64>,
     spool_raw: CpuReading,
-    spool_decoded: CpuReading,
+    spool_local: CpuReading,
 }
 
 /// What the collector's own work cost between two seals, on the threads
@@ -239,7 +247,7 @@ impl Collector {
             origin: Instant::now(),
             receiver_tid: OnceLock::new(),
             spool_raw: CpuMeter::every_call(),
-            spool_decoded: CpuMeter::sampled(),
+            spool_local: CpuMeter::sampled(),
             sealed_at: Mutex::new(CostMark::default()),
         }))
     }
@@ -250,7 +258,18 @@ impl Collector {
 
     /// Keeps a well-formed batch (as much of it as fits) and forwards it.
     pub fn accept(&self, batch: Vec<ResourceSpans>) {
-        self.keep(span_count(&batch), Stored::Decoded(batch));
+        let spans = span_count(&batch);
+        let body = ExportTraceServiceRequest {
+            resource_spans: batch,
+        }
+        .encode_to_vec();
+        self.accept_encoded(Bytes::from(body), spans);
+    }
+
+    /// Keeps an export request this process encoded itself, holding
+    /// `spans` spans (the load generator's batches of client spans).
+    pub fn accept_encoded(&self, body: Bytes, spans: u64) {
+        self.keep(spans, Stored::Local(RawBatch::encoded(body, spans)));
     }
 
     /// Keeps a batch checked by [`raw::check`] as it arrived, and
@@ -272,10 +291,11 @@ impl Collector {
             .as_ref()
         {
             let request = ExportTraceServiceRequest {
-                resource_spans: match &batch {
-                    Stored::Decoded(b) => b.clone(),
-                    Stored::Raw(raw) => raw.decode().map(|r| r.resource_spans).unwrap_or_default(),
-                },
+                resource_spans: batch
+                    .batch()
+                    .decode()
+                    .map(|r| r.resource_spans)
+                    .unwrap_or_default(),
             };
             if f.tx.try_send(request).is_err() {
                 self.counters
@@ -290,24 +310,13 @@ impl Collector {
         }
         let meter = match &batch {
             Stored::Raw(_) => &self.spool_raw,
-            Stored::Decoded(_) => &self.spool_decoded,
+            Stored::Local(_) => &self.spool_local,
         };
-        meter.measure(|| self.spool(n, &batch));
+        meter.measure(|| self.spool(n, batch.batch().body()));
     }
 
-    /// Appends a batch of `n` spans to the spool.
-    fn spool(&self, n: u64, batch: &Stored) {
-        let encoded;
-        let body: &[u8] = match batch {
-            Stored::Raw(raw) => raw.body(),
-            Stored::Decoded(b) => {
-                encoded = ExportTraceServiceRequest {
-                    resource_spans: b.clone(),
-                }
-                .encode_to_vec();
-                &encoded
-            }
-        };
+    /// Appends an export request of `n` spans to the spool.
+    fn spool(&self, n: u64, body: &[u8]) {
         let arrived = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let mut spool = self.lock();
         if spool.error.is_some() {
@@ -378,11 +387,11 @@ impl Collector {
         let now = CostMark {
             receiver_ns: self.receiver_tid.get().copied().and_then(task_cpu_ns),
             spool_raw: self.spool_raw.read(),
-            spool_decoded: self.spool_decoded.read(),
+            spool_local: self.spool_local.read(),
         };
         let mut at = self.sealed_at.lock().unwrap_or_else(|e| e.into_inner());
         let raw = now.spool_raw.since(&at.spool_raw).total_ns();
-        let decoded = now.spool_decoded.since(&at.spool_decoded).total_ns();
+        let local = now.spool_local.since(&at.spool_local).total_ns();
         let receiver_ns = match (now.receiver_ns, at.receiver_ns) {
             // Spooling raw batches runs on the receiver's thread: counted
             // as spooling, not twice.
@@ -392,7 +401,7 @@ impl Collector {
         *at = now;
         CollectorCost {
             receiver_ns,
-            spool_ns: raw + decoded,
+            spool_ns: raw + local,
         }
     }
 

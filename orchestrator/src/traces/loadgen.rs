@@ -3,17 +3,14 @@
 //! queueing shows in the trace, recorded straight into the collector.
 
 use std::{
-    sync::Arc,
+    fmt::Write as _,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use opentelemetry_proto::tonic::{
-    common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value::Value},
-    resource::v1::Resource,
-    trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
-};
-
-use tailmesh_services::telemetry::SpanContext;
+use bytes::{BufMut, Bytes, BytesMut};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode};
+use tailmesh_services::telemetry::{SpanContext, otlp};
 
 use super::{
     collector::Collector,
@@ -22,6 +19,8 @@ use super::{
 
 /// The service name of the load generator's spans.
 pub const SERVICE: &str = "loadgen";
+/// Their instrumentation scope.
+const SCOPE: &str = "tailmesh";
 
 /// Makes the load generator's spans for one variant.
 pub struct LoadTracer {
@@ -32,6 +31,10 @@ pub struct LoadTracer {
     nonce: u64,
     /// Making the client spans (spooling them is the collector's).
     making: CpuMeter,
+    /// The spans recorded and not yet handed on.
+    batch: Mutex<Batch>,
+    /// What every batch starts with.
+    resource: Head,
 }
 
 impl std::fmt::Debug for LoadTracer {
@@ -68,6 +71,8 @@ impl LoadTracer {
             ratio,
             nonce,
             making: CpuMeter::sampled(),
+            batch: Mutex::new(Batch::default()),
+            resource: Head::new(),
         }
     }
 
@@ -104,7 +109,9 @@ impl LoadTracer {
     }
 
     /// Records the request's client span, from its intended send time to
-    /// `ended` (wall clock) having lasted `latency`.
+    /// `ended` (wall clock) having lasted `latency`. Spans wait in a batch
+    /// (encoded already) until [`BATCH_SPANS`] of them are there or
+    /// [`LoadTracer::flush`] runs.
     pub fn record(
         &self,
         t: RequestTrace,
@@ -116,42 +123,204 @@ impl LoadTracer {
         if !t.sampled {
             return;
         }
-        let batch = self
-            .making
-            .measure(|| self.batch(t, request_id, ended, latency, error));
-        self.collector.accept(batch);
+        let full = self.making.measure(|| {
+            let mut batch = self.lock();
+            self.encode(&mut batch.spans, t, request_id, ended, latency, error);
+            batch.count += 1;
+            (batch.count >= BATCH_SPANS).then(|| batch.take(&self.resource))
+        });
+        if let Some((body, spans)) = full {
+            self.collector.accept_encoded(body, spans);
+        }
     }
 
-    /// The request's client span, as the batch the collector takes.
-    fn batch(
+    /// Hands the spans waiting in the batch to the collector. The load
+    /// generator calls it every [`FLUSH_EVERY`] while it runs and once at
+    /// the end, so a span waits at most that long.
+    pub fn flush(&self) {
+        let taken = self.making.measure(|| {
+            let mut batch = self.lock();
+            (batch.count > 0).then(|| batch.take(&self.resource))
+        });
+        if let Some((body, spans)) = taken {
+            self.collector.accept_encoded(body, spans);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The request's client span as a `Span` (field 2 of `ScopeSpans`),
+    /// encoded straight into `buf`.
+    fn encode(
         &self,
+        buf: &mut BytesMut,
         t: RequestTrace,
         request_id: u64,
         ended: SystemTime,
         latency: Duration,
         error: Option<&str>,
-    ) -> Vec<ResourceSpans> {
+    ) {
         let end = ended
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos() as u64;
         let start = end.saturating_sub(latency.as_nanos() as u64);
+        let span = otlp::open(buf, 2, 2);
+        otlp::bytes_field(buf, 1, &t.trace_id.to_be_bytes());
+        otlp::bytes_field(buf, 2, &t.span_id.to_be_bytes());
+        // The name, "request <id>", written in place.
+        let digits = request_id.checked_ilog10().unwrap_or(0) as usize + 1;
+        otlp::tag(buf, 5, LEN);
+        otlp::varint(buf, (NAME_PREFIX.len() + digits) as u64);
+        buf.put_slice(NAME_PREFIX.as_bytes());
+        let _ = write!(buf, "{request_id}");
+        otlp::tag(buf, 6, VARINT);
+        otlp::varint(buf, SpanKind::Client as u64);
+        otlp::tag(buf, 7, FIXED64);
+        buf.put_u64_le(start);
+        otlp::tag(buf, 8, FIXED64);
+        buf.put_u64_le(end);
+        otlp::int_attribute(buf, 9, "request_id", request_id as i64);
+        string_attribute(buf, 9, "variant", &self.variant);
+        string_attribute(buf, 9, "hop", SERVICE);
+        if let Some(message) = error {
+            let status = otlp::open(buf, 15, 1);
+            if !message.is_empty() {
+                otlp::bytes_field(buf, 2, message.as_bytes());
+            }
+            otlp::tag(buf, 3, VARINT);
+            otlp::varint(buf, StatusCode::Error as u64);
+            otlp::close(buf, status);
+        }
+        otlp::tag(buf, 16, FIXED32);
+        buf.put_u32_le(1);
+        otlp::close(buf, span);
+    }
+}
+
+impl Drop for LoadTracer {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Spans a batch holds before it goes to the collector on its own.
+pub const BATCH_SPANS: u64 = 256;
+/// How often the load generator hands on the spans waiting in the batch.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
+const NAME_PREFIX: &str = "request ";
+const VARINT: u8 = 0;
+const FIXED64: u8 = 1;
+const LEN: u8 = 2;
+const FIXED32: u8 = 5;
+
+/// The client spans recorded and not yet handed to the collector: their
+/// `Span` messages, encoded one after another.
+#[derive(Default)]
+struct Batch {
+    spans: BytesMut,
+    count: u64,
+}
+
+impl Batch {
+    /// The waiting spans as one export request (`resource`: the encoded
+    /// `Resource` and `InstrumentationScope` fields), and how many; the
+    /// batch is empty after.
+    fn take(&mut self, resource: &Head) -> (Bytes, u64) {
+        let scope_spans = resource.scope.len() + self.spans.len();
+        let resource_spans =
+            resource.resource.len() + 1 + otlp::varint_len(scope_spans as u64) + scope_spans;
+        let mut body = BytesMut::with_capacity(resource_spans + 2 * (1 + otlp::MAX_VARINT));
+        otlp::tag(&mut body, 1, LEN);
+        otlp::varint(&mut body, resource_spans as u64);
+        body.put_slice(&resource.resource);
+        otlp::tag(&mut body, 2, LEN);
+        otlp::varint(&mut body, scope_spans as u64);
+        body.put_slice(&resource.scope);
+        body.put_slice(&self.spans);
+        self.spans.clear();
+        (body.freeze(), std::mem::take(&mut self.count))
+    }
+}
+
+/// The fixed fields every batch starts with, encoded once: the
+/// `Resource` (field 1 of `ResourceSpans`: `service.name` = [`SERVICE`])
+/// and the `InstrumentationScope` (field 1 of `ScopeSpans`).
+struct Head {
+    resource: Bytes,
+    scope: Bytes,
+}
+
+impl Head {
+    fn new() -> Self {
+        let mut resource = BytesMut::new();
+        let r = otlp::open(&mut resource, 1, 1);
+        string_attribute(&mut resource, 1, "service.name", SERVICE);
+        otlp::close(&mut resource, r);
+        let mut scope = BytesMut::new();
+        let s = otlp::open(&mut scope, 1, 1);
+        otlp::bytes_field(&mut scope, 1, SCOPE.as_bytes());
+        otlp::close(&mut scope, s);
+        Head {
+            resource: resource.freeze(),
+            scope: scope.freeze(),
+        }
+    }
+}
+
+/// A `KeyValue` whose value is a string, as field `field`.
+fn string_attribute(buf: &mut BytesMut, field: u32, key: &str, value: &str) {
+    let kv = otlp::open(buf, field, 1);
+    otlp::bytes_field(buf, 1, key.as_bytes());
+    let any = otlp::open(buf, 2, 1);
+    otlp::bytes_field(buf, 1, value.as_bytes());
+    otlp::close(buf, any);
+    otlp::close(buf, kv);
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry_proto::tonic::{
+        common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value::Value},
+        resource::v1::Resource,
+        trace::v1::{ResourceSpans, ScopeSpans, Span, Status},
+    };
+
+    use super::*;
+
+    /// The client span of `request_id`, built as prost structs: what the
+    /// encoded batch must decode to.
+    fn expected(
+        tracer: &LoadTracer,
+        request_id: u64,
+        ended: SystemTime,
+        latency: Duration,
+        error: Option<&str>,
+    ) -> Span {
+        let t = tracer.request(request_id);
+        let end = ended
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_nanos() as u64;
         let kv = |key: &str, value: Value| KeyValue {
             key: key.to_string(),
             value: Some(AnyValue { value: Some(value) }),
             ..KeyValue::default()
         };
-        let span = Span {
+        Span {
             trace_id: t.trace_id.to_be_bytes().to_vec(),
             span_id: t.span_id.to_be_bytes().to_vec(),
             name: format!("request {request_id}"),
             kind: SpanKind::Client as i32,
-            start_time_unix_nano: start,
+            start_time_unix_nano: end - latency.as_nanos() as u64,
             end_time_unix_nano: end,
             flags: 1,
             attributes: vec![
                 kv("request_id", Value::IntValue(request_id as i64)),
-                kv("variant", Value::StringValue(self.variant.clone())),
+                kv("variant", Value::StringValue(tracer.variant.clone())),
                 kv("hop", Value::StringValue(SERVICE.into())),
             ],
             status: error.map(|message| Status {
@@ -159,21 +328,106 @@ impl LoadTracer {
                 code: StatusCode::Error as i32,
             }),
             ..Span::default()
-        };
-        vec![ResourceSpans {
+        }
+    }
+
+    #[test]
+    fn batched_client_spans_decode_to_the_spans_recorded() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(10_000, None, tmp.path()).expect("collector");
+        let tracer = LoadTracer::new(Arc::clone(&collector), "fast", 1.0, 42);
+        let ended = UNIX_EPOCH + Duration::from_secs(1_764_000_000);
+        let cases: [(u64, Duration, Option<&str>); 4] = [
+            (0, Duration::from_micros(850), None),
+            (
+                9,
+                Duration::from_millis(3),
+                Some("deadline exceeded at hop b"),
+            ),
+            (1_234_567, Duration::from_nanos(1), Some("")),
+            (u64::from(u32::MAX) * 300, Duration::from_secs(2), None),
+        ];
+        for (id, latency, error) in cases {
+            tracer.record(tracer.request(id), id, ended, latency, error);
+        }
+        // Nothing is handed on before the batch fills or is flushed.
+        assert_eq!(collector.counts().spans, 0);
+        tracer.flush();
+        assert_eq!(collector.counts().spans, cases.len() as u64);
+        let got = collector.take();
+        let want = vec![ResourceSpans {
             resource: Some(Resource {
-                attributes: vec![kv("service.name", Value::StringValue(SERVICE.into()))],
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(AnyValue {
+                        value: Some(Value::StringValue(SERVICE.into())),
+                    }),
+                    ..KeyValue::default()
+                }],
                 ..Resource::default()
             }),
             scope_spans: vec![ScopeSpans {
                 scope: Some(InstrumentationScope {
-                    name: "tailmesh".into(),
+                    name: SCOPE.into(),
                     ..InstrumentationScope::default()
                 }),
-                spans: vec![span],
+                spans: cases
+                    .iter()
+                    .map(|(id, latency, error)| expected(&tracer, *id, ended, *latency, *error))
+                    .collect(),
                 schema_url: String::new(),
             }],
             schema_url: String::new(),
-        }]
+        }];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_full_batch_goes_on_by_itself_and_the_rest_when_flushed_or_dropped() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(10_000, None, tmp.path()).expect("collector");
+        let tracer = LoadTracer::new(Arc::clone(&collector), "v", 1.0, 7);
+        let ended = SystemTime::now();
+        let extra = 3;
+        for id in 0..BATCH_SPANS + extra {
+            tracer.record(
+                tracer.request(id),
+                id,
+                ended,
+                Duration::from_micros(5),
+                None,
+            );
+        }
+        assert_eq!(collector.counts().spans, BATCH_SPANS);
+        tracer.record(
+            tracer.request(999),
+            999,
+            ended,
+            Duration::from_micros(5),
+            None,
+        );
+        drop(tracer);
+        assert_eq!(collector.counts().spans, BATCH_SPANS + extra + 1);
+        let ids: Vec<String> = collector
+            .take()
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(ids.len() as u64, BATCH_SPANS + extra + 1);
+        assert_eq!(ids.last().map(String::as_str), Some("request 999"));
+    }
+
+    #[test]
+    fn unsampled_requests_record_nothing() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(10_000, None, tmp.path()).expect("collector");
+        let tracer = LoadTracer::new(Arc::clone(&collector), "v", 0.0, 7);
+        let t = tracer.request(1);
+        assert!(!t.sampled);
+        tracer.record(t, 1, SystemTime::now(), Duration::from_micros(5), None);
+        tracer.flush();
+        assert_eq!(collector.counts().spans, 0);
     }
 }

@@ -38,6 +38,12 @@ pub(super) struct RawBatch {
 }
 
 impl RawBatch {
+    /// An export request this process encoded, holding `spans` spans
+    /// (well-formed by construction, so not checked).
+    pub(super) fn encoded(body: Bytes, spans: u64) -> Self {
+        RawBatch { body, spans }
+    }
+
     /// The request's bytes, as they arrived.
     pub(super) fn body(&self) -> &[u8] {
         &self.body

@@ -19,6 +19,8 @@ use std::{
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use tailmesh_proto::pb::HopRecord;
+
 use super::breakdown::{PathHop, RequestFacts, TraceAnalyzer};
 use crate::{
     record::{Outcome, RecordSink, RequestRecord},
@@ -181,11 +183,61 @@ fn slot_size(hops: usize) -> usize {
     2 + hops * HOP_BYTES
 }
 
-/// The decisions and facts of one variant's requests, by id.
+/// Writes one request's slot into `buf` (a slot's size, zeroed): its
+/// `flags`, and its reply `path` by the hops' indexes in `hops`, or the
+/// overflow flag when the path does not fit or names a hop not there.
+fn encode_slot(buf: &mut [u8], hops: &[String], mut flags: u8, path: &[HopRecord]) {
+    let index = |hop: &str| {
+        hops.iter()
+            .position(|h| h == hop)
+            .and_then(|i| u8::try_from(i).ok())
+            .filter(|i| *i != UNKNOWN_HOP)
+    };
+    if path.len() > hops.len() || path.iter().any(|h| index(&h.hop).is_none()) {
+        flags |= OVERFLOW;
+    } else {
+        buf[1] = path.len() as u8;
+        for (i, h) in path.iter().enumerate() {
+            let at = 2 + i * HOP_BYTES;
+            buf[at] = index(&h.hop).unwrap_or(UNKNOWN_HOP);
+            let replica = u16::try_from(h.replica).unwrap_or(u16::MAX);
+            buf[at + 1..at + 3].copy_from_slice(&replica.to_le_bytes());
+            buf[at + 3..at + 11].copy_from_slice(&h.total_ns.to_le_bytes());
+        }
+    }
+    buf[0] = flags;
+}
+
+/// The decisions and facts of one variant's requests, by id. Slots are
+/// written behind: the two most recent windows of [`WINDOW_SLOTS`] ids
+/// wait in memory and go to the file in one write each, so a request
+/// costs a copy, not a system call; a request that ends later than its
+/// window stays is written on its own. [`FactsFile::flush`] before
+/// reading.
 pub struct FactsFile {
     path: PathBuf,
     file: File,
     hops: Vec<String>,
+    /// The window of the newest ids, and the one before it.
+    current: Option<Window>,
+    previous: Option<Window>,
+    /// Requests whose slot could not be written, and the first reason.
+    lost: u64,
+    error: Option<FactsError>,
+}
+
+/// Ids per window written behind.
+const WINDOW_SLOTS: u64 = 4096;
+
+/// The slots of ids `index * WINDOW_SLOTS ..` waiting to be written, and
+/// the range of them written so far (slots in between that no request
+/// wrote stay zero, as in the file).
+struct Window {
+    index: u64,
+    bytes: Vec<u8>,
+    touched: std::ops::Range<usize>,
+    /// Slots written in it.
+    written: u64,
 }
 
 impl FactsFile {
@@ -205,6 +257,10 @@ impl FactsFile {
             path: path.to_owned(),
             file,
             hops,
+            current: None,
+            previous: None,
+            lost: 0,
+            error: None,
         })
     }
 
@@ -212,36 +268,83 @@ impl FactsFile {
         slot_size(self.hops.len())
     }
 
-    fn write(&self, id: u64, flags: u8, facts: &RequestFacts) -> Result<(), FactsError> {
-        let mut buf = vec![0u8; self.slot()];
-        let mut flags = flags;
-        let index = |hop: &str| {
-            self.hops
-                .iter()
-                .position(|h| h == hop)
-                .and_then(|i| u8::try_from(i).ok())
-                .filter(|i| *i != UNKNOWN_HOP)
-        };
-        if facts.path.len() > self.hops.len() || facts.path.iter().any(|h| index(&h.hop).is_none())
-        {
-            flags |= OVERFLOW;
-        } else {
-            buf[1] = facts.path.len() as u8;
-            for (i, h) in facts.path.iter().enumerate() {
-                let at = 2 + i * HOP_BYTES;
-                buf[at] = index(&h.hop).unwrap_or(UNKNOWN_HOP);
-                let replica = u16::try_from(h.replica).unwrap_or(u16::MAX);
-                buf[at + 1..at + 3].copy_from_slice(&replica.to_le_bytes());
-                buf[at + 3..at + 11].copy_from_slice(&h.total_ns.to_le_bytes());
-            }
-        }
-        buf[0] = flags;
-        self.file
-            .write_all_at(&buf, id * self.slot() as u64)
-            .map_err(|source| FactsError {
+    /// Counts `n` requests whose slots a failed write lost.
+    fn lose(&mut self, n: u64, source: std::io::Error) {
+        self.lost += n;
+        if self.error.is_none() {
+            self.error = Some(FactsError {
                 path: self.path.clone(),
                 source,
-            })
+            });
+        }
+    }
+
+    /// Requests whose slots could not be written, and the first reason.
+    pub fn lost(&self) -> Option<(u64, &FactsError)> {
+        self.error.as_ref().map(|e| (self.lost, e))
+    }
+
+    /// Notes request `id`'s `flags` and reply `path` (a failure is counted,
+    /// see [`FactsFile::lost`]).
+    fn write(&mut self, id: u64, flags: u8, path: &[HopRecord]) {
+        let slot = self.slot();
+        let index = id / WINDOW_SLOTS;
+        let at = (id % WINDOW_SLOTS) as usize;
+        if self.current.as_ref().is_none_or(|w| index > w.index) {
+            // The newest window moves on: the one before it is written.
+            if let Some(w) = self.previous.take() {
+                self.write_window(&w);
+            }
+            self.previous = self.current.take();
+            self.current = Some(Window {
+                index,
+                bytes: vec![0; WINDOW_SLOTS as usize * slot],
+                touched: at..at,
+                written: 0,
+            });
+        }
+        let hops = &self.hops;
+        let window = [self.current.as_mut(), self.previous.as_mut()]
+            .into_iter()
+            .flatten()
+            .find(|w| w.index == index);
+        match window {
+            Some(w) => {
+                encode_slot(&mut w.bytes[at * slot..(at + 1) * slot], hops, flags, path);
+                w.touched = w.touched.start.min(at)..w.touched.end.max(at + 1);
+                w.written += 1;
+            }
+            None => {
+                // Later than its window: on its own.
+                let mut bytes = vec![0u8; slot];
+                encode_slot(&mut bytes, hops, flags, path);
+                if let Err(e) = self.file.write_all_at(&bytes, id * slot as u64) {
+                    self.lose(1, e);
+                }
+            }
+        }
+    }
+
+    fn write_window(&mut self, w: &Window) {
+        let slot = self.slot();
+        if w.touched.is_empty() {
+            return;
+        }
+        let first = w.index * WINDOW_SLOTS + w.touched.start as u64;
+        let bytes = &w.bytes[w.touched.start * slot..w.touched.end * slot];
+        if let Err(e) = self.file.write_all_at(bytes, first * slot as u64) {
+            self.lose(w.written, e);
+        }
+    }
+
+    /// Writes the slots still waiting in memory.
+    pub fn flush(&mut self) {
+        for w in [self.previous.take(), self.current.take()]
+            .into_iter()
+            .flatten()
+        {
+            self.write_window(&w);
+        }
     }
 
     /// What was decided for request `id`: whether its trace is kept, and
@@ -322,9 +425,8 @@ pub struct TailSampler {
     /// variant, for the cross-check's coverage.
     expected: u64,
     expected_per_hop: Vec<u64>,
-    /// The first error writing the facts file, and how many writes failed.
-    error: Option<FactsError>,
-    failed_writes: u64,
+    /// Requests past the facts file's last slot.
+    beyond: u64,
     /// The ok requests' latencies (µs) so far, for `slow_percentile`.
     latencies: Option<Histogram<u64>>,
 }
@@ -345,8 +447,7 @@ impl TailSampler {
             facts,
             expected: 0,
             expected_per_hop: vec![0; hops],
-            error: None,
-            failed_writes: 0,
+            beyond: 0,
             latencies: policy.slow_percentile.and_then(|_| Histogram::new(3).ok()),
         }
     }
@@ -389,7 +490,11 @@ impl TailSampler {
 
     /// Hands the facts file, the counts and the expected traces over to the
     /// pass over the spool; a line when facts could not be written.
-    pub fn finish(self, analyzer: &mut TraceAnalyzer) -> (FactsFile, TailCounts, Option<String>) {
+    pub fn finish(
+        mut self,
+        analyzer: &mut TraceAnalyzer,
+    ) -> (FactsFile, TailCounts, Option<String>) {
+        self.facts.flush();
         let per_hop: Vec<(String, u64)> = self
             .facts
             .hops
@@ -399,10 +504,10 @@ impl TailSampler {
             .filter(|(_, n)| *n > 0)
             .collect();
         analyzer.expect_counted(self.expected, per_hop);
-        let warning = self.error.map(|e| {
+        let warning = self.facts.lost().map(|(lost, e)| {
             format!(
                 "{} request(s) could not be noted for the traces ({e}); their traces count as missing",
-                self.failed_writes
+                lost + self.beyond
             )
         });
         (self.facts, self.counts, warning)
@@ -423,9 +528,9 @@ impl RecordSink for TailSampler {
     fn record(&mut self, record: &RequestRecord) {
         let sampled = (self.sampled)(record.id);
         let latency_us = u64::try_from(record.latency().as_micros()).unwrap_or(u64::MAX);
-        let facts = RequestFacts::of(record, sampled);
+        let ok = record.outcome == Outcome::Ok;
         let mut flags = MEASURED;
-        if facts.ok {
+        if ok {
             flags |= OK;
         }
         if sampled {
@@ -443,9 +548,10 @@ impl RecordSink for TailSampler {
             if reason != Reason::Dropped {
                 flags |= KEEP;
             }
-            if facts.expected() {
+            // Expected: a sampled ok request's trace, checked against its path.
+            if ok {
                 self.expected += 1;
-                for h in &facts.path {
+                for h in &record.path {
                     if let Some(i) = self.facts.hops.iter().position(|n| *n == h.hop) {
                         self.expected_per_hop[i] += 1;
                     }
@@ -459,13 +565,10 @@ impl RecordSink for TailSampler {
             let _ = h.record(latency_us);
         }
         if record.id >= MAX_SLOTS {
-            self.failed_writes += 1;
+            self.beyond += 1;
             return;
         }
-        if let Err(e) = self.facts.write(record.id, flags, &facts) {
-            self.failed_writes += 1;
-            self.error.get_or_insert(e);
-        }
+        self.facts.write(record.id, flags, &record.path);
     }
 }
 
@@ -503,6 +606,63 @@ mod tests {
             failed: true,
             retried: true,
             share,
+        }
+    }
+
+    #[test]
+    fn facts_written_behind_come_back_whatever_order_the_requests_end_in() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut facts =
+            FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()]).expect("facts");
+        let w = WINDOW_SLOTS;
+        // In window order, then one in the window before the newest (held
+        // in memory), one two windows back (written on its own), ids far
+        // ahead, and the last one before the first window moves on.
+        let ids = [
+            3,
+            1,
+            w + 2,
+            w - 1,
+            2 * w + 5,
+            w + 7,
+            0,
+            9 * w,
+            5 * w + 1,
+            w + 9,
+            9 * w + 3,
+        ];
+        let path = |id: u64| {
+            vec![HopRecord {
+                hop: if id % 2 == 0 { "a" } else { "b" }.into(),
+                replica: (id % 7) as u32,
+                total_ns: id * 10,
+                ..HopRecord::default()
+            }]
+        };
+        for id in ids {
+            facts.write(id, MEASURED | if id % 3 == 0 { OK } else { 0 }, &path(id));
+        }
+        facts.flush();
+        assert!(facts.lost().is_none());
+        for id in ids {
+            let (_, f) = facts
+                .read(id)
+                .expect("read")
+                .unwrap_or_else(|| panic!("request {id} was noted"));
+            assert_eq!(f.ok, id % 3 == 0, "request {id}");
+            let want: Vec<PathHop> = path(id)
+                .into_iter()
+                .map(|h| PathHop {
+                    hop: h.hop,
+                    replica: h.replica,
+                    total_ns: h.total_ns,
+                })
+                .collect();
+            assert_eq!(f.path, want, "request {id}");
+        }
+        // Slots between those written stay unmeasured.
+        for id in [2, w, w + 8, 2 * w + 4, 9 * w + 1] {
+            assert_eq!(facts.read(id).expect("read"), None, "request {id}");
         }
     }
 
