@@ -633,14 +633,14 @@ mod tests {
         ];
         let path = |id: u64| {
             vec![HopRecord {
-                hop: if id % 2 == 0 { "a" } else { "b" }.into(),
+                hop: if id.is_multiple_of(2) { "a" } else { "b" }.into(),
                 replica: (id % 7) as u32,
                 total_ns: id * 10,
                 ..HopRecord::default()
             }]
         };
         for id in ids {
-            facts.write(id, MEASURED | if id % 3 == 0 { OK } else { 0 }, &path(id));
+            facts.write(id, MEASURED | if id.is_multiple_of(3) { OK } else { 0 }, &path(id));
         }
         facts.flush();
         assert!(facts.lost().is_none());
@@ -649,7 +649,7 @@ mod tests {
                 .read(id)
                 .expect("read")
                 .unwrap_or_else(|| panic!("request {id} was noted"));
-            assert_eq!(f.ok, id % 3 == 0, "request {id}");
+            assert_eq!(f.ok, id.is_multiple_of(3), "request {id}");
             let want: Vec<PathHop> = path(id)
                 .into_iter()
                 .map(|h| PathHop {
