@@ -9,7 +9,8 @@
 # prost, malloc and free, memmove and memcpy, tailmesh's client
 # (tailmesh_services), the generator's own code and the rest (medians of
 # the rounds), then each tool's top symbols. Symbols are perf's self time:
-# code inlined into a function counts as that function's.
+# code inlined into a function counts as that function's, and a generic
+# future's poll (`Pin<P> as Future>::poll`) lands in "other".
 #
 # Usage: bench/generator-profile.sh [-n REQUESTS] [-r ROUNDS] [-F HZ]
 #   -n N    requests per tool and round (default 100000)
@@ -98,7 +99,7 @@ CATEGORIES = [
     "memmove, memcpy",
     "client: tailmesh_services",
     "generator: own code",
-    "other",
+    "other (std, core, libc, inlined generics)",
 ]
 ALLOC = re.compile(r"^(__libc_|_int_|__rust_|__rdl_|__GI___libc_)?(malloc|free|cfree|realloc|calloc|alloc|dealloc|malloc_consolidate|unlink_chunk)\b|tcache")
 
@@ -120,13 +121,13 @@ def category(tool, sym, dso):
     if "tailmesh_services" in sym:
         return "client: tailmesh_services"
     own = {
-        "h2load": ("h2load",),
-        "tailmesh": ("tailmesh", "hdrhistogram"),
-        "h2lean": ("tailmesh_bench", "h2lean", "hdrhistogram"),
+        "h2load": lambda: dso.rsplit("/", 1)[-1] == "h2load",
+        "tailmesh": lambda: "tailmesh::" in sym or "hdrhistogram" in sym,
+        "h2lean": lambda: "tailmesh_bench" in sym or "hdrhistogram" in sym,
     }[tool]
-    if any(k in sym or k in dso.rsplit("/", 1)[-1] for k in own):
+    if own():
         return "generator: own code"
-    return "other"
+    return "other (std, core, libc, inlined generics)"
 
 def profile(tool, r):
     """CPU us per request by category, the tool's own process only."""
@@ -155,13 +156,13 @@ def profile(tool, r):
 tools = ["h2load", "tailmesh", "h2lean"]
 results = {t: [profile(t, r) for r in range(1, rounds + 1)] for t in tools}
 print(f"\nCPU per request (us) at 64 in flight, {n} requests, {rounds} rounds (medians), sampled at {hz:.0f} Hz")
-print(f"{'':<28}" + "".join(f"{t:>10}" for t in tools))
+print(f"{'':<42}" + "".join(f"{t:>10}" for t in tools))
 for c in CATEGORIES + ["total"]:
     cells = []
     for t in tools:
         vals = [sum(p.values()) if c == "total" else p.get(c, 0.0) for p, _ in results[t]]
         cells.append(f"{statistics.median(vals):>10.2f}")
-    print(f"{c:<28}" + "".join(cells))
+    print(f"{c:<42}" + "".join(cells))
 for t in tools:
     syms = collections.Counter()
     for _, s in results[t]:

@@ -269,10 +269,14 @@ impl Tally {
 /// a `LocalSet`) and reports what it measured.
 pub async fn run(config: &LeanConfig) -> Result<LeanReport, LeanError> {
     if config.connections == 0 || config.streams == 0 {
-        return Err(LeanError::Config("connections and streams must be at least 1"));
+        return Err(LeanError::Config(
+            "connections and streams must be at least 1",
+        ));
     }
     if config.payload > MAX_PAYLOAD {
-        return Err(LeanError::Config("the payload must fit in one DATA frame (at most 16320 bytes)"));
+        return Err(LeanError::Config(
+            "the payload must fit in one DATA frame (at most 16320 bytes)",
+        ));
     }
     let started = Instant::now();
     let mut sockets = Vec::with_capacity(config.connections);
@@ -295,12 +299,7 @@ pub async fn run(config: &LeanConfig) -> Result<LeanReport, LeanError> {
     let payload: Rc<[u8]> = payload_bytes(config.payload).into();
     let mut tasks = tokio::task::JoinSet::new();
     for (n, tcp) in sockets.into_iter().enumerate() {
-        let mut conn = Conn::new(
-            n,
-            config.streams,
-            Rc::clone(&headers),
-            Rc::clone(&payload),
-        );
+        let mut conn = Conn::new(n, config.streams, Rc::clone(&headers), Rc::clone(&payload));
         let budget = budget.clone();
         tasks.spawn_local(async move {
             let result = conn.drive(tcp, &budget).await;
@@ -483,7 +482,9 @@ pub fn check_reply(body: &[u8], request_id: u64, payload: &[u8]) -> Result<(), S
     let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
     let mut msg = &body[GRPC_PREFIX..];
     if msg.len() != len {
-        return Err(StreamFailure::Reply("its length prefix differs from its body"));
+        return Err(StreamFailure::Reply(
+            "its length prefix differs from its body",
+        ));
     }
     let (mut id, mut echoed) = (0, &[][..]);
     while msg.has_remaining() {
@@ -619,7 +620,10 @@ impl Conn {
                 tcp.write_all(&self.out).await?;
                 self.out.clear();
             }
-            if self.streams.is_empty() && self.settled && (budget.is_empty() || self.goaway.is_some()) {
+            if self.streams.is_empty()
+                && self.settled
+                && (budget.is_empty() || self.goaway.is_some())
+            {
                 break;
             }
             if input.capacity() - input.len() < 16 * 1024 {
@@ -649,6 +653,10 @@ impl Conn {
     /// and its window allow, queueing their frames.
     fn open_streams(&mut self, budget: &Budget) -> Result<(), ConnError> {
         let limit = self.streams_wanted.min(self.peer_max_streams as usize);
+        if limit == 0 {
+            // Nothing would ever be sent, nor answered.
+            return Err(ConnError::Protocol("the server allows no streams"));
+        }
         let mut sent_at = None;
         while self.streams.len() < limit && !budget.is_empty() {
             // The longest message any request id makes (a 10-byte varint).
@@ -709,7 +717,9 @@ impl Conn {
     ) -> Result<(), ConnError> {
         if let Some(block) = &mut self.block {
             if kind != frame::CONTINUATION || stream != block.stream {
-                return Err(ConnError::Protocol("a header block interrupted by another frame"));
+                return Err(ConnError::Protocol(
+                    "a header block interrupted by another frame",
+                ));
             }
             block.bytes.extend_from_slice(payload);
             if flags & frame::END_HEADERS != 0
@@ -770,7 +780,9 @@ impl Conn {
                 if stream == 0 {
                     self.send_window += i64::from(inc);
                     if self.send_window > MAX_WINDOW {
-                        return Err(ConnError::Protocol("the connection's send window overflowed"));
+                        return Err(ConnError::Protocol(
+                            "the connection's send window overflowed",
+                        ));
                     }
                 }
                 // A stream's window: each request's one DATA frame is
@@ -899,10 +911,12 @@ impl Conn {
             return if payload.is_empty() {
                 Ok(())
             } else {
-                Err(ConnError::Protocol("a SETTINGS acknowledgement with a payload"))
+                Err(ConnError::Protocol(
+                    "a SETTINGS acknowledgement with a payload",
+                ))
             };
         }
-        if payload.len() % 6 != 0 {
+        if !payload.len().is_multiple_of(6) {
             return Err(ConnError::Protocol("SETTINGS of the wrong size"));
         }
         for entry in payload.chunks_exact(6) {
@@ -936,9 +950,15 @@ impl Conn {
         if payload.len() < 8 {
             return Err(ConnError::Protocol("GOAWAY too short"));
         }
-        let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff;
+        let last =
+            u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff;
         let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
-        let refused: Vec<u32> = self.streams.keys().copied().filter(|id| *id > last).collect();
+        let refused: Vec<u32> = self
+            .streams
+            .keys()
+            .copied()
+            .filter(|id| *id > last)
+            .collect();
         for id in refused {
             self.streams.remove(&id);
             self.tally.fail(StreamFailure::Refused);
@@ -1007,8 +1027,9 @@ fn decode_block(hpack: &mut Decoder<'static>, block: &[u8]) -> Result<Heard, Con
     let mut heard = Heard::default();
     let mut bad = None;
     hpack
-        .decode_with_cb(block, |name: Cow<'_, [u8]>, value: Cow<'_, [u8]>| {
-            match &*name {
+        .decode_with_cb(
+            block,
+            |name: Cow<'_, [u8]>, value: Cow<'_, [u8]>| match &*name {
                 b":status" => match parse_u32(&value) {
                     Some(s) if s <= u32::from(u16::MAX) => heard.status = Some(s as u16),
                     _ => bad = Some(":status is not a number"),
@@ -1017,10 +1038,12 @@ fn decode_block(hpack: &mut Decoder<'static>, block: &[u8]) -> Result<Heard, Con
                     Some(s) => heard.grpc_status = Some(s),
                     None => bad = Some("grpc-status is not a number"),
                 },
-                b"grpc-message" => heard.grpc_message = String::from_utf8_lossy(&value).into_owned(),
+                b"grpc-message" => {
+                    heard.grpc_message = String::from_utf8_lossy(&value).into_owned()
+                }
                 _ => {}
-            }
-        })
+            },
+        )
         .map_err(ConnError::Hpack)?;
     match bad {
         Some(what) => Err(ConnError::Protocol(what)),
@@ -1124,9 +1147,18 @@ mod tests {
         let payload = payload_bytes(64);
         let good = framed_reply(7, &payload);
         assert!(check_reply(&good, 7, &payload).is_ok());
-        assert!(check_reply(&good, 8, &payload).is_err(), "another request's id");
-        assert!(check_reply(&good, 7, &payload[1..]).is_err(), "another payload");
-        assert!(check_reply(&good[..good.len() - 1], 7, &payload).is_err(), "truncated");
+        assert!(
+            check_reply(&good, 8, &payload).is_err(),
+            "another request's id"
+        );
+        assert!(
+            check_reply(&good, 7, &payload[1..]).is_err(),
+            "another payload"
+        );
+        assert!(
+            check_reply(&good[..good.len() - 1], 7, &payload).is_err(),
+            "truncated"
+        );
         let mut compressed = good.clone();
         compressed[0] = 1;
         assert!(check_reply(&compressed, 7, &payload).is_err(), "compressed");
@@ -1146,12 +1178,18 @@ mod tests {
         ));
         let mut big = Vec::new();
         put_frame_header(&mut big, MAX_FRAME + 1, frame::DATA, 0, 1);
-        assert!(matches!(frame_at(&big), Err(ConnError::FrameTooLarge { .. })));
+        assert!(matches!(
+            frame_at(&big),
+            Err(ConnError::FrameTooLarge { .. })
+        ));
     }
 
     #[test]
     fn padding_is_removed_and_checked() {
-        assert_eq!(strip_padding(frame::PADDED, &[2, b'a', b'b', 0, 0]).ok(), Some(&b"ab"[..]));
+        assert_eq!(
+            strip_padding(frame::PADDED, &[2, b'a', b'b', 0, 0]).ok(),
+            Some(&b"ab"[..])
+        );
         assert!(strip_padding(frame::PADDED, &[5, b'a']).is_err());
         assert!(strip_padding(frame::PADDED, &[]).is_err());
         assert_eq!(strip_padding(0, b"xy").ok(), Some(&b"xy"[..]));

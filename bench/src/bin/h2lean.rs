@@ -64,7 +64,10 @@ fn run(args: &Args) -> Result<bool> {
         .context("start the runtime")?;
     let local = tokio::task::LocalSet::new();
     let report = local.block_on(&runtime, h2lean::run(&config))?;
-    println!("{}", serde_json::to_string(&report).context("encode the report")?);
+    println!(
+        "{}",
+        serde_json::to_string(&report).context("encode the report")?
+    );
     eprintln!(
         "h2lean: {} sent, {} ok, {} failed in {:.2} s: {:.0} ok/s, p50 {} us, p99 {} us ({} x {} streams)",
         report.sent,
