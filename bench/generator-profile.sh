@@ -63,7 +63,7 @@ record() {
     local cmd
     case "$tool" in
         h2load) cmd=(h2load -n "$REQUESTS" -c 4 -m 16 -t 1 -d "$TMP/body.bin" "${GRPC_HEADERS[@]}" "$URL") ;;
-        tailmesh) cmd=("$BIN" load "$ADDR" --concurrency 64 --connections 4 --requests "$REQUESTS" --warmup 0s) ;;
+        tailmesh) cmd=("$BIN" load "$ADDR" --concurrency 64 --connections 4 --requests "$REQUESTS" --warmup 0s --timeout 30s) ;;
         h2lean) cmd=("$LEAN_BIN" "$ADDR" -n "$REQUESTS" -c 4 -m 16) ;;
     esac
     say "round $r: perf record -- ${cmd[*]}"

@@ -83,8 +83,11 @@ run_tailmesh() { # in_flight round
     ((n >= 4)) || c=1
     local out="$TMP/tailmesh-$n-$r"
     say "round $r: tailmesh load --concurrency $n --connections $c --requests $REQUESTS"
+    # A long deadline: h2load and h2lean wait as long as an answer takes,
+    # and on a busy machine the 1 s default fails a few requests, and so
+    # the whole measurement.
     step TERM "$BIN" load "$ADDR" --concurrency "$n" --connections "$c" --requests "$REQUESTS" \
-        --warmup 0s >"$out.raw" 2>"$out.err" || {
+        --warmup 0s --timeout 30s >"$out.raw" 2>"$out.err" || {
         say "tailmesh load failed:"
         cat "$out.err" >&2
         exit 1
