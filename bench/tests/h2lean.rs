@@ -9,7 +9,7 @@ use std::sync::{
 
 use bytes::Bytes;
 use prost::Message;
-use tailmesh_bench::h2lean::{self, LeanConfig, payload_bytes};
+use tailmesh_bench::h2lean::{self, LeanConfig};
 use tailmesh_proto::pb::{CallReply, CallRequest, HopRecord};
 use tokio::net::TcpListener;
 use tonic::codegen::http::{HeaderMap, HeaderValue, Request, Response};
@@ -164,7 +164,7 @@ async fn a_refused_connection_is_an_error_with_its_address() {
         connections: 1,
         streams: 1,
         requests: 1,
-        payload: payload_bytes(8).len(),
+        payload: 8,
         path: "/tailmesh.v1.Hop/Call".into(),
     };
     let err = tokio::task::LocalSet::new()
