@@ -16,12 +16,14 @@ Subcommands:
                                 write p50/p99/req/s to OUT (JSON)
   load RAW N OUT                read `tailmesh load`'s JSON, check it, and
                                 write p50/p99/req/s to OUT (JSON)
+  lean RAW N OUT                the same for the lean client's (h2lean) JSON
   report DIR [JSON]             print the floor table from DIR/h2load.json
                                 and DIR/t{1,3}-{off,on}.json (tailmesh
                                 with traces off and on), optionally write
                                 everything to JSON
   generator-report DIR R [JSON] print the generator table from
-                                DIR/{h2load,tailmesh}-{1,64,128}-{1..R}.json
+                                DIR/{h2load,tailmesh}-{1,64,128}-{1..R}.json,
+                                and DIR/h2lean-* beside them when present
 """
 
 import json
@@ -254,6 +256,24 @@ def cmd_load(raw_path, n, out):
     json.dump(result, open(out, "w"), indent=2)
 
 
+def cmd_lean(raw_path, n, out):
+    n = int(n)
+    lines = [l for l in open(raw_path) if l.strip().startswith("{")]
+    if not lines:
+        fail(f"{raw_path}: no JSON line from h2lean")
+    r = json.loads(lines[-1])
+    if r["sent"] != n or r["ok"] != n or r["failed"] or r["connection_errors"]:
+        fail(f"h2lean: {r['ok']}/{n} ok, {r['failed']} failed, {r['connection_errors']}")
+    result = {
+        "what": "h2lean -> 1 hop",
+        "count": r["ok"],
+        "p50_us": r["p50_us"],
+        "p99_us": r["p99_us"],
+        "rps": r["ok_per_s"],
+    }
+    json.dump(result, open(out, "w"), indent=2)
+
+
 def median(values):
     v = sorted(values)
     mid = len(v) // 2
@@ -277,30 +297,51 @@ def machine_load(d):
 def cmd_generator_report(d, rounds, json_out=None):
     rounds = int(rounds)
     levels = [1, 64, 128]
-    doc = {"rounds": rounds, "levels": {}}
-    print(
-        f"{'in flight':>9}  {'h2load req/s':>12}  {'tailmesh req/s':>14}  {'ratio':>5}  "
-        f"{'h2load p50':>10}  {'tailmesh p50':>12}  {'h2load p99':>10}  {'tailmesh p99':>12}  ratios by round"
-    )
+    tools = ["h2load", "tailmesh"]
+    if os.path.exists(f"{d}/h2lean-1-1.json"):
+        tools.append("h2lean")
+    others = tools[1:]
+    doc = {"rounds": rounds, "tools": tools, "levels": {}}
+    head = f"{'in flight':>9}  {'h2load req/s':>12}"
+    for t in others:
+        head += f"  {t + ' req/s':>14}  {'ratio':>5}"
+    for t in tools:
+        head += f"  {t + ' p50':>12}"
+    for t in tools:
+        head += f"  {t + ' p99':>12}"
+    print(head + "  ratios by round")
     for n in levels:
         runs = {
             tool: [json.load(open(f"{d}/{tool}-{n}-{r}.json")) for r in range(1, rounds + 1)]
-            for tool in ("h2load", "tailmesh")
+            for tool in tools
         }
-        per_round = [t["rps"] / h["rps"] for h, t in zip(runs["h2load"], runs["tailmesh"])]
+        per_round = {
+            t: [x["rps"] / h["rps"] for h, x in zip(runs["h2load"], runs[t])] for t in others
+        }
         row = {
             tool: {k: median([x[k] for x in rs]) for k in ("rps", "p50_us", "p99_us")}
             for tool, rs in runs.items()
         }
-        ratio = median(per_round)
-        print(
-            f"{n:>9}  {row['h2load']['rps']:>12.0f}  {row['tailmesh']['rps']:>14.0f}  {ratio:>5.2f}  "
-            f"{row['h2load']['p50_us']:>8.0f}us  {row['tailmesh']['p50_us']:>10.0f}us  "
-            f"{row['h2load']['p99_us']:>8.0f}us  {row['tailmesh']['p99_us']:>10.0f}us  "
-            + " ".join(f"{x:.2f}" for x in per_round)
-        )
-        doc["levels"][str(n)] = {"median": row, "rate_ratio": ratio, "rate_ratios": per_round, "runs": runs}
-    print("ratio: tailmesh's rate / h2load's, median of the rounds' ratios (each round measures both)")
+        ratio = {t: median(per_round[t]) for t in others}
+        line = f"{n:>9}  {row['h2load']['rps']:>12.0f}"
+        for t in others:
+            line += f"  {row[t]['rps']:>14.0f}  {ratio[t]:>5.2f}"
+        for t in tools:
+            line += f"  {row[t]['p50_us']:>10.0f}us"
+        for t in tools:
+            line += f"  {row[t]['p99_us']:>10.0f}us"
+        line += "  " + "; ".join(f"{t} " + " ".join(f"{x:.2f}" for x in per_round[t]) for t in others)
+        print(line)
+        doc["levels"][str(n)] = {
+            "median": row,
+            "rate_ratio": ratio["tailmesh"],
+            "rate_ratios": per_round["tailmesh"],
+            "runs": runs,
+        }
+        if "h2lean" in others:
+            doc["levels"][str(n)]["h2lean_rate_ratio"] = ratio["h2lean"]
+            doc["levels"][str(n)]["h2lean_rate_ratios"] = per_round["h2lean"]
+    print("ratio: the tool's rate / h2load's, median of the rounds' ratios (each round measures every tool)")
     doc["load_average"] = machine_load(d)
     if json_out:
         with open(json_out, "w") as f:
@@ -358,6 +399,7 @@ def main(argv):
         "h2load": (cmd_h2load, 5),
         "tailmesh": (cmd_tailmesh, 3),
         "load": (cmd_load, 3),
+        "lean": (cmd_lean, 3),
         "report": (cmd_report, None),
         "generator-report": (cmd_generator_report, None),
     }

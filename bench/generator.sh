@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# tailmesh's load generator against h2load, side by side in one run: both
-# drive the same standalone zero-work push hop, closed loop, with 1, 64 and
-# 128 requests in flight, the two tools alternated (which goes first
-# alternates too) for each level in each round.
+# tailmesh's load generator against h2load, side by side in one run, with
+# a lean HTTP/2 client as the third tool: all drive the same standalone
+# zero-work push hop, closed loop, with 1, 64 and 128 requests in flight,
+# the tools taken in turn for each level in each round (which goes first
+# rotates from round to round).
 #
 #   h2load:   1 in flight: -c 1 -m 1; N in flight: -c 4 -m N/4
 #   tailmesh: tailmesh load --concurrency N --connections (1 or 4), the
 #             generator of `tailmesh run` (closed loop, latency from each
 #             request's send time, every request accounted for)
+#   h2lean:   the lean client (bench/src/h2lean.rs: the wire written by
+#             hand, no h2 crate), -c and -m as h2load's
 #
-# Usage: bench/generator.sh [-n REQUESTS] [-r ROUNDS] [--json FILE]
+# Usage: bench/generator.sh [-n REQUESTS] [-r ROUNDS] [--no-lean] [--json FILE]
 #   -n N         requests per measurement (default 50000)
 #   -r R         rounds (default 3); the table shows each tool's median
+#   --no-lean    h2load and tailmesh only (no h2lean build)
 #   --json FILE  also write every measurement as JSON
 #
 # Needs cargo, python3, and h2load + nghttp (Debian: nghttp2-client).
@@ -23,11 +27,13 @@ BENCH=generator
 REQUESTS=50000
 ROUNDS=3
 JSON_OUT=""
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+LEAN=1
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
         -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
+        --no-lean) LEAN=0; shift ;;
         --json) JSON_OUT="${2:?--json needs a file}"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "$BENCH: unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -48,6 +54,12 @@ REPO="$(cd "$HERE/.." && pwd)"
 # shellcheck source=bench/lib/standalone-hop.sh
 source "$HERE/lib/standalone-hop.sh"
 bench_setup
+if ((LEAN)); then
+    say "cargo build --release -p tailmesh-bench --bin h2lean"
+    step TERM cargo build --release -p tailmesh-bench --bin h2lean --quiet
+    LEAN_BIN="$REPO/target/release/h2lean"
+    cp /proc/loadavg "$TMP/loadavg-start" 2>/dev/null || true
+fi
 start_hop
 check_hop
 
@@ -71,8 +83,11 @@ run_tailmesh() { # in_flight round
     ((n >= 4)) || c=1
     local out="$TMP/tailmesh-$n-$r"
     say "round $r: tailmesh load --concurrency $n --connections $c --requests $REQUESTS"
+    # A long deadline: h2load and h2lean wait as long as an answer takes,
+    # and on a busy machine the 1 s default fails a few requests, and so
+    # the whole measurement.
     step TERM "$BIN" load "$ADDR" --concurrency "$n" --connections "$c" --requests "$REQUESTS" \
-        --warmup 0s >"$out.raw" 2>"$out.err" || {
+        --warmup 0s --timeout 30s >"$out.raw" 2>"$out.err" || {
         say "tailmesh load failed:"
         cat "$out.err" >&2
         exit 1
@@ -80,20 +95,32 @@ run_tailmesh() { # in_flight round
     python3 "$PY" load "$out.raw" "$REQUESTS" "$out.json"
 }
 
+run_h2lean() { # in_flight round
+    local n=$1 r=$2 c=4
+    ((n >= 4)) || c=1
+    local out="$TMP/h2lean-$n-$r"
+    say "round $r: h2lean -n $REQUESTS -c $c -m $((n / c))"
+    step TERM "$LEAN_BIN" "$ADDR" -n "$REQUESTS" -c "$c" -m "$((n / c))" >"$out.raw" 2>"$out.err" || {
+        say "h2lean failed:"
+        cat "$out.err" >&2
+        exit 1
+    }
+    python3 "$PY" lean "$out.raw" "$REQUESTS" "$out.json"
+}
+
+TOOLS=(h2load tailmesh)
+((LEAN)) && TOOLS+=(h2lean)
 for ((r = 1; r <= ROUNDS; r++)); do
     for n in 1 64 128; do
-        if ((r % 2)); then
-            run_h2load "$n" "$r"
-            run_tailmesh "$n" "$r"
-        else
-            run_tailmesh "$n" "$r"
-            run_h2load "$n" "$r"
-        fi
+        # Round r starts with tool (r - 1) mod the number of tools.
+        for ((i = 0; i < ${#TOOLS[@]}; i++)); do
+            "run_${TOOLS[(r - 1 + i) % ${#TOOLS[@]}]}" "$n" "$r"
+        done
     done
 done
 
 echo
-echo "load generator vs h2load: one zero-work hop, $REQUESTS requests each, $ROUNDS rounds (medians), 64-byte payload, $(nproc) cores"
+echo "load generators vs h2load: one zero-work hop, $REQUESTS requests each, $ROUNDS rounds (medians), 64-byte payload, $(nproc) cores"
 python3 "$PY" generator-report "$TMP" "$ROUNDS" ${JSON_OUT:+"$JSON_OUT"}
 [[ -n $JSON_OUT ]] && say "wrote $JSON_OUT"
 exit 0

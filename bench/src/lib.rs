@@ -7,9 +7,14 @@
 //!   127.0.0.1, started, waited for and stopped exactly as a run's broker
 //!   server is (`tailmesh::launcher::brokers`), its output in its own log.
 //!
+//! - [`h2lean`]: a lean unary-gRPC HTTP/2 client written against the
+//!   wire, the `h2lean` binary's closed loop.
+//!
 //! The binaries: `broker_vs_nats` (request/reply through tailmesh's broker
-//! and through core NATS) and `pull_backends` (each pull backend through
-//! the producer and worker code pull hops use).
+//! and through core NATS), `pull_backends` (each pull backend through
+//! the producer and worker code pull hops use) and `h2lean` (the lean
+//! client against one hop, beside h2load and `tailmesh load` in
+//! `bench/generator.sh`).
 
 use std::{
     future::Future,
@@ -25,6 +30,8 @@ use std::{
 use hdrhistogram::Histogram;
 use tailmesh::launcher::brokers::{BrokerProcessError, BrokerServer, ServerSpec};
 use tailmesh_services::model::BrokerKind;
+
+pub mod h2lean;
 
 /// Latencies above a minute are recorded as a minute.
 pub const HIST_MAX_NS: u64 = 60_000_000_000;
