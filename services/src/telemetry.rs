@@ -264,6 +264,38 @@ mod tests {
         assert_eq!(extract_metadata(&md), cx);
     }
 
+    #[tokio::test]
+    async fn the_traceparent_header_is_the_w3c_value_of_the_current_context() {
+        assert_eq!(traceparent_header(), None);
+        let cx = SpanContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let value = scope(cx, None, async { traceparent_header() })
+            .await
+            .expect("a value");
+        assert_eq!(
+            value.to_str().ok(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(SpanContext::parse_bytes(value.as_bytes()), cx);
+    }
+
+    #[test]
+    fn injecting_over_a_traceparent_rewrites_it_in_place() {
+        let first = SpanContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let second = SpanContext::parse("00-11111111111111111111111111111111-2222222222222222-00");
+        let mut headers = HashMap::from([("other".to_string(), "x".to_string())]);
+        inject_headers(&first, &mut headers);
+        let before = headers[context::TRACEPARENT].as_ptr();
+        inject_headers(&second, &mut headers);
+        assert_eq!(extract_headers(&headers), second);
+        assert_eq!(
+            headers[context::TRACEPARENT].as_ptr(),
+            before,
+            "same memory"
+        );
+        assert_eq!(headers["other"], "x");
+        assert_eq!(headers.len(), 2);
+    }
+
     #[test]
     fn no_context_injects_nothing() {
         let mut out = HashMap::new();

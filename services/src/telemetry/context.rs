@@ -212,6 +212,30 @@ mod tests {
     }
 
     #[test]
+    fn traceparent_bytes_string_and_rewrite_agree() {
+        let c = cx(
+            0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c,
+            0xb7ad_6b71_6920_3331,
+            true,
+        );
+        let bytes = c.traceparent_bytes();
+        assert_eq!(
+            &bytes[..],
+            b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
+        assert_eq!(c.traceparent().as_bytes(), &bytes[..]);
+        let mut reused = cx(1, 2, false).traceparent();
+        c.write_traceparent(&mut reused);
+        assert_eq!(reused.as_bytes(), &bytes[..]);
+        assert_eq!(SpanContext::parse_bytes(&bytes), Some(c));
+        // Surrounding blanks are allowed, as in HTTP header values.
+        let mut padded = b" \t".to_vec();
+        padded.extend_from_slice(&bytes);
+        padded.push(b' ');
+        assert_eq!(SpanContext::parse_bytes(&padded), Some(c));
+    }
+
+    #[test]
     fn invalid_traceparents_are_refused() {
         let ok = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         assert!(SpanContext::parse(ok).is_some());

@@ -877,6 +877,29 @@ mod tests {
     }
 
     #[test]
+    fn a_process_says_what_it_is_once_and_the_broker_only_its_variant() {
+        let keys = |resource: &[KeyValue]| -> Vec<String> {
+            resource
+                .iter()
+                .map(|kv| kv.key.clone())
+                .filter(|k| PROCESS_KEYS.contains(&k.as_str()))
+                .collect()
+        };
+        let hop = resource_from_env(&Process::hop("a", 0, Transport::Push));
+        assert_eq!(keys(&hop), ["hop", "replica", "transport", "variant"]);
+        let value = |key: &str| {
+            hop.iter()
+                .find(|kv| kv.key == key)
+                .and_then(|kv| kv.value.as_ref()?.value.clone())
+        };
+        assert_eq!(value("hop"), Some(Value::StringValue("a".into())));
+        assert_eq!(value("replica"), Some(Value::IntValue(0)));
+        assert_eq!(value("transport"), Some(Value::StringValue("push".into())));
+        let broker = resource_from_env(&Process::default());
+        assert_eq!(keys(&broker), ["variant"]);
+    }
+
+    #[test]
     fn the_attribute_limit_drops_and_counts() {
         let mut batcher = Batcher::new(Vec::new(), 2, Arc::new(Counters::default()));
         let request = decoded(&mut batcher, vec![record(1, 0)], 0);
@@ -972,9 +995,11 @@ mod tests {
         let TestCollector {
             runtime: _runtime,
             sink,
-            config,
+            mut config,
             ..
         } = TestCollector::start("x-test=yes", std::future::pending());
+        // A hop replica's exporter: its resource names the replica.
+        config.resource = resource_from_env(&Process::hop("b", 2, Transport::Pull));
         let (spans, receiver) = mpsc::sync_channel(16);
         let exporter =
             ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
@@ -995,6 +1020,20 @@ mod tests {
         );
         assert_eq!(resource_int(last, "tailmesh.observer.spans"), 3);
         assert_eq!(resource_int(last, "tailmesh.observer.record_ns"), 30);
+        for (_, request) in got.iter() {
+            assert_eq!(resource_string(request, "hop"), "b");
+            assert_eq!(resource_int(request, "replica"), 2);
+            assert_eq!(resource_string(request, "transport"), "pull");
+            assert_eq!(
+                resource_string(request, "variant"),
+                crate::telemetry::variant()
+            );
+            // The spans carry only their own facts.
+            for span in &request.resource_spans[0].scope_spans[0].spans {
+                let keys: Vec<&str> = span.attributes.iter().map(|kv| kv.key.as_str()).collect();
+                assert_eq!(keys, ["downstream", "request_id", "slow"]);
+            }
+        }
         assert!(resource_int(last, "tailmesh.observer.export_cpu_ns") > 0);
     }
 
