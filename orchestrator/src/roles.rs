@@ -354,7 +354,7 @@ fn serve_hop_config(
         config.behavior.name, config.replica
     );
     let process = Process::hop(&config.behavior.name, config.replica, config.transport);
-    serve(&name, options, &process, |listener, shutdown| async move {
+    serve_as(&name, options, &process, |listener, shutdown| async move {
         tailmesh_services::hop::run_with_control(config, listener, shutdown, control)
             .await
             .map_err(ServiceError::from)
@@ -398,16 +398,11 @@ fn netns_agent(
 
 /// Runs the pull broker until told to stop.
 pub fn serve_broker(config: BrokerConfig, options: &ServeOptions) -> Result<(), RoleError> {
-    serve(
-        "broker",
-        options,
-        &Process::default(),
-        |listener, shutdown| async move {
-            tailmesh_services::broker::run(config, listener, shutdown)
-                .await
-                .map_err(ServiceError::from)
-        },
-    )
+    serve("broker", options, |listener, shutdown| async move {
+        tailmesh_services::broker::run(config, listener, shutdown)
+            .await
+            .map_err(ServiceError::from)
+    })
 }
 
 /// Runs a RabbitMQ or NATS server for the run until told to stop (see
@@ -423,74 +418,76 @@ pub fn serve_broker_server(
     };
     let endpoint = options.addr_file.as_deref().map(endpoint_file);
     let server_log = options.addr_file.as_deref().map(server_log_file);
-    serve(
-        "broker",
-        options,
-        &Process::default(),
-        |listener, shutdown| async move {
-            let io = |what: &str| {
-                let what = what.to_owned();
-                move |source| {
-                    ServiceError::from(BrokerProcessError::Io {
-                        kind: kind.as_str(),
-                        what,
-                        source,
-                    })
-                }
-            };
-            let ip = listener.local_addr().map_err(io("its listener"))?.ip();
-            let (reporter, health) = tonic_health::server::health_reporter();
-            reporter
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
-            let (stop_health, health_stopped) = tokio::sync::oneshot::channel::<()>();
-            let health_server = tokio::spawn(
-                tonic::transport::Server::builder()
-                    .add_service(health)
-                    .serve_with_incoming_shutdown(
-                        tokio_stream::wrappers::TcpListenerStream::new(listener),
-                        async {
-                            let _ = health_stopped.await;
-                        },
-                    ),
-            );
-            let mut shutdown = shutdown;
-            let started = tokio::select! {
-                s = BrokerServer::start(match server_log {
-                    Some(log) => ServerSpec::new(kind, ip).log_to(log),
-                    None => ServerSpec::new(kind, ip),
-                }) => s,
-                () = &mut shutdown => {
-                    let _ = stop_health.send(());
-                    return Ok(());
-                }
-            };
-            let mut server = started?;
-            if let Some(path) = &endpoint {
-                process::write_addr_file(path, server.addr)
-                    .map_err(io("write its endpoint file"))?;
+    serve("broker", options, |listener, shutdown| async move {
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |source| {
+                ServiceError::from(BrokerProcessError::Io {
+                    kind: kind.as_str(),
+                    what,
+                    source,
+                })
             }
-            reporter
-                .set_service_status("", tonic_health::ServingStatus::Serving)
-                .await;
-            let result = tokio::select! {
-                () = &mut shutdown => Ok(()),
-                status = server.exited() => Err(io("the server")(std::io::Error::other(format!(
-                    "exited while the run needed it: {status}"
-                )))),
-            };
-            server.stop().await;
-            let _ = stop_health.send(());
-            let _ = health_server.await;
-            result
-        },
-    )
+        };
+        let ip = listener.local_addr().map_err(io("its listener"))?.ip();
+        let (reporter, health) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        let (stop_health, health_stopped) = tokio::sync::oneshot::channel::<()>();
+        let health_server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = health_stopped.await;
+                    },
+                ),
+        );
+        let mut shutdown = shutdown;
+        let started = tokio::select! {
+            s = BrokerServer::start(match server_log {
+                Some(log) => ServerSpec::new(kind, ip).log_to(log),
+                None => ServerSpec::new(kind, ip),
+            }) => s,
+            () = &mut shutdown => {
+                let _ = stop_health.send(());
+                return Ok(());
+            }
+        };
+        let mut server = started?;
+        if let Some(path) = &endpoint {
+            process::write_addr_file(path, server.addr).map_err(io("write its endpoint file"))?;
+        }
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let result = tokio::select! {
+            () = &mut shutdown => Ok(()),
+            status = server.exited() => Err(io("the server")(std::io::Error::other(format!(
+                "exited while the run needed it: {status}"
+            )))),
+        };
+        server.stop().await;
+        let _ = stop_health.send(());
+        let _ = health_server.await;
+        result
+    })
 }
 
 /// Binds, announces the address to the launcher, and runs `service` until
-/// a signal or the end of standard input; its spans' resource names
-/// `process`.
-fn serve<F, Fut>(
+/// a signal or the end of standard input.
+fn serve<F, Fut>(name: &str, options: &ServeOptions, service: F) -> Result<(), RoleError>
+where
+    F: FnOnce(tokio::net::TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = Result<(), ServiceError>>,
+{
+    serve_as(name, options, &Process::default(), service)
+}
+
+/// [`serve`] for `process`, which its spans' resource names.
+fn serve_as<F, Fut>(
     name: &str,
     options: &ServeOptions,
     process: &Process,
