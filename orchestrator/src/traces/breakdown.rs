@@ -699,7 +699,7 @@ mod tests {
 
     #[test]
     fn hops_and_replicas_come_from_the_resource_when_spans_do_not_say() {
-        let spans = vec![
+        let spans = [
             span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
             span(2, 1, "a", SpanKind::Server, "ignored", 2_000, 10_000),
             span(3, 2, "a -> b", SpanKind::Client, "ignored", 3_000, 9_000),
