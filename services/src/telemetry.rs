@@ -158,11 +158,18 @@ pub fn set_current(set: impl FnOnce(&mut SpanFields)) {
 
 /// The current context (see [`scope`]) as a `traceparent` header value,
 /// made from a stack buffer (the value's own bytes are its one
-/// allocation); `None` when there is none.
+/// allocation); `None` when there is none. It is marked never to be
+/// indexed by HPACK: a value used once would only churn both ends'
+/// dynamic tables, evicting the headers that do repeat.
 pub fn traceparent_header() -> Option<HeaderValue> {
     let cx = current()?;
     let cost = recorder::cost_start();
-    let value = HeaderValue::from_bytes(&cx.traceparent_bytes()).ok();
+    let value = HeaderValue::from_bytes(&cx.traceparent_bytes())
+        .ok()
+        .map(|mut v| {
+            v.set_sensitive(true);
+            v
+        });
     recorder::cost_end(cost);
     value
 }
@@ -174,7 +181,9 @@ pub fn inject_metadata(metadata: &mut MetadataMap) {
         return;
     };
     let cost = recorder::cost_start();
-    if let Ok(value) = MetadataValue::try_from(&cx.traceparent_bytes()) {
+    if let Ok(mut value) = MetadataValue::try_from(&cx.traceparent_bytes()) {
+        // Used once: not worth a place in HPACK's dynamic tables.
+        value.set_sensitive(true);
         metadata.insert(context::TRACEPARENT, value);
     }
     recorder::cost_end(cost);
@@ -276,6 +285,7 @@ mod tests {
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         );
         assert_eq!(SpanContext::parse_bytes(value.as_bytes()), cx);
+        assert!(value.is_sensitive(), "never indexed by HPACK");
     }
 
     #[test]
