@@ -44,7 +44,7 @@ use crate::model::Transport;
 
 /// The environment variable naming the variant a process serves in.
 pub const VARIANT_ENV: &str = "TAILMESH_VARIANT";
-/// Spans waiting for export at most (about 4 MB of records; 160,000
+/// Spans waiting for export at most (about 6 MB of records; 160,000
 /// spans a second between two exports); more are dropped and counted.
 const MAX_QUEUE: usize = 32_768;
 
