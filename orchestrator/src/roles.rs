@@ -10,6 +10,7 @@ use tailmesh_services::{
     broker::{BrokerConfig, BrokerError},
     hop::{HopConfig, HopError},
     process,
+    telemetry::Process,
 };
 
 use crate::scenario::ScenarioErrors;
@@ -352,7 +353,8 @@ fn serve_hop_config(
         "hop \"{}\" replica {}",
         config.behavior.name, config.replica
     );
-    serve(&name, options, |listener, shutdown| async move {
+    let process = Process::hop(&config.behavior.name, config.replica, config.transport);
+    serve_as(&name, options, &process, |listener, shutdown| async move {
         tailmesh_services::hop::run_with_control(config, listener, shutdown, control)
             .await
             .map_err(ServiceError::from)
@@ -481,8 +483,22 @@ where
     F: FnOnce(tokio::net::TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
     Fut: Future<Output = Result<(), ServiceError>>,
 {
+    serve_as(name, options, &Process::default(), service)
+}
+
+/// [`serve`] for `process`, which its spans' resource names.
+fn serve_as<F, Fut>(
+    name: &str,
+    options: &ServeOptions,
+    process: &Process,
+    service: F,
+) -> Result<(), RoleError>
+where
+    F: FnOnce(tokio::net::TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = Result<(), ServiceError>>,
+{
     runtime(options.threads)?.block_on(async {
-        let telemetry = tailmesh_services::telemetry::init("warn");
+        let telemetry = tailmesh_services::telemetry::init_process("warn", process);
         let result = serve_in(name, options, service).await;
         telemetry.shutdown();
         result

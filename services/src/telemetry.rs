@@ -11,12 +11,15 @@
 //! Spans are tailmesh's own, not `tracing`'s nor the OpenTelemetry SDK's:
 //! a span costs a plain record on the serving thread and is encoded and
 //! sent by one exporter thread per process. When export is off no span is
-//! made at all.
+//! made at all. What every span of a process shares (a hop replica's hop,
+//! replica and transport, and the variant: [`Process`]) is said once, in
+//! the resource of its export requests; a span carries only its own
+//! facts, in fixed fields ([`SpanFields`]).
 //!
 //! - [`context`]: the `Copy` trace context, the current one while a
 //!   future is polled, `traceparent` formatting and parsing;
-//! - [`recorder`]: [`TraceSpan`], ids, sampling, hand-over to the
-//!   exporter, the observer's serving-thread cost;
+//! - [`recorder`]: [`TraceSpan`] and its [`SpanFields`], ids, sampling,
+//!   hand-over to the exporter, the observer's serving-thread cost;
 //! - [`export`]: the exporter thread, its batches, the observer's
 //!   counters in every request's resource;
 //! - [`otlp`]: spans written straight as OTLP protobuf bytes, and the
@@ -30,14 +33,18 @@ pub mod recorder;
 use std::{collections::HashMap, sync::OnceLock};
 
 pub use context::{SpanContext, current, scope};
-use opentelemetry::KeyValue;
-pub use recorder::{TraceSpan, past_span};
-use tonic::metadata::{MetadataMap, MetadataValue};
+pub use recorder::{SpanFields, TraceSpan, past_span};
+use tonic::{
+    codegen::http::HeaderValue,
+    metadata::{MetadataMap, MetadataValue},
+};
 use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
+
+use crate::model::Transport;
 
 /// The environment variable naming the variant a process serves in.
 pub const VARIANT_ENV: &str = "TAILMESH_VARIANT";
-/// Spans waiting for export at most (about 4 MB of records; 160,000
+/// Spans waiting for export at most (about 6 MB of records; 160,000
 /// spans a second between two exports); more are dropped and counted.
 const MAX_QUEUE: usize = 32_768;
 
@@ -46,6 +53,29 @@ static VARIANT: OnceLock<String> = OnceLock::new();
 /// The variant this process serves in (from [`VARIANT_ENV`]), or "".
 pub fn variant() -> &'static str {
     VARIANT.get_or_init(|| std::env::var(VARIANT_ENV).unwrap_or_default())
+}
+
+/// What a process is, for every span it exports: the `hop`, `replica` and
+/// `transport` attributes of its resource (a hop replica's; none for the
+/// broker, which serves many hops and names each on its spans), beside
+/// `variant` (from [`VARIANT_ENV`]), which every process's resource has.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Process {
+    pub hop: Option<String>,
+    pub replica: Option<u32>,
+    /// How callers reach the hop.
+    pub transport: Option<Transport>,
+}
+
+impl Process {
+    /// Replica `replica` of hop `hop`, reached by `transport`.
+    pub fn hop(hop: &str, replica: u32, transport: Transport) -> Self {
+        Process {
+            hop: Some(hop.to_owned()),
+            replica: Some(replica),
+            transport: Some(transport),
+        }
+    }
 }
 
 /// The process's tracing set-up; call [`Telemetry::shutdown`] before exit
@@ -76,8 +106,14 @@ fn ratio_from_env() -> f64 {
 
 /// Installs the global subscriber: log lines to stderr filtered by
 /// `RUST_LOG` (default `default_filter`), plus OTLP export of tailmesh's
-/// spans when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+/// spans when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, from a process that
+/// says no more of itself than its variant.
 pub fn init(default_filter: &str) -> Telemetry {
+    init_process(default_filter, &Process::default())
+}
+
+/// [`init`] for `process`, which its spans' resource names.
+pub fn init_process(default_filter: &str, process: &Process) -> Telemetry {
     let log_filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let fmt = tracing_subscriber::fmt::layer()
@@ -87,7 +123,7 @@ pub fn init(default_filter: &str) -> Telemetry {
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|e| !e.is_empty());
-    let exporter = endpoint.and_then(|endpoint| match start_export(&endpoint) {
+    let exporter = endpoint.and_then(|endpoint| match start_export(&endpoint, process) {
         Ok(exporter) => Some(exporter),
         Err(e) => {
             eprintln!("warning: trace export to {endpoint} disabled: {e}");
@@ -98,8 +134,11 @@ pub fn init(default_filter: &str) -> Telemetry {
 }
 
 /// Starts the exporter thread and installs the recorder feeding it.
-fn start_export(endpoint: &str) -> Result<export::ExportThread, export::ExportError> {
-    let config = export::ExportConfig::from_env(endpoint)?;
+fn start_export(
+    endpoint: &str,
+    process: &Process,
+) -> Result<export::ExportThread, export::ExportError> {
+    let config = export::ExportConfig::from_env(endpoint, process)?;
     let (recorder, spans, counters) = recorder::Recorder::new(ratio_from_env(), MAX_QUEUE);
     let exporter = export::ExportThread::spawn(config, spans, counters)?;
     if !recorder.install() {
@@ -108,13 +147,31 @@ fn start_export(endpoint: &str) -> Result<export::ExportThread, export::ExportEr
     Ok(exporter)
 }
 
-/// Sets attributes made by `attributes()` on the current span (the one
-/// whose [`TraceSpan::scope`] is running); nothing when export is off or
-/// the current context is not a recorded span of this process.
-pub fn set_current(attributes: impl FnOnce() -> Vec<KeyValue>) {
+/// Sets fields with `set` on the current span (the one whose
+/// [`TraceSpan::scope`] is running); nothing when export is off or the
+/// current context is not a recorded span of this process.
+pub fn set_current(set: impl FnOnce(&mut SpanFields)) {
     if recorder::recorder().is_some() && current().is_some_and(|c| c.sampled && !c.remote) {
-        context::push_current(attributes());
+        context::set_pending(set);
     }
+}
+
+/// The current context (see [`scope`]) as a `traceparent` header value,
+/// made from a stack buffer (the value's own bytes are its one
+/// allocation); `None` when there is none. It is marked never to be
+/// indexed by HPACK: a value used once would only churn both ends'
+/// dynamic tables, evicting the headers that do repeat.
+pub fn traceparent_header() -> Option<HeaderValue> {
+    let cx = current()?;
+    let cost = recorder::cost_start();
+    let value = HeaderValue::from_bytes(&cx.traceparent_bytes())
+        .ok()
+        .map(|mut v| {
+            v.set_sensitive(true);
+            v
+        });
+    recorder::cost_end(cost);
+    value
 }
 
 /// Writes the current context (see [`scope`]) into gRPC metadata as
@@ -124,28 +181,35 @@ pub fn inject_metadata(metadata: &mut MetadataMap) {
         return;
     };
     let cost = recorder::cost_start();
-    if let Ok(value) = MetadataValue::try_from(cx.traceparent()) {
+    if let Ok(mut value) = MetadataValue::try_from(&cx.traceparent_bytes()) {
+        // Used once: not worth a place in HPACK's dynamic tables.
+        value.set_sensitive(true);
         metadata.insert(context::TRACEPARENT, value);
     }
     recorder::cost_end(cost);
 }
 
-/// The caller's context from gRPC metadata.
+/// The caller's context from gRPC metadata, parsed in place.
 pub fn extract_metadata(metadata: &MetadataMap) -> Option<SpanContext> {
     let cost = recorder::cost_start();
     let cx = metadata
         .get(context::TRACEPARENT)
-        .and_then(|v| v.to_str().ok())
-        .and_then(SpanContext::parse);
+        .and_then(|v| SpanContext::parse_bytes(v.as_encoded_bytes()));
     recorder::cost_end(cost);
     cx
 }
 
-/// Writes `cx` into broker task headers; nothing when there is none.
+/// Writes `cx` into broker task headers, over the `traceparent` already
+/// there (in its memory) if any; nothing when there is none.
 pub fn inject_headers(cx: &Option<SpanContext>, headers: &mut HashMap<String, String>) {
     if let Some(cx) = cx {
         let cost = recorder::cost_start();
-        headers.insert(context::TRACEPARENT.to_string(), cx.traceparent());
+        match headers.get_mut(context::TRACEPARENT) {
+            Some(value) => cx.write_traceparent(value),
+            None => {
+                headers.insert(context::TRACEPARENT.to_owned(), cx.traceparent());
+            }
+        }
         recorder::cost_end(cost);
     }
 }
@@ -207,6 +271,39 @@ mod tests {
         })
         .await;
         assert_eq!(extract_metadata(&md), cx);
+    }
+
+    #[tokio::test]
+    async fn the_traceparent_header_is_the_w3c_value_of_the_current_context() {
+        assert_eq!(traceparent_header(), None);
+        let cx = SpanContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let value = scope(cx, None, async { traceparent_header() })
+            .await
+            .expect("a value");
+        assert_eq!(
+            value.to_str().ok(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(SpanContext::parse_bytes(value.as_bytes()), cx);
+        assert!(value.is_sensitive(), "never indexed by HPACK");
+    }
+
+    #[test]
+    fn injecting_over_a_traceparent_rewrites_it_in_place() {
+        let first = SpanContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let second = SpanContext::parse("00-11111111111111111111111111111111-2222222222222222-00");
+        let mut headers = HashMap::from([("other".to_string(), "x".to_string())]);
+        inject_headers(&first, &mut headers);
+        let before = headers[context::TRACEPARENT].as_ptr();
+        inject_headers(&second, &mut headers);
+        assert_eq!(extract_headers(&headers), second);
+        assert_eq!(
+            headers[context::TRACEPARENT].as_ptr(),
+            before,
+            "same memory"
+        );
+        assert_eq!(headers["other"], "x");
+        assert_eq!(headers.len(), 2);
     }
 
     #[test]

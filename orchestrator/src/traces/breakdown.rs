@@ -13,7 +13,7 @@ use serde::Serialize;
 
 #[cfg(test)]
 use super::flatten;
-use super::{FlatSpan, attr_int, attr_string, loadgen::SERVICE};
+use super::{FlatSpan, loadgen::SERVICE};
 use crate::record::{Outcome, RequestRecord};
 
 /// A distribution of one time, in microseconds.
@@ -326,13 +326,14 @@ impl TraceAnalyzer {
 
     /// Takes one whole trace of this variant; `facts`: what the load
     /// generator measured of its request, when it was a measured one.
-    pub fn trace(&mut self, trace: &[&Span], facts: Option<&RequestFacts>) {
+    pub fn trace(&mut self, trace: &[FlatSpan<'_>], facts: Option<&RequestFacts>) {
         let report = &mut self.report;
         report.spans += trace.len() as u64;
         report.traces += 1;
-        let ids: HashSet<&[u8]> = trace.iter().map(|s| s.span_id.as_slice()).collect();
+        let ids: HashSet<&[u8]> = trace.iter().map(|s| s.span.span_id.as_slice()).collect();
         report.orphan_spans += trace
             .iter()
+            .map(|s| s.span)
             .filter(|s| !s.parent_span_id.is_empty() && !ids.contains(s.parent_span_id.as_slice()))
             .count() as u64;
         // Hop times come from the measured requests' traces only (not warmup's).
@@ -346,18 +347,24 @@ impl TraceAnalyzer {
         }
     }
 
-    fn hop_times(&mut self, trace: &[&Span]) {
-        let by_id: HashMap<&[u8], &Span> =
-            trace.iter().map(|s| (s.span_id.as_slice(), *s)).collect();
+    fn hop_times(&mut self, trace: &[FlatSpan<'_>]) {
+        let by_id: HashMap<&[u8], &Span> = trace
+            .iter()
+            .map(|s| (s.span.span_id.as_slice(), s.span))
+            .collect();
         let children = |parent: &Span| -> Vec<&Span> {
             trace
                 .iter()
+                .map(|c| c.span)
                 .filter(|c| c.parent_span_id == parent.span_id)
-                .copied()
                 .collect()
         };
-        for server in trace.iter().filter(|s| s.kind == SpanKind::Server as i32) {
-            let Some(hop) = attr_string(server, "hop") else {
+        for flat in trace
+            .iter()
+            .filter(|s| s.span.kind == SpanKind::Server as i32)
+        {
+            let server = flat.span;
+            let Some(hop) = flat.attr_string("hop") else {
                 continue;
             };
             let t = self.times.entry(hop).or_default();
@@ -371,7 +378,9 @@ impl TraceAnalyzer {
                 .unwrap_or(0);
             // A replica with limited concurrency says how long the request
             // waited in its span for a slot: queue wait, not its own time.
-            let slot_wait = attr_int(server, "slot_wait_ns").map(|n| u64::try_from(n).unwrap_or(0));
+            let slot_wait = flat
+                .attr_int("slot_wait_ns")
+                .map(|n| u64::try_from(n).unwrap_or(0));
             let in_line = slot_wait.unwrap_or(0).min(total.saturating_sub(down));
             t.self_time
                 .push(total.saturating_sub(down).saturating_sub(in_line));
@@ -395,23 +404,23 @@ impl TraceAnalyzer {
         }
     }
 
-    fn cross_check(&mut self, trace: &[&Span], facts: &RequestFacts) {
+    fn cross_check(&mut self, trace: &[FlatSpan<'_>], facts: &RequestFacts) {
+        let is_server = |s: &FlatSpan<'_>| s.span.kind == SpanKind::Server as i32;
         for rec in &facts.path {
-            let has_server = trace.iter().any(|s| {
-                s.kind == SpanKind::Server as i32
-                    && attr_string(s, "hop").as_deref() == Some(rec.hop.as_str())
-            });
+            let has_server = trace
+                .iter()
+                .any(|s| is_server(s) && s.attr_string("hop").as_deref() == Some(rec.hop.as_str()));
             // The broker names its span after the topic, which is the hop.
             let queue_wait = format!("queue wait {}", rec.hop);
-            let has_queue_wait = trace.iter().any(|s| s.name == queue_wait);
+            let has_queue_wait = trace.iter().any(|s| s.span.name == queue_wait);
             let c = self.coverage_of(&rec.hop);
             c.server_spans += u64::from(has_server);
             c.queue_waits += u64::from(has_queue_wait);
         }
         let mut from_trace: Vec<String> = trace
             .iter()
-            .filter(|s| s.kind == SpanKind::Server as i32)
-            .filter_map(|s| attr_string(s, "hop"))
+            .filter(|s| is_server(s))
+            .filter_map(|s| s.attr_string("hop"))
             .collect();
         let mut from_path: Vec<&str> = facts.path.iter().map(|h| h.hop.as_str()).collect();
         from_trace.sort();
@@ -420,12 +429,13 @@ impl TraceAnalyzer {
             self.report.complete += 1;
             for rec in &facts.path {
                 let span = trace.iter().find(|s| {
-                    s.kind == SpanKind::Server as i32
-                        && attr_string(s, "hop").as_deref() == Some(rec.hop.as_str())
-                        && attr_int(s, "replica") == Some(i64::from(rec.replica))
+                    is_server(s)
+                        && s.attr_string("hop").as_deref() == Some(rec.hop.as_str())
+                        && s.attr_int("replica") == Some(i64::from(rec.replica))
                 });
-                let agrees =
-                    span.is_some_and(|s| duration(s).abs_diff(rec.total_ns) <= TIMING_TOLERANCE_NS);
+                let agrees = span.is_some_and(|s| {
+                    duration(s.span).abs_diff(rec.total_ns) <= TIMING_TOLERANCE_NS
+                });
                 if !agrees {
                     self.report.timing_disagreements += 1;
                 }
@@ -466,7 +476,7 @@ pub fn request_id(trace: &[FlatSpan<'_>]) -> Option<u64> {
     trace
         .iter()
         .filter(|s| s.service == SERVICE)
-        .find_map(|s| attr_int(s.span, "request_id"))
+        .find_map(|s| s.attr_int("request_id"))
         .and_then(|id| u64::try_from(id).ok())
 }
 
@@ -483,7 +493,7 @@ pub fn analyze(
     let mut traces: BTreeMap<&[u8], Vec<FlatSpan<'_>>> = BTreeMap::new();
     for s in flatten(batches)
         .into_iter()
-        .filter(|s| attr_string(s.span, "variant").as_deref() == Some(variant))
+        .filter(|s| s.attr_string("variant").as_deref() == Some(variant))
     {
         traces
             .entry(s.span.trace_id.as_slice())
@@ -502,9 +512,8 @@ pub fn analyze(
         }
     }
     for trace in traces.values() {
-        let spans: Vec<&Span> = trace.iter().map(|s| s.span).collect();
         let f = request_id(trace).and_then(|id| facts.get(&id));
-        analyzer.trace(&spans, f);
+        analyzer.trace(trace, f);
     }
     analyzer.finish()
 }
@@ -660,6 +669,75 @@ mod tests {
         // A trace of no measured request (warmup) adds no hop times.
         let warmup = vec![span(1, 0, "request 7", SpanKind::Client, SERVICE, 0, 9)];
         assert!(analyze(&batch(warmup), "v", &[], |_| true).hops.is_empty());
+    }
+
+    /// A hop process's export request: `spans` with only their own facts,
+    /// the hop, replica, transport and variant in the resource.
+    fn hop_batch(hop: &str, replica: i64, mut spans: Vec<Span>) -> ResourceSpans {
+        for s in &mut spans {
+            s.attributes
+                .retain(|kv| !["variant", "hop", "replica"].contains(&kv.key.as_str()));
+        }
+        ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("service.name", Value::StringValue(format!("hop-{hop}"))),
+                    kv("hop", Value::StringValue(hop.into())),
+                    kv("replica", Value::IntValue(replica)),
+                    kv("transport", Value::StringValue("push".into())),
+                    kv("variant", Value::StringValue("v".into())),
+                ],
+                ..Resource::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..ScopeSpans::default()
+            }],
+            ..ResourceSpans::default()
+        }
+    }
+
+    #[test]
+    fn hops_and_replicas_come_from_the_resource_when_spans_do_not_say() {
+        let spans = [
+            span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
+            span(2, 1, "a", SpanKind::Server, "ignored", 2_000, 10_000),
+            span(3, 2, "a -> b", SpanKind::Client, "ignored", 3_000, 9_000),
+            span(5, 3, "b", SpanKind::Server, "ignored", 4_000, 8_000),
+        ];
+        let mut batches = batch(spans[..1].to_vec());
+        batches.push(hop_batch("a", 0, spans[1..3].to_vec()));
+        batches.push(hop_batch("b", 2, spans[3..].to_vec()));
+        let mut path = record_timed(&["b", "a"], 4_000);
+        path.path[0].replica = 2;
+        let r = analyze(&batches, "v", &[path.clone()], |_| true);
+        assert_eq!((r.spans, r.expected, r.complete), (4, 1, 1));
+        assert_eq!(r.timing_disagreements, 0);
+        let hops: Vec<(&str, u64)> = r.hops.iter().map(|h| (h.hop.as_str(), h.spans)).collect();
+        assert_eq!(hops, [("a", 1), ("b", 1)]);
+        assert_eq!(r.hops[0].self_time.p50_us, 2.0);
+        assert_eq!(r.hops[1].network.p50_us, 2.0);
+        // b's spans are replica 2's: a path through replica 0 disagrees.
+        path.path[0].replica = 0;
+        let other = analyze(&batches, "v", &[path], |_| true);
+        assert_eq!(other.timing_disagreements, 1);
+        // A span's own attribute wins over its resource's.
+        let mut own = spans[3].clone();
+        own.attributes
+            .retain(|kv| !["variant", "hop", "replica"].contains(&kv.key.as_str()));
+        own.attributes.push(kv("replica", Value::IntValue(5)));
+        let flat = [FlatSpan {
+            service: "hop-b",
+            resource: &hop_batch("b", 2, Vec::new())
+                .resource
+                .expect("resource")
+                .attributes,
+            span: &own,
+        }];
+        assert_eq!(flat[0].attr_int("replica"), Some(5));
+        assert_eq!(flat[0].attr_string("hop").as_deref(), Some("b"));
+        // Another variant's processes are not this variant's.
+        assert_eq!(analyze(&batches, "w", &[], |_| true).spans, 0);
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! `traces.jaeger.json`: the kept traces in the JSON that Jaeger's UI opens
 //! with "Upload JSON" (the query service's `/api/traces` answer): one entry
 //! per trace with its spans (`startTime` and `duration` in microseconds,
-//! `CHILD_OF` references) and the processes (services) that sent them.
+//! `CHILD_OF` references) and the processes that sent them: each a service
+//! name and its resource's attributes as tags, as Jaeger shows an OTLP
+//! resource (a hop replica's `hop`, `replica`, `transport` and `variant`
+//! are there, not on its spans).
 //! Traces are set aside one at a time as they are kept ([`KeptTraces`]) and
 //! split into files of at most [`super::tail::JAEGER_FILE_LIMIT`] bytes,
 //! each a whole `{"data":[...]}` file: `traces.jaeger.json`,
@@ -17,7 +20,9 @@ use std::{
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use serde::Serialize;
 
-use super::{FlatSpan, hex};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+
+use super::{FlatSpan, hex, identity};
 
 /// One trace.
 #[derive(Debug, Serialize)]
@@ -28,7 +33,7 @@ pub struct JaegerTrace {
     pub trace_id: String,
     /// Its spans.
     pub spans: Vec<JaegerSpan>,
-    /// `p1`, `p2`...: the services of its spans.
+    /// `p1`, `p2`...: the processes of its spans.
     pub processes: BTreeMap<String, JaegerProcess>,
     /// Always null.
     pub warnings: Option<Vec<String>>,
@@ -93,8 +98,14 @@ pub struct JaegerTag {
 pub struct JaegerProcess {
     /// Its name.
     pub service_name: String,
-    /// Always empty.
+    /// Its resource's attributes but `service.name` and the observer's
+    /// counters.
     pub tags: Vec<JaegerTag>,
+}
+
+/// The resource attributes that become a process's tags.
+fn process_tags(resource: &[KeyValue]) -> impl Iterator<Item = &KeyValue> {
+    identity(resource).filter(|kv| kv.key != "service.name")
 }
 
 fn tag(key: &str, value: &Value) -> JaegerTag {
@@ -131,21 +142,33 @@ pub fn trace(spans: &[FlatSpan<'_>]) -> JaegerTrace {
         .map(|s| s.span.trace_id.as_slice())
         .unwrap_or_default());
     let mut processes: BTreeMap<String, JaegerProcess> = BTreeMap::new();
-    let mut ids: BTreeMap<&str, String> = BTreeMap::new();
+    // A process: its service and resource, and its id.
+    let mut ids: Vec<(&str, &[KeyValue], String)> = Vec::new();
     let spans = spans
         .iter()
         .map(|s| {
-            let next = ids.len() + 1;
-            let pid = ids
-                .entry(s.service)
-                .or_insert_with(|| format!("p{next}"))
-                .clone();
-            processes
-                .entry(pid.clone())
-                .or_insert_with(|| JaegerProcess {
-                    service_name: s.service.to_string(),
-                    tags: Vec::new(),
-                });
+            let known = ids.iter().find(|(service, resource, _)| {
+                *service == s.service && process_tags(resource).eq(process_tags(s.resource))
+            });
+            let pid = match known {
+                Some((_, _, pid)) => pid.clone(),
+                None => {
+                    let pid = format!("p{}", ids.len() + 1);
+                    ids.push((s.service, s.resource, pid.clone()));
+                    processes.insert(
+                        pid.clone(),
+                        JaegerProcess {
+                            service_name: s.service.to_string(),
+                            tags: process_tags(s.resource)
+                                .filter_map(|kv| {
+                                    Some(tag(&kv.key, kv.value.as_ref()?.value.as_ref()?))
+                                })
+                                .collect(),
+                        },
+                    );
+                    pid
+                }
+            };
             let span = s.span;
             let mut tags: Vec<JaegerTag> = span
                 .attributes
@@ -391,11 +414,103 @@ mod tests {
         }
     }
 
+    fn kv(key: &str, value: Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(opentelemetry_proto::tonic::common::v1::AnyValue { value: Some(value) }),
+            ..KeyValue::default()
+        }
+    }
+
+    /// A hop replica's resource as its export request `batch` has it.
+    fn replica(hop: &str, replica: i64, batch: i64) -> Vec<KeyValue> {
+        vec![
+            kv("service.name", Value::StringValue(format!("hop-{hop}"))),
+            kv("hop", Value::StringValue(hop.into())),
+            kv("replica", Value::IntValue(replica)),
+            kv("variant", Value::StringValue("v".into())),
+            kv("tailmesh.observer.spans", Value::IntValue(batch)),
+        ]
+    }
+
+    #[test]
+    fn resource_attributes_are_the_process_tags_one_process_per_replica() {
+        let spans: Vec<Span> = (1..=4).map(|id| span(1, id)).collect();
+        // Replica 0 of c in two export requests, replica 1 of c, and a
+        // process with no resource attributes.
+        let (c0, c0_later, c1) = (replica("c", 0, 1), replica("c", 0, 9), replica("c", 1, 1));
+        let flat = [
+            FlatSpan {
+                service: "hop-c",
+                resource: &c0,
+                span: &spans[0],
+            },
+            FlatSpan {
+                service: "hop-c",
+                resource: &c0_later,
+                span: &spans[1],
+            },
+            FlatSpan {
+                service: "hop-c",
+                resource: &c1,
+                span: &spans[2],
+            },
+            FlatSpan {
+                service: "loadgen",
+                resource: &[],
+                span: &spans[3],
+            },
+        ];
+        let json = serde_json::to_value(trace(&flat)).expect("json");
+        let pids: Vec<&str> = json["spans"]
+            .as_array()
+            .expect("spans")
+            .iter()
+            .map(|s| s["processID"].as_str().expect("pid"))
+            .collect();
+        assert_eq!(pids, ["p1", "p1", "p2", "p3"]);
+        let tags = |pid: &str| -> Vec<(String, serde_json::Value)> {
+            json["processes"][pid]["tags"]
+                .as_array()
+                .expect("tags")
+                .iter()
+                .map(|t| {
+                    (
+                        t["key"].as_str().expect("key").to_owned(),
+                        t["value"].clone(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(json["processes"]["p2"]["serviceName"], "hop-c");
+        assert_eq!(
+            tags("p2"),
+            [
+                ("hop".to_owned(), serde_json::json!("c")),
+                ("replica".to_owned(), serde_json::json!(1)),
+                ("variant".to_owned(), serde_json::json!("v")),
+            ]
+        );
+        assert_eq!(tags("p1")[1], ("replica".to_owned(), serde_json::json!(0)));
+        assert!(tags("p3").is_empty());
+        // The spans themselves carry no process attribute.
+        for s in json["spans"].as_array().expect("spans") {
+            let keys: Vec<&str> = s["tags"]
+                .as_array()
+                .expect("tags")
+                .iter()
+                .map(|t| t["key"].as_str().expect("key"))
+                .collect();
+            assert_eq!(keys, ["span.kind"], "{s}");
+        }
+    }
+
     #[test]
     fn kept_traces_split_into_whole_files_under_the_limit() {
         let dir = tempfile::tempdir().expect("temp dir");
         let one = serde_json::to_vec(&trace(&[FlatSpan {
             service: "s",
+            resource: &[],
             span: &span(1, 1),
         }]))
         .expect("json")
@@ -409,6 +524,7 @@ mod tests {
                 .iter()
                 .map(|s| FlatSpan {
                     service: "s",
+                    resource: &[],
                     span: s,
                 })
                 .collect();
@@ -443,6 +559,7 @@ mod tests {
         let spans = [span(1, 1)];
         let flat = [FlatSpan {
             service: "s",
+            resource: &[],
             span: &spans[0],
         }];
         assert!(!kept.push(&trace(&flat)));

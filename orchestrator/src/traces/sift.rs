@@ -14,16 +14,15 @@ use std::{
 };
 
 use opentelemetry_proto::tonic::{
-    collector::trace::v1::ExportTraceServiceRequest,
-    common::v1::any_value::Value,
-    trace::v1::{ResourceSpans, Span},
+    collector::trace::v1::ExportTraceServiceRequest, resource::v1::Resource, trace::v1::Span,
 };
 use prost::Message;
 
 use super::{
-    FlatSpan, attr_string,
+    FlatSpan, Process,
     breakdown::{TraceAnalyzer, request_id},
     collector::Spool,
+    identity,
     jaeger::{self, KeptTraces},
     observer::ProcessTally,
     raw,
@@ -49,7 +48,8 @@ pub enum SiftError {
 /// What the pass is told.
 #[derive(Clone, Copy, Debug)]
 pub struct Sift<'a> {
-    /// The variant whose spans count (its `variant` attribute).
+    /// The variant whose spans count (their `variant` attribute, or
+    /// their process's).
     pub variant: &'a str,
     /// How long after its first span a trace is whole.
     pub horizon: Duration,
@@ -79,9 +79,9 @@ pub struct Sifted {
     pub processes: ProcessTally,
 }
 
-/// A trace still gathering spans.
+/// A trace still gathering spans, each with its process.
 struct Open {
-    spans: Vec<(Arc<str>, Span)>,
+    spans: Vec<(Arc<Process>, Span)>,
 }
 
 /// Reads `spool` once: every trace of `sift.variant` goes to `analyzer`,
@@ -104,19 +104,18 @@ pub fn sift(
     // Open traces by their first span's arrival (arrivals only grow).
     let mut order: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
     let mut held = 0usize;
-    let mut services: HashMap<String, Arc<str>> = HashMap::new();
+    let mut processes = Processes::default();
     let mut close = |trace: Open, out: &mut Sifted| -> Result<(), SiftError> {
         let flat: Vec<FlatSpan<'_>> = trace
             .spans
             .iter()
-            .map(|(service, span)| FlatSpan { service, span })
+            .map(|(process, span)| process.span(span))
             .collect();
         let decided = match (request_id(&flat), facts) {
             (Some(id), Some(f)) => f.read(id)?,
             _ => None,
         };
-        let spans: Vec<&Span> = flat.iter().map(|s| s.span).collect();
-        analyzer.trace(&spans, decided.as_ref().map(|(_, f)| f));
+        analyzer.trace(&flat, decided.as_ref().map(|(_, f)| f));
         let keep = decided.map_or(sift.keep_unmeasured, |(keep, _)| keep);
         if keep && kept.push(&jaeger::trace(&flat)) {
             out.written += 1;
@@ -148,16 +147,16 @@ pub fn sift(
         for resource in request.resource_spans {
             let spans = resource.scope_spans.iter().map(|s| s.spans.len() as u64);
             out.processes.note(resource.resource.as_ref(), spans.sum());
-            let service = service_of(&resource, &mut services);
+            let process = processes.of(resource.resource.as_ref());
             for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
-                if attr_string(&span, "variant").as_deref() != Some(sift.variant) {
+                if process.span(&span).attr_string("variant").as_deref() != Some(sift.variant) {
                     continue;
                 }
                 let trace = open.entry(span.trace_id.clone()).or_insert_with(|| {
                     order.push_back((now, span.trace_id.clone()));
                     Open { spans: Vec::new() }
                 });
-                trace.spans.push((Arc::clone(&service), span));
+                trace.spans.push((Arc::clone(&process), span));
                 held += 1;
             }
         }
@@ -172,25 +171,29 @@ pub fn sift(
     Ok(out)
 }
 
-/// The `service.name` of `resource`, shared between its spans.
-fn service_of(resource: &ResourceSpans, names: &mut HashMap<String, Arc<str>>) -> Arc<str> {
-    let name = resource
-        .resource
-        .as_ref()
-        .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
-        .and_then(|kv| kv.value.as_ref())
-        .and_then(|v| match &v.value {
-            Some(Value::StringValue(s)) => Some(s.as_str()),
-            _ => None,
-        })
-        .unwrap_or("unknown");
-    match names.get(name) {
-        Some(n) => Arc::clone(n),
-        None => {
-            let n: Arc<str> = Arc::from(name);
-            names.insert(name.to_owned(), Arc::clone(&n));
-            n
+/// The processes seen so far, each shared by its spans: export requests
+/// of the same process (its resource the same but for the observer's
+/// counters) share one.
+#[derive(Default)]
+struct Processes {
+    /// By the encoded attributes that name the process.
+    known: HashMap<Vec<u8>, Arc<Process>>,
+}
+
+impl Processes {
+    fn of(&mut self, resource: Option<&Resource>) -> Arc<Process> {
+        let key = Resource {
+            attributes: resource
+                .map(|r| identity(&r.attributes).cloned().collect())
+                .unwrap_or_default(),
+            ..Resource::default()
         }
+        .encode_to_vec();
+        Arc::clone(
+            self.known
+                .entry(key)
+                .or_insert_with(|| Arc::new(Process::of(resource))),
+        )
     }
 }
 
@@ -199,9 +202,8 @@ mod tests {
     use std::time::Duration;
 
     use opentelemetry_proto::tonic::{
-        common::v1::{AnyValue, KeyValue},
-        resource::v1::Resource,
-        trace::v1::{ScopeSpans, span::SpanKind},
+        common::v1::{AnyValue, KeyValue, any_value::Value},
+        trace::v1::{ResourceSpans, ScopeSpans, span::SpanKind},
     };
     use tailmesh_proto::pb::HopRecord;
 
@@ -229,10 +231,12 @@ mod tests {
     }
 
     /// Request `id`'s span from `service`: the load generator's root
-    /// (span 1) or hop a's server span (span 2, its child).
+    /// (span 1, its hop and variant its own attributes) or hop a's server
+    /// span (span 2, its child; its hop, replica and variant those of its
+    /// process, as a hop sends them).
     fn batch(id: u64, service: &str) -> Vec<ResourceSpans> {
         let root = service == SERVICE;
-        let mut attributes = vec![
+        let process = vec![
             kv("variant", Value::StringValue("v".into())),
             kv(
                 "hop",
@@ -240,8 +244,15 @@ mod tests {
             ),
             kv("replica", Value::IntValue(0)),
         ];
+        let mut resource = vec![kv("service.name", Value::StringValue(service.into()))];
+        let mut attributes = Vec::new();
         if root {
+            attributes = process;
             attributes.push(kv("request_id", Value::IntValue(id as i64)));
+        } else {
+            resource.extend(process);
+            // The observer's counters differ from one request to the next.
+            resource.push(kv("tailmesh.observer.spans", Value::IntValue(id as i64)));
         }
         let span = Span {
             trace_id: trace_id(id),
@@ -264,7 +275,7 @@ mod tests {
         };
         vec![ResourceSpans {
             resource: Some(Resource {
-                attributes: vec![kv("service.name", Value::StringValue(service.into()))],
+                attributes: resource,
                 ..Resource::default()
             }),
             scope_spans: vec![ScopeSpans {

@@ -170,8 +170,46 @@ fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
             assert!(s_dur <= duration, "{s} longer than its request");
             assert!(s_start + 1_000 >= start, "{s} starts before its request");
             assert!(s_start + s_dur <= end + 1_000, "{s} ends after its request");
-            assert_eq!(tag(s, "variant"), Some(&Value::from("base")), "{s}");
+            assert_eq!(
+                jaeger_attribute(trace, s, "variant"),
+                Some(&Value::from("base")),
+                "{s}"
+            );
         }
+        // A hop's server span names its hop and replica through its
+        // process (the OTLP resource), not on the span itself; the replica
+        // is the one the reply path says served the request.
+        let path: HashMap<&str, u32> = rows
+            .iter()
+            .find(|r| r.id == id)
+            .expect("the request's row")
+            .path
+            .iter()
+            .map(|(hop, replica)| (hop.as_str(), *replica))
+            .collect();
+        for hop in ["a", "b", "c"] {
+            let server = spans
+                .iter()
+                .find(|s| s["operationName"] == hop)
+                .unwrap_or_else(|| panic!("{hop}'s server span: {trace:#}"));
+            assert_eq!(tag(server, "hop"), None, "{server}");
+            assert_eq!(
+                jaeger_attribute(trace, server, "hop"),
+                Some(&Value::from(hop)),
+                "{trace:#}"
+            );
+            assert_eq!(
+                jaeger_attribute(trace, server, "replica"),
+                Some(&Value::from(path[hop])),
+                "{trace:#}"
+            );
+        }
+        // The broker serves many hops: its span names its own.
+        let wait = spans
+            .iter()
+            .find(|s| s["operationName"] == "queue wait b")
+            .expect("b's queue wait");
+        assert_eq!(tag(wait, "hop"), Some(&Value::from("b")), "{wait}");
         let server_a = parent_of(leaf)
             .and_then(parent_of)
             .and_then(parent_of)
@@ -179,7 +217,10 @@ fn mixed_push_pull_run_is_one_trace_per_request_and_forwards_every_span() {
             .and_then(parent_of)
             .expect("a's server span");
         assert_eq!(tag(server_a, "request_id"), Some(&Value::from(id)));
-        assert_eq!(tag(server_a, "transport"), Some(&Value::from("push")));
+        assert_eq!(
+            jaeger_attribute(trace, server_a, "transport"),
+            Some(&Value::from("push"))
+        );
         assert!(tag(server_a, "slow").is_some_and(Value::is_boolean));
     }
     seen_ids.sort_unstable();

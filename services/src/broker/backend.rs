@@ -99,18 +99,15 @@ pub(crate) fn task_of(
     let now = unix_nanos();
     let queue_wait_ns = now.saturating_sub(enqueued_unix_nanos);
     let parent = telemetry::extract_headers(&headers);
+    // The worker's process is the hop's replica: its hop, transport and
+    // variant are its resource.
     let cx = telemetry::past_span(
-        format!("queue wait {topic}"),
+        || format!("queue wait {topic}").into(),
         UNIX_EPOCH + Duration::from_nanos(enqueued_unix_nanos.min(now)),
-        vec![
-            opentelemetry::KeyValue::new("hop", topic.to_owned()),
-            opentelemetry::KeyValue::new("transport", "pull"),
-            opentelemetry::KeyValue::new("variant", telemetry::variant()),
-            opentelemetry::KeyValue::new(
-                "queue_wait_ns",
-                i64::try_from(queue_wait_ns).unwrap_or(i64::MAX),
-            ),
-        ],
+        telemetry::SpanFields {
+            queue_wait_ns: Some(queue_wait_ns),
+            ..telemetry::SpanFields::default()
+        },
         parent,
     );
     telemetry::inject_headers(&cx, &mut headers);

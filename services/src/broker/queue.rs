@@ -84,6 +84,9 @@ pub(crate) struct Topic {
     max_payload: usize,
     /// Woken whenever a topic that no longer accepts work has no task left.
     idle: Arc<Notify>,
+    /// Its queue-wait spans' name ("queue wait <topic>") and `hop`, made
+    /// once and shared by every span.
+    span_names: (Arc<str>, Arc<str>),
     inner: Mutex<Inner>,
 }
 
@@ -166,6 +169,7 @@ impl Topic {
         let wait = Histogram::new_with_bounds(1, WAIT_HIST_MAX_NS, 3)
             .expect("constant histogram bounds are valid");
         Topic {
+            span_names: (format!("queue wait {name}").into(), name.as_str().into()),
             name,
             capacity,
             capacity_bytes,
@@ -195,6 +199,11 @@ impl Topic {
     /// The topic's name.
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its queue-wait spans' name and `hop`.
+    pub(crate) fn span_names(&self) -> (&Arc<str>, &Arc<str>) {
+        (&self.span_names.0, &self.span_names.1)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -615,8 +624,8 @@ impl Inner {
             p.holder = Some(wid);
             p.wait_ns = duration_ns(now.saturating_duration_since(p.enqueued_at));
             if let Some(mut span) = p.span.take() {
-                let wait_ns = p.wait_ns as i64;
-                span.set(|| vec![opentelemetry::KeyValue::new("queue_wait_ns", wait_ns)]);
+                let wait_ns = p.wait_ns;
+                span.set(|f| f.queue_wait_ns = Some(wait_ns));
                 span.end();
             }
             // The last allowed delivery can never be redelivered, so the

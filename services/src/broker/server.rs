@@ -16,7 +16,7 @@ use std::{
 };
 
 use crate::{
-    deadline::grpc_timeout, incoming::Incoming, limits::MESSAGE_OVERHEAD,
+    deadline::grpc_timeout, incoming::Incoming, limits::MESSAGE_OVERHEAD, model::Transport,
     reflection::reflection_service, telemetry,
 };
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
@@ -246,7 +246,7 @@ impl Broker {
         let id = self.next_task.fetch_add(1, Ordering::Relaxed);
         let (reply, mut answer) = oneshot::channel();
         let mut headers = req.headers;
-        let span = queue_wait_span(&req.topic, &mut headers);
+        let span = queue_wait_span(topic, &mut headers);
         topic.submit(NewTask {
             id,
             payload: req.payload,
@@ -284,24 +284,27 @@ impl Broker {
 /// producer's so the worker's span is its child. `None` for an untraced
 /// task.
 fn queue_wait_span(
-    topic: &str,
+    topic: &Topic,
     headers: &mut HashMap<String, String>,
 ) -> Option<telemetry::TraceSpan> {
-    use opentelemetry::{KeyValue, trace::SpanKind};
+    use opentelemetry::trace::SpanKind;
     if !headers.contains_key("traceparent") {
         return None;
     }
+    // The broker serves many hops: each span names its own (the variant
+    // is the process's resource).
     let span = telemetry::TraceSpan::start(
         SpanKind::Internal,
         || telemetry::extract_headers(headers),
         || {
+            let (name, hop) = topic.span_names();
             (
-                format!("queue wait {topic}").into(),
-                vec![
-                    KeyValue::new("hop", topic.to_string()),
-                    KeyValue::new("transport", "pull"),
-                    KeyValue::new("variant", telemetry::variant()),
-                ],
+                Arc::clone(name).into(),
+                telemetry::SpanFields {
+                    hop: Some(Arc::clone(hop)),
+                    transport: Some(Transport::Pull),
+                    ..telemetry::SpanFields::default()
+                },
             )
         },
     );

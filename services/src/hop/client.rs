@@ -13,7 +13,7 @@ use std::{
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tailmesh_proto::pb::{CallReply, CallRequest};
-use tonic::{Status, metadata::MetadataMap};
+use tonic::Status;
 
 use super::{draw::keyed_rng, error::CallError, unary::Link};
 use crate::{
@@ -191,21 +191,20 @@ impl PushPool {
         let replica = &self.replicas[index % self.replicas.len()];
         replica.in_flight.fetch_add(1, Ordering::Relaxed);
         let _done = InFlight(&replica.in_flight);
-        let mut metadata = MetadataMap::new();
-        crate::telemetry::inject_metadata(&mut metadata);
+        let traceparent = crate::telemetry::traceparent_header();
         let call = async {
             match self.connections {
                 Connections::Shared(_) => {
                     let i = replica.next_channel.fetch_add(1, Ordering::Relaxed);
                     replica.links[i % replica.links.len()]
-                        .call(&request, timeout, metadata)
+                        .call(&request, timeout, traceparent)
                         .await
                 }
                 Connections::PerRequest => {
                     // Its connection closes when the link drops.
                     let link = Link::new(replica.addr.clone(), CONNECT_TIMEOUT, &self.events)
                         .map_err(|e| Status::internal(e.to_string()))?;
-                    link.call(&request, timeout, metadata).await
+                    link.call(&request, timeout, traceparent).await
                 }
             }
         };

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use opentelemetry::{KeyValue, trace::SpanKind};
+use opentelemetry::trace::SpanKind;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::{
@@ -171,27 +171,21 @@ impl Downstream {
     /// Calls it under its policy, inside this hop's client span (whose
     /// context travels with every attempt); also says how many extra
     /// attempts (retries, hedges) that took.
-    async fn call(
-        &self,
-        request: &CallRequest,
-        timeout: Option<Duration>,
-        caller: &Inner,
-    ) -> Called<CallReply> {
+    async fn call(&self, request: &CallRequest, timeout: Option<Duration>) -> Called<CallReply> {
         let transport = match &self.target {
             Target::Push(_) => Transport::Push,
             Target::Pull(_) => Transport::Pull,
         };
+        // The caller's hop, replica and variant are its process's resource.
         let mut span = telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
             (
                 Arc::clone(&self.span_name).into(),
-                vec![
-                    KeyValue::new("hop", Arc::clone(&caller.name)),
-                    KeyValue::new("replica", i64::from(caller.replica)),
-                    KeyValue::new("downstream", Arc::clone(&self.hop)),
-                    KeyValue::new("transport", transport.as_str()),
-                    KeyValue::new("variant", telemetry::variant()),
-                    KeyValue::new("request_id", request.request_id as i64),
-                ],
+                telemetry::SpanFields {
+                    downstream: Some(Arc::clone(&self.hop)),
+                    transport: Some(transport),
+                    request_id: Some(request.request_id),
+                    ..telemetry::SpanFields::default()
+                },
             )
         });
         let calls = policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
@@ -214,7 +208,8 @@ impl Downstream {
 }
 
 /// The server span of one request at this hop, child of the caller's
-/// context (`parent()`), started at `started` (unix ns) or now.
+/// context (`parent()`), started at `started` (unix ns) or now. The hop,
+/// replica, transport and variant are its process's resource.
 fn server_span(
     inner: &Inner,
     request_id: u64,
@@ -224,13 +219,10 @@ fn server_span(
     telemetry::TraceSpan::start_at(SpanKind::Server, started, parent, || {
         (
             Arc::clone(&inner.name).into(),
-            vec![
-                KeyValue::new("hop", Arc::clone(&inner.name)),
-                KeyValue::new("replica", i64::from(inner.replica)),
-                KeyValue::new("transport", inner.transport.as_str()),
-                KeyValue::new("variant", telemetry::variant()),
-                KeyValue::new("request_id", request_id as i64),
-            ],
+            telemetry::SpanFields {
+                request_id: Some(request_id),
+                ..telemetry::SpanFields::default()
+            },
         )
     })
 }
@@ -462,17 +454,14 @@ impl HopCore {
             inner.sleeper.sleep(extra).await;
         }
         let service = started.elapsed();
-        telemetry::set_current(|| {
-            let mut attributes = vec![
-                KeyValue::new("slow", plan.slow.is_some()),
-                KeyValue::new("queue_wait_ns", nanos(queue_wait) as i64),
-            ];
+        telemetry::set_current(|fields| {
+            fields.slow = Some(plan.slow.is_some());
+            fields.queue_wait_ns = Some(nanos(queue_wait));
             // The part of this span spent waiting for a slot, which a trace
             // breakdown counts as queue wait, not the hop's own time.
             if slot.is_some() {
-                attributes.push(KeyValue::new("slot_wait_ns", nanos(slot_wait) as i64));
+                fields.slot_wait_ns = Some(nanos(slot_wait));
             }
-            attributes
         });
         // Its own work done, the replica is free for the next request while
         // it waits on its downstream hops.
@@ -506,10 +495,7 @@ impl HopCore {
                 caller: inner.behavior.name.clone(),
             };
             let replies = futures::future::join_all(
-                inner
-                    .downstream
-                    .iter()
-                    .map(|d| d.call(&child, remaining, inner)),
+                inner.downstream.iter().map(|d| d.call(&child, remaining)),
             )
             .await;
             for reply in replies {

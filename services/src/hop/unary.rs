@@ -26,7 +26,6 @@ use tokio::net::TcpStream;
 use tonic::{
     Code, Status,
     codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, header},
-    metadata::MetadataMap,
 };
 
 use crate::{
@@ -41,6 +40,8 @@ const PATH: &str = "/tailmesh.v1.Hop/Call";
 const PREFIX: usize = 5;
 /// The deadline's header.
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+/// The W3C trace context's header.
+const TRACEPARENT: HeaderName = HeaderName::from_static(crate::telemetry::context::TRACEPARENT);
 
 /// HTTP/2 settings of every connection: hyper's client defaults, which a
 /// tonic channel used before.
@@ -99,26 +100,23 @@ impl Link {
         })
     }
 
-    /// One call: `timeout` becomes its `grpc-timeout`, `metadata` (trace
-    /// context) its extra headers. The caller bounds the wait.
+    /// One call: `timeout` becomes its `grpc-timeout`, `traceparent`
+    /// (the trace context) its header of that name. The caller bounds the
+    /// wait.
     pub(crate) async fn call(
         &self,
         request: &CallRequest,
         timeout: Option<Duration>,
-        metadata: MetadataMap,
+        traceparent: Option<HeaderValue>,
     ) -> Result<CallReply, Status> {
         let body = encode(request)?;
         let mut http = Request::new(());
         *http.method_mut() = Method::POST;
         *http.uri_mut() = self.uri.clone();
         let headers = http.headers_mut();
-        if metadata.is_empty() {
-            *headers = self.headers.clone();
-        } else {
-            *headers = metadata.into_headers();
-            for (name, value) in &self.headers {
-                headers.insert(name, value.clone());
-            }
+        *headers = self.headers.clone();
+        if let Some(value) = traceparent {
+            headers.insert(TRACEPARENT, value);
         }
         if let Some(t) = timeout {
             headers.insert(GRPC_TIMEOUT, self.timeout_value(t));

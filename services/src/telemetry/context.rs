@@ -1,12 +1,13 @@
 //! The trace context a request carries: a `Copy` value (trace id, span id,
 //! sampled), made current while a future is polled ([`scope`]), and
-//! written to and read from W3C `traceparent` values by hand (no
-//! allocation beyond the value itself). `tracestate` is neither read nor
-//! written: tailmesh's spans carry no vendor state.
+//! written to and read from W3C `traceparent` values by hand: formatted
+//! into a stack buffer and parsed in place, without allocating.
+//! `tracestate` is neither read nor written: tailmesh's spans carry no
+//! vendor state.
 
-use std::{cell::Cell, cell::RefCell, future::Future, pin::pin, task::Poll};
+use std::{cell::Cell, future::Future, pin::pin, task::Poll};
 
-use opentelemetry::KeyValue;
+use super::recorder::SpanFields;
 
 /// One span's identity as its children and callees see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,20 +24,34 @@ pub struct SpanContext {
 /// The header (metadata key) of the W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
 /// The length of a version-00 `traceparent` value.
-const LEN: usize = 55;
+pub const LEN: usize = 55;
 
 impl SpanContext {
-    /// The `traceparent` value of this context: version 00, lower-case hex
-    /// ids, the sampled flag.
-    pub fn traceparent(&self) -> String {
+    /// The `traceparent` value of this context as ASCII bytes: version 00,
+    /// lower-case hex ids, the sampled flag.
+    pub fn traceparent_bytes(&self) -> [u8; LEN] {
         let mut out = [0u8; LEN];
         out[..3].copy_from_slice(b"00-");
         hex(&mut out[3..35], self.trace_id);
         out[35] = b'-';
         hex(&mut out[36..52], u128::from(self.span_id));
         out[52..].copy_from_slice(if self.sampled { b"-01" } else { b"-00" });
-        // Every byte written above is ASCII.
-        out.iter().map(|&b| char::from(b)).collect()
+        out
+    }
+
+    /// [`SpanContext::traceparent_bytes`] as a string.
+    pub fn traceparent(&self) -> String {
+        let mut out = String::with_capacity(LEN);
+        self.write_traceparent(&mut out);
+        out
+    }
+
+    /// Replaces `out`'s text by this context's `traceparent` (reusing its
+    /// memory when it has room).
+    pub fn write_traceparent(&self, out: &mut String) {
+        out.clear();
+        // Every byte of the value is ASCII.
+        out.extend(self.traceparent_bytes().iter().map(|&b| char::from(b)));
     }
 
     /// Parses a `traceparent` value as the W3C format defines it: a
@@ -45,7 +60,13 @@ impl SpanContext {
     /// trace id and a 16-digit span id, neither all zeros, and two flag
     /// digits, all lower-case hex. `None` when it is not one.
     pub fn parse(value: &str) -> Option<SpanContext> {
-        let b = value.trim().as_bytes();
+        Self::parse_bytes(value.as_bytes())
+    }
+
+    /// [`SpanContext::parse`] of a header value's bytes (surrounding
+    /// spaces and tabs are allowed, as in HTTP).
+    pub fn parse_bytes(value: &[u8]) -> Option<SpanContext> {
+        let b = value.trim_ascii();
         if b.len() < LEN || b[2] != b'-' || b[35] != b'-' || b[52] != b'-' {
             return None;
         }
@@ -89,9 +110,9 @@ fn unhex(digits: &[u8]) -> Option<u128> {
 thread_local! {
     /// The context of the future being polled on this thread.
     static CURRENT: Cell<Option<SpanContext>> = const { Cell::new(None) };
-    /// Attributes set on the current span ([`set_current`]) during this
-    /// poll, collected by the innermost [`scope`] after it.
-    static PENDING: RefCell<Vec<KeyValue>> = const { RefCell::new(Vec::new()) };
+    /// Fields set on the current span ([`super::set_current`]) during
+    /// this poll, collected by the innermost [`scope`] after it.
+    static PENDING: Cell<SpanFields> = const { Cell::new(SpanFields::EMPTY) };
 }
 
 /// The context of the future being polled (set by [`scope`]), if any.
@@ -99,17 +120,21 @@ pub fn current() -> Option<SpanContext> {
     CURRENT.with(Cell::get)
 }
 
-/// Queues attributes for the current scope's span (dropped when the
-/// scope has no span of its own).
-pub(super) fn push_current(attributes: Vec<KeyValue>) {
-    PENDING.with(|p| p.borrow_mut().extend(attributes));
+/// Sets fields on the current scope's span (dropped when the scope has
+/// no span of its own).
+pub(super) fn set_pending(set: impl FnOnce(&mut SpanFields)) {
+    PENDING.with(|p| {
+        let mut fields = p.take();
+        set(&mut fields);
+        p.set(fields);
+    });
 }
 
-/// Restores the outer scope's context and pending attributes when left,
-/// also when the inner poll panics.
+/// Restores the outer scope's context and pending fields when left, also
+/// when the inner poll panics.
 struct Enter {
     outer: Option<SpanContext>,
-    outer_pending: Vec<KeyValue>,
+    outer_pending: SpanFields,
     left: bool,
 }
 
@@ -117,17 +142,17 @@ impl Enter {
     fn new(cx: Option<SpanContext>) -> Self {
         Enter {
             outer: CURRENT.with(|c| c.replace(cx)),
-            outer_pending: PENDING.with(|p| std::mem::take(&mut *p.borrow_mut())),
+            outer_pending: PENDING.with(Cell::take),
             left: false,
         }
     }
 
     /// Leaves the scope, returning what was set on its span.
-    fn leave(&mut self) -> Vec<KeyValue> {
+    fn leave(&mut self) -> SpanFields {
         self.left = true;
         CURRENT.with(|c| c.set(self.outer));
         let outer = std::mem::take(&mut self.outer_pending);
-        PENDING.with(|p| std::mem::replace(&mut *p.borrow_mut(), outer))
+        PENDING.with(|p| p.replace(outer))
     }
 }
 
@@ -140,10 +165,10 @@ impl Drop for Enter {
 }
 
 /// Runs `fut` with `cx` current on every poll (what clients inject);
-/// attributes set on the current span meanwhile go to `sink`, or nowhere.
+/// fields set on the current span meanwhile go to `sink`, or nowhere.
 pub async fn scope<F: Future>(
     cx: Option<SpanContext>,
-    mut sink: Option<&mut Vec<KeyValue>>,
+    mut sink: Option<&mut SpanFields>,
     fut: F,
 ) -> F::Output {
     let mut fut = pin!(fut);
@@ -152,7 +177,7 @@ pub async fn scope<F: Future>(
         let poll: Poll<F::Output> = fut.as_mut().poll(task);
         let set = enter.leave();
         if let Some(sink) = sink.as_deref_mut() {
-            sink.extend(set);
+            sink.merge(set);
         }
         poll
     })
@@ -187,6 +212,30 @@ mod tests {
     }
 
     #[test]
+    fn traceparent_bytes_string_and_rewrite_agree() {
+        let c = cx(
+            0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c,
+            0xb7ad_6b71_6920_3331,
+            true,
+        );
+        let bytes = c.traceparent_bytes();
+        assert_eq!(
+            &bytes[..],
+            b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
+        assert_eq!(c.traceparent().as_bytes(), &bytes[..]);
+        let mut reused = cx(1, 2, false).traceparent();
+        c.write_traceparent(&mut reused);
+        assert_eq!(reused.as_bytes(), &bytes[..]);
+        assert_eq!(SpanContext::parse_bytes(&bytes), Some(c));
+        // Surrounding blanks are allowed, as in HTTP header values.
+        let mut padded = b" \t".to_vec();
+        padded.extend_from_slice(&bytes);
+        padded.push(b' ');
+        assert_eq!(SpanContext::parse_bytes(&padded), Some(c));
+    }
+
+    #[test]
     fn invalid_traceparents_are_refused() {
         let ok = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         assert!(SpanContext::parse(ok).is_some());
@@ -212,29 +261,41 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn scope_makes_its_context_current_and_collects_attributes() {
+    async fn scope_makes_its_context_current_and_collects_fields() {
         assert_eq!(current(), None);
         let outer = cx(1, 2, true);
         let inner = cx(1, 3, true);
-        let mut outer_set = Vec::new();
-        let mut inner_set = Vec::new();
+        let mut outer_set = SpanFields::default();
+        let mut inner_set = SpanFields::default();
         scope(Some(outer), Some(&mut outer_set), async {
             assert_eq!(current(), Some(outer));
-            push_current(vec![KeyValue::new("a", 1)]);
+            set_pending(|f| f.slow = Some(true));
             scope(Some(inner), Some(&mut inner_set), async {
                 assert_eq!(current(), Some(inner));
                 tokio::task::yield_now().await;
                 assert_eq!(current(), Some(inner));
-                push_current(vec![KeyValue::new("b", 2)]);
+                set_pending(|f| f.queue_wait_ns = Some(2));
             })
             .await;
             assert_eq!(current(), Some(outer));
-            push_current(vec![KeyValue::new("c", 3)]);
+            set_pending(|f| f.slot_wait_ns = Some(3));
         })
         .await;
         assert_eq!(current(), None);
-        let keys = |v: &[KeyValue]| v.iter().map(|kv| kv.key.to_string()).collect::<Vec<_>>();
-        assert_eq!(keys(&outer_set), ["a", "c"]);
-        assert_eq!(keys(&inner_set), ["b"]);
+        assert_eq!(
+            outer_set,
+            SpanFields {
+                slow: Some(true),
+                slot_wait_ns: Some(3),
+                ..SpanFields::default()
+            }
+        );
+        assert_eq!(
+            inner_set,
+            SpanFields {
+                queue_wait_ns: Some(2),
+                ..SpanFields::default()
+            }
+        );
     }
 }

@@ -47,7 +47,7 @@ use tonic::{
 };
 
 use super::{
-    otlp,
+    Process, otlp,
     recorder::{Counters, SpanRecord},
 };
 
@@ -110,8 +110,9 @@ fn kv(key: &str, value: Value) -> KeyValue {
 }
 
 impl ExportConfig {
-    /// The configuration for `endpoint` from the environment.
-    pub fn from_env(endpoint: &str) -> Result<Self, ExportError> {
+    /// The configuration for `endpoint` from the environment, for the
+    /// spans of `process`.
+    pub fn from_env(endpoint: &str, process: &Process) -> Result<Self, ExportError> {
         let has_scheme = endpoint
             .split_once("://")
             .is_some_and(|(scheme, _)| !scheme.contains(['/', '?', '#']));
@@ -158,7 +159,7 @@ impl ExportConfig {
         Ok(ExportConfig {
             endpoint: parsed,
             headers,
-            resource: resource_from_env(),
+            resource: resource_from_env(process),
             attribute_limit,
         })
     }
@@ -204,20 +205,43 @@ fn url_decode(value: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The resource attributes naming a process, beside `service.name`: the
+/// same keys its spans would carry, so a reader takes a span's own
+/// attribute first and its resource's otherwise.
+const PROCESS_KEYS: [&str; 4] = ["hop", "replica", "transport", "variant"];
+
 /// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,...`), then `service.name` from
-/// `OTEL_SERVICE_NAME` (default "tailmesh"), the SDK attributes and this
-/// process's `service.instance.id`.
-fn resource_from_env() -> Vec<KeyValue> {
+/// `OTEL_SERVICE_NAME` (default "tailmesh"), `process`'s `hop`, `replica`
+/// and `transport`, the `variant`, the SDK attributes and this process's
+/// `service.instance.id`. The attributes set here win over the
+/// environment's of the same key.
+fn resource_from_env(process: &Process) -> Vec<KeyValue> {
     let service = env("OTEL_SERVICE_NAME").unwrap_or_else(|| "tailmesh".into());
     let mut attributes: Vec<KeyValue> = env("OTEL_RESOURCE_ATTRIBUTES")
         .unwrap_or_default()
         .split_terminator(',')
         .filter_map(|entry| entry.split_once('='))
         .map(|(k, v)| (k.trim(), v.trim()))
-        .filter(|(k, _)| *k != "service.name")
+        .filter(|(k, _)| *k != "service.name" && !PROCESS_KEYS.contains(k))
         .map(|(k, v)| kv(k, Value::StringValue(v.to_string())))
         .collect();
     attributes.push(kv("service.name", Value::StringValue(service)));
+    if let Some(hop) = &process.hop {
+        attributes.push(kv("hop", Value::StringValue(hop.clone())));
+    }
+    if let Some(replica) = process.replica {
+        attributes.push(kv("replica", Value::IntValue(i64::from(replica))));
+    }
+    if let Some(transport) = process.transport {
+        attributes.push(kv(
+            "transport",
+            Value::StringValue(transport.as_str().into()),
+        ));
+    }
+    attributes.push(kv(
+        "variant",
+        Value::StringValue(super::variant().to_owned()),
+    ));
     attributes.push(kv(
         "telemetry.sdk.name",
         Value::StringValue("tailmesh".into()),
@@ -494,11 +518,15 @@ async fn export(
 mod tests {
     use opentelemetry_proto::tonic::{
         collector::trace::v1::ExportTraceServiceRequest,
-        common::v1::{ArrayValue, InstrumentationScope},
+        common::v1::InstrumentationScope,
         trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span::SpanKind, status::StatusCode},
     };
 
     use super::*;
+    use crate::{
+        model::Transport,
+        telemetry::recorder::{FieldValue, SpanFields},
+    };
 
     /// What `batcher` makes of `spans`, decoded.
     fn decoded(
@@ -561,12 +589,12 @@ mod tests {
 
     fn reference_span(r: &SpanRecord, attribute_limit: usize) -> Span {
         use opentelemetry::trace::SpanKind as K;
-        let attributes: Vec<KeyValue> = r
-            .attributes
-            .iter()
-            .take(attribute_limit)
-            .map(|a| kv(a.key.as_str(), reference_value(a.value.clone())))
+        let all: Vec<KeyValue> = r
+            .fields
+            .attributes()
+            .map(|(key, value)| kv(key, reference_value(value)))
             .collect();
+        let attributes: Vec<KeyValue> = all.iter().take(attribute_limit).cloned().collect();
         Span {
             trace_id: r.trace_id.to_be_bytes().to_vec(),
             span_id: r.span_id.to_be_bytes().to_vec(),
@@ -586,7 +614,7 @@ mod tests {
             } as i32,
             start_time_unix_nano: r.start_unix_ns,
             end_time_unix_nano: r.end_unix_ns,
-            dropped_attributes_count: u32::try_from(r.attributes.len() - attributes.len())
+            dropped_attributes_count: u32::try_from(all.len() - attributes.len())
                 .unwrap_or(u32::MAX),
             attributes,
             status: Some(Status {
@@ -601,38 +629,19 @@ mod tests {
         }
     }
 
-    fn reference_value(v: opentelemetry::Value) -> Value {
-        use opentelemetry::{Array, Value as V};
-        let array = |values: Vec<Value>| {
-            Value::ArrayValue(ArrayValue {
-                values: values
-                    .into_iter()
-                    .map(|v| AnyValue { value: Some(v) })
-                    .collect(),
-            })
-        };
+    fn reference_value(v: FieldValue<'_>) -> Value {
         match v {
-            V::Bool(b) => Value::BoolValue(b),
-            V::I64(i) => Value::IntValue(i),
-            V::F64(f) => Value::DoubleValue(f),
-            V::String(s) => Value::StringValue(s.into()),
-            V::Array(Array::Bool(a)) => array(a.into_iter().map(Value::BoolValue).collect()),
-            V::Array(Array::I64(a)) => array(a.into_iter().map(Value::IntValue).collect()),
-            V::Array(Array::F64(a)) => array(a.into_iter().map(Value::DoubleValue).collect()),
-            V::Array(Array::String(a)) => array(
-                a.into_iter()
-                    .map(|s| Value::StringValue(s.into()))
-                    .collect(),
-            ),
-            other => Value::StringValue(other.as_str().into_owned()),
+            FieldValue::Str(s) => Value::StringValue(s.to_owned()),
+            FieldValue::Int(i) => Value::IntValue(i),
+            FieldValue::Bool(b) => Value::BoolValue(b),
         }
     }
 
     /// Spans of every shape: roots and children, remote and local
     /// parents, every kind, errors, past spans, unicode names, empty and
-    /// long names and values, attributes of every type.
+    /// long names and values, every field, some and none set.
     fn varied_spans() -> Vec<SpanRecord> {
-        use opentelemetry::{Array, KeyValue as Kv, StringValue, trace::SpanKind as K};
+        use opentelemetry::trace::SpanKind as K;
         let kinds = [K::Server, K::Client, K::Internal, K::Producer, K::Consumer];
         (0..12_u64)
             .map(|i| SpanRecord {
@@ -659,39 +668,31 @@ mod tests {
                     1_600_000_000_000_000_000 + 2 * i
                 },
                 error: i % 2 == 1,
-                attributes: match i % 3 {
-                    0 => vec![
-                        Kv::new("hop", "a"),
-                        Kv::new("request_id", i as i64),
-                        Kv::new("negative", -42_i64),
-                        Kv::new("zero", 0_i64),
-                        Kv::new("max", i64::MAX),
-                        Kv::new("empty", ""),
-                        Kv::new("ünïcode.key", "värde ✓"),
-                    ],
-                    1 => vec![
-                        Kv::new("slow", true),
-                        Kv::new("fast", false),
-                        Kv::new("ratio", 0.25),
-                        Kv::new("long", "v".repeat(200)),
-                        Kv::new(
-                            "bools",
-                            opentelemetry::Value::Array(Array::Bool(vec![true, false])),
-                        ),
-                        Kv::new(
-                            "ints",
-                            opentelemetry::Value::Array(Array::I64(vec![1, -1, 300])),
-                        ),
-                        Kv::new("floats", opentelemetry::Value::Array(Array::F64(vec![1.5]))),
-                        Kv::new(
-                            "strings",
-                            opentelemetry::Value::Array(Array::String(vec![
-                                StringValue::from("x"),
-                                StringValue::from(""),
-                            ])),
-                        ),
-                    ],
-                    _ => Vec::new(),
+                fields: match i % 4 {
+                    0 => SpanFields {
+                        hop: Some("a".into()),
+                        downstream: Some("ünïcode → 跳 ✓".into()),
+                        transport: Some(Transport::Pull),
+                        request_id: Some(i),
+                        slow: Some(false),
+                        queue_wait_ns: Some(0),
+                        slot_wait_ns: Some(u64::MAX),
+                        grpc_code: Some(tonic::Code::DeadlineExceeded),
+                    },
+                    1 => SpanFields {
+                        hop: Some("".into()),
+                        downstream: Some("v".repeat(200).into()),
+                        slow: Some(true),
+                        queue_wait_ns: Some(1 << 40),
+                        ..SpanFields::default()
+                    },
+                    2 => SpanFields {
+                        transport: Some(Transport::Push),
+                        request_id: Some(u64::from(u32::MAX) + i),
+                        grpc_code: Some(tonic::Code::Ok),
+                        ..SpanFields::default()
+                    },
+                    _ => SpanFields::default(),
                 },
                 cost_ns: 100 + i,
             })
@@ -707,7 +708,7 @@ mod tests {
     }
 
     fn bytes_match_the_reference(limit: usize) {
-        let resource = resource_from_env();
+        let resource = resource_from_env(&Process::hop("a", 1, Transport::Pull));
         let counters = Arc::new(Counters::default());
         let mut batcher = Batcher::new(resource.clone(), limit, counters.clone());
         let mut observed = Observed {
@@ -763,11 +764,12 @@ mod tests {
             start_unix_ns: 10,
             end_unix_ns: 20,
             error: id == 2,
-            attributes: vec![
-                opentelemetry::KeyValue::new("hop", "a"),
-                opentelemetry::KeyValue::new("request_id", 7_i64),
-                opentelemetry::KeyValue::new("slow", false),
-            ],
+            fields: SpanFields {
+                downstream: Some("b".into()),
+                request_id: Some(7),
+                slow: Some(false),
+                ..SpanFields::default()
+            },
             cost_ns,
         }
     }
@@ -801,7 +803,7 @@ mod tests {
     #[test]
     fn spans_encode_as_the_sdk_exported_them() {
         let counters = Arc::new(Counters::default());
-        let mut batcher = Batcher::new(resource_from_env(), 128, counters);
+        let mut batcher = Batcher::new(resource_from_env(&Process::default()), 128, counters);
         let request = decoded(&mut batcher, vec![record(1, 0), record(2, 0)], 0);
         let scope = &request.resource_spans[0].scope_spans[0];
         assert_eq!(
@@ -833,7 +835,7 @@ mod tests {
         assert_eq!(
             values,
             [
-                ("hop", Some(Value::StringValue("a".into()))),
+                ("downstream", Some(Value::StringValue("b".into()))),
                 ("request_id", Some(Value::IntValue(7))),
                 ("slow", Some(Value::BoolValue(false))),
             ]
@@ -849,7 +851,11 @@ mod tests {
     #[test]
     fn every_batch_carries_growing_observer_counters() {
         let counters = Arc::new(Counters::default());
-        let mut batcher = Batcher::new(resource_from_env(), 128, counters.clone());
+        let mut batcher = Batcher::new(
+            resource_from_env(&Process::default()),
+            128,
+            counters.clone(),
+        );
         let first = decoded(&mut batcher, vec![record(1, 100), record(2, 50)], 1_000);
         assert_eq!(resource_int(&first, "tailmesh.observer.spans"), 2);
         assert_eq!(resource_int(&first, "tailmesh.observer.dropped"), 0);
@@ -868,6 +874,29 @@ mod tests {
             resource_string(&first, "service.instance.id"),
             resource_string(&second, "service.instance.id")
         );
+    }
+
+    #[test]
+    fn a_process_says_what_it_is_once_and_the_broker_only_its_variant() {
+        let keys = |resource: &[KeyValue]| -> Vec<String> {
+            resource
+                .iter()
+                .map(|kv| kv.key.clone())
+                .filter(|k| PROCESS_KEYS.contains(&k.as_str()))
+                .collect()
+        };
+        let hop = resource_from_env(&Process::hop("a", 0, Transport::Push));
+        assert_eq!(keys(&hop), ["hop", "replica", "transport", "variant"]);
+        let value = |key: &str| {
+            hop.iter()
+                .find(|kv| kv.key == key)
+                .and_then(|kv| kv.value.as_ref()?.value.clone())
+        };
+        assert_eq!(value("hop"), Some(Value::StringValue("a".into())));
+        assert_eq!(value("replica"), Some(Value::IntValue(0)));
+        assert_eq!(value("transport"), Some(Value::StringValue("push".into())));
+        let broker = resource_from_env(&Process::default());
+        assert_eq!(keys(&broker), ["variant"]);
     }
 
     #[test]
@@ -949,7 +978,7 @@ mod tests {
                     .expect("endpoint")
                     .timeout(TIMEOUT),
                 headers: parse_headers(headers),
-                resource: resource_from_env(),
+                resource: resource_from_env(&Process::default()),
                 attribute_limit: 128,
             };
             TestCollector {
@@ -966,9 +995,11 @@ mod tests {
         let TestCollector {
             runtime: _runtime,
             sink,
-            config,
+            mut config,
             ..
         } = TestCollector::start("x-test=yes", std::future::pending());
+        // A hop replica's exporter: its resource names the replica.
+        config.resource = resource_from_env(&Process::hop("b", 2, Transport::Pull));
         let (spans, receiver) = mpsc::sync_channel(16);
         let exporter =
             ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
@@ -989,6 +1020,20 @@ mod tests {
         );
         assert_eq!(resource_int(last, "tailmesh.observer.spans"), 3);
         assert_eq!(resource_int(last, "tailmesh.observer.record_ns"), 30);
+        for (_, request) in got.iter() {
+            assert_eq!(resource_string(request, "hop"), "b");
+            assert_eq!(resource_int(request, "replica"), 2);
+            assert_eq!(resource_string(request, "transport"), "pull");
+            assert_eq!(
+                resource_string(request, "variant"),
+                crate::telemetry::variant()
+            );
+            // The spans carry only their own facts.
+            for span in &request.resource_spans[0].scope_spans[0].spans {
+                let keys: Vec<&str> = span.attributes.iter().map(|kv| kv.key.as_str()).collect();
+                assert_eq!(keys, ["downstream", "request_id", "slow"]);
+            }
+        }
         assert!(resource_int(last, "tailmesh.observer.export_cpu_ns") > 0);
     }
 

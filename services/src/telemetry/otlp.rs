@@ -21,7 +21,7 @@ use tonic::{
     codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
 };
 
-use super::recorder::SpanRecord;
+use super::recorder::{FieldValue, SpanRecord};
 
 /// The path of OTLP trace export.
 pub const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -122,44 +122,18 @@ pub fn int_attribute(buf: &mut BytesMut, field: u32, key: &str, value: i64) {
     close(buf, kv);
 }
 
-/// A `KeyValue` as field `field`.
-fn attribute(buf: &mut BytesMut, field: u32, a: &opentelemetry::KeyValue) {
+/// A span field as a `KeyValue` (field `field`).
+fn attribute(buf: &mut BytesMut, field: u32, key: &str, value: FieldValue<'_>) {
     let kv = open(buf, field, 1);
-    bytes_field(buf, 1, a.key.as_str().as_bytes());
+    bytes_field(buf, 1, key.as_bytes());
     let any = open(buf, 2, 1);
-    any_value(buf, &a.value);
+    match value {
+        FieldValue::Str(s) => bytes_field(buf, 1, s.as_bytes()),
+        FieldValue::Bool(b) => varint_field(buf, 2, u64::from(b)),
+        FieldValue::Int(i) => varint_field(buf, 3, i as u64),
+    }
     close(buf, any);
     close(buf, kv);
-}
-
-/// An `AnyValue`'s body: its one `value`.
-fn any_value(buf: &mut BytesMut, v: &opentelemetry::Value) {
-    use opentelemetry::{Array, Value as V};
-    match v {
-        V::Bool(b) => varint_field(buf, 2, u64::from(*b)),
-        V::I64(i) => varint_field(buf, 3, *i as u64),
-        V::F64(f) => fixed64_field(buf, 4, f.to_bits()),
-        V::String(s) => bytes_field(buf, 1, s.as_str().as_bytes()),
-        V::Array(Array::Bool(a)) => array(buf, a, |buf, b| varint_field(buf, 2, u64::from(*b))),
-        V::Array(Array::I64(a)) => array(buf, a, |buf, i| varint_field(buf, 3, *i as u64)),
-        V::Array(Array::F64(a)) => array(buf, a, |buf, f| fixed64_field(buf, 4, f.to_bits())),
-        V::Array(Array::String(a)) => array(buf, a, |buf, s| {
-            bytes_field(buf, 1, s.as_str().as_bytes());
-        }),
-        other => bytes_field(buf, 1, other.as_str().as_bytes()),
-    }
-}
-
-/// An `AnyValue` body holding an `ArrayValue` of `values`, each written
-/// as an `AnyValue` body by `each`.
-fn array<T>(buf: &mut BytesMut, values: &[T], each: impl Fn(&mut BytesMut, &T)) {
-    let array = open(buf, 5, 1);
-    for v in values {
-        let any = open(buf, 1, 1);
-        each(buf, v);
-        close(buf, any);
-    }
-    close(buf, array);
 }
 
 /// OTLP span flags: sampled, "has is-remote", and is-remote when the
@@ -179,7 +153,7 @@ fn kind(kind: &opentelemetry::trace::SpanKind) -> SpanKind {
     }
 }
 
-/// `r` as a `Span` (field 2 of `ScopeSpans`), with at most
+/// `r` as a `Span` (field 2 of `ScopeSpans`), its fields as at most
 /// `attribute_limit` attributes (the others counted as dropped).
 pub fn span(buf: &mut BytesMut, r: &SpanRecord, attribute_limit: usize) {
     let span = open(buf, 2, 2);
@@ -198,13 +172,16 @@ pub fn span(buf: &mut BytesMut, r: &SpanRecord, attribute_limit: usize) {
     if r.end_unix_ns != 0 {
         fixed64_field(buf, 8, r.end_unix_ns);
     }
-    let kept = r.attributes.len().min(attribute_limit);
-    for a in &r.attributes[..kept] {
-        attribute(buf, 9, a);
+    let mut dropped = 0u32;
+    for (i, (key, value)) in r.fields.attributes().enumerate() {
+        if i < attribute_limit {
+            attribute(buf, 9, key, value);
+        } else {
+            dropped += 1;
+        }
     }
-    let dropped = r.attributes.len() - kept;
     if dropped != 0 {
-        varint_field(buf, 10, u32::try_from(dropped).map_or(u64::MAX, u64::from));
+        varint_field(buf, 10, u64::from(dropped));
     }
     // The status is always there, unset or error with no message.
     let status = open(buf, 15, 1);

@@ -20,9 +20,114 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use opentelemetry::{KeyValue, StringValue, trace::SpanKind};
+use opentelemetry::{StringValue, trace::SpanKind};
 
 use super::context::{self, SpanContext};
+use crate::model::Transport;
+
+/// What a span says besides its ids, name, kind, times and status: a
+/// fixed set of optional fields, set on the serving thread without
+/// allocating (names are shared `Arc<str>`s) and written as OTLP
+/// attributes of the same names by the exporter. What is the same for
+/// every span of a process (its hop, replica, transport and variant) is
+/// in the process's resource instead (see [`super::Process`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpanFields {
+    /// `hop`: only where a process serves several hops (the broker's
+    /// topics); a hop's own is its resource's.
+    pub hop: Option<Arc<str>>,
+    /// `downstream`: the hop a client span calls.
+    pub downstream: Option<Arc<str>>,
+    /// `transport`: how a client span's downstream (or the broker's topic)
+    /// is reached, where that is not the process's own.
+    pub transport: Option<Transport>,
+    /// `request_id`.
+    pub request_id: Option<u64>,
+    /// `slow`: whether injected slowness applied.
+    pub slow: Option<bool>,
+    /// `queue_wait_ns`: the request's wait in a queue before this hop.
+    pub queue_wait_ns: Option<u64>,
+    /// `slot_wait_ns`: the part of a server span spent waiting for a slot.
+    pub slot_wait_ns: Option<u64>,
+    /// `grpc_code` (written as the code's description) of a failed span.
+    pub grpc_code: Option<tonic::Code>,
+}
+
+impl SpanFields {
+    /// No field set (a `const`, for thread-locals).
+    pub const EMPTY: SpanFields = SpanFields {
+        hop: None,
+        downstream: None,
+        transport: None,
+        request_id: None,
+        slow: None,
+        queue_wait_ns: None,
+        slot_wait_ns: None,
+        grpc_code: None,
+    };
+
+    /// The fields set, in a fixed order, as the attribute each becomes:
+    /// its key and value (numbers above `i64::MAX` are written as it).
+    pub fn attributes(&self) -> impl Iterator<Item = (&'static str, FieldValue<'_>)> {
+        let int = |n: u64| FieldValue::Int(i64::try_from(n).unwrap_or(i64::MAX));
+        [
+            ("hop", self.hop.as_deref().map(FieldValue::Str)),
+            (
+                "downstream",
+                self.downstream.as_deref().map(FieldValue::Str),
+            ),
+            (
+                "transport",
+                self.transport.map(|t| FieldValue::Str(t.as_str())),
+            ),
+            ("request_id", self.request_id.map(int)),
+            ("slow", self.slow.map(FieldValue::Bool)),
+            ("queue_wait_ns", self.queue_wait_ns.map(int)),
+            ("slot_wait_ns", self.slot_wait_ns.map(int)),
+            (
+                "grpc_code",
+                self.grpc_code.map(|c| FieldValue::Str(c.description())),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+    }
+
+    /// Sets every field `other` sets.
+    pub fn merge(&mut self, other: SpanFields) {
+        let SpanFields {
+            hop,
+            downstream,
+            transport,
+            request_id,
+            slow,
+            queue_wait_ns,
+            slot_wait_ns,
+            grpc_code,
+        } = other;
+        fn set<T>(field: &mut Option<T>, value: Option<T>) {
+            if value.is_some() {
+                *field = value;
+            }
+        }
+        set(&mut self.hop, hop);
+        set(&mut self.downstream, downstream);
+        set(&mut self.transport, transport);
+        set(&mut self.request_id, request_id);
+        set(&mut self.slow, slow);
+        set(&mut self.queue_wait_ns, queue_wait_ns);
+        set(&mut self.slot_wait_ns, slot_wait_ns);
+        set(&mut self.grpc_code, grpc_code);
+    }
+}
+
+/// A span field's value as an attribute.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FieldValue<'a> {
+    Str(&'a str),
+    Int(i64),
+    Bool(bool),
+}
 
 /// One finished span as the exporter encodes it.
 #[derive(Debug)]
@@ -41,7 +146,7 @@ pub struct SpanRecord {
     pub end_unix_ns: u64,
     /// Status error (with an empty message) rather than unset.
     pub error: bool,
-    pub attributes: Vec<KeyValue>,
+    pub fields: SpanFields,
     /// Serving-thread nanoseconds this span (and any propagation or
     /// dropped spans on the same thread since the last hand-over) cost.
     pub cost_ns: u64,
@@ -176,7 +281,7 @@ impl TraceSpan {
     pub fn start(
         kind: SpanKind,
         parent: impl FnOnce() -> Option<SpanContext>,
-        describe: impl FnOnce() -> (StringValue, Vec<KeyValue>),
+        describe: impl FnOnce() -> (StringValue, SpanFields),
     ) -> Self {
         Self::start_at(kind, None, parent, describe)
     }
@@ -187,7 +292,7 @@ impl TraceSpan {
         kind: SpanKind,
         started: Option<u64>,
         parent: impl FnOnce() -> Option<SpanContext>,
-        describe: impl FnOnce() -> (StringValue, Vec<KeyValue>),
+        describe: impl FnOnce() -> (StringValue, SpanFields),
     ) -> Self {
         let Some(recorder) = RECORDER.get() else {
             return TraceSpan {
@@ -210,7 +315,7 @@ impl TraceSpan {
         kind: SpanKind,
         parent: Option<SpanContext>,
         start_unix_ns: u64,
-        describe: impl FnOnce() -> (StringValue, Vec<KeyValue>),
+        describe: impl FnOnce() -> (StringValue, SpanFields),
     ) -> Self {
         let (trace_id, sampled) = match parent {
             Some(p) => (p.trace_id, p.sampled),
@@ -233,7 +338,7 @@ impl TraceSpan {
             };
         }
         let span_id = next_id();
-        let (name, attributes) = describe();
+        let (name, fields) = describe();
         TraceSpan {
             cx: Some(SpanContext {
                 trace_id,
@@ -251,7 +356,7 @@ impl TraceSpan {
                 start_unix_ns,
                 end_unix_ns: start_unix_ns,
                 error: false,
-                attributes,
+                fields,
                 cost_ns: 0,
             }),
         }
@@ -263,17 +368,17 @@ impl TraceSpan {
     }
 
     /// Runs `fut` with this span current: clients inject its context, and
-    /// [`super::set_current`] sets attributes on it.
+    /// [`super::set_current`] sets fields on it.
     pub async fn scope<F: Future>(&mut self, fut: F) -> F::Output {
         let cx = self.cx;
-        let sink = self.record.as_mut().map(|r| &mut r.attributes);
+        let sink = self.record.as_mut().map(|r| &mut r.fields);
         context::scope(cx, sink, fut).await
     }
 
-    /// Sets attributes made by `attributes()` (not run without a record).
-    pub fn set(&mut self, attributes: impl FnOnce() -> Vec<KeyValue>) {
+    /// Sets fields with `set` (not run without a record).
+    pub fn set(&mut self, set: impl FnOnce(&mut SpanFields)) {
         if let Some(r) = &mut self.record {
-            r.attributes.extend(attributes());
+            set(&mut r.fields);
         }
     }
 
@@ -281,8 +386,7 @@ impl TraceSpan {
     pub fn mark_error<T>(&mut self, result: &Result<T, tonic::Status>) {
         if let (Some(r), Err(status)) = (&mut self.record, result) {
             r.error = true;
-            r.attributes
-                .push(KeyValue::new("grpc_code", status.code().description()));
+            r.fields.grpc_code = Some(status.code());
         }
     }
 
@@ -302,15 +406,15 @@ impl Drop for TraceSpan {
     }
 }
 
-/// Records a finished internal span `name` under `parent` that started at
-/// `start` and ends now (a queue wait measured from a broker's enqueue
-/// time), with `attributes`; returns the context under which its children
+/// Records a finished internal span `name()` under `parent` that started
+/// at `start` and ends now (a queue wait measured from a broker's enqueue
+/// time), with `fields`; returns the context under which its children
 /// go. Without export, or without a sampled parent, nothing is recorded
-/// and `parent` comes back.
+/// (`name` is not called) and `parent` comes back.
 pub fn past_span(
-    name: String,
+    name: impl FnOnce() -> StringValue,
     start: SystemTime,
-    attributes: Vec<KeyValue>,
+    fields: SpanFields,
     parent: Option<SpanContext>,
 ) -> Option<SpanContext> {
     let Some(recorder) = RECORDER.get() else {
@@ -324,7 +428,7 @@ pub fn past_span(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     let mut span = TraceSpan::begin(recorder, SpanKind::Internal, parent, start_unix_ns, || {
-        (name.into(), attributes)
+        (name(), fields)
     });
     if let Some(r) = &mut span.record {
         r.cost_ns = unix_ns().saturating_sub(began);
@@ -349,7 +453,7 @@ mod tests {
             start_unix_ns: 1,
             end_unix_ns: 2,
             error: false,
-            attributes: Vec::new(),
+            fields: SpanFields::default(),
             cost_ns: 5,
         }
     }
@@ -404,13 +508,19 @@ mod tests {
             remote: true,
         };
         let mut span = TraceSpan::begin(&recorder, SpanKind::Server, Some(parent), 100, || {
-            ("a".into(), vec![KeyValue::new("hop", "a")])
+            (
+                "a".into(),
+                SpanFields {
+                    request_id: Some(7),
+                    ..SpanFields::default()
+                },
+            )
         });
         let cx = span.context().expect("sampled");
         assert_eq!(cx.trace_id, 0xabc);
         assert_ne!(cx.span_id, 0x12);
         assert!(cx.sampled && !cx.remote);
-        span.set(|| vec![KeyValue::new("slow", true)]);
+        span.set(|f| f.slow = Some(true));
         span.mark_error::<()>(&Err(tonic::Status::unavailable("x")));
         let mut r = span.record.take().expect("record");
         r.end_unix_ns = 200;
@@ -423,11 +533,14 @@ mod tests {
         assert!(r.parent_remote && r.error);
         assert_eq!(r.kind, SpanKind::Server);
         assert_eq!((r.start_unix_ns, r.end_unix_ns), (100, 200));
-        let keys: Vec<String> = r.attributes.iter().map(|kv| kv.key.to_string()).collect();
-        assert_eq!(keys, ["hop", "slow", "grpc_code"]);
         assert_eq!(
-            r.attributes[2].value.as_str(),
-            "The service is currently unavailable"
+            r.fields,
+            SpanFields {
+                request_id: Some(7),
+                slow: Some(true),
+                grpc_code: Some(tonic::Code::Unavailable),
+                ..SpanFields::default()
+            }
         );
     }
 

@@ -457,6 +457,26 @@ pub(crate) fn jaeger_traces(run_dir: &Path) -> Vec<Value> {
     file["data"].as_array().expect("data array").clone()
 }
 
+/// Attribute `key` of `span` in Jaeger `trace`: the span's own tag, else
+/// its process's (where a process's OTLP resource attributes are: a hop
+/// replica's `hop`, `replica`, `transport`, `variant`).
+pub(crate) fn jaeger_attribute<'a>(
+    trace: &'a Value,
+    span: &'a Value,
+    key: &str,
+) -> Option<&'a Value> {
+    let tag = |tags: &'a Value| {
+        tags.as_array()?
+            .iter()
+            .find(|t| t["key"] == key)
+            .map(|t| &t["value"])
+    };
+    tag(&span["tags"]).or_else(|| {
+        let pid = span["processID"].as_str()?;
+        tag(&trace["processes"][pid]["tags"])
+    })
+}
+
 /// summary.json's variants by name.
 pub(crate) fn variants_by_name(summary: &Value) -> BTreeMap<&str, &Value> {
     variants(summary)
