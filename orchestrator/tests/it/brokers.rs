@@ -541,8 +541,6 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
 fn a_nats_worker_keeps_its_credit_exact_across_expired_pull_requests() {
     let kind = BrokerKind::Nats;
     let test = BrokerTest::new(kind);
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("debug,async_nats=info")
     test.runtime.block_on(async {
         let server = BrokerServer::start(
             ServerSpec::new(kind, std::net::Ipv4Addr::LOCALHOST.into())
