@@ -343,7 +343,7 @@ const PUBLISH_WINDOW: usize = 1024;
 struct Confirming {
     /// `None` once resolved.
     confirm: Option<PublisherConfirm>,
-    /// Given back when dropped.
+    /// Given back once the confirm came.
     room: Option<OwnedSemaphorePermit>,
 }
 
@@ -355,6 +355,7 @@ impl Confirming {
         };
         let confirmed = confirm.await;
         self.confirm = None;
+        self.room = None;
         confirmed
     }
 }
