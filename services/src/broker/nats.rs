@@ -13,8 +13,8 @@
 //!   on long tasks) and [`MAX_DELIVERIES`] deliveries.
 //! - **Credit**: a worker keeps its free credit requested ahead, over one
 //!   inbox subscription for its session: a pull request
-//!   (`$JS.API.CONSUMER.MSG.NEXT`) asks for every slot free at the time,
-//!   and at most [`PULL_REQUESTS`] requests stay open. Messages requested
+//!   (`$JS.API.CONSUMER.MSG.NEXT`) asks for every slot free at the time
+//!   (so at most `credits` requests are open). Messages requested
 //!   and tasks held never exceed `credits` together, so the server hands
 //!   the worker a task only for a free slot: each delivery takes one of the
 //!   requested slots to its task; a request that ends unfilled (408 at its
@@ -98,11 +98,6 @@ pub const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
 /// (neither a task nor a heartbeat) before it takes its requests for lost
 /// (a restarted server forgets them silently) and starts a new session.
 const PULL_SILENCE: Duration = Duration::from_secs(7);
-/// Most pull requests one worker keeps open: slots freed while that many
-/// are open wait for one of them to end and go out together in the next.
-/// With the server's default of 512 waiting requests per consumer, up to
-/// 64 workers share a hop.
-const PULL_REQUESTS: usize = 8;
 /// Most publishes a producer keeps awaiting their acknowledgements; the
 /// next publish waits for room (so a flood cannot grow memory).
 const PUBLISH_WINDOW: usize = 1024;
@@ -475,7 +470,8 @@ struct Puller {
     /// the sum of the server's counts of them.
     requested: Vec<OwnedSemaphorePermit>,
     /// The requests that may still be open, oldest first, with the
-    /// messages each asked for: a filled request ends without a word, so
+    /// messages each asked for (what one refused outright for want of room
+    /// at the server gives back): a filled request ends without a word, so
     /// this keeps no more of them than `requested` has slots (each open
     /// request holds one at least), dropping the oldest (the server fills
     /// its requests in turn).
@@ -484,10 +480,9 @@ struct Puller {
 }
 
 impl Puller {
-    /// Keeps the worker's free credit requested: whenever a slot is free
-    /// and fewer than [`PULL_REQUESTS`] requests may be open, takes every
-    /// slot free by then and asks for that many messages in one request;
-    /// serves what arrives. Returns why it stopped.
+    /// Keeps the worker's free credit requested: whenever a slot is free,
+    /// takes every slot free by then and asks for that many messages in
+    /// one request; serves what arrives. Returns why it stopped.
     async fn run<H, F>(mut self, slots: Arc<Semaphore>, handler: H) -> String
     where
         H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
@@ -500,7 +495,6 @@ impl Puller {
         // waiting requests, no new request before this.
         let mut paused_until = Instant::now();
         loop {
-            let may_request = self.open.len() < PULL_REQUESTS;
             tokio::select! {
                 biased;
                 delivery = self.deliveries.next() => {
@@ -514,7 +508,7 @@ impl Puller {
                         Err(why) => return why,
                     }
                 }
-                slot = slots.clone().acquire_owned(), if may_request => {
+                slot = slots.clone().acquire_owned() => {
                     let Ok(slot) = slot else {
                         return "slots closed".into();
                     };
