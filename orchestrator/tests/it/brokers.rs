@@ -7,6 +7,10 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     thread::sleep,
     time::Duration,
 };
@@ -20,7 +24,7 @@ use serde_json::Value;
 use tailmesh::launcher::brokers::{BrokerServer, ServerSpec};
 use tailmesh_services::{
     addr::PeerAddr,
-    broker::backend,
+    broker::{Release, Task, WorkerOptions, backend, nats},
     model::{BrokerKind, QueueBounds},
 };
 
@@ -37,6 +41,7 @@ tests! {
     sync rabbitmq_honours_the_credit_and_drops_expired_tasks,
     sync a_nats_worker_with_credit_1_never_holds_2_tasks,
     sync a_rabbitmq_worker_with_credit_1_never_holds_2_tasks,
+    sync a_nats_worker_keeps_its_credit_exact_across_expired_pull_requests,
     sync a_full_nats_stream_refuses_with_resource_exhausted,
     sync a_full_rabbitmq_queue_refuses_with_resource_exhausted,
     sync a_nats_stream_holds_the_scenarios_queue_capacity_and_refuses_the_rest,
@@ -527,6 +532,94 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
         served.values().all(|n| *n == 1),
         "a task was served twice: {served:?}"
     );
+}
+
+// 3a. A NATS worker keeps its free credit requested ahead in pull requests
+//     that the server ends unfilled when they expire: their slots come back,
+//     and the worker never holds more tasks than its credit.
+
+fn a_nats_worker_keeps_its_credit_exact_across_expired_pull_requests() {
+    let kind = BrokerKind::Nats;
+    let test = BrokerTest::new(kind);
+    test.runtime.block_on(async {
+        let server = BrokerServer::start(
+            ServerSpec::new(kind, std::net::Ipv4Addr::LOCALHOST.into())
+                .log_to(test.scratch.path().join("server.log")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let addr = PeerAddr::from(server.addr);
+        let bounds = QueueBounds::default();
+        let (topic, credits) = ("credit", 3u32);
+        // Tasks held now, and the most held at once.
+        let holding = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let handler = {
+            let (holding, most) = (holding.clone(), most.clone());
+            move |task: Task, _release: Release| {
+                let (holding, most) = (holding.clone(), most.clone());
+                async move {
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    Ok(task.payload)
+                }
+            }
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let worker = tokio::spawn(backend::run_backend_worker(
+            kind,
+            addr.clone(),
+            bounds,
+            topic.to_owned(),
+            "credit-worker".to_owned(),
+            WorkerOptions::credits(credits),
+            handler,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        let producer = backend::Producer::connect_lazy(kind, &addr, bounds);
+        let patience = Some(Duration::from_secs(60));
+        let first = producer
+            .submit(topic, vec![100], HashMap::new(), patience)
+            .await
+            .expect("the first task answered");
+        assert_eq!(first, [100]);
+        // The worker's open pull requests now hold its whole credit; the
+        // server ends them at their expiry (a time it keeps, not a guess),
+        // and only the slots they give back let the worker take more.
+        tokio::time::sleep(nats::PULL_EXPIRES + nats::PULL_HEARTBEAT).await;
+        let mut answers = tokio::task::JoinSet::new();
+        for i in 0..4 * credits as u8 {
+            let producer = producer.clone();
+            answers.spawn(async move {
+                let reply = producer
+                    .submit(topic, vec![i], HashMap::new(), patience)
+                    .await;
+                (i, reply)
+            });
+        }
+        while let Some(answer) = answers.join_next().await {
+            let (i, reply) = answer.expect("a submit task");
+            assert_eq!(reply.expect("every task answered"), [i]);
+        }
+        // Twelve tasks queued at once behind 200 ms handlers: the worker
+        // held its whole credit at a time, never more.
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            credits as usize,
+            "the most tasks the worker held at once, with credit {credits}"
+        );
+        let _ = stop.send(());
+        worker
+            .await
+            .expect("the worker task")
+            .expect("the worker ended cleanly");
+        drop(producer);
+        server.stop().await;
+    });
 }
 
 // 3b. Tasks that expire in the queue behind a stalled worker are counted in

@@ -11,12 +11,27 @@
 //! - **One durable pull consumer per hop** (`workers`) shared by the hop's
 //!   replicas, explicit acks, ack wait [`ACK_WAIT`] (workers signal progress
 //!   on long tasks) and [`MAX_DELIVERIES`] deliveries.
-//! - **Credit**: a worker keeps its free credit requested ahead: one pull
-//!   request for every slot free at the time, renewed as slots free up;
-//!   messages requested and tasks held never exceed `credits` together, so
-//!   the server hands it a task only for a free slot. A task's slot frees
-//!   when its handler releases it (a hop waiting on downstream hops) or
-//!   when it is answered.
+//! - **Credit**: a worker keeps its free credit requested ahead, over one
+//!   inbox subscription for its session: a pull request
+//!   (`$JS.API.CONSUMER.MSG.NEXT`) asks for every slot free at the time
+//!   (so at most `credits` requests are open). Messages requested
+//!   and tasks held never exceed `credits` together, so the server hands
+//!   the worker a task only for a free slot: each delivery takes one of the
+//!   requested slots to its task; a request that ends unfilled (408 at its
+//!   expiry, 409) gives back the slots of the messages it will not deliver
+//!   (the server's `Nats-Pending-Messages`; each request has a reply subject
+//!   of its own under the inbox, which the statuses about it carry). A
+//!   status without that count ends the session rather than guess it. A
+//!   task's slot frees when its handler releases
+//!   it (a hop waiting on downstream hops) or when it is answered. The
+//!   server's idle heartbeats on open requests tell the worker its requests
+//!   are still held; silence past [`PULL_SILENCE`] ends the session.
+//! - **Publishes** are asynchronous: a producer awaits a task's publish
+//!   acknowledgement and its reply together, so the reply never waits
+//!   behind the acknowledgement; at most [`PUBLISH_WINDOW`] publishes of a
+//!   producer await their acknowledgements at once (more wait for room),
+//!   and a refused publish (stream full) is still answered
+//!   RESOURCE_EXHAUSTED.
 //! - **Acknowledgement** after the reply is sent, so a worker lost at any
 //!   point leaves its tasks to be delivered again after [`ACK_WAIT`];
 //!   until then the worker signals progress on the tasks it holds.
@@ -31,8 +46,8 @@
 //!   of the hop's statistics.
 
 use std::{
-    collections::HashMap,
-    future::Future,
+    collections::{HashMap, VecDeque},
+    future::{Future, IntoFuture},
     pin::pin,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
@@ -42,14 +57,15 @@ use std::{
 };
 
 use async_nats::{
-    HeaderMap,
+    HeaderMap, StatusCode,
     jetstream::{self, AckKind, consumer::pull, stream},
 };
-use futures::{StreamExt, future::Shared};
+use futures::{FutureExt, StreamExt, future::Shared};
 use tailmesh_proto::pb;
 use tokio::{
-    sync::{Semaphore, oneshot},
+    sync::{OwnedSemaphorePermit, Semaphore, oneshot},
     task::JoinSet,
+    time::Instant,
 };
 use tonic::Status;
 
@@ -72,8 +88,19 @@ const MAX_ACK_PENDING: i64 = 10_000;
 const REPLY_HEADER: &str = "tm-reply";
 /// The consumer every worker of a hop shares.
 const CONSUMER: &str = "workers";
-/// How long one pull request waits for a message before it is renewed.
-const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// How long one pull request waits for messages before the server ends it
+/// (408) and the worker asks again.
+pub const PULL_EXPIRES: Duration = Duration::from_secs(10);
+/// How often the server signals (100 Idle Heartbeat) that it still holds
+/// an open pull request that has had nothing to deliver.
+pub const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long a worker with open pull requests may hear nothing on its inbox
+/// (neither a task nor a heartbeat) before it takes its requests for lost
+/// (a restarted server forgets them silently) and starts a new session.
+const PULL_SILENCE: Duration = Duration::from_secs(7);
+/// Most publishes a producer keeps awaiting their acknowledgements; the
+/// next publish waits for room (so a flood cannot grow memory).
+const PUBLISH_WINDOW: usize = 1024;
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest message the broker accepts (its `max_payload`, set when the
@@ -259,8 +286,12 @@ impl NatsProducer {
                 }
             }
         });
+        let js = jetstream::ContextBuilder::new()
+            .max_ack_inflight(PUBLISH_WINDOW)
+            .backpressure_on_inflight(true)
+            .build(client);
         let connected = Arc::new(Connected {
-            js: jetstream::new(client),
+            js,
             inbox,
             waiters,
             next_id: AtomicU64::new(0),
@@ -298,10 +329,20 @@ impl NatsProducer {
                 c.js.publish_with_headers(subject(topic), map, payload.into())
                     .await
                     .map_err(|e| refused(topic, &self.addr, self.bounds, &e.to_string()))?;
-            published
-                .await
-                .map_err(|e| refused(topic, &self.addr, self.bounds, &e.to_string()))?;
-            let reply = rx.await.map_err(|_| {
+            // The acknowledgement and the reply are awaited together: a
+            // reply means the task was stored, whichever comes first, and
+            // a refusal answers at once.
+            let mut acked = pin!(published.into_future().fuse());
+            let mut rx = rx;
+            let reply = loop {
+                tokio::select! {
+                    reply = &mut rx => break reply,
+                    ack = &mut acked => {
+                        ack.map_err(|e| refused(topic, &self.addr, self.bounds, &e.to_string()))?;
+                    }
+                }
+            };
+            let reply = reply.map_err(|_| {
                 Status::unavailable(format!("NATS {}: reply subscription ended", self.addr))
             })?;
             let header = |k: &str| {
@@ -373,134 +414,252 @@ where
         let js = jetstream::new(client.clone());
         let stream = ensure_stream(&js, spec.bounds, topic).await?;
         let consumer = ensure_consumer(&stream, topic).await?;
+        let inbox = client.new_inbox();
+        let deliveries = client
+            .subscribe(format!("{inbox}.*"))
+            .await
+            .map_err(|e| Status::unavailable(format!("NATS {addr}: subscribe: {e}")))?;
         tracing::debug!(%addr, %topic, %worker, "NATS worker connected");
-        Ok::<_, Status>((client, consumer))
+        Ok::<_, Status>(Puller {
+            js,
+            consumer,
+            inbox,
+            deliveries,
+            topic: topic.clone(),
+            requested: Vec::new(),
+            open: VecDeque::new(),
+            next_request: 0,
+        })
     };
-    let (client, consumer) = tokio::select! {
+    let puller = tokio::select! {
         connected = session => match connected {
-            Ok(c) => c,
+            Ok(p) => p,
             Err(status) => return SessionEnd::Unreachable(status.message().to_owned()),
         },
         () = &mut shutdown => return SessionEnd::ShutDown,
     };
     let slots = Arc::new(Semaphore::new(credits as usize));
-    let mut puller = JoinSet::new();
-    puller.spawn(pull_loop(
-        client.clone(),
-        consumer,
-        topic.clone(),
-        slots.clone(),
-        handler,
-    ));
+    let mut pulling = JoinSet::new();
+    pulling.spawn(puller.run(slots.clone(), handler));
     tokio::select! {
         () = &mut shutdown => {
-            // No new pulls; the tasks held are finished and answered.
-            puller.abort_all();
+            // No new pulls (the open requests' slots come back with the
+            // puller); the tasks held are finished and answered.
+            pulling.abort_all();
             let _ = slots.acquire_many(credits).await;
             SessionEnd::ShutDown
         }
-        Some(ended) = puller.join_next() => SessionEnd::Lost(match ended {
+        Some(ended) = pulling.join_next() => SessionEnd::Lost(match ended {
             Ok(why) => why,
             Err(e) => e.to_string(),
         }),
     }
 }
 
-/// Keeps the worker's free credit requested: waits for a free slot, takes
-/// every slot free by then, asks the server for that many messages in one
-/// pull request, and goes back for the next free slot while the request
-/// waits. Each message delivered takes one of its request's slots along to
-/// the task that serves it (which frees it on release or when answered);
-/// the slots a request ends without using (it expired) come back. So the
-/// messages requested and the tasks held never exceed the credit together.
-/// Returns why it stopped.
-async fn pull_loop<H, F>(
-    client: async_nats::Client,
+/// A worker session's pull side: one inbox subscription, under which each
+/// pull request has its own reply subject (`<inbox>.<request>`), so the
+/// server's statuses name their request (its deliveries carry the task's
+/// own subject, so they do not), and the slots the open requests hold.
+struct Puller {
+    js: jetstream::Context,
     consumer: jetstream::consumer::PullConsumer,
+    inbox: String,
+    deliveries: async_nats::Subscriber,
     topic: String,
-    slots: Arc<Semaphore>,
-    handler: H,
-) -> String
-where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-{
-    let mut requests = JoinSet::new();
-    loop {
-        let first = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => return "slots closed".into(),
-            },
-            Some(ended) = requests.join_next() => match ended {
-                Ok(Ok(())) => continue,
-                Ok(Err(why)) => return why,
-                Err(e) => return e.to_string(),
-            },
-        };
-        let mut held = vec![first];
-        while let Ok(slot) = slots.clone().try_acquire_owned() {
-            held.push(slot);
+    /// One slot for every message the open requests may still deliver:
+    /// the sum of the server's counts of them.
+    requested: Vec<OwnedSemaphorePermit>,
+    /// The requests that may still be open, oldest first, with the
+    /// messages each asked for (what one refused outright for want of room
+    /// at the server gives back): a filled request ends without a word, so
+    /// this keeps no more of them than `requested` has slots (each open
+    /// request holds one at least), dropping the oldest (the server fills
+    /// its requests in turn).
+    open: VecDeque<(u64, usize)>,
+    next_request: u64,
+}
+
+impl Puller {
+    /// Keeps the worker's free credit requested: whenever a slot is free,
+    /// takes every slot free by then and asks for that many messages in
+    /// one request; serves what arrives. Returns why it stopped.
+    async fn run<H, F>(mut self, slots: Arc<Semaphore>, handler: H) -> String
+    where
+        H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+    {
+        let mut heard = Instant::now();
+        let silence = tokio::time::sleep(PULL_SILENCE);
+        let mut silence = pin!(silence);
+        // After the server refused a request for want of room among its
+        // waiting requests, no new request before this.
+        let mut paused_until = Instant::now();
+        loop {
+            tokio::select! {
+                biased;
+                delivery = self.deliveries.next() => {
+                    let Some(delivery) = delivery else {
+                        return "the inbox subscription ended".into();
+                    };
+                    heard = Instant::now();
+                    match self.delivered(delivery, &handler) {
+                        Ok(Some(pause)) => paused_until = Instant::now() + pause,
+                        Ok(None) => {}
+                        Err(why) => return why,
+                    }
+                }
+                slot = slots.clone().acquire_owned() => {
+                    let Ok(slot) = slot else {
+                        return "slots closed".into();
+                    };
+                    tokio::time::sleep_until(paused_until).await;
+                    if self.requested.is_empty() {
+                        // Silence counts from the first open request.
+                        heard = Instant::now();
+                    }
+                    let mut held = vec![slot];
+                    while let Ok(slot) = slots.clone().try_acquire_owned() {
+                        held.push(slot);
+                    }
+                    if let Err(why) = self.request(held).await {
+                        return why;
+                    }
+                }
+                () = &mut silence => {
+                    let due = heard + PULL_SILENCE;
+                    if self.requested.is_empty() {
+                        silence.as_mut().reset(Instant::now() + PULL_SILENCE);
+                    } else if Instant::now() < due {
+                        silence.as_mut().reset(due);
+                    } else {
+                        return format!(
+                            "no task or heartbeat for {PULL_SILENCE:?} with {} tasks \
+                             requested",
+                            self.requested.len()
+                        );
+                    }
+                }
+            }
         }
-        let batch = consumer
-            .batch()
-            .max_messages(held.len())
-            .expires(PULL_EXPIRES)
-            .messages()
-            .await;
-        let batch = match batch {
-            Ok(b) => b,
-            Err(e) => return format!("pull: {e}"),
+    }
+
+    /// Sends one pull request for as many messages as `held` has slots.
+    async fn request(&mut self, held: Vec<OwnedSemaphorePermit>) -> Result<(), String> {
+        let number = self.next_request;
+        self.next_request += 1;
+        let batch = pull::BatchConfig {
+            batch: held.len(),
+            expires: Some(PULL_EXPIRES),
+            idle_heartbeat: PULL_HEARTBEAT,
+            ..Default::default()
         };
-        let (client, handler, topic) = (client.clone(), handler.clone(), topic.clone());
-        requests.spawn(serve_batch(client, batch, topic, held, handler));
+        // Counted before it is sent: its first delivery may come at once.
+        self.open.push_back((number, held.len()));
+        self.requested.extend(held);
+        let reply = async_nats::Subject::from(format!("{}.{number}", self.inbox));
+        self.consumer
+            .request_batch(batch, reply)
+            .await
+            .map_err(|e| format!("pull request: {e}"))
+    }
+
+    /// One message on the inbox: a task for one of the requested slots
+    /// (served on a task of its own), a heartbeat, or the end of a
+    /// request. Returns how long to wait before the next request, if the
+    /// server asked for that, or why the session must end.
+    fn delivered<H, F>(
+        &mut self,
+        message: async_nats::Message,
+        handler: &H,
+    ) -> Result<Option<Duration>, String>
+    where
+        H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+    {
+        let status = message.status.unwrap_or(StatusCode::OK);
+        if status == StatusCode::IDLE_HEARTBEAT {
+            return Ok(None);
+        }
+        if status == StatusCode::OK {
+            let slot = self.requested.pop();
+            self.forget_filled();
+            let message = jetstream::Message {
+                message,
+                context: self.js.clone(),
+            };
+            let Some(slot) = slot else {
+                // More than was asked for (never expected): not served, it
+                // goes back to the stream for another worker.
+                tracing::warn!(topic = %self.topic, "NATS delivered a task not asked for");
+                tokio::spawn(async move {
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                });
+                return Ok(None);
+            };
+            let (handler, topic) = (handler.clone(), self.topic.clone());
+            tokio::spawn(async move {
+                serve_message(message, &topic, slot, handler).await;
+            });
+            return Ok(None);
+        }
+        // A request ended unfilled, named by its reply subject: the slots
+        // of the messages it will not deliver come back.
+        let number = message
+            .subject
+            .strip_prefix(self.inbox.as_str())
+            .and_then(|n| n.strip_prefix('.'))
+            .and_then(|n| n.parse::<u64>().ok());
+        let asked = number.and_then(|n| {
+            let at = self.open.iter().position(|(m, _)| *m == n)?;
+            self.open.remove(at).map(|(_, asked)| asked)
+        });
+        let pending = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(PENDING_MESSAGES))
+            .and_then(|v| v.as_str().parse::<usize>().ok());
+        let description = message.description.unwrap_or_default();
+        let refused_for_room =
+            status == StatusCode::REQUEST_TERMINATED && description.contains("Exceeded MaxWaiting");
+        // A request refused outright delivered nothing: all it asked for.
+        let unsent = pending.or(asked.filter(|_| refused_for_room));
+        match (status, unsent) {
+            (
+                StatusCode::TIMEOUT | StatusCode::NOT_FOUND | StatusCode::REQUEST_TERMINATED,
+                Some(n),
+            ) if n <= self.requested.len() => {
+                let kept = self.requested.len() - n;
+                self.requested.truncate(kept);
+                self.forget_filled();
+                Ok(refused_for_room.then_some(PULL_BACKOFF))
+            }
+            _ => Err(format!(
+                "pull request ended: {status} {description} ({unsent:?} of {} requested tasks \
+                 unsent)",
+                self.requested.len()
+            )),
+        }
+    }
+
+    /// Forgets the oldest requests beyond what the slots still requested
+    /// allow: they were filled.
+    fn forget_filled(&mut self) {
+        while self.open.len() > self.requested.len() {
+            self.open.pop_front();
+        }
     }
 }
 
-/// Serves one pull request's messages, each with one of `held`'s slots.
-async fn serve_batch<H, F>(
-    client: async_nats::Client,
-    mut batch: pull::Batch,
-    topic: String,
-    mut held: Vec<tokio::sync::OwnedSemaphorePermit>,
-    handler: H,
-) -> Result<(), String>
-where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-{
-    while let Some(next) = batch.next().await {
-        let message = match next {
-            Ok(m) => m,
-            Err(e) => {
-                // An expired pull with no message is not an error worth a
-                // reconnect; anything else is.
-                let text = e.to_string();
-                if text.contains("timed out") || text.contains("408") {
-                    return Ok(());
-                }
-                return Err(format!("pull: {text}"));
-            }
-        };
-        let Some(slot) = held.pop() else {
-            // The server sent more than asked for: never served, it goes
-            // back to the stream for another worker.
-            let _ = message.ack_with(AckKind::Nak(None)).await;
-            continue;
-        };
-        let (client, handler, topic) = (client.clone(), handler.clone(), topic.clone());
-        tokio::spawn(async move {
-            serve_message(client, message, &topic, slot, handler).await;
-        });
-    }
-    Ok(())
-}
+/// Header of a pull request's end: the messages it had yet to deliver.
+const PENDING_MESSAGES: &str = "Nats-Pending-Messages";
+/// The wait before the next pull request after the server had no room
+/// for one (too many workers' requests waiting at once).
+const PULL_BACKOFF: Duration = Duration::from_millis(50);
 
 async fn serve_message<H, F>(
-    client: async_nats::Client,
     message: jetstream::Message,
     topic: &str,
-    slot: tokio::sync::OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
     handler: H,
 ) where
     H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
@@ -569,7 +728,9 @@ async fn serve_message<H, F>(
             map.insert(k, v.as_str());
         }
         let payload = outcome.unwrap_or_default();
-        if let Err(e) = client
+        if let Err(e) = message
+            .context
+            .client()
             .publish_with_headers(reply_to, map, payload.into())
             .await
         {

@@ -28,6 +28,7 @@
 use std::{
     collections::HashMap,
     future::Future,
+    pin::pin,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -37,7 +38,7 @@ use std::{
 
 use futures::{StreamExt, future::Shared};
 use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties,
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, PublisherConfirm,
     message::Delivery,
     options::{
         BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
@@ -47,7 +48,7 @@ use lapin::{
     types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 use tailmesh_proto::pb;
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tonic::Status;
 
 use super::{
@@ -330,11 +331,56 @@ impl Drop for Connected {
     }
 }
 
+/// Most publishes a producer keeps awaiting their confirms; the next
+/// publish waits for room (so a flood cannot grow memory).
+const PUBLISH_WINDOW: usize = 1024;
+
+/// A publish's confirm, awaited by its submit or, once the reply came
+/// first, on a task of its own; it holds its room in the producer's
+/// window until the broker confirms. (lapin keeps an unresolved confirm
+/// dropped unawaited until the channel's `wait_for_confirms`, which a
+/// producer never calls, so none is dropped unresolved.)
+struct Confirming {
+    /// `None` once resolved.
+    confirm: Option<PublisherConfirm>,
+    /// Given back once the confirm came.
+    room: Option<OwnedSemaphorePermit>,
+}
+
+impl Confirming {
+    /// The confirm (`NotRequested` once it was returned).
+    async fn next(&mut self) -> Result<Confirmation, lapin::Error> {
+        let Some(confirm) = self.confirm.as_mut() else {
+            return Ok(Confirmation::NotRequested);
+        };
+        let confirmed = confirm.await;
+        self.confirm = None;
+        self.room = None;
+        confirmed
+    }
+}
+
+impl Drop for Confirming {
+    fn drop(&mut self) {
+        if let (Some(confirm), Ok(runtime)) =
+            (self.confirm.take(), tokio::runtime::Handle::try_current())
+        {
+            let room = self.room.take();
+            runtime.spawn(async move {
+                let _ = confirm.await;
+                drop(room);
+            });
+        }
+    }
+}
+
 /// A producer's connection and channel, consuming its direct reply-to.
 struct Connected {
     /// Taken only by `drop`, to close it.
     connection: Option<Connection>,
     channel: Channel,
+    /// Room for the publishes awaiting confirms ([`PUBLISH_WINDOW`]).
+    window: Arc<Semaphore>,
     /// When they end, the next submit reconnects.
     replies: DirectReplies,
     declared: Mutex<Vec<String>>,
@@ -390,6 +436,7 @@ impl RabbitProducer {
         let connected = Arc::new(Connected {
             connection: Some(connection),
             channel,
+            window: Arc::new(Semaphore::new(PUBLISH_WINDOW)),
             replies,
             declared: Mutex::default(),
         });
@@ -421,6 +468,12 @@ impl RabbitProducer {
                 let ms = d.as_millis().max(1);
                 properties = properties.with_expiration(ms.to_string().into());
             }
+            let room = c
+                .window
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| unavailable(addr, "publish window", e))?;
             let confirm = c
                 .channel
                 .basic_publish(
@@ -431,17 +484,33 @@ impl RabbitProducer {
                     properties,
                 )
                 .await
-                .map_err(|e| unavailable(addr, "publish", e))?
-                .await
-                .map_err(|e| unavailable(addr, "publish confirm", e))?;
-            if let Confirmation::Nack(_) = confirm {
-                return Err(Status::resource_exhausted(format!(
-                    "topic {topic:?} is full ({} tasks or {} bytes queued in RabbitMQ {addr}); try \
-                     again later",
-                    self.bounds.capacity, self.bounds.bytes
-                )));
-            }
-            let reply = pending.received().await.ok_or_else(|| {
+                .map_err(|e| unavailable(addr, "publish", e))?;
+            let mut confirming = Confirming {
+                confirm: Some(confirm),
+                room: Some(room),
+            };
+            // The confirm and the reply are awaited together: a reply
+            // means the task was queued, whichever comes first, and a nack
+            // answers at once.
+            let mut received = pin!(pending.received());
+            let reply = loop {
+                tokio::select! {
+                    reply = &mut received => break reply,
+                    confirmed = confirming.next(), if confirming.confirm.is_some() => {
+                        let confirmed =
+                            confirmed.map_err(|e| unavailable(addr, "publish confirm", e))?;
+                        if let Confirmation::Nack(_) = confirmed {
+                            return Err(Status::resource_exhausted(format!(
+                                "topic {topic:?} is full ({} tasks or {} bytes queued in RabbitMQ \
+                                 {addr}); try again later",
+                                self.bounds.capacity, self.bounds.bytes
+                            )));
+                        }
+                    }
+                }
+            };
+            drop(confirming);
+            let reply = reply.ok_or_else(|| {
                 Status::unavailable(format!("RabbitMQ {addr}: the reply consumer ended"))
             })?;
             let headers = header_map(&reply.properties);
