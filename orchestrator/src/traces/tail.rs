@@ -210,7 +210,7 @@ fn encode_slot(buf: &mut [u8], hops: &[String], mut flags: u8, path: &[HopRecord
 }
 
 /// The decisions and facts of one variant's requests, by id. Slots are
-/// written behind: the two most recent windows of [`WINDOW_SLOTS`] ids
+/// written behind: the two most recent windows of 4096 ids
 /// wait in memory and go to the file in one write each, so a request
 /// costs a copy, not a system call; a request that ends later than its
 /// window stays is written on its own. [`FactsFile::flush`] before

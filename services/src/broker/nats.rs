@@ -25,10 +25,10 @@
 //!   task's slot frees when its handler releases
 //!   it (a hop waiting on downstream hops) or when it is answered. The
 //!   server's idle heartbeats on open requests tell the worker its requests
-//!   are still held; silence past [`PULL_SILENCE`] ends the session.
+//!   are still held; silence past `PULL_SILENCE` (7 s) ends the session.
 //! - **Publishes** are asynchronous: a producer awaits a task's publish
 //!   acknowledgement and its reply together, so the reply never waits
-//!   behind the acknowledgement; at most [`PUBLISH_WINDOW`] publishes of a
+//!   behind the acknowledgement; at most `PUBLISH_WINDOW` (1024) publishes of a
 //!   producer await their acknowledgements at once (more wait for room),
 //!   and a refused publish (stream full) is still answered
 //!   RESOURCE_EXHAUSTED.
