@@ -791,9 +791,9 @@ mod tests {
         let bytes = 1_000_000.0 * 6.0 * JAEGER_BYTES_PER_SPAN as f64 * share;
         assert!(bytes <= JAEGER_FILE_LIMIT as f64, "{share}");
         assert!(bytes > 0.99 * JAEGER_FILE_LIMIT as f64, "{share}");
-        assert_eq!(share, 0.0111);
+        assert_eq!(share, 0.0104);
         // Half the requests traced: twice the share.
-        assert_eq!(auto_share(&long, 0.5, JAEGER_FILE_LIMIT), 0.0222);
+        assert_eq!(auto_share(&long, 0.5, JAEGER_FILE_LIMIT), 0.0208);
     }
 
     #[test]
