@@ -662,13 +662,21 @@ work = { kind = "sleep", dist = "fixed", value = "5ms" }
     );
     let results = test.results();
     let mut run = test.start(&scenario);
-    // Stop the worker once it has taken tasks.
+    // Stop the worker once the load runs through it (stopped before, it
+    // would fail the launch's health check instead). RabbitMQ's statistics
+    // count no deliveries: there the sign is hop a's producer connected to
+    // the broker, which it does at its first task.
     let victim = run.wait_for("waiting for the worker to take tasks", || {
         let victim = pid_of(&results, "base", "hop-b-0")?;
-        let taking = test.stats_of_b().is_some_and(|s| match kind {
-            BrokerKind::Nats => s.dispatched >= 3,
-            _ => s.workers == 1,
-        });
+        let taking = match kind {
+            BrokerKind::Nats => test.stats_of_b().is_some_and(|s| s.dispatched >= 3),
+            _ => {
+                let producer = pid_of(&results, "base", "hop-a-0")?;
+                let broker = endpoint(&results)?;
+                connected(producer, broker.port())
+                    && test.stats_of_b().is_some_and(|s| s.workers == 1)
+            }
+        };
         taking.then_some(victim)
     });
     assert!(
@@ -688,9 +696,12 @@ work = { kind = "sleep", dist = "fixed", value = "5ms" }
         if expired_behind {
             break;
         }
-        if run.exited() {
-            break;
-        }
+        assert!(
+            !run.exited(),
+            "the run ended before tasks expired behind the stopped worker (last: {:?}):\n{}",
+            test.stats_of_b(),
+            run.output()
+        );
         run.assert_in_time("waiting for tasks to expire behind the stopped worker");
         sleep(POLL);
     }
