@@ -83,6 +83,18 @@ struct BrokerTest {
 }
 
 impl BrokerTest {
+    /// A server of this test's broker on loopback, its output in the
+    /// test's folder (a server that does not get ready fails the test
+    /// quoting the log's last lines).
+    async fn server(&self) -> BrokerServer {
+        BrokerServer::start(
+            ServerSpec::new(self.kind, std::net::Ipv4Addr::LOCALHOST.into())
+                .log_to(self.scratch.path().join("server.log")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn new(kind: BrokerKind) -> BrokerTest {
         require(kind);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -542,12 +554,7 @@ fn a_nats_worker_keeps_its_credit_exact_across_expired_pull_requests() {
     let kind = BrokerKind::Nats;
     let test = BrokerTest::new(kind);
     test.runtime.block_on(async {
-        let server = BrokerServer::start(
-            ServerSpec::new(kind, std::net::Ipv4Addr::LOCALHOST.into())
-                .log_to(test.scratch.path().join("server.log")),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let server = test.server().await;
         let addr = PeerAddr::from(server.addr);
         let bounds = QueueBounds::default();
         let (topic, credits) = ("credit", 3u32);
@@ -733,12 +740,7 @@ fn full_queue(kind: BrokerKind) {
     // The server's output stays in the test's directory; a server that
     // does not get ready fails the test quoting the log's last lines.
     test.runtime.block_on(async {
-        let server = BrokerServer::start(
-            ServerSpec::new(kind, std::net::Ipv4Addr::LOCALHOST.into())
-                .log_to(test.scratch.path().join("server.log")),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let server = test.server().await;
         // What the server printed went to its log, not to the terminal.
         let log = std::fs::read_to_string(server.log()).expect("the server's log");
         assert!(
