@@ -10,7 +10,7 @@ use std::{
 
 use bytes::{BufMut, Bytes, BytesMut};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode};
-use tailmesh_services::telemetry::{SpanContext, otlp};
+use tailmesh_services::telemetry::{SpanContext, otlp, recorder::FieldValue};
 
 use super::{
     collector::Collector,
@@ -176,26 +176,21 @@ impl LoadTracer {
         otlp::varint(buf, (NAME_PREFIX.len() + digits) as u64);
         buf.put_slice(NAME_PREFIX.as_bytes());
         let _ = write!(buf, "{request_id}");
-        otlp::tag(buf, 6, VARINT);
-        otlp::varint(buf, SpanKind::Client as u64);
-        otlp::tag(buf, 7, FIXED64);
-        buf.put_u64_le(start);
-        otlp::tag(buf, 8, FIXED64);
-        buf.put_u64_le(end);
+        otlp::varint_field(buf, 6, SpanKind::Client as u64);
+        otlp::fixed64_field(buf, 7, start);
+        otlp::fixed64_field(buf, 8, end);
         otlp::int_attribute(buf, 9, "request_id", request_id as i64);
-        string_attribute(buf, 9, "variant", &self.variant);
-        string_attribute(buf, 9, "hop", SERVICE);
+        otlp::attribute(buf, 9, "variant", FieldValue::Str(&self.variant));
+        otlp::attribute(buf, 9, "hop", FieldValue::Str(SERVICE));
         if let Some(message) = error {
             let status = otlp::open(buf, 15, 1);
             if !message.is_empty() {
                 otlp::bytes_field(buf, 2, message.as_bytes());
             }
-            otlp::tag(buf, 3, VARINT);
-            otlp::varint(buf, StatusCode::Error as u64);
+            otlp::varint_field(buf, 3, StatusCode::Error as u64);
             otlp::close(buf, status);
         }
-        otlp::tag(buf, 16, FIXED32);
-        buf.put_u32_le(1);
+        otlp::fixed32_field(buf, 16, 1);
         otlp::close(buf, span);
     }
 }
@@ -212,10 +207,8 @@ pub const BATCH_SPANS: u64 = 256;
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 const NAME_PREFIX: &str = "request ";
-const VARINT: u8 = 0;
-const FIXED64: u8 = 1;
+/// Protobuf's wire type of length-delimited fields.
 const LEN: u8 = 2;
-const FIXED32: u8 = 5;
 
 /// The client spans recorded and not yet handed to the collector: their
 /// `Span` messages, encoded one after another.
@@ -258,7 +251,7 @@ impl Head {
     fn new() -> Self {
         let mut resource = BytesMut::new();
         let r = otlp::open(&mut resource, 1, 1);
-        string_attribute(&mut resource, 1, "service.name", SERVICE);
+        otlp::attribute(&mut resource, 1, "service.name", FieldValue::Str(SERVICE));
         otlp::close(&mut resource, r);
         let mut scope = BytesMut::new();
         let s = otlp::open(&mut scope, 1, 1);
@@ -269,16 +262,6 @@ impl Head {
             scope: scope.freeze(),
         }
     }
-}
-
-/// A `KeyValue` whose value is a string, as field `field`.
-fn string_attribute(buf: &mut BytesMut, field: u32, key: &str, value: &str) {
-    let kv = otlp::open(buf, field, 1);
-    otlp::bytes_field(buf, 1, key.as_bytes());
-    let any = otlp::open(buf, 2, 1);
-    otlp::bytes_field(buf, 1, value.as_bytes());
-    otlp::close(buf, any);
-    otlp::close(buf, kv);
 }
 
 #[cfg(test)]

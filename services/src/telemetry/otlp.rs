@@ -61,17 +61,17 @@ pub fn bytes_field(buf: &mut impl BufMut, field: u32, value: &[u8]) {
     buf.put_slice(value);
 }
 
-fn varint_field(buf: &mut impl BufMut, field: u32, value: u64) {
+pub fn varint_field(buf: &mut impl BufMut, field: u32, value: u64) {
     tag(buf, field, VARINT);
     varint(buf, value);
 }
 
-fn fixed64_field(buf: &mut impl BufMut, field: u32, value: u64) {
+pub fn fixed64_field(buf: &mut impl BufMut, field: u32, value: u64) {
     tag(buf, field, FIXED64);
     buf.put_u64_le(value);
 }
 
-fn fixed32_field(buf: &mut impl BufMut, field: u32, value: u32) {
+pub fn fixed32_field(buf: &mut impl BufMut, field: u32, value: u32) {
     tag(buf, field, FIXED32);
     buf.put_u32_le(value);
 }
@@ -122,8 +122,8 @@ pub fn int_attribute(buf: &mut BytesMut, field: u32, key: &str, value: i64) {
     close(buf, kv);
 }
 
-/// A span field as a `KeyValue` (field `field`).
-fn attribute(buf: &mut BytesMut, field: u32, key: &str, value: FieldValue<'_>) {
+/// A `KeyValue` (field `field`: 1 in a `Resource`, 9 in a `Span`).
+pub fn attribute(buf: &mut BytesMut, field: u32, key: &str, value: FieldValue<'_>) {
     let kv = open(buf, field, 1);
     bytes_field(buf, 1, key.as_bytes());
     let any = open(buf, 2, 1);
