@@ -22,7 +22,10 @@
 //! third thread, nats-server and rabbitmq-server as child processes
 //! (started and stopped as a run starts them: `tailmesh_bench::start_server`).
 //! Rounds alternate the order of the backends. A backend whose server is
-//! missing is skipped with a message.
+//! missing is skipped with a message. `--backends` and `--cases` run a
+//! subset (for a profile of one case: `bench/broker-profile.sh`); the
+//! threads are named (`broker`, `worker`, `responder`; producers on the
+//! main thread) so a profile tells them apart.
 
 use std::{collections::HashMap, net::Ipv4Addr, process::ExitCode, sync::Arc, time::Duration};
 
@@ -68,6 +71,12 @@ struct Args {
     /// Payload bytes.
     #[arg(long, default_value_t = 64)]
     payload: usize,
+    /// Backends to run, comma-separated (tailmesh, nats, rabbitmq).
+    #[arg(long, value_delimiter = ',', default_values_t = ["tailmesh".to_owned(), "nats".to_owned(), "rabbitmq".to_owned()], value_parser = ["tailmesh", "nats", "rabbitmq"])]
+    backends: Vec<String>,
+    /// Cases to run, comma-separated (echo, hop, core).
+    #[arg(long, value_delimiter = ',', default_values_t = ["echo".to_owned(), "hop".to_owned(), "core".to_owned()], value_parser = ["echo", "hop", "core"])]
+    cases: Vec<String>,
 }
 
 /// A backend, a case and its requests in flight.
@@ -93,7 +102,10 @@ fn main() -> ExitCode {
 fn run(args: Args) -> Result<()> {
     // The ratios hold only on a quiet machine: its load before and after.
     println!("load average before: {}", load_average());
-    let kinds = [BrokerKind::Tailmesh, BrokerKind::Nats, BrokerKind::Rabbitmq];
+    let kinds: Vec<BrokerKind> = [BrokerKind::Tailmesh, BrokerKind::Nats, BrokerKind::Rabbitmq]
+        .into_iter()
+        .filter(|k| args.backends.iter().any(|b| b == k.as_str()))
+        .collect();
     let mut results: Vec<(Case, Result1)> = Vec::new();
     for round in 0..args.rounds {
         let order: Vec<BrokerKind> = if round % 2 == 0 {
@@ -214,7 +226,7 @@ fn bench_backend(kind: BrokerKind, args: &Args) -> Result<Vec<(Case, Result1)>> 
                 let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
                 let addr = listener.local_addr()?;
                 let mut stopped = broker_stopped.clone();
-                let thread = std::thread::spawn(move || -> Result<()> {
+                let thread = named_thread("broker", move || -> Result<()> {
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
@@ -231,7 +243,7 @@ fn bench_backend(kind: BrokerKind, args: &Args) -> Result<Vec<(Case, Result1)>> 
                         .await
                         .map_err(|e| anyhow!("{e}"))
                     })
-                });
+                })?;
                 Ok::<_, anyhow::Error>((PeerAddr::from(addr), None, Some(thread)))
             }
             _ => {
@@ -252,6 +264,7 @@ fn bench_backend(kind: BrokerKind, args: &Args) -> Result<Vec<(Case, Result1)>> 
                 .filter(|_| kind != BrokerKind::Tailmesh)
                 .map(|n| ("core", *n)),
         )
+        .filter(|(case, _)| args.cases.iter().any(|c| c == case))
         .collect();
     let mut failure = None;
     for (case, inflight) in cases {
@@ -296,7 +309,7 @@ fn bench_case(
     let (stop, stopped) = watch::channel(false);
     let worker = {
         let (addr, topic) = (addr.clone(), topic.clone());
-        std::thread::spawn(move || -> Result<()> {
+        named_thread("worker", move || -> Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -344,7 +357,7 @@ fn bench_case(
                 .await
                 .map_err(|e| anyhow!("{e}"))
             })
-        })
+        })?
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -378,7 +391,10 @@ fn bench_case(
 async fn warm_then_measure<C: Call>(call: &C, inflight: usize, args: &Args) -> Result<Result1> {
     let warmup = (args.requests / 10).max(200);
     closed_loop(call, inflight, warmup, PHASE_TIMEOUT).await?;
-    let sample = closed_loop(call, inflight, args.requests, PHASE_TIMEOUT).await?;
+    perf_control("enable")?;
+    let sample = closed_loop(call, inflight, args.requests, PHASE_TIMEOUT).await;
+    perf_control("disable")?;
+    let sample = sample?;
     Ok(Result1 {
         seconds: sample.elapsed.as_secs_f64(),
         requests: sample.hist.len(),
@@ -400,12 +416,12 @@ fn bench_core(
     let (ready, is_ready) = oneshot::channel();
     let responder = {
         let (addr, subject) = (addr.clone(), subject.clone());
-        std::thread::spawn(move || -> Result<()> {
+        named_thread("responder", move || -> Result<()> {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
                 .block_on(baseline::responder(kind, addr, subject, stopped, ready))
-        })
+        })?
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -424,6 +440,51 @@ fn bench_core(
         _ => {}
     }
     result
+}
+
+/// Environment variable naming perf's control and acknowledgement FIFOs,
+/// `CTL,ACK` (`perf record -D -1 --control fifo:CTL,ACK`): perf then
+/// records only the measured requests, not warmups or servers starting.
+const PERF_CONTROL: &str = "PULL_BACKENDS_PERF_CONTROL";
+
+/// Sends `command` (`enable`, `disable`) to perf and waits for its
+/// acknowledgement, when [`PERF_CONTROL`] is set.
+fn perf_control(command: &str) -> Result<()> {
+    use std::io::{Read, Write};
+    let Some(fifos) = std::env::var_os(PERF_CONTROL) else {
+        return Ok(());
+    };
+    let fifos = fifos.to_string_lossy().into_owned();
+    let (ctl, ack) = fifos
+        .split_once(',')
+        .with_context(|| format!("{PERF_CONTROL}={fifos}: want CTL,ACK"))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(ctl)
+        .and_then(|mut f| f.write_all(format!("{command}\n").as_bytes()))
+        .with_context(|| format!("perf control {ctl}: {command}"))?;
+    // "ack\n", perhaps after the NUL that ended the previous one.
+    let mut ack_fifo =
+        std::fs::File::open(ack).with_context(|| format!("perf acknowledgement {ack}"))?;
+    let mut byte = [0u8; 1];
+    while byte[0] != b'\n' {
+        ack_fifo
+            .read_exact(&mut byte)
+            .with_context(|| format!("perf acknowledgement {ack} of {command}"))?;
+    }
+    Ok(())
+}
+
+/// A thread with a name, so a profile tells the bench's threads apart
+/// (the producers run on the main thread).
+fn named_thread<F>(name: &str, f: F) -> Result<std::thread::JoinHandle<Result<()>>>
+where
+    F: FnOnce() -> Result<()> + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .with_context(|| format!("spawn the {name} thread"))
 }
 
 /// One task submitted to a topic, answered by the case's worker.
