@@ -81,11 +81,11 @@ pub fn render_gate(report: &GateReport) -> String {
     let confidence = percent(rule.confidence);
     let mut out = format!(
         "gate: run B {} against run A {}: a metric regressed when B is worse by more than \
-         {} (p50, p99) or {} points (error share) and the {confidence} % interval \
+         {} % (p50, p99) or {} points (error share) and the {confidence} % interval \
          ({} bootstrap replicates) excludes no change\n",
         report.b.run,
         report.a.run,
-        format!("{} %", percent(rule.tolerance)),
+        percent(rule.tolerance),
         percent(rule.error_tolerance),
         rule.replicates,
     );

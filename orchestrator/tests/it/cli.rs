@@ -514,7 +514,8 @@ fn the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run() {
         let scenario = write(scratch.path(), &format!("{name}.toml"), &toml);
         let results = scratch.path().join(name);
         let (_, run_dir) = run_ok_with(scratch.path(), &scenario, &results, &["--no-traces"]);
-        let v = &variants(&summary(&run_dir))[0];
+        let s = summary(&run_dir);
+        let v = &variants(&s)[0];
         assert!(
             u64_at(v, "/ok") >= 4000,
             "{name}: too few ok requests: {v:#}"
