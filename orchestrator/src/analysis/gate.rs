@@ -36,15 +36,14 @@ pub(crate) const SCHEMA: &str = "tailmesh.compare/v1";
 ///
 /// Chosen from run-to-run noise: `bench/gate-noise.sh` runs one scenario
 /// several times with one seed and prints, over all pairs of runs, the
-/// 95th percentile of |B/A - 1| for p50 and p99; the default is 1.5 times
-/// the larger of the two, rounded up to 5 %. On a 2-core machine busy with
-/// builds (load average 7.6), 4 runs of `scenarios/default.toml` cut to
-/// 5 s (1002 ok requests each) gave 18 % (p50) and 17 % (p99), hence 30 %.
+/// 95th percentile of max(B/A, A/B) - 1 for p50 and for p99; the default
+/// is 1.5 times the larger of the two, rounded up to 5 %. Provisional: on
+/// a 2-core machine busy with builds (load average 7.6), 4 runs of
+/// `scenarios/default.toml` cut to 5 s (1002 ok requests each) had p50 from
+/// 2.30 to 2.73 ms (18 %) and p99 from 42.8 to 51.4 ms (20 %), hence 35 %.
 /// A quiet machine's measurement over 10 runs of 10 s may lower it.
-pub const DEFAULT_TOLERANCE: f64 = 0.30;
+pub const DEFAULT_TOLERANCE: f64 = 0.35;
 
-/// How many points (a share, 0.005 = 0.5 %) B's error share may exceed
-/// A's before the gate fails, by default.
 pub const DEFAULT_ERROR_TOLERANCE: f64 = 0.005;
 
 /// The two-sided confidence of the intervals.
@@ -60,7 +59,7 @@ pub(crate) const MIN_OK: u64 = 1000;
 /// What the gate decides by.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GateRule {
-    /// How much slower (a fraction: 0.3 = 30 %) p50 or p99 may get.
+    /// How much slower (a fraction: 0.35 = 35 %) p50 or p99 may get.
     pub tolerance: f64,
     /// How many points (a share: 0.005 = 0.5 %) the error share may rise.
     pub error_tolerance: f64,
@@ -661,14 +660,21 @@ mod tests {
 
     #[test]
     fn a_change_beyond_tolerance_that_chance_explains_passes() {
-        // 1000 ok requests and a p99 resting on 10 of them: 30 % more is
-        // within the noise of the 10 slowest.
-        let a = run(1000, 2000.0, 0, 1);
-        let b = run(1000, 2000.0, 0, 3);
-        let report = judged(&a, &b);
+        // 150 ok requests each (the floor lowered for the test): p99 rests
+        // on the two slowest, so B's 50 % slower law, beyond the
+        // tolerance, is still within what chance explains.
+        let rule = GateRule {
+            min_ok: 100,
+            ..GateRule::default()
+        };
+        let a = run(150, 2000.0, 0, 1);
+        let b = run(150, 3000.0, 0, 2);
+        let report = gate(&a, "a", &b, "b", &rule);
         let p99 = report.variants[0].metrics.p99.as_ref().expect("judged");
-        assert!(p99.interval[0] < 0.0 && p99.interval[1] > 0.0, "{p99:?}");
+        assert!(p99.change > rule.tolerance, "{p99:?}");
+        assert!(p99.interval[0] <= 0.0, "{p99:?}");
         assert!(!p99.regressed);
+        assert_ne!(report.verdict, GateVerdict::Regressed, "{report:#?}");
     }
 
     #[test]
