@@ -150,7 +150,9 @@ pub struct GateReport {
     pub rule: GateRule,
     /// Every variant both runs hold, in B's order.
     pub variants: Vec<VariantGate>,
-    /// Why the comparison is inconclusive, when it is (empty otherwise).
+    /// Why the comparison, or a part of it, cannot tell: about the runs
+    /// (the verdict is then inconclusive), then about each variant (empty
+    /// when everything was judged).
     pub reasons: Vec<String>,
     /// What was left out: variants only one run holds.
     pub notes: Vec<String>,

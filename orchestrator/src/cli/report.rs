@@ -99,7 +99,9 @@ pub(crate) fn compare(args: CompareArgs) -> Result<(), CliError> {
     let text = format!("{table}{}", output::render_gate(&report));
     match args.json.as_deref() {
         Some(path) if path == Path::new("-") => {
-            console::out_text(&output::comparison_json(&report));
+            let json = output::comparison_json(&report)
+                .context("the gate's decision could not be put as JSON")?;
+            console::out_text(&json);
             console::err(format_args!("{}", text.trim_end()));
         }
         Some(path) => {

@@ -17,18 +17,18 @@ pub fn write_summary(path: &Path, summary: &Summary) -> Result<(), OutputError> 
 }
 
 /// The gate's report as pretty-printed JSON with a final newline.
-pub fn comparison_json(report: &GateReport) -> String {
-    // A GateReport holds strings, numbers and bools only.
-    let mut text = serde_json::to_string_pretty(report).unwrap_or_default();
+pub fn comparison_json(report: &GateReport) -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(report)?;
     text.push('\n');
-    text
+    Ok(text)
 }
 
 /// Writes the gate's report to `path` as [`comparison_json`], whole or not
 /// at all.
 pub fn write_comparison(path: &Path, report: &GateReport) -> Result<(), OutputError> {
     super::write_atomically(path, |out| {
-        out.write_all(comparison_json(report).as_bytes())
+        serde_json::to_writer_pretty(&mut *out, report)?;
+        out.write_all(b"\n")
     })
 }
 
