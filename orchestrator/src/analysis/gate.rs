@@ -223,8 +223,18 @@ pub struct MetricGate {
     pub interval: [f64; 2],
     /// `change` is beyond the tolerance and `interval` excludes 0.
     pub regressed: bool,
-    /// The same, the other way: B is better beyond the tolerance.
+    /// The same, the other way: B better beyond the tolerance (for "us",
+    /// A / B - 1 beyond it, so that 2x faster mirrors 2x slower) and the
+    /// interval's high end below 0.
     pub improved: bool,
+}
+
+impl MetricGate {
+    /// Whether the change, either way, is beyond `tolerance` (on the
+    /// scale of [`MetricGate::improved`] when B is better).
+    pub fn beyond(&self, tolerance: f64) -> bool {
+        self.change > tolerance || better_by(&self.unit, self.change) > tolerance
+    }
 }
 
 /// Compares run `b` with the baseline `a` (labelled by their folders)
@@ -474,7 +484,17 @@ fn judge(
         change,
         interval,
         regressed: change > tolerance && interval[0] > 0.0,
-        improved: change < -tolerance && interval[1] < 0.0,
+        improved: better_by(unit, change) > tolerance && interval[1] < 0.0,
+    }
+}
+
+/// How much better a change is, on the tolerance's scale: A / B - 1 for a
+/// relative change (B / A - 1), minus the change in points for a share.
+fn better_by(unit: &str, change: f64) -> f64 {
+    if unit == "us" {
+        1.0 / (1.0 + change).max(f64::MIN_POSITIVE) - 1.0
+    } else {
+        -change
     }
 }
 
@@ -637,6 +657,15 @@ mod tests {
         assert_eq!(back.verdict, GateVerdict::Pass);
         let p99 = back.variants[0].metrics.p99.as_ref().expect("p99 judged");
         assert!(p99.improved && !p99.regressed, "{p99:?}");
+        // Three times faster mirrors three times slower: improved beyond a
+        // 100 % tolerance too, though its change is above -100 %.
+        let wide = GateRule {
+            tolerance: 1.0,
+            ..GateRule::default()
+        };
+        let back = gate(&b, "b", &a, "a", &wide);
+        let p99 = back.variants[0].metrics.p99.as_ref().expect("p99 judged");
+        assert!(p99.improved && p99.change > -1.0, "{p99:?}");
     }
 
     #[test]

@@ -182,7 +182,7 @@ fn metric_line(
         format!("regressed, beyond the {tolerance} tolerance")
     } else if m.improved {
         format!("improved, beyond the {tolerance} tolerance")
-    } else if m.change.abs() > tolerance_value && !excludes_no_change {
+    } else if m.beyond(tolerance_value) && !excludes_no_change {
         format!("beyond the {tolerance} tolerance, but the interval includes no change")
     } else {
         format!("within the {tolerance} tolerance")
