@@ -487,18 +487,19 @@ work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
     assert_eq!(requests_csv(&run_dir).len() as u64, u64_at(v, "/sent"));
 }
 
-/// Two hops whose sleeps make up most of the latency, tens of
-/// milliseconds (so a busy machine's stalls of a few tens of milliseconds
-/// move p50 and p99 little), 4000 measured requests; `BACK` is the second
-/// hop's mean work.
+/// Two hops whose sleeps make up most of the latency, p50 about 35 ms and
+/// p99 about 230 ms (a loaded machine's stalls add tens of milliseconds,
+/// at times over a hundred, to both: on a scale this long they move the
+/// ratios the gate judges less), 4000 measured requests; `BACK` is the
+/// second hop's mean work.
 const GATE: &str = r#"
 name = "gate"
 seed = 11
 [load]
 mode = "open"
-rate = 400
+rate = 250
 arrivals = "uniform"
-duration = "10s"
+duration = "16s"
 warmup = "1s"
 timeout = "5s"
 [[hop]]
@@ -511,6 +512,14 @@ work = { kind = "sleep", dist = "exp", mean = "BACK" }
 
 fn the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run() {
     let scratch = Scratch::new();
+    // A run's folder by the first folder under the scratch one: a, b, slow.
+    let file_name = |p: &Path| {
+        let relative = p.strip_prefix(scratch.path()).unwrap_or(p);
+        let first = relative.components().next();
+        first.map_or_else(String::new, |c| {
+            c.as_os_str().to_string_lossy().into_owned()
+        })
+    };
     let run = |name: &str, back: &str| -> PathBuf {
         let toml = GATE.replace("BACK", back);
         let scenario = write(scratch.path(), &format!("{name}.toml"), &toml);
@@ -524,14 +533,15 @@ fn the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run() {
         );
         run_dir
     };
-    let a = run("a", "20ms");
-    let b = run("b", "20ms");
+    let a = run("a", "50ms");
+    let b = run("b", "50ms");
     // The hop that holds most of the latency, five times slower: p50 and
-    // p99 about four times A's. The tolerance, 100 % (the default is far
-    // tighter), sits a factor of 2 from both: a loaded machine must double
-    // the same-seed pair's p50 or p99 to fail it, or halve the slowed
-    // run's change to pass that.
-    let slow = run("slow", "100ms");
+    // p99 about 4.5 times A's. The tolerance, 100 % (the default is far
+    // tighter), sits a factor of 2 or more from both: a loaded machine must
+    // double the same-seed pair's p50 or p99 to fail it (they moved under
+    // 10 % on a 2-core machine at load 4), or take the slowed run's p50 and
+    // p99 from 4.5 to 2 times A's to pass that.
+    let slow = run("slow", "250ms");
     let gate = |x: &Path, y: &Path, extra: &[&str]| {
         let mut args = vec![
             "compare",
@@ -542,7 +552,13 @@ fn the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run() {
             "100%",
         ];
         args.extend_from_slice(extra);
-        tailmesh(scratch.path(), &args)
+        let finished = tailmesh(scratch.path(), &args);
+        // The judged lines, for the margins on this machine in the log.
+        let text = format!("{}{}", finished.stdout, finished.stderr);
+        for line in text.lines().filter(|l| l.starts_with("base: p")) {
+            eprintln!("gate {} -> {}: {line}", file_name(x), file_name(y));
+        }
+        finished
     };
 
     let same = gate(&a, &b, &[]);
@@ -600,5 +616,22 @@ fn the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run() {
         back.stderr.trim_end().ends_with("gate: pass"),
         "{}",
         back.output()
+    );
+
+    // A run of another seed (A's files with the seed changed) cannot tell:
+    // its injected faults would differ.
+    let other = scratch.path().join("other-seed");
+    std::fs::create_dir(&other).expect("a folder for it");
+    std::fs::copy(a.join("requests.csv"), other.join("requests.csv")).expect("copy the rows");
+    let mut s = summary(&a);
+    s["scenario"]["seed"] = Value::from(12);
+    std::fs::write(other.join("summary.json"), s.to_string()).expect("write its summary");
+    let reseeded = gate(&a, &other, &[]);
+    assert_eq!(reseeded.code(), Some(4), "{}", reseeded.output());
+    assert!(
+        reseeded.stderr.contains("different seeds (11 and 12)")
+            && reseeded.stdout.trim_end().ends_with("gate: inconclusive"),
+        "{}",
+        reseeded.output()
     );
 }
