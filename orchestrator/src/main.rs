@@ -50,7 +50,8 @@ enum Command {
     Broker(cli::serve::BrokerArgs),
     /// Redraw a run's report.html from its summary.json and requests.csv.
     Report(cli::report::ReportArgs),
-    /// Put two runs side by side.
+    /// Put two runs side by side; with --gate, fail when the second
+    /// regressed against the first.
     Compare(cli::report::CompareArgs),
     /// Serve a userspace delay line on NFQUEUE (started by the netns
     /// launcher inside a replica's namespace on kernels without netem).

@@ -16,10 +16,12 @@
 //!   `VariantAccumulator`.
 //! - `summary`: the whole run -> [`Summary`] (summary.json's shape).
 //! - `sweep`: a swept scenario's table and compounding curve.
+//! - `gate`: `compare --gate`, run B against run A with bootstrap intervals.
 
 pub(crate) mod attribution;
 pub(crate) mod broker;
 pub(crate) mod compounding;
+pub(crate) mod gate;
 pub(crate) mod instrument;
 pub(crate) mod intervals;
 pub(crate) mod observer;
@@ -33,6 +35,10 @@ pub(crate) mod verdict;
 pub(crate) mod testing;
 
 pub use broker::BrokerTopicStats;
+pub use gate::{
+    DEFAULT_ERROR_TOLERANCE, DEFAULT_REPLICATES, DEFAULT_TOLERANCE, GateReport, GateRule,
+    GateVerdict, MetricGate, VariantGate, gate,
+};
 pub use instrument::InstrumentReport;
 pub use intervals::{IntervalSeries, IntervalStats};
 pub use observer::ObserverReport;

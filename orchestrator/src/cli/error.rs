@@ -1,7 +1,8 @@
 //! How a command ends other than in success, and the one place that turns
 //! that into what the user reads and the process's exit status: 0 done,
 //! 1 the command could not be done, 2 a bad scenario or bad flags, 3 a
-//! check failed, 4 a check was inconclusive, 130 interrupted.
+//! check failed (or `compare --gate` found a regression), 4 a check was
+//! inconclusive, 130 interrupted.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -57,9 +58,16 @@ pub(crate) enum CliError {
         /// `[check] max_error_rate` allows: its share and the limit.
         too_many_errors: Vec<String>,
     },
+    /// `tailmesh compare --gate`: run B regressed against run A.
+    Regressed {
+        /// Each regressed metric as `variant metric` ("base p99").
+        metrics: Vec<String>,
+    },
     /// `tailmesh run --check`: no check failed, but a compounding verdict
     /// was inconclusive (too few requests, or the instrument: the load
-    /// generator, unexplained slowness, a busy machine).
+    /// generator, unexplained slowness, a busy machine). `tailmesh compare
+    /// --gate`: nothing regressed, but the runs cannot tell (different
+    /// scenarios or seeds, an interrupted run, too few ok requests).
     CheckInconclusive {
         /// One line per inconclusive variant: its name and the reason.
         reasons: Vec<String>,
@@ -78,7 +86,7 @@ impl CliError {
             | CliError::Invalid
             | CliError::Undeployable { .. }
             | CliError::Health(HealthError::Addr(_)) => 2,
-            CliError::CheckFailed { .. } => 3,
+            CliError::CheckFailed { .. } | CliError::Regressed { .. } => 3,
             CliError::CheckInconclusive { .. } => 4,
             CliError::Interrupted => 130,
             CliError::Health(_)
@@ -122,6 +130,9 @@ impl CliError {
                 for line in too_many_errors {
                     tell!("tailmesh: {line}");
                 }
+            }
+            CliError::Regressed { metrics } => {
+                tell!("tailmesh: regressed: {}", metrics.join(", "));
             }
             CliError::CheckInconclusive { reasons } => {
                 tell!("tailmesh: check inconclusive");

@@ -1,10 +1,12 @@
 //! `tailmesh compare <run-a> <run-b>`: two runs side by side, and for each
-//! variant they share, run b's numbers as multiples of run a's.
+//! variant they share, run b's numbers as multiples of run a's; with
+//! `--gate`, the gate's decision for people (its JSON is
+//! [`GateReport`]'s serde form).
 
 use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 
 use super::table::format_us;
-use crate::analysis::{Summary, VariantReport};
+use crate::analysis::{GateReport, GateVerdict, MetricGate, Summary, VariantReport};
 
 /// Renders the comparison of run `a` (labelled `a_label`) with run `b`.
 pub fn render_comparison(a: &Summary, a_label: &str, b: &Summary, b_label: &str) -> String {
@@ -70,6 +72,149 @@ fn ratio_line(a: &VariantReport, b: &VariantReport, a_label: &str, b_label: &str
     )
 }
 
+/// The gate's decision for people: the rule, a line per metric of every
+/// variant compared (what it was, what it became, the change with its
+/// interval, and what the rule makes of it), the reasons and notes, and
+/// last `gate: pass`, `gate: regressed` or `gate: inconclusive`.
+pub fn render_gate(report: &GateReport) -> String {
+    let rule = &report.rule;
+    let confidence = percent(rule.confidence);
+    let mut out = format!(
+        "gate: run B {} against run A {}: a metric regressed when B is worse by more than \
+         {} % (p50, p99) or {} points (error share) and the {confidence} % interval \
+         ({} bootstrap replicates) excludes no change\n",
+        report.b.run,
+        report.a.run,
+        percent(rule.tolerance),
+        percent(rule.error_tolerance),
+        rule.replicates,
+    );
+    for v in &report.variants {
+        for (name, m) in v.metrics.named() {
+            out.push_str(&format!(
+                "{}: {}\n",
+                v.name,
+                metric_line(name, m, rule, &confidence)
+            ));
+        }
+    }
+    for reason in &report.reasons {
+        out.push_str(&format!("inconclusive: {reason}\n"));
+    }
+    for note in &report.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    let regressed: Vec<String> = regressed_metrics(report);
+    match report.verdict {
+        GateVerdict::Regressed => {
+            out.push_str(&format!("gate: regressed ({})\n", regressed.join(", ")));
+        }
+        verdict => out.push_str(&format!("gate: {}\n", verdict.as_str())),
+    }
+    out
+}
+
+/// `variant metric` for every metric that regressed, in report order.
+pub fn regressed_metrics(report: &GateReport) -> Vec<String> {
+    report
+        .variants
+        .iter()
+        .flat_map(|v| {
+            v.metrics
+                .named()
+                .filter(|(_, m)| m.regressed)
+                .map(|(name, _)| format!("{} {}", v.name, label(name)))
+        })
+        .collect()
+}
+
+fn label(metric: &str) -> &str {
+    if metric == "error_share" {
+        "error share"
+    } else {
+        metric
+    }
+}
+
+/// `p99 12.10ms -> 15.90ms (+31 %, 95 % interval +22 % to +41 %): regressed`
+/// (the error share in % and its change in points).
+fn metric_line(
+    name: &str,
+    m: &MetricGate,
+    rule: &crate::analysis::GateRule,
+    confidence: &str,
+) -> String {
+    let latency = m.unit == "us";
+    let (tolerance, values, change, interval) = if latency {
+        (
+            format!("{} %", percent(rule.tolerance)),
+            format!(
+                "{} -> {}",
+                format_us(m.a.round() as u64),
+                format_us(m.b.round() as u64)
+            ),
+            format!("{} %", signed_percent(m.change)),
+            format!(
+                "{} % to {} %",
+                signed_percent(m.interval[0]),
+                signed_percent(m.interval[1])
+            ),
+        )
+    } else {
+        (
+            format!("{} points", percent(rule.error_tolerance)),
+            format!("{} % -> {} %", percent(m.a), percent(m.b)),
+            format!("{} points", signed_percent(m.change)),
+            format!(
+                "{} to {}",
+                signed_percent(m.interval[0]),
+                signed_percent(m.interval[1])
+            ),
+        )
+    };
+    let excludes_no_change = m.interval[0] > 0.0 || m.interval[1] < 0.0;
+    let tolerance_value = if latency {
+        rule.tolerance
+    } else {
+        rule.error_tolerance
+    };
+    let judgement = if m.regressed {
+        format!("regressed, beyond the {tolerance} tolerance")
+    } else if m.improved {
+        format!("improved, beyond the {tolerance} tolerance")
+    } else if m.beyond(tolerance_value) && !excludes_no_change {
+        format!("beyond the {tolerance} tolerance, but the interval includes no change")
+    } else {
+        format!("within the {tolerance} tolerance")
+    };
+    format!(
+        "{} {values} ({change}, {confidence} % interval {interval}): {judgement}",
+        label(name)
+    )
+}
+
+/// A fraction as a percentage: 0.2 -> "20", 0.005 -> "0.5", 0.00123 ->
+/// "0.12".
+fn percent(x: f64) -> String {
+    let p = x * 100.0;
+    let text = if p != 0.0 && p.abs() < 1.0 {
+        format!("{p:.2}")
+    } else {
+        format!("{p:.1}")
+    };
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// [`percent`] with its sign: "+31", "-4.5", "+0".
+fn signed_percent(x: f64) -> String {
+    let p = percent(x);
+    if p.starts_with('-') {
+        p
+    } else {
+        format!("+{p}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +233,73 @@ mod tests {
         assert_eq!(text.matches("chain3").count(), 2, "{text}");
         b.variants[0].name = "other".into();
         assert!(render_comparison(&a, "old", &b, "new").contains("nothing to put side by side"));
+    }
+
+    #[test]
+    fn the_gate_says_what_regressed_by_how_much_and_its_verdict_last() {
+        use crate::analysis::{GateRule, gate};
+        let a = summary();
+        let mut b = summary();
+        let slower: Vec<u64> = a.variants[0]
+            .latency_histogram
+            .iter_recorded()
+            .flat_map(|s| {
+                std::iter::repeat_n(s.value_iterated_to() * 3, s.count_at_value() as usize)
+            })
+            .collect();
+        let mut h = crate::analysis::stats::new_histogram();
+        for v in slower {
+            crate::analysis::stats::record_us(&mut h, v);
+        }
+        b.variants[0].latency_histogram = h;
+        let rule = GateRule {
+            min_ok: 1,
+            ..GateRule::default()
+        };
+        let text = render_gate(&gate(&a, "runs/a", &b, "runs/b", &rule));
+        assert!(
+            text.starts_with("gate: run B runs/b against run A runs/a: "),
+            "{text}"
+        );
+        let tolerance = percent(rule.tolerance);
+        assert!(
+            text.contains(&format!(
+                "worse by more than {tolerance} % (p50, p99) or 0.5 points (error share)"
+            )),
+            "{text}"
+        );
+        let p99 = text
+            .lines()
+            .find(|l| l.starts_with("base: p99 "))
+            .expect("a p99 line");
+        assert!(
+            p99.contains("(+200")
+                && p99.contains(" %, 95 % interval +")
+                && p99.ends_with(&format!("regressed, beyond the {tolerance} % tolerance")),
+            "{p99}"
+        );
+        assert!(
+            text.contains("base: error share 0.99 % -> 0.99 % (+0 points, 95 % interval -"),
+            "{text}"
+        );
+        assert!(text.contains("within the 0.5 points tolerance"), "{text}");
+        assert_eq!(
+            text.lines().last(),
+            Some("gate: regressed (base p50, base p99)"),
+            "{text}"
+        );
+        let same = render_gate(&gate(&a, "runs/a", &a, "runs/a", &rule));
+        assert_eq!(same.lines().last(), Some("gate: pass"), "{same}");
+        assert!(!same.contains("regressed,"), "{same}");
+    }
+
+    #[test]
+    fn percentages_keep_the_digits_that_matter() {
+        assert_eq!(percent(0.2), "20");
+        assert_eq!(percent(0.005), "0.5");
+        assert_eq!(percent(0.00123), "0.12");
+        assert_eq!(percent(0.315), "31.5");
+        assert_eq!(signed_percent(0.0), "+0");
+        assert_eq!(signed_percent(-0.045), "-4.5");
     }
 }

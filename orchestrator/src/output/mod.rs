@@ -29,14 +29,14 @@ use std::{
 };
 
 pub use bars::render_histogram;
-pub use compare::render_comparison;
+pub use compare::{regressed_metrics, render_comparison, render_gate};
 pub use csv::{
     CSV_HEADER, CSV_VERSION, RequestsSpool, RequestsWriter, for_each_request, read_requests_csv,
     write_requests_csv,
 };
 pub use files::{RunData, RunFile, TRACES_FILE, describe, run_files, write_run};
 pub use hgrm::{format_percentile_distribution, write_hgrm};
-pub use json::write_summary;
+pub use json::{comparison_json, write_comparison, write_summary};
 pub use report::{render_report, write_report};
 pub use table::{render_files, render_legend, render_table};
 

@@ -1,7 +1,8 @@
 //! The command line as a new user meets it: what the terminal says at the
 //! end of a run, output into a pipe that closes early, a results folder
 //! that cannot take the files (before the run, at its end, or filling up
-//! during it), and Ctrl-C pressed twice.
+//! during it), Ctrl-C pressed twice, and `compare --gate` as a CI
+//! pipeline runs it.
 
 use std::{
     path::{Path, PathBuf},
@@ -27,6 +28,7 @@ tests! {
     sync a_run_whose_output_cannot_fit_is_refused_before_anything_starts,
     sync a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once,
     sync a_second_ctrl_c_gives_up_the_closed_loops_requests_in_flight_too,
+    sync the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run,
 }
 
 /// A run of about 0.2 s through one hop.
@@ -483,4 +485,153 @@ work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
     );
     assert_eq!(v.pointer("/accounted"), Some(&Value::Bool(true)), "{v:#}");
     assert_eq!(requests_csv(&run_dir).len() as u64, u64_at(v, "/sent"));
+}
+
+/// Two hops whose sleeps make up most of the latency, p50 about 35 ms and
+/// p99 about 230 ms (a loaded machine's stalls add tens of milliseconds,
+/// at times over a hundred, to both: on a scale this long they move the
+/// ratios the gate judges less), 4000 measured requests; `BACK` is the
+/// second hop's mean work.
+const GATE: &str = r#"
+name = "gate"
+seed = 11
+[load]
+mode = "open"
+rate = 250
+arrivals = "uniform"
+duration = "16s"
+warmup = "1s"
+timeout = "5s"
+[[hop]]
+name = "front"
+work = { kind = "sleep", dist = "exp", mean = "1ms" }
+[[hop]]
+name = "back"
+work = { kind = "sleep", dist = "exp", mean = "BACK" }
+"#;
+
+fn the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run() {
+    let scratch = Scratch::new();
+    // A run's folder by the first folder under the scratch one: a, b, slow.
+    let file_name = |p: &Path| {
+        let relative = p.strip_prefix(scratch.path()).unwrap_or(p);
+        let first = relative.components().next();
+        first.map_or_else(String::new, |c| {
+            c.as_os_str().to_string_lossy().into_owned()
+        })
+    };
+    let run = |name: &str, back: &str| -> PathBuf {
+        let toml = GATE.replace("BACK", back);
+        let scenario = write(scratch.path(), &format!("{name}.toml"), &toml);
+        let results = scratch.path().join(name);
+        let (_, run_dir) = run_ok_with(scratch.path(), &scenario, &results, &["--no-traces"]);
+        let s = summary(&run_dir);
+        let v = &variants(&s)[0];
+        assert!(
+            u64_at(v, "/ok") >= 4000,
+            "{name}: too few ok requests: {v:#}"
+        );
+        run_dir
+    };
+    let a = run("a", "50ms");
+    let b = run("b", "50ms");
+    // The hop that holds most of the latency, five times slower: p50 and
+    // p99 about 4.5 times A's. The tolerance, 100 % (the default is far
+    // tighter), sits a factor of 2 or more from both: a loaded machine must
+    // double the same-seed pair's p50 or p99 to fail it (they moved under
+    // 10 % on a 2-core machine at load 4), or take the slowed run's p50 and
+    // p99 from 4.5 to 2 times A's to pass that.
+    let slow = run("slow", "250ms");
+    let gate = |x: &Path, y: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "compare",
+            path_str(x),
+            path_str(y),
+            "--gate",
+            "--tolerance",
+            "100%",
+        ];
+        args.extend_from_slice(extra);
+        let finished = tailmesh(scratch.path(), &args);
+        // The judged lines, for the margins on this machine in the log.
+        let text = format!("{}{}", finished.stdout, finished.stderr);
+        for line in text.lines().filter(|l| l.starts_with("base: p")) {
+            eprintln!("gate {} -> {}: {line}", file_name(x), file_name(y));
+        }
+        finished
+    };
+
+    let same = gate(&a, &b, &[]);
+    assert_eq!(same.code(), Some(0), "{}", same.output());
+    assert_eq!(
+        same.stdout.trim_end().lines().last(),
+        Some("gate: pass"),
+        "{}",
+        same.output()
+    );
+    for metric in ["p50", "p99", "error share"] {
+        let line = same
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("base: {metric} ")))
+            .unwrap_or_else(|| panic!("no {metric} line:\n{}", same.output()));
+        assert!(
+            line.ends_with("tolerance") && !line.contains("regressed"),
+            "{line}"
+        );
+    }
+
+    let json = scratch.path().join("gate.json");
+    let slowed = gate(&a, &slow, &["--json", path_str(&json)]);
+    assert_eq!(slowed.code(), Some(3), "{}", slowed.output());
+    assert!(
+        slowed.stderr.contains("tailmesh: regressed: ") && slowed.stderr.contains("base p99"),
+        "{}",
+        slowed.output()
+    );
+    let report: Value = serde_json::from_str(&read_lossy(&json)).expect("the gate's JSON parses");
+    assert_eq!(report["schema"], "tailmesh.compare/v1");
+    assert_eq!(report["verdict"], "regressed");
+    let p99 = &report["variants"][0]["metrics"]["p99"];
+    assert_eq!(p99["regressed"], true, "{report:#}");
+    let low = p99["interval"][0].as_f64().expect("an interval");
+    assert!(
+        low > 1.0,
+        "the interval should clear the tolerance: {report:#}"
+    );
+    assert!(
+        p99["b"].as_f64() > p99["a"].as_f64(),
+        "B's p99 above A's: {report:#}"
+    );
+
+    // The other way round the slowed run is the baseline: an improvement,
+    // which passes; the JSON goes to standard output, the text to standard
+    // error.
+    let back = gate(&slow, &a, &["--json", "-"]);
+    assert_eq!(back.code(), Some(0), "{}", back.output());
+    let report: Value = serde_json::from_str(&back.stdout).expect("JSON on standard output");
+    assert_eq!(report["verdict"], "pass");
+    assert_eq!(report["variants"][0]["metrics"]["p99"]["improved"], true);
+    assert!(
+        back.stderr.trim_end().ends_with("gate: pass"),
+        "{}",
+        back.output()
+    );
+
+    // A run of another seed (A's files with the seed changed) cannot tell:
+    // its injected faults would differ.
+    let other = scratch.path().join("other-seed");
+    std::fs::create_dir(&other).expect("a folder for it");
+    std::fs::copy(a.join("requests.csv"), other.join("requests.csv")).expect("copy the rows");
+    let mut s = summary(&a);
+    s["scenario"]["seed"] = Value::from(12);
+    std::fs::write(other.join("summary.json"), s.to_string()).expect("write its summary");
+    let reseeded = gate(&a, &other, &[]);
+    assert_eq!(reseeded.code(), Some(4), "{}", reseeded.output());
+    assert!(
+        reseeded.stderr.contains("different seeds (11 and 12)")
+            && reseeded.stdout.trim_end().ends_with("gate: inconclusive"),
+        "{}",
+        reseeded.output()
+    );
 }
