@@ -161,6 +161,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         tracer,
         interrupts: stop.clone(),
     });
+    sink.measuring_from(std::time::SystemTime::now() - shared.origin.elapsed() + load.warmup);
     let watch = selfwatch::Watch::start();
     // Each request's deadline would otherwise wake the runtime's driver.
     let _anchor = tailmesh_services::timer::keep_timer_armed();

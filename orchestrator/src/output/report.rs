@@ -956,7 +956,7 @@ mod tests {
 
     /// `v` with its intervals rebuilt from `records`.
     fn with(records: &[RequestRecord], mut v: VariantReport) -> VariantReport {
-        let mut rebuild = crate::analysis::Rebuild::new();
+        let mut rebuild = crate::analysis::Rebuild::new(&v);
         for r in records {
             rebuild.record(r);
         }
