@@ -349,9 +349,7 @@ fn stop_on_lost(
         if let Ok(mut lost) = lost.lock() {
             lost.push((
                 variants.saturating_sub(1),
-                format!(
-                    "{e}: the results disk filled; sending stopped early, {file} is absent"
-                ),
+                format!("{e}: the results disk filled; sending stopped early, {file} is absent"),
             ));
         }
         halt.send_if_modified(|n| {

@@ -219,8 +219,10 @@ impl LatencyIntervals {
         if k > self.first && !self.ended {
             let e = self.earliest_start.entry(k).or_insert(r.start);
             *e = (*e).min(r.start);
-            self.earliest_after_first =
-                Some(self.earliest_after_first.map_or(r.start, |s| s.min(r.start)));
+            self.earliest_after_first = Some(
+                self.earliest_after_first
+                    .map_or(r.start, |s| s.min(r.start)),
+            );
         }
         while self
             .earliest_after_first
@@ -388,7 +390,11 @@ impl LatencySeries {
             p50_us: q(0.5),
             p99_us: q(0.99),
             p99_9_us: q(0.999),
-            max_us: if self.acc.is_empty() { 0 } else { self.acc.max() },
+            max_us: if self.acc.is_empty() {
+                0
+            } else {
+                self.acc.max()
+            },
         });
         self.acc.reset();
         (self.merged, self.ok, self.failed) = (0, 0, 0);
@@ -526,7 +532,10 @@ mod tests {
             start: ms(intended_ms + late_ms),
             end: ms(intended_ms + late_ms + took_ms),
             outcome: Outcome::Ok,
-            path: vec![hop_record("b", 0, 300, false), hop_record("a", 0, 800, false)],
+            path: vec![
+                hop_record("b", 0, 300, false),
+                hop_record("a", 0, 800, false),
+            ],
             extra_attempts: 0,
         }
     }
@@ -556,18 +565,19 @@ mod tests {
         // late (at 1.2 s) and takes 0.9 s: it ends at 2.1 s, after requests
         // meant for 1.0-1.5 s ended, and after one that ended at 2.05 s.
         let records = [
-            ok(0, 100, 0, 10),   // ends 0.11
-            ok(2, 1000, 0, 10),  // ends 1.01: interval 1's first record
-            ok(3, 1500, 0, 500), // ends 2.0
-            ok(4, 1100, 0, 950), // ends 2.05
+            ok(0, 100, 0, 10),    // ends 0.11
+            ok(2, 1000, 0, 10),   // ends 1.01: interval 1's first record
+            ok(3, 1500, 0, 500),  // ends 2.0
+            ok(4, 1100, 0, 950),  // ends 2.05
             ok(1, 900, 300, 900), // ends 2.1: interval 0's
-            ok(5, 2100, 0, 10),  // ends 2.11
-            ok(6, 2300, 0, 200), // ends 2.5: 1.0 + 1.25 <= 2.5, interval 0 closes
-            ok(7, 3400, 0, 10),  // ends 3.41: 2.1 + 1.25 <= 3.41, interval 1 closes
+            ok(5, 2100, 0, 10),   // ends 2.11
+            ok(6, 2300, 0, 200),  // ends 2.5: 1.0 + 1.25 <= 2.5, interval 0 closes
+            ok(7, 3400, 0, 10),   // ends 3.41: 2.1 + 1.25 <= 3.41, interval 1 closes
         ];
         let (li, closed) = feed(&records);
         assert_eq!(li.late(), 0);
-        let order: Vec<(usize, u64, u64)> = closed.iter().map(|(at, c)| (*at, c.index, c.ok)).collect();
+        let order: Vec<(usize, u64, u64)> =
+            closed.iter().map(|(at, c)| (*at, c.index, c.ok)).collect();
         // Interval 0 holds requests 0 and 1; it closed after record 6, the
         // first to end 1.25 s after the start of a request meant for 1 s.
         assert_eq!(order, [(6, 0, 2), (7, 1, 3)]);
@@ -575,7 +585,10 @@ mod tests {
         assert_eq!(e2e(&closed[0].1), 2);
         // Closing on `end` alone (interval 0 as soon as a record ends past
         // 1 s) would have lost request 1 to a later interval.
-        assert_eq!(closed[0].1.hists.as_ref().map(|h| h.e2e.max()), Some(1_200_127));
+        assert_eq!(
+            closed[0].1.hists.as_ref().map(|h| h.e2e.max()),
+            Some(1_200_127)
+        );
     }
 
     #[test]
@@ -609,8 +622,16 @@ mod tests {
             closed.push(c);
         }
         assert_eq!(closed.len(), 3);
-        let e2e: u64 = closed.iter().filter_map(|c| c.hists.as_ref()).map(|h| h.e2e.len()).sum();
-        let hop_a: u64 = closed.iter().filter_map(|c| c.hists.as_ref()).map(|h| h.hops[0].len()).sum();
+        let e2e: u64 = closed
+            .iter()
+            .filter_map(|c| c.hists.as_ref())
+            .map(|h| h.e2e.len())
+            .sum();
+        let hop_a: u64 = closed
+            .iter()
+            .filter_map(|c| c.hists.as_ref())
+            .map(|h| h.hops[0].len())
+            .sum();
         let ok: u64 = closed.iter().map(|c| c.ok).sum();
         assert_eq!((e2e, hop_a, ok), (2940, 2940, 2940));
         assert!(closed.iter().all(|c| c.errors == 10 && c.timeouts == 10));
@@ -618,7 +639,11 @@ mod tests {
         assert_eq!(closed[0].hists.as_ref().map(|h| h.hops[0].max()), Some(800));
         let tail = over.finish();
         assert_eq!((tail.intervals, tail.late), (3, 0));
-        let points: Vec<(f64, u64, u64)> = tail.points.iter().map(|p| (p.start_s, p.ok, p.failed)).collect();
+        let points: Vec<(f64, u64, u64)> = tail
+            .points
+            .iter()
+            .map(|p| (p.start_s, p.ok, p.failed))
+            .collect();
         assert_eq!(points, [(0.0, 980, 20), (1.0, 980, 20), (2.0, 980, 20)]);
         assert_eq!(tail.points[0].p50_us, 1_000);
     }
@@ -659,7 +684,11 @@ mod tests {
             }
         }
         // ceil(settle / width) + 2 sets at most: 1.25 s of 1 s intervals.
-        assert!(over.intervals.allocated <= 4, "{}", over.intervals.allocated);
+        assert!(
+            over.intervals.allocated <= 4,
+            "{}",
+            over.intervals.allocated
+        );
         assert!(held <= 4, "{held}");
         let tail = over.finish();
         assert_eq!((closed, tail.intervals, tail.late), (3600, 3600, 0));

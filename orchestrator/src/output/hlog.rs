@@ -283,7 +283,9 @@ fn write_variant(
         .map_err(OutputError::io(&file.path))
         .and_then(|f| {
             let mut out = BufWriter::new(f);
-            write_log(&mut out, &file.path, messages, back, variant, hops, &mut next)?;
+            write_log(
+                &mut out, &file.path, messages, back, variant, hops, &mut next,
+            )?;
             out.flush()
                 .and_then(|()| out.get_ref().sync_data())
                 .map_err(OutputError::io(&file.path))
@@ -349,7 +351,11 @@ fn write_log(
         ))
         .with_start_time(start)
         .with_base_time(start);
-    drop(header.begin_log_with(&mut *out, &mut serializer).map_err(io)?);
+    drop(
+        header
+            .begin_log_with(&mut *out, &mut serializer)
+            .map_err(io)?,
+    );
     out.write_all(LEGEND.as_bytes()).map_err(io)?;
     let mut log = IntervalLogWriterBuilder::new()
         .with_max_value_divisor(US_PER_MS)
@@ -434,7 +440,10 @@ mod tests {
                     start: intended,
                     end: intended + ms(1 + i % 7),
                     outcome: Outcome::Ok,
-                    path: vec![hop_record("b", 0, 300, false), hop_record("a", 0, 900, false)],
+                    path: vec![
+                        hop_record("b", 0, 300, false),
+                        hop_record("a", 0, 900, false),
+                    ],
                     extra_attempts: 0,
                 });
             }
@@ -460,7 +469,10 @@ mod tests {
             "renamed into place with the run's other files only"
         );
         assert_eq!(files[0].path(), path);
-        files.into_iter().try_for_each(HlogFile::finish).expect("renamed");
+        files
+            .into_iter()
+            .try_for_each(HlogFile::finish)
+            .expect("renamed");
         std::fs::read(&path).expect("the log")
     }
 
@@ -519,7 +531,13 @@ mod tests {
             assert!((lines[0].5 - *max as f64 / 1e3).abs() < 1e-3, "{lines:?}");
             assert_eq!(lines[1].4, 900);
         }
-        assert_eq!(seen.iter().filter(|l| l.0.is_none()).map(|l| l.3).sum::<u64>(), 600);
+        assert_eq!(
+            seen.iter()
+                .filter(|l| l.0.is_none())
+                .map(|l| l.3)
+                .sum::<u64>(),
+            600
+        );
     }
 
     #[test]

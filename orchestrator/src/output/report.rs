@@ -586,7 +586,11 @@ fn latency_over_time_section(variants: &[VariantReport]) -> String {
     );
     for v in variants {
         let id = format!("latency-over-time-{}", v.name);
-        out.push_str(&svg::line_chart(&latency_over_time_chart(v, &id, Vec::new())));
+        out.push_str(&svg::line_chart(&latency_over_time_chart(
+            v,
+            &id,
+            Vec::new(),
+        )));
     }
     out
 }
@@ -938,12 +942,17 @@ mod tests {
         // mixed_records: 2.5 s of requests in 1 s intervals, one slow in
         // ten at each hop.
         assert_eq!(
-            base.iter().map(|p| (p.start_s, p.ok)).take(3).collect::<Vec<_>>(),
+            base.iter()
+                .map(|p| (p.start_s, p.ok))
+                .take(3)
+                .collect::<Vec<_>>(),
             [(0.0, 400), (1.0, 400), (2.0, 200)]
         );
         let html = render_report(&s);
         for id in ["latency-over-time-base", "latency-over-time-pull"] {
-            let at = html.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no {id}"));
+            let at = html
+                .find(&format!("id=\"{id}\""))
+                .unwrap_or_else(|| panic!("no {id}"));
             let chart = &html[at..at + html[at..].find("</svg>").expect("closed")];
             for q in ["p50", "p99", "p99.9"] {
                 assert!(
@@ -957,7 +966,10 @@ mod tests {
         let p99 = series(&chart, "p99");
         assert_eq!(p99[0].0, 0.5);
         assert_eq!(p99[0].1, base[0].p99_us as f64);
-        assert!(base[0].p99_us > 20_000 && base[0].p50_us < 2_000, "{base:?}");
+        assert!(
+            base[0].p99_us > 20_000 && base[0].p50_us < 2_000,
+            "{base:?}"
+        );
         // The latency histograms came with the report.
         assert_eq!(s.variants[0].intervals_written, 20);
     }

@@ -1624,7 +1624,9 @@ fn the_report_interval_defaults_to_a_second_and_is_checked_against_the_run() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
         found[0].2.starts_with("variant \"short\"")
-            && found[0].2.contains("report.interval (5s) is longer than the run"),
+            && found[0]
+                .2
+                .contains("report.interval (5s) is longer than the run"),
         "{found:?}"
     );
 }
@@ -1644,9 +1646,10 @@ fn an_interval_whose_open_histograms_pass_the_budget_is_refused_with_the_shortes
     let (line, column, message) = &found[0];
     assert_eq!((*line, *column), (32, 12), "{message}");
     assert!(
-        message.starts_with(
-            "report.interval = 10ms with timeout 20s and 12 hops keeps up to "
-        ) && message.contains("MiB of interval histograms (at most 128 MiB); use an interval of at least "),
+        message.starts_with("report.interval = 10ms with timeout 20s and 12 hops keeps up to ")
+            && message.contains(
+                "MiB of interval histograms (at most 128 MiB); use an interval of at least "
+            ),
         "{message}"
     );
     // The interval it names fits; a millisecond less does not.

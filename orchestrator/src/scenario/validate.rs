@@ -16,9 +16,9 @@ use tailmesh_services::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop, Keep,
-    INTERVAL_GRACE, KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report,
-    Stop, Telemetry,
+    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop,
+    INTERVAL_GRACE, Keep, KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet,
+    Report, Stop, Telemetry,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -601,8 +601,8 @@ fn interval_memory(width: Duration, timeout: Duration, hops: usize) -> f64 {
 fn interval_set_bytes(timeout: Duration, hops: usize) -> f64 {
     let settle = timeout + INTERVAL_GRACE;
     let max_us = u64::try_from(settle.as_micros()).unwrap_or(u64::MAX).max(2);
-    let counts = hdrhistogram::Histogram::<u32>::new_with_max(max_us, 3)
-        .map_or(0, |h| h.distinct_values());
+    let counts =
+        hdrhistogram::Histogram::<u32>::new_with_max(max_us, 3).map_or(0, |h| h.distinct_values());
     (hops as f64 + 1.0) * counts as f64 * 4.0
 }
 

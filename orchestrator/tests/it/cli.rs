@@ -556,7 +556,11 @@ interval = "250ms"
         .and_then(Value::as_f64)
         .expect("measured_s");
     assert_eq!(untagged.len() as u64, u64_at(v, "/intervals_written"));
-    assert_eq!(untagged.len(), (measured / 0.25).ceil() as usize, "{measured}");
+    assert_eq!(
+        untagged.len(),
+        (measured / 0.25).ceil() as usize,
+        "{measured}"
+    );
     let mut at = Duration::ZERO;
     for e in &untagged {
         assert_eq!(e.start, at, "{untagged:#?}");

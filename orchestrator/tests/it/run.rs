@@ -113,7 +113,9 @@ fn the_hlog_opens_in_hdrhistograms_log_processor() {
     const JAR: &str = "/usr/share/java/hdrhistogram.jar";
     let java = std::process::Command::new("java").arg("-version").output();
     if !java.is_ok_and(|o| o.status.success()) {
-        skip("needs java (Debian package default-jre-headless) to run HdrHistogram's HistogramLogProcessor");
+        skip(
+            "needs java (Debian package default-jre-headless) to run HdrHistogram's HistogramLogProcessor",
+        );
     }
     if !Path::new(JAR).is_file() {
         skip(format!(
@@ -138,10 +140,22 @@ fn the_hlog_opens_in_hdrhistograms_log_processor() {
         }
         let out = command.output().expect("run java");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         // "#[Max     =       30.863, Total count    =          907]"
         text.lines()
-            .find_map(|l| l.split_once("Total count")?.1.trim_start_matches([' ', '=']).trim_end_matches(']').trim().parse::<u64>().ok())
+            .find_map(|l| {
+                l.split_once("Total count")?
+                    .1
+                    .trim_start_matches([' ', '='])
+                    .trim_end_matches(']')
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
             .unwrap_or_else(|| panic!("no total count in:\n{text}"))
     };
     assert_eq!(total(None), u64_at(v, "/ok"), "{v:#}");
