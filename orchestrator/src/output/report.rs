@@ -597,7 +597,8 @@ fn latency_over_time_section(variants: &[VariantReport]) -> String {
 
 /// `v`'s latency over time, with `bands` shaded under the lines.
 fn latency_over_time_chart<'a>(v: &VariantReport, id: &'a str, bands: Vec<Band>) -> LineChart<'a> {
-    let quantiles: [(&str, fn(&crate::analysis::LatencyPoint) -> u64); 3] = [
+    type Quantile = fn(&crate::analysis::LatencyPoint) -> u64;
+    let quantiles: [(&str, Quantile); 3] = [
         ("p50", |p| p.p50_us),
         ("p99", |p| p.p99_us),
         ("p99.9", |p| p.p99_9_us),
