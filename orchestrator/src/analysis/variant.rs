@@ -1057,6 +1057,37 @@ mod tests {
     }
 
     #[test]
+    fn the_latency_series_rebuilt_from_the_requests_is_the_runs() {
+        let records = mixed_records();
+        // 100 ms: a width that is not a whole number of float seconds.
+        let mut acc = VariantAccumulator::new(&chain3(), &check(), Duration::from_millis(100));
+        for r in &records {
+            acc.record(r);
+        }
+        let live = acc
+            .finish(VariantContext {
+                measured: Duration::from_secs(2),
+                ..VariantContext::default()
+            })
+            .report;
+        assert_eq!(live.interval_s, 0.1);
+        assert_eq!(live.intervals_written, 200);
+        assert_eq!(live.latency_over_time.len(), 200);
+        assert_eq!(live.latency_over_time.iter().map(|p| p.ok).sum::<u64>(), 1000);
+        // Read back as `tailmesh report` does: summary.json, then the rows.
+        let mut read: VariantReport =
+            serde_json::from_value(serde_json::to_value(&live).expect("serialize"))
+                .expect("deserialize");
+        assert!(read.latency_over_time.is_empty(), "not in summary.json");
+        let mut rebuild = Rebuild::new(&read);
+        for r in &records {
+            rebuild.record(r);
+        }
+        rebuild.finish(&mut read);
+        assert_eq!(read.latency_over_time, live.latency_over_time);
+    }
+
+    #[test]
     fn ids_are_kept_as_ranges_that_merge() {
         let mut ids = IdSet::default();
         // Completed out of order within a window of 8 in flight.
