@@ -11,11 +11,14 @@
 //!   so an interval cannot close when the next one sees its first record.
 //!   Interval `i`, ending at `b`, closes once a record R meant for `b` or
 //!   later has been seen and some record has ended at `R.start + settle`
-//!   or later, `settle` being the load's timeout plus [`INTERVAL_GRACE`].
-//!   The generator starts requests in the order they are meant for (open
-//!   loop: spawned in id order; closed loop: `intended == start`), so
-//!   every request meant before `b` started by `R.start` (the grace covers
-//!   the tasks' polling order) and ended by its start plus the timeout.
+//!   or later, `settle` being the load's timeout plus [`INTERVAL_GRACE`]
+//!   plus the generator's lateness (`start - intended`) seen so far, at
+//!   most the timeout. The generator starts requests in the order they
+//!   are meant for (open loop: spawned in id order; closed loop:
+//!   `intended == start`), so every request meant before `b` started by
+//!   `R.start` (the grace covers the tasks' polling order) and ended by
+//!   its start plus the timeout, plus the time its task waited to run
+//!   again: a generator thread that sends late resumes its tasks late too.
 //! - A record for an interval already closed (the rule failed: a timer far
 //!   behind on a busy machine) is counted in the oldest open interval and
 //!   in `late`, so the totals still add up; summary.json shows `late`.
@@ -120,7 +123,11 @@ pub(crate) struct ClosedInterval {
 #[derive(Debug)]
 pub(crate) struct LatencyIntervals {
     width: Duration,
+    /// The load's timeout plus [`INTERVAL_GRACE`].
     settle: Duration,
+    timeout: Duration,
+    /// The generator's largest lateness seen, at most `timeout`.
+    slack: Duration,
     hop_index: BTreeMap<String, usize>,
     /// Open intervals, contiguous indexes from `first`.
     open: VecDeque<OpenInterval>,
@@ -148,6 +155,8 @@ impl LatencyIntervals {
         LatencyIntervals {
             width: width.max(Duration::from_micros(1)),
             settle: timeout + INTERVAL_GRACE,
+            timeout,
+            slack: Duration::ZERO,
             hop_index: hops
                 .iter()
                 .enumerate()
@@ -181,6 +190,10 @@ impl LatencyIntervals {
     pub(crate) fn record(&mut self, r: &RequestRecord) {
         let k = self.index(r.intended);
         self.max_end = self.max_end.max(r.end);
+        self.slack = self
+            .slack
+            .max(r.start.saturating_sub(r.intended))
+            .min(self.timeout);
         self.max_intended = self.max_intended.max(r.intended);
         let target = if k < self.first || self.ended {
             self.late += 1;
@@ -226,7 +239,7 @@ impl LatencyIntervals {
         }
         while self
             .earliest_after_first
-            .is_some_and(|s| s + self.settle <= self.max_end)
+            .is_some_and(|s| s + self.settle + self.slack <= self.max_end)
         {
             self.close_first(None);
         }
@@ -569,17 +582,18 @@ mod tests {
             ok(2, 1000, 0, 10),   // ends 1.01: interval 1's first record
             ok(3, 1500, 0, 500),  // ends 2.0
             ok(4, 1100, 0, 950),  // ends 2.05
-            ok(1, 900, 300, 900), // ends 2.1: interval 0's
+            ok(1, 900, 300, 900), // ends 2.1: interval 0's, 300 ms late
             ok(5, 2100, 0, 10),   // ends 2.11
-            ok(6, 2300, 0, 200),  // ends 2.5: 1.0 + 1.25 <= 2.5, interval 0 closes
-            ok(7, 3400, 0, 10),   // ends 3.41: 2.1 + 1.25 <= 3.41, interval 1 closes
+            ok(6, 2300, 0, 300),  // ends 2.6: 1.0 + 1.25 + 0.3 <= 2.6, interval 0 closes
+            ok(7, 3400, 0, 300),  // ends 3.7: 2.1 + 1.55 <= 3.7, interval 1 closes
         ];
         let (li, closed) = feed(&records);
         assert_eq!(li.late(), 0);
         let order: Vec<(usize, u64, u64)> =
             closed.iter().map(|(at, c)| (*at, c.index, c.ok)).collect();
         // Interval 0 holds requests 0 and 1; it closed after record 6, the
-        // first to end 1.25 s after the start of a request meant for 1 s.
+        // first to end 1.25 s (and the 300 ms the generator was late) after
+        // the start of a request meant for 1 s.
         assert_eq!(order, [(6, 0, 2), (7, 1, 3)]);
         let e2e = |c: &ClosedInterval| c.hists.as_ref().map_or(0, |h| h.e2e.len());
         assert_eq!(e2e(&closed[0].1), 2);
@@ -716,6 +730,25 @@ mod tests {
         // A planned run picks its width up front.
         let planned = LatencySeries::new(ms(1000), Some(Duration::from_secs(3 * 3600)));
         assert_eq!(planned.k, 4);
+    }
+
+    #[test]
+    fn a_late_generator_keeps_its_intervals_open_longer() {
+        let records = [
+            // The generator is 600 ms behind: its tasks resume late too.
+            ok(0, 50, 600, 10),
+            ok(2, 1000, 0, 10),
+            // Ends 2.31 s: past 1.0 + 1.25, not past 1.0 + 1.25 + 0.6.
+            ok(3, 2300, 0, 10),
+            // Meant for 0.1 s, sent at 0.7 s, its answer taken 1.8 s later.
+            ok(1, 100, 600, 1800),
+            ok(4, 3000, 0, 900),
+        ];
+        let (li, closed) = feed(&records);
+        assert_eq!(li.late(), 0);
+        let order: Vec<(usize, u64, u64)> =
+            closed.iter().map(|(at, c)| (*at, c.index, c.ok)).collect();
+        assert_eq!(order, [(4, 0, 2)]);
     }
 
     #[test]

@@ -1073,7 +1073,10 @@ mod tests {
         assert_eq!(live.interval_s, 0.1);
         assert_eq!(live.intervals_written, 200);
         assert_eq!(live.latency_over_time.len(), 200);
-        assert_eq!(live.latency_over_time.iter().map(|p| p.ok).sum::<u64>(), 1000);
+        assert_eq!(
+            live.latency_over_time.iter().map(|p| p.ok).sum::<u64>(),
+            1000
+        );
         // Read back as `tailmesh report` does: summary.json, then the rows.
         let mut read: VariantReport =
             serde_json::from_value(serde_json::to_value(&live).expect("serialize"))

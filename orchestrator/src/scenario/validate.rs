@@ -556,7 +556,7 @@ fn intervals_fit(p: &mut Problems, report: &Report, at: Option<usize>, load: &Lo
     // The shortest interval whose open intervals fit.
     let set = interval_set_bytes(load.timeout, hops);
     let sets = (INTERVAL_MEMORY_BUDGET / set - INTERVAL_SETS_BESIDES - 1.0).floor();
-    let settle = load.timeout + INTERVAL_GRACE;
+    let settle = 2 * load.timeout + INTERVAL_GRACE;
     let advice = if sets >= 1.0 {
         let shortest = settle.as_secs_f64() / sets;
         // Rounded up to a whole millisecond that fits (past float error).
@@ -587,12 +587,13 @@ fn intervals_fit(p: &mut Problems, report: &Report, at: Option<usize>, load: &Lo
 }
 
 /// Bytes of latency histograms a variant's intervals hold at most, about:
-/// every interval a request may still land in (the timeout and
-/// [`INTERVAL_GRACE`] past its start) and the sets held besides, each an
-/// end-to-end histogram and one per hop (`u32` counts, 3 significant
-/// digits, grown to the timeout's value in µs).
+/// every interval a request may still land in (the timeout,
+/// [`INTERVAL_GRACE`] and, for a late generator, up to the timeout again
+/// past its start) and the sets held besides, each an end-to-end histogram
+/// and one per hop (`u32` counts, 3 significant digits, grown to the
+/// timeout's value in µs).
 fn interval_memory(width: Duration, timeout: Duration, hops: usize) -> f64 {
-    let settle = timeout + INTERVAL_GRACE;
+    let settle = 2 * timeout + INTERVAL_GRACE;
     let open = (settle.as_secs_f64() / width.as_secs_f64().max(1e-9)).ceil() + 1.0;
     (open + INTERVAL_SETS_BESIDES) * interval_set_bytes(timeout, hops)
 }
