@@ -267,7 +267,10 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     } = records;
     // Every row queued is written before the requests file is judged.
     let requests = requests.finish();
-    let interval_logs = interval_logs.finish()?;
+    let interval_logs = interval_logs.finish().unwrap_or_else(|e| {
+        crate::tell!("warning: the variants' .hlog files are absent: {e}");
+        Vec::new()
+    });
     let lost = lost
         .lock()
         .map(|mut l| std::mem::take(&mut *l))
