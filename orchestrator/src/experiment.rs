@@ -16,7 +16,7 @@ use crate::{
         observer::{ObserverInputs, ProcessInputs},
         summary::Environment,
     },
-    output::{self, OutputError, RequestsSpool, RequestsWriter},
+    output::{self, HlogFile, HlogSpool, OutputError, RequestsSpool, RequestsWriter},
     record::{RecordSink, RequestRecord},
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
@@ -127,6 +127,9 @@ pub struct Finished {
     /// requests.csv, written while the run went, renamed into place by
     /// [`Finished::write`] (or why it was lost).
     requests: Option<Result<RequestsWriter, OutputError>>,
+    /// Each variant's `.hlog`, written while the run went, renamed into
+    /// place by [`Finished::write`].
+    interval_logs: Vec<HlogFile>,
     /// The kept traces, for the Jaeger files.
     kept: Option<KeptFile>,
 }
@@ -155,6 +158,7 @@ impl Finished {
             output::RunData {
                 requests,
                 traces: self.kept.as_ref(),
+                interval_logs: std::mem::take(&mut self.interval_logs),
             },
         );
         if let Some(kept) = &self.kept {
@@ -214,7 +218,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         sampling,
     });
     let (interrupt_tx, interrupt) = watch::channel(0u32);
-    let lost_requests = Arc::new(Mutex::new(None));
+    let lost = Arc::new(Mutex::new(Vec::new()));
     let requests =
         RequestsWriter::create(&dir.join("requests.csv"), scenario.check.slow_threshold)?;
     let mut records = RunRecords {
@@ -223,8 +227,13 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         sampling,
         requests: RequestsSpool::start(
             requests,
-            stop_on_lost_requests(interrupt_tx.clone(), Arc::clone(&lost_requests)),
+            stop_on_lost(interrupt_tx.clone(), Arc::clone(&lost), "requests.csv"),
         )?,
+        interval_logs: HlogSpool::start(stop_on_lost(
+            interrupt_tx.clone(),
+            Arc::clone(&lost),
+            "its .hlog",
+        ))?,
         variants: Vec::new(),
         warnings: Vec::new(),
     };
@@ -251,17 +260,25 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     })?;
     let RunRecords {
         requests,
+        interval_logs,
         variants,
         warnings,
         ..
     } = records;
     // Every row queued is written before the requests file is judged.
     let requests = requests.finish();
-    let lost = lost_requests.lock().ok().and_then(|mut l| l.take());
+    let interval_logs = interval_logs.finish().unwrap_or_else(|e| {
+        crate::tell!("warning: the variants' .hlog files are absent: {e}");
+        Vec::new()
+    });
+    let lost = lost
+        .lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default();
     for line in &warnings {
         crate::tell!("warning: {line}");
     }
-    let (mut reports, kept) = analyze_variants(&dir, &runs, variants, lost);
+    let (mut reports, kept) = analyze_variants(&dir, &runs, variants, &lost);
     if let Some(r) = &receiver {
         // Spans after the last variant (none from processes that stopped).
         r.collector.seal().remove();
@@ -312,17 +329,20 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         histograms: scenario.report.histogram,
         runs,
         requests: Some(requests),
+        interval_logs,
         kept,
     })
 }
 
-/// What the requests file's thread does when the disk cannot take a row:
-/// says so at once, stops the load as a first Ctrl-C does (the requests in
-/// flight are finished, the remaining variants skipped), and notes the
-/// variant and the error in `lost` for its incidents.
-fn stop_on_lost_requests(
+/// What the thread of a file written during the run (requests.csv, the
+/// `.hlog`s) does when the disk cannot take it: says so at once, stops the
+/// load as a first Ctrl-C does (the requests in flight are finished, the
+/// remaining variants skipped), and notes the variant and the incident
+/// (`file` is absent) in `lost`.
+fn stop_on_lost(
     halt: watch::Sender<u32>,
-    lost: Arc<Mutex<Option<(usize, String)>>>,
+    lost: Arc<Mutex<Vec<(usize, String)>>>,
+    file: &'static str,
 ) -> impl FnOnce(usize, OutputError) + Send + 'static {
     move |variants, e| {
         crate::tell!(
@@ -330,7 +350,10 @@ fn stop_on_lost_requests(
              stopping the load, finishing the requests in flight, then writing what fits"
         );
         if let Ok(mut lost) = lost.lock() {
-            *lost = Some((variants.saturating_sub(1), e.to_string()));
+            lost.push((
+                variants.saturating_sub(1),
+                format!("{e}: the results disk filled; sending stopped early, {file} is absent"),
+            ));
         }
         halt.send_if_modified(|n| {
             let raise = *n < crate::loadgen::STOP_SENDING;
@@ -345,8 +368,10 @@ fn stop_on_lost_requests(
 /// The run's record pipeline: each measured request, as it completes, goes
 /// to its variant's analysis, to requests.csv (written on a thread of its
 /// own, through a bounded queue), and to the tail sampler's slot; none is
-/// kept. A requests file the disk cannot take stops the load (see
-/// [`stop_on_lost_requests`]) so the run ends cleanly with what it measured.
+/// kept. The latency intervals the analysis closes go to the `.hlog`
+/// writer (another thread, another bounded queue) and their histograms
+/// come back from it for reuse. A file the disk cannot take stops the load
+/// (see [`stop_on_lost`]) so the run ends cleanly with what it measured.
 struct RunRecords {
     scenario: Scenario,
     /// The run folder (the tail samplers' facts files, hidden).
@@ -354,6 +379,7 @@ struct RunRecords {
     /// The head-sampling share.
     sampling: f64,
     requests: RequestsSpool,
+    interval_logs: HlogSpool,
     /// One per variant begun, the current one last.
     variants: Vec<VariantRecords>,
     /// What could not be set up (a facts file the disk refused), told once
@@ -376,11 +402,29 @@ impl RecordSink for RunRecords {
     fn record(&mut self, record: &RequestRecord) {
         if let Some(v) = self.variants.last_mut() {
             v.analysis.record(record);
+            v.hand_on_intervals(&self.interval_logs);
             if let Some(sampler) = &mut v.sampler {
                 v.sampling.measure(|| sampler.record(record));
             }
         }
         self.requests.write(record);
+    }
+
+    fn measuring_from(&mut self, at: std::time::SystemTime) {
+        self.interval_logs.measuring_from(at);
+    }
+}
+
+impl VariantRecords {
+    /// Sends the latency intervals the analysis closed to the `.hlog`
+    /// writer, and takes back the histograms it is done with.
+    fn hand_on_intervals(&mut self, logs: &HlogSpool) {
+        while let Some(hists) = logs.returned() {
+            self.analysis.give_back(hists);
+        }
+        while let Some(closed) = self.analysis.closed_interval() {
+            logs.write(closed);
+        }
     }
 }
 
@@ -402,15 +446,28 @@ impl run::RecordPipeline for RunRecords {
             })
             .ok()
         });
+        let mut analysis =
+            VariantAccumulator::new(variant, &self.scenario.check, self.scenario.report.interval);
+        analysis.export_intervals();
         self.variants.push(VariantRecords {
-            analysis: VariantAccumulator::new(variant, &self.scenario.check),
+            analysis,
             sampler,
             sampling: CpuMeter::sampled(),
         });
         self.requests.begin_variant(&variant.name);
+        self.interval_logs.begin_variant(
+            &self.dir.join(output::hlog::file_name(&variant.name)),
+            &variant.name,
+            variant.hops.iter().map(|h| h.name.clone()).collect(),
+        );
     }
 
     fn end_variant(&mut self, load: &crate::loadgen::LoadOutcome) {
+        if let Some(v) = self.variants.last_mut() {
+            v.analysis.end_load(load.measured, load.interrupted);
+            v.hand_on_intervals(&self.interval_logs);
+        }
+        self.interval_logs.end_variant();
         let stats = &load.pipeline;
         tracing::info!(
             target: "tailmesh::records",
@@ -521,13 +578,13 @@ async fn count_interrupts(interrupts: watch::Sender<u32>) {
 /// its tail sampler when traced) into its report, printing analysis's
 /// warnings; the traced variants' spools are read once each, into their
 /// traces' breakdown and the kept traces, and what tracing cost them is
-/// added up. `lost_requests`: the variant during which requests.csv could
-/// not be written, and why.
+/// added up. `lost`: the variants during which a file written as the run
+/// went (requests.csv, a `.hlog`) could not be, with the incident.
 fn analyze_variants(
     dir: &Path,
     runs: &[VariantRun],
     variants: Vec<VariantRecords>,
-    lost_requests: Option<(usize, String)>,
+    lost: &[(usize, String)],
 ) -> (Vec<analysis::VariantReport>, Option<KeptFile>) {
     let mut kept = runs
         .iter()
@@ -542,11 +599,11 @@ fn analyze_variants(
         } = records;
         let mut warnings = Vec::new();
         let mut incidents = run.incidents.clone();
-        if let Some((_, why)) = lost_requests.as_ref().filter(|(at, _)| *at == i) {
-            incidents.push(format!(
-                "{why}: the results disk filled; sending stopped early, requests.csv is absent"
-            ));
-        }
+        incidents.extend(
+            lost.iter()
+                .filter(|(at, _)| *at == i)
+                .map(|(_, line)| line.clone()),
+        );
         let pass_started = thread_cpu_ns();
         let (traces, processes) = match (sampler, kept.as_mut()) {
             (Some(sampler), Some(kept)) => trace_report(run, sampler, kept, &mut warnings),
@@ -711,7 +768,7 @@ pub fn read_run(dir: &Path) -> Result<Summary, ExperimentError> {
     })?;
     let mut summary: Summary =
         serde_json::from_str(&text).map_err(|source| ExperimentError::ReadRun { path, source })?;
-    let mut rebuilds: Vec<Rebuild> = summary.variants.iter().map(|_| Rebuild::new()).collect();
+    let mut rebuilds: Vec<Rebuild> = summary.variants.iter().map(Rebuild::new).collect();
     let mut unknown = None;
     // Rows come variant after variant: look up a name only when it changes.
     let mut current: Option<(String, usize)> = None;

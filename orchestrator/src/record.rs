@@ -119,6 +119,10 @@ impl RequestRecord {
 pub(crate) trait RecordSink {
     /// Takes one completed request of the measured phase.
     fn record(&mut self, record: &RequestRecord);
+
+    /// The wall-clock time of the measured clock's 0 (the end of warmup),
+    /// told once as the load starts, before any record.
+    fn measuring_from(&mut self, _at: std::time::SystemTime) {}
 }
 
 /// What the record pipeline held at most while a variant ran: the

@@ -3,8 +3,8 @@
 //! timeouts) and the answers that arrived in it. Filled one request at a
 //! time; its size is bounded by [`MAX_INTERVALS`], not by the run's length
 //! (a long run's intervals widen instead). The throughput chart draws the
-//! answers; latency-over-time charts will add a histogram per interval
-//! beside the counts.
+//! answers. Latency over time, a histogram per interval of
+//! `[report] interval`, is `latency_intervals`'.
 
 use std::{cmp::Reverse, collections::BinaryHeap, time::Duration};
 

@@ -11,6 +11,9 @@
 //! - `instrument`: whether the machine was busy during the load window.
 //! - `observer`: what tracing cost in the run it traced.
 //! - `intervals`: requests and answers over time, in fixed intervals.
+//! - `latency_intervals`: latency over time, a histogram per interval (end
+//!   to end and per hop), closed when no request meant for it can still
+//!   come, handed to the `.hlog` writer and summarized for the chart.
 //! - `broker`: the broker's per-topic statistics as summary.json holds them.
 //! - `variant`: one variant's requests -> [`VariantReport`], through
 //!   `VariantAccumulator`.
@@ -24,6 +27,7 @@ pub(crate) mod compounding;
 pub(crate) mod gate;
 pub(crate) mod instrument;
 pub(crate) mod intervals;
+pub(crate) mod latency_intervals;
 pub(crate) mod observer;
 pub(crate) mod stats;
 pub(crate) mod summary;
@@ -41,6 +45,7 @@ pub use gate::{
 };
 pub use instrument::InstrumentReport;
 pub use intervals::{IntervalSeries, IntervalStats};
+pub use latency_intervals::LatencyPoint;
 pub use observer::ObserverReport;
 pub use stats::Percentiles;
 pub use summary::{CheckSummary, Summary};

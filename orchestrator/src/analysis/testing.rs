@@ -184,7 +184,11 @@ pub(crate) fn analyze_variant(
     records: &[RequestRecord],
     measured: Duration,
 ) -> crate::analysis::VariantReport {
-    let mut acc = crate::analysis::VariantAccumulator::new(variant, check);
+    let mut acc = crate::analysis::VariantAccumulator::new(
+        variant,
+        check,
+        crate::scenario::DEFAULT_REPORT_INTERVAL,
+    );
     for r in records {
         acc.record(r);
     }

@@ -21,6 +21,9 @@ use super::broker::BrokerTopicStats;
 use super::compounding::{HopSlowness, SlowCounts, compare};
 use super::instrument::{self, InstrumentReport};
 use super::intervals::{IntervalRecorder, IntervalSeries, Window, sending_end};
+use super::latency_intervals::{
+    ClosedInterval, IntervalHists, LatencyOverTime, LatencyPoint, intervals_end,
+};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
 use super::verdict::{CompoundingReport, decide};
 use crate::record::{MachineSamples, Outcome, RequestRecord, WarmupCounts};
@@ -274,6 +277,53 @@ pub struct VariantReport {
     /// summary.json: rebuilt from requests.csv when read back.
     #[serde(skip)]
     pub intervals: IntervalSeries,
+    /// The width of the latency intervals (`[report] interval`, the
+    /// `<variant>.hlog`'s), seconds.
+    #[serde(default = "default_interval_s")]
+    pub interval_s: f64,
+    /// Latency intervals closed, each written to `<variant>.hlog` (one
+    /// untagged histogram and one per hop), from 0 to the end of the
+    /// measured phase without gaps.
+    #[serde(default)]
+    pub intervals_written: u64,
+    /// Requests that came after their interval had closed, counted in the
+    /// oldest interval still open instead (0 unless the machine held a
+    /// request back far past its timeout).
+    #[serde(default)]
+    pub intervals_late: u64,
+    /// Latency over time: p50, p99, p99.9 per interval (or per run of
+    /// intervals in a very long run). Not in summary.json: rebuilt from
+    /// requests.csv when read back.
+    #[serde(skip)]
+    pub latency_over_time: Vec<LatencyPoint>,
+}
+
+fn default_interval_s() -> f64 {
+    crate::scenario::DEFAULT_REPORT_INTERVAL.as_secs_f64()
+}
+
+/// `secs` as a whole number of nanoseconds (what a `Duration` written as
+/// seconds in summary.json was).
+fn whole_ns(secs: f64) -> Duration {
+    Duration::from_nanos((secs.max(0.0) * 1e9).round() as u64)
+}
+
+/// The latency intervals of a variant driven with `load` over `hops`:
+/// the same from the run and from requests.csv read back.
+fn latency_over_time(
+    load: &LoadSummary,
+    interval: Duration,
+    timeout: Duration,
+    hops: &[String],
+) -> LatencyOverTime {
+    let planned = match (load.duration_s, load.requests, load.rate) {
+        (Some(d), _, _) => Some(whole_ns(d)),
+        (None, Some(n), Some(rate)) if rate > 0.0 => {
+            Duration::try_from_secs_f64(n as f64 / rate).ok()
+        }
+        _ => None,
+    };
+    LatencyOverTime::new(interval, planned, timeout, hops)
 }
 
 /// Accumulates one hop's statistics.
@@ -455,12 +505,21 @@ pub(crate) struct VariantAccumulator {
     calls: u64,
     attribution: AttributionAcc,
     intervals: IntervalRecorder,
+    over_time: LatencyOverTime,
 }
 
 impl VariantAccumulator {
-    /// An empty accumulator for `variant` under `check`.
-    pub(crate) fn new(variant: &Variant, check: &Check) -> Self {
+    /// An empty accumulator for `variant` under `check`, with latency
+    /// intervals `interval` wide.
+    pub(crate) fn new(variant: &Variant, check: &Check, interval: Duration) -> Self {
+        let hops: Vec<String> = variant.hops.iter().map(|h| h.name.clone()).collect();
         VariantAccumulator {
+            over_time: latency_over_time(
+                &LoadSummary::of(variant),
+                interval,
+                variant.load.timeout,
+                &hops,
+            ),
             variant: variant.clone(),
             check: check.clone(),
             index: variant
@@ -562,6 +621,40 @@ impl VariantAccumulator {
         }
         self.attribution.record(r);
         self.intervals.record(r);
+        self.over_time.record(r);
+    }
+
+    /// Keeps the latency intervals as they close, for
+    /// [`VariantAccumulator::closed_interval`] (the .hlog writer), instead
+    /// of only summarizing them.
+    pub(crate) fn export_intervals(&mut self) {
+        self.over_time.export();
+    }
+
+    /// The next latency interval closed, when exported; its histograms
+    /// come back through [`VariantAccumulator::give_back`].
+    pub(crate) fn closed_interval(&mut self) -> Option<ClosedInterval> {
+        self.over_time.pop_closed()
+    }
+
+    /// Takes back a closed interval's histograms, for reuse.
+    pub(crate) fn give_back(&mut self, hists: IntervalHists) {
+        self.over_time.give_back(hists);
+    }
+
+    /// Closes the latency intervals still open, once the load is over:
+    /// the measured phase lasted `measured`, cut short if `interrupted`.
+    /// [`VariantAccumulator::finish`] does it too, when not done before.
+    pub(crate) fn end_load(&mut self, measured: Duration, interrupted: bool) {
+        let load = LoadSummary::of(&self.variant);
+        let window = Window {
+            planned_s: load.duration_s,
+            open: load.mode == "open",
+            measured_s: measured.as_secs_f64(),
+            interrupted,
+        };
+        self.over_time
+            .end(intervals_end(&window, self.intervals.last_send()));
     }
 
     /// The most ranges of request ids held at once: the one structure here
@@ -573,7 +666,10 @@ impl VariantAccumulator {
 
     /// The finished report: everything recorded, with `context`, the
     /// machine's judgement, the verdict and the traces' breakdown.
-    pub(crate) fn finish(self, context: VariantContext) -> Analyzed {
+    pub(crate) fn finish(mut self, context: VariantContext) -> Analyzed {
+        self.end_load(context.measured, context.interrupted);
+        let interval_s = self.over_time.width().as_secs_f64();
+        let over_time = self.over_time.finish();
         let mut warnings = Vec::new();
         let variant = &self.variant;
         let secs = context.measured.as_secs_f64();
@@ -689,6 +785,10 @@ impl VariantAccumulator {
             observer: None,
             latency_histogram: self.latency,
             intervals,
+            interval_s,
+            intervals_written: over_time.intervals,
+            intervals_late: over_time.late,
+            latency_over_time: over_time.points,
         };
         Analyzed { report, warnings }
     }
@@ -713,14 +813,22 @@ fn trace_breakdown(variant: &Variant, mut traces: TraceReport) -> TraceReport {
 pub(crate) struct Rebuild {
     latency: Histogram<u64>,
     intervals: IntervalRecorder,
+    over_time: LatencyOverTime,
 }
 
 impl Rebuild {
-    /// Nothing read yet.
-    pub(crate) fn new() -> Rebuild {
+    /// Nothing of `report`'s requests read yet.
+    pub(crate) fn new(report: &VariantReport) -> Rebuild {
+        let hops: Vec<String> = report.hops.iter().map(|h| h.hop.clone()).collect();
         Rebuild {
             latency: new_histogram(),
             intervals: IntervalRecorder::default(),
+            over_time: latency_over_time(
+                &report.load,
+                whole_ns(report.interval_s),
+                Duration::from_nanos((report.load.timeout_ms * 1e6).round() as u64),
+                &hops,
+            ),
         }
     }
 
@@ -730,13 +838,17 @@ impl Rebuild {
             record_us(&mut self.latency, micros(r.latency()));
         }
         self.intervals.record(r);
+        self.over_time.record(r);
     }
 
     /// Puts what was rebuilt into `report`.
-    pub(crate) fn finish(self, report: &mut VariantReport) {
-        let end = sending_end(Some(&Window::of(report)), self.intervals.last_send());
+    pub(crate) fn finish(mut self, report: &mut VariantReport) {
+        let window = Window::of(report);
+        let last_send = self.intervals.last_send();
+        self.over_time.end(intervals_end(&window, last_send));
         report.latency_histogram = self.latency;
-        report.intervals = self.intervals.finish(end);
+        report.intervals = self.intervals.finish(sending_end(Some(&window), last_send));
+        report.latency_over_time = self.over_time.finish().points;
     }
 }
 
@@ -930,11 +1042,52 @@ mod tests {
             for hop in v["hops"].as_array_mut().into_iter().flatten() {
                 hop["error_samples"].take();
             }
+            // Records for latency intervals already closed are late: in
+            // reverse order, every record after the first seconds' ends.
+            v["intervals_late"].take();
             v
         };
         assert_eq!(json(&sorted), json(&reversed));
         assert_eq!(sorted.intervals, reversed.intervals);
         assert_eq!(sorted.latency_histogram, reversed.latency_histogram);
+        assert_eq!(sorted.intervals_late, 0);
+        assert!(reversed.intervals_late > 0);
+        let ok = |r: &VariantReport| r.latency_over_time.iter().map(|p| p.ok).sum::<u64>();
+        assert_eq!((ok(&sorted), ok(&reversed)), (1000, 1000));
+    }
+
+    #[test]
+    fn the_latency_series_rebuilt_from_the_requests_is_the_runs() {
+        let records = mixed_records();
+        // 100 ms: a width that is not a whole number of float seconds.
+        let mut acc = VariantAccumulator::new(&chain3(), &check(), Duration::from_millis(100));
+        for r in &records {
+            acc.record(r);
+        }
+        let live = acc
+            .finish(VariantContext {
+                measured: Duration::from_secs(2),
+                ..VariantContext::default()
+            })
+            .report;
+        assert_eq!(live.interval_s, 0.1);
+        assert_eq!(live.intervals_written, 200);
+        assert_eq!(live.latency_over_time.len(), 200);
+        assert_eq!(
+            live.latency_over_time.iter().map(|p| p.ok).sum::<u64>(),
+            1000
+        );
+        // Read back as `tailmesh report` does: summary.json, then the rows.
+        let mut read: VariantReport =
+            serde_json::from_value(serde_json::to_value(&live).expect("serialize"))
+                .expect("deserialize");
+        assert!(read.latency_over_time.is_empty(), "not in summary.json");
+        let mut rebuild = Rebuild::new(&read);
+        for r in &records {
+            rebuild.record(r);
+        }
+        rebuild.finish(&mut read);
+        assert_eq!(read.latency_over_time, live.latency_over_time);
     }
 
     #[test]
@@ -955,7 +1108,7 @@ mod tests {
 
     #[test]
     fn the_context_lands_in_the_report_and_warnings_come_back() {
-        let mut acc = VariantAccumulator::new(&chain3(), &check());
+        let mut acc = VariantAccumulator::new(&chain3(), &check(), Duration::from_secs(1));
         for r in &mixed_records() {
             acc.record(r);
         }

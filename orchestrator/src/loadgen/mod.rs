@@ -161,6 +161,13 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         tracer,
         interrupts: stop.clone(),
     });
+    let now = std::time::SystemTime::now();
+    let origin = now.checked_sub(shared.origin.elapsed());
+    sink.measuring_from(
+        origin
+            .and_then(|o| o.checked_add(load.warmup))
+            .unwrap_or(now),
+    );
     let watch = selfwatch::Watch::start();
     // Each request's deadline would otherwise wake the runtime's driver.
     let _anchor = tailmesh_services::timer::keep_timer_armed();

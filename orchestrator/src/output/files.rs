@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{OutputError, RequestsWriter};
+use super::{HlogFile, OutputError, RequestsWriter};
 use crate::{
     analysis::Summary,
     traces::jaeger::{self, KeptFile},
@@ -27,6 +27,9 @@ pub enum Content {
     Requests,
     /// One variant's `.hgrm` (its index in the summary).
     Histogram(usize),
+    /// One variant's `.hlog` (its index in the summary), written while
+    /// the run went.
+    IntervalLog(usize),
     /// The kept traces' share of Jaeger file `n` (from 0), as Jaeger JSON.
     Traces(usize),
     /// report.html.
@@ -70,6 +73,14 @@ pub fn run_files(summary: &Summary, trace_files: usize) -> Vec<RunFile> {
             description: format!("latency percentile distribution of variant {}", report.name),
             content: Content::Histogram(i),
         });
+        files.push(RunFile {
+            name: super::hlog::file_name(&report.name),
+            description: format!(
+                "latency per interval of variant {}, HdrHistogram interval log",
+                report.name
+            ),
+            content: Content::IntervalLog(i),
+        });
     }
     for i in 0..trace_files {
         let description = if trace_files == 1 {
@@ -111,12 +122,17 @@ pub struct RunData<'a> {
     pub requests: Result<RequestsWriter, OutputError>,
     /// The kept traces of every variant, when traced.
     pub traces: Option<&'a KeptFile>,
+    /// Each variant's `.hlog`, written while the run went, in the
+    /// summary's order: renamed into place in its turn.
+    pub(crate) interval_logs: Vec<HlogFile>,
 }
 
 /// Writes `files` into `dir` in their order, each whole or not at all;
-/// returns the paths written. An error ends the list, except requests.csv's
-/// (a disk that filled during the run: its partial file is gone, and the
-/// files after it may fit), which is returned once the others are written.
+/// returns the paths written. An error ends the list, except those of the
+/// files written during the run, requests.csv and the `.hlog`s (a disk
+/// that filled during the run: their partial files are gone, and the files
+/// after them may fit): the first of those is returned once the others are
+/// written.
 pub fn write_run(
     dir: &Path,
     summary: &Summary,
@@ -125,6 +141,7 @@ pub fn write_run(
 ) -> Result<Vec<PathBuf>, OutputError> {
     let mut written = Vec::new();
     let mut requests = Some(data.requests);
+    let mut logs: Vec<Option<HlogFile>> = data.interval_logs.into_iter().map(Some).collect();
     let mut requests_failed = None;
     for f in files {
         let path = dir.join(&f.name);
@@ -139,6 +156,16 @@ pub fn write_run(
                     _ => Ok(()),
                 }
             }
+            Content::IntervalLog(i) => match logs.get_mut(i).and_then(Option::take) {
+                Some(log) => match log.finish() {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        requests_failed.get_or_insert(e);
+                        continue;
+                    }
+                },
+                None => continue,
+            },
             Content::Histogram(i) => match summary.variants.get(i) {
                 Some(report) => super::write_hgrm(&path, &report.latency_histogram),
                 None => Ok(()),
@@ -176,12 +203,14 @@ mod tests {
 
     use crate::analysis::testing::{mixed_records, summary};
 
-    /// Writes `files` into `dir` with `requests` and no traces.
+    /// Writes `files` into `dir` with `requests`, `interval_logs` and no
+    /// traces.
     fn write_untraced(
         dir: &Path,
         s: &Summary,
         files: &[RunFile],
         requests: RequestsWriter,
+        interval_logs: Vec<HlogFile>,
     ) -> Result<Vec<PathBuf>, OutputError> {
         write_run(
             dir,
@@ -190,6 +219,7 @@ mod tests {
             RunData {
                 requests: Ok(requests),
                 traces: None,
+                interval_logs,
             },
         )
     }
@@ -205,6 +235,7 @@ mod tests {
                 "summary.json",
                 "requests.csv",
                 "base.hgrm",
+                "base.hlog",
                 TRACES_FILE,
                 "report.html",
                 "logs/"
@@ -218,6 +249,10 @@ mod tests {
             (
                 "base.hgrm",
                 "latency percentile distribution of variant base",
+            ),
+            (
+                "base.hlog",
+                "latency per interval of variant base, HdrHistogram interval log",
             ),
             (
                 TRACES_FILE,
@@ -249,7 +284,11 @@ mod tests {
         for r in &records {
             requests.write(r).expect("a row");
         }
-        let written = write_untraced(dir.path(), &s, &files, requests).expect("written");
+        let spool = crate::output::HlogSpool::start(|_, e| panic!("{e}")).expect("the thread");
+        spool.begin_variant(&dir.path().join("base.hlog"), "base", vec!["a".into()]);
+        spool.end_variant();
+        let logs = spool.finish().expect("the log written");
+        let written = write_untraced(dir.path(), &s, &files, requests, logs).expect("written");
         let written: Vec<String> = written
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -280,7 +319,7 @@ mod tests {
             // Rows still go into the unlinked file: make the flush fail.
             let _ = requests.write(r);
         }
-        let err = write_untraced(dir.path(), &s, &files, requests);
+        let err = write_untraced(dir.path(), &s, &files, requests, Vec::new());
         // Every file but requests.csv was written, requests.csv is absent.
         assert!(dir.path().join("summary.json").is_file());
         assert!(dir.path().join("report.html").is_file());

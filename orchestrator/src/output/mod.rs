@@ -2,6 +2,8 @@
 //!
 //! - `hgrm`: HdrHistogram percentile distributions (`*.hgrm`).
 //! - `csv`: one row per request (`requests.csv`).
+//! - `hlog`: latency per interval, HdrHistogram interval logs (`*.hlog`),
+//!   written while the run goes.
 //! - `json`: the run summary (`summary.json`).
 //! - `files`: the run folder's files, listed once, and their writer.
 //! - `table`: the human summary printed at the end of a run.
@@ -17,6 +19,7 @@ pub mod compare;
 pub mod csv;
 pub mod files;
 pub mod hgrm;
+pub(crate) mod hlog;
 pub mod json;
 pub mod report;
 pub mod svg;
@@ -36,6 +39,7 @@ pub use csv::{
 };
 pub use files::{RunData, RunFile, TRACES_FILE, describe, run_files, write_run};
 pub use hgrm::{format_percentile_distribution, write_hgrm};
+pub(crate) use hlog::{HlogFile, HlogSpool};
 pub use json::{comparison_json, write_comparison, write_summary};
 pub use report::{render_report, write_report};
 pub use table::{render_files, render_legend, render_table};
@@ -80,6 +84,14 @@ pub enum OutputError {
         free: u64,
         /// What the run would write.
         estimate: OutputEstimate,
+    },
+    /// An interval of a `.hlog` could not be serialized or written.
+    #[error("write {}: {source}", path.display())]
+    Hlog {
+        path: PathBuf,
+        source: hdrhistogram::serialization::interval_log::IntervalLogWriterError<
+            hdrhistogram::serialization::V2DeflateSerializeError,
+        >,
     },
     /// A results file read back is not what tailmesh writes.
     #[error("read {}: line {line}: unexpected {what}", path.display())]

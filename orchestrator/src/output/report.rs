@@ -1,8 +1,8 @@
 //! `report.html`: one self-contained page per run (inline CSS and SVG, no
 //! script, no network) with the latency histograms of all variants
 //! overlaid, the percentile spectrum, the per-hop breakdown, errors and
-//! timeouts, throughput over time, the compounding check, the scenario and
-//! the environment.
+//! timeouts, throughput over time, latency over time, the compounding
+//! check, the scenario and the environment.
 
 use std::{collections::BTreeMap, fmt::Write, path::Path};
 
@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 
 use super::{
     OutputError,
-    svg::{self, LineChart, Scale, Series, StackedBars, escape},
+    svg::{self, Band, LineChart, Scale, Series, StackedBars, escape},
     table::format_us,
 };
 use crate::analysis::{IntervalSeries, Summary, SweepSummary, VariantReport};
@@ -76,6 +76,7 @@ pub fn render_report(summary: &Summary) -> String {
     out.push_str("<h2>Errors and timeouts</h2>");
     out.push_str(&error_table(&summary.variants));
     out.push_str(&throughput_section(&summary.variants));
+    out.push_str(&latency_over_time_section(&summary.variants));
     out.push_str(&broker_table(&summary.variants));
     out.push_str(&observer_section(&summary.variants));
     let env = &summary.environment;
@@ -242,6 +243,7 @@ fn histogram_chart(variants: &[VariantReport]) -> LineChart<'static> {
         x_format: ms,
         y_format: percent,
         x_range: None,
+        bands: Vec::new(),
         series,
     }
 }
@@ -307,6 +309,7 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
         x_format: spectrum_tick,
         y_format: ms,
         x_range: None,
+        bands: Vec::new(),
         series,
     }
 }
@@ -569,7 +572,69 @@ fn throughput_chart(all: &[(String, Throughput)]) -> LineChart<'static> {
         x_format: plain,
         y_format: plain,
         x_range: (end > 0.0).then_some((0.0, end)),
+        bands: Vec::new(),
         series,
+    }
+}
+
+/// Latency over time: one chart per variant (three lines for each of
+/// several variants in one chart cannot be read), p50, p99 and p99.9 of
+/// each interval's ok requests, by intended send time.
+fn latency_over_time_section(variants: &[VariantReport]) -> String {
+    let mut out = String::from(
+        "<h2>Latency over time</h2><p class=\"note\">End-to-end latency of the ok requests meant to be sent in each interval, from their intended send time (each variant's <code>.hlog</code> holds the intervals' whole histograms, per hop too).</p>",
+    );
+    for v in variants {
+        let id = format!("latency-over-time-{}", v.name);
+        out.push_str(&svg::line_chart(&latency_over_time_chart(
+            v,
+            &id,
+            Vec::new(),
+        )));
+    }
+    out
+}
+
+/// `v`'s latency over time, with `bands` shaded under the lines.
+fn latency_over_time_chart<'a>(v: &VariantReport, id: &'a str, bands: Vec<Band>) -> LineChart<'a> {
+    type Quantile = fn(&crate::analysis::LatencyPoint) -> u64;
+    let quantiles: [(&str, Quantile); 3] = [
+        ("p50", |p| p.p50_us),
+        ("p99", |p| p.p99_us),
+        ("p99.9", |p| p.p99_9_us),
+    ];
+    let series = quantiles
+        .iter()
+        .enumerate()
+        .map(|(i, (name, value))| Series {
+            name: (*name).to_owned(),
+            points: v
+                .latency_over_time
+                .iter()
+                .filter(|p| p.ok > 0)
+                .map(|p| (p.start_s + p.width_s / 2.0, value(p) as f64))
+                .collect(),
+            dashed: false,
+            colour: i,
+            intervals: Vec::new(),
+        })
+        .collect();
+    let end = v
+        .latency_over_time
+        .last()
+        .map_or(0.0, |p| p.start_s + p.width_s);
+    LineChart {
+        id,
+        title: "Latency over time",
+        x_label: "seconds into the measured phase (intended send time)",
+        y_label: "latency",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Log,
+        x_format: plain,
+        y_format: ms,
+        x_range: (end > 0.0).then_some((0.0, end)),
+        series,
+        bands,
     }
 }
 
@@ -636,6 +701,7 @@ fn sweep_section(sweep: &SweepSummary) -> String {
             x_format: plain,
             y_format: percent,
             x_range: None,
+            bands: Vec::new(),
             series,
         }));
     }
@@ -665,6 +731,7 @@ fn sweep_section(sweep: &SweepSummary) -> String {
         x_format: plain,
         y_format: ms,
         x_range: None,
+        bands: Vec::new(),
         series,
     }));
     out.push_str("<table id=\"sweep\"><tr><th>variant</th><th>value</th><th>sent</th><th>p50</th><th>p99</th><th>p99.9</th><th>slow measured</th><th>95 % interval</th><th>model</th><th>declared</th><th>verdict</th></tr>");
@@ -762,6 +829,7 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
         x_format: plain,
         y_format: plain,
         x_range: None,
+        bands: Vec::new(),
         series: goodput,
     }));
     out.push_str(&svg::line_chart(&LineChart {
@@ -774,6 +842,7 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
         x_format: plain,
         y_format: percent,
         x_range: None,
+        bands: Vec::new(),
         series: series(|r| r.error_share * 100.0),
     }));
     out.push_str("<table id=\"hockey\"><tr><th>variant</th><th>offered/s</th><th>sent</th><th>goodput/s</th><th>p50</th><th>p99</th><th>failed</th></tr>");
@@ -862,6 +931,48 @@ mod tests {
             html.contains("class=\"pass\" id=\"verdict\""),
             "verdict shown"
         );
+    }
+
+    #[test]
+    fn latency_over_time_has_a_chart_per_variant() {
+        let mut s = summary();
+        let mut other = s.variants[0].clone();
+        other.name = "pull".into();
+        s.variants.push(other);
+        let base = &s.variants[0].latency_over_time;
+        // mixed_records: 2.5 s of requests in 1 s intervals, one slow in
+        // ten at each hop.
+        assert_eq!(
+            base.iter()
+                .map(|p| (p.start_s, p.ok))
+                .take(3)
+                .collect::<Vec<_>>(),
+            [(0.0, 400), (1.0, 400), (2.0, 200)]
+        );
+        let html = render_report(&s);
+        for id in ["latency-over-time-base", "latency-over-time-pull"] {
+            let at = html
+                .find(&format!("id=\"{id}\""))
+                .unwrap_or_else(|| panic!("no {id}"));
+            let chart = &html[at..at + html[at..].find("</svg>").expect("closed")];
+            for q in ["p50", "p99", "p99.9"] {
+                assert!(
+                    chart.contains(&format!("data-series=\"{q}\"")),
+                    "{id} has no {q} line"
+                );
+            }
+        }
+        // The p99 line goes through each interval's p99, at its middle.
+        let chart = latency_over_time_chart(&s.variants[0], "c", Vec::new());
+        let p99 = series(&chart, "p99");
+        assert_eq!(p99[0].0, 0.5);
+        assert_eq!(p99[0].1, base[0].p99_us as f64);
+        assert!(
+            base[0].p99_us > 20_000 && base[0].p50_us < 2_000,
+            "{base:?}"
+        );
+        // The latency histograms came with the report.
+        assert_eq!(s.variants[0].intervals_written, 20);
     }
 
     #[test]
@@ -956,7 +1067,7 @@ mod tests {
 
     /// `v` with its intervals rebuilt from `records`.
     fn with(records: &[RequestRecord], mut v: VariantReport) -> VariantReport {
-        let mut rebuild = crate::analysis::Rebuild::new();
+        let mut rebuild = crate::analysis::Rebuild::new(&v);
         for r in records {
             rebuild.record(r);
         }

@@ -48,6 +48,16 @@ pub struct Series {
     pub intervals: Vec<(f64, f64, f64)>,
 }
 
+/// A labelled span of the x axis, `[from, to)` in data units, shaded
+/// under the lines (a fault window, a load step).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Band {
+    pub from: f64,
+    pub to: f64,
+    /// Written at the top of the span.
+    pub label: String,
+}
+
 /// A line chart.
 #[derive(Clone, Debug)]
 pub struct LineChart<'a> {
@@ -72,6 +82,8 @@ pub struct LineChart<'a> {
     /// rounded up to a nice value.
     pub x_range: Option<(f64, f64)>,
     pub series: Vec<Series>,
+    /// Spans shaded under the lines, clipped to the plot.
+    pub bands: Vec<Band>,
 }
 
 /// Escapes text for XML content and attributes.
@@ -301,6 +313,7 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
         }
     }
     axes(&mut out, chart.x_label, chart.y_label);
+    bands(&mut out, &chart.bands, &x);
     for s in &chart.series {
         let path: Vec<String> = s
             .points
@@ -354,6 +367,29 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     legend(&mut out, &entries, &legend_at);
     out.push_str("</svg>");
     out
+}
+
+/// Shades each band over the plot's height, its label at the top.
+fn bands(out: &mut String, bands: &[Band], x: &Axis) {
+    let (left, right) = (LEFT, WIDTH - RIGHT);
+    for b in bands {
+        let (Some(a), Some(z)) = (x.pos(b.from), x.pos(b.to)) else {
+            continue;
+        };
+        let (a, z) = (a.clamp(left, right), z.clamp(left, right));
+        if z <= a {
+            continue;
+        }
+        let _ = write!(
+            out,
+            r##"<rect class="band" x="{a:.1}" y="{TOP}" width="{:.1}" height="{}" fill="#888" fill-opacity="0.15"><title>{label}</title></rect><text class="tick" x="{:.1}" y="{}">{label}</text>"##,
+            z - a,
+            HEIGHT - BOTTOM - TOP,
+            a + 3.0,
+            TOP + 12.0,
+            label = escape(&b.label),
+        );
+    }
 }
 
 fn axes(out: &mut String, x_label: &str, y_label: &str) {
@@ -511,6 +547,7 @@ mod tests {
             x_format: fmt,
             y_format: fmt,
             x_range: None,
+            bands: Vec::new(),
             series: vec![
                 Series {
                     name: "push".into(),
@@ -584,6 +621,7 @@ mod tests {
             y_format: fmt,
             x_range: None,
             series,
+            bands: Vec::new(),
         };
         let svg = line_chart(&chart);
         // The plot area, from the axes as drawn.
@@ -643,6 +681,54 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_band_is_drawn_under_the_lines_and_labelled() {
+        let chart = LineChart {
+            id: "bands",
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: fmt,
+            y_format: fmt,
+            x_range: Some((0.0, 10.0)),
+            series: vec![Series {
+                name: "p99".into(),
+                points: vec![(0.0, 1.0), (10.0, 2.0)],
+                dashed: false,
+                colour: 0,
+                intervals: Vec::new(),
+            }],
+            bands: vec![
+                Band {
+                    from: 5.0,
+                    to: 7.5,
+                    label: "hop \"b\" slow".into(),
+                },
+                // Past the axis: clipped to it.
+                Band {
+                    from: 9.0,
+                    to: 20.0,
+                    label: "400/s".into(),
+                },
+            ],
+        };
+        let svg = line_chart(&chart);
+        let rects: Vec<&str> = svg.split("<rect class=\"band\"").skip(1).collect();
+        assert_eq!(rects.len(), 2, "{svg}");
+        let at = |tag: &str, n: &str| attr(tag, n).unwrap_or_else(|| panic!("no {n} in {tag}"));
+        // x = 5 and 7.5 on a 0..10 axis from LEFT to WIDTH - RIGHT.
+        let px = |v: f64| LEFT + v / 10.0 * (WIDTH - RIGHT - LEFT);
+        assert!((at(rects[0], "x") - px(5.0)).abs() < 0.1, "{}", rects[0]);
+        assert!((at(rects[0], "width") - (px(7.5) - px(5.0))).abs() < 0.1);
+        assert!((at(rects[1], "x") + at(rects[1], "width") - px(10.0)).abs() < 0.1);
+        assert!(svg.contains(">hop &quot;b&quot; slow</text>"), "{svg}");
+        assert!(svg.contains(">400/s</text>"), "{svg}");
+        // Under the lines: drawn before them.
+        assert!(svg.find("class=\"band\"") < svg.find("<polyline"));
     }
 
     #[test]

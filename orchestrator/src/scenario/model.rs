@@ -123,10 +123,30 @@ pub struct SweepPoint {
 }
 
 /// How results are shown beyond the files every run writes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
     /// Print each variant's latency histogram in the terminal.
     pub histogram: bool,
+    /// The width of the latency intervals (`<variant>.hlog`, the latency
+    /// over time chart), on the measured clock (from the end of warmup).
+    pub interval: Duration,
+}
+
+/// How long an interval of latency histograms waits, beyond the load's
+/// timeout, before it is closed (see `analysis::latency_intervals`): the
+/// slack for a request's task starting a little after the next one's.
+pub const INTERVAL_GRACE: Duration = Duration::from_millis(250);
+
+/// `[report] interval` when the file does not set it.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Default for Report {
+    fn default() -> Self {
+        Report {
+            histogram: false,
+            interval: DEFAULT_REPORT_INTERVAL,
+        }
+    }
 }
 
 /// The scenario with one variant's overrides applied, validated as a whole.

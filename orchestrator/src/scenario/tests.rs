@@ -107,6 +107,7 @@ max_error_rate = 0.6
 
 [report]
 histogram = true
+interval = "500ms"
 
 [telemetry]
 sampling = 0.5
@@ -230,7 +231,10 @@ fn full_scenario_parses_into_the_exact_model() {
             compounding: true,
             max_error_rate: 0.6,
         },
-        report: Report { histogram: true },
+        report: Report {
+            histogram: true,
+            interval: ms(500),
+        },
         sweep: None,
         telemetry: Telemetry {
             sampling: 0.5,
@@ -1561,4 +1565,112 @@ fn discipline_orders_a_push_line_or_a_pull_topic() {
             ),
         ]
     );
+}
+
+#[test]
+fn the_report_interval_defaults_to_a_second_and_is_checked_against_the_run() {
+    // HEAD: 100 requests at 10/s, about 10 s.
+    let hop = "[[hop]]\nname = \"a\"\n";
+    assert_eq!(ok(&format!("{HEAD}{hop}")).report.interval, ms(1000));
+    // A run shorter than the default keeps it: one interval, the run's length.
+    let short = "name = \"t\"\n[load]\nmode = \"open\"\nrate = 200\nrequests = 40\n";
+    assert_eq!(ok(&format!("{short}{hop}")).report.interval, ms(1000));
+    assert_eq!(
+        ok(&format!("{HEAD}{hop}[report]\ninterval = \"10ms\"\n"))
+            .report
+            .interval,
+        ms(10)
+    );
+    assert_eq!(
+        problems(&format!("{HEAD}{hop}[report]\ninterval = \"5ms\"\n")),
+        vec![(
+            9,
+            12,
+            "report.interval must be at least 10ms, got 5ms".to_owned()
+        )]
+    );
+    assert_eq!(
+        problems(&format!("{HEAD}{hop}[report]\ninterval = \"30s\"\n")),
+        vec![(
+            9,
+            12,
+            "report.interval (30s) is longer than the run (about 10.000s: 100 requests at \
+             10/s)"
+                .to_owned()
+        )]
+    );
+    let timed = "name = \"t\"\n[load]\nmode = \"closed\"\nconcurrency = 2\nduration = \"10s\"\n";
+    assert_eq!(
+        problems(&format!("{timed}{hop}[report]\ninterval = \"11s\"\n")),
+        vec![(
+            9,
+            12,
+            "report.interval (11s) is longer than the run (10s of load after warmup)".to_owned()
+        )]
+    );
+    // A closed loop that stops by count has no length known up front.
+    let counted = "name = \"t\"\n[load]\nmode = \"closed\"\nconcurrency = 2\nrequests = 10\n";
+    assert_eq!(
+        ok(&format!("{counted}{hop}[report]\ninterval = \"1h\"\n"))
+            .report
+            .interval,
+        Duration::from_secs(3600)
+    );
+    // A variant whose load is shorter than the interval is refused too.
+    let variants = "[[variant]]\nname = \"short\"\nset = { \"load.requests\" = 20 }\n";
+    let found = problems(&format!(
+        "{HEAD}{hop}[report]\ninterval = \"5s\"\n{variants}"
+    ));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].2.starts_with("variant \"short\"")
+            && found[0]
+                .2
+                .contains("report.interval (5s) is longer than the run"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn an_interval_whose_open_histograms_pass_the_budget_is_refused_with_the_shortest_that_fits() {
+    let mut source =
+        "name = \"t\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"1h\"\ntimeout = \"20s\"\n"
+            .to_owned();
+    for i in 0..12 {
+        source.push_str(&format!("[[hop]]\nname = \"h{i}\"\n"));
+    }
+    let fits = format!("{source}[report]\ninterval = \"1s\"\n");
+    assert_eq!(ok(&fits).report.interval, ms(1000));
+    let found = problems(&format!("{source}[report]\ninterval = \"10ms\"\n"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (line, column, message) = &found[0];
+    assert_eq!((*line, *column), (32, 12), "{message}");
+    assert!(
+        message.starts_with("report.interval = 10ms with timeout 20s and 12 hops keeps up to ")
+            && message.contains(
+                "MiB of interval histograms (at most 128 MiB); use an interval of at least "
+            ),
+        "{message}"
+    );
+    // The interval it names fits; a millisecond less does not.
+    let least = message
+        .rsplit("at least ")
+        .next()
+        .and_then(|d| humantime::parse_duration(d).ok())
+        .expect("a duration at the end");
+    assert_eq!(
+        ok(&format!(
+            "{source}[report]\ninterval = \"{}\"\n",
+            humantime::format_duration(least)
+        ))
+        .report
+        .interval,
+        least
+    );
+    let less = least - ms(1);
+    let refused = problems(&format!(
+        "{source}[report]\ninterval = \"{}\"\n",
+        humantime::format_duration(less)
+    ));
+    assert_eq!(refused.len(), 1, "{refused:?}");
 }

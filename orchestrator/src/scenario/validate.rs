@@ -16,8 +16,9 @@ use tailmesh_services::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop, Keep,
-    KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report, Stop, Telemetry,
+    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop,
+    INTERVAL_GRACE, Keep, KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet,
+    Report, Stop, Telemetry,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -73,7 +74,7 @@ const HOP_KEYS: &[&str] = &[
 const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
 const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding", "max_error_rate"];
-const REPORT_KEYS: &[&str] = &["histogram"];
+const REPORT_KEYS: &[&str] = &["histogram", "interval"];
 const TELEMETRY_KEYS: &[&str] = &[
     "sampling",
     "forward",
@@ -91,6 +92,13 @@ const MIN_WORKER_PING: Duration = Duration::from_millis(1);
 const MAX_WORKER_PING: Duration = Duration::from_secs(60);
 /// Largest `[load] payload`: what the services' message limits are sized for.
 const MAX_PAYLOAD: i64 = MAX_PAYLOAD_BYTES as i64;
+/// Shortest `[report] interval`.
+const MIN_REPORT_INTERVAL: Duration = Duration::from_millis(10);
+/// The most memory a variant's open latency intervals may hold, bytes.
+const INTERVAL_MEMORY_BUDGET: f64 = 128.0 * 1024.0 * 1024.0;
+/// Sets of interval histograms held besides the open intervals: the .hlog
+/// writer's queue (4), the one it writes, and the chart's.
+const INTERVAL_SETS_BESIDES: f64 = 6.0;
 
 /// Everything of a scenario tree, checked.
 #[derive(Debug)]
@@ -203,8 +211,12 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
     let report = match table_section(&top, &mut p, "report") {
         Some(Some(section)) => report(&section, &mut p),
         Some(None) => None,
-        None => Some(Report::default()),
+        None => Some((Report::default(), None)),
     };
+    if let (Some((report, at)), Some(load), Some(hops)) = (&report, &load, &hops) {
+        intervals_fit(&mut p, report, *at, load, hops.len());
+    }
+    let report = report.map(|(report, _)| report);
 
     let telemetry = match table_section(&top, &mut p, "telemetry") {
         Some(Some(section)) => telemetry(&section, &mut p),
@@ -468,15 +480,131 @@ fn check(s: &Section<'_>, p: &mut Problems) -> Option<Check> {
     })
 }
 
-fn report(s: &Section<'_>, p: &mut Problems) -> Option<Report> {
+/// The `[report]` table, with the place of its `interval` value (for the
+/// checks that need the load and the hops).
+fn report(s: &Section<'_>, p: &mut Problems) -> Option<(Report, Option<usize>)> {
     s.unknown_keys(p, REPORT_KEYS);
     let histogram = match s.get("histogram") {
         None => Some(false),
         Some(_) => s.boolean(p, "histogram"),
     };
-    Some(Report {
-        histogram: histogram?,
-    })
+    let interval = match s.duration(p, "interval") {
+        None if s.get("interval").is_none() => Some((Report::default().interval, None)),
+        None => None,
+        Some((d, entry)) if d < MIN_REPORT_INTERVAL => {
+            s.report(
+                p,
+                &entry.node.span,
+                format!(
+                    "report.interval must be at least {}, got {}",
+                    humantime::format_duration(MIN_REPORT_INTERVAL),
+                    humantime::format_duration(d)
+                ),
+            );
+            None
+        }
+        Some((d, entry)) => Some((d, Some(entry.node.span.start))),
+    };
+    let (interval, at) = interval?;
+    Some((
+        Report {
+            histogram: histogram?,
+            interval,
+        },
+        at,
+    ))
+}
+
+/// Checks a written `[report] interval` (at `at`) against the load: no
+/// longer than the run (when its length is known up front), and the
+/// histograms of the intervals open at once within
+/// [`INTERVAL_MEMORY_BUDGET`]. The default is not checked: a run shorter
+/// than it has one interval, as long as the run.
+fn intervals_fit(p: &mut Problems, report: &Report, at: Option<usize>, load: &Load, hops: usize) {
+    let Some(at) = at else {
+        return;
+    };
+    let width = report.interval;
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    let length = match (&load.stop, &load.mode) {
+        (Stop::Duration(d), _) => Some((*d, format!("{} of load after warmup", show(*d)))),
+        (Stop::Requests(n), LoadMode::Open { rate, .. }) => {
+            let secs = *n as f64 / rate;
+            Duration::try_from_secs_f64(secs)
+                .ok()
+                .map(|d| (d, format!("about {secs:.3}s: {n} requests at {rate}/s")))
+        }
+        // Its length is what the mesh makes of it.
+        (Stop::Requests(_), LoadMode::Closed { .. }) => None,
+    };
+    if let Some((length, what)) = length
+        && width > length
+    {
+        p.at(
+            at,
+            format!(
+                "report.interval ({}) is longer than the run ({what})",
+                show(width)
+            ),
+        );
+        return;
+    }
+    let bytes = interval_memory(width, load.timeout, hops);
+    if bytes <= INTERVAL_MEMORY_BUDGET {
+        return;
+    }
+    // The shortest interval whose open intervals fit.
+    let set = interval_set_bytes(load.timeout, hops);
+    let sets = (INTERVAL_MEMORY_BUDGET / set - INTERVAL_SETS_BESIDES - 1.0).floor();
+    let settle = 2 * load.timeout + INTERVAL_GRACE;
+    let advice = if sets >= 1.0 {
+        let shortest = settle.as_secs_f64() / sets;
+        // Rounded up to a whole millisecond that fits (past float error).
+        let mut ms = (shortest * 1e3).ceil() as u64;
+        while interval_memory(Duration::from_millis(ms), load.timeout, hops)
+            > INTERVAL_MEMORY_BUDGET
+        {
+            ms += 1;
+        }
+        format!(
+            "use an interval of at least {}",
+            show(Duration::from_millis(ms))
+        )
+    } else {
+        "lower the timeout or the number of hops".to_owned()
+    };
+    p.at(
+        at,
+        format!(
+            "report.interval = {} with timeout {} and {hops} hops keeps up to {:.0} MiB of \
+             interval histograms (at most {:.0} MiB); {advice}",
+            show(width),
+            show(load.timeout),
+            bytes / f64::from(1u32 << 20),
+            INTERVAL_MEMORY_BUDGET / f64::from(1u32 << 20),
+        ),
+    );
+}
+
+/// Bytes of latency histograms a variant's intervals hold at most, about:
+/// every interval a request may still land in (the timeout,
+/// [`INTERVAL_GRACE`] and, for a late generator, up to the timeout again
+/// past its start) and the sets held besides, each an end-to-end histogram
+/// and one per hop (`u32` counts, 3 significant digits, grown to the
+/// timeout's value in µs).
+fn interval_memory(width: Duration, timeout: Duration, hops: usize) -> f64 {
+    let settle = 2 * timeout + INTERVAL_GRACE;
+    let open = (settle.as_secs_f64() / width.as_secs_f64().max(1e-9)).ceil() + 1.0;
+    (open + INTERVAL_SETS_BESIDES) * interval_set_bytes(timeout, hops)
+}
+
+/// Bytes of one interval's histograms: end to end and one per hop.
+fn interval_set_bytes(timeout: Duration, hops: usize) -> f64 {
+    let settle = timeout + INTERVAL_GRACE;
+    let max_us = u64::try_from(settle.as_micros()).unwrap_or(u64::MAX).max(2);
+    let counts =
+        hdrhistogram::Histogram::<u32>::new_with_max(max_us, 3).map_or(0, |h| h.distinct_values());
+    (hops as f64 + 1.0) * counts as f64 * 4.0
 }
 
 fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> {

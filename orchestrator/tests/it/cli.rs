@@ -29,6 +29,7 @@ tests! {
     sync a_second_ctrl_c_gives_up_the_requests_in_flight_and_stops_at_once,
     sync a_second_ctrl_c_gives_up_the_closed_loops_requests_in_flight_too,
     sync the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run,
+    sync a_ctrl_c_still_writes_the_latency_intervals_measured,
 }
 
 /// A run of about 0.2 s through one hop.
@@ -102,6 +103,7 @@ fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
             "summary.json",
             "requests.csv",
             "base.hgrm",
+            "base.hlog",
             "traces.jaeger.json",
             "report.html",
             "logs/ (each hop process's config and log)"
@@ -114,7 +116,7 @@ fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
         Some(format!("report: {}", report.display()).as_str()),
         "{out}"
     );
-    for name in &listed[..5] {
+    for name in &listed[..6] {
         assert!(run_dir.join(name).is_file(), "{name} listed but missing");
     }
 }
@@ -485,6 +487,88 @@ work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
     );
     assert_eq!(v.pointer("/accounted"), Some(&Value::Bool(true)), "{v:#}");
     assert_eq!(requests_csv(&run_dir).len() as u64, u64_at(v, "/sent"));
+    // The latency intervals measured are written all the same (empty:
+    // nothing was answered), up to where the load stopped.
+    let (entries, _, _) = read_hlog(&run_dir.join("base.hlog"));
+    assert_eq!(hlog_total(&entries, None), u64_at(v, "/ok"));
+    let written = u64_at(v, "/intervals_written");
+    assert!(written >= 1, "{v:#}");
+    assert_eq!(
+        entries.iter().filter(|e| e.tag.is_none()).count() as u64,
+        written
+    );
+}
+
+/// Ctrl-C once in a long run: the `.hlog` holds every interval up to
+/// where sending stopped, and they sum to what the summary counts.
+fn a_ctrl_c_still_writes_the_latency_intervals_measured() {
+    let scratch = Scratch::new();
+    let scenario = write(
+        scratch.path(),
+        "long.toml",
+        r#"
+name = "long"
+[load]
+mode = "open"
+rate = 200
+arrivals = "uniform"
+duration = "60s"
+[[hop]]
+name = "a"
+work = { kind = "sleep", dist = "fixed", value = "1ms" }
+[report]
+interval = "250ms"
+"#,
+    );
+    let results = scratch.results();
+    let mut run = Running::start(scratch.path(), &run_args(&scenario, &results, &[]));
+    // requests.csv reaches the disk 64 KiB at a time: a few hundred
+    // requests have ended once it has.
+    loop {
+        let grown = find_files(&results, ".requests.csv.partial")
+            .iter()
+            .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() >= 64 * 1024));
+        if grown {
+            break;
+        }
+        assert!(!run.exited(), "the run ended first:\n{}", run.output());
+        run.assert_in_time("waiting for requests to end");
+        sleep(POLL);
+    }
+    kill(Pid::from_raw(run.pid() as i32), Signal::SIGINT).expect("SIGINT tailmesh");
+    while !run.exited() {
+        run.assert_in_time("waiting for the run to stop after Ctrl-C");
+        sleep(POLL);
+    }
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(130), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    assert_eq!(v.pointer("/interrupted"), Some(&Value::Bool(true)), "{v:#}");
+    let (entries, _, _) = read_hlog(&run_dir.join("base.hlog"));
+    let ok = u64_at(v, "/ok");
+    assert!(ok >= 300, "{v:#}");
+    assert_eq!(hlog_total(&entries, None), ok, "{v:#}");
+    assert_eq!(hlog_total(&entries, Some("hop.a")), ok, "{v:#}");
+    // Every interval from 0 to where sending stopped, contiguous.
+    let untagged: Vec<&HlogEntry> = entries.iter().filter(|e| e.tag.is_none()).collect();
+    let measured = v
+        .pointer("/measured_s")
+        .and_then(Value::as_f64)
+        .expect("measured_s");
+    assert_eq!(untagged.len() as u64, u64_at(v, "/intervals_written"));
+    assert_eq!(
+        untagged.len(),
+        (measured / 0.25).ceil() as usize,
+        "{measured}"
+    );
+    let mut at = Duration::ZERO;
+    for e in &untagged {
+        assert_eq!(e.start, at, "{untagged:#?}");
+        at += e.length;
+    }
+    assert_eq!(u64_at(v, "/intervals_late"), 0, "{v:#}");
 }
 
 /// Two hops whose sleeps make up most of the latency, p50 about 35 ms and

@@ -8,9 +8,13 @@ use std::{
     collections::{BTreeSet, HashMap},
     path::Path,
     thread::sleep,
+    time::Duration,
 };
 
-use crate::{harness::skip_busy, support::*};
+use crate::{
+    harness::{skip, skip_busy},
+    support::*,
+};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -27,6 +31,135 @@ tests! {
     sync check_exits_3_when_a_variant_fails_more_requests_than_max_error_rate,
     sync no_hop_process_outlives_a_normal_run,
     sync the_record_pipeline_holds_what_is_in_flight_not_the_run,
+    sync the_hlog_intervals_sum_to_the_runs_totals,
+    sync the_hlog_opens_in_hdrhistograms_log_processor,
+}
+
+/// 3 s at 200/s through a -> b, intervals of 400 ms.
+const INTERVALS: &str = r#"
+name = "intervals"
+[load]
+mode = "open"
+rate = 200
+arrivals = "uniform"
+duration = "3s"
+warmup = "500ms"
+[[hop]]
+name = "a"
+downstream = ["b"]
+[[hop]]
+name = "b"
+work = { kind = "sleep", dist = "exp", mean = "1ms" }
+slow = { probability = 0.05, extra = "10ms" }
+[report]
+interval = "400ms"
+"#;
+
+fn the_hlog_intervals_sum_to_the_runs_totals() {
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "intervals.toml", INTERVALS);
+    let results = scratch.results();
+    let (_, run_dir) = run_ok(scratch.path(), &scenario, &results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}");
+    assert!(
+        summary.pointer("/files/base.hlog").is_some(),
+        "summary.json lists the .hlog: {summary:#}"
+    );
+    let (entries, start, base) = read_hlog(&run_dir.join("base.hlog"));
+    assert!(start.is_some() && start == base, "{start:?} {base:?}");
+    // The untagged histograms hold every ok request, each hop's its path
+    // records.
+    assert_eq!(hlog_total(&entries, None), u64_at(v, "/ok"), "{context}");
+    assert!(u64_at(v, "/ok") >= 590, "{context}");
+    for (i, hop) in ["a", "b"].iter().enumerate() {
+        assert_eq!(
+            hlog_total(&entries, Some(&format!("hop.{hop}"))),
+            u64_at(v, &format!("/hops/{i}/requests")),
+            "hop {hop}: {context}"
+        );
+    }
+    // ceil(3 s / 400 ms) = 8 intervals, contiguous from 0, each with an
+    // end-to-end and two hop histograms; the last 200 ms long.
+    let untagged: Vec<&HlogEntry> = entries.iter().filter(|e| e.tag.is_none()).collect();
+    assert_eq!(untagged.len(), 8, "{entries:#?}");
+    assert_eq!(entries.len(), 24);
+    assert_eq!(u64_at(v, "/intervals_written"), 8, "{context}");
+    assert_eq!(u64_at(v, "/intervals_late"), 0, "{context}");
+    assert_eq!(v.pointer("/interval_s").and_then(Value::as_f64), Some(0.4));
+    let mut at = Duration::ZERO;
+    for e in &untagged {
+        assert_eq!(e.start, at, "{untagged:#?}");
+        at += e.length;
+    }
+    assert_eq!(untagged[0].length, Duration::from_millis(400));
+    assert_eq!(untagged[7].length, Duration::from_millis(200));
+    assert_eq!(at, Duration::from_secs(3));
+    // tailmesh report redraws the latency over time from requests.csv.
+    std::fs::remove_file(run_dir.join("report.html")).expect("remove the report");
+    let report = tailmesh(scratch.path(), &["report", path_str(&run_dir)]);
+    assert_eq!(report.code(), Some(0), "{}", report.output());
+    let html = read_lossy(&run_dir.join("report.html"));
+    assert!(
+        html.contains("id=\"latency-over-time-base\"") && html.contains("data-series=\"p99.9\""),
+        "no latency over time in the redrawn report"
+    );
+}
+
+/// HdrHistogram's Java log processor (Debian: libhdrhistogram-java, and a
+/// JRE) reads a run's `.hlog`: its total counts are the run's.
+fn the_hlog_opens_in_hdrhistograms_log_processor() {
+    const JAR: &str = "/usr/share/java/hdrhistogram.jar";
+    let java = std::process::Command::new("java").arg("-version").output();
+    if !java.is_ok_and(|o| o.status.success()) {
+        skip(
+            "needs java (Debian package default-jre-headless) to run HdrHistogram's HistogramLogProcessor",
+        );
+    }
+    if !Path::new(JAR).is_file() {
+        skip(format!(
+            "needs {JAR} (Debian package libhdrhistogram-java) for HdrHistogram's HistogramLogProcessor"
+        ));
+    }
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "intervals.toml", INTERVALS);
+    let results = scratch.results();
+    let (_, run_dir) = run_ok(scratch.path(), &scenario, &results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let log = run_dir.join("base.hlog");
+    let total = |tag: Option<&str>| {
+        let mut command = std::process::Command::new("java");
+        command
+            .args(["-cp", JAR, "org.HdrHistogram.HistogramLogProcessor", "-i"])
+            .arg(&log)
+            .args(["-outputValueUnitRatio", "1000"]);
+        if let Some(tag) = tag {
+            command.args(["-tag", tag]);
+        }
+        let out = command.output().expect("run java");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // "#[Max     =       30.863, Total count    =          907]"
+        text.lines()
+            .find_map(|l| {
+                l.split_once("Total count")?
+                    .1
+                    .trim_start_matches([' ', '='])
+                    .trim_end_matches(']')
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no total count in:\n{text}"))
+    };
+    assert_eq!(total(None), u64_at(v, "/ok"), "{v:#}");
+    assert_eq!(total(Some("hop.b")), u64_at(v, "/hops/1/requests"), "{v:#}");
 }
 
 /// A 3-hop chain where every hop is slow with p = 0.2 (+20 ms), the middle

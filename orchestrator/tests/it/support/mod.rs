@@ -435,6 +435,58 @@ pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
 }
 
+/// One histogram of a `.hlog`: its tag (`None`: end to end), its start
+/// and length (seconds from BaseTime, as written), and its count.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct HlogEntry {
+    pub tag: Option<String>,
+    pub start: Duration,
+    pub length: Duration,
+    pub count: u64,
+}
+
+/// Every histogram of the `.hlog` at `path`, read with the hdrhistogram
+/// crate's own reader and deserializer; (StartTime, BaseTime) as written.
+pub(crate) fn read_hlog(path: &Path) -> (Vec<HlogEntry>, Option<Duration>, Option<Duration>) {
+    use base64::Engine as _;
+    use hdrhistogram::serialization::{
+        Deserializer,
+        interval_log::{IntervalLogIterator, LogEntry},
+    };
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let (mut entries, mut start, mut base) = (Vec::new(), None, None);
+    for entry in IntervalLogIterator::new(&bytes) {
+        match entry.unwrap_or_else(|e| panic!("{}: {e:?}", path.display())) {
+            LogEntry::StartTime(t) => start = Some(t),
+            LogEntry::BaseTime(t) => base = Some(t),
+            LogEntry::Interval(h) => {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(h.encoded_histogram())
+                    .unwrap_or_else(|e| panic!("{}: base64: {e}", path.display()));
+                let histogram: hdrhistogram::Histogram<u64> = Deserializer::new()
+                    .deserialize(&mut &raw[..])
+                    .unwrap_or_else(|e| panic!("{}: histogram: {e:?}", path.display()));
+                entries.push(HlogEntry {
+                    tag: h.tag().map(|t| t.as_str().to_owned()),
+                    start: h.start_timestamp(),
+                    length: h.duration(),
+                    count: histogram.len(),
+                });
+            }
+        }
+    }
+    (entries, start, base)
+}
+
+/// The total count of the `.hlog` histograms tagged `tag`.
+pub(crate) fn hlog_total(entries: &[HlogEntry], tag: Option<&str>) -> u64 {
+    entries
+        .iter()
+        .filter(|e| e.tag.as_deref() == tag)
+        .map(|e| e.count)
+        .sum()
+}
+
 pub(crate) fn variants(summary: &Value) -> &Vec<Value> {
     summary
         .pointer("/variants")
