@@ -20,7 +20,8 @@ pub struct FaultRecord {
     pub delay_us: u64,
     /// Jitter of that delay, in microseconds.
     pub jitter_us: u64,
-    /// When it started, from the start of the load (ms).
+    /// When it was planned to start, on the measured clock: from the end
+    /// of warmup, the clock of requests.csv (ms).
     pub start_ms: u64,
     /// How long it lasted (ms); absent: until the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -33,6 +34,15 @@ pub struct FaultRecord {
     /// counters or the netem qdiscs' statistics (`tc -s qdisc`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packets: Option<[u64; 2]>,
+    /// When the agent answered that it was applied, in seconds on the
+    /// measured clock (negative: during warmup, or before the load when the
+    /// window starts at 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at_s: Option<f64>,
+    /// When the agent answered that it was cleared, in seconds on the
+    /// measured clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleared_at_s: Option<f64>,
 }
 
 /// Milliseconds of a duration, for records.

@@ -2,6 +2,13 @@
 //! its replica's fault agent (the Control API, with the run's token) when
 //! its start comes, cleared when its duration ends, and every fault still
 //! applied is cleared when the load ends.
+//!
+//! Windows are on the measured clock (from the end of warmup, the clock of
+//! requests.csv): a window `[start, start + duration)` is applied at
+//! `warmup + start` from the load's origin (the [`LoadClock`] the load
+//! generator shares) and cleared at `warmup + start + duration`. A window
+//! that starts at 0 is applied before the load starts, so warmup runs
+//! under it too.
 
 use std::time::Duration;
 
@@ -9,8 +16,11 @@ use tailmesh_netfault::{self as netfault, FaultRecord};
 use tailmesh_proto::pb;
 use tailmesh_services::addr::PeerAddr;
 
+use tokio::time::Instant;
+
 use crate::{
     launcher::AnyLauncher,
+    loadgen::LoadClock,
     plan::{Addrs, MeshPlan},
     scenario::NetFault,
 };
@@ -21,8 +31,16 @@ use crate::{
 pub(super) struct Faults {
     token: String,
     pending: Vec<PlannedFault>,
-    done: Vec<FaultRecord>,
+    done: Vec<Done>,
     incidents: Vec<String>,
+}
+
+/// A fault that was applied and cleared (or that the agent failed to clear).
+struct Done {
+    record: FaultRecord,
+    applied: Option<Instant>,
+    /// When the agent answered that the fault was cleared.
+    cleared: Option<Instant>,
 }
 
 struct PlannedFault {
@@ -33,13 +51,39 @@ struct PlannedFault {
     channel: Option<tonic::transport::Channel>,
     record: FaultRecord,
     fault: NetFault,
-    applied: bool,
+    at: Timing,
+    /// When the agent answered that the fault was applied.
+    applied: Option<Instant>,
+}
+
+/// When a window is applied and cleared, from the load's origin.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Timing {
+    apply_at: Duration,
+    clear_at: Option<Duration>,
+}
+
+impl Timing {
+    /// The window `[start, start + duration)` on the measured clock, whose
+    /// 0 is `warmup` after the origin. A window at 0 is applied before the
+    /// load starts.
+    fn of(start: Duration, duration: Option<Duration>, warmup: Duration) -> Self {
+        Self {
+            apply_at: if start.is_zero() {
+                Duration::ZERO
+            } else {
+                warmup + start
+            },
+            clear_at: duration.map(|d| warmup + start + d),
+        }
+    }
 }
 
 impl Faults {
     /// The faults of `plan`'s processes, to be applied through the agents
     /// `launcher` knows, at the addresses the hops were launched at.
     pub(super) fn plan(plan: &MeshPlan, launcher: &AnyLauncher, addrs: &Addrs) -> Self {
+        let warmup = plan.variant.load.warmup;
         let mut faults = Self {
             token: String::new(),
             pending: Vec::new(),
@@ -82,21 +126,25 @@ impl Faults {
                     duration_ms: fault.duration.map(netfault::ms),
                     mechanisms: Vec::new(),
                     packets: None,
+                    applied_at_s: None,
+                    cleared_at_s: None,
                 },
+                at: Timing::of(fault.start, fault.duration, warmup),
                 fault: fault.clone(),
-                applied: false,
+                applied: None,
             });
         }
         faults
     }
 
-    /// Applies faults whose start has come and clears those whose
-    /// duration is over, `now` from the start of the load.
-    pub(super) async fn start(&mut self, now: Duration) {
+    /// Applies the faults whose window has opened and clears those whose
+    /// window has closed, `since_origin` from the load's origin (zero
+    /// before the load starts).
+    pub(super) async fn advance(&mut self, since_origin: Duration) {
         let mut i = 0;
         while i < self.pending.len() {
             let planned = &mut self.pending[i];
-            if !planned.applied && planned.fault.start <= now {
+            if planned.applied.is_none() && planned.at.apply_at <= since_origin {
                 let net = pb::NetFault {
                     loss: planned.fault.loss,
                     delay_us: planned.record.delay_us,
@@ -111,7 +159,7 @@ impl Faults {
                             .iter()
                             .filter_map(|m| netfault::mechanism_of(m))
                             .collect();
-                        planned.applied = true;
+                        planned.applied = Some(Instant::now());
                     }
                     Err(e) => {
                         let line = format!(
@@ -126,25 +174,36 @@ impl Faults {
                         continue;
                     }
                 }
-            } else if planned.applied
-                && planned
-                    .fault
-                    .duration
-                    .is_some_and(|d| planned.fault.start + d <= now)
+            } else if planned.applied.is_some()
+                && planned.at.clear_at.is_some_and(|at| at <= since_origin)
             {
                 let planned = self.pending.remove(i);
-                let record = self.clear(planned).await;
-                self.done.push(record);
+                let done = self.clear(planned).await;
+                self.done.push(done);
                 continue;
             }
             i += 1;
         }
     }
 
-    async fn clear(&mut self, mut planned: PlannedFault) -> FaultRecord {
+    /// When, from the load's origin, the schedule next applies or clears a
+    /// fault; `None` when nothing is left to change.
+    pub(super) fn next_change(&self) -> Option<Duration> {
+        self.pending
+            .iter()
+            .filter_map(|p| match p.applied {
+                None => Some(p.at.apply_at),
+                Some(_) => p.at.clear_at,
+            })
+            .min()
+    }
+
+    async fn clear(&mut self, mut planned: PlannedFault) -> Done {
         let mut record = planned.record;
+        let mut cleared = None;
         match control_call(&planned.addr, &mut planned.channel, &self.token, None).await {
             Ok(state) => {
+                cleared = Some(Instant::now());
                 if record.mechanisms.iter().any(|m| {
                     matches!(
                         m,
@@ -161,24 +220,38 @@ impl Faults {
                 e.message()
             )),
         }
-        record
+        Done {
+            record,
+            applied: planned.applied,
+            cleared,
+        }
     }
 
     /// Clears every fault still applied; returns the records and incidents.
-    pub(super) async fn finish(mut self) -> (Vec<FaultRecord>, Vec<String>) {
+    pub(super) async fn finish(mut self, clock: &LoadClock) -> (Vec<FaultRecord>, Vec<String>) {
         let pending = std::mem::take(&mut self.pending);
         for planned in pending {
-            if planned.applied {
-                let record = self.clear(planned).await;
-                self.done.push(record);
+            if planned.applied.is_some() {
+                let done = self.clear(planned).await;
+                self.done.push(done);
             } else {
                 self.incidents.push(format!(
-                    "hop \"{}\" replica {}: fault never started (the load ended before {} ms)",
+                    "hop \"{}\" replica {}: fault never started (the load ended before {} ms \
+                     after warmup)",
                     planned.record.hop, planned.record.replica, planned.record.start_ms
                 ));
             }
         }
-        (self.done, self.incidents)
+        let records = self
+            .done
+            .into_iter()
+            .map(|done| FaultRecord {
+                applied_at_s: done.applied.map(|t| clock.measured_s(t)),
+                cleared_at_s: done.cleared.map(|t| clock.measured_s(t)),
+                ..done.record
+            })
+            .collect();
+        (records, self.incidents)
     }
 }
 
@@ -227,4 +300,92 @@ async fn control_call(
         }
     };
     Ok(reply.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(at: Timing) -> PlannedFault {
+        PlannedFault {
+            addr: PeerAddr::new("127.0.0.1", 1).expect("a loopback address"),
+            channel: None,
+            record: FaultRecord {
+                hop: "b".to_owned(),
+                replica: 0,
+                namespace: "local".to_owned(),
+                loss: 0.1,
+                delay_us: 0,
+                jitter_us: 0,
+                start_ms: 0,
+                duration_ms: None,
+                mechanisms: Vec::new(),
+                packets: None,
+                applied_at_s: None,
+                cleared_at_s: None,
+            },
+            fault: NetFault {
+                loss: 0.1,
+                delay: Duration::ZERO,
+                jitter: Duration::ZERO,
+                start: Duration::ZERO,
+                duration: None,
+            },
+            at,
+            applied: None,
+        }
+    }
+
+    #[test]
+    fn windows_are_applied_at_warmup_plus_start() {
+        let s = Duration::from_secs;
+        let at = Timing::of(s(5), Some(s(10)), s(1));
+        assert_eq!(
+            at,
+            Timing {
+                apply_at: s(6),
+                clear_at: Some(s(16)),
+            }
+        );
+        let mut faults = Faults {
+            token: String::new(),
+            pending: vec![planned(at), planned(Timing::of(s(8), None, s(1)))],
+            done: Vec::new(),
+            incidents: Vec::new(),
+        };
+        assert_eq!(faults.next_change(), Some(s(6)));
+        faults.pending[0].applied = Some(Instant::now());
+        assert_eq!(faults.next_change(), Some(s(9)));
+        faults.pending[1].applied = Some(Instant::now());
+        assert_eq!(faults.next_change(), Some(s(16)));
+        faults.pending.remove(0);
+        assert_eq!(
+            faults.next_change(),
+            None,
+            "an open-ended window never clears"
+        );
+
+        // A window at 0 covers warmup too: it is applied before the load.
+        assert_eq!(
+            Timing::of(Duration::ZERO, Some(s(3)), s(1)),
+            Timing {
+                apply_at: Duration::ZERO,
+                clear_at: Some(s(4)),
+            }
+        );
+    }
+
+    #[test]
+    fn times_are_recorded_on_the_measured_clock() {
+        let clock = LoadClock {
+            origin: Instant::now(),
+            warmup: Duration::from_secs(2),
+        };
+        let at = |ms: u64| clock.origin + Duration::from_millis(ms);
+        assert!((clock.measured_s(at(5_500)) - 3.5).abs() < 1e-9);
+        assert!((clock.measured_s(at(500)) + 1.5).abs() < 1e-9);
+        if let Some(before) = clock.origin.checked_sub(Duration::from_millis(250)) {
+            assert!((clock.measured_s(before) + 2.25).abs() < 1e-9);
+        }
+    }
 }

@@ -187,8 +187,8 @@ pub struct NetFault {
     /// Each packet's delay is drawn uniformly from `delay ± jitter`
     /// (`jitter <= delay`).
     pub jitter: Duration,
-    /// When the fault starts, measured from the start of the variant's load
-    /// (warmup included).
+    /// When the fault starts on the measured clock: from the end of warmup,
+    /// the clock of requests.csv (a fault at 0 covers warmup too).
     pub start: Duration,
     /// How long it lasts; `None`: until the run ends.
     pub duration: Option<Duration>,
