@@ -288,13 +288,15 @@ async fn control_call(
         Some(net) => {
             let mut request = tonic::Request::new(pb::SetFaultsRequest {
                 net: Some(net),
-                slow: None,
+                ..Default::default()
             });
             request.metadata_mut().insert("authorization", bearer);
             client.set_faults(request).await?
         }
         None => {
-            let mut request = tonic::Request::new(pb::ClearFaultsRequest {});
+            let mut request = tonic::Request::new(pb::ClearFaultsRequest {
+                kinds: vec![pb::FaultKind::Net as i32],
+            });
             request.metadata_mut().insert("authorization", bearer);
             client.clear_faults(request).await?
         }
