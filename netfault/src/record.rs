@@ -45,6 +45,29 @@ pub struct FaultRecord {
     pub cleared_at_s: Option<f64>,
 }
 
+/// A fault window as recorded in summary.json: planned on the measured
+/// clock (seconds from the end of warmup, the clock of requests.csv), and
+/// when the replica's agent answered that it was applied and cleared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowRecord {
+    pub hop: String,
+    /// The replica, 0-based.
+    pub replica: u32,
+    /// `net`, `slow`, `replica_slow` or `error`.
+    pub kind: String,
+    /// The planned start.
+    pub start_s: f64,
+    /// The planned end; absent: the end of the load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_s: Option<f64>,
+    /// When it was applied; absent if it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at_s: Option<f64>,
+    /// When it was cleared; absent if the agent did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleared_at_s: Option<f64>,
+}
+
 /// Milliseconds of a duration, for records.
 pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

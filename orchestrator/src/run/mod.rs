@@ -24,7 +24,7 @@ use std::{
 };
 
 use tailmesh_netfault::{
-    self as netfault, FaultError, FaultRecord,
+    self as netfault, FaultError, FaultRecord, WindowRecord,
     netns::{self, NetnsError},
     tool,
 };
@@ -135,6 +135,8 @@ pub(crate) struct VariantRun {
     pub broker: Vec<TopicStats>,
     /// The network faults applied, with their mechanism.
     pub faults: Vec<FaultRecord>,
+    /// Every fault window, planned and as applied.
+    pub fault_windows: Vec<WindowRecord>,
     /// The peak resident memory of the variant's processes and of the
     /// orchestrator, read when the load ended.
     pub memory: Vec<PeakMemory>,
@@ -300,7 +302,14 @@ async fn run_variant(
         }
         AnyLauncher::Netns(netns)
     } else {
-        AnyLauncher::Local(LocalLauncher::new(log_dir.clone()))
+        let local = LocalLauncher::new(log_dir.clone());
+        // Windows of application-level faults are set through each hop's
+        // Control service.
+        AnyLauncher::Local(if plan.has_app_windows() {
+            local.with_control()
+        } else {
+            local
+        })
     };
     // Processes in namespaces cannot reach the host's loopback, where the
     // trace receiver listens: they get a listener of their own on the host
@@ -465,7 +474,7 @@ async fn measure(
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
     records.end_variant(&load);
-    let (faults, fault_incidents) = faults.finish(&clock).await;
+    let (faults, fault_windows, fault_incidents) = faults.finish(&clock).await;
     incidents.extend(fault_incidents);
     let broker = match broker {
         Some(addr) => {
@@ -492,6 +501,7 @@ async fn measure(
         incidents,
         broker,
         faults,
+        fault_windows,
         memory,
         launcher: launcher.kind(),
         spans: Spool::default(),
