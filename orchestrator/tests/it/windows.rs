@@ -65,7 +65,7 @@ slow = { probability = 1.0, extra = "5ms", start = "2s", duration = "2s" }
                 slowed_at_b,
                 "intended inside the window, not slowed: {line}"
             );
-        } else if intended_s < 2.0 - EDGE_S || intended_s >= 4.0 + EDGE_S {
+        } else if !(2.0 - EDGE_S..4.0 + EDGE_S).contains(&intended_s) {
             outside += 1;
             assert!(!slowed_at_b, "intended outside the window, slowed: {line}");
         }

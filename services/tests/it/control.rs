@@ -401,7 +401,7 @@ async fn clearing_one_kind_keeps_the_others() {
     let set = control
         .set_faults(with_token(
             SetFaultsRequest {
-                slow: Some(slow.clone()),
+                slow: Some(slow),
                 work_factor: Some(3.0),
                 error: Some(ErrorInjection {
                     probability: 0.0,
