@@ -1689,3 +1689,20 @@ fn a_zero_window_duration_is_refused_with_its_place() {
         )]
     );
 }
+
+#[test]
+fn an_override_that_moves_a_window_past_the_end_is_refused_in_that_variant() {
+    let source = format!(
+        "{WINDOW_HEAD}[[hop]]\nname = \"a\"\n\
+         slow = {{ probability = 0.2, extra = \"20ms\", start = \"4s\", duration = \"2s\" }}\n\
+         [[variant]]\nname = \"fits\"\n\
+         [[variant]]\nname = \"late\"\nset = {{ \"hop.a.slow.duration\" = \"8s\" }}\n"
+    );
+    let found = problems(&source);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (_, _, message) = &found[0];
+    assert!(
+        message.contains("late") && message.contains("slow window 4s..12s runs past the end"),
+        "{message}"
+    );
+}
