@@ -19,7 +19,8 @@
 //!   delay-line`).
 //! - [`agent`]: the fault agent's backend: the [`agent::FaultBackend`]
 //!   contract and [`agent::NetBackend`], which applies faults at a place.
-//! - `record`: [`FaultRecord`], an applied fault as a run reports it.
+//! - `record`: [`FaultRecord`], an applied fault as a run reports it, and
+//!   [`WindowRecord`], a fault window with its planned and actual times.
 //! - `error`: [`FaultError`], why a fault cannot be applied.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -36,4 +37,4 @@ pub mod tool;
 pub use error::FaultError;
 pub use mechanism::{FaultSpec, Mechanism, check, mechanism_of, netem_available};
 pub use place::{Place, container_iface, default_route_iface};
-pub use record::{FaultRecord, ms};
+pub use record::{FaultRecord, WindowRecord, ms};

@@ -641,6 +641,7 @@ fn analyze_variants(
             broker: run.broker.iter().cloned().map(Into::into).collect(),
             peak_memory: run.memory.clone(),
             faults: run.faults.clone(),
+            fault_windows: run.fault_windows.clone(),
             machine: run.load.instrument.clone(),
             traces,
         });

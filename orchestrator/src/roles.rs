@@ -361,8 +361,10 @@ fn serve_hop_config(
     })
 }
 
-/// The fault agent of a hop under the netns launcher: it serves only with
-/// the run's token, and acts on the namespace the launcher describes.
+/// The fault agent of a hop: it serves only with the run's token, and acts
+/// on the namespace the netns launcher describes; without a description
+/// (the local launcher, for fault windows) it changes only the hop's
+/// application-level faults.
 fn netns_agent(
     config: &HopConfig,
 ) -> Result<Option<tailmesh_services::control::ControlService<AgentBackend>>, RoleError> {

@@ -1,5 +1,7 @@
 //! The fault agent: `tailmesh.v1.Control` on every hop replica, which sets,
-//! clears and reports the network faults of the replica's own namespace.
+//! clears and reports the network faults of the replica's own namespace,
+//! and the replica's application-level faults (slowness, a work factor,
+//! injected errors), each kind on its own.
 //!
 //! Authentication: every call carries the run's token as `authorization:
 //! Bearer <token>` metadata (the scheme in any case), compared in constant
@@ -12,16 +14,23 @@
 use std::{sync::Arc, time::Duration};
 
 use tailmesh_proto::pb::{
-    self, ClearFaultsRequest, FaultState, GetFaultsRequest, NetFault, SetFaultsRequest,
+    self, ClearFaultsRequest, FaultKind, FaultState, GetFaultsRequest, NetFault, SetFaultsRequest,
     control_server::{Control, ControlServer},
+    dist,
 };
 
-use crate::model::{DurationDist, Slowness};
+use crate::model::{DurationDist, ErrorInjection, Overrides, Slowness};
 
-/// Sets (`Some`) or removes (`None`) a replica's runtime slowness.
-pub type SlownessSetter = Arc<dyn Fn(Option<Slowness>) + Send + Sync>;
+/// Hands a replica the application-level faults now set at runtime (all of
+/// them, every time one kind changes).
+pub type BehaviorSetter = Arc<dyn Fn(Overrides) + Send + Sync>;
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
+
+/// Most a work factor may multiply the work by, as `replica_slow.factor`.
+pub const MAX_WORK_FACTOR: f64 = 1000.0;
+/// Largest log-normal sigma, as a scenario's.
+pub const MAX_SIGMA: f64 = 10.0;
 
 /// Largest delay the agent accepts.
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
@@ -72,26 +81,156 @@ pub fn validate_slowness(slow: &pb::Slowness) -> Result<Slowness, Status> {
             slow.probability
         )));
     }
-    let extra = Duration::from_micros(slow.extra_us);
-    if extra > MAX_DELAY {
-        return Err(Status::invalid_argument(format!(
-            "slow.extra_us must be at most {} (60 s), got {}",
-            MAX_DELAY.as_micros(),
-            slow.extra_us
-        )));
-    }
+    let extra = match &slow.extra {
+        Some(dist) => validate_dist(dist)?,
+        None => DurationDist::Fixed {
+            value: micros("slow.extra_us", slow.extra_us)?,
+        },
+    };
     Ok(Slowness {
         probability: slow.probability,
-        extra: DurationDist::Fixed { value: extra },
+        extra,
     })
+}
+
+/// `us` microseconds as a duration, refused above [`MAX_DELAY`].
+fn micros(field: &str, us: u64) -> Result<Duration, Status> {
+    let d = Duration::from_micros(us);
+    if d > MAX_DELAY {
+        return Err(Status::invalid_argument(format!(
+            "{field} must be at most {} (60 s), got {us}",
+            MAX_DELAY.as_micros()
+        )));
+    }
+    Ok(d)
+}
+
+/// Checks a distribution of durations.
+fn validate_dist(d: &pb::Dist) -> Result<DurationDist, Status> {
+    match &d.kind {
+        None => Err(Status::invalid_argument("slow.extra needs a kind")),
+        Some(dist::Kind::Fixed(f)) => Ok(DurationDist::Fixed {
+            value: micros("slow.extra.fixed.value_us", f.value_us)?,
+        }),
+        Some(dist::Kind::Uniform(u)) => {
+            let min = micros("slow.extra.uniform.min_us", u.min_us)?;
+            let max = micros("slow.extra.uniform.max_us", u.max_us)?;
+            if min > max {
+                return Err(Status::invalid_argument(format!(
+                    "slow.extra.uniform: min_us ({}) must not exceed max_us ({})",
+                    u.min_us, u.max_us
+                )));
+            }
+            Ok(DurationDist::Uniform { min, max })
+        }
+        Some(dist::Kind::Exp(e)) => Ok(DurationDist::Exp {
+            mean: positive(
+                micros("slow.extra.exp.mean_us", e.mean_us)?,
+                "slow.extra.exp.mean_us",
+            )?,
+        }),
+        Some(dist::Kind::Lognormal(l)) => {
+            if !(l.sigma > 0.0 && l.sigma <= MAX_SIGMA) {
+                return Err(Status::invalid_argument(format!(
+                    "slow.extra.lognormal.sigma must be in (0, {MAX_SIGMA}], got {}",
+                    l.sigma
+                )));
+            }
+            Ok(DurationDist::Lognormal {
+                mean: positive(
+                    micros("slow.extra.lognormal.mean_us", l.mean_us)?,
+                    "slow.extra.lognormal.mean_us",
+                )?,
+                sigma: l.sigma,
+            })
+        }
+    }
+}
+
+fn positive(d: Duration, field: &str) -> Result<Duration, Status> {
+    if d.is_zero() {
+        return Err(Status::invalid_argument(format!(
+            "{field} must be greater than 0"
+        )));
+    }
+    Ok(d)
+}
+
+/// Checks a request's work factor.
+pub fn validate_work_factor(factor: f64) -> Result<f64, Status> {
+    if !(1.0..=MAX_WORK_FACTOR).contains(&factor) {
+        return Err(Status::invalid_argument(format!(
+            "work_factor must be between 1 and {MAX_WORK_FACTOR}, got {factor}"
+        )));
+    }
+    Ok(factor)
+}
+
+/// Checks a request's error injection.
+pub fn validate_error(error: &pb::ErrorInjection) -> Result<ErrorInjection, Status> {
+    if !(0.0..=1.0).contains(&error.probability) || error.probability.is_nan() {
+        return Err(Status::invalid_argument(format!(
+            "error.probability must be between 0 and 1, got {}",
+            error.probability
+        )));
+    }
+    if !(1..=16).contains(&error.code) {
+        return Err(Status::invalid_argument(format!(
+            "error.code must be a gRPC status code 1..=16, got {}",
+            error.code
+        )));
+    }
+    Ok(ErrorInjection {
+        probability: error.probability,
+        code: error.code,
+    })
+}
+
+/// The message for a slowness (the inverse of [`validate_slowness`]).
+pub fn slowness_message(slow: &Slowness) -> pb::Slowness {
+    let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let kind = match &slow.extra {
+        DurationDist::Fixed { value } => dist::Kind::Fixed(dist::Fixed {
+            value_us: us(*value),
+        }),
+        DurationDist::Uniform { min, max } => dist::Kind::Uniform(dist::Uniform {
+            min_us: us(*min),
+            max_us: us(*max),
+        }),
+        DurationDist::Exp { mean } => dist::Kind::Exp(dist::Exp { mean_us: us(*mean) }),
+        DurationDist::Lognormal { mean, sigma } => dist::Kind::Lognormal(dist::Lognormal {
+            mean_us: us(*mean),
+            sigma: *sigma,
+        }),
+    };
+    pb::Slowness {
+        probability: slow.probability,
+        extra_us: 0,
+        extra: Some(pb::Dist { kind: Some(kind) }),
+    }
+}
+
+/// The message for an error injection.
+pub fn error_message(error: &ErrorInjection) -> pb::ErrorInjection {
+    pb::ErrorInjection {
+        probability: error.probability,
+        code: error.code,
+    }
 }
 
 /// The Control service over a backend, guarded by `token`.
 pub struct ControlService<B> {
     token: Arc<str>,
     backend: Arc<B>,
-    slowness: Option<SlownessSetter>,
-    state: Mutex<FaultState>,
+    behavior: Option<BehaviorSetter>,
+    state: Mutex<AgentState>,
+}
+
+/// What the agent has set: as reported, and as handed to the replica.
+#[derive(Default)]
+struct AgentState {
+    reported: FaultState,
+    overrides: Overrides,
 }
 
 impl<B: FaultBackend> ControlService<B> {
@@ -100,14 +239,15 @@ impl<B: FaultBackend> ControlService<B> {
         Self {
             token: token.into(),
             backend: Arc::new(backend),
-            slowness: None,
-            state: Mutex::new(FaultState::default()),
+            behavior: None,
+            state: Mutex::new(AgentState::default()),
         }
     }
 
-    /// Lets the service change the replica's slowness through `setter`.
-    pub fn with_slowness(mut self, setter: SlownessSetter) -> Self {
-        self.slowness = Some(setter);
+    /// Lets the service change the replica's application-level faults
+    /// (slowness, work factor, errors) through `setter`.
+    pub fn with_behavior(mut self, setter: BehaviorSetter) -> Self {
+        self.behavior = Some(setter);
         self
     }
 
@@ -171,31 +311,52 @@ impl<B: FaultBackend> Control for ControlService<B> {
         request: Request<SetFaultsRequest>,
     ) -> Result<Response<FaultState>, Status> {
         self.authorize(&request)?;
-        let SetFaultsRequest { net, slow } = request.into_inner();
-        if net.is_none() && slow.is_none() {
-            return Err(Status::invalid_argument("set net, slow, or both"));
+        let SetFaultsRequest {
+            net,
+            slow,
+            work_factor,
+            error,
+        } = request.into_inner();
+        if net.is_none() && slow.is_none() && work_factor.is_none() && error.is_none() {
+            return Err(Status::invalid_argument(
+                "set at least one of net, slow, work_factor and error",
+            ));
         }
         // Everything is validated before anything is changed.
         let spec = net.as_ref().map(|n| validate(Some(n))).transpose()?;
         let slowness = slow.as_ref().map(validate_slowness).transpose()?;
-        if slowness.is_some() && self.slowness.is_none() {
+        let factor = work_factor.map(validate_work_factor).transpose()?;
+        let injection = error.as_ref().map(validate_error).transpose()?;
+        let app = slowness.is_some() || factor.is_some() || injection.is_some();
+        if app && self.behavior.is_none() {
             return Err(Status::failed_precondition(
-                "this agent cannot change the replica's slowness",
+                "this agent cannot change the replica's application-level faults",
             ));
         }
         let mut state = self.state.lock().await;
         if let Some(spec) = spec {
             let applied = self.blocking(move |b| b.apply(&spec)).await?;
-            state.net = net;
-            state.mechanisms = applied.mechanisms;
-            state.packets_seen = 0;
-            state.packets_dropped = 0;
+            state.reported.net = net;
+            state.reported.mechanisms = applied.mechanisms;
+            state.reported.packets_seen = 0;
+            state.reported.packets_dropped = 0;
         }
-        if let (Some(slowness), Some(setter)) = (slowness, &self.slowness) {
-            setter(Some(slowness));
-            state.slow = slow;
+        if let Some(slowness) = slowness {
+            state.overrides.slow = Some(slowness);
+            state.reported.slow = slow;
         }
-        Ok(Response::new(state.clone()))
+        if let Some(factor) = factor {
+            state.overrides.work_factor = Some(factor);
+            state.reported.work_factor = Some(factor);
+        }
+        if let Some(injection) = injection {
+            state.overrides.error = Some(injection);
+            state.reported.error = error;
+        }
+        if let (true, Some(setter)) = (app, &self.behavior) {
+            setter(state.overrides.clone());
+        }
+        Ok(Response::new(state.reported.clone()))
     }
 
     async fn clear_faults(
@@ -203,26 +364,49 @@ impl<B: FaultBackend> Control for ControlService<B> {
         request: Request<ClearFaultsRequest>,
     ) -> Result<Response<FaultState>, Status> {
         self.authorize(&request)?;
+        let kinds = request.into_inner().kinds;
+        let clears = |kind: FaultKind| {
+            kinds.is_empty()
+                || kinds
+                    .iter()
+                    .any(|k| *k == kind as i32 || *k == FaultKind::All as i32)
+        };
         let mut state = self.state.lock().await;
-        if state.slow.take().is_some()
-            && let Some(setter) = &self.slowness
-        {
-            setter(None);
+        let before = state.overrides.clone();
+        if clears(FaultKind::Slow) {
+            state.overrides.slow = None;
+            state.reported.slow = None;
         }
-        if state.net.is_none() {
-            return Ok(Response::new(FaultState::default()));
+        if clears(FaultKind::WorkFactor) {
+            state.overrides.work_factor = None;
+            state.reported.work_factor = None;
+        }
+        if clears(FaultKind::Error) {
+            state.overrides.error = None;
+            state.reported.error = None;
+        }
+        if state.overrides != before
+            && let Some(setter) = &self.behavior
+        {
+            setter(state.overrides.clone());
+        }
+        if !clears(FaultKind::Net) || state.reported.net.is_none() {
+            return Ok(Response::new(state.reported.clone()));
         }
         let applied = self.blocking(|b| b.clear()).await?;
         let [seen, dropped] = applied.packets.unwrap_or_default();
-        let cleared = FaultState {
-            net: None,
-            mechanisms: std::mem::take(&mut state.mechanisms),
+        // The answer reports what the cleared network fault did, beside the
+        // faults still set.
+        let mechanisms = std::mem::take(&mut state.reported.mechanisms);
+        state.reported.net = None;
+        state.reported.packets_seen = 0;
+        state.reported.packets_dropped = 0;
+        Ok(Response::new(FaultState {
+            mechanisms,
             packets_seen: seen,
             packets_dropped: dropped,
-            slow: None,
-        };
-        *state = FaultState::default();
-        Ok(Response::new(cleared))
+            ..state.reported.clone()
+        }))
     }
 
     async fn get_faults(
@@ -230,13 +414,142 @@ impl<B: FaultBackend> Control for ControlService<B> {
         request: Request<GetFaultsRequest>,
     ) -> Result<Response<FaultState>, Status> {
         self.authorize(&request)?;
-        Ok(Response::new(self.state.lock().await.clone()))
+        Ok(Response::new(self.state.lock().await.reported.clone()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        hop::{HopConfig, HopCore},
+        model::{HopBehavior, Work},
+    };
+    use tailmesh_proto::pb::CallRequest;
+
+    const TOKEN: &str = "t0k";
+
+    fn authorized<T>(message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {TOKEN}").parse().expect("metadata"),
+        );
+        request
+    }
+
+    /// A replica whose work is a 2 ms sleep on tokio's clock (paused in
+    /// the tests, so its service time is exact), with its Control service.
+    fn replica() -> (HopCore, ControlService<NoFaults>) {
+        let config = HopConfig {
+            precise_timer: false,
+            ..HopConfig::new(HopBehavior {
+                work: Work::Sleep {
+                    dist: DurationDist::Fixed {
+                        value: Duration::from_millis(2),
+                    },
+                },
+                ..HopBehavior::idle("x", 3)
+            })
+        };
+        let core = HopCore::new(&config).expect("a hop without downstream");
+        let control = ControlService::new(TOKEN, NoFaults).with_behavior(core.behavior_setter());
+        (core, control)
+    }
+
+    /// The service time of request `id`, or its error code.
+    async fn serve(core: &HopCore, id: u64) -> Result<Duration, tonic::Code> {
+        let request = CallRequest {
+            request_id: id,
+            ..CallRequest::default()
+        };
+        match core.handle(request, None, Duration::ZERO, None).await {
+            Ok(reply) => Ok(Duration::from_nanos(
+                reply.path.first().expect("a path record").service_ns,
+            )),
+            Err(status) => Err(status.code()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_work_factor_and_error_injection_take_effect_and_clear() {
+        let (core, control) = replica();
+        let ms = Duration::from_millis;
+        assert_eq!(serve(&core, 1).await, Ok(ms(2)));
+
+        let state = control
+            .set_faults(authorized(SetFaultsRequest {
+                work_factor: Some(20.0),
+                ..Default::default()
+            }))
+            .await
+            .expect("set the work factor")
+            .into_inner();
+        assert_eq!(state.work_factor, Some(20.0));
+        assert_eq!(serve(&core, 2).await, Ok(ms(40)));
+
+        let state = control
+            .set_faults(authorized(SetFaultsRequest {
+                error: Some(pb::ErrorInjection {
+                    probability: 1.0,
+                    code: tonic::Code::Unavailable as i32,
+                }),
+                ..Default::default()
+            }))
+            .await
+            .expect("set the error injection")
+            .into_inner();
+        assert_eq!(
+            state.work_factor,
+            Some(20.0),
+            "setting one kind keeps the other"
+        );
+        assert_eq!(serve(&core, 3).await, Err(tonic::Code::Unavailable));
+
+        let state = control
+            .clear_faults(authorized(ClearFaultsRequest {
+                kinds: vec![FaultKind::Error as i32],
+            }))
+            .await
+            .expect("clear the errors")
+            .into_inner();
+        assert_eq!((state.error, state.work_factor), (None, Some(20.0)));
+        assert_eq!(serve(&core, 4).await, Ok(ms(40)), "the factor stays");
+
+        control
+            .clear_faults(authorized(ClearFaultsRequest {
+                kinds: vec![FaultKind::WorkFactor as i32],
+            }))
+            .await
+            .expect("clear the work factor");
+        assert_eq!(serve(&core, 5).await, Ok(ms(2)));
+    }
+
+    #[test]
+    fn a_slowness_message_validates_back_to_itself() {
+        let d = Duration::from_micros;
+        for extra in [
+            DurationDist::Fixed { value: d(1_500) },
+            DurationDist::Uniform {
+                min: d(1_000),
+                max: d(3_000),
+            },
+            DurationDist::Exp { mean: d(2_000) },
+            DurationDist::Lognormal {
+                mean: d(2_000),
+                sigma: 1.5,
+            },
+        ] {
+            let slow = Slowness {
+                probability: 0.25,
+                extra,
+            };
+            assert_eq!(
+                validate_slowness(&slowness_message(&slow)).expect("valid"),
+                slow
+            );
+        }
+    }
 
     #[test]
     fn bearer_scheme_in_any_case_with_any_spaces() {

@@ -188,7 +188,42 @@ pub struct HopBehavior {
     pub error: Option<ErrorInjection>,
 }
 
+/// Faults set at runtime on one replica (through its Control API), each
+/// replacing the scenario's of its kind while it is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// Replaces `slow`.
+    pub slow: Option<Slowness>,
+    /// This replica's work factor; replaces `replica_slow`.
+    pub work_factor: Option<f64>,
+    /// Replaces `error`.
+    pub error: Option<ErrorInjection>,
+}
+
+impl Overrides {
+    /// Whether nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        self.slow.is_none() && self.work_factor.is_none() && self.error.is_none()
+    }
+}
+
 impl HopBehavior {
+    /// The behaviour of replica `replica` under `overrides`: each kind set
+    /// there replaces this one's. Per-request draws keep their keys, so the
+    /// same requests are slowed or failed as when the scenario had the
+    /// fault from the start.
+    pub fn overridden(&self, overrides: &Overrides, replica: u32) -> HopBehavior {
+        HopBehavior {
+            slow: overrides.slow.clone().or_else(|| self.slow.clone()),
+            replica_slow: match overrides.work_factor {
+                Some(factor) => Some(ReplicaSlow { replica, factor }),
+                None => self.replica_slow.clone(),
+            },
+            error: overrides.error.clone().or_else(|| self.error.clone()),
+            ..self.clone()
+        }
+    }
+
     /// A hop that does no work and has no faults: the plainest there is.
     pub fn idle(name: impl Into<String>, seed: u64) -> Self {
         HopBehavior {

@@ -38,6 +38,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         net: None,
         replica_net: Vec::new(),
         error: None,
+        windows: Default::default(),
         client: Default::default(),
         downstream: Vec::new(),
     }

@@ -253,6 +253,10 @@ pub struct VariantReport {
     /// and the packets its rules or qdiscs saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
+    /// Every fault window (a fault with a `start` or a `duration`), planned
+    /// and as applied and cleared, on the measured clock.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fault_windows: Vec<tailmesh_netfault::WindowRecord>,
     /// Why the slow requests were slow: counts per cause (absent in
     /// summaries from before attribution).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -468,6 +472,8 @@ pub(crate) struct VariantContext {
     pub peak_memory: Vec<crate::launcher::PeakMemory>,
     /// Network faults applied.
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
+    /// Fault windows, planned and as applied.
+    pub fault_windows: Vec<tailmesh_netfault::WindowRecord>,
     /// What the self-watch measured over the load window.
     pub machine: Option<MachineSamples>,
     /// The traces' breakdown (from every trace), when it was traced.
@@ -778,6 +784,7 @@ impl VariantAccumulator {
             broker: context.broker,
             peak_memory: context.peak_memory,
             faults: context.faults,
+            fault_windows: context.fault_windows,
             attribution: Some(attribution),
             instrument,
             traces,

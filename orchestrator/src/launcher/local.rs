@@ -60,6 +60,8 @@ pub struct LocalLauncher {
     log_dir: PathBuf,
     ready_timeout: Duration,
     children: Vec<Supervised>,
+    /// The token of the children's Control services, when they serve one.
+    control_token: Option<String>,
 }
 
 /// A running child and the write end of its stdin pipe.
@@ -102,7 +104,21 @@ impl LocalLauncher {
             log_dir,
             ready_timeout: DEFAULT_READY_TIMEOUT,
             children: Vec::new(),
+            control_token: None,
         }
+    }
+
+    /// Gives every child a Control service (a fresh token in its
+    /// environment), so its application-level faults can be set at
+    /// runtime; it has no network fault agent (no namespace of its own).
+    pub fn with_control(mut self) -> Self {
+        self.control_token = Some(super::netns::new_token());
+        self
+    }
+
+    /// The token the children's Control services accept, if they have one.
+    pub fn token(&self) -> Option<&str> {
+        self.control_token.as_deref()
     }
 
     /// Sets how long [`LocalLauncher::launch`] waits for each child to
@@ -167,6 +183,11 @@ impl LocalLauncher {
             .arg(&addr_file)
             .arg("--supervised")
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .envs(
+                self.control_token
+                    .iter()
+                    .map(|t| (super::netns::CONTROL_TOKEN_ENV, t)),
+            )
             .stdin(Stdio::piped())
             .stdout(stdout)
             .stderr(stderr)

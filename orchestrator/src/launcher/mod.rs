@@ -81,11 +81,13 @@ impl AnyLauncher {
     }
 
     /// The Control token of the fault agents, and where the fault of the
-    /// process `role` (`hop-b-1`) lives: its namespace (netns) or its
-    /// service (attached). `None` for a launcher without fault agents.
+    /// process `role` (`hop-b-1`) lives: its namespace (netns), its
+    /// service (attached) or `local` (a local child with a Control
+    /// service: application-level faults only). `None` for a launcher
+    /// without fault agents.
     pub fn fault_place(&self, role: &str) -> Option<(&str, String)> {
         match self {
-            Self::Local(_) => None,
+            Self::Local(l) => l.token().map(|t| (t, "local".to_owned())),
             Self::Netns(l) => {
                 let net = l.network();
                 let member = net.members().iter().find(|m| m.name == role)?;

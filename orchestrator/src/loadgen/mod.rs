@@ -133,17 +133,57 @@ pub(crate) struct LoadOutcome {
     pub pipeline: PipelineStats,
 }
 
+/// The origin of a variant's load, shared by the load generator and the
+/// fault schedule so both count time from the same instant. Request records
+/// and fault windows use the measured clock: seconds from `origin + warmup`,
+/// the clock of requests.csv.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LoadClock {
+    /// When the first (warmup) request is due.
+    pub origin: Instant,
+    /// How long warmup lasts from `origin`.
+    pub warmup: Duration,
+}
+
+impl LoadClock {
+    /// A clock whose origin is now.
+    pub(crate) fn start(warmup: Duration) -> Self {
+        Self {
+            origin: Instant::now(),
+            warmup,
+        }
+    }
+
+    /// Time from the origin to `now` (zero before it).
+    pub(crate) fn since_origin(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.origin)
+    }
+
+    /// `t` on the measured clock, in seconds: negative during warmup, or
+    /// before the load started.
+    pub(crate) fn measured_s(&self, t: Instant) -> f64 {
+        let since = if t >= self.origin {
+            t.duration_since(self.origin).as_secs_f64()
+        } else {
+            -self.origin.duration_since(t).as_secs_f64()
+        };
+        since - self.warmup.as_secs_f64()
+    }
+}
+
 /// Drives `load` against `target` and hands each measured request to
 /// `sink` as it completes (warmup requests are only counted). `stop`
 /// counts interrupts: the first ([`STOP_SENDING`]) ends sending early and
 /// requests in flight are still awaited; the second ([`ABANDON`]) gives
 /// those up. The measured phase lasts from the end of warmup to the time
 /// sending stopped (open loop: the next intended send time; closed loop:
-/// the last answer).
+/// the last answer). Sends and records count from `clock` (built with
+/// `load.warmup`), which the caller shares with the fault schedule.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn generate<S: RecordSink + ?Sized>(
     target: Target,
     load: &Load,
+    clock: LoadClock,
     seed: u64,
     sleeper: Sleeper,
     progress: Option<Progress>,
@@ -156,8 +196,8 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         target,
         timeout: load.timeout,
         payload,
-        origin: Instant::now(),
-        warmup: load.warmup,
+        origin: clock.origin,
+        warmup: clock.warmup,
         tracer,
         interrupts: stop.clone(),
     });

@@ -13,7 +13,7 @@ use tailmesh_services::{
 };
 use tokio::sync::watch;
 
-use super::{Target, generate};
+use super::{LoadClock, Target, generate};
 use crate::{
     record::{Outcome, RecordSink, RequestRecord},
     scenario::{ConnectionMode, Load, LoadMode, Stop},
@@ -115,6 +115,7 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
     let outcome = generate(
         Target::push(pool, ClientPolicy::default()),
         &spec,
+        LoadClock::start(spec.warmup),
         1,
         Sleeper::Precise,
         None,

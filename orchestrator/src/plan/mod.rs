@@ -31,7 +31,7 @@ use tailmesh_services::{
 pub(crate) use naming::broker_port;
 pub(crate) use naming::{Naming, NamingError};
 
-use crate::scenario::{Hop, NetFault, Scenario, Variant};
+use crate::scenario::{Hop, NetFault, Scenario, Variant, Window};
 
 /// How long a hop gets to finish the requests in flight when it is told to
 /// stop (the launchers wait as long before they kill it).
@@ -193,6 +193,50 @@ impl MeshPlan {
         })
     }
 
+    /// The application-level faults with a window (a start or a
+    /// duration), set at runtime through each replica's Control service:
+    /// `slow` and `error` on every replica of their hop, `replica_slow` on
+    /// its replica only; in the scenario's order of hops and replicas.
+    pub(crate) fn windowed_faults(&self) -> Vec<(&Process, &Hop, u32, AppFault, Window)> {
+        let mut faults = Vec::new();
+        for (process, hop, replica) in self.hops() {
+            if let (Some(slow), true) = (&hop.slow, hop.windows.slow.is_scheduled()) {
+                faults.push((
+                    process,
+                    hop,
+                    replica,
+                    AppFault::Slow(slow.clone()),
+                    hop.windows.slow,
+                ));
+            }
+            if let (Some(rs), true) = (&hop.replica_slow, hop.windows.replica_slow.is_scheduled())
+                && rs.replica == replica
+            {
+                faults.push((
+                    process,
+                    hop,
+                    replica,
+                    AppFault::WorkFactor(rs.factor),
+                    hop.windows.replica_slow,
+                ));
+            }
+            if let (Some(error), true) = (&hop.error, hop.windows.error.is_scheduled()) {
+                faults.push((
+                    process,
+                    hop,
+                    replica,
+                    AppFault::Error(error.clone()),
+                    hop.windows.error,
+                ));
+            }
+        }
+        faults.sort_by_key(|(_, hop, replica, _, _)| {
+            let order = self.variant.hops.iter().position(|h| h.name == hop.name);
+            (order, *replica)
+        });
+        faults
+    }
+
     /// The hop replicas with a network fault that does something, as
     /// `(process, hop, replica, fault)`, in the scenario's order of hops
     /// and replicas (as summary.json lists the faults).
@@ -206,6 +250,12 @@ impl MeshPlan {
             (order, *replica)
         });
         faulty
+    }
+
+    /// Whether some fault is set at runtime through a Control service that
+    /// only the fault schedule brings (an application-level window).
+    pub(crate) fn has_app_windows(&self) -> bool {
+        self.variant.hops.iter().any(Hop::has_app_windows)
     }
 
     /// The hop the load generator calls.
@@ -475,4 +525,15 @@ replica_net = { replica = 0, loss = 0.1 }
         assert_eq!(env["OTEL_TRACES_SAMPLER_ARG"], "0.5");
         assert_eq!(env[tailmesh_services::telemetry::VARIANT_ENV], "v");
     }
+}
+
+/// An application-level fault set at runtime on one replica.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum AppFault {
+    /// `slow`.
+    Slow(tailmesh_services::model::Slowness),
+    /// `replica_slow`'s factor.
+    WorkFactor(f64),
+    /// `error`.
+    Error(tailmesh_services::model::ErrorInjection),
 }

@@ -24,7 +24,7 @@ use std::{
 };
 
 use tailmesh_netfault::{
-    self as netfault, FaultError, FaultRecord,
+    self as netfault, FaultError, FaultRecord, WindowRecord,
     netns::{self, NetnsError},
     tool,
 };
@@ -41,7 +41,7 @@ use crate::{
         AnyLauncher, Attach, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher,
         PeakMemory, brokers::BrokerProcessError, peak_rss_bytes,
     },
-    loadgen::{self, LoadOutcome, Target},
+    loadgen::{self, LoadClock, LoadOutcome, Target},
     plan::{DRAIN_GRACE, MeshPlan, Naming},
     record::RecordSink,
     scenario::{ConnectionMode, Launcher, Scenario, Variant},
@@ -54,6 +54,8 @@ use crate::{
 /// How long hops get to finish requests in flight when a variant ends:
 /// as long as each hop itself drains them.
 const STOP_GRACE: Duration = DRAIN_GRACE;
+/// How often the hop processes are checked while the load runs.
+const CHILD_WATCH_EVERY: Duration = Duration::from_millis(200);
 /// Attached: spans have stopped arriving when none came for this long
 /// (hops export every 200 ms).
 const SPAN_QUIET: Duration = Duration::from_secs(1);
@@ -133,6 +135,8 @@ pub(crate) struct VariantRun {
     pub broker: Vec<TopicStats>,
     /// The network faults applied, with their mechanism.
     pub faults: Vec<FaultRecord>,
+    /// Every fault window, planned and as applied.
+    pub fault_windows: Vec<WindowRecord>,
     /// The peak resident memory of the variant's processes and of the
     /// orchestrator, read when the load ended.
     pub memory: Vec<PeakMemory>,
@@ -298,7 +302,14 @@ async fn run_variant(
         }
         AnyLauncher::Netns(netns)
     } else {
-        AnyLauncher::Local(LocalLauncher::new(log_dir.clone()))
+        let local = LocalLauncher::new(log_dir.clone());
+        // Windows of application-level faults are set through each hop's
+        // Control service.
+        AnyLauncher::Local(if plan.has_app_windows() {
+            local.with_control()
+        } else {
+            local
+        })
     };
     // Processes in namespaces cannot reach the host's loopback, where the
     // trace receiver listens: they get a listener of their own on the host
@@ -402,7 +413,8 @@ async fn measure(
         }
     };
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
-    faults.start(Duration::ZERO).await;
+    // Windows that start at 0 are applied before the load starts.
+    faults.advance(Duration::ZERO).await;
     let progress = options.progress.then(|| progress::view(variant)).flatten();
     let tracer = options.traces.as_ref().map(|t| {
         Arc::new(LoadTracer::new(
@@ -415,10 +427,13 @@ async fn measure(
     let load_tracer = tracer.clone();
     records.begin_variant(variant, tracer.as_ref());
     let (done_tx, mut done_rx) = watch::channel(false);
+    // One origin for the load generator and the fault schedule.
+    let clock = LoadClock::start(variant.load.warmup);
     let generate = async {
         let outcome = loadgen::generate(
             target,
             &variant.load,
+            clock,
             plan.seed,
             Sleeper::Precise,
             progress,
@@ -431,17 +446,24 @@ async fn measure(
         outcome
     };
     // Watch the hop processes while the load runs: one that dies is named,
-    // and its requests are counted as errors by the load generator.
-    let load_start = tokio::time::Instant::now();
+    // and its requests are counted as errors by the load generator. The
+    // fault schedule wakes at its next change, so a window opens within a
+    // few milliseconds (plus the Control call) of its planned time.
     let watch_children = async {
         let mut incidents = Vec::new();
         loop {
+            let now = tokio::time::Instant::now();
+            let mut wake = now + CHILD_WATCH_EVERY;
+            if let Some(next) = faults.next_change() {
+                wake = wake.min(clock.origin + next);
+            }
             tokio::select! {
                 _ = done_rx.wait_for(|d| *d) => break,
-                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                () = tokio::time::sleep_until(wake) => {}
             }
-            // Fault schedules advance at this 200 ms granularity.
-            faults.start(load_start.elapsed()).await;
+            faults
+                .advance(clock.since_origin(tokio::time::Instant::now()))
+                .await;
             for child in launcher.exited() {
                 let line = format!("{child} while the load was running");
                 crate::tell!("warning: variant {}: {line}", variant.name);
@@ -452,7 +474,7 @@ async fn measure(
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
     records.end_variant(&load);
-    let (faults, fault_incidents) = faults.finish().await;
+    let (faults, fault_windows, fault_incidents) = faults.finish(&clock).await;
     incidents.extend(fault_incidents);
     let broker = match broker {
         Some(addr) => {
@@ -479,6 +501,7 @@ async fn measure(
         incidents,
         broker,
         faults,
+        fault_windows,
         memory,
         launcher: launcher.kind(),
         spans: Spool::default(),

@@ -207,14 +207,22 @@ pub struct NetFault {
     /// Each packet's delay is drawn uniformly from `delay ± jitter`
     /// (`jitter <= delay`).
     pub jitter: Duration,
-    /// When the fault starts, measured from the start of the variant's load
-    /// (warmup included).
+    /// When the fault starts on the measured clock: from the end of warmup,
+    /// the clock of requests.csv (a fault at 0 covers warmup too).
     pub start: Duration,
     /// How long it lasts; `None`: until the run ends.
     pub duration: Option<Duration>,
 }
 
 impl NetFault {
+    /// When the fault is in force.
+    pub fn window(&self) -> Window {
+        Window {
+            start: self.start,
+            duration: self.duration,
+        }
+    }
+
     /// Whether the fault changes anything at all (zero means zero).
     pub fn is_active(&self) -> bool {
         self.loss > 0.0 || !self.delay.is_zero()
@@ -342,6 +350,8 @@ pub struct Hop {
     pub replica_slow: Option<ReplicaSlow>,
     /// Injected errors.
     pub error: Option<ErrorInjection>,
+    /// When `slow`, `replica_slow` and `error` are in force.
+    pub windows: AppWindows,
     /// How callers reach this hop: per-attempt timeout, budgeted retries,
     /// hedged requests (applied by every caller, the load generator too).
     pub client: ClientPolicy,
@@ -364,17 +374,63 @@ impl Hop {
             .or(self.net.as_ref())
     }
 
-    /// The hop's behaviour as handed to its replica processes.
+    /// The hop's behaviour as handed to its replica processes: without the
+    /// faults that have a window (the fault schedule sets those at runtime
+    /// through the replicas' Control services).
     pub fn behavior(&self, seed: u64) -> HopBehavior {
+        let whole_run = |w: &Window| !w.is_scheduled();
         HopBehavior {
             name: self.name.clone(),
             seed,
             work: self.work.clone(),
-            slow: self.slow.clone(),
-            replica_slow: self.replica_slow.clone(),
-            error: self.error.clone(),
+            slow: self.slow.clone().filter(|_| whole_run(&self.windows.slow)),
+            replica_slow: self
+                .replica_slow
+                .clone()
+                .filter(|_| whole_run(&self.windows.replica_slow)),
+            error: self
+                .error
+                .clone()
+                .filter(|_| whole_run(&self.windows.error)),
         }
     }
+
+    /// Whether one of the hop's application-level faults has a window.
+    pub fn has_app_windows(&self) -> bool {
+        (self.slow.is_some() && self.windows.slow.is_scheduled())
+            || (self.replica_slow.is_some() && self.windows.replica_slow.is_scheduled())
+            || (self.error.is_some() && self.windows.error.is_scheduled())
+    }
+}
+
+/// When a fault is in force, on the measured clock (from the end of
+/// warmup, the clock of requests.csv): `[start, start + duration)`. The
+/// default is the whole run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// When the fault starts.
+    pub start: Duration,
+    /// How long it lasts; `None`: until the run ends.
+    pub duration: Option<Duration>,
+}
+
+impl Window {
+    /// Whether the window is less than the whole run, so the fault is set
+    /// and cleared at runtime.
+    pub fn is_scheduled(&self) -> bool {
+        !self.start.is_zero() || self.duration.is_some()
+    }
+}
+
+/// The windows of a hop's application-level faults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppWindows {
+    /// Of `slow`.
+    pub slow: Window,
+    /// Of `replica_slow`.
+    pub replica_slow: Window,
+    /// Of `error`.
+    pub error: Window,
 }
 
 /// What the run checks.

@@ -52,6 +52,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         net: None,
         replica_net: Vec::new(),
         error: None,
+        windows: Default::default(),
         client: Default::default(),
         downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
     }
@@ -157,6 +158,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     net: None,
                     replica_net: Vec::new(),
                     error: None,
+                    windows: Default::default(),
                     client: Default::default(),
                     downstream: vec!["backend".to_owned(), "cache".to_owned()],
                 },
@@ -185,6 +187,7 @@ fn full_scenario_parses_into_the_exact_model() {
                         probability: 0.01,
                         code: 14,
                     }),
+                    windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
                 },
@@ -217,6 +220,7 @@ fn full_scenario_parses_into_the_exact_model() {
                         probability: 0.5,
                         code: 13,
                     }),
+                    windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
                 },
@@ -1005,8 +1009,10 @@ const NET_HEAD: &str = "name = \"n\"\n[load]\nmode = \"open\"\nrate = 10\ndurati
 
 #[test]
 fn net_faults_parse_with_schedules_and_pick_a_capable_launcher() {
+    // The window (5 s to 15 s after warmup) lies within the 20 s load.
+    let head = NET_HEAD.replace("duration = \"1s\"", "duration = \"20s\"");
     let source = format!(
-        "{NET_HEAD}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 3\n\
+        "{head}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 3\n\
          net = {{ loss = 0.01, delay = \"2ms\", jitter = \"500us\", start = \"5s\", duration = \"10s\" }}\n\
          replica_net = [{{ replica = 1, loss = 0.05 }}, {{ replica = 2, delay = \"1ms\" }}]\n"
     );
@@ -1631,6 +1637,111 @@ fn the_report_interval_defaults_to_a_second_and_is_checked_against_the_run() {
     );
 }
 
+/// Head of the window tests: 10 s of load after 1 s of warmup.
+const WINDOW_HEAD: &str =
+    "name = \"w\"\n[load]\nmode = \"open\"\nrate = 10\nwarmup = \"1s\"\nduration = \"10s\"\n";
+
+#[test]
+fn windows_on_slow_replica_slow_and_error_parse_like_net() {
+    let source = format!(
+        "{WINDOW_HEAD}[[hop]]\nname = \"a\"\nreplicas = 2\n\
+         slow = {{ probability = 0.2, extra = \"20ms\", start = \"3s\", duration = \"3s\" }}\n\
+         replica_slow = {{ replica = 1, factor = 4, start = \"2s\" }}\n\
+         error = {{ probability = 0.1, code = \"unavailable\", duration = \"10s\" }}\n\
+         [[hop]]\nname = \"b\"\nslow = {{ probability = 0.5, extra = \"1ms\" }}\n"
+    );
+    let s = ok(&source);
+    let v = &s.variants[0];
+    assert_eq!(
+        v.launcher,
+        Launcher::Local,
+        "application windows need no root"
+    );
+    let (a, b) = (&v.hops[0], &v.hops[1]);
+    let w = |start: u64, duration: Option<u64>| Window {
+        start: Duration::from_secs(start),
+        duration: duration.map(Duration::from_secs),
+    };
+    assert_eq!(
+        a.windows,
+        AppWindows {
+            slow: w(3, Some(3)),
+            replica_slow: w(2, None),
+            error: w(0, Some(10)),
+        }
+    );
+    assert!(a.has_app_windows());
+    assert_eq!(b.windows, AppWindows::default());
+    assert!(!b.has_app_windows());
+    // Replicas start without their windowed faults; the schedule sets them.
+    let behavior = a.behavior(1);
+    assert_eq!(
+        (behavior.slow, behavior.replica_slow, behavior.error),
+        (None, None, None)
+    );
+    assert_eq!(
+        b.behavior(1).slow,
+        b.slow,
+        "a fault without a window is always on"
+    );
+}
+
+#[test]
+fn a_window_at_or_past_the_end_of_the_load_is_refused() {
+    let hop = |fault: &str| format!("{WINDOW_HEAD}[[hop]]\nname = \"a\"\n{fault}\n");
+    // Ending exactly at the end of the load is fine.
+    ok(&hop(
+        "slow = { probability = 0.2, extra = \"20ms\", start = \"4s\", duration = \"6s\" }",
+    ));
+    assert_eq!(
+        problems(&hop(
+            "slow = { probability = 0.2, extra = \"20ms\", start = \"4s\", duration = \"6001ms\" }"
+        )),
+        [(
+            9,
+            70,
+            "hop \"a\": slow window 4s..10s 1ms runs past the end of the load (10s after \
+             warmup)"
+                .to_owned()
+        )]
+    );
+    assert_eq!(
+        problems(&hop(
+            "error = { probability = 0.1, code = 14, start = \"10s\" }"
+        )),
+        [(
+            9,
+            49,
+            "hop \"a\": error.start (10s) is at or past the end of the load (10s after warmup)"
+                .to_owned()
+        )]
+    );
+    assert_eq!(
+        problems(&hop(
+            "replicas = 2\nreplica_slow = { replica = 1, factor = 3, start = \"12s\", duration = \"1s\" }"
+        )),
+        [(
+            10,
+            51,
+            "hop \"a\": replica_slow.start (12s) is at or past the end of the load (10s after \
+             warmup)"
+                .to_owned()
+        )]
+    );
+    // A closed loop with a request count has no length to check against.
+    let closed = "name = \"w\"\n[load]\nmode = \"closed\"\nconcurrency = 2\nrequests = 50\n\
+                  [[hop]]\nname = \"a\"\nslow = { probability = 0.2, extra = \"20ms\", start = \"1h\" }\n";
+    ok(closed);
+    // An open loop with a request count lasts requests / rate: 50 / 10 = 5 s.
+    let counted = "name = \"w\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 50\n\
+                   [[hop]]\nname = \"a\"\nerror = { probability = 0.1, code = 14, start = \"5s\" }\n";
+    assert_eq!(
+        problems(counted).len(),
+        1,
+        "a window at 5 s of a 5 s load is refused"
+    );
+}
+
 #[test]
 fn an_interval_whose_open_histograms_pass_the_budget_is_refused_with_the_shortest_that_fits() {
     let mut source =
@@ -1673,4 +1784,37 @@ fn an_interval_whose_open_histograms_pass_the_budget_is_refused_with_the_shortes
         humantime::format_duration(less)
     ));
     assert_eq!(refused.len(), 1, "{refused:?}");
+}
+
+#[test]
+fn a_zero_window_duration_is_refused_with_its_place() {
+    let source = format!(
+        "{WINDOW_HEAD}[[hop]]\nname = \"a\"\n\
+         slow = {{ probability = 0.2, extra = \"20ms\", start = \"1s\", duration = \"0s\" }}\n"
+    );
+    assert_eq!(
+        problems(&source),
+        [(
+            9,
+            70,
+            "hop \"a\": slow.duration must be greater than 0".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn an_override_that_moves_a_window_past_the_end_is_refused_in_that_variant() {
+    let source = format!(
+        "{WINDOW_HEAD}[[hop]]\nname = \"a\"\n\
+         slow = {{ probability = 0.2, extra = \"20ms\", start = \"4s\", duration = \"2s\" }}\n\
+         [[variant]]\nname = \"fits\"\n\
+         [[variant]]\nname = \"late\"\nset = {{ \"hop.a.slow.duration\" = \"8s\" }}\n"
+    );
+    let found = problems(&source);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (_, _, message) = &found[0];
+    assert!(
+        message.contains("late") && message.contains("slow window 4s..12s runs past the end"),
+        "{message}"
+    );
 }

@@ -16,9 +16,9 @@ use tailmesh_services::{
 
 use super::error::Problems;
 use super::model::{
-    Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop,
+    AppWindows, Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop,
     INTERVAL_GRACE, Keep, KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet,
-    Report, Stop, Telemetry,
+    Report, Stop, Telemetry, Window,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -170,6 +170,9 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         }
     };
     let hops = hops(&top, &mut p);
+    if let (Some(hops), Some(load)) = (&hops, &load) {
+        windows_within_the_load(&top, hops, load, &mut p);
+    }
     let launcher = launcher.and_then(|launcher| {
         let faulty = hops.as_ref().and_then(|hops| {
             hops.iter()
@@ -959,11 +962,25 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             worker_ping: worker_ping?,
             balance: balance?,
             work: work?,
-            slow: slow?,
-            replica_slow: replica_slow?,
+            windows: AppWindows {
+                slow: slow
+                    .as_ref()
+                    .and_then(|s| s.as_ref().map(|(_, w)| *w))
+                    .unwrap_or_default(),
+                replica_slow: replica_slow
+                    .as_ref()
+                    .and_then(|r| r.as_ref().map(|(_, w)| *w))
+                    .unwrap_or_default(),
+                error: error
+                    .as_ref()
+                    .and_then(|e| e.as_ref().map(|(_, w)| *w))
+                    .unwrap_or_default(),
+            },
+            slow: slow?.map(|(s, _)| s),
+            replica_slow: replica_slow?.map(|(r, _)| r),
             net: net?,
             replica_net: replica_net?,
-            error: error?,
+            error: error?.map(|(e, _)| e),
             client: client?,
             downstream: Vec::new(),
         })
@@ -1201,8 +1218,9 @@ fn client_policy(s: &Section<'_>, p: &mut Problems) -> Option<ClientPolicy> {
     })
 }
 
-fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<Slowness> {
-    s.unknown_keys(p, &["probability", "extra"]);
+fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<(Slowness, Window)> {
+    s.unknown_keys(p, &["probability", "extra", "start", "duration"]);
+    let window = window(s, p);
     let probability = s.required(p, "probability", Section::probability);
     let extra = match s.get("extra") {
         None => {
@@ -1238,10 +1256,13 @@ fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<Slowness> {
             }
         },
     };
-    Some(Slowness {
-        probability: probability?,
-        extra: extra?,
-    })
+    Some((
+        Slowness {
+            probability: probability?,
+            extra: extra?,
+        },
+        window?,
+    ))
 }
 
 /// The `replica` key of `what` (`replica_slow`, `replica_net`): required,
@@ -1273,14 +1294,22 @@ fn replica_index(
     }
 }
 
-fn replica_slow(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Option<ReplicaSlow> {
-    s.unknown_keys(p, &["replica", "factor"]);
+fn replica_slow(
+    s: &Section<'_>,
+    replicas: Option<u32>,
+    p: &mut Problems,
+) -> Option<(ReplicaSlow, Window)> {
+    s.unknown_keys(p, &["replica", "factor", "start", "duration"]);
     let replica = replica_index(s, p, replicas, "replica_slow");
     let factor = s.required(p, "factor", |s, p, k| s.number_in(p, k, 1.0, false, 1000.0));
-    Some(ReplicaSlow {
-        replica: replica?,
-        factor: factor?,
-    })
+    let window = window(s, p);
+    Some((
+        ReplicaSlow {
+            replica: replica?,
+            factor: factor?,
+        },
+        window?,
+    ))
 }
 
 /// The fields of a `net` table (also the fault fields of `replica_net`).
@@ -1321,6 +1350,20 @@ fn net_fault(s: &Section<'_>, p: &mut Problems) -> Option<NetFault> {
                 _ => Some(jitter),
             }),
     };
+    let window = window(s, p);
+    Some(NetFault {
+        loss: loss?,
+        delay: delay?,
+        jitter: jitter?,
+        start: window?.start,
+        duration: window?.duration,
+    })
+}
+
+/// The `start` (default 0) and `duration` (> 0; default: until the end)
+/// of a fault's window. Checked against the load's length in
+/// [`windows_within_the_load`].
+fn window(s: &Section<'_>, p: &mut Problems) -> Option<Window> {
     let start = match s.get("start") {
         None => Some(Duration::ZERO),
         Some(_) => s.duration(p, "start").map(|(d, _)| d),
@@ -1329,13 +1372,108 @@ fn net_fault(s: &Section<'_>, p: &mut Problems) -> Option<NetFault> {
         None => Some(None),
         Some(_) => s.positive_duration(p, "duration").map(Some),
     };
-    Some(NetFault {
-        loss: loss?,
-        delay: delay?,
-        jitter: jitter?,
+    Some(Window {
         start: start?,
         duration: duration?,
     })
+}
+
+/// How long the measured load lasts, when it is known before the run: its
+/// duration, or `requests / rate` for an open loop.
+fn load_length(load: &Load) -> Option<Duration> {
+    match (load.stop, &load.mode) {
+        (Stop::Duration(d), _) => Some(d),
+        (Stop::Requests(n), LoadMode::Open { rate, .. }) => {
+            Duration::try_from_secs_f64(n as f64 / rate).ok()
+        }
+        (Stop::Requests(_), LoadMode::Closed { .. }) => None,
+    }
+}
+
+/// Every fault window starts before the end of the load and ends at it at
+/// the latest; each problem is reported at the window's key.
+fn windows_within_the_load(top: &Section<'_>, hops: &[Hop], load: &Load, p: &mut Problems) {
+    let Some(length) = load_length(load) else {
+        return;
+    };
+    let tables: Vec<&Table> = match top.get("hop").map(|e| &e.node.value) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|i| match &i.value {
+                Value::Table(t) => Some(t),
+                _ => None,
+            })
+            .collect(),
+        _ => return,
+    };
+    let human = |d: Duration| humantime::format_duration(d).to_string();
+    for (hop, table) in hops.iter().zip(tables) {
+        let mut windows: Vec<(&str, Option<u32>, Window)> = Vec::new();
+        if hop.slow.is_some() {
+            windows.push(("slow", None, hop.windows.slow));
+        }
+        if hop.replica_slow.is_some() {
+            windows.push(("replica_slow", None, hop.windows.replica_slow));
+        }
+        if hop.error.is_some() {
+            windows.push(("error", None, hop.windows.error));
+        }
+        if let Some(net) = &hop.net {
+            windows.push(("net", None, net.window()));
+        }
+        for r in &hop.replica_net {
+            windows.push(("replica_net", Some(r.replica), r.fault.window()));
+        }
+        for (kind, replica, w) in windows {
+            let span_of = |key: &str| -> Option<usize> {
+                let fault = table.get(kind)?;
+                let fault = match (&fault.node.value, replica) {
+                    (Value::Table(t), _) => t,
+                    (Value::Array(items), Some(replica)) => {
+                        items.iter().find_map(|i| match &i.value {
+                            Value::Table(t)
+                                if matches!(
+                                    t.get("replica").map(|e| &e.node.value),
+                                    Some(Value::Integer(n)) if *n == i64::from(replica)
+                                ) =>
+                            {
+                                Some(t)
+                            }
+                            _ => None,
+                        })?
+                    }
+                    _ => return None,
+                };
+                fault.get(key).map(|e| e.node.span.start)
+            };
+            let what = match replica {
+                Some(r) => format!("hop \"{}\": replica_net of replica {r}", hop.name),
+                None => format!("hop \"{}\": {kind}", hop.name),
+            };
+            if w.start >= length && !w.start.is_zero() {
+                p.at(
+                    span_of("start").unwrap_or(0),
+                    format!(
+                        "{what}.start ({}) is at or past the end of the load ({} after warmup)",
+                        human(w.start),
+                        human(length)
+                    ),
+                );
+            } else if let Some(d) = w.duration
+                && w.start + d > length
+            {
+                p.at(
+                    span_of("duration").unwrap_or(0),
+                    format!(
+                        "{what} window {}..{} runs past the end of the load ({} after warmup)",
+                        human(w.start),
+                        human(w.start + d),
+                        human(length)
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// `replica_net`: one table or an array of tables, each `replica` plus the
@@ -1431,8 +1569,9 @@ const GRPC_CODES: &[(&str, i32)] = &[
     ("unauthenticated", 16),
 ];
 
-fn error_injection(s: &Section<'_>, p: &mut Problems) -> Option<ErrorInjection> {
-    s.unknown_keys(p, &["probability", "code"]);
+fn error_injection(s: &Section<'_>, p: &mut Problems) -> Option<(ErrorInjection, Window)> {
+    s.unknown_keys(p, &["probability", "code", "start", "duration"]);
+    let window = window(s, p);
     let probability = s.required(p, "probability", Section::probability);
     let code = match s.get("code") {
         None => {
@@ -1454,10 +1593,13 @@ fn error_injection(s: &Section<'_>, p: &mut Problems) -> Option<ErrorInjection> 
             }
         },
     };
-    Some(ErrorInjection {
-        probability: probability?,
-        code: code?,
-    })
+    Some((
+        ErrorInjection {
+            probability: probability?,
+            code: code?,
+        },
+        window?,
+    ))
 }
 
 /// Mesh-wide checks of `downstream`: unknown names, self calls, cycles and

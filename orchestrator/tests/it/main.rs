@@ -10,7 +10,8 @@
 //!   `overload` (queue disciplines), `stress` (the instrument under
 //!   overload), `attribution`, `netem` (the network-fault tests again on
 //!   a netem kernel), `cli` (the command line as a new user meets it),
-//!   and `links` (every relative link and anchor in README.md and docs/
+//!   `windows` (fault windows without root), and `links` (every
+//!   relative link and anchor in README.md and docs/
 //!   resolves).
 
 #[macro_use]
@@ -34,6 +35,7 @@ mod report;
 mod run;
 mod stress;
 mod traces;
+mod windows;
 
 fn main() -> std::process::ExitCode {
     harness::main(&[
@@ -55,5 +57,6 @@ fn main() -> std::process::ExitCode {
         attribution::TESTS,
         links::TESTS,
         netem::TESTS,
+        windows::TESTS,
     ])
 }

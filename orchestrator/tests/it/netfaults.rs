@@ -458,7 +458,7 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
                 .await
                 .expect("connect to the agent");
                 client
-                    .clear_faults(tailmesh_proto::pb::ClearFaultsRequest {})
+                    .clear_faults(tailmesh_proto::pb::ClearFaultsRequest::default())
                     .await
                     .expect_err("no token")
                     .code()
@@ -722,6 +722,7 @@ fn net(loss: f64, delay_us: u64) -> tailmesh_proto::pb::SetFaultsRequest {
             jitter_us: 0,
         }),
         slow: None,
+        ..Default::default()
     }
 }
 
@@ -846,7 +847,7 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
                 .expect("send a datagram");
         }
         let cleared = client
-            .clear_faults(authorized(tailmesh_proto::pb::ClearFaultsRequest {}))
+            .clear_faults(authorized(tailmesh_proto::pb::ClearFaultsRequest::default()))
             .await
             .unwrap_or_else(|e| panic!("ClearFaults loss: {e}\n{}", c.hop_output()))
             .into_inner();
@@ -892,7 +893,7 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
             2 * delay
         );
         let cleared = client
-            .clear_faults(authorized(tailmesh_proto::pb::ClearFaultsRequest {}))
+            .clear_faults(authorized(tailmesh_proto::pb::ClearFaultsRequest::default()))
             .await
             .unwrap_or_else(|e| panic!("ClearFaults delay: {e}\n{}", c.hop_output()))
             .into_inner();

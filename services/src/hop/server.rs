@@ -296,8 +296,9 @@ struct Inner {
     behavior: HopBehavior,
     /// `behavior.name`, shared by every span of this hop.
     name: Arc<str>,
-    /// Slowness set at runtime by the fault agent; replaces `behavior.slow`.
-    slow_override: std::sync::RwLock<Option<crate::model::Slowness>>,
+    /// `behavior` under the faults the fault agent set at runtime; `None`
+    /// while it has set none.
+    overridden: std::sync::RwLock<Option<Arc<HopBehavior>>>,
     replica: u32,
     transport: Transport,
     downstream: Vec<Downstream>,
@@ -363,7 +364,7 @@ impl HopCore {
             inner: Arc::new(Inner {
                 behavior: config.behavior.clone(),
                 name: config.behavior.name.as_str().into(),
-                slow_override: std::sync::RwLock::new(None),
+                overridden: std::sync::RwLock::new(None),
                 replica: config.replica,
                 transport: config.transport,
                 downstream,
@@ -382,12 +383,14 @@ impl HopCore {
         })
     }
 
-    /// A setter for the replica's runtime slowness (the fault agent's).
-    pub fn slowness_setter(&self) -> crate::control::SlownessSetter {
+    /// A setter for the replica's runtime faults (the fault agent's).
+    pub fn behavior_setter(&self) -> crate::control::BehaviorSetter {
         let inner = Arc::clone(&self.inner);
-        Arc::new(move |slow| {
-            if let Ok(mut current) = inner.slow_override.write() {
-                *current = slow;
+        Arc::new(move |overrides: crate::model::Overrides| {
+            let effective = (!overrides.is_empty())
+                .then(|| Arc::new(inner.behavior.overridden(&overrides, inner.replica)));
+            if let Ok(mut current) = inner.overridden.write() {
+                *current = effective;
             }
         })
     }
@@ -408,17 +411,9 @@ impl HopCore {
         let inner = &*self.inner;
         let arrived = Instant::now();
         let deadline = timeout.map(|t| arrived + t);
-        let overridden = inner
-            .slow_override
-            .read()
-            .ok()
-            .and_then(|s| s.clone())
-            .map(|slow| HopBehavior {
-                slow: Some(slow),
-                ..inner.behavior.clone()
-            });
+        let overridden = inner.overridden.read().ok().and_then(|b| b.clone());
         let plan = plan(
-            overridden.as_ref().unwrap_or(&inner.behavior),
+            overridden.as_deref().unwrap_or(&inner.behavior),
             inner.replica,
             request.request_id,
             request.attempt,
@@ -623,7 +618,7 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
                 .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
         )
         .add_optional_service(
-            control.map(|c| c.with_slowness(core.slowness_setter()).into_server()),
+            control.map(|c| c.with_behavior(core.behavior_setter()).into_server()),
         )
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;

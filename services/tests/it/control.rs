@@ -8,8 +8,8 @@ use std::{
 };
 
 use tailmesh_proto::pb::{
-    CallRequest, ClearFaultsRequest, GetFaultsRequest, NetFault, SetFaultsRequest, Slowness,
-    control_client::ControlClient, control_server::ControlServer,
+    CallRequest, ClearFaultsRequest, Dist, ErrorInjection, FaultKind, GetFaultsRequest, NetFault,
+    SetFaultsRequest, Slowness, control_client::ControlClient, control_server::ControlServer, dist,
 };
 use tailmesh_services::control::{Applied, ControlService, FaultBackend, FaultError, FaultSpec};
 use tokio::net::TcpListener;
@@ -85,6 +85,7 @@ fn loss(loss: f64) -> SetFaultsRequest {
             jitter_us: 0,
         }),
         slow: None,
+        ..Default::default()
     }
 }
 
@@ -102,7 +103,7 @@ async fn calls_without_the_token_are_unauthenticated_and_touch_nothing() {
         .expect_err("wrong token");
     assert_eq!(e.code(), Code::Unauthenticated);
     let e = c
-        .clear_faults(ClearFaultsRequest {})
+        .clear_faults(ClearFaultsRequest::default())
         .await
         .expect_err("no token");
     assert_eq!(e.code(), Code::Unauthenticated);
@@ -132,7 +133,7 @@ async fn calls_without_the_token_are_unauthenticated_and_touch_nothing() {
         .into_inner();
     assert_eq!(got.net.map(|n| n.loss), Some(0.2));
     let cleared = c
-        .clear_faults(with_token(ClearFaultsRequest {}, TOKEN))
+        .clear_faults(with_token(ClearFaultsRequest::default(), TOKEN))
         .await
         .expect("clear")
         .into_inner();
@@ -152,6 +153,7 @@ async fn impossible_values_are_invalid_arguments() {
         SetFaultsRequest {
             net: None,
             slow: None,
+            ..Default::default()
         },
         SetFaultsRequest {
             net: Some(NetFault {
@@ -160,6 +162,7 @@ async fn impossible_values_are_invalid_arguments() {
                 jitter_us: 2_000,
             }),
             slow: None,
+            ..Default::default()
         },
         SetFaultsRequest {
             net: Some(NetFault {
@@ -168,13 +171,64 @@ async fn impossible_values_are_invalid_arguments() {
                 jitter_us: 0,
             }),
             slow: None,
+            ..Default::default()
         },
         SetFaultsRequest {
             net: None,
             slow: Some(Slowness {
                 probability: 2.0,
                 extra_us: 1_000,
+                extra: None,
             }),
+            ..Default::default()
+        },
+        SetFaultsRequest {
+            slow: Some(Slowness {
+                probability: 0.5,
+                extra_us: 0,
+                extra: Some(Dist {
+                    kind: Some(dist::Kind::Uniform(dist::Uniform {
+                        min_us: 2_000,
+                        max_us: 1_000,
+                    })),
+                }),
+            }),
+            ..Default::default()
+        },
+        SetFaultsRequest {
+            slow: Some(Slowness {
+                probability: 0.5,
+                extra_us: 0,
+                extra: Some(Dist {
+                    kind: Some(dist::Kind::Lognormal(dist::Lognormal {
+                        mean_us: 1_000,
+                        sigma: 0.0,
+                    })),
+                }),
+            }),
+            ..Default::default()
+        },
+        SetFaultsRequest {
+            work_factor: Some(0.5),
+            ..Default::default()
+        },
+        SetFaultsRequest {
+            work_factor: Some(1001.0),
+            ..Default::default()
+        },
+        SetFaultsRequest {
+            error: Some(ErrorInjection {
+                probability: 0.1,
+                code: 0,
+            }),
+            ..Default::default()
+        },
+        SetFaultsRequest {
+            error: Some(ErrorInjection {
+                probability: 1.1,
+                code: 14,
+            }),
+            ..Default::default()
         },
     ];
     for request in bad {
@@ -238,7 +292,9 @@ async fn slowness_set_at_runtime_slows_every_request_until_cleared() {
                 slow: Some(Slowness {
                     probability: 1.0,
                     extra_us: 20_000,
+                    extra: None,
                 }),
+                ..Default::default()
             },
             TOKEN,
         ))
@@ -257,10 +313,143 @@ async fn slowness_set_at_runtime_slows_every_request_until_cleared() {
     assert_eq!(e.code(), Code::FailedPrecondition);
 
     control
-        .clear_faults(with_token(ClearFaultsRequest {}, TOKEN))
+        .clear_faults(with_token(ClearFaultsRequest::default(), TOKEN))
         .await
         .expect("clear");
     assert!(!call(3).await.0, "slowness cleared");
+    let _ = stop.send(());
+    let _ = server.await;
+}
+
+/// A hop replica that does no work with a Control service over
+/// [`NoFaults`] on loopback; stopped when the returned sender is dropped or
+/// sent to.
+async fn hop_with_control() -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), tailmesh_services::hop::HopError>>,
+) {
+    use tailmesh_services::{
+        control::NoFaults,
+        hop::{self, HopConfig},
+        model::HopBehavior,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let config = HopConfig {
+        drain_grace: Duration::from_secs(1),
+        ..HopConfig::new(HopBehavior::idle("x", 3))
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(hop::run_with_control(
+        config,
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+        Some(ControlService::new(TOKEN, NoFaults)),
+    ));
+    (addr, stop, server)
+}
+
+/// Calls the hop at `addr` once: whether its path record says it was
+/// slowed.
+async fn call_hop(addr: SocketAddr, id: u64) -> Result<bool, Code> {
+    let mut hop = tailmesh_proto::pb::hop_client::HopClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    match hop
+        .call(CallRequest {
+            request_id: id,
+            ..CallRequest::default()
+        })
+        .await
+    {
+        Ok(reply) => Ok(reply
+            .into_inner()
+            .path
+            .first()
+            .map(|r| r.slow)
+            .expect("a path record")),
+        Err(status) => Err(status.code()),
+    }
+}
+
+fn clear(kinds: &[FaultKind]) -> Request<ClearFaultsRequest> {
+    with_token(
+        ClearFaultsRequest {
+            kinds: kinds.iter().map(|k| *k as i32).collect(),
+        },
+        TOKEN,
+    )
+}
+
+#[tokio::test]
+async fn clearing_one_kind_keeps_the_others() {
+    let (addr, stop, server) = hop_with_control().await;
+    let mut control = client(addr).await;
+    let slow = Slowness {
+        probability: 1.0,
+        extra_us: 0,
+        extra: Some(Dist {
+            kind: Some(dist::Kind::Uniform(dist::Uniform {
+                min_us: 1_000,
+                max_us: 3_000,
+            })),
+        }),
+    };
+    let set = control
+        .set_faults(with_token(
+            SetFaultsRequest {
+                slow: Some(slow),
+                work_factor: Some(3.0),
+                error: Some(ErrorInjection {
+                    probability: 0.0,
+                    code: 14,
+                }),
+                ..Default::default()
+            },
+            TOKEN,
+        ))
+        .await
+        .expect("set three kinds")
+        .into_inner();
+    assert_eq!(set.slow.as_ref(), Some(&slow));
+    assert!(call_hop(addr, 1).await.expect("answered"), "slowed");
+
+    let state = control
+        .clear_faults(clear(&[FaultKind::WorkFactor, FaultKind::Error]))
+        .await
+        .expect("clear two kinds")
+        .into_inner();
+    assert_eq!(
+        (state.slow.as_ref(), state.work_factor, state.error),
+        (Some(&slow), None, None)
+    );
+    let got = control
+        .get_faults(with_token(GetFaultsRequest {}, TOKEN))
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(got, state);
+    assert!(
+        call_hop(addr, 2).await.expect("answered"),
+        "the slowness stays"
+    );
+    // Clearing the network (none is set) leaves the slowness too.
+    control
+        .clear_faults(clear(&[FaultKind::Net]))
+        .await
+        .expect("clear the network");
+    assert!(call_hop(addr, 3).await.expect("answered"));
+
+    let state = control
+        .clear_faults(clear(&[]))
+        .await
+        .expect("clear everything")
+        .into_inner();
+    assert_eq!(state, tailmesh_proto::pb::FaultState::default());
+    assert!(!call_hop(addr, 4).await.expect("answered"), "cleared");
     let _ = stop.send(());
     let _ = server.await;
 }
