@@ -140,7 +140,7 @@ impl RunLabel {
 /// The whole comparison: the JSON of `compare --gate --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GateReport {
-    /// Always [`SCHEMA`].
+    /// Always `tailmesh.compare/v1`.
     pub schema: String,
     pub verdict: GateVerdict,
     /// The baseline.

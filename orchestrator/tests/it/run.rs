@@ -55,12 +55,18 @@ slow = { probability = 0.05, extra = "10ms" }
 interval = "400ms"
 "#;
 
-fn the_hlog_intervals_sum_to_the_runs_totals() {
-    let scratch = Scratch::new();
+/// Runs [`INTERVALS`] in `scratch`: its run folder and summary.
+fn run_intervals(scratch: &Scratch) -> (std::path::PathBuf, Value) {
     let scenario = write(scratch.path(), "intervals.toml", INTERVALS);
     let results = scratch.results();
     let (_, run_dir) = run_ok(scratch.path(), &scenario, &results);
     let summary = summary(&run_dir);
+    (run_dir, summary)
+}
+
+fn the_hlog_intervals_sum_to_the_runs_totals() {
+    let scratch = Scratch::new();
+    let (run_dir, summary) = run_intervals(&scratch);
     let v = &variants(&summary)[0];
     let context = format!("{v:#}");
     assert!(
@@ -123,10 +129,7 @@ fn the_hlog_opens_in_hdrhistograms_log_processor() {
         ));
     }
     let scratch = Scratch::new();
-    let scenario = write(scratch.path(), "intervals.toml", INTERVALS);
-    let results = scratch.results();
-    let (_, run_dir) = run_ok(scratch.path(), &scenario, &results);
-    let summary = summary(&run_dir);
+    let (run_dir, summary) = run_intervals(&scratch);
     let v = &variants(&summary)[0];
     let log = run_dir.join("base.hlog");
     let total = |tag: Option<&str>| {

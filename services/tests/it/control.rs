@@ -244,27 +244,8 @@ async fn impossible_values_are_invalid_arguments() {
 #[tokio::test]
 async fn slowness_set_at_runtime_slows_every_request_until_cleared() {
     use tailmesh_proto::pb::hop_client::HopClient;
-    use tailmesh_services::{
-        control::NoFaults,
-        hop::{self, HopConfig},
-        model::HopBehavior,
-    };
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let config = HopConfig {
-        drain_grace: Duration::from_secs(1),
-        ..HopConfig::new(HopBehavior::idle("x", 3))
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(hop::run_with_control(
-        config,
-        listener,
-        async {
-            let _ = stopped.await;
-        },
-        Some(ControlService::new(TOKEN, NoFaults)),
-    ));
+    let (addr, stop, server) = hop_with_control().await;
     let mut control = client(addr).await;
     let mut hop_client = HopClient::connect(format!("http://{addr}"))
         .await
