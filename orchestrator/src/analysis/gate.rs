@@ -37,12 +37,12 @@ pub(crate) const SCHEMA: &str = "tailmesh.compare/v1";
 /// Chosen from run-to-run noise: `bench/gate-noise.sh` runs one scenario
 /// several times with one seed and prints, over all pairs of runs, the
 /// 95th percentile of max(B/A, A/B) - 1 for p50 and for p99; the default
-/// is 1.5 times the larger of the two, rounded up to 5 %. Provisional: on
-/// a 2-core machine busy with builds (load average 7.6), 4 runs of
-/// `scenarios/default.toml` cut to 5 s (1002 ok requests each) had p50 from
-/// 2.30 to 2.73 ms (18 %) and p99 from 42.8 to 51.4 ms (20 %), hence 35 %.
-/// A quiet machine's measurement over 10 runs of 10 s may lower it.
-pub const DEFAULT_TOLERANCE: f64 = 0.35;
+/// is 1.5 times the larger of the two, rounded up to 5 %. On a quiet
+/// 2-core machine (load average 1.4 before, 0.7 after), 10 runs of
+/// `scenarios/default.toml` (2060 ok requests each) had p50s from 2.04 to
+/// 2.70 ms (95th percentile of the pairs' spread 27 %) and p99s from 42.4
+/// to 43.4 ms (2 %), hence 45 %.
+pub const DEFAULT_TOLERANCE: f64 = 0.45;
 
 pub const DEFAULT_ERROR_TOLERANCE: f64 = 0.005;
 
@@ -59,7 +59,7 @@ pub(crate) const MIN_OK: u64 = 1000;
 /// What the gate decides by.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GateRule {
-    /// How much slower (a fraction: 0.35 = 35 %) p50 or p99 may get.
+    /// How much slower (a fraction: 0.45 = 45 %) p50 or p99 may get.
     pub tolerance: f64,
     /// How many points (a share: 0.005 = 0.5 %) the error share may rise.
     pub error_tolerance: f64,
