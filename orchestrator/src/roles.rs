@@ -243,8 +243,8 @@ pub struct DeployedHop {
 /// Runs a replica of a deployed mesh (Docker Compose, Kubernetes): its
 /// configuration comes from the scenario, the addresses of the broker and
 /// of the hops it calls from the deployment's service names, its Control
-/// token (when the deployment applies network faults) from the file named
-/// by `TAILMESH_CONTROL_TOKEN_FILE`.
+/// token (when the deployment applies faults at run time) from the file
+/// named by `TAILMESH_CONTROL_TOKEN_FILE`.
 pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> Result<(), RoleError> {
     let (scenario, _) = crate::scenario::load(&which.scenario)?;
     let variant = match &which.variant {
@@ -292,13 +292,20 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> Result
         })?;
     let config =
         crate::plan::MeshPlan::new(&scenario, variant).hop_config(hop, which.replica, &addrs);
+    // A replica with a network fault changes its own namespace (NET_ADMIN);
+    // one with only windows of slowness or errors needs no network agent.
+    let net_fault = hop.net_of(which.replica).is_some_and(|f| f.is_active());
     let control = match read_token_file()? {
         Some(token) => {
-            let exe = std::env::current_exe().map_err(RoleError::Exe)?;
-            let seed = agent_seed(&config);
+            let backend = if net_fault {
+                let exe = std::env::current_exe().map_err(RoleError::Exe)?;
+                Some(own_namespace_backend(exe, agent_seed(&config))?)
+            } else {
+                None
+            };
             Some(tailmesh_services::control::ControlService::new(
                 token,
-                AgentBackend(Some(own_namespace_backend(exe, seed)?)),
+                AgentBackend(backend),
             ))
         }
         None => None,

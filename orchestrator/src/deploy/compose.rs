@@ -198,6 +198,8 @@ fn mesh_service(service: &Service) -> Node {
     ];
     if service.net_faults {
         entries.push(("cap_add".to_owned(), flow(["NET_ADMIN"])));
+    }
+    if service.control {
         entries.push((
             "volumes".to_owned(),
             Node::Seq(vec![s(format!("control-token:{TOKEN_DIR}:ro"))]),

@@ -377,7 +377,7 @@ fn mesh_pod(service: &Service, options: &Options) -> Node {
         .into_iter()
         .map(|(k, v)| env_var(&k, v))
         .collect();
-    let (volumes, mounts) = volumes(service.net_faults);
+    let (volumes, mounts) = volumes(service.control);
     let mut container = vec![
         ("name".to_owned(), s("tailmesh")),
         ("image".to_owned(), s(&options.image)),

@@ -98,6 +98,10 @@ pub struct Service {
     pub role: Role,
     /// Whether its fault agent applies network faults (needs NET_ADMIN).
     pub net_faults: bool,
+    /// Whether it serves the Control API (its token file mounted): for
+    /// network faults, or for windows of slowness or errors, which need no
+    /// capability.
+    pub control: bool,
     /// The `OTEL_SERVICE_NAME` of its spans (`hop-<hop>`, `broker`).
     pub otel_name: String,
     /// Its trace environment at the scenario's sampling (empty when off).
@@ -127,6 +131,10 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
         for process in &plan.processes {
             let name = naming.service(&process.name);
             let net_faults = process.net_fault.is_some();
+            let control = match &process.role {
+                Role::Hop { hop, .. } => net_faults || hop.has_app_windows(),
+                _ => net_faults,
+            };
             if let Role::Hop { hop, replica } = &process.role {
                 let hop = &hop.name;
                 if let Some(e) = label_problem(&name) {
@@ -150,6 +158,7 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 variant: variant.name.clone(),
                 role: process.role.clone(),
                 net_faults,
+                control,
                 otel_name: process.otel_name.clone(),
                 trace_env: process.trace_env(
                     &format!("http://orchestrator:{TRACE_PORT}"),
@@ -208,7 +217,7 @@ impl Service {
     }
 
     /// Its environment: where its spans go (when tracing), its variant,
-    /// and, when it applies network faults, the token file.
+    /// and, when it serves the Control API, the token file.
     pub fn env(&self) -> Vec<(String, String)> {
         let mut env = self.trace_env.clone();
         if env.is_empty() {
@@ -217,7 +226,7 @@ impl Service {
                 self.variant.clone(),
             ));
         }
-        if self.net_faults {
+        if self.control {
             env.push((TOKEN_FILE_ENV.to_owned(), TOKEN_FILE.to_owned()));
         }
         env
@@ -256,9 +265,9 @@ pub fn project_name(scenario: &Scenario) -> String {
     format!("tailmesh-{}", scenario.name)
 }
 
-/// Whether any service of the deployment applies network faults.
+/// Whether any service of the deployment serves the Control API.
 pub fn needs_token(services: &[Service]) -> bool {
-    services.iter().any(|s| s.net_faults)
+    services.iter().any(|s| s.control)
 }
 
 /// Why `name` cannot name a service, if it cannot: Kubernetes requires RFC

@@ -367,6 +367,37 @@ name = "w"
         .map(|(name, _)| name.as_str())
         .collect();
     assert_eq!(with_token, ["hop-b-1", "orchestrator"], "{}", out.stdout);
+
+    // A window of slowness is set through Control too: every replica of
+    // its hop gets the token, none NET_ADMIN, and no runtime refuses it.
+    let window = scenario_file(
+        dir.path(),
+        &format!(
+            "{TWO_HOPS}slow = {{ probability = 1.0, extra = \"5ms\", start = \"200ms\", duration = \"500ms\" }}\n"
+        ),
+    );
+    let out = tailmesh(
+        dir.path(),
+        &["compose", path_str(&window), "--no-net-admin"],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let services = service_blocks(&out.stdout);
+    assert!(
+        services.iter().all(|(_, body)| !body.contains("NET_ADMIN")),
+        "{}",
+        out.stdout
+    );
+    let with_token: Vec<&str> = services
+        .iter()
+        .filter(|(_, body)| body.contains("TAILMESH_CONTROL_TOKEN_FILE"))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(
+        with_token,
+        ["hop-b-0", "hop-b-1", "orchestrator"],
+        "{}",
+        out.stdout
+    );
 }
 
 /// `(name, body)` of each service of a generated Compose file.
