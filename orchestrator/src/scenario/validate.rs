@@ -529,17 +529,16 @@ fn intervals_fit(p: &mut Problems, report: &Report, at: Option<usize>, load: &Lo
     };
     let width = report.interval;
     let show = |d: Duration| humantime::format_duration(d).to_string();
-    let length = match (&load.stop, &load.mode) {
-        (Stop::Duration(d), _) => Some((*d, format!("{} of load after warmup", show(*d)))),
-        (Stop::Requests(n), LoadMode::Open { rate, .. }) => {
-            let secs = *n as f64 / rate;
-            Duration::try_from_secs_f64(secs)
-                .ok()
-                .map(|d| (d, format!("about {secs:.3}s: {n} requests at {rate}/s")))
-        }
-        // Its length is what the mesh makes of it.
-        (Stop::Requests(_), LoadMode::Closed { .. }) => None,
-    };
+    // A closed loop that stops by count has no length up front.
+    let length = load_length(load).map(|d| {
+        let what = match (&load.stop, &load.mode) {
+            (Stop::Requests(n), LoadMode::Open { rate, .. }) => {
+                format!("about {:.3}s: {n} requests at {rate}/s", d.as_secs_f64())
+            }
+            _ => format!("{} of load after warmup", show(d)),
+        };
+        (d, what)
+    });
     if let Some((length, what)) = length
         && width > length
     {

@@ -182,32 +182,14 @@ async fn impossible_values_are_invalid_arguments() {
             }),
             ..Default::default()
         },
-        SetFaultsRequest {
-            slow: Some(Slowness {
-                probability: 0.5,
-                extra_us: 0,
-                extra: Some(Dist {
-                    kind: Some(dist::Kind::Uniform(dist::Uniform {
-                        min_us: 2_000,
-                        max_us: 1_000,
-                    })),
-                }),
-            }),
-            ..Default::default()
-        },
-        SetFaultsRequest {
-            slow: Some(Slowness {
-                probability: 0.5,
-                extra_us: 0,
-                extra: Some(Dist {
-                    kind: Some(dist::Kind::Lognormal(dist::Lognormal {
-                        mean_us: 1_000,
-                        sigma: 0.0,
-                    })),
-                }),
-            }),
-            ..Default::default()
-        },
+        slow_drawn_from(dist::Kind::Uniform(dist::Uniform {
+            min_us: 2_000,
+            max_us: 1_000,
+        })),
+        slow_drawn_from(dist::Kind::Lognormal(dist::Lognormal {
+            mean_us: 1_000,
+            sigma: 0.0,
+        })),
         SetFaultsRequest {
             work_factor: Some(0.5),
             ..Default::default()
@@ -433,4 +415,16 @@ async fn clearing_one_kind_keeps_the_others() {
     assert!(!call_hop(addr, 4).await.expect("answered"), "cleared");
     let _ = stop.send(());
     let _ = server.await;
+}
+
+/// Slowness for half the requests, its extra time drawn from `kind`.
+fn slow_drawn_from(kind: dist::Kind) -> SetFaultsRequest {
+    SetFaultsRequest {
+        slow: Some(Slowness {
+            probability: 0.5,
+            extra_us: 0,
+            extra: Some(Dist { kind: Some(kind) }),
+        }),
+        ..Default::default()
+    }
 }
