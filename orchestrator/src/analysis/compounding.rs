@@ -21,9 +21,12 @@
 //! threshold and that nothing else does; in a fan-out tree a request is
 //! slow when any hop on it is slow, so the same formula applies.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use super::stats::wilson95;
+use crate::record::{Outcome, RequestRecord};
 
 /// Requests below this many trials give no verdict: the interval is too wide
 /// to say anything.
@@ -68,6 +71,27 @@ pub(crate) struct SlowCounts {
     pub timeouts_censored: u64,
     /// Errors, left out.
     pub errors_excluded: u64,
+}
+
+impl SlowCounts {
+    /// Counts one completed request, slow when its latency exceeds
+    /// `threshold`: ok requests are trials, timeouts are trials when slow
+    /// (else censored), errors are left out.
+    pub(crate) fn count(&mut self, r: &RequestRecord, threshold: Duration) {
+        let slow = r.latency() > threshold;
+        match &r.outcome {
+            Outcome::Ok => {
+                self.n += 1;
+                self.slow += u64::from(slow);
+            }
+            Outcome::Timeout if slow => {
+                self.n += 1;
+                self.slow += 1;
+            }
+            Outcome::Timeout => self.timeouts_censored += 1,
+            Outcome::Error { .. } => self.errors_excluded += 1,
+        }
+    }
 }
 
 /// The measured slow fraction against the model, before any verdict

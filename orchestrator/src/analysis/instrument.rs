@@ -108,7 +108,8 @@ impl InstrumentReport {
     }
 }
 
-fn ms(us: u64) -> String {
+/// `us` in milliseconds, one decimal.
+pub(crate) fn ms(us: u64) -> String {
     format!("{:.1} ms", us as f64 / 1e3)
 }
 

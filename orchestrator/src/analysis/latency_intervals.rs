@@ -472,15 +472,27 @@ impl LatencyOverTime {
     }
 
     /// Counts one completed request.
+    #[cfg(test)]
     pub(crate) fn record(&mut self, r: &RequestRecord) {
+        self.record_seen(r, |_| {});
+    }
+
+    /// Counts one completed request; `seen` sees each interval it closes.
+    pub(crate) fn record_seen(&mut self, r: &RequestRecord, seen: impl FnMut(&ClosedInterval)) {
         self.intervals.record(r);
-        self.take_closed();
+        self.take_closed(seen);
     }
 
     /// Closes every interval left (see [`LatencyIntervals::end`]).
+    #[cfg(test)]
     pub(crate) fn end(&mut self, end: f64) {
+        self.end_seen(end, |_| {});
+    }
+
+    /// Closes every interval left; `seen` sees each.
+    pub(crate) fn end_seen(&mut self, end: f64, seen: impl FnMut(&ClosedInterval)) {
         self.intervals.end(end);
-        self.take_closed();
+        self.take_closed(seen);
         self.series.flush();
     }
 
@@ -503,8 +515,9 @@ impl LatencyOverTime {
         }
     }
 
-    fn take_closed(&mut self) {
+    fn take_closed(&mut self, mut seen: impl FnMut(&ClosedInterval)) {
         while let Some(c) = self.intervals.pop_closed() {
+            seen(&c);
             self.series.add(&c);
             self.closed += 1;
             if self.export {

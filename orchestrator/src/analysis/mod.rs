@@ -14,6 +14,8 @@
 //! - `latency_intervals`: latency over time, a histogram per interval (end
 //!   to end and per hop), closed when no request meant for it can still
 //!   come, handed to the `.hlog` writer and summarized for the chart.
+//! - `phases`: results per phase of the schedule (fault windows, load
+//!   steps), the recovery after a window, the knee of a ramp.
 //! - `broker`: the broker's per-topic statistics as summary.json holds them.
 //! - `variant`: one variant's requests -> [`VariantReport`], through
 //!   `VariantAccumulator`.
@@ -29,6 +31,7 @@ pub(crate) mod instrument;
 pub(crate) mod intervals;
 pub(crate) mod latency_intervals;
 pub(crate) mod observer;
+pub(crate) mod phases;
 pub(crate) mod stats;
 pub(crate) mod summary;
 pub(crate) mod sweep;
@@ -47,6 +50,7 @@ pub use instrument::InstrumentReport;
 pub use intervals::{IntervalSeries, IntervalStats};
 pub use latency_intervals::LatencyPoint;
 pub use observer::ObserverReport;
+pub use phases::{Knee, PhaseReport, Recovery, RecoveryOutcome};
 pub use stats::Percentiles;
 pub use summary::{CheckSummary, Summary};
 pub use sweep::SweepSummary;

@@ -53,6 +53,7 @@ pub(crate) fn variant(name: &str, hops: Vec<Hop>) -> Variant {
             mode: LoadMode::Open {
                 rate: 400.0,
                 arrivals: Arrivals::Poisson,
+                steps: Vec::new(),
             },
             stop: Stop::Duration(Duration::from_secs(20)),
             warmup: Duration::from_secs(2),

@@ -24,6 +24,7 @@ use super::intervals::{IntervalRecorder, IntervalSeries, Window, sending_end};
 use super::latency_intervals::{
     ClosedInterval, IntervalHists, LatencyOverTime, LatencyPoint, intervals_end,
 };
+use super::phases::Phases;
 use super::stats::{Percentiles, micros, new_histogram, record_us};
 use super::verdict::{CompoundingReport, decide};
 use crate::record::{MachineSamples, Outcome, RequestRecord, WarmupCounts};
@@ -91,7 +92,7 @@ impl LoadSummary {
     pub fn of(variant: &Variant) -> LoadSummary {
         let load = &variant.load;
         let (mode, rate, arrivals, concurrency, head) = match &load.mode {
-            LoadMode::Open { rate, arrivals } => {
+            LoadMode::Open { rate, arrivals, .. } => {
                 let a = match arrivals {
                     Arrivals::Poisson => "poisson",
                     Arrivals::Uniform => "uniform",
@@ -300,6 +301,13 @@ pub struct VariantReport {
     /// requests.csv when read back.
     #[serde(skip)]
     pub latency_over_time: Vec<LatencyPoint>,
+    /// Results per phase of the schedule (fault windows and load steps),
+    /// in time order; empty when nothing changes during the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<super::phases::PhaseReport>,
+    /// A load ramp's knee, when a step departed from the one before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee: Option<super::phases::Knee>,
 }
 
 fn default_interval_s() -> f64 {
@@ -312,22 +320,16 @@ fn whole_ns(secs: f64) -> Duration {
     Duration::from_nanos((secs.max(0.0) * 1e9).round() as u64)
 }
 
-/// The latency intervals of a variant driven with `load` over `hops`:
-/// the same from the run and from requests.csv read back.
-fn latency_over_time(
-    load: &LoadSummary,
-    interval: Duration,
-    timeout: Duration,
-    hops: &[String],
-) -> LatencyOverTime {
-    let planned = match (load.duration_s, load.requests, load.rate) {
+/// The measured phase's planned length, when `load` says it: its
+/// duration, or requests over rate.
+fn planned_length(load: &LoadSummary) -> Option<Duration> {
+    match (load.duration_s, load.requests, load.rate) {
         (Some(d), _, _) => Some(whole_ns(d)),
         (None, Some(n), Some(rate)) if rate > 0.0 => {
             Duration::try_from_secs_f64(n as f64 / rate).ok()
         }
         _ => None,
-    };
-    LatencyOverTime::new(interval, planned, timeout, hops)
+    }
 }
 
 /// Accumulates one hop's statistics.
@@ -512,6 +514,7 @@ pub(crate) struct VariantAccumulator {
     attribution: AttributionAcc,
     intervals: IntervalRecorder,
     over_time: LatencyOverTime,
+    phases: Phases,
 }
 
 impl VariantAccumulator {
@@ -519,13 +522,10 @@ impl VariantAccumulator {
     /// intervals `interval` wide.
     pub(crate) fn new(variant: &Variant, check: &Check, interval: Duration) -> Self {
         let hops: Vec<String> = variant.hops.iter().map(|h| h.name.clone()).collect();
+        let planned = planned_length(&LoadSummary::of(variant));
         VariantAccumulator {
-            over_time: latency_over_time(
-                &LoadSummary::of(variant),
-                interval,
-                variant.load.timeout,
-                &hops,
-            ),
+            over_time: LatencyOverTime::new(interval, planned, variant.load.timeout, &hops),
+            phases: Phases::new(variant, check, planned),
             variant: variant.clone(),
             check: check.clone(),
             index: variant
@@ -585,14 +585,12 @@ impl VariantAccumulator {
                 .map(|h| u64::from(h.extra_attempts))
                 .sum::<u64>();
         self.calls += 1 + r.path.len().saturating_sub(1) as u64;
-        let slow = r.latency() > self.check.slow_threshold;
+        self.counts.count(r, self.check.slow_threshold);
         match &r.outcome {
             Outcome::Ok => {
                 self.ok += 1;
                 record_us(&mut self.latency, micros(r.latency()));
                 record_us(&mut self.uncorrected, micros(r.service_latency()));
-                self.counts.n += 1;
-                self.counts.slow += u64::from(slow);
                 for h in &r.path {
                     let Some(&i) = self.index.get(h.hop.as_str()) else {
                         *self.unknown_hops.entry(h.hop.clone()).or_insert(0) += 1;
@@ -601,19 +599,10 @@ impl VariantAccumulator {
                     self.hops[i].record(h);
                 }
             }
-            Outcome::Timeout => {
-                self.timeouts += 1;
-                if slow {
-                    self.counts.n += 1;
-                    self.counts.slow += 1;
-                } else {
-                    self.counts.timeouts_censored += 1;
-                }
-            }
+            Outcome::Timeout => self.timeouts += 1,
             Outcome::Error { message, .. } => {
                 let label = r.outcome.label();
                 *self.errors.entry(label.clone()).or_insert(0) += 1;
-                self.counts.errors_excluded += 1;
                 if let Some(acc) = blamed_hop(message)
                     .and_then(|h| self.index.get(h))
                     .map(|&i| &mut self.hops[i])
@@ -627,7 +616,10 @@ impl VariantAccumulator {
         }
         self.attribution.record(r);
         self.intervals.record(r);
-        self.over_time.record(r);
+        self.phases.record(r);
+        let phases = &mut self.phases;
+        self.over_time
+            .record_seen(r, |closed| phases.interval_closed(closed));
     }
 
     /// Keeps the latency intervals as they close, for
@@ -659,8 +651,11 @@ impl VariantAccumulator {
             measured_s: measured.as_secs_f64(),
             interrupted,
         };
+        let end = intervals_end(&window, self.intervals.last_send());
+        self.phases.end(end);
+        let phases = &mut self.phases;
         self.over_time
-            .end(intervals_end(&window, self.intervals.last_send()));
+            .end_seen(end, |closed| phases.interval_closed(closed));
     }
 
     /// The most ranges of request ids held at once: the one structure here
@@ -708,6 +703,7 @@ impl VariantAccumulator {
             .unwrap_or_default();
 
         let attribution = self.attribution.finish();
+        let (phases, knee) = self.phases.finish(&machine);
         let compounding = self.check.compounding.then(|| {
             let slowness = hop_reports
                 .iter()
@@ -796,6 +792,8 @@ impl VariantAccumulator {
             intervals_written: over_time.intervals,
             intervals_late: over_time.late,
             latency_over_time: over_time.points,
+            phases,
+            knee,
         };
         Analyzed { report, warnings }
     }
@@ -830,9 +828,9 @@ impl Rebuild {
         Rebuild {
             latency: new_histogram(),
             intervals: IntervalRecorder::default(),
-            over_time: latency_over_time(
-                &report.load,
+            over_time: LatencyOverTime::new(
                 whole_ns(report.interval_s),
+                planned_length(&report.load),
                 Duration::from_nanos((report.load.timeout_ms * 1e6).round() as u64),
                 &hops,
             ),
@@ -845,14 +843,15 @@ impl Rebuild {
             record_us(&mut self.latency, micros(r.latency()));
         }
         self.intervals.record(r);
-        self.over_time.record(r);
+        self.over_time.record_seen(r, |_| {});
     }
 
     /// Puts what was rebuilt into `report`.
     pub(crate) fn finish(mut self, report: &mut VariantReport) {
         let window = Window::of(report);
         let last_send = self.intervals.last_send();
-        self.over_time.end(intervals_end(&window, last_send));
+        self.over_time
+            .end_seen(intervals_end(&window, last_send), |_| {});
         report.latency_histogram = self.latency;
         report.intervals = self.intervals.finish(sending_end(Some(&window), last_send));
         report.latency_over_time = self.over_time.finish().points;

@@ -231,7 +231,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         })
     });
     let (measured, interrupted) = match &load.mode {
-        LoadMode::Open { rate, arrivals } => {
+        LoadMode::Open { rate, arrivals, .. } => {
             let schedule = Schedule::new(*rate, *arrivals, seed);
             open_loop(&shared, schedule, load.stop, sleeper, &mut drain, stop).await
         }

@@ -274,12 +274,26 @@ pub enum LoadMode {
         rate: f64,
         /// Spacing of send times.
         arrivals: Arrivals,
+        /// Load steps, in order (`[load] steps`): each its own rate for
+        /// its own duration, and each a phase of the results. Empty: `rate`
+        /// for the whole run. With steps, `rate` is the first step's (the
+        /// warmup's) and the run lasts their total duration.
+        steps: Vec<Step>,
     },
     /// `concurrency` requests in flight at all times.
     Closed {
         /// Requests in flight, >= 1.
         concurrency: u32,
     },
+}
+
+/// One load step: `rate` requests per second for `duration`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Step {
+    /// Requests per second, > 0.
+    pub rate: f64,
+    /// How long, > 0.
+    pub duration: Duration,
 }
 
 /// Spacing of open-loop send times.

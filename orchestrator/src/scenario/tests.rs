@@ -130,6 +130,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 mode: LoadMode::Open {
                     rate: 400.5,
                     arrivals: Arrivals::Uniform,
+                    steps: Vec::new(),
                 },
                 stop: Stop::Duration(Duration::from_secs(20)),
                 warmup: Duration::from_secs(2),
@@ -498,6 +499,7 @@ fn defaults_fill_in_a_minimal_scenario() {
                 mode: LoadMode::Open {
                     rate: 10.0,
                     arrivals: Arrivals::Poisson,
+                    steps: Vec::new(),
                 },
                 stop: Stop::Requests(100),
                 warmup: Duration::ZERO,

@@ -311,8 +311,11 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
                     ],
                 ),
             };
-            rate.zip(arrivals)
-                .map(|(rate, arrivals)| LoadMode::Open { rate, arrivals })
+            rate.zip(arrivals).map(|(rate, arrivals)| LoadMode::Open {
+                rate,
+                arrivals,
+                steps: Vec::new(),
+            })
         }
         Some(false) => {
             s.forbid(p, "rate", "is only for mode = \"open\"");
