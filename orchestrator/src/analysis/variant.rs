@@ -24,7 +24,7 @@ use super::intervals::{IntervalRecorder, IntervalSeries, Window, sending_end};
 use super::latency_intervals::{
     ClosedInterval, IntervalHists, LatencyOverTime, LatencyPoint, intervals_end,
 };
-use super::phases::Phases;
+use super::phases::{Phases, judged_by_phase};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
 use super::verdict::{CompoundingReport, decide};
 use crate::record::{MachineSamples, Outcome, RequestRecord, WarmupCounts};
@@ -703,6 +703,7 @@ impl VariantAccumulator {
             .unwrap_or_default();
 
         let attribution = self.attribution.finish();
+        let by_phase = self.phases.slowness_windowed();
         let (phases, knee) = self.phases.finish(&machine);
         let compounding = self.check.compounding.then(|| {
             let slowness = hop_reports
@@ -716,7 +717,12 @@ impl VariantAccumulator {
                 })
                 .collect();
             let comparison = compare(self.counts, slowness, micros(self.check.slow_threshold));
-            decide(comparison, &attribution, &machine)
+            let whole = decide(comparison, &attribution, &machine);
+            if by_phase {
+                judged_by_phase(whole, &phases)
+            } else {
+                whole
+            }
         });
 
         let traces = match context.traces {

@@ -410,8 +410,14 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
     assert_eq!(phases[1]["faults"], serde_json::json!(["net b"]));
     let sent: u64 = phases.iter().map(|p| u64_at(p, "/sent")).sum();
     assert_eq!(sent, u64_at(v, "/sent"), "every request in one phase");
-    let p99: Vec<u64> = phases.iter().map(|p| u64_at(p, "/latency/p99_us")).collect();
-    let max: Vec<u64> = phases.iter().map(|p| u64_at(p, "/latency/max_us")).collect();
+    let p99: Vec<u64> = phases
+        .iter()
+        .map(|p| u64_at(p, "/latency/p99_us"))
+        .collect();
+    let max: Vec<u64> = phases
+        .iter()
+        .map(|p| u64_at(p, "/latency/max_us"))
+        .collect();
     eprintln!("5 % loss from {third} s for {third} s: p99 {p99:?} us, max {max:?} us");
     // A dropped packet costs a retransmission: milliseconds (fast
     // retransmit, tail-loss probe) or 200 ms and more (a timeout). About
@@ -424,7 +430,11 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
         "p99 before, during, after: {p99:?} us"
     );
     let recovery = &phases[2]["recovery"];
-    assert_eq!(recovery["after"], serde_json::json!(["net b"]), "{recovery:#}");
+    assert_eq!(
+        recovery["after"],
+        serde_json::json!(["net b"]),
+        "{recovery:#}"
+    );
     assert_eq!(recovery["baseline"], "before", "{recovery:#}");
     assert!(recovery["status"].is_string(), "{recovery:#}");
     let window = &v["fault_windows"][0];

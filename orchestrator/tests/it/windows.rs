@@ -123,20 +123,31 @@ fn assert_phases(v: &Value) {
         .collect();
     assert_eq!(
         got,
-        [("before", 0.0, 2.0), ("during", 2.0, 4.0), ("after", 4.0, 6.0)],
+        [
+            ("before", 0.0, 2.0),
+            ("during", 2.0, 4.0),
+            ("after", 4.0, 6.0)
+        ],
         "{phases:#?}"
     );
     assert_eq!(phases[1]["faults"], serde_json::json!(["slow b"]));
     let sent: u64 = phases.iter().map(|p| u64_at(p, "/sent")).sum();
     assert_eq!(sent, u64_at(v, "/sent"), "every request in one phase");
-    let p99: Vec<u64> = phases.iter().map(|p| u64_at(p, "/latency/p99_us")).collect();
+    let p99: Vec<u64> = phases
+        .iter()
+        .map(|p| u64_at(p, "/latency/p99_us"))
+        .collect();
     // 5 ms of injected slowness on every request during the window.
     assert!(
         p99[1] > p99[0] && p99[1] > p99[2] && p99[1] >= 5_000,
         "p99 before, during, after: {p99:?}"
     );
     let recovery = &phases[2]["recovery"];
-    assert_eq!(recovery["after"], serde_json::json!(["slow b"]), "{recovery:#}");
+    assert_eq!(
+        recovery["after"],
+        serde_json::json!(["slow b"]),
+        "{recovery:#}"
+    );
     assert_eq!(recovery["baseline"], "before", "{recovery:#}");
     // 300 requests on each side: enough for the rule to judge (on a busy
     // machine the after phase's tail may stay above the band, which the
