@@ -921,7 +921,7 @@ mod tests {
     #[test]
     fn the_model_of_each_phase_has_the_slowness_in_force_then() {
         let latency = |t: u64| {
-            if (5_000..10_000).contains(&t) && t % 20 == 0 {
+            if (5_000..10_000).contains(&t) && t.is_multiple_of(20) {
                 50
             } else {
                 1
@@ -953,7 +953,10 @@ mod tests {
             .map(|i| {
                 let t = i * 10;
                 let inside = (5_000..10_000).contains(&t);
-                let (slow_a, slow_b) = (inside && i % 2 == 0, inside && (i / 2) % 2 == 0);
+                let (slow_a, slow_b) = (
+                    inside && i.is_multiple_of(2),
+                    inside && (i / 2).is_multiple_of(2),
+                );
                 let latency = if slow_a || slow_b { 50 } else { 1 };
                 let mut r = at(i, t, latency, Outcome::Ok);
                 r.path = vec![
