@@ -708,6 +708,63 @@ mod tests {
     }
 
     #[test]
+    fn phases_as_the_analysis_finds_them_print_with_their_recovery() {
+        use crate::analysis::testing::{at, hop, hop_record, variant};
+        use crate::record::Outcome;
+        // a -> b at 100/s for 20 s, b slow from 5 s to 10 s: 1 ms, then
+        // 50 ms, 20 ms for 2 s after the window, then 1 ms again.
+        let mut b = hop("b", Some(0.5));
+        b.windows.slow = crate::scenario::Window {
+            start: Duration::from_secs(5),
+            duration: Some(Duration::from_secs(5)),
+        };
+        let v = variant("base", vec![hop("a", None), b]);
+        let latency = |t: u64| match t {
+            5_000..10_000 => 50,
+            10_000..12_000 => 20,
+            _ => 1,
+        };
+        let mut records: Vec<_> = (0..2000u64)
+            .map(|i| {
+                let t = i * 10;
+                let mut r = at(i, t, latency(t), Outcome::Ok);
+                r.path = vec![
+                    hop_record("b", 0, 500, latency(t) > 10),
+                    hop_record("a", 0, 300, false),
+                ];
+                r
+            })
+            .collect();
+        records.sort_by_key(|r| r.end);
+        let mut s = summary();
+        s.variants = vec![analyze_variant(
+            &v,
+            &check(),
+            &records,
+            Duration::from_secs(20),
+        )];
+        let text = render_table(&s);
+        let rows = rows_under(&text, "base: phases (seconds from the end of warmup)");
+        let got: Vec<[&str; 4]> = rows
+            .iter()
+            .skip(1)
+            .map(|r| [&r[0][..], &r[1][..], &r[2][..], &r[3][..]])
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ["before", "0-5", "-", "500"],
+                ["during", "5-10", "slow b", "500"],
+                ["after", "10-20", "-", "1000"]
+            ],
+            "{text}"
+        );
+        assert!(rows[2][6].starts_with("50."), "during's p99: {text}");
+        assert_eq!(rows[3][9], "2.0 s", "{text}");
+        assert_phase_lines_fit(&text);
+    }
+
+    #[test]
     fn without_phases_nothing_about_them_is_printed() {
         let s = summary();
         assert!(s.variants[0].phases.is_empty());
