@@ -3,7 +3,7 @@
 //! the run, and one compounding line per variant.
 
 use comfy_table::presets::UTF8_FULL_CONDENSED;
-use comfy_table::{CellAlignment, ColumnConstraint, ContentArrangement, Table, Width};
+use comfy_table::{CellAlignment, ColumnConstraint, ContentArrangement, Table};
 
 use super::phases;
 
@@ -310,10 +310,10 @@ fn per_hop(variants: &[VariantReport]) -> Table {
 }
 
 /// `v`'s phases, a row each, within 100 columns: the numbers keep their
-/// width, the phase, its faults and the recovery wrap at spaces.
+/// width; the phase, its faults and the recovery share the rest, each
+/// wrapping only when it does not fit.
 fn phase_table(v: &VariantReport) -> Table {
-    // Each with its padding: "before", "slow b", "not recovered".
-    const TEXT: [(usize, u16); 3] = [(0, 8), (2, 8), (9, 15)];
+    const TEXT: [usize; 3] = [0, 2, 9];
     let mut t = table(&phases::COLUMNS);
     t.set_content_arrangement(ContentArrangement::Dynamic)
         .set_width(100);
@@ -321,14 +321,10 @@ fn phase_table(v: &VariantReport) -> Table {
         t.add_row(phases::cells(p).to_vec());
     }
     for (i, column) in t.column_iter_mut().enumerate() {
-        match TEXT.iter().find(|(c, _)| *c == i) {
-            Some(&(_, least)) => {
-                column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(least)));
-                column.set_cell_alignment(CellAlignment::Left);
-            }
-            None => {
-                column.set_constraint(ColumnConstraint::ContentWidth);
-            }
+        if TEXT.contains(&i) {
+            column.set_cell_alignment(CellAlignment::Left);
+        } else {
+            column.set_constraint(ColumnConstraint::ContentWidth);
         }
     }
     t
