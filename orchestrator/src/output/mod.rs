@@ -9,6 +9,8 @@
 //! - `table`: the human summary printed at the end of a run.
 //! - `causes`: why requests were slow, for the terminal and the report.
 //! - `bars`: terminal latency histograms, a bar per bucket.
+//! - `phases`: a variant's phases as text (the per-phase table's cells,
+//!   the knee) and the bands of fault windows and load steps.
 //! - `report`: the self-contained HTML report (`report.html`).
 //! - `svg`: the hand-written SVG charts the report inlines.
 //! - `compare`: two runs side by side (`tailmesh compare`).
@@ -21,6 +23,7 @@ pub mod files;
 pub mod hgrm;
 pub(crate) mod hlog;
 pub mod json;
+pub(crate) mod phases;
 pub mod report;
 pub mod svg;
 pub mod table;

@@ -1,7 +1,9 @@
 //! `report.html`: one self-contained page per run (inline CSS and SVG, no
 //! script, no network) with the latency histograms of all variants
 //! overlaid, the percentile spectrum, the per-hop breakdown, errors and
-//! timeouts, throughput over time, latency over time, the compounding
+//! timeouts, throughput over time, latency over time (fault windows and
+//! load steps as bands), the phases of each run (a table, and for load
+//! steps latency and goodput against the offered load), the compounding
 //! check, the scenario and the environment.
 
 use std::{collections::BTreeMap, fmt::Write, path::Path};
@@ -9,8 +11,8 @@ use std::{collections::BTreeMap, fmt::Write, path::Path};
 use hdrhistogram::Histogram;
 
 use super::{
-    OutputError,
-    svg::{self, Band, LineChart, Scale, Series, StackedBars, escape},
+    OutputError, phases,
+    svg::{self, Band, BandKind, LineChart, Scale, Series, StackedBars, escape},
     table::format_us,
 };
 use crate::analysis::{IntervalSeries, Summary, SweepSummary, VariantReport};
@@ -77,6 +79,7 @@ pub fn render_report(summary: &Summary) -> String {
     out.push_str(&error_table(&summary.variants));
     out.push_str(&throughput_section(&summary.variants));
     out.push_str(&latency_over_time_section(&summary.variants));
+    out.push_str(&phases_section(&summary.variants));
     out.push_str(&broker_table(&summary.variants));
     out.push_str(&observer_section(&summary.variants));
     let env = &summary.environment;
@@ -512,7 +515,10 @@ fn throughput_section(variants: &[VariantReport]) -> String {
     let mut out = String::from(
         "<h2>Throughput over time</h2><p class=\"note\">Answers per second while the load was sent, by arrival time; each step is one bucket; dashed: errors and timeouts.</p>",
     );
-    out.push_str(&svg::line_chart(&throughput_chart(&all)));
+    out.push_str(&svg::line_chart(&throughput_chart(
+        &all,
+        shared_bands(variants),
+    )));
     let late: Vec<String> = all
         .iter()
         .filter(|(_, t)| t.late_ok + t.late_failed > 0)
@@ -535,7 +541,9 @@ fn throughput_section(variants: &[VariantReport]) -> String {
     out
 }
 
-fn throughput_chart(all: &[(String, Throughput)]) -> LineChart<'static> {
+/// Each variant's answers per second, ok and failed, with `bands`
+/// shaded under the lines.
+fn throughput_chart(all: &[(String, Throughput)], bands: Vec<Band>) -> LineChart<'static> {
     let mut series = Vec::new();
     for (i, (name, t)) in all.iter().enumerate() {
         let steps = |rate: fn(&RateBucket) -> f64| {
@@ -572,7 +580,7 @@ fn throughput_chart(all: &[(String, Throughput)]) -> LineChart<'static> {
         x_format: plain,
         y_format: plain,
         x_range: (end > 0.0).then_some((0.0, end)),
-        bands: Vec::new(),
+        bands,
         series,
     }
 }
@@ -584,15 +592,227 @@ fn latency_over_time_section(variants: &[VariantReport]) -> String {
     let mut out = String::from(
         "<h2>Latency over time</h2><p class=\"note\">End-to-end latency of the ok requests meant to be sent in each interval, from their intended send time (each variant's <code>.hlog</code> holds the intervals' whole histograms, per hop too).</p>",
     );
+    if variants.iter().any(|v| !v.phases.is_empty()) {
+        out.push_str("<p class=\"note\">Shaded: fault windows as planned (the fault's label at the top); tinted in turn: load steps (the offered rate at the bottom).</p>");
+    }
     for v in variants {
         let id = format!("latency-over-time-{}", v.name);
         out.push_str(&svg::line_chart(&latency_over_time_chart(
             v,
             &id,
-            Vec::new(),
+            bands_of(v),
         )));
     }
     out
+}
+
+/// `v`'s load steps and fault windows, as bands of its time charts (the
+/// steps first: they tile the axis under the windows).
+fn bands_of(v: &VariantReport) -> Vec<Band> {
+    let mut bands = phases::step_bands(v);
+    bands.extend(phases::fault_bands(v));
+    bands
+}
+
+/// The bands of a chart all `variants` share: each one's own when they
+/// agree; otherwise each labelled with its variant's name, identical
+/// spans sharing a band.
+fn shared_bands(variants: &[VariantReport]) -> Vec<Band> {
+    let each: Vec<Vec<Band>> = variants.iter().map(bands_of).collect();
+    match each.split_first() {
+        None => Vec::new(),
+        Some((first, rest)) if rest.iter().all(|b| b == first) => first.clone(),
+        Some(_) => {
+            let mut bands: Vec<Band> = Vec::new();
+            for (v, own) in variants.iter().zip(each) {
+                for b in own {
+                    let label = format!("{}: {}", v.name, b.label);
+                    let same = |x: &&mut Band| x.from == b.from && x.to == b.to && x.kind == b.kind;
+                    match bands.iter_mut().find(same) {
+                        Some(x) => {
+                            x.label.push_str("; ");
+                            x.label.push_str(&label);
+                        }
+                        None => bands.push(Band { label, ..b }),
+                    }
+                }
+            }
+            bands
+        }
+    }
+}
+
+/// Per variant with phases: a table of them and, for load steps, latency
+/// and goodput against the offered load with the knee marked.
+fn phases_section(variants: &[VariantReport]) -> String {
+    let phased: Vec<&VariantReport> = variants.iter().filter(|v| !v.phases.is_empty()).collect();
+    if phased.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Phases</h2><p class=\"note\">Each run cut at every fault window's start and end and at every load step, in seconds from the end of warmup; a request counts in the phase of its intended send time. Recovery: from a window's end to the first rolling stretch of ok requests whose p99 is back near the p99 of the last phase without a fault (the rule in each cell's tooltip). Compounding: the check on the phase's requests alone, measured against the model of the slowness then in force.</p>",
+    );
+    for v in phased {
+        let _ = write!(out, "<h3>{}</h3>", escape(&v.name));
+        out.push_str(&phase_table(v));
+        if let Some(k) = &v.knee {
+            let _ = write!(
+                out,
+                "<p id=\"knee-{}\">{}</p>",
+                escape(&v.name),
+                escape(&phases::knee_line(k))
+            );
+        }
+        if phases::stepped(v) {
+            let ids = (
+                format!("steps-latency-{}", v.name),
+                format!("steps-goodput-{}", v.name),
+            );
+            let (latency, goodput) = step_charts(v, &ids.0, &ids.1);
+            out.push_str(&svg::line_chart(&latency));
+            out.push_str(&svg::line_chart(&goodput));
+        }
+    }
+    out
+}
+
+/// `v`'s phases, a row each; a compounding column when the scenario asks
+/// for the check.
+fn phase_table(v: &VariantReport) -> String {
+    let checked = v.compounding.is_some();
+    let mut out = format!("<table id=\"phases-{}\"><tr>", escape(&v.name));
+    for column in phases::COLUMNS {
+        let _ = write!(out, "<th>{}</th>", escape(column));
+    }
+    if checked {
+        out.push_str("<th>compounding</th>");
+    }
+    out.push_str("</tr>");
+    for p in &v.phases {
+        out.push_str("<tr>");
+        let cells = phases::cells(p);
+        let (recovery, rest) = cells.split_last().expect("the table has columns");
+        for cell in rest {
+            let _ = write!(out, "<td>{}</td>", escape(cell));
+        }
+        match &p.recovery {
+            Some(r) => {
+                let _ = write!(
+                    out,
+                    "<td title=\"{}\">{}</td>",
+                    escape(&phases::recovery_rule(r)),
+                    escape(recovery)
+                );
+            }
+            None => out.push_str("<td>-</td>"),
+        }
+        if checked {
+            out.push_str(&phase_compounding(p));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}
+
+/// A phase's compounding check in one cell: `27.5 % vs 27.1 %: pass`,
+/// the verdict's reason as its tooltip.
+fn phase_compounding(p: &crate::analysis::PhaseReport) -> String {
+    let Some(c) = &p.compounding else {
+        return "<td>-</td>".to_owned();
+    };
+    let verdict = c.verdict.as_str();
+    let title = c
+        .reason
+        .as_ref()
+        .map_or_else(String::new, |r| format!(" title=\"{}\"", escape(r)));
+    let measured = if c.n == 0 {
+        "-".to_owned()
+    } else {
+        format!("{:.1} %", c.measured * 100.0)
+    };
+    format!(
+        "<td{title}>{measured} vs {:.1} %: <span class=\"{verdict}\">{verdict}</span></td>",
+        c.model * 100.0
+    )
+}
+
+/// A stepped variant's latency (p50, p99, p99.9) and goodput against the
+/// offered rate, a point per step phase in time order (a step a window
+/// cuts has a point per part), the knee marked.
+fn step_charts<'a>(
+    v: &VariantReport,
+    latency_id: &'a str,
+    goodput_id: &'a str,
+) -> (LineChart<'a>, LineChart<'a>) {
+    let steps: Vec<&crate::analysis::PhaseReport> = v
+        .phases
+        .iter()
+        .filter(|p| p.offered_rate.is_some())
+        .collect();
+    let points = |y: fn(&crate::analysis::PhaseReport) -> Option<f64>| -> Vec<(f64, f64)> {
+        steps
+            .iter()
+            .filter_map(|p| Some((p.offered_rate?, y(p)?)))
+            .collect()
+    };
+    type Quantile = fn(&crate::analysis::PhaseReport) -> Option<f64>;
+    let quantiles: [(&str, Quantile); 3] = [
+        ("p50", |p| (p.ok > 0).then_some(p.latency.p50_us as f64)),
+        ("p99", |p| (p.ok > 0).then_some(p.latency.p99_us as f64)),
+        ("p99.9", |p| (p.ok > 0).then_some(p.latency.p99_9_us as f64)),
+    ];
+    let line = |name: &str, points, dashed, colour| Series {
+        name: name.to_owned(),
+        points,
+        dashed,
+        colour,
+        intervals: Vec::new(),
+    };
+    let knee: Vec<Band> = v
+        .knee
+        .iter()
+        .map(|k| Band {
+            from: k.rate,
+            to: k.rate,
+            label: format!("knee: {}", k.step),
+            kind: BandKind::Mark,
+        })
+        .collect();
+    let latency = LineChart {
+        id: latency_id,
+        title: "Latency against offered load",
+        x_label: "offered load (requests/s)",
+        y_label: "latency",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Log,
+        x_format: plain,
+        y_format: ms,
+        x_range: None,
+        series: quantiles
+            .iter()
+            .enumerate()
+            .map(|(i, (name, q))| line(name, points(*q), false, i))
+            .collect(),
+        bands: knee.clone(),
+    };
+    let goodput = LineChart {
+        id: goodput_id,
+        title: "Goodput against offered load",
+        x_label: "offered load (requests/s)",
+        y_label: "ok answers/s",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        x_format: plain,
+        y_format: plain,
+        x_range: None,
+        series: vec![
+            line("goodput", points(|p| Some(p.ok_rate)), false, 0),
+            line("offered", points(|p| p.offered_rate), true, 1),
+        ],
+        bands: knee,
+    };
+    (latency, goodput)
 }
 
 /// `v`'s latency over time, with `bands` shaded under the lines.
@@ -1106,7 +1326,7 @@ mod tests {
         let records = every_10ms(1000, |i| (if i == 999 { 310 } else { 5 }, Outcome::Ok));
         let variants = [with(&records, planned(Some(10.0)))];
         let all = throughputs(&variants);
-        let chart = throughput_chart(&all);
+        let chart = throughput_chart(&all, Vec::new());
         assert_eq!(chart.x_range, Some((0.0, 10.0)));
         let ok = series(&chart, "base ok");
         assert_eq!(ok.first().map(|p| p.0), Some(0.0));
@@ -1140,7 +1360,7 @@ mod tests {
         });
         let variants = [with(&records, planned(Some(10.0)))];
         let all = throughputs(&variants);
-        let chart = throughput_chart(&all);
+        let chart = throughput_chart(&all, Vec::new());
         assert_eq!(chart.x_range, Some((0.0, 10.0)));
         let ok = series(&chart, "base ok");
         // Two points per bucket: the last three buckets are the collapse.
@@ -1195,6 +1415,286 @@ mod tests {
         v.measured_s = 3.49;
         assert_eq!(end(&v), 2.99);
         assert_eq!(sending_end(None, last_send), 2.99);
+    }
+
+    /// The summary's variant (20 s) with b slow from 5 s to 10 s on both
+    /// replicas and c's replica 1 losing packets over the same span, in
+    /// three phases; the tail not back by the end.
+    fn windowed() -> crate::analysis::Summary {
+        use crate::analysis::{Recovery, RecoveryOutcome};
+        use crate::output::phases::tests::{phase, window};
+        let mut s = summary();
+        let v = &mut s.variants[0];
+        v.measured_s = 20.0;
+        v.fault_windows = vec![
+            window("b", 0, "slow", 5.0, Some(10.0)),
+            window("b", 1, "slow", 5.0, Some(10.0)),
+            window("c", 1, "net", 5.0, Some(10.0)),
+        ];
+        let mut during = phase("during", (5.0, 10.0), 2000, 90);
+        during.faults = vec!["slow b".into(), "net c/1".into()];
+        let mut after = phase("after", (10.0, 20.0), 4000, 60);
+        after.recovery = Some(Recovery {
+            after: vec!["slow b".into(), "net c/1".into()],
+            baseline: Some("before".into()),
+            baseline_p99_us: Some(12_000),
+            band: 1.25,
+            min_requests: 200,
+            outcome: RecoveryOutcome::Recovered {
+                recovery_s: 2.0,
+                p99_us: 14_000,
+            },
+        });
+        v.phases = vec![phase("before", (0.0, 5.0), 2000, 12), during, after];
+        s
+    }
+
+    /// A ramp of 200/s, 400/s, 800/s, 5 s each, the knee at 800/s.
+    fn stepped() -> crate::analysis::Summary {
+        use crate::output::phases::tests::phase;
+        let mut s = summary();
+        let v = &mut s.variants[0];
+        v.measured_s = 15.0;
+        v.phases = [(200.0, 10), (400.0, 11), (800.0, 45)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(rate, p99))| {
+                let from = i as f64 * 5.0;
+                let mut p = phase(&format!("step {}", i + 1), (from, from + 5.0), 100, p99);
+                p.offered_rate = Some(rate);
+                p.ok_rate = rate.min(500.0);
+                p
+            })
+            .collect();
+        v.knee = Some(crate::analysis::Knee {
+            step: "step 3".into(),
+            rate: 800.0,
+            reason: "p99 45ms is 4.1 times step 2's 11ms".into(),
+        });
+        s
+    }
+
+    /// The `<svg>` with `id` in `html`.
+    fn chart<'a>(html: &'a str, id: &str) -> &'a str {
+        let at = html
+            .find(&format!("<svg id=\"{id}\""))
+            .unwrap_or_else(|| panic!("no chart {id}"));
+        &html[at..at + html[at..].find("</svg>").expect("closed")]
+    }
+
+    /// Text with its tags taken out.
+    fn text_of(html: &str) -> String {
+        let mut out = String::new();
+        let mut in_tag = false;
+        for c in html.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => in_tag = false,
+                c if !in_tag => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The cells of `<table id="{id}">`, row by row, as text.
+    fn table_rows(html: &str, id: &str) -> Vec<Vec<String>> {
+        let at = html
+            .find(&format!("<table id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no table {id}"));
+        let table = &html[at..at + html[at..].find("</table>").expect("closed")];
+        table
+            .split("<tr>")
+            .skip(1)
+            .map(|row| {
+                row.split("</t")
+                    .filter_map(|cell| cell.rsplit_once("<t").map(|(_, c)| c))
+                    .filter_map(|cell| cell.split_once('>').map(|(_, c)| text_of(c)))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The (label, from px, width px) of each band rect of `svg`.
+    fn bands_in(svg: &str) -> Vec<(String, f64, f64)> {
+        svg.split("<rect class=\"band\"")
+            .skip(1)
+            .map(|tag| {
+                let num = |n: &str| {
+                    let key = format!(" {n}=\"");
+                    let from = tag.find(&key).expect("attribute") + key.len();
+                    tag[from..from + tag[from..].find('"').expect("closed")]
+                        .parse::<f64>()
+                        .expect("a number")
+                };
+                let label = tag
+                    .split_once("<title>")
+                    .and_then(|(_, t)| t.split_once("</title>"))
+                    .map_or(String::new(), |(t, _)| t.to_owned());
+                (label, num("x"), num("width"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fault_windows_band_latency_and_throughput_over_time() {
+        let html = render_report(&windowed());
+        for id in ["latency-over-time-base", "throughput"] {
+            let svg = chart(&html, id);
+            let bands = bands_in(svg);
+            assert_eq!(bands.len(), 1, "{id}: {svg}");
+            // One window over 5..10 s: both faults, one band.
+            assert_eq!(bands[0].0, "slow b, net c/1", "{id}");
+            assert!(
+                svg.contains(">slow b, net c/1</text>"),
+                "{id} labels it: {svg}"
+            );
+        }
+        // On the latency chart's 0..20 s axis (the intervals span it).
+        let v = &windowed().variants[0];
+        let chart = latency_over_time_chart(v, "c", bands_of(v));
+        assert_eq!(chart.bands.len(), 1);
+        assert_eq!((chart.bands[0].from, chart.bands[0].to), (5.0, 10.0));
+        assert_eq!(chart.bands[0].kind, BandKind::Window);
+    }
+
+    #[test]
+    fn each_phased_variant_gets_a_table_with_recovery_and_compounding() {
+        let s = windowed();
+        let html = render_report(&s);
+        let rows = table_rows(&html, "phases-base");
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        assert_eq!(rows[0][0], "phase");
+        assert_eq!(rows[0].last().map(String::as_str), Some("compounding"));
+        assert_eq!(
+            rows[2][..10],
+            [
+                "during",
+                "5-10",
+                "slow b, net c/1",
+                "2000",
+                "400",
+                "2.00ms",
+                "90.00ms",
+                "180.00ms",
+                "0",
+                "-"
+            ]
+        );
+        assert_eq!(rows[3][9], "2.0 s");
+        assert!(
+            html.contains("<td title=\"p99 within 1.25 x before&#39;s 12.00ms, over 200 ok requests\">2.0 s</td>"),
+            "the rule as the tooltip: {html}"
+        );
+        // The hand-made phases have no check: a dash, not a verdict.
+        assert_eq!(rows[1][10], "-");
+        let mut s = s;
+        s.variants[0].phases[1].compounding = s.variants[0].compounding.clone();
+        let c = s.variants[0].compounding.clone().expect("checked");
+        let rows = table_rows(&render_report(&s), "phases-base");
+        assert_eq!(
+            rows[2][10],
+            format!(
+                "{:.1} % vs {:.1} %: {}",
+                c.measured * 100.0,
+                c.model * 100.0,
+                c.verdict.as_str()
+            )
+        );
+        // No check asked for: no column.
+        s.variants[0].compounding = None;
+        let rows = table_rows(&render_report(&s), "phases-base");
+        assert_eq!(rows[0].len(), 10, "{rows:?}");
+    }
+
+    #[test]
+    fn a_ramp_is_drawn_against_offered_load_with_its_knee() {
+        let s = stepped();
+        let html = render_report(&s);
+        // The steps tint the time charts, labelled with their rates.
+        let over_time = chart(&html, "latency-over-time-base");
+        let labels: Vec<String> = bands_in(over_time).into_iter().map(|b| b.0).collect();
+        assert_eq!(labels, ["200/s", "400/s", "800/s"], "{over_time}");
+        assert!(html.contains("<p id=\"knee-base\">knee: step 3 (800/s): p99 45ms is 4.1 times step 2&#39;s 11ms</p>"), "{html}");
+        let rows = table_rows(&html, "phases-base");
+        let load: Vec<&str> = rows.iter().skip(1).map(|r| r[2].as_str()).collect();
+        assert_eq!(load, ["200/s", "400/s", "800/s"]);
+        for id in ["steps-latency-base", "steps-goodput-base"] {
+            let svg = chart(&html, id);
+            assert_eq!(svg.matches("class=\"band-mark\"").count(), 1, "{id}");
+            assert!(svg.contains(">knee: step 3</text>"), "{id}: {svg}");
+        }
+        let v = &s.variants[0];
+        let (latency, goodput) = step_charts(v, "l", "g");
+        assert_eq!(
+            series(&latency, "p99"),
+            [(200.0, 10_000.0), (400.0, 11_000.0), (800.0, 45_000.0)]
+        );
+        assert_eq!(series(&latency, "p50").len(), 3);
+        assert_eq!(
+            series(&goodput, "goodput"),
+            [(200.0, 200.0), (400.0, 400.0), (800.0, 500.0)]
+        );
+        assert_eq!(
+            series(&goodput, "offered"),
+            [(200.0, 200.0), (400.0, 400.0), (800.0, 800.0)]
+        );
+        assert_eq!(latency.bands[0].from, 800.0);
+        assert_eq!(latency.bands[0].kind, BandKind::Mark);
+        // Without a knee: nothing marked.
+        let mut s = s;
+        s.variants[0].knee = None;
+        let html = render_report(&s);
+        assert!(!html.contains("band-mark") && !html.contains("knee-base"));
+    }
+
+    #[test]
+    fn variants_with_different_schedules_name_theirs_on_the_shared_chart() {
+        let mut s = windowed();
+        let mut other = s.variants[0].clone();
+        other.name = "pull".into();
+        // The same windows: the bands as they are.
+        s.variants.push(other.clone());
+        let same = shared_bands(&s.variants);
+        assert_eq!(same, bands_of(&s.variants[0]));
+        // Pull's slow window later.
+        for w in &mut other.fault_windows {
+            w.start_s = 8.0;
+        }
+        s.variants[1] = other;
+        let labels: Vec<String> = shared_bands(&s.variants)
+            .into_iter()
+            .map(|b| b.label)
+            .collect();
+        assert_eq!(labels, ["base: slow b, net c/1", "pull: slow b, net c/1"]);
+        let html = render_report(&s);
+        assert!(html.contains("id=\"phases-pull\""), "a table each");
+    }
+
+    #[test]
+    fn without_phases_the_page_has_no_phase_section_and_no_bands() {
+        let html = render_report(&summary());
+        for absent in [
+            "<h2>Phases",
+            "id=\"phases-",
+            "class=\"band",
+            "steps-latency",
+            "band-label",
+            "Shaded: fault windows",
+        ] {
+            assert!(!html.contains(absent), "{absent} in {html}");
+        }
+        // Beside a variant with phases, one without keeps its chart bare
+        // and gets no table.
+        let mut s = windowed();
+        let mut plain = summary().variants.remove(0);
+        plain.name = "pull".into();
+        s.variants.push(plain);
+        let html = render_report(&s);
+        assert_eq!(bands_in(chart(&html, "latency-over-time-base")).len(), 1);
+        assert!(bands_in(chart(&html, "latency-over-time-pull")).is_empty());
+        assert!(html.contains("id=\"phases-base\"") && !html.contains("id=\"phases-pull\""));
+        assert_eq!(html.matches("<h3>").count(), 1, "{html}");
     }
 
     #[test]

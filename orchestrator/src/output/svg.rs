@@ -48,14 +48,31 @@ pub struct Series {
     pub intervals: Vec<(f64, f64, f64)>,
 }
 
-/// A labelled span of the x axis, `[from, to)` in data units, shaded
-/// under the lines (a fault window, a load step).
+/// A labelled span of the x axis, `[from, to)` in data units, drawn
+/// under the lines (a fault window, a load step, a marked value).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Band {
     pub from: f64,
     pub to: f64,
-    /// Written at the top of the span.
+    /// Written at the top of the span (a step's: at the bottom).
     pub label: String,
+    pub kind: BandKind,
+}
+
+/// How a band is drawn. Labels never cover each other: one that would
+/// overlap a label already placed goes a row further in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BandKind {
+    /// Shaded, labelled at the top (a fault window): where windows overlap
+    /// the shading adds up.
+    Window,
+    /// Tinted every other one, with a line where it starts, labelled at
+    /// the bottom (a load step: steps tile the axis, so shading them all
+    /// alike would show nothing).
+    Step,
+    /// A dashed line at `from` (`to` is not used), labelled at the top (a
+    /// value to point out, as a knee).
+    Mark,
 }
 
 /// A line chart.
@@ -313,7 +330,7 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
         }
     }
     axes(&mut out, chart.x_label, chart.y_label);
-    bands(&mut out, &chart.bands, &x);
+    let labels = bands(&mut out, &chart.bands, &x);
     for s in &chart.series {
         let path: Vec<String> = s
             .points
@@ -359,6 +376,7 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
             }
         }
     }
+    band_labels(&mut out, &labels);
     let entries: Vec<_> = chart
         .series
         .iter()
@@ -369,26 +387,122 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     out
 }
 
-/// Shades each band over the plot's height, its label at the top.
-fn bands(out: &mut String, bands: &[Band], x: &Axis) {
+/// Height of one row of band labels.
+const BAND_ROW: f64 = 13.0;
+
+/// A band's label, placed: its left end, baseline and text.
+struct BandLabel {
+    x: f64,
+    y: f64,
+    text: String,
+}
+
+/// Draws each band over the plot's height (clipped to it) and returns
+/// where their labels go, to be written over the lines.
+fn bands(out: &mut String, bands: &[Band], x: &Axis) -> Vec<BandLabel> {
     let (left, right) = (LEFT, WIDTH - RIGHT);
+    let (top, bottom) = (TOP, HEIGHT - BOTTOM);
+    let mut top_rows = LabelRows::default();
+    let mut bottom_rows = LabelRows::default();
+    let mut labels = Vec::new();
+    let mut steps = 0;
     for b in bands {
-        let (Some(a), Some(z)) = (x.pos(b.from), x.pos(b.to)) else {
-            continue;
+        let label = escape(&b.label);
+        let at = match b.kind {
+            BandKind::Mark => {
+                let Some(a) = x.pos(b.from).filter(|a| (left..=right).contains(a)) else {
+                    continue;
+                };
+                let _ = write!(
+                    out,
+                    r##"<line class="band-mark" x1="{a:.1}" y1="{top}" x2="{a:.1}" y2="{bottom}" stroke="#555" stroke-width="1.5" stroke-dasharray="4 3"><title>{label}</title></line>"##,
+                );
+                a
+            }
+            BandKind::Window | BandKind::Step => {
+                let (Some(a), Some(z)) = (x.pos(b.from), x.pos(b.to)) else {
+                    continue;
+                };
+                let (a, z) = (a.clamp(left, right), z.clamp(left, right));
+                if z <= a {
+                    continue;
+                }
+                let (fill, opacity) = match b.kind {
+                    BandKind::Step => {
+                        steps += 1;
+                        ("#1f77b4", if steps % 2 == 1 { 0.08 } else { 0.02 })
+                    }
+                    _ => ("#888", 0.15),
+                };
+                let _ = write!(
+                    out,
+                    r#"<rect class="band" x="{a:.1}" y="{top}" width="{:.1}" height="{}" fill="{fill}" fill-opacity="{opacity}"><title>{label}</title></rect>"#,
+                    z - a,
+                    bottom - top,
+                );
+                if b.kind == BandKind::Step && a > left {
+                    let _ = write!(
+                        out,
+                        r##"<line class="band-edge" x1="{a:.1}" y1="{top}" x2="{a:.1}" y2="{bottom}" stroke="#1f77b4" stroke-opacity="0.4"/>"##,
+                    );
+                }
+                a
+            }
         };
-        let (a, z) = (a.clamp(left, right), z.clamp(left, right));
-        if z <= a {
-            continue;
-        }
+        let width = LEGEND_CHAR * b.label.chars().count() as f64;
+        let from = (at + 3.0).min(right - width).max(left);
+        let (x, y) = if b.kind == BandKind::Step {
+            let row = bottom_rows.place(from, from + width);
+            (from, bottom - 5.0 - row as f64 * BAND_ROW)
+        } else {
+            let row = top_rows.place(from, from + width);
+            (from, top + 12.0 + row as f64 * BAND_ROW)
+        };
+        labels.push(BandLabel { x, y, text: label });
+    }
+    labels
+}
+
+/// Writes the bands' labels, with a white halo so that they read over
+/// the lines.
+fn band_labels(out: &mut String, labels: &[BandLabel]) {
+    for l in labels {
         let _ = write!(
             out,
-            r##"<rect class="band" x="{a:.1}" y="{TOP}" width="{:.1}" height="{}" fill="#888" fill-opacity="0.15"><title>{label}</title></rect><text class="tick" x="{:.1}" y="{}">{label}</text>"##,
-            z - a,
-            HEIGHT - BOTTOM - TOP,
-            a + 3.0,
-            TOP + 12.0,
-            label = escape(&b.label),
+            r##"<text class="tick band-label" x="{:.1}" y="{:.1}" stroke="#fff" stroke-width="3" paint-order="stroke">{}</text>"##,
+            l.x, l.y, l.text
         );
+    }
+}
+
+/// Rows of labels, each holding the x extents placed in it.
+#[derive(Default)]
+struct LabelRows {
+    rows: Vec<Vec<(f64, f64)>>,
+}
+
+impl LabelRows {
+    /// The most rows: past them, labels share the last one (a dozen
+    /// overlapping windows cannot all be read at once anyway).
+    const MOST: usize = 8;
+
+    /// The first row where `[from, to]` (plus a gap) touches no label
+    /// already placed; takes it.
+    fn place(&mut self, from: f64, to: f64) -> usize {
+        const GAP: f64 = 6.0;
+        let free =
+            |row: &Vec<(f64, f64)>| row.iter().all(|&(a, z)| to + GAP <= a || z + GAP <= from);
+        let row = self
+            .rows
+            .iter()
+            .position(free)
+            .unwrap_or(self.rows.len())
+            .min(Self::MOST - 1);
+        if row == self.rows.len() {
+            self.rows.push(Vec::new());
+        }
+        self.rows[row].push((from, to));
+        row
     }
 }
 
@@ -707,12 +821,14 @@ mod tests {
                     from: 5.0,
                     to: 7.5,
                     label: "hop \"b\" slow".into(),
+                    kind: BandKind::Window,
                 },
                 // Past the axis: clipped to it.
                 Band {
                     from: 9.0,
                     to: 20.0,
                     label: "400/s".into(),
+                    kind: BandKind::Window,
                 },
             ],
         };
@@ -729,6 +845,116 @@ mod tests {
         assert!(svg.contains(">400/s</text>"), "{svg}");
         // Under the lines: drawn before them.
         assert!(svg.find("class=\"band\"") < svg.find("<polyline"));
+    }
+
+    /// (x, y, text) of every band label of `svg`.
+    fn band_labels_of(svg: &str) -> Vec<(f64, f64, String)> {
+        svg.split("<text class=\"tick band-label\"")
+            .skip(1)
+            .map(|tag| {
+                let c = |n| attr(tag, n).unwrap_or_else(|| panic!("no {n} in {tag}"));
+                let text = tag
+                    .split_once('>')
+                    .and_then(|(_, t)| t.split_once("</text>"))
+                    .map_or("", |(t, _)| t);
+                (c("x"), c("y"), text.to_owned())
+            })
+            .collect()
+    }
+
+    fn chart_with(bands: Vec<Band>) -> String {
+        line_chart(&LineChart {
+            id: "bands",
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: fmt,
+            y_format: fmt,
+            x_range: Some((0.0, 20.0)),
+            series: vec![Series {
+                name: "p99".into(),
+                points: vec![(0.0, 1.0), (20.0, 2.0)],
+                dashed: false,
+                colour: 0,
+                intervals: Vec::new(),
+            }],
+            bands,
+        })
+    }
+
+    #[test]
+    fn overlapping_bands_stack_their_labels_and_steps_label_the_bottom() {
+        let band = |from: f64, to: f64, label: &str, kind: BandKind| Band {
+            from,
+            to,
+            label: label.into(),
+            kind,
+        };
+        let svg = chart_with(vec![
+            band(0.0, 10.0, "200/s", BandKind::Step),
+            band(10.0, 20.0, "400/s", BandKind::Step),
+            band(5.0, 12.0, "slow b", BandKind::Window),
+            band(6.0, 8.0, "net b/1", BandKind::Window),
+            // Far enough right to share the first row.
+            band(15.0, 18.0, "error c", BandKind::Window),
+            band(12.0, 12.0, "knee", BandKind::Mark),
+        ]);
+        let labels = band_labels_of(&svg);
+        let texts: Vec<&str> = labels.iter().map(|l| l.2.as_str()).collect();
+        assert_eq!(
+            texts,
+            ["200/s", "400/s", "slow b", "net b/1", "error c", "knee"],
+            "{svg}"
+        );
+        let y = |i: usize| labels[i].1;
+        // Steps at the bottom of the plot, windows and marks at the top.
+        assert!(y(0) > HEIGHT - BOTTOM - 20.0 && y(0) == y(1), "{labels:?}");
+        assert!(y(2) < TOP + 20.0, "{labels:?}");
+        assert_eq!(y(3), y(2) + BAND_ROW, "net b/1 overlaps slow b: a row down");
+        assert_eq!(y(4), y(2), "error c is clear of both");
+        // The mark's label at 12 fits between "slow b" and "error c".
+        assert_eq!(y(5), y(2), "{labels:?}");
+        // No two labels in a row overlap.
+        for (i, a) in labels.iter().enumerate() {
+            for b in &labels[i + 1..] {
+                let width = |t: &str| LEGEND_CHAR * t.chars().count() as f64;
+                let apart = a.0 + width(&a.2) <= b.0 || b.0 + width(&b.2) <= a.0;
+                assert!(a.1 != b.1 || apart, "{a:?} and {b:?} overlap");
+            }
+        }
+        // Two step rects tinted differently, one edge line between them,
+        // the mark a dashed line at x = 12.
+        let rects: Vec<&str> = svg.split("<rect class=\"band\"").skip(1).collect();
+        assert_eq!(rects.len(), 5, "{svg}");
+        assert_ne!(
+            attr(rects[0], "fill-opacity"),
+            attr(rects[1], "fill-opacity")
+        );
+        assert_eq!(svg.matches("class=\"band-edge\"").count(), 1, "{svg}");
+        let mark = lines_of_class(&svg, "band-mark");
+        let px = LEFT + 12.0 / 20.0 * (WIDTH - RIGHT - LEFT);
+        assert_eq!(mark.len(), 1, "{svg}");
+        assert!((mark[0].0 - px).abs() < 0.1 && mark[0].0 == mark[0].2);
+        // Labels are written over the lines, shading under them.
+        let polyline = svg.find("<polyline").expect("a line");
+        assert!(svg.find("class=\"band\"") < Some(polyline));
+        assert!(svg.find("band-label") > Some(polyline));
+    }
+
+    #[test]
+    fn a_label_near_the_right_edge_stays_inside_the_plot() {
+        let svg = chart_with(vec![Band {
+            from: 19.5,
+            to: 20.0,
+            label: "replica_slow b/2, net b/1".into(),
+            kind: BandKind::Window,
+        }]);
+        let labels = band_labels_of(&svg);
+        assert_eq!(labels.len(), 1, "{svg}");
+        let (x, _, text) = &labels[0];
+        assert!(x + LEGEND_CHAR * text.chars().count() as f64 <= WIDTH - RIGHT + 0.1);
     }
 
     #[test]

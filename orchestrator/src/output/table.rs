@@ -1,8 +1,11 @@
 //! The summary printed at the end of a run: an end-to-end table, a per-hop
-//! table and one compounding line per variant.
+//! table, a per-phase table for each variant whose schedule changes during
+//! the run, and one compounding line per variant.
 
 use comfy_table::presets::UTF8_FULL_CONDENSED;
-use comfy_table::{CellAlignment, Table};
+use comfy_table::{CellAlignment, ColumnConstraint, ContentArrangement, Table};
+
+use super::phases;
 
 use crate::{
     analysis::{Percentiles, Summary, VariantReport},
@@ -35,6 +38,17 @@ pub fn render_table(summary: &Summary) -> String {
     if summary.variants.iter().any(|v| v.traces.is_some()) {
         out.push_str(&trace_breakdown(&summary.variants).to_string());
         out.push('\n');
+    }
+    for v in summary.variants.iter().filter(|v| !v.phases.is_empty()) {
+        out.push_str(&format!(
+            "{}: phases (seconds from the end of warmup)\n",
+            v.name
+        ));
+        out.push_str(&phase_table(v).to_string());
+        out.push('\n');
+        if let Some(k) = &v.knee {
+            out.push_str(&format!("{}: {}\n", v.name, phases::knee_line(k)));
+        }
     }
     for v in &summary.variants {
         if let Some(line) = v.traces.as_ref().and_then(trace_disagreement) {
@@ -109,7 +123,18 @@ pub fn render_legend(summary: &Summary) -> String {
     if super::causes::causes_table(&summary.variants).is_some() {
         lines.push(super::causes::causes_legend());
     }
-    lines.join("\n")
+    let mut out = lines.join("\n");
+    let mut phases = summary.variants.iter().flat_map(|v| &v.phases).peekable();
+    if phases.peek().is_some() {
+        out.push_str("\n  phases: the run cut at each fault window's start and end and at each load step (seconds from the end of warmup); a request counts in the phase of its intended send time");
+    }
+    if let Some(r) = phases.find_map(|p| p.recovery.as_ref()) {
+        out.push_str(&format!(
+            "\n  recovery: from a window's end to the first rolling stretch of {} ok requests whose p99 is within {} x the p99 of the last phase without a fault",
+            r.min_requests, r.band
+        ));
+    }
+    out
 }
 
 /// The files a run wrote, one per line, and where its report is.
@@ -279,6 +304,27 @@ fn per_hop(variants: &[VariantReport]) -> Table {
                 human(&h.service, h.service.p99_us),
                 human(&h.queue_wait, h.queue_wait.p99_us),
             ]);
+        }
+    }
+    t
+}
+
+/// `v`'s phases, a row each, within 100 columns: the numbers keep their
+/// width; the phase, its faults and the recovery share the rest, each
+/// wrapping only when it does not fit.
+fn phase_table(v: &VariantReport) -> Table {
+    const TEXT: [usize; 3] = [0, 2, 9];
+    let mut t = table(&phases::COLUMNS);
+    t.set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(100);
+    for p in &v.phases {
+        t.add_row(phases::cells(p).to_vec());
+    }
+    for (i, column) in t.column_iter_mut().enumerate() {
+        if TEXT.contains(&i) {
+            column.set_cell_alignment(CellAlignment::Left);
+        } else {
+            column.set_constraint(ColumnConstraint::ContentWidth);
         }
     }
     t
@@ -500,6 +546,232 @@ mod tests {
         s.variants.clear();
         s.check = CheckSummary::of(&s.variants, 1.0);
         assert!(render_table(&s).contains("variant"));
+    }
+
+    /// The summary's variant with a slow window on b from 5 s to 10 s of
+    /// 20 s: before, during and after, the tail not back by the end.
+    fn windowed() -> crate::analysis::Summary {
+        use crate::analysis::{Recovery, RecoveryOutcome};
+        use crate::output::phases::tests::phase;
+        let mut s = summary();
+        let v = &mut s.variants[0];
+        let mut during = phase("during", (5.0, 10.0), 2000, 90);
+        during.faults = vec!["slow b".into()];
+        during.errors = 30;
+        during.timeouts = 10;
+        during.error_share = 0.02;
+        let mut after = phase("after", (10.0, 20.0), 4000, 60);
+        after.recovery = Some(Recovery {
+            after: vec!["slow b".into()],
+            baseline: Some("before".into()),
+            baseline_p99_us: Some(12_000),
+            band: 1.25,
+            min_requests: 200,
+            outcome: RecoveryOutcome::NotRecovered {
+                last_p99_us: 140_000,
+            },
+        });
+        v.phases = vec![phase("before", (0.0, 5.0), 2000, 12), during, after];
+        s
+    }
+
+    /// The rows of the phase table under the line `{title}`, cells
+    /// trimmed, a wrapped cell joined back with a space (a line with no
+    /// `sent` goes on the row before: numbers never wrap).
+    fn rows_under(text: &str, title: &str) -> Vec<Vec<String>> {
+        let start = text
+            .find(&format!("{title}\n"))
+            .unwrap_or_else(|| panic!("no {title}: {text}"));
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for line in text[start..].lines().skip(1) {
+            if !['│', '┌', '╞'].iter().any(|c| line.starts_with(*c)) {
+                break;
+            }
+            if !line.starts_with('│') {
+                continue;
+            }
+            let cells: Vec<String> = line
+                .trim_matches('│')
+                .split('┆')
+                .map(|c| c.trim().to_owned())
+                .collect();
+            match rows.last_mut() {
+                Some(row) if cells[3].is_empty() => {
+                    for (cell, more) in row.iter_mut().zip(cells) {
+                        if !more.is_empty() {
+                            cell.push(' ');
+                            cell.push_str(&more);
+                        }
+                    }
+                }
+                _ => rows.push(cells),
+            }
+        }
+        rows
+    }
+
+    /// Every line from the phase table's title to the line after it
+    /// (the knee's, or the next section's) is at most 100 columns.
+    fn assert_phase_lines_fit(text: &str) {
+        let at = text.find("base: phases").expect("a phase table");
+        let lines: Vec<&str> = text[at..].lines().collect();
+        let end = lines
+            .iter()
+            .position(|l| l.starts_with('└'))
+            .expect("the table ends");
+        for line in &lines[..=end + 1] {
+            assert!(line.chars().count() <= 100, "too wide: {line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn phases_get_a_table_each_row_with_its_numbers() {
+        let s = windowed();
+        let text = render_table(&s);
+        let rows = rows_under(&text, "base: phases (seconds from the end of warmup)");
+        assert_eq!(rows.len(), 4, "a header and three phases: {text}");
+        assert_eq!(rows[0][0], "phase");
+        assert_eq!(rows[0][9], "recovery");
+        assert_eq!(
+            rows[2],
+            [
+                "during", "5-10", "slow b", "2000", "400", "2.00ms", "90.00ms", "180.00ms",
+                "2.0 %", "-"
+            ],
+            "{text}"
+        );
+        assert_eq!(rows[3][0], "after");
+        assert_eq!(rows[3][9], "not recovered (p99 140.00ms)", "{text}");
+        assert_phase_lines_fit(&text);
+        // After the hop table, before the per-variant lines.
+        let at = text.find("base: phases").expect("the title");
+        assert!(text.find("replica split") < Some(at));
+        assert!(text.find("base: compounding") > Some(at));
+        assert!(!text.contains("knee"), "no steps, no knee: {text}");
+        assert!(render_legend(&s).contains("  recovery: from a window's end"));
+    }
+
+    #[test]
+    fn a_ramp_states_its_knee_and_long_cells_wrap() {
+        use crate::analysis::{Knee, Recovery, RecoveryOutcome};
+        use crate::output::phases::tests::phase;
+        let mut s = summary();
+        let v = &mut s.variants[0];
+        v.phases = [(200.0, 10), (400.0, 11), (800.0, 45)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(rate, p99))| {
+                let from = i as f64 * 10.0;
+                let mut p = phase(&format!("step {}", i + 1), (from, from + 10.0), 100, p99);
+                p.offered_rate = Some(rate);
+                p
+            })
+            .collect();
+        v.phases[2].faults = vec!["slow b".into(), "net c/1".into()];
+        v.phases[2].recovery = Some(Recovery {
+            after: vec!["slow b".into()],
+            baseline: None,
+            baseline_p99_us: None,
+            band: 1.25,
+            min_requests: 200,
+            outcome: RecoveryOutcome::NotEnoughData {
+                reason: "fewer than 200 ok requests in the phase's whole intervals".into(),
+            },
+        });
+        v.knee = Some(Knee {
+            step: "step 3".into(),
+            rate: 800.0,
+            reason: "p99 45ms is 4.1 times step 2's 11ms".into(),
+        });
+        let text = render_table(&s);
+        let rows = rows_under(&text, "base: phases (seconds from the end of warmup)");
+        let faults: Vec<&str> = rows.iter().skip(1).map(|r| r[2].as_str()).collect();
+        assert_eq!(
+            faults,
+            ["200/s", "400/s", "800/s, slow b, net c/1"],
+            "{text}"
+        );
+        assert_eq!(
+            rows[3][9],
+            "not enough data: fewer than 200 ok requests in the phase's whole intervals",
+            "{text}"
+        );
+        assert!(
+            text.contains("\nbase: knee: step 3 (800/s): p99 45ms is 4.1 times step 2's 11ms\n"),
+            "{text}"
+        );
+        assert_phase_lines_fit(&text);
+    }
+
+    #[test]
+    fn phases_as_the_analysis_finds_them_print_with_their_recovery() {
+        use crate::analysis::testing::{at, hop, hop_record, variant};
+        use crate::record::Outcome;
+        // a -> b at 100/s for 20 s, b slow from 5 s to 10 s: 1 ms, then
+        // 50 ms, 20 ms for 2 s after the window, then 1 ms again.
+        let mut b = hop("b", Some(0.5));
+        b.windows.slow = crate::scenario::Window {
+            start: Duration::from_secs(5),
+            duration: Some(Duration::from_secs(5)),
+        };
+        let v = variant("base", vec![hop("a", None), b]);
+        let latency = |t: u64| match t {
+            5_000..10_000 => 50,
+            10_000..12_000 => 20,
+            _ => 1,
+        };
+        let mut records: Vec<_> = (0..2000u64)
+            .map(|i| {
+                let t = i * 10;
+                let mut r = at(i, t, latency(t), Outcome::Ok);
+                r.path = vec![
+                    hop_record("b", 0, 500, latency(t) > 10),
+                    hop_record("a", 0, 300, false),
+                ];
+                r
+            })
+            .collect();
+        records.sort_by_key(|r| r.end);
+        let mut s = summary();
+        s.variants = vec![analyze_variant(
+            &v,
+            &check(),
+            &records,
+            Duration::from_secs(20),
+        )];
+        let text = render_table(&s);
+        let rows = rows_under(&text, "base: phases (seconds from the end of warmup)");
+        let got: Vec<[&str; 4]> = rows
+            .iter()
+            .skip(1)
+            .map(|r| [&r[0][..], &r[1][..], &r[2][..], &r[3][..]])
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ["before", "0-5", "-", "500"],
+                ["during", "5-10", "slow b", "500"],
+                ["after", "10-20", "-", "1000"]
+            ],
+            "{text}"
+        );
+        assert!(rows[2][6].starts_with("50."), "during's p99: {text}");
+        assert_eq!(rows[3][9], "2.0 s", "{text}");
+        assert_phase_lines_fit(&text);
+    }
+
+    #[test]
+    fn without_phases_nothing_about_them_is_printed() {
+        let s = summary();
+        assert!(s.variants[0].phases.is_empty());
+        let text = render_table(&s);
+        assert!(!text.contains("phase") && !text.contains("knee"), "{text}");
+        // The same text as with phases, less their table.
+        let with = render_table(&windowed());
+        let at = with.find("base: phases (").expect("a table");
+        let end = at + with[at..].find("┘\n").expect("its end") + "┘\n".len();
+        assert_eq!(format!("{}{}", &with[..at], &with[end..]), text);
+        assert!(!render_legend(&s).contains("phases"));
     }
 
     #[test]

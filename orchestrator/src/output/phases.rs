@@ -1,0 +1,419 @@
+//! A variant's phases as text, the same in the terminal and in
+//! report.html (cells of the per-phase table, the knee's line), and the
+//! bands that mark fault windows and load steps on the time charts.
+
+use crate::analysis::{Knee, PhaseReport, Recovery, RecoveryOutcome, VariantReport};
+
+use super::svg::{Band, BandKind};
+use super::table::format_us;
+
+/// The per-phase table's columns, in order (the report adds the
+/// compounding check).
+pub(crate) const COLUMNS: [&str; 10] = [
+    "phase",
+    "from-to",
+    "faults / load",
+    "sent",
+    "rate/s",
+    "p50",
+    "p99",
+    "p99.9",
+    "errors",
+    "recovery",
+];
+
+/// The cells of `p`'s row, one per [`COLUMNS`] entry (percentiles `-`
+/// without ok requests).
+pub(crate) fn cells(p: &PhaseReport) -> [String; 10] {
+    let l = &p.latency;
+    let us = |v: u64| {
+        if l.count == 0 {
+            "-".to_owned()
+        } else {
+            format_us(v)
+        }
+    };
+    [
+        p.name.clone(),
+        format!("{}-{}", seconds(p.start_s), seconds(p.end_s)),
+        conditions(p),
+        p.sent.to_string(),
+        if p.rate < 10.0 {
+            format!("{:.1}", p.rate)
+        } else {
+            format!("{:.0}", p.rate)
+        },
+        us(l.p50_us),
+        us(l.p99_us),
+        us(l.p99_9_us),
+        errors(p),
+        p.recovery.as_ref().map_or_else(|| "-".to_owned(), recovery),
+    ]
+}
+
+/// Seconds to a tenth, without a `.0`: `5`, `12.5`.
+fn seconds(s: f64) -> String {
+    let text = format!("{s:.1}");
+    match text.strip_suffix(".0") {
+        Some(whole) => whole.to_owned(),
+        None => text,
+    }
+}
+
+/// The faults in force and a step's offered rate: `400/s, slow b`;
+/// `-` when neither.
+fn conditions(p: &PhaseReport) -> String {
+    let parts: Vec<String> = p
+        .offered_rate
+        .map(per_second)
+        .into_iter()
+        .chain(p.faults.iter().cloned())
+        .collect();
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Errors and timeouts as a share of the sent: `1.2 %`; `0` without
+/// any, `<0.1 %` for a few that would round to nothing.
+fn errors(p: &PhaseReport) -> String {
+    if p.errors + p.timeouts == 0 {
+        "0".to_owned()
+    } else if p.error_share < 0.0005 {
+        "<0.1 %".to_owned()
+    } else {
+        format!("{:.1} %", p.error_share * 100.0)
+    }
+}
+
+/// `1.0 s`, `not recovered (p99 140.00ms)`, `not enough data: ...`.
+pub(crate) fn recovery(r: &Recovery) -> String {
+    match &r.outcome {
+        RecoveryOutcome::Recovered { recovery_s, .. } => format!("{recovery_s:.1} s"),
+        RecoveryOutcome::NotRecovered { last_p99_us } => {
+            format!("not recovered (p99 {})", format_us(*last_p99_us))
+        }
+        RecoveryOutcome::NotEnoughData { reason } => format!("not enough data: {reason}"),
+    }
+}
+
+/// What the recovery was held against: `p99 within 1.25 x before's
+/// 12.00ms, over 200 ok requests`.
+pub(crate) fn recovery_rule(r: &Recovery) -> String {
+    let baseline = match (&r.baseline, r.baseline_p99_us) {
+        (Some(name), Some(us)) => format!("{name}'s {}", format_us(us)),
+        (Some(name), None) => format!("{name}'s"),
+        _ => "the p99 before the window".to_owned(),
+    };
+    format!(
+        "p99 within {} x {baseline}, over {} ok requests",
+        r.band, r.min_requests
+    )
+}
+
+/// `knee: step 4 (800/s): p99 40ms is 4.0 times step 3's 10ms`.
+pub(crate) fn knee_line(k: &Knee) -> String {
+    format!("knee: {} ({}): {}", k.step, per_second(k.rate), k.reason)
+}
+
+/// A rate as `200/s`, `12.5/s`.
+pub(crate) fn per_second(rate: f64) -> String {
+    if rate.fract() == 0.0 {
+        format!("{rate:.0}/s")
+    } else {
+        format!("{rate:.1}/s")
+    }
+}
+
+/// One band per planned fault window of `v` (to the load's end when it
+/// has none), labelled as the phases name faults (`slow b`, `net b/1`;
+/// `net b` when every replica of the hop has it); windows over the same
+/// span share a band and its label.
+pub(crate) fn fault_bands(v: &VariantReport) -> Vec<Band> {
+    // (kind, hop, from, to) with the replicas that had it.
+    let mut windows: Vec<(&str, &str, f64, f64, Vec<u32>)> = Vec::new();
+    for w in &v.fault_windows {
+        let to = w.end_s.unwrap_or(v.measured_s);
+        let same = |x: &&mut (&str, &str, f64, f64, Vec<u32>)| {
+            x.0 == w.kind && x.1 == w.hop && x.2 == w.start_s && x.3 == to
+        };
+        match windows.iter_mut().find(same) {
+            Some(x) => x.4.push(w.replica),
+            None => windows.push((&w.kind, &w.hop, w.start_s, to, vec![w.replica])),
+        }
+    }
+    let mut bands: Vec<Band> = Vec::new();
+    for (kind, hop, from, to, mut replicas) in windows {
+        replicas.sort_unstable();
+        replicas.dedup();
+        let replica_count = v.hops.iter().find(|h| h.hop == hop).map(|h| h.replicas);
+        let everywhere = replica_count.is_some_and(|n| replicas.len() == n as usize);
+        let labels: Vec<String> = match kind {
+            "replica_slow" => replicas
+                .iter()
+                .map(|r| format!("{kind} {hop}/{r}"))
+                .collect(),
+            "net" if !everywhere => replicas.iter().map(|r| format!("net {hop}/{r}")).collect(),
+            _ => vec![format!("{kind} {hop}")],
+        };
+        match bands.iter_mut().find(|b| b.from == from && b.to == to) {
+            Some(b) => {
+                for l in labels {
+                    if !b.label.split(", ").any(|x| x == l) {
+                        b.label.push_str(", ");
+                        b.label.push_str(&l);
+                    }
+                }
+            }
+            None => bands.push(Band {
+                from,
+                to,
+                label: labels.join(", "),
+                kind: BandKind::Window,
+            }),
+        }
+    }
+    bands.sort_by(|a, b| a.from.total_cmp(&b.from).then(a.to.total_cmp(&b.to)));
+    bands
+}
+
+/// One band per load step of `v`, labelled with its offered rate (a step
+/// cut by a fault window into several phases is one band).
+pub(crate) fn step_bands(v: &VariantReport) -> Vec<Band> {
+    let mut bands: Vec<Band> = Vec::new();
+    for p in &v.phases {
+        let Some(rate) = p.offered_rate else { continue };
+        let label = per_second(rate);
+        match bands.last_mut() {
+            Some(b) if b.label == label && b.to == p.start_s => b.to = p.end_s,
+            _ => bands.push(Band {
+                from: p.start_s,
+                to: p.end_s,
+                label,
+                kind: BandKind::Step,
+            }),
+        }
+    }
+    bands
+}
+
+/// Whether `v` ran load steps.
+pub(crate) fn stepped(v: &VariantReport) -> bool {
+    v.phases.iter().any(|p| p.offered_rate.is_some())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::analysis::Percentiles;
+    use tailmesh_netfault::WindowRecord;
+
+    /// A phase from `start_s` to `end_s` with `sent` requests, all ok,
+    /// a p50 of 2 ms, a p99 of `p99_ms` and a p99.9 twice that.
+    pub(crate) fn phase(
+        name: &str,
+        (start_s, end_s): (f64, f64),
+        sent: u64,
+        p99_ms: u64,
+    ) -> PhaseReport {
+        let secs = end_s - start_s;
+        PhaseReport {
+            name: name.into(),
+            start_s,
+            end_s,
+            sent,
+            ok: sent,
+            rate: sent as f64 / secs,
+            ok_rate: sent as f64 / secs,
+            latency: Percentiles {
+                count: sent,
+                p50_us: 2_000,
+                p99_us: p99_ms * 1000,
+                p99_9_us: p99_ms * 2000,
+                ..Percentiles::default()
+            },
+            ..PhaseReport::default()
+        }
+    }
+
+    pub(crate) fn window(
+        hop: &str,
+        replica: u32,
+        kind: &str,
+        start_s: f64,
+        end_s: Option<f64>,
+    ) -> WindowRecord {
+        WindowRecord {
+            hop: hop.into(),
+            replica,
+            kind: kind.into(),
+            start_s,
+            end_s,
+            applied_at_s: Some(start_s + 0.002),
+            cleared_at_s: None,
+        }
+    }
+
+    fn recovery_of(outcome: RecoveryOutcome) -> Recovery {
+        Recovery {
+            after: vec!["slow b".into()],
+            baseline: Some("before".into()),
+            baseline_p99_us: Some(12_000),
+            band: 1.25,
+            min_requests: 200,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn recoveries_read_as_a_time_or_why_not() {
+        let r = |o| recovery(&recovery_of(o));
+        assert_eq!(
+            r(RecoveryOutcome::Recovered {
+                recovery_s: 1.04,
+                p99_us: 11_000
+            }),
+            "1.0 s"
+        );
+        assert_eq!(
+            r(RecoveryOutcome::NotRecovered {
+                last_p99_us: 140_000
+            }),
+            "not recovered (p99 140.00ms)"
+        );
+        assert_eq!(
+            r(RecoveryOutcome::NotEnoughData {
+                reason: "150 ok requests in before, fewer than 200".into()
+            }),
+            "not enough data: 150 ok requests in before, fewer than 200"
+        );
+        assert_eq!(
+            recovery_rule(&recovery_of(RecoveryOutcome::NotRecovered {
+                last_p99_us: 1
+            })),
+            "p99 within 1.25 x before's 12.00ms, over 200 ok requests"
+        );
+    }
+
+    #[test]
+    fn a_row_has_the_faults_or_the_step_and_the_errors_share() {
+        let mut p = phase("step 2, during", (10.0, 15.0), 1000, 40);
+        p.offered_rate = Some(200.0);
+        p.faults = vec!["slow b".into(), "net c/1".into()];
+        p.errors = 10;
+        p.timeouts = 2;
+        p.error_share = 0.012;
+        let row = cells(&p);
+        assert_eq!(
+            row,
+            [
+                "step 2, during",
+                "10-15",
+                "200/s, slow b, net c/1",
+                "1000",
+                "200",
+                "2.00ms",
+                "40.00ms",
+                "80.00ms",
+                "1.2 %",
+                "-",
+            ]
+        );
+        let mut empty = phase("before", (0.0, 2.5), 0, 0);
+        empty.latency = Percentiles::default();
+        empty.rate = 2.0 / 3.0;
+        let row = cells(&empty);
+        assert_eq!(
+            [&row[1], &row[2], &row[4], &row[6], &row[8]],
+            ["0-2.5", "-", "0.7", "-", "0"]
+        );
+        p.errors = 0;
+        p.timeouts = 1;
+        p.error_share = 1.0 / 10_000.0;
+        assert_eq!(cells(&p)[8], "<0.1 %");
+    }
+
+    #[test]
+    fn windows_over_one_span_share_a_band_and_a_hop_wide_net_fault_is_the_hops() {
+        let mut v = crate::analysis::testing::summary().variants.remove(0);
+        v.measured_s = 20.0;
+        // chain3's hops have two replicas each; b gets three here.
+        v.hops[1].replicas = 3;
+        let b = v.hops[1].hop.clone();
+        let c = v.hops[2].hop.clone();
+        v.fault_windows = vec![
+            // slow on every replica of b: one label.
+            window(&b, 0, "slow", 5.0, Some(10.0)),
+            window(&b, 1, "slow", 5.0, Some(10.0)),
+            window(&b, 2, "slow", 5.0, Some(10.0)),
+            // A net fault on one replica of b, same span: joins the band.
+            window(&b, 1, "net", 5.0, Some(10.0)),
+            // A net fault on both replicas of c, to the load's end.
+            window(&c, 0, "net", 12.0, None),
+            window(&c, 1, "net", 12.0, None),
+            window(&b, 2, "replica_slow", 2.0, Some(4.0)),
+        ];
+        let bands = fault_bands(&v);
+        let got: Vec<(f64, f64, &str)> = bands
+            .iter()
+            .map(|b| (b.from, b.to, b.label.as_str()))
+            .collect();
+        let (slow, net) = (format!("slow {b}, net {b}/1"), format!("net {c}"));
+        let replica = format!("replica_slow {b}/2");
+        assert_eq!(
+            got,
+            [
+                (2.0, 4.0, replica.as_str()),
+                (5.0, 10.0, slow.as_str()),
+                (12.0, 20.0, net.as_str())
+            ]
+        );
+        assert!(bands.iter().all(|b| b.kind == BandKind::Window));
+    }
+
+    #[test]
+    fn a_step_cut_by_a_window_is_one_band() {
+        let mut v = crate::analysis::testing::summary().variants.remove(0);
+        let step = |name: &str, span, rate| {
+            let mut p = phase(name, span, 100, 10);
+            p.offered_rate = Some(rate);
+            p
+        };
+        v.phases = vec![
+            step("step 1, before", (0.0, 5.0), 200.0),
+            step("step 2, before", (5.0, 7.0), 400.0),
+            step("step 2, during", (7.0, 10.0), 400.0),
+            step("step 3, after", (10.0, 15.0), 800.5),
+        ];
+        assert!(stepped(&v));
+        let got: Vec<(f64, f64, String)> = step_bands(&v)
+            .into_iter()
+            .map(|b| (b.from, b.to, b.label))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0.0, 5.0, "200/s".to_owned()),
+                (5.0, 10.0, "400/s".to_owned()),
+                (10.0, 15.0, "800.5/s".to_owned())
+            ]
+        );
+        v.phases.iter_mut().for_each(|p| p.offered_rate = None);
+        assert!(!stepped(&v) && step_bands(&v).is_empty());
+    }
+
+    #[test]
+    fn the_knee_line_names_the_step_and_its_rate() {
+        let k = Knee {
+            step: "step 4".into(),
+            rate: 800.0,
+            reason: "p99 40ms is 4.0 times step 3's 10ms".into(),
+        };
+        assert_eq!(
+            knee_line(&k),
+            "knee: step 4 (800/s): p99 40ms is 4.0 times step 3's 10ms"
+        );
+    }
+}
