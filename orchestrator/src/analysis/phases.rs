@@ -652,7 +652,7 @@ pub(crate) fn judged_by_phase(
         .map(|(name, c)| format!("{name} {}", c.verdict.as_str()))
         .collect();
     let per_phase = format!(
-        "judged per phase, the slowness having a window ({})",
+        "judged per phase, the slowness having a window: {}",
         each.join(", ")
     );
     whole.verdict = verdict;
