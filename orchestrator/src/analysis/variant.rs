@@ -85,6 +85,20 @@ pub struct LoadSummary {
     pub payload_bytes: usize,
     /// One line for people, e.g. "open 400/s poisson, 20s".
     pub description: String,
+    /// The load steps of an open loop, in order (empty: `rate`
+    /// throughout); `rate` is then the first step's and `duration_s` their
+    /// total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepSummary>,
+}
+
+/// One load step: its rate for its duration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepSummary {
+    /// Requests per second.
+    pub rate: f64,
+    /// Seconds.
+    pub duration_s: f64,
 }
 
 impl LoadSummary {
@@ -92,7 +106,11 @@ impl LoadSummary {
     pub fn of(variant: &Variant) -> LoadSummary {
         let load = &variant.load;
         let (mode, rate, arrivals, concurrency, head) = match &load.mode {
-            LoadMode::Open { rate, arrivals, .. } => {
+            LoadMode::Open {
+                rate,
+                arrivals,
+                steps,
+            } => {
                 let a = match arrivals {
                     Arrivals::Poisson => "poisson",
                     Arrivals::Uniform => "uniform",
@@ -102,7 +120,7 @@ impl LoadSummary {
                     Some(*rate),
                     Some(a),
                     None,
-                    format!("open {rate}/s {a}"),
+                    format!("open {}/s {a}", crate::scenario::rates(*rate, steps)),
                 )
             }
             LoadMode::Closed { concurrency } => (
@@ -133,6 +151,16 @@ impl LoadSummary {
             connection,
             payload_bytes: load.payload_bytes,
             description: format!("{head}, {stop}"),
+            steps: match &load.mode {
+                LoadMode::Open { steps, .. } => steps
+                    .iter()
+                    .map(|s| StepSummary {
+                        rate: s.rate,
+                        duration_s: s.duration.as_secs_f64(),
+                    })
+                    .collect(),
+                LoadMode::Closed { .. } => Vec::new(),
+            },
         }
     }
 }
