@@ -943,6 +943,50 @@ mod tests {
     use crate::analysis::verdict::Verdict;
 
     #[test]
+    fn a_stepped_load_is_summarized_with_its_steps_and_a_constant_one_without() {
+        let mut v = chain3();
+        let constant = serde_json::to_value(LoadSummary::of(&v)).expect("serializes");
+        assert!(constant.get("steps").is_none(), "{constant:#}");
+        assert_eq!(constant["description"], "open 400/s poisson, 20s");
+
+        let step = |rate: f64, secs: u64| crate::scenario::Step {
+            rate,
+            duration: Duration::from_secs(secs),
+        };
+        v.load.mode = LoadMode::Open {
+            rate: 200.0,
+            arrivals: Arrivals::Uniform,
+            steps: vec![step(200.0, 4), step(400.0, 4), step(600.5, 2)],
+        };
+        v.load.stop = Stop::Duration(Duration::from_secs(10));
+        let summary = LoadSummary::of(&v);
+        assert_eq!(summary.rate, Some(200.0));
+        assert_eq!(summary.duration_s, Some(10.0));
+        assert_eq!(
+            summary.description,
+            "open steps 200→400→600.5/s uniform, 10s"
+        );
+        assert_eq!(
+            crate::run::describe_load(&v.load),
+            "open loop, steps 200→400→600.5/s uniform, 10s (+2s warmup)"
+        );
+        let json = serde_json::to_value(&summary).expect("serializes");
+        assert_eq!(
+            json["steps"],
+            serde_json::json!([
+                { "rate": 200.0, "duration_s": 4.0 },
+                { "rate": 400.0, "duration_s": 4.0 },
+                { "rate": 600.5, "duration_s": 2.0 },
+            ])
+        );
+        // Read back, and a summary written before steps existed still reads.
+        let back: LoadSummary = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, summary);
+        let old: LoadSummary = serde_json::from_value(constant).expect("reads back");
+        assert!(old.steps.is_empty());
+    }
+
+    #[test]
     fn errors_are_blamed_on_the_innermost_hop_named() {
         let message =
             "hop \"a\" replica 0 (127.0.0.1:1): hop \"b\" replica 1 (127.0.0.1:2): refused";
