@@ -2004,6 +2004,23 @@ name = "a"
                 .to_owned()
         )]
     );
+    let many = format!(
+        "name = \"s\"\n[load]\nmode = \"open\"\nsteps = [{}]\n{hop}",
+        vec!["{ rate = 1, duration = \"1s\" }"; 101].join(", ")
+    );
+    assert_eq!(
+        problems(&many),
+        [(
+            4,
+            9,
+            "load.steps has 101 steps, at most 100: each is a phase of the results".to_owned()
+        )]
+    );
+    let hundred = many.replacen("{ rate = 1, duration = \"1s\" }, ", "", 1);
+    assert_eq!(
+        ok(&hundred).variants[0].load.stop,
+        Stop::Duration(ms(100_000))
+    );
     // The busiest step decides what may be in flight.
     let busy = format!(
         "name = \"s\"\n[load]\nmode = \"open\"\ntimeout = \"10s\"\n\

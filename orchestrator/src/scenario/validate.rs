@@ -89,6 +89,9 @@ const TELEMETRY_KEYS: &[&str] = &[
 
 /// Highest open-loop rate, requests per second (`rate` and each step's).
 const MAX_RATE: f64 = 1_000_000.0;
+/// Most load steps: each is a phase of the results, with histograms of
+/// its own.
+const MAX_STEPS: usize = 100;
 /// Why `rate` is refused next to `steps`.
 const STEPS_SET_THE_RATE: &str = "cannot go with load.steps: each step sets its own rate (the \
                                   first step's also runs the warmup); change the steps instead";
@@ -469,6 +472,18 @@ fn steps(s: &Section<'_>, p: &mut Problems) -> Option<Vec<Step>> {
                 "{} is empty: give at least one {{ rate, duration }}, or rate and duration for \
                  a constant rate",
                 s.name("steps")
+            ),
+        );
+        return None;
+    }
+    if items.len() > MAX_STEPS {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} has {} steps, at most {MAX_STEPS}: each is a phase of the results",
+                s.name("steps"),
+                items.len()
             ),
         );
         return None;
