@@ -120,7 +120,10 @@ impl LoadSummary {
                     Some(*rate),
                     Some(a),
                     None,
-                    format!("open {}/s {a}", crate::scenario::rates(*rate, steps)),
+                    format!(
+                        "open {}/s {a}",
+                        crate::scenario::describe_rates(*rate, steps)
+                    ),
                 )
             }
             LoadMode::Closed { concurrency } => (

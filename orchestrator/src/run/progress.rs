@@ -21,7 +21,7 @@ pub(crate) fn describe_load(load: &Load) -> String {
             steps,
         } => format!(
             "open loop, {}/s {}",
-            crate::scenario::rates(*rate, steps),
+            crate::scenario::describe_rates(*rate, steps),
             format!("{arrivals:?}").to_lowercase()
         ),
         LoadMode::Closed { concurrency } => format!("closed loop, {concurrency} in flight"),

@@ -318,7 +318,7 @@ pub struct Step {
 }
 
 /// An open loop's rate for people: `400`, or its steps' `200→400→600`.
-pub fn rates(rate: f64, steps: &[Step]) -> String {
+pub fn describe_rates(rate: f64, steps: &[Step]) -> String {
     if steps.is_empty() {
         return rate.to_string();
     }
