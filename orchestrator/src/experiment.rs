@@ -504,7 +504,6 @@ const FIXED_BYTES: u64 = 2_000_000;
 /// stops by time has no count known up front and is left out) times its
 /// row size, plus traces when `traced`.
 fn estimate_output(scenario: &scenario::Scenario, traced: bool) -> output::OutputEstimate {
-    use crate::scenario::{LoadMode, Stop};
     let mut estimate = output::OutputEstimate {
         bytes: FIXED_BYTES,
         ..Default::default()
@@ -516,11 +515,7 @@ fn estimate_output(scenario: &scenario::Scenario, traced: bool) -> output::Outpu
     };
     for variant in &scenario.variants {
         let load = &variant.load;
-        let requests = match (load.stop, &load.mode) {
-            (Stop::Requests(n), _) => n,
-            (Stop::Duration(d), LoadMode::Open { rate, .. }) => (rate * d.as_secs_f64()) as u64,
-            (Stop::Duration(_), LoadMode::Closed { .. }) => 0,
-        };
+        let requests = load.planned_requests().map_or(0, |n| n as u64);
         let hops = variant.hops.len() as u64;
         let names: u64 = variant.hops.iter().map(|h| 2 * h.name.len() as u64).sum();
         let row = ROW_BASE_BYTES + variant.name.len() as u64 + hops * ROW_HOP_BYTES + names;

@@ -85,6 +85,20 @@ pub struct LoadSummary {
     pub payload_bytes: usize,
     /// One line for people, e.g. "open 400/s poisson, 20s".
     pub description: String,
+    /// The load steps of an open loop, in order (empty: `rate`
+    /// throughout); `rate` is then the first step's and `duration_s` their
+    /// total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepSummary>,
+}
+
+/// One load step: its rate for its duration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepSummary {
+    /// Requests per second.
+    pub rate: f64,
+    /// Seconds.
+    pub duration_s: f64,
 }
 
 impl LoadSummary {
@@ -92,7 +106,11 @@ impl LoadSummary {
     pub fn of(variant: &Variant) -> LoadSummary {
         let load = &variant.load;
         let (mode, rate, arrivals, concurrency, head) = match &load.mode {
-            LoadMode::Open { rate, arrivals, .. } => {
+            LoadMode::Open {
+                rate,
+                arrivals,
+                steps,
+            } => {
                 let a = match arrivals {
                     Arrivals::Poisson => "poisson",
                     Arrivals::Uniform => "uniform",
@@ -102,7 +120,10 @@ impl LoadSummary {
                     Some(*rate),
                     Some(a),
                     None,
-                    format!("open {rate}/s {a}"),
+                    format!(
+                        "open {}/s {a}",
+                        crate::scenario::describe_rates(*rate, steps)
+                    ),
                 )
             }
             LoadMode::Closed { concurrency } => (
@@ -133,6 +154,16 @@ impl LoadSummary {
             connection,
             payload_bytes: load.payload_bytes,
             description: format!("{head}, {stop}"),
+            steps: match &load.mode {
+                LoadMode::Open { steps, .. } => steps
+                    .iter()
+                    .map(|s| StepSummary {
+                        rate: s.rate,
+                        duration_s: s.duration.as_secs_f64(),
+                    })
+                    .collect(),
+                LoadMode::Closed { .. } => Vec::new(),
+            },
         }
     }
 }
@@ -919,6 +950,50 @@ mod tests {
         analyze_variant, chain3, check, failed, mixed_records, ok_records,
     };
     use crate::analysis::verdict::Verdict;
+
+    #[test]
+    fn a_stepped_load_is_summarized_with_its_steps_and_a_constant_one_without() {
+        let mut v = chain3();
+        let constant = serde_json::to_value(LoadSummary::of(&v)).expect("serializes");
+        assert!(constant.get("steps").is_none(), "{constant:#}");
+        assert_eq!(constant["description"], "open 400/s poisson, 20s");
+
+        let step = |rate: f64, secs: u64| crate::scenario::Step {
+            rate,
+            duration: Duration::from_secs(secs),
+        };
+        v.load.mode = LoadMode::Open {
+            rate: 200.0,
+            arrivals: Arrivals::Uniform,
+            steps: vec![step(200.0, 4), step(400.0, 4), step(600.5, 2)],
+        };
+        v.load.stop = Stop::Duration(Duration::from_secs(10));
+        let summary = LoadSummary::of(&v);
+        assert_eq!(summary.rate, Some(200.0));
+        assert_eq!(summary.duration_s, Some(10.0));
+        assert_eq!(
+            summary.description,
+            "open steps 200→400→600.5/s uniform, 10s"
+        );
+        assert_eq!(
+            crate::run::describe_load(&v.load),
+            "open loop, steps 200→400→600.5/s uniform, 10s (+2s warmup)"
+        );
+        let json = serde_json::to_value(&summary).expect("serializes");
+        assert_eq!(
+            json["steps"],
+            serde_json::json!([
+                { "rate": 200.0, "duration_s": 4.0 },
+                { "rate": 400.0, "duration_s": 4.0 },
+                { "rate": 600.5, "duration_s": 2.0 },
+            ])
+        );
+        // Read back, and a summary written before steps existed still reads.
+        let back: LoadSummary = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, summary);
+        let old: LoadSummary = serde_json::from_value(constant).expect("reads back");
+        assert!(old.steps.is_empty());
+    }
 
     #[test]
     fn errors_are_blamed_on_the_innermost_hop_named() {

@@ -231,8 +231,12 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         })
     });
     let (measured, interrupted) = match &load.mode {
-        LoadMode::Open { rate, arrivals, .. } => {
-            let schedule = Schedule::new(*rate, *arrivals, seed);
+        LoadMode::Open {
+            rate,
+            arrivals,
+            steps,
+        } => {
+            let schedule = Schedule::new(*rate, *arrivals, seed, load.warmup, steps);
             open_loop(&shared, schedule, load.stop, sleeper, &mut drain, stop).await
         }
         LoadMode::Closed { concurrency } => {

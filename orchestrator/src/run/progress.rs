@@ -15,9 +15,15 @@ use crate::{
 /// "open loop, 400/s poisson, 20s (+2s warmup)" and the like.
 pub(crate) fn describe_load(load: &Load) -> String {
     let mode = match &load.mode {
-        LoadMode::Open { rate, arrivals, .. } => {
-            format!("open loop, {rate}/s {arrivals:?}").to_lowercase()
-        }
+        LoadMode::Open {
+            rate,
+            arrivals,
+            steps,
+        } => format!(
+            "open loop, {}/s {}",
+            crate::scenario::describe_rates(*rate, steps),
+            format!("{arrivals:?}").to_lowercase()
+        ),
         LoadMode::Closed { concurrency } => format!("closed loop, {concurrency} in flight"),
     };
     let stop = match load.stop {

@@ -264,6 +264,27 @@ pub struct Load {
     pub payload_bytes: usize,
 }
 
+impl Load {
+    /// The requests the load is meant to send after warmup: the count
+    /// asked for, or an open loop's rate (each step's) times its duration.
+    /// `None` for a closed loop that stops by time.
+    pub fn planned_requests(&self) -> Option<f64> {
+        match (&self.stop, &self.mode) {
+            (Stop::Requests(n), _) => Some(*n as f64),
+            (Stop::Duration(d), LoadMode::Open { rate, steps, .. }) if steps.is_empty() => {
+                Some(rate * d.as_secs_f64())
+            }
+            (Stop::Duration(_), LoadMode::Open { steps, .. }) => Some(
+                steps
+                    .iter()
+                    .map(|s| s.rate * s.duration.as_secs_f64())
+                    .sum(),
+            ),
+            (Stop::Duration(_), LoadMode::Closed { .. }) => None,
+        }
+    }
+}
+
 /// Open loop (fixed rate) or closed loop (fixed number in flight).
 #[derive(Clone, Debug, PartialEq)]
 pub enum LoadMode {
@@ -294,6 +315,15 @@ pub struct Step {
     pub rate: f64,
     /// How long, > 0.
     pub duration: Duration,
+}
+
+/// An open loop's rate for people: `400`, or its steps' `200→400→600`.
+pub fn describe_rates(rate: f64, steps: &[Step]) -> String {
+    if steps.is_empty() {
+        return rate.to_string();
+    }
+    let rates: Vec<String> = steps.iter().map(|s| s.rate.to_string()).collect();
+    format!("steps {}", rates.join("→"))
 }
 
 /// Spacing of open-loop send times.

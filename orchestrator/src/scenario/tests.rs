@@ -283,7 +283,7 @@ name = "c"
 downstream = ["b"]
 "#;
     let load_keys = "mode, rate, arrivals, concurrency, duration, requests, warmup, timeout, \
-                     connection, connections, payload";
+                     connection, connections, payload, steps";
     assert_eq!(
         problems(source),
         vec![
@@ -1819,4 +1819,276 @@ fn an_override_that_moves_a_window_past_the_end_is_refused_in_that_variant() {
         message.contains("late") && message.contains("slow window 4s..12s runs past the end"),
         "{message}"
     );
+}
+
+/// Head of the load step tests: an open loop of two uniform steps after a
+/// second of warmup.
+const STEPS_HEAD: &str = "name = \"s\"\n[load]\nmode = \"open\"\narrivals = \"uniform\"\n\
+                          warmup = \"1s\"\n\
+                          steps = [ { rate = 200, duration = \"4s\" }, { rate = 400.5, duration = \"2s\" } ]\n";
+
+#[test]
+fn load_steps_set_the_rate_and_the_length() {
+    let s = ok(&format!("{STEPS_HEAD}[[hop]]\nname = \"a\"\n"));
+    let load = &s.variants[0].load;
+    assert_eq!(
+        load.mode,
+        LoadMode::Open {
+            rate: 200.0,
+            arrivals: Arrivals::Uniform,
+            steps: vec![
+                Step {
+                    rate: 200.0,
+                    duration: ms(4000)
+                },
+                Step {
+                    rate: 400.5,
+                    duration: ms(2000)
+                },
+            ],
+        }
+    );
+    assert_eq!(load.stop, Stop::Duration(ms(6000)));
+    assert_eq!(load.warmup, ms(1000));
+    assert_eq!(load.planned_requests(), Some(200.0 * 4.0 + 400.5 * 2.0));
+    // Fault windows are checked against the steps' total: 6 s.
+    let window = |start: &str| {
+        format!(
+            "{STEPS_HEAD}[[hop]]\nname = \"a\"\n\
+             slow = {{ probability = 0.2, extra = \"20ms\", start = \"{start}\" }}\n"
+        )
+    };
+    ok(&window("5s"));
+    assert_eq!(
+        problems(&window("6s")),
+        [(
+            9,
+            53,
+            "hop \"a\": slow.start (6s) is at or past the end of the load (6s after warmup)"
+                .to_owned()
+        )]
+    );
+    // And so is the report interval.
+    let hop = "[[hop]]\nname = \"a\"\n";
+    assert_eq!(
+        ok(&format!("{STEPS_HEAD}{hop}[report]\ninterval = \"6s\"\n"))
+            .report
+            .interval,
+        ms(6000)
+    );
+    assert_eq!(
+        problems(&format!("{STEPS_HEAD}{hop}[report]\ninterval = \"7s\"\n")),
+        [(
+            10,
+            12,
+            "report.interval (7s) is longer than the run (6s of load after warmup)".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn bad_load_steps_are_reported_at_their_keys() {
+    let source = r#"name = "s"
+[load]
+mode = "open"
+rate = 100
+duration = "4s"
+steps = [
+  { rate = 0, duration = "4s" },
+  { rate = 2000000, duration = "0s" },
+  { duration = "1s" },
+  { rate = 10 },
+  { rate = 10, duration = "1s", burst = 2 },
+  5,
+]
+requests = 10
+[[hop]]
+name = "a"
+"#;
+    assert_eq!(
+        problems(source),
+        vec![
+            (
+                4,
+                1,
+                "load.rate cannot go with load.steps: each step sets its own rate (the first \
+                 step's also runs the warmup); change the steps instead"
+                    .to_owned()
+            ),
+            (
+                5,
+                1,
+                "load.duration cannot go with load.steps: the load lasts the steps' total \
+                 duration; change the steps instead"
+                    .to_owned()
+            ),
+            (
+                7,
+                12,
+                "load.steps, step 1: rate must be greater than 0 and at most 1000000, got 0"
+                    .to_owned()
+            ),
+            (
+                8,
+                12,
+                "load.steps, step 2: rate must be greater than 0 and at most 1000000, got \
+                 2000000"
+                    .to_owned()
+            ),
+            (
+                8,
+                32,
+                "load.steps, step 2: duration must be greater than 0".to_owned()
+            ),
+            (
+                9,
+                3,
+                "missing required key \"rate\" in step 3 of load.steps".to_owned()
+            ),
+            (
+                10,
+                3,
+                "missing required key \"duration\" in step 4 of load.steps".to_owned()
+            ),
+            (
+                11,
+                33,
+                "unknown key \"burst\" in step 5 of load.steps (expected one of: rate, \
+                 duration)"
+                    .to_owned()
+            ),
+            (
+                12,
+                3,
+                "expected a table such as { rate = 200, duration = \"4s\" } for step 6 of \
+                 load.steps, got an integer"
+                    .to_owned()
+            ),
+            (
+                14,
+                1,
+                "load.requests cannot go with load.steps: the load lasts the steps' total \
+                 duration; change the steps instead"
+                    .to_owned()
+            ),
+        ]
+    );
+    let hop = "[[hop]]\nname = \"a\"\n";
+    let closed = format!(
+        "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 2\nduration = \"1s\"\n\
+         steps = [{{ rate = 10, duration = \"1s\" }}]\n{hop}"
+    );
+    assert_eq!(
+        problems(&closed),
+        [(6, 1, "load.steps is only for mode = \"open\"".to_owned())]
+    );
+    let empty = format!("name = \"s\"\n[load]\nmode = \"open\"\nsteps = []\n{hop}");
+    assert_eq!(
+        problems(&empty),
+        [(
+            4,
+            9,
+            "load.steps is empty: give at least one { rate, duration }, or rate and duration \
+             for a constant rate"
+                .to_owned()
+        )]
+    );
+    let not_a_list = format!("name = \"s\"\n[load]\nmode = \"open\"\nsteps = 5\n{hop}");
+    assert_eq!(
+        problems(&not_a_list),
+        [(
+            4,
+            9,
+            "expected an array of steps such as [{ rate = 200, duration = \"4s\" }] for \
+             load.steps, got an integer"
+                .to_owned()
+        )]
+    );
+    let many = format!(
+        "name = \"s\"\n[load]\nmode = \"open\"\nsteps = [{}]\n{hop}",
+        vec!["{ rate = 1, duration = \"1s\" }"; 101].join(", ")
+    );
+    assert_eq!(
+        problems(&many),
+        [(
+            4,
+            9,
+            "load.steps has 101 steps, at most 100: each is a phase of the results".to_owned()
+        )]
+    );
+    let hundred = many.replacen("{ rate = 1, duration = \"1s\" }, ", "", 1);
+    assert_eq!(
+        ok(&hundred).variants[0].load.stop,
+        Stop::Duration(ms(100_000))
+    );
+    // The busiest step decides what may be in flight.
+    let busy = format!(
+        "name = \"s\"\n[load]\nmode = \"open\"\ntimeout = \"10s\"\n\
+         steps = [{{ rate = 1, duration = \"1s\" }}, {{ rate = 1000000, duration = \"1s\" }}]\n{hop}"
+    );
+    let found = problems(&busy);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .2
+            .contains("up to 10000000 requests may be in flight"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn variants_override_the_steps_but_not_the_rate_or_length_they_decide() {
+    let hop = "[[hop]]\nname = \"a\"\n";
+    let source = format!(
+        "{STEPS_HEAD}{hop}[[variant]]\nname = \"faster\"\n\
+         set = {{ \"load.steps\" = [{{ rate = 800, duration = \"3s\" }}] }}\n"
+    );
+    let s = ok(&source);
+    let faster = &s.variants[0].load;
+    assert_eq!(faster.stop, Stop::Duration(ms(3000)));
+    assert!(matches!(&faster.mode, LoadMode::Open { rate, steps, .. }
+        if *rate == 800.0 && steps.len() == 1));
+
+    let source = format!(
+        "{STEPS_HEAD}{hop}[[variant]]\nname = \"rate\"\nset = {{ \"load.rate\" = 300 }}\n\
+         [[variant]]\nname = \"long\"\nset = {{ \"load.duration\" = \"10s\" }}\n"
+    );
+    assert_eq!(
+        problems(&source),
+        [
+            (
+                11,
+                9,
+                "variant \"rate\": load.rate cannot go with load.steps: each step sets its own \
+                 rate (the first step's also runs the warmup); change the steps instead"
+                    .to_owned()
+            ),
+            (
+                14,
+                9,
+                "variant \"long\": load.duration cannot go with load.steps: the load lasts the \
+                 steps' total duration; change the steps instead"
+                    .to_owned()
+            ),
+        ]
+    );
+    // A sweep of the rate over a stepped load is refused at each value.
+    let sweep = format!("{STEPS_HEAD}{hop}[sweep]\nkey = \"load.rate\"\nvalues = [100, 200]\n");
+    let found = problems(&sweep);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found
+            .iter()
+            .all(|(line, _, m)| *line == 11 && m.contains("load.rate cannot go with load.steps")),
+        "{found:?}"
+    );
+    // A constant load turns into steps when the variant unsets rate and
+    // duration.
+    let constant = "name = \"s\"\n[load]\nmode = \"open\"\nrate = 100\nduration = \"5s\"\n";
+    let source = format!(
+        "{constant}{hop}[[variant]]\nname = \"ramp\"\nunset = [\"load.rate\", \"load.duration\"]\n\
+         set = {{ \"load.steps\" = [{{ rate = 100, duration = \"1s\" }}, {{ rate = 200, duration = \"1s\" }}] }}\n"
+    );
+    let s = ok(&source);
+    assert_eq!(s.variants[0].load.stop, Stop::Duration(ms(2000)));
 }

@@ -18,7 +18,7 @@ use super::error::Problems;
 use super::model::{
     AppWindows, Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop,
     INTERVAL_GRACE, Keep, KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet,
-    Report, Stop, Telemetry, Window,
+    Report, Step, Stop, Telemetry, Window,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -52,7 +52,9 @@ const LOAD_KEYS: &[&str] = &[
     "connection",
     "connections",
     "payload",
+    "steps",
 ];
+const STEP_KEYS: &[&str] = &["rate", "duration"];
 const HOP_KEYS: &[&str] = &[
     "name",
     "replicas",
@@ -84,6 +86,18 @@ const TELEMETRY_KEYS: &[&str] = &[
     "keep_retried",
     "keep_share",
 ];
+
+/// Highest open-loop rate, requests per second (`rate` and each step's).
+const MAX_RATE: f64 = 1_000_000.0;
+/// Most load steps: each is a phase of the results, with histograms of
+/// its own.
+const MAX_STEPS: usize = 100;
+/// Why `rate` is refused next to `steps`.
+const STEPS_SET_THE_RATE: &str = "cannot go with load.steps: each step sets its own rate (the \
+                                  first step's also runs the warmup); change the steps instead";
+/// Why `duration` and `requests` are refused next to `steps`.
+const STEPS_SET_THE_LENGTH: &str = "cannot go with load.steps: the load lasts the steps' total \
+                                    duration; change the steps instead";
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
@@ -294,12 +308,21 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
     let mode = s.required(p, "mode", |s, p, k| {
         s.choice(p, k, &[("open", true), ("closed", false)])
     });
+    // Steps decide the rate and the length; a closed loop has neither.
+    let stepped = s.get("steps").is_some() && mode != Some(false);
+    let steps = if stepped { steps(s, p) } else { None };
     let mode = match mode {
         Some(true) => {
-            s.forbid(p, "concurrency", "is only for mode = \"closed\"");
-            let rate = s.required(p, "rate", |s, p, k| {
-                s.number_in(p, k, 0.0, true, 1_000_000.0)
-            });
+            s.forbid(p, "concurrency", "is only for mode = \"open\"");
+            let rate = if stepped {
+                s.forbid(p, "rate", STEPS_SET_THE_RATE);
+                steps
+                    .as_ref()
+                    .and_then(|steps| steps.first())
+                    .map(|s| s.rate)
+            } else {
+                s.required(p, "rate", |s, p, k| s.number_in(p, k, 0.0, true, MAX_RATE))
+            };
             let arrivals = match s.get("arrivals") {
                 None => Some(Arrivals::Poisson),
                 Some(_) => s.choice(
@@ -314,20 +337,23 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
             rate.zip(arrivals).map(|(rate, arrivals)| LoadMode::Open {
                 rate,
                 arrivals,
-                steps: Vec::new(),
+                steps: steps.clone().unwrap_or_default(),
             })
         }
         Some(false) => {
             s.forbid(p, "rate", "is only for mode = \"open\"");
             s.forbid(p, "arrivals", "is only for mode = \"open\"");
+            s.forbid(p, "steps", "is only for mode = \"open\"");
             s.required(p, "concurrency", |s, p, k| s.int_in(p, k, 1, 10_000))
                 .and_then(|c| u32::try_from(c).ok())
                 .map(|concurrency| LoadMode::Closed { concurrency })
         }
         None => {
             // Still check the values' types and ranges.
-            if s.get("rate").is_some() {
-                s.number_in(p, "rate", 0.0, true, 1_000_000.0);
+            if stepped {
+                s.forbid(p, "rate", STEPS_SET_THE_RATE);
+            } else if s.get("rate").is_some() {
+                s.number_in(p, "rate", 0.0, true, MAX_RATE);
             }
             if s.get("arrivals").is_some() {
                 s.choice(p, "arrivals", &[("poisson", ()), ("uniform", ())]);
@@ -339,35 +365,41 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         }
     };
 
-    let stop = match (s.get("duration"), s.get("requests")) {
-        (None, None) => {
-            p.at(
-                s.span.start,
-                format!(
-                    "{} needs exactly one of \"duration\" or \"requests\"",
-                    s.label
-                ),
-            );
-            None
+    let stop = if stepped {
+        s.forbid(p, "duration", STEPS_SET_THE_LENGTH);
+        s.forbid(p, "requests", STEPS_SET_THE_LENGTH);
+        steps.as_deref().and_then(|steps| steps_length(s, p, steps))
+    } else {
+        match (s.get("duration"), s.get("requests")) {
+            (None, None) => {
+                p.at(
+                    s.span.start,
+                    format!(
+                        "{} needs exactly one of \"duration\" or \"requests\"",
+                        s.label
+                    ),
+                );
+                None
+            }
+            (Some(duration), Some(requests)) => {
+                let later = if duration.key_span.start > requests.key_span.start {
+                    duration
+                } else {
+                    requests
+                };
+                s.report(
+                    p,
+                    &later.key_span,
+                    "load.duration and load.requests exclude each other: give exactly one",
+                );
+                None
+            }
+            (Some(_), None) => s.positive_duration(p, "duration").map(Stop::Duration),
+            (None, Some(_)) => s
+                .int_min(p, "requests", 1)
+                .and_then(|r| u64::try_from(r).ok())
+                .map(Stop::Requests),
         }
-        (Some(duration), Some(requests)) => {
-            let later = if duration.key_span.start > requests.key_span.start {
-                duration
-            } else {
-                requests
-            };
-            s.report(
-                p,
-                &later.key_span,
-                "load.duration and load.requests exclude each other: give exactly one",
-            );
-            None
-        }
-        (Some(_), None) => s.positive_duration(p, "duration").map(Stop::Duration),
-        (None, Some(_)) => s
-            .int_min(p, "requests", 1)
-            .and_then(|r| u64::try_from(r).ok())
-            .map(Stop::Requests),
     };
     let warmup = match s.get("warmup") {
         None => Some(Duration::ZERO),
@@ -420,6 +452,95 @@ fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
     })
 }
 
+/// `load.steps`: a non-empty array of `{ rate, duration }` tables, each
+/// problem at its place. `None` when any step has a problem.
+fn steps(s: &Section<'_>, p: &mut Problems) -> Option<Vec<Step>> {
+    let entry = s.get("steps")?;
+    let Value::Array(items) = &entry.node.value else {
+        s.wrong_type(
+            p,
+            entry,
+            "an array of steps such as [{ rate = 200, duration = \"4s\" }]",
+        );
+        return None;
+    };
+    if items.is_empty() {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} is empty: give at least one {{ rate, duration }}, or rate and duration for \
+                 a constant rate",
+                s.name("steps")
+            ),
+        );
+        return None;
+    }
+    if items.len() > MAX_STEPS {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} has {} steps, at most {MAX_STEPS}: each is a phase of the results",
+                s.name("steps"),
+                items.len()
+            ),
+        );
+        return None;
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let number = i + 1;
+        let Value::Table(table) = &item.value else {
+            if !matches!(item.value, Value::Invalid) {
+                s.report(
+                    p,
+                    &item.span,
+                    format!(
+                        "expected a table such as {{ rate = 200, duration = \"4s\" }} for step \
+                         {number} of {}, got {}",
+                        s.name("steps"),
+                        item.value.kind()
+                    ),
+                );
+            }
+            continue;
+        };
+        let step = Section {
+            table,
+            span: item.span.clone(),
+            prefix: format!("{}{}, step {number}: ", s.prefix, s.name("steps")),
+            path: String::new(),
+            label: format!("step {number} of {}", s.name("steps")),
+        };
+        step.unknown_keys(p, STEP_KEYS);
+        let rate = step.required(p, "rate", |s, p, k| s.number_in(p, k, 0.0, true, MAX_RATE));
+        let duration = step.required(p, "duration", Section::positive_duration);
+        if let (Some(rate), Some(duration)) = (rate, duration) {
+            out.push(Step { rate, duration });
+        }
+    }
+    (out.len() == items.len()).then_some(out)
+}
+
+/// The steps' total duration, the load's length; a sum past what a
+/// `Duration` holds is reported at the steps.
+fn steps_length(s: &Section<'_>, p: &mut Problems, steps: &[Step]) -> Option<Stop> {
+    let total = steps
+        .iter()
+        .try_fold(Duration::ZERO, |sum, step| sum.checked_add(step.duration));
+    if total.is_none()
+        && let Some(entry) = s.get("steps")
+    {
+        s.report(
+            p,
+            &entry.node.span,
+            format!("{} last longer than a run can", s.name("steps")),
+        );
+    }
+    total.map(Stop::Duration)
+}
+
 /// Refuses a load that could put more than [`MAX_IN_FLIGHT_BYTES`] in
 /// flight, at the key that makes it large (the payload, else the timeout,
 /// else the table).
@@ -431,7 +552,11 @@ fn in_flight_budget(
     payload: usize,
 ) {
     let in_flight = match mode {
-        LoadMode::Open { rate, .. } => (rate * timeout.as_secs_f64()).ceil(),
+        // The busiest step's rate.
+        LoadMode::Open { rate, steps, .. } => {
+            let rate = steps.iter().map(|s| s.rate).fold(*rate, f64::max);
+            (rate * timeout.as_secs_f64()).ceil()
+        }
         LoadMode::Closed { concurrency } => f64::from(*concurrency),
     };
     let per_request = payload as f64 + IN_FLIGHT_REQUEST_BYTES as f64;

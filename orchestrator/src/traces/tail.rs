@@ -97,10 +97,13 @@ pub fn auto_share(variant: &Variant, sampling: f64, budget: u64) -> f64 {
         LoadMode::Open { rate, .. } => rate,
         LoadMode::Closed { .. } => CLOSED_LOOP_RATE,
     };
-    let requests = match load.stop {
-        Stop::Requests(n) => n as f64 + rate * load.warmup.as_secs_f64(),
-        Stop::Duration(d) => rate * (d + load.warmup).as_secs_f64(),
-    };
+    // Only a closed loop that stops by time has no plan: its duration at
+    // the assumed rate.
+    let measured = load.planned_requests().unwrap_or(match load.stop {
+        Stop::Duration(d) => rate * d.as_secs_f64(),
+        Stop::Requests(n) => n as f64,
+    });
+    let requests = measured + rate * load.warmup.as_secs_f64();
     let spans: u64 = 1 + variant
         .hops
         .iter()

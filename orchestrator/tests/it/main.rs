@@ -8,11 +8,11 @@
 //! - one module per subject: `launcher`, `run`, `pull`, `fanout`,
 //!   `policy`, `payload`, `traces`, `report`, `deploy`, `netfaults`,
 //!   `overload` (queue disciplines), `stress` (the instrument under
-//!   overload), `attribution`, `netem` (the network-fault tests again on
-//!   a netem kernel), `cli` (the command line as a new user meets it),
-//!   `windows` (fault windows without root), and `links` (every
-//!   relative link and anchor in README.md and docs/
-//!   resolves).
+//!   overload), `steps` (load steps), `attribution`, `netem` (the
+//!   network-fault tests again on a netem kernel), `cli` (the command
+//!   line as a new user meets it), `windows` (fault windows without
+//!   root), and `links` (every relative link and anchor in README.md and
+//!   docs/ resolves).
 
 #[macro_use]
 mod harness;
@@ -33,6 +33,7 @@ mod policy;
 mod pull;
 mod report;
 mod run;
+mod steps;
 mod stress;
 mod traces;
 mod windows;
@@ -54,6 +55,7 @@ fn main() -> std::process::ExitCode {
         netfaults::TESTS,
         overload::TESTS,
         stress::TESTS,
+        steps::TESTS,
         attribution::TESTS,
         links::TESTS,
         netem::TESTS,
