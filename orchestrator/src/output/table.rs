@@ -87,7 +87,7 @@ pub fn render_legend(summary: &Summary) -> String {
     let mut lines = vec![
         "how to read it (docs/measurement.md, \"Reading the results\"):",
         "  sent = ok + errors + timeouts: every request the load generator sent, by outcome",
-        "  rate/requested: requests sent per second / the rate (or c=concurrency) asked for",
+        "  rate/requested: requests sent per second / the rate (a ramp's mean, or c=concurrency) asked for",
         "  p50 .. max: end-to-end latency of ok requests, measured from each request's intended send time",
     ];
     if summary.variants.iter().any(|v| !v.hops.is_empty()) {
@@ -255,7 +255,14 @@ fn end_to_end(variants: &[VariantReport]) -> Table {
     ]);
     for v in variants {
         let p = &v.latency;
+        let steps = &v.load.steps;
+        let stepped_s: f64 = steps.iter().map(|s| s.duration_s).sum();
         let requested = match (v.load.rate, v.load.concurrency) {
+            // A ramp asks for its steps' mean rate.
+            _ if stepped_s > 0.0 => {
+                let mean = steps.iter().map(|s| s.rate * s.duration_s).sum::<f64>() / stepped_s;
+                format!("{mean:.0}/s mean")
+            }
             (Some(rate), _) => format!("{rate:.0}/s"),
             (None, Some(c)) => format!("c={c}"),
             (None, None) => "-".to_string(),
@@ -608,6 +615,17 @@ mod tests {
             }
         }
         rows
+    }
+
+    #[test]
+    fn a_ramp_asks_for_its_steps_mean_rate() {
+        use crate::analysis::variant::StepSummary;
+        let mut s = summary();
+        s.variants[0].load.steps = [(100.0, 10.0), (400.0, 5.0)]
+            .map(|(rate, duration_s)| StepSummary { rate, duration_s })
+            .to_vec();
+        let text = render_table(&s);
+        assert!(text.contains("/ 200/s mean"), "{text}");
     }
 
     /// Every line from the phase table's title to its end, and the knee's
