@@ -402,18 +402,7 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
     )
     .run();
     let v = &variants(&summary)[0];
-    let phases = v["phases"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no phases: {v:#}"));
-    let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
-    assert_eq!(names, ["before", "during", "after"], "{phases:#?}");
-    assert_eq!(phases[1]["faults"], serde_json::json!(["net b"]));
-    let sent: u64 = phases.iter().map(|p| u64_at(p, "/sent")).sum();
-    assert_eq!(sent, u64_at(v, "/sent"), "every request in one phase");
-    let p99: Vec<u64> = phases
-        .iter()
-        .map(|p| u64_at(p, "/latency/p99_us"))
-        .collect();
+    let (phases, p99) = before_during_after(v, "net b");
     let max: Vec<u64> = phases
         .iter()
         .map(|p| u64_at(p, "/latency/max_us"))
@@ -430,12 +419,6 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
         "p99 before, during, after: {p99:?} us"
     );
     let recovery = &phases[2]["recovery"];
-    assert_eq!(
-        recovery["after"],
-        serde_json::json!(["net b"]),
-        "{recovery:#}"
-    );
-    assert_eq!(recovery["baseline"], "before", "{recovery:#}");
     assert!(recovery["status"].is_string(), "{recovery:#}");
     let window = &v["fault_windows"][0];
     assert_eq!(window["kind"], "net", "{v:#}");

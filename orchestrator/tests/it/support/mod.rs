@@ -735,3 +735,34 @@ pub(crate) fn pid_of(results: &Path, variant: &str, name: &str) -> Option<u32> {
         .get(&(variant.to_string(), name.to_string()))
         .copied()
 }
+
+/// A variant's phases around one fault window, `fault` (`slow b`,
+/// `net b`): before, during (with only `fault` in force) and after, every
+/// request in one of them, and after the window a recovery judged against
+/// the before phase. Returns the phases, checked, and each one's p99, µs.
+pub(crate) fn before_during_after<'a>(v: &'a Value, fault: &str) -> (&'a [Value], Vec<u64>) {
+    let phases = v["phases"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no phases: {v:#}"));
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names, ["before", "during", "after"], "{phases:#?}");
+    assert_eq!(
+        phases[1]["faults"],
+        serde_json::json!([fault]),
+        "{phases:#?}"
+    );
+    let sent: u64 = phases.iter().map(|p| u64_at(p, "/sent")).sum();
+    assert_eq!(sent, u64_at(v, "/sent"), "every request in one phase");
+    let recovery = &phases[2]["recovery"];
+    assert_eq!(
+        recovery["after"],
+        serde_json::json!([fault]),
+        "{recovery:#}"
+    );
+    assert_eq!(recovery["baseline"], "before", "{recovery:#}");
+    let p99 = phases
+        .iter()
+        .map(|p| u64_at(p, "/latency/p99_us"))
+        .collect();
+    (phases, p99)
+}
