@@ -227,6 +227,18 @@ fn server_span(
     })
 }
 
+/// Ends a hop's server span: marked failed with an error `result`; for a
+/// reply, the hop's own record's `total_ns` after the span's start (both
+/// read at the same moment), so a thread descheduled between the record
+/// and this call does not stretch the span past what the path says.
+fn end_server_span(mut span: telemetry::TraceSpan, result: &Result<CallReply, Status>) {
+    span.mark_error(result);
+    match result.as_ref().ok().and_then(|reply| reply.path.last()) {
+        Some(own) => span.end_after(own.total_ns),
+        None => span.end(),
+    }
+}
+
 /// A hop reached through the broker: its topic is the hop's name.
 #[derive(Clone)]
 pub struct PullTarget {
@@ -408,8 +420,22 @@ impl HopCore {
         queue_wait: Duration,
         release: Option<Release>,
     ) -> Result<CallReply, Status> {
+        self.handle_from(Instant::now(), request, timeout, queue_wait, release)
+            .await
+    }
+
+    /// [`HopCore::handle`] for a request that arrived at `arrived`: a clock
+    /// reading the caller took with its server span's start, so the span
+    /// and the path record time the same stretch (see [`end_server_span`]).
+    pub async fn handle_from(
+        &self,
+        arrived: Instant,
+        request: CallRequest,
+        timeout: Option<Duration>,
+        queue_wait: Duration,
+        release: Option<Release>,
+    ) -> Result<CallReply, Status> {
         let inner = &*self.inner;
-        let arrived = Instant::now();
         let deadline = timeout.map(|t| arrived + t);
         let overridden = inner.overridden.read().ok().and_then(|b| b.clone());
         let plan = plan(
@@ -532,14 +558,19 @@ impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
         let (metadata, _, request) = request.into_parts();
-        let mut span = server_span(&self.core.inner, request.request_id, None, || {
+        // One moment on both clocks: the span's start and the record's.
+        let arrived = Instant::now();
+        let started = crate::telemetry::recorder::unix_ns();
+        let mut span = server_span(&self.core.inner, request.request_id, Some(started), || {
             telemetry::extract_metadata(&metadata)
         });
         let result = span
-            .scope(self.core.handle(request, timeout, Duration::ZERO, None))
+            .scope(
+                self.core
+                    .handle_from(arrived, request, timeout, Duration::ZERO, None),
+            )
             .await;
-        span.mark_error(&result);
-        span.end();
+        end_server_span(span, &result);
         result.map(Response::new)
     }
 }
@@ -682,6 +713,7 @@ async fn pull_worker(
             let taken = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default();
+            let arrived = Instant::now();
             let timeout = (task.deadline_unix_nanos > 0)
                 .then(|| Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(taken));
             if timeout == Some(Duration::ZERO) {
@@ -696,15 +728,15 @@ async fn pull_worker(
                 telemetry::extract_headers(&task.headers)
             });
             let reply = span
-                .scope(core.handle(
+                .scope(core.handle_from(
+                    arrived,
                     request,
                     timeout,
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
                 ))
                 .await;
-            span.mark_error(&reply);
-            span.end();
+            end_server_span(span, &reply);
             let reply = reply?;
             Ok(reply.encode_to_vec())
         }

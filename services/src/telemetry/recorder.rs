@@ -394,6 +394,17 @@ impl TraceSpan {
     pub fn end(self) {
         drop(self);
     }
+
+    /// Ends the span `elapsed_ns` after its start: the time its work took
+    /// on the work's own clock, read at the span's start, rather than
+    /// whenever this runs.
+    pub fn end_after(mut self, elapsed_ns: u64) {
+        if let (Some(mut record), Some(recorder)) = (self.record.take(), RECORDER.get()) {
+            let ended = unix_ns();
+            record.end_unix_ns = record.start_unix_ns.saturating_add(elapsed_ns);
+            recorder.finish(record, ended);
+        }
+    }
 }
 
 impl Drop for TraceSpan {
