@@ -154,7 +154,10 @@ impl Grid {
 
     /// Where the grid ends: latencies from here on are `beyond`.
     pub fn horizon(&self) -> Duration {
-        self.bin * u32::try_from(self.bins).unwrap_or(u32::MAX)
+        u32::try_from(self.bins)
+            .ok()
+            .and_then(|bins| self.bin.checked_mul(bins))
+            .unwrap_or(Duration::MAX)
     }
 
     /// `t` in bins (fractional).
@@ -164,7 +167,8 @@ impl Grid {
 
     /// `position` bins as a duration.
     fn duration_at(&self, position: f64) -> Duration {
-        Duration::from_secs_f64(position.max(0.0) * self.bin.as_secs_f64())
+        Duration::try_from_secs_f64(position.max(0.0) * self.bin.as_secs_f64())
+            .unwrap_or(Duration::MAX)
     }
 }
 
@@ -870,6 +874,9 @@ mod tests {
         assert_eq!(grid_for(Duration::from_secs(1)), us(1));
         // 10 s / 2^20 = 9.54 µs
         assert_eq!(grid_for(Duration::from_secs(10)), us(10));
+        let widest = Grid::for_horizon(Duration::MAX);
+        assert_eq!(widest.bins(), MAX_BINS);
+        assert_eq!(widest.horizon(), Duration::MAX);
         for horizon in [ms(1), Duration::from_secs(30), Duration::from_secs(3600)] {
             let g = Grid::new(grid_for(horizon), horizon).expect("grid_for's bin fits");
             assert!(g.bins() <= MAX_BINS && g.horizon() >= horizon, "{g:?}");
