@@ -21,10 +21,14 @@
 //!   `VariantAccumulator`.
 //! - `summary`: the whole run -> [`Summary`] (summary.json's shape).
 //! - `sweep`: a swept scenario's table and compounding curve.
+//! - `compose`: latency distributions on a grid, composed by the rules of
+//!   chains, fan-outs, hedges, retries and timeouts; bootstrap intervals for
+//!   measured quantiles.
 //! - `gate`: `compare --gate`, run B against run A with bootstrap intervals.
 
 pub(crate) mod attribution;
 pub(crate) mod broker;
+pub(crate) mod compose;
 pub(crate) mod compounding;
 pub(crate) mod gate;
 pub(crate) mod instrument;
@@ -42,6 +46,7 @@ pub(crate) mod verdict;
 pub(crate) mod testing;
 
 pub use broker::BrokerTopicStats;
+pub use compose::{ComposeError, Dist, Grid, MAX_BINS, MIN_BIN, bootstrap_quantiles, grid_for};
 pub use gate::{
     DEFAULT_ERROR_TOLERANCE, DEFAULT_REPLICATES, DEFAULT_TOLERANCE, GateReport, GateRule,
     GateVerdict, MetricGate, VariantGate, gate,
