@@ -426,7 +426,8 @@ impl HopCore {
 
     /// [`HopCore::handle`] for a request that arrived at `arrived`: a clock
     /// reading the caller took with its server span's start, so the span
-    /// and the path record time the same stretch (see [`end_server_span`]).
+    /// (which ends the record's `total_ns` after its start) and the path
+    /// record time the same stretch.
     pub async fn handle_from(
         &self,
         arrived: Instant,
