@@ -799,24 +799,9 @@ mod tests {
 
     #[test]
     fn a_band_is_drawn_under_the_lines_and_labelled() {
-        let chart = LineChart {
-            id: "bands",
-            title: "t",
-            x_label: "x",
-            y_label: "y",
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
-            x_range: Some((0.0, 10.0)),
-            series: vec![Series {
-                name: "p99".into(),
-                points: vec![(0.0, 1.0), (10.0, 2.0)],
-                dashed: false,
-                colour: 0,
-                intervals: Vec::new(),
-            }],
-            bands: vec![
+        let svg = chart_with(
+            10.0,
+            vec![
                 Band {
                     from: 5.0,
                     to: 7.5,
@@ -831,8 +816,7 @@ mod tests {
                     kind: BandKind::Window,
                 },
             ],
-        };
-        let svg = line_chart(&chart);
+        );
         let rects: Vec<&str> = svg.split("<rect class=\"band\"").skip(1).collect();
         assert_eq!(rects.len(), 2, "{svg}");
         let at = |tag: &str, n: &str| attr(tag, n).unwrap_or_else(|| panic!("no {n} in {tag}"));
@@ -862,7 +846,8 @@ mod tests {
             .collect()
     }
 
-    fn chart_with(bands: Vec<Band>) -> String {
+    /// A one-line chart over `0..x_max` with `bands`.
+    fn chart_with(x_max: f64, bands: Vec<Band>) -> String {
         line_chart(&LineChart {
             id: "bands",
             title: "t",
@@ -872,10 +857,10 @@ mod tests {
             y_scale: Scale::Linear,
             x_format: fmt,
             y_format: fmt,
-            x_range: Some((0.0, 20.0)),
+            x_range: Some((0.0, x_max)),
             series: vec![Series {
                 name: "p99".into(),
-                points: vec![(0.0, 1.0), (20.0, 2.0)],
+                points: vec![(0.0, 1.0), (x_max, 2.0)],
                 dashed: false,
                 colour: 0,
                 intervals: Vec::new(),
@@ -892,15 +877,18 @@ mod tests {
             label: label.into(),
             kind,
         };
-        let svg = chart_with(vec![
-            band(0.0, 10.0, "200/s", BandKind::Step),
-            band(10.0, 20.0, "400/s", BandKind::Step),
-            band(5.0, 12.0, "slow b", BandKind::Window),
-            band(6.0, 8.0, "net b/1", BandKind::Window),
-            // Far enough right to share the first row.
-            band(15.0, 18.0, "error c", BandKind::Window),
-            band(12.0, 12.0, "knee", BandKind::Mark),
-        ]);
+        let svg = chart_with(
+            20.0,
+            vec![
+                band(0.0, 10.0, "200/s", BandKind::Step),
+                band(10.0, 20.0, "400/s", BandKind::Step),
+                band(5.0, 12.0, "slow b", BandKind::Window),
+                band(6.0, 8.0, "net b/1", BandKind::Window),
+                // Far enough right to share the first row.
+                band(15.0, 18.0, "error c", BandKind::Window),
+                band(12.0, 12.0, "knee", BandKind::Mark),
+            ],
+        );
         let labels = band_labels_of(&svg);
         let texts: Vec<&str> = labels.iter().map(|l| l.2.as_str()).collect();
         assert_eq!(
@@ -945,12 +933,15 @@ mod tests {
 
     #[test]
     fn a_label_near_the_right_edge_stays_inside_the_plot() {
-        let svg = chart_with(vec![Band {
-            from: 19.5,
-            to: 20.0,
-            label: "replica_slow b/2, net b/1".into(),
-            kind: BandKind::Window,
-        }]);
+        let svg = chart_with(
+            20.0,
+            vec![Band {
+                from: 19.5,
+                to: 20.0,
+                label: "replica_slow b/2, net b/1".into(),
+                kind: BandKind::Window,
+            }],
+        );
         let labels = band_labels_of(&svg);
         assert_eq!(labels.len(), 1, "{svg}");
         let (x, _, text) = &labels[0];
