@@ -127,50 +127,35 @@ pub(crate) fn per_second(rate: f64) -> String {
     }
 }
 
-/// One band per planned fault window of `v` (to the load's end when it
-/// has none), labelled as the phases name faults (`slow b`, `net b/1`;
-/// `net b` when every replica of the hop has it); windows over the same
-/// span share a band and its label.
+/// One band per fault window of `v`, read from its phases (which name
+/// the faults: `slow b`, `net b/1`, `net b` for a hop-wide one): a
+/// fault's band runs over the consecutive phases it is in force in;
+/// faults over the same span share a band and its label.
 pub(crate) fn fault_bands(v: &VariantReport) -> Vec<Band> {
-    // (kind, hop, from, to) with the replicas that had it.
-    let mut windows: Vec<(&str, &str, f64, f64, Vec<u32>)> = Vec::new();
-    for w in &v.fault_windows {
-        let to = w.end_s.unwrap_or(v.measured_s);
-        let same = |x: &&mut (&str, &str, f64, f64, Vec<u32>)| {
-            x.0 == w.kind && x.1 == w.hop && x.2 == w.start_s && x.3 == to
-        };
-        match windows.iter_mut().find(same) {
-            Some(x) => x.4.push(w.replica),
-            None => windows.push((&w.kind, &w.hop, w.start_s, to, vec![w.replica])),
+    // Each fault's run of phases: (label, from, to).
+    let mut runs: Vec<(&str, f64, f64)> = Vec::new();
+    for p in &v.phases {
+        for fault in &p.faults {
+            match runs
+                .iter_mut()
+                .find(|r| r.0 == fault.as_str() && r.2 == p.start_s)
+            {
+                Some(run) => run.2 = p.end_s,
+                None => runs.push((fault, p.start_s, p.end_s)),
+            }
         }
     }
     let mut bands: Vec<Band> = Vec::new();
-    for (kind, hop, from, to, mut replicas) in windows {
-        replicas.sort_unstable();
-        replicas.dedup();
-        let replica_count = v.hops.iter().find(|h| h.hop == hop).map(|h| h.replicas);
-        let everywhere = replica_count.is_some_and(|n| replicas.len() == n as usize);
-        let labels: Vec<String> = match kind {
-            "replica_slow" => replicas
-                .iter()
-                .map(|r| format!("{kind} {hop}/{r}"))
-                .collect(),
-            "net" if !everywhere => replicas.iter().map(|r| format!("net {hop}/{r}")).collect(),
-            _ => vec![format!("{kind} {hop}")],
-        };
+    for (label, from, to) in runs {
         match bands.iter_mut().find(|b| b.from == from && b.to == to) {
             Some(b) => {
-                for l in labels {
-                    if !b.label.split(", ").any(|x| x == l) {
-                        b.label.push_str(", ");
-                        b.label.push_str(&l);
-                    }
-                }
+                b.label.push_str(", ");
+                b.label.push_str(label);
             }
             None => bands.push(Band {
                 from,
                 to,
-                label: labels.join(", "),
+                label: label.to_owned(),
                 kind: BandKind::Window,
             }),
         }
@@ -336,32 +321,35 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn windows_over_one_span_share_a_band_and_a_hop_wide_net_fault_is_the_hops() {
+    fn windows_over_one_span_share_a_band_and_each_runs_over_its_phases() {
         let mut v = crate::analysis::testing::summary().variants.remove(0);
-        v.measured_s = 20.0;
-        // chain3's hops have two replicas each; b gets three here.
-        v.hops[1].replicas = 3;
         let b = v.hops[1].hop.clone();
         let c = v.hops[2].hop.clone();
-        v.fault_windows = vec![
-            // slow on every replica of b: one label.
-            window(&b, 0, "slow", 5.0, Some(10.0)),
-            window(&b, 1, "slow", 5.0, Some(10.0)),
-            window(&b, 2, "slow", 5.0, Some(10.0)),
-            // A net fault on one replica of b, same span: joins the band.
-            window(&b, 1, "net", 5.0, Some(10.0)),
-            // A net fault on both replicas of c, to the load's end.
-            window(&c, 0, "net", 12.0, None),
-            window(&c, 1, "net", 12.0, None),
-            window(&b, 2, "replica_slow", 2.0, Some(4.0)),
+        let with = |name: &str, span, faults: &[String]| {
+            let mut p = phase(name, span, 100, 10);
+            p.faults = faults.to_vec();
+            p
+        };
+        let (slow_b, net_b1) = (format!("slow {b}"), format!("net {b}/1"));
+        let (net_c, replica_b2) = (format!("net {c}"), format!("replica_slow {b}/2"));
+        v.phases = vec![
+            with("before", (0.0, 2.0), &[]),
+            with("during 1", (2.0, 4.0), std::slice::from_ref(&replica_b2)),
+            with("after 1", (4.0, 5.0), &[]),
+            // Two faults over the same span: one band.
+            with("during 2", (5.0, 10.0), &[slow_b.clone(), net_b1.clone()]),
+            with("after 2", (10.0, 12.0), &[]),
+            // One fault over two phases (split by nothing else here): one band.
+            with("during 3", (12.0, 15.0), std::slice::from_ref(&net_c)),
+            with("during 4", (15.0, 20.0), std::slice::from_ref(&net_c)),
         ];
         let bands = fault_bands(&v);
         let got: Vec<(f64, f64, &str)> = bands
             .iter()
             .map(|b| (b.from, b.to, b.label.as_str()))
             .collect();
-        let (slow, net) = (format!("slow {b}, net {b}/1"), format!("net {c}"));
-        let replica = format!("replica_slow {b}/2");
+        let (slow, net) = (format!("{slow_b}, {net_b1}"), net_c.clone());
+        let replica = replica_b2.clone();
         assert_eq!(
             got,
             [

@@ -1657,10 +1657,12 @@ mod tests {
         s.variants.push(other.clone());
         let same = shared_bands(&s.variants);
         assert_eq!(same, bands_of(&s.variants[0]));
-        // Pull's slow window later.
+        // Pull's window later: its phases say so.
         for w in &mut other.fault_windows {
             w.start_s = 8.0;
         }
+        other.phases[0].end_s = 8.0;
+        other.phases[1].start_s = 8.0;
         s.variants[1] = other;
         let labels: Vec<String> = shared_bands(&s.variants)
             .into_iter()
