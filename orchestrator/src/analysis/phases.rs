@@ -26,7 +26,7 @@ use super::variant::{declared_p, work_bound};
 use super::verdict::MachineState;
 use super::verdict::{CompoundingReport, Verdict, decide};
 use crate::record::{Outcome, RequestRecord};
-use crate::scenario::{Check, LoadMode, Step, Variant, Window};
+use crate::scenario::{Check, Variant, Window};
 
 /// One phase of a variant's run (summary.json's `variants[].phases[]`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -203,10 +203,7 @@ struct Planned {
 /// during the run.
 fn plan(variant: &Variant, length: Option<Duration>) -> Vec<Planned> {
     let spans = spans(variant);
-    let steps: &[Step] = match &variant.load.mode {
-        LoadMode::Open { steps, .. } => steps,
-        LoadMode::Closed { .. } => &[],
-    };
+    let steps = variant.load.steps();
     if spans.is_empty() && steps.is_empty() {
         return Vec::new();
     }
@@ -711,7 +708,7 @@ fn knee(phases: &[PhaseReport]) -> Option<Knee> {
 mod tests {
     use super::*;
     use crate::analysis::testing::{analyze_variant, at, check, hop, hop_record, variant};
-    use crate::scenario::Hop;
+    use crate::scenario::{Hop, LoadMode, Step};
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)

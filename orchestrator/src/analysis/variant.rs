@@ -154,16 +154,14 @@ impl LoadSummary {
             connection,
             payload_bytes: load.payload_bytes,
             description: format!("{head}, {stop}"),
-            steps: match &load.mode {
-                LoadMode::Open { steps, .. } => steps
-                    .iter()
-                    .map(|s| StepSummary {
-                        rate: s.rate,
-                        duration_s: s.duration.as_secs_f64(),
-                    })
-                    .collect(),
-                LoadMode::Closed { .. } => Vec::new(),
-            },
+            steps: load
+                .steps()
+                .iter()
+                .map(|s| StepSummary {
+                    rate: s.rate,
+                    duration_s: s.duration.as_secs_f64(),
+                })
+                .collect(),
         }
     }
 }

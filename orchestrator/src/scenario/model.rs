@@ -265,6 +265,15 @@ pub struct Load {
 }
 
 impl Load {
+    /// An open loop's load steps (empty: one rate throughout, or a closed
+    /// loop).
+    pub fn steps(&self) -> &[Step] {
+        match &self.mode {
+            LoadMode::Open { steps, .. } => steps,
+            LoadMode::Closed { .. } => &[],
+        }
+    }
+
     /// The requests the load is meant to send after warmup: the count
     /// asked for, or an open loop's rate (each step's) times its duration.
     /// `None` for a closed loop that stops by time.
