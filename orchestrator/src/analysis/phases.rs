@@ -163,7 +163,7 @@ fn spans(variant: &Variant) -> Vec<Span> {
     for hop in &variant.hops {
         let name = &hop.name;
         if hop.slow.is_some() {
-            push(format!("slow {name}"), hop.windows.slow);
+            push(slow_label(name), hop.windows.slow);
         }
         if let Some(r) = &hop.replica_slow {
             push(
@@ -182,6 +182,11 @@ fn spans(variant: &Variant) -> Vec<Span> {
         }
     }
     spans
+}
+
+/// The label of a hop's `slow` window.
+fn slow_label(hop: &str) -> String {
+    format!("slow {hop}")
 }
 
 /// One phase as planned, before any request.
@@ -383,8 +388,7 @@ impl Phases {
                     .iter()
                     .map(|h| {
                         let windowed = h.windows.slow.is_scheduled();
-                        let in_force =
-                            !windowed || p.faults.iter().any(|f| *f == format!("slow {}", h.name));
+                        let in_force = !windowed || p.faults.contains(&slow_label(&h.name));
                         if in_force { declared_p(h) } else { 0.0 }
                     })
                     .collect()
