@@ -39,7 +39,7 @@ name = "a"
 
 [[hop]]
 name = "b"
-slow = { probability = 1.0, extra = "5ms", start = "2s", duration = "2s" }
+slow = { probability = 1.0, extra = "50ms", start = "2s", duration = "2s" }
 "#,
     );
     let (finished, run_dir) = run_ok(dir.path(), &scenario, &dir.path().join("results"));
@@ -119,9 +119,11 @@ fn assert_phases(v: &Value) {
         })
         .collect();
     assert_eq!(edges, [(0.0, 2.0), (2.0, 4.0), (4.0, 6.0)], "{phases:#?}");
-    // 5 ms of injected slowness on every request during the window.
+    // 50 ms of injected slowness on every request during the window: well
+    // above what a busy machine adds to the tail of a debug build (23 ms
+    // p99 seen with a build running beside it).
     assert!(
-        p99[1] > p99[0] && p99[1] > p99[2] && p99[1] >= 5_000,
+        p99[1] > p99[0] && p99[1] > p99[2] && p99[1] >= 50_000,
         "p99 before, during, after: {p99:?}"
     );
     let recovery = &phases[2]["recovery"];
