@@ -413,7 +413,7 @@ fn below(d: &Dist, t: Duration) -> Option<(f64, Dist)> {
         .map(|(k, m)| m * (at - k as f64).clamp(0.0, 1.0))
         .collect();
     let share: f64 = kept.iter().sum();
-    if !(share > 0.0) {
+    if share.is_nan() || share <= 0.0 {
         return None;
     }
     Some((share, from_mass(grid, &kept)?))
@@ -424,7 +424,7 @@ fn below(d: &Dist, t: Duration) -> Option<(f64, Dist)> {
 /// about `n log n` for `n` bins.
 fn from_mass(grid: Grid, mass: &[f64]) -> Option<Dist> {
     let total: f64 = mass.iter().sum();
-    if !(total > 0.0) {
+    if total.is_nan() || total <= 0.0 {
         return None;
     }
     if mass.len() == 1 {
