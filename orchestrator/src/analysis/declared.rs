@@ -1207,6 +1207,54 @@ mod tests {
     }
 
     #[test]
+    fn a_fan_out_fails_with_the_code_of_its_first_failing_call() {
+        let leaf = "work = { kind = \"sleep\", dist = \"fixed\", value = \"1ms\" }";
+        let hops = format!(
+            "[[hop]]\nname = \"root\"\ndownstream = [\"l1\", \"l2\"]\nclient = {{ retries = 1, retry_budget = 10.0 }}\n\
+             [[hop]]\nname = \"l1\"\n{leaf}\nerror = {{ probability = 0.1, code = \"internal\" }}\n\
+             [[hop]]\nname = \"l2\"\n{leaf}\nerror = {{ probability = 0.2, code = \"unavailable\" }}\n"
+        );
+        let d = predict(&variant(LOAD, &hops), Duration::ZERO).dist;
+        // Both ok: 0.72. l1 fails first (internal, not retried): 0.1. l1
+        // ok and l2 fails (unavailable): 0.18, retried once from the root.
+        near(d.cdf(ms(2)), 0.72, 1e-9, "first attempt");
+        near(d.cdf(ms(4)), 0.72 + 0.18 * 0.72, 1e-9, "the retry");
+        near(d.beyond(), 1.0 - 0.72 * 1.18, 1e-9, "failed");
+    }
+
+    #[test]
+    fn a_delayed_replica_delays_each_crossing_of_its_link() {
+        let work = "work = { kind = \"sleep\", dist = \"fixed\", value = \"1ms\" }";
+        let v = variant(
+            LOAD,
+            &format!(
+                "[[hop]]\nname = \"a\"\n{work}\nnet = {{ delay = \"5ms\", loss = 0.01 }}\n[[hop]]\nname = \"b\"\n{work}\n"
+            ),
+        );
+        let p = predict(&v, Duration::ZERO);
+        // Reaching a: 2 x 5 ms; a calling b: 2 x 5 ms more; 2 ms of work.
+        close(p.dist.quantile(0.5), ms(22), us(5), "p50");
+        assert!(
+            p.assumptions
+                .iter()
+                .any(|a| a.contains("1 % packet loss not modelled")),
+            "{:?}",
+            p.assumptions
+        );
+        // With jitter, each crossing is uniform within delay +- jitter.
+        let v = variant(
+            LOAD,
+            &format!(
+                "[[hop]]\nname = \"a\"\n{work}\nnet = {{ delay = \"5ms\", jitter = \"5ms\" }}\n"
+            ),
+        );
+        let d = predict(&v, Duration::ZERO).dist;
+        // 1 ms + the sum of two U[0, 10 ms]: a triangle around 11 ms.
+        close(d.quantile(0.5), ms(11), us(5), "median");
+        near(d.cdf(ms(1)), 0.0, 1e-9, "nothing faster than the work");
+    }
+
+    #[test]
     fn below_keeps_the_shape_under_the_cut() {
         let grid = Grid::for_horizon(ms(100));
         let d = Dist::declared(&DurationDist::Exp { mean: ms(2) }, grid);
