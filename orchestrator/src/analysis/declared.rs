@@ -32,7 +32,8 @@
 //! timeout would have cut it and retried it.
 //!
 //! Fault windows make the whole run's prediction a mixture over the
-//! stretches between window edges, each weighted by its planned requests,
+//! stretches between window edges, each weighted by its planned requests
+//! (a closed loop's: the stretch's length over its predicted mean latency),
 //! each composed with the faults in force then ([`declared_in_force`]
 //! composes one such set, named by the labels the phases use).
 //!
@@ -143,6 +144,14 @@ pub fn declared(
         for a in part.assumptions {
             note(&mut assumptions, a);
         }
+        // A closed loop sends in a stretch its length over the latency
+        // there, times its in flight (Little's law).
+        let weight = match (&variant.load.mode, part.dist.mean()) {
+            (LoadMode::Closed { .. }, Some(mean)) if mean > Duration::ZERO => {
+                weight / mean.as_secs_f64()
+            }
+            _ => weight,
+        };
         parts.push((weight, part.dist));
     }
     let dist = if parts.is_empty() {
@@ -180,13 +189,18 @@ pub fn declared_in_force(
             "a new connection per request: its handshake is not in the overhead".to_owned(),
         );
     }
+    let at = if variant.load.steps().is_empty() {
+        ""
+    } else {
+        " at the highest step's rate"
+    };
     for (hop, u) in c.utilization(&dist) {
         // As printed: a half-bin of rounding does not make 50 % busy.
         if (u * 100.0).round() > BUSY * 100.0 {
             note(
                 &mut assumptions,
                 format!(
-                    "hop {hop} at {:.0} % utilization: queueing not modelled, the prediction is optimistic",
+                    "hop {hop} at {:.0} % utilization{at}: queueing not modelled, the prediction is optimistic",
                     u * 100.0
                 ),
             );
@@ -1160,6 +1174,17 @@ mod tests {
         near(during.dist.cdf(ms(5)), 0.0, 1e-9, "during");
         let before = declared_in_force(&v, grid, &zero, &|_| false).expect("declared");
         near(before.dist.cdf(ms(5)), 1.0, 1e-9, "before");
+    }
+
+    #[test]
+    fn a_closed_loop_sends_fewer_requests_while_slowed() {
+        let v = variant(
+            "mode = \"closed\"\nconcurrency = 1\nduration = \"10s\"\ntimeout = \"100ms\"",
+            "[[hop]]\nname = \"a\"\nwork = { kind = \"sleep\", dist = \"fixed\", value = \"1ms\" }\nslow = { probability = 1.0, extra = \"9ms\", start = \"5s\" }\n",
+        );
+        let d = predict(&v, Duration::ZERO).dist;
+        // 5 s at 1 ms a request, then 5 s at 10 ms: 5000 fast, 500 slow.
+        near(d.cdf(ms(5)), 5000.0 / 5500.0, 1e-3, "fast share");
     }
 
     #[test]
