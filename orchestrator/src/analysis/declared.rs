@@ -57,7 +57,8 @@ pub const RETRYABLE: [i32; 4] = [14, 4, 8, 10];
 pub const BUSY: f64 = 0.5;
 
 /// The time to reach a hop beyond its declared work (network, client and
-/// server overhead), per call attempt.
+/// server overhead, both ways), per call attempt, on the grid the
+/// prediction is made on (a different grid panics, as compose's rules do).
 pub type Overhead<'a> = &'a dyn Fn(&Hop) -> Dist;
 
 /// A prediction: the end-to-end distribution (failures and timeouts
