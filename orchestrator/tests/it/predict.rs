@@ -11,6 +11,7 @@ tests! {
     sync the_default_scenario_is_predicted_one_line_per_variant,
     sync the_json_prediction_parses_with_ordered_quantiles,
     sync a_bad_scenario_fails_with_the_validation_error,
+    sync a_sweep_is_predicted_one_line_per_point,
 }
 
 fn tailmesh(args: &[&str]) -> Output {
@@ -130,4 +131,39 @@ fn a_bad_scenario_fails_with_the_validation_error() {
         "{}",
         String::from_utf8_lossy(&predicted.stdout)
     );
+}
+
+fn a_sweep_is_predicted_one_line_per_point() {
+    let scratch = Scratch::new();
+    let hop = |name: &str| {
+        format!(
+            "[[hop]]\nname = \"{name}\"\nwork = {{ kind = \"sleep\", dist = \"fixed\", value = \"10ms\" }}\n"
+        )
+    };
+    let text = format!(
+        "name = \"sweep\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"1s\"\ntimeout = \"1s\"\n{}{}{}[sweep]\nkey = \"hops\"\nvalues = [1, 3]\n",
+        hop("a"),
+        hop("b"),
+        hop("c")
+    );
+    let path = write(scratch.path(), "sweep.toml", &text);
+    let out = tailmesh(&["predict", path.to_str().expect("a UTF-8 path")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p50s: Vec<f64> = stdout
+        .lines()
+        .filter(|l| l.starts_with("variant "))
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            parse_us(words[3])
+        })
+        .collect();
+    assert_eq!(p50s.len(), 2, "one line per sweep point:\n{stdout}");
+    // 10 ms of work per hop, plus the overhead: 1 hop, then 3.
+    assert!((10_000.0..11_000.0).contains(&p50s[0]), "{stdout}");
+    assert!((30_000.0..31_000.0).contains(&p50s[1]), "{stdout}");
 }
