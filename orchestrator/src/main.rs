@@ -62,6 +62,10 @@ enum Command {
     Clean,
     /// Check scenario files without running them.
     Validate(cli::validate::ValidateArgs),
+    /// Predict each variant's end-to-end latency from the scenario alone:
+    /// its hops' declared work, faults and client policies composed, plus
+    /// an overhead per hop reached.
+    Predict(cli::predict::PredictArgs),
     /// Serve one hop replica (started by the launchers, or by a container
     /// of a deployment with --scenario).
     Hop(cli::serve::HopArgs),
@@ -98,6 +102,7 @@ fn main() -> ExitCode {
         Command::DelayLine(args) => cli::serve::delay_line(args),
         Command::Clean => cli::clean::clean(),
         Command::Validate(args) => cli::validate::validate(args),
+        Command::Predict(args) => cli::predict::predict(args),
         Command::Hop(args) => cli::serve::hop(args),
     })
 }

@@ -24,12 +24,15 @@
 //! - `compose`: latency distributions on a grid, composed by the rules of
 //!   chains, fan-outs, hedges, retries and timeouts; bootstrap intervals for
 //!   measured quantiles.
+//! - `declared`: the end-to-end latency a scenario declares, composed
+//!   from its hops' work, faults and client policies before anything runs.
 //! - `gate`: `compare --gate`, run B against run A with bootstrap intervals.
 
 pub(crate) mod attribution;
 pub(crate) mod broker;
 pub(crate) mod compose;
 pub(crate) mod compounding;
+pub(crate) mod declared;
 pub(crate) mod gate;
 pub(crate) mod instrument;
 pub(crate) mod intervals;
@@ -47,6 +50,7 @@ pub(crate) mod testing;
 
 pub use broker::BrokerTopicStats;
 pub use compose::{ComposeError, Dist, Grid, MAX_BINS, MIN_BIN, bootstrap_quantiles, grid_for};
+pub use declared::{BUSY, Declared, Overhead, RETRYABLE, Undeclared, declared, declared_in_force};
 pub use gate::{
     DEFAULT_ERROR_TOLERANCE, DEFAULT_REPLICATES, DEFAULT_TOLERANCE, GateReport, GateRule,
     GateVerdict, MetricGate, VariantGate, gate,

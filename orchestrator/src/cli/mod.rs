@@ -5,6 +5,7 @@
 //!   the one place that turns it into an exit status.
 //! - `run`: `tailmesh run`.
 //! - `validate`: `tailmesh validate`.
+//! - `predict`: `tailmesh predict`, the latency a scenario declares.
 //! - `report`: `tailmesh report` and `tailmesh compare`, over finished runs.
 //! - `deploy`: `tailmesh compose` and `tailmesh k8s`.
 //! - `serve`: what the binary does inside a mesh or a container: `hop`,
@@ -16,6 +17,7 @@
 pub(crate) mod clean;
 pub(crate) mod deploy;
 pub(crate) mod error;
+pub(crate) mod predict;
 pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod serve;

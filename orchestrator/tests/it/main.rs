@@ -10,7 +10,8 @@
 //!   `overload` (queue disciplines), `stress` (the instrument under
 //!   overload), `steps` (load steps), `attribution`, `netem` (the
 //!   network-fault tests again on a netem kernel), `cli` (the command
-//!   line as a new user meets it), `windows` (fault windows without
+//!   line as a new user meets it), `predict` (the prediction from a
+//!   scenario alone), `windows` (fault windows without
 //!   root), and `links` (every relative link and anchor in README.md and
 //!   docs/ resolves).
 
@@ -30,6 +31,7 @@ mod netfaults;
 mod overload;
 mod payload;
 mod policy;
+mod predict;
 mod pull;
 mod report;
 mod run;
@@ -60,5 +62,6 @@ fn main() -> std::process::ExitCode {
         links::TESTS,
         netem::TESTS,
         windows::TESTS,
+        predict::TESTS,
     ])
 }
