@@ -154,6 +154,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     slow: Some(Slowness {
                         probability: 0.1,
                         extra: DurationDist::Fixed { value: ms(20) },
+                        follow: None,
                     }),
                     replica_slow: None,
                     net: None,
@@ -213,6 +214,7 @@ fn full_scenario_parses_into_the_exact_model() {
                             min: ms(1),
                             max: ms(1500),
                         },
+                        follow: None,
                     }),
                     replica_slow: None,
                     net: None,
@@ -559,7 +561,8 @@ slow_threshold = "1.5s"
             probability: 1.0,
             extra: DurationDist::Fixed {
                 value: Duration::from_secs(120)
-            }
+            },
+            follow: None,
         })
     );
     assert_eq!(s.check.slow_threshold, ms(1500));
@@ -713,7 +716,8 @@ unset = ["load.rate", "load.arrivals", "hop.backend.slow"]
         picked.hops[1].slow,
         Some(Slowness {
             probability: 0.2,
-            extra: DurationDist::Fixed { value: ms(5) }
+            extra: DurationDist::Fixed { value: ms(5) },
+            follow: None,
         })
     );
     assert_eq!(

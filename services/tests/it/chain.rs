@@ -57,6 +57,7 @@ impl HopSpec {
         self.slow = Some(Slowness {
             probability,
             extra: DurationDist::Fixed { value: extra },
+            follow: None,
         });
         self
     }
@@ -295,6 +296,7 @@ impl Chain {
             payload: vec![7; 16].into(),
             attempt: 0,
             caller: String::new(),
+            caller_slow: false,
         };
         self.entry.call(request, Some(Duration::from_secs(5))).await
     }
@@ -356,7 +358,7 @@ async fn slow_flags_follow_the_seeded_schedule_and_add_the_delay() {
                 .iter()
                 .find(|s| s.name == record.hop)
                 .expect("known hop");
-            let expected = draw::plan(&spec.behavior(SEED), record.replica, id, 0)
+            let expected = draw::plan(&spec.behavior(SEED), record.replica, id, 0, false)
                 .slow
                 .is_some();
             assert_eq!(record.slow, expected, "request {id} hop {}", record.hop);
@@ -409,6 +411,7 @@ async fn deadlines_propagate_downstream() {
         payload: Default::default(),
         attempt: 0,
         caller: String::new(),
+        caller_slow: false,
     };
     let reply = c
         .entry
@@ -446,6 +449,7 @@ async fn deadlines_propagate_downstream() {
         payload: Default::default(),
         attempt: 0,
         caller: String::new(),
+        caller_slow: false,
     };
     let status = c
         .entry
@@ -494,6 +498,7 @@ async fn a_refusing_downstream_is_named() {
         payload: Default::default(),
         attempt: 0,
         caller: String::new(),
+        caller_slow: false,
     };
     let status = pool
         .call(request, Some(Duration::from_secs(2)))
