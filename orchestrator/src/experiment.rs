@@ -486,11 +486,11 @@ impl run::RecordPipeline for RunRecords {
 }
 
 /// Bytes of a requests.csv row before its path: variant, id, four times,
-/// status, attempts, flags, about.
-const ROW_BASE_BYTES: u64 = 110;
-/// Bytes each path record adds to a row (`path` and `hops` entries, names
-/// aside), about.
-const ROW_HOP_BYTES: u64 = 60;
+/// status, attempts (the generator's one attempt timed), flags, about.
+const ROW_BASE_BYTES: u64 = 130;
+/// Bytes each path record adds to a row (`path` and `hops` entries, and
+/// the call that reached it, one attempt, in `calls`; names aside), about.
+const ROW_HOP_BYTES: u64 = 100;
 /// Bytes of traces per hop of a traced request (a Jaeger span or two),
 /// about, and per traced request besides (the generator's span).
 const TRACE_HOP_BYTES: u64 = 1_200;
@@ -517,7 +517,8 @@ fn estimate_output(scenario: &scenario::Scenario, traced: bool) -> output::Outpu
         let load = &variant.load;
         let requests = load.planned_requests().map_or(0, |n| n as u64);
         let hops = variant.hops.len() as u64;
-        let names: u64 = variant.hops.iter().map(|h| 2 * h.name.len() as u64).sum();
+        // A hop's name in `path`, as a parent in `hops`, as a callee in `calls`.
+        let names: u64 = variant.hops.iter().map(|h| 3 * h.name.len() as u64).sum();
         let row = ROW_BASE_BYTES + variant.name.len() as u64 + hops * ROW_HOP_BYTES + names;
         let trace =
             (requests as f64 * sampling) as u64 * (TRACE_REQUEST_BYTES + hops * TRACE_HOP_BYTES);

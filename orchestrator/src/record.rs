@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use tailmesh_proto::pb::HopRecord;
+use tailmesh_proto::pb::{AttemptTiming, HopRecord};
 
 /// How a request ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +91,9 @@ pub struct RequestRecord {
     /// Attempts the load generator sent beyond the first (retries and
     /// hedges under the first hop's client policy).
     pub extra_attempts: u32,
+    /// The load generator's own attempts at the first hop, in the order
+    /// sent (empty when the call was abandoned in flight).
+    pub attempts: Vec<AttemptTiming>,
 }
 
 impl RequestRecord {
@@ -214,6 +217,7 @@ mod tests {
             outcome: Outcome::Ok,
             path: vec![],
             extra_attempts: 0,
+            attempts: Vec::new(),
         };
         assert_eq!(r.latency(), Duration::from_millis(7));
         assert_eq!(r.service_latency(), Duration::from_millis(2));

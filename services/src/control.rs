@@ -81,6 +81,13 @@ pub fn validate_slowness(slow: &pb::Slowness) -> Result<Slowness, Status> {
             slow.probability
         )));
     }
+    if let Some(follow) = slow.follow
+        && !(0.0..=1.0).contains(&follow)
+    {
+        return Err(Status::invalid_argument(format!(
+            "slow.follow must be between 0 and 1, got {follow}"
+        )));
+    }
     let extra = match &slow.extra {
         Some(dist) => validate_dist(dist)?,
         None => DurationDist::Fixed {
@@ -90,6 +97,7 @@ pub fn validate_slowness(slow: &pb::Slowness) -> Result<Slowness, Status> {
     Ok(Slowness {
         probability: slow.probability,
         extra,
+        follow: slow.follow,
     })
 }
 
@@ -207,6 +215,7 @@ pub fn slowness_message(slow: &Slowness) -> pb::Slowness {
         probability: slow.probability,
         extra_us: 0,
         extra: Some(pb::Dist { kind: Some(kind) }),
+        follow: slow.follow,
     }
 }
 
@@ -543,6 +552,7 @@ mod tests {
             let slow = Slowness {
                 probability: 0.25,
                 extra,
+                follow: Some(0.75),
             };
             assert_eq!(
                 validate_slowness(&slowness_message(&slow)).expect("valid"),

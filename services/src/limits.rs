@@ -19,9 +19,11 @@ pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
 /// Room for a message's fields besides its payload, in bytes (64 KiB): ids,
 /// field tags and lengths, trace headers and a reply's path records (one
-/// record is under 200 bytes even with 63-character hop names, so a reply
-/// through every one of 64 hops needs about 12 KiB). Payloads themselves
-/// are checked exactly; this only sizes the gRPC message limits.
+/// record is under 200 bytes even with 63-character hop names, and each
+/// downstream call it timed adds under 400 with 12 attempts, one hedge and
+/// 10 retries after the first, so a reply through every one of 64 hops
+/// needs under 40 KiB). Payloads themselves are checked exactly; this only
+/// sizes the gRPC message limits.
 pub const MESSAGE_OVERHEAD: usize = 64 * 1024;
 
 /// The largest hop message (`CallRequest` or `CallReply`), in bytes: the
@@ -54,7 +56,9 @@ pub const MAX_QUEUE_LIMIT: u32 = 1_000_000;
 #[cfg(test)]
 mod tests {
     use prost::Message;
-    use tailmesh_proto::pb::{CallReply, CallRequest, HopRecord};
+    use tailmesh_proto::pb::{
+        AttemptEnd, AttemptTiming, CallReply, CallRequest, CallTiming, HopRecord,
+    };
 
     use super::*;
 
@@ -70,6 +74,25 @@ mod tests {
             parent: "p".repeat(63),
             transport: "push".to_owned(),
             extra_attempts: u32::MAX,
+            slot_wait_ns: u64::MAX,
+            calls: Vec::new(),
+        }
+    }
+
+    /// A downstream call with every field at its longest: a first attempt,
+    /// a hedge and 10 retries.
+    fn widest_call() -> CallTiming {
+        CallTiming {
+            hop: "h".repeat(63),
+            call_ns: u64::MAX,
+            attempts: vec![
+                AttemptTiming {
+                    start_ns: u64::MAX,
+                    took_ns: u64::MAX,
+                    end: AttemptEnd::Cancelled as i32,
+                };
+                12
+            ],
         }
     }
 
@@ -80,6 +103,7 @@ mod tests {
             payload: vec![0; MAX_PAYLOAD_BYTES].into(),
             attempt: u32::MAX,
             caller: "c".repeat(63),
+            caller_slow: true,
         };
         assert!(request.encoded_len() <= MAX_CALL_MESSAGE_BYTES);
         assert!(request.encoded_len() > MAX_PAYLOAD_BYTES);
@@ -90,7 +114,14 @@ mod tests {
         let reply = CallReply {
             request_id: u64::MAX,
             payload: vec![0; MAX_PAYLOAD_BYTES].into(),
-            path: vec![widest_record(); 64],
+            // Each record with a call: more calls than a tree of 64 hops has.
+            path: vec![
+                HopRecord {
+                    calls: vec![widest_call()],
+                    ..widest_record()
+                };
+                64
+            ],
         };
         assert!(
             reply.encoded_len() <= MAX_CALL_MESSAGE_BYTES,
@@ -98,5 +129,6 @@ mod tests {
             reply.encoded_len()
         );
         assert!(widest_record().encoded_len() < 200);
+        assert!(widest_call().encoded_len() < 400);
     }
 }

@@ -63,6 +63,22 @@ pub struct Slowness {
     pub probability: f64,
     /// The added delay.
     pub extra: DurationDist,
+    /// Chance, in [0, 1], used instead of `probability` for a request the
+    /// calling hop slowed with its own injected slowness: slowness that
+    /// runs down a chain, so hops' tails are dependent on purpose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<f64>,
+}
+
+impl Slowness {
+    /// The chance that a request is slowed here, given whether its caller
+    /// slowed it.
+    pub fn chance(&self, caller_slow: bool) -> f64 {
+        match self.follow {
+            Some(follow) if caller_slow => follow,
+            _ => self.probability,
+        }
+    }
 }
 
 /// One replica of a hop that is slower than its siblings: its work takes

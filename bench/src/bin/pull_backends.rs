@@ -371,6 +371,7 @@ fn bench_case(
                 payload: vec![7u8; args.payload].into(),
                 attempt: 0,
                 caller: "bench".into(),
+                caller_slow: false,
             }
             .encode_to_vec()
         };

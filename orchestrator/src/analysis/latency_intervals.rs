@@ -563,6 +563,7 @@ mod tests {
                 hop_record("a", 0, 800, false),
             ],
             extra_attempts: 0,
+            attempts: Vec::new(),
         }
     }
 

@@ -33,6 +33,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
             extra: DurationDist::Fixed {
                 value: Duration::from_millis(20),
             },
+            follow: None,
         }),
         replica_slow: None,
         net: None,
@@ -102,6 +103,8 @@ pub(crate) fn hop_record(hop: &str, replica: u32, service_us: u64, slow: bool) -
         parent: String::new(),
         transport: "push".to_string(),
         extra_attempts: 0,
+        slot_wait_ns: 0,
+        calls: Vec::new(),
     }
 }
 
@@ -135,6 +138,7 @@ pub(crate) fn ok_records() -> Vec<RequestRecord> {
                 outcome: Outcome::Ok,
                 path,
                 extra_attempts: 0,
+                attempts: Vec::new(),
             }
         })
         .collect()
@@ -151,6 +155,7 @@ pub(crate) fn failed(id: u64, outcome: Outcome, latency_us: u64) -> RequestRecor
         outcome,
         path: Vec::new(),
         extra_attempts: 0,
+        attempts: Vec::new(),
     }
 }
 
@@ -271,6 +276,7 @@ pub(crate) fn request(late: u64, client: u64, path: Vec<HopRecord>) -> RequestRe
         outcome: Outcome::Ok,
         path,
         extra_attempts: 0,
+        attempts: Vec::new(),
     }
 }
 
@@ -316,5 +322,6 @@ pub(crate) fn at(id: u64, intended_ms: u64, after_ms: u64, outcome: Outcome) -> 
         outcome,
         path: Vec::new(),
         extra_attempts: 0,
+        attempts: Vec::new(),
     }
 }

@@ -368,6 +368,7 @@ impl Shared {
                 payload,
                 attempt: 0,
                 caller: String::new(),
+                caller_slow: false,
             };
             let trace = tracer.as_ref().map(|t| (t, t.request(id)));
             let call = async {
@@ -392,6 +393,7 @@ impl Shared {
                         "abandoned in flight: the run was interrupted twice",
                     )),
                     extra_attempts: 0,
+                    attempts: Vec::new(),
                 },
             };
             let end = Instant::now();
@@ -431,6 +433,7 @@ impl Shared {
                 outcome,
                 path,
                 extra_attempts: called.extra_attempts,
+                attempts: called.attempts,
             };
             (record, intended < measure_from)
         }

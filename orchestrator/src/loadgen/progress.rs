@@ -128,6 +128,7 @@ mod tests {
             outcome: Outcome::Ok,
             path: vec![],
             extra_attempts: 0,
+            attempts: Vec::new(),
         }
     }
 

@@ -161,6 +161,7 @@ mod tests {
             outcome: Outcome::Ok,
             path: Vec::new(),
             extra_attempts: 0,
+            attempts: Vec::new(),
         }
     }
 

@@ -4,9 +4,9 @@
 //! are written: the file is whole or absent), and read back one row at a
 //! time.
 //!
-//! Format version 3 (the header line says which version a file is; every
+//! Format version 4 (the header line says which version a file is; every
 //! version reads). Columns:
-//! `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error`.
+//! `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts`.
 //!
 //! - Times are microseconds since the start of the measured phase with
 //!   exactly three decimals (nanosecond resolution, printed from integers,
@@ -25,14 +25,28 @@
 //!   request, by the load generator or a hop on its path (a retry or a
 //!   hedge), else `0`.
 //! - `hops` (v3): the rest of each path record, in `path`'s order:
-//!   `total_us/queue_wait_us/parent/transport/extra_attempts`, joined by
-//!   `;` (`parent` is empty for the first hop).
+//!   `total_us/queue_wait_us/parent/transport/extra_attempts/slot_wait_us`,
+//!   joined by `;` (`parent` is empty for the first hop; `slot_wait_us`,
+//!   the part of the queue wait spent waiting for a slot in the replica,
+//!   from v4 on).
 //! - `error` (v3): an error's message (empty unless the status is an
 //!   error), so the rows carry everything analysis reads.
+//! - `calls` (v4): each path record's downstream calls, in `path`'s order,
+//!   joined by `;` (an empty entry for a record that called nothing); a
+//!   record's calls joined by `|`, each `hop@call_us:attempts`, as its
+//!   caller timed it.
+//! - `attempts` (v4): the load generator's own attempts at the first hop
+//!   (empty when the call was abandoned), in the syntax of a call's.
+//! - Attempts, in the order sent, are joined by `/`, each
+//!   `start_us+took_us` then how it ended: `ok`, `failed`, or `cancelled`
+//!   (still running when another answered; its time censored there).
+//!   E.g. `0.000+15000.000cancelled/10000.000+5000.000ok`: a hedge sent
+//!   after 10 ms answered 5 ms later, and the first was cancelled.
 //! - Fields containing `,`, `"`, CR or LF are quoted per RFC 4180; lines end
 //!   in `\n`.
 //!
-//! Version 1 had the first 10 columns, version 2 the first 12.
+//! Version 1 had the first 10 columns, version 2 the first 12, version 3
+//! the first 15 (and no `slot_wait_us` in `hops`).
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -46,17 +60,21 @@ use std::sync::{
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tailmesh_proto::pb::HopRecord;
+use tailmesh_proto::pb::{AttemptEnd, AttemptTiming, CallTiming, HopRecord};
 
 use super::OutputError;
 use crate::analysis::attribution::attribute;
 use crate::record::{Outcome, RequestRecord};
 
-/// The header line, without its line end: version 3.
-pub const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error";
+/// The header line, without its line end: version 4.
+pub const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts";
 
 /// The format version [`CSV_HEADER`] stands for.
-pub const CSV_VERSION: u32 = 3;
+pub const CSV_VERSION: u32 = 4;
+
+/// The header of version 3 files (before `calls`, `attempts` and the slot
+/// wait in `hops`).
+const CSV_HEADER_V3: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error";
 
 /// The header of version 2 files (before `retried`, `hops`, `error`).
 const CSV_HEADER_V2: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes";
@@ -387,15 +405,17 @@ fn write_row(
         .iter()
         .map(|h| {
             format!(
-                "{}/{}/{}/{}/{}",
+                "{}/{}/{}/{}/{}/{}",
                 micros3(Duration::from_nanos(h.total_ns)),
                 micros3(Duration::from_nanos(h.queue_wait_ns)),
                 h.parent,
                 h.transport,
-                h.extra_attempts
+                h.extra_attempts,
+                micros3(Duration::from_nanos(h.slot_wait_ns)),
             )
         })
         .collect();
+    let calls: Vec<String> = r.path.iter().map(|h| calls_entry(&h.calls)).collect();
     let (cause, causes) = match attribute(r, slow_threshold) {
         Some(a) => (
             a.primary(),
@@ -421,7 +441,7 @@ fn write_row(
     };
     writeln!(
         out,
-        "{variant},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{variant},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
         r.id,
         micros3(r.intended),
         micros3(r.start),
@@ -436,7 +456,95 @@ fn write_row(
         u8::from(r.retried()),
         quote(&hops.join(";")),
         quote(error),
+        calls.join(";"),
+        attempts_entry(&r.attempts),
     )
+}
+
+/// One path record's calls: `hop@call_us:attempts`, joined by `|`.
+fn calls_entry(calls: &[CallTiming]) -> String {
+    let calls: Vec<String> = calls
+        .iter()
+        .map(|c| {
+            format!(
+                "{}@{}:{}",
+                c.hop,
+                micros3(Duration::from_nanos(c.call_ns)),
+                attempts_entry(&c.attempts)
+            )
+        })
+        .collect();
+    calls.join("|")
+}
+
+/// Attempts: `start_us+took_us` and the end, joined by `/`.
+fn attempts_entry(attempts: &[AttemptTiming]) -> String {
+    let attempts: Vec<String> = attempts
+        .iter()
+        .map(|a| {
+            format!(
+                "{}+{}{}",
+                micros3(Duration::from_nanos(a.start_ns)),
+                micros3(Duration::from_nanos(a.took_ns)),
+                end_label(a.end())
+            )
+        })
+        .collect();
+    attempts.join("/")
+}
+
+/// How an attempt ended, as `requests.csv` spells it.
+fn end_label(end: AttemptEnd) -> &'static str {
+    match end {
+        AttemptEnd::Ok => "ok",
+        AttemptEnd::Failed => "failed",
+        AttemptEnd::Cancelled => "cancelled",
+        AttemptEnd::Unspecified => "unspecified",
+    }
+}
+
+/// Parses [`attempts_entry`]'s output back.
+fn parse_attempts(field: &str) -> Option<Vec<AttemptTiming>> {
+    let ns = |f: &str| parse_micros3(f).map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    field
+        .split('/')
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            let (start, rest) = a.split_once('+')?;
+            let at = rest.find(|c: char| c.is_ascii_alphabetic())?;
+            let (took, end) = rest.split_at(at);
+            let end = [
+                AttemptEnd::Ok,
+                AttemptEnd::Failed,
+                AttemptEnd::Cancelled,
+                AttemptEnd::Unspecified,
+            ]
+            .into_iter()
+            .find(|e| end_label(*e) == end)?;
+            Some(AttemptTiming {
+                start_ns: ns(start)?,
+                took_ns: ns(took)?,
+                end: end as i32,
+            })
+        })
+        .collect()
+}
+
+/// Parses [`calls_entry`]'s output back.
+fn parse_calls(field: &str) -> Option<Vec<CallTiming>> {
+    field
+        .split('|')
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            let (hop, rest) = c.rsplit_once('@')?;
+            let (call, attempts) = rest.split_once(':')?;
+            Some(CallTiming {
+                hop: hop.to_owned(),
+                call_ns: u64::try_from(parse_micros3(call)?.as_nanos()).unwrap_or(u64::MAX),
+                attempts: parse_attempts(attempts)?,
+            })
+        })
+        .collect()
 }
 
 /// `d` in microseconds with three decimals, e.g. `1234.567`.
@@ -494,10 +602,12 @@ pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, Ou
 }
 
 /// Reads a `requests.csv` one row at a time, handing each row's variant
-/// and record to `each`; memory holds one row. Version 3 files give back
-/// every field of the record; older ones lack the path records' total,
-/// queue wait, parent, transport and extra attempts (zero or empty), and
-/// errors' messages. The cause columns are derived, and not read.
+/// and record to `each`; memory holds one row. Version 4 files give back
+/// every field of the record; version 3 ones lack the slot wait, the
+/// calls' and the generator's attempts (zero or empty); older ones also
+/// the path records' total, queue wait, parent, transport and extra
+/// attempts, and errors' messages. The cause columns are derived, and not
+/// read.
 pub fn for_each_request(
     path: &Path,
     mut each: impl FnMut(&str, RequestRecord),
@@ -514,7 +624,8 @@ pub fn for_each_request(
         what,
     };
     let fields = match rows.next().map_err(OutputError::io(path))? {
-        Some((_, header)) if header.join(",") == CSV_HEADER => 15,
+        Some((_, header)) if header.join(",") == CSV_HEADER => 17,
+        Some((_, header)) if header.join(",") == CSV_HEADER_V3 => 15,
         Some((_, header)) if header.join(",") == CSV_HEADER_V2 => 12,
         Some((_, header)) if header.join(",") == CSV_HEADER_V1 => 10,
         _ => return Err(bad(1, format!("the first line must be {CSV_HEADER}"))),
@@ -571,6 +682,7 @@ fn parse_row(
     mut row: Vec<String>,
     bad: &dyn Fn(String) -> OutputError,
 ) -> Result<(String, RequestRecord), OutputError> {
+    let calls_attempts = (row.len() == 17).then(|| row.split_off(15));
     let (retried_hops_error, row) = if row.len() == 15 {
         let tail = row.split_off(12);
         (Some(tail), row)
@@ -628,11 +740,21 @@ fn parse_row(
                 path.len()
             )));
         }
+        let v4 = calls_attempts.is_some();
         for (h, entry) in path.iter_mut().zip(entries) {
             let parts: Vec<&str> = entry.split('/').collect();
-            let [total, queue, parent, transport, extra] = parts[..] else {
-                return Err(bad(format!("hops entry {entry:?}")));
+            let (total, queue, parent, transport, extra, slot) = match parts[..] {
+                [total, queue, parent, transport, extra] if !v4 => {
+                    (total, queue, parent, transport, extra, None)
+                }
+                [total, queue, parent, transport, extra, slot] if v4 => {
+                    (total, queue, parent, transport, extra, Some(slot))
+                }
+                _ => return Err(bad(format!("hops entry {entry:?}"))),
             };
+            if let Some(slot) = slot {
+                h.slot_wait_ns = ns(slot)?;
+            }
             h.total_ns = ns(total)?;
             h.queue_wait_ns = ns(queue)?;
             h.parent = parent.to_owned();
@@ -645,6 +767,28 @@ fn parse_row(
             *message = error;
         }
     }
+    let mut attempts = Vec::new();
+    if let Some(tail) = calls_attempts {
+        let [calls, generator] =
+            <[String; 2]>::try_from(tail).map_err(|_| bad("the v4 columns".to_owned()))?;
+        // One entry per path record, empty ones included; none without a path.
+        let entries: Vec<&str> = match path.len() {
+            0 if calls.is_empty() => Vec::new(),
+            _ => calls.split(';').collect(),
+        };
+        if entries.len() != path.len() {
+            return Err(bad(format!(
+                "calls {calls:?}: {} entries for {} path records",
+                entries.len(),
+                path.len()
+            )));
+        }
+        for (h, entry) in path.iter_mut().zip(entries) {
+            h.calls = parse_calls(entry).ok_or_else(|| bad(format!("calls entry {entry:?}")))?;
+        }
+        attempts =
+            parse_attempts(&generator).ok_or_else(|| bad(format!("attempts {generator:?}")))?;
+    }
     let record = RequestRecord {
         id,
         intended: time(&intended)?,
@@ -655,6 +799,7 @@ fn parse_row(
         extra_attempts: extra
             .parse()
             .map_err(|e| bad(format!("extra_attempts {extra:?}: {e}")))?,
+        attempts,
     };
     Ok((variant, record))
 }
@@ -729,7 +874,16 @@ mod tests {
         mixed[3].path[1].extra_attempts = 2;
         mixed[3].path[1].parent = "a".to_owned();
         mixed[3].path[1].transport = "pull".to_owned();
+        mixed[3].path[1].slot_wait_ns = 1_000_001;
+        // A hedged call and a plain one from one hop, none from another.
+        mixed[3].path[2].calls = vec![hedged_call("b"), plain_call("c")];
+        mixed[3].path[0].calls = vec![plain_call("x")];
         mixed[4].extra_attempts = 1;
+        mixed[4].attempts = hedged_call("a").attempts;
+        mixed[5].attempts = plain_call("a").attempts;
+        // A failed request: no path, yet the generator's attempts.
+        let last = mixed.len() - 1;
+        mixed[last].attempts = hedged_call("a").attempts;
         write_requests_csv(&path, &[("a, \"b\"", &mixed)], MS15).expect("written");
         let back = read_requests_csv(&path).expect("read back");
         assert_eq!(back.len(), mixed.len());
@@ -743,7 +897,8 @@ mod tests {
             read_requests_csv(&path),
             Err(OutputError::Parse { line: 1, .. })
         ));
-        let text = format!("{CSV_HEADER}\nbase,1,0.000,0.000,1.000,1.000,ok,,a/0/1.000,0,,,0,,\n");
+        let text =
+            format!("{CSV_HEADER}\nbase,1,0.000,0.000,1.000,1.000,ok,,a/0/1.000,0,,,0,,,,\n");
         std::fs::write(&path, text).expect("write");
         assert!(
             matches!(
@@ -752,6 +907,103 @@ mod tests {
             ),
             "a path record without its hops entry"
         );
+    }
+
+    /// A call whose first attempt was slow: a hedge went after 10 ms and
+    /// answered 5 ms later; the first, cancelled then, ran 15 ms.
+    fn hedged_call(hop: &str) -> CallTiming {
+        let ms = |n: u64| n * 1_000_000;
+        CallTiming {
+            hop: hop.to_owned(),
+            call_ns: ms(15) + 1,
+            attempts: vec![
+                AttemptTiming {
+                    start_ns: 0,
+                    took_ns: ms(15) + 1,
+                    end: AttemptEnd::Cancelled as i32,
+                },
+                AttemptTiming {
+                    start_ns: ms(10),
+                    took_ns: ms(5) + 1,
+                    end: AttemptEnd::Ok as i32,
+                },
+            ],
+        }
+    }
+
+    /// A call with one attempt, which failed.
+    fn plain_call(hop: &str) -> CallTiming {
+        CallTiming {
+            hop: hop.to_owned(),
+            call_ns: 2_500,
+            attempts: vec![AttemptTiming {
+                start_ns: 0,
+                took_ns: 2_500,
+                end: AttemptEnd::Failed as i32,
+            }],
+        }
+    }
+
+    #[test]
+    fn calls_and_attempts_are_written_compactly_per_path_record() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("requests.csv");
+        let mut record = ok_records()[0].clone();
+        assert_eq!(record.path.len(), 3);
+        record.path[1].calls = vec![hedged_call("c")];
+        record.path[1].slot_wait_ns = 7_000;
+        record.path[2].calls = vec![plain_call("b"), hedged_call("d")];
+        record.attempts = plain_call("a").attempts;
+        write_requests_csv(&path, &[("base", &[record])], MS15).expect("written");
+        let rows = parse(&std::fs::read_to_string(&path).expect("readable"));
+        assert!(
+            rows.iter().all(|r| r.len() == 17),
+            "every row has 17 fields"
+        );
+        let row = &rows[1];
+        assert_eq!(
+            row[13],
+            "20300.500/0.000//push/0/0.000;20300.500/0.000//push/0/7.000;20300.500/0.000//push/0/0.000"
+        );
+        assert_eq!(
+            row[15],
+            ";c@15000.001:0.000+15000.001cancelled/10000.000+5000.001ok;\
+             b@2.500:0.000+2.500failed|d@15000.001:0.000+15000.001cancelled/10000.000+5000.001ok"
+        );
+        assert_eq!(row[16], "0.000+2.500failed");
+    }
+
+    #[test]
+    fn version_3_files_still_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("requests.csv");
+        std::fs::write(
+            &path,
+            format!(
+                "{CSV_HEADER_V3}\nbase,3,0.000,1.000,9.000,9.000,ok,,b/0/2.000;a/1/5.000,1,,,1,\
+                 3.000/1.000/a/pull/0;8.000/0.500//push/1,\n"
+            ),
+        )
+        .expect("write");
+        let back = read_requests_csv(&path).expect("a version 3 file reads");
+        let r = &back[0].1;
+        assert_eq!((r.id, r.extra_attempts, r.attempts.len()), (3, 1, 0));
+        assert_eq!(r.path[1].queue_wait_ns, 500);
+        assert_eq!(r.path[1].extra_attempts, 1);
+        assert!(
+            r.path
+                .iter()
+                .all(|h| h.slot_wait_ns == 0 && h.calls.is_empty())
+        );
+        // A v3 hops entry in a v4 file lacks its slot wait.
+        let v4 = format!(
+            "{CSV_HEADER}\nbase,3,0.000,1.000,9.000,9.000,ok,,a/1/5.000,0,,,0,8.000/0.500//push/0,,,\n"
+        );
+        std::fs::write(&path, v4).expect("write");
+        assert!(matches!(
+            read_requests_csv(&path),
+            Err(OutputError::Parse { line: 2, .. })
+        ));
     }
 
     #[test]
@@ -897,8 +1149,8 @@ mod tests {
         assert_eq!(rows.len(), mixed.len() + 2 + 1);
         assert_eq!(rows[0].join(","), CSV_HEADER);
         assert!(
-            rows.iter().all(|r| r.len() == 15),
-            "every row has 15 fields"
+            rows.iter().all(|r| r.len() == 17),
+            "every row has 17 fields"
         );
 
         // Request 0: slow at a, b and c; 100 µs late; 21 ms latency.
@@ -916,8 +1168,9 @@ mod tests {
         assert_eq!(r0[12], "0", "no retry");
         assert_eq!(
             r0[13],
-            "20300.500/0.000//push/0;20300.500/0.000//push/0;20300.500/0.000//push/0"
+            "20300.500/0.000//push/0/0.000;20300.500/0.000//push/0/0.000;20300.500/0.000//push/0/0.000"
         );
+        assert_eq!((r0[15].as_str(), r0[16].as_str()), (";;", ""));
         // Request 111: slow nowhere.
         assert_eq!((rows[112][10].as_str(), rows[112][11].as_str()), ("", ""));
         assert_eq!(rows[112][7], "");

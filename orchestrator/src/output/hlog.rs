@@ -445,6 +445,7 @@ mod tests {
                         hop_record("a", 0, 900, false),
                     ],
                     extra_attempts: 0,
+                    attempts: Vec::new(),
                 });
             }
         }

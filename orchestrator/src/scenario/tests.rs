@@ -154,6 +154,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     slow: Some(Slowness {
                         probability: 0.1,
                         extra: DurationDist::Fixed { value: ms(20) },
+                        follow: None,
                     }),
                     replica_slow: None,
                     net: None,
@@ -213,6 +214,7 @@ fn full_scenario_parses_into_the_exact_model() {
                             min: ms(1),
                             max: ms(1500),
                         },
+                        follow: None,
                     }),
                     replica_slow: None,
                     net: None,
@@ -559,7 +561,8 @@ slow_threshold = "1.5s"
             probability: 1.0,
             extra: DurationDist::Fixed {
                 value: Duration::from_secs(120)
-            }
+            },
+            follow: None,
         })
     );
     assert_eq!(s.check.slow_threshold, ms(1500));
@@ -671,6 +674,53 @@ name = "db"
 "#;
 
 #[test]
+fn slow_follow_is_a_probability_and_variants_set_it() {
+    let source = format!(
+        "{HEAD}[[hop]]\nname = \"a\"\nslow = {{ probability = 0.01, extra = \"50ms\" }}\n\
+         downstream = [\"b\"]\n\
+         [[hop]]\nname = \"b\"\nslow = {{ probability = 0.01, extra = \"50ms\", follow = 0.9 }}\n\
+         [[variant]]\nname = \"plain\"\n\
+         [[variant]]\nname = \"tighter\"\nset = {{ \"hop.b.slow.follow\" = 0.5, \"hop.a.slow.follow\" = 1 }}\n"
+    );
+    let s = ok(&source);
+    let follows = |v: usize| -> Vec<Option<f64>> {
+        s.variants[v]
+            .hops
+            .iter()
+            .map(|h| h.slow.as_ref().and_then(|s| s.follow))
+            .collect()
+    };
+    assert_eq!(follows(0), [None, Some(0.9)]);
+    assert_eq!(follows(1), [Some(1.0), Some(0.5)]);
+    assert_eq!(
+        s.variants[1].hops[1].slow.as_ref().map(|s| s.probability),
+        Some(0.01),
+        "follow leaves the probability as it was"
+    );
+
+    let bad = format!(
+        "{HEAD}[[hop]]\nname = \"b\"\nslow = {{ probability = 0.01, extra = \"50ms\", follow = 1.5 }}\n"
+    );
+    let found = problems(&bad);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].2,
+        "hop \"b\": slow.follow must be between 0 and 1, got 1.5"
+    );
+    let swept = format!(
+        "{HEAD}[[hop]]\nname = \"b\"\nslow = {{ probability = 0.01, extra = \"50ms\" }}\n\
+         [[variant]]\nname = \"v\"\nset = {{ \"hop.b.slow.follow\" = -0.1 }}\n"
+    );
+    assert!(
+        problems(&swept)
+            .iter()
+            .any(|(_, _, m)| m.contains("slow.follow must be between 0 and 1, got -0.1")),
+        "{:?}",
+        problems(&swept)
+    );
+}
+
+#[test]
 fn variants_override_by_star_name_and_index_and_unset() {
     let source = format!(
         r#"{MESH}
@@ -713,7 +763,8 @@ unset = ["load.rate", "load.arrivals", "hop.backend.slow"]
         picked.hops[1].slow,
         Some(Slowness {
             probability: 0.2,
-            extra: DurationDist::Fixed { value: ms(5) }
+            extra: DurationDist::Fixed { value: ms(5) },
+            follow: None,
         })
     );
     assert_eq!(

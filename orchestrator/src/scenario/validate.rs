@@ -1346,9 +1346,11 @@ fn client_policy(s: &Section<'_>, p: &mut Problems) -> Option<ClientPolicy> {
 }
 
 fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<(Slowness, Window)> {
-    s.unknown_keys(p, &["probability", "extra", "start", "duration"]);
+    s.unknown_keys(p, &["probability", "extra", "follow", "start", "duration"]);
     let window = window(s, p);
     let probability = s.required(p, "probability", Section::probability);
+    // Absent: `None`; present: `Some(Some(f))` when valid, `Some(None)` not.
+    let follow = s.get("follow").map(|_| s.probability(p, "follow"));
     let extra = match s.get("extra") {
         None => {
             s.missing(p, "extra");
@@ -1387,6 +1389,7 @@ fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<(Slowness, Window)> {
         Slowness {
             probability: probability?,
             extra: extra?,
+            follow: follow.map_or(Some(None), |f| f.map(Some))?,
         },
         window?,
     ))

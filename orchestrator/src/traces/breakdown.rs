@@ -613,6 +613,7 @@ mod tests {
                 })
                 .collect(),
             extra_attempts: 0,
+            attempts: Vec::new(),
         }
     }
 

@@ -306,6 +306,7 @@ mod tests {
             outcome,
             path,
             extra_attempts: 0,
+            attempts: Vec::new(),
         }
     }
 

@@ -600,6 +600,7 @@ mod tests {
                 })
                 .collect(),
             extra_attempts: 0,
+            attempts: Vec::new(),
         }
     }
 

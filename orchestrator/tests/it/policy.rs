@@ -119,6 +119,50 @@ fn hedging_cuts_the_tail_for_a_few_percent_more_requests() {
         slow_plain.len()
     );
 
+    // requests.csv has each attempt of front's call to the leaf: one, ok,
+    // without a policy; with the hedge, exactly one ok and the rest failed
+    // or cancelled, every hedge sent at 15 ms or later. Where a hedge won
+    // over a slow first attempt, that first attempt was cancelled.
+    let leaf_call = |r: &Row| -> Vec<(u64, u64, String)> {
+        let front = r
+            .path
+            .iter()
+            .position(|(hop, _)| hop == "front")
+            .expect("front on the path");
+        let (hop, rest) = r.calls[front]
+            .split_once('@')
+            .expect("one call: hop@call_us:attempts");
+        assert_eq!(hop, "leaf", "{r:?}");
+        let (_, attempts) = rest.split_once(':').expect("call_us:attempts");
+        attempts_of(attempts)
+    };
+    for r in &rows {
+        assert_eq!(r.calls.len(), r.path.len(), "{r:?}");
+        let generator = attempts_of(&r.attempts);
+        assert_eq!(generator.len(), 1, "the generator has no policy: {r:?}");
+        assert_eq!(generator[0].2, "ok", "{r:?}");
+        let attempts = leaf_call(r);
+        if r.variant == "plain" {
+            assert_eq!(attempts.len(), 1, "{r:?}");
+            assert_eq!((attempts[0].0, attempts[0].2.as_str()), (0, "ok"), "{r:?}");
+            continue;
+        }
+        let ends: Vec<&str> = attempts.iter().map(|a| a.2.as_str()).collect();
+        assert_eq!(ends.iter().filter(|e| **e == "ok").count(), 1, "{r:?}");
+        assert!(
+            ends.iter()
+                .all(|e| ["ok", "failed", "cancelled"].contains(e)),
+            "{r:?}"
+        );
+        assert!(
+            attempts[1..].iter().all(|a| a.0 >= 15_000_000),
+            "hedges go after 15 ms: {r:?}"
+        );
+        if slow_plain.contains(&r.id) && !slow_hedged.contains(&r.id) {
+            assert_eq!(ends[0], "cancelled", "the slow first attempt lost: {r:?}");
+        }
+    }
+
     let extra = |v: &serde_json::Value| {
         v.pointer("/extra_load")
             .and_then(|x| x.as_f64())

@@ -94,9 +94,19 @@ pub struct Plan {
 }
 
 /// Plans request `request_id` (attempt `attempt`) at replica `replica` of the
-/// hop. The draws are made in a fixed order and unconditionally, so changing
-/// one fault's probability does not shift the others' schedules.
-pub fn plan(behavior: &HopBehavior, replica: u32, request_id: u64, attempt: u32) -> Plan {
+/// hop; `caller_slow` says whether the calling hop slowed this request with
+/// its own injected slowness. The draws are made in a fixed order and
+/// unconditionally, so changing one fault's probability does not shift the
+/// others' schedules. The slowness coin is the same draw whoever called:
+/// it is compared with `slow.follow` when the caller was slow (and `follow`
+/// is set), with `slow.probability` otherwise, so a seed keeps its meaning.
+pub fn plan(
+    behavior: &HopBehavior,
+    replica: u32,
+    request_id: u64,
+    attempt: u32,
+    caller_slow: bool,
+) -> Plan {
     let mut rng = keyed_rng(behavior.seed, &behavior.name, request_id, attempt);
     let factor = behavior
         .replica_slow
@@ -133,7 +143,7 @@ pub fn plan(behavior: &HopBehavior, replica: u32, request_id: u64, attempt: u32)
 
     Plan {
         work,
-        slow: slow.and_then(|(s, extra)| (slow_coin < s.probability).then_some(extra)),
+        slow: slow.and_then(|(s, extra)| (slow_coin < s.chance(caller_slow)).then_some(extra)),
         error: behavior
             .error
             .as_ref()
@@ -160,6 +170,7 @@ mod tests {
                 extra: DurationDist::Fixed {
                     value: Duration::from_millis(20),
                 },
+                follow: None,
             }),
             replica_slow: None,
             error: None,
@@ -170,17 +181,18 @@ mod tests {
     fn same_key_same_plan_other_key_other_plan() {
         let b = behavior();
         assert_eq!(
-            plan(&b, 0, 42, 0),
-            plan(&b, 1, 42, 0),
+            plan(&b, 0, 42, 0, false),
+            plan(&b, 1, 42, 0, false),
             "replica must not change the draw"
         );
-        let plans: Vec<Plan> = (0..50).map(|id| plan(&b, 0, id, 0)).collect();
-        let again: Vec<Plan> = (0..50).map(|id| plan(&b, 0, id, 0)).collect();
+        let plans: Vec<Plan> = (0..50).map(|id| plan(&b, 0, id, 0, false)).collect();
+        let again: Vec<Plan> = (0..50).map(|id| plan(&b, 0, id, 0, false)).collect();
         assert_eq!(plans, again);
-        assert_ne!(plan(&b, 0, 1, 0), plan(&b, 0, 2, 0));
+        assert_ne!(plan(&b, 0, 1, 0, false), plan(&b, 0, 2, 0, false));
         let mut other_seed = b.clone();
         other_seed.seed = 8;
-        let differs = (0..50).any(|id| plan(&b, 0, id, 0) != plan(&other_seed, 0, id, 0));
+        let differs =
+            (0..50).any(|id| plan(&b, 0, id, 0, false) != plan(&other_seed, 0, id, 0, false));
         assert!(differs, "the seed must change the schedule");
     }
 
@@ -189,7 +201,7 @@ mod tests {
         let b = behavior();
         let n = 100_000u64;
         let slow = (0..n)
-            .filter(|id| plan(&b, 0, *id, 0).slow.is_some())
+            .filter(|id| plan(&b, 0, *id, 0, false).slow.is_some())
             .count() as f64;
         // 5 standard deviations of a binomial(100000, 0.1): 0.0047.
         assert!(
@@ -197,6 +209,44 @@ mod tests {
             "slow fraction {}",
             slow / n as f64
         );
+    }
+
+    #[test]
+    fn a_follower_is_slowed_with_follow_after_a_slow_caller_and_probability_otherwise() {
+        let mut b = behavior();
+        if let Some(s) = &mut b.slow {
+            s.follow = Some(0.9);
+        }
+        let n = 20_000u64;
+        let share = |caller_slow: bool| {
+            (0..n)
+                .filter(|id| plan(&b, 0, *id, 0, caller_slow).slow.is_some())
+                .count() as f64
+                / n as f64
+        };
+        // 5 standard deviations of a binomial(20000, 0.9), as of one of
+        // (20000, 0.1): 0.0106.
+        let after_slow = share(true);
+        assert!(
+            (after_slow - 0.9).abs() < 0.0106,
+            "after a slow caller: {after_slow}"
+        );
+        let otherwise = share(false);
+        assert!((otherwise - 0.1).abs() < 0.0106, "otherwise: {otherwise}");
+        // The same coin: every request slow on its own is slow after a slow
+        // caller too (follow > probability), and the rest of the plan is
+        // the same draw.
+        for id in 0..1000 {
+            let (alone, after) = (plan(&b, 0, id, 0, false), plan(&b, 0, id, 0, true));
+            assert!(
+                alone.slow.is_none() || after.slow == alone.slow,
+                "request {id}"
+            );
+            assert_eq!((alone.work, alone.error), (after.work, after.error));
+        }
+        // Without `follow`, the caller changes nothing.
+        let plain = behavior();
+        assert!((0..1000).all(|id| plan(&plain, 0, id, 0, true) == plan(&plain, 0, id, 0, false)));
     }
 
     #[test]
@@ -238,8 +288,8 @@ mod tests {
             replica: 1,
             factor: 10.0,
         });
-        let fast = plan(&b, 0, 5, 0);
-        let slow = plan(&b, 1, 5, 0);
+        let fast = plan(&b, 0, 5, 0, false);
+        let slow = plan(&b, 1, 5, 0, false);
         match (fast.work, slow.work) {
             (PlannedWork::Sleep(f), PlannedWork::Sleep(s)) => {
                 assert!(f > Duration::ZERO);

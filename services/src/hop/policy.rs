@@ -19,8 +19,11 @@ use std::{
 use futures::{StreamExt, stream::FuturesUnordered};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use tailmesh_proto::pb::{AttemptEnd, AttemptTiming};
 use tokio::time::Instant;
 use tonic::{Code, Status};
+
+use super::server::nanos;
 
 /// When to send a hedge.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,14 +95,19 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("constant, valid histogram bounds")
 }
 
-/// How a call went: its result and how many attempts beyond the first it
-/// took (retries and hedges: the extra load the policy cost).
+/// How a call went: its result, how many attempts beyond the first it
+/// took (retries and hedges: the extra load the policy cost), and each
+/// attempt's timing.
 #[derive(Debug)]
 pub struct Called<T> {
     /// The first successful answer, or the last error.
     pub result: Result<T, Status>,
     /// Attempts beyond the first.
     pub extra_attempts: u32,
+    /// Every attempt in the order sent: when it went (after the call's
+    /// start), how long it ran and how it ended. Attempts still running
+    /// when another answered are cancelled, their time censored there.
+    pub attempts: Vec<AttemptTiming>,
 }
 
 impl PolicyState {
@@ -176,25 +184,43 @@ where
         }
     };
     if policy.is_plain() {
+        let result = attempt(0, deadline).await;
+        let attempts = vec![AttemptTiming {
+            start_ns: 0,
+            took_ns: nanos(started.elapsed()),
+            end: ended(&result) as i32,
+        }];
         return Called {
-            result: attempt(0, deadline).await,
+            result,
             extra_attempts: 0,
+            attempts,
         };
     }
     state.earn(policy);
 
-    let mut next = 0u32;
     let mut retries_left = policy.retries;
     let mut hedged = false;
     let mut last_error = Status::unavailable("no attempt was made");
     let mut running = FuturesUnordered::new();
-    let launch = |n: u32, running: &mut FuturesUnordered<_>, attempt: &mut F| {
+    // Each attempt's send time, beside its timing (index = attempt number).
+    let mut sent: Vec<Instant> = Vec::new();
+    let mut attempts: Vec<AttemptTiming> = Vec::new();
+    let launch = |running: &mut FuturesUnordered<_>,
+                  attempt: &mut F,
+                  sent: &mut Vec<Instant>,
+                  attempts: &mut Vec<AttemptTiming>| {
+        let n = u32::try_from(sent.len()).unwrap_or(u32::MAX);
         let t0 = Instant::now();
+        sent.push(t0);
+        attempts.push(AttemptTiming {
+            start_ns: nanos(t0.saturating_duration_since(started)),
+            took_ns: 0,
+            end: AttemptEnd::Unspecified as i32,
+        });
         let fut = attempt(n, budget_for(t0));
-        running.push(async move { (fut.await, t0.elapsed()) });
+        running.push(async move { (n, fut.await, t0.elapsed()) });
     };
-    launch(next, &mut running, &mut attempt);
-    next += 1;
+    launch(&mut running, &mut attempt, &mut sent, &mut attempts);
     loop {
         let hedge_at = match (policy.hedge, hedged) {
             (Some(h), false) => state.hedge_delay(h).map(|d| started + d),
@@ -208,15 +234,22 @@ where
         };
         tokio::select! {
             done = running.next() => {
-                let Some((result, took)) = done else {
+                let Some((n, result, took)) = done else {
                     break;
                 };
+                if let Some(a) = attempts.get_mut(n as usize) {
+                    a.took_ns = nanos(took);
+                    a.end = ended(&result) as i32;
+                }
                 match result {
                     Ok(answer) => {
                         state.record(policy, took);
                         // Dropping the others cancels them (tonic resets
                         // their streams).
-                        return Called { result: Ok(answer), extra_attempts: next - 1 };
+                        drop(running);
+                        let attempts = cancel_the_rest(attempts, &sent);
+                        let extra_attempts = extra(&attempts);
+                        return Called { result: Ok(answer), extra_attempts, attempts };
                     }
                     Err(status) => {
                         let again = running.is_empty()
@@ -227,23 +260,49 @@ where
                         last_error = status;
                         if again {
                             retries_left -= 1;
-                            launch(next, &mut running, &mut attempt);
-                            next += 1;
+                            launch(&mut running, &mut attempt, &mut sent, &mut attempts);
                         }
                     }
                 }
             }
             () = hedge_timer => {
                 hedged = true;
-                launch(next, &mut running, &mut attempt);
-                next += 1;
+                launch(&mut running, &mut attempt, &mut sent, &mut attempts);
             }
         }
     }
+    drop(running);
+    let attempts = cancel_the_rest(attempts, &sent);
     Called {
         result: Err(last_error),
-        extra_attempts: next - 1,
+        extra_attempts: extra(&attempts),
+        attempts,
     }
+}
+
+/// How an attempt that finished ended.
+fn ended<T>(result: &Result<T, Status>) -> AttemptEnd {
+    match result {
+        Ok(_) => AttemptEnd::Ok,
+        Err(_) => AttemptEnd::Failed,
+    }
+}
+
+/// Marks the attempts that had not ended as cancelled now, each censored
+/// at the time it ran (`sent[i]`: attempt `i`'s send time).
+fn cancel_the_rest(mut attempts: Vec<AttemptTiming>, sent: &[Instant]) -> Vec<AttemptTiming> {
+    for (a, t0) in attempts.iter_mut().zip(sent) {
+        if a.end() == AttemptEnd::Unspecified {
+            a.took_ns = nanos(t0.elapsed());
+            a.end = AttemptEnd::Cancelled as i32;
+        }
+    }
+    attempts
+}
+
+/// Attempts beyond the first.
+fn extra(attempts: &[AttemptTiming]) -> u32 {
+    u32::try_from(attempts.len().saturating_sub(1)).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
@@ -272,6 +331,16 @@ mod tests {
         }
     }
 
+    const MS: u64 = 1_000_000;
+
+    /// Each attempt's (start, took, end), in ms on the paused clock.
+    fn timings(attempts: &[AttemptTiming]) -> Vec<(u64, u64, AttemptEnd)> {
+        attempts
+            .iter()
+            .map(|a| (a.start_ns / MS, a.took_ns / MS, a.end()))
+            .collect()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_plain_policy_makes_one_attempt() {
         let log = Arc::new(StdMutex::new(Vec::new()));
@@ -290,6 +359,7 @@ mod tests {
             ),
             (0, vec![0])
         );
+        assert_eq!(timings(&called.attempts), [(0, 5, AttemptEnd::Failed)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -310,6 +380,13 @@ mod tests {
         assert_eq!(called.result.ok(), Some(1), "the hedge answered first");
         assert_eq!(called.extra_attempts, 1);
         assert_eq!(start.elapsed(), Duration::from_millis(15));
+        // The first ran until the hedge answered, and was cancelled then;
+        // the hedge went after the hedge delay.
+        assert_eq!(
+            timings(&called.attempts),
+            [(0, 15, AttemptEnd::Cancelled), (10, 5, AttemptEnd::Ok)]
+        );
+        assert_eq!(called.attempts[1].start_ns, 10 * MS);
         // A fast first answer sends no hedge.
         let log = Arc::new(StdMutex::new(Vec::new()));
         let called = call(
@@ -320,6 +397,28 @@ mod tests {
         )
         .await;
         assert_eq!((called.result.ok(), called.extra_attempts), (Some(0), 0));
+        assert_eq!(timings(&called.attempts), [(0, 3, AttemptEnd::Ok)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hedge_that_fails_leaves_the_first_to_answer() {
+        let policy = ClientPolicy {
+            hedge: Some(Hedge::After(Duration::from_millis(10))),
+            ..Default::default()
+        };
+        let log = Arc::new(StdMutex::new(Vec::new()));
+        let called = call(
+            &policy,
+            &PolicyState::default(),
+            None,
+            scripted(vec![(30, Ok(0)), (5, Err(Code::Unavailable))], log),
+        )
+        .await;
+        assert_eq!(called.result.ok(), Some(0));
+        assert_eq!(
+            timings(&called.attempts),
+            [(0, 30, AttemptEnd::Ok), (10, 5, AttemptEnd::Failed)]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -338,6 +437,7 @@ mod tests {
         ];
         let called = call(&policy, &state, None, scripted(script, log.clone())).await;
         // One call earned one token: one retry, then the budget is spent.
+        assert_eq!(timings(&called.attempts).len(), 2);
         assert_eq!(called.result.map_err(|s| s.code()), Err(Code::Unavailable));
         assert_eq!(called.extra_attempts, 1);
         // A non-retryable error is not retried at all.
@@ -362,6 +462,15 @@ mod tests {
         ];
         let called = call(&policy, &rich, None, scripted(script, log)).await;
         assert_eq!((called.result.ok(), called.extra_attempts), (Some(7), 2));
+        // Each retry went when the attempt before it failed.
+        assert_eq!(
+            timings(&called.attempts),
+            [
+                (0, 1, AttemptEnd::Failed),
+                (1, 1, AttemptEnd::Failed),
+                (2, 1, AttemptEnd::Ok)
+            ]
+        );
     }
 
     #[tokio::test(start_paused = true)]

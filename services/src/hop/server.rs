@@ -11,7 +11,7 @@ use opentelemetry::trace::SpanKind;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::{
-    CallReply, CallRequest, HopRecord, control_server,
+    CallReply, CallRequest, CallTiming, HopRecord, control_server,
     hop_server::{self, Hop, HopServer},
 };
 use tokio::{
@@ -444,6 +444,7 @@ impl HopCore {
             inner.replica,
             request.request_id,
             request.attempt,
+            request.caller_slow,
         );
 
         // A replica with limited concurrency holds a slot for its own work
@@ -502,6 +503,7 @@ impl HopCore {
 
         let mut path = Vec::new();
         let mut extra_attempts = 0;
+        let mut calls = Vec::with_capacity(inner.downstream.len());
         if !inner.downstream.is_empty() {
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if remaining == Some(Duration::ZERO) {
@@ -515,13 +517,25 @@ impl HopCore {
                 payload: request.payload.clone(),
                 attempt: 0,
                 caller: inner.behavior.name.clone(),
+                // Followers downstream slow it more often when this hop did.
+                caller_slow: plan.slow.is_some(),
             };
-            let replies = futures::future::join_all(
-                inner.downstream.iter().map(|d| d.call(&child, remaining)),
-            )
+            let replies = futures::future::join_all(inner.downstream.iter().map(|d| {
+                let child = &child;
+                async move {
+                    let t0 = Instant::now();
+                    let called = d.call(child, remaining).await;
+                    (d, called, t0.elapsed())
+                }
+            }))
             .await;
-            for reply in replies {
+            for (d, reply, took) in replies {
                 extra_attempts += reply.extra_attempts;
+                calls.push(CallTiming {
+                    hop: d.hop.to_string(),
+                    call_ns: nanos(took),
+                    attempts: reply.attempts,
+                });
                 path.extend(reply.result?.path);
             }
         }
@@ -536,6 +550,8 @@ impl HopCore {
             parent: request.caller,
             transport: inner.transport.as_str().to_string(),
             extra_attempts,
+            slot_wait_ns: nanos(slot_wait),
+            calls,
         });
         Ok(CallReply {
             request_id: request.request_id,

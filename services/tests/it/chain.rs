@@ -13,7 +13,7 @@ use std::{
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use tailmesh_proto::pb::{
-    CallReply, CallRequest, HopRecord,
+    AttemptEnd, CallReply, CallRequest, HopRecord,
     hop_server::{Hop, HopServer},
 };
 use tailmesh_services::{
@@ -57,7 +57,15 @@ impl HopSpec {
         self.slow = Some(Slowness {
             probability,
             extra: DurationDist::Fixed { value: extra },
+            follow: None,
         });
+        self
+    }
+    /// With `slow`: the chance used instead after a slow caller.
+    fn follow(mut self, follow: f64) -> Self {
+        if let Some(slow) = &mut self.slow {
+            slow.follow = Some(follow);
+        }
         self
     }
     fn error(mut self, probability: f64, code: i32) -> Self {
@@ -295,6 +303,7 @@ impl Chain {
             payload: vec![7; 16].into(),
             attempt: 0,
             caller: String::new(),
+            caller_slow: false,
         };
         self.entry.call(request, Some(Duration::from_secs(5))).await
     }
@@ -322,6 +331,26 @@ async fn paths_name_every_hop_in_order_with_parents() {
         for r in &reply.path {
             assert!(r.total_ns >= r.service_ns, "{r:?}");
             assert_eq!(r.transport, "push");
+            assert_eq!(r.slot_wait_ns, 0, "no concurrency limit, no slot wait");
+        }
+        // Each hop timed its one downstream call: one attempt, answered,
+        // within the call, within the caller's own time.
+        let calls: Vec<Vec<&str>> = reply
+            .path
+            .iter()
+            .map(|r| r.calls.iter().map(|c| c.hop.as_str()).collect())
+            .collect();
+        assert_eq!(calls, [vec![], vec!["c"], vec!["b"]]);
+        for r in &reply.path {
+            for call in &r.calls {
+                let [attempt] = &call.attempts[..] else {
+                    panic!("one attempt without a policy: {call:?}");
+                };
+                assert_eq!(attempt.end(), AttemptEnd::Ok);
+                assert_eq!(attempt.start_ns, 0);
+                assert!(attempt.took_ns <= call.call_ns, "{call:?}");
+                assert!(call.call_ns <= r.total_ns, "{r:?}");
+            }
         }
         replicas_of_c.insert(reply.path[0].replica);
     }
@@ -339,12 +368,14 @@ async fn paths_name_every_hop_in_order_with_parents() {
 // Paused, time moves only when every task waits for a timer; loopback
 // sockets deliver inside the sender's write, so the runtime sees the bytes
 // on its next poll and no call's deadline is skipped to.
+// b follows a's slowness (`slow.follow`): its schedule is the seeded one
+// given whether a slowed the request.
 #[tokio::test(start_paused = true)]
 async fn slow_flags_follow_the_seeded_schedule_and_add_the_delay() {
     let extra = Duration::from_millis(20);
     let specs = vec![
         hop("a").slow(0.3, extra),
-        hop("b").slow(0.3, extra),
+        hop("b").slow(0.3, extra).follow(0.9),
         hop("c"),
     ];
     let c = paused_chain(specs.clone()).await;
@@ -356,7 +387,8 @@ async fn slow_flags_follow_the_seeded_schedule_and_add_the_delay() {
                 .iter()
                 .find(|s| s.name == record.hop)
                 .expect("known hop");
-            let expected = draw::plan(&spec.behavior(SEED), record.replica, id, 0)
+            let caller_slow = reply.path.iter().any(|r| r.hop == record.parent && r.slow);
+            let expected = draw::plan(&spec.behavior(SEED), record.replica, id, 0, caller_slow)
                 .slow
                 .is_some();
             assert_eq!(record.slow, expected, "request {id} hop {}", record.hop);
@@ -409,6 +441,7 @@ async fn deadlines_propagate_downstream() {
         payload: Default::default(),
         attempt: 0,
         caller: String::new(),
+        caller_slow: false,
     };
     let reply = c
         .entry
@@ -446,6 +479,7 @@ async fn deadlines_propagate_downstream() {
         payload: Default::default(),
         attempt: 0,
         caller: String::new(),
+        caller_slow: false,
     };
     let status = c
         .entry
@@ -494,6 +528,7 @@ async fn a_refusing_downstream_is_named() {
         payload: Default::default(),
         attempt: 0,
         caller: String::new(),
+        caller_slow: false,
     };
     let status = pool
         .call(request, Some(Duration::from_secs(2)))

@@ -179,6 +179,7 @@ async fn impossible_values_are_invalid_arguments() {
                 probability: 2.0,
                 extra_us: 1_000,
                 extra: None,
+                follow: None,
             }),
             ..Default::default()
         },
@@ -256,6 +257,7 @@ async fn slowness_set_at_runtime_slows_every_request_until_cleared() {
                     probability: 1.0,
                     extra_us: 20_000,
                     extra: None,
+                    follow: None,
                 }),
                 ..Default::default()
             },
@@ -360,6 +362,7 @@ async fn clearing_one_kind_keeps_the_others() {
                 max_us: 3_000,
             })),
         }),
+        follow: None,
     };
     let set = control
         .set_faults(with_token(
@@ -424,6 +427,7 @@ fn slow_drawn_from(kind: dist::Kind) -> SetFaultsRequest {
             probability: 0.5,
             extra_us: 0,
             extra: Some(Dist { kind: Some(kind) }),
+            follow: None,
         }),
         ..Default::default()
     }

@@ -470,6 +470,7 @@ async fn a_push_client_connects_again_to_a_replica_that_came_back() {
                 payload: Default::default(),
                 attempt: 0,
                 caller: String::new(),
+                caller_slow: false,
             },
             Some(Duration::from_secs(2)),
         )

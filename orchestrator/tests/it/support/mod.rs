@@ -580,10 +580,34 @@ pub(crate) struct Row {
     pub retried: bool,
     /// An error's message (empty otherwise).
     pub error: String,
+    /// Per path record, its downstream calls as written (`hop@call_us:attempts`
+    /// joined by `|`; empty for a hop that called nothing).
+    pub calls: Vec<String>,
+    /// The load generator's attempts as written.
+    pub attempts: String,
 }
 
-/// requests.csv's header (format version 3).
-pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error";
+/// One attempt of a call as requests.csv writes it: (start, took) in
+/// nanoseconds and how it ended (`ok`, `failed`, `cancelled`).
+pub(crate) fn attempts_of(field: &str) -> Vec<(u64, u64, String)> {
+    field
+        .split('/')
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            let (start, rest) = a
+                .split_once('+')
+                .unwrap_or_else(|| panic!("start+took: {a}"));
+            let at = rest
+                .find(|c: char| c.is_ascii_alphabetic())
+                .unwrap_or_else(|| panic!("an end: {a}"));
+            let (took, end) = rest.split_at(at);
+            (micros3_to_ns(start), micros3_to_ns(took), end.to_owned())
+        })
+        .collect()
+}
+
+/// requests.csv's header (format version 4).
+pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts";
 
 /// CSV text split into rows of fields (the library's own RFC 4180 reader:
 /// error messages carry quotes and commas); the last row must end in a
@@ -605,7 +629,7 @@ pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
     );
     rows.map(|f| {
         let line = f.join(",");
-        assert_eq!(f.len(), 15, "15 fields: {line}");
+        assert_eq!(f.len(), 17, "17 fields: {line}");
         let f: Vec<&str> = f.iter().map(String::as_str).collect();
         let list = |s: &str| -> Vec<String> {
             s.split(';')
@@ -638,6 +662,11 @@ pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
                 other => panic!("retried is 0 or 1, not {other:?}: {line}"),
             },
             error: f[14].to_string(),
+            calls: match f[15] {
+                "" => Vec::new(),
+                calls => calls.split(';').map(str::to_string).collect(),
+            },
+            attempts: f[16].to_string(),
         }
     })
     .collect()
