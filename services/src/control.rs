@@ -559,6 +559,22 @@ mod tests {
                 slow
             );
         }
+        let mut follow_too_high = slowness_message(&Slowness {
+            probability: 0.25,
+            extra: DurationDist::Fixed { value: d(1_000) },
+            follow: None,
+        });
+        assert_eq!(
+            validate_slowness(&follow_too_high).expect("valid").follow,
+            None
+        );
+        follow_too_high.follow = Some(1.5);
+        let refused = validate_slowness(&follow_too_high).expect_err("out of range");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            refused.message(),
+            "slow.follow must be between 0 and 1, got 1.5"
+        );
     }
 
     #[test]

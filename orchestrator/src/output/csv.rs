@@ -456,8 +456,8 @@ fn write_row(
         u8::from(r.retried()),
         quote(&hops.join(";")),
         quote(error),
-        calls.join(";"),
-        attempts_entry(&r.attempts),
+        quote(&calls.join(";")),
+        quote(&attempts_entry(&r.attempts)),
     )
 }
 
