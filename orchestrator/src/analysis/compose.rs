@@ -255,6 +255,72 @@ impl Dist {
         }
     }
 
+    /// The product-limit (Kaplan-Meier) estimate of a time measured on
+    /// some requests (`events`, µs) and only known to exceed a value on
+    /// others (`censored`, µs: an attempt cancelled when another answered
+    /// first). At each recorded value the survival drops by the share of
+    /// those still at risk whose time ended there; a value censored at the
+    /// same time as events counts as at risk for them. The survival left
+    /// after the last event (the largest times were all censored) is
+    /// beyond: the estimate says nothing about where it lies.
+    pub fn kaplan_meier(
+        events: &Histogram<u64>,
+        censored: &Histogram<u64>,
+        grid: Grid,
+    ) -> Result<Dist, ComposeError> {
+        if events.is_empty() {
+            return Err(ComposeError::Empty);
+        }
+        let mut times: Vec<(u64, u64, u64)> = events
+            .iter_recorded()
+            .map(|s| (s.value_iterated_to(), s.count_at_value(), 0))
+            .chain(
+                censored
+                    .iter_recorded()
+                    .map(|s| (s.value_iterated_to(), 0, s.count_at_value())),
+            )
+            .collect();
+        times.sort_unstable_by_key(|t| t.0);
+        let mut at_risk = (events.len() + censored.len()) as f64;
+        let mut survival = 1.0;
+        let mut acc = Accumulator::new(grid);
+        let us = 1000.0 / grid.bin.as_nanos() as f64;
+        for (value, ended, cut) in times {
+            if ended > 0 && at_risk > 0.0 {
+                let drop = survival * ended as f64 / at_risk;
+                let lo = events.lowest_equivalent(value) as f64 * us;
+                let hi = (events.highest_equivalent(value) as f64 + 1.0) * us;
+                acc.spread(lo, hi, drop);
+                survival -= drop;
+            }
+            at_risk -= (ended + cut) as f64;
+        }
+        acc.beyond += survival.max(0.0);
+        Ok(acc.finish())
+    }
+
+    /// The distribution given that the latency is on the grid, with
+    /// `beyond` set to `censored` instead: the shape of the answered
+    /// requests, with the share that did not answer taken as given.
+    pub fn with_beyond(&self, censored: f64) -> Dist {
+        let censored = censored.clamp(0.0, 1.0);
+        let on_grid = self.on_grid();
+        if on_grid <= 0.0 || censored >= 1.0 {
+            let mut acc = Accumulator::new(self.grid);
+            acc.beyond = 1.0;
+            return acc.finish();
+        }
+        let mut acc = Accumulator::from_mass(
+            self.grid,
+            self.mass
+                .iter()
+                .map(|m| m / on_grid * (1.0 - censored))
+                .collect(),
+        );
+        acc.beyond = censored;
+        acc.finish()
+    }
+
     /// All mass at `d` (within its bin; past the grid, beyond).
     pub fn point(grid: Grid, d: Duration) -> Dist {
         let mut acc = Accumulator::new(grid);
@@ -752,14 +818,59 @@ fn erfc(x: f64) -> f64 {
     }
 }
 
+/// A histogram's recorded values and their counts, in order.
+fn recorded(h: &Histogram<u64>) -> Vec<(u64, u64)> {
+    h.iter_recorded()
+        .map(|s| (s.value_iterated_to(), s.count_at_value()))
+        .collect()
+}
+
+/// One multinomial draw of `n` requests over categories seen `seen[i]`
+/// times each (out of `n`): a binomial per category, in turn, of the
+/// requests not yet placed, into `counts`. Costs the categories, not the
+/// requests.
+fn multinomial(seen: &[u64], n: u64, rng: &mut ChaCha8Rng, counts: &mut [u64]) {
+    let (mut left, mut unseen) = (n, n);
+    for (count, c) in counts.iter_mut().zip(seen) {
+        *count = if left == 0 || *c == 0 {
+            0
+        } else if *c >= unseen {
+            left
+        } else {
+            Binomial::new(left, *c as f64 / unseen as f64)
+                .map(|b| b.sample(rng))
+                .unwrap_or(0)
+        };
+        left -= *count;
+        unseen = unseen.saturating_sub(*c);
+    }
+}
+
+/// A bootstrap replicate of `h`: as many values, drawn with replacement
+/// from its recorded ones.
+pub(crate) fn resample(h: &Histogram<u64>, rng: &mut ChaCha8Rng) -> Histogram<u64> {
+    let steps = recorded(h);
+    let seen: Vec<u64> = steps.iter().map(|(_, c)| *c).collect();
+    let mut counts = vec![0u64; steps.len()];
+    multinomial(&seen, h.len(), rng, &mut counts);
+    let mut out = Histogram::new_from(h);
+    for ((value, _), count) in steps.iter().zip(&counts) {
+        if *count > 0 {
+            // Recorded values of `h` fit a histogram shaped like `h`.
+            let _ = out.record_n(*value, *count);
+        }
+    }
+    out
+}
+
 /// 95 % percentile bootstrap intervals (µs) for the quantiles `qs` of a
 /// measured histogram with `censored` requests past every value: one
 /// `(low, high)` per quantile, `None` where the bound falls among the
-/// censored. Each replicate resamples the counts multinomially (a binomial
-/// per recorded value, in turn, of the requests not yet placed), so it costs
-/// the histogram's recorded values, not its requests. A quantile reads as
-/// the histogram reads it: the ceil(q n)-th smallest, its bucket's highest
-/// equivalent value.
+/// censored. Each replicate resamples the counts multinomially (the
+/// censored requests are the last category), so it costs the histogram's
+/// recorded values, not its requests. A quantile reads as the histogram
+/// reads it: the ceil(q n)-th smallest, its bucket's highest equivalent
+/// value.
 pub fn bootstrap_quantiles(
     h: &Histogram<u64>,
     censored: u64,
@@ -767,35 +878,18 @@ pub fn bootstrap_quantiles(
     replicates: usize,
     seed: u64,
 ) -> Vec<(Option<u64>, Option<u64>)> {
-    let steps: Vec<(u64, u64)> = h
-        .iter_recorded()
-        .map(|s| (s.value_iterated_to(), s.count_at_value()))
-        .collect();
+    let steps = recorded(h);
     let n = h.len() + censored;
     if n == 0 || replicates == 0 {
         return vec![(None, None); qs.len()];
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut draws: Vec<Vec<Option<u64>>> = vec![Vec::with_capacity(replicates); qs.len()];
+    let seen: Vec<u64> = steps.iter().map(|(_, c)| *c).collect();
     let mut counts = vec![0u64; steps.len()];
     for _ in 0..replicates {
-        // Requests not yet placed, and the sample's requests in the
-        // categories not yet drawn (the censored last).
-        let (mut left, mut unseen) = (n, n);
-        for (count, (_, c)) in counts.iter_mut().zip(&steps) {
-            *count = if left == 0 || *c == 0 {
-                0
-            } else if *c >= unseen {
-                left
-            } else {
-                Binomial::new(left, *c as f64 / unseen as f64)
-                    .map(|b| b.sample(&mut rng))
-                    .unwrap_or(0)
-            };
-            left -= *count;
-            unseen -= c;
-        }
-        // What is left is the censored requests' draw.
+        // What is left after the recorded values is the censored requests' draw.
+        multinomial(&seen, n, &mut rng, &mut counts);
         for (q, out) in qs.iter().zip(&mut draws) {
             let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
             let mut seen = 0;
@@ -820,6 +914,7 @@ pub fn bootstrap_quantiles(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::Rng;
     use rand_distr::Exp;
 
     fn us(n: u64) -> Duration {
@@ -1378,5 +1473,107 @@ mod tests {
             bootstrap_quantiles(&Histogram::new(3).expect("histogram"), 0, &[0.5], 10, 1),
             vec![(None, None)]
         );
+    }
+
+    #[test]
+    fn kaplan_meier_recovers_an_exponential_from_censored_observations() {
+        // Times drawn from an exponential of mean 1 ms; half of them are
+        // only seen up to a uniform cut (cancelled). Dropping the cut ones
+        // would bias the estimate low; the product-limit must not.
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let law = Exp::new(1.0 / 1000.0).expect("rate");
+        let (mut ended, mut cut) = (
+            Histogram::<u64>::new(3).expect("histogram"),
+            Histogram::<u64>::new(3).expect("histogram"),
+        );
+        for i in 0..40_000 {
+            let t: f64 = law.sample(&mut rng);
+            let c = if i % 2 == 0 {
+                f64::INFINITY
+            } else {
+                rng.random_range(0.0..3000.0)
+            };
+            if t <= c {
+                ended.record(t as u64).expect("record");
+            } else {
+                cut.record(c as u64).expect("record");
+            }
+        }
+        let g = Grid::new(us(10), ms(100)).expect("grid");
+        let km = Dist::kaplan_meier(&ended, &cut, g).expect("estimate");
+        let naive = Dist::from_histogram(&ended, 0, g).expect("naive");
+        let truth = |q: f64| -1000.0 * (1.0 - q).ln();
+        for q in [0.5, 0.9, 0.99] {
+            let at = km.quantile(q).expect("quantile").as_micros() as f64;
+            assert!(
+                (at / truth(q) - 1.0).abs() < 0.05,
+                "q {q}: {at} vs {}",
+                truth(q)
+            );
+        }
+        let naive_p90 = naive.quantile(0.9).expect("quantile").as_micros() as f64;
+        assert!(
+            naive_p90 < truth(0.9) * 0.95,
+            "the cut ones bias a naive estimate: {naive_p90}"
+        );
+        // Nothing censored: the product-limit is the histogram itself.
+        same(
+            &Dist::kaplan_meier(&ended, &Histogram::<u64>::new(3).expect("histogram"), g)
+                .expect("estimate"),
+            &naive,
+            "uncensored",
+        );
+        // Censored past every event: that survival is beyond.
+        let mut late = Histogram::<u64>::new(3).expect("histogram");
+        late.record_n(50_000, 40_000).expect("record");
+        let km = Dist::kaplan_meier(&ended, &late, g).expect("estimate");
+        let share = ended.len() as f64 / (ended.len() + 40_000) as f64;
+        close(km.beyond(), 1.0 - share, 1e-9, "beyond");
+        assert_eq!(
+            Dist::kaplan_meier(&Histogram::<u64>::new(3).expect("histogram"), &late, g),
+            Err(ComposeError::Empty)
+        );
+    }
+
+    #[test]
+    fn with_beyond_keeps_the_shape_and_sets_the_censored_share() {
+        let g = Grid::new(us(1), ms(10)).expect("grid");
+        let d = uniform(g, ms(1), ms(2)).truncate(Duration::from_micros(1500));
+        assert!(d.beyond() > 0.4);
+        let c = d.with_beyond(0.1);
+        close(c.beyond(), 0.1, 1e-12, "beyond");
+        // The shape: uniform on 1-1.5 ms, holding 0.9.
+        close(
+            c.quantile(0.45).expect("q").as_secs_f64(),
+            0.00125,
+            1e-6,
+            "middle",
+        );
+        close(
+            c.quantile(0.9).expect("q").as_secs_f64(),
+            0.0015,
+            1e-6,
+            "top",
+        );
+        assert_eq!(c.quantile(0.95), None, "among the censored");
+        close(d.with_beyond(1.0).beyond(), 1.0, 0.0, "all censored");
+    }
+
+    #[test]
+    fn a_resample_has_as_many_values_drawn_from_the_same_ones() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let h = sample_histogram(&mut rng, 5000, 1000.0);
+        let values: std::collections::BTreeSet<u64> =
+            h.iter_recorded().map(|s| s.value_iterated_to()).collect();
+        let a = resample(&h, &mut rng);
+        let b = resample(&h, &mut rng);
+        assert_eq!((a.len(), b.len()), (h.len(), h.len()));
+        assert!(
+            a.iter_recorded()
+                .all(|s| values.contains(&s.value_iterated_to()))
+        );
+        assert_ne!(a, b, "two replicates differ");
+        let mean = |x: &Histogram<u64>| x.mean();
+        assert!((mean(&a) / mean(&h) - 1.0).abs() < 0.1);
     }
 }

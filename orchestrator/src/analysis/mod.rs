@@ -26,11 +26,15 @@
 //!   measured quantiles.
 //! - `declared`: the end-to-end latency a scenario declares, composed
 //!   from its hops' work, faults and client policies before anything runs.
+//! - `composition`: the whole tail composed from each request's segments
+//!   (as if independent, and shuffled) against the measured one, the
+//!   dependence figure and `[check] distribution`.
 //! - `gate`: `compare --gate`, run B against run A with bootstrap intervals.
 
 pub(crate) mod attribution;
 pub(crate) mod broker;
 pub(crate) mod compose;
+pub(crate) mod composition;
 pub(crate) mod compounding;
 pub(crate) mod declared;
 pub(crate) mod gate;
@@ -50,6 +54,10 @@ pub(crate) mod testing;
 
 pub use broker::BrokerTopicStats;
 pub use compose::{ComposeError, Dist, Grid, MAX_BINS, MIN_BIN, bootstrap_quantiles, grid_for};
+pub use composition::{
+    CompositionReport, Correlation, Dependence, DistributionCheck, QuantileBand, Quantiles,
+    SegmentSummary, SpectrumPoint, TailSegment,
+};
 pub use declared::{BUSY, Declared, Overhead, RETRYABLE, Undeclared, declared, declared_in_force};
 pub use gate::{
     DEFAULT_ERROR_TOLERANCE, DEFAULT_REPLICATES, DEFAULT_TOLERANCE, GateReport, GateRule,

@@ -18,6 +18,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::attribution::{AttributionAcc, AttributionReport};
+use super::composition::{CompositionAcc, CompositionContext, CompositionReport};
 use super::compounding::{HopSlowness, SlowCounts, compare};
 use super::instrument::ms;
 use super::latency_intervals::ClosedInterval;
@@ -66,6 +67,10 @@ pub struct PhaseReport {
     /// Why this phase's slow requests were slow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<AttributionReport>,
+    /// The whole tail of this phase's requests, composed from their
+    /// segments against the measured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub composition: Option<CompositionReport>,
 }
 
 /// How long the tail took to return after a fault window ended.
@@ -300,6 +305,7 @@ struct PhaseAcc {
     /// Per hop, in scenario order: path records and slow ones.
     hops: Vec<(u64, u64)>,
     attribution: AttributionAcc,
+    composition: CompositionAcc,
 }
 
 /// Watches the intervals after a fault window for the tail's return: a
@@ -360,6 +366,7 @@ impl Phases {
                         .filter_map(|h| Some((h.name.clone(), work_bound(h)?)))
                         .collect(),
                 ),
+                composition: CompositionAcc::new(variant),
             })
             .collect();
         let watches = planned
@@ -389,7 +396,11 @@ impl Phases {
                     .map(|h| {
                         let windowed = h.windows.slow.is_scheduled();
                         let in_force = !windowed || p.faults.contains(&slow_label(&h.name));
-                        if in_force { declared_p(h) } else { 0.0 }
+                        if in_force {
+                            declared_p(variant, h)
+                        } else {
+                            0.0
+                        }
                     })
                     .collect()
             })
@@ -446,6 +457,7 @@ impl Phases {
             Outcome::Error { .. } => acc.errors += 1,
         }
         acc.attribution.record(r);
+        acc.composition.observe(r);
     }
 
     /// Sees one closed latency interval (they close in order): the
@@ -522,7 +534,11 @@ impl Phases {
 
     /// The phases' reports and the knee, judged against the variant's
     /// `machine`.
-    pub(crate) fn finish(self, machine: &MachineState) -> (Vec<PhaseReport>, Option<Knee>) {
+    pub(crate) fn finish(
+        self,
+        machine: &MachineState,
+        composing: &CompositionContext<'_>,
+    ) -> (Vec<PhaseReport>, Option<Knee>) {
         let end_s = self.end_s.unwrap_or(0.0);
         let mut recoveries: BTreeMap<usize, Recovery> = BTreeMap::new();
         for w in self.watches {
@@ -589,6 +605,10 @@ impl Phases {
                     )
                 });
                 let failed = acc.errors + acc.timeouts;
+                let composition = acc.composition.finish(&CompositionContext {
+                    faults: Some(&p.faults),
+                    ..*composing
+                });
                 PhaseReport {
                     name: p.name,
                     start_s,
@@ -610,6 +630,7 @@ impl Phases {
                     recovery: recoveries.remove(&i),
                     compounding,
                     attribution: Some(attribution),
+                    composition,
                 }
             })
             .collect();

@@ -267,14 +267,19 @@ fn read_fact(file: &str, uname_flag: &str) -> Option<String> {
 /// The run's overall verdict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckSummary {
-    /// "fail" if any variant's compounding check failed, else
-    /// "inconclusive" if any was inconclusive, else "pass" (also when no
-    /// variant requested the check: see `compounding_requested`).
+    /// "fail" if any variant's compounding or distribution check failed,
+    /// else "inconclusive" if any was inconclusive, else "pass" (also when
+    /// no variant requested a check: see `compounding_requested` and
+    /// `distribution`).
     pub verdict: Verdict,
     /// Whether any variant ran the compounding check.
     pub compounding_requested: bool,
     /// Each variant's compounding verdict (absent: not requested).
     pub variants: BTreeMap<String, Verdict>,
+    /// Each variant's distribution verdict (`[check] distribution`;
+    /// absent: not requested). `verdict` counts them too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub distribution: BTreeMap<String, Verdict>,
     /// Whether every variant accounted for every request.
     pub accounted: bool,
     /// Whether every variant's share of failed requests stayed within
@@ -363,7 +368,19 @@ impl CheckSummary {
             .iter()
             .filter_map(|v| v.compounding.as_ref().map(|c| (v.name.clone(), c.verdict)))
             .collect();
-        let any = |x: Verdict| verdicts.values().any(|&v| v == x);
+        let distribution: BTreeMap<String, Verdict> = variants
+            .iter()
+            .filter_map(|v| {
+                let check = v.composition.as_ref()?.check.as_ref()?;
+                Some((v.name.clone(), check.verdict))
+            })
+            .collect();
+        let any = |x: Verdict| {
+            verdicts
+                .values()
+                .chain(distribution.values())
+                .any(|&v| v == x)
+        };
         let verdict = if any(Verdict::Fail) {
             Verdict::Fail
         } else if any(Verdict::Inconclusive) {
@@ -375,6 +392,7 @@ impl CheckSummary {
             verdict,
             compounding_requested: !verdicts.is_empty(),
             variants: verdicts,
+            distribution,
             accounted: variants.iter().all(|v| v.accounted),
             error_rate: Some(ErrorRateCheck::of(variants, max_error_rate)),
         }

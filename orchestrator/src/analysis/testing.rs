@@ -88,6 +88,8 @@ pub(crate) fn check() -> Check {
         slow_threshold: Duration::from_millis(15),
         compounding: true,
         max_error_rate: crate::scenario::DEFAULT_MAX_ERROR_RATE,
+        distribution: false,
+        distribution_tolerance: crate::scenario::DEFAULT_DISTRIBUTION_TOLERANCE,
     }
 }
 

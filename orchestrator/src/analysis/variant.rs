@@ -18,7 +18,13 @@ use tailmesh_services::link::LinkCounts;
 
 use super::attribution::{AttributionAcc, AttributionReport};
 use super::broker::BrokerTopicStats;
+use super::compose::{Dist, Grid};
+use super::composition::{
+    CompositionAcc, CompositionContext, CompositionReport,
+    judged_by_phase as judged_distribution_by_phase,
+};
 use super::compounding::{HopSlowness, SlowCounts, compare};
+use super::declared::{declared, declared_in_force};
 use super::instrument::{self, InstrumentReport};
 use super::intervals::{IntervalRecorder, IntervalSeries, Window, sending_end};
 use super::latency_intervals::{
@@ -337,6 +343,10 @@ pub struct VariantReport {
     /// A load ramp's knee, when a step departed from the one before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knee: Option<super::phases::Knee>,
+    /// The whole tail composed from the hops' segments, against the
+    /// measurement; `null` without an ok request.
+    #[serde(default)]
+    pub composition: Option<CompositionReport>,
 }
 
 fn default_interval_s() -> f64 {
@@ -401,7 +411,7 @@ impl HopAcc {
         record_us(&mut self.queue_wait, h.queue_wait_ns / 1_000);
     }
 
-    fn into_report(self, hop: &Hop) -> HopReport {
+    fn into_report(self, variant: &Variant, hop: &Hop) -> HopReport {
         HopReport {
             hop: hop.name.clone(),
             transport: hop.transport.as_str().to_string(),
@@ -409,7 +419,7 @@ impl HopAcc {
             requests: self.requests,
             slow: self.slow,
             p_slow: (self.requests > 0).then(|| self.slow as f64 / self.requests as f64),
-            declared_p_slow: declared_p(hop),
+            declared_p_slow: declared_p(variant, hop),
             replica_requests: self.replicas,
             service: Percentiles::from_histogram(&self.service),
             total: Percentiles::from_histogram(&self.total),
@@ -420,9 +430,23 @@ impl HopAcc {
     }
 }
 
-/// The declared per-request slow probability of a hop (0 without `slow`).
-pub(crate) fn declared_p(hop: &Hop) -> f64 {
-    hop.slow.as_ref().map_or(0.0, |s| s.probability)
+/// The declared per-request slow probability of a hop (0 without `slow`):
+/// its `slow.probability`, or, when its slowness follows its caller's
+/// (`slow.follow`), the marginal `P(caller slow) follow + (1 - P(caller
+/// slow)) probability`, the caller's own declared marginal taken in turn.
+pub(crate) fn declared_p(variant: &Variant, hop: &Hop) -> f64 {
+    let Some(slow) = &hop.slow else {
+        return 0.0;
+    };
+    let Some(follow) = slow.follow else {
+        return slow.probability;
+    };
+    let caller = variant
+        .hops
+        .iter()
+        .find(|h| h.downstream.contains(&hop.name));
+    let p_caller = caller.map_or(0.0, |c| declared_p(variant, c));
+    p_caller * follow + (1.0 - p_caller) * slow.probability
 }
 
 /// The longest a hop's work should take: the 99.99th percentile of its
@@ -544,6 +568,7 @@ pub(crate) struct VariantAccumulator {
     intervals: IntervalRecorder,
     over_time: LatencyOverTime,
     phases: Phases,
+    composition: CompositionAcc,
 }
 
 impl VariantAccumulator {
@@ -555,6 +580,7 @@ impl VariantAccumulator {
         VariantAccumulator {
             over_time: LatencyOverTime::new(interval, planned, variant.load.timeout, &hops),
             phases: Phases::new(variant, check, planned),
+            composition: CompositionAcc::new(variant),
             variant: variant.clone(),
             check: check.clone(),
             index: variant
@@ -646,6 +672,7 @@ impl VariantAccumulator {
         self.attribution.record(r);
         self.intervals.record(r);
         self.phases.record(r);
+        self.composition.observe(r);
         let phases = &mut self.phases;
         self.over_time
             .record_seen(r, |closed| phases.interval_closed(closed));
@@ -708,7 +735,7 @@ impl VariantAccumulator {
             .hops
             .into_iter()
             .zip(&variant.hops)
-            .map(|(acc, hop)| acc.into_report(hop))
+            .map(|(acc, hop)| acc.into_report(variant, hop))
             .collect();
         let lateness = Percentiles::from_histogram(&self.lateness);
 
@@ -733,7 +760,47 @@ impl VariantAccumulator {
 
         let attribution = self.attribution.finish();
         let by_phase = self.phases.slowness_windowed();
-        let (phases, knee) = self.phases.finish(&machine);
+        // The measured overhead of reaching a hop holds its network faults'
+        // delay already: the declared side leaves them out.
+        let without_net = {
+            let mut v = variant.clone();
+            for h in &mut v.hops {
+                h.net = None;
+                h.replica_net.clear();
+            }
+            v
+        };
+        let declare = |grid: Grid, overhead: &dyn Fn(usize) -> Dist, faults: Option<&[String]>| {
+            let variant = &without_net;
+            let per_hop = |hop: &Hop| match variant.hops.iter().position(|h| h.name == hop.name) {
+                Some(i) => overhead(i),
+                None => Dist::zero(grid),
+            };
+            let predicted = match faults {
+                None => declared(variant, grid, &per_hop),
+                Some(faults) => {
+                    declared_in_force(variant, grid, &per_hop, &|f| faults.iter().any(|x| x == f))
+                }
+            };
+            predicted.map(|d| d.dist).map_err(|e| e.to_string())
+        };
+        let composing = CompositionContext {
+            machine: &machine,
+            check: self.check.distribution,
+            tolerance: self.check.distribution_tolerance,
+            declare: &declare,
+            faults: None,
+        };
+        let (phases, knee) = self.phases.finish(&machine, &composing);
+        let mut composition = self.composition.finish(&composing);
+        if let Some(c) = composition.as_mut()
+            && phases.iter().any(|p| !p.faults.is_empty())
+        {
+            c.check = c
+                .check
+                .take()
+                .map(|whole| judged_distribution_by_phase(whole, &phases));
+        }
         let compounding = self.check.compounding.then(|| {
             let slowness = hop_reports
                 .iter()
@@ -829,6 +896,7 @@ impl VariantAccumulator {
             latency_over_time: over_time.points,
             phases,
             knee,
+            composition,
         };
         Analyzed { report, warnings }
     }

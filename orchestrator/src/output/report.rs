@@ -15,7 +15,7 @@ use super::{
     svg::{self, Band, BandKind, LineChart, Scale, Series, StackedBars, escape},
     table::format_us,
 };
-use crate::analysis::{IntervalSeries, Summary, SweepSummary, VariantReport};
+use crate::analysis::{IntervalSeries, SpectrumPoint, Summary, SweepSummary, VariantReport};
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
@@ -52,7 +52,7 @@ pub fn render_report(summary: &Summary) -> String {
             ""
         },
     );
-    if summary.check.compounding_requested {
+    if summary.check.compounding_requested || !summary.check.distribution.is_empty() {
         let verdict = summary.check.verdict.as_str();
         let _ = write!(
             out,
@@ -72,6 +72,7 @@ pub fn render_report(summary: &Summary) -> String {
     out.push_str(&svg::line_chart(&histogram_chart(&summary.variants)));
     out.push_str("<h2>Percentile spectrum</h2><p class=\"note\">Latency against percentile, on HdrHistogram's 1/(1-q) axis: the right edge is the tail.</p>");
     out.push_str(&svg::line_chart(&spectrum_chart(&summary.variants)));
+    out.push_str(&composition_section(&summary.variants));
     out.push_str("<h2>Where the time goes, hop by hop</h2><p class=\"note\">Mean per request at each hop: its own work (service), the wait for a slot or in the broker (queue wait), and the rest of its time: downstream calls and the network.</p>");
     out.push_str(&svg::stacked_bars(&hop_bars(&summary.variants)));
     out.push_str(&hop_table(&summary.variants));
@@ -315,6 +316,138 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
         bands: Vec::new(),
         series,
     }
+}
+
+/// A spectrum point's value with its interval, µs.
+type PointBand = (Option<f64>, Option<f64>, Option<f64>);
+
+/// The whole tail, predicted against measured: per variant, the spectra
+/// (measured, composed from the hops' segments, shuffled, declared) with
+/// their 95 % intervals, a table at p50 to p99.9, the dependence and the
+/// distribution verdict.
+fn composition_section(variants: &[VariantReport]) -> String {
+    let rows: Vec<_> = variants
+        .iter()
+        .filter_map(|v| v.composition.as_ref().map(|c| (v, c)))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>The whole tail, predicted and measured</h2><p class=\"note\">Measured: the requests' end-to-end latencies. Composed: each hop's measured segments (reach, queue, own time, rest; a policed call from all its attempts) composed along the call tree as if independent. Shuffled: requests rebuilt from segments of different requests. Declared: the scenario's distributions with the measured overheads. Bars: 95 % bootstrap intervals. Measured above composed is what the hops' dependence adds.</p>",
+    );
+    for (v, c) in rows {
+        let id = format!("composition-{}", v.name);
+        let x = |q: f64| 1.0 / (1.0 - q);
+        let line =
+            |name: &str, dashed: bool, colour: usize, get: &dyn Fn(&SpectrumPoint) -> PointBand| {
+                Series {
+                    name: name.to_string(),
+                    points: c
+                        .spectrum
+                        .iter()
+                        .filter_map(|p| Some((x(p.q), get(p).0?)))
+                        .collect(),
+                    dashed,
+                    colour,
+                    intervals: c
+                        .spectrum
+                        .iter()
+                        .filter_map(|p| {
+                            let (_, lo, hi) = get(p);
+                            Some((x(p.q), lo?, hi?))
+                        })
+                        .collect(),
+                }
+            };
+        let series = vec![
+            line("measured", false, 0, &|p| {
+                (p.measured_us, p.measured_low_us, p.measured_high_us)
+            }),
+            line("composed", true, 1, &|p| {
+                (p.composed_us, p.composed_low_us, p.composed_high_us)
+            }),
+            line("shuffled", true, 2, &|p| (p.shuffled_us, None, None)),
+            line("declared", true, 3, &|p| (p.declared_us, None, None)),
+        ]
+        .into_iter()
+        .filter(|s| !s.points.is_empty())
+        .collect();
+        let title = format!("{}: predicted and measured percentile spectra", v.name);
+        let _ = write!(out, "<h3>{}</h3>", escape(&v.name));
+        out.push_str(&svg::line_chart(&LineChart {
+            id: &id,
+            title: &title,
+            x_label: "percentile",
+            y_label: "latency",
+            x_scale: Scale::Log,
+            y_scale: Scale::Linear,
+            x_format: spectrum_tick,
+            y_format: ms,
+            x_range: None,
+            bands: Vec::new(),
+            series,
+        }));
+        let cell = |x: Option<f64>| x.map_or("-".to_string(), ms);
+        let band = |b: &crate::analysis::QuantileBand, k: usize| match (b.low.get(k), b.high.get(k))
+        {
+            (Some(lo), Some(hi)) => format!(" [{}, {}]", ms(lo), ms(hi)),
+            _ => String::new(),
+        };
+        let _ = write!(
+            out,
+            "<table id=\"{}\"><tr><th>quantile</th><th>measured [95 %]</th><th>composed [95 %]</th><th>shuffled</th><th>declared</th><th>measured over composed</th></tr>",
+            escape(&id)
+        );
+        for (k, label) in ["p50", "p90", "p99", "p99.9"].iter().enumerate() {
+            let share = c
+                .dependence
+                .excess_share
+                .get(k)
+                .map_or("-".to_string(), |s| format!("{:+.1} %", s * 100.0));
+            let _ = write!(
+                out,
+                "<tr><td>{label}</td><td>{}{}</td><td>{}{}</td><td>{}</td><td>{}</td><td>{share}</td></tr>",
+                cell(c.measured.point.get(k)),
+                band(&c.measured, k),
+                cell(c.composed.point.get(k)),
+                band(&c.composed, k),
+                cell(c.shuffled.get(k)),
+                cell(c.declared.as_ref().and_then(|d| d.get(k))),
+            );
+        }
+        out.push_str("</table>");
+        let mut notes = Vec::new();
+        if let Some(check) = &c.check {
+            let verdict = check.verdict.as_str();
+            notes.push(format!(
+                "distribution: <span class=\"{verdict}\">{verdict}</span> ({})",
+                escape(&check.reason)
+            ));
+        }
+        if let Some(source) = &c.dependence.source {
+            notes.push(format!("dependence: {}", escape(source)));
+        }
+        if !c.dependence.correlations.is_empty() {
+            let pairs: Vec<String> = c
+                .dependence
+                .correlations
+                .iter()
+                .map(|r| format!("{} ~ {} (r = {:.2})", escape(&r.a), escape(&r.b), r.r))
+                .collect();
+            notes.push(format!("correlated segments: {}", pairs.join(", ")));
+        }
+        if let Some(note) = &c.declared_note {
+            notes.push(format!("declared: {}", escape(note)));
+        }
+        if c.censored > 0 {
+            notes.push(format!("{} of {} requests failed or timed out: censored, past every latency in every distribution", c.censored, c.requests));
+        }
+        for n in notes {
+            let _ = write!(out, "<p class=\"note\">{n}</p>");
+        }
+    }
+    out
 }
 
 fn hop_bars(variants: &[VariantReport]) -> StackedBars<'static> {

@@ -71,8 +71,11 @@ pub fn render_table(summary: &Summary) -> String {
         if let Some(line) = compounding_line(v) {
             out.push_str(&format!("{}: {line}\n", v.name));
         }
+        for line in composition_lines(v) {
+            out.push_str(&format!("{}: {line}\n", v.name));
+        }
     }
-    if summary.check.compounding_requested {
+    if summary.check.compounding_requested || !summary.check.distribution.is_empty() {
         out.push_str(&format!("check: {}\n", summary.check.verdict.as_str()));
     }
     for line in summary.check.error_failures() {
@@ -118,6 +121,14 @@ pub fn render_legend(summary: &Summary) -> String {
             "    pass: the model lies in the interval; fail: it does not, and the mesh made the difference (named);",
             "    inconclusive: too few requests, or the difference is mostly the instrument's (the load generator,",
             "    unexplained slowness, or a busy machine; named); --check exits 3 on fail, 4 on inconclusive",
+        ]);
+    }
+    if summary.variants.iter().any(|v| v.composition.is_some()) {
+        lines.extend([
+            "  tail: end-to-end quantiles measured / composed / declared; composed = each hop's measured segments (reach, queue,",
+            "    own time, rest) composed as independent; declared = the scenario's distributions with the measured overheads;",
+            "    dependence = measured over composed at p99 and where it comes from; distribution ([check] distribution):",
+            "    pass within the tolerance or the intervals; --check exits 3 on fail, 4 on inconclusive",
         ]);
     }
     if super::causes::causes_table(&summary.variants).is_some() {
@@ -407,6 +418,53 @@ fn compounding_line(v: &VariantReport) -> Option<String> {
         line.push_str(&format!(" ({reason})"));
     }
     Some(line)
+}
+
+/// `tail: p50 1.02ms / 1.01ms / 1.10ms, p90 ..., p99 ..., p99.9 ...
+/// (measured / composed / declared); dependence +31 % at p99: ...`, and
+/// the distribution verdict when the check was requested.
+fn composition_lines(v: &VariantReport) -> Vec<String> {
+    let Some(c) = &v.composition else {
+        return Vec::new();
+    };
+    let cell = |x: Option<f64>| x.map_or("-".to_string(), |us| format_us(us.round() as u64));
+    let quantiles: Vec<String> = ["p50", "p90", "p99", "p99.9"]
+        .iter()
+        .enumerate()
+        .map(|(k, label)| {
+            let declared = c.declared.as_ref().and_then(|d| d.get(k));
+            let mut cellv = format!(
+                "{label} {} / {}",
+                cell(c.measured.point.get(k)),
+                cell(c.composed.point.get(k))
+            );
+            if c.declared.is_some() {
+                cellv.push_str(&format!(" / {}", cell(declared)));
+            }
+            cellv
+        })
+        .collect();
+    let what = if c.declared.is_some() {
+        "measured / composed / declared"
+    } else {
+        "measured / composed"
+    };
+    let mut line = format!("tail: {} ({what})", quantiles.join(", "));
+    if let Some(share) = c.dependence.excess_share.p99_us {
+        line.push_str(&format!("; dependence {:+.0} % at p99", share * 100.0));
+        if let Some(source) = &c.dependence.source {
+            line.push_str(&format!(": {source}"));
+        }
+    }
+    let mut lines = vec![line];
+    if let Some(check) = &c.check {
+        lines.push(format!(
+            "distribution: {} ({})",
+            check.verdict.as_str(),
+            check.reason
+        ));
+    }
+    lines
 }
 
 fn percent(p: f64) -> String {

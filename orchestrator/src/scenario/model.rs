@@ -17,6 +17,10 @@ pub const MAX_HOPS: usize = 64;
 /// `[check].max_error_rate`: a few failures pass, a broken mesh does not.
 pub const DEFAULT_MAX_ERROR_RATE: f64 = 0.01;
 
+/// How far a composed quantile may miss the measured one and still pass
+/// `[check] distribution` when the file does not say: 10 %.
+pub const DEFAULT_DISTRIBUTION_TOLERANCE: f64 = 0.10;
+
 /// A whole experiment: one or more variants of the same mesh, run one after
 /// another and compared side by side.
 #[derive(Clone, Debug, PartialEq)]
@@ -496,4 +500,10 @@ pub struct Check {
     /// The largest share of a variant's requests that may fail (errors
     /// plus timeouts over sent), in [0, 1].
     pub max_error_rate: f64,
+    /// Whether to judge the measured end-to-end quantiles against the
+    /// hops' segments composed as independent.
+    pub distribution: bool,
+    /// How far (a share of the measured value) a composed quantile may
+    /// miss and still pass, when outside the intervals.
+    pub distribution_tolerance: f64,
 }

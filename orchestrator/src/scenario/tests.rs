@@ -105,6 +105,8 @@ error = { probability = 0.5, code = 13 }
 slow_threshold = "15ms"
 compounding = true
 max_error_rate = 0.6
+distribution = true
+distribution_tolerance = 0.05
 
 [report]
 histogram = true
@@ -237,6 +239,8 @@ fn full_scenario_parses_into_the_exact_model() {
             slow_threshold: ms(15),
             compounding: true,
             max_error_rate: 0.6,
+            distribution: true,
+            distribution_tolerance: 0.05,
         },
         report: Report {
             histogram: true,
@@ -520,6 +524,8 @@ fn defaults_fill_in_a_minimal_scenario() {
             slow_threshold: Duration::from_secs(1),
             compounding: false,
             max_error_rate: DEFAULT_MAX_ERROR_RATE,
+            distribution: false,
+            distribution_tolerance: crate::scenario::DEFAULT_DISTRIBUTION_TOLERANCE,
         },
         report: Report::default(),
         sweep: None,
@@ -1362,6 +1368,31 @@ fn max_error_rate_defaults_to_one_percent_and_is_a_share() {
     ));
     assert_eq!(variant.len(), 1, "{variant:#?}");
     assert!(variant[0].2.contains("per scenario"), "{variant:#?}");
+}
+
+#[test]
+fn the_distribution_check_is_off_by_default_and_its_tolerance_a_share() {
+    let base =
+        "name = \"d\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 5\n[[hop]]\nname = \"a\"\n";
+    let plain = ok(base);
+    assert!(!plain.check.distribution);
+    assert_eq!(plain.check.distribution_tolerance, 0.10);
+    let on = ok(&format!(
+        "{base}[check]\ndistribution = true\ndistribution_tolerance = 0.02\n"
+    ));
+    assert!(on.check.distribution);
+    assert_eq!(on.check.distribution_tolerance, 0.02);
+    for bad in ["0", "1.5", "\"5%\""] {
+        let found = problems(&format!("{base}[check]\ndistribution_tolerance = {bad}\n"));
+        assert_eq!(found.len(), 1, "{bad}: {found:#?}");
+        assert!(
+            found[0].2.contains("check.distribution_tolerance"),
+            "{found:#?}"
+        );
+    }
+    let found = problems(&format!("{base}[check]\ndistribution = \"yes\"\n"));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].2.contains("check.distribution"), "{found:#?}");
 }
 
 #[test]

@@ -16,9 +16,9 @@ use tailmesh_services::{
 
 use super::error::Problems;
 use super::model::{
-    AppWindows, Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_MAX_ERROR_RATE, Hedge, Hop,
-    INTERVAL_GRACE, Keep, KeepShare, Launcher, Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet,
-    Report, Step, Stop, Telemetry, Window,
+    AppWindows, Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_DISTRIBUTION_TOLERANCE,
+    DEFAULT_MAX_ERROR_RATE, Hedge, Hop, INTERVAL_GRACE, Keep, KeepShare, Launcher, Load, LoadMode,
+    MAX_HOPS, NetFault, ReplicaNet, Report, Step, Stop, Telemetry, Window,
 };
 use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
 use super::tree::{Node, Span, Table, Value};
@@ -75,7 +75,13 @@ const HOP_KEYS: &[&str] = &[
 ];
 const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
-const CHECK_KEYS: &[&str] = &["slow_threshold", "compounding", "max_error_rate"];
+const CHECK_KEYS: &[&str] = &[
+    "slow_threshold",
+    "compounding",
+    "max_error_rate",
+    "distribution",
+    "distribution_tolerance",
+];
 const REPORT_KEYS: &[&str] = &["histogram", "interval"];
 const TELEMETRY_KEYS: &[&str] = &[
     "sampling",
@@ -222,6 +228,8 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             slow_threshold: DEFAULT_SLOW_THRESHOLD,
             compounding: false,
             max_error_rate: DEFAULT_MAX_ERROR_RATE,
+            distribution: false,
+            distribution_tolerance: DEFAULT_DISTRIBUTION_TOLERANCE,
         }),
     };
 
@@ -604,10 +612,20 @@ fn check(s: &Section<'_>, p: &mut Problems) -> Option<Check> {
         None => Some(DEFAULT_MAX_ERROR_RATE),
         Some(_) => s.probability(p, "max_error_rate"),
     };
+    let distribution = match s.get("distribution") {
+        None => Some(false),
+        Some(_) => s.boolean(p, "distribution"),
+    };
+    let distribution_tolerance = match s.get("distribution_tolerance") {
+        None => Some(DEFAULT_DISTRIBUTION_TOLERANCE),
+        Some(_) => s.number_in(p, "distribution_tolerance", 0.0, true, 1.0),
+    };
     Some(Check {
         slow_threshold: threshold.unwrap_or(Some(DEFAULT_SLOW_THRESHOLD))?,
         compounding: compounding?,
         max_error_rate: max_error_rate?,
+        distribution: distribution?,
+        distribution_tolerance: distribution_tolerance?,
     })
 }
 

@@ -11,8 +11,9 @@
 //!   overload), `steps` (load steps), `attribution`, `netem` (the
 //!   network-fault tests again on a netem kernel), `cli` (the command
 //!   line as a new user meets it), `predict` (the prediction from a
-//!   scenario alone), `windows` (fault windows without
-//!   root), and `links` (every relative link and anchor in README.md and
+//!   scenario alone), `windows` (fault windows without root),
+//!   `composition` (the whole tail composed against the measured one),
+//!   and `links` (every relative link and anchor in README.md and
 //!   docs/ resolves).
 
 #[macro_use]
@@ -22,6 +23,7 @@ mod support;
 mod attribution;
 mod brokers;
 mod cli;
+mod composition;
 mod deploy;
 mod fanout;
 mod launcher;
@@ -63,5 +65,6 @@ fn main() -> std::process::ExitCode {
         netem::TESTS,
         windows::TESTS,
         predict::TESTS,
+        composition::TESTS,
     ])
 }
