@@ -487,6 +487,22 @@ impl Dist {
         acc.finish()
     }
 
+    /// `X - d`, at least 0: the mirror of [`Dist::shift`], the mass that
+    /// would fall below 0 in the first bin.
+    pub fn shift_back(&self, d: Duration) -> Dist {
+        let by = self.grid.position(d);
+        let frac = by - by.floor();
+        let whole = by.floor();
+        let mut acc = Accumulator::new(self.grid);
+        for (k, m) in self.mass.iter().enumerate() {
+            let at = k as f64 - whole;
+            acc.add((at.max(0.0)) as usize, m * (1.0 - frac));
+            acc.add(((at - 1.0).max(0.0)) as usize, m * frac);
+        }
+        acc.beyond += self.beyond;
+        acc.finish()
+    }
+
     /// A hedged request: a second copy is sent `after` the first unless the
     /// first has answered, and the first answer wins: `min(X1, after + X2)`.
     pub fn hedge(&self, after: Duration) -> Dist {
@@ -1575,5 +1591,26 @@ mod tests {
         assert_ne!(a, b, "two replicates differ");
         let mean = |x: &Histogram<u64>| x.mean();
         assert!((mean(&a) / mean(&h) - 1.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn shift_back_undoes_a_shift_and_stops_at_zero() {
+        let g = Grid::new(us(10), ms(10)).expect("grid");
+        let d = uniform(g, ms(1), ms(2));
+        same(
+            &d.shift(us(2_500)).shift_back(us(2_500)),
+            &d,
+            "there and back, whole bins",
+        );
+        let back = d.shift_back(us(734));
+        close_duration(back.mean(), us(766), us(1), "mean moved by the shift");
+        // Below 0 clamps: E[max(X - 1.234 ms, 0)] = 293.4 µs for X uniform
+        // on 1-2 ms, plus the first bin's half width for the 23.4 % there.
+        let clamped = d.shift_back(us(1_234));
+        close_duration(clamped.mean(), us(295), us(1), "clamped at 0");
+        // Past 0: everything lands in the first bin.
+        let gone = d.shift_back(ms(5));
+        assert_eq!(gone.mass().len(), 1);
+        close(gone.mass()[0], 1.0, 1e-12, "all at 0");
     }
 }

@@ -458,16 +458,13 @@ impl CompositionAcc {
 
     /// Each segment's distribution on `grid`.
     fn dists(&self, grid: Grid, hops: &[HopAcc], lateness: &Histogram<u64>) -> Segments {
-        let of = |h: &Histogram<u64>| {
-            Dist::from_histogram(h, 0, grid).unwrap_or_else(|_| Dist::zero(grid))
-        };
         Segments {
-            lateness: of(lateness),
+            lateness: Piece::of(lateness, grid),
             hops: hops
                 .iter()
                 .enumerate()
                 .map(|(i, acc)| HopDists {
-                    segments: std::array::from_fn(|k| of(&acc.segments[k])),
+                    segments: std::array::from_fn(|k| Piece::of(&acc.segments[k], grid)),
                     attempts: self
                         .tree
                         .policed(i)
@@ -519,15 +516,19 @@ impl CompositionAcc {
         context: &CompositionContext<'_>,
         censored: f64,
     ) -> Result<Dist, String> {
-        let of = |h: &Histogram<u64>| {
-            Dist::from_histogram(h, 0, grid).unwrap_or_else(|_| Dist::zero(grid))
-        };
         let overhead = |i: usize| match self.hops.get(i) {
-            Some(acc) => of(&acc.segments[0]).then(&of(&acc.segments[3])),
+            Some(acc) => {
+                let (reach, rest) = (
+                    Piece::of(&acc.segments[0], grid),
+                    Piece::of(&acc.segments[3], grid),
+                );
+                settle(reach.dist.then(&rest.dist), reach.moved_us + rest.moved_us)
+            }
             None => Dist::zero(grid),
         };
+        let lateness = Piece::of(&self.lateness, grid);
         (context.declare)(grid, &overhead, context.faults)
-            .map(|d| d.then(&of(&self.lateness)).with_beyond(censored))
+            .map(|d| settle(d.then(&lateness.dist), lateness.moved_us).with_beyond(censored))
     }
 
     /// The shuffled estimate, from the reservoir; `None` when it is empty.
@@ -760,12 +761,45 @@ fn recompose(tree: &Tree, row: &[u64]) -> u64 {
 
 /// Every segment's distribution, on one grid.
 struct Segments {
-    lateness: Dist,
+    lateness: Piece,
     hops: Vec<HopDists>,
 }
 
+/// A segment's distribution on the grid, and how far the grid moved its
+/// mean (µs): a segment shorter than a bin (a queue wait of 0, a few µs of
+/// rest) lands in the first bin, which stands for anything in it, half a
+/// bin on average. Summed along the tree, the moves are taken back from
+/// the composition ([`settle`]).
+struct Piece {
+    dist: Dist,
+    moved_us: f64,
+}
+
+impl Piece {
+    /// From a histogram of µs (each value truncated from ns, so half a µs
+    /// short on average).
+    fn of(h: &Histogram<u64>, grid: Grid) -> Piece {
+        let dist = Dist::from_histogram(h, 0, grid).unwrap_or_else(|_| Dist::zero(grid));
+        let true_mean = if h.is_empty() { 0.0 } else { h.mean() + 0.5 };
+        let moved_us = dist
+            .mean()
+            .map_or(0.0, |m| m.as_secs_f64() * 1e6 - true_mean);
+        Piece { dist, moved_us }
+    }
+}
+
+/// `d` with the grid's move of its mean taken back.
+fn settle(d: Dist, moved_us: f64) -> Dist {
+    let by = Duration::from_secs_f64((moved_us.abs() / 1e6).min(3600.0));
+    if moved_us > 0.0 {
+        d.shift_back(by)
+    } else {
+        d.shift(by)
+    }
+}
+
 struct HopDists {
-    segments: [Dist; 4],
+    segments: [Piece; 4],
     /// A policed call's attempts, composed by its policy.
     attempts: Option<Dist>,
 }
@@ -773,9 +807,9 @@ struct HopDists {
 /// A policed call's distribution from its attempts: the answering time
 /// by Kaplan-Meier (cancelled and failed attempts censored), failures by
 /// their own times and share, then the policy's rule: retries after
-/// failures, or a hedge after the delay the caller used (the policy's
-/// fixed delay, or the median of the delays measured for a percentile
-/// hedge). `None` without an answered attempt.
+/// failures, or a hedge: `min(X1, D + X2)` with `D` the delays the
+/// second copies were measured to go after. `None` without an answered
+/// attempt.
 fn attempt_dists(acc: &AttemptAcc, policy: &ClientPolicy, grid: Grid) -> Option<Dist> {
     let mut cut = acc.cancelled.clone();
     let _ = cut.add(&acc.failed);
@@ -787,11 +821,13 @@ fn attempt_dists(acc: &AttemptAcc, policy: &ClientPolicy, grid: Grid) -> Option<
         0.0
     };
     let failed = Dist::from_histogram(&acc.failed, 0, grid).ok();
+    // When the second copies went, as measured (a timer fires late on a
+    // busy machine; a percentile hedge's delay moves with its answers);
+    // the policy's own delay when none went.
     let hedge_after = match policy.hedge {
-        Some(Hedge::After(d)) => Some(d),
-        Some(Hedge::Percentile(_)) => (!acc.second_at.is_empty())
-            .then(|| Duration::from_micros(acc.second_at.value_at_quantile(0.5))),
-        None => None,
+        Some(_) if !acc.second_at.is_empty() => Dist::from_histogram(&acc.second_at, 0, grid).ok(),
+        Some(Hedge::After(d)) => Some(Dist::point(grid, d)),
+        Some(Hedge::Percentile(_)) | None => None,
     };
     let attempt = match &failed {
         Some(f) if p_fail > 0.0 && hedge_after.is_none() => {
@@ -803,34 +839,47 @@ fn attempt_dists(acc: &AttemptAcc, policy: &ClientPolicy, grid: Grid) -> Option<
         _ => ok,
     };
     Some(match hedge_after {
-        Some(d) => attempt.hedge(d),
+        Some(delay) => Dist::min_of(&[attempt.clone(), delay.then(&attempt)]),
         None => attempt,
     })
 }
 
-/// The end-to-end distribution by the tree's rules; `None` when a policed
-/// call had no answered attempt.
+/// The end-to-end distribution by the tree's rules, the grid's moves of
+/// the segments' means taken back (summed along a chain, the largest of a
+/// fan-out's branches); `None` when a policed call had no answered
+/// attempt.
 fn compose(tree: &Tree, s: &Segments) -> Option<Dist> {
-    fn call(tree: &Tree, i: usize, s: &Segments) -> Option<Dist> {
+    fn call(tree: &Tree, i: usize, s: &Segments) -> Option<(Dist, f64)> {
         let hop = &s.hops[i];
         if tree.policed(i) {
-            return hop.attempts.clone();
+            return hop.attempts.clone().map(|d| (d, 0.0));
         }
         let [reach, queue, own, rest] = &hop.segments;
-        let mut time = reach.then(queue).then(own).then(rest);
-        let below: Vec<Dist> = tree.children[i]
+        let mut time = reach
+            .dist
+            .then(&queue.dist)
+            .then(&own.dist)
+            .then(&rest.dist);
+        let mut moved = reach.moved_us + queue.moved_us + own.moved_us + rest.moved_us;
+        let below: Vec<(Dist, f64)> = tree.children[i]
             .iter()
             .map(|&c| call(tree, c, s))
             .collect::<Option<_>>()?;
         if !below.is_empty() {
-            time = time.then(&Dist::max_of(&below));
+            let dists: Vec<Dist> = below.iter().map(|(d, _)| d.clone()).collect();
+            time = time.then(&Dist::max_of(&dists));
+            moved += below.iter().map(|(_, m)| *m).fold(f64::MIN, f64::max);
         }
-        Some(time)
+        Some((time, moved))
     }
     if tree.hops() == 0 {
-        return Some(s.lateness.clone());
+        return Some(settle(s.lateness.dist.clone(), s.lateness.moved_us));
     }
-    Some(s.lateness.then(&call(tree, 0, s)?))
+    let (first, moved) = call(tree, 0, s)?;
+    Some(settle(
+        s.lateness.dist.then(&first),
+        s.lateness.moved_us + moved,
+    ))
 }
 
 /// The shuffled requests' latencies (ns, sorted) and each column's mean
@@ -1492,6 +1541,15 @@ mod tests {
             })
             .collect();
         let report = run(&chain(), rows, &quiet());
+        // The segments shorter than a bin (a queue of 0, 10 µs of rest, a
+        // few µs of lateness) keep their means: the composed median is the
+        // shuffled one, to the grid's resolution.
+        let (c, s) = (report.composed.point.get(0), report.shuffled.get(0));
+        assert!(
+            rel(c, s) < 0.005,
+            "median: composed {c:?} shuffled {s:?}, bin {} µs",
+            report.bin_us
+        );
         for k in 0..3 {
             let (m, c) = (report.measured.point.get(k), report.composed.point.get(k));
             assert!(
