@@ -503,6 +503,25 @@ impl Dist {
         acc.finish()
     }
 
+    /// The distribution with each bin's mass weighted by `weight(t)`, `t`
+    /// the bin's middle, and normalized (`beyond` keeps its weight 1): an
+    /// importance reweighting, as of a sample drawn with a bias known per
+    /// value. Falls back to `self` when no weighted mass is left.
+    pub fn reweighted(&self, weight: impl Fn(Duration) -> f64) -> Dist {
+        let mut acc = Accumulator::new(self.grid);
+        for (k, m) in self.mass.iter().enumerate() {
+            let w = weight(self.grid.duration_at(k as f64 + 0.5));
+            if w.is_finite() && w > 0.0 {
+                acc.add(k, m * w);
+            }
+        }
+        acc.beyond += self.beyond;
+        if acc.mass.iter().sum::<f64>() + acc.beyond <= 0.0 {
+            return self.clone();
+        }
+        acc.finish()
+    }
+
     /// A hedged request: a second copy is sent `after` the first unless the
     /// first has answered, and the first answer wins: `min(X1, after + X2)`.
     pub fn hedge(&self, after: Duration) -> Dist {
@@ -1612,5 +1631,28 @@ mod tests {
         let gone = d.shift_back(ms(5));
         assert_eq!(gone.mass().len(), 1);
         close(gone.mass()[0], 1.0, 1e-12, "all at 0");
+    }
+
+    #[test]
+    fn reweighting_undoes_a_known_selection() {
+        // Values seen with probability proportional to 1 - F(t) of an
+        // exponential: weighting by 1 / (1 - F) gives back the uniform.
+        let g = Grid::new(us(10), ms(10)).expect("grid");
+        let truth = uniform(g, ms(0), ms(4));
+        let survive = |t: Duration| (-t.as_secs_f64() / 0.002).exp();
+        let seen = truth.reweighted(survive);
+        assert!(
+            seen.mean().expect("mean") < ms(2),
+            "the selection favours short values"
+        );
+        let back = seen.reweighted(|t| 1.0 / survive(t));
+        for q in [0.1, 0.5, 0.9] {
+            close_duration(
+                back.quantile(q),
+                truth.quantile(q).expect("q"),
+                us(15),
+                "quantile",
+            );
+        }
     }
 }

@@ -89,6 +89,10 @@ const MIN_REQUESTS: u64 = 200;
 /// judge it (p99.9 wants 10 000 requests).
 const ABOVE_FOR_CHECK: f64 = 10.0;
 
+/// The smallest chance of a first attempt still being out that a hedge
+/// delay's weight uses (caps the weight at 1000).
+const MIN_STILL_OUT: f64 = 1e-3;
+
 /// Correlations smaller than this are not reported.
 const MIN_CORRELATION: f64 = 0.1;
 
@@ -823,9 +827,14 @@ fn attempt_dists(acc: &AttemptAcc, policy: &ClientPolicy, grid: Grid) -> Option<
     let failed = Dist::from_histogram(&acc.failed, 0, grid).ok();
     // When the second copies went, as measured (a timer fires late on a
     // busy machine; a percentile hedge's delay moves with its answers);
-    // the policy's own delay when none went.
+    // the policy's own delay when none went. A copy goes only when the
+    // first attempt is still out at its delay, so long delays are seen
+    // less often than they happen: each is weighted by 1 / P(first
+    // attempt still out), capped.
     let hedge_after = match policy.hedge {
-        Some(_) if !acc.second_at.is_empty() => Dist::from_histogram(&acc.second_at, 0, grid).ok(),
+        Some(_) if !acc.second_at.is_empty() => Dist::from_histogram(&acc.second_at, 0, grid)
+            .ok()
+            .map(|seen| seen.reweighted(|t| 1.0 / (1.0 - ok.cdf(t)).max(MIN_STILL_OUT))),
         Some(Hedge::After(d)) => Some(Dist::point(grid, d)),
         Some(Hedge::Percentile(_)) | None => None,
     };

@@ -12,7 +12,7 @@
 //!   replica, a replica's network fault) are a mixture in equal shares;
 //! - an injected error ends the attempt after that time (the hop fails
 //!   after its work, as `handle_from` does), with a code the caller may
-//!   retry or not ([`RETRYABLE`]);
+//!   retry or not (`services::hop::policy::retryable`);
 //! - then its downstream calls, all at once: the maximum of the children's
 //!   calls, a failure if any fails (with the code of the first failing
 //!   child in declared order, as the hop propagates it);
@@ -43,14 +43,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use tailmesh_services::hop::policy::retryable;
 use tailmesh_services::model::{Balance, DurationDist, Transport, Work};
 
 use super::compose::{Dist, Grid};
 use crate::scenario::{ConnectionMode, Hedge, Hop, LoadMode, NetFault, Stop, Variant, Window};
-
-/// The gRPC codes a caller retries, as `services::hop::policy::retryable`
-/// decides: UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED.
-pub const RETRYABLE: [i32; 4] = [14, 4, 8, 10];
 
 /// The utilization above which a hop's queueing, which the prediction
 /// leaves out, is named in the assumptions.
@@ -717,11 +714,11 @@ impl<'a> Composer<'a> {
                 Some((p, code)) => {
                     let failed = Outcome {
                         ok: None,
-                        retryable: RETRYABLE.contains(&code).then(|| Part {
+                        retryable: retryable(tonic::Code::from(code)).then(|| Part {
                             p: 1.0,
                             d: time.clone(),
                         }),
-                        terminal: (!RETRYABLE.contains(&code)).then(|| Part {
+                        terminal: (!retryable(tonic::Code::from(code))).then(|| Part {
                             p: 1.0,
                             d: time.clone(),
                         }),

@@ -58,7 +58,7 @@ pub use composition::{
     CompositionReport, Correlation, Dependence, DistributionCheck, QuantileBand, Quantiles,
     SegmentSummary, SpectrumPoint, TailSegment,
 };
-pub use declared::{BUSY, Declared, Overhead, RETRYABLE, Undeclared, declared, declared_in_force};
+pub use declared::{BUSY, Declared, Overhead, Undeclared, declared, declared_in_force};
 pub use gate::{
     DEFAULT_ERROR_TOLERANCE, DEFAULT_REPLICATES, DEFAULT_TOLERANCE, GateReport, GateRule,
     GateVerdict, MetricGate, VariantGate, gate,

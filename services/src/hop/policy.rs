@@ -154,7 +154,7 @@ impl PolicyState {
 }
 
 /// Whether a failed attempt is worth another try.
-fn retryable(code: Code) -> bool {
+pub fn retryable(code: Code) -> bool {
     matches!(
         code,
         Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Aborted
