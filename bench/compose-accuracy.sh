@@ -148,21 +148,7 @@ summaries=()
 for scenario in "${scenarios[@]}"; do
   label="$(basename "$scenario" .toml)"
   if [ -n "$duration" ]; then
-    python3 - "$scenario" "$duration" "$out/$label.toml" <<'PY'
-import re, sys
-src, duration, dst = sys.argv[1:]
-lines, section, done = [], None, False
-for line in open(src):
-    m = re.match(r"\s*\[\[?([^\]]+)\]\]?", line)
-    if m:
-        section = m.group(1).strip()
-    if section == "load" and re.match(r"\s*duration\s*=", line):
-        line, done = f'duration = "{duration}"\n', True
-    lines.append(line)
-if not done:
-    sys.exit(f"{src}: no [load] duration to replace")
-open(dst, "w").writelines(lines)
-PY
+    python3 bench/lib/set-duration.py "$scenario" "$duration" "$out/$label.toml"
     scenario="$out/$label.toml"
   fi
   uptime

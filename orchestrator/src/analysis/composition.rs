@@ -1296,7 +1296,7 @@ impl Quantiles {
         }
     }
 
-    /// The value at [`QUANTILES`]`[k]`.
+    /// The value at the k-th quantile: p50, p90, p99, p99.9.
     pub fn get(&self, k: usize) -> Option<f64> {
         [self.p50_us, self.p90_us, self.p99_us, self.p999_us]
             .get(k)

@@ -47,6 +47,7 @@ use tailmesh_services::hop::policy::retryable;
 use tailmesh_services::model::{Balance, DurationDist, Transport, Work};
 
 use super::compose::{Dist, Grid};
+use super::phases::windowed_faults;
 use crate::scenario::{ConnectionMode, Hedge, Hop, LoadMode, NetFault, Stop, Variant, Window};
 
 /// The utilization above which a hop's queueing, which the prediction
@@ -83,7 +84,7 @@ pub fn declared(
     grid: Grid,
     overhead: Overhead<'_>,
 ) -> Result<Declared, Undeclared> {
-    let spans = windowed(variant);
+    let spans = windowed_faults(variant);
     if spans.is_empty() {
         return declared_in_force(variant, grid, overhead, &|_| false);
     }
@@ -221,39 +222,6 @@ fn never(grid: Grid) -> Dist {
 
 fn in_window(w: &Window, t: Duration) -> bool {
     w.start <= t && w.duration.is_none_or(|d| t < w.start + d)
-}
-
-/// Every fault of `variant` with a window, labelled as the phases label
-/// them.
-fn windowed(variant: &Variant) -> Vec<(String, Window)> {
-    let mut out = Vec::new();
-    for hop in &variant.hops {
-        let name = &hop.name;
-        let mut push = |label: String, w: Window| {
-            if w.is_scheduled() {
-                out.push((label, w));
-            }
-        };
-        if hop.slow.is_some() {
-            push(format!("slow {name}"), hop.windows.slow);
-        }
-        if let Some(r) = &hop.replica_slow {
-            push(
-                format!("replica_slow {name}/{}", r.replica),
-                hop.windows.replica_slow,
-            );
-        }
-        if hop.error.is_some() {
-            push(format!("error {name}"), hop.windows.error);
-        }
-        if let Some(net) = hop.net.as_ref().filter(|n| n.is_active()) {
-            push(format!("net {name}"), net.window());
-        }
-        for r in hop.replica_net.iter().filter(|r| r.fault.is_active()) {
-            push(format!("net {name}/{}", r.replica), r.fault.window());
-        }
-    }
-    out
 }
 
 /// The measured duration the load is planned to last, when the scenario

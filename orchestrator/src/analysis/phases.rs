@@ -153,16 +153,13 @@ impl Span {
 
 /// Every fault of `variant` that has a window (set and cleared during the
 /// run), labelled `slow b`, `replica_slow b/2`, `error b`, `net b`,
-/// `net b/1`.
-fn spans(variant: &Variant) -> Vec<Span> {
-    let mut spans = Vec::new();
+/// `net b/1`: the one place faults get the names phases, their reports and
+/// the declared prediction use.
+pub(crate) fn windowed_faults(variant: &Variant) -> Vec<(String, Window)> {
+    let mut out = Vec::new();
     let mut push = |label: String, w: Window| {
         if w.is_scheduled() {
-            spans.push(Span {
-                label,
-                start: w.start,
-                end: w.duration.map(|d| w.start + d),
-            });
+            out.push((label, w));
         }
     };
     for hop in &variant.hops {
@@ -186,7 +183,19 @@ fn spans(variant: &Variant) -> Vec<Span> {
             push(format!("net {name}/{}", r.replica), r.fault.window());
         }
     }
-    spans
+    out
+}
+
+/// [`windowed_faults`] as spans on the measured clock.
+fn spans(variant: &Variant) -> Vec<Span> {
+    windowed_faults(variant)
+        .into_iter()
+        .map(|(label, w)| Span {
+            label,
+            start: w.start,
+            end: w.duration.map(|d| w.start + d),
+        })
+        .collect()
 }
 
 /// The label of a hop's `slow` window.
