@@ -69,11 +69,17 @@ pub(crate) const SPECTRUM: [f64; 12] = [
 ];
 
 /// Requests the reservoir keeps for the shuffled estimate and the
-/// correlations (a uniform sample of the run's ok requests).
+/// correlations (a uniform sample of the run's ok requests), at most: a
+/// row holds 1 + 5 values per hop, and the reservoir at most
+/// [`RESERVOIR_VALUES`] (20 000 rows of a 3-hop chain, 6 000 of 64 hops:
+/// 16 MB).
 const RESERVOIR: usize = 20_000;
+const RESERVOIR_VALUES: usize = 2_000_000;
 
-/// Requests drawn for the shuffled estimate.
+/// Requests drawn for the shuffled estimate, at most, and the values they
+/// draw at most (a 64-hop row draws 321).
 const SHUFFLED: usize = 200_000;
+const SHUFFLED_VALUES: usize = 20_000_000;
 
 /// Bootstrap replicates of the measurement and of the composition.
 const REPLICATES: usize = 100;
@@ -81,6 +87,19 @@ const REPLICATES: usize = 100;
 /// Bins below the measured median: the grid's resolution (1 % of it),
 /// never finer than 1 µs nor than the timeout allows.
 const BINS_PER_MEDIAN: u64 = 100;
+
+/// The most bins the measured latencies span: a run whose slowest request
+/// is far out in the tail (a lost packet's retransmission, seconds past a
+/// millisecond median) gets a coarser grid, so the composition stays cheap.
+const SPAN_BINS: u64 = 16_384;
+
+/// Past this many bins spanned, the composition is resampled fewer times.
+const WIDE_SPAN: u64 = 2_048;
+const WIDE_REPLICATES: usize = 30;
+
+/// A quantile is judged only when the grid's bin is at most this share of
+/// it: coarser, the composition cannot place it.
+const FINEST_SHARE: f64 = 0.02;
 
 /// Ok requests below which a distribution check is inconclusive.
 const MIN_REQUESTS: u64 = 200;
@@ -228,6 +247,8 @@ struct HopAcc {
 /// A uniform sample of the run's rows (Vitter's algorithm R), seeded.
 struct Reservoir {
     rows: Vec<Vec<u64>>,
+    /// The most rows it keeps.
+    size: usize,
     seen: u64,
     rng: ChaCha8Rng,
 }
@@ -235,13 +256,13 @@ struct Reservoir {
 impl Reservoir {
     fn offer(&mut self, row: impl FnOnce() -> Vec<u64>) {
         self.seen += 1;
-        if self.rows.len() < RESERVOIR {
+        if self.rows.len() < self.size {
             self.rows.push(row());
             return;
         }
         let at = self.rng.random_range(0..self.seen);
         if let Ok(at) = usize::try_from(at)
-            && at < RESERVOIR
+            && at < self.size
         {
             self.rows[at] = row();
         }
@@ -299,6 +320,7 @@ impl CompositionAcc {
             latency: new_histogram(),
             reservoir: Reservoir {
                 rows: Vec::new(),
+                size: RESERVOIR.min(RESERVOIR_VALUES / (1 + PER_HOP * variant.hops.len())),
                 seen: 0,
                 rng: ChaCha8Rng::seed_from_u64(0x636f_6d70),
             },
@@ -398,7 +420,7 @@ impl CompositionAcc {
         let dependence = self.dependence(&measured, &composed, shuffle.as_ref());
         let check = context
             .check
-            .then(|| judge(&measured, &composed, &dependence, self.ok, context));
+            .then(|| judge(&measured, &composed, &dependence, self.ok, grid, context));
         Some(CompositionReport {
             requests: n,
             censored: self.censored,
@@ -420,12 +442,15 @@ impl CompositionAcc {
         })
     }
 
-    /// The grid: 1 % of the measured median per bin, in whole µs, at least
-    /// what fits the load's timeout (twice it: a sum of segments may pass
-    /// it before the timeout cuts).
+    /// The grid: 1 % of the measured median per bin, in whole µs, unless
+    /// the slowest request is more than [`SPAN_BINS`] of those away (then
+    /// coarser: the composition's cost grows with the bins it spans), and
+    /// at least what fits the load's timeout (twice it: a sum of segments
+    /// may pass it before the timeout cuts).
     fn grid(&self) -> Grid {
         let median = self.latency.value_at_quantile(0.5);
-        let bin = Duration::from_micros((median / BINS_PER_MEDIAN).max(1))
+        let span = self.latency.max().div_ceil(SPAN_BINS);
+        let bin = Duration::from_micros((median / BINS_PER_MEDIAN).max(span).max(1))
             .max(grid_for(self.timeout * 2));
         Grid::new(bin, self.timeout * 2).unwrap_or_else(|_| Grid::for_horizon(self.timeout * 2))
     }
@@ -486,7 +511,13 @@ impl CompositionAcc {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         let mut at_q: Vec<Vec<Option<f64>>> = vec![Vec::new(); QUANTILES.len()];
         let mut at_s: Vec<Vec<Option<f64>>> = vec![Vec::new(); SPECTRUM.len()];
-        for _ in 0..REPLICATES {
+        let span = self.latency.max() as f64 / (grid.bin().as_secs_f64() * 1e6);
+        let replicates = if span > WIDE_SPAN as f64 {
+            WIDE_REPLICATES
+        } else {
+            REPLICATES
+        };
+        for _ in 0..replicates {
             let hops: Vec<HopAcc> = self
                 .hops
                 .iter()
@@ -543,7 +574,7 @@ impl CompositionAcc {
     fn shuffle(&self) -> Option<Shuffled> {
         let rows = &self.reservoir.rows;
         let width = rows.first()?.len();
-        let draws = SHUFFLED.max(rows.len() * 10);
+        let draws = SHUFFLED.min(SHUFFLED_VALUES / width).max(rows.len());
         let synthetic = |rng: &mut ChaCha8Rng, row: &mut Vec<u64>| {
             row.clear();
             row.extend((0..width).map(|c| rows[rng.random_range(0..rows.len())][c]));
@@ -1125,8 +1156,10 @@ fn judge(
     composed: &QuantileBand,
     dependence: &Dependence,
     ok: u64,
+    grid: Grid,
     context: &CompositionContext<'_>,
 ) -> DistributionCheck {
+    let bin_us = grid.bin().as_secs_f64() * 1e6;
     if ok < MIN_REQUESTS {
         return DistributionCheck {
             verdict: Verdict::Inconclusive,
@@ -1144,6 +1177,9 @@ fn judge(
         let (Some(m), Some(c)) = (measured.point.get(k), composed.point.get(k)) else {
             continue;
         };
+        if bin_us > FINEST_SHARE * m {
+            continue;
+        }
         judged.push(label(*q));
         let overlap = match (
             measured.low.get(k),
@@ -1167,7 +1203,9 @@ fn judge(
     if judged.is_empty() {
         return DistributionCheck {
             verdict: Verdict::Inconclusive,
-            reason: "no quantile to judge: the censored requests reach every one".to_string(),
+            reason: format!(
+                "no quantile to judge: the censored requests reach every one, or the grid's {bin_us:.0} µs bins are too coarse for them"
+            ),
         };
     }
     if misses.is_empty() {
@@ -1785,5 +1823,44 @@ mod tests {
         assert!(source.starts_with("queueing"), "{source}");
         // Only negative correlations: no source.
         assert!(explain(&[pair("own:a", "own:b", -0.4)], &[], &[false; 3], &hops).is_none());
+    }
+
+    #[test]
+    fn a_far_outlier_coarsens_the_grid_and_the_quantiles_it_cannot_place_are_not_judged() {
+        // A lost packet's retransmission: one request of 2 000 takes 3 s
+        // where the median is 6 ms. The grid spans the 3 s in 16 384 bins
+        // (184 µs each), too coarse to judge the median (3 % of it), fine
+        // enough for the p99 near 11 ms.
+        let mut v = chain();
+        v.load.timeout = Duration::from_secs(5);
+        let mut rows: Vec<Row> = (0..2_000u64)
+            .map(|i| {
+                row(
+                    0,
+                    vec![
+                        [0, 0, MS / 2 + i % 100 * 100_000, 0],
+                        [0, 0, MS / 4, 0],
+                        [0, 0, MS / 4, 0],
+                    ],
+                )
+            })
+            .collect();
+        rows.push(row(
+            0,
+            vec![
+                [3_000 * MS, 0, MS / 2, 0],
+                [0, 0, MS / 4, 0],
+                [0, 0, MS / 4, 0],
+            ],
+        ));
+        let report = run(&v, rows, &quiet());
+        assert!(report.bin_us > 150.0, "bin {} µs", report.bin_us);
+        let check = report.check.expect("checked");
+        assert!(
+            !check.reason.contains("p50"),
+            "p50 is not judged: {}",
+            check.reason
+        );
+        assert!(check.reason.contains("p99"), "p99 is: {}", check.reason);
     }
 }
