@@ -63,7 +63,8 @@ use tailmesh_proto::pb::{AttemptEnd as ProtoEnd, AttemptTiming, HopRecord};
 /// The quantiles summary.json gives: p50, p90, p99, p99.9.
 pub(crate) const QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
 
-/// The spectrum the report draws: predicted against measured.
+/// The spectrum the report draws: predicted against measured (it holds
+/// every one of [`QUANTILES`]).
 pub(crate) const SPECTRUM: [f64; 12] = [
     0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9999,
 ];
@@ -126,6 +127,8 @@ const PER_HOP: usize = 5;
 #[derive(Clone, Debug)]
 struct Tree {
     names: Vec<String>,
+    /// Each hop's place in `names`, for the path records of every request.
+    index: std::collections::HashMap<String, usize>,
     children: Vec<Vec<usize>>,
     policies: Vec<ClientPolicy>,
 }
@@ -135,6 +138,12 @@ impl Tree {
         let index = |name: &str| variant.hops.iter().position(|h| h.name == name);
         Tree {
             names: variant.hops.iter().map(|h| h.name.clone()).collect(),
+            index: variant
+                .hops
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (h.name.clone(), i))
+                .collect(),
             children: variant
                 .hops
                 .iter()
@@ -363,11 +372,14 @@ impl CompositionAcc {
         self.ok += 1;
         record_us(&mut self.latency, row.latency / 1_000);
         record_us(&mut self.lateness, row.lateness / 1_000);
-        for (acc, part) in self.hops.iter_mut().zip(&row.hops) {
+        for (i, (acc, part)) in self.hops.iter_mut().zip(&row.hops).enumerate() {
             for (h, v) in acc.segments.iter_mut().zip(segments(part)) {
                 record_us(h, v / 1_000);
             }
-            acc.attempts.record(&part.attempts);
+            // Only a policed call is composed from its attempts.
+            if self.tree.policed(i) {
+                acc.attempts.record(&part.attempts);
+            }
         }
         self.reservoir.offer(|| columns(&row));
     }
@@ -380,7 +392,19 @@ impl CompositionAcc {
         let n = self.ok + self.censored;
         let censored_share = self.censored as f64 / n as f64;
         let grid = self.grid();
-        let measured = self.measured(n);
+        // The measured spectrum and its intervals, once; the summary's
+        // quantiles are among its points.
+        let measured_spectrum = self.quantiles(&SPECTRUM, n);
+        let measured_bands =
+            bootstrap_quantiles(&self.latency, self.censored, &SPECTRUM, REPLICATES, 7);
+        let pick = |f: &dyn Fn(usize) -> Option<f64>| {
+            Quantiles::from_fn(|q| f(SPECTRUM.iter().position(|x| *x == q)?))
+        };
+        let measured = QuantileBand {
+            point: pick(&|k| measured_spectrum[k]),
+            low: pick(&|k| measured_bands[k].0.map(|v| v as f64)),
+            high: pick(&|k| measured_bands[k].1.map(|v| v as f64)),
+        };
         let composed_raw = compose(&self.tree, &self.dists(grid, &self.hops, &self.lateness));
         let predicted_censored = composed_raw.as_ref().map(Dist::beyond);
         let composed_dist = composed_raw.map(|d| d.with_beyond(censored_share));
@@ -393,9 +417,6 @@ impl CompositionAcc {
         };
         let shuffle = self.shuffle();
         let declared = self.declared(grid, context, censored_share);
-        let measured_spectrum = self.quantiles(&SPECTRUM, n);
-        let measured_bands =
-            bootstrap_quantiles(&self.latency, self.censored, &SPECTRUM, REPLICATES, 7);
         let spectrum = SPECTRUM
             .iter()
             .enumerate()
@@ -463,26 +484,6 @@ impl CompositionAcc {
                 (within <= 1.0).then(|| self.latency.value_at_quantile(within) as f64)
             })
             .collect()
-    }
-
-    fn measured(&self, n: u64) -> QuantileBand {
-        let at = self.quantiles(&QUANTILES, n);
-        let bands = bootstrap_quantiles(&self.latency, self.censored, &QUANTILES, REPLICATES, 7);
-        QuantileBand {
-            point: Quantiles::from_slice(&at),
-            low: Quantiles::from_slice(
-                &bands
-                    .iter()
-                    .map(|b| b.0.map(|v| v as f64))
-                    .collect::<Vec<_>>(),
-            ),
-            high: Quantiles::from_slice(
-                &bands
-                    .iter()
-                    .map(|b| b.1.map(|v| v as f64))
-                    .collect::<Vec<_>>(),
-            ),
-        }
     }
 
     /// Each segment's distribution on `grid`.
@@ -665,7 +666,7 @@ impl CompositionAcc {
 fn row_of(tree: &Tree, r: &RequestRecord) -> Option<Row> {
     let mut records: Vec<Option<&HopRecord>> = vec![None; tree.hops()];
     for h in &r.path {
-        let i = tree.names.iter().position(|n| *n == h.hop)?;
+        let &i = tree.index.get(h.hop.as_str())?;
         records[i] = Some(h);
     }
     let records: Vec<&HopRecord> = records.into_iter().collect::<Option<_>>()?;
@@ -676,7 +677,7 @@ fn row_of(tree: &Tree, r: &RequestRecord) -> Option<Row> {
         let (call, attempts): (u64, &[AttemptTiming]) = if i == 0 {
             (nanos(r.service_latency()), &r.attempts)
         } else {
-            let parent = tree.names.iter().position(|n| *n == h.parent)?;
+            let &parent = tree.index.get(h.parent.as_str())?;
             let timing = records[parent].calls.iter().find(|c| c.hop == h.hop)?;
             (timing.call_ns, &timing.attempts)
         };
