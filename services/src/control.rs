@@ -14,7 +14,8 @@
 use std::{sync::Arc, time::Duration};
 
 use tailmesh_proto::pb::{
-    self, ClearFaultsRequest, FaultKind, FaultState, GetFaultsRequest, NetFault, SetFaultsRequest,
+    self, ClearFaultsRequest, EndpointEvents, FaultKind, FaultState, GetEndpointEventsRequest,
+    GetFaultsRequest, NetFault, SetFaultsRequest,
     control_server::{Control, ControlServer},
     dist,
 };
@@ -424,6 +425,14 @@ impl<B: FaultBackend> Control for ControlService<B> {
     ) -> Result<Response<FaultState>, Status> {
         self.authorize(&request)?;
         Ok(Response::new(self.state.lock().await.reported.clone()))
+    }
+
+    async fn get_endpoint_events(
+        &self,
+        request: Request<GetEndpointEventsRequest>,
+    ) -> Result<Response<EndpointEvents>, Status> {
+        self.authorize(&request)?;
+        Err(Status::unimplemented("endpoint events are not wired yet"))
     }
 }
 

@@ -185,6 +185,147 @@ pub enum Balance {
     /// Power of two choices: of two random replicas, the one with fewer
     /// requests in flight.
     P2c,
+    /// Peak-EWMA latency (Finagle's and Linkerd's): of two random
+    /// replicas, the one whose decayed peak latency times (requests in
+    /// flight + 1) is lower; see [`EwmaParams`].
+    Ewma,
+}
+
+/// How a push caller treats its replicas' endpoints: what a gRPC client
+/// and a mesh proxy do that a naive client does not. Every caller of the
+/// hop (the load generator too) applies the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointOptions {
+    /// Endpoint health as gRPC clients have it: a replica whose connection
+    /// fails or is refused leaves the pick list (TRANSIENT_FAILURE) until a
+    /// reconnect succeeds, retried with `backoff`; a request not yet sent
+    /// when its connection failed goes to another replica. `false`: the
+    /// naive client, which keeps picking a dead replica.
+    #[serde(default = "default_true")]
+    pub health: bool,
+    /// The reconnect backoff of a replica in TRANSIENT_FAILURE.
+    #[serde(default)]
+    pub backoff: Backoff,
+    /// HTTP/2 keepalive: a PING after this long without a frame from the
+    /// replica; `None`: no keepalive (a black-holed replica is noticed only
+    /// through calls' deadlines).
+    #[serde(default)]
+    pub keepalive: Option<Duration>,
+    /// How long a keepalive PING may go unanswered before the connection
+    /// is deemed dead (and the replica in TRANSIENT_FAILURE).
+    #[serde(default = "default_keepalive_timeout")]
+    pub keepalive_timeout: Duration,
+    /// `balance = "ewma"`'s parameters.
+    #[serde(default)]
+    pub ewma: EwmaParams,
+    /// Outlier ejection, if any.
+    #[serde(default)]
+    pub ejection: Option<Ejection>,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            health: true,
+            backoff: Backoff::default(),
+            keepalive: None,
+            keepalive_timeout: default_keepalive_timeout(),
+            ewma: EwmaParams::default(),
+            ejection: None,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// gRPC's keepalive timeout default: 20 s.
+fn default_keepalive_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+
+/// gRPC's connection backoff (`connection-backoff.md` in grpc/grpc): the
+/// n-th reconnect waits `min(initial * multiplier^n, max)`, spread by
+/// +-`jitter` of itself.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Backoff {
+    /// The first wait (gRPC: 1 s).
+    pub initial: Duration,
+    /// Growth per failed attempt (gRPC: 1.6).
+    pub multiplier: f64,
+    /// Relative spread, in [0, 1] (gRPC: 0.2).
+    pub jitter: f64,
+    /// The longest wait (gRPC: 120 s).
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_secs(1),
+            multiplier: 1.6,
+            jitter: 0.2,
+            max: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Peak-EWMA's parameters (Finagle's `PeakEwma`, Linkerd's balancer).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EwmaParams {
+    /// The decay time of the moving average: an observation's weight falls
+    /// by 1/e over this long (Finagle and Linkerd: 10 s).
+    pub decay: Duration,
+    /// The latency assumed of a replica not yet observed (Linkerd: 30 ms).
+    pub default_rtt: Duration,
+}
+
+impl Default for EwmaParams {
+    fn default() -> Self {
+        EwmaParams {
+            decay: Duration::from_secs(10),
+            default_rtt: Duration::from_millis(30),
+        }
+    }
+}
+
+/// Outlier ejection after Envoy's: a replica that fails `consecutive_errors`
+/// calls in a row, or whose recent latency is `latency_factor` times its
+/// peers', leaves the pick list for `base_time` times the number of times
+/// it was ejected (at most `max_time`); never more than `max_share` of the
+/// replicas at once, and never the last pickable one.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ejection {
+    /// Failed calls in a row that eject (Envoy's consecutive_5xx: 5);
+    /// `None`: no error rule.
+    pub consecutive_errors: Option<u32>,
+    /// The latency rule: ejected when its statistic over the last interval
+    /// is this many times the median of its peers'; `None`: no latency rule.
+    pub latency_factor: Option<f64>,
+    /// Which statistic the latency rule compares.
+    pub latency_stat: LatencyStat,
+    /// How often the latency rule is judged (Envoy's interval: 10 s).
+    pub interval: Duration,
+    /// Calls a replica needs in an interval to be judged by the latency
+    /// rule (Envoy's success_rate_request_volume: 100).
+    pub min_requests: u32,
+    /// The first ejection's length (Envoy's base_ejection_time: 30 s).
+    pub base_time: Duration,
+    /// The longest ejection (Envoy's max_ejection_time: 300 s).
+    pub max_time: Duration,
+    /// The most replicas ejected at once, as a share, in (0, 1].
+    pub max_share: f64,
+}
+
+/// The latency statistic of the ejection rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyStat {
+    /// The mean answer time.
+    Mean,
+    /// The 99th percentile of answer times.
+    P99,
 }
 
 /// Everything a hop replica needs to know about its own behaviour.

@@ -276,6 +276,7 @@ impl MeshPlan {
                 balance: d.balance,
                 replicas: addrs.hops.get(&d.name).cloned().unwrap_or_default(),
                 policy: d.client.clone(),
+                endpoints: d.endpoints.clone(),
             })
             .collect();
         HopConfig {

@@ -405,6 +405,7 @@ async fn measure(
                 plan.seed,
                 "loadgen",
             )
+            .map(|pool| pool.with_endpoints(entry.endpoints.clone()))
             .map_err(|source| RunError::EntryPool {
                 variant: variant.name.clone(),
                 source,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use tailmesh_services::discipline::Discipline;
 pub use tailmesh_services::hop::policy::{ClientPolicy, Hedge};
 use tailmesh_services::model::{
-    Balance, BrokerKind, ErrorInjection, HopBehavior, QueueBounds, ReplicaSlow, Slowness,
-    Transport, Work,
+    Balance, BrokerKind, EndpointOptions, ErrorInjection, HopBehavior, QueueBounds, ReplicaSlow,
+    Slowness, Transport, Work,
 };
 
 /// Most hops a scenario may declare.
@@ -399,6 +399,9 @@ pub struct Hop {
     pub worker_ping: Option<Duration>,
     /// How push callers pick a replica of this hop.
     pub balance: Balance,
+    /// How push callers treat this hop's replicas' endpoints: health,
+    /// keepalive, ewma's parameters, outlier ejection.
+    pub endpoints: EndpointOptions,
     /// The work model.
     pub work: Work,
     /// Injected per-request slowness.

@@ -46,6 +46,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         transport: Transport::Push,
         worker_ping: None,
         balance: Balance::RoundRobin,
+        endpoints: Default::default(),
         work: Work::None,
         slow: None,
         replica_slow: None,
@@ -150,6 +151,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     transport: Transport::Push,
                     worker_ping: None,
                     balance: Balance::P2c,
+                    endpoints: Default::default(),
                     work: Work::Sleep {
                         dist: DurationDist::Exp { mean: ms(1) },
                     },
@@ -175,6 +177,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     transport: Transport::Pull,
                     worker_ping: None,
                     balance: Balance::Random,
+                    endpoints: Default::default(),
                     work: Work::Cpu {
                         min_rounds: 10,
                         max_rounds: 20,
@@ -204,6 +207,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     transport: Transport::Push,
                     worker_ping: None,
                     balance: Balance::RoundRobin,
+                    endpoints: Default::default(),
                     work: Work::Sleep {
                         dist: DurationDist::Lognormal {
                             mean: Duration::from_micros(500),

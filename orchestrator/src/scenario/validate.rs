@@ -11,7 +11,10 @@ use tailmesh_services::{
         DEFAULT_QUEUE_LIMIT, IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
         MAX_QUEUE_LIMIT,
     },
-    model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
+    model::{
+        Balance, DurationDist, EndpointOptions, ErrorInjection, ReplicaSlow, Slowness, Transport,
+        Work,
+    },
 };
 
 use super::error::Problems;
@@ -1106,6 +1109,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             transport: transport?,
             worker_ping: worker_ping?,
             balance: balance?,
+            endpoints: EndpointOptions::default(),
             work: work?,
             windows: AppWindows {
                 slow: slow

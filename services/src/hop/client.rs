@@ -12,14 +12,19 @@ use std::{
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use tailmesh_proto::pb::{CallReply, CallRequest};
+use tailmesh_proto::pb::{CallReply, CallRequest, PoolEvents};
 use tonic::Status;
 
-use super::{draw::keyed_rng, error::CallError, unary::Link};
+use super::{
+    draw::keyed_rng,
+    error::CallError,
+    events::{Count, EndpointLog},
+    unary::Link,
+};
 use crate::{
     addr::PeerAddr,
     link::{LinkCounts, LinkEvents},
-    model::Balance,
+    model::{Balance, EndpointOptions},
 };
 
 /// How long a connection to a replica may take to open.
@@ -50,6 +55,8 @@ pub struct PushPool {
     next: AtomicUsize,
     rng: Mutex<ChaCha8Rng>,
     events: Arc<LinkEvents>,
+    log: EndpointLog,
+    endpoints: EndpointOptions,
 }
 
 /// Errors building a pool.
@@ -121,12 +128,26 @@ impl PushPool {
             next: AtomicUsize::new(0),
             rng: Mutex::new(keyed_rng(seed, &format!("balance:{caller}->{hop}"), 0, 0)),
             events,
+            log: EndpointLog::new(addrs.len()),
+            endpoints: EndpointOptions::default(),
         })
     }
 
     /// What happened to this pool's connections so far.
     pub fn link_counts(&self) -> LinkCounts {
         self.events.counts()
+    }
+
+    /// The pool with `endpoints` (health, keepalive, ewma, ejection)
+    /// instead of the defaults.
+    pub fn with_endpoints(mut self, endpoints: EndpointOptions) -> Self {
+        self.endpoints = endpoints;
+        self
+    }
+
+    /// What this pool did with the hop's replicas so far.
+    pub fn endpoint_events(&self) -> PoolEvents {
+        self.log.snapshot(&self.hop)
     }
 
     /// The hop this pool calls.
@@ -151,7 +172,7 @@ impl PushPool {
         match self.balance {
             Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
             Balance::Random => self.with_rng(|rng| rng.random_range(0..n)),
-            Balance::P2c => {
+            Balance::P2c | Balance::Ewma => {
                 let (a, b) = self.with_rng(|rng| {
                     let a = rng.random_range(0..n);
                     let b = (a + rng.random_range(1..n)) % n;
@@ -188,7 +209,9 @@ impl PushPool {
         request: CallRequest,
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
-        let replica = &self.replicas[index % self.replicas.len()];
+        let index = index % self.replicas.len();
+        let replica = &self.replicas[index];
+        self.log.count(index, Count::Pick);
         replica.in_flight.fetch_add(1, Ordering::Relaxed);
         let _done = InFlight(&replica.in_flight);
         let traceparent = crate::telemetry::traceparent_header();

@@ -3,6 +3,8 @@
 //! - `draw`: seeded per-request decisions (work, slowness, errors).
 //! - `work`: doing the work (sleep or CPU).
 //! - `client`: reaching a push hop's replicas, with balancing.
+//! - `events`: what a caller did with a hop's replicas (counts and timed
+//!   state changes).
 //! - `unary`: the call itself, over HTTP/2 with h2 (no tonic channel).
 //! - `policy`: timeouts, budgeted retries and hedged requests.
 //! - `server`: the request handler, the gRPC service and `run`.
@@ -14,6 +16,7 @@
 pub mod client;
 pub mod draw;
 mod error;
+pub mod events;
 pub mod policy;
 pub mod server;
 mod slots;

@@ -39,7 +39,7 @@ use crate::{
     discipline::Discipline,
     incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
-    model::{Balance, BrokerKind, HopBehavior, QueueBounds, Transport},
+    model::{Balance, BrokerKind, EndpointOptions, HopBehavior, QueueBounds, Transport},
     reflection::reflection_service,
     telemetry,
     timer::Sleeper,
@@ -59,6 +59,10 @@ pub struct DownstreamConfig {
     /// Timeout, retries and hedging for calls to it.
     #[serde(default)]
     pub policy: ClientPolicy,
+    /// Endpoint health, keepalive, ewma's parameters and outlier ejection
+    /// for calls to its replicas (push).
+    #[serde(default)]
+    pub endpoints: EndpointOptions,
 }
 
 /// Everything a hop replica process needs: plain data, handed over as JSON.
@@ -340,6 +344,7 @@ impl HopCore {
                         config.behavior.seed ^ u64::from(config.replica),
                         &config.behavior.name,
                     )
+                    .map(|pool| pool.with_endpoints(d.endpoints.clone()))
                     .map_err(|source| HopError::Downstream {
                         hop: config.behavior.name.clone(),
                         source,

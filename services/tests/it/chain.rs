@@ -173,6 +173,7 @@ async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Lea
                         balance: Balance::RoundRobin,
                         replicas: replicas.iter().map(Into::into).collect(),
                         policy: Default::default(),
+                        endpoints: Default::default(),
                     })
                     .collect(),
                 broker: None,
