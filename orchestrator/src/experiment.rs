@@ -244,6 +244,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             progress: command.progress,
             traces: traces.clone(),
             attach: command.attach.clone(),
+            tls_ca: None,
         };
         tokio::spawn(count_interrupts(interrupt_tx));
         let runs = run::run_variants(&scenario, &options, interrupt, &mut records)

@@ -83,6 +83,11 @@ impl PeerAddr {
         })
     }
 
+    /// The DNS name or IP address (without brackets).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -328,6 +328,178 @@ impl<IO> fmt::Debug for IdleTimeout<IO> {
     }
 }
 
+/// How long a client may take over its TLS handshake before the server
+/// drops the connection: a client that connects and never speaks holds no
+/// slot for longer.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An accepted connection: plain, or TLS once its handshake is done.
+pub enum ServerIo<IO> {
+    Plain(IO),
+    Tls(Box<tokio_rustls::server::TlsStream<IO>>),
+}
+
+/// Forwards a call to whichever stream a [`ServerIo`] holds.
+macro_rules! forward {
+    ($io:expr, $s:ident => $call:expr) => {
+        match $io {
+            ServerIo::Plain($s) => $call,
+            ServerIo::Tls($s) => $call,
+        }
+    };
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerIo<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerIo<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        forward!(self, s => s.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        forward!(self.get_mut(), s => Pin::new(s).poll_shutdown(cx))
+    }
+}
+
+impl<IO: Connected> Connected for ServerIo<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        match self {
+            ServerIo::Plain(io) => io.connect_info(),
+            ServerIo::Tls(tls) => tls.get_ref().0.connect_info(),
+        }
+    }
+}
+
+impl<IO> fmt::Debug for ServerIo<IO> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerIo::Plain(_) => "ServerIo::Plain",
+            ServerIo::Tls(_) => "ServerIo::Tls",
+        })
+    }
+}
+
+type Handshake<IO> = Pin<Box<dyn Future<Output = Option<ServerIo<IO>>> + Send>>;
+
+/// The connections of an [`Incoming`], through a TLS handshake each when
+/// `tls` is given: handshakes run side by side, so one slow client delays
+/// no other; a failed one (a plaintext client, a certificate the run's CA
+/// did not sign) drops its connection, logged at debug level.
+pub struct Secured<S, IO> {
+    accept: S,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    handshakes: futures::stream::FuturesUnordered<Handshake<IO>>,
+    accept_ended: bool,
+}
+
+impl<S, IO> Secured<S, IO> {
+    /// `accept`'s connections, TLS ones if `tls` is given.
+    pub fn new(accept: S, tls: Option<std::sync::Arc<rustls::ServerConfig>>) -> Self {
+        Secured {
+            accept,
+            tls: tls.map(tokio_rustls::TlsAcceptor::from),
+            handshakes: futures::stream::FuturesUnordered::new(),
+            accept_ended: false,
+        }
+    }
+}
+
+impl<S, IO> Stream for Secured<S, IO>
+where
+    S: Stream<Item = Result<IO, std::convert::Infallible>> + Unpin,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Item = Result<ServerIo<IO>, std::convert::Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        while !this.accept_ended {
+            match Pin::new(&mut this.accept).poll_next(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => this.accept_ended = true,
+                Poll::Ready(Some(Ok(io))) => match &this.tls {
+                    None => return Poll::Ready(Some(Ok(ServerIo::Plain(io)))),
+                    Some(acceptor) => {
+                        let accepting = acceptor.accept(io);
+                        this.handshakes.push(Box::pin(async move {
+                            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, accepting).await {
+                                Ok(Ok(tls)) => Some(ServerIo::Tls(Box::new(tls))),
+                                Ok(Err(e)) => {
+                                    tracing::debug!("TLS handshake refused: {e}");
+                                    None
+                                }
+                                Err(_) => {
+                                    tracing::debug!("TLS handshake not done in time");
+                                    None
+                                }
+                            }
+                        }));
+                    }
+                },
+                Poll::Ready(Some(Err(never))) => match never {},
+            }
+        }
+        loop {
+            match Pin::new(&mut this.handshakes).poll_next(cx) {
+                Poll::Ready(Some(Some(io))) => return Poll::Ready(Some(Ok(io))),
+                Poll::Ready(Some(None)) => continue,
+                Poll::Ready(None) if this.accept_ended => return Poll::Ready(None),
+                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<S, IO> fmt::Debug for Secured<S, IO> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secured")
+            .field("tls", &self.tls.is_some())
+            .field("handshaking", &self.handshakes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A server's accepted connections on `listener` (see [`Incoming::tcp`]),
+/// through TLS when `tls` is given.
+pub fn accept(
+    listener: TcpListener,
+    name: &str,
+    idle_timeout: Duration,
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+) -> Secured<Incoming<TcpAccept>, IdleTimeout<TcpStream>> {
+    Secured::new(Incoming::tcp(listener, name, idle_timeout), tls)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,8 @@
 //! - [`limits`]: the largest payload and the gRPC message limits derived
 //!   from it.
 //! - `reflection`: server reflection listing only the services served.
+//! - [`tls`]: the run's CA and certificates, and the rustls configs of
+//!   `[mesh] tls`.
 //! - [`link`]: the client side of every connection (one endpoint set-up)
 //!   and what happened to the connections ([`link::LinkCounts`]).
 
@@ -36,3 +38,4 @@ mod reflection;
 pub mod runtime_thread;
 pub mod telemetry;
 pub mod timer;
+pub mod tls;

@@ -1,7 +1,8 @@
 //! The HTTP/2 connections between tailmesh's processes: one endpoint
 //! set-up for every caller (to a hop, to the broker), one server set-up for
 //! every service, and [`LinkEvents`], what happened to a caller's
-//! connections while they were used.
+//! connections while they were used. With TLS on (see [`crate::tls`]) a
+//! connection is TLS over TCP, opened by [`open`] for every client alike.
 //!
 //! The set-up keeps a caller's connections whatever the system under test
 //! does. h2 protects a client from a misbehaving server by ending the whole
@@ -26,6 +27,7 @@ use std::{
 };
 
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
+use rustls::{ClientConfig, HandshakeKind};
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::TcpStream,
@@ -46,6 +48,8 @@ pub struct LinkEvents {
     goaway_sent: AtomicU64,
     reset_by_peer: AtomicU64,
     broken: AtomicU64,
+    tls_full: AtomicU64,
+    tls_resumed: AtomicU64,
 }
 
 /// A snapshot of [`LinkEvents`].
@@ -67,6 +71,12 @@ pub struct LinkCounts {
     /// Calls that failed because the connection broke under them (an I/O
     /// error, the peer closing it, a failed connect).
     pub broken: u64,
+    /// TLS handshakes that were full (a certificate sent and verified).
+    #[serde(default)]
+    pub tls_full: u64,
+    /// TLS handshakes that resumed an earlier session.
+    #[serde(default)]
+    pub tls_resumed: u64,
 }
 
 impl LinkCounts {
@@ -87,6 +97,8 @@ impl LinkEvents {
             goaway_sent: get(&self.goaway_sent),
             reset_by_peer: get(&self.reset_by_peer),
             broken: get(&self.broken),
+            tls_full: get(&self.tls_full),
+            tls_resumed: get(&self.tls_resumed),
         }
     }
 
@@ -166,7 +178,7 @@ pub(crate) fn server() -> tonic::transport::Server {
 }
 
 /// The endpoint every tailmesh client uses for `uri`.
-pub(crate) fn endpoint(uri: Uri, connect_timeout: Duration) -> Endpoint {
+pub fn endpoint(uri: Uri, connect_timeout: Duration) -> Endpoint {
     Endpoint::from(uri)
         .tcp_nodelay(true)
         .connect_timeout(connect_timeout)
@@ -180,8 +192,9 @@ pub(crate) fn connect_lazy(endpoint: &Endpoint, events: &Arc<LinkEvents>) -> Cha
 }
 
 /// A channel on `endpoint`, connected now, its connections counted in
-/// `events`.
-pub(crate) async fn connect(
+/// `events`; TLS over them when this process has a client config
+/// ([`crate::tls::install_client`]).
+pub async fn connect(
     endpoint: &Endpoint,
     events: &Arc<LinkEvents>,
 ) -> Result<Channel, tonic::transport::Error> {
@@ -194,6 +207,8 @@ pub(crate) async fn connect(
 struct Counting {
     http: HttpConnector,
     events: Arc<LinkEvents>,
+    /// The process's client TLS when the channel was made.
+    tls: Option<Arc<ClientConfig>>,
 }
 
 impl Counting {
@@ -204,6 +219,7 @@ impl Counting {
         Counting {
             http,
             events: Arc::clone(events),
+            tls: crate::tls::client(),
         }
     }
 }
@@ -218,37 +234,79 @@ impl tower::Service<Uri> for Counting {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
+        let host = uri.host().unwrap_or_default().to_owned();
         let connecting = self.http.call(uri);
         let events = Arc::clone(&self.events);
+        let tls = self.tls.clone();
         Box::pin(async move {
             let io = connecting.await?;
-            Ok(TokioIo::new(Counted::opened(io.into_inner(), &events)))
+            Ok(TokioIo::new(
+                open(io.into_inner(), tls, &host, &events).await?,
+            ))
         })
     }
+}
+
+/// A client's connection `tcp` to `host`, counted opened in `events` (and
+/// closed when it drops); with `tls`, TLS over it, its handshake counted
+/// full or resumed. A failed handshake counts the connection closed.
+pub(crate) async fn open(
+    tcp: TcpStream,
+    tls: Option<Arc<ClientConfig>>,
+    host: &str,
+    events: &Arc<LinkEvents>,
+) -> io::Result<Counted> {
+    events.opened.fetch_add(1, Ordering::Relaxed);
+    let closed = ClosedOnDrop(Arc::clone(events));
+    let io = match tls {
+        None => Io::Tcp(tcp),
+        Some(config) => {
+            let (stream, kind) = crate::tls::connect(tcp, config, host).await?;
+            let counter = match kind {
+                HandshakeKind::Resumed => &events.tls_resumed,
+                HandshakeKind::Full | HandshakeKind::FullWithHelloRetryRequest => &events.tls_full,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            Io::Tls(Box::new(stream))
+        }
+    };
+    Ok(Counted {
+        io,
+        _closed: closed,
+    })
+}
+
+/// Counts a connection closed when dropped: held from the moment it is
+/// counted opened, so a handshake that fails or is given up still counts.
+struct ClosedOnDrop(Arc<LinkEvents>);
+
+impl Drop for ClosedOnDrop {
+    fn drop(&mut self) {
+        self.0.closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A client connection's bytes: plain TCP or TLS over it.
+enum Io {
+    Tcp(TcpStream),
+    Tls(Box<crate::tls::ClientStream>),
 }
 
 /// A connection that counts itself closed when it is dropped: for h2
 /// directly, and for hyper (tonic's channels) through [`TokioIo`].
 pub(crate) struct Counted {
-    io: TcpStream,
-    events: Arc<LinkEvents>,
+    io: Io,
+    _closed: ClosedOnDrop,
 }
 
-impl Counted {
-    /// Counts `io` opened; it counts itself closed when dropped.
-    pub(crate) fn opened(io: TcpStream, events: &Arc<LinkEvents>) -> Self {
-        events.opened.fetch_add(1, Ordering::Relaxed);
-        Counted {
-            io,
-            events: Arc::clone(events),
+/// Forwards a call to whichever stream an [`Io`] holds.
+macro_rules! forward {
+    ($io:expr, $s:ident => $call:expr) => {
+        match $io {
+            Io::Tcp($s) => $call,
+            Io::Tls($s) => $call,
         }
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.events.closed.fetch_add(1, Ordering::Relaxed);
-    }
+    };
 }
 
 impl AsyncRead for Counted {
@@ -257,7 +315,7 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        forward!(&mut self.io, s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
@@ -267,19 +325,19 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        forward!(&mut self.io, s => Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        forward!(&mut self.io, s => Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        forward!(&mut self.io, s => Pin::new(s).poll_shutdown(cx))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        forward!(&self.io, s => s.is_write_vectored())
     }
 
     fn poll_write_vectored(
@@ -287,6 +345,6 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        forward!(&mut self.io, s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
 }

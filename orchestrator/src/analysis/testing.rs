@@ -67,6 +67,7 @@ pub(crate) fn variant(name: &str, hops: Vec<Hop>) -> Variant {
         launcher: Launcher::Local,
         broker: tailmesh_services::model::BrokerKind::Tailmesh,
         queue_bounds: Default::default(),
+        mesh: Default::default(),
         sweep: None,
     }
 }

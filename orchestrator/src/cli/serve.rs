@@ -133,6 +133,19 @@ pub(crate) struct BrokerArgs {
     /// this process's child (installed from their Debian packages).
     #[arg(long, value_enum, default_value_t = KindArg::Tailmesh)]
     kind: KindArg,
+    /// TLS (tailmesh's broker only): the run's CA certificate, PEM; with
+    /// --tls-cert and --tls-key the listener speaks TLS only.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// TLS: this broker's certificate, PEM.
+    #[arg(long, requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    /// TLS: its private key, PEM.
+    #[arg(long, requires = "tls_ca")]
+    tls_key: Option<PathBuf>,
+    /// TLS: refuse clients without a certificate signed by the CA (mtls).
+    #[arg(long, requires = "tls_ca")]
+    tls_mutual: bool,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -157,6 +170,16 @@ pub(crate) fn broker(args: BrokerArgs) -> Result<(), CliError> {
         // Its tasks and results are whole hop messages, a full payload
         // plus its framing.
         max_payload_bytes: MAX_CALL_MESSAGE_BYTES,
+        tls: match (args.tls_ca, args.tls_cert, args.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => Some(tailmesh_services::tls::TlsFiles {
+                ca,
+                cert,
+                key,
+                mutual: args.tls_mutual,
+                resumption: true,
+            }),
+            _ => None,
+        },
         ..BrokerConfig::default()
     };
     Ok(roles::serve_broker(config, &options)?)

@@ -126,6 +126,14 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
         ));
     }
     for variant in &scenario.variants {
+        if variant.mesh.tls.is_on() {
+            problems.push(format!(
+                "variant {:?}: [mesh] tls = {:?} is not deployable yet (the certificates are made \
+                 per run by the local launcher); run it with `tailmesh run`, or set tls = \"off\"",
+                variant.name,
+                variant.mesh.tls.as_str()
+            ));
+        }
         let naming = Naming::for_variant(scenario, variant, SERVICE_PORT);
         let plan = MeshPlan::new(scenario, variant);
         for process in &plan.processes {

@@ -44,10 +44,13 @@ pub async fn check(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError>
     })?)
     .connect_timeout(timeout)
     .timeout(timeout);
-    let channel = endpoint.connect().await.map_err(|e| ProbeError::Connect {
-        addr: addr.clone(),
-        cause: crate::error_chain(&e),
-    })?;
+    // TLS when the run's links use it (the process's client config).
+    let channel = tailmesh_services::link::connect(&endpoint, &Default::default())
+        .await
+        .map_err(|e| ProbeError::Connect {
+            addr: addr.clone(),
+            cause: crate::error_chain(&e),
+        })?;
     let response = HealthClient::new(channel)
         .check(HealthCheckRequest {
             service: String::new(),

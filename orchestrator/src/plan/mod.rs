@@ -294,6 +294,8 @@ impl MeshPlan {
             idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
             worker_ping: hop.worker_ping,
             precise_timer: true,
+            // The launcher adds the files it wrote (see `run::launch`).
+            tls: None,
         }
     }
 }

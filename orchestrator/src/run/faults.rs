@@ -388,15 +388,16 @@ async fn control_call(
     let channel = match channel {
         Some(channel) => channel.clone(),
         None => {
-            let connected = tonic::transport::Endpoint::from_shared(addr.uri())
+            let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
                 .map_err(|e| tonic::Status::internal(e.to_string()))?
                 .connect_timeout(Duration::from_secs(10))
                 .timeout(Duration::from_secs(10))
                 // Pings keep the connection from looking idle to the hop,
                 // which closes idle connections, however long the fault.
                 .http2_keep_alive_interval(Duration::from_secs(30))
-                .keep_alive_while_idle(true)
-                .connect()
+                .keep_alive_while_idle(true);
+            // TLS when the run's links use it (the process's client config).
+            let connected = tailmesh_services::link::connect(&endpoint, &Default::default())
                 .await
                 .map_err(|e| tonic::Status::unavailable(format!("connect {addr}: {e}")))?;
             channel.insert(connected).clone()

@@ -7,6 +7,7 @@ use tailmesh_services::{
     addr::PeerAddr,
     broker::{BrokerClient, BrokerError, TopicStats, backend},
     model::{BrokerKind, QueueBounds},
+    tls::{TlsFiles, TlsMode},
 };
 
 use super::{RunError, RunOptions, TraceSetup};
@@ -78,6 +79,56 @@ fn missing_tools() -> Vec<String> {
         .iter()
         .map(|(tool, package)| format!("{tool} (Debian package {package})"))
         .collect()
+}
+
+/// The orchestrator's client TLS for `plan`'s variant: `None` when the
+/// variant runs plaintext.
+pub(super) fn client_tls(
+    plan: &MeshPlan,
+    options: &RunOptions,
+) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, RunError> {
+    let mesh = plan.variant.mesh;
+    match &options.tls_ca {
+        Some(ca) if mesh.tls.is_on() => Ok(Some(ca.client_config(
+            "tailmesh",
+            mesh.tls == TlsMode::Mtls,
+            mesh.tls_resumption,
+        )?)),
+        _ => Ok(None),
+    }
+}
+
+/// `process`'s certificate and key, written to the run's `tls/<variant>/`
+/// folder beside the CA's certificate; `None` when the variant runs
+/// plaintext. The certificate names 127.0.0.1 and localhost (the local
+/// launcher's addresses) and the process's name.
+fn tls_files(
+    process: &Process,
+    plan: &MeshPlan,
+    options: &RunOptions,
+) -> Result<Option<TlsFiles>, RunError> {
+    let mesh = plan.variant.mesh;
+    let Some(ca) = options.tls_ca.as_ref().filter(|_| mesh.tls.is_on()) else {
+        return Ok(None);
+    };
+    let dir = options.dir.join("tls").join(&plan.variant.name);
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
+        what: "create",
+        path: dir.clone(),
+        source,
+    })?;
+    let names = [
+        "127.0.0.1".to_owned(),
+        "localhost".to_owned(),
+        process.name.clone(),
+    ];
+    Ok(Some(ca.write_files(
+        &dir,
+        &process.name,
+        &names,
+        mesh.tls == TlsMode::Mtls,
+        mesh.tls_resumption,
+    )?))
 }
 
 /// Starts every process of `plan` in its order (the broker, then each hop
@@ -152,18 +203,35 @@ fn spec_of(
     if matches!(launcher, AnyLauncher::Attached(_)) {
         return Ok(spec);
     }
+    let tls = tls_files(process, plan, options)?;
     let spec = match &process.role {
         Role::Broker {
             topics,
             disciplines,
             bounds,
-        } => spec
-            .args(crate::plan::broker_args(topics, disciplines, *bounds))
-            .arg("--kind")
-            .arg(plan.variant.broker.as_str())
-            .ready_within(brokers::READY_TIMEOUT),
+        } => {
+            let mut spec = spec
+                .args(crate::plan::broker_args(topics, disciplines, *bounds))
+                .arg("--kind")
+                .arg(plan.variant.broker.as_str())
+                .ready_within(brokers::READY_TIMEOUT);
+            if let Some(tls) = tls {
+                spec = spec
+                    .arg("--tls-ca")
+                    .arg(tls.ca)
+                    .arg("--tls-cert")
+                    .arg(tls.cert)
+                    .arg("--tls-key")
+                    .arg(tls.key);
+                if tls.mutual {
+                    spec = spec.arg("--tls-mutual");
+                }
+            }
+            spec
+        }
         Role::Hop { hop, replica } => {
-            let config = plan.hop_config(hop, *replica, addrs);
+            let mut config = plan.hop_config(hop, *replica, addrs);
+            config.tls = tls;
             let path = options
                 .dir
                 .join("logs")

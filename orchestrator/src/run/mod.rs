@@ -65,6 +65,9 @@ const SPAN_SETTLE_LIMIT: Duration = Duration::from_secs(15);
 /// Errors that stop a run before it measures anything.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The run's CA or a certificate could not be made or written.
+    #[error("TLS: {0}")]
+    Tls(#[from] tailmesh_services::tls::TlsError),
     /// A hop or broker process could not be started.
     #[error("variant \"{variant}\": {source}")]
     Launch {
@@ -198,6 +201,9 @@ pub(crate) struct RunOptions {
     /// Run against services already running (Docker Compose, Kubernetes)
     /// instead of starting processes.
     pub attach: Option<Attach>,
+    /// The run's certificate authority, made when a variant turns TLS on
+    /// (`[mesh] tls`); it signs every process's certificate.
+    pub tls_ca: Option<Arc<tailmesh_services::tls::Authority>>,
 }
 
 /// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` counting
@@ -216,6 +222,20 @@ pub(crate) async fn run_variants(
         .iter()
         .map(|variant| MeshPlan::new(scenario, variant))
         .collect();
+    // One CA for the run, made before anything starts.
+    let with_ca;
+    let options =
+        if options.tls_ca.is_none() && scenario.variants.iter().any(|v| v.mesh.tls.is_on()) {
+            let mut o = options.clone();
+            o.tls_ca = Some(Arc::new(tailmesh_services::tls::Authority::new(&format!(
+                "tailmesh run CA ({})",
+                scenario.name
+            ))?));
+            with_ca = o;
+            &with_ca
+        } else {
+            options
+        };
     // Every variant's launcher is checked before the first one starts.
     let mut launchers = Vec::with_capacity(plans.len());
     for plan in &plans {
@@ -372,6 +392,9 @@ async fn measure(
     records: &mut dyn RecordPipeline,
 ) -> Result<VariantRun, RunError> {
     let variant = &plan.variant;
+    // The load generator, the readiness probes and the Control client all
+    // open their connections with this.
+    tailmesh_services::tls::install_client(launch::client_tls(plan, options)?);
     let addrs = launch::launch_mesh(plan, options, launcher).await?;
     let broker = addrs.broker.clone();
     let topics: Vec<String> = variant

@@ -22,6 +22,7 @@
 
 mod broker;
 mod error;
+mod mesh;
 mod model;
 mod read;
 pub(crate) use read::is_dns_label;
@@ -223,6 +224,7 @@ fn variant_of(name: String, overrides: Vec<(String, String)>, parts: &Parts) -> 
         launcher: parts.launcher,
         broker: parts.broker.kind,
         queue_bounds: parts.broker.bounds,
+        mesh: parts.mesh,
         sweep: None,
     }
 }

@@ -171,8 +171,29 @@ pub struct Variant {
     /// How many tasks and bytes each pulled hop's queue holds (`[broker]`
     /// `queue_capacity` and `queue_bytes`), whichever the broker.
     pub queue_bounds: QueueBounds,
+    /// `[mesh]`: TLS on the links.
+    pub mesh: Mesh,
     /// Its place in the scenario's sweep, if any.
     pub sweep: Option<SweepPoint>,
+}
+
+/// `[mesh]`: how the mesh's links are secured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mesh {
+    /// Plaintext, TLS, or mutual TLS on every link.
+    pub tls: tailmesh_services::tls::TlsMode,
+    /// Whether clients resume TLS sessions; off, every new connection is
+    /// a full handshake.
+    pub tls_resumption: bool,
+}
+
+impl Default for Mesh {
+    fn default() -> Self {
+        Mesh {
+            tls: tailmesh_services::tls::TlsMode::Off,
+            tls_resumption: true,
+        }
+    }
 }
 
 /// Which launcher runs the hop processes.

@@ -237,6 +237,7 @@ fn full_scenario_parses_into_the_exact_model() {
             launcher: Launcher::Auto,
             broker: tailmesh_services::model::BrokerKind::Tailmesh,
             queue_bounds: tailmesh_services::model::QueueBounds::default(),
+            mesh: Default::default(),
             sweep: None,
         }],
         check: Check {
@@ -522,6 +523,7 @@ fn defaults_fill_in_a_minimal_scenario() {
             launcher: Launcher::Local,
             broker: tailmesh_services::model::BrokerKind::Tailmesh,
             queue_bounds: tailmesh_services::model::QueueBounds::default(),
+            mesh: Default::default(),
             sweep: None,
         }],
         check: Check {

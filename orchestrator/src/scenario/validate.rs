@@ -42,6 +42,7 @@ const TOP_KEYS: &[&str] = &[
     "sweep",
     "telemetry",
     "broker",
+    "mesh",
 ];
 const LOAD_KEYS: &[&str] = &[
     "mode",
@@ -136,6 +137,7 @@ pub(super) struct Parts {
     pub report: Report,
     pub telemetry: Telemetry,
     pub broker: super::broker::Broker,
+    pub mesh: super::model::Mesh,
 }
 
 /// Validates a whole tree; `Some` only if it has no problem at all.
@@ -258,6 +260,18 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         None => Some(super::broker::Broker::default()),
     };
 
+    let mesh = match table_section(&top, &mut p, "mesh") {
+        Some(Some(section)) => {
+            let mesh = super::mesh::mesh(&section, &mut p);
+            if let (Some(mesh), Some(broker), Some(hops)) = (&mesh, &broker, &hops) {
+                super::mesh::check_support(&section, &mut p, mesh, broker.kind, launcher, hops);
+            }
+            mesh
+        }
+        Some(None) => None,
+        None => Some(super::model::Mesh::default()),
+    };
+
     let parts = match (
         name,
         description,
@@ -269,6 +283,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         report,
         telemetry,
         broker,
+        mesh,
     ) {
         (
             Some(name),
@@ -281,6 +296,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             Some(report),
             Some(telemetry),
             Some(broker),
+            Some(mesh),
         ) if p.is_empty() => Some(Parts {
             name,
             description,
@@ -292,6 +308,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             report,
             telemetry,
             broker,
+            mesh,
         }),
         _ => None,
     };

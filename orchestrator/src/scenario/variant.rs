@@ -36,6 +36,11 @@ enum OverrideError {
          whole path in quotes)"
     )]
     BrokerWithoutKey { path: String },
+    #[error(
+        "override path \"{path}\" must name a key of [mesh], e.g. \"mesh.tls\" (write the \
+         whole path in quotes)"
+    )]
+    MeshWithoutKey { path: String },
     #[error("seed cannot be overridden by a variant: it is per scenario")]
     Seed,
     #[error(
@@ -45,8 +50,8 @@ enum OverrideError {
     #[error("override path \"{path}\": {key} cannot be overridden by a variant")]
     Fixed { path: String, key: String },
     #[error(
-        "unknown section \"{section}\" in override path \"{path}\" (expected load, hop, launcher or \
-         broker)"
+        "unknown section \"{section}\" in override path \"{path}\" (expected load, hop, launcher, \
+         broker or mesh)"
     )]
     UnknownSection { path: String, section: String },
     #[error("hop selector \"{selector}\" in \"{path}\" matches no hop")]
@@ -107,6 +112,8 @@ enum Target {
     Load(Vec<String>),
     /// Keys below `[broker]`.
     Broker(Vec<String>),
+    /// Keys below `[mesh]`.
+    Mesh(Vec<String>),
     /// Keys below each selected `[[hop]]`.
     Hop {
         selector: String,
@@ -281,6 +288,8 @@ fn target(path: &str) -> Result<Target, OverrideError> {
         "load" => Ok(Target::Load(rest.to_vec())),
         "broker" if rest.is_empty() => Err(OverrideError::BrokerWithoutKey { path: path() }),
         "broker" => Ok(Target::Broker(rest.to_vec())),
+        "mesh" if rest.is_empty() => Err(OverrideError::MeshWithoutKey { path: path() }),
+        "mesh" => Ok(Target::Mesh(rest.to_vec())),
         "hop" => match rest.split_first() {
             Some((_, keys)) if keys.first().is_some_and(|k| k == "name") => {
                 Err(OverrideError::HopName { path: path() })
@@ -329,6 +338,11 @@ fn apply_one(tree: &mut Table, op: &Op) -> Result<(), OverrideError> {
         }
         Target::Broker(rest) => {
             let mut path = vec!["broker".to_owned()];
+            path.extend(rest.iter().cloned());
+            edit(tree, &path, op)
+        }
+        Target::Mesh(rest) => {
+            let mut path = vec!["mesh".to_owned()];
             path.extend(rest.iter().cloned());
             edit(tree, &path, op)
         }

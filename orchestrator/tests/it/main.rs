@@ -39,6 +39,7 @@ mod report;
 mod run;
 mod steps;
 mod stress;
+mod tls;
 mod traces;
 mod windows;
 
@@ -66,5 +67,6 @@ fn main() -> std::process::ExitCode {
         windows::TESTS,
         predict::TESTS,
         composition::TESTS,
+        tls::TESTS,
     ])
 }

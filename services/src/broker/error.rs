@@ -20,6 +20,9 @@ pub enum BrokerError {
     /// The reflection service could not be built from the descriptors.
     #[error("broker reflection service: {0}")]
     Reflection(#[source] tonic_reflection::server::Error),
+    /// The TLS files could not be used.
+    #[error("broker TLS: {0}")]
+    Tls(#[source] crate::tls::TlsError),
     /// The gRPC server failed.
     #[error("broker server: {0}")]
     Serve(#[source] tonic::transport::Error),

@@ -104,6 +104,8 @@ pub struct BrokerConfig {
     /// [`DEFAULT_IDLE_TIMEOUT`](crate::incoming::DEFAULT_IDLE_TIMEOUT);
     /// workers' keepalive pings keep theirs open).
     pub idle_timeout: Duration,
+    /// TLS on the listener (`[mesh] tls`); `None`: plaintext.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 impl Default for BrokerConfig {
@@ -118,6 +120,7 @@ impl Default for BrokerConfig {
             max_payload_bytes: 4 * 1024 * 1024,
             drain_grace: Duration::from_secs(5),
             idle_timeout: crate::incoming::DEFAULT_IDLE_TIMEOUT,
+            tls: None,
         }
     }
 }

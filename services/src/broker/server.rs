@@ -16,7 +16,7 @@ use std::{
 };
 
 use crate::{
-    deadline::grpc_timeout, incoming::Incoming, limits::MESSAGE_OVERHEAD, model::Transport,
+    deadline::grpc_timeout, limits::MESSAGE_OVERHEAD, model::Transport,
     reflection::reflection_service, telemetry,
 };
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
@@ -86,7 +86,11 @@ pub async fn run(
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     // serve_with_incoming ignores Server::tcp_nodelay; the incoming stream
     // sets it instead.
-    let incoming = Incoming::tcp(listener, "broker", config.idle_timeout);
+    let tls = match &config.tls {
+        Some(files) => Some(files.load().map_err(BrokerError::Tls)?.server),
+        None => None,
+    };
+    let incoming = crate::incoming::accept(listener, "broker", config.idle_timeout, tls);
     let mut server = pin!(
         crate::link::server()
             .add_service(health_service)

@@ -208,8 +208,9 @@ where
         established: false,
         reason,
     };
+    let events = Default::default();
     let channel = tokio::select! {
-        c = endpoint.connect() => c,
+        c = crate::link::connect(endpoint, &events) => c,
         () = shutdown.as_mut() => return Ended::Shutdown,
     };
     let channel = match channel {

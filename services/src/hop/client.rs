@@ -98,14 +98,14 @@ impl PushPool {
         for (i, addr) in addrs.iter().enumerate() {
             let addr: PeerAddr = addr.clone().into();
             let link = || {
-                Link::new(addr.clone(), CONNECT_TIMEOUT, &events).map_err(|source| {
-                    PoolError::Endpoint {
+                Link::new(addr.clone(), CONNECT_TIMEOUT, &events, crate::tls::client()).map_err(
+                    |source| PoolError::Endpoint {
                         hop: hop.to_string(),
                         replica: i,
                         addr: addr.clone(),
                         source,
-                    }
-                })
+                    },
+                )
             };
             // Per request: one link checks the address now; each call
             // opens its own.
@@ -225,8 +225,13 @@ impl PushPool {
                 }
                 Connections::PerRequest => {
                     // Its connection closes when the link drops.
-                    let link = Link::new(replica.addr.clone(), CONNECT_TIMEOUT, &self.events)
-                        .map_err(|e| Status::internal(e.to_string()))?;
+                    let link = Link::new(
+                        replica.addr.clone(),
+                        CONNECT_TIMEOUT,
+                        &self.events,
+                        crate::tls::client(),
+                    )
+                    .map_err(|e| Status::internal(e.to_string()))?;
                     link.call(&request, timeout, traceparent).await
                 }
             }

@@ -38,6 +38,12 @@ pub enum HopError {
         /// The transport error.
         source: tonic::transport::Error,
     },
+    /// The TLS files could not be used.
+    #[error("hop \"{hop}\": TLS: {source}")]
+    Tls {
+        hop: String,
+        source: crate::tls::TlsError,
+    },
     /// Reflection could not be set up.
     #[error("hop \"{hop}\": reflection: {source}")]
     Reflection {

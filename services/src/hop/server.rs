@@ -37,7 +37,7 @@ use crate::{
     },
     deadline::grpc_timeout,
     discipline::Discipline,
-    incoming::{DEFAULT_IDLE_TIMEOUT, Incoming},
+    incoming::DEFAULT_IDLE_TIMEOUT,
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
     model::{Balance, BrokerKind, EndpointOptions, HopBehavior, QueueBounds, Transport},
     reflection::reflection_service,
@@ -116,6 +116,10 @@ pub struct HopConfig {
     /// [`WorkerOptions::ping_after`]); `None`: the keepalive default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_ping: Option<Duration>,
+    /// TLS on this replica's listener and on every connection it opens
+    /// (`[mesh] tls`); `None`: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 impl HopConfig {
@@ -138,6 +142,7 @@ impl HopConfig {
             precise_timer: default_true(),
             idle_timeout: default_idle_timeout(),
             worker_ping: None,
+            tls: None,
         }
     }
 }
@@ -618,6 +623,18 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
     shutdown: impl Future<Output = ()>,
     control: Option<crate::control::ControlService<B>>,
 ) -> Result<(), HopError> {
+    // Before the downstream pools exist: their links take the client side.
+    let tls = match &config.tls {
+        Some(files) => {
+            let tls = files.load().map_err(|source| HopError::Tls {
+                hop: config.behavior.name.clone(),
+                source,
+            })?;
+            crate::tls::install_client(Some(tls.client.clone()));
+            Some(tls)
+        }
+        None => None,
+    };
     let core = HopCore::new(&config)?;
     let name = config.behavior.name.clone();
     let _anchor = crate::timer::keep_timer_armed();
@@ -656,10 +673,11 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
         }
         (Transport::Push, _) => None,
     };
-    let incoming = Incoming::tcp(
+    let incoming = crate::incoming::accept(
         listener,
         &format!("hop \"{name}\" replica {}", config.replica),
         config.idle_timeout,
+        tls.map(|t| t.server),
     );
     let server = crate::link::server()
         .add_service(health)

@@ -31,7 +31,7 @@ use tonic::{
 use crate::{
     addr::PeerAddr,
     limits::MAX_CALL_MESSAGE_BYTES,
-    link::{Counted, LinkEvents},
+    link::{self, LinkEvents},
 };
 
 /// The method's path.
@@ -60,6 +60,8 @@ pub(crate) struct Link {
     uri: Uri,
     connect_timeout: Duration,
     events: Arc<LinkEvents>,
+    /// TLS over each connection, when the mesh runs it.
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// The open connection's request handle, with a number telling this
     /// connection from the ones before it (so one that ended clears only
     /// itself).
@@ -75,11 +77,13 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// A link to `addr`; nothing is connected yet.
+    /// A link to `addr`, with TLS when `tls` is given; nothing is
+    /// connected yet.
     pub(crate) fn new(
         addr: PeerAddr,
         connect_timeout: Duration,
         events: &Arc<LinkEvents>,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<Self, http::uri::InvalidUri> {
         let uri = format!("{}{PATH}", addr.uri()).parse()?;
         let mut headers = HeaderMap::with_capacity(4);
@@ -93,6 +97,7 @@ impl Link {
             uri,
             connect_timeout,
             events: Arc::clone(events),
+            tls,
             open: Arc::default(),
             connecting: tokio::sync::Mutex::new(0),
             headers,
@@ -210,7 +215,16 @@ impl Link {
         // Without it every call would wait for the peer's delayed ACK.
         tcp.set_nodelay(true)
             .map_err(|e| unavailable(format!("TCP_NODELAY: {e}")))?;
-        let io = Counted::opened(tcp, &self.events);
+        let io = match tokio::time::timeout(
+            self.connect_timeout,
+            link::open(tcp, self.tls.clone(), self.addr.host(), &self.events),
+        )
+        .await
+        {
+            Ok(Ok(io)) => io,
+            Ok(Err(e)) => return Err(unavailable(format!("TLS: {e}"))),
+            Err(_) => return Err(unavailable("no TLS handshake in time".to_owned())),
+        };
         let (send, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
