@@ -877,7 +877,7 @@ set = { "seed" = 3, "check.compounding" = true, "nope.x" = 1, "hop.1.slow.probab
                 21,
                 49,
                 "variant \"odd\": unknown section \"nope\" in override path \"nope.x\" \
-                 (expected load, hop, launcher or broker)"
+                 (expected load, hop, launcher, broker or mesh)"
                     .to_owned()
             ),
             (
