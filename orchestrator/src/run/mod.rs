@@ -68,6 +68,12 @@ pub enum RunError {
     /// The run's CA or a certificate could not be made or written.
     #[error("TLS: {0}")]
     Tls(#[from] tailmesh_services::tls::TlsError),
+    /// Attached to a deployment, which carries no certificates.
+    #[error(
+        "variant \"{variant}\": [mesh] tls = \"{mode}\" cannot run attached to a deployment \
+         (deployments carry no certificates yet); run it with the local launcher"
+    )]
+    TlsAttached { variant: String, mode: &'static str },
     /// A hop or broker process could not be started.
     #[error("variant \"{variant}\": {source}")]
     Launch {
@@ -222,6 +228,14 @@ pub(crate) async fn run_variants(
         .iter()
         .map(|variant| MeshPlan::new(scenario, variant))
         .collect();
+    if options.attach.is_some()
+        && let Some(v) = scenario.variants.iter().find(|v| v.mesh.tls.is_on())
+    {
+        return Err(RunError::TlsAttached {
+            variant: v.name.clone(),
+            mode: v.mesh.tls.as_str(),
+        });
+    }
     // One CA for the run, made before anything starts.
     let with_ca;
     let options =
