@@ -1,5 +1,7 @@
 //! The connections a server accepts: [`Incoming`], the stream the hop and
-//! the broker hand to tonic instead of its `TcpIncoming`.
+//! the broker hand to tonic instead of its `TcpIncoming`, and [`Secured`],
+//! the same connections through a TLS handshake each when the mesh runs
+//! TLS ([`accept`] builds both).
 //!
 //! Three things tonic's stream does not do: an accept error (out of file
 //! descriptors, most often) is retried after a growing pause instead of at

@@ -14,7 +14,7 @@
 //! - `addr`: [`addr::PeerAddr`], a service's host (address or DNS name) and port.
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 //! - `incoming`: the connections a server accepts: accept errors backed
-//!   off and logged, idle connections closed.
+//!   off and logged, idle connections closed, TLS handshakes side by side.
 //! - [`limits`]: the largest payload and the gRPC message limits derived
 //!   from it.
 //! - `reflection`: server reflection listing only the services served.
