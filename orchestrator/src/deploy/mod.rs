@@ -136,12 +136,22 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 _ => net_faults,
             };
             if let Role::Hop { hop, replica } = &process.role {
+                let kill = hop.kill;
                 let hop = &hop.name;
                 if let Some(e) = label_problem(&name) {
                     problems.push(format!(
                         "variant {:?}, hop {hop:?} replica {replica}: its service name {name:?} {e}; \
                          use a shorter hop or variant name",
                         variant.name
+                    ));
+                }
+                if kill.is_some_and(|k| k.replica == *replica) {
+                    problems.push(format!(
+                        "variant {:?}, hop {hop:?} replica {replica}: kill needs the local or \
+                         netns launcher (tailmesh run), which start the replica's process and \
+                         can SIGKILL and restart it; a {} runtime restarts containers on its \
+                         own: remove kill from the deployed scenario",
+                        variant.name, runtime.name
                     ));
                 }
                 if net_faults && !runtime.net_admin {

@@ -68,6 +68,12 @@ pub fn render_table(summary: &Summary) -> String {
                 v.duplicate_ids
             ));
         }
+        for k in &v.kills {
+            out.push_str(&format!("{}: {}\n", v.name, kill_line(k)));
+        }
+        if let Some(line) = crate::analysis::endpoints::describe(&v.endpoints) {
+            out.push_str(&format!("{}: endpoints: {line}\n", v.name));
+        }
         if let Some(line) = compounding_line(v) {
             out.push_str(&format!("{}: {line}\n", v.name));
         }
@@ -396,6 +402,25 @@ fn trace_disagreement(t: &TraceReport) -> Option<String> {
 
 /// `compounding: measured 27.3 % [26.1, 28.6] vs model 27.1 % (declared
 /// 27.1 %): pass`, or `None` when the check was not requested.
+/// `kill: b/1 at 3.00 s (killed 3.00 s), back 6.00 s (ready 6.04 s)`.
+fn kill_line(k: &crate::analysis::KillRecord) -> String {
+    let at = |t: Option<f64>| t.map_or_else(|| "not done".to_owned(), |t| format!("{t:.2} s"));
+    let mut line = format!(
+        "kill: {}/{} at {:.2} s (killed {})",
+        k.hop,
+        k.replica,
+        k.at_s,
+        at(k.killed_at_s)
+    );
+    if let Some(back) = k.back_s {
+        line.push_str(&format!(
+            ", back {back:.2} s (serving {})",
+            at(k.restarted_at_s)
+        ));
+    }
+    line
+}
+
 fn compounding_line(v: &VariantReport) -> Option<String> {
     let c = v.compounding.as_ref()?;
     let measured = if c.n == 0 {

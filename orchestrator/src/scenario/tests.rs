@@ -56,6 +56,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         windows: Default::default(),
         client: Default::default(),
         downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
+        kill: None,
     }
 }
 
@@ -167,6 +168,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: vec!["backend".to_owned(), "cache".to_owned()],
+                    kill: None,
                 },
                 Hop {
                     name: "backend".to_owned(),
@@ -197,6 +199,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
+                    kill: None,
                 },
                 Hop {
                     name: "cache".to_owned(),
@@ -232,6 +235,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
+                    kill: None,
                 },
             ],
             launcher: Launcher::Auto,
