@@ -29,6 +29,21 @@ pub struct KillRecord {
     /// When its new process answered health checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_at_s: Option<f64>,
+    /// Per caller of its hop, the calls it sent to the replica while it
+    /// was down: between the kill and the restart (or the load's end), as
+    /// the caller's pick counts said then. Absent for callers that do not
+    /// report endpoint events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub picks_while_down: Vec<CallerPicks>,
+}
+
+/// A caller's calls to one replica over a stretch of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallerPicks {
+    /// `loadgen`, or the calling replica as `hop/replica`.
+    pub caller: String,
+    /// Calls sent.
+    pub picks: u64,
 }
 
 /// What one caller did with one called hop's replicas.

@@ -62,7 +62,7 @@ pub use composition::{
     SegmentSummary, SpectrumPoint, TailSegment,
 };
 pub use declared::{BUSY, Declared, Overhead, Undeclared, declared, declared_in_force};
-pub use endpoints::{CallerEndpoints, EndpointEvent, KillRecord, ReplicaCounts};
+pub use endpoints::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord, ReplicaCounts};
 pub use gate::{
     DEFAULT_ERROR_TOLERANCE, DEFAULT_REPLICATES, DEFAULT_TOLERANCE, GateReport, GateRule,
     GateVerdict, MetricGate, VariantGate, gate,

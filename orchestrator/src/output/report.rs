@@ -804,13 +804,13 @@ fn endpoint_table(variants: &[VariantReport]) -> String {
         "<h2>Endpoints</h2><p class=\"note\">What each push caller (the load generator, or a calling replica <code>hop/replica</code>) saw of the replicas it calls: calls sent (picks), times in TRANSIENT_FAILURE, failed reconnects, keepalive timeouts, calls moved to another replica before they left, ejections and re-admissions; only callers that saw a change are listed. Errors per variant are in the errors table above.</p>",
     );
     if killed {
-        out.push_str("<table id=\"kills\"><tr><th>variant</th><th>replica</th><th>killed at</th><th>back at</th></tr>");
+        out.push_str("<table id=\"kills\"><tr><th>variant</th><th>replica</th><th>killed at</th><th>back at</th><th>calls sent to it while down</th></tr>");
         for v in variants {
             for k in &v.kills {
                 let at = |t: Option<f64>| t.map_or_else(|| "-".to_owned(), |t| format!("{t:.2} s"));
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td>{}/{}</td><td>{} (planned {:.2} s)</td><td>{}{}</td></tr>",
+                    "<tr><td>{}</td><td>{}/{}</td><td>{} (planned {:.2} s)</td><td>{}{}</td><td>{}</td></tr>",
                     escape(&v.name),
                     escape(&k.hop),
                     k.replica,
@@ -820,6 +820,15 @@ fn endpoint_table(variants: &[VariantReport]) -> String {
                     k.back_s
                         .map(|b| format!(" (planned {b:.2} s)"))
                         .unwrap_or_default(),
+                    if k.picks_while_down.is_empty() {
+                        "not reported".to_owned()
+                    } else {
+                        k.picks_while_down
+                            .iter()
+                            .map(|c| format!("{} {}", escape(&c.caller), c.picks))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
                 );
             }
         }

@@ -418,6 +418,10 @@ fn kill_line(k: &crate::analysis::KillRecord) -> String {
             at(k.restarted_at_s)
         ));
     }
+    if !k.picks_while_down.is_empty() {
+        let sent: u64 = k.picks_while_down.iter().map(|c| c.picks).sum();
+        line.push_str(&format!("; {sent} call(s) sent to it while down"));
+    }
     line
 }
 

@@ -101,7 +101,10 @@ pub(super) async fn collect(
 
 /// `GetEndpointEvents` of the replica at `addr`; `None` when it does not
 /// implement it.
-async fn ask(addr: &PeerAddr, token: &str) -> Result<Option<pb::EndpointEvents>, String> {
+pub(super) async fn ask(
+    addr: &PeerAddr,
+    token: &str,
+) -> Result<Option<pb::EndpointEvents>, String> {
     let channel = tonic::transport::Endpoint::from_shared(addr.uri())
         .map_err(|e| e.to_string())?
         .connect_timeout(CALL_TIMEOUT)

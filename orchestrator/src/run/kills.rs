@@ -7,16 +7,23 @@
 //! kill at `at` happens `warmup + at` after the load's origin. A scheduled
 //! death is not an incident: the launcher does not report the child it
 //! killed as exited, and summary.json lists it under `kills`.
+//!
+//! Right after the kill and right before the restart (or when the load
+//! ends), the callers of the hop are asked for their pick counts (the
+//! load generator's pool directly, calling replicas through their Control
+//! API): the difference is the calls each sent to the replica while it
+//! was down.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use tailmesh_services::{addr::PeerAddr, hop::PushPool};
 use tokio::time::Instant;
 
 use crate::{
-    analysis::KillRecord,
+    analysis::{CallerPicks, KillRecord},
     launcher::{AnyLauncher, Killed},
     loadgen::LoadClock,
-    plan::MeshPlan,
+    plan::{Addrs, MeshPlan},
     scenario::Kill,
 };
 
@@ -24,6 +31,11 @@ use crate::{
 pub(super) struct Kills {
     planned: Vec<PlannedKill>,
     incidents: Vec<String>,
+    /// The callers of each hop: the load generator's pool (the entry hop's)
+    /// and the calling replicas' Control addresses.
+    entry: Option<(String, Arc<PushPool>)>,
+    callers: BTreeMap<String, Vec<(String, PeerAddr)>>,
+    token: Option<String>,
 }
 
 struct PlannedKill {
@@ -40,11 +52,21 @@ struct PlannedKill {
     restarted: Option<Instant>,
     /// Nothing more to do (restarted, failed, or staying dead).
     over: bool,
+    /// Each caller's picks of the replica right after the kill, and the
+    /// calls sent to it while it was down.
+    picks_at_kill: BTreeMap<String, u64>,
+    picks_while_down: Option<Vec<CallerPicks>>,
 }
 
 impl Kills {
-    /// The kills of `plan`'s hops.
-    pub(super) fn plan(plan: &MeshPlan) -> Self {
+    /// The kills of `plan`'s hops, whose processes are at `addrs`;
+    /// `entry` is the load generator's pool, when it pushes.
+    pub(super) fn plan(
+        plan: &MeshPlan,
+        launcher: &AnyLauncher,
+        addrs: &Addrs,
+        entry: Option<Arc<PushPool>>,
+    ) -> Self {
         let warmup = plan.variant.load.warmup;
         let planned = plan
             .hops()
@@ -60,13 +82,68 @@ impl Kills {
                     killed: None,
                     restarted: None,
                     over: false,
+                    picks_at_kill: BTreeMap::new(),
+                    picks_while_down: None,
                 })
             })
             .collect();
+        let mut callers: BTreeMap<String, Vec<(String, PeerAddr)>> = BTreeMap::new();
+        let mut token = None;
+        for (process, hop, replica) in plan.hops() {
+            let addr = addrs
+                .hops
+                .get(&hop.name)
+                .and_then(|a| a.get(replica as usize));
+            let (Some((t, _)), Some(addr)) = (launcher.fault_place(&process.name), addr) else {
+                continue;
+            };
+            token = Some(t.to_owned());
+            for called in &hop.downstream {
+                callers
+                    .entry(called.clone())
+                    .or_default()
+                    .push((format!("{}/{replica}", hop.name), addr.clone()));
+            }
+        }
         Kills {
             planned,
             incidents: Vec::new(),
+            entry: entry.map(|pool| (pool.hop().to_owned(), pool)),
+            callers,
+            token,
         }
+    }
+
+    /// Each caller of `hop`'s picks of `replica` so far, for the callers
+    /// that report them.
+    async fn picks(&self, hop: &str, replica: u32) -> BTreeMap<String, u64> {
+        let of = |pool: &tailmesh_proto::pb::PoolEvents| {
+            (pool.hop == hop)
+                .then(|| pool.replicas.get(replica as usize).map(|r| r.picks))
+                .flatten()
+        };
+        let mut out = BTreeMap::new();
+        if let Some((entry, pool)) = &self.entry
+            && entry == hop
+            && let Some(picks) = of(&pool.endpoint_events())
+        {
+            out.insert("loadgen".to_owned(), picks);
+        }
+        let (Some(token), Some(callers)) = (&self.token, self.callers.get(hop)) else {
+            return out;
+        };
+        let asked = futures::future::join_all(callers.iter().map(|(caller, addr)| async move {
+            (caller, super::endpoints::ask(addr, token).await)
+        }))
+        .await;
+        for (caller, answer) in asked {
+            if let Ok(Some(events)) = answer
+                && let Some(picks) = events.pools.iter().find_map(of)
+            {
+                out.insert(caller.clone(), picks);
+            }
+        }
+        out
     }
 
     /// When, from the load's origin, the schedule next kills or restarts a
@@ -85,13 +162,26 @@ impl Kills {
     /// Kills and restarts what is due `since_origin` from the load's
     /// origin, through `launcher`.
     pub(super) async fn advance(&mut self, since_origin: Duration, launcher: &mut AnyLauncher) {
-        for k in self.planned.iter_mut().filter(|k| !k.over) {
+        for i in 0..self.planned.len() {
+            let k = &self.planned[i];
+            if k.over {
+                continue;
+            }
+            let (hop, replica) = (k.hop.clone(), k.replica);
+            let restart_due = k.killed.is_some() && k.back_at.is_some_and(|at| at <= since_origin);
+            if restart_due {
+                let now = self.picks(&hop, replica).await;
+                self.planned[i].count_down_picks(&now);
+            }
+            let k = &mut self.planned[i];
             if k.killed.is_none() && k.kill_at <= since_origin {
                 match launcher.kill(&k.process).await {
                     Ok(killed) => {
                         tracing::info!(process = %k.process, "killed as scheduled");
                         k.killed = Some((Instant::now(), killed));
                         k.over = k.back_at.is_none();
+                        let at_kill = self.picks(&hop, replica).await;
+                        self.planned[i].picks_at_kill = at_kill;
                     }
                     Err(e) => {
                         let line = format!(
@@ -104,7 +194,7 @@ impl Kills {
                     }
                 }
             } else if let Some((_, killed)) = &k.killed
-                && k.back_at.is_some_and(|at| at <= since_origin)
+                && restart_due
             {
                 k.over = true;
                 match launcher.relaunch(killed).await {
@@ -126,8 +216,16 @@ impl Kills {
     }
 
     /// The kills' records on the measured clock, and the incidents (a kill
-    /// or restart that failed, one the load ended before).
-    pub(super) fn finish(mut self, clock: &LoadClock) -> (Vec<KillRecord>, Vec<String>) {
+    /// or restart that failed, one the load ended before). A replica still
+    /// down has its callers' picks counted up to now.
+    pub(super) async fn finish(mut self, clock: &LoadClock) -> (Vec<KillRecord>, Vec<String>) {
+        for i in 0..self.planned.len() {
+            let k = &self.planned[i];
+            if k.killed.is_some() && k.picks_while_down.is_none() {
+                let now = self.picks(&k.hop.clone(), k.replica).await;
+                self.planned[i].count_down_picks(&now);
+            }
+        }
         let mut records = Vec::new();
         for k in self.planned {
             if k.killed.is_none() && !k.over {
@@ -145,9 +243,28 @@ impl Kills {
                 back_s: k.kill.back.map(|b| (k.kill.at + b).as_secs_f64()),
                 killed_at_s: k.killed.as_ref().map(|(t, _)| clock.measured_s(*t)),
                 restarted_at_s: k.restarted.map(|t| clock.measured_s(t)),
+                picks_while_down: k.picks_while_down.unwrap_or_default(),
             });
         }
         (records, self.incidents)
+    }
+}
+
+impl PlannedKill {
+    /// The calls each caller sent while the replica was down: `now`'s
+    /// picks less those at the kill (callers asked both times only).
+    fn count_down_picks(&mut self, now: &BTreeMap<String, u64>) {
+        self.picks_while_down = Some(
+            now.iter()
+                .filter_map(|(caller, picks)| {
+                    let before = self.picks_at_kill.get(caller)?;
+                    Some(CallerPicks {
+                        caller: caller.clone(),
+                        picks: picks.saturating_sub(*before),
+                    })
+                })
+                .collect(),
+        );
     }
 }
 
@@ -167,14 +284,22 @@ mod tests {
     #[test]
     fn a_kill_is_planned_for_its_replica_at_warmup_plus_at() {
         let s = Duration::from_secs;
-        let kills = Kills::plan(&plan("kill = { replica = 1, at = \"3s\", back = \"2s\" }"));
+        let launcher =
+            AnyLauncher::Local(crate::launcher::LocalLauncher::new("/nonexistent".into()));
+        let addrs = Addrs::default();
+        let kills = Kills::plan(
+            &plan("kill = { replica = 1, at = \"3s\", back = \"2s\" }"),
+            &launcher,
+            &addrs,
+            None,
+        );
         assert_eq!(kills.planned.len(), 1);
         let k = &kills.planned[0];
         assert_eq!((k.process.as_str(), k.replica), ("hop-b-1", 1));
         assert_eq!((k.kill_at, k.back_at), (s(4), Some(s(6))));
         assert_eq!(kills.next_change(), Some(s(4)));
 
-        let none = Kills::plan(&plan(""));
+        let none = Kills::plan(&plan(""), &launcher, &addrs, None);
         assert!(none.planned.is_empty());
         assert_eq!(none.next_change(), None);
     }

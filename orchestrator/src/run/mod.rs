@@ -434,7 +434,7 @@ async fn measure(
         }
     };
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
-    let mut kills = kills::Kills::plan(plan);
+    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pool.clone());
     // Windows that start at 0 are applied before the load starts.
     faults.advance(Duration::ZERO).await;
     let progress = options.progress.then(|| progress::view(variant)).flatten();
@@ -504,7 +504,7 @@ async fn measure(
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
     records.end_variant(&load);
-    let (kills, kill_incidents) = kills.finish(&clock);
+    let (kills, kill_incidents) = kills.finish(&clock).await;
     incidents.extend(kill_incidents);
     let endpoints = endpoints::collect(plan, launcher, &addrs, &clock, entry_pool.as_deref()).await;
     let (faults, fault_windows, fault_incidents) = faults.finish(&clock).await;
