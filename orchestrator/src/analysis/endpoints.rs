@@ -161,8 +161,10 @@ impl CallerEndpoints {
 /// ready x2 (last 6.11 s)`; `None` when nothing happened.
 pub(crate) fn describe(endpoints: &[CallerEndpoints]) -> Option<String> {
     use std::collections::BTreeMap;
-    // (hop, replica) -> kind -> (count, first, last)
-    let mut seen: BTreeMap<(&str, u32), BTreeMap<&str, (u64, f64, f64)>> = BTreeMap::new();
+    /// How many times a change was seen, first and last.
+    type Seen = (u64, f64, f64);
+    // (hop, replica) -> kind -> what was seen
+    let mut seen: BTreeMap<(&str, u32), BTreeMap<&str, Seen>> = BTreeMap::new();
     for c in endpoints {
         for e in &c.events {
             let entry = seen
