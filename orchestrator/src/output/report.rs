@@ -1716,6 +1716,67 @@ mod tests {
         s
     }
 
+    #[test]
+    fn endpoint_changes_are_marked_once_and_tabled_with_the_kills() {
+        use crate::analysis::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord};
+        let mut s = summary();
+        assert!(!render_report(&s).contains("<h2>Endpoints</h2>"));
+        let event = |at_s: f64, kind: &str| EndpointEvent {
+            at_s,
+            replica: 1,
+            kind: kind.into(),
+            reason: "connection ended".into(),
+        };
+        let caller = |name: &str, shift: f64| CallerEndpoints {
+            caller: name.into(),
+            hop: "b".into(),
+            replicas: vec![Default::default(), Default::default()],
+            events: vec![
+                event(1.0 + shift, "transient_failure"),
+                event(2.0 + shift, "ready"),
+            ],
+            dropped: 0,
+        };
+        let v = &mut s.variants[0];
+        // Two callers see each change 10 ms apart: one mark each.
+        v.endpoints = vec![caller("a/0", 0.0), caller("a/1", 0.01)];
+        v.kills = vec![KillRecord {
+            hop: "b".into(),
+            replica: 1,
+            at_s: 1.0,
+            back_s: Some(2.0),
+            killed_at_s: Some(1.001),
+            restarted_at_s: Some(2.02),
+            picks_while_down: vec![CallerPicks {
+                caller: "a/0".into(),
+                picks: 0,
+            }],
+        }];
+        let marks = endpoint_marks(&s.variants[0]);
+        let labels: Vec<(&str, f64)> = marks.iter().map(|m| (m.label.as_str(), m.from)).collect();
+        assert_eq!(labels, [("b/1 TRANSIENT_FAILURE", 1.0), ("b/1 READY", 2.0)]);
+        assert!(marks.iter().all(|m| m.kind == BandKind::Mark));
+        let html = render_report(&s);
+        let at = html
+            .find("id=\"latency-over-time-base\"")
+            .expect("the chart");
+        let chart = &html[at..at + html[at..].find("</svg>").expect("closed")];
+        assert!(
+            chart.contains("<title>b/1 TRANSIENT_FAILURE</title>"),
+            "{chart}"
+        );
+        assert!(html.contains("<table id=\"kills\">"));
+        assert!(html.contains("<td>b/1</td><td>1.00 s (planned 1.00 s)</td>"));
+        let table = &html[html.find("<table id=\"endpoints\">").expect("the table")..];
+        assert_eq!(
+            table[..table.find("</table>").expect("closed")]
+                .matches("<tr><td>base</td>")
+                .count(),
+            4
+        );
+        assert!(table.contains("transient_failure 1.00 s (connection ended)"));
+    }
+
     /// A ramp of 200/s, 400/s, 800/s, 5 s each, the knee at 800/s.
     fn stepped() -> crate::analysis::Summary {
         use crate::output::phases::tests::phase;

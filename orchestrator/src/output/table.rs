@@ -881,6 +881,56 @@ mod tests {
     }
 
     #[test]
+    fn kills_and_endpoint_changes_get_a_line_each() {
+        use crate::analysis::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord};
+        let mut s = windowed();
+        assert!(!render_table(&s).contains("kill:"));
+        let v = &mut s.variants[0];
+        v.kills = vec![KillRecord {
+            hop: "b".into(),
+            replica: 1,
+            at_s: 1.0,
+            back_s: Some(2.0),
+            killed_at_s: Some(1.001),
+            restarted_at_s: Some(2.02),
+            picks_while_down: vec![
+                CallerPicks {
+                    caller: "a/0".into(),
+                    picks: 2,
+                },
+                CallerPicks {
+                    caller: "a/1".into(),
+                    picks: 1,
+                },
+            ],
+        }];
+        v.endpoints = vec![CallerEndpoints {
+            caller: "a/0".into(),
+            hop: "b".into(),
+            replicas: Vec::new(),
+            events: vec![EndpointEvent {
+                at_s: 1.002,
+                replica: 1,
+                kind: "transient_failure".into(),
+                reason: String::new(),
+            }],
+            dropped: 0,
+        }];
+        let text = render_table(&s);
+        assert!(
+            text.contains(
+                "base: kill: b/1 at 1.00 s (killed 1.00 s), back 2.00 s (serving 2.02 s); 3 \
+                 call(s) sent to it while down\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("base: endpoints: b r1 transient_failure (1.00 s)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn human_units() {
         assert_eq!(format_us(456), "456us");
         assert_eq!(format_us(1_234), "1.23ms");

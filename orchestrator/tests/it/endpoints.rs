@@ -169,10 +169,13 @@ fn a_replica_killed_on_schedule_is_no_incident_and_health_keeps_calls_off_it() {
         kinds[failed..].contains(&"ready"),
         "a/1 never ready again: {events:?}"
     );
+    // The count starts when the launcher has reaped the replica: a call
+    // picked before the load generator read the end of its connection
+    // may be in it; none after.
     let (health_errors, health_down) = errors_of["health"];
-    assert_eq!(
-        health_down, 0,
-        "health: calls sent to the dead replica: {health:#}"
+    assert!(
+        health_down <= 1,
+        "health: {health_down} calls sent to the dead replica: {health:#}"
     );
     // Only the calls in flight on it when it died fail.
     assert!(
