@@ -339,4 +339,28 @@ mod tests {
             assert!(label_problem(bad).is_some(), "{bad:?}");
         }
     }
+
+    #[test]
+    fn a_scenario_that_kills_a_replica_is_refused_naming_it() {
+        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
+                    [[hop]]\nname = \"a\"\nreplicas = 2\nkill = { replica = 1, at = \"1s\" }\n";
+        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
+        let runtime = Runtime {
+            name: "Kubernetes",
+            net_admin: true,
+        };
+        match services(&scenario, runtime) {
+            Err(DeployError::Undeployable { problems, .. }) => {
+                assert_eq!(problems.len(), 1, "{problems:?}");
+                assert!(
+                    problems[0].starts_with(
+                        "variant \"base\", hop \"a\" replica 1: kill needs the local or netns \
+                         launcher"
+                    ),
+                    "{problems:?}"
+                );
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
 }
