@@ -162,28 +162,29 @@ fn nft_loss_commands(table: &str, iface: &str, loss: f64) -> Vec<Vec<String>> {
             .map(str::to_owned)
             .to_vec(),
         );
-        commands.push(
-            [
-                "add",
-                "rule",
-                "inet",
-                table,
-                chain,
-                "meta",
-                iface_key,
-                iface,
-                "numgen",
-                "random",
-                "mod",
-                &NFT_SCALE.to_string(),
-                "<",
-                &threshold,
-                "counter",
-                "drop",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-        );
+        // Every packet (loss = 1): no draw, as `numgen ... < 10000` is out
+        // of nft's range for a modulus of 10000.
+        let all = nft_threshold(loss) >= NFT_SCALE;
+        let mut drop: Vec<String> = [
+            "add", "rule", "inet", table, chain, "meta", iface_key, iface,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        if !all {
+            drop.extend(
+                [
+                    "numgen",
+                    "random",
+                    "mod",
+                    &NFT_SCALE.to_string(),
+                    "<",
+                    &threshold,
+                ]
+                .map(str::to_owned),
+            );
+        }
+        drop.extend(["counter", "drop"].map(str::to_owned));
+        commands.push(drop);
     }
     commands
 }
@@ -579,6 +580,12 @@ mod tests {
             commands[6].join(" "),
             "add rule inet tailmesh_abc123 tm_out meta oifname tmeth0 numgen random mod 10000 \
              < 500 counter drop"
+        );
+        // A black hole drops every packet without a draw.
+        let all = nft_loss_commands("tailmesh_abc123", MEMBER_IF, 1.0);
+        assert_eq!(
+            all[3].join(" "),
+            "add rule inet tailmesh_abc123 tm_in meta iifname tmeth0 counter drop"
         );
     }
 

@@ -639,6 +639,8 @@ fn analyze_variants(
             peak_memory: run.memory.clone(),
             faults: run.faults.clone(),
             fault_windows: run.fault_windows.clone(),
+            kills: run.kills.clone(),
+            endpoints: run.endpoints.clone(),
             machine: run.load.instrument.clone(),
             traces,
         });

@@ -17,6 +17,8 @@
 //! - `phases`: results per phase of the schedule (fault windows, load
 //!   steps), the recovery after a window, the knee of a ramp.
 //! - `broker`: the broker's per-topic statistics as summary.json holds them.
+//! - `endpoints`: what the push callers saw of the replicas they call, and
+//!   the replicas killed on schedule.
 //! - `variant`: one variant's requests -> [`VariantReport`], through
 //!   `VariantAccumulator`.
 //! - `summary`: the whole run -> [`Summary`] (summary.json's shape).
@@ -37,6 +39,7 @@ pub(crate) mod compose;
 pub(crate) mod composition;
 pub(crate) mod compounding;
 pub(crate) mod declared;
+pub(crate) mod endpoints;
 pub(crate) mod gate;
 pub(crate) mod instrument;
 pub(crate) mod intervals;
@@ -59,6 +62,7 @@ pub use composition::{
     SegmentSummary, SpectrumPoint, TailSegment,
 };
 pub use declared::{BUSY, Declared, Overhead, Undeclared, declared, declared_in_force};
+pub use endpoints::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord, ReplicaCounts};
 pub use gate::{
     DEFAULT_ERROR_TOLERANCE, DEFAULT_REPLICATES, DEFAULT_TOLERANCE, GateReport, GateRule,
     GateVerdict, MetricGate, VariantGate, gate,

@@ -153,7 +153,8 @@ impl Span {
 
 /// Every fault of `variant` that has a window (set and cleared during the
 /// run), labelled `slow b`, `replica_slow b/2`, `error b`, `net b`,
-/// `net b/1`: the one place faults get the names phases, their reports and
+/// `net b/1`, and each replica killed on schedule (`kill b/1`, down until
+/// it is back): the one place faults get the names phases, their reports and
 /// the declared prediction use.
 pub(crate) fn windowed_faults(variant: &Variant) -> Vec<(String, Window)> {
     let mut out = Vec::new();
@@ -181,6 +182,10 @@ pub(crate) fn windowed_faults(variant: &Variant) -> Vec<(String, Window)> {
         }
         for r in hop.replica_net.iter().filter(|r| r.fault.is_active()) {
             push(format!("net {name}/{}", r.replica), r.fault.window());
+        }
+        // A replica killed on schedule is down from its kill to its restart.
+        if let Some(kill) = &hop.kill {
+            push(format!("kill {name}/{}", kill.replica), kill.window());
         }
     }
     out

@@ -43,6 +43,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         windows: Default::default(),
         client: Default::default(),
         downstream: Vec::new(),
+        kill: None,
     }
 }
 

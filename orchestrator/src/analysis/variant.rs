@@ -293,6 +293,13 @@ pub struct VariantReport {
     /// and as applied and cleared, on the measured clock.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fault_windows: Vec<tailmesh_netfault::WindowRecord>,
+    /// Replicas killed on schedule (`kill`), planned and as carried out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kills: Vec<super::KillRecord>,
+    /// Per push caller (the load generator, each calling replica) and
+    /// called hop: the replicas' counts and state changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<super::CallerEndpoints>,
     /// Why the slow requests were slow: counts per cause (absent in
     /// summaries from before attribution).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -529,6 +536,10 @@ pub(crate) struct VariantContext {
     pub faults: Vec<tailmesh_netfault::FaultRecord>,
     /// Fault windows, planned and as applied.
     pub fault_windows: Vec<tailmesh_netfault::WindowRecord>,
+    /// Replicas killed on schedule.
+    pub kills: Vec<super::KillRecord>,
+    /// What the push callers saw of the replicas they call.
+    pub endpoints: Vec<super::CallerEndpoints>,
     /// What the self-watch measured over the load window.
     pub machine: Option<MachineSamples>,
     /// The traces' breakdown (from every trace), when it was traced.
@@ -883,6 +894,8 @@ impl VariantAccumulator {
             peak_memory: context.peak_memory,
             faults: context.faults,
             fault_windows: context.fault_windows,
+            kills: context.kills,
+            endpoints: context.endpoints,
             attribution: Some(attribution),
             instrument,
             traces,

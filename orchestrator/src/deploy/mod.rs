@@ -144,12 +144,22 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 _ => net_faults,
             };
             if let Role::Hop { hop, replica } = &process.role {
+                let kill = hop.kill;
                 let hop = &hop.name;
                 if let Some(e) = label_problem(&name) {
                     problems.push(format!(
                         "variant {:?}, hop {hop:?} replica {replica}: its service name {name:?} {e}; \
                          use a shorter hop or variant name",
                         variant.name
+                    ));
+                }
+                if kill.is_some_and(|k| k.replica == *replica) {
+                    problems.push(format!(
+                        "variant {:?}, hop {hop:?} replica {replica}: kill needs the local or \
+                         netns launcher (tailmesh run), which start the replica's process and \
+                         can SIGKILL and restart it; a {} runtime restarts containers on its \
+                         own: remove kill from the deployed scenario",
+                        variant.name, runtime.name
                     ));
                 }
                 if net_faults && !runtime.net_admin {
@@ -335,6 +345,30 @@ mod tests {
         assert_eq!(label_problem("hop-middle-1"), None);
         for bad in ["", "hop_a", "-a", &"a".repeat(64)] {
             assert!(label_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_scenario_that_kills_a_replica_is_refused_naming_it() {
+        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
+                    [[hop]]\nname = \"a\"\nreplicas = 2\nkill = { replica = 1, at = \"1s\" }\n";
+        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
+        let runtime = Runtime {
+            name: "Kubernetes",
+            net_admin: true,
+        };
+        match services(&scenario, runtime) {
+            Err(DeployError::Undeployable { problems, .. }) => {
+                assert_eq!(problems.len(), 1, "{problems:?}");
+                assert!(
+                    problems[0].starts_with(
+                        "variant \"base\", hop \"a\" replica 1: kill needs the local or netns \
+                         launcher"
+                    ),
+                    "{problems:?}"
+                );
+            }
+            other => panic!("not refused: {other:?}"),
         }
     }
 }

@@ -30,7 +30,7 @@ use tokio::{
     time::{Instant, sleep, sleep_until, timeout, timeout_at},
 };
 
-use super::{ExitedChild, LaunchError, Launched, LogTail, ProcessSpec, health};
+use super::{ExitedChild, Killed, LaunchError, Launched, LogTail, ProcessSpec, health};
 
 /// How long [`LocalLauncher::launch`] waits for a child to answer SERVING,
 /// unless set with [`LocalLauncher::with_ready_timeout`].
@@ -68,6 +68,8 @@ pub struct LocalLauncher {
 #[derive(Debug)]
 struct Supervised {
     launched: Launched,
+    /// What it was started from, for [`LocalLauncher::kill`]'s restart.
+    spec: ProcessSpec,
     child: Child,
     /// Never written; dropping it (or our death) tells the child to exit.
     _stdin: Option<ChildStdin>,
@@ -148,6 +150,7 @@ impl LocalLauncher {
     /// Dropping the returned future mid-wait kills the child being started.
     pub async fn launch(&mut self, spec: ProcessSpec) -> Result<Launched, LaunchError> {
         let name = spec.name.clone();
+        let kept_spec = spec.clone();
         check_name(&name)?;
         if self.children.iter().any(|c| c.launched.name == name) {
             return Err(LaunchError::InvalidName {
@@ -242,6 +245,7 @@ impl LocalLauncher {
                 tracing::info!(name = %launched.name, %addr, pid, "ready");
                 self.children.push(Supervised {
                     launched: launched.clone(),
+                    spec: kept_spec,
                     child,
                     _stdin: stdin,
                     addr_file,
@@ -299,6 +303,60 @@ impl LocalLauncher {
             }
         }
         exited
+    }
+
+    /// SIGKILLs the child `name` by its process id (only a child this
+    /// launcher started and has not reaped, so the id is still its), and
+    /// reaps it. The child is not reported by [`LocalLauncher::exited`]:
+    /// its death was asked for. [`LocalLauncher::relaunch`] starts it again.
+    pub async fn kill(&mut self, name: &str) -> Result<Killed, LaunchError> {
+        let Some(i) = self.children.iter().position(|c| c.launched.name == name) else {
+            return Err(LaunchError::InvalidName {
+                name: name.to_owned(),
+                reason: "no process with this name is running",
+            });
+        };
+        let mut supervised = self.children.remove(i);
+        let pid = supervised.launched.pid;
+        // `id()` is `Some` only while unreaped, so the pid is still ours.
+        if let Some(raw) = supervised.child.id().and_then(|p| i32::try_from(p).ok())
+            && let Err(e) = kill(Pid::from_raw(raw), Signal::SIGKILL)
+        {
+            tracing::debug!(%name, pid, "SIGKILL: {e}");
+        }
+        let status = match timeout(REAP_TIMEOUT, supervised.child.wait()).await {
+            Ok(Ok(status)) => status,
+            Ok(Err(source)) => {
+                self.children.push(supervised);
+                return Err(LaunchError::Wait {
+                    name: name.to_owned(),
+                    pid,
+                    source,
+                });
+            }
+            Err(_) => {
+                self.children.push(supervised);
+                return Err(LaunchError::Wait {
+                    name: name.to_owned(),
+                    pid,
+                    source: io::Error::other(format!(
+                        "not reaped {} after SIGKILL",
+                        humantime::format_duration(REAP_TIMEOUT)
+                    )),
+                });
+            }
+        };
+        let spec = supervised.spec.clone();
+        Ok(Killed {
+            exited: supervised.reaped(status, false),
+            spec,
+        })
+    }
+
+    /// Starts `killed` again from its spec, listening at the address it
+    /// had (its callers know that address only).
+    pub async fn relaunch(&mut self, killed: &Killed) -> Result<Launched, LaunchError> {
+        self.launch(killed.spec_at_its_address()).await
     }
 
     /// Stops every child: SIGTERM to all (latest launched first, so callers

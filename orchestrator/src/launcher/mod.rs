@@ -70,6 +70,32 @@ impl AnyLauncher {
         }
     }
 
+    /// SIGKILLs the child `name` (a scheduled `kill`), by its process id;
+    /// its death is not reported by [`AnyLauncher::exited`]. Attached
+    /// services are not this process's children: refused.
+    pub async fn kill(&mut self, name: &str) -> Result<Killed, LaunchError> {
+        match self {
+            Self::Local(l) => l.kill(name).await,
+            Self::Netns(l) => l.kill(name).await,
+            Self::Attached(_) => Err(LaunchError::InvalidName {
+                name: name.to_owned(),
+                reason: "the attached launcher cannot kill a deployed service",
+            }),
+        }
+    }
+
+    /// Starts a killed child again at the address it had.
+    pub async fn relaunch(&mut self, killed: &Killed) -> Result<PeerAddr, LaunchError> {
+        match self {
+            Self::Local(l) => l.relaunch(killed).await.map(|l| l.addr.into()),
+            Self::Netns(l) => l.relaunch(killed).await.map(|l| l.addr.into()),
+            Self::Attached(_) => Err(LaunchError::InvalidName {
+                name: killed.exited.name.clone(),
+                reason: "the attached launcher cannot start a deployed service",
+            }),
+        }
+    }
+
     /// Stops every child (and removes the network of a netns launcher);
     /// attached services keep running.
     pub async fn shutdown(&mut self, grace: Duration) -> Vec<ExitedChild> {
@@ -221,6 +247,33 @@ pub struct Launched {
     pub pid: u32,
     /// Where its stdout and stderr go.
     pub log: PathBuf,
+}
+
+/// A child killed on purpose ([`AnyLauncher::kill`]), with what it was
+/// started from.
+#[derive(Clone, Debug)]
+pub struct Killed {
+    /// How it ended (SIGKILL, unless it had exited just before).
+    pub exited: ExitedChild,
+    /// Its spec as launched (the netns launcher's, wrapped).
+    pub spec: ProcessSpec,
+}
+
+impl Killed {
+    /// Its spec, listening where it listened before: `--listen` set to
+    /// its address (the netns launcher's `<ip>:0` becomes `<ip>:<port>`).
+    pub fn spec_at_its_address(&self) -> ProcessSpec {
+        let addr: OsString = self.exited.addr.to_string().into();
+        let mut spec = self.spec.clone();
+        match spec.args.iter().position(|a| a == "--listen") {
+            Some(i) if i + 1 < spec.args.len() => spec.args[i + 1] = addr,
+            _ => {
+                spec.args.push("--listen".into());
+                spec.args.push(addr);
+            }
+        }
+        spec
+    }
 }
 
 /// A child the launcher has reaped: it exited on its own, was killed from
@@ -440,6 +493,50 @@ impl fmt::Display for LogTail {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_child_comes_back_at_its_own_address() {
+        let exited = |addr: &str| ExitedChild {
+            name: "hop-b-1".into(),
+            addr: addr.parse().expect("an address"),
+            pid: 1,
+            status: ExitStatus::from_raw(9),
+            forced: false,
+        };
+        let local = Killed {
+            exited: exited("127.0.0.1:41234"),
+            spec: ProcessSpec::new("hop-b-1", "tailmesh").args(["hop", "--config", "b.json"]),
+        };
+        let args: Vec<String> = local
+            .spec_at_its_address()
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            ["hop", "--config", "b.json", "--listen", "127.0.0.1:41234"]
+        );
+
+        let netns = Killed {
+            exited: exited("10.7.0.3:40000"),
+            spec: ProcessSpec::new("hop-b-1", "ip").args([
+                "netns",
+                "exec",
+                "tm1n3",
+                "tailmesh",
+                "hop",
+                "--listen",
+                "10.7.0.3:0",
+            ]),
+        };
+        let args = netns.spec_at_its_address().args;
+        assert_eq!(args.iter().filter(|a| *a == "--listen").count(), 1);
+        assert_eq!(
+            args.last().map(|a| a.to_string_lossy()),
+            Some("10.7.0.3:40000".into())
+        );
+    }
 
     #[test]
     fn exit_statuses_read_like_the_shell_says_them() {

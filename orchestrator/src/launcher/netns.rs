@@ -18,7 +18,7 @@ use tailmesh_netfault::{
     tool::find_in_path,
 };
 
-use super::{ExitedChild, LaunchError, Launched, LocalLauncher, ProcessSpec};
+use super::{ExitedChild, Killed, LaunchError, Launched, LocalLauncher, ProcessSpec};
 
 /// The environment variable holding the run's Control token.
 pub const CONTROL_TOKEN_ENV: &str = "TAILMESH_CONTROL_TOKEN";
@@ -121,6 +121,17 @@ impl NetnsLauncher {
     /// See [`LocalLauncher::running`].
     pub fn running(&self) -> impl Iterator<Item = &Launched> {
         self.local.running()
+    }
+
+    /// See [`LocalLauncher::kill`].
+    pub async fn kill(&mut self, name: &str) -> Result<Killed, LaunchError> {
+        self.local.kill(name).await
+    }
+
+    /// See [`LocalLauncher::relaunch`]: in the namespace it had, which
+    /// stays until the network is removed.
+    pub async fn relaunch(&mut self, killed: &Killed) -> Result<Launched, LaunchError> {
+        self.local.relaunch(killed).await
     }
 
     /// See [`LocalLauncher::exited`].

@@ -75,6 +75,12 @@ impl Target {
         Self::new(Reach::Push(Arc::new(pool)), policy)
     }
 
+    /// The first hop reached by push, over `pool`, which the caller keeps
+    /// a handle on (to read its endpoint events when the load ends).
+    pub(crate) fn push_shared(pool: Arc<PushPool>, policy: ClientPolicy) -> Self {
+        Self::new(Reach::Push(pool), policy)
+    }
+
     /// The first hop reached by pull, through its broker topic.
     pub(crate) fn pull(target: PullTarget, policy: ClientPolicy) -> Self {
         Self::new(Reach::Pull(Arc::new(target)), policy)

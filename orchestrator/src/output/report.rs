@@ -80,6 +80,7 @@ pub fn render_report(summary: &Summary) -> String {
     out.push_str(&error_table(&summary.variants));
     out.push_str(&throughput_section(&summary.variants));
     out.push_str(&latency_over_time_section(&summary.variants));
+    out.push_str(&endpoint_table(&summary.variants));
     out.push_str(&phases_section(&summary.variants));
     out.push_str(&broker_table(&summary.variants));
     out.push_str(&observer_section(&summary.variants));
@@ -726,16 +727,149 @@ fn latency_over_time_section(variants: &[VariantReport]) -> String {
         "<h2>Latency over time</h2><p class=\"note\">End-to-end latency of the ok requests meant to be sent in each interval, from their intended send time (each variant's <code>.hlog</code> holds the intervals' whole histograms, per hop too).</p>",
     );
     if variants.iter().any(|v| !v.phases.is_empty()) {
-        out.push_str("<p class=\"note\">Shaded: fault windows as planned (the fault's label at the top); tinted in turn: load steps (the offered rate at the bottom).</p>");
+        out.push_str("<p class=\"note\">Shaded: fault windows and replicas killed on schedule, as planned (the label at the top); tinted in turn: load steps (the offered rate at the bottom).</p>");
+    }
+    if variants.iter().any(|v| !v.endpoints.is_empty()) {
+        out.push_str("<p class=\"note\">Dashed: a replica's state changes as its callers saw them first (<code>hop/replica</code> and TRANSIENT_FAILURE, READY, EJECTED or READMITTED); the table below has them all.</p>");
     }
     for v in variants {
         let id = format!("latency-over-time-{}", v.name);
-        out.push_str(&svg::line_chart(&latency_over_time_chart(
-            v,
-            &id,
-            bands_of(v),
-        )));
+        let mut bands = bands_of(v);
+        bands.extend(endpoint_marks(v));
+        out.push_str(&svg::line_chart(&latency_over_time_chart(v, &id, bands)));
     }
+    out
+}
+
+/// The most endpoint marks on one chart: past it, the table says the rest.
+const MAX_ENDPOINT_MARKS: usize = 12;
+
+/// A dashed mark for each state change of a called replica: the first
+/// time any caller saw it (the callers of one replica see it within
+/// moments of each other; a change seen again half a second later is
+/// another mark).
+fn endpoint_marks(v: &VariantReport) -> Vec<Band> {
+    let mut events: Vec<(f64, String)> = v
+        .endpoints
+        .iter()
+        .flat_map(|c| {
+            c.events.iter().map(move |e| {
+                let kind = match e.kind.as_str() {
+                    "transient_failure" => "TRANSIENT_FAILURE",
+                    "ready" => "READY",
+                    "ejected" => "EJECTED",
+                    "readmitted" => "READMITTED",
+                    other => other,
+                };
+                (e.at_s, format!("{}/{} {kind}", c.hop, e.replica))
+            })
+        })
+        .collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut marks: Vec<Band> = Vec::new();
+    for (at, label) in events {
+        let repeated = marks
+            .iter()
+            .any(|m| m.label == label && (at - m.from).abs() < 0.5);
+        if !repeated && marks.len() < MAX_ENDPOINT_MARKS {
+            marks.push(Band {
+                from: at,
+                to: at,
+                label,
+                kind: BandKind::Mark,
+            });
+        }
+    }
+    marks
+}
+
+/// Per variant, each push caller that saw something happen to the
+/// replicas it calls: a row per called replica, with its counts and its
+/// state changes (seconds from the end of warmup).
+fn endpoint_table(variants: &[VariantReport]) -> String {
+    let eventful: Vec<(&VariantReport, &crate::analysis::CallerEndpoints)> = variants
+        .iter()
+        .flat_map(|v| {
+            v.endpoints
+                .iter()
+                .filter(|c| c.eventful())
+                .map(move |c| (v, c))
+        })
+        .collect();
+    let killed = variants.iter().any(|v| !v.kills.is_empty());
+    if eventful.is_empty() && !killed {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Endpoints</h2><p class=\"note\">What each push caller (the load generator, or a calling replica <code>hop/replica</code>) saw of the replicas it calls: calls sent (picks), times in TRANSIENT_FAILURE, failed reconnects, keepalive timeouts, calls moved to another replica before they left, ejections and re-admissions; only callers that saw a change are listed. Errors per variant are in the errors table above.</p>",
+    );
+    if killed {
+        out.push_str("<table id=\"kills\"><tr><th>variant</th><th>replica</th><th>killed at</th><th>back at</th><th>calls sent to it while down</th></tr>");
+        for v in variants {
+            for k in &v.kills {
+                let at = |t: Option<f64>| t.map_or_else(|| "-".to_owned(), |t| format!("{t:.2} s"));
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td>{}/{}</td><td>{} (planned {:.2} s)</td><td>{}{}</td><td>{}</td></tr>",
+                    escape(&v.name),
+                    escape(&k.hop),
+                    k.replica,
+                    at(k.killed_at_s),
+                    k.at_s,
+                    at(k.restarted_at_s),
+                    k.back_s
+                        .map(|b| format!(" (planned {b:.2} s)"))
+                        .unwrap_or_default(),
+                    if k.picks_while_down.is_empty() {
+                        "not reported".to_owned()
+                    } else {
+                        k.picks_while_down
+                            .iter()
+                            .map(|c| format!("{} {}", escape(&c.caller), c.picks))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                );
+            }
+        }
+        out.push_str("</table>");
+    }
+    if eventful.is_empty() {
+        return out;
+    }
+    out.push_str("<table id=\"endpoints\"><tr><th>variant</th><th>caller</th><th>replica</th><th>picks</th><th>transient failures</th><th>failed connects</th><th>keepalive timeouts</th><th>redirected</th><th>ejections</th><th>readmissions</th><th>events</th></tr>");
+    for (v, c) in eventful {
+        for (i, r) in c.replicas.iter().enumerate() {
+            let events: Vec<String> = c
+                .events
+                .iter()
+                .filter(|e| e.replica as usize == i)
+                .map(|e| {
+                    if e.reason.is_empty() {
+                        format!("{} {:.2} s", e.kind, e.at_s)
+                    } else {
+                        format!("{} {:.2} s ({})", e.kind, e.at_s, escape(&e.reason))
+                    }
+                })
+                .collect();
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}/{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&v.name),
+                escape(&c.caller),
+                escape(&c.hop),
+                r.picks,
+                r.transient_failures,
+                r.failed_connects,
+                r.keepalive_timeouts,
+                r.redirected,
+                r.ejections,
+                r.readmissions,
+                events.join("<br>"),
+            );
+        }
+    }
+    out.push_str("</table>");
     out
 }
 
@@ -1580,6 +1714,67 @@ mod tests {
         });
         v.phases = vec![phase("before", (0.0, 5.0), 2000, 12), during, after];
         s
+    }
+
+    #[test]
+    fn endpoint_changes_are_marked_once_and_tabled_with_the_kills() {
+        use crate::analysis::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord};
+        let mut s = summary();
+        assert!(!render_report(&s).contains("<h2>Endpoints</h2>"));
+        let event = |at_s: f64, kind: &str| EndpointEvent {
+            at_s,
+            replica: 1,
+            kind: kind.into(),
+            reason: "connection ended".into(),
+        };
+        let caller = |name: &str, shift: f64| CallerEndpoints {
+            caller: name.into(),
+            hop: "b".into(),
+            replicas: vec![Default::default(), Default::default()],
+            events: vec![
+                event(1.0 + shift, "transient_failure"),
+                event(2.0 + shift, "ready"),
+            ],
+            dropped: 0,
+        };
+        let v = &mut s.variants[0];
+        // Two callers see each change 10 ms apart: one mark each.
+        v.endpoints = vec![caller("a/0", 0.0), caller("a/1", 0.01)];
+        v.kills = vec![KillRecord {
+            hop: "b".into(),
+            replica: 1,
+            at_s: 1.0,
+            back_s: Some(2.0),
+            killed_at_s: Some(1.001),
+            restarted_at_s: Some(2.02),
+            picks_while_down: vec![CallerPicks {
+                caller: "a/0".into(),
+                picks: 0,
+            }],
+        }];
+        let marks = endpoint_marks(&s.variants[0]);
+        let labels: Vec<(&str, f64)> = marks.iter().map(|m| (m.label.as_str(), m.from)).collect();
+        assert_eq!(labels, [("b/1 TRANSIENT_FAILURE", 1.0), ("b/1 READY", 2.0)]);
+        assert!(marks.iter().all(|m| m.kind == BandKind::Mark));
+        let html = render_report(&s);
+        let at = html
+            .find("id=\"latency-over-time-base\"")
+            .expect("the chart");
+        let chart = &html[at..at + html[at..].find("</svg>").expect("closed")];
+        assert!(
+            chart.contains("<title>b/1 TRANSIENT_FAILURE</title>"),
+            "{chart}"
+        );
+        assert!(html.contains("<table id=\"kills\">"));
+        assert!(html.contains("<td>b/1</td><td>1.00 s (planned 1.00 s)</td>"));
+        let table = &html[html.find("<table id=\"endpoints\">").expect("the table")..];
+        assert_eq!(
+            table[..table.find("</table>").expect("closed")]
+                .matches("<tr><td>base</td>")
+                .count(),
+            4
+        );
+        assert!(table.contains("transient_failure 1.00 s (connection ended)"));
     }
 
     /// A ramp of 200/s, 400/s, 800/s, 5 s each, the knee at 800/s.

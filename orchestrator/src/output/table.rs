@@ -68,6 +68,12 @@ pub fn render_table(summary: &Summary) -> String {
                 v.duplicate_ids
             ));
         }
+        for k in &v.kills {
+            out.push_str(&format!("{}: {}\n", v.name, kill_line(k)));
+        }
+        if let Some(line) = crate::analysis::endpoints::describe(&v.endpoints) {
+            out.push_str(&format!("{}: endpoints: {line}\n", v.name));
+        }
         if let Some(line) = compounding_line(v) {
             out.push_str(&format!("{}: {line}\n", v.name));
         }
@@ -396,6 +402,29 @@ fn trace_disagreement(t: &TraceReport) -> Option<String> {
 
 /// `compounding: measured 27.3 % [26.1, 28.6] vs model 27.1 % (declared
 /// 27.1 %): pass`, or `None` when the check was not requested.
+/// `kill: b/1 at 3.00 s (killed 3.00 s), back 6.00 s (ready 6.04 s)`.
+fn kill_line(k: &crate::analysis::KillRecord) -> String {
+    let at = |t: Option<f64>| t.map_or_else(|| "not done".to_owned(), |t| format!("{t:.2} s"));
+    let mut line = format!(
+        "kill: {}/{} at {:.2} s (killed {})",
+        k.hop,
+        k.replica,
+        k.at_s,
+        at(k.killed_at_s)
+    );
+    if let Some(back) = k.back_s {
+        line.push_str(&format!(
+            ", back {back:.2} s (serving {})",
+            at(k.restarted_at_s)
+        ));
+    }
+    if !k.picks_while_down.is_empty() {
+        let sent: u64 = k.picks_while_down.iter().map(|c| c.picks).sum();
+        line.push_str(&format!("; {sent} call(s) sent to it while down"));
+    }
+    line
+}
+
 fn compounding_line(v: &VariantReport) -> Option<String> {
     let c = v.compounding.as_ref()?;
     let measured = if c.n == 0 {
@@ -849,6 +878,56 @@ mod tests {
         let end = at + with[at..].find("┘\n").expect("its end") + "┘\n".len();
         assert_eq!(format!("{}{}", &with[..at], &with[end..]), text);
         assert!(!render_legend(&s).contains("phases"));
+    }
+
+    #[test]
+    fn kills_and_endpoint_changes_get_a_line_each() {
+        use crate::analysis::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord};
+        let mut s = windowed();
+        assert!(!render_table(&s).contains("kill:"));
+        let v = &mut s.variants[0];
+        v.kills = vec![KillRecord {
+            hop: "b".into(),
+            replica: 1,
+            at_s: 1.0,
+            back_s: Some(2.0),
+            killed_at_s: Some(1.001),
+            restarted_at_s: Some(2.02),
+            picks_while_down: vec![
+                CallerPicks {
+                    caller: "a/0".into(),
+                    picks: 2,
+                },
+                CallerPicks {
+                    caller: "a/1".into(),
+                    picks: 1,
+                },
+            ],
+        }];
+        v.endpoints = vec![CallerEndpoints {
+            caller: "a/0".into(),
+            hop: "b".into(),
+            replicas: Vec::new(),
+            events: vec![EndpointEvent {
+                at_s: 1.002,
+                replica: 1,
+                kind: "transient_failure".into(),
+                reason: String::new(),
+            }],
+            dropped: 0,
+        }];
+        let text = render_table(&s);
+        assert!(
+            text.contains(
+                "base: kill: b/1 at 1.00 s (killed 1.00 s), back 2.00 s (serving 2.02 s); 3 \
+                 call(s) sent to it while down\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("base: endpoints: b r1 transient_failure (1.00 s)\n"),
+            "{text}"
+        );
     }
 
     #[test]

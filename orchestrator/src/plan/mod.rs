@@ -252,12 +252,6 @@ impl MeshPlan {
         faulty
     }
 
-    /// Whether some fault is set at runtime through a Control service that
-    /// only the fault schedule brings (an application-level window).
-    pub(crate) fn has_app_windows(&self) -> bool {
-        self.variant.hops.iter().any(Hop::has_app_windows)
-    }
-
     /// The hop the load generator calls.
     pub(crate) fn entry(&self) -> Option<&Hop> {
         self.variant.hops.first()

@@ -4,13 +4,18 @@
 //! - `launch`: which launcher a variant gets; its processes started in the
 //!   plan's order.
 //! - `faults`: the network-fault schedule, through each replica's agent.
+//! - `kills`: replicas killed (and restarted) on schedule by the launcher.
+//! - `endpoints`: what the push callers saw of the replicas they call,
+//!   collected when the load ends.
 //! - `progress`: the line shown when a variant starts, and where its
 //!   progress goes (a bar on a terminal, a line every 10 s elsewhere).
 //!
 //! Each variant's measured requests go through a [`RecordPipeline`] as
 //! they complete; the run keeps none of them.
 
+mod endpoints;
 mod faults;
+mod kills;
 mod launch;
 mod progress;
 
@@ -124,6 +129,13 @@ pub enum RunError {
     /// always has one).
     #[error("variant \"{variant}\" has no hop")]
     NoHop { variant: String },
+    /// A variant kills a replica, which only a launcher that started it
+    /// can do.
+    #[error(
+        "variant \"{variant}\": hop \"{hop}\" has kill, which needs the local or netns launcher \
+         (the processes must be this run's children); it cannot run attached to a deployment"
+    )]
+    KillAttached { variant: String, hop: String },
     /// The load generator's pool of connections to the entry hop could
     /// not be built.
     #[error("variant \"{variant}\": {source}")]
@@ -146,6 +158,10 @@ pub(crate) struct VariantRun {
     pub faults: Vec<FaultRecord>,
     /// Every fault window, planned and as applied.
     pub fault_windows: Vec<WindowRecord>,
+    /// The replicas killed on schedule.
+    pub kills: Vec<crate::analysis::KillRecord>,
+    /// What the push callers saw of the replicas they call.
+    pub endpoints: Vec<crate::analysis::CallerEndpoints>,
     /// The peak resident memory of the variant's processes and of the
     /// orchestrator, read when the load ended.
     pub memory: Vec<PeakMemory>,
@@ -254,6 +270,12 @@ pub(crate) async fn run_variants(
     let mut launchers = Vec::with_capacity(plans.len());
     for plan in &plans {
         if options.attach.is_some() {
+            if let Some(hop) = plan.variant.hops.iter().find(|h| h.kill.is_some()) {
+                return Err(RunError::KillAttached {
+                    variant: plan.variant.name.clone(),
+                    hop: hop.name.clone(),
+                });
+            }
             launchers.push(Launcher::Auto);
             continue;
         }
@@ -336,14 +358,9 @@ async fn run_variant(
         }
         AnyLauncher::Netns(netns)
     } else {
-        let local = LocalLauncher::new(log_dir.clone());
-        // Windows of application-level faults are set through each hop's
-        // Control service.
-        AnyLauncher::Local(if plan.has_app_windows() {
-            local.with_control()
-        } else {
-            local
-        })
+        // Windows of application-level faults are set, and the endpoint
+        // events read, through each hop's Control service.
+        AnyLauncher::Local(LocalLauncher::new(log_dir.clone()).with_control())
     };
     // Processes in namespaces cannot reach the host's loopback, where the
     // trace receiver listens: they get a listener of their own on the host
@@ -420,6 +437,7 @@ async fn measure(
     let entry = plan.entry().ok_or_else(|| RunError::NoHop {
         variant: variant.name.clone(),
     })?;
+    let mut entry_pool = None;
     let target = match (entry.transport, broker.clone()) {
         (Transport::Pull, Some(broker)) => Target::pull(
             PullTarget::of_kind(variant.broker, variant.queue_bounds, broker, &entry.name),
@@ -447,10 +465,13 @@ async fn measure(
                 variant: variant.name.clone(),
                 source,
             })?;
-            Target::push(pool, entry.client.clone())
+            let pool = Arc::new(pool);
+            entry_pool = Some(Arc::clone(&pool));
+            Target::push_shared(pool, entry.client.clone())
         }
     };
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
+    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pool.clone());
     // Windows that start at 0 are applied before the load starts.
     faults.advance(Duration::ZERO).await;
     let progress = options.progress.then(|| progress::view(variant)).flatten();
@@ -495,12 +516,20 @@ async fn measure(
             if let Some(next) = faults.next_change() {
                 wake = wake.min(clock.origin + next);
             }
+            if let Some(next) = kills.next_change() {
+                wake = wake.min(clock.origin + next);
+            }
             tokio::select! {
                 _ = done_rx.wait_for(|d| *d) => break,
                 () = tokio::time::sleep_until(wake) => {}
             }
             faults
                 .advance(clock.since_origin(tokio::time::Instant::now()))
+                .await;
+            // Before the exited children are read: a replica killed on
+            // schedule is reaped by the kill, never reported as exited.
+            kills
+                .advance(clock.since_origin(tokio::time::Instant::now()), launcher)
                 .await;
             for child in launcher.exited() {
                 let line = format!("{child} while the load was running");
@@ -512,6 +541,9 @@ async fn measure(
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
     records.end_variant(&load);
+    let (kills, kill_incidents) = kills.finish(&clock).await;
+    incidents.extend(kill_incidents);
+    let endpoints = endpoints::collect(plan, launcher, &addrs, &clock, entry_pool.as_deref()).await;
     let (faults, fault_windows, fault_incidents) = faults.finish(&clock).await;
     incidents.extend(fault_incidents);
     let broker = match broker {
@@ -540,6 +572,8 @@ async fn measure(
         broker,
         faults,
         fault_windows,
+        kills,
+        endpoints,
         memory,
         launcher: launcher.kind(),
         spans: Spool::default(),

@@ -7,6 +7,8 @@
 //!   stopping at the first.
 //! - `validate`: one tree (the base file or a variant) into the model.
 //! - `variant`: `[[variant]]` overrides, applied to a copy of the tree.
+//! - `endpoints`: a hop's mesh-client keys (health, backoff, keepalive,
+//!   ewma, ejection) and `kill`.
 //! - `error`: [`ScenarioError`] and [`ScenarioErrors`].
 //!
 //! Plain serde with `deny_unknown_fields` stops at the first problem, so
@@ -21,6 +23,7 @@
 //! guesses, and its later errors are often artefacts of the first).
 
 mod broker;
+mod endpoints;
 mod error;
 mod mesh;
 mod model;
@@ -35,6 +38,7 @@ mod tests;
 
 use std::path::Path;
 
+pub use endpoints::EJECTION_DEFAULTS;
 pub use error::{ScenarioError, ScenarioErrors};
 pub use model::*;
 

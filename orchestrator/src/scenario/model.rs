@@ -443,6 +443,32 @@ pub struct Hop {
     /// Names of the hops this one calls, in parallel, for every request.
     /// Defaults to the next hop in file order (a chain); empty for a leaf.
     pub downstream: Vec<String>,
+    /// A replica killed (SIGKILL) during the run, and perhaps restarted.
+    pub kill: Option<Kill>,
+}
+
+/// `kill = { replica, at, back }`: the launcher SIGKILLs the replica's
+/// process at `at` on the measured clock (from the end of warmup, like a
+/// fault window's `start`) and, with `back`, starts it again that long
+/// later at the same address, so its callers can reconnect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kill {
+    /// The replica, 0-based.
+    pub replica: u32,
+    /// When it is killed, > 0.
+    pub at: Duration,
+    /// How long after the kill it is restarted; `None`: it stays dead.
+    pub back: Option<Duration>,
+}
+
+impl Kill {
+    /// When the replica is down, as a fault window: `[at, at + back)`.
+    pub fn window(&self) -> Window {
+        Window {
+            start: self.at,
+            duration: self.back,
+        }
+    }
 }
 
 impl Hop {

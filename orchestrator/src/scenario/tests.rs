@@ -56,6 +56,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         windows: Default::default(),
         client: Default::default(),
         downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
+        kill: None,
     }
 }
 
@@ -167,6 +168,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: vec!["backend".to_owned(), "cache".to_owned()],
+                    kill: None,
                 },
                 Hop {
                     name: "backend".to_owned(),
@@ -197,6 +199,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
+                    kill: None,
                 },
                 Hop {
                     name: "cache".to_owned(),
@@ -232,6 +235,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
+                    kill: None,
                 },
             ],
             launcher: Launcher::Auto,
@@ -2179,4 +2183,256 @@ fn variants_override_the_steps_but_not_the_rate_or_length_they_decide() {
     );
     let s = ok(&source);
     assert_eq!(s.variants[0].load.stop, Stop::Duration(ms(2000)));
+}
+
+/// A 10 s open loop whose hop "b" (2 push replicas) gets `keys`, called by
+/// "a".
+fn mesh_client(keys: &str) -> String {
+    format!(
+        "name = \"t\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"10s\"\n\
+         [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nreplicas = 2\n{keys}\n"
+    )
+}
+
+#[test]
+fn mesh_client_keys_parse_into_the_endpoint_options() {
+    use tailmesh_services::model::{Backoff, Ejection, EndpointOptions, EwmaParams, LatencyStat};
+    let s = Duration::from_secs;
+    let b = |text: &str| ok(&mesh_client(text)).variants[0].hops[1].clone();
+
+    // Without any key: gRPC's client, health on, nothing else.
+    let plain = b("");
+    assert_eq!(plain.endpoints, EndpointOptions::default());
+    assert_eq!(plain.kill, None);
+
+    let hop = b("balance = \"ewma\"\nhealth = false\n\
+         backoff = { initial = \"250ms\", multiplier = 2, jitter = 0, max = \"4s\" }\n\
+         keepalive = \"500ms\"\nkeepalive_timeout = \"1s\"\n\
+         ewma = { decay = \"5s\", default_rtt = \"10ms\" }\n\
+         ejection = { consecutive_errors = 3, latency_factor = 2.5, latency_stat = \"p99\", \
+         interval = \"2s\", min_requests = 5, base_time = \"1s\", max_time = \"3s\", max_share = 1 }\n\
+         kill = { replica = 1, at = \"3s\", back = \"2s\" }");
+    assert_eq!(hop.balance, Balance::Ewma);
+    assert_eq!(
+        hop.endpoints,
+        EndpointOptions {
+            health: false,
+            backoff: Backoff {
+                initial: ms(250),
+                multiplier: 2.0,
+                jitter: 0.0,
+                max: s(4),
+            },
+            keepalive: Some(ms(500)),
+            keepalive_timeout: s(1),
+            ewma: EwmaParams {
+                decay: s(5),
+                default_rtt: ms(10),
+            },
+            ejection: Some(Ejection {
+                consecutive_errors: Some(3),
+                latency_factor: Some(2.5),
+                latency_stat: LatencyStat::P99,
+                interval: s(2),
+                min_requests: 5,
+                base_time: s(1),
+                max_time: s(3),
+                max_share: 1.0,
+            }),
+        }
+    );
+    assert_eq!(
+        hop.kill,
+        Some(Kill {
+            replica: 1,
+            at: s(3),
+            back: Some(s(2)),
+        })
+    );
+
+    // An empty ejection table has the error rule with the documented
+    // defaults; the latency factor alone turns the error rule off.
+    assert_eq!(
+        b("ejection = {}").endpoints.ejection,
+        Some(EJECTION_DEFAULTS)
+    );
+    let latency = b("ejection = { latency_factor = 3 }").endpoints.ejection;
+    assert_eq!(
+        latency.map(|e| (e.consecutive_errors, e.latency_factor)),
+        Some((None, Some(3.0)))
+    );
+    // A backoff of one key keeps gRPC's others.
+    assert_eq!(
+        b("backoff = { initial = \"100ms\" }").endpoints.backoff,
+        Backoff {
+            initial: ms(100),
+            ..Backoff::default()
+        }
+    );
+}
+
+#[test]
+fn mesh_client_keys_are_set_per_variant() {
+    let text = format!(
+        "{}[[variant]]\nname = \"health\"\n[[variant]]\nname = \"naive\"\n\
+         set = {{ \"hop.b.health\" = false, \"hop.b.ejection\" = {{ consecutive_errors = 2 }} }}\n",
+        mesh_client("kill = { replica = 0, at = \"1s\" }")
+    );
+    let s = ok(&text);
+    let b = |v: usize| &s.variants[v].hops[1];
+    assert!(b(0).endpoints.health && b(0).endpoints.ejection.is_none());
+    assert!(!b(1).endpoints.health);
+    assert_eq!(
+        b(1).endpoints.ejection.and_then(|e| e.consecutive_errors),
+        Some(2)
+    );
+    assert_eq!(b(1).kill.map(|k| k.back), Some(None));
+}
+
+#[test]
+fn bad_mesh_client_values_are_located() {
+    // Line 10 is the hop's first key line (see `mesh_client`).
+    let at = |keys: &str| problems(&mesh_client(keys));
+    assert_eq!(
+        at("backoff = { initial = \"0s\", multiplier = 0.5, jitter = 1.5 }"),
+        [
+            (
+                11,
+                23,
+                "hop \"b\": backoff.initial must be greater than 0".to_owned()
+            ),
+            (
+                11,
+                42,
+                "hop \"b\": backoff.multiplier must be between 1 and 100, got 0.5".to_owned()
+            ),
+            (
+                11,
+                56,
+                "hop \"b\": backoff.jitter must be between 0 and 1, got 1.5".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(
+        at("backoff = { initial = \"2s\", max = \"1s\" }"),
+        [(
+            11,
+            35,
+            "hop \"b\": backoff.max (1s) must be at least backoff.initial (2s)".to_owned()
+        )]
+    );
+    assert_eq!(
+        at("keepalive = \"0s\"\nkeepalive_timeout = \"0ms\""),
+        [
+            (
+                11,
+                13,
+                "hop \"b\": keepalive must be greater than 0".to_owned()
+            ),
+            (
+                12,
+                21,
+                "hop \"b\": keepalive_timeout must be greater than 0".to_owned()
+            ),
+        ]
+    );
+    let ejection = at(
+        "ejection = { consecutive_errors = 0, latency_factor = 1, max_share = 0, \
+                       min_requests = 0, base_time = \"2s\", max_time = \"1s\", foo = 1 }",
+    );
+    let messages: Vec<&str> = ejection.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "hop \"b\": ejection.consecutive_errors must be between 1 and 1000000, got 0",
+            "hop \"b\": ejection.latency_factor must be greater than 1 and at most 1000, got 1",
+            "hop \"b\": ejection.max_share must be greater than 0 and at most 1, got 0",
+            "hop \"b\": ejection.min_requests must be between 1 and 1000000, got 0",
+            "hop \"b\": ejection.max_time (1s) must be at least ejection.base_time (2s)",
+            "unknown key \"foo\" in ejection of hop \"b\" (expected one of: consecutive_errors, \
+             latency_factor, latency_stat, interval, min_requests, base_time, max_time, max_share)",
+        ]
+    );
+    assert!(
+        ejection
+            .iter()
+            .all(|(line, column, _)| *line == 11 && *column > 1)
+    );
+    assert_eq!(
+        at("balance = \"least_request\"")[0].2,
+        "hop \"b\": balance must be one of \"round_robin\", \"random\", \"p2c\", \"ewma\", got \
+         \"least_request\""
+    );
+}
+
+#[test]
+fn kill_needs_an_existing_replica_within_the_run() {
+    let at = |keys: &str| problems(&mesh_client(keys));
+    assert_eq!(
+        at("kill = { replica = 2, at = \"1s\" }"),
+        [(
+            11,
+            20,
+            "hop \"b\": kill.replica must be less than replicas (2), got 2 (replicas are \
+             numbered from 0)"
+                .to_owned()
+        )]
+    );
+    assert_eq!(
+        at("kill = { replica = 0, at = \"0s\" }"),
+        [(
+            11,
+            28,
+            "hop \"b\": kill.at must be greater than 0".to_owned()
+        )]
+    );
+    assert_eq!(
+        at("kill = { replica = 0, at = \"10s\" }"),
+        [(
+            11,
+            28,
+            "hop \"b\": kill.at (10s) is at or past the end of the load (10s after warmup)"
+                .to_owned()
+        )]
+    );
+    assert_eq!(
+        at("kill = { replica = 0, at = \"4s\", back = \"6s\" }"),
+        [(
+            11,
+            41,
+            "hop \"b\": kill.back: the replica would be back at 10s, at or past the end of the \
+             load (10s after warmup)"
+                .to_owned()
+        )]
+    );
+    assert_eq!(
+        at("kill = { at = \"1s\" }")[0].2,
+        "missing required key \"replica\" in kill of hop \"b\""
+    );
+}
+
+#[test]
+fn mesh_client_keys_on_a_pull_hop_are_refused() {
+    let found = problems(&mesh_client(
+        "transport = \"pull\"\nhealth = false\nkeepalive = \"1s\"",
+    ));
+    assert_eq!(
+        found,
+        [
+            (
+                12,
+                1,
+                "hop \"b\": health applies to push callers only: a pull hop's workers take \
+                 tasks from the broker, nobody picks its replicas"
+                    .to_owned()
+            ),
+            (
+                13,
+                1,
+                "hop \"b\": keepalive applies to push callers only: a pull hop's workers take \
+                 tasks from the broker, nobody picks its replicas"
+                    .to_owned()
+            ),
+        ]
+    );
 }

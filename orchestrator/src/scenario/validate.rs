@@ -11,10 +11,7 @@ use tailmesh_services::{
         DEFAULT_QUEUE_LIMIT, IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
         MAX_QUEUE_LIMIT,
     },
-    model::{
-        Balance, DurationDist, EndpointOptions, ErrorInjection, ReplicaSlow, Slowness, Transport,
-        Work,
-    },
+    model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
 };
 
 use super::error::Problems;
@@ -76,6 +73,14 @@ const HOP_KEYS: &[&str] = &[
     "error",
     "downstream",
     "client",
+    // Mesh-client keys and `kill` (see `super::endpoints`).
+    "health",
+    "backoff",
+    "keepalive",
+    "keepalive_timeout",
+    "ewma",
+    "ejection",
+    "kill",
 ];
 const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
@@ -316,7 +321,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
 }
 
 /// `None` if `key` is absent, `Some(None)` if it is not a table (reported).
-fn table_section<'a>(
+pub(super) fn table_section<'a>(
     parent: &Section<'a>,
     p: &mut Problems,
     key: &str,
@@ -1046,8 +1051,16 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
                 ("round_robin", Balance::RoundRobin),
                 ("random", Balance::Random),
                 ("p2c", Balance::P2c),
+                ("ewma", Balance::Ewma),
             ],
         ),
+    };
+    let endpoints = super::endpoints::endpoint_options(&s, transport, p);
+    let kill = match table_section(&s, p, "kill") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|k| super::endpoints::kill(&k, replicas, p))
+            .map(Some),
     };
     let work = match table_section(&s, p, "work") {
         None => Some(Work::None),
@@ -1126,7 +1139,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             transport: transport?,
             worker_ping: worker_ping?,
             balance: balance?,
-            endpoints: EndpointOptions::default(),
+            endpoints: endpoints?,
             work: work?,
             windows: AppWindows {
                 slow: slow
@@ -1149,6 +1162,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             error: error?.map(|(e, _)| e),
             client: client?,
             downstream: Vec::new(),
+            kill: kill?,
         })
     })();
     HopDraft {
@@ -1575,6 +1589,7 @@ fn windows_within_the_load(top: &Section<'_>, hops: &[Hop], load: &Load, p: &mut
             .collect(),
         _ => return,
     };
+    super::endpoints::kills_within_the_load(&tables, hops, length, p);
     let human = |d: Duration| humantime::format_duration(d).to_string();
     for (hop, table) in hops.iter().zip(tables) {
         let mut windows: Vec<(&str, Option<u32>, Window)> = Vec::new();

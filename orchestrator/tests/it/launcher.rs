@@ -28,6 +28,7 @@ tests! {
     tokio a_child_that_never_gets_ready_is_killed_at_the_deadline,
     tokio names_must_be_plain_and_unique,
     tokio exited_reports_a_child_killed_mid_run,
+    tokio a_child_killed_on_purpose_is_not_reported_and_comes_back_at_its_address,
     tokio shutdown_stops_every_child_gracefully_and_is_idempotent,
     tokio dropping_the_launcher_kills_and_reaps_its_children,
     helper orphan_guard_intermediate,
@@ -267,6 +268,39 @@ async fn names_must_be_plain_and_unique() {
         .expect_err("the name is taken");
     assert!(error.to_string().contains("already running"), "{error}");
     assert_eq!(launcher.shutdown(Duration::from_secs(5)).await.len(), 1);
+}
+
+async fn a_child_killed_on_purpose_is_not_reported_and_comes_back_at_its_address() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut launcher = LocalLauncher::new(dir.path().join("logs"));
+    let victim = launcher
+        .launch(hop(dir.path(), "hop-c-0"))
+        .await
+        .expect("launch hop-c-0");
+
+    let killed = launcher.kill("hop-c-0").await.expect("kill hop-c-0");
+    assert_eq!(
+        killed.exited.to_string(),
+        format!(
+            "hop-c-0 ({}, pid {}) exited: signal 9 (SIGKILL)",
+            victim.addr, victim.pid
+        )
+    );
+    assert!(reaped(victim.pid));
+    assert!(launcher.exited().is_empty(), "a scheduled death is no exit");
+    assert_eq!(launcher.running().count(), 0);
+    assert!(matches!(
+        launcher.kill("hop-c-0").await,
+        Err(LaunchError::InvalidName { .. })
+    ));
+
+    let back = launcher.relaunch(&killed).await.expect("relaunch hop-c-0");
+    assert_eq!(back.addr, victim.addr);
+    assert_ne!(back.pid, victim.pid);
+    assert_eq!(health(back.addr).await, ServingStatus::Serving);
+    let stopped = launcher.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(stopped.len(), 1);
+    assert!(!stopped[0].forced);
 }
 
 async fn exited_reports_a_child_killed_mid_run() {

@@ -13,7 +13,8 @@
 //!   line as a new user meets it), `predict` (the prediction from a
 //!   scenario alone), `windows` (fault windows without root),
 //!   `composition` (the whole tail composed against the measured one),
-//!   and `links` (every relative link and anchor in README.md and
+//!   `endpoints` (replicas killed on schedule, a black-holed replica under
+//!   a mesh client), and `links` (every relative link and anchor in README.md and
 //!   docs/ resolves).
 
 #[macro_use]
@@ -25,6 +26,7 @@ mod brokers;
 mod cli;
 mod composition;
 mod deploy;
+mod endpoints;
 mod fanout;
 mod launcher;
 mod links;
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         traces::TESTS,
         report::TESTS,
         deploy::TESTS,
+        endpoints::TESTS,
         netfaults::TESTS,
         overload::TESTS,
         stress::TESTS,

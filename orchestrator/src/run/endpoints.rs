@@ -1,0 +1,126 @@
+//! Collecting what the push callers saw of the replicas they call, when the
+//! load has ended and before the processes stop: the load generator's own
+//! pool, and every hop replica that calls a push hop, through its Control
+//! API's `GetEndpointEvents` (with the run's token). A replica that answers
+//! UNIMPLEMENTED (a build without endpoint events) has none to give; one
+//! that cannot be reached is named in a warning, not counted as an
+//! incident (it may have been killed on schedule).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use tailmesh_proto::pb;
+use tailmesh_services::{addr::PeerAddr, hop::PushPool, model::Transport};
+use tokio::time::Instant;
+
+use crate::{
+    analysis::CallerEndpoints, launcher::AnyLauncher, loadgen::LoadClock, plan::Addrs,
+    plan::MeshPlan,
+};
+
+/// The longest a replica gets to answer.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every caller's view of every push hop it calls: the load generator's
+/// (`loadgen`, from `entry`) first, then each calling replica's in plan
+/// order (`b/1`); pools with nothing in them are left out.
+pub(super) async fn collect(
+    plan: &MeshPlan,
+    launcher: &AnyLauncher,
+    addrs: &Addrs,
+    clock: &LoadClock,
+    entry: Option<&PushPool>,
+) -> Vec<CallerEndpoints> {
+    let variant = &plan.variant;
+    let push = |name: &str| {
+        variant
+            .hops
+            .iter()
+            .any(|h| h.name == name && h.transport == Transport::Push)
+    };
+    let mut asks = Vec::new();
+    for (process, hop, replica) in plan.hops() {
+        if !hop.downstream.iter().any(|d| push(d)) {
+            continue;
+        }
+        let Some((token, _)) = launcher.fault_place(&process.name) else {
+            continue;
+        };
+        let Some(addr) = addrs
+            .hops
+            .get(&hop.name)
+            .and_then(|a| a.get(replica as usize))
+        else {
+            continue;
+        };
+        let caller = format!("{}/{replica}", hop.name);
+        let token = token.to_owned();
+        let addr = addr.clone();
+        asks.push(async move {
+            let answer = ask(&addr, &token).await;
+            (caller, answer)
+        });
+    }
+    let answers = join_all(asks).await;
+    // One reading of both clocks places the callers' wall-clock stamps.
+    let now = Instant::now();
+    let now_unix_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let measured_now = clock.measured_s(now);
+    let measured_s = |unix_ns: u64| {
+        let ago_ns = now_unix_ns as f64 - unix_ns as f64;
+        measured_now - ago_ns / 1e9
+    };
+    let mut out = Vec::new();
+    if let Some(pool) = entry {
+        out.push(CallerEndpoints::from_pool(
+            "loadgen",
+            &pool.endpoint_events(),
+            measured_s,
+        ));
+    }
+    for (caller, answer) in answers {
+        match answer {
+            Ok(Some(events)) => out.extend(
+                events
+                    .pools
+                    .iter()
+                    .map(|pool| CallerEndpoints::from_pool(&caller, pool, measured_s)),
+            ),
+            Ok(None) => {}
+            Err(e) => crate::tell!(
+                "warning: variant {}: endpoint events of {caller} unavailable: {e}",
+                variant.name
+            ),
+        }
+    }
+    out.retain(|c| !c.replicas.is_empty() || !c.events.is_empty());
+    out
+}
+
+/// `GetEndpointEvents` of the replica at `addr`; `None` when it does not
+/// implement it.
+pub(super) async fn ask(
+    addr: &PeerAddr,
+    token: &str,
+) -> Result<Option<pb::EndpointEvents>, String> {
+    let channel = tonic::transport::Endpoint::from_shared(addr.uri())
+        .map_err(|e| e.to_string())?
+        .connect_timeout(CALL_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let mut client = pb::control_client::ControlClient::new(channel);
+    let mut request = tonic::Request::new(pb::GetEndpointEventsRequest {});
+    let bearer = format!("Bearer {token}")
+        .parse()
+        .map_err(|_| "the token is not valid metadata".to_owned())?;
+    request.metadata_mut().insert("authorization", bearer);
+    match client.get_endpoint_events(request).await {
+        Ok(reply) => Ok(Some(reply.into_inner())),
+        Err(status) if status.code() == tonic::Code::Unimplemented => Ok(None),
+        Err(status) => Err(format!("{addr}: {}", status.message())),
+    }
+}
