@@ -400,6 +400,25 @@ impl HopCore {
         })
     }
 
+    /// What this replica's clients did with the replicas of each push hop
+    /// it calls.
+    pub fn endpoint_events(&self) -> Vec<tailmesh_proto::pb::PoolEvents> {
+        self.inner
+            .downstream
+            .iter()
+            .filter_map(|d| match &d.target {
+                Target::Push(pool) => Some(pool.endpoint_events()),
+                Target::Pull(_) => None,
+            })
+            .collect()
+    }
+
+    /// [`HopCore::endpoint_events`] for the Control service.
+    pub fn endpoint_events_source(&self) -> crate::control::EndpointEventsSource {
+        let core = self.clone();
+        Arc::new(move || core.endpoint_events())
+    }
+
     /// A setter for the replica's runtime faults (the fault agent's).
     pub fn behavior_setter(&self) -> crate::control::BehaviorSetter {
         let inner = Arc::clone(&self.inner);
@@ -671,7 +690,11 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
                 .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
         )
         .add_optional_service(
-            control.map(|c| c.with_behavior(core.behavior_setter()).into_server()),
+            control.map(|c| {
+                c.with_behavior(core.behavior_setter())
+                    .with_endpoint_events(core.endpoint_events_source())
+                    .into_server()
+            }),
         )
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
