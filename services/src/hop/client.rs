@@ -8,8 +8,9 @@
 //! TRANSIENT_FAILURE (one event, with the reason), out of the pick list. A
 //! probe task then tries a connection of its own, at once if a connection
 //! ended and after the backoff's first wait if a connect failed, then
-//! after each wait of the backoff, until one opens: READY, back in the
-//! pick list, backoff reset. The probe's throwaway connections are not the
+//! after each wait of the backoff, until one opens and the replica answers
+//! a PING on it (a black hole completes the handshake too): READY, back in
+//! the pick list, backoff reset. The probe's throwaway connections are not the
 //! pool's (they are not in its `LinkCounts`): the calls reconnect lazily as
 //! they always did. With every replica in TRANSIENT_FAILURE a call is not
 //! failed before it is tried: it goes to the replica whose next probe is
@@ -473,10 +474,11 @@ fn backoff_wait(backoff: &Backoff, attempt: u32, rng: &mut ChaCha8Rng) -> Durati
     Duration::try_from_secs_f64(base * (1.0 + spread)).unwrap_or(backoff.max)
 }
 
-/// Replica `i`'s reconnect probe: until a connection opens (its link then
-/// reports READY) or the replica left TRANSIENT_FAILURE otherwise (a
-/// call's own connection), tries a throwaway connection after each wait
-/// of the backoff. Holds the pool weakly, and is aborted with it.
+/// Replica `i`'s reconnect probe: until a connection opens and the
+/// replica answers a PING on it (READY), or the replica left
+/// TRANSIENT_FAILURE otherwise (a call's own connection), tries a
+/// throwaway connection after each wait of the backoff. Holds the pool
+/// weakly, and is aborted with it.
 async fn probe(pool: Weak<Shared>, i: usize, at_once: bool) {
     let mut attempt = 0;
     let mut wait = !at_once;
@@ -500,17 +502,22 @@ async fn probe(pool: Weak<Shared>, i: usize, at_once: bool) {
             return;
         }
         // Its own counts: the pool's are the calls'.
-        let link = match Link::new(
-            s.replicas[i].addr.clone(),
-            CONNECT_TIMEOUT,
-            &Arc::default(),
-        ) {
-            Ok(link) => link.watched(Some(watch(&s.me, i)), None),
-            Err(_) => return,
+        let Ok(link) = Link::new(s.replicas[i].addr.clone(), CONNECT_TIMEOUT, &Arc::default())
+        else {
+            return;
         };
         drop(s);
-        if link.connect_now().await.is_ok() {
+        let checked = link.connect_checked(CONNECT_TIMEOUT).await;
+        drop(link);
+        let Some(s) = pool.upgrade() else {
             return;
+        };
+        match checked {
+            Ok(()) => {
+                s.report(i, LinkState::Connected);
+                return;
+            }
+            Err(status) => s.report(i, LinkState::ConnectFailed(&status)),
         }
     }
 }

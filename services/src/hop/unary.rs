@@ -118,6 +118,8 @@ pub(crate) struct Link {
     /// The task driving the latest connection: aborted when the link
     /// drops, so no connection outlives its link.
     driver: Mutex<Option<AbortHandle>>,
+    /// The latest connection's PINGs, when the keepalive does not use them.
+    spare_ping: Mutex<Option<PingPong>>,
 }
 
 impl Drop for Link {
@@ -154,6 +156,7 @@ impl Link {
             watch: None,
             keepalive: None,
             driver: Mutex::new(None),
+            spare_ping: Mutex::new(None),
         })
     }
 
@@ -165,9 +168,31 @@ impl Link {
         self
     }
 
-    /// Opens a connection if there is none (the reconnect probe's).
-    pub(crate) async fn connect_now(&self) -> Result<(), Status> {
-        self.sender().await.map(|_| ())
+    /// Opens a connection if there is none and checks that the peer
+    /// answers a PING within `within`: the HTTP/2 handshake completes
+    /// without a word from the peer, so a black-holed replica would pass
+    /// for a live one without it (the reconnect probe's check).
+    pub(crate) async fn connect_checked(&self, within: Duration) -> Result<(), Status> {
+        self.sender().await?;
+        let spare = self
+            .spare_ping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(mut ping) = spare else {
+            return Ok(());
+        };
+        match tokio::time::timeout(within, ping.ping(Ping::opaque())).await {
+            Ok(Ok(_pong)) => Ok(()),
+            Ok(Err(e)) => Err(Status::unavailable(format!(
+                "connect to {}: connection failed: {e}",
+                self.addr
+            ))),
+            Err(_) => Err(Status::unavailable(format!(
+                "connect to {}: no answer to a PING within {within:?}",
+                self.addr
+            ))),
+        }
     }
 
     /// One call: `timeout` becomes its `grpc-timeout`, `traceparent`
@@ -315,9 +340,14 @@ impl Link {
     {
         let open = Arc::clone(&self.open);
         let watch = self.watch.clone();
-        let keepalive = self
-            .keepalive
-            .and_then(|k| connection.ping_pong().map(|ping| (ping, k)));
+        let ping = connection.ping_pong();
+        let keepalive = match self.keepalive {
+            Some(k) => ping.map(|ping| (ping, k)),
+            None => {
+                *self.spare_ping.lock().unwrap_or_else(|e| e.into_inner()) = ping;
+                None
+            }
+        };
         let task = tokio::spawn(async move {
             // An error here also fails the calls on the connection, which
             // count it; the connection's end is counted when `io` drops.
