@@ -230,11 +230,7 @@ impl Balancer {
         }
         let now_ns = self.now_ns(now);
         self.readmit_expired(now_ns, log);
-        let m = self
-            .endpoints
-            .iter()
-            .filter(|e| e.pickable(now_ns))
-            .count();
+        let m = self.endpoints.iter().filter(|e| e.pickable(now_ns)).count();
         if m == 0 {
             return None;
         }
@@ -777,11 +773,18 @@ mod tests {
             for k in 0..20u32 {
                 let at = t + MS * k;
                 for i in 0..4 {
-                    let rtt = if i == 1 { 40 * MS } else { 10 * MS + MS * i as u32 };
+                    let rtt = if i == 1 {
+                        40 * MS
+                    } else {
+                        10 * MS + MS * i as u32
+                    };
                     b.observe(i, rtt, Outcome::Fine, at, &log);
                 }
             }
-            assert!(events(&log).is_empty(), "{stat:?}: judged before the interval");
+            assert!(
+                events(&log).is_empty(),
+                "{stat:?}: judged before the interval"
+            );
             // The interval ends at the next answer after it.
             b.observe(0, 10 * MS, Outcome::Fine, t + Duration::from_secs(1), &log);
             assert_eq!(
@@ -806,7 +809,13 @@ mod tests {
         let t = Instant::now();
         for i in 0..2 {
             for _ in 0..9 {
-                b.observe(i, if i == 1 { 100 * MS } else { MS }, Outcome::Fine, t, &log);
+                b.observe(
+                    i,
+                    if i == 1 { 100 * MS } else { MS },
+                    Outcome::Fine,
+                    t,
+                    &log,
+                );
             }
         }
         b.observe(0, MS, Outcome::Fine, t + Duration::from_secs(1), &log);
@@ -824,7 +833,14 @@ mod tests {
                 b.observe(i, MS, Outcome::Error, t, &log);
             }
         }
-        assert_eq!(log.snapshot("h").replicas.iter().map(|r| r.ejections).sum::<u64>(), 2);
+        assert_eq!(
+            log.snapshot("h")
+                .replicas
+                .iter()
+                .map(|r| r.ejections)
+                .sum::<u64>(),
+            2
+        );
         // 2 replicas, max_share 1: never both.
         let b = balancer(
             Balance::RoundRobin,
@@ -861,7 +877,12 @@ mod tests {
 
     #[test]
     fn replicas_down_are_not_picked_until_back() {
-        for policy in [Balance::RoundRobin, Balance::Random, Balance::P2c, Balance::Ewma] {
+        for policy in [
+            Balance::RoundRobin,
+            Balance::Random,
+            Balance::P2c,
+            Balance::Ewma,
+        ] {
             let b = balancer(policy, 3, None);
             let log = EndpointLog::new(3);
             let t = Instant::now();
@@ -895,7 +916,10 @@ mod tests {
         for ns in [500u64, 1_500, 1_000_000, 123_456_789, 10_000_000_000] {
             let k = bucket_of(ns);
             assert!(bucket_upper_ns(k) >= ns as f64, "{ns}");
-            assert!(k == 0 || bucket_upper_ns(k - 1) <= ns as f64 * 1.2 + 1e3, "{ns}");
+            assert!(
+                k == 0 || bucket_upper_ns(k - 1) <= ns as f64 * 1.2 + 1e3,
+                "{ns}"
+            );
         }
     }
 }

@@ -596,7 +596,10 @@ mod tests {
     async fn p2c_avoids_the_busier_replica() {
         let pool = PushPool::new("b", &addrs(2), Balance::P2c, Connections::Shared(1), 1, "a")
             .unwrap_or_else(|e| panic!("{e}"));
-        pool.shared.balancer.in_flight(0).store(5, Ordering::Relaxed);
+        pool.shared
+            .balancer
+            .in_flight(0)
+            .store(5, Ordering::Relaxed);
         assert!((0..100).all(|_| pool.pick() == 1));
     }
 

@@ -689,13 +689,11 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
                 .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
         )
-        .add_optional_service(
-            control.map(|c| {
-                c.with_behavior(core.behavior_setter())
-                    .with_endpoint_events(core.endpoint_events_source())
-                    .into_server()
-            }),
-        )
+        .add_optional_service(control.map(|c| {
+            c.with_behavior(core.behavior_setter())
+                .with_endpoint_events(core.endpoint_events_source())
+                .into_server()
+        }))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });

@@ -124,7 +124,12 @@ pub(crate) struct Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        if let Some(driver) = self.driver.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(driver) = self
+            .driver
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             driver.abort();
         }
     }

@@ -15,9 +15,7 @@ use std::{
 use tailmesh_proto::pb::{CallRequest, EndpointEventKind, PoolEvents};
 use tailmesh_services::{
     hop::{self, Connections, HopConfig, PushPool},
-    model::{
-        Backoff, Balance, DurationDist, EndpointOptions, HopBehavior, ReplicaSlow, Work,
-    },
+    model::{Backoff, Balance, DurationDist, EndpointOptions, HopBehavior, ReplicaSlow, Work},
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -153,7 +151,11 @@ async fn a_dead_replica_leaves_the_pick_list_until_it_is_back() {
     let r0 = start_at("127.0.0.1:0", config(&behavior, 0)).await;
     let r1 = start_at("127.0.0.1:0", config(&behavior, 1)).await;
     let at1 = r1.addr.to_string();
-    let pool = Arc::new(pool(&[r0.addr, r1.addr], Balance::RoundRobin, options(true)));
+    let pool = Arc::new(pool(
+        &[r0.addr, r1.addr],
+        Balance::RoundRobin,
+        options(true),
+    ));
     let failures = within("the first calls", calls(&pool, 20, 2)).await;
     assert!(failures.is_empty(), "{failures:?}");
     assert!(picks(&pool).iter().all(|&p| p > 0), "{:?}", picks(&pool));
@@ -252,7 +254,8 @@ async fn ewma_sends_fewer_calls_to_a_slow_replica() {
         ..options(true)
     };
     let pool = pool(&[r0.addr, r1.addr], Balance::Ewma, endpoints);
-    let failures = within("the calls", calls(&pool, 400, 4)).await;
+    // One at a time: p2c by requests in flight would split them evenly.
+    let failures = within("the calls", calls(&pool, 200, 1)).await;
     assert!(failures.is_empty(), "{failures:?}");
     let p = picks(&pool);
     assert!(p[1] > 0, "the slow replica was never tried: {p:?}");
