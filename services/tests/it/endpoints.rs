@@ -1,7 +1,8 @@
 //! A push client's endpoints against real hop replicas on loopback: a
 //! replica that dies leaves the pick list and comes back when it does (and
 //! without endpoint health keeps being called), peak-EWMA sends fewer calls
-//! to a slow replica, and the keepalive notices a black-holed one.
+//! to a slow replica, the keepalive notices a black-holed one, and a hop's
+//! Control API reports what its own client saw.
 
 use std::{
     net::SocketAddr,
@@ -12,10 +13,16 @@ use std::{
     time::Duration,
 };
 
-use tailmesh_proto::pb::{CallRequest, EndpointEventKind, PoolEvents};
+use tailmesh_proto::pb::{
+    CallRequest, EndpointEventKind, GetEndpointEventsRequest, PoolEvents,
+    control_client::ControlClient,
+};
 use tailmesh_services::{
-    hop::{self, Connections, HopConfig, PushPool},
-    model::{Backoff, Balance, DurationDist, EndpointOptions, HopBehavior, ReplicaSlow, Work},
+    control::{ControlService, NoFaults},
+    hop::{self, Connections, DownstreamConfig, HopConfig, PushPool},
+    model::{
+        Backoff, Balance, DurationDist, EndpointOptions, HopBehavior, ReplicaSlow, Transport, Work,
+    },
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -343,4 +350,75 @@ async fn the_keepalive_notices_a_black_holed_replica() {
     relay.abort();
     r0.stop().await;
     r1.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_reports_its_downstream_endpoints_through_control() {
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    let leaf = start_at("127.0.0.1:0", config(&HopBehavior::idle("b", 1), 0)).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let front = HopConfig {
+        downstream: vec![DownstreamConfig {
+            hop: "b".to_owned(),
+            transport: Transport::Push,
+            balance: Balance::RoundRobin,
+            replicas: vec![leaf.addr.into()],
+            policy: Default::default(),
+            endpoints: options(true),
+        }],
+        ..config(&HopBehavior::idle("a", 1), 0)
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(async move {
+        hop::run_with_control(
+            front,
+            listener,
+            async {
+                let _ = stopped.await;
+            },
+            Some(ControlService::new(TOKEN, NoFaults)),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    });
+    let front = Running { addr, stop, done };
+    let entry = PushPool::new(
+        "a",
+        &[addr],
+        Balance::RoundRobin,
+        Connections::Shared(1),
+        1,
+        "t",
+    )
+    .expect("pool");
+    let failures = within("calls through a", calls(&entry, 7, 1)).await;
+    assert!(failures.is_empty(), "{failures:?}");
+
+    let channel = within(
+        "the control connection",
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .connect(),
+    )
+    .await
+    .expect("connect");
+    let mut request = tonic::Request::new(GetEndpointEventsRequest {});
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {TOKEN}").parse().expect("metadata"),
+    );
+    let events = within(
+        "the endpoint events",
+        ControlClient::new(channel).get_endpoint_events(request),
+    )
+    .await
+    .expect("endpoint events")
+    .into_inner();
+    assert_eq!(events.pools.len(), 1, "{events:?}");
+    assert_eq!(events.pools[0].hop, "b");
+    assert_eq!(events.pools[0].replicas.len(), 1);
+    assert_eq!(events.pools[0].replicas[0].picks, 7, "{events:?}");
+    front.stop().await;
+    leaf.stop().await;
 }
