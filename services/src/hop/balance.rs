@@ -226,7 +226,7 @@ impl Balancer {
     pub(crate) fn pick_pickable(&self, now: Instant, log: &EndpointLog) -> Option<usize> {
         let n = self.endpoints.len();
         if self.unpickable.load(Ordering::Acquire) == 0 {
-            return Some(self.choose(n, |k| Some(k), now));
+            return Some(self.choose(n, Some, now));
         }
         let now_ns = self.now_ns(now);
         self.readmit_expired(now_ns, log);
@@ -563,7 +563,7 @@ fn median(values: &mut [f64]) -> Option<f64> {
     }
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    Some(if values.len() % 2 == 0 {
+    Some(if values.len().is_multiple_of(2) {
         (values[mid - 1] + values[mid]) / 2.0
     } else {
         values[mid]

@@ -168,7 +168,7 @@ struct Downstream {
 
 enum Target {
     Push(PushPool),
-    Pull(PullTarget),
+    Pull(Box<PullTarget>),
 }
 
 impl Downstream {
@@ -365,12 +365,12 @@ impl HopCore {
                     downstream.push(Downstream {
                         span_name: span_name(&d.hop),
                         hop: d.hop.as_str().into(),
-                        target: Target::Pull(PullTarget::of_kind(
+                        target: Target::Pull(Box::new(PullTarget::of_kind(
                             config.broker_kind,
                             config.queue_bounds,
                             broker.clone(),
                             &d.hop,
-                        )),
+                        ))),
                         policy: d.policy.clone(),
                         state: PolicyState::default(),
                     });
