@@ -224,13 +224,34 @@ impl Balancer {
     /// A replica per the policy among the pickable ones; `None` if there
     /// is none.
     pub(crate) fn pick_pickable(&self, now: Instant, log: &EndpointLog) -> Option<usize> {
+        self.pick_except(now, log, None)
+    }
+
+    /// A pickable replica other than `except` (where a call could not be
+    /// sent), per the policy; `None` if there is none.
+    pub(crate) fn pick_other(
+        &self,
+        now: Instant,
+        log: &EndpointLog,
+        except: usize,
+    ) -> Option<usize> {
+        self.pick_except(now, log, Some(except))
+    }
+
+    fn pick_except(&self, now: Instant, log: &EndpointLog, except: Option<usize>) -> Option<usize> {
         let n = self.endpoints.len();
-        if self.unpickable.load(Ordering::Acquire) == 0 {
+        if except.is_none() && self.unpickable.load(Ordering::Acquire) == 0 {
             return Some(self.choose(n, Some, now));
         }
         let now_ns = self.now_ns(now);
         self.readmit_expired(now_ns, log);
-        let m = self.endpoints.iter().filter(|e| e.pickable(now_ns)).count();
+        let candidate = |i: usize, e: &Endpoint| Some(i) != except && e.pickable(now_ns);
+        let m = self
+            .endpoints
+            .iter()
+            .enumerate()
+            .filter(|&(i, e)| candidate(i, e))
+            .count();
         if m == 0 {
             return None;
         }
@@ -238,11 +259,11 @@ impl Balancer {
             self.endpoints
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| e.pickable(now_ns))
+                .filter(|&(i, e)| candidate(i, e))
                 .nth(k)
                 .map(|(i, _)| i)
         };
-        // A replica that changed state since the count: any pickable one.
+        // None if a replica changed state between the count and the pick.
         Some(self.choose(m, nth, now)).filter(|&i| i < n)
     }
 
@@ -894,6 +915,18 @@ mod tests {
             assert!(b.set_down(1, false));
             assert!((0..60).any(|_| b.pick(t, &log) == 1), "{policy:?}");
         }
+    }
+
+    #[test]
+    fn a_redirected_call_goes_to_another_pickable_replica() {
+        let b = balancer(Balance::RoundRobin, 3, None);
+        let log = EndpointLog::new(3);
+        let t = Instant::now();
+        assert!((0..30).all(|_| b.pick_other(t, &log, 1) != Some(1)));
+        b.set_down(2, true);
+        assert!((0..30).all(|_| b.pick_other(t, &log, 1) == Some(0)));
+        b.set_down(0, true);
+        assert_eq!(b.pick_other(t, &log, 1), None);
     }
 
     #[test]

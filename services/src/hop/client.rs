@@ -277,9 +277,8 @@ impl PushPool {
             match s.attempt(index, &request, left).await {
                 Err(Failure::Unsent(status)) => {
                     let next = (s.endpoints.health && tries < s.replicas.len())
-                        .then(|| s.balancer.pick_pickable(Instant::now(), &s.log))
-                        .flatten()
-                        .filter(|&next| next != index);
+                        .then(|| s.balancer.pick_other(Instant::now(), &s.log, index))
+                        .flatten();
                     match next {
                         Some(next) => {
                             s.log.count(index, Count::Redirected);
