@@ -203,7 +203,10 @@ impl Balancer {
     /// Puts replica `i` in or out of TRANSIENT_FAILURE; true if that
     /// changed its state.
     pub(crate) fn set_down(&self, i: usize, down: bool) -> bool {
-        let changed = self.endpoints[i].down.swap(down, Ordering::AcqRel) != down;
+        let state = &self.endpoints[i].down;
+        // Read first: a per-request connection reports every connect.
+        let changed =
+            state.load(Ordering::Acquire) != down && state.swap(down, Ordering::AcqRel) != down;
         if changed {
             if down {
                 self.unpickable.fetch_add(1, Ordering::AcqRel);

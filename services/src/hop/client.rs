@@ -50,6 +50,10 @@ use crate::{
 /// meant for the open internet, not a test bed).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The shortest wait between a probe's attempts and between keepalive
+/// PINGs, whatever the options say: nothing spins.
+const MIN_WAIT: Duration = Duration::from_millis(10);
+
 /// How a caller holds its connections to a hop's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Connections {
@@ -174,7 +178,7 @@ impl PushPool {
             });
         }
         let keepalive = endpoints.keepalive.map(|every| Keepalive {
-            every,
+            every: every.max(MIN_WAIT),
             timeout: endpoints.keepalive_timeout,
         });
         let shared = Arc::new_cyclic(|me: &Weak<Shared>| {
@@ -454,7 +458,7 @@ impl Shared {
     /// The `attempt`-th wait of the backoff (from 0), jittered.
     fn backoff_wait(&self, attempt: u32) -> Duration {
         let mut rng = self.backoff_rng.lock().unwrap_or_else(|e| e.into_inner());
-        backoff_wait(&self.endpoints.backoff, attempt, &mut rng)
+        backoff_wait(&self.endpoints.backoff, attempt, &mut rng).max(MIN_WAIT)
     }
 }
 
