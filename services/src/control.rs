@@ -25,6 +25,10 @@ use crate::model::{DurationDist, ErrorInjection, Overrides, Slowness};
 /// Hands a replica the application-level faults now set at runtime (all of
 /// them, every time one kind changes).
 pub type BehaviorSetter = Arc<dyn Fn(Overrides) + Send + Sync>;
+
+/// Reads what a replica's clients did with the replicas of the push hops it
+/// calls (one entry per such hop).
+pub type EndpointEventsSource = Arc<dyn Fn() -> Vec<pb::PoolEvents> + Send + Sync>;
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 
@@ -233,6 +237,7 @@ pub struct ControlService<B> {
     token: Arc<str>,
     backend: Arc<B>,
     behavior: Option<BehaviorSetter>,
+    endpoint_events: Option<EndpointEventsSource>,
     state: Mutex<AgentState>,
 }
 
@@ -250,6 +255,7 @@ impl<B: FaultBackend> ControlService<B> {
             token: token.into(),
             backend: Arc::new(backend),
             behavior: None,
+            endpoint_events: None,
             state: Mutex::new(AgentState::default()),
         }
     }
@@ -258,6 +264,13 @@ impl<B: FaultBackend> ControlService<B> {
     /// (slowness, work factor, errors) through `setter`.
     pub fn with_behavior(mut self, setter: BehaviorSetter) -> Self {
         self.behavior = Some(setter);
+        self
+    }
+
+    /// Lets `GetEndpointEvents` read the replica's downstream pools through
+    /// `source` (without it, the answer lists no pool).
+    pub fn with_endpoint_events(mut self, source: EndpointEventsSource) -> Self {
+        self.endpoint_events = Some(source);
         self
     }
 
@@ -432,7 +445,13 @@ impl<B: FaultBackend> Control for ControlService<B> {
         request: Request<GetEndpointEventsRequest>,
     ) -> Result<Response<EndpointEvents>, Status> {
         self.authorize(&request)?;
-        Err(Status::unimplemented("endpoint events are not wired yet"))
+        Ok(Response::new(EndpointEvents {
+            pools: self
+                .endpoint_events
+                .as_ref()
+                .map(|source| source())
+                .unwrap_or_default(),
+        }))
     }
 }
 

@@ -206,9 +206,11 @@ pub struct EndpointOptions {
     /// The reconnect backoff of a replica in TRANSIENT_FAILURE.
     #[serde(default)]
     pub backoff: Backoff,
-    /// HTTP/2 keepalive: a PING after this long without a frame from the
-    /// replica; `None`: no keepalive (a black-holed replica is noticed only
-    /// through calls' deadlines).
+    /// HTTP/2 keepalive: a PING on each open connection every this long;
+    /// with `keepalive_timeout`, a replica that stops answering is noticed
+    /// within `keepalive + keepalive_timeout` of its last answer. `None`: no
+    /// keepalive (a black-holed replica is noticed only through calls'
+    /// deadlines).
     #[serde(default)]
     pub keepalive: Option<Duration>,
     /// How long a keepalive PING may go unanswered before the connection

@@ -2,7 +2,9 @@
 //!
 //! - `draw`: seeded per-request decisions (work, slowness, errors).
 //! - `work`: doing the work (sleep or CPU).
-//! - `client`: reaching a push hop's replicas, with balancing.
+//! - `client`: reaching a push hop's replicas: endpoint health, keepalive.
+//! - `balance`: picking among the pickable replicas (round robin, random,
+//!   p2c, peak-EWMA) and outlier ejection.
 //! - `events`: what a caller did with a hop's replicas (counts and timed
 //!   state changes).
 //! - `unary`: the call itself, over HTTP/2 with h2 (no tonic channel).
@@ -13,6 +15,7 @@
 //! - `error`: [`HopError`], and the one mapping of a call's failures to a
 //!   gRPC status.
 
+mod balance;
 pub mod client;
 pub mod draw;
 mod error;

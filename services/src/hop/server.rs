@@ -173,7 +173,7 @@ struct Downstream {
 
 enum Target {
     Push(PushPool),
-    Pull(PullTarget),
+    Pull(Box<PullTarget>),
 }
 
 impl Downstream {
@@ -370,12 +370,12 @@ impl HopCore {
                     downstream.push(Downstream {
                         span_name: span_name(&d.hop),
                         hop: d.hop.as_str().into(),
-                        target: Target::Pull(PullTarget::of_kind(
+                        target: Target::Pull(Box::new(PullTarget::of_kind(
                             config.broker_kind,
                             config.queue_bounds,
                             broker.clone(),
                             &d.hop,
-                        )),
+                        ))),
                         policy: d.policy.clone(),
                         state: PolicyState::default(),
                     });
@@ -403,6 +403,25 @@ impl HopCore {
                 },
             }),
         })
+    }
+
+    /// What this replica's clients did with the replicas of each push hop
+    /// it calls.
+    pub fn endpoint_events(&self) -> Vec<tailmesh_proto::pb::PoolEvents> {
+        self.inner
+            .downstream
+            .iter()
+            .filter_map(|d| match &d.target {
+                Target::Push(pool) => Some(pool.endpoint_events()),
+                Target::Pull(_) => None,
+            })
+            .collect()
+    }
+
+    /// [`HopCore::endpoint_events`] for the Control service.
+    pub fn endpoint_events_source(&self) -> crate::control::EndpointEventsSource {
+        let core = self.clone();
+        Arc::new(move || core.endpoint_events())
     }
 
     /// A setter for the replica's runtime faults (the fault agent's).
@@ -688,9 +707,11 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
                 .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
         )
-        .add_optional_service(
-            control.map(|c| c.with_behavior(core.behavior_setter()).into_server()),
-        )
+        .add_optional_service(control.map(|c| {
+            c.with_behavior(core.behavior_setter())
+                .with_endpoint_events(core.endpoint_events_source())
+                .into_server()
+        }))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });

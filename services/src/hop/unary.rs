@@ -19,10 +19,14 @@ use std::{
 };
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use h2::client::SendRequest;
+use h2::{Ping, PingPong, client::SendRequest};
 use prost::Message;
 use tailmesh_proto::pb::{CallReply, CallRequest};
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpStream,
+    task::AbortHandle,
+};
 use tonic::{
     Code, Status,
     codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, header},
@@ -53,6 +57,43 @@ const MAX_SEND_BUFFER: usize = 1024 * 1024;
 /// An open connection: its number and its request handle.
 type Open = (u64, SendRequest<Bytes>);
 
+/// What a link tells its watcher about its connections.
+#[derive(Debug)]
+pub(crate) enum LinkState<'a> {
+    /// A connection opened (TCP and the HTTP/2 handshake).
+    Connected,
+    /// Opening one failed (refused, timed out, handshake failed).
+    ConnectFailed(&'a Status),
+    /// The open connection ended (GOAWAY, EOF, an I/O error), for this
+    /// reason.
+    Ended(String),
+    /// A keepalive PING went unanswered: the connection was dropped.
+    KeepaliveTimeout,
+}
+
+/// Who hears of a link's connection states (the pool's endpoint health).
+pub(crate) type Watch = Arc<dyn Fn(LinkState<'_>) + Send + Sync>;
+
+/// HTTP/2 keepalive on a link's connections: a PING every `every`, and
+/// the connection deemed dead when one is unanswered after `timeout`; a
+/// peer that stops answering (a black hole) is noticed within
+/// `every + timeout` of its last answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Keepalive {
+    pub(crate) every: Duration,
+    pub(crate) timeout: Duration,
+}
+
+/// Why a call on a link failed: before the request left (its connection
+/// could not be had: another replica may take it), or after.
+#[derive(Debug)]
+pub(crate) enum LinkError {
+    /// Nothing was sent.
+    Unsent(Status),
+    /// The request left, or could not be made at all.
+    Failed(Status),
+}
+
 /// One HTTP/2 connection to one replica, opened on first use and again
 /// after it ends; calls on it are multiplexed.
 pub(crate) struct Link {
@@ -74,6 +115,26 @@ pub(crate) struct Link {
     /// The last deadline sent and its `grpc-timeout` value: the load
     /// generator's calls all carry the same one, formatted once.
     last_timeout: Mutex<Option<(Duration, HeaderValue)>>,
+    watch: Option<Watch>,
+    keepalive: Option<Keepalive>,
+    /// The task driving the latest connection: aborted when the link
+    /// drops, so no connection outlives its link.
+    driver: Mutex<Option<AbortHandle>>,
+    /// The latest connection's PINGs, when the keepalive does not use them.
+    spare_ping: Mutex<Option<PingPong>>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(driver) = self
+            .driver
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            driver.abort();
+        }
+    }
 }
 
 impl Link {
@@ -102,7 +163,46 @@ impl Link {
             connecting: tokio::sync::Mutex::new(0),
             headers,
             last_timeout: Mutex::new(None),
+            watch: None,
+            keepalive: None,
+            driver: Mutex::new(None),
+            spare_ping: Mutex::new(None),
         })
+    }
+
+    /// The link with `watch` told of its connections' states and
+    /// `keepalive` on them.
+    pub(crate) fn watched(mut self, watch: Option<Watch>, keepalive: Option<Keepalive>) -> Self {
+        self.watch = watch;
+        self.keepalive = keepalive;
+        self
+    }
+
+    /// Opens a connection if there is none and checks that the peer
+    /// answers a PING within `within`: the HTTP/2 handshake completes
+    /// without a word from the peer, so a black-holed replica would pass
+    /// for a live one without it (the reconnect probe's check).
+    pub(crate) async fn connect_checked(&self, within: Duration) -> Result<(), Status> {
+        self.sender().await?;
+        let spare = self
+            .spare_ping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(mut ping) = spare else {
+            return Ok(());
+        };
+        match tokio::time::timeout(within, ping.ping(Ping::opaque())).await {
+            Ok(Ok(_pong)) => Ok(()),
+            Ok(Err(e)) => Err(Status::unavailable(format!(
+                "connect to {}: connection failed: {e}",
+                self.addr
+            ))),
+            Err(_) => Err(Status::unavailable(format!(
+                "connect to {}: no answer to a PING within {within:?}",
+                self.addr
+            ))),
+        }
     }
 
     /// One call: `timeout` becomes its `grpc-timeout`, `traceparent`
@@ -113,8 +213,8 @@ impl Link {
         request: &CallRequest,
         timeout: Option<Duration>,
         traceparent: Option<HeaderValue>,
-    ) -> Result<CallReply, Status> {
-        let body = encode(request)?;
+    ) -> Result<CallReply, LinkError> {
+        let body = encode(request).map_err(LinkError::Failed)?;
         let mut http = Request::new(());
         *http.method_mut() = Method::POST;
         *http.uri_mut() = self.uri.clone();
@@ -127,15 +227,18 @@ impl Link {
             headers.insert(GRPC_TIMEOUT, self.timeout_value(t));
         }
 
-        let (generation, mut send) = self.ready().await?;
+        let (generation, mut send) = self.ready().await.map_err(LinkError::Unsent)?;
         let (answer, mut stream) = send
             .send_request(http, false)
-            .map_err(|e| self.lost(generation, e))?;
-        stream
-            .send_data(body, true)
-            .map_err(|e| self.transport(e))?;
-        let answer = answer.await.map_err(|e| self.transport(e))?;
-        self.read_reply(answer).await
+            .map_err(|e| LinkError::Unsent(self.lost(generation, e)))?;
+        let sent = async {
+            stream
+                .send_data(body, true)
+                .map_err(|e| self.transport(e))?;
+            let answer = answer.await.map_err(|e| self.transport(e))?;
+            self.read_reply(answer).await
+        };
+        sent.await.map_err(LinkError::Failed)
     }
 
     /// `grpc-timeout` for `t`, formatted again only when it changed.
@@ -181,8 +284,14 @@ impl Link {
             return Ok(open);
         }
         *generation += 1;
-        let send = self.connect(*generation).await?;
-        Ok((*generation, send))
+        let connected = self.connect(*generation).await;
+        if let Some(watch) = &self.watch {
+            match &connected {
+                Ok(_) => watch(LinkState::Connected),
+                Err(status) => watch(LinkState::ConnectFailed(status)),
+            }
+        }
+        Ok((*generation, connected?))
     }
 
     fn current(&self) -> Option<Open> {
@@ -237,18 +346,63 @@ impl Link {
             .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| unavailable(format!("HTTP/2 handshake: {e}")))?;
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, send.clone()));
+        self.drive(generation, connection);
+        Ok(send)
+    }
+
+    /// Runs connection number `generation` on its own task, with the
+    /// keepalive if any; when it ends, forgets it and tells the watcher.
+    fn drive<T>(&self, generation: u64, mut connection: h2::client::Connection<T, Bytes>)
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let open = Arc::clone(&self.open);
-        *open.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, send.clone()));
-        tokio::spawn(async move {
+        let watch = self.watch.clone();
+        let ping = connection.ping_pong();
+        let keepalive = match self.keepalive {
+            Some(k) => ping.map(|ping| (ping, k)),
+            None => {
+                *self.spare_ping.lock().unwrap_or_else(|e| e.into_inner()) = ping;
+                None
+            }
+        };
+        let task = tokio::spawn(async move {
             // An error here also fails the calls on the connection, which
             // count it; the connection's end is counted when `io` drops.
-            let _ = connection.await;
-            let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
-            if open.as_ref().is_some_and(|(g, _)| *g == generation) {
-                *open = None;
+            let ended = match keepalive {
+                None => Some((&mut connection).await),
+                Some((ping, keepalive)) => {
+                    tokio::select! {
+                        ended = &mut connection => Some(ended),
+                        () = keep_alive(ping, keepalive) => None,
+                    }
+                }
+            };
+            // Dropped here on a keepalive timeout: its calls fail.
+            drop(connection);
+            {
+                let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+                if open.as_ref().is_some_and(|(g, _)| *g == generation) {
+                    *open = None;
+                }
+            }
+            if let Some(watch) = watch {
+                watch(match ended {
+                    None => LinkState::KeepaliveTimeout,
+                    Some(Ok(())) => LinkState::Ended("connection closed by the replica".into()),
+                    Some(Err(e)) => LinkState::Ended(format!("connection ended: {e}")),
+                });
             }
         });
-        Ok(send)
+        let previous = self
+            .driver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(task.abort_handle());
+        // The previous connection ended or was given up: its task is done
+        // or about to be.
+        drop(previous);
     }
 
     /// The answer's message, or its status: in the headers of a
@@ -327,6 +481,19 @@ impl Link {
             None => Code::Unknown,
         };
         Status::new(code, format!("h2 protocol error: {error}"))
+    }
+}
+
+/// Pings every `every` until a PING goes unanswered for `timeout`, then
+/// returns; if the connection fails first, waits for its end to be seen.
+async fn keep_alive(mut ping: PingPong, keepalive: Keepalive) {
+    loop {
+        tokio::time::sleep(keepalive.every).await;
+        match tokio::time::timeout(keepalive.timeout, ping.ping(Ping::opaque())).await {
+            Ok(Ok(_pong)) => {}
+            Ok(Err(_)) => std::future::pending::<()>().await,
+            Err(_) => return,
+        }
     }
 }
 

@@ -5,10 +5,13 @@
 //! - `chain`: a 3-hop chain: reply paths, slow flags, seeded schedules,
 //!   errors and deadlines;
 //! - `control`: the fault agent's API: its token and its validation;
+//! - `endpoints`: a push client's endpoint health, peak-EWMA and keepalive
+//!   against replicas that die, come back, are slow or black-holed;
 //! - `limits`: servers at their limits: accept errors, idle connections,
 //!   reflection, the `authorization` scheme.
 
 mod broker;
 mod chain;
 mod control;
+mod endpoints;
 mod limits;
