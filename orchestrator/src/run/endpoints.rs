@@ -105,11 +105,12 @@ pub(super) async fn ask(
     addr: &PeerAddr,
     token: &str,
 ) -> Result<Option<pb::EndpointEvents>, String> {
-    let channel = tonic::transport::Endpoint::from_shared(addr.uri())
+    let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
         .map_err(|e| e.to_string())?
         .connect_timeout(CALL_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
-        .connect()
+        .timeout(CALL_TIMEOUT);
+    // TLS when the run's links use it (the process's client config).
+    let channel = tailmesh_services::link::connect(&endpoint, &Default::default())
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
     let mut client = pb::control_client::ControlClient::new(channel);

@@ -12,7 +12,6 @@
 
 use crate::{harness::skip, support::*};
 use serde_json::Value;
-use tailmesh_netfault::tool::{has_privilege, missing_tools};
 
 tests! {
     sync a_replica_killed_on_schedule_is_no_incident_and_health_keeps_calls_off_it,
@@ -184,19 +183,8 @@ fn a_replica_killed_on_schedule_is_no_incident_and_health_keeps_calls_off_it() {
     );
 }
 
-/// Root and the netns launcher's tools, or a skip saying which is missing.
-fn require_privilege() {
-    if !has_privilege() {
-        skip("needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)");
-    }
-    let missing = missing_tools();
-    if !missing.is_empty() {
-        skip(format!("needs {missing:?} (tool, Debian package)"));
-    }
-}
-
 fn keepalive_finds_a_black_holed_replica() {
-    require_privilege();
+    require_privilege(&[]);
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(

@@ -36,20 +36,6 @@ tests! {
     sync spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces,
 }
 
-/// Skips the calling test (a failure under `TAILMESH_REQUIRE_ALL`) unless
-/// this process may make namespaces and has the netns launcher's tools and
-/// `extra` ones (name, Debian package).
-fn require_privilege(extra: &[(&'static str, &'static str)]) {
-    let mut missing = missing_tools();
-    missing.extend(extra.iter().filter(|(tool, _)| !tool_available(tool)));
-    if !has_privilege() {
-        skip("needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)");
-    }
-    if !missing.is_empty() {
-        skip(format!("needs {missing:?} (tool, Debian package)"));
-    }
-}
-
 /// Set in the netem guest (the `netem` module): the kernel has netem, and
 /// every fault must be applied with it.
 pub(crate) const NETEM_GUEST_ENV: &str = "TAILMESH_NETEM_GUEST";

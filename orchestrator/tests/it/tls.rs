@@ -78,7 +78,20 @@ fn an_mtls_chain_with_a_connection_per_request_answers_traces_and_counts_handsha
             links(v, "opened") >= REQUESTS,
             "variant {name}: {v:#}\n{context}"
         );
+        // Hop a's calls to b, read from a's Control service (over TLS in
+        // the TLS variants).
+        let a_to_b = v["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["caller"] == "a/0" && c["hop"] == "b")
+            .unwrap_or_else(|| panic!("variant {name}: no endpoints of a/0\n{context}"));
+        assert!(
+            u64_at(a_to_b, "/replicas/0/picks") >= REQUESTS,
+            "variant {name}: {a_to_b:#}"
+        );
     }
+    assert!(!context.contains("endpoint events of"), "{context}");
     let [plain, mtls, full] = [&variants[0], &variants[1], &variants[2]];
     assert_eq!(links(plain, "tls_full") + links(plain, "tls_resumed"), 0);
     // Every connection of a TLS variant had a handshake, and with

@@ -20,6 +20,9 @@ use std::{
 };
 
 use serde_json::Value;
+use tailmesh_netfault::tool::{has_privilege, missing_tools, tool_available};
+
+use crate::harness::skip;
 
 pub(crate) const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 
@@ -794,4 +797,18 @@ pub(crate) fn before_during_after<'a>(v: &'a Value, fault: &str) -> (&'a [Value]
         .map(|p| u64_at(p, "/latency/p99_us"))
         .collect();
     (phases, p99)
+}
+
+/// Skips the calling test (a failure under `TAILMESH_REQUIRE_ALL`) unless
+/// this process may make namespaces and has the netns launcher's tools and
+/// `extra` ones (name, Debian package).
+pub fn require_privilege(extra: &[(&'static str, &'static str)]) {
+    let mut missing = missing_tools();
+    missing.extend(extra.iter().filter(|(tool, _)| !tool_available(tool)));
+    if !has_privilege() {
+        skip("needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)");
+    }
+    if !missing.is_empty() {
+        skip(format!("needs {missing:?} (tool, Debian package)"));
+    }
 }
