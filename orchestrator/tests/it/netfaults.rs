@@ -12,19 +12,13 @@
 
 use std::{path::Path, sync::OnceLock, thread::sleep, time::Duration};
 
-use crate::{
-    harness::{part_checked_elsewhere, skip},
-    support::*,
-};
+use crate::{harness::part_checked_elsewhere, support::*};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
 use tailmesh::launcher::netns::{AGENT_ENV, CONTROL_TOKEN_ENV};
-use tailmesh_netfault::{
-    netns,
-    tool::{has_privilege, missing_tools, run_tool, tool_available},
-};
+use tailmesh_netfault::{netns, tool::run_tool};
 
 tests! {
     sync twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets,

@@ -802,7 +802,7 @@ pub(crate) fn before_during_after<'a>(v: &'a Value, fault: &str) -> (&'a [Value]
 /// Skips the calling test (a failure under `TAILMESH_REQUIRE_ALL`) unless
 /// this process may make namespaces and has the netns launcher's tools and
 /// `extra` ones (name, Debian package).
-pub fn require_privilege(extra: &[(&'static str, &'static str)]) {
+pub(crate) fn require_privilege(extra: &[(&'static str, &'static str)]) {
     let mut missing = missing_tools();
     missing.extend(extra.iter().filter(|(tool, _)| !tool_available(tool)));
     if !has_privilege() {
