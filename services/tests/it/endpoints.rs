@@ -13,6 +13,8 @@ use std::{
     time::Duration,
 };
 
+use crate::support::{Running, within};
+
 use tailmesh_proto::pb::{
     CallRequest, EndpointEventKind, GetEndpointEventsRequest, PoolEvents,
     control_client::ControlClient,
@@ -29,20 +31,10 @@ use tokio::{
     net::{TcpListener, TcpStream},
     sync::oneshot,
     task::JoinHandle,
-    time::timeout,
 };
 
-/// Longest any single condition may take before the test fails.
-const WAIT: Duration = Duration::from_secs(20);
 /// Every call's deadline.
 const DEADLINE: Duration = Duration::from_secs(2);
-
-/// Awaits `fut` or fails the test after [`WAIT`] (real time).
-async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
 
 /// Polls `done` until it holds, or fails the test after [`WAIT`].
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
@@ -52,23 +44,6 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
         }
     })
     .await;
-}
-
-/// A hop replica on loopback and the means to stop it.
-struct Running {
-    addr: SocketAddr,
-    stop: oneshot::Sender<()>,
-    done: JoinHandle<Result<(), String>>,
-}
-
-impl Running {
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        within("the replica to stop", self.done)
-            .await
-            .expect("server task")
-            .expect("the replica stops cleanly");
-    }
 }
 
 fn config(behavior: &HopBehavior, replica: u32) -> HopConfig {

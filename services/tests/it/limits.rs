@@ -17,6 +17,8 @@ use std::{
     time::Duration,
 };
 
+use crate::support::{Running, within};
+
 use futures::{Stream, StreamExt};
 use tailmesh_proto::pb::{CallRequest, GetFaultsRequest, control_client::ControlClient};
 use tailmesh_services::{
@@ -30,7 +32,6 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     sync::oneshot,
-    task::JoinHandle,
     time::timeout,
 };
 use tonic::{
@@ -42,16 +43,7 @@ use tonic_reflection::pb::v1::{
     server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
 };
 
-/// Longest any single condition may take before the test fails.
-const WAIT: Duration = Duration::from_secs(10);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
-
-/// Awaits `fut` or fails the test after [`WAIT`] (real time).
-async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
 
 // ---------------------------------------------------------------------
 // Accept errors
@@ -258,23 +250,6 @@ fn hop_config(name: &str, idle_timeout: Duration) -> HopConfig {
         precise_timer: false,
         idle_timeout,
         ..HopConfig::new(HopBehavior::idle(name, 1))
-    }
-}
-
-/// A server task on loopback and the means to stop it.
-struct Running {
-    addr: SocketAddr,
-    stop: oneshot::Sender<()>,
-    done: JoinHandle<Result<(), String>>,
-}
-
-impl Running {
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        within("the server to stop", self.done)
-            .await
-            .expect("server task")
-            .expect("the server stops cleanly");
     }
 }
 

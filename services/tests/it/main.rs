@@ -8,10 +8,12 @@
 //! - `endpoints`: a push client's endpoint health, peak-EWMA and keepalive
 //!   against replicas that die, come back, are slow or black-holed;
 //! - `limits`: servers at their limits: accept errors, idle connections,
-//!   reflection, the `authorization` scheme.
+//!   reflection, the `authorization` scheme;
+//! - `support`: what they share (a deadline for every wait, a server task).
 
 mod broker;
 mod chain;
 mod control;
 mod endpoints;
 mod limits;
+mod support;
