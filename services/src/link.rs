@@ -2,7 +2,7 @@
 //! set-up for every caller (to a hop, to the broker), one server set-up for
 //! every service, and [`LinkEvents`], what happened to a caller's
 //! connections while they were used. With TLS on (see [`crate::tls`]) a
-//! connection is TLS over TCP, opened by [`open`] for every client alike.
+//! connection is TLS over TCP, opened by one function (`open`) for every client alike.
 //!
 //! The set-up keeps a caller's connections whatever the system under test
 //! does. h2 protects a client from a misbehaving server by ending the whole
