@@ -105,19 +105,10 @@ pub(super) async fn ask(
     addr: &PeerAddr,
     token: &str,
 ) -> Result<Option<pb::EndpointEvents>, String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
-        .map_err(|e| e.to_string())?
-        .connect_timeout(CALL_TIMEOUT)
-        .timeout(CALL_TIMEOUT);
-    // TLS when the run's links use it (the process's client config).
-    let channel = tailmesh_services::link::connect(&endpoint, &Default::default())
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let channel = super::faults::control_channel(addr, CALL_TIMEOUT, |e| e).await?;
     let mut client = pb::control_client::ControlClient::new(channel);
     let mut request = tonic::Request::new(pb::GetEndpointEventsRequest {});
-    let bearer = format!("Bearer {token}")
-        .parse()
-        .map_err(|_| "the token is not valid metadata".to_owned())?;
+    let bearer = super::faults::bearer(token)?;
     request.metadata_mut().insert("authorization", bearer);
     match client.get_endpoint_events(request).await {
         Ok(reply) => Ok(Some(reply.into_inner())),

@@ -388,25 +388,19 @@ async fn control_call(
     let channel = match channel {
         Some(channel) => channel.clone(),
         None => {
-            let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
-                .map_err(|e| tonic::Status::internal(e.to_string()))?
-                .connect_timeout(Duration::from_secs(10))
-                .timeout(Duration::from_secs(10))
-                // Pings keep the connection from looking idle to the hop,
-                // which closes idle connections, however long the fault.
-                .http2_keep_alive_interval(Duration::from_secs(30))
-                .keep_alive_while_idle(true);
-            // TLS when the run's links use it (the process's client config).
-            let connected = tailmesh_services::link::connect(&endpoint, &Default::default())
-                .await
-                .map_err(|e| tonic::Status::unavailable(format!("connect {addr}: {e}")))?;
+            // Pings keep the connection from looking idle to the hop,
+            // which closes idle connections, however long the fault.
+            let connected = control_channel(addr, Duration::from_secs(10), |e| {
+                e.http2_keep_alive_interval(Duration::from_secs(30))
+                    .keep_alive_while_idle(true)
+            })
+            .await
+            .map_err(tonic::Status::unavailable)?;
             channel.insert(connected).clone()
         }
     };
     let mut client = pb::control_client::ControlClient::new(channel);
-    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}")
-        .parse()
-        .map_err(|_| tonic::Status::internal("the token is not valid metadata"))?;
+    let bearer = bearer(token).map_err(tonic::Status::internal)?;
     let reply = match call {
         Ok(set) => {
             let mut request = tonic::Request::new(set);
@@ -420,6 +414,32 @@ async fn control_call(
         }
     };
     Ok(reply.into_inner())
+}
+
+/// A channel to the Control API at `addr`, each call bounded by `timeout`,
+/// over TLS when the run's links use it (the process's client config);
+/// `tune` sets anything else on the endpoint.
+pub(super) async fn control_channel(
+    addr: &PeerAddr,
+    timeout: Duration,
+    tune: impl FnOnce(tonic::transport::Endpoint) -> tonic::transport::Endpoint,
+) -> Result<tonic::transport::Channel, String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
+        .map_err(|e| format!("{addr}: {e}"))?
+        .connect_timeout(timeout)
+        .timeout(timeout);
+    tailmesh_services::link::connect(&tune(endpoint), &Default::default())
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))
+}
+
+/// The `authorization` metadata of the run's token.
+pub(super) fn bearer(
+    token: &str,
+) -> Result<tonic::metadata::MetadataValue<tonic::metadata::Ascii>, String> {
+    format!("Bearer {token}")
+        .parse()
+        .map_err(|_| "the token is not valid metadata".to_owned())
 }
 
 #[cfg(test)]
