@@ -330,3 +330,23 @@ pub(crate) fn at(id: u64, intended_ms: u64, after_ms: u64, outcome: Outcome) -> 
         attempts: Vec::new(),
     }
 }
+
+/// Replica 1 of hop b killed at 1 s (1.001 s) and back at 2 s (serving at
+/// 2.02 s); `picks` are each caller's calls sent to it while it was down.
+pub(crate) fn kill_of_b1(picks: &[(&str, u64)]) -> crate::analysis::KillRecord {
+    crate::analysis::KillRecord {
+        hop: "b".into(),
+        replica: 1,
+        at_s: 1.0,
+        back_s: Some(2.0),
+        killed_at_s: Some(1.001),
+        restarted_at_s: Some(2.02),
+        picks_while_down: picks
+            .iter()
+            .map(|&(caller, picks)| crate::analysis::CallerPicks {
+                caller: caller.into(),
+                picks,
+            })
+            .collect(),
+    }
+}

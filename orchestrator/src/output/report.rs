@@ -1718,7 +1718,7 @@ mod tests {
 
     #[test]
     fn endpoint_changes_are_marked_once_and_tabled_with_the_kills() {
-        use crate::analysis::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord};
+        use crate::analysis::{CallerEndpoints, EndpointEvent};
         let mut s = summary();
         assert!(!render_report(&s).contains("<h2>Endpoints</h2>"));
         let event = |at_s: f64, kind: &str| EndpointEvent {
@@ -1740,18 +1740,7 @@ mod tests {
         let v = &mut s.variants[0];
         // Two callers see each change 10 ms apart: one mark each.
         v.endpoints = vec![caller("a/0", 0.0), caller("a/1", 0.01)];
-        v.kills = vec![KillRecord {
-            hop: "b".into(),
-            replica: 1,
-            at_s: 1.0,
-            back_s: Some(2.0),
-            killed_at_s: Some(1.001),
-            restarted_at_s: Some(2.02),
-            picks_while_down: vec![CallerPicks {
-                caller: "a/0".into(),
-                picks: 0,
-            }],
-        }];
+        v.kills = vec![crate::analysis::testing::kill_of_b1(&[("a/0", 0)])];
         let marks = endpoint_marks(&s.variants[0]);
         let labels: Vec<(&str, f64)> = marks.iter().map(|m| (m.label.as_str(), m.from)).collect();
         assert_eq!(labels, [("b/1 TRANSIENT_FAILURE", 1.0), ("b/1 READY", 2.0)]);

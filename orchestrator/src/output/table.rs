@@ -882,28 +882,14 @@ mod tests {
 
     #[test]
     fn kills_and_endpoint_changes_get_a_line_each() {
-        use crate::analysis::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord};
+        use crate::analysis::{CallerEndpoints, EndpointEvent};
         let mut s = windowed();
         assert!(!render_table(&s).contains("kill:"));
         let v = &mut s.variants[0];
-        v.kills = vec![KillRecord {
-            hop: "b".into(),
-            replica: 1,
-            at_s: 1.0,
-            back_s: Some(2.0),
-            killed_at_s: Some(1.001),
-            restarted_at_s: Some(2.02),
-            picks_while_down: vec![
-                CallerPicks {
-                    caller: "a/0".into(),
-                    picks: 2,
-                },
-                CallerPicks {
-                    caller: "a/1".into(),
-                    picks: 1,
-                },
-            ],
-        }];
+        v.kills = vec![crate::analysis::testing::kill_of_b1(&[
+            ("a/0", 2),
+            ("a/1", 1),
+        ])];
         v.endpoints = vec![CallerEndpoints {
             caller: "a/0".into(),
             hop: "b".into(),
