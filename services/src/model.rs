@@ -55,6 +55,33 @@ pub enum Work {
     },
 }
 
+/// A real gRPC service a hop calls as its work, in place of synthetic
+/// work (`[hop.service]`): one unary call per request, made before the
+/// hop calls its downstream hops, carrying the request's deadline and
+/// `traceparent`. Its answer code is the hop's; its time is the hop's
+/// service time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceCall {
+    /// Where this replica's service listens (`host:port`).
+    pub address: String,
+    /// The full method name, `package.Service/Method`.
+    pub method: String,
+    /// The request message in protobuf's JSON mapping, encoded once
+    /// against the service's own schema.
+    pub request: String,
+    /// `.proto` files that define the method; empty: the service's
+    /// server reflection (v1, then v1alpha).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proto: Vec<std::path::PathBuf>,
+    /// Import paths for `proto` (the files' own directories are searched
+    /// too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proto_include: Vec<std::path::PathBuf>,
+    /// Metadata sent with every call, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metadata: Vec<(String, String)>,
+}
+
 /// Per-request injected slowness: with `probability`, add a delay drawn
 /// from `extra` on top of the work.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -290,6 +290,7 @@ impl MeshPlan {
             precise_timer: true,
             // The launcher adds the files it wrote (see `run::launch`).
             tls: None,
+            service: None,
         }
     }
 }

@@ -120,6 +120,10 @@ pub struct HopConfig {
     /// (`[mesh] tls`); `None`: plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::tls::TlsFiles>,
+    /// The real gRPC service this replica calls as its work (its own
+    /// process, beside it); `None`: the synthetic work in `behavior`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<crate::model::ServiceCall>,
 }
 
 impl HopConfig {
@@ -143,6 +147,7 @@ impl HopConfig {
             idle_timeout: default_idle_timeout(),
             worker_ping: None,
             tls: None,
+            service: None,
         }
     }
 }
