@@ -72,6 +72,11 @@ pub struct Declared {
 pub enum Undeclared {
     #[error("hop \"{hop}\" does cpu work: its time depends on the machine, not on the scenario")]
     CpuWork { hop: String },
+    #[error(
+        "hop \"{hop}\" calls a real gRPC service ([hop.service]): its time is the service's, \
+         not the scenario's"
+    )]
+    Service { hop: String },
     #[error("hop \"{hop}\" calls itself through its downstream hops")]
     Cycle { hop: String },
 }
@@ -501,6 +506,11 @@ impl<'a> Composer<'a> {
             .find(|h| matches!(h.work, Work::Cpu { .. }))
         {
             return Err(Undeclared::CpuWork {
+                hop: hop.name.clone(),
+            });
+        }
+        if let Some(hop) = variant.hops.iter().find(|h| h.service.is_some()) {
+            return Err(Undeclared::Service {
                 hop: hop.name.clone(),
             });
         }

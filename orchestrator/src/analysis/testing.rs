@@ -44,6 +44,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         client: Default::default(),
         downstream: Vec::new(),
         kill: None,
+        service: None,
     }
 }
 

@@ -207,6 +207,43 @@ pub struct HopReport {
     /// The first few such error messages.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_samples: Vec<String>,
+    /// The real gRPC service whose call is this hop's work
+    /// (`[hop.service]`); absent for tailmesh's synthetic work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_service: Option<GrpcService>,
+}
+
+/// A hop's `[hop.service]` as summary.json tells it: a reader knows which
+/// hops are real services, and which.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GrpcService {
+    /// The full method name called.
+    pub method: String,
+    /// The running service's `host:port`, when the scenario gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The command that started one service per replica, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Where the method's schema came from: `"reflection"`, or `"proto: "`
+    /// and the files.
+    pub schema: String,
+}
+
+impl GrpcService {
+    /// The summary of `service`.
+    pub fn of(service: &crate::scenario::HopService) -> GrpcService {
+        let (address, command) = match &service.source {
+            crate::scenario::ServiceSource::Address(a) => (Some(a.clone()), None),
+            crate::scenario::ServiceSource::Command(c) => (None, Some(c.clone())),
+        };
+        GrpcService {
+            method: service.method.clone(),
+            address,
+            command,
+            schema: service.schema_source(),
+        }
+    }
 }
 
 /// One variant's results. The end-to-end histogram is kept (not serialized)
@@ -433,6 +470,7 @@ impl HopAcc {
             queue_wait: Percentiles::from_histogram(&self.queue_wait),
             errors: self.errors,
             error_samples: self.error_samples,
+            grpc_service: hop.service.as_ref().map(GrpcService::of),
         }
     }
 }

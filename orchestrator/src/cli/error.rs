@@ -72,6 +72,10 @@ pub(crate) enum CliError {
         /// One line per inconclusive variant: its name and the reason.
         reasons: Vec<String>,
     },
+    /// Input that only the run could find wrong (exit status 2): a hop's
+    /// service that exits at once, never gets ready, or refuses the
+    /// method or request.
+    BadInput(anyhow::Error),
     /// Anything else that kept the command from being done.
     Failed(anyhow::Error),
 }
@@ -85,6 +89,7 @@ impl CliError {
             | CliError::Scenario(_)
             | CliError::Invalid
             | CliError::Undeployable { .. }
+            | CliError::BadInput(_)
             | CliError::Health(HealthError::Addr(_)) => 2,
             CliError::CheckFailed { .. } | CliError::Regressed { .. } => 3,
             CliError::CheckInconclusive { .. } => 4,
@@ -140,7 +145,9 @@ impl CliError {
                     tell!("tailmesh: {line}");
                 }
             }
-            CliError::Failed(e) => tell!("tailmesh: {}", error_chain(e.as_ref())),
+            CliError::Failed(e) | CliError::BadInput(e) => {
+                tell!("tailmesh: {}", error_chain(e.as_ref()))
+            }
         }
     }
 }
@@ -160,6 +167,9 @@ impl From<ExperimentError> for CliError {
     fn from(e: ExperimentError) -> Self {
         match e {
             ExperimentError::Scenario(errors) => CliError::Scenario(errors),
+            ExperimentError::Run(e) if e.is_bad_input() => {
+                CliError::BadInput(ExperimentError::Run(e).into())
+            }
             other => CliError::Failed(other.into()),
         }
     }

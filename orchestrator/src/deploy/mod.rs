@@ -145,12 +145,21 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
             };
             if let Role::Hop { hop, replica } = &process.role {
                 let kill = hop.kill;
+                let service = hop.service.is_some();
                 let hop = &hop.name;
                 if let Some(e) = label_problem(&name) {
                     problems.push(format!(
                         "variant {:?}, hop {hop:?} replica {replica}: its service name {name:?} {e}; \
                          use a shorter hop or variant name",
                         variant.name
+                    ));
+                }
+                if *replica == 0 && service {
+                    problems.push(format!(
+                        "variant {:?}, hop {hop:?}: [hop.service] is not supported yet with \
+                         this launcher ({}): run the scenario with tailmesh run (the local \
+                         launcher), or remove [hop.service] from the deployed scenario",
+                        variant.name, runtime.name
                     ));
                 }
                 if kill.is_some_and(|k| k.replica == *replica) {
@@ -364,6 +373,32 @@ mod tests {
                     problems[0].starts_with(
                         "variant \"base\", hop \"a\" replica 1: kill needs the local or netns \
                          launcher"
+                    ),
+                    "{problems:?}"
+                );
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_scenario_with_a_service_is_refused_naming_the_hop() {
+        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
+                    [[hop]]\nname = \"a\"\nreplicas = 2\n[hop.service]\ncommand = [\"srv\"]\n\
+                    method = \"p.S/M\"\n";
+        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
+        let runtime = Runtime {
+            name: "Docker Compose",
+            net_admin: true,
+        };
+        match services(&scenario, runtime) {
+            Err(DeployError::Undeployable { problems, .. }) => {
+                // Once per hop, not per replica.
+                assert_eq!(problems.len(), 1, "{problems:?}");
+                assert!(
+                    problems[0].starts_with(
+                        "variant \"base\", hop \"a\": [hop.service] is not supported yet with \
+                         this launcher (Docker Compose)"
                     ),
                     "{problems:?}"
                 );

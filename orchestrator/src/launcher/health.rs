@@ -1,5 +1,7 @@
 //! The readiness probe: one `grpc.health.v1.Health/Check` for the whole
-//! server (service ""), as every supervised tailmesh process serves it.
+//! server (service ""), as every supervised tailmesh process serves it;
+//! and its plaintext form for the gRPC services of `[hop.service]`, which
+//! may have no health service at all.
 
 use std::time::Duration;
 
@@ -71,5 +73,52 @@ pub async fn check(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError>
             addr: addr.clone(),
             status: format!("unknown status {}", unknown.0),
         }),
+    }
+}
+
+/// Asks a service of `[hop.service]` at `addr` once whether it is ready,
+/// in plaintext whatever the run's links use: ready when it answers the
+/// server's health SERVING, or UNIMPLEMENTED (it has no health service,
+/// but it accepted the connection and answered a gRPC call).
+pub async fn check_service(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError> {
+    let uri = addr
+        .uri()
+        .parse::<tonic::transport::Uri>()
+        .map_err(|e| ProbeError::Connect {
+            addr: addr.clone(),
+            cause: e.to_string(),
+        })?;
+    let channel = Endpoint::from(uri)
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .connect()
+        .await
+        .map_err(|e| ProbeError::Connect {
+            addr: addr.clone(),
+            cause: crate::error_chain(&e),
+        })?;
+    let answer = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await;
+    match answer {
+        Err(status) if status.code() == tonic::Code::Unimplemented => Ok(()),
+        Err(status) => Err(ProbeError::Rpc {
+            addr: addr.clone(),
+            code: status.code(),
+            message: status.message().to_string(),
+        }),
+        Ok(response) => match ServingStatus::try_from(response.into_inner().status) {
+            Ok(ServingStatus::Serving) => Ok(()),
+            Ok(other) => Err(ProbeError::NotServing {
+                addr: addr.clone(),
+                status: other.as_str_name().to_string(),
+            }),
+            Err(unknown) => Err(ProbeError::NotServing {
+                addr: addr.clone(),
+                status: format!("unknown status {}", unknown.0),
+            }),
+        },
     }
 }

@@ -44,6 +44,10 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(25);
 /// answers is retried rather than waited on until the deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The least time a service of `[hop.service]` gets to exit after SIGTERM,
+/// even when the run stops without a grace period.
+pub(super) const SERVICE_GRACE: Duration = Duration::from_secs(2);
+
 /// How long to wait for a SIGKILLed child to be reaped before giving up on
 /// it (a process in uninterruptible sleep can outlive SIGKILL for a while).
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -179,19 +183,26 @@ impl LocalLauncher {
         let (stdout, stderr, log_start) =
             open_log(&log_path, &spec).map_err(files_error(&log_path))?;
 
-        let mut command = Command::new(&spec.program);
+        let mut command = match &spec.service {
+            None => {
+                let mut command = Command::new(&spec.program);
+                command
+                    .args(&spec.args)
+                    .arg("--addr-file")
+                    .arg(&addr_file)
+                    .arg("--supervised")
+                    .envs(
+                        self.control_token
+                            .iter()
+                            .map(|t| (super::netns::CONTROL_TOKEN_ENV, t)),
+                    )
+                    .stdin(Stdio::piped());
+                command
+            }
+            Some(service) => service_command(&spec, service),
+        };
         command
-            .args(&spec.args)
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .arg("--supervised")
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .envs(
-                self.control_token
-                    .iter()
-                    .map(|t| (super::netns::CONTROL_TOKEN_ENV, t)),
-            )
-            .stdin(Stdio::piped())
             .stdout(stdout)
             .stderr(stderr)
             .process_group(0)
@@ -219,14 +230,24 @@ impl LocalLauncher {
 
         let started = Instant::now();
         let deadline = started
-            + spec
-                .ready_timeout
-                .unwrap_or(self.ready_timeout)
-                .max(self.ready_timeout);
-        let mut addr = None;
+            + match (&spec.service, spec.ready_timeout) {
+                // A service's own ready_timeout is the bound, exactly.
+                (Some(_), Some(timeout)) => timeout,
+                (_, timeout) => timeout
+                    .unwrap_or(self.ready_timeout)
+                    .max(self.ready_timeout),
+            };
+        let mut addr = spec.service.as_ref().map(|s| s.addr);
         let mut last_problem = None;
         let readiness = {
-            let probe = wait_serving(&addr_file, &mut addr, &mut last_problem);
+            let probe = async {
+                match addr {
+                    Some(known) if spec.service.is_some() => {
+                        wait_service(known, &mut last_problem).await
+                    }
+                    _ => wait_serving(&addr_file, &mut addr, &mut last_problem).await,
+                }
+            };
             tokio::select! {
                 ready = probe => Readiness::Ready(ready),
                 status = child.wait() => Readiness::Exited(status),
@@ -266,6 +287,10 @@ impl LocalLauncher {
                 LaunchError::Wait { name, pid, source }
             }
             Readiness::TimedOut => {
+                if spec.service.is_some() {
+                    // A service's own children too (still unreaped: ours).
+                    signal_group(&child, Signal::SIGKILL);
+                }
                 let _ = child.start_kill();
                 // Reaped before reading the log, so the quote is complete.
                 let _ = timeout(REAP_TIMEOUT, child.wait()).await;
@@ -364,8 +389,33 @@ impl LocalLauncher {
     /// SIGKILL for the rest, and reaps them. Returns every child reaped,
     /// including those that had already exited. Calling it again returns
     /// only what was launched since.
+    ///
+    /// The services of `[hop.service]` are stopped after every other child
+    /// (the hops that call them finish their requests in flight first),
+    /// with at least [`SERVICE_GRACE`] to exit, so they can flush their
+    /// spans.
     pub async fn shutdown(&mut self, grace: Duration) -> Vec<ExitedChild> {
+        let (services, others): (Vec<_>, Vec<_>) = self
+            .children
+            .drain(..)
+            .partition(|c| c.spec.service.is_some());
+        self.children = others;
+        let mut reaped = self.stop_children(grace).await;
+        let kept = std::mem::replace(&mut self.children, services);
+        reaped.extend(self.stop_children(grace.max(SERVICE_GRACE)).await);
+        self.children.extend(kept);
+        reaped
+    }
+
+    /// [`LocalLauncher::shutdown`] of `self.children`.
+    async fn stop_children(&mut self, grace: Duration) -> Vec<ExitedChild> {
         for supervised in self.children.iter().rev() {
+            if supervised.spec.service.is_some() {
+                // A service (a shell script, a runtime with workers) may
+                // have children of its own, in its process group.
+                signal_group(&supervised.child, Signal::SIGTERM);
+                continue;
+            }
             // `id()` is `Some` only while unreaped, so the pid is still ours.
             if let Some(pid) = supervised.child.id().and_then(|p| i32::try_from(p).ok())
                 && let Err(e) = kill(Pid::from_raw(pid), Signal::SIGTERM)
@@ -396,6 +446,9 @@ impl LocalLauncher {
                     "did not stop within {}, killing it",
                     humantime::format_duration(grace)
                 );
+                if supervised.spec.service.is_some() {
+                    signal_group(&supervised.child, Signal::SIGKILL);
+                }
                 let _ = supervised.child.start_kill();
                 outcome.1 = true;
             }
@@ -441,6 +494,9 @@ impl Drop for LocalLauncher {
             return;
         }
         for supervised in &mut self.children {
+            if supervised.spec.service.is_some() {
+                signal_group(&supervised.child, Signal::SIGKILL);
+            }
             let _ = supervised.child.start_kill();
         }
         let give_up = std::time::Instant::now() + REAP_TIMEOUT;
@@ -494,6 +550,77 @@ async fn wait_serving(
         }
         sleep(PROBE_INTERVAL).await;
     }
+}
+
+/// Sends `signal` to the process group `child` leads (every child is
+/// started in a group of its own), while `child` is unreaped: its id, and
+/// so its group's, cannot have been reused.
+fn signal_group(child: &Child, signal: Signal) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok())
+        && let Err(e) = nix::sys::signal::killpg(Pid::from_raw(pid), signal)
+    {
+        tracing::debug!(pid, "{signal} to its process group: {e}");
+    }
+}
+
+/// Waits until the service at `addr` is ready ([`health::check_service`]),
+/// leaving in `last_problem` the last reason it was not.
+async fn wait_service(addr: SocketAddr, last_problem: &mut Option<String>) -> SocketAddr {
+    loop {
+        match health::check_service(&addr.into(), PROBE_TIMEOUT).await {
+            Ok(()) => return addr,
+            Err(e) => *last_problem = Some(e.to_string()),
+        }
+        sleep(PROBE_INTERVAL).await;
+    }
+}
+
+/// The command that starts the service `spec`: under `setpriv --pdeathsig
+/// KILL` where that works, so the service dies with the launcher even when
+/// the launcher is SIGKILLed (a service does not watch its stdin as
+/// tailmesh's processes do); in the service's folder, with an empty stdin.
+fn service_command(spec: &ProcessSpec, service: &super::ServiceProcess) -> Command {
+    let mut command = match pdeathsig_wrapper() {
+        Some(setpriv) => {
+            let mut command = Command::new(setpriv);
+            command
+                .args(["--pdeathsig", "KILL", "--"])
+                .arg(&spec.program);
+            command
+        }
+        None => Command::new(&spec.program),
+    };
+    command.args(&spec.args).stdin(Stdio::null());
+    if !service.dir.as_os_str().is_empty() {
+        command.current_dir(&service.dir);
+    }
+    command
+}
+
+/// util-linux's `setpriv`, if it is installed and knows `--pdeathsig`;
+/// found once.
+fn pdeathsig_wrapper() -> Option<&'static Path> {
+    static SETPRIV: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    SETPRIV
+        .get_or_init(|| {
+            let setpriv = tailmesh_netfault::tool::find_in_path("setpriv")?;
+            let works = std::process::Command::new(&setpriv)
+                .args(["--pdeathsig", "KILL", "--", "true"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !works {
+                tracing::warn!(
+                    "{} has no --pdeathsig: services of [hop.service] outlive a killed \
+                     orchestrator",
+                    setpriv.display()
+                );
+            }
+            works.then_some(setpriv)
+        })
+        .as_deref()
 }
 
 /// Names become file names: keep them plain.

@@ -192,6 +192,25 @@ pub struct ProcessSpec {
     /// How long it may take to answer SERVING, when longer than the
     /// launcher's default (a RabbitMQ server takes tens of seconds).
     pub ready_timeout: Option<Duration>,
+    /// Set for a service of `[hop.service]` (any gRPC server, not a
+    /// tailmesh process): see [`ServiceProcess`].
+    pub service: Option<ServiceProcess>,
+}
+
+/// How a gRPC service of `[hop.service] command` differs from a tailmesh
+/// process: it gets no `--addr-file` nor `--supervised` (its port is chosen
+/// beforehand and is in its arguments and `PORT`), its stdin is empty, it
+/// dies with the launcher through a parent-death signal (`setpriv
+/// --pdeathsig KILL`, where util-linux's setpriv is installed), it is
+/// ready when it answers a health check SERVING, or UNIMPLEMENTED when it
+/// has no health service, within exactly its ready timeout; and the local
+/// launcher stops it after the tailmesh processes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceProcess {
+    /// Where it must listen.
+    pub addr: SocketAddr,
+    /// Its working folder (empty: the launcher's).
+    pub dir: PathBuf,
 }
 
 impl ProcessSpec {
@@ -203,7 +222,15 @@ impl ProcessSpec {
             args: Vec::new(),
             env: Vec::new(),
             ready_timeout: None,
+            service: None,
         }
+    }
+
+    /// Makes it a service of `[hop.service]`, listening at `addr`, run in
+    /// `dir`.
+    pub fn service(mut self, addr: SocketAddr, dir: PathBuf) -> Self {
+        self.service = Some(ServiceProcess { addr, dir });
+        self
     }
 
     /// Appends one argument.

@@ -114,6 +114,7 @@ impl NetnsLauncher {
             args,
             env,
             ready_timeout: spec.ready_timeout,
+            service: None,
         };
         self.local.launch(wrapped).await
     }

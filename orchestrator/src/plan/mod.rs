@@ -23,7 +23,7 @@ use tailmesh_services::{
     addr::PeerAddr,
     discipline::Discipline,
     hop::{DownstreamConfig, HopConfig},
-    model::{QueueBounds, Transport},
+    model::{QueueBounds, ServiceCall, Transport},
 };
 
 /// The deployment's images must listen where the plan says they do.
@@ -31,7 +31,7 @@ use tailmesh_services::{
 pub(crate) use naming::broker_port;
 pub(crate) use naming::{Naming, NamingError};
 
-use crate::scenario::{Hop, NetFault, Scenario, Variant, Window};
+use crate::scenario::{Hop, NetFault, Scenario, ServiceSource, Variant, Window};
 
 /// How long a hop gets to finish the requests in flight when it is told to
 /// stop (the launchers wait as long before they kill it).
@@ -116,6 +116,9 @@ pub struct Addrs {
     pub broker: Option<PeerAddr>,
     /// Each hop's replicas, replica `i` at index `i`.
     pub hops: BTreeMap<String, Vec<PeerAddr>>,
+    /// The service each hop replica with `[hop.service]` calls, by the
+    /// replica's role name (`hop-b-0`): `host:port`.
+    pub services: BTreeMap<String, String>,
 }
 
 /// A variant of a scenario as the processes that run it.
@@ -290,7 +293,26 @@ impl MeshPlan {
             precise_timer: true,
             // The launcher adds the files it wrote (see `run::launch`).
             tls: None,
-            service: None,
+            service: hop.service.as_ref().and_then(|service| {
+                let address = match &service.source {
+                    ServiceSource::Address(address) => address.clone(),
+                    ServiceSource::Command(_) => {
+                        addrs.services.get(&hop_role(&hop.name, replica))?.clone()
+                    }
+                };
+                Some(ServiceCall {
+                    address,
+                    method: service.method.clone(),
+                    request: service.request.clone(),
+                    proto: service.proto.iter().map(|p| service.resolve(p)).collect(),
+                    proto_include: service
+                        .proto_include
+                        .iter()
+                        .map(|p| service.resolve(p))
+                        .collect(),
+                    metadata: service.metadata.clone(),
+                })
+            }),
         }
     }
 }
@@ -495,12 +517,41 @@ replica_net = { replica = 0, loss = 0.1 }
     }
 
     #[test]
+    fn a_service_hop_config_calls_its_replicas_own_service() {
+        let text = "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n\
+                    [[hop]]\nname = \"b\"\nreplicas = 2\n[hop.service]\ncommand = [\"srv\", \"{port}\"]\n\
+                    method = \"p.S/M\"\nrequest = { a = 1 }\nproto = [\"x.proto\"]\nmetadata = { k = \"v\" }\n";
+        let mut scenario = crate::scenario::parse(text, "s.toml").unwrap_or_else(|e| panic!("{e}"));
+        if let Some(service) = &mut scenario.variants[0].hops[0].service {
+            service.dir = "/scenarios".into();
+        }
+        let plan = MeshPlan::new(&scenario, &scenario.variants[0]);
+        let b = &plan.variant.hops[0];
+        let addrs = Addrs {
+            services: [("hop-b-1".to_owned(), "127.0.0.1:4001".to_owned())].into(),
+            ..Addrs::default()
+        };
+        let call = plan
+            .hop_config(b, 1, &addrs)
+            .service
+            .expect("replica 1 calls its service");
+        assert_eq!(call.address, "127.0.0.1:4001");
+        assert_eq!(call.method, "p.S/M");
+        assert_eq!(call.request, "{\"a\":1}");
+        assert_eq!(call.proto, [std::path::PathBuf::from("/scenarios/x.proto")]);
+        assert_eq!(call.metadata, [("k".to_owned(), "v".to_owned())]);
+        // Replica 0's service was not started: no call at all.
+        assert_eq!(plan.hop_config(b, 0, &addrs).service, None);
+    }
+
+    #[test]
     fn a_hop_config_names_the_replicas_it_calls_and_the_broker() {
         let plan = plan();
         let addr = |p: u16| PeerAddr::new("127.0.0.1", p).unwrap_or_else(|e| panic!("{e}"));
         let addrs = Addrs {
             broker: Some(addr(1)),
             hops: [("b".to_owned(), vec![addr(2), addr(3)])].into(),
+            services: BTreeMap::new(),
         };
         let a = &plan.variant.hops[0];
         let config = plan.hop_config(a, 0, &addrs);

@@ -91,6 +91,10 @@ impl Naming {
                 .collect::<Result<Vec<_>, _>>()?;
             hops.insert(hop.name.clone(), replicas);
         }
-        Ok(Addrs { broker, hops })
+        Ok(Addrs {
+            broker,
+            hops,
+            services: BTreeMap::new(),
+        })
     }
 }

@@ -12,9 +12,9 @@ use tailmesh_services::{
 
 use super::{RunError, RunOptions, TraceSetup};
 use crate::{
-    launcher::{AnyLauncher, ProcessSpec, brokers},
+    launcher::{AnyLauncher, LaunchError, ProcessSpec, brokers, health},
     plan::{Addrs, MeshPlan, Process, Role},
-    scenario::Launcher,
+    scenario::{HopService, Launcher, ServiceSource},
 };
 
 /// Why a variant cannot get the launcher it needs.
@@ -180,12 +180,166 @@ async fn launch_hops(
         variant: plan.variant.name.clone(),
         source: Box::new(source),
     };
-    for (process, hop, _) in plan.hops() {
+    for (process, hop, replica) in plan.hops() {
+        // A replica's service first: the hop resolves its schema at start.
+        if let Some(service) = &hop.service {
+            let address = start_service(process, hop, replica, service, plan, options, launcher)
+                .await
+                .map_err(|source| RunError::Service {
+                    variant: plan.variant.name.clone(),
+                    hop: hop.name.clone(),
+                    replica,
+                    source: Box::new(source),
+                })?;
+            addrs.services.insert(process.name.clone(), address);
+        }
         let spec = spec_of(process, plan, options, launcher, &addrs)?;
-        let addr = launcher.launch(spec).await.map_err(launch_error)?;
+        let addr = match launcher.launch(spec).await {
+            Ok(addr) => addr,
+            Err(source) if hop.service.is_some() => {
+                return Err(RunError::ServiceHop {
+                    variant: plan.variant.name.clone(),
+                    hop: hop.name.clone(),
+                    replica,
+                    address: addrs
+                        .services
+                        .get(&process.name)
+                        .cloned()
+                        .unwrap_or_default(),
+                    source: Box::new(source),
+                });
+            }
+            Err(source) => return Err(launch_error(source)),
+        };
         addrs.hops.entry(hop.name.clone()).or_default().push(addr);
     }
     Ok(addrs)
+}
+
+/// Why a hop replica's service is not there to be called.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Its command could not be started, exited, or never got ready.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// The service at its `address` did not get ready in time.
+    #[error(
+        "{address} not ready after {}: {}",
+        humantime::format_duration(*waited),
+        last_problem.as_deref().unwrap_or("no answer")
+    )]
+    NotReady {
+        address: String,
+        waited: std::time::Duration,
+        last_problem: Option<String>,
+    },
+    /// `address` is not an address.
+    #[error("address {address:?}: {why}")]
+    Address { address: String, why: String },
+    /// No free port could be had for it.
+    #[error("find a free port on 127.0.0.1: {0}")]
+    Port(#[source] std::io::Error),
+    /// This launcher cannot start services.
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+/// Makes `hop`'s service for `replica` ready and returns its address:
+/// waits for the one at `address`, or starts `command` on a free port of
+/// 127.0.0.1 (`{port}` in its arguments, and `PORT`), with `TAILMESH_HOP`,
+/// `TAILMESH_REPLICA` and, when the run traces, the OTLP variables that
+/// make a service exporting spans join the request's trace. Its output goes
+/// to `hop-<hop>-<replica>.service.log` in the variant's log folder.
+async fn start_service(
+    process: &Process,
+    hop: &crate::scenario::Hop,
+    replica: u32,
+    service: &HopService,
+    plan: &MeshPlan,
+    options: &RunOptions,
+    launcher: &mut AnyLauncher,
+) -> Result<String, ServiceError> {
+    if !matches!(launcher, AnyLauncher::Local(_)) {
+        return Err(ServiceError::Unsupported(
+            "[hop.service] is not supported yet with this launcher (only the local launcher \
+             starts or waits for services)",
+        ));
+    }
+    let words = match &service.source {
+        ServiceSource::Address(address) => {
+            wait_for_address(address, service.ready_timeout).await?;
+            return Ok(address.clone());
+        }
+        ServiceSource::Command(words) => words,
+    };
+    let Some((program, args)) = words.split_first() else {
+        return Err(ServiceError::Unsupported("[hop.service] command is empty"));
+    };
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map_err(ServiceError::Port)?
+        .port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // A program named by a relative path is the scenario's, like its
+    // other paths; a bare name is looked up in PATH.
+    let program = std::path::Path::new(program);
+    let program = if program.components().count() > 1 {
+        service.resolve(program)
+    } else {
+        program.to_path_buf()
+    };
+    let port_text = port.to_string();
+    let mut spec = ProcessSpec::new(format!("{}.service", process.name), program)
+        .args(args.iter().map(|a| a.replace("{port}", &port_text)))
+        .env("PORT", &port_text)
+        .env("TAILMESH_HOP", &hop.name)
+        .env("TAILMESH_REPLICA", replica.to_string())
+        .ready_within(service.ready_timeout)
+        .service(addr, service.dir.clone());
+    if let Some(t) = &options.traces {
+        let otel_name = format!("{}-service", process.otel_name);
+        for (key, value) in process.trace_env(&t.endpoint, t.sampling, &plan.variant.name) {
+            let value = if key == "OTEL_SERVICE_NAME" {
+                otel_name.clone()
+            } else {
+                value
+            };
+            spec = spec.env(key, value);
+        }
+    }
+    launcher.launch(spec).await?;
+    Ok(addr.to_string())
+}
+
+/// How often a service at a fixed address is asked whether it is ready.
+const ADDRESS_PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Waits until the service at `address` is ready
+/// ([`health::check_service`]), at most `timeout`.
+async fn wait_for_address(address: &str, timeout: std::time::Duration) -> Result<(), ServiceError> {
+    let peer: PeerAddr = address.parse().map_err(|e| ServiceError::Address {
+        address: address.to_owned(),
+        why: format!("{e}"),
+    })?;
+    let started = tokio::time::Instant::now();
+    let deadline = started + timeout;
+    let mut last_problem = None;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(ServiceError::NotReady {
+                address: address.to_owned(),
+                waited: started.elapsed(),
+                last_problem,
+            });
+        }
+        match health::check_service(&peer, left.min(std::time::Duration::from_secs(1))).await {
+            Ok(()) => return Ok(()),
+            Err(e) => last_problem = Some(e.to_string()),
+        }
+        tokio::time::sleep_until((tokio::time::Instant::now() + ADDRESS_PROBE_EVERY).min(deadline))
+            .await;
+    }
 }
 
 /// How `launcher` starts `process`: `tailmesh broker` or `tailmesh hop`

@@ -136,10 +136,52 @@ pub enum RunError {
          (the processes must be this run's children); it cannot run attached to a deployment"
     )]
     KillAttached { variant: String, hop: String },
+    /// A hop replica's service (`[hop.service]`) could not be started or
+    /// did not get ready (exit status 2: its command or address is wrong).
+    #[error("variant \"{variant}\": hop \"{hop}\" replica {replica}: service: {source}")]
+    Service {
+        variant: String,
+        hop: String,
+        replica: u32,
+        source: Box<launch::ServiceError>,
+    },
+    /// A hop replica whose work is a service did not start: commonly its
+    /// method or request does not fit the service's schema (its log says).
+    #[error(
+        "variant \"{variant}\": hop \"{hop}\" replica {replica}, calling the service at \
+         {address}, did not start: {source}"
+    )]
+    ServiceHop {
+        variant: String,
+        hop: String,
+        replica: u32,
+        address: String,
+        source: Box<LaunchError>,
+    },
+    /// Attached to a deployment, which does not run services yet.
+    #[error(
+        "variant \"{variant}\": hop \"{hop}\" has [hop.service], which is not supported yet \
+         with this launcher (attached to a deployment); run it with the local launcher"
+    )]
+    ServiceAttached { variant: String, hop: String },
     /// The load generator's pool of connections to the entry hop could
     /// not be built.
     #[error("variant \"{variant}\": {source}")]
     EntryPool { variant: String, source: PoolError },
+}
+
+impl RunError {
+    /// Whether the scenario's input is at fault, though only a run could
+    /// tell (exit status 2): a service that does not start or get ready, a
+    /// method or request the service's schema refuses.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            RunError::Service { .. }
+                | RunError::ServiceHop { .. }
+                | RunError::ServiceAttached { .. }
+        )
+    }
 }
 
 /// What one variant's run produced.
@@ -270,6 +312,12 @@ pub(crate) async fn run_variants(
     let mut launchers = Vec::with_capacity(plans.len());
     for plan in &plans {
         if options.attach.is_some() {
+            if let Some(hop) = plan.variant.hops.iter().find(|h| h.service.is_some()) {
+                return Err(RunError::ServiceAttached {
+                    variant: plan.variant.name.clone(),
+                    hop: hop.name.clone(),
+                });
+            }
             if let Some(hop) = plan.variant.hops.iter().find(|h| h.kill.is_some()) {
                 return Err(RunError::KillAttached {
                     variant: plan.variant.name.clone(),

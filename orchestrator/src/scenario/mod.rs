@@ -9,6 +9,7 @@
 //! - `variant`: `[[variant]]` overrides, applied to a copy of the tree.
 //! - `endpoints`: a hop's mesh-client keys (health, backoff, keepalive,
 //!   ewma, ejection) and `kill`.
+//! - `service`: `[hop.service]`, a real gRPC service as a hop's work.
 //! - `error`: [`ScenarioError`] and [`ScenarioErrors`].
 //!
 //! Plain serde with `deny_unknown_fields` stops at the first problem, so
@@ -29,6 +30,7 @@ mod mesh;
 mod model;
 mod read;
 pub(crate) use read::is_dns_label;
+mod service;
 mod tree;
 mod validate;
 mod variant;
@@ -191,7 +193,14 @@ pub fn load(path: &Path) -> Result<(Scenario, String), ScenarioErrors> {
         Problems::one(None, format!("cannot read the scenario: {e}")).into_errors("", &origin)
     })?;
     let source = decode(bytes, &origin)?;
-    let scenario = parse(&source, &origin)?;
+    let mut scenario = parse(&source, &origin)?;
+    // A service's relative paths are the scenario file's.
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    for hop in scenario.variants.iter_mut().flat_map(|v| v.hops.iter_mut()) {
+        if let Some(service) = &mut hop.service {
+            service.dir = dir.clone();
+        }
+    }
     Ok((scenario, source))
 }
 

@@ -445,6 +445,68 @@ pub struct Hop {
     pub downstream: Vec<String>,
     /// A replica killed (SIGKILL) during the run, and perhaps restarted.
     pub kill: Option<Kill>,
+    /// `[hop.service]`: a real gRPC service whose call is the hop's work
+    /// (`work` is then [`Work::None`]).
+    pub service: Option<HopService>,
+}
+
+/// `[hop.service]`: the gRPC service a hop calls as its work, where it is
+/// or how it is started, and what is sent to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HopService {
+    /// Where the service is, or the command that starts one per replica.
+    pub source: ServiceSource,
+    /// The full method name, `package.Service/Method`.
+    pub method: String,
+    /// The request message as JSON (an inline TOML table converted).
+    pub request: String,
+    /// `.proto` files that define the method, relative to `dir`; empty:
+    /// the service's server reflection.
+    pub proto: Vec<std::path::PathBuf>,
+    /// Import paths for `proto`, relative to `dir`.
+    pub proto_include: Vec<std::path::PathBuf>,
+    /// Metadata sent with every call, in file order.
+    pub metadata: Vec<(String, String)>,
+    /// How long a service may take to become ready.
+    pub ready_timeout: Duration,
+    /// The folder relative paths are taken from, and where a `command`
+    /// runs: the scenario file's (empty: the current folder).
+    pub dir: std::path::PathBuf,
+}
+
+/// The default of `[hop.service] ready_timeout`.
+pub const DEFAULT_SERVICE_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a hop's service is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServiceSource {
+    /// Already running at `host:port` (one replica only).
+    Address(String),
+    /// Started by the launcher, one process per replica: the program and
+    /// its arguments, where `{port}` becomes the port it must listen on.
+    Command(Vec<String>),
+}
+
+impl HopService {
+    /// `path` as the hop reads it: relative to [`HopService::dir`].
+    pub fn resolve(&self, path: &std::path::Path) -> std::path::PathBuf {
+        if path.is_absolute() || self.dir.as_os_str().is_empty() {
+            path.to_path_buf()
+        } else {
+            self.dir.join(path)
+        }
+    }
+
+    /// Where the schema comes from, for people: the `.proto` files, or
+    /// `"reflection"`.
+    pub fn schema_source(&self) -> String {
+        if self.proto.is_empty() {
+            "reflection".to_owned()
+        } else {
+            let files: Vec<String> = self.proto.iter().map(|p| p.display().to_string()).collect();
+            format!("proto: {}", files.join(", "))
+        }
+    }
 }
 
 /// `kill = { replica, at, back }`: the launcher SIGKILLs the replica's

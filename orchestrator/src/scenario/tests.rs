@@ -57,6 +57,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         client: Default::default(),
         downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
         kill: None,
+        service: None,
     }
 }
 
@@ -169,6 +170,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     client: Default::default(),
                     downstream: vec!["backend".to_owned(), "cache".to_owned()],
                     kill: None,
+                    service: None,
                 },
                 Hop {
                     name: "backend".to_owned(),
@@ -200,6 +202,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     client: Default::default(),
                     downstream: Vec::new(),
                     kill: None,
+                    service: None,
                 },
                 Hop {
                     name: "cache".to_owned(),
@@ -236,6 +239,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     client: Default::default(),
                     downstream: Vec::new(),
                     kill: None,
+                    service: None,
                 },
             ],
             launcher: Launcher::Auto,

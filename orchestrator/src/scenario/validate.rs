@@ -81,6 +81,8 @@ const HOP_KEYS: &[&str] = &[
     "ewma",
     "ejection",
     "kill",
+    // A real gRPC service as the hop's work (see `super::service`).
+    "service",
 ];
 const NET_KEYS: &[&str] = &["loss", "delay", "jitter", "start", "duration"];
 const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
@@ -231,6 +233,9 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             (Some(launcher), _) => Some(launcher),
         }
     });
+    if let (Some(launcher), Some(hops)) = (launcher, &hops) {
+        services_need_a_local_launcher(&top, &mut p, launcher, hops);
+    }
     let check = match table_section(&top, &mut p, "check") {
         Some(Some(section)) => check(&section, &mut p),
         Some(None) => None,
@@ -318,6 +323,51 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         _ => None,
     };
     (parts, p)
+}
+
+/// Reports every `[hop.service]` of a variant that runs under the netns
+/// launcher (`launcher = "netns"`, or `"auto"` with network faults): its
+/// services would have to be started inside the replicas' namespaces,
+/// which the netns launcher does not do yet.
+fn services_need_a_local_launcher(
+    top: &Section<'_>,
+    p: &mut Problems,
+    launcher: Launcher,
+    hops: &[Hop],
+) {
+    let netns = match launcher {
+        Launcher::Netns => true,
+        Launcher::Auto => hops
+            .iter()
+            .any(|h| h.net.is_some() || !h.replica_net.is_empty()),
+        Launcher::Local => false,
+    };
+    if !netns {
+        return;
+    }
+    let Some(Value::Array(items)) = top.get("hop").map(|e| &e.node.value) else {
+        return;
+    };
+    for item in items {
+        let Value::Table(table) = &item.value else {
+            continue;
+        };
+        if let Some(entry) = table.get("service") {
+            let name = match table.get("name").map(|e| &e.node.value) {
+                Some(Value::String(name)) => name.as_str(),
+                _ => "?",
+            };
+            p.at(
+                entry.key_span.start,
+                format!(
+                    "hop \"{name}\": service is not supported yet with the netns launcher \
+                     (launcher = \"netns\", or network faults): its services would have to \
+                     run in the replicas' namespaces; use the local launcher, without net \
+                     and replica_net faults"
+                ),
+            );
+        }
+    }
 }
 
 /// `None` if `key` is absent, `Some(None)` if it is not a table (reported).
@@ -1062,8 +1112,22 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             .and_then(|k| super::endpoints::kill(&k, replicas, p))
             .map(Some),
     };
+    let service = match table_section(&s, p, "service") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|w| super::service::service(&w, replicas, p))
+            .map(Some),
+    };
     let work = match table_section(&s, p, "work") {
         None => Some(Work::None),
+        Some(_) if s.get("service").is_some() => {
+            s.forbid(
+                p,
+                "work",
+                "cannot go with service: the call to the service is the hop's work",
+            );
+            None
+        }
         Some(section) => section.and_then(|w| work(&w, p)),
     };
     let slow = match table_section(&s, p, "slow") {
@@ -1163,6 +1227,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             client: client?,
             downstream: Vec::new(),
             kill: kill?,
+            service: service?,
         })
     })();
     HopDraft {

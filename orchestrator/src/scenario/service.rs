@@ -1,0 +1,584 @@
+//! `[hop.service]`: a real gRPC service as a hop's work. Where it is
+//! (`address`) or how one is started per replica (`command`), the method,
+//! the request (a JSON string or an inline table), the schema's `.proto`
+//! files, metadata and `ready_timeout`. Called from `validate::hop`; the
+//! launchers that cannot start a service are refused in `validate`.
+
+use std::path::PathBuf;
+
+use super::error::Problems;
+use super::model::{DEFAULT_SERVICE_READY_TIMEOUT, HopService, ServiceSource};
+use super::read::Section;
+use super::tree::{Entry, Node, Table, Value};
+
+const SERVICE_KEYS: &[&str] = &[
+    "address",
+    "command",
+    "method",
+    "request",
+    "proto",
+    "proto_include",
+    "metadata",
+    "ready_timeout",
+];
+
+/// The longest `ready_timeout`.
+const MAX_READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Reads `[hop.service]` of a hop with `replicas` replicas.
+pub(super) fn service(
+    s: &Section<'_>,
+    replicas: Option<u32>,
+    p: &mut Problems,
+) -> Option<HopService> {
+    s.unknown_keys(p, SERVICE_KEYS);
+    let source = match (s.get("address"), s.get("command")) {
+        (Some(_), Some(_)) => {
+            s.forbid(
+                p,
+                "command",
+                "cannot go with address: give the address of a running service, or the \
+                 command that starts one per replica, not both",
+            );
+            None
+        }
+        (None, None) => {
+            p.at(
+                s.span.start,
+                format!(
+                    "{}{} needs \"address\" (a running service, host:port) or \"command\" (the \
+                     program that starts one per replica)",
+                    s.prefix, s.label
+                ),
+            );
+            None
+        }
+        (Some(_), None) => address(s, replicas, p).map(ServiceSource::Address),
+        (None, Some(_)) => command(s, p).map(ServiceSource::Command),
+    };
+    let method =
+        s.required(p, "method", Section::string)
+            .and_then(|(m, e)| match method_problem(m) {
+                None => Some(m.to_owned()),
+                Some(why) => {
+                    s.report(
+                        p,
+                        &e.node.span,
+                        format!(
+                            "{} = \"{m}\" is not a full method name: {why} (the form is \
+                         \"package.Service/Method\")",
+                            s.name("method")
+                        ),
+                    );
+                    None
+                }
+            });
+    let request = match s.get("request") {
+        None => Some("{}".to_owned()),
+        Some(entry) => request(s, entry, p),
+    };
+    let proto = paths(s, "proto", p);
+    let proto_include = paths(s, "proto_include", p);
+    if s.get("proto").is_none() && s.get("proto_include").is_some() {
+        s.forbid(
+            p,
+            "proto_include",
+            "needs proto (import paths for the .proto files named there)",
+        );
+    }
+    let metadata = match s.get("metadata") {
+        None => Some(Vec::new()),
+        Some(entry) => metadata(s, entry, p),
+    };
+    let ready_timeout = match s.get("ready_timeout") {
+        None => Some(DEFAULT_SERVICE_READY_TIMEOUT),
+        Some(_) => s.positive_duration(p, "ready_timeout").and_then(|d| {
+            if d <= MAX_READY_TIMEOUT {
+                Some(d)
+            } else {
+                s.forbid(p, "ready_timeout", "must be at most 10m");
+                None
+            }
+        }),
+    };
+    Some(HopService {
+        source: source?,
+        method: method?,
+        request: request?,
+        proto: proto?,
+        proto_include: proto_include?,
+        metadata: metadata?,
+        ready_timeout: ready_timeout?,
+        dir: PathBuf::new(),
+    })
+}
+
+/// `address = "host:port"`, for a hop of one replica.
+fn address(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> Option<String> {
+    let (address, entry) = s.string(p, "address")?;
+    let valid = address.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|port| port > 0)
+    });
+    if !valid {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} = \"{address}\" is not host:port (for example \"127.0.0.1:50051\")",
+                s.name("address")
+            ),
+        );
+        return None;
+    }
+    if let Some(n) = replicas.filter(|&n| n > 1) {
+        s.report(
+            p,
+            &entry.key_span,
+            format!(
+                "{} serves one replica, and the hop has replicas = {n}: use command, which \
+                 starts a service per replica",
+                s.name("address")
+            ),
+        );
+        return None;
+    }
+    Some(address.to_owned())
+}
+
+/// `command = ["program", "arg", "{port}"]`.
+fn command(s: &Section<'_>, p: &mut Problems) -> Option<Vec<String>> {
+    let entry = s.get("command")?;
+    let Value::Array(items) = &entry.node.value else {
+        s.wrong_type(
+            p,
+            entry,
+            "an array of strings (the program and its arguments)",
+        );
+        return None;
+    };
+    let mut words = Vec::with_capacity(items.len());
+    for item in items {
+        match &item.value {
+            Value::String(word) => words.push(word.clone()),
+            other => {
+                s.report(
+                    p,
+                    &item.span,
+                    format!(
+                        "expected strings in {}, got {}",
+                        s.name("command"),
+                        other.kind()
+                    ),
+                );
+                return None;
+            }
+        }
+    }
+    match words.first() {
+        None => {
+            s.report(
+                p,
+                &entry.node.span,
+                format!("{} needs at least the program", s.name("command")),
+            );
+            None
+        }
+        Some(program) if program.trim().is_empty() => {
+            s.report(
+                p,
+                &items[0].span,
+                format!("{}'s program is empty", s.name("command")),
+            );
+            None
+        }
+        Some(_) => Some(words),
+    }
+}
+
+/// Why `method` is not `package.Service/Method`, if it is not.
+fn method_problem(method: &str) -> Option<&'static str> {
+    let Some((service, name)) = method.split_once('/') else {
+        return Some("it has no '/' between the service and the method");
+    };
+    if name.contains('/') {
+        return Some("it has more than one '/'");
+    }
+    if service.is_empty() {
+        return Some("the service before '/' is empty");
+    }
+    if !service.split('.').all(is_identifier) {
+        return Some(
+            "the service must be dot-separated identifiers (letters, digits, '_', not \
+             starting with a digit)",
+        );
+    }
+    if !is_identifier(name) {
+        return Some(
+            "the method after '/' must be an identifier (letters, digits, '_', not starting \
+             with a digit)",
+        );
+    }
+    None
+}
+
+fn is_identifier(word: &str) -> bool {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `request`: a JSON object in a string, or an inline table converted to
+/// JSON.
+fn request(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<String> {
+    match &entry.node.value {
+        Value::String(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(_)) => Some(text.clone()),
+            Ok(other) => {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} must be a JSON object (the request message), got {}",
+                        s.name("request"),
+                        json_kind(&other)
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} is not JSON: {e} (line and column within the string)",
+                        s.name("request")
+                    ),
+                );
+                None
+            }
+        },
+        Value::Table(table) => {
+            let mut ok = true;
+            let json = table_json(s, table, p, &mut ok);
+            ok.then(|| json.to_string())
+        }
+        _ => {
+            s.wrong_type(p, entry, "a JSON string or a table (the request message)");
+            None
+        }
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+fn table_json(
+    s: &Section<'_>,
+    table: &Table,
+    p: &mut Problems,
+    ok: &mut bool,
+) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    for entry in &table.entries {
+        object.insert(entry.key.clone(), node_json(s, &entry.node, p, ok));
+    }
+    serde_json::Value::Object(object)
+}
+
+fn node_json(s: &Section<'_>, node: &Node, p: &mut Problems, ok: &mut bool) -> serde_json::Value {
+    match &node.value {
+        Value::String(text) => serde_json::Value::String(text.clone()),
+        Value::Integer(i) => serde_json::Value::from(*i),
+        Value::Boolean(b) => serde_json::Value::Bool(*b),
+        Value::Float(f) => match serde_json::Number::from_f64(*f) {
+            Some(n) => serde_json::Value::Number(n),
+            None => {
+                *ok = false;
+                s.report(
+                    p,
+                    &node.span,
+                    format!(
+                        "{} cannot hold {f}: JSON has no such number",
+                        s.name("request")
+                    ),
+                );
+                serde_json::Value::Null
+            }
+        },
+        Value::Array(items) => {
+            serde_json::Value::Array(items.iter().map(|n| node_json(s, n, p, ok)).collect())
+        }
+        Value::Table(table) => table_json(s, table, p, ok),
+        Value::Datetime => {
+            *ok = false;
+            s.report(
+                p,
+                &node.span,
+                format!(
+                    "{} cannot hold a TOML datetime: write a google.protobuf.Timestamp as a \
+                     string (\"1972-01-01T10:00:20.021Z\")",
+                    s.name("request")
+                ),
+            );
+            serde_json::Value::Null
+        }
+        Value::Invalid => {
+            *ok = false;
+            serde_json::Value::Null
+        }
+    }
+}
+
+/// `proto` or `proto_include`: an array of paths.
+fn paths(s: &Section<'_>, key: &str, p: &mut Problems) -> Option<Vec<PathBuf>> {
+    let Some(entry) = s.get(key) else {
+        return Some(Vec::new());
+    };
+    let Value::Array(items) = &entry.node.value else {
+        s.wrong_type(p, entry, "an array of paths");
+        return None;
+    };
+    let mut out = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for item in items {
+        match &item.value {
+            Value::String(path) if !path.is_empty() => out.push(PathBuf::from(path)),
+            other => {
+                ok = false;
+                s.report(
+                    p,
+                    &item.span,
+                    format!(
+                        "expected paths (non-empty strings) in {}, got {}",
+                        s.name(key),
+                        other.kind()
+                    ),
+                );
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+/// `metadata = { key = "value" }`: gRPC metadata keys (lowercase ASCII
+/// letters, digits, '-', '_', '.'; not `grpc-`, which gRPC reserves, nor a
+/// binary `-bin` key) and printable ASCII values.
+fn metadata(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<Vec<(String, String)>> {
+    let Value::Table(table) = &entry.node.value else {
+        s.wrong_type(p, entry, "a table of strings ({ key = \"value\" })");
+        return None;
+    };
+    let mut out = Vec::with_capacity(table.entries.len());
+    let mut ok = true;
+    for e in &table.entries {
+        let key = &e.key;
+        let key_problem = if key.is_empty()
+            || !key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+        {
+            Some("a metadata key holds lowercase ASCII letters, digits, '-', '_' and '.'")
+        } else if key.starts_with("grpc-") {
+            Some("keys starting with \"grpc-\" are reserved by gRPC")
+        } else if key.ends_with("-bin") {
+            Some("binary (-bin) metadata is not supported")
+        } else if matches!(
+            key.as_str(),
+            "te" | "content-type" | "user-agent" | "traceparent"
+        ) {
+            Some("this key is set by the hop itself")
+        } else {
+            None
+        };
+        if let Some(why) = key_problem {
+            ok = false;
+            s.report(
+                p,
+                &e.key_span,
+                format!("{}.{key}: {why}", s.name("metadata")),
+            );
+            continue;
+        }
+        match &e.node.value {
+            Value::String(v) if v.bytes().all(|b| (0x20..0x7f).contains(&b)) => {
+                out.push((key.clone(), v.clone()));
+            }
+            Value::String(_) => {
+                ok = false;
+                s.report(
+                    p,
+                    &e.node.span,
+                    format!(
+                        "{}.{key} must be printable ASCII (gRPC metadata values)",
+                        s.name("metadata")
+                    ),
+                );
+            }
+            other => {
+                ok = false;
+                s.report(
+                    p,
+                    &e.node.span,
+                    format!(
+                        "expected a string for {}.{key}, got {}",
+                        s.name("metadata"),
+                        other.kind()
+                    ),
+                );
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::method_problem;
+    use crate::scenario::{ServiceSource, parse};
+
+    const HEAD: &str = "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n[[hop]]\nname = \"b\"\n[hop.service]\nmethod = \"p.v1.S/M\"\n";
+
+    fn service(keys: &str) -> crate::scenario::HopService {
+        let scenario = parse(&format!("{HEAD}{keys}"), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        scenario.variants[0].hops[0]
+            .service
+            .clone()
+            .expect("the hop has a service")
+    }
+
+    #[test]
+    fn a_request_table_becomes_json_and_a_string_stays_as_written() {
+        let s = service(
+            "command = [\"srv\", \"{port}\"]\nrequest = { message = \"hi\", n = 3, f = 0.5, ok = true, tags = [\"a\", \"b\"], inner = { x = -1 } }\n",
+        );
+        let json: serde_json::Value = serde_json::from_str(&s.request).expect("JSON");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "message": "hi", "n": 3, "f": 0.5, "ok": true,
+                "tags": ["a", "b"], "inner": { "x": -1 }
+            })
+        );
+        assert_eq!(
+            s.source,
+            ServiceSource::Command(vec!["srv".into(), "{port}".into()])
+        );
+        assert_eq!(
+            s.ready_timeout,
+            crate::scenario::DEFAULT_SERVICE_READY_TIMEOUT
+        );
+
+        let s = service(
+            "address = \"localhost:50051\"\nrequest = '{\"message\": \"hi\"}'\nmetadata = { tenant = \"t1\", a-b = \"2\" }\n",
+        );
+        assert_eq!(s.request, "{\"message\": \"hi\"}");
+        assert_eq!(s.source, ServiceSource::Address("localhost:50051".into()));
+        assert_eq!(
+            s.metadata,
+            [("tenant".into(), "t1".into()), ("a-b".into(), "2".into())]
+        );
+        assert_eq!(service("address = \"h:1\"\n").request, "{}");
+    }
+
+    #[test]
+    fn bad_values_are_reported_at_the_value() {
+        for (keys, at, words) in [
+            ("address = \"nohost\"\n", "t.toml:10:11", "not host:port"),
+            ("address = \"h:0\"\n", "t.toml:10:11", "not host:port"),
+            ("command = []\n", "t.toml:10:11", "at least the program"),
+            (
+                "command = [\"srv\", 1]\n",
+                "t.toml:10:19",
+                "expected strings",
+            ),
+            (
+                "command = [\"x\"]\nrequest = '[1]'\n",
+                "t.toml:11:11",
+                "must be a JSON object",
+            ),
+            (
+                "command = [\"x\"]\nrequest = 3\n",
+                "t.toml:11:11",
+                "a JSON string or a table",
+            ),
+            (
+                "command = [\"x\"]\nmetadata = { grpc-x = \"1\" }\n",
+                "t.toml:11:14",
+                "reserved",
+            ),
+            (
+                "command = [\"x\"]\nmetadata = { Up = \"1\" }\n",
+                "t.toml:11:14",
+                "lowercase",
+            ),
+            (
+                "command = [\"x\"]\nproto_include = [\"d\"]\n",
+                "t.toml:11:1",
+                "needs proto",
+            ),
+            (
+                "command = [\"x\"]\nready_timeout = \"0s\"\n",
+                "t.toml:11:17",
+                "greater than 0",
+            ),
+        ] {
+            let errors = match parse(&format!("{HEAD}{keys}"), "t.toml") {
+                Ok(_) => panic!("accepted: {keys}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                errors.contains(at) && errors.contains(words),
+                "{keys}: expected {words:?} at {at}:\n{errors}"
+            );
+        }
+    }
+
+    #[test]
+    fn method_names_are_package_service_slash_method() {
+        for good in [
+            "p.S/M",
+            "S/M",
+            "tailmesh.examples.v1.Echo/Echo",
+            "_a.b_2/C3",
+        ] {
+            assert_eq!(method_problem(good), None, "{good}");
+        }
+        for bad in [
+            "p.S.M", "/p.S/M", "p.S/", "p.S/M/N", "p..S/M", "1p.S/M", "p.S/M-x",
+        ] {
+            assert!(method_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_are_the_scenario_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            format!("{HEAD}command = [\"srv\"]\nproto = [\"a.proto\", \"/abs/b.proto\"]\n"),
+        )
+        .expect("written");
+        let (scenario, _) = crate::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let s = scenario.variants[0].hops[0]
+            .service
+            .clone()
+            .expect("a service");
+        assert_eq!(s.dir, dir.path());
+        assert_eq!(s.resolve(&s.proto[0]), dir.path().join("a.proto"));
+        assert_eq!(s.resolve(&s.proto[1]), Path::new("/abs/b.proto"));
+        assert_eq!(s.schema_source(), "proto: a.proto, /abs/b.proto");
+    }
+}
