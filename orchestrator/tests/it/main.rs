@@ -14,8 +14,9 @@
 //!   scenario alone), `windows` (fault windows without root),
 //!   `composition` (the whole tail composed against the measured one),
 //!   `endpoints` (replicas killed on schedule, a black-holed replica under
-//!   a mesh client), and `links` (every relative link and anchor in README.md and
-//!   docs/ resolves).
+//!   a mesh client), `services` (a real gRPC service as a hop's work,
+//!   `[hop.service]`), and `links` (every relative link and anchor in
+//!   README.md and docs/ resolves).
 
 #[macro_use]
 mod harness;
@@ -39,6 +40,7 @@ mod predict;
 mod pull;
 mod report;
 mod run;
+mod services;
 mod steps;
 mod stress;
 mod tls;
@@ -46,6 +48,10 @@ mod traces;
 mod windows;
 
 fn main() -> std::process::ExitCode {
+    // The `[hop.service]` tests start this binary as their gRPC service.
+    if let Some(code) = support::echo::serve_if_asked() {
+        return code;
+    }
     harness::main(&[
         harness::TESTS,
         cli::TESTS,
@@ -71,5 +77,6 @@ fn main() -> std::process::ExitCode {
         predict::TESTS,
         composition::TESTS,
         tls::TESTS,
+        services::TESTS,
     ])
 }

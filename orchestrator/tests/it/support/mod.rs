@@ -24,6 +24,8 @@ use tailmesh_netfault::tool::{has_privilege, missing_tools, tool_available};
 
 use crate::harness::skip;
 
+pub(crate) mod echo;
+
 pub(crate) const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 
 /// No run of these tests should come near this; past it the run is killed.

@@ -1,0 +1,586 @@
+//! A real gRPC service as a hop's work (`[hop.service]`): the scenario's
+//! refusals with their line and column, a service command that exits at
+//! once or never gets ready (exit 2 naming the hop and replica, nothing
+//! left running), and end to end through the test binary's own Echo server
+//! (`support::echo`): a push chain and the same hop pulled, with every
+//! request accounted for and the service's time in the path, slowness
+//! injected at the service hop as the compounding check sees it, a service
+//! answering errors, a service that dies mid-run, and the Python example's
+//! spans under the sidecar's in traces.jaeger.json.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::support::{
+    echo::{self, EchoServer},
+    *,
+};
+
+tests! {
+    sync bad_service_keys_are_refused_with_their_line_and_column,
+    sync a_service_command_that_exits_at_once_fails_the_run_naming_the_hop,
+    sync a_service_that_never_gets_ready_fails_the_run_within_its_ready_timeout,
+    sync an_unknown_method_fails_the_run_naming_the_hop,
+    sync a_push_and_a_pulled_service_hop_account_for_every_request,
+    sync a_service_started_per_replica_gets_its_port_and_environment,
+    sync slowness_at_the_service_hop_is_seen_by_the_compounding_check,
+    sync a_service_answering_errors_is_counted_by_code,
+    sync a_service_that_dies_mid_run_is_an_incident,
+    sync the_python_example_joins_the_trace_under_its_sidecar,
+}
+
+/// The load and the first hop of every scenario here; `{hops}` follows.
+fn scenario(name: &str, load: &str, hops: &str) -> String {
+    format!(
+        "name = \"{name}\"\n[load]\n{load}\n[[hop]]\nname = \"a\"\n{hops}\n[check]\nslow_threshold = \"1s\"\n"
+    )
+}
+
+/// A closed loop of 2 in flight for `requests` requests.
+fn closed(requests: u32) -> String {
+    format!("mode = \"closed\"\nconcurrency = 2\nrequests = {requests}\ntimeout = \"2s\"")
+}
+
+/// `[hop.service]` keys calling the Echo method with the schema from
+/// echo.proto; `source` is `address = ...` or `command = [...]`.
+fn echo_service(source: &str, request: &str) -> String {
+    format!(
+        "[hop.service]\n{source}\nmethod = \"{}\"\nrequest = {request}\nproto = [\"{}\"]\n",
+        echo::METHOD,
+        echo_proto_str()
+    )
+}
+
+fn echo_proto_str() -> String {
+    echo::echo_proto().display().to_string()
+}
+
+/// `command = [...]` starting this test binary as an Echo server on
+/// `{port}`, with `extra` arguments.
+fn echo_command(extra: &[&str]) -> String {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut words = vec![
+        exe.display().to_string(),
+        echo::FLAG.to_owned(),
+        "--port".to_owned(),
+        "{port}".to_owned(),
+    ];
+    words.extend(extra.iter().map(|s| (*s).to_owned()));
+    let quoted: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
+    format!("command = [{}]", quoted.join(", "))
+}
+
+/// Every process whose command line holds `marker`, but `except`.
+fn processes_with(marker: &str, except: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != except && runs_ours(pid, marker))
+        .collect()
+}
+
+/// `tailmesh validate` of `text`: its exit code and its messages.
+fn validate(dir: &Path, text: &str) -> (Option<i32>, String) {
+    let path = write(dir, "s.toml", text);
+    let out = tailmesh(dir, &["validate", path_str(&path)]);
+    (out.code(), out.stderr + &out.stdout)
+}
+
+fn bad_service_keys_are_refused_with_their_line_and_column() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let head = "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n";
+    // Each case: the hop's lines (from line 6), where the problem is, and
+    // words of its message.
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "[[hop]]\nname = \"b\"\n[hop.work]\nkind = \"none\"\n[hop.service]\naddress = \"127.0.0.1:1\"\nmethod = \"p.S/M\"\n",
+            "s.toml:8:6",
+            &["hop \"b\"", "work cannot go with service"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\n[hop.service]\naddress = \"127.0.0.1:1\"\nmethod = \"p.S.M\"\n",
+            "s.toml:10:10",
+            &[
+                "service.method",
+                "not a full method name",
+                "package.Service/Method",
+            ],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\n[hop.service]\naddress = \"127.0.0.1:1\"\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\n",
+            "s.toml:10:1",
+            &["service.command", "cannot go with address"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\n[hop.service]\nmethod = \"p.S/M\"\n",
+            "s.toml:8:1",
+            &["needs \"address\"", "or \"command\""],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\nreplicas = 2\n[hop.service]\naddress = \"127.0.0.1:1\"\nmethod = \"p.S/M\"\n",
+            "s.toml:10:1",
+            &["service.address serves one replica", "replicas = 2"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\nrequest = '{\"a\": }'\n",
+            "s.toml:11:11",
+            &["service.request is not JSON"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ntimeout = \"1s\"\n",
+            "s.toml:11:1",
+            &["unknown key \"timeout\"", "ready_timeout"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\nnet = { loss = 0.01 }\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\n",
+            "s.toml:9:6",
+            &["hop \"b\"", "not supported yet with the netns launcher"],
+        ),
+    ];
+    for (hop, at, words) in cases {
+        let (code, text) = validate(dir.path(), &format!("{head}{hop}"));
+        assert_eq!(code, Some(2), "{hop}\n{text}");
+        assert!(
+            text.contains(at),
+            "expected a problem at {at}:\n{hop}\n{text}"
+        );
+        for word in *words {
+            assert!(text.contains(word), "expected {word:?}:\n{hop}\n{text}");
+        }
+    }
+    // The netns launcher named, and a well-formed table, the same.
+    let (code, text) = validate(
+        dir.path(),
+        &format!(
+            "launcher = \"netns\"\n{head}[[hop]]\nname = \"b\"\n[hop.service]\naddress = \"127.0.0.1:9\"\nmethod = \"p.S/M\"\n"
+        ),
+    );
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("s.toml:9:6") && text.contains("netns"),
+        "{text}"
+    );
+    // And a good one passes, its request written as a table.
+    let (code, text) = validate(
+        dir.path(),
+        &format!(
+            "{head}[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\", \"--port\", \"{{port}}\"]\nmethod = \"p.S/M\"\nrequest = {{ message = \"hi\", work_us = 10 }}\nmetadata = {{ tenant = \"t1\" }}\nready_timeout = \"3s\"\n"
+        ),
+    );
+    assert_eq!(code, Some(0), "{text}");
+}
+
+fn a_service_command_that_exits_at_once_fails_the_run_naming_the_hop() {
+    let scratch = Scratch::new();
+    let text = scenario(
+        "svc-exits",
+        &closed(10),
+        &format!(
+            "[[hop]]\nname = \"b\"\n{}",
+            echo_service(
+                "command = [\"sh\", \"-c\", \"echo 'no such flag: --bogus' >&2; exit 3\"]",
+                "'{}'"
+            )
+        ),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    let said = out.output();
+    assert_eq!(out.code(), Some(2), "{said}");
+    for words in [
+        "hop \"b\" replica 0",
+        "hop-b-0.service",
+        "exited before it was ready (exit status 3)",
+        "no such flag: --bogus",
+    ] {
+        assert!(out.stderr.contains(words), "expected {words:?}:\n{said}");
+    }
+    // Its log is in the run folder, under the replica's name.
+    let logs = find_files(&scratch.results(), "hop-b-0.service.log");
+    assert_eq!(logs.len(), 1, "{said}");
+    assert!(read_lossy(&logs[0]).contains("no such flag"));
+}
+
+fn a_service_that_never_gets_ready_fails_the_run_within_its_ready_timeout() {
+    let scratch = Scratch::new();
+    // Python sleeping, its command line marked with the scratch folder.
+    let command = format!(
+        "command = [\"python3\", \"-c\", \"import sys, time; time.sleep(60)\", \"{}\"]\nready_timeout = \"1s\"",
+        scratch.marker()
+    );
+    let text = scenario(
+        "svc-never",
+        &closed(10),
+        &format!("[[hop]]\nname = \"b\"\n{}", echo_service(&command, "'{}'")),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    if find_in_path("python3").is_none() {
+        crate::harness::skip("python3 is not installed (the test's never-ready service)");
+    }
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    let said = out.output();
+    assert_eq!(out.code(), Some(2), "{said}");
+    for words in [
+        "hop \"b\" replica 0",
+        "hop-b-0.service",
+        "not ready after 1s",
+    ] {
+        assert!(out.stderr.contains(words), "expected {words:?}:\n{said}");
+    }
+    // The launcher killed it before it gave up.
+    let left = processes_with(scratch.marker(), std::process::id());
+    assert!(left.is_empty(), "left running: {left:?}\n{said}");
+}
+
+fn an_unknown_method_fails_the_run_naming_the_hop() {
+    let scratch = Scratch::new();
+    let server = EchoServer::start();
+    let text = scenario(
+        "svc-method",
+        &closed(10),
+        &format!(
+            "[[hop]]\nname = \"b\"\n[hop.service]\naddress = \"{}\"\nmethod = \"tailmesh.examples.v1.Echo/Nope\"\nproto = [\"{}\"]\n",
+            server.addr,
+            echo_proto_str()
+        ),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    let said = out.output();
+    assert_eq!(out.code(), Some(2), "{said}");
+    assert!(
+        out.stderr.contains("hop \"b\" replica 0") && out.stderr.contains("Nope"),
+        "{said}"
+    );
+    assert_eq!(server.calls(), 0, "{said}");
+}
+
+/// A chain a -> b (the service hop) -> c, b pushed and, in the second
+/// variant, pulled from the broker.
+fn chain_through(service: &str, b_extra: &str, requests: u32) -> String {
+    let variants = "[[variant]]\nname = \"push\"\n[[variant]]\nname = \"pull\"\nset = { \"hop.b.transport\" = \"pull\" }\n";
+    format!(
+        "{}{variants}",
+        scenario(
+            "svc-chain",
+            &closed(requests),
+            &format!("[[hop]]\nname = \"b\"\n{b_extra}{service}[[hop]]\nname = \"c\"\n"),
+        )
+    )
+}
+
+fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["hops"]
+        .as_array()
+        .and_then(|hops| hops.iter().find(|h| h["hop"] == name))
+        .unwrap_or_else(|| panic!("no hop {name} in {v:#}"))
+}
+
+fn a_push_and_a_pulled_service_hop_account_for_every_request() {
+    let scratch = Scratch::new();
+    let server = EchoServer::start();
+    let service = echo_service(
+        &format!("address = \"{}\"", server.addr),
+        "{ message = \"hi\", work_us = 3000 }",
+    );
+    let path = write(scratch.path(), "s.toml", &chain_through(&service, "", 60));
+    let out = tailmesh(
+        scratch.path(),
+        &run_args(&path, &scratch.results(), &["--no-traces"]),
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let run_dir = only_run_dir(&scratch.results());
+    let summary = summary(&run_dir);
+    let by_name = variants_by_name(&summary);
+    let mut ok_total = 0;
+    for name in ["push", "pull"] {
+        let v = by_name[name];
+        let context = format!("variant {name}: {v:#}\n{}", out.output());
+        assert_accounted(v, &context);
+        let ok = u64_at(v, "/ok");
+        assert_eq!(ok, u64_at(v, "/sent"), "{context}");
+        ok_total += ok;
+        let b = hop(v, "b");
+        // Every request went through the service hop and on to c.
+        assert_eq!(u64_at(b, "/requests"), ok, "{context}");
+        assert_eq!(u64_at(hop(v, "c"), "/requests"), ok, "{context}");
+        // The service's 3 ms of work is the hop's service time.
+        assert!(u64_at(b, "/service/min_us") >= 3000, "{context}");
+        assert!(
+            u64_at(b, "/total/min_us") >= u64_at(b, "/service/min_us"),
+            "{context}"
+        );
+        assert!(u64_at(hop(v, "c"), "/service/max_us") < 3000, "{context}");
+        // summary.json says which hop is a real service.
+        assert_eq!(str_at(b, "/grpc_service/method"), echo::METHOD, "{context}");
+        assert_eq!(
+            str_at(b, "/grpc_service/address"),
+            server.addr.to_string(),
+            "{context}"
+        );
+        assert!(
+            str_at(b, "/grpc_service/schema").contains("echo.proto"),
+            "{context}"
+        );
+        assert!(hop(v, "a").get("grpc_service").is_none(), "{context}");
+    }
+    // Warmup is none: the service answered every request, and no more.
+    assert_eq!(server.calls(), ok_total);
+    assert_eq!(
+        server
+            .seen
+            .with_deadline
+            .load(std::sync::atomic::Ordering::SeqCst),
+        ok_total,
+        "every call carried the request's deadline"
+    );
+}
+
+fn a_service_started_per_replica_gets_its_port_and_environment() {
+    let scratch = Scratch::new();
+    // The scratch folder on its command line tells its processes apart.
+    let service = echo_service(
+        &echo_command(&["--tag", scratch.marker()]),
+        "{ work_us = 500 }",
+    );
+    let text = scenario(
+        "svc-command",
+        &closed(40),
+        &format!("[[hop]]\nname = \"b\"\nreplicas = 2\n{service}"),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    let accounted = accounted(out, &scratch.results());
+    let (v, context) = (&accounted.v, &accounted.context);
+    assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
+    let b = hop(v, "b");
+    // Round robin over two sidecars, each calling its own service.
+    let split: Vec<u64> = b["replica_requests"]
+        .as_array()
+        .expect("replica_requests")
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(split.len(), 2, "{context}");
+    assert!(split.iter().all(|&n| n > 0), "{context}");
+    assert!(u64_at(b, "/service/min_us") >= 500, "{context}");
+    assert!(b["grpc_service"]["command"].is_array(), "{context}");
+    let logs = accounted.run_dir.join("logs").join("base");
+    for replica in 0..2 {
+        let log = read_lossy(&logs.join(format!("hop-b-{replica}.service.log")));
+        let port = log
+            .split("echo server: port ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or_else(|| panic!("replica {replica} did not start: {log}"));
+        for words in [
+            format!("PORT={port} "),
+            "TAILMESH_HOP=b ".to_owned(),
+            format!("TAILMESH_REPLICA={replica} "),
+            "OTEL_SERVICE_NAME=hop-b-service".to_owned(),
+        ] {
+            assert!(
+                log.contains(&words),
+                "replica {replica}: {words:?} in {log}"
+            );
+        }
+        // Its sidecar was configured with its address.
+        let config = read_lossy(&logs.join(format!("hop-b-{replica}.json")));
+        assert!(
+            config.contains(&format!("127.0.0.1:{port}")),
+            "replica {replica}: {config}"
+        );
+    }
+    // Stopped with the run: nothing of it is left.
+    let left = processes_with(scratch.marker(), std::process::id());
+    assert!(left.is_empty(), "left running: {left:?}\n{context}");
+}
+
+fn slowness_at_the_service_hop_is_seen_by_the_compounding_check() {
+    let scratch = Scratch::new();
+    let server = EchoServer::start();
+    let service = echo_service(
+        &format!("address = \"{}\"", server.addr),
+        "{ work_us = 200 }",
+    );
+    let text = format!(
+        "name = \"svc-slow\"\nseed = 5\n[load]\nmode = \"open\"\nrate = 100\nrequests = 300\ntimeout = \"2s\"\n\
+         [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nslow = {{ probability = 0.2, extra = \"30ms\" }}\n{service}\
+         [[hop]]\nname = \"c\"\n[check]\nslow_threshold = \"15ms\"\ncompounding = true\n"
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(
+        scratch.path(),
+        &run_args(&path, &scratch.results(), &["--no-traces"]),
+    );
+    let accounted = accounted(out, &scratch.results());
+    let (v, context) = (&accounted.v, &accounted.context);
+    let b = hop(v, "b");
+    let slowed = u64_at(b, "/slow");
+    assert!(slowed > 0, "p = 0.2 slowed nothing: {context}");
+    let compounding = v.pointer("/compounding").expect("compounding requested");
+    // Every request slowed at the service hop (30 ms against a 15 ms
+    // threshold) is among the slow ones the check counts.
+    let rows = requests_csv(&accounted.run_dir);
+    let slowed_rows = rows
+        .iter()
+        .filter(|r| r.slow_hops.iter().any(|h| h == "b"))
+        .count() as u64;
+    assert_eq!(slowed_rows, slowed, "{context}");
+    assert!(u64_at(compounding, "/slow") >= slowed, "{context}");
+    // The model is built from the service hop's own slowness: 1 - (1 - 0.2).
+    let declared = compounding
+        .pointer("/declared_model")
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no declared model: {context}"));
+    assert!((declared - 0.2).abs() < 1e-9, "{context}");
+    assert_ne!(str_at(compounding, "/verdict"), "fail", "{context}");
+}
+
+fn a_service_answering_errors_is_counted_by_code() {
+    let scratch = Scratch::new();
+    let server = EchoServer::start();
+    // FAILED_PRECONDITION (9): a code tailmesh itself never answers with.
+    let service = echo_service(
+        &format!("address = \"{}\"", server.addr),
+        "'{\"fail_code\": 9}'",
+    );
+    let text = format!(
+        "{}[check]\nmax_error_rate = 1.0\n",
+        scenario(
+            "svc-errors",
+            &closed(30),
+            &format!("[[hop]]\nname = \"b\"\n{service}[[hop]]\nname = \"c\"\n"),
+        )
+        .replace("[check]\nslow_threshold = \"1s\"\n", "")
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(
+        scratch.path(),
+        &run_args(&path, &scratch.results(), &["--no-traces"]),
+    );
+    let accounted = accounted(out, &scratch.results());
+    let (v, context) = (&accounted.v, &accounted.context);
+    let sent = u64_at(v, "/sent");
+    assert_eq!(
+        errors(v).get("failed_precondition").copied(),
+        Some(sent),
+        "{context}"
+    );
+    assert_eq!(u64_at(v, "/ok"), 0, "{context}");
+    // The error stopped at the service hop: c never saw a request.
+    assert_eq!(server.calls(), sent, "{context}");
+    assert_eq!(u64_at(hop(v, "c"), "/requests"), 0, "{context}");
+}
+
+fn a_service_that_dies_mid_run_is_an_incident() {
+    let scratch = Scratch::new();
+    let service = echo_service(&echo_command(&["--exit-after", "20"]), "{}");
+    let text = format!(
+        "{}[check]\nmax_error_rate = 1.0\n",
+        scenario(
+            "svc-dies",
+            "mode = \"open\"\nrate = 100\nrequests = 100\ntimeout = \"1s\"",
+            &format!("[[hop]]\nname = \"b\"\n{service}"),
+        )
+        .replace("[check]\nslow_threshold = \"1s\"\n", "")
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(
+        scratch.path(),
+        &run_args(&path, &scratch.results(), &["--no-traces"]),
+    );
+    let accounted = accounted(out, &scratch.results());
+    let (v, context) = (&accounted.v, &accounted.context);
+    // It answered 20 calls and died on the 21st: the rest failed.
+    assert_eq!(u64_at(v, "/ok"), 20, "{context}");
+    let incidents: Vec<&str> = v
+        .pointer("/incidents")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        incidents
+            .iter()
+            .any(|i| i.contains("hop-b-0.service") && i.contains("exit status 7")),
+        "{context}"
+    );
+}
+
+/// The Python example's interpreter, when examples/servers/setup.sh made
+/// its virtual environment.
+fn python_example() -> Option<(PathBuf, PathBuf)> {
+    let servers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers");
+    let python = servers.join(".venv/bin/python");
+    let server = servers.join("python/server.py");
+    (python.is_file() && server.is_file()).then_some((python, server))
+}
+
+fn the_python_example_joins_the_trace_under_its_sidecar() {
+    let Some((python, server)) = python_example() else {
+        crate::harness::skip(
+            "examples/servers/.venv is absent: run examples/servers/setup.sh for the Python \
+             example",
+        );
+    };
+    let scratch = Scratch::new();
+    let command = format!(
+        "command = [{:?}, {:?}, \"--port\", \"{{port}}\"]\nready_timeout = \"30s\"",
+        python.display().to_string(),
+        server.display().to_string()
+    );
+    let service = echo_service(&command, "{ message = \"hi\", work_us = 1000 }");
+    let text = scenario(
+        "svc-traces",
+        &closed(20),
+        &format!("[[hop]]\nname = \"b\"\n{service}"),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    let accounted = accounted(out, &scratch.results());
+    let (v, context) = (&accounted.v, &accounted.context);
+    assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
+    let traces = jaeger_traces(&accounted.run_dir);
+    assert!(!traces.is_empty(), "{context}");
+    // In every trace with a span of the service, that span's parent is a
+    // span of the sidecar (hop-b).
+    let mut under_sidecar = 0;
+    for trace in &traces {
+        let spans = trace["spans"].as_array().expect("spans");
+        let service_of = |span: &Value| {
+            let pid = span["processID"].as_str().unwrap_or_default();
+            trace["processes"][pid]["serviceName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        for span in spans.iter().filter(|s| service_of(s) == "hop-b-service") {
+            let parent = span["references"]
+                .as_array()
+                .and_then(|r| r.first())
+                .and_then(|r| r["spanID"].as_str())
+                .unwrap_or_else(|| panic!("the service's span has no parent: {span:#}"));
+            let parent = spans
+                .iter()
+                .find(|s| s["spanID"] == parent)
+                .unwrap_or_else(|| panic!("its parent {parent} is not in the trace"));
+            assert_eq!(service_of(parent), "hop-b", "{span:#}");
+            under_sidecar += 1;
+        }
+    }
+    assert!(
+        under_sidecar > 0,
+        "no span of the Python service in {} traces: {context}",
+        traces.len()
+    );
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,381 @@
+//! A small gRPC server of examples/servers/echo.proto for the `[hop.service]`
+//! tests, with no toolchain but Rust's: `tailmesh.examples.v1.Echo/Echo`
+//! (waits `work_us`, answers `fail_code` when set, reports what it saw) and
+//! grpc.health.v1 (SERVING). It runs on a thread of the test process
+//! ([`EchoServer::start`], for `address = ...`), or as a process of its own
+//! when the test binary is started with `--echo-server` ([`serve_if_asked`],
+//! for `command = [...]`).
+
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::{Buf, BufMut};
+use tonic::{
+    Status,
+    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    codegen::{BoxFuture, http},
+    server::{Grpc, NamedService, UnaryService},
+};
+
+/// The method the tests call.
+pub(crate) const METHOD: &str = "tailmesh.examples.v1.Echo/Echo";
+
+/// The example servers' schema, for `proto = [...]`.
+pub(crate) fn echo_proto() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/servers/echo.proto")
+        .canonicalize()
+        .expect("examples/servers/echo.proto exists")
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct EchoRequest {
+    #[prost(string, tag = "1")]
+    pub message: String,
+    #[prost(uint32, tag = "2")]
+    pub work_us: u32,
+    #[prost(uint32, tag = "3")]
+    pub fail_code: u32,
+    #[prost(bytes = "vec", tag = "4")]
+    pub payload: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct EchoReply {
+    #[prost(string, tag = "1")]
+    pub message: String,
+    #[prost(string, tag = "2")]
+    pub server: String,
+    #[prost(int64, tag = "3")]
+    pub deadline_left_us: i64,
+    #[prost(string, tag = "4")]
+    pub traceparent: String,
+    #[prost(uint32, tag = "5")]
+    pub worked_us: u32,
+}
+
+/// Encodes and decodes prost messages (tonic-prost's codec, in a few lines).
+struct ProstCodec<E, D>(std::marker::PhantomData<(E, D)>);
+
+impl<E, D> Default for ProstCodec<E, D> {
+    fn default() -> Self {
+        ProstCodec(std::marker::PhantomData)
+    }
+}
+
+impl<E, D> Codec for ProstCodec<E, D>
+where
+    E: prost::Message + Send + 'static,
+    D: prost::Message + Default + Send + 'static,
+{
+    type Encode = E;
+    type Decode = D;
+    type Encoder = ProstCodec<E, ()>;
+    type Decoder = ProstCodec<(), D>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstCodec::default()
+    }
+}
+
+impl<E: prost::Message> Encoder for ProstCodec<E, ()> {
+    type Item = E;
+    type Error = Status;
+
+    fn encode(&mut self, item: E, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        let mut bytes = Vec::with_capacity(item.encoded_len());
+        item.encode(&mut bytes)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        dst.put_slice(&bytes);
+        Ok(())
+    }
+}
+
+impl<D: prost::Message + Default> Decoder for ProstCodec<(), D> {
+    type Item = D;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        D::decode(bytes)
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+/// What the server counts, shared by its calls.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    /// Calls answered (ok or not).
+    pub calls: AtomicU64,
+    /// Calls that carried a `traceparent`.
+    pub traced: AtomicU64,
+    /// Calls that carried a deadline.
+    pub with_deadline: AtomicU64,
+}
+
+/// The Echo service.
+#[derive(Clone)]
+struct Echo {
+    seen: Arc<Seen>,
+    /// Exit the process after this many calls (a service that dies
+    /// mid-run).
+    exit_after: Option<u64>,
+}
+
+struct EchoCall(Echo);
+
+impl UnaryService<EchoRequest> for EchoCall {
+    type Response = EchoReply;
+    type Future = BoxFuture<tonic::Response<EchoReply>, Status>;
+
+    fn call(&mut self, request: tonic::Request<EchoRequest>) -> Self::Future {
+        let echo = self.0.clone();
+        Box::pin(async move {
+            let calls = echo.seen.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            if echo.exit_after.is_some_and(|n| calls > n) {
+                std::process::exit(7);
+            }
+            let traceparent = request
+                .metadata()
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            if !traceparent.is_empty() {
+                echo.seen.traced.fetch_add(1, Ordering::SeqCst);
+            }
+            let deadline_left_us = request
+                .metadata()
+                .get("grpc-timeout")
+                .and_then(|v| v.to_str().ok())
+                .and_then(grpc_timeout_us)
+                .unwrap_or(-1);
+            if deadline_left_us >= 0 {
+                echo.seen.with_deadline.fetch_add(1, Ordering::SeqCst);
+            }
+            let body = request.into_inner();
+            tokio::time::sleep(Duration::from_micros(u64::from(body.work_us))).await;
+            if body.fail_code != 0 {
+                return Err(Status::new(
+                    tonic::Code::from_i32(body.fail_code as i32),
+                    "asked to fail",
+                ));
+            }
+            Ok(tonic::Response::new(EchoReply {
+                message: body.message,
+                server: "rust-test".to_owned(),
+                deadline_left_us,
+                traceparent,
+                worked_us: body.work_us,
+            }))
+        })
+    }
+}
+
+/// `grpc-timeout`'s value (`100m`, `2S`...) in microseconds.
+fn grpc_timeout_us(value: &str) -> Option<i64> {
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: i64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => n * 3_600_000_000,
+        "M" => n * 60_000_000,
+        "S" => n * 1_000_000,
+        "m" => n * 1_000,
+        "u" => n,
+        "n" => n / 1_000,
+        _ => return None,
+    })
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for Echo {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let echo = self.clone();
+        Box::pin(async move {
+            if request.uri().path() == format!("/{METHOD}") {
+                let mut grpc = Grpc::new(ProstCodec::<EchoReply, EchoRequest>::default());
+                return Ok(grpc.unary(EchoCall(echo), request).await);
+            }
+            let mut response = http::Response::new(tonic::body::Body::default());
+            let headers = response.headers_mut();
+            headers.insert(
+                Status::GRPC_STATUS,
+                (tonic::Code::Unimplemented as i32).into(),
+            );
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                tonic::metadata::GRPC_CONTENT_TYPE,
+            );
+            Ok(response)
+        })
+    }
+}
+
+impl NamedService for Echo {
+    const NAME: &'static str = "tailmesh.examples.v1.Echo";
+}
+
+/// Serves Echo and health on `listener` until `stop` resolves.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    echo: Echo,
+    stop: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(echo)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            stop,
+        )
+        .await
+}
+
+/// An Echo server on a thread of the test process, stopped when dropped.
+pub(crate) struct EchoServer {
+    pub addr: SocketAddr,
+    pub seen: Arc<Seen>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EchoServer {
+    /// Starts one on a free port of 127.0.0.1; it is listening on return.
+    pub(crate) fn start() -> EchoServer {
+        let std_listener =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("bind the echo server");
+        std_listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let addr = std_listener.local_addr().expect("its address");
+        let seen = Arc::new(Seen::default());
+        let echo = Echo {
+            seen: Arc::clone(&seen),
+            exit_after: None,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("the echo server's runtime");
+            runtime.block_on(async move {
+                let listener =
+                    tokio::net::TcpListener::from_std(std_listener).expect("a tokio listener");
+                let stop = async {
+                    let _ = stopped.await;
+                };
+                if let Err(e) = serve(listener, echo, stop).await {
+                    eprintln!("echo server: {e}");
+                }
+            });
+        });
+        EchoServer {
+            addr,
+            seen,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub(crate) fn calls(&self) -> u64 {
+        self.seen.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The flag that makes the test binary an Echo server process:
+/// `it --echo-server --port P [--exit-after N]`.
+pub(crate) const FLAG: &str = "--echo-server";
+
+/// When the binary was started with [`FLAG`], serves until SIGTERM (its
+/// default action ends the process) and returns the exit code; `None`
+/// otherwise. It prints one line with what the launcher gave it.
+pub(crate) fn serve_if_asked() -> Option<std::process::ExitCode> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some(FLAG) {
+        return None;
+    }
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let Some(port) = value("--port").and_then(|p| p.parse::<u16>().ok()) else {
+        eprintln!("echo server: --port PORT is required");
+        return Some(std::process::ExitCode::from(2));
+    };
+    let exit_after = value("--exit-after").and_then(|n| n.parse().ok());
+    let env = |key: &str| std::env::var(key).unwrap_or_default();
+    println!(
+        "echo server: port {port}, PORT={} TAILMESH_HOP={} TAILMESH_REPLICA={} \
+         OTEL_SERVICE_NAME={}",
+        env("PORT"),
+        env("TAILMESH_HOP"),
+        env("TAILMESH_REPLICA"),
+        env("OTEL_SERVICE_NAME")
+    );
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("echo server: runtime: {e}");
+            return Some(std::process::ExitCode::from(1));
+        }
+    };
+    let served = runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("bind 127.0.0.1:{port}: {e}"))?;
+        let echo = Echo {
+            seen: Arc::new(Seen::default()),
+            exit_after,
+        };
+        serve(listener, echo, std::future::pending())
+            .await
+            .map_err(|e| e.to_string())
+    });
+    match served {
+        Ok(()) => Some(std::process::ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("echo server: {e}");
+            Some(std::process::ExitCode::from(1))
+        }
+    }
+}
