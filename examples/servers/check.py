@@ -247,6 +247,13 @@ def check_impl(impl, res):
 def checks(impl, server, res):
     echo = server.echo
     try:
+        r = health_pb2_grpc.HealthStub(server.channel).Check(
+            health_pb2.HealthCheckRequest(service=SERVICE), timeout=5.0)
+        res.check(impl, f"health of {SERVICE}", r.status == health_pb2.HealthCheckResponse.SERVING,
+                  health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
+    except grpc.RpcError as e:
+        res.check(impl, f"health of {SERVICE}", False, f"{e.code().name}: {e.details()}")
+    try:
         r = echo.Echo(echo_pb2.EchoRequest(message="hello", payload=b"x" * 100), timeout=10.0)
         res.check(impl, "echo", r.message == "hello" and r.server == impl,
                   f"message {r.message!r}, server {r.server!r}")
