@@ -36,6 +36,8 @@ SERVICE = "tailmesh.examples.v1.Echo"
 IMPLS = ("python", "node", "cpp")
 # How long a server gets to become healthy, and to exit after SIGTERM.
 START_DEADLINE_S = 60.0
+# The servers' default work time (WORK_US), checked on a call that asks none.
+DEFAULT_WORK_US = 1000
 STOP_DEADLINE_S = 15.0
 # A W3C trace context whose ids the Python server's span must carry on.
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -120,6 +122,9 @@ class Server:
         env = dict(os.environ)
         for k in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_BSP_SCHEDULE_DELAY", "WORK_US", "WORK_MODE"):
             env.pop(k, None)
+        # Every call without its own work_us works this long (the server's
+        # default, from the environment).
+        env["WORK_US"] = str(DEFAULT_WORK_US)
         env.update(env_extra or {})
         self.log = tempfile.TemporaryFile(mode="w+")
         cmd = command(impl, self.port)
@@ -257,6 +262,8 @@ def checks(impl, server, res):
         r = echo.Echo(echo_pb2.EchoRequest(message="hello", payload=b"x" * 100), timeout=10.0)
         res.check(impl, "echo", r.message == "hello" and r.server == impl,
                   f"message {r.message!r}, server {r.server!r}")
+        res.check(impl, "default work (WORK_US)", r.worked_us >= DEFAULT_WORK_US,
+                  f"WORK_US={DEFAULT_WORK_US}, worked {r.worked_us} us")
     except grpc.RpcError as e:
         res.check(impl, "echo", False, f"{e.code().name}: {e.details()}")
 
