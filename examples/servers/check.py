@@ -295,10 +295,15 @@ def checks(impl, server, res):
                   f"(at most {bound:.0f} us on the wire)")
     except grpc.RpcError as e:
         res.check(impl, "deadline_left_us", False, f"{e.code().name}: {e.details()}")
+    # A call without a deadline; the check still waits for it only so long.
+    fut = echo.Echo.future(echo_pb2.EchoRequest(message="n"))
     try:
-        r = echo.Echo(echo_pb2.EchoRequest(message="n"))
+        r = fut.result(timeout=10.0)
         res.check(impl, "no deadline: deadline_left_us -1", r.deadline_left_us == -1,
                   f"{r.deadline_left_us}")
+    except grpc.FutureTimeoutError:
+        fut.cancel()
+        res.check(impl, "no deadline: deadline_left_us -1", False, "no answer in 10 s")
     except grpc.RpcError as e:
         res.check(impl, "no deadline: deadline_left_us -1", False, f"{e.code().name}: {e.details()}")
 
@@ -320,6 +325,8 @@ def checks(impl, server, res):
     try:
         names = list_services(server.channel, "v1")
         res.check(impl, "reflection v1", SERVICE in names, f"services {sorted(names)}")
+    except RuntimeError as e:
+        res.check(impl, "reflection v1", False, str(e))
     except grpc.RpcError as e:
         if impl == "node":
             res.check(impl, "reflection v1", False, f"{e.code().name}: {e.details()}")
