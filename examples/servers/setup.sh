@@ -88,4 +88,6 @@ if want cpp; then
   done_step "built $here/cpp/build/echo-server"
 fi
 
-echo "setup.sh: ready (${impls[*]}); check with: $here/.venv/bin/python $here/check.py --all"
+which=--all
+[ "${#impls[@]}" -eq 3 ] || which=$(printf -- '--impl %s ' "${impls[@]}")
+echo "setup.sh: ready (${impls[*]}); check with: $here/.venv/bin/python $here/check.py ${which% }"
