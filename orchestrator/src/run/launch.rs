@@ -248,7 +248,8 @@ pub enum ServiceError {
 /// waits for the one at `address`, or starts `command` on a free port of
 /// 127.0.0.1 (`{port}` in its arguments, and `PORT`), with `TAILMESH_HOP`,
 /// `TAILMESH_REPLICA` and, when the run traces, the OTLP variables that
-/// make a service exporting spans join the request's trace. Its output goes
+/// make a service exporting spans join the request's trace (its resource
+/// names the variant, as every span of a run's traces must). Its output goes
 /// to `hop-<hop>-<replica>.service.log` in the variant's log folder.
 async fn start_service(
     process: &Process,
@@ -306,6 +307,12 @@ async fn start_service(
             };
             spec = spec.env(key, value);
         }
+        // The run's traces are its variant's spans: an OpenTelemetry SDK
+        // puts this on the service's resource.
+        spec = spec.env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            format!("variant={}", plan.variant.name),
+        );
     }
     launcher.launch(spec).await?;
     Ok(addr.to_string())
