@@ -194,8 +194,14 @@ pub fn load(path: &Path) -> Result<(Scenario, String), ScenarioErrors> {
     })?;
     let source = decode(bytes, &origin)?;
     let mut scenario = parse(&source, &origin)?;
-    // A service's relative paths are the scenario file's.
-    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    // A service's relative paths are the scenario file's; absolute, as a
+    // service's command runs there.
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => {
+            std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+        }
+        _ => std::env::current_dir().unwrap_or_default(),
+    };
     for hop in scenario.variants.iter_mut().flat_map(|v| v.hops.iter_mut()) {
         if let Some(service) = &mut hop.service {
             service.dir = dir.clone();
