@@ -19,6 +19,7 @@ use crate::support::{
 
 tests! {
     sync bad_service_keys_are_refused_with_their_line_and_column,
+    sync deployments_and_attached_runs_refuse_a_service,
     sync a_service_command_that_exits_at_once_fails_the_run_naming_the_hop,
     sync a_service_that_never_gets_ready_fails_the_run_within_its_ready_timeout,
     sync an_unknown_method_fails_the_run_naming_the_hop,
@@ -172,6 +173,44 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
         ),
     );
     assert_eq!(code, Some(0), "{text}");
+}
+
+fn deployments_and_attached_runs_refuse_a_service() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = scenario(
+        "svc-deploy",
+        &closed(5),
+        &format!(
+            "[[hop]]\nname = \"b\"\n{}",
+            echo_service("command = [\"srv\", \"{port}\"]", "'{}'")
+        ),
+    );
+    let path = write(dir.path(), "s.toml", &text);
+    let results = dir.path().join("results");
+    let compose = dir.path().join("compose.yml");
+    for (args, words) in [
+        (
+            vec!["compose", path_str(&path), "-o", path_str(&compose)],
+            "hop \"b\": [hop.service] is not supported yet with this launcher (Docker Compose)",
+        ),
+        (
+            vec![
+                "run",
+                path_str(&path),
+                "--attach",
+                "--no-traces",
+                "--results",
+                path_str(&results),
+            ],
+            "hop \"b\" has [hop.service], which is not supported yet with this launcher \
+             (attached to a deployment)",
+        ),
+    ] {
+        let out = tailmesh(dir.path(), &args);
+        assert_eq!(out.code(), Some(2), "{args:?}: {}", out.output());
+        assert!(out.stderr.contains(words), "{args:?}: {}", out.output());
+    }
+    assert!(!compose.exists(), "no Compose file for a refused scenario");
 }
 
 fn a_service_command_that_exits_at_once_fails_the_run_naming_the_hop() {
