@@ -11,7 +11,8 @@
 //!   overload), `steps` (load steps), `attribution`, `netem` (the
 //!   network-fault tests again on a netem kernel), `cli` (the command
 //!   line as a new user meets it), `predict` (the prediction from a
-//!   scenario alone), `windows` (fault windows without root),
+//!   scenario alone), `probe` (`tailmesh probe` against a test gRPC
+//!   service), `windows` (fault windows without root),
 //!   `composition` (the whole tail composed against the measured one),
 //!   `endpoints` (replicas killed on schedule, a black-holed replica under
 //!   a mesh client), and `links` (every relative link and anchor in README.md and
@@ -36,6 +37,7 @@ mod overload;
 mod payload;
 mod policy;
 mod predict;
+mod probe;
 mod pull;
 mod report;
 mod run;
@@ -69,6 +71,7 @@ fn main() -> std::process::ExitCode {
         netem::TESTS,
         windows::TESTS,
         predict::TESTS,
+        probe::TESTS,
         composition::TESTS,
         tls::TESTS,
     ])
