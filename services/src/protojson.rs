@@ -403,17 +403,17 @@ fn to_message(
             path.pop();
             continue;
         }
-        if let Some(oneof) = field.containing_oneof() {
-            if let Some(other) = oneofs.insert(oneof.name().to_owned(), field.name().to_owned()) {
-                return Err(fail(
-                    path,
-                    *key_pos,
-                    format!(
-                        "`{other}` of the same oneof `{}` is set already",
-                        oneof.name()
-                    ),
-                ));
-            }
+        if let Some(oneof) = field.containing_oneof()
+            && let Some(other) = oneofs.insert(oneof.name().to_owned(), field.name().to_owned())
+        {
+            return Err(fail(
+                path,
+                *key_pos,
+                format!(
+                    "`{other}` of the same oneof `{}` is set already",
+                    oneof.name()
+                ),
+            ));
         }
         let v = field_value(&field, value, path)?;
         message.set_field(&field, v);

@@ -52,8 +52,8 @@ pub enum HopError {
         hop: String,
         /// This replica.
         replica: u32,
-        /// What was wrong.
-        source: super::service::ServiceError,
+        /// What was wrong (boxed: it is large, and rare).
+        source: Box<super::service::ServiceError>,
     },
     /// A hop with a service built without resolving it
     /// ([`HopCore::resolve`](super::HopCore::resolve)).

@@ -368,7 +368,7 @@ impl HopCore {
                     .map_err(|source| HopError::Service {
                         hop: config.behavior.name.clone(),
                         replica: config.replica,
-                        source,
+                        source: Box::new(source),
                     })?,
             ),
             None => None,

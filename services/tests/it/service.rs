@@ -519,13 +519,11 @@ async fn an_unknown_method_or_a_misfit_request_fails_the_start() {
     )
     .await
     .expect_err("an unknown method");
-    assert!(matches!(
-        err,
-        HopError::Service {
-            source: ServiceError::UnknownMethod { .. },
-            ..
-        }
-    ));
+    assert!(
+        matches!(&err, HopError::Service { source, .. }
+            if matches!(**source, ServiceError::UnknownMethod { .. })),
+        "{err}"
+    );
     let text = err.to_string();
     assert!(
         text.contains("hop \"svc\" replica 0")
