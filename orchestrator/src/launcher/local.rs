@@ -392,7 +392,7 @@ impl LocalLauncher {
     ///
     /// The services of `[hop.service]` are stopped after every other child
     /// (the hops that call them finish their requests in flight first),
-    /// with at least [`SERVICE_GRACE`] to exit, so they can flush their
+    /// with at least 2 s (`SERVICE_GRACE`) to exit, so they can flush their
     /// spans.
     pub async fn shutdown(&mut self, grace: Duration) -> Vec<ExitedChild> {
         let (services, others): (Vec<_>, Vec<_>) = self
