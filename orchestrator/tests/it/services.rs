@@ -381,9 +381,10 @@ fn a_push_and_a_pulled_service_hop_account_for_every_request() {
 
 fn a_service_started_per_replica_gets_its_port_and_environment() {
     let scratch = Scratch::new();
-    // The scratch folder on its command line tells its processes apart.
+    // The scratch folder on its command line tells its processes apart;
+    // without a health service it is ready once it answers a call at all.
     let service = echo_service(
-        &echo_command(&["--tag", scratch.marker()]),
+        &echo_command(&["--no-health", "--tag", scratch.marker()]),
         "{ work_us = 500 }",
     );
     let text = scenario(

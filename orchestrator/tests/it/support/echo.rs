@@ -236,21 +236,29 @@ impl NamedService for Echo {
     const NAME: &'static str = "tailmesh.examples.v1.Echo";
 }
 
-/// Serves Echo and health on `listener` until `stop` resolves.
+/// Serves Echo, and health unless `health` is false, on `listener` until
+/// `stop` resolves.
 async fn serve(
     listener: tokio::net::TcpListener,
     echo: Echo,
+    health: bool,
     stop: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let (_reporter, health) = tonic_health::server::health_reporter();
-    tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(echo)
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            stop,
-        )
-        .await
+    let (_reporter, health_service) = tonic_health::server::health_reporter();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let mut server = tonic::transport::Server::builder();
+    if health {
+        server
+            .add_service(health_service)
+            .add_service(echo)
+            .serve_with_incoming_shutdown(incoming, stop)
+            .await
+    } else {
+        server
+            .add_service(echo)
+            .serve_with_incoming_shutdown(incoming, stop)
+            .await
+    }
 }
 
 /// An Echo server on a thread of the test process, stopped when dropped.
@@ -288,7 +296,7 @@ impl EchoServer {
                 let stop = async {
                     let _ = stopped.await;
                 };
-                if let Err(e) = serve(listener, echo, stop).await {
+                if let Err(e) = serve(listener, echo, true, stop).await {
                     eprintln!("echo server: {e}");
                 }
             });
@@ -318,7 +326,7 @@ impl Drop for EchoServer {
 }
 
 /// The flag that makes the test binary an Echo server process:
-/// `it --echo-server --port P [--exit-after N]`.
+/// `it --echo-server --port P [--exit-after N] [--no-health]`.
 pub(crate) const FLAG: &str = "--echo-server";
 
 /// When the binary was started with [`FLAG`], serves until SIGTERM (its
@@ -340,6 +348,8 @@ pub(crate) fn serve_if_asked() -> Option<std::process::ExitCode> {
         return Some(std::process::ExitCode::from(2));
     };
     let exit_after = value("--exit-after").and_then(|n| n.parse().ok());
+    // Without grpc.health.v1: ready once a call is answered (UNIMPLEMENTED).
+    let health = !args.iter().any(|a| a == "--no-health");
     let env = |key: &str| std::env::var(key).unwrap_or_default();
     println!(
         "echo server: port {port}, PORT={} TAILMESH_HOP={} TAILMESH_REPLICA={} \
@@ -367,7 +377,7 @@ pub(crate) fn serve_if_asked() -> Option<std::process::ExitCode> {
             seen: Arc::new(Seen::default()),
             exit_after,
         };
-        serve(listener, echo, std::future::pending())
+        serve(listener, echo, health, std::future::pending())
             .await
             .map_err(|e| e.to_string())
     });
