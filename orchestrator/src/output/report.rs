@@ -490,9 +490,13 @@ fn hop_table(variants: &[VariantReport]) -> String {
     for v in variants {
         for h in &v.hops {
             let split: Vec<String> = h.replica_requests.iter().map(u64::to_string).collect();
+            // A hop whose work is a real gRPC service says which.
+            let service = h.grpc_service.as_ref().map_or(String::new(), |s| {
+                format!("<br><small>service {}</small>", escape(&s.method))
+            });
             let _ = write!(
                 out,
-                "<tr><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{} / {}{service}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&v.name),
                 escape(&h.hop),
                 escape(&h.transport),

@@ -367,6 +367,12 @@ fn a_push_and_a_pulled_service_hop_account_for_every_request() {
         );
         assert!(hop(v, "a").get("grpc_service").is_none(), "{context}");
     }
+    // The report's hop table names the service.
+    let report = read_lossy(&run_dir.join("report.html"));
+    assert!(
+        report.contains(&format!("b<br><small>service {}</small>", echo::METHOD)),
+        "report.html does not name the service"
+    );
     // Warmup is none: the service answered every request, and no more.
     assert_eq!(server.calls(), ok_total);
     assert_eq!(
