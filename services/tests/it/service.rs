@@ -155,7 +155,9 @@ impl tonic::server::UnaryService<Bytes> for EchoHandler {
                     traceparent: traceparent.clone(),
                     tenant,
                 });
-            tokio::time::sleep(Duration::from_micros(u64::from(decoded.work_us))).await;
+            if decoded.work_us > 0 {
+                tokio::time::sleep(Duration::from_micros(u64::from(decoded.work_us))).await;
+            }
             if decoded.fail_code != 0 {
                 let code = i32::try_from(decoded.fail_code).unwrap_or(2);
                 return Err(Status::new(Code::from(code), "asked to fail"));
