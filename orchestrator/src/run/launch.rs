@@ -88,13 +88,22 @@ pub(super) fn client_tls(
     options: &RunOptions,
 ) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, RunError> {
     let mesh = plan.variant.mesh;
+    if !mesh.tls.is_on() {
+        return Ok(None);
+    }
+    // Attached: the deployment's CA and the orchestrator's certificate.
+    if let Some(dir) = options.attach.as_ref().and_then(|a| a.tls_dir.as_ref()) {
+        return crate::deploy::tls::client_in(dir, mesh.tls_resumption)
+            .map(Some)
+            .map_err(|e| RunError::TlsDir(Box::new(e)));
+    }
     match &options.tls_ca {
-        Some(ca) if mesh.tls.is_on() => Ok(Some(ca.client_config(
+        Some(ca) => Ok(Some(ca.client_config(
             "tailmesh",
             mesh.tls == TlsMode::Mtls,
             mesh.tls_resumption,
         )?)),
-        _ => Ok(None),
+        None => Ok(None),
     }
 }
 
