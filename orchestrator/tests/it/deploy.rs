@@ -810,9 +810,22 @@ fn a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls
     assert_eq!(out.code(), Some(0), "{}", out.output());
     let folder = dir.path().join("tailmesh-sec-tls");
 
+    // Without their folders, a hop and the attached orchestrator say
+    // which flag is missing, before reaching for anything.
     let out = tailmesh(dir.path(), &["hop", "--scenario", scenario, "--hop", "b"]);
     assert_ne!(out.code(), Some(0), "{}", out.output());
     assert!(out.stderr.contains("--tls-dir"), "{}", out.output());
+    let results = dir.path().join("results");
+    let out = tailmesh(
+        dir.path(),
+        &["run", scenario, "--attach", "--results", path_str(&results)],
+    );
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr.contains("--tls-dir") && out.stderr.contains("mtls"),
+        "{}",
+        out.output()
+    );
 
     let addr_file = dir.path().join("b.addr");
     let mut hop = Running::start(
