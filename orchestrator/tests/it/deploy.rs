@@ -4,7 +4,8 @@
 //! (kubernetes-validate, offline) and the Compose file `docker compose
 //! config`; undeployable scenarios are refused with the reason; and a hop
 //! started the way a container starts it (`tailmesh hop --scenario`)
-//! serves and answers `tailmesh health`.
+//! serves and answers `tailmesh health`; with TLS, the certificate folder
+//! and Secret, and an attached mTLS run by service names (root).
 //!
 //! The running Compose deployment itself is exercised by CI (`.ci/docker`),
 //! which needs a Docker engine. Without kubernetes-validate or docker
@@ -32,6 +33,7 @@ tests! {
     sync attaching_to_a_missing_deployment_names_the_service_it_waited_for,
     sync a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret,
     sync a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls,
+    sync an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders,
 }
 
 fn repo() -> PathBuf {
@@ -879,5 +881,86 @@ fn a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls
     assert!(
         said.contains("generate the deployment file again") && said.contains(&"00".repeat(32)),
         "{said}"
+    );
+}
+
+/// The deployment's mTLS end to end without a container runtime: in a
+/// network and mount namespace of their own (`unshare`, root), with an
+/// /etc/hosts naming each service (`hop-a-0` is 127.0.0.2 ...), the two
+/// hops run as their containers run them, each with its folder from
+/// `tailmesh compose -o`, and `tailmesh run --attach --tls-dir` with the
+/// orchestrator's: every request is answered, over connections that each
+/// had a TLS handshake verified against the services' names.
+fn an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders() {
+    if !tailmesh_netfault::tool::has_privilege() {
+        skip("a network and mount namespace of its own (unshare --net --mount) needs root");
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(dir.path(), MTLS_HOPS);
+    let file = dir.path().join("compose.yml");
+    let out = tailmesh(
+        dir.path(),
+        &["compose", path_str(&scenario), "-o", path_str(&file)],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let folder = dir.path().join("tailmesh-sec-tls");
+    let hosts = write(
+        dir.path(),
+        "hosts",
+        "127.0.0.1 localhost\n127.0.0.2 hop-a-0\n127.0.0.3 hop-b-0\n127.0.0.4 orchestrator\n",
+    );
+    let results = dir.path().join("results");
+    // The hops are the script's children, killed (by their pids) when it
+    // ends, however it ends; `timeout` bounds the run.
+    let script = r#"
+set -eu
+mount --bind "$HOSTS" /etc/hosts
+ip link set lo up
+hops=""
+trap 'for p in $hops; do kill "$p" 2>/dev/null || true; done; wait' EXIT
+for hop in b a; do
+  case $hop in a) ip=127.0.0.2 ;; b) ip=127.0.0.3 ;; esac
+  "$TAILMESH" hop --scenario "$SCENARIO" --hop "$hop" --tls-dir "$FOLDER/hop-$hop-0" \
+    --listen "$ip:7000" >"$RESULTS.hop-$hop.log" 2>&1 &
+  hops="$hops $!"
+done
+timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
+  --tls-dir "$FOLDER/orchestrator" --results "$RESULTS" --quiet
+"#;
+    let out = Command::new("unshare")
+        .args(["--net", "--mount", "sh", "-c", script])
+        .env("HOSTS", &hosts)
+        .env("TAILMESH", TAILMESH)
+        .env("SCENARIO", &scenario)
+        .env("FOLDER", &folder)
+        .env("RESULTS", &results)
+        .output()
+        .expect("run unshare");
+    let context = format!(
+        "{}\n--- stdout\n{}\n--- stderr\n{}\n--- hop a\n{}\n--- hop b\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        read_lossy(Path::new(&format!("{}.hop-a.log", results.display()))),
+        read_lossy(Path::new(&format!("{}.hop-b.log", results.display()))),
+    );
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    let summary = summary(&only_run_dir(&results));
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{context}");
+    assert_eq!(
+        summary.pointer("/environment/launcher"),
+        Some(&serde_json::Value::from("attached")),
+        "{context}"
+    );
+    assert_accounted(v, &context);
+    assert_eq!(u64_at(v, "/ok"), 10, "{context}");
+    let links = |key: &str| u64_at(v, &format!("/generator_links/{key}"));
+    assert!(links("opened") > 0, "{context}");
+    assert_eq!(
+        links("tls_full") + links("tls_resumed"),
+        links("opened"),
+        "{context}"
     );
 }
