@@ -1015,12 +1015,13 @@ fn spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces() {
     );
 }
 
-/// A 3-hop chain under the netns launcher with `[mesh] tls = "tls"`, then
-/// `"mtls"`: while the load runs, each hop, at its namespace's address,
-/// refuses a plaintext HTTP/2 client and serves one that verifies its
-/// certificate for that address (the name a caller uses); then Ctrl-C, and
-/// every request sent is accounted for, over connections that all had a
-/// TLS handshake.
+/// A 3-hop chain under the netns launcher, its last hop pulled through
+/// tailmesh's broker, with `[mesh] tls = "tls"`, then `"mtls"`: while the
+/// load runs, each hop and the broker, at its namespace's address, refuses
+/// a plaintext HTTP/2 client and serves one that verifies its certificate
+/// for that address (the name a caller uses); then Ctrl-C, and every
+/// request sent is accounted for, over connections that all had a TLS
+/// handshake.
 fn tls_and_mtls_chains_under_the_netns_launcher_verify_each_namespace_address() {
     for mode in ["tls", "mtls"] {
         let Case {
@@ -1031,22 +1032,24 @@ fn tls_and_mtls_chains_under_the_netns_launcher_verify_each_namespace_address() 
             &format!("netns-{mode}"),
             &format!(
                 "{NO_TRACES}{}timeout = \"5s\"\n[mesh]\ntls = \"{mode}\"\n\
-                 [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n[[hop]]\nname = \"c\"\n",
+                 [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n[[hop]]\nname = \"c\"\n\
+                 transport = \"pull\"\n",
                 open_load(100, 30)
             ),
         );
         let results = dir.path().join("results");
         let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
-        // Requests flow through the whole chain once b has called c (a
-        // hop's downstream connection opens with its first call).
+        // Requests flow through the whole chain once b has called the
+        // broker (a hop's downstream connection opens with its first
+        // call).
         let mut hops = Vec::new();
-        run.wait_for("requests through a, b and c", || {
-            let addrs: Vec<std::net::SocketAddr> = ["hop-a-0", "hop-b-0", "hop-c-0"]
+        run.wait_for("requests through a, b and the broker", || {
+            let addrs: Vec<std::net::SocketAddr> = ["hop-a-0", "hop-b-0", "hop-c-0", "broker"]
                 .iter()
                 .map(|name| addr_of(&results, "base", name))
                 .collect::<Option<_>>()?;
             let b = pid_of(&results, "base", "hop-b-0")?;
-            connected(b, addrs[2].port()).then(|| hops = addrs)
+            connected(b, addrs[3].port()).then(|| hops = addrs)
         });
         let context = || format!("tls = {mode:?}\n{}", run.output());
         // Each hop has an address of its own, none on loopback.
