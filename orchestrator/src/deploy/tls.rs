@@ -295,6 +295,62 @@ mod tests {
             .collect()
     }
 
+    /// A scenario with a plaintext and an mTLS variant, the second's
+    /// last hop pulled.
+    const MIXED: &str = "name = \"m\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 10\n\
+        [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\ntransport = \"pull\"\n\
+        [[variant]]\nname = \"plain\"\n[[variant]]\nname = \"sec\"\n\
+        set = { \"mesh.tls\" = \"mtls\" }\n";
+
+    #[test]
+    fn only_the_tls_variants_services_and_the_orchestrator_get_certificates() {
+        let scenario = crate::scenario::parse(MIXED, "m.toml").unwrap_or_else(|e| panic!("{e}"));
+        let runtime = super::super::Runtime {
+            name: "Docker Compose",
+            net_admin: true,
+        };
+        let services = super::super::services(&scenario, runtime).expect("deployable");
+        let identities = identities(&services, |n| vec![format!("{n}.svc")]);
+        let names: Vec<&str> = identities.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["sec-broker", "sec-hop-b-0", "sec-hop-a-0", ORCHESTRATOR]
+        );
+        assert_eq!(
+            identities[1].names,
+            ["sec-hop-b-0.svc", "localhost", "127.0.0.1"]
+        );
+        // The TLS broker reads the same folder through its own flags.
+        let broker = services
+            .iter()
+            .find(|s| s.name == "sec-broker")
+            .expect("the broker");
+        let command = broker.command().join(" ");
+        assert!(
+            command.contains("--tls-ca /etc/tailmesh/tls/ca.crt --tls-cert /etc/tailmesh/tls/tls.crt --tls-key /etc/tailmesh/tls/tls.key --tls-mutual"),
+            "{command}"
+        );
+        let plain = services
+            .iter()
+            .find(|s| s.name == "plain-hop-a-0")
+            .expect("a plaintext hop");
+        assert!(!plain.command().iter().any(|a| a == "--tls-dir"));
+        assert!(!plain.health_command().iter().any(|a| a == "--tls-dir"));
+
+        // Compose: a folder per TLS service, none for the plaintext ones.
+        let options = super::super::compose::Options {
+            tls: Some(super::super::compose::TlsFolder {
+                path: "./tailmesh-m-tls".to_owned(),
+                ca_sha256: "ab".repeat(32),
+            }),
+            ..Default::default()
+        };
+        let file = super::super::compose::generate(&scenario, MIXED, &options).expect("a file");
+        assert_eq!(file.matches(":/etc/tailmesh/tls:ro").count(), 4, "{file}");
+        assert!(!file.contains("./tailmesh-m-tls/plain-"), "{file}");
+        assert!(file.contains("./tailmesh-m-tls/orchestrator:/etc/tailmesh/tls:ro"));
+    }
+
     #[test]
     fn a_folder_is_made_reused_as_it_is_and_refused_when_it_differs() {
         let scratch = tempfile::tempdir().expect("a temp dir");
