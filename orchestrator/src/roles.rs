@@ -136,6 +136,27 @@ pub enum RoleError {
         /// The FaultError it failed with.
         source: tailmesh_netfault::FaultError,
     },
+    /// The deployed hop's variant uses TLS and no `--tls-dir` was given.
+    #[error(
+        "{}: variant {variant:?} has [mesh] tls = {mode:?}: give the folder of this replica's \
+         certificates with --tls-dir (tailmesh compose and tailmesh k8s mount it at {})",
+        scenario.display(),
+        crate::deploy::tls::TLS_DIR
+    )]
+    NoTlsDir {
+        /// The scenario file.
+        scenario: PathBuf,
+        variant: String,
+        /// `tls` or `mtls`.
+        mode: &'static str,
+    },
+    /// The replica's TLS folder is unusable.
+    #[error("hop {hop:?} replica {replica}: {source}")]
+    TlsDir {
+        hop: String,
+        replica: u32,
+        source: Box<crate::deploy::tls::TlsDirError>,
+    },
     /// The listening address could not be bound.
     #[error("{name}: bind {addr}: {source}")]
     Bind {
@@ -238,6 +259,9 @@ pub struct DeployedHop {
     pub hop: String,
     /// The replica index.
     pub replica: u32,
+    /// The folder of its CA, certificate and key, when its variant uses
+    /// TLS (`--tls-dir`).
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// Runs a replica of a deployed mesh (Docker Compose, Kubernetes): its
@@ -290,8 +314,27 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> Result
             scenario: which.scenario.clone(),
             source,
         })?;
-    let config =
+    let mut config =
         crate::plan::MeshPlan::new(&scenario, variant).hop_config(hop, which.replica, &addrs);
+    let mesh = variant.mesh;
+    if mesh.tls.is_on() {
+        let dir = which.tls_dir.as_ref().ok_or_else(|| RoleError::NoTlsDir {
+            scenario: which.scenario.clone(),
+            variant: variant.name.clone(),
+            mode: mesh.tls.as_str(),
+        })?;
+        let files = crate::deploy::tls::files_in(
+            dir,
+            mesh.tls == tailmesh_services::tls::TlsMode::Mtls,
+            mesh.tls_resumption,
+        )
+        .map_err(|source| RoleError::TlsDir {
+            hop: hop.name.clone(),
+            replica: which.replica,
+            source: Box::new(source),
+        })?;
+        config.tls = Some(files);
+    }
     // A replica with a network fault changes its own namespace (NET_ADMIN);
     // one with only windows of slowness or errors needs no network agent.
     let net_fault = hop.net_of(which.replica).is_some_and(|f| f.is_active());

@@ -57,16 +57,63 @@ pub(crate) fn compose(args: ComposeArgs) -> Result<(), CliError> {
         Some(context) => context,
         None => default_context(args.deploy.output.as_deref()).map_err(CliError::Context)?,
     };
-    let options = compose::Options {
+    let mut options = compose::Options {
         image: args.deploy.image,
         net_admin: !args.deploy.no_net_admin,
         context,
         results: args.results,
+        tls: None,
     };
     let (scenario, text) = scenario::load(&args.scenario)?;
+    // Checked before any certificate is written.
+    let services = deploy::services(&scenario, compose::runtime(&options))
+        .map_err(|reason| undeployable(&args.scenario, reason))?;
+    let identities = deploy::tls::identities(&services, |name| vec![name.to_owned()]);
+    if !identities.is_empty() {
+        options.tls = Some(tls_folder(
+            &args.scenario,
+            &scenario,
+            args.deploy.output.as_deref(),
+            &identities,
+        )?);
+    }
     let generated = compose::generate(&scenario, &text, &options)
         .map_err(|reason| undeployable(&args.scenario, reason))?;
     write_out(args.deploy.output.as_deref(), &generated)
+}
+
+/// The TLS folder of a Compose file written to `output`: made beside it,
+/// or reused when it holds this deployment's certificates already (it is
+/// named on standard error either way).
+fn tls_folder(
+    path: &Path,
+    scenario: &scenario::Scenario,
+    output: Option<&Path>,
+    identities: &[deploy::tls::Identity],
+) -> Result<compose::TlsFolder, CliError> {
+    let name = compose::tls_folder_name(scenario);
+    let Some(output) = output else {
+        return Err(undeployable(
+            path,
+            format!(
+                "[mesh] tls is on: the certificates are written to a folder beside the Compose \
+                 file ({name}/), so tailmesh compose needs the file's path: -o FILE"
+            ),
+        ));
+    };
+    let dir = output.parent().unwrap_or(Path::new("")).join(&name);
+    let (ca_sha256, reused) =
+        deploy::tls::compose_folder(&dir, &deploy::project_name(scenario), identities)
+            .map_err(|e| undeployable(path, e))?;
+    tailmesh::tell!(
+        "{} {} (TLS: CA sha256 {ca_sha256})",
+        if reused { "reusing" } else { "wrote" },
+        dir.display()
+    );
+    Ok(compose::TlsFolder {
+        path: format!("./{name}"),
+        ca_sha256,
+    })
 }
 
 /// Why `tailmesh compose` cannot name the build context itself.

@@ -46,6 +46,11 @@ pub(crate) struct RunArgs {
     /// Attached: how long to wait for each service to answer health checks.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "120s", requires = "attach")]
     attach_timeout: Duration,
+    /// Attached, with [mesh] tls on: the folder of the orchestrator's
+    /// ca.crt, tls.crt and tls.key (what tailmesh compose and tailmesh k8s
+    /// mount).
+    #[arg(long, requires = "attach", value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
 }
 
 /// Runs the scenario; interrupted, or a failed check under `--check`, once
@@ -55,6 +60,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         Some(Attach {
             token: roles::read_token_file()?,
             ready_timeout: args.attach_timeout,
+            tls_dir: args.tls_dir,
         })
     } else {
         None

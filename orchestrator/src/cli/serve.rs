@@ -73,6 +73,10 @@ pub(crate) struct HopArgs {
     /// Deployed: the replica index.
     #[arg(long, requires = "scenario", default_value_t = 0)]
     replica: u32,
+    /// Deployed, with [mesh] tls on: the folder of this replica's ca.crt,
+    /// tls.crt and tls.key (what tailmesh compose and tailmesh k8s mount).
+    #[arg(long, requires = "scenario", value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -88,6 +92,7 @@ pub(crate) fn hop(args: HopArgs) -> Result<(), CliError> {
                 variant: args.variant,
                 hop,
                 replica: args.replica,
+                tls_dir: args.tls_dir,
             },
             &options,
         )?,
@@ -226,6 +231,10 @@ pub(crate) struct HealthArgs {
     /// Bound on the connection and the call.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
     timeout: Duration,
+    /// Check over TLS: trust the ca.crt in DIR and present its tls.crt and
+    /// tls.key when the service asks for a client certificate (mtls).
+    #[arg(long, value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
 }
 
 /// Why `tailmesh health` did not find the service SERVING.
@@ -240,12 +249,20 @@ pub(crate) enum HealthError {
     /// The service did not answer SERVING.
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    /// The TLS folder is unusable.
+    #[error(transparent)]
+    Tls(#[from] tailmesh::deploy::tls::TlsDirError),
 }
 
 /// Asks the service once whether it is SERVING.
 pub(crate) fn health(args: HealthArgs) -> Result<(), CliError> {
     let check = || -> Result<(), HealthError> {
         let addr: PeerAddr = args.addr.parse()?;
+        if let Some(dir) = &args.tls_dir {
+            tailmesh_services::tls::install_client(Some(tailmesh::deploy::tls::client_in(
+                dir, false,
+            )?));
+        }
         roles::runtime(1)?.block_on(tailmesh::launcher::health::check(&addr, args.timeout))?;
         Ok(())
     };

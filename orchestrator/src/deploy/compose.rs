@@ -5,11 +5,14 @@
 //! them (`tailmesh run --attach`), forwards spans to Jaeger and writes the
 //! results to the host. Containers whose replica has a network fault get
 //! NET_ADMIN and the Control token, which a one-shot service draws fresh
-//! for every deployment.
+//! for every deployment. With TLS, each tailmesh container and the
+//! orchestrator mount their own folder of the deployment's certificates
+//! ([`TlsFolder`], made by [`super::tls::compose_folder`]).
 
 use super::{
     DeployError, Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE,
     TOKEN_FILE_ENV, digest, needs_token, orchestrator_command, project_name, services,
+    tls::{CA_SHA256_ENV, TLS_DIR},
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
@@ -28,6 +31,23 @@ pub struct Options {
     pub context: String,
     /// The host folder for results, relative to the Compose file.
     pub results: String,
+    /// The TLS folder, needed when a variant turns TLS on.
+    pub tls: Option<TlsFolder>,
+}
+
+/// A deployment's TLS folder ([`super::tls::compose_folder`]): one
+/// subfolder per service, mounted at [`TLS_DIR`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFolder {
+    /// Its path relative to the Compose file (`./tailmesh-<scenario>-tls`).
+    pub path: String,
+    /// The SHA-256 of its CA certificate, hex.
+    pub ca_sha256: String,
+}
+
+/// The TLS folder's name for `scenario`, beside the Compose file.
+pub fn tls_folder_name(scenario: &Scenario) -> String {
+    format!("{}-tls", project_name(scenario))
 }
 
 impl Default for Options {
@@ -37,20 +57,43 @@ impl Default for Options {
             net_admin: true,
             context: ".".to_owned(),
             results: "./results".to_owned(),
+            tls: None,
         }
     }
 }
 
-/// The Compose file for `scenario`, whose file text is `text` (embedded,
-/// so the containers run exactly what was generated from).
-pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<String, DeployError> {
-    let runtime = Runtime {
+/// What a Compose deployment with `options` allows.
+pub fn runtime(options: &Options) -> Runtime {
+    Runtime {
         name: "Docker Compose",
         net_admin: options.net_admin,
-    };
+    }
+}
+
+/// The Compose file for `scenario`, whose file text is `text` (embedded,
+/// so the containers run exactly what was generated from). A variant with
+/// TLS on needs `options.tls`, the folder of the certificates.
+pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<String, DeployError> {
+    let runtime = runtime(options);
     let services = services(scenario, runtime)?;
     let token = needs_token(&services);
     let sampling = scenario.telemetry.sampling;
+    let tls = match &options.tls {
+        _ if !services.iter().any(|s| s.tls.is_on()) => None,
+        Some(folder) => Some(folder),
+        None => {
+            return Err(DeployError::Undeployable {
+                scenario: scenario.name.clone(),
+                runtime: runtime.name,
+                problems: vec![format!(
+                    "[mesh] tls is on: the certificates are written to a folder beside the \
+                     Compose file ({}/), so give the file's path: tailmesh compose -o FILE",
+                    tls_folder_name(scenario)
+                )],
+            });
+        }
+    };
+    let scenario_sha256 = digest(text);
 
     let mut entries: Vec<(String, Node)> = Vec::new();
     if token {
@@ -68,11 +111,15 @@ pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<St
         ));
     }
     for service in &services {
-        entries.push((service.name.clone(), mesh_service(service)));
+        let tls = tls.filter(|_| service.tls.is_on());
+        entries.push((
+            service.name.clone(),
+            mesh_service(service, tls, &scenario_sha256),
+        ));
     }
     entries.push((
         "orchestrator".into(),
-        orchestrator(&services, sampling, token, options),
+        orchestrator(&services, sampling, token, options, tls, &scenario_sha256),
     ));
     entries.push((
         "jaeger".into(),
@@ -106,7 +153,7 @@ pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<St
                     ),
                     (
                         "labels".into(),
-                        map([("tailmesh.scenario-sha256", s(digest(text)))]),
+                        map([("tailmesh.scenario-sha256", s(&scenario_sha256))]),
                     ),
                     (
                         "healthcheck".into(),
@@ -165,7 +212,28 @@ fn header(scenario: &Scenario, options: &Options) -> String {
     )
 }
 
-fn mesh_service(service: &Service) -> Node {
+/// A TLS service's additions: its folder mounted read-only at
+/// [`TLS_DIR`], the CA's digest as a label (with the scenario's, which a
+/// service's own `labels` would otherwise hide) and in its environment,
+/// where its certificates are checked against it.
+fn tls_parts(
+    name: &str,
+    tls: &TlsFolder,
+    scenario_sha256: &str,
+) -> (Node, (String, Node), (String, Node)) {
+    let volume = s(format!("{}/{name}:{TLS_DIR}:ro", tls.path));
+    let labels = (
+        "labels".to_owned(),
+        map([
+            ("tailmesh.scenario-sha256", s(scenario_sha256)),
+            ("tailmesh.tls-ca-sha256", s(&tls.ca_sha256)),
+        ]),
+    );
+    let env = (CA_SHA256_ENV.to_owned(), s(&tls.ca_sha256));
+    (volume, labels, env)
+}
+
+fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &str) -> Node {
     if let Some(broker) = service.broker_image() {
         let mut health = vec!["CMD".to_owned()];
         health.extend(broker.health);
@@ -190,20 +258,33 @@ fn mesh_service(service: &Service) -> Node {
         ));
         return Node::Map(entries);
     }
-    let env = service.env().into_iter().map(|(k, v)| (k, s(v))).collect();
+    let mut env: Vec<(String, Node)> = service.env().into_iter().map(|(k, v)| (k, s(v))).collect();
+    let tls = tls.map(|tls| tls_parts(&service.name, tls, scenario_sha256));
+    let mut volumes = Vec::new();
+    if service.control {
+        volumes.push(s(format!("control-token:{TOKEN_DIR}:ro")));
+    }
     let mut entries = vec![
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
         ("command".to_owned(), flow(service.command())),
-        ("environment".to_owned(), Node::Map(env)),
     ];
+    if let Some((volume, labels, ca)) = tls {
+        volumes.push(volume);
+        env.push(ca);
+        entries.push(labels);
+        entries.push((
+            "healthcheck".to_owned(),
+            healthcheck(&service.health_command()),
+        ));
+    }
+    entries.push(("environment".to_owned(), Node::Map(env)));
     if service.net_faults {
         entries.push(("cap_add".to_owned(), flow(["NET_ADMIN"])));
     }
+    if !volumes.is_empty() {
+        entries.push(("volumes".to_owned(), Node::Seq(volumes)));
+    }
     if service.control {
-        entries.push((
-            "volumes".to_owned(),
-            Node::Seq(vec![s(format!("control-token:{TOKEN_DIR}:ro"))]),
-        ));
         entries.push((
             "depends_on".to_owned(),
             map([(
@@ -215,7 +296,26 @@ fn mesh_service(service: &Service) -> Node {
     Node::Map(entries)
 }
 
-fn orchestrator(services: &[Service], sampling: f64, token: bool, options: &Options) -> Node {
+/// A tailmesh container's health check running `command`.
+fn healthcheck(command: &[String]) -> Node {
+    let mut test = vec!["CMD".to_owned()];
+    test.extend(command.iter().cloned());
+    map([
+        ("test", flow(test)),
+        ("interval", s("1s")),
+        ("timeout", s("3s")),
+        ("retries", Node::Raw("60".into())),
+    ])
+}
+
+fn orchestrator(
+    services: &[Service],
+    sampling: f64,
+    token: bool,
+    options: &Options,
+    tls: Option<&TlsFolder>,
+    scenario_sha256: &str,
+) -> Node {
     let mut depends: Vec<(String, Node)> = services
         .iter()
         .map(|svc| (svc.name.clone(), map([("condition", s("service_healthy"))])))
@@ -237,13 +337,19 @@ fn orchestrator(services: &[Service], sampling: f64, token: bool, options: &Opti
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
         (
             "command".to_owned(),
-            flow(orchestrator_command(sampling, None)),
+            flow(orchestrator_command(sampling, None, tls.is_some())),
         ),
         (
             "healthcheck".to_owned(),
             map([("disable", Node::Raw("true".into()))]),
         ),
     ];
+    if let Some(tls) = tls {
+        let (volume, labels, ca) = tls_parts(super::tls::ORCHESTRATOR, tls, scenario_sha256);
+        volumes.push(volume);
+        env.push(ca);
+        entries.push(labels);
+    }
     if !env.is_empty() {
         entries.push(("environment".to_owned(), Node::Map(env)));
     }

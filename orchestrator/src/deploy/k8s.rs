@@ -14,18 +14,26 @@
 //! throttling would add tail latency of its own), and NET_ADMIN only where
 //! a network fault is applied; those pods and the orchestrator read the
 //! Control token from the Secret `tailmesh-control`, created by the user.
+//!
+//! With `[mesh] tls` on, `15-tls.yaml` is a Secret `tailmesh-tls` with a
+//! CA made for this generation and each TLS pod's certificate and key;
+//! each pod sees its own at `/etc/tailmesh/tls` and is probed by `tailmesh
+//! health --tls-dir` (exec), the kubelet's gRPC probe being plaintext.
 
 use std::path::Path;
 
 use super::{
     DeployError, Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV,
-    TRACE_PORT, digest, needs_token, orchestrator_command, project_name, services,
+    TRACE_PORT, digest, needs_token, orchestrator_command, project_name, services, tls,
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
 
 /// The Secret holding the Control token (key `token`).
 pub const TOKEN_SECRET: &str = "tailmesh-control";
+/// The Secret holding the TLS material (`ca.crt`, `<service>.crt`,
+/// `<service>.key`), written by `tailmesh k8s` when a variant uses TLS.
+pub const TLS_SECRET: &str = "tailmesh-tls";
 /// Where pods mount the scenario ConfigMap.
 const SCENARIO_DIR: &str = "/etc/tailmesh";
 
@@ -63,6 +71,22 @@ pub fn generate(
     let ns = project_name(scenario);
     let token = needs_token(&services);
     let digest = digest(text);
+    // A CA for this generation and every TLS service's certificate, for
+    // each name its Service answers to in the cluster.
+    let identities = tls::identities(&services, |name| {
+        vec![
+            name.to_owned(),
+            format!("{name}.{ns}"),
+            format!("{name}.{ns}.svc"),
+            format!("{name}.{ns}.svc.cluster.local"),
+        ]
+    });
+    let material = if identities.is_empty() {
+        None
+    } else {
+        Some(tls::issue(&ns, &identities).map_err(|e| DeployError::Tls(Box::new(e.into())))?)
+    };
+    let ca_sha256 = material.as_ref().map(|m| m.ca_sha256.as_str());
     let meta = |name: &str, component: &str| {
         map([
             ("name", s(name)),
@@ -120,6 +144,24 @@ pub fn generate(
         ])]),
     ));
 
+    if let Some(material) = &material {
+        let mut data = vec![("ca.crt".to_owned(), Node::Block(material.ca_pem.clone()))];
+        for (name, issued) in &material.issued {
+            data.push((format!("{name}.crt"), Node::Block(issued.cert_pem.clone())));
+            data.push((format!("{name}.key"), Node::Block(issued.key_pem.clone())));
+        }
+        files.push((
+            "15-tls.yaml".to_owned(),
+            doc(vec![map([
+                ("apiVersion", s("v1")),
+                ("kind", s("Secret")),
+                ("metadata", meta(TLS_SECRET, "tls")),
+                ("type", s("Opaque")),
+                ("stringData", Node::Map(data)),
+            ])]),
+        ));
+    }
+
     let sampling = scenario.telemetry.sampling;
     let mut mesh = Vec::new();
     for service in &services {
@@ -127,11 +169,13 @@ pub fn generate(
             Role::Hop { .. } => "hop",
             Role::Broker { .. } => "broker",
         };
-        let pod = mesh_pod(service, options);
+        let ca = ca_sha256.filter(|_| service.tls.is_on() && service.broker_image().is_none());
+        let pod = mesh_pod(service, options, ca);
         mesh.push(deployment(
             meta(&service.name, component),
             &service.name,
             &digest,
+            ca,
             pod,
         ));
         let port = service.broker_image().map_or(SERVICE_PORT, |b| b.port);
@@ -165,7 +209,13 @@ pub fn generate(
     files.push((
         "30-jaeger.yaml".to_owned(),
         doc(vec![
-            deployment(meta("jaeger", "jaeger"), "jaeger", &digest, jaeger_pod),
+            deployment(
+                meta("jaeger", "jaeger"),
+                "jaeger",
+                &digest,
+                None,
+                jaeger_pod,
+            ),
             cluster_service(
                 meta("jaeger", "jaeger"),
                 "jaeger",
@@ -203,6 +253,7 @@ pub fn generate(
                 options,
                 sampling,
                 token,
+                ca_sha256,
             ),
         ]),
     ));
@@ -239,8 +290,9 @@ fn requests(cpu: &str, memory: &str) -> Node {
 }
 
 /// A Deployment of one pod, labelled to match its Service, annotated with
-/// the scenario's digest so a changed scenario rolls the pod.
-fn deployment(metadata: Node, name: &str, digest: &str, pod: Node) -> Node {
+/// the scenario's digest (and its CA's, with TLS) so a changed scenario or
+/// new certificates roll the pod.
+fn deployment(metadata: Node, name: &str, digest: &str, ca: Option<&str>, pod: Node) -> Node {
     let selector = map([("tailmesh/service", s(name))]);
     map([
         ("apiVersion", s("apps/v1")),
@@ -251,24 +303,26 @@ fn deployment(metadata: Node, name: &str, digest: &str, pod: Node) -> Node {
             map([
                 ("replicas", Node::Raw("1".into())),
                 ("selector", map([("matchLabels", selector.clone())])),
-                ("template", pod_template(name, digest, pod)),
+                ("template", pod_template(name, digest, ca, pod)),
             ]),
         ),
     ])
 }
 
 /// The pod template of `name`: labelled to match its Service, annotated
-/// with the scenario's digest so a changed scenario replaces the pod.
-fn pod_template(name: &str, digest: &str, spec: Node) -> Node {
+/// with the scenario's digest and its CA's (`ca`, with TLS) so a changed
+/// scenario or new certificates replace the pod.
+fn pod_template(name: &str, digest: &str, ca: Option<&str>, spec: Node) -> Node {
+    let mut annotations = vec![("tailmesh/scenario-sha256".to_owned(), s(digest))];
+    if let Some(ca) = ca {
+        annotations.push(("tailmesh/tls-ca-sha256".to_owned(), s(ca)));
+    }
     map([
         (
             "metadata",
             map([
                 ("labels", map([("tailmesh/service", s(name))])),
-                (
-                    "annotations",
-                    map([("tailmesh/scenario-sha256", s(digest))]),
-                ),
+                ("annotations", Node::Map(annotations)),
             ]),
         ),
         ("spec", spec),
@@ -314,12 +368,50 @@ fn env_var(name: &str, value: impl Into<String>) -> Node {
     map([("name", s(name)), ("value", s(value))])
 }
 
-/// The volumes (scenario, token when `token`) and their mounts.
-fn volumes(token: bool) -> (Vec<Node>, Vec<Node>) {
-    let mut volumes = vec![map([
-        ("name", s("scenario")),
-        ("configMap", map([("name", s("scenario"))])),
-    ])];
+/// The volumes (scenario, token when `token`) and their mounts. With
+/// `tls` (the identity whose certificate the pod holds), the scenario's
+/// volume also projects the TLS Secret's CA and that identity's
+/// certificate and key into `tls/` ([`tls::TLS_DIR`] in the pod), so no
+/// volume is mounted inside another.
+fn volumes(token: bool, tls: Option<&str>) -> (Vec<Node>, Vec<Node>) {
+    let scenario = match tls {
+        None => map([
+            ("name", s("scenario")),
+            ("configMap", map([("name", s("scenario"))])),
+        ]),
+        Some(identity) => {
+            let item = |key: String, file: &str| {
+                map([("key", s(key)), ("path", s(format!("tls/{file}")))])
+            };
+            map([
+                ("name", s("scenario")),
+                (
+                    "projected",
+                    map([(
+                        "sources",
+                        Node::Seq(vec![
+                            map([("configMap", map([("name", s("scenario"))]))]),
+                            map([(
+                                "secret",
+                                map([
+                                    ("name", s(TLS_SECRET)),
+                                    (
+                                        "items",
+                                        Node::Seq(vec![
+                                            item("ca.crt".to_owned(), tls::CA_FILE),
+                                            item(format!("{identity}.crt"), tls::CERT_FILE),
+                                            item(format!("{identity}.key"), tls::KEY_FILE),
+                                        ]),
+                                    ),
+                                ]),
+                            )]),
+                        ]),
+                    )]),
+                ),
+            ])
+        }
+    };
+    let mut volumes = vec![scenario];
     let mut mounts = vec![map([
         ("name", s("scenario")),
         ("mountPath", s(SCENARIO_DIR)),
@@ -339,7 +431,7 @@ fn volumes(token: bool) -> (Vec<Node>, Vec<Node>) {
     (volumes, mounts)
 }
 
-fn mesh_pod(service: &Service, options: &Options) -> Node {
+fn mesh_pod(service: &Service, options: &Options, ca: Option<&str>) -> Node {
     if let Some(broker) = service.broker_image() {
         let env = broker
             .env
@@ -372,12 +464,28 @@ fn mesh_pod(service: &Service, options: &Options) -> Node {
         ]);
         return map([("containers", Node::Seq(vec![Node::Map(container)]))]);
     }
-    let env = service
+    let mut env: Vec<Node> = service
         .env()
         .into_iter()
         .map(|(k, v)| env_var(&k, v))
         .collect();
-    let (volumes, mounts) = volumes(service.control);
+    if let Some(ca) = ca {
+        env.push(env_var(tls::CA_SHA256_ENV, ca));
+    }
+    let (volumes, mounts) = volumes(service.control, ca.map(|_| service.name.as_str()));
+    // The kubelet's gRPC probe speaks plaintext: a TLS pod is probed by
+    // `tailmesh health` over TLS, with its own certificate.
+    let probe = match ca {
+        None => map([
+            ("grpc", map([("port", Node::Raw(SERVICE_PORT.to_string()))])),
+            ("periodSeconds", Node::Raw("2".into())),
+        ]),
+        Some(_) => map([
+            ("exec", map([("command", flow(service.health_command()))])),
+            ("periodSeconds", Node::Raw("2".into())),
+            ("timeoutSeconds", Node::Raw("5".into())),
+        ]),
+    };
     let mut container = vec![
         ("name".to_owned(), s("tailmesh")),
         ("image".to_owned(), s(&options.image)),
@@ -388,13 +496,7 @@ fn mesh_pod(service: &Service, options: &Options) -> Node {
             "ports".to_owned(),
             Node::Seq(vec![port("grpc", SERVICE_PORT)]),
         ),
-        (
-            "readinessProbe".to_owned(),
-            map([
-                ("grpc", map([("port", Node::Raw(SERVICE_PORT.to_string()))])),
-                ("periodSeconds", Node::Raw("2".into())),
-            ]),
-        ),
+        ("readinessProbe".to_owned(), probe),
         ("resources".to_owned(), requests("250m", "64Mi")),
         ("volumeMounts".to_owned(), Node::Seq(mounts)),
     ];
@@ -416,8 +518,9 @@ fn orchestrator_job(
     options: &Options,
     sampling: f64,
     token: bool,
+    ca: Option<&str>,
 ) -> Node {
-    let (mut volumes, mut mounts) = volumes(token);
+    let (mut volumes, mut mounts) = volumes(token, ca.map(|_| tls::ORCHESTRATOR));
     volumes.push(map([
         ("name", s("results")),
         ("persistentVolumeClaim", map([("claimName", s("results"))])),
@@ -427,6 +530,9 @@ fn orchestrator_job(
     if token {
         env.push(env_var(TOKEN_FILE_ENV, TOKEN_FILE));
     }
+    if let Some(ca) = ca {
+        env.push(env_var(tls::CA_SHA256_ENV, ca));
+    }
     let mut container = vec![
         ("name".to_owned(), s("orchestrator")),
         ("image".to_owned(), s(&options.image)),
@@ -435,7 +541,7 @@ fn orchestrator_job(
         // Compose, whose orchestrator starts once the hops are healthy.
         (
             "args".to_owned(),
-            flow(orchestrator_command(sampling, Some("10m"))),
+            flow(orchestrator_command(sampling, Some("10m"), ca.is_some())),
         ),
     ];
     if !env.is_empty() {
@@ -463,6 +569,7 @@ fn orchestrator_job(
                     pod_template(
                         "orchestrator",
                         digest,
+                        ca,
                         map([
                             ("restartPolicy", s("Never")),
                             ("containers", Node::Seq(vec![Node::Map(container)])),

@@ -15,14 +15,18 @@
 //!   --attach`), so both always agree;
 //! - hops export spans to the orchestrator's receiver on [`TRACE_PORT`];
 //! - fault agents and the orchestrator share a Control token read from the
-//!   file named by [`TOKEN_FILE_ENV`].
+//!   file named by [`TOKEN_FILE_ENV`];
+//! - with `[mesh] tls` on, every tailmesh container reads its CA,
+//!   certificate and key from [`tls::TLS_DIR`] (`--tls-dir`), made per
+//!   deployment by [`tls`].
 
 pub mod brokers;
 pub mod compose;
 pub mod k8s;
+pub mod tls;
 mod yaml;
 
-use tailmesh_services::model::BrokerKind;
+use tailmesh_services::{model::BrokerKind, tls::TlsMode};
 
 pub use crate::plan::{BROKER, Role};
 use crate::{
@@ -68,6 +72,9 @@ pub enum DeployError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// The deployment's TLS material could not be made, reused or read.
+    #[error("TLS: {0}")]
+    Tls(#[source] Box<tls::TlsDirError>),
     /// The Control token could not be written.
     #[error("write the Control token to {}: {source}", path.display())]
     Token {
@@ -108,6 +115,9 @@ pub struct Service {
     trace_env: Vec<(String, String)>,
     /// The broker a broker service runs (its image when not tailmesh's).
     pub broker: BrokerKind,
+    /// Its variant's `[mesh] tls`: with TLS on it reads its certificate
+    /// from [`tls::TLS_DIR`].
+    pub tls: TlsMode,
 }
 
 /// Every service of every variant, in start order (each variant's broker
@@ -126,14 +136,6 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
         ));
     }
     for variant in &scenario.variants {
-        if variant.mesh.tls.is_on() {
-            problems.push(format!(
-                "variant {:?}: [mesh] tls = {:?} is not deployable yet (the certificates are made \
-                 per run by the local launcher); run it with `tailmesh run`, or set tls = \"off\"",
-                variant.name,
-                variant.mesh.tls.as_str()
-            ));
-        }
         let naming = Naming::for_variant(scenario, variant, SERVICE_PORT);
         let plan = MeshPlan::new(scenario, variant);
         for process in &plan.processes {
@@ -193,6 +195,7 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                     &variant.name,
                 ),
                 broker: variant.broker,
+                tls: variant.mesh.tls,
             });
         }
     }
@@ -220,7 +223,7 @@ impl Service {
     /// The tailmesh arguments its container runs.
     pub fn command(&self) -> Vec<String> {
         let listen = format!("0.0.0.0:{SERVICE_PORT}");
-        let args: Vec<String> = match &self.role {
+        let mut args: Vec<String> = match &self.role {
             Role::Hop { hop, replica } => vec![
                 "hop".into(),
                 "--scenario".into(),
@@ -238,9 +241,42 @@ impl Service {
                 bounds,
             } => crate::plan::broker_args(topics, disciplines, *bounds),
         };
+        if self.tls.is_on() {
+            match &self.role {
+                Role::Hop { .. } => args.extend(["--tls-dir".into(), tls::TLS_DIR.into()]),
+                Role::Broker { .. } => {
+                    let at = |file: &str| format!("{}/{file}", tls::TLS_DIR);
+                    args.extend([
+                        "--tls-ca".into(),
+                        at(tls::CA_FILE),
+                        "--tls-cert".into(),
+                        at(tls::CERT_FILE),
+                        "--tls-key".into(),
+                        at(tls::KEY_FILE),
+                    ]);
+                    if self.tls == TlsMode::Mtls {
+                        args.push("--tls-mutual".into());
+                    }
+                }
+            }
+        }
         args.into_iter()
             .chain(["--listen".to_owned(), listen])
             .collect()
+    }
+
+    /// The command of its health check (`tailmesh health`, over TLS with
+    /// its own certificate when its variant uses TLS).
+    pub fn health_command(&self) -> Vec<String> {
+        let mut command = vec![
+            "tailmesh".to_owned(),
+            "health".to_owned(),
+            format!("127.0.0.1:{SERVICE_PORT}"),
+        ];
+        if self.tls.is_on() {
+            command.extend(["--tls-dir".to_owned(), tls::TLS_DIR.to_owned()]);
+        }
+        command
     }
 
     /// Its environment: where its spans go (when tracing), its variant,
@@ -264,8 +300,9 @@ impl Service {
 /// the running services, results in /results, spans forwarded to Jaeger
 /// when the scenario traces (Jaeger need not be up: spans it cannot take
 /// are counted, and the run's traces.jaeger.json has them all), waiting up
-/// to `attach_timeout` for each service when given.
-pub fn orchestrator_command(sampling: f64, attach_timeout: Option<&str>) -> Vec<String> {
+/// to `attach_timeout` for each service when given, its TLS material in
+/// [`tls::TLS_DIR`] with `tls`.
+pub fn orchestrator_command(sampling: f64, attach_timeout: Option<&str>, tls: bool) -> Vec<String> {
     let mut command: Vec<String> = [
         "run",
         SCENARIO_PATH,
@@ -283,6 +320,10 @@ pub fn orchestrator_command(sampling: f64, attach_timeout: Option<&str>) -> Vec<
     if let Some(timeout) = attach_timeout {
         command.push("--attach-timeout".to_owned());
         command.push(timeout.to_owned());
+    }
+    if tls {
+        command.push("--tls-dir".to_owned());
+        command.push(tls::TLS_DIR.to_owned());
     }
     command
 }

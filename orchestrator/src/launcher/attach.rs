@@ -28,6 +28,9 @@ pub struct Attach {
     pub token: Option<String>,
     /// How long to wait for each service to answer health checks.
     pub ready_timeout: Duration,
+    /// The orchestrator's TLS material (`ca.crt`, `tls.crt`, `tls.key`),
+    /// for a deployment whose variants use TLS.
+    pub tls_dir: Option<std::path::PathBuf>,
 }
 
 /// Finds a variant's services by name.

@@ -25,7 +25,7 @@ use std::{
     fmt,
     fs::File,
     io::{Read, Seek, SeekFrom},
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
     process::ExitStatus,
@@ -57,6 +57,23 @@ impl AnyLauncher {
             Self::Local(l) => l.launch(spec).await.map(|l| l.addr.into()),
             Self::Netns(l) => l.launch(spec).await.map(|l| l.addr.into()),
             Self::Attached(l) => l.launch(&spec.name).await,
+        }
+    }
+
+    /// The address the process `name` will listen on, when the launcher
+    /// decides it before the process starts: the netns launcher creates
+    /// the namespace (and its address) here, so a certificate can name
+    /// it. `None` for the local launcher (127.0.0.1) and attached.
+    pub fn address_before_launch(&mut self, name: &str) -> Result<Option<IpAddr>, LaunchError> {
+        match self {
+            Self::Netns(l) => l
+                .member(name)
+                .map(|m| Some(IpAddr::V4(m.addr)))
+                .map_err(|e| LaunchError::Network {
+                    name: name.to_owned(),
+                    why: e.to_string(),
+                }),
+            Self::Local(_) | Self::Attached(_) => Ok(None),
         }
     }
 
@@ -365,6 +382,9 @@ pub enum LaunchError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The process's network namespace could not be made (netns).
+    #[error("{name}: its network namespace: {why}")]
+    Network { name: String, why: String },
     /// The program could not be started at all.
     #[error("{name}: cannot start {}: {source}", program.display())]
     Spawn {
@@ -436,6 +456,7 @@ impl LaunchError {
             LaunchError::InvalidName { name, .. }
             | LaunchError::Files { name, .. }
             | LaunchError::Spawn { name, .. }
+            | LaunchError::Network { name, .. }
             | LaunchError::ExitedBeforeReady { name, .. }
             | LaunchError::NotReady { name, .. }
             | LaunchError::Unreachable { name, .. }

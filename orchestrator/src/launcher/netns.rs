@@ -14,7 +14,7 @@ use std::{ffi::OsString, fmt, io, net::IpAddr, path::PathBuf, time::Duration};
 use tailmesh_netfault::{
     Place,
     agent::AgentEnv,
-    netns::{NetnsError, Network},
+    netns::{Member, NetnsError, Network},
     tool::find_in_path,
 };
 
@@ -69,16 +69,24 @@ impl NetnsLauncher {
         &self.token
     }
 
-    /// Starts `spec` in a new namespace, listening on its address.
+    /// The namespace of the process `name`, created (with its address)
+    /// if it has none yet: what must be known before the process starts,
+    /// such as the address its TLS certificate names.
+    pub fn member(&mut self, name: &str) -> Result<Member, NetnsError> {
+        if let Some(member) = self.net.members().iter().find(|m| m.name == name) {
+            return Ok(member.clone());
+        }
+        self.net.add_member(name)
+    }
+
+    /// Starts `spec` in its namespace ([`NetnsLauncher::member`]: the one
+    /// made for it beforehand, or a new one), listening on its address.
     pub async fn launch(&mut self, spec: ProcessSpec) -> Result<Launched, LaunchError> {
-        let member = self
-            .net
-            .add_member(&spec.name)
-            .map_err(|e| LaunchError::Spawn {
-                name: spec.name.clone(),
-                program: spec.program.clone(),
-                source: io::Error::other(e.to_string()),
-            })?;
+        let member = self.member(&spec.name).map_err(|e| LaunchError::Spawn {
+            name: spec.name.clone(),
+            program: spec.program.clone(),
+            source: io::Error::other(e.to_string()),
+        })?;
         let mut args: Vec<OsString> = vec![
             "netns".into(),
             "exec".into(),

@@ -88,24 +88,35 @@ pub(super) fn client_tls(
     options: &RunOptions,
 ) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, RunError> {
     let mesh = plan.variant.mesh;
+    if !mesh.tls.is_on() {
+        return Ok(None);
+    }
+    // Attached: the deployment's CA and the orchestrator's certificate.
+    if let Some(dir) = options.attach.as_ref().and_then(|a| a.tls_dir.as_ref()) {
+        return crate::deploy::tls::client_in(dir, mesh.tls_resumption)
+            .map(Some)
+            .map_err(|e| RunError::TlsDir(Box::new(e)));
+    }
     match &options.tls_ca {
-        Some(ca) if mesh.tls.is_on() => Ok(Some(ca.client_config(
+        Some(ca) => Ok(Some(ca.client_config(
             "tailmesh",
             mesh.tls == TlsMode::Mtls,
             mesh.tls_resumption,
         )?)),
-        _ => Ok(None),
+        None => Ok(None),
     }
 }
 
 /// `process`'s certificate and key, written to the run's `tls/<variant>/`
 /// folder beside the CA's certificate; `None` when the variant runs
 /// plaintext. The certificate names 127.0.0.1 and localhost (the local
-/// launcher's addresses) and the process's name.
+/// launcher's addresses), the process's name, and `own` when the launcher
+/// gives the process an address of its own (netns: its namespace's).
 fn tls_files(
     process: &Process,
     plan: &MeshPlan,
     options: &RunOptions,
+    own: Option<std::net::IpAddr>,
 ) -> Result<Option<TlsFiles>, RunError> {
     let mesh = plan.variant.mesh;
     let Some(ca) = options.tls_ca.as_ref().filter(|_| mesh.tls.is_on()) else {
@@ -117,11 +128,12 @@ fn tls_files(
         path: dir.clone(),
         source,
     })?;
-    let names = [
+    let mut names = vec![
         "127.0.0.1".to_owned(),
         "localhost".to_owned(),
         process.name.clone(),
     ];
+    names.extend(own.map(|ip| ip.to_string()));
     Ok(Some(ca.write_files(
         &dir,
         &process.name,
@@ -357,14 +369,26 @@ fn spec_of(
     process: &Process,
     plan: &MeshPlan,
     options: &RunOptions,
-    launcher: &AnyLauncher,
+    launcher: &mut AnyLauncher,
     addrs: &Addrs,
 ) -> Result<ProcessSpec, RunError> {
     let spec = ProcessSpec::new(&process.name, &options.exe);
     if matches!(launcher, AnyLauncher::Attached(_)) {
         return Ok(spec);
     }
-    let tls = tls_files(process, plan, options)?;
+    let tls = if plan.variant.mesh.tls.is_on() {
+        // Under netns the namespace, and so the address the certificate
+        // must name, exists before the process.
+        let own = launcher
+            .address_before_launch(&process.name)
+            .map_err(|source| RunError::Launch {
+                variant: plan.variant.name.clone(),
+                source: Box::new(source),
+            })?;
+        tls_files(process, plan, options, own)?
+    } else {
+        None
+    };
     let spec = match &process.role {
         Role::Broker {
             topics,

@@ -73,12 +73,17 @@ pub enum RunError {
     /// The run's CA or a certificate could not be made or written.
     #[error("TLS: {0}")]
     Tls(#[from] tailmesh_services::tls::TlsError),
-    /// Attached to a deployment, which carries no certificates.
+    /// Attached to a TLS deployment without the orchestrator's certificates.
     #[error(
-        "variant \"{variant}\": [mesh] tls = \"{mode}\" cannot run attached to a deployment \
-         (deployments carry no certificates yet); run it with the local launcher"
+        "variant \"{variant}\": [mesh] tls = \"{mode}\": attached, the orchestrator needs the \
+         deployment's CA and its own certificate: give their folder with --tls-dir (tailmesh \
+         compose and tailmesh k8s mount it at {})",
+        crate::deploy::tls::TLS_DIR
     )]
     TlsAttached { variant: String, mode: &'static str },
+    /// The orchestrator's TLS folder is unusable (attached).
+    #[error("TLS: {0}")]
+    TlsDir(#[from] Box<crate::deploy::tls::TlsDirError>),
     /// A hop or broker process could not be started.
     #[error("variant \"{variant}\": {source}")]
     Launch {
@@ -286,7 +291,7 @@ pub(crate) async fn run_variants(
         .iter()
         .map(|variant| MeshPlan::new(scenario, variant))
         .collect();
-    if options.attach.is_some()
+    if options.attach.as_ref().is_some_and(|a| a.tls_dir.is_none())
         && let Some(v) = scenario.variants.iter().find(|v| v.mesh.tls.is_on())
     {
         return Err(RunError::TlsAttached {
@@ -294,20 +299,23 @@ pub(crate) async fn run_variants(
             mode: v.mesh.tls.as_str(),
         });
     }
-    // One CA for the run, made before anything starts.
+    // One CA for the run, made before anything starts (attached, the
+    // deployment's CA signed everything already).
     let with_ca;
-    let options =
-        if options.tls_ca.is_none() && scenario.variants.iter().any(|v| v.mesh.tls.is_on()) {
-            let mut o = options.clone();
-            o.tls_ca = Some(Arc::new(tailmesh_services::tls::Authority::new(&format!(
-                "tailmesh run CA ({})",
-                scenario.name
-            ))?));
-            with_ca = o;
-            &with_ca
-        } else {
-            options
-        };
+    let options = if options.attach.is_none()
+        && options.tls_ca.is_none()
+        && scenario.variants.iter().any(|v| v.mesh.tls.is_on())
+    {
+        let mut o = options.clone();
+        o.tls_ca = Some(Arc::new(tailmesh_services::tls::Authority::new(&format!(
+            "tailmesh run CA ({})",
+            scenario.name
+        ))?));
+        with_ca = o;
+        &with_ca
+    } else {
+        options
+    };
     // Every variant's launcher is checked before the first one starts.
     let mut launchers = Vec::with_capacity(plans.len());
     for plan in &plans {

@@ -7,7 +7,7 @@ use tailmesh_services::{
 };
 
 use super::error::Problems;
-use super::model::{Hop, Launcher, Mesh};
+use super::model::{Hop, Mesh};
 use super::read::Section;
 use super::tree::Value;
 
@@ -49,15 +49,12 @@ pub(super) fn mesh(s: &Section<'_>, p: &mut Problems) -> Option<Mesh> {
 }
 
 /// Reports TLS that the rest of the variant cannot provide: another broker
-/// than tailmesh's (whose clients here speak plaintext to it), and the
-/// netns launcher (its addresses are given at launch, after the
-/// certificates naming them would have to be issued).
+/// than tailmesh's, whose clients here speak plaintext to it.
 pub(super) fn check_support(
     s: &Section<'_>,
     p: &mut Problems,
     mesh: &Mesh,
     broker: BrokerKind,
-    launcher: Option<Launcher>,
     hops: &[Hop],
 ) {
     if !mesh.tls.is_on() {
@@ -77,23 +74,6 @@ pub(super) fn check_support(
                  \"tailmesh\") supports TLS",
                 mesh.tls.as_str(),
                 broker.as_str()
-            ),
-        );
-    }
-    let netns = launcher == Some(Launcher::Netns)
-        || (launcher != Some(Launcher::Local)
-            && hops
-                .iter()
-                .any(|h| h.net.is_some() || !h.replica_net.is_empty()));
-    if netns {
-        s.report(
-            p,
-            span,
-            format!(
-                "mesh.tls = \"{}\" cannot go with the netns launcher (launcher = \"netns\", or \
-                 network faults): its addresses are given at launch, after the certificates \
-                 that must name them; use the local launcher, or tls = \"off\"",
-                mesh.tls.as_str()
             ),
         );
     }
@@ -197,7 +177,7 @@ name = "b"
     }
 
     #[test]
-    fn tls_with_another_broker_or_the_netns_launcher_is_refused_at_the_key() {
+    fn tls_with_another_broker_is_refused_at_the_key_and_the_netns_launcher_takes_it() {
         let pulled = BASE.replace("name = \"b\"", "name = \"b\"\ntransport = \"pull\"");
         for kind in ["rabbitmq", "nats"] {
             let problem = problems(&format!(
@@ -217,10 +197,14 @@ name = "b"
         let unused = format!("{BASE}[broker]\nkind = \"nats\"\n[mesh]\ntls = true\n");
         assert_eq!(meshes(&unused)[0].1.tls, TlsMode::Tls);
 
-        let netns = problems(&format!("launcher = \"netns\"\n{BASE}[mesh]\ntls = true\n"));
-        assert!(
-            netns.contains("t.toml:13:7") && netns.contains("netns"),
-            "{netns}"
+        // The netns launcher issues each certificate once the namespace,
+        // and so the address it names, exists.
+        let netns = format!("launcher = \"netns\"\n{BASE}[mesh]\ntls = \"mtls\"\n");
+        assert_eq!(meshes(&netns)[0].1.tls, TlsMode::Mtls);
+        let faulty = BASE.replace("name = \"b\"", "name = \"b\"\nnet = { loss = 0.01 }");
+        assert_eq!(
+            meshes(&format!("{faulty}[mesh]\ntls = true\n"))[0].1.tls,
+            TlsMode::Tls
         );
     }
 }

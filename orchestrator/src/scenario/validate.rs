@@ -274,7 +274,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         Some(Some(section)) => {
             let mesh = super::mesh::mesh(&section, &mut p);
             if let (Some(mesh), Some(broker), Some(hops)) = (&mesh, &broker, &hops) {
-                super::mesh::check_support(&section, &mut p, mesh, broker.kind, launcher, hops);
+                super::mesh::check_support(&section, &mut p, mesh, broker.kind, hops);
             }
             mesh
         }

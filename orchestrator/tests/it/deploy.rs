@@ -4,7 +4,8 @@
 //! (kubernetes-validate, offline) and the Compose file `docker compose
 //! config`; undeployable scenarios are refused with the reason; and a hop
 //! started the way a container starts it (`tailmesh hop --scenario`)
-//! serves and answers `tailmesh health`.
+//! serves and answers `tailmesh health`; with TLS, the certificate folder
+//! and Secret, and an attached mTLS run by service names (root).
 //!
 //! The running Compose deployment itself is exercised by CI (`.ci/docker`),
 //! which needs a Docker engine. Without kubernetes-validate or docker
@@ -30,6 +31,9 @@ tests! {
     sync a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks,
     sync the_token_service_writes_a_private_token_once,
     sync attaching_to_a_missing_deployment_names_the_service_it_waited_for,
+    sync a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret,
+    sync a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls,
+    sync an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders,
 }
 
 fn repo() -> PathBuf {
@@ -123,11 +127,9 @@ fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas()
         let text = std::fs::read_to_string(&path).expect("read a scenario");
         let scenario = tailmesh::scenario::parse(&text, &path.display().to_string())
             .unwrap_or_else(|e| panic!("{e}"));
-        // Deployments carry no certificates, cannot kill a replica and
-        // run no services yet: both generators refuse, saying why.
-        let refusal = if scenario.variants.iter().any(|v| v.mesh.tls.is_on()) {
-            Some("[mesh] tls")
-        } else if scenario
+        // Deployments cannot kill a replica and run no services yet: both
+        // generators refuse, saying why.
+        let refusal = if scenario
             .variants
             .iter()
             .any(|v| v.hops.iter().any(|h| h.kill.is_some()))
@@ -160,8 +162,23 @@ fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas()
             std::fs::write(&file, body).expect("write a manifest");
             files.push(file);
         }
-        // The Compose file generates too.
-        compose::generate(&scenario, &text, &compose::Options::default())
+        // The Compose file generates too; with TLS, given the folder of
+        // its certificates (without, it asks for one).
+        let tls = scenario.variants.iter().any(|v| v.mesh.tls.is_on());
+        if tls {
+            let error = compose::generate(&scenario, &text, &compose::Options::default())
+                .expect_err("TLS without a folder")
+                .to_string();
+            assert!(error.contains("-o FILE"), "{}: {error}", path.display());
+        }
+        let options = compose::Options {
+            tls: tls.then(|| compose::TlsFolder {
+                path: "./tls".to_owned(),
+                ca_sha256: "00".repeat(32),
+            }),
+            ..compose::Options::default()
+        };
+        compose::generate(&scenario, &text, &options)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
     assert!(files.len() >= 5 * 12, "{} manifests", files.len());
@@ -593,4 +610,363 @@ fn attaching_to_a_missing_deployment_names_the_service_it_waited_for() {
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(20), "{stderr}");
+}
+
+/// Two hops under mutual TLS.
+const MTLS_HOPS: &str = r#"
+name = "sec"
+[load]
+mode = "open"
+rate = 10
+requests = 10
+[mesh]
+tls = "mtls"
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+"#;
+
+/// The SHA-256 of a file's text, hex.
+fn sha256_of(path: &Path) -> String {
+    tailmesh::deploy::digest(&std::fs::read_to_string(path).expect("read a certificate"))
+}
+
+/// `tailmesh compose` with TLS: refused without -o, saying so; with it, a
+/// folder beside the file with each service's and the orchestrator's CA,
+/// certificate and private key, mounted read-only where `--tls-dir` reads
+/// it, the CA's digest on every TLS service; generated again, the folder is
+/// reused; for another set of services, refused (never a second CA). And
+/// `tailmesh k8s`: a Secret with the same layout, each pod projecting its
+/// own, probed by `tailmesh health --tls-dir`.
+fn a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(dir.path(), MTLS_HOPS);
+    let out = tailmesh(dir.path(), &["compose", path_str(&scenario)]);
+    assert_eq!(out.code(), Some(2), "{}", out.output());
+    assert!(
+        out.stderr.contains("-o FILE") && out.stderr.contains("tailmesh-sec-tls"),
+        "{}",
+        out.output()
+    );
+    assert!(!dir.path().join("tailmesh-sec-tls").exists());
+
+    let deployed = dir.path().join("deployed");
+    std::fs::create_dir(&deployed).expect("a folder");
+    let file = deployed.join("compose.yml");
+    let out = tailmesh(
+        dir.path(),
+        &["compose", path_str(&scenario), "-o", path_str(&file)],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let folder = deployed.join("tailmesh-sec-tls");
+    let ca = sha256_of(&folder.join("orchestrator/ca.crt"));
+    for service in ["hop-a-0", "hop-b-0", "orchestrator"] {
+        let sub = folder.join(service);
+        assert_eq!(sha256_of(&sub.join("ca.crt")), ca, "{service}: one CA");
+        assert!(sub.join("tls.crt").is_file(), "{service}");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(sub.join("tls.key"))
+                .expect("a key")
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "{service}");
+    }
+    let compose = std::fs::read_to_string(&file).expect("the Compose file");
+    let services = service_blocks(&compose);
+    for (name, body) in &services {
+        if name == "jaeger" {
+            continue;
+        }
+        for expected in [
+            format!("./tailmesh-sec-tls/{name}:/etc/tailmesh/tls:ro"),
+            format!("tailmesh.tls-ca-sha256: {ca}"),
+            format!("TAILMESH_TLS_CA_SHA256: {ca}"),
+            "--tls-dir, /etc/tailmesh/tls".to_owned(),
+        ] {
+            assert!(body.contains(&expected), "{name}: {expected}\n{body}");
+        }
+    }
+    for hop in ["hop-a-0", "hop-b-0"] {
+        let (_, body) = services
+            .iter()
+            .find(|(n, _)| n == hop)
+            .unwrap_or_else(|| panic!("no {hop} in\n{compose}"));
+        assert!(
+            body.contains("health, \"127.0.0.1:7000\", --tls-dir, /etc/tailmesh/tls"),
+            "{hop}: {body}"
+        );
+    }
+    if docker_compose().is_ok() {
+        let out = Command::new("docker")
+            .args(["compose", "-f"])
+            .arg(&file)
+            .args(["config", "--quiet"])
+            .output()
+            .expect("docker compose config");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Again: the same folder, the same CA.
+    let out = tailmesh(
+        dir.path(),
+        &["compose", path_str(&scenario), "-o", path_str(&file)],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    assert!(out.stderr.contains("reusing"), "{}", out.output());
+    assert_eq!(sha256_of(&folder.join("hop-b-0/ca.crt")), ca);
+    // A third hop: its certificate cannot be issued without the CA's
+    // key, which is not kept: refused, naming the folder.
+    let grown = write(
+        dir.path(),
+        "grown.toml",
+        &format!("{MTLS_HOPS}[[hop]]\nname = \"c\"\n"),
+    );
+    let out = tailmesh(
+        dir.path(),
+        &["compose", path_str(&grown), "-o", path_str(&file)],
+    );
+    assert_eq!(out.code(), Some(2), "{}", out.output());
+    assert!(
+        out.stderr.contains("hop-c-0") && out.stderr.contains("rm -r"),
+        "{}",
+        out.output()
+    );
+    assert!(!folder.join("hop-c-0").exists());
+
+    // Kubernetes: the Secret, each pod's projection and exec probe.
+    let manifests = dir.path().join("k8s");
+    let out = tailmesh(
+        dir.path(),
+        &[
+            "k8s",
+            path_str(&scenario),
+            "--out-dir",
+            path_str(&manifests),
+        ],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let secret = std::fs::read_to_string(manifests.join("15-tls.yaml")).expect("15-tls.yaml");
+    for key in [
+        "ca.crt: |",
+        "hop-a-0.crt: |",
+        "hop-a-0.key: |",
+        "hop-b-0.key: |",
+        "orchestrator.key: |",
+        "kind: Secret",
+        "name: tailmesh-tls",
+    ] {
+        assert!(secret.contains(key), "{key}\n{secret}");
+    }
+    let mesh = std::fs::read_to_string(manifests.join("20-mesh.yaml")).expect("20-mesh.yaml");
+    assert_eq!(mesh.matches("key: hop-b-0.key").count(), 1, "{mesh}");
+    assert_eq!(mesh.matches("path: tls/tls.key").count(), 2, "{mesh}");
+    assert_eq!(
+        mesh.matches(
+            "command: [tailmesh, health, \"127.0.0.1:7000\", --tls-dir, /etc/tailmesh/tls]"
+        )
+        .count(),
+        2,
+        "{mesh}"
+    );
+    assert!(!mesh.contains("grpc:\n"), "no plaintext gRPC probe: {mesh}");
+    assert_eq!(mesh.matches("tailmesh/tls-ca-sha256").count(), 2, "{mesh}");
+    let job = std::fs::read_to_string(manifests.join("40-orchestrator.yaml")).expect("the Job");
+    assert!(
+        job.contains("key: orchestrator.key") && job.contains("--tls-dir, /etc/tailmesh/tls"),
+        "{job}"
+    );
+    let files: Vec<PathBuf> = ["15-tls.yaml", "20-mesh.yaml", "40-orchestrator.yaml"]
+        .iter()
+        .map(|f| manifests.join(f))
+        .collect();
+    match Command::new("kubernetes-validate")
+        .arg("--strict")
+        .arg("--quiet")
+        .args(&files)
+        .output()
+    {
+        Err(e) => skip(format!(
+            "kubernetes-validate not found ({e}); pip install kubernetes-validate"
+        )),
+        Ok(out) => assert!(
+            out.status.success(),
+            "kubernetes-validate refused the manifests:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// A TLS hop as its container starts it (`tailmesh hop --scenario ...
+/// --tls-dir`, here on loopback) with the folder `tailmesh compose` wrote:
+/// without the folder it says which flag is missing; with it, it serves
+/// TLS only, under its service name, and `tailmesh health --tls-dir`
+/// (another service's folder: mtls) finds it SERVING where a plaintext
+/// check does not; a folder of another CA than the deployment's is named.
+fn a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(dir.path(), MTLS_HOPS);
+    let scenario = path_str(&scenario);
+    let file = dir.path().join("compose.yml");
+    let out = tailmesh(dir.path(), &["compose", scenario, "-o", path_str(&file)]);
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let folder = dir.path().join("tailmesh-sec-tls");
+
+    // Without their folders, a hop and the attached orchestrator say
+    // which flag is missing, before reaching for anything.
+    let out = tailmesh(dir.path(), &["hop", "--scenario", scenario, "--hop", "b"]);
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(out.stderr.contains("--tls-dir"), "{}", out.output());
+    let results = dir.path().join("results");
+    let out = tailmesh(
+        dir.path(),
+        &["run", scenario, "--attach", "--results", path_str(&results)],
+    );
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr.contains("--tls-dir") && out.stderr.contains("mtls"),
+        "{}",
+        out.output()
+    );
+
+    let addr_file = dir.path().join("b.addr");
+    let mut hop = Running::start(
+        dir.path(),
+        &[
+            "hop",
+            "--scenario",
+            scenario,
+            "--hop",
+            "b",
+            "--tls-dir",
+            path_str(&folder.join("hop-b-0")),
+            "--listen",
+            "127.0.0.1:0",
+            "--addr-file",
+            path_str(&addr_file),
+        ],
+    );
+    let addr = hop.wait_for("the hop's address file", || {
+        std::fs::read_to_string(&addr_file)
+            .ok()
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+    });
+    let a = folder.join("hop-a-0");
+    let healthy = tailmesh(dir.path(), &["health", &addr, "--tls-dir", path_str(&a)]);
+    assert_eq!(healthy.code(), Some(0), "{}", healthy.output());
+    let plain = tailmesh(dir.path(), &["health", &addr, "--timeout", "2s"]);
+    assert_eq!(plain.code(), Some(1), "{}", plain.output());
+    crate::tls::assert_refuses_plaintext_http2(&addr);
+    // Its certificate names its service (what its callers dial).
+    let client = tailmesh::deploy::tls::client_in(&a, false).expect("a's material");
+    crate::tls::assert_serves_http2_over_tls(&addr, client, "hop-b-0");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(hop.pid()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal the hop");
+    let stopped = hop.wait();
+    assert_eq!(stopped.code(), Some(0), "{}", stopped.output());
+
+    // The deployment was generated with another CA: the hop says so.
+    let stale = Command::new(TAILMESH)
+        .args(["hop", "--scenario", scenario, "--hop", "b", "--tls-dir"])
+        .arg(folder.join("hop-b-0"))
+        .env(tailmesh::deploy::tls::CA_SHA256_ENV, "00".repeat(32))
+        .output()
+        .expect("run tailmesh hop");
+    let said = String::from_utf8_lossy(&stale.stderr);
+    assert_ne!(stale.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("generate the deployment file again") && said.contains(&"00".repeat(32)),
+        "{said}"
+    );
+}
+
+/// The deployment's mTLS end to end without a container runtime: in a
+/// network and mount namespace of their own (`unshare`, root), with an
+/// /etc/hosts naming each service (`hop-a-0` is 127.0.0.2 ...), the two
+/// hops run as their containers run them, each with its folder from
+/// `tailmesh compose -o`, and `tailmesh run --attach --tls-dir` with the
+/// orchestrator's: every request is answered, over connections that each
+/// had a TLS handshake verified against the services' names.
+fn an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders() {
+    if !tailmesh_netfault::tool::has_privilege() {
+        skip("a network and mount namespace of its own (unshare --net --mount) needs root");
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(dir.path(), MTLS_HOPS);
+    let file = dir.path().join("compose.yml");
+    let out = tailmesh(
+        dir.path(),
+        &["compose", path_str(&scenario), "-o", path_str(&file)],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let folder = dir.path().join("tailmesh-sec-tls");
+    let hosts = write(
+        dir.path(),
+        "hosts",
+        "127.0.0.1 localhost\n127.0.0.2 hop-a-0\n127.0.0.3 hop-b-0\n127.0.0.4 orchestrator\n",
+    );
+    let results = dir.path().join("results");
+    // The hops are the script's children, killed (by their pids) when it
+    // ends, however it ends; `timeout` bounds the run.
+    let script = r#"
+set -eu
+mount --bind "$HOSTS" /etc/hosts
+ip link set lo up
+hops=""
+trap 'for p in $hops; do kill "$p" 2>/dev/null || true; done; wait' EXIT
+for hop in b a; do
+  case $hop in a) ip=127.0.0.2 ;; b) ip=127.0.0.3 ;; esac
+  "$TAILMESH" hop --scenario "$SCENARIO" --hop "$hop" --tls-dir "$FOLDER/hop-$hop-0" \
+    --listen "$ip:7000" >"$RESULTS.hop-$hop.log" 2>&1 &
+  hops="$hops $!"
+done
+timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
+  --tls-dir "$FOLDER/orchestrator" --results "$RESULTS" --quiet
+"#;
+    let out = Command::new("unshare")
+        .args(["--net", "--mount", "sh", "-c", script])
+        .env("HOSTS", &hosts)
+        .env("TAILMESH", TAILMESH)
+        .env("SCENARIO", &scenario)
+        .env("FOLDER", &folder)
+        .env("RESULTS", &results)
+        .output()
+        .expect("run unshare");
+    let context = format!(
+        "{}\n--- stdout\n{}\n--- stderr\n{}\n--- hop a\n{}\n--- hop b\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        read_lossy(Path::new(&format!("{}.hop-a.log", results.display()))),
+        read_lossy(Path::new(&format!("{}.hop-b.log", results.display()))),
+    );
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    let summary = summary(&only_run_dir(&results));
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{context}");
+    assert_eq!(
+        summary.pointer("/environment/launcher"),
+        Some(&serde_json::Value::from("attached")),
+        "{context}"
+    );
+    assert_accounted(v, &context);
+    assert_eq!(u64_at(v, "/ok"), 10, "{context}");
+    let links = |key: &str| u64_at(v, &format!("/generator_links/{key}"));
+    assert!(links("opened") > 0, "{context}");
+    assert_eq!(
+        links("tls_full") + links("tls_resumed"),
+        links("opened"),
+        "{context}"
+    );
 }

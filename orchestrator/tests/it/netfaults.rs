@@ -28,6 +28,7 @@ tests! {
     sync ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing,
     sync an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_everything,
     sync spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces,
+    sync tls_and_mtls_chains_under_the_netns_launcher_verify_each_namespace_address,
 }
 
 /// Set in the netem guest (the `netem` module): the kernel has netem, and
@@ -1012,4 +1013,87 @@ fn spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces() {
         "a warning about traces: {}",
         finished.stderr
     );
+}
+
+/// A 3-hop chain under the netns launcher, its last hop pulled through
+/// tailmesh's broker, with `[mesh] tls = "tls"`, then `"mtls"`: while the
+/// load runs, each hop and the broker, at its namespace's address, refuses
+/// a plaintext HTTP/2 client and serves one that verifies its certificate
+/// for that address (the name a caller uses); then Ctrl-C, and every
+/// request sent is accounted for, over connections that all had a TLS
+/// handshake.
+fn tls_and_mtls_chains_under_the_netns_launcher_verify_each_namespace_address() {
+    for mode in ["tls", "mtls"] {
+        let Case {
+            _serial,
+            dir,
+            scenario,
+        } = case(
+            &format!("netns-{mode}"),
+            &format!(
+                "{NO_TRACES}{}timeout = \"5s\"\n[mesh]\ntls = \"{mode}\"\n\
+                 [[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n[[hop]]\nname = \"c\"\n\
+                 transport = \"pull\"\n",
+                open_load(100, 30)
+            ),
+        );
+        let results = dir.path().join("results");
+        let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+        // Requests flow through the whole chain once b has called the
+        // broker (a hop's downstream connection opens with its first
+        // call).
+        let mut hops = Vec::new();
+        run.wait_for("requests through a, b and the broker", || {
+            let addrs: Vec<std::net::SocketAddr> = ["hop-a-0", "hop-b-0", "hop-c-0", "broker"]
+                .iter()
+                .map(|name| addr_of(&results, "base", name))
+                .collect::<Option<_>>()?;
+            let b = pid_of(&results, "base", "hop-b-0")?;
+            connected(b, addrs[3].port()).then(|| hops = addrs)
+        });
+        let context = || format!("tls = {mode:?}\n{}", run.output());
+        // Each hop has an address of its own, none on loopback.
+        for addr in &hops {
+            assert!(!addr.ip().is_loopback(), "{addr}: {}", context());
+        }
+        let tls_dir = find_files(&results, "ca.crt")
+            .first()
+            .and_then(|ca| ca.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| panic!("no ca.crt in the run folder: {}", context()));
+        // The caller's material of a: the run's CA, and for mtls a's own
+        // certificate as client.
+        let client = tailmesh_services::tls::TlsFiles {
+            ca: tls_dir.join("ca.crt"),
+            cert: tls_dir.join("hop-a-0.crt"),
+            key: tls_dir.join("hop-a-0.key"),
+            mutual: mode == "mtls",
+            resumption: false,
+        }
+        .load()
+        .unwrap_or_else(|e| panic!("the run's TLS files: {e}"))
+        .client;
+        for addr in &hops {
+            let text = addr.to_string();
+            crate::tls::assert_refuses_plaintext_http2(&text);
+            crate::tls::assert_serves_http2_over_tls(&text, client.clone(), &addr.ip().to_string());
+        }
+        kill(Pid::from_raw(run.pid() as i32), Signal::SIGINT).expect("SIGINT tailmesh");
+        let finished = run.wait();
+        assert_eq!(finished.code(), Some(130), "{}", finished.output());
+        for id in run_ids(&finished.stderr) {
+            assert_gone(&id, &finished.output());
+        }
+        let summary = summary(&only_run_dir(&results));
+        let v = &variants(&summary)[0];
+        let context = format!("tls = {mode:?}\n{v:#}\n{}", finished.output());
+        assert_accounted(v, &context);
+        assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
+        let links = |key: &str| u64_at(v, &format!("/generator_links/{key}"));
+        assert!(links("opened") > 0, "{context}");
+        assert_eq!(
+            links("tls_full") + links("tls_resumed"),
+            links("opened"),
+            "{context}"
+        );
+    }
 }

@@ -184,9 +184,20 @@ fn a_tls_hop_refuses_plaintext_http2_and_serves_it_over_tls() {
             .filter(|t| !t.is_empty())
     });
 
-    // Plaintext HTTP/2: the hop ends the connection (with a TLS alert or
-    // without a word) instead of answering with its SETTINGS.
-    let mut tcp = TcpStream::connect(&addr).expect("connect");
+    assert_refuses_plaintext_http2(&addr);
+    // The same preface over TLS with the client's certificate (mtls): the
+    // hop answers as an HTTP/2 server.
+    let client = ca
+        .client_config("test client", true, true)
+        .expect("a client config");
+    assert_serves_http2_over_tls(&addr, client, "127.0.0.1");
+    drop(hop);
+}
+
+/// Plaintext HTTP/2 to `addr`: the server ends the connection (with a TLS
+/// alert or without a word) instead of answering with its SETTINGS.
+pub(crate) fn assert_refuses_plaintext_http2(addr: &str) {
+    let mut tcp = TcpStream::connect(addr).expect("connect");
     tcp.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("a read timeout");
     tcp.write_all(PREFACE).expect("write the preface");
@@ -198,33 +209,38 @@ fn a_tls_hop_refuses_plaintext_http2_and_serves_it_over_tls() {
             Ok(0) => break true,
             Ok(n) => answer.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
-            Err(e) => panic!("no end of the connection within 10 s: {e}"),
+            Err(e) => panic!("{addr}: no end of the connection within 10 s: {e}"),
         }
         assert!(started.elapsed() < Duration::from_secs(10));
     };
     assert!(ended);
-    assert!(!is_settings(&answer), "answered plaintext: {answer:?}");
+    assert!(
+        !is_settings(&answer),
+        "{addr} answered plaintext: {answer:?}"
+    );
     assert!(
         answer.is_empty() || answer[0] == 0x15,
-        "a TLS alert or nothing: {answer:?}"
+        "{addr}: a TLS alert or nothing: {answer:?}"
     );
+}
 
-    // The same preface over TLS with the client's certificate (mtls): the
-    // hop answers as an HTTP/2 server.
-    let client = ca
-        .client_config("test client", true, true)
-        .expect("a client config");
+/// The HTTP/2 preface over TLS to `addr`, verifying the server's
+/// certificate for `name` with `client`: the server answers with its
+/// SETTINGS.
+pub(crate) fn assert_serves_http2_over_tls(
+    addr: &str,
+    client: std::sync::Arc<rustls::ClientConfig>,
+    name: &str,
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
     let answer = runtime.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(&addr)
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut tls, _) = tailmesh_services::tls::connect(tcp, client, name)
             .await
-            .expect("connect");
-        let (mut tls, _) = tailmesh_services::tls::connect(tcp, client, "127.0.0.1")
-            .await
-            .expect("a TLS handshake");
+            .unwrap_or_else(|e| panic!("a TLS handshake with {addr} as {name}: {e}"));
         tls.write_all(PREFACE).await.expect("write the preface");
         let mut answer = [0u8; 9];
         tokio::time::timeout(Duration::from_secs(10), tls.read_exact(&mut answer))
@@ -233,6 +249,5 @@ fn a_tls_hop_refuses_plaintext_http2_and_serves_it_over_tls() {
             .expect("read the answer");
         answer
     });
-    assert!(is_settings(&answer), "{answer:?}");
-    drop(hop);
+    assert!(is_settings(&answer), "{addr}: {answer:?}");
 }
