@@ -5,11 +5,19 @@
 //! (`support::echo`): a push chain and the same hop pulled, with every
 //! request accounted for and the service's time in the path, slowness
 //! injected at the service hop as the compounding check sees it, a service
-//! answering errors, a service that dies mid-run, and the Python example's
-//! spans under the sidecar's in traces.jaeger.json.
+//! answering errors, a service that dies mid-run, nothing left running
+//! after the orchestrator's SIGKILL, and the Python example's spans under
+//! the sidecar's in traces.jaeger.json.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
 use serde_json::Value;
 
 use crate::support::{
@@ -28,6 +36,7 @@ tests! {
     sync slowness_at_the_service_hop_is_seen_by_the_compounding_check,
     sync a_service_answering_errors_is_counted_by_code,
     sync a_service_that_dies_mid_run_is_an_incident,
+    sync a_service_dies_with_a_killed_orchestrator,
     sync the_python_example_joins_the_trace_under_its_sidecar,
 }
 
@@ -555,6 +564,54 @@ fn a_service_that_dies_mid_run_is_an_incident() {
             .any(|i| i.contains("hop-b-0.service") && i.contains("exit status 7")),
         "{context}"
     );
+}
+
+/// SIGKILL of the orchestrator leaves nothing: its hops read EOF on their
+/// stdin, its services get their parent-death signal (setpriv).
+fn a_service_dies_with_a_killed_orchestrator() {
+    if find_in_path("setpriv").is_none() {
+        crate::harness::skip("util-linux's setpriv is not installed (the parent-death signal)");
+    }
+    let scratch = Scratch::new();
+    let service = echo_service(&echo_command(&["--tag", scratch.marker()]), "{}");
+    let text = scenario(
+        "svc-orphan",
+        "mode = \"open\"\nrate = 50\nduration = \"60s\"",
+        &format!("[[hop]]\nname = \"b\"\n{service}"),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let mut running = Running::start(
+        scratch.path(),
+        &run_args(&path, &scratch.results(), &["--no-traces"]),
+    );
+    let results = scratch.results();
+    let service_pid = running.wait_for("the service's pid file", || {
+        pid_files(&results)
+            .get(&("base".to_owned(), "hop-b-0.service".to_owned()))
+            .copied()
+            .filter(|&pid| runs_ours(pid, scratch.marker()))
+    });
+    // The load is running once the entry hop has written its pid too.
+    running.wait_for("the hops' pid files", || {
+        pid_files(&results)
+            .contains_key(&("base".to_owned(), "hop-a-0".to_owned()))
+            .then_some(())
+    });
+    let orchestrator = running.pid();
+    kill(Pid::from_raw(orchestrator as i32), Signal::SIGKILL).expect("SIGKILL tailmesh");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = processes_with(scratch.marker(), std::process::id());
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 15 s after the orchestrator's SIGKILL: {left:?} (the service was {service_pid})"
+        );
+        std::thread::sleep(POLL);
+    }
+    assert!(!runs_ours(service_pid, scratch.marker()));
 }
 
 /// The Python example's interpreter, when examples/servers/setup.sh made
