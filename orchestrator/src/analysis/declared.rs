@@ -1181,6 +1181,18 @@ mod tests {
     }
 
     #[test]
+    fn a_service_hop_is_undeclared_and_names_the_hop() {
+        let v = variant(
+            LOAD,
+            "[[hop]]\nname = \"a\"\n[[hop]]\nname = \"real\"\n[hop.service]\naddress = \"127.0.0.1:9\"\nmethod = \"p.S/M\"\n",
+        );
+        let grid = Grid::for_horizon(v.load.timeout);
+        let err = declared(&v, grid, &|_| Dist::zero(grid)).expect_err("a service");
+        assert_eq!(err, Undeclared::Service { hop: "real".into() });
+        assert!(err.to_string().contains("[hop.service]"), "{err}");
+    }
+
+    #[test]
     fn a_busy_hop_is_named_with_its_utilization() {
         let v = variant(
             "mode = \"open\"\nrate = 360\nduration = \"10s\"\ntimeout = \"100ms\"",
