@@ -546,6 +546,26 @@ mod tests {
     }
 
     #[test]
+    fn work_and_replica_slow_are_refused_beside_a_service() {
+        let text = "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n\
+                    [[hop]]\nname = \"b\"\nreplicas = 2\nreplica_slow = { replica = 1, factor = 3 }\n\
+                    work = { kind = \"sleep\", value = \"1ms\" }\n\
+                    [hop.service]\ncommand = [\"x\"]\nmethod = \"p.S/M\"\n";
+        let errors = match parse(text, "t.toml") {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            errors.contains("t.toml:9:1: hop \"b\": replica_slow cannot go with service"),
+            "{errors}"
+        );
+        assert!(
+            errors.contains("t.toml:10:1: hop \"b\": work cannot go with service"),
+            "{errors}"
+        );
+    }
+
+    #[test]
     fn method_names_are_package_service_slash_method() {
         for good in [
             "p.S/M",

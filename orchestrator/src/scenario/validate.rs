@@ -1136,6 +1136,15 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
     };
     let replica_slow = match table_section(&s, p, "replica_slow") {
         None => Some(None),
+        Some(_) if s.get("service").is_some() => {
+            s.forbid(
+                p,
+                "replica_slow",
+                "cannot go with service: it scales the hop's own work, and a service's time is \
+                 the service's (slow a replica's service with its own command, or use slow)",
+            );
+            None
+        }
         Some(section) => section
             .and_then(|w| replica_slow(&w, replicas, p))
             .map(Some),
