@@ -271,6 +271,7 @@ impl MeshPlan {
                 replicas: addrs.hops.get(&d.name).cloned().unwrap_or_default(),
                 policy: d.client.clone(),
                 endpoints: d.endpoints.clone(),
+                connection: d.connection,
             })
             .collect();
         HopConfig {
