@@ -188,6 +188,7 @@ async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Lea
                 idle_timeout: tailmesh_services::incoming::DEFAULT_IDLE_TIMEOUT,
                 worker_ping: None,
                 tls: None,
+                service: None,
             };
             let mut stopped = stopped.clone();
             tasks.push(tokio::spawn(async move {
