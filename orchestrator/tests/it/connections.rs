@@ -179,13 +179,20 @@ async fn pull_through(kind: BrokerKind, broker: SocketAddr) {
     let (b, _) = hop_b(Some((kind, broker))).await;
     let relay = Relay::start(broker).await;
     for connection in [Connection::PerRequest, Connection::Shared] {
-        count(&relay, hop_a(relay.addr(), Some(kind), connection), connection).await;
+        count(
+            &relay,
+            hop_a(relay.addr(), Some(kind), connection),
+            connection,
+        )
+        .await;
     }
     // A shared producer dropped with its hop closes its connection too.
     relay
-        .wait_for("the shared producer's connection to close", CLOSE_WAIT, |t| {
-            t.open() == 0
-        })
+        .wait_for(
+            "the shared producer's connection to close",
+            CLOSE_WAIT,
+            |t| t.open() == 0,
+        )
         .await;
     b.stop().await;
 }

@@ -40,7 +40,9 @@ use crate::{
     incoming::DEFAULT_IDLE_TIMEOUT,
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
     link::{LinkCounts, LinkEvents},
-    model::{Balance, BrokerKind, Connection, EndpointOptions, HopBehavior, QueueBounds, Transport},
+    model::{
+        Balance, BrokerKind, Connection, EndpointOptions, HopBehavior, QueueBounds, Transport,
+    },
     reflection::reflection_service,
     telemetry,
     timer::Sleeper,
@@ -311,9 +313,9 @@ impl PullTarget {
     pub fn with_connection(self, connection: Connection) -> Self {
         let clients = match (connection, self.clients) {
             (Connection::Shared, clients @ Clients::Shared(_)) => clients,
-            (Connection::Shared, Clients::PerRequest { .. }) => Clients::Shared(
-                Producer::connect_lazy(self.kind, &self.broker, self.bounds),
-            ),
+            (Connection::Shared, Clients::PerRequest { .. }) => {
+                Clients::Shared(Producer::connect_lazy(self.kind, &self.broker, self.bounds))
+            }
             (Connection::PerRequest, Clients::Shared(_)) => Clients::PerRequest {
                 events: Arc::default(),
             },
@@ -357,10 +359,10 @@ impl PullTarget {
             }
         }
         .map_err(|status| CallError::ViaBroker {
-                hop: self.topic.clone(),
-                broker: self.broker.clone(),
-                status,
-            })?;
+            hop: self.topic.clone(),
+            broker: self.broker.clone(),
+            status,
+        })?;
         let reply =
             CallReply::decode(reply.as_slice()).map_err(|source| CallError::UndecodableReply {
                 hop: self.topic.clone(),
