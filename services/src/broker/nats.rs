@@ -322,7 +322,7 @@ impl NatsProducer {
 
     /// Closes the producer's connection, if it opened one: drains it
     /// (replies still on their way are delivered, nothing new is sent) and
-    /// waits, at most [`CONNECT_TIMEOUT`], for the connection to end. A
+    /// waits, at most 5 s (the connect timeout), for the connection to end. A
     /// submit still waiting on it, in a clone, fails UNAVAILABLE.
     pub async fn close(self) {
         let Some(connected) = self.conn.lock().await.take() else {
