@@ -14,8 +14,9 @@
 //!   scenario alone), `windows` (fault windows without root),
 //!   `composition` (the whole tail composed against the measured one),
 //!   `endpoints` (replicas killed on schedule, a black-holed replica under
-//!   a mesh client), and `links` (every relative link and anchor in README.md and
-//!   docs/ resolves).
+//!   a mesh client), `connections` (a hop's callers' connections counted
+//!   through a relay), and `links` (every relative link and anchor in
+//!   README.md and docs/ resolves).
 
 #[macro_use]
 mod harness;
@@ -25,6 +26,7 @@ mod attribution;
 mod brokers;
 mod cli;
 mod composition;
+mod connections;
 mod deploy;
 mod endpoints;
 mod fanout;
@@ -71,5 +73,6 @@ fn main() -> std::process::ExitCode {
         predict::TESTS,
         composition::TESTS,
         tls::TESTS,
+        connections::TESTS,
     ])
 }

@@ -24,6 +24,9 @@ use tailmesh_netfault::tool::{has_privilege, missing_tools, tool_available};
 
 use crate::harness::skip;
 
+/// The counting TCP relay of the connection tests.
+pub(crate) mod relay;
+
 pub(crate) const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 
 /// No run of these tests should come near this; past it the run is killed.
