@@ -66,6 +66,10 @@ enum Command {
     /// its hops' declared work, faults and client policies composed, plus
     /// an overhead per hop reached.
     Predict(cli::predict::PredictArgs),
+    /// Call a gRPC service once the way a hop whose work it is would, and
+    /// print its reply as JSON: exit 0 OK, 1 it answered non-OK, 2 bad
+    /// input, unreachable or unknown method.
+    Probe(cli::probe::ProbeArgs),
     /// Serve one hop replica (started by the launchers, or by a container
     /// of a deployment with --scenario).
     Hop(cli::serve::HopArgs),
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         Command::Clean => cli::clean::clean(),
         Command::Validate(args) => cli::validate::validate(args),
         Command::Predict(args) => cli::predict::predict(args),
+        Command::Probe(args) => cli::probe::probe(args),
         Command::Hop(args) => cli::serve::hop(args),
     })
 }

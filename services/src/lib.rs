@@ -17,6 +17,8 @@
 //!   off and logged, idle connections closed, TLS handshakes side by side.
 //! - [`limits`]: the largest payload and the gRPC message limits derived
 //!   from it.
+//! - [`protojson`]: protobuf's JSON mapping for messages of a schema read
+//!   at run time (a real service's request and reply).
 //! - `reflection`: server reflection listing only the services served.
 //! - [`tls`]: the run's CA and certificates, and the rustls configs of
 //!   `[mesh] tls`.
@@ -34,6 +36,7 @@ pub mod limits;
 pub mod link;
 pub mod model;
 pub mod process;
+pub mod protojson;
 mod reflection;
 pub mod runtime_thread;
 pub mod telemetry;

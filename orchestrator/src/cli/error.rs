@@ -35,6 +35,9 @@ pub(crate) enum CliError {
     },
     /// `tailmesh health`: a bad address, or no SERVING answer.
     Health(HealthError),
+    /// `tailmesh probe`: no OK answer (1 when the service answered, 2 when
+    /// no call could be made).
+    Probe(super::probe::ProbeError),
     /// `tailmesh compose` cannot name a build context.
     Context(ContextError),
     /// A run was measured and its numbers shown, but not all of its files
@@ -86,6 +89,7 @@ impl CliError {
             | CliError::Invalid
             | CliError::Undeployable { .. }
             | CliError::Health(HealthError::Addr(_)) => 2,
+            CliError::Probe(e) => e.exit_code(),
             CliError::CheckFailed { .. } | CliError::Regressed { .. } => 3,
             CliError::CheckInconclusive { .. } => 4,
             CliError::Interrupted => 130,
@@ -110,6 +114,7 @@ impl CliError {
             }
             CliError::Health(e) => tell!("tailmesh health: {}", error_chain(e)),
             CliError::Context(e) => tell!("tailmesh compose: {}", error_chain(e)),
+            CliError::Probe(e) => tell!("tailmesh probe: {}", error_chain(e)),
             CliError::Incomplete { dir, source } => tell!(
                 "tailmesh: {}\ntailmesh: the results above were measured, but {} is incomplete",
                 error_chain(source),

@@ -11,6 +11,8 @@
 //! - `serve`: what the binary does inside a mesh or a container: `hop`,
 //!   `broker` and `delay-line`, and the `health` and `token` helpers.
 //! - `clean`: `tailmesh clean`.
+//! - `probe`: `tailmesh probe`, one call to a real gRPC service as a hop
+//!   would make it.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -18,6 +20,7 @@ pub(crate) mod clean;
 pub(crate) mod deploy;
 pub(crate) mod error;
 pub(crate) mod predict;
+pub(crate) mod probe;
 pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod serve;

@@ -11,7 +11,8 @@
 //!   overload), `steps` (load steps), `attribution`, `netem` (the
 //!   network-fault tests again on a netem kernel), `cli` (the command
 //!   line as a new user meets it), `predict` (the prediction from a
-//!   scenario alone), `windows` (fault windows without root),
+//!   scenario alone), `probe` (`tailmesh probe` against a test gRPC
+//!   service), `windows` (fault windows without root),
 //!   `composition` (the whole tail composed against the measured one),
 //!   `endpoints` (replicas killed on schedule, a black-holed replica under
 //!   a mesh client), `connections` (a hop's callers' connections counted
@@ -38,6 +39,7 @@ mod overload;
 mod payload;
 mod policy;
 mod predict;
+mod probe;
 mod pull;
 mod report;
 mod run;
@@ -71,6 +73,7 @@ fn main() -> std::process::ExitCode {
         netem::TESTS,
         windows::TESTS,
         predict::TESTS,
+        probe::TESTS,
         composition::TESTS,
         tls::TESTS,
         connections::TESTS,

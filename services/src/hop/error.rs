@@ -44,6 +44,24 @@ pub enum HopError {
         hop: String,
         source: crate::tls::TlsError,
     },
+    /// The hop's service (`[hop.service]`) could not be resolved: its
+    /// schema, its method, its request or its metadata.
+    #[error("hop \"{hop}\" replica {replica}: service: {source}")]
+    Service {
+        /// This hop.
+        hop: String,
+        /// This replica.
+        replica: u32,
+        /// What was wrong (boxed: it is large, and rare).
+        source: Box<super::service::ServiceError>,
+    },
+    /// A hop with a service built without resolving it
+    /// ([`HopCore::resolve`](super::HopCore::resolve)).
+    #[error("hop \"{hop}\": its service must be resolved first (HopCore::resolve)")]
+    ServiceUnresolved {
+        /// This hop.
+        hop: String,
+    },
     /// Reflection could not be set up.
     #[error("hop \"{hop}\": reflection: {source}")]
     Reflection {
@@ -106,6 +124,18 @@ pub(crate) enum CallError {
     /// Nothing was left of the caller's deadline for the downstream calls.
     #[error("hop \"{hop}\": deadline passed before calling downstream")]
     DeadlineBeforeDownstream { hop: String },
+    /// The hop's service answered non-OK (or not at all, or garbled);
+    /// `status` keeps its code.
+    #[error("hop \"{hop}\" replica {replica}: service {address}: {}", status.message())]
+    Service {
+        hop: String,
+        replica: u32,
+        address: String,
+        status: Status,
+    },
+    /// Nothing was left of the caller's deadline for the service call.
+    #[error("hop \"{hop}\": deadline passed before calling its service")]
+    DeadlineBeforeService { hop: String },
     /// A broker task whose payload is not a `CallRequest`.
     #[error("task {task}: undecodable request: {source}")]
     UndecodableRequest {
@@ -145,12 +175,13 @@ impl From<CallError> for Status {
             CallError::Injected { code, .. } => *code,
             CallError::QueueFull { .. } | CallError::Shed { .. } => Code::ResourceExhausted,
             CallError::DeadlineBeforeDownstream { .. }
+            | CallError::DeadlineBeforeService { .. }
             | CallError::DeadlineInLine { .. }
             | CallError::TakenAfterDeadline { .. } => Code::DeadlineExceeded,
             CallError::UndecodableRequest { .. } => Code::InvalidArgument,
-            CallError::Replica { status, .. } | CallError::ViaBroker { status, .. } => {
-                status.code()
-            }
+            CallError::Replica { status, .. }
+            | CallError::ViaBroker { status, .. }
+            | CallError::Service { status, .. } => status.code(),
             CallError::UndecodableReply { .. } => Code::Internal,
         };
         Status::new(code, err.to_string())
@@ -210,6 +241,16 @@ mod tests {
                 },
                 Code::Unavailable,
                 "hop \"c\" replica 2 (127.0.0.1:7000): refused",
+            ),
+            (
+                CallError::Service {
+                    hop: "s".into(),
+                    replica: 1,
+                    address: "127.0.0.1:9".into(),
+                    status: Status::failed_precondition("no stock"),
+                },
+                Code::FailedPrecondition,
+                "hop \"s\" replica 1: service 127.0.0.1:9: no stock",
             ),
             (
                 CallError::ViaBroker {

@@ -9,6 +9,8 @@
 //!   state changes).
 //! - `unary`: the call itself, over HTTP/2 with h2 (no tonic channel).
 //! - `policy`: timeouts, budgeted retries and hedged requests.
+//! - `service`: a real gRPC service as the hop's work: its schema (`.proto`
+//!   files or server reflection), the request encoded once, the call.
 //! - `server`: the request handler, the gRPC service and `run`.
 //! - `slots`: a replica's slots for its own work and the bounded line of
 //!   requests waiting for one, in the hop's queue discipline.
@@ -22,6 +24,7 @@ mod error;
 pub mod events;
 pub mod policy;
 pub mod server;
+pub mod service;
 mod slots;
 mod unary;
 pub mod work;
@@ -29,3 +32,4 @@ pub mod work;
 pub use client::{Connections, PushPool};
 pub use error::HopError;
 pub use server::{DownstreamConfig, HopConfig, HopCore, PullTarget, run, run_with_control};
+pub use service::{ServiceClient, ServiceError, ServiceReply};

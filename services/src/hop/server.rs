@@ -26,6 +26,7 @@ use super::{
     draw::plan,
     error::{CallError, HopError},
     policy::{self, Called, ClientPolicy, PolicyState},
+    service::ServiceClient,
     slots::Slots,
     work::perform,
 };
@@ -47,6 +48,10 @@ use crate::{
     telemetry,
     timer::Sleeper,
 };
+
+/// How long a hop waits for its service's reflection to answer at start
+/// while the service cannot be reached (it is still starting).
+pub const SERVICE_PATIENCE: Duration = Duration::from_secs(10);
 
 /// One downstream hop as its caller sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -385,6 +390,8 @@ struct Inner {
     downstream: Vec<Downstream>,
     sleeper: Sleeper,
     slots: Option<Slots>,
+    /// The real service called as this hop's work, if any.
+    service: Option<ServiceClient>,
 }
 
 /// The request handler shared by the gRPC service and the pull worker.
@@ -395,7 +402,36 @@ pub struct HopCore {
 
 impl HopCore {
     /// Builds the handler and its downstream clients (lazily connected).
+    /// A hop whose work is a service needs [`HopCore::resolve`].
     pub fn new(config: &HopConfig) -> Result<Self, HopError> {
+        if config.service.is_some() {
+            return Err(HopError::ServiceUnresolved {
+                hop: config.behavior.name.clone(),
+            });
+        }
+        Self::build(config, None)
+    }
+
+    /// [`HopCore::new`], and the hop's service (`config.service`) resolved
+    /// first: its schema, method and request, so that a method it lacks or
+    /// a request that does not fit fails the hop's start, not its calls.
+    pub async fn resolve(config: &HopConfig) -> Result<Self, HopError> {
+        let service = match &config.service {
+            Some(call) => Some(
+                ServiceClient::resolve(call, SERVICE_PATIENCE)
+                    .await
+                    .map_err(|source| HopError::Service {
+                        hop: config.behavior.name.clone(),
+                        replica: config.replica,
+                        source: Box::new(source),
+                    })?,
+            ),
+            None => None,
+        };
+        Self::build(config, service)
+    }
+
+    fn build(config: &HopConfig, service: Option<ServiceClient>) -> Result<Self, HopError> {
         let span_name = |hop: &str| Arc::from(format!("{} -> {hop}", config.behavior.name));
         let mut downstream = Vec::with_capacity(config.downstream.len());
         for d in &config.downstream {
@@ -468,6 +504,7 @@ impl HopCore {
                 } else {
                     Sleeper::Tokio
                 },
+                service,
             }),
         })
     }
@@ -568,7 +605,15 @@ impl HopCore {
         };
         let queue_wait = queue_wait + slot_wait;
         let started = Instant::now();
-        perform(plan.work, &inner.sleeper).await;
+        // The work: the service's call in place of synthetic work, when
+        // the hop has one; its time is the hop's service time either way.
+        let served = match &inner.service {
+            Some(service) => Some(call_service(inner, service, deadline).await),
+            None => {
+                perform(plan.work, &inner.sleeper).await;
+                None
+            }
+        };
         if let Some(extra) = plan.slow {
             inner.sleeper.sleep(extra).await;
         }
@@ -587,6 +632,9 @@ impl HopCore {
         drop(slot);
         if let Some(release) = release {
             release.release();
+        }
+        if let Some(Err(status)) = served {
+            return Err(status);
         }
         if let Some(code) = plan.error {
             return Err(CallError::Injected {
@@ -657,6 +705,32 @@ impl HopCore {
     }
 }
 
+/// One call of the hop's service within what is left of `deadline`; its
+/// failure (a non-OK answer, no answer, a garbled one) is the hop's,
+/// named for the hop, replica and service, its code kept.
+async fn call_service(
+    inner: &Inner,
+    service: &ServiceClient,
+    deadline: Option<Instant>,
+) -> Result<(), Status> {
+    let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    if remaining == Some(Duration::ZERO) {
+        return Err(CallError::DeadlineBeforeService {
+            hop: inner.behavior.name.clone(),
+        }
+        .into());
+    }
+    service.call(remaining).await.map(drop).map_err(|status| {
+        CallError::Service {
+            hop: inner.behavior.name.clone(),
+            replica: inner.replica,
+            address: service.address().to_owned(),
+            status,
+        }
+        .into()
+    })
+}
+
 /// Saturating nanoseconds of a duration.
 pub fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -721,7 +795,9 @@ pub async fn run_with_control<B: crate::control::FaultBackend>(
         }
         None => None,
     };
-    let core = HopCore::new(&config)?;
+    // A service's schema and request are resolved before serving: a
+    // method it lacks or a request that does not fit fails the start.
+    let core = HopCore::resolve(&config).await?;
     let name = config.behavior.name.clone();
     let _anchor = crate::timer::keep_timer_armed();
     let (reporter, health) = tonic_health::server::health_reporter();

@@ -9,6 +9,8 @@
 //!   against replicas that die, come back, are slow or black-holed;
 //! - `limits`: servers at their limits: accept errors, idle connections,
 //!   reflection, the `authorization` scheme;
+//! - `service`: a hop whose work is a real gRPC service (a test server of
+//!   echo.proto): reflection, .proto files, deadline, trace context, errors;
 //! - `support`: what they share (a deadline for every wait, a server task).
 
 mod broker;
@@ -16,4 +18,5 @@ mod chain;
 mod control;
 mod endpoints;
 mod limits;
+mod service;
 mod support;

@@ -1,0 +1,569 @@
+//! A real gRPC service as a hop's work ([`ServiceCall`]): its schema found
+//! once, at start, in `.proto` files (compiled with protox) or through
+//! its server reflection (v1, then v1alpha); the request encoded once
+//! against the method's input message; then, per request, one unary call
+//! of those bytes over a shared plaintext channel, carrying the request's
+//! deadline, its `traceparent` and the configured metadata, the reply
+//! checked to decode as the method's output message.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use bytes::{Buf, BufMut, Bytes};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
+use prost_types::FileDescriptorProto;
+use tonic::{
+    Code, Status,
+    client::Grpc,
+    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    codegen::http::Uri,
+    metadata::{AsciiMetadataKey, AsciiMetadataValue},
+    transport::{Channel, Endpoint},
+};
+use tonic_reflection::pb::v1::{
+    ServerReflectionRequest, ServerReflectionResponse, server_reflection_request::MessageRequest,
+    server_reflection_response::MessageResponse,
+};
+
+use crate::{limits::MAX_CALL_MESSAGE_BYTES, model::ServiceCall, protojson, telemetry};
+
+/// How long connecting to the service may take, at start and per call.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long resolving the schema through reflection may take in all.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long reflection waits before asking a service it could not reach
+/// again.
+const RETRY_AFTER: Duration = Duration::from_millis(100);
+
+const REFLECTION_V1: &str = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+/// v1alpha's messages are v1's, field for field: one set of types serves
+/// both, only the path differs.
+const REFLECTION_V1ALPHA: &str = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+
+/// Why a service could not be made a hop's work (or probed).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The address is not `host:port`.
+    #[error("service address \"{address}\": {reason}")]
+    Address { address: String, reason: String },
+    /// The method name is not `package.Service/Method`.
+    #[error("method \"{method}\": expected `package.Service/Method`")]
+    MethodName { method: String },
+    /// The `.proto` files do not compile.
+    #[error("compiling {files}: {message}")]
+    Proto { files: String, message: String },
+    /// Reflection failed (unreachable, not served, an incomplete answer).
+    #[error("server reflection at {address}: {message}")]
+    Reflection { address: String, message: String },
+    /// The schema has no such service or method.
+    #[error("{message}")]
+    UnknownMethod { message: String },
+    /// The request JSON does not fit the input message.
+    #[error("request for {method} ({input}): {source}")]
+    Request {
+        method: String,
+        input: String,
+        source: protojson::JsonError,
+    },
+    /// A metadata entry is not valid gRPC ASCII metadata.
+    #[error("metadata \"{key}\": {reason}")]
+    Metadata { key: String, reason: String },
+}
+
+/// A service's method, resolved: where it is, what to send, what to
+/// expect back. Cheap to clone (the channel is shared).
+#[derive(Clone, Debug)]
+pub struct ServiceClient {
+    address: String,
+    path: tonic::codegen::http::uri::PathAndQuery,
+    method: MethodDescriptor,
+    request: Bytes,
+    metadata: Vec<(AsciiMetadataKey, AsciiMetadataValue)>,
+    channel: Channel,
+}
+
+/// One call's outcome: the reply's bytes, decoded as the output message.
+#[derive(Debug)]
+pub struct ServiceReply {
+    /// The reply message.
+    pub message: DynamicMessage,
+    /// Its encoded size.
+    pub bytes: usize,
+}
+
+impl ServiceClient {
+    /// Resolves `call`: its schema (from `proto` files, else the service's
+    /// reflection), its method, its request (encoded once), its metadata;
+    /// the channel connects lazily, on the first call. Reflection retries
+    /// a service that cannot be reached yet for up to `patience` (one that
+    /// is still starting).
+    pub async fn resolve(call: &ServiceCall, patience: Duration) -> Result<Self, ServiceError> {
+        let (service, method_name) = split_method(&call.method)?;
+        let endpoint = endpoint(&call.address)?;
+        let channel = endpoint.connect_lazy();
+        let pool = if call.proto.is_empty() {
+            tokio::time::timeout(
+                patience + RESOLVE_TIMEOUT,
+                reflect(&channel, &call.address, service, patience),
+            )
+            .await
+            .map_err(|_| ServiceError::Reflection {
+                address: call.address.clone(),
+                message: format!("no complete answer within {:?}", patience + RESOLVE_TIMEOUT),
+            })??
+        } else {
+            compile(&call.proto, &call.proto_include)?
+        };
+        let method = find_method(&pool, service, method_name)?;
+        let input = method.input();
+        let request = protojson::parse_message(&input, &call.request).map_err(|source| {
+            ServiceError::Request {
+                method: call.method.clone(),
+                input: input.full_name().to_owned(),
+                source,
+            }
+        })?;
+        let metadata = call
+            .metadata
+            .iter()
+            .map(|(k, v)| metadata_entry(k, v))
+            .collect::<Result<_, _>>()?;
+        let path =
+            format!("/{service}/{method_name}")
+                .parse()
+                .map_err(|_| ServiceError::MethodName {
+                    method: call.method.clone(),
+                })?;
+        Ok(ServiceClient {
+            address: call.address.clone(),
+            path,
+            request: request.encode_to_vec().into(),
+            method,
+            metadata,
+            channel,
+        })
+    }
+
+    /// The service's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The method's full name, `package.Service.Method`.
+    pub fn method_name(&self) -> &str {
+        self.method.full_name()
+    }
+
+    /// The encoded request sent with every call.
+    pub fn request_bytes(&self) -> &Bytes {
+        &self.request
+    }
+
+    /// The method's output message.
+    pub fn output(&self) -> MessageDescriptor {
+        self.method.output()
+    }
+
+    /// Makes one call: the request's bytes, the configured metadata, the
+    /// current trace context's `traceparent`, and `grpc-timeout` from
+    /// `timeout` when given. The service's non-OK status comes back as it
+    /// is; a reply that does not decode as the output message is
+    /// INTERNAL.
+    pub async fn call(&self, timeout: Option<Duration>) -> Result<ServiceReply, Status> {
+        let mut request = tonic::Request::new(self.request.clone());
+        let metadata = request.metadata_mut();
+        for (key, value) in &self.metadata {
+            metadata.append(key.clone(), value.clone());
+        }
+        telemetry::inject_metadata(metadata);
+        if let Some(timeout) = timeout {
+            request.set_timeout(timeout);
+        }
+        let mut grpc = Grpc::new(self.channel.clone())
+            .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES);
+        let call = async {
+            grpc.ready().await.map_err(|e| {
+                Status::unavailable(format!("service {} not reachable: {e}", self.address))
+            })?;
+            grpc.unary(request, self.path.clone(), RawCodec).await
+        };
+        let reply = match timeout {
+            Some(timeout) => {
+                crate::deadline::within(timeout, call, || {
+                    format!("no answer from service {}", self.address)
+                })
+                .await
+            }
+            None => call.await,
+        }?
+        .into_inner();
+        let message = DynamicMessage::decode(self.method.output(), reply.clone()).map_err(|e| {
+            Status::internal(format!(
+                "service {}: its reply is not a {}: {e}",
+                self.address,
+                self.method.output().full_name()
+            ))
+        })?;
+        Ok(ServiceReply {
+            message,
+            bytes: reply.len(),
+        })
+    }
+}
+
+/// `package.Service/Method` (a leading `/` and a `.` before the method
+/// are accepted too) as its service and method.
+fn split_method(method: &str) -> Result<(&str, &str), ServiceError> {
+    let bad = || ServiceError::MethodName {
+        method: method.to_owned(),
+    };
+    let trimmed = method.trim_start_matches('/');
+    let (service, name) = trimmed
+        .rsplit_once('/')
+        .or_else(|| trimmed.rsplit_once('.'))
+        .ok_or_else(bad)?;
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.split('.').all(|part| {
+                !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+    };
+    if ok(service) && ok(name) && !name.contains('.') {
+        Ok((service, name))
+    } else {
+        Err(bad())
+    }
+}
+
+/// A plaintext endpoint for `host:port`.
+fn endpoint(address: &str) -> Result<Endpoint, ServiceError> {
+    let bad = |reason: String| ServiceError::Address {
+        address: address.to_owned(),
+        reason,
+    };
+    if address.contains("://") {
+        return Err(bad(
+            "give `host:port` (the service is called in plaintext)".into()
+        ));
+    }
+    let (_, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| bad("expected `host:port`".into()))?;
+    port.parse::<u16>()
+        .map_err(|_| bad(format!("`{port}` is not a port")))?;
+    let uri: Uri = format!("http://{address}")
+        .parse()
+        .map_err(|e| bad(format!("{e}")))?;
+    Ok(crate::link::endpoint(uri, CONNECT_TIMEOUT))
+}
+
+fn metadata_entry(
+    key: &str,
+    value: &str,
+) -> Result<(AsciiMetadataKey, AsciiMetadataValue), ServiceError> {
+    let bad = |reason: &str| ServiceError::Metadata {
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let lower = key.to_ascii_lowercase();
+    if lower.ends_with("-bin") {
+        return Err(bad("binary (`-bin`) metadata is not supported"));
+    }
+    if lower.starts_with("grpc-") || lower == "traceparent" {
+        return Err(bad("set by the call itself"));
+    }
+    let k = AsciiMetadataKey::from_bytes(lower.as_bytes()).map_err(|_| bad("not a valid key"))?;
+    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(bad("not printable ASCII"));
+    }
+    let v = AsciiMetadataValue::try_from(value).map_err(|_| bad("not a valid value"))?;
+    Ok((k, v))
+}
+
+/// The schema from `.proto` files, compiled with protox; the files' own
+/// directories are import paths after `includes`.
+fn compile(files: &[PathBuf], includes: &[PathBuf]) -> Result<DescriptorPool, ServiceError> {
+    let names = || {
+        files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut paths: Vec<PathBuf> = includes.to_vec();
+    for file in files {
+        let dir = file
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !paths.iter().any(|p| p == dir) {
+            paths.push(dir.to_path_buf());
+        }
+    }
+    let fail = |e: protox::Error| ServiceError::Proto {
+        files: names(),
+        message: e.to_string(),
+    };
+    let mut compiler = protox::Compiler::new(&paths).map_err(fail)?;
+    compiler.include_imports(true);
+    compiler.open_files(files).map_err(fail)?;
+    Ok(compiler.descriptor_pool())
+}
+
+fn find_method(
+    pool: &DescriptorPool,
+    service: &str,
+    method: &str,
+) -> Result<MethodDescriptor, ServiceError> {
+    let Some(svc) = pool.get_service_by_name(service) else {
+        let known: Vec<String> = pool.services().map(|s| s.full_name().to_owned()).collect();
+        return Err(ServiceError::UnknownMethod {
+            message: format!(
+                "unknown service \"{service}\" (the schema has: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        });
+    };
+    let found = svc.methods().find(|m| m.name() == method);
+    let Some(found) = found else {
+        let known: Vec<String> = svc.methods().map(|m| m.name().to_owned()).collect();
+        return Err(ServiceError::UnknownMethod {
+            message: format!(
+                "unknown method \"{method}\" of {service} (it has: {})",
+                known.join(", ")
+            ),
+        });
+    };
+    if found.is_client_streaming() || found.is_server_streaming() {
+        return Err(ServiceError::UnknownMethod {
+            message: format!("{service}/{method} is a streaming method; only unary is supported"),
+        });
+    }
+    Ok(found)
+}
+
+/// The schema through `service`'s server reflection at `address`:
+/// `grpc.reflection.v1`, or v1alpha when v1 answers UNIMPLEMENTED; the
+/// file defining the service, then every import it lacks.
+async fn reflect(
+    channel: &Channel,
+    address: &str,
+    service: &str,
+    patience: Duration,
+) -> Result<DescriptorPool, ServiceError> {
+    let fail = |message: String| ServiceError::Reflection {
+        address: address.to_owned(),
+        message,
+    };
+    let first = MessageRequest::FileContainingSymbol(service.to_owned());
+    let give_up = tokio::time::Instant::now() + patience;
+    let answer = loop {
+        match ask(channel, REFLECTION_V1, first.clone()).await {
+            Err(status)
+                if status.code() == Code::Unavailable && tokio::time::Instant::now() < give_up =>
+            {
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            answer => break answer,
+        }
+    };
+    let (path, files) = match answer {
+        Ok(files) => (REFLECTION_V1, files),
+        Err(status) if status.code() == Code::Unimplemented => {
+            let files = ask(channel, REFLECTION_V1ALPHA, first)
+                .await
+                .map_err(|status| fail(reflection_status(&status, service, true)))?;
+            (REFLECTION_V1ALPHA, files)
+        }
+        Err(status) => return Err(fail(reflection_status(&status, service, false))),
+    };
+    let mut have: HashMap<String, FileDescriptorProto> = HashMap::new();
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    let add = |files: Vec<FileDescriptorProto>,
+               have: &mut HashMap<String, FileDescriptorProto>,
+               wanted: &mut BTreeSet<String>| {
+        for file in files {
+            wanted.extend(file.dependency.iter().cloned());
+            have.insert(file.name().to_owned(), file);
+        }
+        wanted.retain(|name| !have.contains_key(name));
+    };
+    add(files, &mut have, &mut wanted);
+    while let Some(name) = wanted.pop_first() {
+        let files = match ask(channel, path, MessageRequest::FileByFilename(name.clone())).await {
+            Ok(files) => files,
+            // A server may leave the well-known types out; they are known.
+            Err(_) if well_known(&name).is_some() => well_known(&name).into_iter().collect(),
+            Err(status) => {
+                return Err(fail(format!(
+                    "the import \"{name}\" could not be fetched: {}",
+                    status.message()
+                )));
+            }
+        };
+        add(files, &mut have, &mut wanted);
+        if !have.contains_key(&name) {
+            return Err(fail(format!("the answer for \"{name}\" did not hold it")));
+        }
+    }
+    let mut pool = DescriptorPool::new();
+    pool.add_file_descriptor_protos(have.into_values())
+        .map_err(|e| fail(format!("its descriptors do not build a schema: {e}")))?;
+    Ok(pool)
+}
+
+fn reflection_status(status: &Status, service: &str, alpha: bool) -> String {
+    match status.code() {
+        Code::Unimplemented => {
+            "the service serves no reflection (v1 nor v1alpha); give its .proto files".to_owned()
+        }
+        Code::NotFound => format!("it does not know \"{service}\""),
+        _ => format!(
+            "{}{}: {}",
+            if alpha { "v1alpha: " } else { "" },
+            status.code().description(),
+            status.message()
+        ),
+    }
+}
+
+fn well_known(name: &str) -> Option<FileDescriptorProto> {
+    name.starts_with("google/protobuf/")
+        .then(|| DescriptorPool::global().get_file_by_name(name))
+        .flatten()
+        .map(|f| f.file_descriptor_proto().clone())
+}
+
+/// One reflection request on its own stream; the files of its answer.
+async fn ask(
+    channel: &Channel,
+    path: &'static str,
+    request: MessageRequest,
+) -> Result<Vec<FileDescriptorProto>, Status> {
+    let mut grpc = Grpc::new(channel.clone()).max_decoding_message_size(MAX_CALL_MESSAGE_BYTES);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("not reachable: {e}")))?;
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(request),
+    };
+    let mut answers = grpc
+        .streaming(
+            tonic::Request::new(tokio_stream::once(request)),
+            tonic::codegen::http::uri::PathAndQuery::from_static(path),
+            tonic_prost::ProstCodec::<ServerReflectionRequest, ServerReflectionResponse>::default(),
+        )
+        .await?
+        .into_inner();
+    let answer = answers
+        .message()
+        .await?
+        .ok_or_else(|| Status::unknown("the stream ended without an answer"))?;
+    match answer.message_response {
+        Some(MessageResponse::FileDescriptorResponse(files)) => files
+            .file_descriptor_proto
+            .iter()
+            .map(|bytes| {
+                FileDescriptorProto::decode(bytes.as_slice())
+                    .map_err(|e| Status::internal(format!("an undecodable descriptor: {e}")))
+            })
+            .collect(),
+        Some(MessageResponse::ErrorResponse(e)) => {
+            Err(Status::new(Code::from(e.error_code), e.error_message))
+        }
+        _ => Err(Status::internal("an answer of the wrong kind")),
+    }
+}
+
+/// The call's codec: bytes out, bytes back (checked by the caller).
+#[derive(Clone, Copy, Debug, Default)]
+struct RawCodec;
+
+#[derive(Debug)]
+struct RawEncoder;
+
+#[derive(Debug)]
+struct RawDecoder;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawDecoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_names_split_into_service_and_method() {
+        assert_eq!(
+            split_method("tailmesh.examples.v1.Echo/Echo").ok(),
+            Some(("tailmesh.examples.v1.Echo", "Echo"))
+        );
+        assert_eq!(split_method("/a.B/C").ok(), Some(("a.B", "C")));
+        assert_eq!(split_method("a.B.C").ok(), Some(("a.B", "C")));
+        for bad in ["", "Echo", "a.B/", "/C", "a..B/C", "a.B/C.D", "a B/C"] {
+            assert!(split_method(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn addresses_and_metadata_are_checked() {
+        assert!(endpoint("127.0.0.1:50051").is_ok());
+        assert!(endpoint("localhost:1").is_ok());
+        for bad in ["127.0.0.1", "http://127.0.0.1:1", "h:port", "h:70000"] {
+            assert!(endpoint(bad).is_err(), "{bad:?}");
+        }
+        assert!(metadata_entry("x-tenant", "blue").is_ok());
+        for (k, v) in [
+            ("grpc-timeout", "1S"),
+            ("traceparent", "x"),
+            ("a-bin", "x"),
+            ("bad key", "x"),
+            ("k", "caf\u{e9}"),
+        ] {
+            assert!(metadata_entry(k, v).is_err(), "{k:?}={v:?}");
+        }
+    }
+}
