@@ -147,6 +147,32 @@ impl Transport {
     }
 }
 
+/// How the callers of a hop hold their connections to it (the hop's
+/// `connection` key): what a push caller does with its HTTP/2 connections
+/// to the hop's replicas, and what a pull hop's producers do with their
+/// broker clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Connection {
+    /// Long-lived: one connection per replica (push), one broker client per
+    /// caller (pull), opened on first use and kept.
+    #[default]
+    Shared,
+    /// A new connection (push; with TLS, a new handshake) or a new broker
+    /// client (pull) for every call, closed after it.
+    PerRequest,
+}
+
+impl Connection {
+    /// The name used in scenarios and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Connection::Shared => "shared",
+            Connection::PerRequest => "per_request",
+        }
+    }
+}
+
 /// Which broker pull hops go through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -23,6 +23,7 @@ pub(crate) fn hop(name: &str, slow: Option<f64>) -> Hop {
         transport: Transport::Push,
         worker_ping: None,
         balance: Balance::RoundRobin,
+        connection: Default::default(),
         endpoints: Default::default(),
         work: Work::Sleep {
             dist: DurationDist::Fixed {

@@ -274,6 +274,7 @@ impl MeshPlan {
                 replicas: addrs.hops.get(&d.name).cloned().unwrap_or_default(),
                 policy: d.client.clone(),
                 endpoints: d.endpoints.clone(),
+                connection: d.connection,
             })
             .collect();
         HopConfig {
@@ -375,6 +376,7 @@ pub(crate) fn launch_order(hops: &[Hop]) -> Vec<&Hop> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tailmesh_services::model::Connection;
 
     /// a calls b (two replicas), b calls c (pulled).
     const CHAIN: &str = r#"
@@ -560,6 +562,32 @@ replica_net = { replica = 0, loss = 0.1 }
         assert_eq!(config.broker, Some(addr(1)));
         assert_eq!(config.behavior, a.behavior(9));
         assert_eq!(config.drain_grace, DRAIN_GRACE);
+    }
+
+    #[test]
+    fn a_hops_connection_reaches_its_callers_config_and_older_configs_read_shared() {
+        let text = CHAIN.replace(
+            "transport = \"pull\"\n",
+            "transport = \"pull\"\nconnection = \"per_request\"\n",
+        );
+        let scenario =
+            crate::scenario::parse(&text, "chain.toml").unwrap_or_else(|e| panic!("{e}"));
+        let plan = MeshPlan::new(&scenario, &scenario.variants[0]);
+        let config = |hop: usize| plan.hop_config(&plan.variant.hops[hop], 0, &Addrs::default());
+        // a calls b (shared), b calls c (per request).
+        let (a, b) = (config(0), config(1));
+        assert_eq!(a.downstream[0].connection, Connection::Shared);
+        assert_eq!(b.downstream[0].connection, Connection::PerRequest);
+        let json = serde_json::to_value(&b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(json["downstream"][0]["connection"], "per_request");
+        // A config written before the key existed reads as shared.
+        let mut old = json;
+        let removed = old["downstream"][0]
+            .as_object_mut()
+            .and_then(|d| d.remove("connection"));
+        assert!(removed.is_some());
+        let back: HopConfig = serde_json::from_value(old).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.downstream[0].connection, Connection::Shared);
     }
 
     #[test]

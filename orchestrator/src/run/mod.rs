@@ -36,7 +36,7 @@ use tailmesh_netfault::{
 use tailmesh_services::{
     broker::TopicStats,
     hop::{Connections, PullTarget, PushPool, client::PoolError},
-    model::Transport,
+    model::{Connection, Transport},
     timer::Sleeper,
 };
 use tokio::sync::watch;
@@ -496,7 +496,12 @@ async fn measure(
     let mut entry_pool = None;
     let target = match (entry.transport, broker.clone()) {
         (Transport::Pull, Some(broker)) => Target::pull(
-            PullTarget::of_kind(variant.broker, variant.queue_bounds, broker, &entry.name),
+            // Per request: a broker client of its own for every submit.
+            PullTarget::of_kind(variant.broker, variant.queue_bounds, broker, &entry.name)
+                .with_connection(match variant.load.connection {
+                    ConnectionMode::Shared { .. } => Connection::Shared,
+                    ConnectionMode::PerRequest => Connection::PerRequest,
+                }),
             entry.client.clone(),
         ),
         _ => {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use tailmesh_services::discipline::Discipline;
 pub use tailmesh_services::hop::policy::{ClientPolicy, Hedge};
 use tailmesh_services::model::{
-    Balance, BrokerKind, EndpointOptions, ErrorInjection, HopBehavior, QueueBounds, ReplicaSlow,
-    Slowness, Transport, Work,
+    Balance, BrokerKind, Connection, EndpointOptions, ErrorInjection, HopBehavior, QueueBounds,
+    ReplicaSlow, Slowness, Transport, Work,
 };
 
 /// Most hops a scenario may declare.
@@ -420,6 +420,11 @@ pub struct Hop {
     pub worker_ping: Option<Duration>,
     /// How push callers pick a replica of this hop.
     pub balance: Balance,
+    /// How the hops that call this one hold their connections to it: a
+    /// long-lived one, or a new connection (push) or broker client (pull)
+    /// per call. Never set on the entry hop, whose caller is the load
+    /// generator (`load.connection`).
+    pub connection: Connection,
     /// How push callers treat this hop's replicas' endpoints: health,
     /// keepalive, ewma's parameters, outlier ejection.
     pub endpoints: EndpointOptions,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tailmesh_services::discipline::Discipline;
 use tailmesh_services::model::{
-    Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
+    Balance, Connection, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
 };
 
 use super::*;
@@ -46,6 +46,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         transport: Transport::Push,
         worker_ping: None,
         balance: Balance::RoundRobin,
+        connection: Default::default(),
         endpoints: Default::default(),
         work: Work::None,
         slow: None,
@@ -153,6 +154,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     transport: Transport::Push,
                     worker_ping: None,
                     balance: Balance::P2c,
+                    connection: Default::default(),
                     endpoints: Default::default(),
                     work: Work::Sleep {
                         dist: DurationDist::Exp { mean: ms(1) },
@@ -181,6 +183,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     transport: Transport::Pull,
                     worker_ping: None,
                     balance: Balance::Random,
+                    connection: Default::default(),
                     endpoints: Default::default(),
                     work: Work::Cpu {
                         min_rounds: 10,
@@ -213,6 +216,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     transport: Transport::Push,
                     worker_ping: None,
                     balance: Balance::RoundRobin,
+                    connection: Default::default(),
                     endpoints: Default::default(),
                     work: Work::Sleep {
                         dist: DurationDist::Lognormal {
@@ -2435,6 +2439,64 @@ fn mesh_client_keys_on_a_pull_hop_are_refused() {
                 1,
                 "hop \"b\": keepalive applies to push callers only: a pull hop's workers take \
                  tasks from the broker, nobody picks its replicas"
+                    .to_owned()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_hops_connection_reaches_its_callers_and_is_refused_on_the_entry_hop() {
+    let source = format!(
+        "{HEAD}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\nconnection = \"per_request\"\n\
+         [[hop]]\nname = \"c\"\ntransport = \"pull\"\n\
+         [[variant]]\nname = \"shared\"\n\
+         [[variant]]\nname = \"pulled-per-request\"\nset = {{ \"hop.c.connection\" = \"per_request\" }}\n"
+    );
+    let scenario = ok(&source);
+    let connections = |v: usize| -> Vec<Connection> {
+        scenario.variants[v]
+            .hops
+            .iter()
+            .map(|h| h.connection)
+            .collect()
+    };
+    assert_eq!(
+        connections(0),
+        [
+            Connection::Shared,
+            Connection::PerRequest,
+            Connection::Shared
+        ]
+    );
+    assert_eq!(
+        connections(1),
+        [
+            Connection::Shared,
+            Connection::PerRequest,
+            Connection::PerRequest
+        ]
+    );
+
+    // The entry hop's caller is the load generator: whatever the value.
+    let source = format!(
+        "{HEAD}[[hop]]\nname = \"a\"\nconnection = \"per_request\"\n[[hop]]\nname = \"b\"\n\
+         connection = \"always\"\n"
+    );
+    assert_eq!(
+        problems(&source),
+        vec![
+            (
+                8,
+                1,
+                "hop \"a\": connection is not for the entry hop, whose caller is the load \
+                 generator: set load.connection instead"
+                    .to_owned()
+            ),
+            (
+                11,
+                14,
+                "hop \"b\": connection must be one of \"shared\", \"per_request\", got \"always\""
                     .to_owned()
             ),
         ]

@@ -11,7 +11,9 @@ use tailmesh_services::{
         DEFAULT_QUEUE_LIMIT, IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
         MAX_QUEUE_LIMIT,
     },
-    model::{Balance, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
+    model::{
+        Balance, Connection, DurationDist, ErrorInjection, ReplicaSlow, Slowness, Transport, Work,
+    },
 };
 
 use super::error::Problems;
@@ -65,6 +67,7 @@ const HOP_KEYS: &[&str] = &[
     "transport",
     "worker_ping",
     "balance",
+    "connection",
     "work",
     "slow",
     "replica_slow",
@@ -1105,6 +1108,28 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             ],
         ),
     };
+    let connection = match s.get("connection") {
+        None => Some(Connection::Shared),
+        // The load generator calls the entry hop: its connections are
+        // [load]'s.
+        Some(_) if index == 0 => {
+            s.forbid(
+                p,
+                "connection",
+                "is not for the entry hop, whose caller is the load generator: set \
+                 load.connection instead",
+            );
+            None
+        }
+        Some(_) => s.choice(
+            p,
+            "connection",
+            &[
+                ("shared", Connection::Shared),
+                ("per_request", Connection::PerRequest),
+            ],
+        ),
+    };
     let endpoints = super::endpoints::endpoint_options(&s, transport, p);
     let kill = match table_section(&s, p, "kill") {
         None => Some(None),
@@ -1212,6 +1237,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             transport: transport?,
             worker_ping: worker_ping?,
             balance: balance?,
+            connection: connection?,
             endpoints: endpoints?,
             work: work?,
             windows: AppWindows {

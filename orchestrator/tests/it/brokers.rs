@@ -54,7 +54,7 @@ tests! {
 const BROKER_RUN_DEADLINE: Duration = Duration::from_secs(150);
 
 /// Skips the test unless `kind`'s server is installed.
-fn require(kind: BrokerKind) {
+pub(crate) fn require(kind: BrokerKind) {
     let (program, dirs): (&str, &[&str]) = match kind {
         BrokerKind::Nats => ("nats-server", &["/usr/sbin", "/usr/bin", "/usr/local/bin"]),
         BrokerKind::Rabbitmq => ("rabbitmq-server", &["/usr/lib/rabbitmq/bin", "/usr/sbin"]),

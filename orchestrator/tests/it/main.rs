@@ -15,7 +15,8 @@
 //!   service), `windows` (fault windows without root),
 //!   `composition` (the whole tail composed against the measured one),
 //!   `endpoints` (replicas killed on schedule, a black-holed replica under
-//!   a mesh client), `services` (a real gRPC service as a hop's work,
+//!   a mesh client), `connections` (a hop's callers' connections counted
+//!   through a relay), `services` (a real gRPC service as a hop's work,
 //!   `[hop.service]`), and `links` (every relative link and anchor in
 //!   README.md and docs/ resolves).
 
@@ -27,6 +28,7 @@ mod attribution;
 mod brokers;
 mod cli;
 mod composition;
+mod connections;
 mod deploy;
 mod endpoints;
 mod fanout;
@@ -81,5 +83,6 @@ fn main() -> std::process::ExitCode {
         composition::TESTS,
         tls::TESTS,
         services::TESTS,
+        connections::TESTS,
     ])
 }

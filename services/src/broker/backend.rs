@@ -185,6 +185,41 @@ impl Producer {
         }
     }
 
+    /// A producer for one call, connecting on first use, to be
+    /// [`close`](Producer::close)d after it: tailmesh's broker's client
+    /// counts its connection in `events`; RabbitMQ's asks for a 1 s
+    /// heartbeat ([`rabbitmq::PER_CALL_HEARTBEAT`]), so a connection whose
+    /// close is lost does not linger.
+    pub fn per_call(
+        kind: BrokerKind,
+        addr: &PeerAddr,
+        bounds: QueueBounds,
+        events: &std::sync::Arc<crate::link::LinkEvents>,
+    ) -> Self {
+        match kind {
+            BrokerKind::Tailmesh => {
+                Producer::Tailmesh(BrokerClient::connect_lazy_counted(addr, events))
+            }
+            BrokerKind::Nats => Producer::Nats(nats::NatsProducer::new(addr.clone(), bounds)),
+            BrokerKind::Rabbitmq => Producer::Rabbitmq(
+                rabbitmq::RabbitProducer::new(addr.clone(), bounds)
+                    .with_heartbeat(rabbitmq::PER_CALL_HEARTBEAT),
+            ),
+        }
+    }
+
+    /// Closes the producer's connection to the broker (if it opened one)
+    /// and waits for the close to be done: a submit still waiting on it,
+    /// through a clone, fails UNAVAILABLE. Dropping every clone closes it
+    /// too, later.
+    pub async fn close(self) {
+        match self {
+            Producer::Tailmesh(client) => client.close().await,
+            Producer::Nats(p) => p.close().await,
+            Producer::Rabbitmq(p) => p.close().await,
+        }
+    }
+
     /// Submits `payload` to `topic` and waits for the worker's reply
     /// payload. `deadline` is the time the caller still waits: past it the
     /// answer is DEADLINE_EXCEEDED, and a full queue answers

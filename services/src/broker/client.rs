@@ -72,6 +72,35 @@ impl BrokerClient {
         Self::named(channel, addr.to_string(), events)
     }
 
+    /// [`BrokerClient::connect_lazy`], its connection counted in `events`
+    /// (which other clients may share).
+    pub(crate) fn connect_lazy_counted(
+        addr: impl Into<PeerAddr>,
+        events: &Arc<LinkEvents>,
+    ) -> Self {
+        let addr = addr.into();
+        let channel = link::connect_lazy(&endpoint(&addr), events);
+        Self::named(channel, addr.to_string(), Arc::clone(events))
+    }
+
+    /// Ends this client's submit stream (a submit still waiting on it, in
+    /// a clone, fails UNAVAILABLE) and lets its connection go: it closes
+    /// once no clone holds it, at once (by the connection's own task) for
+    /// a client that was never cloned.
+    pub async fn close(self) {
+        let stream = lock(&self.stream).take();
+        if let Some(stream) = stream {
+            stream.waiters.end(Status::unavailable(format!(
+                "broker {}: the client was closed",
+                self.broker
+            )));
+            // Its reader holds a handle on the connection.
+            stream.reader.abort();
+        }
+        // The connection's own task ends it when the last handle goes.
+        drop(self);
+    }
+
     /// Wraps an existing channel (for callers that build their own, e.g.
     /// with a balancer or extra layers).
     pub fn from_channel(channel: Channel) -> Self {
@@ -225,6 +254,8 @@ fn flatten(
 struct SubmitStream {
     requests: mpsc::Sender<pb::SubmitStreamRequest>,
     waiters: Arc<Waiters>,
+    /// The task reading the replies.
+    reader: tokio::task::AbortHandle,
 }
 
 impl SubmitStream {
@@ -237,14 +268,19 @@ impl SubmitStream {
     ) -> Self {
         let (requests, outbound) = mpsc::channel(STREAM_REQUEST_BUFFER);
         let waiters = Arc::new(Waiters::default());
-        tokio::spawn(read_replies(
+        let reader = tokio::spawn(read_replies(
             client,
             ReceiverStream::new(outbound),
             waiters.clone(),
             broker,
             events,
-        ));
-        SubmitStream { requests, waiters }
+        ))
+        .abort_handle();
+        SubmitStream {
+            requests,
+            waiters,
+            reader,
+        }
     }
 }
 

@@ -227,12 +227,29 @@ async fn ensure_consumer(
 /// A producer's connection: JetStream for tasks, an inbox for replies.
 #[derive(Debug)]
 struct Connected {
+    /// Kept to drain it on close.
+    client: async_nats::Client,
+    /// The task routing replies, which ends with the connection.
+    routing: tokio::task::JoinHandle<()>,
     js: jetstream::Context,
     inbox: String,
     waiters: Arc<Waiters>,
     next_id: AtomicU64,
     /// Topics whose stream this producer has made sure of.
     streams: Mutex<Vec<String>>,
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        // The reply subscription keeps the connection open: a producer
+        // dropped without `close` (a call given up mid-way) drains it here.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            runtime.spawn(async move {
+                let _ = client.drain().await;
+            });
+        }
+    }
 }
 
 type Waiters = Mutex<HashMap<u64, oneshot::Sender<async_nats::Message>>>;
@@ -274,7 +291,7 @@ impl NatsProducer {
             .map_err(|e| Status::unavailable(format!("NATS {}: subscribe: {e}", self.addr)))?;
         let waiters: Arc<Waiters> = Arc::default();
         let routing = waiters.clone();
-        tokio::spawn(async move {
+        let routing = tokio::spawn(async move {
             while let Some(reply) = replies.next().await {
                 let id = reply
                     .subject
@@ -289,8 +306,10 @@ impl NatsProducer {
         let js = jetstream::ContextBuilder::new()
             .max_ack_inflight(PUBLISH_WINDOW)
             .backpressure_on_inflight(true)
-            .build(client);
+            .build(client.clone());
         let connected = Arc::new(Connected {
+            client,
+            routing,
             js,
             inbox,
             waiters,
@@ -299,6 +318,24 @@ impl NatsProducer {
         });
         *slot = Some(connected.clone());
         Ok(connected)
+    }
+
+    /// Closes the producer's connection, if it opened one: drains it
+    /// (replies still on their way are delivered, nothing new is sent) and
+    /// waits, at most 5 s (the connect timeout), for the connection to end. A
+    /// submit still waiting on it, in a clone, fails UNAVAILABLE.
+    pub async fn close(self) {
+        let Some(connected) = self.conn.lock().await.take() else {
+            return;
+        };
+        if connected.client.drain().await.is_err() {
+            return; // the connection's task has ended already
+        }
+        let Some(mut connected) = Arc::into_inner(connected) else {
+            return; // a clone's submit holds it; the drain ends it
+        };
+        // The reply subscription ends when the drain is done.
+        let _ = tokio::time::timeout(CONNECT_TIMEOUT, &mut connected.routing).await;
     }
 
     /// Publishes the task and waits for its reply (see

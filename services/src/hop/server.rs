@@ -40,7 +40,10 @@ use crate::{
     discipline::Discipline,
     incoming::DEFAULT_IDLE_TIMEOUT,
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
-    model::{Balance, BrokerKind, EndpointOptions, HopBehavior, QueueBounds, Transport},
+    link::{LinkCounts, LinkEvents},
+    model::{
+        Balance, BrokerKind, Connection, EndpointOptions, HopBehavior, QueueBounds, Transport,
+    },
     reflection::reflection_service,
     telemetry,
     timer::Sleeper,
@@ -68,6 +71,11 @@ pub struct DownstreamConfig {
     /// for calls to its replicas (push).
     #[serde(default)]
     pub endpoints: EndpointOptions,
+    /// Whether each call opens a connection of its own (push) or a broker
+    /// client of its own (pull), closed after it, or shares a long-lived
+    /// one.
+    #[serde(default)]
+    pub connection: Connection,
 }
 
 /// Everything a hop replica process needs: plain data, handed over as JSON.
@@ -261,9 +269,21 @@ fn end_server_span(mut span: telemetry::TraceSpan, result: &Result<CallReply, St
 /// A hop reached through the broker: its topic is the hop's name.
 #[derive(Clone)]
 pub struct PullTarget {
-    client: Producer,
+    clients: Clients,
+    kind: BrokerKind,
+    bounds: QueueBounds,
     topic: String,
     broker: PeerAddr,
+}
+
+/// A pull target's broker clients.
+#[derive(Clone)]
+enum Clients {
+    /// One client, shared by every call (and every clone of the target).
+    Shared(Producer),
+    /// A new client for every call, closed after it; the connections of
+    /// tailmesh's broker's clients are all counted in `events`.
+    PerRequest { events: Arc<LinkEvents> },
 }
 
 impl PullTarget {
@@ -283,16 +303,42 @@ impl PullTarget {
     ) -> Self {
         let broker = broker.into();
         PullTarget {
-            client: Producer::connect_lazy(kind, &broker, bounds),
+            clients: Clients::Shared(Producer::connect_lazy(kind, &broker, bounds)),
+            kind,
+            bounds,
             topic: topic.to_string(),
             broker,
         }
     }
 
-    /// What happened to the connection to the broker so far (tailmesh's
-    /// broker only; `None` through RabbitMQ or NATS).
-    pub fn link_counts(&self) -> Option<crate::link::LinkCounts> {
-        self.client.link_counts()
+    /// The target with `connection`: [`Connection::PerRequest`] makes
+    /// every call connect a broker client of its own and close it after
+    /// the reply (RabbitMQ's with a 1 s heartbeat), as an RPC client that
+    /// does not keep its connection would.
+    pub fn with_connection(self, connection: Connection) -> Self {
+        let clients = match (connection, self.clients) {
+            (Connection::Shared, clients @ Clients::Shared(_)) => clients,
+            (Connection::Shared, Clients::PerRequest { .. }) => {
+                Clients::Shared(Producer::connect_lazy(self.kind, &self.broker, self.bounds))
+            }
+            (Connection::PerRequest, Clients::Shared(_)) => Clients::PerRequest {
+                events: Arc::default(),
+            },
+            (Connection::PerRequest, clients @ Clients::PerRequest { .. }) => clients,
+        };
+        PullTarget { clients, ..self }
+    }
+
+    /// What happened to the connections to the broker so far, every
+    /// per-call client's together (tailmesh's broker only; `None` through
+    /// RabbitMQ or NATS).
+    pub fn link_counts(&self) -> Option<LinkCounts> {
+        match &self.clients {
+            Clients::Shared(client) => client.link_counts(),
+            Clients::PerRequest { events } => {
+                (self.kind == BrokerKind::Tailmesh).then(|| events.counts())
+            }
+        }
     }
 
     /// Submits the request to the topic and decodes the worker's reply.
@@ -304,15 +350,24 @@ impl PullTarget {
     ) -> Result<CallReply, Status> {
         let mut headers = HashMap::new();
         telemetry::inject_headers(&telemetry::current(), &mut headers);
-        let reply = self
-            .client
-            .submit(&self.topic, request.encode_to_vec(), headers, timeout)
-            .await
-            .map_err(|status| CallError::ViaBroker {
-                hop: self.topic.clone(),
-                broker: self.broker.clone(),
-                status,
-            })?;
+        let payload = request.encode_to_vec();
+        let reply = match &self.clients {
+            Clients::Shared(client) => client.submit(&self.topic, payload, headers, timeout).await,
+            Clients::PerRequest { events } => {
+                // Closed however the call ends; a call dropped before its
+                // end (a hedge that lost, a deadline) drops the client,
+                // which closes its connection too.
+                let client = Producer::per_call(self.kind, &self.broker, self.bounds, events);
+                let reply = client.submit(&self.topic, payload, headers, timeout).await;
+                client.close().await;
+                reply
+            }
+        }
+        .map_err(|status| CallError::ViaBroker {
+            hop: self.topic.clone(),
+            broker: self.broker.clone(),
+            status,
+        })?;
         let reply =
             CallReply::decode(reply.as_slice()).map_err(|source| CallError::UndecodableReply {
                 hop: self.topic.clone(),
@@ -382,11 +437,15 @@ impl HopCore {
         for d in &config.downstream {
             match d.transport {
                 Transport::Push => {
+                    let connections = match d.connection {
+                        Connection::Shared => Connections::Shared(1),
+                        Connection::PerRequest => Connections::PerRequest,
+                    };
                     let pool = PushPool::new(
                         &d.hop,
                         &d.replicas,
                         d.balance,
-                        Connections::Shared(1),
+                        connections,
                         config.behavior.seed ^ u64::from(config.replica),
                         &config.behavior.name,
                     )
@@ -411,12 +470,15 @@ impl HopCore {
                     downstream.push(Downstream {
                         span_name: span_name(&d.hop),
                         hop: d.hop.as_str().into(),
-                        target: Target::Pull(Box::new(PullTarget::of_kind(
-                            config.broker_kind,
-                            config.queue_bounds,
-                            broker.clone(),
-                            &d.hop,
-                        ))),
+                        target: Target::Pull(Box::new(
+                            PullTarget::of_kind(
+                                config.broker_kind,
+                                config.queue_bounds,
+                                broker.clone(),
+                                &d.hop,
+                            )
+                            .with_connection(d.connection),
+                        )),
                         policy: d.policy.clone(),
                         state: PolicyState::default(),
                     });

@@ -174,6 +174,7 @@ async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Lea
                         replicas: replicas.iter().map(Into::into).collect(),
                         policy: Default::default(),
                         endpoints: Default::default(),
+                        connection: Default::default(),
                     })
                     .collect(),
                 broker: None,

@@ -341,6 +341,7 @@ async fn a_hop_reports_its_downstream_endpoints_through_control() {
             replicas: vec![leaf.addr.into()],
             policy: Default::default(),
             endpoints: options(true),
+            connection: Default::default(),
         }],
         ..config(&HopBehavior::idle("a", 1), 0)
     };

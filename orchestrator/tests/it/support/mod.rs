@@ -24,7 +24,10 @@ use tailmesh_netfault::tool::{has_privilege, missing_tools, tool_available};
 
 use crate::harness::skip;
 
+/// The Echo server of the `[hop.service]` tests.
 pub(crate) mod echo;
+/// The counting TCP relay of the connection tests.
+pub(crate) mod relay;
 
 pub(crate) const TAILMESH: &str = env!("CARGO_BIN_EXE_tailmesh");
 
