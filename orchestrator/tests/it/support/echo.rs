@@ -1,6 +1,7 @@
 //! A small gRPC server of examples/servers/echo.proto for the `[hop.service]`
 //! tests, with no toolchain but Rust's: `tailmesh.examples.v1.Echo/Echo`
-//! (waits `work_us`, answers `fail_code` when set, reports what it saw) and
+//! (waits `work_us`, answers `fail_code` when set, reports what it saw,
+//! appends the `x-tenant` metadata to the message) and
 //! grpc.health.v1 (SERVING). It runs on a thread of the test process
 //! ([`EchoServer::start`], for `address = ...`), or as a process of its own
 //! when the test binary is started with `--echo-server` ([`serve_if_asked`],
@@ -167,7 +168,16 @@ impl UnaryService<EchoRequest> for EchoCall {
             if deadline_left_us >= 0 {
                 echo.seen.with_deadline.fetch_add(1, Ordering::SeqCst);
             }
-            let body = request.into_inner();
+            // The `x-tenant` metadata, when sent, is appended to the
+            // message: the probe's test sees that metadata arrived.
+            let tenant = request
+                .metadata()
+                .get("x-tenant")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let mut body = request.into_inner();
+            body.message.push_str(&tenant);
             tokio::time::sleep(Duration::from_micros(u64::from(body.work_us))).await;
             if body.fail_code != 0 {
                 return Err(Status::new(
