@@ -47,6 +47,21 @@ fn scenario(name: &str, load: &str, hops: &str) -> String {
     )
 }
 
+/// Runs [`scenario`] with errors allowed (`max_error_rate = 1.0`, no
+/// slowness threshold) and no traces; every request accounted for.
+fn run_allowing_errors(scratch: &Scratch, name: &str, load: &str, hops: &str) -> Accounted {
+    let text = format!(
+        "{}[check]\nmax_error_rate = 1.0\n",
+        scenario(name, load, hops).replace("[check]\nslow_threshold = \"1s\"\n", "")
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(
+        scratch.path(),
+        &run_args(&path, &scratch.results(), &["--no-traces"]),
+    );
+    accounted(out, &scratch.results())
+}
+
 /// A closed loop of 2 in flight for `requests` requests.
 fn closed(requests: u32) -> String {
     format!("mode = \"closed\"\nconcurrency = 2\nrequests = {requests}\ntimeout = \"2s\"")
@@ -504,21 +519,12 @@ fn a_service_answering_errors_is_counted_by_code() {
         &format!("address = \"{}\"", server.addr),
         "'{\"fail_code\": 9}'",
     );
-    let text = format!(
-        "{}[check]\nmax_error_rate = 1.0\n",
-        scenario(
-            "svc-errors",
-            &closed(30),
-            &format!("[[hop]]\nname = \"b\"\n{service}[[hop]]\nname = \"c\"\n"),
-        )
-        .replace("[check]\nslow_threshold = \"1s\"\n", "")
+    let accounted = run_allowing_errors(
+        &scratch,
+        "svc-errors",
+        &closed(30),
+        &format!("[[hop]]\nname = \"b\"\n{service}[[hop]]\nname = \"c\"\n"),
     );
-    let path = write(scratch.path(), "s.toml", &text);
-    let out = tailmesh(
-        scratch.path(),
-        &run_args(&path, &scratch.results(), &["--no-traces"]),
-    );
-    let accounted = accounted(out, &scratch.results());
     let (v, context) = (&accounted.v, &accounted.context);
     let sent = u64_at(v, "/sent");
     assert_eq!(
@@ -535,21 +541,12 @@ fn a_service_answering_errors_is_counted_by_code() {
 fn a_service_that_dies_mid_run_is_an_incident() {
     let scratch = Scratch::new();
     let service = echo_service(&echo_command(&["--exit-after", "20"]), "{}");
-    let text = format!(
-        "{}[check]\nmax_error_rate = 1.0\n",
-        scenario(
-            "svc-dies",
-            "mode = \"open\"\nrate = 100\nrequests = 100\ntimeout = \"1s\"",
-            &format!("[[hop]]\nname = \"b\"\n{service}"),
-        )
-        .replace("[check]\nslow_threshold = \"1s\"\n", "")
+    let accounted = run_allowing_errors(
+        &scratch,
+        "svc-dies",
+        "mode = \"open\"\nrate = 100\nrequests = 100\ntimeout = \"1s\"",
+        &format!("[[hop]]\nname = \"b\"\n{service}"),
     );
-    let path = write(scratch.path(), "s.toml", &text);
-    let out = tailmesh(
-        scratch.path(),
-        &run_args(&path, &scratch.results(), &["--no-traces"]),
-    );
-    let accounted = accounted(out, &scratch.results());
     let (v, context) = (&accounted.v, &accounted.context);
     // It answered 20 calls and died on the 21st: the rest failed.
     assert_eq!(u64_at(v, "/ok"), 20, "{context}");
