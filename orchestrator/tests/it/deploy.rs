@@ -475,6 +475,28 @@ fn service_blocks(compose: &str) -> Vec<(String, String)> {
     out
 }
 
+/// `tailmesh hop --scenario SCENARIO --hop HOP EXTRA...` as its container
+/// starts it, here listening on loopback, and the address it wrote.
+fn hop_on_loopback(dir: &Path, scenario: &str, hop: &str, extra: &[&str]) -> (Running, String) {
+    let addr_file = dir.join(format!("{hop}.addr"));
+    let mut args = vec!["hop", "--scenario", scenario, "--hop", hop];
+    args.extend_from_slice(extra);
+    args.extend([
+        "--listen",
+        "127.0.0.1:0",
+        "--addr-file",
+        path_str(&addr_file),
+    ]);
+    let mut running = Running::start(dir, &args);
+    let addr = running.wait_for("the hop's address file", || {
+        std::fs::read_to_string(&addr_file)
+            .ok()
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+    });
+    (running, addr)
+}
+
 fn a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -505,38 +527,7 @@ fn a_hop_started_as_a_container_starts_it_serves_and_answers_health_checks() {
     );
 
     // Replica 1 of b, as its container runs it (here on loopback).
-    let addr_file = dir.path().join("b-1.addr");
-    let mut hop = Running::start(
-        dir.path(),
-        &[
-            "hop",
-            "--scenario",
-            scenario,
-            "--hop",
-            "b",
-            "--replica",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--addr-file",
-            path_str(&addr_file),
-        ],
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr = loop {
-        if let Ok(text) = std::fs::read_to_string(&addr_file)
-            && !text.trim().is_empty()
-        {
-            break text.trim().to_owned();
-        }
-        assert!(!hop.exited(), "the hop exited:\n{}", hop.output());
-        assert!(
-            Instant::now() < deadline,
-            "no address file:\n{}",
-            hop.output()
-        );
-        std::thread::sleep(POLL);
-    };
+    let (hop, addr) = hop_on_loopback(dir.path(), scenario, "b", &["--replica", "1"]);
     let healthy = tailmesh(dir.path(), &["health", &addr]);
     assert_eq!(healthy.code(), Some(0), "{}", healthy.output());
     // SIGTERM stops it cleanly; then nothing answers there.
@@ -835,29 +826,13 @@ fn a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls
         out.output()
     );
 
-    let addr_file = dir.path().join("b.addr");
-    let mut hop = Running::start(
+    let b_folder = folder.join("hop-b-0");
+    let (hop, addr) = hop_on_loopback(
         dir.path(),
-        &[
-            "hop",
-            "--scenario",
-            scenario,
-            "--hop",
-            "b",
-            "--tls-dir",
-            path_str(&folder.join("hop-b-0")),
-            "--listen",
-            "127.0.0.1:0",
-            "--addr-file",
-            path_str(&addr_file),
-        ],
+        scenario,
+        "b",
+        &["--tls-dir", path_str(&b_folder)],
     );
-    let addr = hop.wait_for("the hop's address file", || {
-        std::fs::read_to_string(&addr_file)
-            .ok()
-            .map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty())
-    });
     let a = folder.join("hop-a-0");
     let healthy = tailmesh(dir.path(), &["health", &addr, "--tls-dir", path_str(&a)]);
     assert_eq!(healthy.code(), Some(0), "{}", healthy.output());
