@@ -158,9 +158,10 @@ async fn call(args: ProbeArgs) -> Result<(), ProbeError> {
     let answer = telemetry::scope(Some(cx), None, client.call(Some(args.timeout))).await;
     let took = started.elapsed();
     let traceparent = cx.traceparent();
+    let answer = answer.and_then(|reply| Ok((reply.message()?, reply.bytes)));
     match answer {
-        Ok(reply) => {
-            let json = protojson::to_json(&reply.message);
+        Ok((message, bytes)) => {
+            let json = protojson::to_json(&message);
             say!(
                 "{}",
                 serde_json::to_string_pretty(&json).unwrap_or_else(|_| json.to_string())
@@ -169,7 +170,7 @@ async fn call(args: ProbeArgs) -> Result<(), ProbeError> {
                 "OK: {} from {} in {took:.3?} ({} reply bytes; traceparent {traceparent})",
                 client.method_name(),
                 client.address(),
-                reply.bytes
+                bytes
             );
             Ok(())
         }

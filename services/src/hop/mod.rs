@@ -11,6 +11,8 @@
 //! - `policy`: timeouts, budgeted retries and hedged requests.
 //! - `service`: a real gRPC service as the hop's work: its schema (`.proto`
 //!   files or server reflection), the request encoded once, the call.
+//! - `fits`: whether a service's reply fits its output message, checked
+//!   on the wire format without decoding it.
 //! - `server`: the request handler, the gRPC service and `run`.
 //! - `slots`: a replica's slots for its own work and the bounded line of
 //!   requests waiting for one, in the hop's queue discipline.
@@ -22,6 +24,7 @@ pub mod client;
 pub mod draw;
 mod error;
 pub mod events;
+pub mod fits;
 pub mod policy;
 pub mod server;
 pub mod service;

@@ -2,26 +2,33 @@
 //! once, at start, in `.proto` files (compiled with protox) or through
 //! its server reflection (v1, then v1alpha); the request encoded once
 //! against the method's input message; then, per request, one unary call
-//! of those bytes over a shared plaintext channel, carrying the request's
-//! deadline, its `traceparent` and the configured metadata, the reply
-//! checked to decode as the method's output message.
+//! of those bytes, carrying the request's deadline, its `traceparent` and
+//! the configured metadata, the reply checked to fit the method's output
+//! message.
+//!
+//! The call takes the push pool's path, not a tonic channel: one plaintext
+//! HTTP/2 connection per client, driven with h2 by the calling task itself
+//! (see the `unary` module; a tonic channel hands each call through its
+//! buffer's worker task and a task per request). The reply is not decoded:
+//! its wire format is walked against the output message's descriptor (the
+//! `fits` module), which refuses exactly what a decode would refuse.
 
 use std::{
     collections::{BTreeSet, HashMap},
+    fmt,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
 use prost_types::FileDescriptorProto;
 use tonic::{
     Code, Status,
     client::Grpc,
-    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
-    codegen::http::Uri,
-    metadata::{AsciiMetadataKey, AsciiMetadataValue},
+    codegen::http::{HeaderName, HeaderValue, Uri},
     transport::{Channel, Endpoint},
 };
 use tonic_reflection::pb::v1::{
@@ -29,7 +36,13 @@ use tonic_reflection::pb::v1::{
     server_reflection_response::MessageResponse,
 };
 
-use crate::{limits::MAX_CALL_MESSAGE_BYTES, model::ServiceCall, protojson, telemetry};
+use super::{
+    fits,
+    unary::{self, Link, LinkError},
+};
+use crate::{
+    addr::PeerAddr, limits::MAX_CALL_MESSAGE_BYTES, model::ServiceCall, protojson, telemetry,
+};
 
 /// How long connecting to the service may take, at start and per call.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,30 +84,63 @@ pub enum ServiceError {
         input: String,
         source: protojson::JsonError,
     },
+    /// The request encodes to more than one call may carry.
+    #[error("request for {method}: it encodes to {bytes} bytes, over the limit of {limit}")]
+    RequestTooLarge {
+        method: String,
+        bytes: usize,
+        limit: usize,
+    },
     /// A metadata entry is not valid gRPC ASCII metadata.
     #[error("metadata \"{key}\": {reason}")]
     Metadata { key: String, reason: String },
 }
 
 /// A service's method, resolved: where it is, what to send, what to
-/// expect back. Cheap to clone (the channel is shared).
-#[derive(Clone, Debug)]
+/// expect back. Cheap to clone (the connection is shared).
+#[derive(Clone)]
 pub struct ServiceClient {
     address: String,
-    path: tonic::codegen::http::uri::PathAndQuery,
     method: MethodDescriptor,
+    output: MessageDescriptor,
     request: Bytes,
-    metadata: Vec<(AsciiMetadataKey, AsciiMetadataValue)>,
-    channel: Channel,
+    /// `request` as one gRPC message (its prefix, then its bytes).
+    framed: Bytes,
+    /// The connection to the service, with the metadata in its headers.
+    link: Arc<Link>,
 }
 
-/// One call's outcome: the reply's bytes, decoded as the output message.
+impl fmt::Debug for ServiceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceClient")
+            .field("address", &self.address)
+            .field("method", &self.method.full_name())
+            .field("request_bytes", &self.request.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One call's outcome: the reply's bytes, checked to fit the output
+/// message (not decoded: [`ServiceReply::message`] does that).
 #[derive(Debug)]
 pub struct ServiceReply {
-    /// The reply message.
-    pub message: DynamicMessage,
+    /// The reply message, encoded.
+    pub body: Bytes,
     /// Its encoded size.
     pub bytes: usize,
+    output: MessageDescriptor,
+}
+
+impl ServiceReply {
+    /// The reply decoded as the method's output message.
+    pub fn message(&self) -> Result<DynamicMessage, Status> {
+        DynamicMessage::decode(self.output.clone(), self.body.clone()).map_err(|e| {
+            Status::internal(format!(
+                "the reply is not a {}: {e}",
+                self.output.full_name()
+            ))
+        })
+    }
 }
 
 impl ServiceClient {
@@ -102,10 +148,14 @@ impl ServiceClient {
     /// reflection), its method, its request (encoded once), its metadata;
     /// the channel connects lazily, on the first call. Reflection retries
     /// a service that cannot be reached yet for up to `patience` (one that
-    /// is still starting).
+    /// is still starting); its channel is dropped once it has answered.
     pub async fn resolve(call: &ServiceCall, patience: Duration) -> Result<Self, ServiceError> {
         let (service, method_name) = split_method(&call.method)?;
         let endpoint = endpoint(&call.address)?;
+        let peer: PeerAddr = call.address.parse().map_err(|e| ServiceError::Address {
+            address: call.address.clone(),
+            reason: format!("{e}"),
+        })?;
         let channel = endpoint.connect_lazy();
         let pool = if call.proto.is_empty() {
             tokio::time::timeout(
@@ -129,24 +179,36 @@ impl ServiceClient {
                 source,
             }
         })?;
+        drop(channel);
         let metadata = call
             .metadata
             .iter()
             .map(|(k, v)| metadata_entry(k, v))
-            .collect::<Result<_, _>>()?;
-        let path =
-            format!("/{service}/{method_name}")
-                .parse()
-                .map_err(|_| ServiceError::MethodName {
-                    method: call.method.clone(),
-                })?;
+            .collect::<Result<Vec<_>, _>>()?;
+        let request: Bytes = request.encode_to_vec().into();
+        let framed = unary::frame(&request).ok_or_else(|| ServiceError::RequestTooLarge {
+            method: call.method.clone(),
+            bytes: request.len(),
+            limit: MAX_CALL_MESSAGE_BYTES,
+        })?;
+        let link = Link::for_method(
+            peer,
+            &format!("/{service}/{method_name}"),
+            CONNECT_TIMEOUT,
+            &Arc::default(),
+            None,
+        )
+        .map_err(|_| ServiceError::MethodName {
+            method: call.method.clone(),
+        })?
+        .with_headers(metadata);
         Ok(ServiceClient {
             address: call.address.clone(),
-            path,
-            request: request.encode_to_vec().into(),
+            output: method.output(),
             method,
-            metadata,
-            channel,
+            request,
+            framed,
+            link: Arc::new(link),
         })
     }
 
@@ -167,34 +229,23 @@ impl ServiceClient {
 
     /// The method's output message.
     pub fn output(&self) -> MessageDescriptor {
-        self.method.output()
+        self.output.clone()
     }
 
     /// Makes one call: the request's bytes, the configured metadata, the
     /// current trace context's `traceparent`, and `grpc-timeout` from
     /// `timeout` when given. The service's non-OK status comes back as it
-    /// is; a reply that does not decode as the output message is
-    /// INTERNAL.
+    /// is; a reply that does not fit the output message (one its decode
+    /// would refuse) is INTERNAL.
     pub async fn call(&self, timeout: Option<Duration>) -> Result<ServiceReply, Status> {
-        let mut request = tonic::Request::new(self.request.clone());
-        let metadata = request.metadata_mut();
-        for (key, value) in &self.metadata {
-            metadata.append(key.clone(), value.clone());
-        }
-        telemetry::inject_metadata(metadata);
-        if let Some(timeout) = timeout {
-            request.set_timeout(timeout);
-        }
-        let mut grpc = Grpc::new(self.channel.clone())
-            .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES);
+        let traceparent = telemetry::traceparent_header();
         let call = async {
-            grpc.ready().await.map_err(|e| {
-                Status::unavailable(format!("service {} not reachable: {e}", self.address))
-            })?;
-            grpc.unary(request, self.path.clone(), RawCodec).await
+            self.link
+                .call_framed(self.framed.clone(), timeout, traceparent)
+                .await
+                .map_err(|(LinkError::Unsent(status) | LinkError::Failed(status))| status)
         };
-        let reply = match timeout {
+        let body = match timeout {
             Some(timeout) => {
                 crate::deadline::within(timeout, call, || {
                     format!("no answer from service {}", self.address)
@@ -202,20 +253,25 @@ impl ServiceClient {
                 .await
             }
             None => call.await,
-        }?
-        .into_inner();
-        let message = DynamicMessage::decode(self.method.output(), reply.clone()).map_err(|e| {
-            Status::internal(format!(
-                "service {}: its reply is not a {}: {e}",
-                self.address,
-                self.method.output().full_name()
-            ))
-        })?;
+        }?;
+        fitting(&self.output, &self.address, &body)?;
         Ok(ServiceReply {
-            message,
-            bytes: reply.len(),
+            bytes: body.len(),
+            body,
+            output: self.output.clone(),
         })
     }
+}
+
+/// Whether `body`, the reply of the service at `address`, fits `output`:
+/// INTERNAL when it does not (a decode would refuse it).
+fn fitting(output: &MessageDescriptor, address: &str, body: &[u8]) -> Result<(), Status> {
+    fits::check(output, body).map_err(|e| {
+        Status::internal(format!(
+            "service {address}: its reply is not a {}: {e}",
+            output.full_name()
+        ))
+    })
 }
 
 /// `package.Service/Method` (a leading `/` and a `.` before the method
@@ -264,10 +320,7 @@ fn endpoint(address: &str) -> Result<Endpoint, ServiceError> {
     Ok(crate::link::endpoint(uri, CONNECT_TIMEOUT))
 }
 
-fn metadata_entry(
-    key: &str,
-    value: &str,
-) -> Result<(AsciiMetadataKey, AsciiMetadataValue), ServiceError> {
+fn metadata_entry(key: &str, value: &str) -> Result<(HeaderName, HeaderValue), ServiceError> {
     let bad = |reason: &str| ServiceError::Metadata {
         key: key.to_owned(),
         reason: reason.to_owned(),
@@ -279,11 +332,11 @@ fn metadata_entry(
     if lower.starts_with("grpc-") || lower == "traceparent" {
         return Err(bad("set by the call itself"));
     }
-    let k = AsciiMetadataKey::from_bytes(lower.as_bytes()).map_err(|_| bad("not a valid key"))?;
+    let k = HeaderName::from_bytes(lower.as_bytes()).map_err(|_| bad("not a valid key"))?;
     if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return Err(bad("not printable ASCII"));
     }
-    let v = AsciiMetadataValue::try_from(value).map_err(|_| bad("not a valid value"))?;
+    let v = HeaderValue::from_str(value).map_err(|_| bad("not a valid value"))?;
     Ok((k, v))
 }
 
@@ -487,50 +540,6 @@ async fn ask(
     }
 }
 
-/// The call's codec: bytes out, bytes back (checked by the caller).
-#[derive(Clone, Copy, Debug, Default)]
-struct RawCodec;
-
-#[derive(Debug)]
-struct RawEncoder;
-
-#[derive(Debug)]
-struct RawDecoder;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl Encoder for RawEncoder {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawDecoder {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,6 +554,40 @@ mod tests {
         assert_eq!(split_method("a.B.C").ok(), Some(("a.B", "C")));
         for bad in ["", "Echo", "a.B/", "/C", "a..B/C", "a.B/C.D", "a B/C"] {
             assert!(split_method(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_reply_that_does_not_fit_the_output_message_is_internal() {
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers/echo.proto");
+        let pool = compile(&[proto], &[]).unwrap_or_else(|e| panic!("{e}"));
+        let output = find_method(&pool, "tailmesh.examples.v1.Echo", "Echo")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .output();
+        // EchoReply { message: "hi", deadline_left_us: -1 }.
+        let fine = [
+            0x0a, 2, b'h', b'i', 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        ];
+        assert!(fitting(&output, "svc:1", &fine).is_ok());
+        assert!(
+            fitting(&output, "svc:1", &[]).is_ok(),
+            "an empty reply is all defaults"
+        );
+        for misfit in [
+            &[0x0a, 2, 0xff, 0xfe][..], // `message` is not UTF-8
+            &[0x0a, 9, b'h'],           // `message` runs past the reply
+            &[0x08, 1],                 // `message` as a varint
+            &[0x18],                    // `deadline_left_us` without its value
+        ] {
+            let status = fitting(&output, "svc:1", misfit)
+                .err()
+                .unwrap_or_else(|| panic!("{misfit:02x?} fits"));
+            assert_eq!(status.code(), Code::Internal, "{status:?}");
+            assert!(
+                status.message().contains("svc:1")
+                    && status.message().contains("tailmesh.examples.v1.EchoReply"),
+                "{status:?}"
+            );
         }
     }
 

@@ -1,5 +1,7 @@
 //! `tailmesh.v1.Hop/Call` over HTTP/2 directly with h2: the client every
-//! push caller uses (the load generator and each hop's downstream calls).
+//! push caller uses (the load generator and each hop's downstream calls),
+//! and, with its bytes framed by the caller ([`Link::call_framed`]), a
+//! service hop's one unary call of its service's method.
 //!
 //! A tonic channel hands each call through three tasks before it reaches
 //! the socket and back (its buffer's worker, hyper's connection task, and a
@@ -146,7 +148,19 @@ impl Link {
         events: &Arc<LinkEvents>,
         tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<Self, http::uri::InvalidUri> {
-        let uri = format!("{}{PATH}", addr.uri()).parse()?;
+        Self::for_method(addr, PATH, connect_timeout, events, tls)
+    }
+
+    /// A link to `addr` whose calls go to the method at `path`
+    /// (`/package.Service/Method`); nothing is connected yet.
+    pub(crate) fn for_method(
+        addr: PeerAddr,
+        path: &str,
+        connect_timeout: Duration,
+        events: &Arc<LinkEvents>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, http::uri::InvalidUri> {
+        let uri = format!("{}{path}", addr.uri()).parse()?;
         let mut headers = HeaderMap::with_capacity(4);
         headers.insert(
             header::CONTENT_TYPE,
@@ -168,6 +182,18 @@ impl Link {
             driver: Mutex::new(None),
             spare_ping: Mutex::new(None),
         })
+    }
+
+    /// The link with `headers` sent with every call too (a service's
+    /// metadata), after the ones gRPC needs.
+    pub(crate) fn with_headers(
+        mut self,
+        headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
+    ) -> Self {
+        for (name, value) in headers {
+            self.headers.append(name, value);
+        }
+        self
     }
 
     /// The link with `watch` told of its connections' states and
@@ -215,6 +241,21 @@ impl Link {
         traceparent: Option<HeaderValue>,
     ) -> Result<CallReply, LinkError> {
         let body = encode(request).map_err(LinkError::Failed)?;
+        let message = self.call_framed(body, timeout, traceparent).await?;
+        CallReply::decode(message)
+            .map_err(|e| LinkError::Failed(Status::internal(format!("decode the answer: {e}"))))
+    }
+
+    /// One call of `body`, one gRPC message already framed ([`frame`]):
+    /// the answer's message, unframed and not decoded, or its status.
+    /// `timeout` becomes its `grpc-timeout`, `traceparent` its header of
+    /// that name. The caller bounds the wait.
+    pub(crate) async fn call_framed(
+        &self,
+        body: Bytes,
+        timeout: Option<Duration>,
+        traceparent: Option<HeaderValue>,
+    ) -> Result<Bytes, LinkError> {
         let mut http = Request::new(());
         *http.method_mut() = Method::POST;
         *http.uri_mut() = self.uri.clone();
@@ -407,10 +448,7 @@ impl Link {
 
     /// The answer's message, or its status: in the headers of a
     /// trailers-only answer, else in the trailers.
-    async fn read_reply(
-        &self,
-        answer: http::Response<h2::RecvStream>,
-    ) -> Result<CallReply, Status> {
+    async fn read_reply(&self, answer: http::Response<h2::RecvStream>) -> Result<Bytes, Status> {
         let (head, mut body) = answer.into_parts();
         if head.status != http::StatusCode::OK {
             return Err(http_status(head.status));
@@ -450,7 +488,7 @@ impl Link {
                 }
             }
         }
-        decode(gathered.map_or(message, BytesMut::freeze))
+        unframe(gathered.map_or(message, BytesMut::freeze))
     }
 
     /// A failure before the request left: connection number `generation`
@@ -515,8 +553,22 @@ fn encode(request: &impl Message) -> Result<Bytes, Status> {
     Ok(buf.freeze())
 }
 
-/// The one message of an answer's body.
-fn decode(mut body: Bytes) -> Result<CallReply, Status> {
+/// An encoded message as one gRPC message: the prefix (uncompressed, its
+/// length), then the bytes; `None` over [`MAX_CALL_MESSAGE_BYTES`].
+pub(crate) fn frame(message: &[u8]) -> Option<Bytes> {
+    if message.len() > MAX_CALL_MESSAGE_BYTES {
+        return None;
+    }
+    let mut buf = BytesMut::with_capacity(PREFIX + message.len());
+    buf.put_u8(0);
+    // Within MAX_CALL_MESSAGE_BYTES, so within u32.
+    buf.put_u32(message.len() as u32);
+    buf.extend_from_slice(message);
+    Some(buf.freeze())
+}
+
+/// The one message of an answer's body, its prefix checked and removed.
+fn unframe(mut body: Bytes) -> Result<Bytes, Status> {
     if body.len() < PREFIX {
         return Err(Status::internal(
             "the answer has grpc-status OK but no message",
@@ -538,7 +590,7 @@ fn decode(mut body: Bytes) -> Result<CallReply, Status> {
             body.len()
         )));
     }
-    CallReply::decode(body).map_err(|e| Status::internal(format!("decode the answer: {e}")))
+    Ok(body)
 }
 
 fn too_large(len: usize) -> Status {
@@ -607,26 +659,28 @@ mod tests {
         let framed = encode(&sent).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(framed[0], 0);
         assert_eq!(framed.len(), PREFIX + sent.encoded_len());
-        let reply = decode(framed).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(reply, sent);
+        let message = unframe(framed).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(CallReply::decode(message).ok(), Some(sent.clone()));
+        let again = frame(&sent.encode_to_vec()).unwrap_or_else(|| panic!("within the limit"));
+        assert_eq!(again, encode(&sent).unwrap_or_else(|e| panic!("{e}")));
     }
 
     #[test]
     fn a_truncated_or_compressed_answer_is_refused() {
         assert_eq!(
-            decode(Bytes::from_static(&[0, 0, 0]))
+            unframe(Bytes::from_static(&[0, 0, 0]))
                 .err()
                 .map(|s| s.code()),
             Some(Code::Internal)
         );
         assert_eq!(
-            decode(Bytes::from_static(&[0, 0, 0, 0, 9, 1]))
+            unframe(Bytes::from_static(&[0, 0, 0, 0, 9, 1]))
                 .err()
                 .map(|s| s.code()),
             Some(Code::Internal)
         );
         assert_eq!(
-            decode(Bytes::from_static(&[1, 0, 0, 0, 0]))
+            unframe(Bytes::from_static(&[1, 0, 0, 0, 0]))
                 .err()
                 .map(|s| s.code()),
             Some(Code::Internal)

@@ -500,7 +500,8 @@ async fn v1alpha_reflection_serves_when_v1_is_unimplemented() {
     let reply = within("the service's answer", client.call(None))
         .await
         .expect("an ok reply");
-    let text = tailmesh_services::protojson::to_json(&reply.message).to_string();
+    let text = tailmesh_services::protojson::to_json(&reply.message().expect("a decodable reply"))
+        .to_string();
     assert!(text.contains(r#""message":"a""#), "{text}");
     assert!(text.contains(r#""deadlineLeftUs":"-1""#), "{text}");
     server.stop().await;
