@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Arithmetic for bench/sidecar.sh (standard library only).
+
+Subcommands:
+  scenario SRC N DST     copy the scenario SRC to DST with `requests = N`
+                         in [load] and its relative paths (a `command`
+                         program written with a `/`, `proto` files) made
+                         absolute, so the copy runs from anywhere
+  round SUMMARY N OUT    read one run's summary.json, check that every
+                         variant answered all N requests, and write the
+                         round's numbers to OUT (JSON)
+  report DIR [JSON]      print the table from DIR/round-*.json (medians
+                         over the rounds), optionally write it to JSON
+"""
+
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+GOAL = 1.2
+
+
+def fail(msg):
+    print(f"sidecar: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def scenario(src, n, dst):
+    base = os.path.dirname(os.path.abspath(src))
+    out, section, done = [], None, False
+
+    def absolute(m):
+        path = m.group(1)
+        if path.startswith("/") or "/" not in path:
+            return m.group(0)
+        return '"' + os.path.normpath(os.path.join(base, path)) + '"'
+
+    for line in open(src):
+        m = re.match(r"\s*\[\[?([^\]]+)\]\]?", line)
+        if m:
+            section = m.group(1).strip()
+        if section == "load" and re.match(r"\s*requests\s*=", line):
+            line, done = f"requests = {n}\n", True
+        if re.match(r"\s*(command|proto)\s*=", line):
+            line = re.sub(r'"(\.\.?/[^"]*)"', absolute, line)
+        out.append(line)
+    if not done:
+        fail(f"{src}: no [load] requests to replace")
+    with open(dst, "w") as f:
+        f.writelines(out)
+
+
+def p50(stats):
+    return stats["p50_us"]
+
+
+def round_numbers(summary_path, n, out):
+    s = json.load(open(summary_path))
+    variants = {v["name"]: v for v in s["variants"]}
+    for name in ("zero", "sidecar", "direct"):
+        v = variants.get(name)
+        if v is None:
+            fail(f"{summary_path}: no variant {name!r}")
+        if v["ok"] != n:
+            fail(
+                f"{summary_path}: variant {name}: {v['ok']} of {n} requests ok "
+                f"(errors {v['errors']}, timeouts {v['timeouts']})"
+            )
+    zero = variants["zero"]
+    hops = zero["hops"]
+    if len(hops) < 2:
+        fail(f"{summary_path}: the zero-work chain has {len(hops)} hop(s), at least 2 wanted")
+    # The entry's total holds every hop after it; the leaf's holds only
+    # itself: the difference is what the forwarding hops added.
+    forwarding = (p50(hops[0]["total"]) - p50(hops[-1]["total"])) / (len(hops) - 1)
+    sidecar = p50(variants["sidecar"]["latency"]) - p50(variants["direct"]["latency"])
+    loads = [v["instrument"]["load_average"][0] for v in s["variants"] if v.get("instrument")]
+    numbers = {
+        "requests": n,
+        "zero_p50_us": p50(zero["latency"]),
+        "zero_entry_total_p50_us": p50(hops[0]["total"]),
+        "zero_leaf_total_p50_us": p50(hops[-1]["total"]),
+        "forwarding_hop_us": forwarding,
+        "sidecar_p50_us": p50(variants["sidecar"]["latency"]),
+        "direct_p50_us": p50(variants["direct"]["latency"]),
+        "sidecar_p99_us": variants["sidecar"]["latency"]["p99_us"],
+        "direct_p99_us": variants["direct"]["latency"]["p99_us"],
+        "sidecar_cost_us": sidecar,
+        "ratio": sidecar / forwarding if forwarding > 0 else None,
+        "load_average": loads,
+        "busy": any(v.get("instrument", {}).get("busy") for v in s["variants"]),
+    }
+    with open(out, "w") as f:
+        json.dump(numbers, f, indent=2)
+
+
+def report(d, json_out=None):
+    rounds = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(d, "round-*.json")))]
+    if not rounds:
+        fail(f"{d}: no rounds")
+
+    def med(key):
+        values = [r[key] for r in rounds if r[key] is not None]
+        return statistics.median(values) if values else None
+
+    rows = [
+        ("zero-work chain a -> b -> svc, p50", "zero_p50_us"),
+        ("  entry hop's total p50", "zero_entry_total_p50_us"),
+        ("  leaf hop's total p50", "zero_leaf_total_p50_us"),
+        ("forwarding hop, per hop", "forwarding_hop_us"),
+        ("a -> b -> sidecar -> service, p50", "sidecar_p50_us"),
+        ("a -> b -> service (direct), p50", "direct_p50_us"),
+        ("sidecar, per call", "sidecar_cost_us"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    for label, key in rows:
+        value = med(key)
+        by_round = " / ".join(f"{r[key]:.1f}" for r in rounds) if len(rounds) > 1 else ""
+        print(f"{label:<{width}}  {value:8.1f} us  {by_round}")
+    ratio = med("ratio")
+    loads = [x for r in rounds for x in r["load_average"]]
+    verdict = "met" if ratio is not None and ratio <= GOAL else "not met"
+    print(
+        f"sidecar / forwarding hop: {ratio:.2f}x (goal at most {GOAL}x: {verdict})"
+        if ratio is not None
+        else "sidecar / forwarding hop: no ratio (the forwarding hop measured 0 us)"
+    )
+    if len(rounds) > 1:
+        print("ratios by round: " + " ".join(f"{r['ratio']:.2f}" for r in rounds if r["ratio"]))
+    print(
+        f"load average during the variants: {min(loads):.2f} to {max(loads):.2f}"
+        + (" (busy machine)" if any(r["busy"] for r in rounds) or max(loads) > 1.5 else "")
+    )
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump({"rounds": rounds, "ratio_median": ratio, "goal": GOAL}, f, indent=2)
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[1] == "scenario" and len(argv) == 5:
+        scenario(argv[2], int(argv[3]), argv[4])
+    elif len(argv) >= 2 and argv[1] == "round" and len(argv) == 5:
+        round_numbers(argv[2], int(argv[3]), argv[4])
+    elif len(argv) >= 2 and argv[1] == "report" and len(argv) in (3, 4):
+        report(argv[2], argv[3] if len(argv) == 4 else None)
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

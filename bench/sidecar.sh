@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# What a real service's sidecar costs per call, against tailmesh's own
+# zero-work forwarding hop, measured side by side in one `tailmesh run` of
+# bench/sidecar.toml (closed loop, 1 in flight, traces off), three variants
+# of one chain, load -> a -> b -> svc:
+#
+#   1. zero:    svc is a zero-work hop. Forwarding hop's cost = (the entry
+#               hop's total p50 - the leaf's total p50) / 2: what a and b
+#               add (floor.sh's (3-hop p50 - 1-hop p50) / 2, read inside
+#               one chain);
+#   2. sidecar: svc is the C++ example server behind its tailmesh sidecar;
+#   3. direct:  b calls the same server itself (`[hop.service] direct`).
+#
+# Sidecar's cost = sidecar p50 - direct p50: the same client (b's) calls
+# the same server, with and without the sidecar between. The goal is at
+# most 1.2x the forwarding hop's cost.
+#
+# The service is the C++ example (examples/servers/cpp, gRPC C++'s
+# synchronous server): compiled, no interpreter or garbage collector, so
+# its own time is short and steady and the difference is the sidecar's.
+#
+# Usage: bench/sidecar.sh [-n REQUESTS] [-r ROUNDS] [--bin TAILMESH] [--strict] [--json FILE]
+#   -n N          requests per variant (default 20000; -n 2000 for a quick run)
+#   -r R          runs of the three variants, medians reported (default 1)
+#   --bin PATH    the tailmesh binary to measure (default: build the release
+#                 one); for an A/B of two builds, run once with each
+#   --strict      refuse to run when the 1-minute load average is over 1.5
+#                 (default: warn)
+#   --json FILE   also write the numbers as JSON
+#
+# Needs cargo, python3 and the C++ example server (examples/servers/setup.sh
+# cpp). Loopback only. Leaves nothing behind: the run is stopped by its PID
+# (it stops its own hops and services) and the temp dir removed, on every
+# exit path (Ctrl-C included).
+set -euo pipefail
+
+REQUESTS=20000
+ROUNDS=1
+BIN=""
+STRICT=0
+JSON_OUT=""
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+    case "$1" in
+        -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
+        -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
+        --bin) BIN="${2:?--bin needs a path}"; shift 2 ;;
+        --strict) STRICT=1; shift ;;
+        --json) JSON_OUT="${2:?--json needs a file}"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "sidecar: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+for value in "$REQUESTS" "$ROUNDS"; do
+    if ! [[ $value =~ ^[1-9][0-9]*$ ]]; then
+        echo "sidecar: -n and -r want a positive integer, got '$value'" >&2
+        exit 2
+    fi
+done
+if [[ -n $JSON_OUT ]]; then
+    JSON_OUT="$(cd "$(dirname "$JSON_OUT")" && pwd)/$(basename "$JSON_OUT")"
+fi
+if [[ -n $BIN ]]; then
+    [[ -x $BIN ]] || { echo "sidecar: --bin $BIN is not an executable" >&2; exit 2; }
+    BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+fi
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+PY="$HERE/sidecar.py"
+SERVER="$REPO/examples/servers/cpp/build/echo-server"
+# shellcheck source=bench/lib/wait.sh
+source "$HERE/lib/wait.sh"
+
+say() { echo "sidecar: $*" >&2; }
+
+TMP=""
+CUR_PID=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM HUP
+    set +e
+    if [[ -n $CUR_PID ]]; then
+        # tailmesh run stops its hops and services on SIGINT (Ctrl-C).
+        kill -INT "$CUR_PID" 2>/dev/null
+        wait_gone "$CUR_PID" 150 || kill -KILL "$CUR_PID" 2>/dev/null
+        wait "$CUR_PID" 2>/dev/null
+    fi
+    [[ -n $TMP ]] && rm -rf "$TMP"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# Runs one step in the background and waits for it, so a signal reaches the
+# traps at once and the step is stopped by its PID.
+step() {
+    "$@" &
+    CUR_PID=$!
+    local rc=0
+    wait "$CUR_PID" || rc=$?
+    CUR_PID=""
+    ((rc != 130)) || exit 130
+    return "$rc"
+}
+
+for tool in python3; do
+    command -v "$tool" >/dev/null 2>&1 || { say "$tool not found"; exit 1; }
+done
+if [[ ! -x $SERVER ]]; then
+    say "the C++ example server is not built ($SERVER); run: examples/servers/setup.sh cpp"
+    exit 1
+fi
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-sidecar.XXXXXX")"
+
+if [[ -z $BIN ]]; then
+    command -v cargo >/dev/null 2>&1 || { say "cargo not found"; exit 1; }
+    say "building the release binary"
+    step cargo build --manifest-path "$REPO/Cargo.toml" --release --locked -q -p tailmesh --bin tailmesh
+    BIN="$REPO/target/release/tailmesh"
+fi
+
+load1="$(cut -d' ' -f1 /proc/loadavg)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+if python3 -c "import sys; sys.exit(float(sys.argv[1]) <= 1.5)" "$load1"; then
+    if ((STRICT)); then
+        say "load average $load1 is over 1.5 (--strict): the machine is busy; try again when it is quiet"
+        exit 1
+    fi
+    echo "warning: load average $load1 (over 1.5): the machine is busy, the numbers are partly its own"
+fi
+
+python3 "$PY" scenario "$HERE/sidecar.toml" "$REQUESTS" "$TMP/sidecar.toml"
+for ((round = 1; round <= ROUNDS; round++)); do
+    say "round $round of $ROUNDS: tailmesh run sidecar ($REQUESTS requests per variant)"
+    if ! step "$BIN" run "$TMP/sidecar.toml" --results "$TMP/results" --quiet --no-traces \
+        >"$TMP/run-$round.out" 2>&1; then
+        say "tailmesh run failed:"
+        cat "$TMP/run-$round.out" >&2
+        exit 1
+    fi
+    python3 "$PY" round "$TMP/results/sidecar/latest/summary.json" "$REQUESTS" "$TMP/round-$round.json"
+done
+
+echo
+echo "sidecar vs zero-work forwarding hop: $REQUESTS requests per variant, $ROUNDS round(s), 1 in flight, traces off, $(nproc) cores, $(date -u +%Y-%m-%d)"
+python3 "$PY" report "$TMP" ${JSON_OUT:+"$JSON_OUT"}
+echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+[[ -n $JSON_OUT ]] && say "wrote $JSON_OUT"
+exit 0
