@@ -2,10 +2,12 @@
 """Arithmetic for bench/sidecar.sh (standard library only).
 
 Subcommands:
-  scenario SRC N DST     copy the scenario SRC to DST with `requests = N`
+  scenario SRC N DST [--no-direct]
+                         copy the scenario SRC to DST with `requests = N`
                          in [load] and its relative paths (a `command`
                          program written with a `/`, `proto` files) made
-                         absolute, so the copy runs from anywhere
+                         absolute, so the copy runs from anywhere; with
+                         --no-direct, without the `direct` variant
   round SUMMARY N OUT    read one run's summary.json, check that every
                          variant answered all N requests, and write the
                          round's numbers to OUT (JSON)
@@ -28,7 +30,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def scenario(src, n, dst):
+def scenario(src, n, dst, direct=True):
     base = os.path.dirname(os.path.abspath(src))
     out, section, done = [], None, False
 
@@ -49,6 +51,12 @@ def scenario(src, n, dst):
         out.append(line)
     if not done:
         fail(f"{src}: no [load] requests to replace")
+    if not direct:
+        text = "".join(out)
+        cut = re.search(r'\[\[variant\]\]\s*name\s*=\s*"direct"[^\[]*', text)
+        if not cut:
+            fail(f"{src}: no variant \"direct\" to leave out")
+        out = [text[: cut.start()] + text[cut.end() :]]
     with open(dst, "w") as f:
         f.writelines(out)
 
@@ -62,6 +70,8 @@ def round_numbers(summary_path, n, out):
     variants = {v["name"]: v for v in s["variants"]}
     for name in ("zero", "sidecar", "direct"):
         v = variants.get(name)
+        if v is None and name == "direct":
+            continue
         if v is None:
             fail(f"{summary_path}: no variant {name!r}")
         if v["ok"] != n:
@@ -76,7 +86,9 @@ def round_numbers(summary_path, n, out):
     # The entry's total holds every hop after it; the leaf's holds only
     # itself: the difference is what the forwarding hops added.
     forwarding = (p50(hops[0]["total"]) - p50(hops[-1]["total"])) / (len(hops) - 1)
-    sidecar = p50(variants["sidecar"]["latency"]) - p50(variants["direct"]["latency"])
+    direct = variants.get("direct")
+    direct_p50 = p50(direct["latency"]) if direct else None
+    sidecar = p50(variants["sidecar"]["latency"]) - direct_p50 if direct else None
     loads = [v["instrument"]["load_average"][0] for v in s["variants"] if v.get("instrument")]
     numbers = {
         "requests": n,
@@ -85,11 +97,14 @@ def round_numbers(summary_path, n, out):
         "zero_leaf_total_p50_us": p50(hops[-1]["total"]),
         "forwarding_hop_us": forwarding,
         "sidecar_p50_us": p50(variants["sidecar"]["latency"]),
-        "direct_p50_us": p50(variants["direct"]["latency"]),
+        "direct_p50_us": direct_p50,
         "sidecar_p99_us": variants["sidecar"]["latency"]["p99_us"],
-        "direct_p99_us": variants["direct"]["latency"]["p99_us"],
+        "direct_p99_us": direct["latency"]["p99_us"] if direct else None,
+        # What the service hop adds over a zero-work leaf in its place:
+        # comparable between builds without the direct variant.
+        "over_zero_leaf_us": p50(variants["sidecar"]["latency"]) - p50(zero["latency"]),
         "sidecar_cost_us": sidecar,
-        "ratio": sidecar / forwarding if forwarding > 0 else None,
+        "ratio": sidecar / forwarding if sidecar is not None and forwarding > 0 else None,
         "load_average": loads,
         "busy": any(v.get("instrument", {}).get("busy") for v in s["variants"]),
     }
@@ -114,10 +129,14 @@ def report(d, json_out=None):
         ("a -> b -> sidecar -> service, p50", "sidecar_p50_us"),
         ("a -> b -> service (direct), p50", "direct_p50_us"),
         ("sidecar, per call", "sidecar_cost_us"),
+        ("sidecar chain p50 - zero chain p50", "over_zero_leaf_us"),
     ]
     width = max(len(label) for label, _ in rows)
     for label, key in rows:
         value = med(key)
+        if value is None:
+            print(f"{label:<{width}}       n/a")
+            continue
         by_round = " / ".join(f"{r[key]:.1f}" for r in rounds) if len(rounds) > 1 else ""
         print(f"{label:<{width}}  {value:8.1f} us  {by_round}")
     ratio = med("ratio")
@@ -126,7 +145,7 @@ def report(d, json_out=None):
     print(
         f"sidecar / forwarding hop: {ratio:.2f}x (goal at most {GOAL}x: {verdict})"
         if ratio is not None
-        else "sidecar / forwarding hop: no ratio (the forwarding hop measured 0 us)"
+        else "sidecar / forwarding hop: no ratio (no direct variant, or no forwarding cost)"
     )
     if len(rounds) > 1:
         print("ratios by round: " + " ".join(f"{r['ratio']:.2f}" for r in rounds if r["ratio"]))
@@ -140,8 +159,10 @@ def report(d, json_out=None):
 
 
 def main(argv):
-    if len(argv) >= 2 and argv[1] == "scenario" and len(argv) == 5:
-        scenario(argv[2], int(argv[3]), argv[4])
+    if len(argv) >= 2 and argv[1] == "scenario" and len(argv) in (5, 6):
+        if len(argv) == 6 and argv[5] != "--no-direct":
+            fail(f"scenario: unknown flag {argv[5]}")
+        scenario(argv[2], int(argv[3]), argv[4], direct=len(argv) == 5)
     elif len(argv) >= 2 and argv[1] == "round" and len(argv) == 5:
         round_numbers(argv[2], int(argv[3]), argv[4])
     elif len(argv) >= 2 and argv[1] == "report" and len(argv) in (3, 4):

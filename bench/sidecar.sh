@@ -19,13 +19,16 @@
 # synchronous server): compiled, no interpreter or garbage collector, so
 # its own time is short and steady and the difference is the sidecar's.
 #
-# Usage: bench/sidecar.sh [-n REQUESTS] [-r ROUNDS] [--bin TAILMESH] [--strict] [--json FILE]
+# Usage: bench/sidecar.sh [-n N] [-r R] [--bin TAILMESH] [--strict] [--no-direct] [--json FILE]
 #   -n N          requests per variant (default 20000; -n 2000 for a quick run)
 #   -r R          runs of the three variants, medians reported (default 1)
 #   --bin PATH    the tailmesh binary to measure (default: build the release
 #                 one); for an A/B of two builds, run once with each
 #   --strict      refuse to run when the 1-minute load average is over 1.5
 #                 (default: warn)
+#   --no-direct   leave the direct variant out (a build without
+#                 `[hop.service] direct`): no sidecar cost then, only the
+#                 sidecar chain's p50 over the zero-work chain's
 #   --json FILE   also write the numbers as JSON
 #
 # Needs cargo, python3 and the C++ example server (examples/servers/setup.sh
@@ -38,14 +41,16 @@ REQUESTS=20000
 ROUNDS=1
 BIN=""
 STRICT=0
+NO_DIRECT=0
 JSON_OUT=""
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
         -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
         --bin) BIN="${2:?--bin needs a path}"; shift 2 ;;
         --strict) STRICT=1; shift ;;
+        --no-direct) NO_DIRECT=1; shift ;;
         --json) JSON_OUT="${2:?--json needs a file}"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "sidecar: unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -132,7 +137,9 @@ if python3 -c "import sys; sys.exit(float(sys.argv[1]) <= 1.5)" "$load1"; then
     echo "warning: load average $load1 (over 1.5): the machine is busy, the numbers are partly its own"
 fi
 
-python3 "$PY" scenario "$HERE/sidecar.toml" "$REQUESTS" "$TMP/sidecar.toml"
+flags=()
+((NO_DIRECT)) && flags=(--no-direct)
+python3 "$PY" scenario "$HERE/sidecar.toml" "$REQUESTS" "$TMP/sidecar.toml" "${flags[@]}"
 for ((round = 1; round <= ROUNDS; round++)); do
     say "round $round of $ROUNDS: tailmesh run sidecar ($REQUESTS requests per variant)"
     if ! step "$BIN" run "$TMP/sidecar.toml" --results "$TMP/results" --quiet --no-traces \
