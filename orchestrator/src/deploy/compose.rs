@@ -212,25 +212,28 @@ fn header(scenario: &Scenario, options: &Options) -> String {
     )
 }
 
-/// A TLS service's additions: its folder mounted read-only at
-/// [`TLS_DIR`], the CA's digest as a label (with the scenario's, which a
-/// service's own `labels` would otherwise hide) and in its environment,
-/// where its certificates are checked against it.
-fn tls_parts(
+/// Adds a TLS service's parts: its folder mounted read-only at
+/// [`TLS_DIR`] to `volumes`, the CA's digest to `env` (where its
+/// certificates are checked against it) and, as a label, to `entries`
+/// (with the scenario's, which a service's own `labels` would otherwise
+/// hide).
+fn add_tls(
     name: &str,
     tls: &TlsFolder,
     scenario_sha256: &str,
-) -> (Node, (String, Node), (String, Node)) {
-    let volume = s(format!("{}/{name}:{TLS_DIR}:ro", tls.path));
-    let labels = (
+    volumes: &mut Vec<Node>,
+    env: &mut Vec<(String, Node)>,
+    entries: &mut Vec<(String, Node)>,
+) {
+    volumes.push(s(format!("{}/{name}:{TLS_DIR}:ro", tls.path)));
+    env.push((CA_SHA256_ENV.to_owned(), s(&tls.ca_sha256)));
+    entries.push((
         "labels".to_owned(),
         map([
             ("tailmesh.scenario-sha256", s(scenario_sha256)),
             ("tailmesh.tls-ca-sha256", s(&tls.ca_sha256)),
         ]),
-    );
-    let env = (CA_SHA256_ENV.to_owned(), s(&tls.ca_sha256));
-    (volume, labels, env)
+    ));
 }
 
 fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &str) -> Node {
@@ -259,7 +262,6 @@ fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &st
         return Node::Map(entries);
     }
     let mut env: Vec<(String, Node)> = service.env().into_iter().map(|(k, v)| (k, s(v))).collect();
-    let tls = tls.map(|tls| tls_parts(&service.name, tls, scenario_sha256));
     let mut volumes = Vec::new();
     if service.control {
         volumes.push(s(format!("control-token:{TOKEN_DIR}:ro")));
@@ -268,10 +270,15 @@ fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &st
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
         ("command".to_owned(), flow(service.command())),
     ];
-    if let Some((volume, labels, ca)) = tls {
-        volumes.push(volume);
-        env.push(ca);
-        entries.push(labels);
+    if let Some(tls) = tls {
+        add_tls(
+            &service.name,
+            tls,
+            scenario_sha256,
+            &mut volumes,
+            &mut env,
+            &mut entries,
+        );
         entries.push((
             "healthcheck".to_owned(),
             healthcheck(&service.health_command()),
@@ -345,10 +352,14 @@ fn orchestrator(
         ),
     ];
     if let Some(tls) = tls {
-        let (volume, labels, ca) = tls_parts(super::tls::ORCHESTRATOR, tls, scenario_sha256);
-        volumes.push(volume);
-        env.push(ca);
-        entries.push(labels);
+        add_tls(
+            super::tls::ORCHESTRATOR,
+            tls,
+            scenario_sha256,
+            &mut volumes,
+            &mut env,
+            &mut entries,
+        );
     }
     if !env.is_empty() {
         entries.push(("environment".to_owned(), Node::Map(env)));
