@@ -301,6 +301,7 @@ mod tests {
         let runtime = super::super::Runtime {
             name: "Docker Compose",
             net_admin: true,
+            pod: false,
         };
         let services = super::super::services(&scenario, runtime).expect("deployable");
         let identities = identities(&services, |n| vec![format!("{n}.svc")]);

@@ -256,8 +256,9 @@ pub enum ServiceError {
     Unsupported(&'static str),
 }
 
-/// Makes `hop`'s service for `replica` ready and returns its address:
-/// waits for the one at `address`, or starts `command` on a free port of
+/// Makes `hop`'s service for `replica` ready and returns its address
+/// (attached to a deployment, which runs it: only where it is, for
+/// messages): waits for the one at `address`, or starts `command` on a free port of
 /// 127.0.0.1 (`{port}` in its arguments, and `PORT`), with `TAILMESH_HOP`,
 /// `TAILMESH_REPLICA` and, when the run traces, the OTLP variables that
 /// make a service exporting spans join the request's trace (its resource
@@ -272,11 +273,23 @@ async fn start_service(
     options: &RunOptions,
     launcher: &mut AnyLauncher,
 ) -> Result<String, ServiceError> {
-    if !matches!(launcher, AnyLauncher::Local(_)) {
-        return Err(ServiceError::Unsupported(
-            "[hop.service] is not supported yet with this launcher (only the local launcher \
-             starts or waits for services)",
-        ));
+    match launcher {
+        AnyLauncher::Local(_) => {}
+        // The deployment runs the service (or calls its address) beside
+        // the replica, whose sidecar serves, and so passes the health
+        // checks attaching waits for, only once the service is ready.
+        AnyLauncher::Attached(_) => {
+            return Ok(match &service.source {
+                ServiceSource::Address(address) => address.clone(),
+                ServiceSource::Command(_) => format!("the deployment's, beside {}", process.name),
+            });
+        }
+        _ => {
+            return Err(ServiceError::Unsupported(
+                "[hop.service] is not supported yet with this launcher (the local launcher \
+                 starts or waits for services, and a deployment runs them)",
+            ));
+        }
     }
     let words = match &service.source {
         ServiceSource::Address(address) => {
@@ -335,7 +348,10 @@ const ADDRESS_PROBE_EVERY: std::time::Duration = std::time::Duration::from_milli
 
 /// Waits until the service at `address` is ready
 /// ([`health::check_service`]), at most `timeout`.
-async fn wait_for_address(address: &str, timeout: std::time::Duration) -> Result<(), ServiceError> {
+pub(crate) async fn wait_for_address(
+    address: &str,
+    timeout: std::time::Duration,
+) -> Result<(), ServiceError> {
     let peer: PeerAddr = address.parse().map_err(|e| ServiceError::Address {
         address: address.to_owned(),
         why: format!("{e}"),

@@ -19,7 +19,7 @@ mod kills;
 mod launch;
 mod progress;
 
-pub(crate) use launch::{LauncherError, resolve_launcher};
+pub(crate) use launch::{LauncherError, ServiceError, resolve_launcher, wait_for_address};
 pub(crate) use progress::describe_load;
 
 use std::{
@@ -163,12 +163,6 @@ pub enum RunError {
         address: String,
         source: Box<LaunchError>,
     },
-    /// Attached to a deployment, which does not run services yet.
-    #[error(
-        "variant \"{variant}\": hop \"{hop}\" has [hop.service], which is not supported yet \
-         with this launcher (attached to a deployment); run it with the local launcher"
-    )]
-    ServiceAttached { variant: String, hop: String },
     /// The load generator's pool of connections to the entry hop could
     /// not be built.
     #[error("variant \"{variant}\": {source}")]
@@ -180,12 +174,7 @@ impl RunError {
     /// tell (exit status 2): a service that does not start or get ready, a
     /// method or request the service's schema refuses.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            RunError::Service { .. }
-                | RunError::ServiceHop { .. }
-                | RunError::ServiceAttached { .. }
-        )
+        matches!(self, RunError::Service { .. } | RunError::ServiceHop { .. })
     }
 }
 
@@ -320,12 +309,6 @@ pub(crate) async fn run_variants(
     let mut launchers = Vec::with_capacity(plans.len());
     for plan in &plans {
         if options.attach.is_some() {
-            if let Some(hop) = plan.variant.hops.iter().find(|h| h.service.is_some()) {
-                return Err(RunError::ServiceAttached {
-                    variant: plan.variant.name.clone(),
-                    hop: hop.name.clone(),
-                });
-            }
             if let Some(hop) = plan.variant.hops.iter().find(|h| h.kill.is_some()) {
                 return Err(RunError::KillAttached {
                     variant: plan.variant.name.clone(),

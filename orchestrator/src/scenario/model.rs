@@ -474,6 +474,9 @@ pub struct HopService {
     pub metadata: Vec<(String, String)>,
     /// How long a service may take to become ready.
     pub ready_timeout: Duration,
+    /// The container image `command` runs in when deployed (`tailmesh
+    /// compose`, `tailmesh k8s`); the local launcher runs it on the host.
+    pub image: Option<String>,
     /// The folder relative paths are taken from, and where a `command`
     /// runs: the scenario file's (empty: the current folder).
     pub dir: std::path::PathBuf,

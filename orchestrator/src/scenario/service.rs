@@ -1,7 +1,8 @@
 //! `[hop.service]`: a real gRPC service as a hop's work. Where it is
 //! (`address`) or how one is started per replica (`command`), the method,
 //! the request (a JSON string or an inline table), the schema's `.proto`
-//! files, metadata and `ready_timeout`. Called from `validate::hop`; the
+//! files, metadata, `ready_timeout`, and the container `image` a
+//! deployment runs `command` in. Called from `validate::hop`; the
 //! launchers that cannot start a service are refused in `validate`.
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ const SERVICE_KEYS: &[&str] = &[
     "proto_include",
     "metadata",
     "ready_timeout",
+    "image",
 ];
 
 /// The longest `ready_timeout`.
@@ -101,6 +103,19 @@ pub(super) fn service(
             }
         }),
     };
+    let image = match s.get("image") {
+        None => Some(None),
+        Some(_) if s.get("address").is_some() => {
+            s.forbid(
+                p,
+                "image",
+                "cannot go with address: a deployment calls an address as it is; image is \
+                 where a deployment runs command",
+            );
+            None
+        }
+        Some(_) => image(s, p).map(Some),
+    };
     Some(HopService {
         source: source?,
         method: method?,
@@ -109,8 +124,39 @@ pub(super) fn service(
         proto_include: proto_include?,
         metadata: metadata?,
         ready_timeout: ready_timeout?,
+        image: image?,
         dir: PathBuf::new(),
     })
+}
+
+/// `image = "name[:tag]"`: the container image `tailmesh compose` and
+/// `tailmesh k8s` run `command` in, beside the replica's sidecar.
+fn image(s: &Section<'_>, p: &mut Problems) -> Option<String> {
+    let (image, entry) = s.string(p, "image")?;
+    let why = if image.is_empty() {
+        Some("is empty")
+    } else if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("has a space or a control character")
+    } else if image.starts_with(['-', ':', '/', '@']) {
+        Some("must start with a letter or digit")
+    } else {
+        None
+    };
+    match why {
+        None => Some(image.to_owned()),
+        Some(why) => {
+            s.report(
+                p,
+                &entry.node.span,
+                format!(
+                    "{} = \"{image}\" {why}: give an image reference (for example \
+                     \"tailmesh-example-python:latest\")",
+                    s.name("image")
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// `address = "host:port"`, for a hop of one replica.
@@ -490,6 +536,11 @@ mod tests {
             [("tenant".into(), "t1".into()), ("a-b".into(), "2".into())]
         );
         assert_eq!(service("address = \"h:1\"\n").request, "{}");
+        assert_eq!(service("address = \"h:1\"\n").image, None);
+        assert_eq!(
+            service("command = [\"srv\"]\nimage = \"team/echo:1.2\"\n").image,
+            Some("team/echo:1.2".to_owned())
+        );
     }
 
     #[test]
@@ -528,6 +579,22 @@ mod tests {
                 "t.toml:11:1",
                 "needs proto",
             ),
+            (
+                "command = [\"x\"]\nimage = \"a b\"\n",
+                "t.toml:11:9",
+                "has a space",
+            ),
+            (
+                "command = [\"x\"]\nimage = \"\"\n",
+                "t.toml:11:9",
+                "is empty",
+            ),
+            (
+                "address = \"h:1\"\nimage = \"img\"\n",
+                "t.toml:11:1",
+                "image cannot go with address",
+            ),
+            ("command = [\"x\"]\nimage = 3\n", "t.toml:11:9", "string"),
             (
                 "command = [\"x\"]\nready_timeout = \"0s\"\n",
                 "t.toml:11:17",

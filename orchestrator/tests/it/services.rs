@@ -27,7 +27,7 @@ use crate::support::{
 
 tests! {
     sync bad_service_keys_are_refused_with_their_line_and_column,
-    sync deployments_and_attached_runs_refuse_a_service,
+    sync deployments_refuse_a_service_without_an_image_and_attached_runs_accept_one,
     sync a_service_command_that_exits_at_once_fails_the_run_naming_the_hop,
     sync a_service_that_never_gets_ready_fails_the_run_within_its_ready_timeout,
     sync an_unknown_method_fails_the_run_naming_the_hop,
@@ -199,7 +199,14 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
     assert_eq!(code, Some(0), "{text}");
 }
 
-fn deployments_and_attached_runs_refuse_a_service() {
+/// A deployment runs a service's command in the scenario's image, and has
+/// no .proto files: without an image, and with proto, `tailmesh compose`
+/// and `tailmesh k8s` refuse the scenario, naming the hop and the key
+/// (exit status 2); with an image and reflection, it deploys (the files
+/// themselves: `deploy::a_service_hop_deploys_its_service_beside_its_sidecar`).
+/// Attached to a deployment, a run no longer refuses a service: it waits
+/// for the hops (here, in a network namespace of its own, for nothing).
+fn deployments_refuse_a_service_without_an_image_and_attached_runs_accept_one() {
     let dir = tempfile::tempdir().expect("temp dir");
     let text = scenario(
         "svc-deploy",
@@ -210,31 +217,54 @@ fn deployments_and_attached_runs_refuse_a_service() {
         ),
     );
     let path = write(dir.path(), "s.toml", &text);
-    let results = dir.path().join("results");
     let compose = dir.path().join("compose.yml");
-    for (args, words) in [
-        (
-            vec!["compose", path_str(&path), "-o", path_str(&compose)],
-            "hop \"b\": [hop.service] is not supported yet with this launcher (Docker Compose)",
-        ),
-        (
-            vec![
-                "run",
-                path_str(&path),
-                "--attach",
-                "--no-traces",
-                "--results",
-                path_str(&results),
-            ],
-            "hop \"b\" has [hop.service], which is not supported yet with this launcher \
-             (attached to a deployment)",
-        ),
+    let k8s = dir.path().join("k8s");
+    for args in [
+        vec!["compose", path_str(&path), "-o", path_str(&compose)],
+        vec!["k8s", path_str(&path), "--out-dir", path_str(&k8s)],
     ] {
         let out = tailmesh(dir.path(), &args);
         assert_eq!(out.code(), Some(2), "{args:?}: {}", out.output());
-        assert!(out.stderr.contains(words), "{args:?}: {}", out.output());
+        for words in [
+            "hop \"b\": [hop.service] proto: the .proto files are not in the containers",
+            "hop \"b\": [hop.service] command runs in a container beside each replica's \
+             sidecar",
+            "name its image with [hop.service] image",
+        ] {
+            assert!(out.stderr.contains(words), "{args:?}: {}", out.output());
+        }
     }
     assert!(!compose.exists(), "no Compose file for a refused scenario");
+    assert!(!k8s.exists(), "no manifests for a refused scenario");
+
+    if !tailmesh_netfault::tool::has_privilege() {
+        crate::harness::skip(
+            "attaching in a network namespace of its own needs root (unshare --net)",
+        );
+    }
+    let results = dir.path().join("results");
+    let out = std::process::Command::new("unshare")
+        .arg("--net")
+        .arg(TAILMESH)
+        .args([
+            "run",
+            path_str(&path),
+            "--attach",
+            "--attach-timeout",
+            "1s",
+            "--no-traces",
+            "--results",
+            path_str(&results),
+        ])
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Not refused (2): the run waited for the service hop, which is not there.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hop-b-0: service \"hop-b-0\" not ready after 1s"),
+        "{stderr}"
+    );
 }
 
 fn a_service_command_that_exits_at_once_fails_the_run_naming_the_hop() {
