@@ -208,7 +208,10 @@ async fn launch_hops(
         let spec = spec_of(process, plan, options, launcher, &addrs)?;
         let addr = match launcher.launch(spec).await {
             Ok(addr) => addr,
-            Err(source) if hop.service.is_some() => {
+            // Attached, a hop that is not there is the deployment's.
+            Err(source)
+                if hop.service.is_some() && !matches!(launcher, AnyLauncher::Attached(_)) =>
+            {
                 return Err(RunError::ServiceHop {
                     variant: plan.variant.name.clone(),
                     hop: hop.name.clone(),

@@ -992,7 +992,7 @@ fn a_service_hop_deploys_its_service_beside_its_sidecar() {
             format!("TAILMESH_HOP: {hop}"),
             "TAILMESH_REPLICA: \"0\"".to_owned(),
             format!("OTEL_SERVICE_NAME: hop-{hop}-service"),
-            "OTEL_EXPORTER_OTLP_ENDPOINT: \"http://orchestrator:4317\"".to_owned(),
+            "OTEL_EXPORTER_OTLP_ENDPOINT: http://orchestrator:4317".to_owned(),
             "OTEL_RESOURCE_ATTRIBUTES: variant=base".to_owned(),
         ] {
             assert!(
@@ -1004,7 +1004,7 @@ fn a_service_hop_deploys_its_service_beside_its_sidecar() {
         assert!(!service.contains("*tailmesh"), "{name}:\n{service}");
         let sidecar = block(&format!("hop-{hop}-0"));
         for words in [
-            format!("--service-address, \"hop-{hop}-0-service:50051\""),
+            format!("--service-address, hop-{hop}-0-service:50051,"),
             format!("{name}:\n        condition: service_started"),
             "start_period: 70s".to_owned(),
         ] {
