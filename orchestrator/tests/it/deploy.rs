@@ -948,17 +948,17 @@ timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
     );
 }
 
-/// scenarios/compose-service.toml: each service hop replica gets its
+/// scenarios/deployed-services.toml: each service hop replica gets its
 /// service from the scenario's image, `{port}` the fixed port, with the
 /// local launcher's environment; in Compose a service of its own, which
 /// the sidecar depends on and calls by name (its health check allowing for
 /// the service's ready_timeout), in Kubernetes a second container in the
 /// pod, ready once its port accepts connections, called on 127.0.0.1.
 fn a_service_hop_deploys_its_service_beside_its_sidecar() {
-    let path = repo().join("scenarios/compose-service.toml");
+    let path = repo().join("scenarios/deployed-services.toml");
     let text = std::fs::read_to_string(&path).expect("read the scenario");
-    let scenario =
-        tailmesh::scenario::parse(&text, "compose-service.toml").unwrap_or_else(|e| panic!("{e}"));
+    let scenario = tailmesh::scenario::parse(&text, "deployed-services.toml")
+        .unwrap_or_else(|e| panic!("{e}"));
 
     let compose = compose::generate(&scenario, &text, &compose::Options::default())
         .unwrap_or_else(|e| panic!("{e}"));
