@@ -1051,7 +1051,8 @@ fn a_service_hop_deploys_its_service_beside_its_sidecar() {
 }
 
 /// A service hop as its container starts it: without the service's
-/// address it refuses to start, saying how to give it; with an address
+/// address it refuses to start, saying how to give it (and a hop without
+/// a service refuses one); with an address
 /// where nothing answers it waits the service's ready_timeout, then fails
 /// naming it; with the service there (the tests' Echo server) it serves
 /// and answers health checks.
@@ -1105,6 +1106,29 @@ fn a_service_hop_started_as_its_container_starts_it_waits_for_its_service() {
     );
     assert!(
         started.elapsed() < Duration::from_secs(30),
+        "{}",
+        out.output()
+    );
+
+    // A hop whose service is not the deployment's has no use for one.
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, TWO_HOPS).expect("write a scenario");
+    let out = tailmesh(
+        dir.path(),
+        &[
+            "hop",
+            "--scenario",
+            path_str(&plain),
+            "--hop",
+            "b",
+            "--service-address",
+            "127.0.0.1:1",
+        ],
+    );
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr
+            .contains("--service-address is for a hop whose [hop.service] has a command"),
         "{}",
         out.output()
     );
