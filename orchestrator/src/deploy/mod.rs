@@ -219,10 +219,8 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                             )));
                         }
                         (ServiceSource::Command(_), None) => {}
-                        (ServiceSource::Command(command), Some(image)) => {
-                            work = Some(work_service(
-                                &name, hop, *replica, command, image, service, &trace_env, runtime,
-                            ));
+                        (ServiceSource::Command(_), Some(_)) => {
+                            work = work_service(&name, hop, *replica, &trace_env, runtime);
                         }
                     }
                     if let Some(work) = &work
@@ -287,19 +285,21 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
 }
 
 /// The service beside replica `replica` of `hop` (whose own service is
-/// `sidecar`): `command` in `image`, on [`HOP_SERVICE_PORT`], with the
-/// environment the local launcher gives a service it starts.
-#[allow(clippy::too_many_arguments)]
+/// `sidecar`, traced with `sidecar_trace_env`), when its `[hop.service]`
+/// has a `command` and an `image`: the command in the image, on
+/// [`HOP_SERVICE_PORT`], with the environment the local launcher gives a
+/// service it starts.
 fn work_service(
     sidecar: &str,
     hop: &crate::scenario::Hop,
     replica: u32,
-    command: &[String],
-    image: &str,
-    service: &crate::scenario::HopService,
     sidecar_trace_env: &[(String, String)],
     runtime: Runtime,
-) -> HopWorkService {
+) -> Option<HopWorkService> {
+    let service = hop.service.as_ref()?;
+    let (ServiceSource::Command(command), Some(image)) = (&service.source, &service.image) else {
+        return None;
+    };
     let port = HOP_SERVICE_PORT.to_string();
     let name = format!("{sidecar}-service");
     let mut env = vec![
@@ -327,14 +327,14 @@ fn work_service(
         ));
     }
     let host = if runtime.pod { "127.0.0.1" } else { &name };
-    HopWorkService {
+    Some(HopWorkService {
         address: format!("{host}:{HOP_SERVICE_PORT}"),
-        image: image.to_owned(),
+        image: image.clone(),
         command: command.iter().map(|w| w.replace("{port}", &port)).collect(),
         env,
         ready_timeout: service.ready_timeout,
         name,
-    }
+    })
 }
 
 impl Service {
