@@ -202,6 +202,14 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                             variant.name, hop.name
                         )
                     };
+                    if *replica == 0 && service.direct {
+                        problems.push(problem(format!(
+                            "direct = true is not supported yet by a deployment ({}): a \
+                             deployment puts a tailmesh hop in front of every service; drop \
+                             direct",
+                            runtime.name
+                        )));
+                    }
                     if *replica == 0 && !service.proto.is_empty() {
                         problems.push(problem(format!(
                             "proto: the .proto files are not in the containers ({}); leave \

@@ -195,14 +195,36 @@ async fn launch_hops(
     for (process, hop, replica) in plan.hops() {
         // A replica's service first: the hop resolves its schema at start.
         if let Some(service) = &hop.service {
-            let address = start_service(process, hop, replica, service, plan, options, launcher)
-                .await
-                .map_err(|source| RunError::Service {
+            let address = start_service(
+                (process, hop, replica),
+                service,
+                plan,
+                &addrs,
+                options,
+                launcher,
+            )
+            .await
+            .map_err(|source| RunError::Service {
+                variant: plan.variant.name.clone(),
+                hop: hop.name.clone(),
+                replica,
+                source: Box::new(source),
+            })?;
+            if service.direct {
+                // No hop in front of it: its callers call the service.
+                let peer = address.parse().map_err(|e| RunError::Service {
                     variant: plan.variant.name.clone(),
                     hop: hop.name.clone(),
                     replica,
-                    source: Box::new(source),
+                    source: Box::new(ServiceError::Address {
+                        address: address.clone(),
+                        why: format!("{e}"),
+                    }),
                 })?;
+                addrs.hops.entry(hop.name.clone()).or_default().push(peer);
+                addrs.services.insert(process.name.clone(), address);
+                continue;
+            }
             addrs.services.insert(process.name.clone(), address);
         }
         let spec = spec_of(process, plan, options, launcher, &addrs)?;
@@ -237,6 +259,9 @@ pub enum ServiceError {
     /// Its command could not be started, exited, or never got ready.
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    /// Called directly, its method or request does not fit its schema.
+    #[error(transparent)]
+    Resolve(tailmesh_services::hop::ServiceError),
     /// The service at its `address` did not get ready in time.
     #[error(
         "{address} not ready after {}: {}",
@@ -263,16 +288,16 @@ pub enum ServiceError {
 /// (attached to a deployment, which runs it: only where it is, for
 /// messages): waits for the one at `address`, or starts `command` on a free port of
 /// 127.0.0.1 (`{port}` in its arguments, and `PORT`), with `TAILMESH_HOP`,
-/// `TAILMESH_REPLICA` and, when the run traces, the OTLP variables that
+/// `TAILMESH_REPLICA`, where its downstream hops are ([`downstream_env`])
+/// and, when the run traces, the OTLP variables that
 /// make a service exporting spans join the request's trace (its resource
 /// names the variant, as every span of a run's traces must). Its output goes
 /// to `hop-<hop>-<replica>.service.log` in the variant's log folder.
 async fn start_service(
-    process: &Process,
-    hop: &crate::scenario::Hop,
-    replica: u32,
+    (process, hop, replica): (&Process, &crate::scenario::Hop, u32),
     service: &HopService,
     plan: &MeshPlan,
+    addrs: &Addrs,
     options: &RunOptions,
     launcher: &mut AnyLauncher,
 ) -> Result<String, ServiceError> {
@@ -281,6 +306,12 @@ async fn start_service(
         // The deployment runs the service (or calls its address) beside
         // the replica, whose sidecar serves, and so passes the health
         // checks attaching waits for, only once the service is ready.
+        AnyLauncher::Attached(_) if service.direct => {
+            return Err(ServiceError::Unsupported(
+                "[hop.service] direct = true is not supported yet by a deployment (it puts a \
+                 tailmesh hop in front of every service)",
+            ));
+        }
         AnyLauncher::Attached(_) => {
             return Ok(match &service.source {
                 ServiceSource::Address(address) => address.clone(),
@@ -325,6 +356,9 @@ async fn start_service(
         .env("TAILMESH_REPLICA", replica.to_string())
         .ready_within(service.ready_timeout)
         .service(addr, service.dir.clone());
+    for (key, value) in downstream_env(hop, plan, addrs) {
+        spec = spec.env(key, value);
+    }
     if let Some(t) = &options.traces {
         let otel_name = format!("{}-service", process.otel_name);
         for (key, value) in process.trace_env(&t.endpoint, t.sampling, &plan.variant.name) {
@@ -344,6 +378,45 @@ async fn start_service(
     }
     launcher.launch(spec).await?;
     Ok(addr.to_string())
+}
+
+/// Where a service's downstream hops are, for a service that makes its own
+/// outbound calls (the hops it calls are started before it):
+/// `TAILMESH_DOWNSTREAM_<HOP>` for each downstream hop reached by push (its
+/// name upper-cased, `-` as `_`), its replicas' `host:port` joined by
+/// commas, and `TAILMESH_DOWNSTREAM` the same for the first one. A hop
+/// reached by pull has no address of its own (its broker topic does).
+pub(crate) fn downstream_env(
+    hop: &crate::scenario::Hop,
+    plan: &MeshPlan,
+    addrs: &Addrs,
+) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for name in &hop.downstream {
+        let push =
+            plan.variant.hops.iter().any(|h| {
+                &h.name == name && h.transport == tailmesh_services::model::Transport::Push
+            });
+        let Some(replicas) = addrs.hops.get(name).filter(|_| push) else {
+            continue;
+        };
+        let value = replicas
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        if env.is_empty() {
+            env.push(("TAILMESH_DOWNSTREAM".to_owned(), value.clone()));
+        }
+        env.push((
+            format!(
+                "TAILMESH_DOWNSTREAM_{}",
+                name.to_ascii_uppercase().replace('-', "_")
+            ),
+            value,
+        ));
+    }
+    env
 }
 
 /// How often a service at a fixed address is asked whether it is ready.

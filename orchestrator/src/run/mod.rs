@@ -35,7 +35,7 @@ use tailmesh_netfault::{
 };
 use tailmesh_services::{
     broker::TopicStats,
-    hop::{Connections, PullTarget, PushPool, client::PoolError},
+    hop::{Connections, DirectTarget, PullTarget, PushPool, client::PoolError},
     model::{Connection, Transport},
     timer::Sleeper,
 };
@@ -477,8 +477,37 @@ async fn measure(
         variant: variant.name.clone(),
     })?;
     let mut entry_pool = None;
-    let target = match (entry.transport, broker.clone()) {
-        (Transport::Pull, Some(broker)) => Target::pull(
+    let direct = entry.service.as_ref().filter(|s| s.direct);
+    let target = match (entry.transport, broker.clone(), direct) {
+        (_, _, Some(service)) => {
+            let addresses: Vec<String> = addrs
+                .hops
+                .get(&entry.name)
+                .map(|a| a.iter().map(ToString::to_string).collect())
+                .unwrap_or_default();
+            // `connections` channels to each replica, taken in turn.
+            let copies = match variant.load.connection {
+                ConnectionMode::Shared { connections } => connections as usize,
+                ConnectionMode::PerRequest => 1,
+            };
+            let target = DirectTarget::resolve(
+                &entry.name,
+                "",
+                &service.call(String::new()),
+                &addresses,
+                copies,
+                tailmesh_services::hop::server::SERVICE_PATIENCE,
+            )
+            .await
+            .map_err(|source| RunError::Service {
+                variant: variant.name.clone(),
+                hop: entry.name.clone(),
+                replica: 0,
+                source: Box::new(launch::ServiceError::Resolve(source)),
+            })?;
+            Target::direct(target, entry.client.clone())
+        }
+        (Transport::Pull, Some(broker), None) => Target::pull(
             // Per request: a broker client of its own for every submit.
             PullTarget::of_kind(variant.broker, variant.queue_bounds, broker, &entry.name)
                 .with_connection(match variant.load.connection {

@@ -22,6 +22,7 @@ const SERVICE_KEYS: &[&str] = &[
     "metadata",
     "ready_timeout",
     "image",
+    "direct",
 ];
 
 /// The longest `ready_timeout`.
@@ -116,6 +117,10 @@ pub(super) fn service(
         }
         Some(_) => image(s, p).map(Some),
     };
+    let direct = match s.get("direct") {
+        None => Some(false),
+        Some(_) => s.boolean(p, "direct"),
+    };
     Some(HopService {
         source: source?,
         method: method?,
@@ -125,6 +130,7 @@ pub(super) fn service(
         metadata: metadata?,
         ready_timeout: ready_timeout?,
         image: image?,
+        direct: direct?,
         dir: PathBuf::new(),
     })
 }
@@ -156,6 +162,109 @@ fn image(s: &Section<'_>, p: &mut Problems) -> Option<String> {
             );
             None
         }
+    }
+}
+
+/// The hop keys that need a tailmesh hop in front of the service, and why,
+/// for a hop whose service is called directly.
+const SIDECAR_KEYS: &[(&str, &str)] = &[
+    (
+        "transport",
+        "a direct service is called by push; a broker needs a tailmesh worker",
+    ),
+    ("concurrency", "slots are a tailmesh hop's"),
+    ("queue_limit", "the queue is a tailmesh hop's"),
+    ("discipline", "the queue is a tailmesh hop's"),
+    ("worker_ping", "it is a pull worker's"),
+    ("balance", "its callers take its replicas in turn"),
+    ("connection", "its callers share one connection per replica"),
+    ("slow", "injected slowness is done by a tailmesh hop"),
+    (
+        "replica_slow",
+        "injected slowness is done by a tailmesh hop",
+    ),
+    ("error", "injected errors are answered by a tailmesh hop"),
+    (
+        "net",
+        "network faults need the netns launcher, which does not start services",
+    ),
+    (
+        "replica_net",
+        "network faults need the netns launcher, which does not start services",
+    ),
+    ("kill", "kill is not supported for a direct service"),
+    (
+        "health",
+        "its callers do not watch a direct service's health",
+    ),
+    (
+        "backoff",
+        "its callers do not watch a direct service's health",
+    ),
+    ("keepalive", "its callers do not ping a direct service"),
+    (
+        "keepalive_timeout",
+        "its callers do not ping a direct service",
+    ),
+    ("ewma", "its callers take its replicas in turn"),
+    (
+        "ejection",
+        "its callers do not eject a direct service's replicas",
+    ),
+];
+
+/// Reports each key of the hop `s` that needs a tailmesh hop in front of
+/// its service, when `[hop.service] direct = true` puts none there.
+pub(super) fn refuse_beside_direct(s: &Section<'_>, p: &mut Problems) {
+    for (key, why) in SIDECAR_KEYS {
+        let push =
+            matches!(s.get(key).map(|e| &e.node.value), Some(Value::String(v)) if v == "push");
+        if *key == "transport" && push {
+            continue;
+        }
+        if s.get(key).is_some() {
+            s.forbid(
+                p,
+                key,
+                &format!(
+                    "cannot go with service.direct = true: {why} (drop direct to put a tailmesh \
+                     hop in front of the service)"
+                ),
+            );
+        }
+    }
+}
+
+/// Reports `[load] connection = "per_request"` when the entry hop's service
+/// is called directly: the load generator keeps one channel per replica
+/// (times `connections`) to a direct service.
+pub(super) fn direct_entry_fits_the_load(
+    top: &Section<'_>,
+    hops: &[super::model::Hop],
+    load: &super::model::Load,
+    p: &mut Problems,
+) {
+    let direct = hops
+        .first()
+        .and_then(|h| h.service.as_ref())
+        .is_some_and(|s| s.direct);
+    if !direct || load.connection != super::model::ConnectionMode::PerRequest {
+        return;
+    }
+    let at = match top.get("load").map(|e| &e.node.value) {
+        Some(Value::Table(t)) => t.get("connection").map(|e| e.key_span.start),
+        _ => None,
+    };
+    if let Some(at) = at {
+        p.at(
+            at,
+            format!(
+                "load.connection = \"per_request\" cannot go with an entry hop \"{}\" whose \
+                 service is called directly (service.direct = true): the load generator keeps \
+                 its connections to a direct service (use connections = N)",
+                hops[0].name
+            ),
+        );
     }
 }
 

@@ -33,6 +33,8 @@ tests! {
     sync an_unknown_method_fails_the_run_naming_the_hop,
     sync a_push_and_a_pulled_service_hop_account_for_every_request,
     sync a_service_started_per_replica_gets_its_port_and_environment,
+    sync the_load_generator_calls_a_direct_service_without_a_sidecar,
+    sync a_hop_calls_a_direct_leaf_service_with_the_requests_deadline,
     sync slowness_at_the_service_hop_is_seen_by_the_compounding_check,
     sync a_service_answering_errors_is_counted_by_code,
     sync a_service_that_dies_mid_run_is_an_incident,
@@ -161,6 +163,21 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
             &["unknown key \"timeout\"", "ready_timeout"],
         ),
         (
+            "[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n[[hop]]\nname = \"c\"\n",
+            "s.toml:6:1",
+            &["hop \"b\" has service.direct = true", "must be a leaf"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\nslow = { probability = 0.1, extra = \"1ms\" }\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n",
+            "s.toml:8:1",
+            &["slow cannot go with service.direct = true", "drop direct"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\ntransport = \"pull\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n",
+            "s.toml:8:1",
+            &["transport cannot go with service.direct = true"],
+        ),
+        (
             "[[hop]]\nname = \"b\"\nnet = { loss = 0.01 }\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\n",
             "s.toml:9:6",
             &["hop \"b\"", "not supported yet with the netns launcher"],
@@ -187,6 +204,18 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
     assert_eq!(code, Some(2), "{text}");
     assert!(
         text.contains("s.toml:9:6") && text.contains("netns"),
+        "{text}"
+    );
+    // A directly called entry hop keeps the load generator's connections.
+    let (code, text) = validate(
+        dir.path(),
+        &format!(
+            "{head}connection = \"per_request\"\n[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n"
+        ),
+    );
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("s.toml:6:1") && text.contains("load.connection = \"per_request\" cannot go"),
         "{text}"
     );
     // And a good one passes, its request written as a table.
@@ -447,10 +476,13 @@ fn a_service_started_per_replica_gets_its_port_and_environment() {
         &echo_command(&["--no-health", "--tag", scratch.marker()]),
         "{ work_us = 500 }",
     );
+    // c, which b's services are told about, has two replicas.
     let text = scenario(
         "svc-command",
         &closed(40),
-        &format!("[[hop]]\nname = \"b\"\nreplicas = 2\n{service}"),
+        &format!(
+            "[[hop]]\nname = \"b\"\nreplicas = 2\n{service}[[hop]]\nname = \"c\"\nreplicas = 2\n"
+        ),
     );
     let path = write(scratch.path(), "s.toml", &text);
     let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
@@ -494,10 +526,116 @@ fn a_service_started_per_replica_gets_its_port_and_environment() {
             config.contains(&format!("127.0.0.1:{port}")),
             "replica {replica}: {config}"
         );
+        // It was told where its downstream hop's replicas are: those its
+        // sidecar calls.
+        let config: Value = serde_json::from_str(&config).expect("hop config JSON");
+        let c: Vec<&str> = config["downstream"][0]["replicas"]
+            .as_array()
+            .expect("c's replicas")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(c.len(), 2, "{config:#}");
+        for words in [
+            format!("TAILMESH_DOWNSTREAM={} ", c.join(",")),
+            format!("TAILMESH_DOWNSTREAM_C={} ", c.join(",")),
+        ] {
+            assert!(
+                log.contains(&words),
+                "replica {replica}: {words:?} in {log}"
+            );
+        }
     }
     // Stopped with the run: nothing of it is left.
     let left = processes_with(scratch.marker(), std::process::id());
     assert!(left.is_empty(), "left running: {left:?}\n{context}");
+}
+
+/// `[hop.service]` with `direct = true` after `source`.
+fn direct_service(source: &str, request: &str) -> String {
+    echo_service(&format!("{source}\ndirect = true"), request)
+}
+
+fn the_load_generator_calls_a_direct_service_without_a_sidecar() {
+    let scratch = Scratch::new();
+    // Hop a is the service itself, two replicas started by the run.
+    let service = direct_service(
+        &echo_command(&["--tag", scratch.marker()]),
+        "{ work_us = 500 }",
+    );
+    let text = scenario(
+        "svc-direct",
+        &closed(40),
+        &format!("replicas = 2\n{service}"),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    let accounted = accounted(out, &scratch.results());
+    let (v, context) = (&accounted.v, &accounted.context);
+    assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
+    let a = hop(v, "a");
+    // The load generator's own record of the hop: its replicas in turn,
+    // the call's time (at least the service's work) as the hop's time.
+    assert_eq!(str_at(a, "/transport"), "direct", "{context}");
+    assert_eq!(u64_at(a, "/requests"), u64_at(v, "/ok"), "{context}");
+    assert_eq!(
+        a["replica_requests"],
+        serde_json::json!([20, 20]),
+        "{context}"
+    );
+    assert!(u64_at(a, "/service/min_us") >= 500, "{context}");
+    assert_eq!(a["grpc_service"]["direct"], Value::Bool(true), "{context}");
+    // Services, and no hop process in front of them.
+    let logs = accounted.run_dir.join("logs").join("base");
+    for replica in 0..2 {
+        assert!(
+            logs.join(format!("hop-a-{replica}.service.log")).exists(),
+            "replica {replica}: {context}"
+        );
+        assert!(
+            !logs.join(format!("hop-a-{replica}.json")).exists(),
+            "replica {replica} has a sidecar: {context}"
+        );
+    }
+    let left = processes_with(scratch.marker(), std::process::id());
+    assert!(left.is_empty(), "left running: {left:?}\n{context}");
+}
+
+fn a_hop_calls_a_direct_leaf_service_with_the_requests_deadline() {
+    let scratch = Scratch::new();
+    let server = EchoServer::start();
+    let service = direct_service(
+        &format!("address = \"{}\"", server.addr),
+        "{ message = \"hi\", work_us = 1000 }",
+    );
+    let accounted = run_allowing_errors(
+        &scratch,
+        "svc-direct-leaf",
+        &closed(30),
+        &format!("[[hop]]\nname = \"b\"\n{service}"),
+    );
+    let (v, context) = (&accounted.v, &accounted.context);
+    let ok = u64_at(v, "/ok");
+    assert_eq!(ok, u64_at(v, "/sent"), "{context}");
+    let b = hop(v, "b");
+    assert_eq!(str_at(b, "/transport"), "direct", "{context}");
+    assert_eq!(u64_at(b, "/requests"), ok, "{context}");
+    assert!(u64_at(b, "/service/min_us") >= 1000, "{context}");
+    // a's time includes its call to b.
+    assert!(
+        u64_at(hop(v, "a"), "/total/min_us") >= u64_at(b, "/service/min_us"),
+        "{context}"
+    );
+    // Hop a called the service once per request, with its deadline.
+    assert_eq!(server.calls(), ok, "{context}");
+    assert_eq!(
+        server
+            .seen
+            .with_deadline
+            .load(std::sync::atomic::Ordering::SeqCst),
+        ok,
+        "{context}"
+    );
 }
 
 fn slowness_at_the_service_hop_is_seen_by_the_compounding_check() {

@@ -11,6 +11,7 @@
 //! - `policy`: timeouts, budgeted retries and hedged requests.
 //! - `service`: a real gRPC service as the hop's work: its schema (`.proto`
 //!   files or server reflection), the request encoded once, the call.
+//! - `direct`: a leaf service called without a sidecar, by its caller.
 //! - `server`: the request handler, the gRPC service and `run`.
 //! - `slots`: a replica's slots for its own work and the bounded line of
 //!   requests waiting for one, in the hop's queue discipline.
@@ -19,6 +20,7 @@
 
 mod balance;
 pub mod client;
+pub mod direct;
 pub mod draw;
 mod error;
 pub mod events;
@@ -30,6 +32,7 @@ mod unary;
 pub mod work;
 
 pub use client::{Connections, PushPool};
+pub use direct::DirectTarget;
 pub use error::HopError;
 pub use server::{DownstreamConfig, HopConfig, HopCore, PullTarget, run, run_with_control};
 pub use service::{ServiceClient, ServiceError, ServiceReply};

@@ -366,13 +366,20 @@ pub(crate) fn serve_if_asked() -> Option<std::process::ExitCode> {
     // Without grpc.health.v1: ready once a call is answered (UNIMPLEMENTED).
     let health = !args.iter().any(|a| a == "--no-health");
     let env = |key: &str| std::env::var(key).unwrap_or_default();
+    // The downstream hops' variables, each with its value.
+    let mut downstream: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("TAILMESH_DOWNSTREAM"))
+        .map(|(k, v)| format!("{k}={v} "))
+        .collect();
+    downstream.sort();
     println!(
         "echo server: port {port}, PORT={} TAILMESH_HOP={} TAILMESH_REPLICA={} \
-         OTEL_SERVICE_NAME={}",
+         OTEL_SERVICE_NAME={} {}",
         env("PORT"),
         env("TAILMESH_HOP"),
         env("TAILMESH_REPLICA"),
-        env("OTEL_SERVICE_NAME")
+        env("OTEL_SERVICE_NAME"),
+        downstream.concat()
     );
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
