@@ -32,4 +32,4 @@ pub mod work;
 pub use client::{Connections, PushPool};
 pub use error::HopError;
 pub use server::{DownstreamConfig, HopConfig, HopCore, PullTarget, run, run_with_control};
-pub use service::{ServiceClient, ServiceError, ServiceReply};
+pub use service::{RawCodec, ServiceClient, ServiceError, ServiceReply};
