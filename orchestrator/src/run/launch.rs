@@ -334,7 +334,8 @@ async fn start_service(
 const ADDRESS_PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Waits until the service at `address` is ready
-/// ([`health::check_service`]), at most `timeout`.
+/// ([`health::check`] with
+/// [`health::Readiness::SERVICE`]), at most `timeout`.
 async fn wait_for_address(address: &str, timeout: std::time::Duration) -> Result<(), ServiceError> {
     let peer: PeerAddr = address.parse().map_err(|e| ServiceError::Address {
         address: address.to_owned(),
@@ -352,7 +353,13 @@ async fn wait_for_address(address: &str, timeout: std::time::Duration) -> Result
                 last_problem,
             });
         }
-        match health::check_service(&peer, left.min(std::time::Duration::from_secs(1))).await {
+        match health::check(
+            &peer,
+            left.min(std::time::Duration::from_secs(1)),
+            health::Readiness::SERVICE,
+        )
+        .await
+        {
             Ok(()) => return Ok(()),
             Err(e) => last_problem = Some(e.to_string()),
         }
