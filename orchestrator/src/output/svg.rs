@@ -304,52 +304,11 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     let (legend_at, height) = legend_layout(&names, HEIGHT);
     let mut out = String::new();
     open(&mut out, chart.id, chart.title, height);
-    for t in x.ticks() {
-        if let Some(px) = x.pos(t) {
-            let _ = write!(
-                out,
-                r#"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{}" class="grid"/><text x="{px:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
-                HEIGHT - BOTTOM,
-                HEIGHT - BOTTOM + 16.0,
-                escape(&(chart.x_format)(t))
-            );
-        }
-    }
-    for t in y.ticks() {
-        if let Some(py) = y.pos(t) {
-            let _ = write!(
-                out,
-                r#"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" class="grid"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
-                WIDTH - RIGHT,
-                LEFT - 6.0,
-                py + 4.0,
-                escape(&(chart.y_format)(t))
-            );
-        }
-    }
+    grid(&mut out, &x, &y, chart.x_format, chart.y_format);
     axes(&mut out, chart.x_label, chart.y_label);
     let labels = bands(&mut out, &chart.bands, &x);
     for s in &chart.series {
-        let path: Vec<String> = s
-            .points
-            .iter()
-            .filter_map(|&(a, b)| Some(format!("{:.1},{:.1}", x.pos(a)?, y.pos(b)?)))
-            .collect();
-        if path.is_empty() {
-            continue;
-        }
-        let dash = if s.dashed {
-            r#" stroke-dasharray="5 3""#
-        } else {
-            ""
-        };
-        let _ = write!(
-            out,
-            r#"<polyline class="series" data-series="{}" points="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
-            escape(&s.name),
-            path.join(" "),
-            PALETTE[s.colour % PALETTE.len()]
-        );
+        polyline(&mut out, s, &x, &y, 2.0);
     }
     for s in &chart.series {
         let colour = PALETTE[s.colour % PALETTE.len()];
@@ -383,6 +342,65 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     legend(&mut out, &entries, &legend_at);
     out.push_str("</svg>");
     out
+}
+
+/// The plot's grid lines and tick labels, over the pixels `x` and `y` span
+/// (x from its `from` to its `to`, y from its `from`, the bottom, to its
+/// `to`, the top).
+fn grid(
+    out: &mut String,
+    x: &Axis,
+    y: &Axis,
+    x_format: fn(f64) -> String,
+    y_format: fn(f64) -> String,
+) {
+    let (left, right, bottom, top) = (x.from, x.to, y.from, y.to);
+    for t in x.ticks() {
+        if let Some(px) = x.pos(t) {
+            let _ = write!(
+                out,
+                r#"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{bottom}" class="grid"/><text x="{px:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
+                bottom + 16.0,
+                escape(&x_format(t))
+            );
+        }
+    }
+    for t in y.ticks() {
+        if let Some(py) = y.pos(t) {
+            let _ = write!(
+                out,
+                r#"<line x1="{left}" y1="{py:.1}" x2="{right}" y2="{py:.1}" class="grid"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
+                left - 6.0,
+                py + 4.0,
+                escape(&y_format(t))
+            );
+        }
+    }
+}
+
+/// One series as a polyline `width` pixels wide (nothing when none of its
+/// points can be placed).
+fn polyline(out: &mut String, s: &Series, x: &Axis, y: &Axis, width: f64) {
+    let path: Vec<String> = s
+        .points
+        .iter()
+        .filter_map(|&(a, b)| Some(format!("{:.1},{:.1}", x.pos(a)?, y.pos(b)?)))
+        .collect();
+    if path.is_empty() {
+        return;
+    }
+    let dash = if s.dashed {
+        r#" stroke-dasharray="5 3""#
+    } else {
+        ""
+    };
+    let _ = write!(
+        out,
+        r#"<polyline class="series" data-series="{}" points="{}" fill="none" stroke="{}" stroke-width="{width}"{dash}/>"#,
+        escape(&s.name),
+        path.join(" "),
+        PALETTE[s.colour % PALETTE.len()]
+    );
 }
 
 /// Height of one row of band labels.
@@ -601,52 +619,13 @@ pub fn small_multiples(chart: &SmallMultiples<'_>) -> String {
             top + PANEL_TOP - 8.0,
             title = escape(&panel.title),
         );
-        for v in x.ticks() {
-            if let Some(px) = x.pos(v) {
-                let _ = write!(
-                    out,
-                    r#"<line x1="{px:.1}" y1="{t}" x2="{px:.1}" y2="{b}" class="grid"/><text x="{px:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
-                    b + 14.0,
-                    escape(&(chart.x_format)(v))
-                );
-            }
-        }
-        for v in y.ticks() {
-            if let Some(py) = y.pos(v) {
-                let _ = write!(
-                    out,
-                    r#"<line x1="{l}" y1="{py:.1}" x2="{r}" y2="{py:.1}" class="grid"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
-                    l - 5.0,
-                    py + 4.0,
-                    escape(&(chart.y_format)(v))
-                );
-            }
-        }
+        grid(&mut out, &x, &y, chart.x_format, chart.y_format);
         let _ = write!(
             out,
             r#"<line x1="{l}" y1="{b}" x2="{r}" y2="{b}" class="axis"/><line x1="{l}" y1="{t}" x2="{l}" y2="{b}" class="axis"/>"#,
         );
         for s in &panel.series {
-            let path: Vec<String> = s
-                .points
-                .iter()
-                .filter_map(|&(a, c)| Some(format!("{:.1},{:.1}", x.pos(a)?, y.pos(c)?)))
-                .collect();
-            if path.is_empty() {
-                continue;
-            }
-            let dash = if s.dashed {
-                r#" stroke-dasharray="5 3""#
-            } else {
-                ""
-            };
-            let _ = write!(
-                out,
-                r#"<polyline class="series" data-series="{}" points="{}" fill="none" stroke="{}" stroke-width="1.5"{dash}/>"#,
-                escape(&s.name),
-                path.join(" "),
-                PALETTE[s.colour % PALETTE.len()]
-            );
+            polyline(&mut out, s, &x, &y, 1.5);
         }
         out.push_str("</g>");
     }
