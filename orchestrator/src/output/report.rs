@@ -289,21 +289,7 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
         .enumerate()
         .map(|(i, v)| Series {
             name: v.name.clone(),
-            points: v
-                .latency_histogram
-                .iter_quantiles(5)
-                .filter(|q| q.quantile_iterated_to() < 1.0)
-                .map(|q| {
-                    (
-                        1.0 / (1.0 - q.quantile_iterated_to()),
-                        q.value_iterated_to() as f64,
-                    )
-                })
-                .chain((!v.latency_histogram.is_empty()).then(|| {
-                    let n = v.latency_histogram.len() as f64;
-                    (n.max(1.0), v.latency_histogram.max() as f64)
-                }))
-                .collect(),
+            points: spectrum_points(&v.latency_histogram),
             dashed: false,
             colour: i,
             intervals: Vec::new(),
@@ -322,6 +308,21 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
         bands: Vec::new(),
         series,
     }
+}
+
+/// (1/(1-q), latency in µs) along `h`'s percentiles, ending at its
+/// maximum (placed at 1/(1-q) = the sample count).
+fn spectrum_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    h.iter_quantiles(5)
+        .filter(|q| q.quantile_iterated_to() < 1.0)
+        .map(|q| {
+            (
+                1.0 / (1.0 - q.quantile_iterated_to()),
+                q.value_iterated_to() as f64,
+            )
+        })
+        .chain((!h.is_empty()).then(|| ((h.len() as f64).max(1.0), h.max() as f64)))
+        .collect()
 }
 
 /// A spectrum point's value with its interval, µs.
@@ -1273,42 +1274,47 @@ fn sweep_section(sweep: &SweepSummary) -> String {
 
 /// The declared variants side by side at each swept value, when there are
 /// two or more: small multiples, one panel per value overlaying the
-/// variants' latency histograms on shared axes (a variant keeps its colour
-/// in every panel), and a table of p50 / p99 with a row per value and a
-/// column per variant.
+/// variants' latency histograms, then their percentile spectra, on axes
+/// shared by the panels (a variant keeps its colour in every panel), and a
+/// table of p50 / p99 with a row per value and a column per variant.
 fn side_by_side_section(sweep: &SweepSummary, variants: &[VariantReport]) -> String {
     let groups = sweep.groups();
     if groups.len() < 2 {
         return String::new();
     }
-    let panels = sweep
-        .values
-        .iter()
-        .map(|value| Panel {
-            title: format!("{} = {value}", sweep.key),
-            series: groups
-                .iter()
-                .enumerate()
-                .filter_map(|(i, g)| {
-                    let r = sweep.row(g, value)?;
-                    let v = variants.iter().find(|v| v.name == r.variant)?;
-                    Some(Series {
-                        name: (*g).to_owned(),
-                        points: log_buckets(&v.latency_histogram),
-                        dashed: false,
-                        colour: i,
-                        intervals: Vec::new(),
+    // One panel per value, one series per variant run at it, its points
+    // drawn from the variant's histogram by `points`.
+    let panels = |points: fn(&Histogram<u64>) -> Vec<(f64, f64)>| -> Vec<Panel> {
+        sweep
+            .values
+            .iter()
+            .map(|value| Panel {
+                title: format!("{} = {value}", sweep.key),
+                series: groups
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, g)| {
+                        let r = sweep.row(g, value)?;
+                        let v = variants.iter().find(|v| v.name == r.variant)?;
+                        Some(Series {
+                            name: (*g).to_owned(),
+                            points: points(&v.latency_histogram),
+                            dashed: false,
+                            colour: i,
+                            intervals: Vec::new(),
+                        })
                     })
-                })
-                .collect(),
-        })
-        .collect();
+                    .collect(),
+            })
+            .collect()
+    };
     let key = escape(&sweep.key);
     let mut out = format!(
         "<h2>Side by side at each {key}</h2><p class=\"note\">Each panel is one value of \
-         {key}, with the latency histogram of every variant run at it (ok requests, share per \
-         bucket, ten buckets per decade); all panels share their axes, so a curve further \
-         right is slower in any panel.</p>"
+         {key}, with every variant run at it (ok requests): first their latency histograms \
+         (share per bucket, ten buckets per decade), then their percentile spectra (the tail \
+         to the right). Within each chart all panels share their axes, so a curve further \
+         right (histograms) or higher (spectra) is slower in any panel.</p>"
     );
     out.push_str(&svg::small_multiples(&SmallMultiples {
         id: "sweep-distributions",
@@ -1320,7 +1326,19 @@ fn side_by_side_section(sweep: &SweepSummary, variants: &[VariantReport]) -> Str
         x_format: ms,
         y_format: percent,
         columns: 2,
-        panels,
+        panels: panels(log_buckets),
+    }));
+    out.push_str(&svg::small_multiples(&SmallMultiples {
+        id: "sweep-spectra",
+        title: "Percentile spectra side by side",
+        x_label: "percentile",
+        y_label: "latency",
+        x_scale: Scale::Log,
+        y_scale: Scale::Linear,
+        x_format: spectrum_tick,
+        y_format: ms,
+        columns: 2,
+        panels: panels(spectrum_points),
     }));
     out.push_str("<table id=\"sweep-side-by-side\"><tr>");
     let _ = write!(out, "<th>{key}</th>");
@@ -1626,9 +1644,8 @@ mod tests {
         &html[at..at + html[at..].find("</svg>").expect("closed")]
     }
 
-    /// The x pixel of the highest point (the mode) of series `name` in
-    /// `panel`.
-    fn mode_x(panel: &str, name: &str) -> f64 {
+    /// The points, in pixels, of series `name` in `panel`.
+    fn panel_points(panel: &str, name: &str) -> Vec<(f64, f64)> {
         let key = format!("data-series=\"{name}\" points=\"");
         let from = panel.find(&key).expect("the series") + key.len();
         let len = panel[from..].find('"').expect("closed");
@@ -1636,6 +1653,14 @@ mod tests {
             .split(' ')
             .filter_map(|p| p.split_once(','))
             .map(|(x, y)| (x.parse::<f64>().expect("x"), y.parse::<f64>().expect("y")))
+            .collect()
+    }
+
+    /// The x pixel of the highest point (the mode) of series `name` in
+    /// `panel`.
+    fn mode_x(panel: &str, name: &str) -> f64 {
+        panel_points(panel, name)
+            .into_iter()
             .fold((f64::NAN, f64::INFINITY), |best, p| {
                 if p.1 < best.1 { p } else { best }
             })
@@ -1663,6 +1688,19 @@ mod tests {
                 mode_x(panel, "cpp") > mode_x(panel, "python") + 20.0,
                 "{panel}"
             );
+        }
+        // The spectra: one panel per value too, cpp above python.
+        let spectra = svg_with_id(&html, "sweep-spectra");
+        let panels_of_spectra: Vec<&str> = spectra.split("<g class=\"panel\"").skip(1).collect();
+        assert_eq!(panels_of_spectra.len(), 2, "{spectra}");
+        for panel in &panels_of_spectra {
+            let top = |name: &str| {
+                panel_points(panel, name)
+                    .iter()
+                    .map(|p| p.1)
+                    .fold(f64::INFINITY, f64::min)
+            };
+            assert!(top("cpp") < top("python"), "{panel}");
         }
         // Shared axes: python at 8 (1 ms) peaks where cpp at 1 (1 ms) does,
         // one panel's width to the right.
@@ -1699,7 +1737,9 @@ mod tests {
         let s = crate::analysis::testing::swept_summary(&["tailmesh"], &["1", "2", "4"]);
         let html = render_report(&s);
         assert!(html.contains("id=\"sweep-p99\""));
-        assert!(!html.contains("sweep-distributions") && !html.contains("sweep-side-by-side"));
+        for id in ["sweep-distributions", "sweep-spectra", "sweep-side-by-side"] {
+            assert!(!html.contains(id), "{id}");
+        }
         // Checked: the compounding columns, "-" where a point has none.
         let mut sweep = s.sweep.clone().expect("a sweep");
         sweep.rows[0].compounding = Some(crate::analysis::sweep::SweepCompounding {
