@@ -13,7 +13,8 @@ use hdrhistogram::Histogram;
 use super::{
     OutputError, phases,
     svg::{
-        self, Band, BandKind, LineChart, Panel, Scale, Series, SmallMultiples, StackedBars, escape,
+        self, Band, BandKind, Frame, LineChart, Panel, Scale, Series, SmallMultiples, StackedBars,
+        escape,
     },
     table::format_us,
 };
@@ -231,6 +232,37 @@ fn spectrum_tick(x: f64) -> String {
     format!("{text}%")
 }
 
+/// A latency histogram's axes: share of requests per bucket against the
+/// latency, log-x.
+const HISTOGRAM: Frame<'static> = Frame {
+    x_label: "latency (log scale)",
+    y_label: "share of requests (%)",
+    x_scale: Scale::Log,
+    y_scale: Scale::Linear,
+    x_format: ms,
+    y_format: percent,
+};
+
+/// A percentile spectrum's axes: latency against 1/(1-q), log-x.
+const SPECTRUM: Frame<'static> = Frame {
+    x_label: "percentile",
+    y_label: "latency",
+    x_scale: Scale::Log,
+    y_scale: Scale::Linear,
+    x_format: spectrum_tick,
+    y_format: ms,
+};
+
+/// Goodput's axes: ok answers per second against the offered load.
+const GOODPUT: Frame<'static> = Frame {
+    x_label: "offered load (requests/s)",
+    y_label: "ok answers/s",
+    x_scale: Scale::Linear,
+    y_scale: Scale::Linear,
+    x_format: plain,
+    y_format: plain,
+};
+
 fn histogram_chart(variants: &[VariantReport]) -> LineChart<'static> {
     let series = variants
         .iter()
@@ -246,12 +278,7 @@ fn histogram_chart(variants: &[VariantReport]) -> LineChart<'static> {
     LineChart {
         id: "histogram",
         title: "Latency histogram",
-        x_label: "latency (log scale)",
-        y_label: "share of requests (%)",
-        x_scale: Scale::Log,
-        y_scale: Scale::Linear,
-        x_format: ms,
-        y_format: percent,
+        frame: HISTOGRAM,
         x_range: None,
         bands: Vec::new(),
         series,
@@ -298,12 +325,7 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
     LineChart {
         id: "spectrum",
         title: "Percentile spectrum",
-        x_label: "percentile",
-        y_label: "latency",
-        x_scale: Scale::Log,
-        y_scale: Scale::Linear,
-        x_format: spectrum_tick,
-        y_format: ms,
+        frame: SPECTRUM,
         x_range: None,
         bands: Vec::new(),
         series,
@@ -385,12 +407,7 @@ fn composition_section(variants: &[VariantReport]) -> String {
         out.push_str(&svg::line_chart(&LineChart {
             id: &id,
             title: &title,
-            x_label: "percentile",
-            y_label: "latency",
-            x_scale: Scale::Log,
-            y_scale: Scale::Linear,
-            x_format: spectrum_tick,
-            y_format: ms,
+            frame: SPECTRUM,
             x_range: None,
             bands: Vec::new(),
             series,
@@ -717,12 +734,14 @@ fn throughput_chart(all: &[(String, Throughput)], bands: Vec<Band>) -> LineChart
     LineChart {
         id: "throughput",
         title: "Throughput over time",
-        x_label: "seconds into the measured phase",
-        y_label: "answers per second",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: plain,
+        frame: Frame {
+            x_label: "seconds into the measured phase",
+            y_label: "answers per second",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: plain,
+            y_format: plain,
+        },
         x_range: (end > 0.0).then_some((0.0, end)),
         bands,
         series,
@@ -1059,12 +1078,14 @@ fn step_charts<'a>(
     let latency = LineChart {
         id: latency_id,
         title: "Latency against offered load",
-        x_label: "offered load (requests/s)",
-        y_label: "latency",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Log,
-        x_format: plain,
-        y_format: ms,
+        frame: Frame {
+            x_label: "offered load (requests/s)",
+            y_label: "latency",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Log,
+            x_format: plain,
+            y_format: ms,
+        },
         x_range: None,
         series: quantiles
             .iter()
@@ -1076,12 +1097,7 @@ fn step_charts<'a>(
     let goodput = LineChart {
         id: goodput_id,
         title: "Goodput against offered load",
-        x_label: "offered load (requests/s)",
-        y_label: "ok answers/s",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: plain,
+        frame: GOODPUT,
         x_range: None,
         series: vec![
             line("goodput", points(|p| Some(p.ok_rate)), false, 0),
@@ -1123,12 +1139,14 @@ fn latency_over_time_chart<'a>(v: &VariantReport, id: &'a str, bands: Vec<Band>)
     LineChart {
         id,
         title: "Latency over time",
-        x_label: "seconds into the measured phase (intended send time)",
-        y_label: "latency",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Log,
-        x_format: plain,
-        y_format: ms,
+        frame: Frame {
+            x_label: "seconds into the measured phase (intended send time)",
+            y_label: "latency",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Log,
+            x_format: plain,
+            y_format: ms,
+        },
         x_range: (end > 0.0).then_some((0.0, end)),
         series,
         bands,
@@ -1186,12 +1204,14 @@ fn sweep_section(sweep: &SweepSummary) -> String {
         out.push_str(&svg::line_chart(&LineChart {
             id: "compounding-curve",
             title: "Tail compounding",
-            x_label: &sweep.key,
-            y_label: "slow requests (%)",
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            x_format: plain,
-            y_format: percent,
+            frame: Frame {
+                x_label: &sweep.key,
+                y_label: "slow requests (%)",
+                x_scale: Scale::Linear,
+                y_scale: Scale::Linear,
+                x_format: plain,
+                y_format: percent,
+            },
             x_range: None,
             bands: Vec::new(),
             series,
@@ -1223,12 +1243,14 @@ fn sweep_section(sweep: &SweepSummary) -> String {
     out.push_str(&svg::line_chart(&LineChart {
         id: "sweep-p99",
         title: "p99 and p50 (dashed) across the sweep",
-        x_label: &sweep.key,
-        y_label: "latency",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: ms,
+        frame: Frame {
+            x_label: &sweep.key,
+            y_label: "latency",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: plain,
+            y_format: ms,
+        },
         x_range: None,
         bands: Vec::new(),
         series,
@@ -1319,24 +1341,14 @@ fn side_by_side_section(sweep: &SweepSummary, variants: &[VariantReport]) -> Str
     out.push_str(&svg::small_multiples(&SmallMultiples {
         id: "sweep-distributions",
         title: "Latency histograms side by side",
-        x_label: "latency (log scale)",
-        y_label: "share of requests (%)",
-        x_scale: Scale::Log,
-        y_scale: Scale::Linear,
-        x_format: ms,
-        y_format: percent,
+        frame: HISTOGRAM,
         columns: 2,
         panels: panels(log_buckets),
     }));
     out.push_str(&svg::small_multiples(&SmallMultiples {
         id: "sweep-spectra",
         title: "Percentile spectra side by side",
-        x_label: "percentile",
-        y_label: "latency",
-        x_scale: Scale::Log,
-        y_scale: Scale::Linear,
-        x_format: spectrum_tick,
-        y_format: ms,
+        frame: SPECTRUM,
         columns: 2,
         panels: panels(spectrum_points),
     }));
@@ -1418,12 +1430,7 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
     out.push_str(&svg::line_chart(&LineChart {
         id: "hockey-goodput",
         title: "Goodput",
-        x_label: "offered load (requests/s)",
-        y_label: "ok answers/s",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: plain,
+        frame: GOODPUT,
         x_range: None,
         bands: Vec::new(),
         series: goodput,
@@ -1431,12 +1438,14 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
     out.push_str(&svg::line_chart(&LineChart {
         id: "hockey-errors",
         title: "Errors and timeouts",
-        x_label: "offered load (requests/s)",
-        y_label: "failed requests (%)",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: percent,
+        frame: Frame {
+            x_label: "offered load (requests/s)",
+            y_label: "failed requests (%)",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: plain,
+            y_format: percent,
+        },
         x_range: None,
         bands: Vec::new(),
         series: series(|r| r.error_share * 100.0),
@@ -1495,6 +1504,7 @@ mod tests {
     use super::*;
     use crate::analysis::intervals::{IntervalRecorder, Window, sending_end};
     use crate::analysis::testing::summary;
+    use crate::output::svg::tests::panel_points;
     use crate::record::{Outcome, RequestRecord};
 
     #[test]
@@ -1642,18 +1652,6 @@ mod tests {
             .find(&format!("<svg id=\"{id}\""))
             .unwrap_or_else(|| panic!("no {id}"));
         &html[at..at + html[at..].find("</svg>").expect("closed")]
-    }
-
-    /// The points, in pixels, of series `name` in `panel`.
-    fn panel_points(panel: &str, name: &str) -> Vec<(f64, f64)> {
-        let key = format!("data-series=\"{name}\" points=\"");
-        let from = panel.find(&key).expect("the series") + key.len();
-        let len = panel[from..].find('"').expect("closed");
-        panel[from..from + len]
-            .split(' ')
-            .filter_map(|p| p.split_once(','))
-            .map(|(x, y)| (x.parse::<f64>().expect("x"), y.parse::<f64>().expect("y")))
-            .collect()
     }
 
     /// The x pixel of the highest point (the mode) of series `name` in

@@ -75,13 +75,9 @@ pub enum BandKind {
     Mark,
 }
 
-/// A line chart.
-#[derive(Clone, Debug)]
-pub struct LineChart<'a> {
-    /// The `id` attribute of the `<svg>`.
-    pub id: &'a str,
-    /// Title above the plot.
-    pub title: &'a str,
+/// A chart's axes: their labels, scales and how their ticks are written.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
     /// X axis label.
     pub x_label: &'a str,
     /// Y axis label.
@@ -94,6 +90,16 @@ pub struct LineChart<'a> {
     pub x_format: fn(f64) -> String,
     /// How y tick values are written.
     pub y_format: fn(f64) -> String,
+}
+
+/// A line chart.
+#[derive(Clone, Debug)]
+pub struct LineChart<'a> {
+    /// The `id` attribute of the `<svg>`.
+    pub id: &'a str,
+    /// Title above the plot.
+    pub title: &'a str,
+    pub frame: Frame<'a>,
     /// The x axis's bounds in data units, exactly (points outside them are
     /// the caller's to leave out); `None`: the data's range, a linear axis
     /// rounded up to a nice value.
@@ -291,11 +297,16 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     let points = || chart.series.iter().flat_map(|s| s.points.iter());
     let bars = || chart.series.iter().flat_map(|s| s.intervals.iter());
     let x = match chart.x_range {
-        Some(range) => Axis::fixed(chart.x_scale, range, LEFT, WIDTH - RIGHT),
-        None => Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT),
+        Some(range) => Axis::fixed(chart.frame.x_scale, range, LEFT, WIDTH - RIGHT),
+        None => Axis::new(
+            chart.frame.x_scale,
+            points().map(|p| p.0),
+            LEFT,
+            WIDTH - RIGHT,
+        ),
     };
     let y = Axis::new(
-        chart.y_scale,
+        chart.frame.y_scale,
         points().map(|p| p.1).chain(bars().flat_map(|b| [b.1, b.2])),
         HEIGHT - BOTTOM,
         TOP,
@@ -304,8 +315,8 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     let (legend_at, height) = legend_layout(&names, HEIGHT);
     let mut out = String::new();
     open(&mut out, chart.id, chart.title, height);
-    grid(&mut out, &x, &y, chart.x_format, chart.y_format);
-    axes(&mut out, chart.x_label, chart.y_label);
+    grid(&mut out, &x, &y, chart.frame.x_format, chart.frame.y_format);
+    axes(&mut out, chart.frame.x_label, chart.frame.y_label);
     let labels = bands(&mut out, &chart.bands, &x);
     for s in &chart.series {
         polyline(&mut out, s, &x, &y, 2.0);
@@ -547,14 +558,9 @@ pub struct SmallMultiples<'a> {
     pub id: &'a str,
     /// Title above the grid.
     pub title: &'a str,
-    /// X axis label, once, below the grid.
-    pub x_label: &'a str,
-    /// Y axis label, once, left of the grid.
-    pub y_label: &'a str,
-    pub x_scale: Scale,
-    pub y_scale: Scale,
-    pub x_format: fn(f64) -> String,
-    pub y_format: fn(f64) -> String,
+    /// Every panel's axes; their labels are written once, below and left
+    /// of the grid.
+    pub frame: Frame<'a>,
     /// Panels per row (at least 1).
     pub columns: usize,
     /// The panels, left to right, then top to bottom.
@@ -593,8 +599,8 @@ pub fn small_multiples(chart: &SmallMultiples<'_>) -> String {
             .flat_map(|s| s.points.iter())
     };
     // The shared ranges; each panel maps them onto its own pixels.
-    let x_range = Axis::new(chart.x_scale, points().map(|p| p.0), 0.0, 1.0);
-    let y_range = Axis::new(chart.y_scale, points().map(|p| p.1), 0.0, 1.0);
+    let x_range = Axis::new(chart.frame.x_scale, points().map(|p| p.0), 0.0, 1.0);
+    let y_range = Axis::new(chart.frame.y_scale, points().map(|p| p.1), 0.0, 1.0);
     let grid_bottom = TOP + rows as f64 * PANEL_HEIGHT;
     let mut entries: Vec<(String, usize, bool)> = Vec::new();
     for s in chart.panels.iter().flat_map(|p| p.series.iter()) {
@@ -611,15 +617,15 @@ pub fn small_multiples(chart: &SmallMultiples<'_>) -> String {
         let top = TOP + (i / columns) as f64 * PANEL_HEIGHT;
         let (l, r) = (left + PANEL_LEFT, left + cell_width - PANEL_RIGHT);
         let (t, b) = (top + PANEL_TOP, top + PANEL_HEIGHT - PANEL_BOTTOM);
-        let x = Axis::fixed(chart.x_scale, (x_range.lo, x_range.hi), l, r);
-        let y = Axis::fixed(chart.y_scale, (y_range.lo, y_range.hi), b, t);
+        let x = Axis::fixed(chart.frame.x_scale, (x_range.lo, x_range.hi), l, r);
+        let y = Axis::fixed(chart.frame.y_scale, (y_range.lo, y_range.hi), b, t);
         let _ = write!(
             out,
             r#"<g class="panel" data-panel="{title}"><text x="{l}" y="{:.1}" class="label">{title}</text>"#,
             top + PANEL_TOP - 8.0,
             title = escape(&panel.title),
         );
-        grid(&mut out, &x, &y, chart.x_format, chart.y_format);
+        grid(&mut out, &x, &y, chart.frame.x_format, chart.frame.y_format);
         let _ = write!(
             out,
             r#"<line x1="{l}" y1="{b}" x2="{r}" y2="{b}" class="axis"/><line x1="{l}" y1="{t}" x2="{l}" y2="{b}" class="axis"/>"#,
@@ -634,9 +640,9 @@ pub fn small_multiples(chart: &SmallMultiples<'_>) -> String {
         r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="middle">{}</text><text transform="translate(12 {:.1}) rotate(-90)" class="label" text-anchor="middle">{}</text>"#,
         (GRID_LEFT + WIDTH) / 2.0,
         grid_bottom + 16.0,
-        escape(chart.x_label),
+        escape(chart.frame.x_label),
         (TOP + grid_bottom) / 2.0,
-        escape(chart.y_label),
+        escape(chart.frame.y_label),
     );
     legend(&mut out, &entries, &legend_at);
     out.push_str("</svg>");
@@ -747,12 +753,22 @@ pub fn stacked_bars(chart: &StackedBars<'_>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn fmt(v: f64) -> String {
         format!("{v}")
     }
+
+    /// Linear axes "x" and "y", ticks written as they are.
+    const LINEAR: Frame<'static> = Frame {
+        x_label: "x",
+        y_label: "y",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        x_format: fmt,
+        y_format: fmt,
+    };
 
     #[test]
     fn nice_steps() {
@@ -777,12 +793,14 @@ mod tests {
         let chart = LineChart {
             id: "c1",
             title: "a <b> & c",
-            x_label: "x",
-            y_label: "y",
-            x_scale: Scale::Log,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
+            frame: Frame {
+                x_label: "x",
+                y_label: "y",
+                x_scale: Scale::Log,
+                y_scale: Scale::Linear,
+                x_format: fmt,
+                y_format: fmt,
+            },
             x_range: None,
             bands: Vec::new(),
             series: vec![
@@ -850,12 +868,7 @@ mod tests {
         let chart = LineChart {
             id: "legend",
             title: "t",
-            x_label: "x",
-            y_label: "y",
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
+            frame: LINEAR,
             x_range: None,
             series,
             bands: Vec::new(),
@@ -974,12 +987,7 @@ mod tests {
         line_chart(&LineChart {
             id: "bands",
             title: "t",
-            x_label: "x",
-            y_label: "y",
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
+            frame: LINEAR,
             x_range: Some((0.0, x_max)),
             series: vec![Series {
                 name: "p99".into(),
@@ -1099,12 +1107,14 @@ mod tests {
         SmallMultiples {
             id: "grid",
             title: "side by side",
-            x_label: "latency",
-            y_label: "share",
-            x_scale: Scale::Log,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
+            frame: Frame {
+                x_label: "latency",
+                y_label: "share",
+                x_scale: Scale::Log,
+                y_scale: Scale::Linear,
+                x_format: fmt,
+                y_format: fmt,
+            },
             columns: 2,
             panels: vec![
                 Panel {
@@ -1126,8 +1136,8 @@ mod tests {
     }
 
     /// The `points` of the polyline of series `name` in the panel starting
-    /// at `panel`, as pixels.
-    fn panel_points(panel: &str, name: &str) -> Vec<(f64, f64)> {
+    /// at `panel`, as pixels (the report's tests read its panels too).
+    pub(in crate::output) fn panel_points(panel: &str, name: &str) -> Vec<(f64, f64)> {
         let key = format!("data-series=\"{name}\" points=\"");
         let from = panel.find(&key).expect("the series") + key.len();
         let len = panel[from..].find('"').expect("closed");
