@@ -268,7 +268,11 @@ pub(crate) fn health(args: HealthArgs) -> Result<(), CliError> {
                 dir, false,
             )?));
         }
-        roles::runtime(1)?.block_on(tailmesh::launcher::health::check(&addr, args.timeout))?;
+        roles::runtime(1)?.block_on(tailmesh::launcher::health::check(
+            &addr,
+            args.timeout,
+            tailmesh::launcher::health::Readiness::PROCESS,
+        ))?;
         Ok(())
     };
     check().map_err(CliError::Health)

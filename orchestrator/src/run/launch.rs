@@ -423,7 +423,8 @@ pub(crate) fn downstream_env(
 const ADDRESS_PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Waits until the service at `address` is ready
-/// ([`health::check_service`]), at most `timeout`.
+/// ([`health::check`] with
+/// [`health::Readiness::SERVICE`]), at most `timeout`.
 pub(crate) async fn wait_for_address(
     address: &str,
     timeout: std::time::Duration,
@@ -444,7 +445,13 @@ pub(crate) async fn wait_for_address(
                 last_problem,
             });
         }
-        match health::check_service(&peer, left.min(std::time::Duration::from_secs(1))).await {
+        match health::check(
+            &peer,
+            left.min(std::time::Duration::from_secs(1)),
+            health::Readiness::SERVICE,
+        )
+        .await
+        {
             Ok(()) => return Ok(()),
             Err(e) => last_problem = Some(e.to_string()),
         }

@@ -35,4 +35,4 @@ pub use client::{Connections, PushPool};
 pub use direct::DirectTarget;
 pub use error::HopError;
 pub use server::{DownstreamConfig, HopConfig, HopCore, PullTarget, run, run_with_control};
-pub use service::{ServiceClient, ServiceError, ServiceReply};
+pub use service::{RawCodec, ServiceClient, ServiceError, ServiceReply};

@@ -487,15 +487,21 @@ async fn ask(
     }
 }
 
-/// The call's codec: bytes out, bytes back (checked by the caller).
+/// A gRPC codec of undecoded message bytes: it sends the bytes it is given
+/// and hands back the bytes it receives, leaving the (de)coding against a
+/// schema to its user. A service hop calls with it (its request encoded
+/// once, its reply checked against the method's output); it serves as
+/// well, as a server's codec, for a handler that decodes by hand.
 #[derive(Clone, Copy, Debug, Default)]
-struct RawCodec;
+pub struct RawCodec;
 
+/// [`RawCodec`]'s encoder: writes the bytes as they are.
 #[derive(Debug)]
-struct RawEncoder;
+pub struct RawEncoder;
 
+/// [`RawCodec`]'s decoder: yields the whole message's bytes.
 #[derive(Debug)]
-struct RawDecoder;
+pub struct RawDecoder;
 
 impl Codec for RawCodec {
     type Encode = Bytes;
