@@ -13,7 +13,7 @@ use tailmesh_services::{
     telemetry::Process,
 };
 
-use crate::scenario::ScenarioErrors;
+use crate::scenario::{ScenarioErrors, ServiceSource};
 
 /// The tokio runtime could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +93,30 @@ pub enum RoleError {
         scenario: PathBuf,
         /// The NamingError it failed with.
         source: crate::plan::NamingError,
+    },
+    /// A deployed hop whose service is started by a command was not told
+    /// where the deployment runs it.
+    #[error(
+        "{}: hop {hop:?} has [hop.service] command, run beside it by the deployment: give its \
+         address with --service-address (tailmesh compose and tailmesh k8s do)",
+        scenario.display()
+    )]
+    NoServiceAddress {
+        /// The scenario file.
+        scenario: PathBuf,
+        hop: String,
+    },
+    /// `--service-address` for a hop that has no service started by a
+    /// command.
+    #[error(
+        "{}: --service-address is for a hop whose [hop.service] has a command, and hop {hop:?} \
+         has none",
+        scenario.display()
+    )]
+    UnusedServiceAddress {
+        /// The scenario file.
+        scenario: PathBuf,
+        hop: String,
     },
     /// The path of this executable (the fault agent's delay line runs it).
     #[error("find the tailmesh executable: {0}")]
@@ -204,6 +228,9 @@ pub enum ServiceError {
     /// Another broker's server, run as a child.
     #[error(transparent)]
     BrokerServer(#[from] crate::launcher::brokers::BrokerProcessError),
+    /// A deployed hop's service did not get ready in time.
+    #[error("its service: {0}")]
+    NotReady(#[source] Box<crate::run::ServiceError>),
 }
 
 /// Options of `tailmesh hop`.
@@ -246,7 +273,7 @@ pub fn serve_hop(config_path: &std::path::Path, options: &ServeOptions) -> Resul
             source,
         })?;
     let control = netns_agent(&config)?;
-    serve_hop_config(config, control, options)
+    serve_hop_config(config, control, options, None)
 }
 
 /// Which deployed replica a `tailmesh hop --scenario` process is.
@@ -262,6 +289,9 @@ pub struct DeployedHop {
     /// The folder of its CA, certificate and key, when its variant uses
     /// TLS (`--tls-dir`).
     pub tls_dir: Option<PathBuf>,
+    /// Where its own service (`[hop.service] command`) is, run beside it
+    /// by the deployment (`--service-address`).
+    pub service_address: Option<String>,
 }
 
 /// Runs a replica of a deployed mesh (Docker Compose, Kubernetes): its
@@ -314,8 +344,37 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> Result
             scenario: which.scenario.clone(),
             source,
         })?;
+    let mut addrs = addrs;
+    match (&hop.service, &which.service_address) {
+        (Some(service), Some(address)) if matches!(service.source, ServiceSource::Command(_)) => {
+            addrs.services.insert(
+                crate::plan::hop_role(&hop.name, which.replica),
+                address.clone(),
+            );
+        }
+        (Some(service), None) if matches!(service.source, ServiceSource::Command(_)) => {
+            return Err(RoleError::NoServiceAddress {
+                scenario: which.scenario.clone(),
+                hop: hop.name.clone(),
+            });
+        }
+        (_, Some(_)) => {
+            return Err(RoleError::UnusedServiceAddress {
+                scenario: which.scenario.clone(),
+                hop: hop.name.clone(),
+            });
+        }
+        _ => {}
+    }
     let mut config =
         crate::plan::MeshPlan::new(&scenario, variant).hop_config(hop, which.replica, &addrs);
+    // The sidecar serves (and so passes its health checks) only once its
+    // service is ready, as the local launcher starts a hop only then.
+    let wait = config
+        .service
+        .as_ref()
+        .zip(hop.service.as_ref())
+        .map(|(call, service)| (call.address.clone(), service.ready_timeout));
     let mesh = variant.mesh;
     if mesh.tls.is_on() {
         let dir = which.tls_dir.as_ref().ok_or_else(|| RoleError::NoTlsDir {
@@ -353,7 +412,7 @@ pub fn serve_deployed_hop(which: &DeployedHop, options: &ServeOptions) -> Result
         }
         None => None,
     };
-    serve_hop_config(config, control, options)
+    serve_hop_config(config, control, options, wait)
 }
 
 /// The Control token in the file named by `TAILMESH_CONTROL_TOKEN_FILE`,
@@ -398,6 +457,7 @@ fn serve_hop_config(
     config: HopConfig,
     control: Option<tailmesh_services::control::ControlService<AgentBackend>>,
     options: &ServeOptions,
+    wait_for_service: Option<(String, std::time::Duration)>,
 ) -> Result<(), RoleError> {
     let name = format!(
         "hop \"{}\" replica {}",
@@ -405,6 +465,11 @@ fn serve_hop_config(
     );
     let process = Process::hop(&config.behavior.name, config.replica, config.transport);
     serve_as(&name, options, &process, |listener, shutdown| async move {
+        if let Some((address, timeout)) = wait_for_service {
+            crate::run::wait_for_address(&address, timeout)
+                .await
+                .map_err(|source| ServiceError::NotReady(Box::new(source)))?;
+        }
         tailmesh_services::hop::run_with_control(config, listener, shutdown, control)
             .await
             .map_err(ServiceError::from)

@@ -437,21 +437,27 @@ impl Authority {
 }
 
 /// Writes `contents` to a new `path` created with `mode` (a key is never
-/// readable by others, not even for a moment).
+/// readable by others, not even for a moment), replacing a file there.
 fn write(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsError> {
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
-    let failed = |source| TlsError::Write {
+    let _ = std::fs::remove_file(path);
+    write_new(path, contents, mode).map_err(|source| TlsError::Write {
         path: path.to_owned(),
         source,
-    };
-    let _ = std::fs::remove_file(path);
+    })
+}
+
+/// Writes `contents` to `path`, which must not exist, creating it with
+/// `mode` (0600 for a private key: never readable by others, not even
+/// for a moment). The one writer of TLS files, the run's and a
+/// deployment's.
+pub fn write_new(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
-        .open(path)
-        .map_err(failed)?;
-    file.write_all(contents).map_err(failed)
+        .open(path)?;
+    file.write_all(contents)
 }
 
 #[cfg(test)]

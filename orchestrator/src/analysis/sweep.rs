@@ -19,6 +19,27 @@ pub struct SweepSummary {
     pub rows: Vec<SweepRow>,
 }
 
+impl SweepSummary {
+    /// The declared variants (the rows' groups), in the order they first
+    /// appear.
+    pub fn groups(&self) -> Vec<&str> {
+        let mut groups: Vec<&str> = Vec::new();
+        for r in &self.rows {
+            if !groups.contains(&r.group.as_str()) {
+                groups.push(&r.group);
+            }
+        }
+        groups
+    }
+
+    /// The row of declared variant `group` at swept value `value`.
+    pub fn row(&self, group: &str, value: &str) -> Option<&SweepRow> {
+        self.rows
+            .iter()
+            .find(|r| r.group == group && r.value == value)
+    }
+}
+
 /// One point of the sweep.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SweepRow {

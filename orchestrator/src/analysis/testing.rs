@@ -352,3 +352,46 @@ pub(crate) fn kill_of_b1(picks: &[(&str, u64)]) -> crate::analysis::KillRecord {
             .collect(),
     }
 }
+
+/// [`summary`] swept over `load.concurrency` = `values` for each declared
+/// variant of `groups`: the variant of the g-th group at the k-th value
+/// answered 100 requests in 100 µs x 10^(g + k) each (its p50; its p99
+/// is twice that), so each group is ten times slower than the one before
+/// it at every value.
+pub(crate) fn swept_summary(groups: &[&str], values: &[&str]) -> crate::analysis::Summary {
+    use crate::analysis::{SweepSummary, sweep::SweepRow};
+    let mut s = summary();
+    let base = s.variants.remove(0);
+    let mut rows = Vec::new();
+    for (g, group) in groups.iter().enumerate() {
+        for (k, value) in values.iter().enumerate() {
+            let us = 100 * 10u64.pow((g + k) as u32);
+            let mut v = base.clone();
+            v.name = format!("{group}-concurrency-{value}");
+            v.latency_histogram = crate::analysis::stats::new_histogram();
+            for _ in 0..100 {
+                crate::analysis::stats::record_us(&mut v.latency_histogram, us);
+            }
+            rows.push(SweepRow {
+                group: (*group).to_owned(),
+                value: (*value).to_owned(),
+                variant: v.name.clone(),
+                sent: 100,
+                ok: 100,
+                ok_rate: 100.0,
+                error_share: 0.0,
+                p50_us: us,
+                p99_us: 2 * us,
+                p99_9_us: 2 * us,
+                compounding: None,
+            });
+            s.variants.push(v);
+        }
+    }
+    s.sweep = Some(SweepSummary {
+        key: "load.concurrency".into(),
+        values: values.iter().map(|v| (*v).to_owned()).collect(),
+        rows,
+    });
+    s
+}

@@ -228,6 +228,9 @@ pub struct GrpcService {
     /// Where the method's schema came from: `"reflection"`, or `"proto: "`
     /// and the files.
     pub schema: String,
+    /// Called directly by its callers, with no tailmesh hop in front.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }
 
 impl GrpcService {
@@ -242,6 +245,7 @@ impl GrpcService {
             address,
             command,
             schema: service.schema_source(),
+            direct: service.direct,
         }
     }
 }
@@ -458,7 +462,11 @@ impl HopAcc {
     fn into_report(self, variant: &Variant, hop: &Hop) -> HopReport {
         HopReport {
             hop: hop.name.clone(),
-            transport: hop.transport.as_str().to_string(),
+            transport: if hop.service.as_ref().is_some_and(|s| s.direct) {
+                tailmesh_services::hop::direct::DIRECT_TRANSPORT.to_owned()
+            } else {
+                hop.transport.as_str().to_owned()
+            },
             replicas: hop.replicas,
             requests: self.requests,
             slow: self.slow,

@@ -77,6 +77,10 @@ pub(crate) struct HopArgs {
     /// tls.crt and tls.key (what tailmesh compose and tailmesh k8s mount).
     #[arg(long, requires = "scenario", value_name = "DIR")]
     tls_dir: Option<PathBuf>,
+    /// Deployed, with [hop.service] command: where the deployment runs
+    /// this replica's service (HOST:PORT); the hop serves once it is ready.
+    #[arg(long, requires = "scenario", value_name = "HOST:PORT")]
+    service_address: Option<String>,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -93,6 +97,7 @@ pub(crate) fn hop(args: HopArgs) -> Result<(), CliError> {
                 hop,
                 replica: args.replica,
                 tls_dir: args.tls_dir,
+                service_address: args.service_address,
             },
             &options,
         )?,
@@ -263,7 +268,11 @@ pub(crate) fn health(args: HealthArgs) -> Result<(), CliError> {
                 dir, false,
             )?));
         }
-        roles::runtime(1)?.block_on(tailmesh::launcher::health::check(&addr, args.timeout))?;
+        roles::runtime(1)?.block_on(tailmesh::launcher::health::check(
+            &addr,
+            args.timeout,
+            tailmesh::launcher::health::Readiness::PROCESS,
+        ))?;
         Ok(())
     };
     check().map_err(CliError::Health)

@@ -10,8 +10,8 @@
 //! ([`TlsFolder`], made by [`super::tls::compose_folder`]).
 
 use super::{
-    DeployError, Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE,
-    TOKEN_FILE_ENV, digest, needs_token, orchestrator_command, project_name, services,
+    DeployError, HopWorkService, Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_DIR,
+    TOKEN_FILE, TOKEN_FILE_ENV, digest, needs_token, orchestrator_command, project_name, services,
     tls::{CA_SHA256_ENV, TLS_DIR},
     yaml::{Node, flow, map, render, s},
 };
@@ -67,6 +67,7 @@ pub fn runtime(options: &Options) -> Runtime {
     Runtime {
         name: "Docker Compose",
         net_admin: options.net_admin,
+        pod: false,
     }
 }
 
@@ -116,6 +117,9 @@ pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<St
             service.name.clone(),
             mesh_service(service, tls, &scenario_sha256),
         ));
+        if let Some(work) = &service.work {
+            entries.push((work.name.clone(), work_service(work, &scenario_sha256)));
+        }
     }
     entries.push((
         "orchestrator".into(),
@@ -212,25 +216,28 @@ fn header(scenario: &Scenario, options: &Options) -> String {
     )
 }
 
-/// A TLS service's additions: its folder mounted read-only at
-/// [`TLS_DIR`], the CA's digest as a label (with the scenario's, which a
-/// service's own `labels` would otherwise hide) and in its environment,
-/// where its certificates are checked against it.
-fn tls_parts(
+/// Adds a TLS service's parts: its folder mounted read-only at
+/// [`TLS_DIR`] to `volumes`, the CA's digest to `env` (where its
+/// certificates are checked against it) and, as a label, to `entries`
+/// (with the scenario's, which a service's own `labels` would otherwise
+/// hide).
+fn add_tls(
     name: &str,
     tls: &TlsFolder,
     scenario_sha256: &str,
-) -> (Node, (String, Node), (String, Node)) {
-    let volume = s(format!("{}/{name}:{TLS_DIR}:ro", tls.path));
-    let labels = (
+    volumes: &mut Vec<Node>,
+    env: &mut Vec<(String, Node)>,
+    entries: &mut Vec<(String, Node)>,
+) {
+    volumes.push(s(format!("{}/{name}:{TLS_DIR}:ro", tls.path)));
+    env.push((CA_SHA256_ENV.to_owned(), s(&tls.ca_sha256)));
+    entries.push((
         "labels".to_owned(),
         map([
             ("tailmesh.scenario-sha256", s(scenario_sha256)),
             ("tailmesh.tls-ca-sha256", s(&tls.ca_sha256)),
         ]),
-    );
-    let env = (CA_SHA256_ENV.to_owned(), s(&tls.ca_sha256));
-    (volume, labels, env)
+    ));
 }
 
 fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &str) -> Node {
@@ -259,7 +266,6 @@ fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &st
         return Node::Map(entries);
     }
     let mut env: Vec<(String, Node)> = service.env().into_iter().map(|(k, v)| (k, s(v))).collect();
-    let tls = tls.map(|tls| tls_parts(&service.name, tls, scenario_sha256));
     let mut volumes = Vec::new();
     if service.control {
         volumes.push(s(format!("control-token:{TOKEN_DIR}:ro")));
@@ -268,13 +274,23 @@ fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &st
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
         ("command".to_owned(), flow(service.command())),
     ];
-    if let Some((volume, labels, ca)) = tls {
-        volumes.push(volume);
-        env.push(ca);
-        entries.push(labels);
+    if let Some(tls) = tls {
+        add_tls(
+            &service.name,
+            tls,
+            scenario_sha256,
+            &mut volumes,
+            &mut env,
+            &mut entries,
+        );
         entries.push((
             "healthcheck".to_owned(),
-            healthcheck(&service.health_command()),
+            healthcheck(&service.health_command(), service.work.as_ref()),
+        ));
+    } else if let Some(work) = &service.work {
+        entries.push((
+            "healthcheck".to_owned(),
+            healthcheck(&service.health_command(), Some(work)),
         ));
     }
     entries.push(("environment".to_owned(), Node::Map(env)));
@@ -284,28 +300,74 @@ fn mesh_service(service: &Service, tls: Option<&TlsFolder>, scenario_sha256: &st
     if !volumes.is_empty() {
         entries.push(("volumes".to_owned(), Node::Seq(volumes)));
     }
+    let mut depends = Vec::new();
     if service.control {
-        entries.push((
-            "depends_on".to_owned(),
-            map([(
-                "control-token",
-                map([("condition", s("service_completed_successfully"))]),
-            )]),
+        depends.push((
+            "control-token".to_owned(),
+            map([("condition", s("service_completed_successfully"))]),
         ));
+    }
+    if let Some(work) = &service.work {
+        // Started, not healthy: the service's image need not have a tool
+        // to check it with; the sidecar waits for it before it serves.
+        depends.push((
+            work.name.clone(),
+            map([("condition", s("service_started"))]),
+        ));
+    }
+    if !depends.is_empty() {
+        entries.push(("depends_on".to_owned(), Node::Map(depends)));
     }
     Node::Map(entries)
 }
 
-/// A tailmesh container's health check running `command`.
-fn healthcheck(command: &[String]) -> Node {
+/// A hop replica's own service: the scenario's command in its image (the
+/// whole command line, as `entrypoint`), with the environment the local
+/// launcher gives a service it starts, and no health check of its own
+/// (its sidecar waits for it, and is healthy only once it serves).
+fn work_service(work: &HopWorkService, scenario_sha256: &str) -> Node {
+    map([
+        ("image", s(&work.image)),
+        // Compose interpolates `$` in both.
+        (
+            "entrypoint",
+            flow(work.command.iter().map(|w| w.replace('$', "$$"))),
+        ),
+        (
+            "environment",
+            Node::Map(
+                work.env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), s(v.replace('$', "$$"))))
+                    .collect(),
+            ),
+        ),
+        (
+            "labels",
+            map([("tailmesh.scenario-sha256", s(scenario_sha256))]),
+        ),
+    ])
+}
+
+/// A tailmesh container's health check running `command`; a sidecar
+/// (`work`) waits up to its service's `ready_timeout` before it serves,
+/// which its health check's start period allows for.
+fn healthcheck(command: &[String], work: Option<&HopWorkService>) -> Node {
     let mut test = vec!["CMD".to_owned()];
     test.extend(command.iter().cloned());
-    map([
-        ("test", flow(test)),
-        ("interval", s("1s")),
-        ("timeout", s("3s")),
-        ("retries", Node::Raw("60".into())),
-    ])
+    let mut entries = vec![
+        ("test".to_owned(), flow(test)),
+        ("interval".to_owned(), s("1s")),
+        ("timeout".to_owned(), s("3s")),
+        ("retries".to_owned(), Node::Raw("60".into())),
+    ];
+    if let Some(work) = work {
+        entries.push((
+            "start_period".to_owned(),
+            s(format!("{}s", work.ready_timeout.as_secs() + 10)),
+        ));
+    }
+    Node::Map(entries)
 }
 
 fn orchestrator(
@@ -345,10 +407,14 @@ fn orchestrator(
         ),
     ];
     if let Some(tls) = tls {
-        let (volume, labels, ca) = tls_parts(super::tls::ORCHESTRATOR, tls, scenario_sha256);
-        volumes.push(volume);
-        env.push(ca);
-        entries.push(labels);
+        add_tls(
+            super::tls::ORCHESTRATOR,
+            tls,
+            scenario_sha256,
+            &mut volumes,
+            &mut env,
+            &mut entries,
+        );
     }
     if !env.is_empty() {
         entries.push(("environment".to_owned(), Node::Map(env)));

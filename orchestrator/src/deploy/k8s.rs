@@ -23,8 +23,9 @@
 use std::path::Path;
 
 use super::{
-    DeployError, Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV,
-    TRACE_PORT, digest, needs_token, orchestrator_command, project_name, services, tls,
+    DeployError, HOP_SERVICE_PORT, HopWorkService, Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR,
+    TOKEN_FILE, TOKEN_FILE_ENV, TRACE_PORT, digest, needs_token, orchestrator_command,
+    project_name, services, tls,
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
@@ -66,6 +67,7 @@ pub fn generate(
     let runtime = Runtime {
         name: "Kubernetes",
         net_admin: options.net_admin,
+        pod: true,
     };
     let services = services(scenario, runtime)?;
     let ns = project_name(scenario);
@@ -506,9 +508,43 @@ fn mesh_pod(service: &Service, options: &Options, ca: Option<&str>) -> Node {
             map([("capabilities", map([("add", flow(["NET_ADMIN"]))]))]),
         ));
     }
+    let mut containers = vec![Node::Map(container)];
+    if let Some(work) = &service.work {
+        containers.push(work_container(work));
+    }
     map([
-        ("containers", Node::Seq(vec![Node::Map(container)])),
+        ("containers", Node::Seq(containers)),
         ("volumes", Node::Seq(volumes)),
+    ])
+}
+
+/// A hop replica's own service, the pod's second container: the
+/// scenario's command in its image, with the environment the local
+/// launcher gives a service it starts, ready once its port accepts
+/// connections (a probe that needs no tool in its image; the sidecar
+/// waits for it too, and checks gRPC health where it is served).
+fn work_container(work: &HopWorkService) -> Node {
+    map([
+        ("name", s("service")),
+        ("image", s(&work.image)),
+        ("imagePullPolicy", s("IfNotPresent")),
+        ("command", flow(work.command.iter().map(String::as_str))),
+        (
+            "env",
+            Node::Seq(work.env.iter().map(|(k, v)| env_var(k, v)).collect()),
+        ),
+        ("ports", Node::Seq(vec![port("service", HOP_SERVICE_PORT)])),
+        (
+            "readinessProbe",
+            map([
+                (
+                    "tcpSocket",
+                    map([("port", Node::Raw(HOP_SERVICE_PORT.to_string()))]),
+                ),
+                ("periodSeconds", Node::Raw("2".into())),
+            ]),
+        ),
+        ("resources", requests("250m", "128Mi")),
     ])
 }
 

@@ -18,7 +18,12 @@
 //!   file named by [`TOKEN_FILE_ENV`];
 //! - with `[mesh] tls` on, every tailmesh container reads its CA,
 //!   certificate and key from [`tls::TLS_DIR`] (`--tls-dir`), made per
-//!   deployment by [`tls`].
+//!   deployment by [`tls`];
+//! - a hop replica whose `[hop.service]` has a `command` gets that service
+//!   beside it ([`HopWorkService`]): from the scenario's `image`, listening
+//!   on [`HOP_SERVICE_PORT`], reached at `<service>-service` (Compose) or
+//!   127.0.0.1 (the pod's other container), which the sidecar is told with
+//!   `tailmesh hop --service-address` and waits for before it serves.
 
 pub mod brokers;
 pub mod compose;
@@ -27,6 +32,8 @@ pub mod tls;
 mod yaml;
 
 use tailmesh_services::{model::BrokerKind, tls::TlsMode};
+
+use crate::scenario::ServiceSource;
 
 pub use crate::plan::{BROKER, Role};
 use crate::{
@@ -46,6 +53,9 @@ pub const TOKEN_FILE_ENV: &str = "TAILMESH_CONTROL_TOKEN_FILE";
 pub const TOKEN_DIR: &str = "/run/tailmesh";
 /// The token file inside [`TOKEN_DIR`].
 pub const TOKEN_FILE: &str = "/run/tailmesh/token";
+/// The port a hop replica's own service (`[hop.service] command`) listens
+/// on in its container or pod: its command's `{port}` and its `PORT`.
+pub const HOP_SERVICE_PORT: u16 = 50051;
 /// The image the generated files run, unless told otherwise.
 pub const DEFAULT_IMAGE: &str = "tailmesh:latest";
 
@@ -92,6 +102,10 @@ pub struct Runtime {
     pub name: &'static str,
     /// Whether containers may get CAP_NET_ADMIN (network faults need it).
     pub net_admin: bool,
+    /// Whether a replica's containers share one network namespace (a
+    /// Kubernetes pod): its service is then called on 127.0.0.1, else by
+    /// its own service name.
+    pub pod: bool,
 }
 
 /// One service of a deployment: a hop replica or the broker of a variant.
@@ -118,6 +132,34 @@ pub struct Service {
     /// Its variant's `[mesh] tls`: with TLS on it reads its certificate
     /// from [`tls::TLS_DIR`].
     pub tls: TlsMode,
+    /// The hop replica's own service, run beside it, when its
+    /// `[hop.service]` has a `command`.
+    pub work: Option<HopWorkService>,
+}
+
+/// A hop replica's own gRPC service (`[hop.service] command`), run from
+/// the scenario's `image` beside its sidecar: a Compose service of its
+/// own, or a second container in the replica's pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HopWorkService {
+    /// Its Compose service name, `<replica's service>-service` (in a pod,
+    /// its container is named `service`).
+    pub name: String,
+    /// Its image.
+    pub image: String,
+    /// Its container's whole command line (Compose's `entrypoint`,
+    /// Kubernetes' `command`): the scenario's `command` with `{port}`
+    /// replaced by [`HOP_SERVICE_PORT`].
+    pub command: Vec<String>,
+    /// Its environment: `PORT`, `TAILMESH_HOP`, `TAILMESH_REPLICA` and,
+    /// when the scenario traces, the OTLP variables that make a service
+    /// exporting spans join the request's trace (service name
+    /// `hop-<hop>-service`, the variant on its resource).
+    pub env: Vec<(String, String)>,
+    /// Where the sidecar calls it (`--service-address`).
+    pub address: String,
+    /// How long the sidecar waits for it before it serves.
+    pub ready_timeout: std::time::Duration,
 }
 
 /// Every service of every variant, in start order (each variant's broker
@@ -145,23 +187,66 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 Role::Hop { hop, .. } => net_faults || hop.has_app_windows(),
                 _ => net_faults,
             };
+            let trace_env = process.trace_env(
+                &format!("http://orchestrator:{TRACE_PORT}"),
+                scenario.telemetry.sampling,
+                &variant.name,
+            );
+            let mut work = None;
             if let Role::Hop { hop, replica } = &process.role {
                 let kill = hop.kill;
-                let service = hop.service.is_some();
+                if let Some(service) = &hop.service {
+                    let problem = |what: String| {
+                        format!(
+                            "variant {:?}, hop {:?}: [hop.service] {what}",
+                            variant.name, hop.name
+                        )
+                    };
+                    if *replica == 0 && service.direct {
+                        problems.push(problem(format!(
+                            "direct = true is not supported yet by a deployment ({}): a \
+                             deployment puts a tailmesh hop in front of every service; drop \
+                             direct",
+                            runtime.name
+                        )));
+                    }
+                    if *replica == 0 && !service.proto.is_empty() {
+                        problems.push(problem(format!(
+                            "proto: the .proto files are not in the containers ({}); leave \
+                             proto out and let the sidecar ask the service's server reflection",
+                            runtime.name
+                        )));
+                    }
+                    match (&service.source, &service.image) {
+                        (ServiceSource::Address(_), _) => {}
+                        (ServiceSource::Command(_), None) if *replica == 0 => {
+                            problems.push(problem(format!(
+                                "command runs in a container beside each replica's sidecar \
+                                 ({}): name its image with [hop.service] image",
+                                runtime.name
+                            )));
+                        }
+                        (ServiceSource::Command(_), None) => {}
+                        (ServiceSource::Command(_), Some(_)) => {
+                            work = work_service(&name, hop, *replica, &trace_env, runtime);
+                        }
+                    }
+                    if let Some(work) = &work
+                        && let Some(e) = label_problem(&work.name)
+                    {
+                        problems.push(format!(
+                            "variant {:?}, hop {:?} replica {replica}: its service's name {:?} \
+                             {e}; use a shorter hop or variant name",
+                            variant.name, hop.name, work.name
+                        ));
+                    }
+                }
                 let hop = &hop.name;
                 if let Some(e) = label_problem(&name) {
                     problems.push(format!(
                         "variant {:?}, hop {hop:?} replica {replica}: its service name {name:?} {e}; \
                          use a shorter hop or variant name",
                         variant.name
-                    ));
-                }
-                if *replica == 0 && service {
-                    problems.push(format!(
-                        "variant {:?}, hop {hop:?}: [hop.service] is not supported yet with \
-                         this launcher ({}): run the scenario with tailmesh run (the local \
-                         launcher), or remove [hop.service] from the deployed scenario",
-                        variant.name, runtime.name
                     ));
                 }
                 if kill.is_some_and(|k| k.replica == *replica) {
@@ -189,13 +274,10 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 net_faults,
                 control,
                 otel_name: process.otel_name.clone(),
-                trace_env: process.trace_env(
-                    &format!("http://orchestrator:{TRACE_PORT}"),
-                    scenario.telemetry.sampling,
-                    &variant.name,
-                ),
+                trace_env,
                 broker: variant.broker,
                 tls: variant.mesh.tls,
+                work,
             });
         }
     }
@@ -208,6 +290,59 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
             problems,
         })
     }
+}
+
+/// The service beside replica `replica` of `hop` (whose own service is
+/// `sidecar`, traced with `sidecar_trace_env`), when its `[hop.service]`
+/// has a `command` and an `image`: the command in the image, on
+/// [`HOP_SERVICE_PORT`], with the environment the local launcher gives a
+/// service it starts.
+fn work_service(
+    sidecar: &str,
+    hop: &crate::scenario::Hop,
+    replica: u32,
+    sidecar_trace_env: &[(String, String)],
+    runtime: Runtime,
+) -> Option<HopWorkService> {
+    let service = hop.service.as_ref()?;
+    let (ServiceSource::Command(command), Some(image)) = (&service.source, &service.image) else {
+        return None;
+    };
+    let port = HOP_SERVICE_PORT.to_string();
+    let name = format!("{sidecar}-service");
+    let mut env = vec![
+        ("PORT".to_owned(), port.clone()),
+        ("TAILMESH_HOP".to_owned(), hop.name.clone()),
+        ("TAILMESH_REPLICA".to_owned(), replica.to_string()),
+    ];
+    if let Some((_, variant)) = sidecar_trace_env
+        .iter()
+        .find(|(k, _)| k == tailmesh_services::telemetry::VARIANT_ENV)
+    {
+        for (key, value) in sidecar_trace_env {
+            let value = if key == "OTEL_SERVICE_NAME" {
+                format!("{value}-service")
+            } else {
+                value.clone()
+            };
+            env.push((key.clone(), value));
+        }
+        // The run's traces are its variant's spans: an OpenTelemetry SDK
+        // puts this on the service's resource.
+        env.push((
+            "OTEL_RESOURCE_ATTRIBUTES".to_owned(),
+            format!("variant={variant}"),
+        ));
+    }
+    let host = if runtime.pod { "127.0.0.1" } else { &name };
+    Some(HopWorkService {
+        address: format!("{host}:{HOP_SERVICE_PORT}"),
+        image: image.clone(),
+        command: command.iter().map(|w| w.replace("{port}", &port)).collect(),
+        env,
+        ready_timeout: service.ready_timeout,
+        name,
+    })
 }
 
 impl Service {
@@ -234,7 +369,14 @@ impl Service {
                 hop.name.clone(),
                 "--replica".into(),
                 replica.to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                self.work
+                    .iter()
+                    .flat_map(|w| ["--service-address".to_owned(), w.address.clone()]),
+            )
+            .collect(),
             Role::Broker {
                 topics,
                 disciplines,
@@ -406,6 +548,7 @@ mod tests {
         let runtime = Runtime {
             name: "Kubernetes",
             net_admin: true,
+            pod: true,
         };
         match services(&scenario, runtime) {
             Err(DeployError::Undeployable { problems, .. }) => {
@@ -423,28 +566,89 @@ mod tests {
     }
 
     #[test]
-    fn a_scenario_with_a_service_is_refused_naming_the_hop() {
+    fn a_service_command_without_an_image_or_with_proto_files_is_refused_naming_the_hop() {
         let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
                     [[hop]]\nname = \"a\"\nreplicas = 2\n[hop.service]\ncommand = [\"srv\"]\n\
-                    method = \"p.S/M\"\n";
+                    method = \"p.S/M\"\nproto = [\"e.proto\"]\n";
         let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
         let runtime = Runtime {
             name: "Docker Compose",
             net_admin: true,
+            pod: false,
         };
         match services(&scenario, runtime) {
             Err(DeployError::Undeployable { problems, .. }) => {
                 // Once per hop, not per replica.
-                assert_eq!(problems.len(), 1, "{problems:?}");
+                assert_eq!(problems.len(), 2, "{problems:?}");
                 assert!(
                     problems[0].starts_with(
-                        "variant \"base\", hop \"a\": [hop.service] is not supported yet with \
-                         this launcher (Docker Compose)"
+                        "variant \"base\", hop \"a\": [hop.service] proto: the .proto files \
+                         are not in the containers (Docker Compose)"
+                    ),
+                    "{problems:?}"
+                );
+                assert!(
+                    problems[1].starts_with(
+                        "variant \"base\", hop \"a\": [hop.service] command runs in a \
+                         container beside each replica's sidecar (Docker Compose): name its \
+                         image"
                     ),
                     "{problems:?}"
                 );
             }
             other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    /// Each replica of a service hop gets its service: the command in the
+    /// image, `{port}` replaced, the local launcher's environment (the
+    /// trace variables under `hop-<hop>-service`), reached by its own name
+    /// in Compose and on 127.0.0.1 in a pod, which the sidecar is told.
+    #[test]
+    fn a_service_command_with_an_image_runs_beside_each_replica() {
+        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
+                    [[hop]]\nname = \"a\"\nreplicas = 2\n[hop.service]\n\
+                    command = [\"srv\", \"--port\", \"{port}\"]\nimage = \"echo:1\"\n\
+                    method = \"p.S/M\"\nready_timeout = \"20s\"\n\
+                    [telemetry]\nsampling = 0.5\n";
+        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
+        for pod in [false, true] {
+            let runtime = Runtime {
+                name: "test",
+                net_admin: true,
+                pod,
+            };
+            let services = services(&scenario, runtime).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(services.len(), 2);
+            for (replica, service) in services.iter().enumerate() {
+                let work = service.work.as_ref().expect("a service beside the replica");
+                assert_eq!(work.name, format!("hop-a-{replica}-service"));
+                assert_eq!(work.image, "echo:1");
+                assert_eq!(work.command, ["srv", "--port", "50051"]);
+                assert_eq!(work.ready_timeout, std::time::Duration::from_secs(20));
+                let address = if pod {
+                    "127.0.0.1:50051".to_owned()
+                } else {
+                    format!("hop-a-{replica}-service:50051")
+                };
+                assert_eq!(work.address, address);
+                let env: std::collections::BTreeMap<_, _> = work.env.iter().cloned().collect();
+                assert_eq!(env["PORT"], "50051");
+                assert_eq!(env["TAILMESH_HOP"], "a");
+                assert_eq!(env["TAILMESH_REPLICA"], replica.to_string());
+                assert_eq!(env["OTEL_SERVICE_NAME"], "hop-a-service");
+                assert_eq!(
+                    env["OTEL_EXPORTER_OTLP_ENDPOINT"],
+                    "http://orchestrator:4317"
+                );
+                assert_eq!(env["OTEL_RESOURCE_ATTRIBUTES"], "variant=base");
+                let command = service.command();
+                let at = command
+                    .iter()
+                    .position(|a| a == "--service-address")
+                    .expect("the sidecar is told where its service is");
+                assert_eq!(command[at + 1], address);
+            }
         }
     }
 }

@@ -214,21 +214,14 @@ fn list(names: &[String]) -> String {
     }
 }
 
-/// Writes `contents` to a new file `path` created with `mode`.
+/// Writes `contents` to a new file `path` created with `mode`
+/// ([`tailmesh_services::tls::write_new`]).
 fn write(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsDirError> {
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
-    let failed = |source| TlsDirError::Io {
+    tailmesh_services::tls::write_new(path, contents, mode).map_err(|source| TlsDirError::Io {
         what: "write",
         path: path.to_path_buf(),
         source,
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(failed)?;
-    file.write_all(contents).map_err(failed)
+    })
 }
 
 /// The TLS material in `dir` (`ca.crt`, `tls.crt`, `tls.key`) as a
@@ -308,6 +301,7 @@ mod tests {
         let runtime = super::super::Runtime {
             name: "Docker Compose",
             net_admin: true,
+            pod: false,
         };
         let services = super::super::services(&scenario, runtime).expect("deployable");
         let identities = identities(&services, |n| vec![format!("{n}.svc")]);

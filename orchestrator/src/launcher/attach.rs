@@ -8,7 +8,7 @@ use std::time::Duration;
 use tailmesh_services::addr::PeerAddr;
 use tokio::time::{Instant, sleep};
 
-use super::{LaunchError, health};
+use super::{LaunchError, health, health::Readiness};
 use crate::plan::Naming;
 
 /// How long [`AttachedLauncher::launch`] waits for a service by default:
@@ -116,7 +116,7 @@ impl AttachedLauncher {
             })?;
         let started = Instant::now();
         loop {
-            let problem = match health::check(&addr, PROBE_TIMEOUT).await {
+            let problem = match health::check(&addr, PROBE_TIMEOUT, Readiness::PROCESS).await {
                 Ok(()) => {
                     tracing::info!(%name, %addr, "attached");
                     return Ok(addr);

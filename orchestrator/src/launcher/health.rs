@@ -1,7 +1,8 @@
 //! The readiness probe: one `grpc.health.v1.Health/Check` for the whole
-//! server (service ""), as every supervised tailmesh process serves it;
-//! and its plaintext form for the gRPC services of `[hop.service]`, which
-//! may have no health service at all.
+//! server (service ""), as every supervised tailmesh process serves it
+//! ([`Readiness::PROCESS`]); and its plaintext form for the gRPC services
+//! of `[hop.service]`, which may have no health service at all
+//! ([`Readiness::SERVICE`]).
 
 use std::time::Duration;
 
@@ -34,35 +35,83 @@ pub enum ProbeError {
     NotServing { addr: PeerAddr, status: String },
 }
 
-/// Asks `addr` once whether it is SERVING; `timeout` bounds the connection
-/// and the call, so a process that accepts but never answers cannot stall
-/// the launcher past its deadline.
-pub async fn check(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError> {
-    let endpoint = Endpoint::from(addr.uri().parse::<tonic::transport::Uri>().map_err(|e| {
-        ProbeError::Connect {
-            addr: addr.clone(),
-            cause: e.to_string(),
-        }
-    })?)
-    .connect_timeout(timeout)
-    .timeout(timeout);
-    // TLS when the run's links use it (the process's client config).
-    let channel = tailmesh_services::link::connect(&endpoint, &Default::default())
-        .await
+/// What a readiness probe asks of and accepts from one server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// Connect in plaintext whatever the run's links use, rather than with
+    /// the process's client TLS when it has one.
+    pub plaintext: bool,
+    /// UNIMPLEMENTED counts as ready: the server has no health service, but
+    /// it accepted the connection and answered a gRPC call.
+    pub unimplemented_is_ready: bool,
+}
+
+impl Readiness {
+    /// A tailmesh process: it serves health, over the run's TLS when the
+    /// run's links use it.
+    pub const PROCESS: Readiness = Readiness {
+        plaintext: false,
+        unimplemented_is_ready: false,
+    };
+
+    /// A gRPC service of `[hop.service]`: plaintext, and it may have no
+    /// health service at all.
+    pub const SERVICE: Readiness = Readiness {
+        plaintext: true,
+        unimplemented_is_ready: true,
+    };
+}
+
+/// Asks `addr` once whether it is ready, as `readiness` says: ready when
+/// it answers the server's health SERVING (or, where allowed,
+/// UNIMPLEMENTED); `timeout` bounds the connection and the call, so a
+/// process that accepts but never answers cannot stall the launcher past
+/// its deadline.
+pub async fn check(
+    addr: &PeerAddr,
+    timeout: Duration,
+    readiness: Readiness,
+) -> Result<(), ProbeError> {
+    let uri = addr
+        .uri()
+        .parse::<tonic::transport::Uri>()
         .map_err(|e| ProbeError::Connect {
             addr: addr.clone(),
-            cause: crate::error_chain(&e),
+            cause: e.to_string(),
         })?;
-    let response = HealthClient::new(channel)
+    let endpoint = Endpoint::from(uri)
+        .connect_timeout(timeout)
+        .timeout(timeout);
+    let channel = if readiness.plaintext {
+        endpoint.connect().await
+    } else {
+        // TLS when the run's links use it (the process's client config).
+        tailmesh_services::link::connect(&endpoint, &Default::default()).await
+    }
+    .map_err(|e| ProbeError::Connect {
+        addr: addr.clone(),
+        cause: crate::error_chain(&e),
+    })?;
+    let answer = HealthClient::new(channel)
         .check(HealthCheckRequest {
             service: String::new(),
         })
-        .await
-        .map_err(|status| ProbeError::Rpc {
-            addr: addr.clone(),
-            code: status.code(),
-            message: status.message().to_string(),
-        })?;
+        .await;
+    let response = match answer {
+        Ok(response) => response,
+        Err(status)
+            if readiness.unimplemented_is_ready && status.code() == tonic::Code::Unimplemented =>
+        {
+            return Ok(());
+        }
+        Err(status) => {
+            return Err(ProbeError::Rpc {
+                addr: addr.clone(),
+                code: status.code(),
+                message: status.message().to_string(),
+            });
+        }
+    };
     match ServingStatus::try_from(response.into_inner().status) {
         Ok(ServingStatus::Serving) => Ok(()),
         Ok(other) => Err(ProbeError::NotServing {
@@ -73,52 +122,5 @@ pub async fn check(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError>
             addr: addr.clone(),
             status: format!("unknown status {}", unknown.0),
         }),
-    }
-}
-
-/// Asks a service of `[hop.service]` at `addr` once whether it is ready,
-/// in plaintext whatever the run's links use: ready when it answers the
-/// server's health SERVING, or UNIMPLEMENTED (it has no health service,
-/// but it accepted the connection and answered a gRPC call).
-pub async fn check_service(addr: &PeerAddr, timeout: Duration) -> Result<(), ProbeError> {
-    let uri = addr
-        .uri()
-        .parse::<tonic::transport::Uri>()
-        .map_err(|e| ProbeError::Connect {
-            addr: addr.clone(),
-            cause: e.to_string(),
-        })?;
-    let channel = Endpoint::from(uri)
-        .connect_timeout(timeout)
-        .timeout(timeout)
-        .connect()
-        .await
-        .map_err(|e| ProbeError::Connect {
-            addr: addr.clone(),
-            cause: crate::error_chain(&e),
-        })?;
-    let answer = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await;
-    match answer {
-        Err(status) if status.code() == tonic::Code::Unimplemented => Ok(()),
-        Err(status) => Err(ProbeError::Rpc {
-            addr: addr.clone(),
-            code: status.code(),
-            message: status.message().to_string(),
-        }),
-        Ok(response) => match ServingStatus::try_from(response.into_inner().status) {
-            Ok(ServingStatus::Serving) => Ok(()),
-            Ok(other) => Err(ProbeError::NotServing {
-                addr: addr.clone(),
-                status: other.as_str_name().to_string(),
-            }),
-            Err(unknown) => Err(ProbeError::NotServing {
-                addr: addr.clone(),
-                status: format!("unknown status {}", unknown.0),
-            }),
-        },
     }
 }

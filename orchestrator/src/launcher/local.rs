@@ -543,7 +543,7 @@ async fn wait_serving(
             }
         }
         if let Some(addr) = *addr {
-            match health::check(&addr.into(), PROBE_TIMEOUT).await {
+            match health::check(&addr.into(), PROBE_TIMEOUT, health::Readiness::PROCESS).await {
                 Ok(()) => return addr,
                 Err(e) => *last_problem = Some(e.to_string()),
             }
@@ -563,11 +563,12 @@ fn signal_group(child: &Child, signal: Signal) {
     }
 }
 
-/// Waits until the service at `addr` is ready ([`health::check_service`]),
-/// leaving in `last_problem` the last reason it was not.
+/// Waits until the service at `addr` is ready ([`health::check`] with
+/// [`health::Readiness::SERVICE`]), leaving in `last_problem` the last
+/// reason it was not.
 async fn wait_service(addr: SocketAddr, last_problem: &mut Option<String>) -> SocketAddr {
     loop {
-        match health::check_service(&addr.into(), PROBE_TIMEOUT).await {
+        match health::check(&addr.into(), PROBE_TIMEOUT, health::Readiness::SERVICE).await {
             Ok(()) => return addr,
             Err(e) => *last_problem = Some(e.to_string()),
         }

@@ -37,7 +37,7 @@ pub(crate) use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
     hop::{
-        PullTarget, PushPool,
+        DirectTarget, PullTarget, PushPool,
         policy::{self, Called, ClientPolicy, PolicyState},
     },
     link::LinkCounts,
@@ -67,6 +67,7 @@ pub(crate) struct Target {
 enum Reach {
     Push(Arc<PushPool>),
     Pull(Arc<PullTarget>),
+    Direct(Arc<DirectTarget>),
 }
 
 impl Target {
@@ -86,11 +87,17 @@ impl Target {
         Self::new(Reach::Pull(Arc::new(target)), policy)
     }
 
+    /// The first hop's service, called directly (`service.direct`).
+    pub(crate) fn direct(target: DirectTarget, policy: ClientPolicy) -> Self {
+        Self::new(Reach::Direct(Arc::new(target)), policy)
+    }
+
     /// What happened to the generator's connections so far.
     fn link_counts(&self) -> Option<LinkCounts> {
         match &self.reach {
             Reach::Push(pool) => Some(pool.link_counts()),
             Reach::Pull(target) => target.link_counts(),
+            Reach::Direct(_) => None,
         }
     }
 
@@ -113,6 +120,7 @@ impl Target {
                 match &self.reach {
                     Reach::Push(pool) => pool.call(request, Some(t)).await,
                     Reach::Pull(target) => target.call(request, Some(t)).await,
+                    Reach::Direct(target) => target.call(request, Some(t)).await,
                 }
             }
         })

@@ -12,10 +12,15 @@ use hdrhistogram::Histogram;
 
 use super::{
     OutputError, phases,
-    svg::{self, Band, BandKind, LineChart, Scale, Series, StackedBars, escape},
+    svg::{
+        self, Band, BandKind, Frame, LineChart, Panel, Scale, Series, SmallMultiples, StackedBars,
+        escape,
+    },
     table::format_us,
 };
-use crate::analysis::{IntervalSeries, SpectrumPoint, Summary, SweepSummary, VariantReport};
+use crate::analysis::{
+    IntervalSeries, SpectrumPoint, Summary, SweepSummary, VariantReport, sweep::SweepRow,
+};
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
@@ -64,6 +69,7 @@ pub fn render_report(summary: &Summary) -> String {
     out.push_str(&super::causes::causes_section(&summary.variants));
     if let Some(sweep) = &summary.sweep {
         out.push_str(&sweep_section(sweep));
+        out.push_str(&side_by_side_section(sweep, &summary.variants));
         if sweep.key == LOAD_RATE {
             out.push_str(&hockey_stick_section(sweep));
         }
@@ -226,6 +232,37 @@ fn spectrum_tick(x: f64) -> String {
     format!("{text}%")
 }
 
+/// A latency histogram's axes: share of requests per bucket against the
+/// latency, log-x.
+const HISTOGRAM: Frame<'static> = Frame {
+    x_label: "latency (log scale)",
+    y_label: "share of requests (%)",
+    x_scale: Scale::Log,
+    y_scale: Scale::Linear,
+    x_format: ms,
+    y_format: percent,
+};
+
+/// A percentile spectrum's axes: latency against 1/(1-q), log-x.
+const SPECTRUM: Frame<'static> = Frame {
+    x_label: "percentile",
+    y_label: "latency",
+    x_scale: Scale::Log,
+    y_scale: Scale::Linear,
+    x_format: spectrum_tick,
+    y_format: ms,
+};
+
+/// Goodput's axes: ok answers per second against the offered load.
+const GOODPUT: Frame<'static> = Frame {
+    x_label: "offered load (requests/s)",
+    y_label: "ok answers/s",
+    x_scale: Scale::Linear,
+    y_scale: Scale::Linear,
+    x_format: plain,
+    y_format: plain,
+};
+
 fn histogram_chart(variants: &[VariantReport]) -> LineChart<'static> {
     let series = variants
         .iter()
@@ -241,12 +278,7 @@ fn histogram_chart(variants: &[VariantReport]) -> LineChart<'static> {
     LineChart {
         id: "histogram",
         title: "Latency histogram",
-        x_label: "latency (log scale)",
-        y_label: "share of requests (%)",
-        x_scale: Scale::Log,
-        y_scale: Scale::Linear,
-        x_format: ms,
-        y_format: percent,
+        frame: HISTOGRAM,
         x_range: None,
         bands: Vec::new(),
         series,
@@ -284,21 +316,7 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
         .enumerate()
         .map(|(i, v)| Series {
             name: v.name.clone(),
-            points: v
-                .latency_histogram
-                .iter_quantiles(5)
-                .filter(|q| q.quantile_iterated_to() < 1.0)
-                .map(|q| {
-                    (
-                        1.0 / (1.0 - q.quantile_iterated_to()),
-                        q.value_iterated_to() as f64,
-                    )
-                })
-                .chain((!v.latency_histogram.is_empty()).then(|| {
-                    let n = v.latency_histogram.len() as f64;
-                    (n.max(1.0), v.latency_histogram.max() as f64)
-                }))
-                .collect(),
+            points: spectrum_points(&v.latency_histogram),
             dashed: false,
             colour: i,
             intervals: Vec::new(),
@@ -307,16 +325,26 @@ fn spectrum_chart(variants: &[VariantReport]) -> LineChart<'static> {
     LineChart {
         id: "spectrum",
         title: "Percentile spectrum",
-        x_label: "percentile",
-        y_label: "latency",
-        x_scale: Scale::Log,
-        y_scale: Scale::Linear,
-        x_format: spectrum_tick,
-        y_format: ms,
+        frame: SPECTRUM,
         x_range: None,
         bands: Vec::new(),
         series,
     }
+}
+
+/// (1/(1-q), latency in µs) along `h`'s percentiles, ending at its
+/// maximum (placed at 1/(1-q) = the sample count).
+fn spectrum_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    h.iter_quantiles(5)
+        .filter(|q| q.quantile_iterated_to() < 1.0)
+        .map(|q| {
+            (
+                1.0 / (1.0 - q.quantile_iterated_to()),
+                q.value_iterated_to() as f64,
+            )
+        })
+        .chain((!h.is_empty()).then(|| ((h.len() as f64).max(1.0), h.max() as f64)))
+        .collect()
 }
 
 /// A spectrum point's value with its interval, µs.
@@ -379,12 +407,7 @@ fn composition_section(variants: &[VariantReport]) -> String {
         out.push_str(&svg::line_chart(&LineChart {
             id: &id,
             title: &title,
-            x_label: "percentile",
-            y_label: "latency",
-            x_scale: Scale::Log,
-            y_scale: Scale::Linear,
-            x_format: spectrum_tick,
-            y_format: ms,
+            frame: SPECTRUM,
             x_range: None,
             bands: Vec::new(),
             series,
@@ -711,12 +734,14 @@ fn throughput_chart(all: &[(String, Throughput)], bands: Vec<Band>) -> LineChart
     LineChart {
         id: "throughput",
         title: "Throughput over time",
-        x_label: "seconds into the measured phase",
-        y_label: "answers per second",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: plain,
+        frame: Frame {
+            x_label: "seconds into the measured phase",
+            y_label: "answers per second",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: plain,
+            y_format: plain,
+        },
         x_range: (end > 0.0).then_some((0.0, end)),
         bands,
         series,
@@ -1053,12 +1078,14 @@ fn step_charts<'a>(
     let latency = LineChart {
         id: latency_id,
         title: "Latency against offered load",
-        x_label: "offered load (requests/s)",
-        y_label: "latency",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Log,
-        x_format: plain,
-        y_format: ms,
+        frame: Frame {
+            x_label: "offered load (requests/s)",
+            y_label: "latency",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Log,
+            x_format: plain,
+            y_format: ms,
+        },
         x_range: None,
         series: quantiles
             .iter()
@@ -1070,12 +1097,7 @@ fn step_charts<'a>(
     let goodput = LineChart {
         id: goodput_id,
         title: "Goodput against offered load",
-        x_label: "offered load (requests/s)",
-        y_label: "ok answers/s",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: plain,
+        frame: GOODPUT,
         x_range: None,
         series: vec![
             line("goodput", points(|p| Some(p.ok_rate)), false, 0),
@@ -1117,12 +1139,14 @@ fn latency_over_time_chart<'a>(v: &VariantReport, id: &'a str, bands: Vec<Band>)
     LineChart {
         id,
         title: "Latency over time",
-        x_label: "seconds into the measured phase (intended send time)",
-        y_label: "latency",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Log,
-        x_format: plain,
-        y_format: ms,
+        frame: Frame {
+            x_label: "seconds into the measured phase (intended send time)",
+            y_label: "latency",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Log,
+            x_format: plain,
+            y_format: ms,
+        },
         x_range: (end > 0.0).then_some((0.0, end)),
         series,
         bands,
@@ -1133,12 +1157,7 @@ fn latency_over_time_chart<'a>(v: &VariantReport, id: &'a str, bands: Vec<Band>)
 /// fraction with 95 % intervals against the declared model) and p99 against
 /// the swept value, one series per declared variant.
 fn sweep_section(sweep: &SweepSummary) -> String {
-    let mut groups: Vec<&str> = Vec::new();
-    for r in &sweep.rows {
-        if !groups.contains(&r.group.as_str()) {
-            groups.push(&r.group);
-        }
-    }
+    let groups = sweep.groups();
     // Numeric values are plotted as numbers; others by their position.
     let x_of = |value: &str| {
         value.parse::<f64>().ok().unwrap_or_else(|| {
@@ -1185,47 +1204,62 @@ fn sweep_section(sweep: &SweepSummary) -> String {
         out.push_str(&svg::line_chart(&LineChart {
             id: "compounding-curve",
             title: "Tail compounding",
-            x_label: &sweep.key,
-            y_label: "slow requests (%)",
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            x_format: plain,
-            y_format: percent,
+            frame: Frame {
+                x_label: &sweep.key,
+                y_label: "slow requests (%)",
+                x_scale: Scale::Linear,
+                y_scale: Scale::Linear,
+                x_format: plain,
+                y_format: percent,
+            },
             x_range: None,
             bands: Vec::new(),
             series,
         }));
     }
-    let series = groups
-        .iter()
-        .enumerate()
-        .map(|(i, g)| Series {
-            name: format!("{g} p99"),
+    let percentile =
+        |i: usize, g: &str, name: &str, dashed: bool, us: fn(&SweepRow) -> u64| Series {
+            name: format!("{g} {name}"),
             points: sweep
                 .rows
                 .iter()
-                .filter(|r| r.group == *g)
-                .map(|r| (x_of(&r.value), r.p99_us as f64))
+                .filter(|r| r.group == g)
+                .map(|r| (x_of(&r.value), us(r) as f64))
                 .collect(),
-            dashed: false,
+            dashed,
             colour: i,
             intervals: Vec::new(),
+        };
+    let series = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(i, g)| {
+            [
+                percentile(i, g, "p99", false, |r| r.p99_us),
+                percentile(i, g, "p50", true, |r| r.p50_us),
+            ]
         })
         .collect();
     out.push_str(&svg::line_chart(&LineChart {
         id: "sweep-p99",
-        title: "p99 across the sweep",
-        x_label: &sweep.key,
-        y_label: "p99 latency",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: ms,
+        title: "p99 and p50 (dashed) across the sweep",
+        frame: Frame {
+            x_label: &sweep.key,
+            y_label: "latency",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: plain,
+            y_format: ms,
+        },
         x_range: None,
         bands: Vec::new(),
         series,
     }));
-    out.push_str("<table id=\"sweep\"><tr><th>variant</th><th>value</th><th>sent</th><th>p50</th><th>p99</th><th>p99.9</th><th>slow measured</th><th>95 % interval</th><th>model</th><th>declared</th><th>verdict</th></tr>");
+    out.push_str("<table id=\"sweep\"><tr><th>variant</th><th>value</th><th>sent</th><th>p50</th><th>p99</th><th>p99.9</th>");
+    if checked {
+        out.push_str("<th>slow measured</th><th>95 % interval</th><th>model</th><th>declared</th><th>verdict</th>");
+    }
+    out.push_str("</tr>");
     for r in &sweep.rows {
         let _ = write!(
             out,
@@ -1250,8 +1284,96 @@ fn sweep_section(sweep: &SweepSummary) -> String {
                     c.declared_model * 100.0
                 );
             }
-            None => out.push_str("<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>"),
+            None if checked => {
+                out.push_str("<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>");
+            }
+            None => out.push_str("</tr>"),
         }
+    }
+    out.push_str("</table>");
+    out
+}
+
+/// The declared variants side by side at each swept value, when there are
+/// two or more: small multiples, one panel per value overlaying the
+/// variants' latency histograms, then their percentile spectra, on axes
+/// shared by the panels (a variant keeps its colour in every panel), and a
+/// table of p50 / p99 with a row per value and a column per variant.
+fn side_by_side_section(sweep: &SweepSummary, variants: &[VariantReport]) -> String {
+    let groups = sweep.groups();
+    if groups.len() < 2 {
+        return String::new();
+    }
+    // One panel per value, one series per variant run at it, its points
+    // drawn from the variant's histogram by `points`.
+    let panels = |points: fn(&Histogram<u64>) -> Vec<(f64, f64)>| -> Vec<Panel> {
+        sweep
+            .values
+            .iter()
+            .map(|value| Panel {
+                title: format!("{} = {value}", sweep.key),
+                series: groups
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, g)| {
+                        let r = sweep.row(g, value)?;
+                        let v = variants.iter().find(|v| v.name == r.variant)?;
+                        Some(Series {
+                            name: (*g).to_owned(),
+                            points: points(&v.latency_histogram),
+                            dashed: false,
+                            colour: i,
+                            intervals: Vec::new(),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
+    };
+    let key = escape(&sweep.key);
+    let mut out = format!(
+        "<h2>Side by side at each {key}</h2><p class=\"note\">Each panel is one value of \
+         {key}, with every variant run at it (ok requests): first their latency histograms \
+         (share per bucket, ten buckets per decade), then their percentile spectra (the tail \
+         to the right). Within each chart all panels share their axes, so a curve further \
+         right (histograms) or higher (spectra) is slower in any panel.</p>"
+    );
+    out.push_str(&svg::small_multiples(&SmallMultiples {
+        id: "sweep-distributions",
+        title: "Latency histograms side by side",
+        frame: HISTOGRAM,
+        columns: 2,
+        panels: panels(log_buckets),
+    }));
+    out.push_str(&svg::small_multiples(&SmallMultiples {
+        id: "sweep-spectra",
+        title: "Percentile spectra side by side",
+        frame: SPECTRUM,
+        columns: 2,
+        panels: panels(spectrum_points),
+    }));
+    out.push_str("<table id=\"sweep-side-by-side\"><tr>");
+    let _ = write!(out, "<th>{key}</th>");
+    for g in &groups {
+        let _ = write!(out, "<th>{} p50 / p99</th>", escape(g));
+    }
+    out.push_str("</tr>");
+    for value in &sweep.values {
+        let _ = write!(out, "<tr><td>{}</td>", escape(value));
+        for g in &groups {
+            match sweep.row(g, value) {
+                Some(r) if r.ok > 0 => {
+                    let _ = write!(
+                        out,
+                        "<td>{} / {}</td>",
+                        format_us(r.p50_us),
+                        format_us(r.p99_us)
+                    );
+                }
+                _ => out.push_str("<td>-</td>"),
+            }
+        }
+        out.push_str("</tr>");
     }
     out.push_str("</table>");
     out
@@ -1266,13 +1388,8 @@ const LOAD_RATE: &str = "load.rate";
 /// failed; p99 of the answered requests is the sweep's p99 chart. One
 /// series per declared variant.
 fn hockey_stick_section(sweep: &SweepSummary) -> String {
-    let mut groups: Vec<&str> = Vec::new();
-    for r in &sweep.rows {
-        if !groups.contains(&r.group.as_str()) {
-            groups.push(&r.group);
-        }
-    }
-    let points = |g: &str, y: fn(&crate::analysis::sweep::SweepRow) -> f64| -> Vec<(f64, f64)> {
+    let groups = sweep.groups();
+    let points = |g: &str, y: fn(&SweepRow) -> f64| -> Vec<(f64, f64)> {
         sweep
             .rows
             .iter()
@@ -1286,7 +1403,7 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
         .filter_map(|v| v.parse::<f64>().ok())
         .map(|x| (x, x))
         .collect();
-    let series = |y: fn(&crate::analysis::sweep::SweepRow) -> f64| -> Vec<Series> {
+    let series = |y: fn(&SweepRow) -> f64| -> Vec<Series> {
         groups
             .iter()
             .enumerate()
@@ -1313,12 +1430,7 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
     out.push_str(&svg::line_chart(&LineChart {
         id: "hockey-goodput",
         title: "Goodput",
-        x_label: "offered load (requests/s)",
-        y_label: "ok answers/s",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: plain,
+        frame: GOODPUT,
         x_range: None,
         bands: Vec::new(),
         series: goodput,
@@ -1326,12 +1438,14 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
     out.push_str(&svg::line_chart(&LineChart {
         id: "hockey-errors",
         title: "Errors and timeouts",
-        x_label: "offered load (requests/s)",
-        y_label: "failed requests (%)",
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_format: plain,
-        y_format: percent,
+        frame: Frame {
+            x_label: "offered load (requests/s)",
+            y_label: "failed requests (%)",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: plain,
+            y_format: percent,
+        },
         x_range: None,
         bands: Vec::new(),
         series: series(|r| r.error_share * 100.0),
@@ -1390,6 +1504,7 @@ mod tests {
     use super::*;
     use crate::analysis::intervals::{IntervalRecorder, Window, sending_end};
     use crate::analysis::testing::summary;
+    use crate::output::svg::tests::panel_points;
     use crate::record::{Outcome, RequestRecord};
 
     #[test]
@@ -1529,6 +1644,126 @@ mod tests {
             !page.contains("id=\"hockey-goodput\""),
             "only for load.rate"
         );
+    }
+
+    /// The `<svg>` element with `id` in `html`.
+    fn svg_with_id<'a>(html: &'a str, id: &str) -> &'a str {
+        let at = html
+            .find(&format!("<svg id=\"{id}\""))
+            .unwrap_or_else(|| panic!("no {id}"));
+        &html[at..at + html[at..].find("</svg>").expect("closed")]
+    }
+
+    /// The x pixel of the highest point (the mode) of series `name` in
+    /// `panel`.
+    fn mode_x(panel: &str, name: &str) -> f64 {
+        panel_points(panel, name)
+            .into_iter()
+            .fold((f64::NAN, f64::INFINITY), |best, p| {
+                if p.1 < best.1 { p } else { best }
+            })
+            .0
+    }
+
+    #[test]
+    fn a_sweep_of_variants_shows_them_side_by_side_at_each_value() {
+        let s = crate::analysis::testing::swept_summary(&["python", "cpp"], &["1", "8"]);
+        let html = render_report(&s);
+        assert!(html.contains("<h2>Side by side at each load.concurrency</h2>"));
+        let chart = svg_with_id(&html, "sweep-distributions");
+        let panels: Vec<&str> = chart.split("<g class=\"panel\"").skip(1).collect();
+        assert_eq!(panels.len(), 2, "{chart}");
+        for (panel, value) in panels.iter().zip(["1", "8"]) {
+            assert!(
+                panel.starts_with(&format!(" data-panel=\"load.concurrency = {value}\"")),
+                "{panel}"
+            );
+            // One histogram per variant, each in its own colour in every
+            // panel; cpp (ten times slower) peaks to the right of python.
+            assert_eq!(stroke_of(panel, "python"), svg::PALETTE[0], "{panel}");
+            assert_eq!(stroke_of(panel, "cpp"), svg::PALETTE[1], "{panel}");
+            assert!(
+                mode_x(panel, "cpp") > mode_x(panel, "python") + 20.0,
+                "{panel}"
+            );
+        }
+        // The spectra: one panel per value too, cpp above python.
+        let spectra = svg_with_id(&html, "sweep-spectra");
+        let panels_of_spectra: Vec<&str> = spectra.split("<g class=\"panel\"").skip(1).collect();
+        assert_eq!(panels_of_spectra.len(), 2, "{spectra}");
+        for panel in &panels_of_spectra {
+            let top = |name: &str| {
+                panel_points(panel, name)
+                    .iter()
+                    .map(|p| p.1)
+                    .fold(f64::INFINITY, f64::min)
+            };
+            assert!(top("cpp") < top("python"), "{panel}");
+        }
+        // Shared axes: python at 8 (1 ms) peaks where cpp at 1 (1 ms) does,
+        // one panel's width to the right.
+        let width = mode_x(panels[1], "python") - mode_x(panels[0], "cpp");
+        assert!(width > 300.0 && width < 400.0, "{width}");
+        let table = &html[html
+            .find("<table id=\"sweep-side-by-side\">")
+            .expect("the table")..];
+        assert!(
+            table.starts_with(
+                "<table id=\"sweep-side-by-side\"><tr><th>load.concurrency</th>\
+                 <th>python p50 / p99</th><th>cpp p50 / p99</th></tr>\
+                 <tr><td>1</td><td>100us / 200us</td><td>1.00ms / 2.00ms</td></tr>\
+                 <tr><td>8</td><td>1.00ms / 2.00ms</td><td>10.00ms / 20.00ms</td></tr></table>"
+            ),
+            "{table}"
+        );
+        // Unchecked: the sweep table has no compounding columns.
+        let sweep = &html[html.find("<table id=\"sweep\">").expect("the sweep table")..];
+        let sweep = &sweep[..sweep.find("</table>").expect("closed")];
+        assert!(sweep.contains("<th>p99.9</th></tr>") && !sweep.contains("slow measured"));
+        // p50 beside p99 across the sweep, per variant.
+        let percentiles = svg_with_id(&html, "sweep-p99");
+        for name in ["python p50", "python p99", "cpp p50", "cpp p99"] {
+            assert!(
+                percentiles.contains(&format!("data-series=\"{name}\"")),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_sweep_of_one_variant_has_nothing_to_put_side_by_side() {
+        let s = crate::analysis::testing::swept_summary(&["tailmesh"], &["1", "2", "4"]);
+        let html = render_report(&s);
+        assert!(html.contains("id=\"sweep-p99\""));
+        for id in ["sweep-distributions", "sweep-spectra", "sweep-side-by-side"] {
+            assert!(!html.contains(id), "{id}");
+        }
+        // Checked: the compounding columns, "-" where a point has none.
+        let mut sweep = s.sweep.clone().expect("a sweep");
+        sweep.rows[0].compounding = Some(crate::analysis::sweep::SweepCompounding {
+            measured: 0.1,
+            ci_lo: 0.08,
+            ci_hi: 0.12,
+            model: 0.1,
+            declared_model: 0.1,
+            verdict: crate::analysis::Verdict::Pass,
+        });
+        let html = sweep_section(&sweep);
+        assert!(
+            html.contains("<th>p99.9</th><th>slow measured</th>"),
+            "{html}"
+        );
+        assert!(html.contains("<td class=\"pass\">pass</td></tr>"), "{html}");
+        assert!(html.contains("<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>"));
+    }
+
+    /// The stroke colour of series `name`'s line in `panel`.
+    fn stroke_of<'a>(panel: &'a str, name: &str) -> &'a str {
+        let tag = &panel[panel
+            .find(&format!("data-series=\"{name}\""))
+            .expect("the series")..];
+        let from = tag.find("stroke=\"").expect("a stroke") + "stroke=\"".len();
+        &tag[from..from + tag[from..].find('"').expect("closed")]
     }
 
     #[test]

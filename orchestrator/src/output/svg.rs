@@ -75,13 +75,9 @@ pub enum BandKind {
     Mark,
 }
 
-/// A line chart.
-#[derive(Clone, Debug)]
-pub struct LineChart<'a> {
-    /// The `id` attribute of the `<svg>`.
-    pub id: &'a str,
-    /// Title above the plot.
-    pub title: &'a str,
+/// A chart's axes: their labels, scales and how their ticks are written.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
     /// X axis label.
     pub x_label: &'a str,
     /// Y axis label.
@@ -94,6 +90,16 @@ pub struct LineChart<'a> {
     pub x_format: fn(f64) -> String,
     /// How y tick values are written.
     pub y_format: fn(f64) -> String,
+}
+
+/// A line chart.
+#[derive(Clone, Debug)]
+pub struct LineChart<'a> {
+    /// The `id` attribute of the `<svg>`.
+    pub id: &'a str,
+    /// Title above the plot.
+    pub title: &'a str,
+    pub frame: Frame<'a>,
     /// The x axis's bounds in data units, exactly (points outside them are
     /// the caller's to leave out); `None`: the data's range, a linear axis
     /// rounded up to a nice value.
@@ -240,12 +246,12 @@ fn open(out: &mut String, id: &str, title: &str, height: f64) {
     );
 }
 
-/// Where each legend entry goes: rows below the x axis label, outside the
-/// plot, left to right from the plot's left edge and wrapping at its right
-/// edge. Returns each entry's (x, y) (the sample line's left end) and the
-/// chart's height with the legend.
-fn legend_layout(names: &[&str]) -> (Vec<(f64, f64)>, f64) {
-    let first_row = HEIGHT + LEGEND_ROW / 2.0;
+/// Where each legend entry goes: rows from `top` down (below the x axis
+/// label, outside the plot), left to right from the plot's left edge and
+/// wrapping at its right edge. Returns each entry's (x, y) (the sample
+/// line's left end) and the chart's height with the legend.
+fn legend_layout(names: &[&str], top: f64) -> (Vec<(f64, f64)>, f64) {
+    let first_row = top + LEGEND_ROW / 2.0;
     let (mut x, mut y) = (LEFT, first_row);
     let mut at = Vec::with_capacity(names.len());
     for name in names {
@@ -256,9 +262,7 @@ fn legend_layout(names: &[&str]) -> (Vec<(f64, f64)>, f64) {
         at.push((x, y));
         x += width + 18.0;
     }
-    let height = at
-        .last()
-        .map_or(HEIGHT, |(_, y)| y + LEGEND_ROW / 2.0 + 4.0);
+    let height = at.last().map_or(top, |(_, y)| y + LEGEND_ROW / 2.0 + 4.0);
     (at, height)
 }
 
@@ -293,65 +297,29 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     let points = || chart.series.iter().flat_map(|s| s.points.iter());
     let bars = || chart.series.iter().flat_map(|s| s.intervals.iter());
     let x = match chart.x_range {
-        Some(range) => Axis::fixed(chart.x_scale, range, LEFT, WIDTH - RIGHT),
-        None => Axis::new(chart.x_scale, points().map(|p| p.0), LEFT, WIDTH - RIGHT),
+        Some(range) => Axis::fixed(chart.frame.x_scale, range, LEFT, WIDTH - RIGHT),
+        None => Axis::new(
+            chart.frame.x_scale,
+            points().map(|p| p.0),
+            LEFT,
+            WIDTH - RIGHT,
+        ),
     };
     let y = Axis::new(
-        chart.y_scale,
+        chart.frame.y_scale,
         points().map(|p| p.1).chain(bars().flat_map(|b| [b.1, b.2])),
         HEIGHT - BOTTOM,
         TOP,
     );
     let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
-    let (legend_at, height) = legend_layout(&names);
+    let (legend_at, height) = legend_layout(&names, HEIGHT);
     let mut out = String::new();
     open(&mut out, chart.id, chart.title, height);
-    for t in x.ticks() {
-        if let Some(px) = x.pos(t) {
-            let _ = write!(
-                out,
-                r#"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{}" class="grid"/><text x="{px:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
-                HEIGHT - BOTTOM,
-                HEIGHT - BOTTOM + 16.0,
-                escape(&(chart.x_format)(t))
-            );
-        }
-    }
-    for t in y.ticks() {
-        if let Some(py) = y.pos(t) {
-            let _ = write!(
-                out,
-                r#"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" class="grid"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
-                WIDTH - RIGHT,
-                LEFT - 6.0,
-                py + 4.0,
-                escape(&(chart.y_format)(t))
-            );
-        }
-    }
-    axes(&mut out, chart.x_label, chart.y_label);
+    grid(&mut out, &x, &y, chart.frame.x_format, chart.frame.y_format);
+    axes(&mut out, chart.frame.x_label, chart.frame.y_label);
     let labels = bands(&mut out, &chart.bands, &x);
     for s in &chart.series {
-        let path: Vec<String> = s
-            .points
-            .iter()
-            .filter_map(|&(a, b)| Some(format!("{:.1},{:.1}", x.pos(a)?, y.pos(b)?)))
-            .collect();
-        if path.is_empty() {
-            continue;
-        }
-        let dash = if s.dashed {
-            r#" stroke-dasharray="5 3""#
-        } else {
-            ""
-        };
-        let _ = write!(
-            out,
-            r#"<polyline class="series" data-series="{}" points="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
-            escape(&s.name),
-            path.join(" "),
-            PALETTE[s.colour % PALETTE.len()]
-        );
+        polyline(&mut out, s, &x, &y, 2.0);
     }
     for s in &chart.series {
         let colour = PALETTE[s.colour % PALETTE.len()];
@@ -385,6 +353,65 @@ pub fn line_chart(chart: &LineChart<'_>) -> String {
     legend(&mut out, &entries, &legend_at);
     out.push_str("</svg>");
     out
+}
+
+/// The plot's grid lines and tick labels, over the pixels `x` and `y` span
+/// (x from its `from` to its `to`, y from its `from`, the bottom, to its
+/// `to`, the top).
+fn grid(
+    out: &mut String,
+    x: &Axis,
+    y: &Axis,
+    x_format: fn(f64) -> String,
+    y_format: fn(f64) -> String,
+) {
+    let (left, right, bottom, top) = (x.from, x.to, y.from, y.to);
+    for t in x.ticks() {
+        if let Some(px) = x.pos(t) {
+            let _ = write!(
+                out,
+                r#"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{bottom}" class="grid"/><text x="{px:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
+                bottom + 16.0,
+                escape(&x_format(t))
+            );
+        }
+    }
+    for t in y.ticks() {
+        if let Some(py) = y.pos(t) {
+            let _ = write!(
+                out,
+                r#"<line x1="{left}" y1="{py:.1}" x2="{right}" y2="{py:.1}" class="grid"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
+                left - 6.0,
+                py + 4.0,
+                escape(&y_format(t))
+            );
+        }
+    }
+}
+
+/// One series as a polyline `width` pixels wide (nothing when none of its
+/// points can be placed).
+fn polyline(out: &mut String, s: &Series, x: &Axis, y: &Axis, width: f64) {
+    let path: Vec<String> = s
+        .points
+        .iter()
+        .filter_map(|&(a, b)| Some(format!("{:.1},{:.1}", x.pos(a)?, y.pos(b)?)))
+        .collect();
+    if path.is_empty() {
+        return;
+    }
+    let dash = if s.dashed {
+        r#" stroke-dasharray="5 3""#
+    } else {
+        ""
+    };
+    let _ = write!(
+        out,
+        r#"<polyline class="series" data-series="{}" points="{}" fill="none" stroke="{}" stroke-width="{width}"{dash}/>"#,
+        escape(&s.name),
+        path.join(" "),
+        PALETTE[s.colour % PALETTE.len()]
+    );
 }
 
 /// Height of one row of band labels.
@@ -520,6 +547,108 @@ fn axes(out: &mut String, x_label: &str, y_label: &str) {
     );
 }
 
+/// Small multiples: a grid of small line charts (panels) on one pair of
+/// shared axes, so that a line means the same in every panel, with one
+/// legend for all. A series' colour and dash are its own: give a series
+/// that recurs across panels (a variant) the same name, colour and dash in
+/// each, and the legend lists it once.
+#[derive(Clone, Debug)]
+pub struct SmallMultiples<'a> {
+    /// The `id` attribute of the `<svg>`.
+    pub id: &'a str,
+    /// Title above the grid.
+    pub title: &'a str,
+    /// Every panel's axes; their labels are written once, below and left
+    /// of the grid.
+    pub frame: Frame<'a>,
+    /// Panels per row (at least 1).
+    pub columns: usize,
+    /// The panels, left to right, then top to bottom.
+    pub panels: Vec<Panel>,
+}
+
+/// One panel of [`SmallMultiples`].
+#[derive(Clone, Debug)]
+pub struct Panel {
+    /// Written above the panel's plot.
+    pub title: String,
+    pub series: Vec<Series>,
+}
+
+/// A panel's size in CSS pixels, and its plot's margins within it.
+const PANEL_HEIGHT: f64 = 200.0;
+const PANEL_LEFT: f64 = 52.0;
+const PANEL_RIGHT: f64 = 22.0;
+const PANEL_TOP: f64 = 24.0;
+const PANEL_BOTTOM: f64 = 26.0;
+/// Room left of the grid for the y axis label.
+const GRID_LEFT: f64 = 22.0;
+
+/// Renders small multiples: the axes' ranges are those of all panels'
+/// points together; each panel is a `<g class="panel">` with its title
+/// in `data-panel`.
+pub fn small_multiples(chart: &SmallMultiples<'_>) -> String {
+    let columns = chart.columns.clamp(1, chart.panels.len().max(1));
+    let rows = chart.panels.len().div_ceil(columns);
+    let cell_width = (WIDTH - GRID_LEFT) / columns as f64;
+    let points = || {
+        chart
+            .panels
+            .iter()
+            .flat_map(|p| p.series.iter())
+            .flat_map(|s| s.points.iter())
+    };
+    // The shared ranges; each panel maps them onto its own pixels.
+    let x_range = Axis::new(chart.frame.x_scale, points().map(|p| p.0), 0.0, 1.0);
+    let y_range = Axis::new(chart.frame.y_scale, points().map(|p| p.1), 0.0, 1.0);
+    let grid_bottom = TOP + rows as f64 * PANEL_HEIGHT;
+    let mut entries: Vec<(String, usize, bool)> = Vec::new();
+    for s in chart.panels.iter().flat_map(|p| p.series.iter()) {
+        if !entries.iter().any(|(name, _, _)| *name == s.name) {
+            entries.push((s.name.clone(), s.colour, s.dashed));
+        }
+    }
+    let names: Vec<&str> = entries.iter().map(|(name, _, _)| name.as_str()).collect();
+    let (legend_at, height) = legend_layout(&names, grid_bottom + 26.0);
+    let mut out = String::new();
+    open(&mut out, chart.id, chart.title, height);
+    for (i, panel) in chart.panels.iter().enumerate() {
+        let left = GRID_LEFT + (i % columns) as f64 * cell_width;
+        let top = TOP + (i / columns) as f64 * PANEL_HEIGHT;
+        let (l, r) = (left + PANEL_LEFT, left + cell_width - PANEL_RIGHT);
+        let (t, b) = (top + PANEL_TOP, top + PANEL_HEIGHT - PANEL_BOTTOM);
+        let x = Axis::fixed(chart.frame.x_scale, (x_range.lo, x_range.hi), l, r);
+        let y = Axis::fixed(chart.frame.y_scale, (y_range.lo, y_range.hi), b, t);
+        let _ = write!(
+            out,
+            r#"<g class="panel" data-panel="{title}"><text x="{l}" y="{:.1}" class="label">{title}</text>"#,
+            top + PANEL_TOP - 8.0,
+            title = escape(&panel.title),
+        );
+        grid(&mut out, &x, &y, chart.frame.x_format, chart.frame.y_format);
+        let _ = write!(
+            out,
+            r#"<line x1="{l}" y1="{b}" x2="{r}" y2="{b}" class="axis"/><line x1="{l}" y1="{t}" x2="{l}" y2="{b}" class="axis"/>"#,
+        );
+        for s in &panel.series {
+            polyline(&mut out, s, &x, &y, 1.5);
+        }
+        out.push_str("</g>");
+    }
+    let _ = write!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" class="label" text-anchor="middle">{}</text><text transform="translate(12 {:.1}) rotate(-90)" class="label" text-anchor="middle">{}</text>"#,
+        (GRID_LEFT + WIDTH) / 2.0,
+        grid_bottom + 16.0,
+        escape(chart.frame.x_label),
+        (TOP + grid_bottom) / 2.0,
+        escape(chart.frame.y_label),
+    );
+    legend(&mut out, &entries, &legend_at);
+    out.push_str("</svg>");
+    out
+}
+
 /// Horizontal bars, each split into coloured segments.
 #[derive(Clone, Debug)]
 pub struct StackedBars<'a> {
@@ -624,12 +753,22 @@ pub fn stacked_bars(chart: &StackedBars<'_>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn fmt(v: f64) -> String {
         format!("{v}")
     }
+
+    /// Linear axes "x" and "y", ticks written as they are.
+    const LINEAR: Frame<'static> = Frame {
+        x_label: "x",
+        y_label: "y",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        x_format: fmt,
+        y_format: fmt,
+    };
 
     #[test]
     fn nice_steps() {
@@ -654,12 +793,14 @@ mod tests {
         let chart = LineChart {
             id: "c1",
             title: "a <b> & c",
-            x_label: "x",
-            y_label: "y",
-            x_scale: Scale::Log,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
+            frame: Frame {
+                x_label: "x",
+                y_label: "y",
+                x_scale: Scale::Log,
+                y_scale: Scale::Linear,
+                x_format: fmt,
+                y_format: fmt,
+            },
             x_range: None,
             bands: Vec::new(),
             series: vec![
@@ -727,12 +868,7 @@ mod tests {
         let chart = LineChart {
             id: "legend",
             title: "t",
-            x_label: "x",
-            y_label: "y",
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
+            frame: LINEAR,
             x_range: None,
             series,
             bands: Vec::new(),
@@ -851,12 +987,7 @@ mod tests {
         line_chart(&LineChart {
             id: "bands",
             title: "t",
-            x_label: "x",
-            y_label: "y",
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            x_format: fmt,
-            y_format: fmt,
+            frame: LINEAR,
             x_range: Some((0.0, x_max)),
             series: vec![Series {
                 name: "p99".into(),
@@ -962,6 +1093,116 @@ mod tests {
             b.lo,
             b.hi
         );
+    }
+
+    /// Two panels of two series each, "a" and "b" in both.
+    fn two_panels() -> SmallMultiples<'static> {
+        let series = |name: &str, colour: usize, points: Vec<(f64, f64)>| Series {
+            name: name.into(),
+            points,
+            dashed: false,
+            colour,
+            intervals: Vec::new(),
+        };
+        SmallMultiples {
+            id: "grid",
+            title: "side by side",
+            frame: Frame {
+                x_label: "latency",
+                y_label: "share",
+                x_scale: Scale::Log,
+                y_scale: Scale::Linear,
+                x_format: fmt,
+                y_format: fmt,
+            },
+            columns: 2,
+            panels: vec![
+                Panel {
+                    title: "n = 1".into(),
+                    series: vec![
+                        series("a", 0, vec![(10.0, 5.0), (100.0, 1.0)]),
+                        series("b", 1, vec![(20.0, 2.0), (30.0, 4.0)]),
+                    ],
+                },
+                Panel {
+                    title: "n = <2>".into(),
+                    series: vec![
+                        series("a", 0, vec![(10.0, 5.0), (1000.0, 40.0)]),
+                        series("b", 1, vec![(3.0, 1.0)]),
+                    ],
+                },
+            ],
+        }
+    }
+
+    /// The `points` of the polyline of series `name` in the panel starting
+    /// at `panel`, as pixels (the report's tests read its panels too).
+    pub(in crate::output) fn panel_points(panel: &str, name: &str) -> Vec<(f64, f64)> {
+        let key = format!("data-series=\"{name}\" points=\"");
+        let from = panel.find(&key).expect("the series") + key.len();
+        let len = panel[from..].find('"').expect("closed");
+        panel[from..from + len]
+            .split(' ')
+            .map(|p| {
+                let (x, y) = p.split_once(',').expect("x,y");
+                (x.parse().expect("x"), y.parse().expect("y"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_multiples_share_their_axes_and_one_legend() {
+        let svg = small_multiples(&two_panels());
+        assert!(svg.starts_with("<svg id=\"grid\"") && svg.ends_with("</svg>"));
+        let panels: Vec<&str> = svg.split("<g class=\"panel\"").skip(1).collect();
+        assert_eq!(panels.len(), 2, "{svg}");
+        assert!(panels[0].starts_with(" data-panel=\"n = 1\""));
+        assert!(panels[1].starts_with(" data-panel=\"n = &lt;2&gt;\""));
+        // The same point lies at the same place within each panel: the
+        // second is one column to the right, on the same row.
+        let first = panel_points(panels[0], "a")[0];
+        let second = panel_points(panels[1], "a")[0];
+        let column = (WIDTH - GRID_LEFT) / 2.0;
+        assert!(
+            (second.0 - first.0 - column).abs() < 0.11,
+            "{first:?} {second:?}"
+        );
+        assert_eq!(first.1, second.1);
+        // The axes cover every panel's points: the first panel's highest
+        // point (5) is well below the top, which the second's 40 reaches.
+        let top_of = |p: &[(f64, f64)]| p.iter().map(|q| q.1).fold(f64::INFINITY, f64::min);
+        assert!(
+            top_of(&panel_points(panels[0], "a")) > top_of(&panel_points(panels[1], "a")) + 50.0
+        );
+        // Both panels' x ticks run from 1 (b's 3) to 1000.
+        for panel in &panels {
+            assert!(
+                panel.contains(">1</text>") && panel.contains(">1000</text>"),
+                "{panel}"
+            );
+        }
+        // One legend entry per series name, not per panel.
+        let legend = &svg[svg.find("<g class=\"legend\">").expect("a legend")..];
+        assert_eq!(legend.matches("<text").count(), 2, "{legend}");
+    }
+
+    #[test]
+    fn small_multiples_wrap_into_rows_and_grow() {
+        let mut chart = two_panels();
+        let one_row = small_multiples(&chart);
+        chart.columns = 1;
+        let two_rows = small_multiples(&chart);
+        let height = |svg: &str| attr(svg, "height").expect("a height");
+        assert!(
+            (height(&two_rows) - height(&one_row) - PANEL_HEIGHT).abs() < 1e-9,
+            "{} {}",
+            height(&two_rows),
+            height(&one_row)
+        );
+        // Without panels: an empty grid, still one closed <svg>.
+        chart.panels.clear();
+        let empty = small_multiples(&chart);
+        assert!(empty.ends_with("</svg>") && !empty.contains("class=\"panel\""));
     }
 
     #[test]

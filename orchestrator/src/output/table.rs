@@ -28,6 +28,10 @@ pub fn render_table(summary: &Summary) -> String {
     if let Some(sweep) = &summary.sweep {
         out.push_str(&sweep_table(sweep).to_string());
         out.push('\n');
+        if let Some(t) = side_by_side_table(sweep) {
+            out.push_str(&t.to_string());
+            out.push('\n');
+        }
     }
     // A sweep has its own table; pairwise lines would only repeat it.
     if let (None, Some((first, rest))) = (&summary.sweep, summary.variants.split_first()) {
@@ -203,22 +207,22 @@ fn comparison_line(base: &VariantReport, v: &VariantReport) -> String {
     )
 }
 
-/// The sweep: one row per point, with the compounding curve's numbers.
+/// The sweep: one row per point, with the compounding curve's numbers
+/// when the run checked compounding.
 fn sweep_table(sweep: &crate::analysis::SweepSummary) -> Table {
     let key = format!("sweep {}", sweep.key);
-    let mut t = table(&[
-        "variant",
-        &key,
-        "sent",
-        "p50",
-        "p99",
-        "p99.9",
-        "slow measured",
-        "95 % interval",
-        "model",
-        "declared",
-        "verdict",
-    ]);
+    let checked = sweep.rows.iter().any(|r| r.compounding.is_some());
+    let mut header = vec!["variant", &key, "sent", "p50", "p99", "p99.9"];
+    if checked {
+        header.extend([
+            "slow measured",
+            "95 % interval",
+            "model",
+            "declared",
+            "verdict",
+        ]);
+    }
+    let mut t = table(&header);
     for r in &sweep.rows {
         let mut row = vec![
             r.group.clone(),
@@ -236,11 +240,37 @@ fn sweep_table(sweep: &crate::analysis::SweepSummary) -> Table {
                 format!("{:.1} %", c.declared_model * 100.0),
                 c.verdict.as_str().to_string(),
             ]),
-            None => row.extend(std::iter::repeat_n("-".to_string(), 5)),
+            None if checked => row.extend(std::iter::repeat_n("-".to_string(), 5)),
+            None => {}
         }
         t.add_row(row);
     }
     t
+}
+
+/// With two or more declared variants in the sweep: p50 / p99 with a row
+/// per swept value and a column per variant, to compare them at each value.
+fn side_by_side_table(sweep: &crate::analysis::SweepSummary) -> Option<Table> {
+    let groups = sweep.groups();
+    if groups.len() < 2 {
+        return None;
+    }
+    let mut header = vec![sweep.key.clone()];
+    header.extend(groups.iter().map(|g| format!("{g} p50 / p99")));
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = table(&header);
+    if let Some(first) = t.column_mut(1) {
+        first.set_cell_alignment(CellAlignment::Right);
+    }
+    for value in &sweep.values {
+        let mut row = vec![value.clone()];
+        row.extend(groups.iter().map(|g| match sweep.row(g, value) {
+            Some(r) if r.ok > 0 => format!("{} / {}", format_us(r.p50_us), format_us(r.p99_us)),
+            _ => "-".to_string(),
+        }));
+        t.add_row(row);
+    }
+    Some(t)
 }
 
 fn table(header: &[&str]) -> Table {
@@ -526,6 +556,49 @@ mod tests {
     use super::*;
     use crate::analysis::testing::{chain3, check, summary};
     use crate::analysis::{summary::CheckSummary, testing::analyze_variant};
+
+    #[test]
+    fn a_sweep_of_variants_gets_a_side_by_side_table() {
+        let s = crate::analysis::testing::swept_summary(&["python", "cpp"], &["1", "8"]);
+        let table = side_by_side_table(s.sweep.as_ref().expect("a sweep"))
+            .expect("two variants")
+            .to_string();
+        let lines: Vec<&str> = table.lines().collect();
+        let cells = |line: &str| -> Vec<String> {
+            line.split(['│', '┆'])
+                .map(|c| c.trim().to_owned())
+                .filter(|c| !c.is_empty())
+                .collect()
+        };
+        assert_eq!(
+            cells(lines[1]),
+            ["load.concurrency", "python p50 / p99", "cpp p50 / p99"],
+            "{table}"
+        );
+        let rows: Vec<Vec<String>> = lines
+            .iter()
+            .map(|l| cells(l))
+            .filter(|c| c.len() == 3 && (c[0] == "1" || c[0] == "8"))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ["1", "100us / 200us", "1.00ms / 2.00ms"],
+                ["8", "1.00ms / 2.00ms", "10.00ms / 20.00ms"]
+            ],
+            "{table}"
+        );
+        assert!(render_table(&s).contains(&table));
+        // Unchecked: the sweep table has no compounding columns.
+        let sweep = sweep_table(s.sweep.as_ref().expect("a sweep")).to_string();
+        assert!(
+            sweep.contains("p99.9") && !sweep.contains("slow measured"),
+            "{sweep}"
+        );
+        // One declared variant: nothing to put side by side.
+        let one = crate::analysis::testing::swept_summary(&["tailmesh"], &["1", "2"]);
+        assert!(side_by_side_table(one.sweep.as_ref().expect("a sweep")).is_none());
+    }
 
     #[test]
     fn shows_percentiles_hops_and_the_verdict() {

@@ -23,7 +23,7 @@ use tailmesh_services::{
     addr::PeerAddr,
     discipline::Discipline,
     hop::{DownstreamConfig, HopConfig},
-    model::{QueueBounds, ServiceCall, Transport},
+    model::{QueueBounds, Transport},
 };
 
 /// The deployment's images must listen where the plan says they do.
@@ -275,6 +275,11 @@ impl MeshPlan {
                 policy: d.client.clone(),
                 endpoints: d.endpoints.clone(),
                 connection: d.connection,
+                service: d
+                    .service
+                    .as_ref()
+                    .filter(|s| s.direct)
+                    .map(|s| s.call(String::new())),
             })
             .collect();
         HopConfig {
@@ -294,26 +299,20 @@ impl MeshPlan {
             precise_timer: true,
             // The launcher adds the files it wrote (see `run::launch`).
             tls: None,
-            service: hop.service.as_ref().and_then(|service| {
-                let address = match &service.source {
-                    ServiceSource::Address(address) => address.clone(),
-                    ServiceSource::Command(_) => {
-                        addrs.services.get(&hop_role(&hop.name, replica))?.clone()
-                    }
-                };
-                Some(ServiceCall {
-                    address,
-                    method: service.method.clone(),
-                    request: service.request.clone(),
-                    proto: service.proto.iter().map(|p| service.resolve(p)).collect(),
-                    proto_include: service
-                        .proto_include
-                        .iter()
-                        .map(|p| service.resolve(p))
-                        .collect(),
-                    metadata: service.metadata.clone(),
-                })
-            }),
+            // A direct service has no hop of its own: its callers call it.
+            service: hop
+                .service
+                .as_ref()
+                .filter(|s| !s.direct)
+                .and_then(|service| {
+                    let address = match &service.source {
+                        ServiceSource::Address(address) => address.clone(),
+                        ServiceSource::Command(_) => {
+                            addrs.services.get(&hop_role(&hop.name, replica))?.clone()
+                        }
+                    };
+                    Some(service.call(address))
+                }),
         }
     }
 }

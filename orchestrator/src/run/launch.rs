@@ -195,20 +195,45 @@ async fn launch_hops(
     for (process, hop, replica) in plan.hops() {
         // A replica's service first: the hop resolves its schema at start.
         if let Some(service) = &hop.service {
-            let address = start_service(process, hop, replica, service, plan, options, launcher)
-                .await
-                .map_err(|source| RunError::Service {
+            let address = start_service(
+                (process, hop, replica),
+                service,
+                plan,
+                &addrs,
+                options,
+                launcher,
+            )
+            .await
+            .map_err(|source| RunError::Service {
+                variant: plan.variant.name.clone(),
+                hop: hop.name.clone(),
+                replica,
+                source: Box::new(source),
+            })?;
+            if service.direct {
+                // No hop in front of it: its callers call the service.
+                let peer = address.parse().map_err(|e| RunError::Service {
                     variant: plan.variant.name.clone(),
                     hop: hop.name.clone(),
                     replica,
-                    source: Box::new(source),
+                    source: Box::new(ServiceError::Address {
+                        address: address.clone(),
+                        why: format!("{e}"),
+                    }),
                 })?;
+                addrs.hops.entry(hop.name.clone()).or_default().push(peer);
+                addrs.services.insert(process.name.clone(), address);
+                continue;
+            }
             addrs.services.insert(process.name.clone(), address);
         }
         let spec = spec_of(process, plan, options, launcher, &addrs)?;
         let addr = match launcher.launch(spec).await {
             Ok(addr) => addr,
-            Err(source) if hop.service.is_some() => {
+            // Attached, a hop that is not there is the deployment's.
+            Err(source)
+                if hop.service.is_some() && !matches!(launcher, AnyLauncher::Attached(_)) =>
+            {
                 return Err(RunError::ServiceHop {
                     variant: plan.variant.name.clone(),
                     hop: hop.name.clone(),
@@ -234,6 +259,9 @@ pub enum ServiceError {
     /// Its command could not be started, exited, or never got ready.
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    /// Called directly, its method or request does not fit its schema.
+    #[error(transparent)]
+    Resolve(tailmesh_services::hop::ServiceError),
     /// The service at its `address` did not get ready in time.
     #[error(
         "{address} not ready after {}: {}",
@@ -256,27 +284,46 @@ pub enum ServiceError {
     Unsupported(&'static str),
 }
 
-/// Makes `hop`'s service for `replica` ready and returns its address:
-/// waits for the one at `address`, or starts `command` on a free port of
+/// Makes `hop`'s service for `replica` ready and returns its address
+/// (attached to a deployment, which runs it: only where it is, for
+/// messages): waits for the one at `address`, or starts `command` on a free port of
 /// 127.0.0.1 (`{port}` in its arguments, and `PORT`), with `TAILMESH_HOP`,
-/// `TAILMESH_REPLICA` and, when the run traces, the OTLP variables that
+/// `TAILMESH_REPLICA`, where its downstream hops are ([`downstream_env`])
+/// and, when the run traces, the OTLP variables that
 /// make a service exporting spans join the request's trace (its resource
 /// names the variant, as every span of a run's traces must). Its output goes
 /// to `hop-<hop>-<replica>.service.log` in the variant's log folder.
 async fn start_service(
-    process: &Process,
-    hop: &crate::scenario::Hop,
-    replica: u32,
+    (process, hop, replica): (&Process, &crate::scenario::Hop, u32),
     service: &HopService,
     plan: &MeshPlan,
+    addrs: &Addrs,
     options: &RunOptions,
     launcher: &mut AnyLauncher,
 ) -> Result<String, ServiceError> {
-    if !matches!(launcher, AnyLauncher::Local(_)) {
-        return Err(ServiceError::Unsupported(
-            "[hop.service] is not supported yet with this launcher (only the local launcher \
-             starts or waits for services)",
-        ));
+    match launcher {
+        AnyLauncher::Local(_) => {}
+        // The deployment runs the service (or calls its address) beside
+        // the replica, whose sidecar serves, and so passes the health
+        // checks attaching waits for, only once the service is ready.
+        AnyLauncher::Attached(_) if service.direct => {
+            return Err(ServiceError::Unsupported(
+                "[hop.service] direct = true is not supported yet by a deployment (it puts a \
+                 tailmesh hop in front of every service)",
+            ));
+        }
+        AnyLauncher::Attached(_) => {
+            return Ok(match &service.source {
+                ServiceSource::Address(address) => address.clone(),
+                ServiceSource::Command(_) => format!("the deployment's, beside {}", process.name),
+            });
+        }
+        _ => {
+            return Err(ServiceError::Unsupported(
+                "[hop.service] is not supported yet with this launcher (the local launcher \
+                 starts or waits for services, and a deployment runs them)",
+            ));
+        }
     }
     let words = match &service.source {
         ServiceSource::Address(address) => {
@@ -309,6 +356,9 @@ async fn start_service(
         .env("TAILMESH_REPLICA", replica.to_string())
         .ready_within(service.ready_timeout)
         .service(addr, service.dir.clone());
+    for (key, value) in downstream_env(hop, plan, addrs) {
+        spec = spec.env(key, value);
+    }
     if let Some(t) = &options.traces {
         let otel_name = format!("{}-service", process.otel_name);
         for (key, value) in process.trace_env(&t.endpoint, t.sampling, &plan.variant.name) {
@@ -330,12 +380,55 @@ async fn start_service(
     Ok(addr.to_string())
 }
 
+/// Where a service's downstream hops are, for a service that makes its own
+/// outbound calls (the hops it calls are started before it):
+/// `TAILMESH_DOWNSTREAM_<HOP>` for each downstream hop reached by push (its
+/// name upper-cased, `-` as `_`), its replicas' `host:port` joined by
+/// commas, and `TAILMESH_DOWNSTREAM` the same for the first one. A hop
+/// reached by pull has no address of its own (its broker topic does).
+pub(crate) fn downstream_env(
+    hop: &crate::scenario::Hop,
+    plan: &MeshPlan,
+    addrs: &Addrs,
+) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for name in &hop.downstream {
+        let push =
+            plan.variant.hops.iter().any(|h| {
+                &h.name == name && h.transport == tailmesh_services::model::Transport::Push
+            });
+        let Some(replicas) = addrs.hops.get(name).filter(|_| push) else {
+            continue;
+        };
+        let value = replicas
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        if env.is_empty() {
+            env.push(("TAILMESH_DOWNSTREAM".to_owned(), value.clone()));
+        }
+        env.push((
+            format!(
+                "TAILMESH_DOWNSTREAM_{}",
+                name.to_ascii_uppercase().replace('-', "_")
+            ),
+            value,
+        ));
+    }
+    env
+}
+
 /// How often a service at a fixed address is asked whether it is ready.
 const ADDRESS_PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Waits until the service at `address` is ready
-/// ([`health::check_service`]), at most `timeout`.
-async fn wait_for_address(address: &str, timeout: std::time::Duration) -> Result<(), ServiceError> {
+/// ([`health::check`] with
+/// [`health::Readiness::SERVICE`]), at most `timeout`.
+pub(crate) async fn wait_for_address(
+    address: &str,
+    timeout: std::time::Duration,
+) -> Result<(), ServiceError> {
     let peer: PeerAddr = address.parse().map_err(|e| ServiceError::Address {
         address: address.to_owned(),
         why: format!("{e}"),
@@ -352,7 +445,13 @@ async fn wait_for_address(address: &str, timeout: std::time::Duration) -> Result
                 last_problem,
             });
         }
-        match health::check_service(&peer, left.min(std::time::Duration::from_secs(1))).await {
+        match health::check(
+            &peer,
+            left.min(std::time::Duration::from_secs(1)),
+            health::Readiness::SERVICE,
+        )
+        .await
+        {
             Ok(()) => return Ok(()),
             Err(e) => last_problem = Some(e.to_string()),
         }

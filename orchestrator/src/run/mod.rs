@@ -19,7 +19,7 @@ mod kills;
 mod launch;
 mod progress;
 
-pub(crate) use launch::{LauncherError, resolve_launcher};
+pub(crate) use launch::{LauncherError, ServiceError, resolve_launcher, wait_for_address};
 pub(crate) use progress::describe_load;
 
 use std::{
@@ -35,7 +35,7 @@ use tailmesh_netfault::{
 };
 use tailmesh_services::{
     broker::TopicStats,
-    hop::{Connections, PullTarget, PushPool, client::PoolError},
+    hop::{Connections, DirectTarget, PullTarget, PushPool, client::PoolError},
     model::{Connection, Transport},
     timer::Sleeper,
 };
@@ -163,12 +163,6 @@ pub enum RunError {
         address: String,
         source: Box<LaunchError>,
     },
-    /// Attached to a deployment, which does not run services yet.
-    #[error(
-        "variant \"{variant}\": hop \"{hop}\" has [hop.service], which is not supported yet \
-         with this launcher (attached to a deployment); run it with the local launcher"
-    )]
-    ServiceAttached { variant: String, hop: String },
     /// The load generator's pool of connections to the entry hop could
     /// not be built.
     #[error("variant \"{variant}\": {source}")]
@@ -180,12 +174,7 @@ impl RunError {
     /// tell (exit status 2): a service that does not start or get ready, a
     /// method or request the service's schema refuses.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            RunError::Service { .. }
-                | RunError::ServiceHop { .. }
-                | RunError::ServiceAttached { .. }
-        )
+        matches!(self, RunError::Service { .. } | RunError::ServiceHop { .. })
     }
 }
 
@@ -320,12 +309,6 @@ pub(crate) async fn run_variants(
     let mut launchers = Vec::with_capacity(plans.len());
     for plan in &plans {
         if options.attach.is_some() {
-            if let Some(hop) = plan.variant.hops.iter().find(|h| h.service.is_some()) {
-                return Err(RunError::ServiceAttached {
-                    variant: plan.variant.name.clone(),
-                    hop: hop.name.clone(),
-                });
-            }
             if let Some(hop) = plan.variant.hops.iter().find(|h| h.kill.is_some()) {
                 return Err(RunError::KillAttached {
                     variant: plan.variant.name.clone(),
@@ -494,8 +477,37 @@ async fn measure(
         variant: variant.name.clone(),
     })?;
     let mut entry_pool = None;
-    let target = match (entry.transport, broker.clone()) {
-        (Transport::Pull, Some(broker)) => Target::pull(
+    let direct = entry.service.as_ref().filter(|s| s.direct);
+    let target = match (entry.transport, broker.clone(), direct) {
+        (_, _, Some(service)) => {
+            let addresses: Vec<String> = addrs
+                .hops
+                .get(&entry.name)
+                .map(|a| a.iter().map(ToString::to_string).collect())
+                .unwrap_or_default();
+            // `connections` channels to each replica, taken in turn.
+            let copies = match variant.load.connection {
+                ConnectionMode::Shared { connections } => connections as usize,
+                ConnectionMode::PerRequest => 1,
+            };
+            let target = DirectTarget::resolve(
+                &entry.name,
+                "",
+                &service.call(String::new()),
+                &addresses,
+                copies,
+                tailmesh_services::hop::server::SERVICE_PATIENCE,
+            )
+            .await
+            .map_err(|source| RunError::Service {
+                variant: variant.name.clone(),
+                hop: entry.name.clone(),
+                replica: 0,
+                source: Box::new(launch::ServiceError::Resolve(source)),
+            })?;
+            Target::direct(target, entry.client.clone())
+        }
+        (Transport::Pull, Some(broker), None) => Target::pull(
             // Per request: a broker client of its own for every submit.
             PullTarget::of_kind(variant.broker, variant.queue_bounds, broker, &entry.name)
                 .with_connection(match variant.load.connection {

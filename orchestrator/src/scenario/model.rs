@@ -474,6 +474,13 @@ pub struct HopService {
     pub metadata: Vec<(String, String)>,
     /// How long a service may take to become ready.
     pub ready_timeout: Duration,
+    /// The container image `command` runs in when deployed (`tailmesh
+    /// compose`, `tailmesh k8s`); the local launcher runs it on the host.
+    pub image: Option<String>,
+    /// Called directly by the hop's callers (the load generator or the hop
+    /// before it), with no tailmesh hop in front of it: a leaf, for
+    /// measuring a service's own latency.
+    pub direct: bool,
     /// The folder relative paths are taken from, and where a `command`
     /// runs: the scenario file's (empty: the current folder).
     pub dir: std::path::PathBuf,
@@ -499,6 +506,18 @@ impl HopService {
             path.to_path_buf()
         } else {
             self.dir.join(path)
+        }
+    }
+
+    /// What a caller of the service at `address` sends it.
+    pub fn call(&self, address: String) -> tailmesh_services::model::ServiceCall {
+        tailmesh_services::model::ServiceCall {
+            address,
+            method: self.method.clone(),
+            request: self.request.clone(),
+            proto: self.proto.iter().map(|p| self.resolve(p)).collect(),
+            proto_include: self.proto_include.iter().map(|p| self.resolve(p)).collect(),
+            metadata: self.metadata.clone(),
         }
     }
 

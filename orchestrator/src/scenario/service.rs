@@ -1,7 +1,8 @@
 //! `[hop.service]`: a real gRPC service as a hop's work. Where it is
 //! (`address`) or how one is started per replica (`command`), the method,
 //! the request (a JSON string or an inline table), the schema's `.proto`
-//! files, metadata and `ready_timeout`. Called from `validate::hop`; the
+//! files, metadata, `ready_timeout`, and the container `image` a
+//! deployment runs `command` in. Called from `validate::hop`; the
 //! launchers that cannot start a service are refused in `validate`.
 
 use std::path::PathBuf;
@@ -20,6 +21,8 @@ const SERVICE_KEYS: &[&str] = &[
     "proto_include",
     "metadata",
     "ready_timeout",
+    "image",
+    "direct",
 ];
 
 /// The longest `ready_timeout`.
@@ -101,6 +104,23 @@ pub(super) fn service(
             }
         }),
     };
+    let image = match s.get("image") {
+        None => Some(None),
+        Some(_) if s.get("address").is_some() => {
+            s.forbid(
+                p,
+                "image",
+                "cannot go with address: a deployment calls an address as it is; image is \
+                 where a deployment runs command",
+            );
+            None
+        }
+        Some(_) => image(s, p).map(Some),
+    };
+    let direct = match s.get("direct") {
+        None => Some(false),
+        Some(_) => s.boolean(p, "direct"),
+    };
     Some(HopService {
         source: source?,
         method: method?,
@@ -109,8 +129,143 @@ pub(super) fn service(
         proto_include: proto_include?,
         metadata: metadata?,
         ready_timeout: ready_timeout?,
+        image: image?,
+        direct: direct?,
         dir: PathBuf::new(),
     })
+}
+
+/// `image = "name[:tag]"`: the container image `tailmesh compose` and
+/// `tailmesh k8s` run `command` in, beside the replica's sidecar.
+fn image(s: &Section<'_>, p: &mut Problems) -> Option<String> {
+    let (image, entry) = s.string(p, "image")?;
+    let why = if image.is_empty() {
+        Some("is empty")
+    } else if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("has a space or a control character")
+    } else if image.starts_with(['-', ':', '/', '@']) {
+        Some("must start with a letter or digit")
+    } else {
+        None
+    };
+    match why {
+        None => Some(image.to_owned()),
+        Some(why) => {
+            s.report(
+                p,
+                &entry.node.span,
+                format!(
+                    "{} = \"{image}\" {why}: give an image reference (for example \
+                     \"tailmesh-example-python:latest\")",
+                    s.name("image")
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The hop keys that need a tailmesh hop in front of the service, and why,
+/// for a hop whose service is called directly.
+const SIDECAR_KEYS: &[(&str, &str)] = &[
+    (
+        "transport",
+        "a direct service is called by push; a broker needs a tailmesh worker",
+    ),
+    ("concurrency", "slots are a tailmesh hop's"),
+    ("queue_limit", "the queue is a tailmesh hop's"),
+    ("discipline", "the queue is a tailmesh hop's"),
+    ("worker_ping", "it is a pull worker's"),
+    ("balance", "its callers take its replicas in turn"),
+    ("connection", "its callers share one connection per replica"),
+    ("slow", "injected slowness is done by a tailmesh hop"),
+    (
+        "replica_slow",
+        "injected slowness is done by a tailmesh hop",
+    ),
+    ("error", "injected errors are answered by a tailmesh hop"),
+    (
+        "net",
+        "network faults need the netns launcher, which does not start services",
+    ),
+    (
+        "replica_net",
+        "network faults need the netns launcher, which does not start services",
+    ),
+    ("kill", "kill is not supported for a direct service"),
+    (
+        "health",
+        "its callers do not watch a direct service's health",
+    ),
+    (
+        "backoff",
+        "its callers do not watch a direct service's health",
+    ),
+    ("keepalive", "its callers do not ping a direct service"),
+    (
+        "keepalive_timeout",
+        "its callers do not ping a direct service",
+    ),
+    ("ewma", "its callers take its replicas in turn"),
+    (
+        "ejection",
+        "its callers do not eject a direct service's replicas",
+    ),
+];
+
+/// Reports each key of the hop `s` that needs a tailmesh hop in front of
+/// its service, when `[hop.service] direct = true` puts none there.
+pub(super) fn refuse_beside_direct(s: &Section<'_>, p: &mut Problems) {
+    for (key, why) in SIDECAR_KEYS {
+        let push =
+            matches!(s.get(key).map(|e| &e.node.value), Some(Value::String(v)) if v == "push");
+        if *key == "transport" && push {
+            continue;
+        }
+        if s.get(key).is_some() {
+            s.forbid(
+                p,
+                key,
+                &format!(
+                    "cannot go with service.direct = true: {why} (drop direct to put a tailmesh \
+                     hop in front of the service)"
+                ),
+            );
+        }
+    }
+}
+
+/// Reports `[load] connection = "per_request"` when the entry hop's service
+/// is called directly: the load generator keeps one channel per replica
+/// (times `connections`) to a direct service.
+pub(super) fn direct_entry_fits_the_load(
+    top: &Section<'_>,
+    hops: &[super::model::Hop],
+    load: &super::model::Load,
+    p: &mut Problems,
+) {
+    let direct = hops
+        .first()
+        .and_then(|h| h.service.as_ref())
+        .is_some_and(|s| s.direct);
+    if !direct || load.connection != super::model::ConnectionMode::PerRequest {
+        return;
+    }
+    let at = match top.get("load").map(|e| &e.node.value) {
+        Some(Value::Table(t)) => t.get("connection").map(|e| e.key_span.start),
+        _ => None,
+    };
+    if let Some(at) = at {
+        p.at(
+            at,
+            format!(
+                "load.connection = \"per_request\" cannot go with an entry hop \"{}\" whose \
+                 service is called directly (service.direct = true): the load generator keeps \
+                 its connections to a direct service (use connections = N)",
+                hops[0].name
+            ),
+        );
+    }
 }
 
 /// `address = "host:port"`, for a hop of one replica.
@@ -490,6 +645,11 @@ mod tests {
             [("tenant".into(), "t1".into()), ("a-b".into(), "2".into())]
         );
         assert_eq!(service("address = \"h:1\"\n").request, "{}");
+        assert_eq!(service("address = \"h:1\"\n").image, None);
+        assert_eq!(
+            service("command = [\"srv\"]\nimage = \"team/echo:1.2\"\n").image,
+            Some("team/echo:1.2".to_owned())
+        );
     }
 
     #[test]
@@ -528,6 +688,22 @@ mod tests {
                 "t.toml:11:1",
                 "needs proto",
             ),
+            (
+                "command = [\"x\"]\nimage = \"a b\"\n",
+                "t.toml:11:9",
+                "has a space",
+            ),
+            (
+                "command = [\"x\"]\nimage = \"\"\n",
+                "t.toml:11:9",
+                "is empty",
+            ),
+            (
+                "address = \"h:1\"\nimage = \"img\"\n",
+                "t.toml:11:1",
+                "image cannot go with address",
+            ),
+            ("command = [\"x\"]\nimage = 3\n", "t.toml:11:9", "string"),
             (
                 "command = [\"x\"]\nready_timeout = \"0s\"\n",
                 "t.toml:11:17",

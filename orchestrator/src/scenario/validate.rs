@@ -207,6 +207,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
     let hops = hops(&top, &mut p);
     if let (Some(hops), Some(load)) = (&hops, &load) {
         windows_within_the_load(&top, hops, load, &mut p);
+        super::service::direct_entry_fits_the_load(&top, hops, load, &mut p);
     }
     let launcher = launcher.and_then(|launcher| {
         let faulty = hops.as_ref().and_then(|hops| {
@@ -1143,6 +1144,12 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             .and_then(|w| super::service::service(&w, replicas, p))
             .map(Some),
     };
+    if service
+        .as_ref()
+        .is_some_and(|s| s.as_ref().is_some_and(|s| s.direct))
+    {
+        super::service::refuse_beside_direct(&s, p);
+    }
     let work = match table_section(&s, p, "work") {
         None => Some(Work::None),
         Some(_) if s.get("service").is_some() => {
@@ -1952,6 +1959,25 @@ fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<String>>> {
         }
     }
 
+    for (draft, out) in drafts.iter().zip(&edges) {
+        let direct = draft
+            .hop
+            .as_ref()
+            .and_then(|h| h.service.as_ref())
+            .is_some_and(|s| s.direct);
+        if direct && !out.is_empty() {
+            ok = false;
+            p.at(
+                draft.header.start,
+                format!(
+                    "hop \"{}\" has service.direct = true, so it must be a leaf: its callers \
+                     call the service itself and no tailmesh hop is there to call downstream \
+                     hops (make it the last hop, or set downstream = [], or drop direct)",
+                    draft.raw_name.unwrap_or_default()
+                ),
+            );
+        }
+    }
     if !cycles(drafts, &edges, p) {
         ok = false;
     }

@@ -101,6 +101,7 @@ fn hop_a(b: SocketAddr, broker: Option<BrokerKind>, connection: Connection) -> H
             policy: Default::default(),
             endpoints: Default::default(),
             connection,
+            service: None,
         }],
         broker: broker.map(|_| b.into()),
         broker_kind: broker.unwrap_or_default(),

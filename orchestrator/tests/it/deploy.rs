@@ -34,6 +34,8 @@ tests! {
     sync a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret,
     sync a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls,
     sync an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders,
+    sync a_service_hop_deploys_its_service_beside_its_sidecar,
+    sync a_service_hop_started_as_its_container_starts_it_waits_for_its_service,
 }
 
 fn repo() -> PathBuf {
@@ -127,20 +129,20 @@ fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas()
         let text = std::fs::read_to_string(&path).expect("read a scenario");
         let scenario = tailmesh::scenario::parse(&text, &path.display().to_string())
             .unwrap_or_else(|e| panic!("{e}"));
-        // Deployments cannot kill a replica and run no services yet: both
-        // generators refuse, saying why.
+        // Deployments cannot kill a replica, nor run a service's command
+        // without its image: both generators refuse, saying why.
         let refusal = if scenario
             .variants
             .iter()
             .any(|v| v.hops.iter().any(|h| h.kill.is_some()))
         {
             Some("kill needs")
-        } else if scenario
-            .variants
-            .iter()
-            .any(|v| v.hops.iter().any(|h| h.service.is_some()))
-        {
-            Some("[hop.service] is not supported yet")
+        } else if scenario.variants.iter().any(|v| {
+            v.hops
+                .iter()
+                .any(|h| h.service.as_ref().is_some_and(|s| s.image.is_none()))
+        }) {
+            Some("name its image with [hop.service] image")
         } else {
             None
         };
@@ -944,4 +946,200 @@ timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
         links("opened"),
         "{context}"
     );
+}
+
+/// scenarios/deployed-services.toml: each service hop replica gets its
+/// service from the scenario's image, `{port}` the fixed port, with the
+/// local launcher's environment; in Compose a service of its own, which
+/// the sidecar depends on and calls by name (its health check allowing for
+/// the service's ready_timeout), in Kubernetes a second container in the
+/// pod, ready once its port accepts connections, called on 127.0.0.1.
+fn a_service_hop_deploys_its_service_beside_its_sidecar() {
+    let path = repo().join("scenarios/deployed-services.toml");
+    let text = std::fs::read_to_string(&path).expect("read the scenario");
+    let scenario = tailmesh::scenario::parse(&text, "deployed-services.toml")
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let compose = compose::generate(&scenario, &text, &compose::Options::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let services = service_blocks(&compose);
+    let block = |name: &str| -> &str {
+        services
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, body)| body.as_str())
+            .unwrap_or_else(|| panic!("no service {name} in:\n{compose}"))
+    };
+    for (hop, image, program) in [
+        (
+            "py",
+            "tailmesh-example-python:latest",
+            "[../examples/servers/.venv/bin/python, ../examples/servers/python/server.py, \
+             --port, \"50051\", --sleep]",
+        ),
+        (
+            "cpp",
+            "tailmesh-example-cpp:latest",
+            "[../examples/servers/cpp/build/echo-server, --port, \"50051\", --sleep]",
+        ),
+    ] {
+        let name = format!("hop-{hop}-0-service");
+        let service = block(&name);
+        for words in [
+            format!("image: {image}"),
+            format!("entrypoint: {program}"),
+            "PORT: \"50051\"".to_owned(),
+            format!("TAILMESH_HOP: {hop}"),
+            "TAILMESH_REPLICA: \"0\"".to_owned(),
+            format!("OTEL_SERVICE_NAME: hop-{hop}-service"),
+            "OTEL_EXPORTER_OTLP_ENDPOINT: http://orchestrator:4317".to_owned(),
+            "OTEL_RESOURCE_ATTRIBUTES: variant=base".to_owned(),
+        ] {
+            assert!(
+                service.contains(&words),
+                "{name} lacks {words:?}:\n{service}"
+            );
+        }
+        // Not tailmesh's image, build or health check.
+        assert!(!service.contains("*tailmesh"), "{name}:\n{service}");
+        let sidecar = block(&format!("hop-{hop}-0"));
+        for words in [
+            format!("--service-address, hop-{hop}-0-service:50051,"),
+            format!("{name}:\n        condition: service_started"),
+            "start_period: 70s".to_owned(),
+        ] {
+            assert!(
+                sidecar.contains(&words),
+                "hop-{hop}-0 lacks {words:?}:\n{sidecar}"
+            );
+        }
+    }
+    // The leaf and the entry have no service beside them.
+    assert!(!block("hop-back-0").contains("--service-address"));
+    assert!(services.iter().all(|(n, _)| n != "hop-back-0-service"));
+
+    let files =
+        k8s::generate(&scenario, &text, &k8s::Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let (_, mesh) = files
+        .iter()
+        .find(|(name, _)| name == "20-mesh.yaml")
+        .expect("20-mesh.yaml");
+    let pod = mesh
+        .split("---\n")
+        .find(|doc| doc.contains("kind: Deployment") && doc.contains("name: hop-py-0\n"))
+        .unwrap_or_else(|| panic!("no Deployment hop-py-0 in:\n{mesh}"));
+    for words in [
+        "--service-address, \"127.0.0.1:50051\"",
+        "- name: service\n",
+        "image: tailmesh-example-python:latest",
+        "command: [../examples/servers/.venv/bin/python, ../examples/servers/python/server.py, \
+         --port, \"50051\", --sleep]",
+        "tcpSocket:\n",
+        "name: TAILMESH_HOP\n",
+        "value: hop-py-service",
+    ] {
+        assert!(
+            pod.contains(words),
+            "hop-py-0's pod lacks {words:?}:\n{pod}"
+        );
+    }
+    let back = mesh
+        .split("---\n")
+        .find(|doc| doc.contains("kind: Deployment") && doc.contains("name: hop-back-0\n"))
+        .expect("a Deployment hop-back-0");
+    assert!(!back.contains("- name: service\n"), "{back}");
+}
+
+/// A service hop as its container starts it: without the service's
+/// address it refuses to start, saying how to give it (and a hop without
+/// a service refuses one); with an address
+/// where nothing answers it waits the service's ready_timeout, then fails
+/// naming it; with the service there (the tests' Echo server) it serves
+/// and answers health checks.
+fn a_service_hop_started_as_its_container_starts_it_waits_for_its_service() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "name = \"svc\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 10\n\
+         [[hop]]\nname = \"s\"\n[hop.service]\ncommand = [\"srv\", \"{{port}}\"]\n\
+         image = \"echo:1\"\nmethod = \"{}\"\nproto = [{:?}]\nready_timeout = \"1s\"\n",
+        echo::METHOD,
+        echo::echo_proto().display().to_string()
+    );
+    let scenario = scenario_file(dir.path(), &text);
+    let scenario = path_str(&scenario);
+
+    let out = tailmesh(dir.path(), &["hop", "--scenario", scenario, "--hop", "s"]);
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr
+            .contains("give its address with --service-address"),
+        "{}",
+        out.output()
+    );
+
+    // A port nothing listens on: taken, then let go.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let started = Instant::now();
+    let out = tailmesh(
+        dir.path(),
+        &[
+            "hop",
+            "--scenario",
+            scenario,
+            "--hop",
+            "s",
+            "--service-address",
+            &free.to_string(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr
+            .contains(&format!("its service: {free} not ready after")),
+        "{}",
+        out.output()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{}",
+        out.output()
+    );
+
+    // A hop whose service is not the deployment's has no use for one.
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, TWO_HOPS).expect("write a scenario");
+    let out = tailmesh(
+        dir.path(),
+        &[
+            "hop",
+            "--scenario",
+            path_str(&plain),
+            "--hop",
+            "b",
+            "--service-address",
+            "127.0.0.1:1",
+        ],
+    );
+    assert_ne!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr
+            .contains("--service-address is for a hop whose [hop.service] has a command"),
+        "{}",
+        out.output()
+    );
+
+    let echo = echo::EchoServer::start();
+    let (_hop, addr) = hop_on_loopback(
+        dir.path(),
+        scenario,
+        "s",
+        &["--service-address", &echo.addr.to_string()],
+    );
+    let healthy = tailmesh(dir.path(), &["health", &addr]);
+    assert_eq!(healthy.code(), Some(0), "{}", healthy.output());
 }

@@ -27,12 +27,14 @@ use crate::support::{
 
 tests! {
     sync bad_service_keys_are_refused_with_their_line_and_column,
-    sync deployments_and_attached_runs_refuse_a_service,
+    sync deployments_refuse_a_service_without_an_image_and_attached_runs_accept_one,
     sync a_service_command_that_exits_at_once_fails_the_run_naming_the_hop,
     sync a_service_that_never_gets_ready_fails_the_run_within_its_ready_timeout,
     sync an_unknown_method_fails_the_run_naming_the_hop,
     sync a_push_and_a_pulled_service_hop_account_for_every_request,
     sync a_service_started_per_replica_gets_its_port_and_environment,
+    sync the_load_generator_calls_a_direct_service_without_a_sidecar,
+    sync a_hop_calls_a_direct_leaf_service_with_the_requests_deadline,
     sync slowness_at_the_service_hop_is_seen_by_the_compounding_check,
     sync a_service_answering_errors_is_counted_by_code,
     sync a_service_that_dies_mid_run_is_an_incident,
@@ -161,6 +163,21 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
             &["unknown key \"timeout\"", "ready_timeout"],
         ),
         (
+            "[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n[[hop]]\nname = \"c\"\n",
+            "s.toml:6:1",
+            &["hop \"b\" has service.direct = true", "must be a leaf"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\nslow = { probability = 0.1, extra = \"1ms\" }\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n",
+            "s.toml:8:1",
+            &["slow cannot go with service.direct = true", "drop direct"],
+        ),
+        (
+            "[[hop]]\nname = \"b\"\ntransport = \"pull\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n",
+            "s.toml:8:1",
+            &["transport cannot go with service.direct = true"],
+        ),
+        (
             "[[hop]]\nname = \"b\"\nnet = { loss = 0.01 }\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\n",
             "s.toml:9:6",
             &["hop \"b\"", "not supported yet with the netns launcher"],
@@ -189,6 +206,18 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
         text.contains("s.toml:9:6") && text.contains("netns"),
         "{text}"
     );
+    // A directly called entry hop keeps the load generator's connections.
+    let (code, text) = validate(
+        dir.path(),
+        &format!(
+            "{head}connection = \"per_request\"\n[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\ndirect = true\n"
+        ),
+    );
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("s.toml:6:1") && text.contains("load.connection = \"per_request\" cannot go"),
+        "{text}"
+    );
     // And a good one passes, its request written as a table.
     let (code, text) = validate(
         dir.path(),
@@ -199,7 +228,14 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
     assert_eq!(code, Some(0), "{text}");
 }
 
-fn deployments_and_attached_runs_refuse_a_service() {
+/// A deployment runs a service's command in the scenario's image, and has
+/// no .proto files: without an image, and with proto, `tailmesh compose`
+/// and `tailmesh k8s` refuse the scenario, naming the hop and the key
+/// (exit status 2); with an image and reflection, it deploys (the files
+/// themselves: `deploy::a_service_hop_deploys_its_service_beside_its_sidecar`).
+/// Attached to a deployment, a run no longer refuses a service: it waits
+/// for the hops (here, in a network namespace of its own, for nothing).
+fn deployments_refuse_a_service_without_an_image_and_attached_runs_accept_one() {
     let dir = tempfile::tempdir().expect("temp dir");
     let text = scenario(
         "svc-deploy",
@@ -210,31 +246,54 @@ fn deployments_and_attached_runs_refuse_a_service() {
         ),
     );
     let path = write(dir.path(), "s.toml", &text);
-    let results = dir.path().join("results");
     let compose = dir.path().join("compose.yml");
-    for (args, words) in [
-        (
-            vec!["compose", path_str(&path), "-o", path_str(&compose)],
-            "hop \"b\": [hop.service] is not supported yet with this launcher (Docker Compose)",
-        ),
-        (
-            vec![
-                "run",
-                path_str(&path),
-                "--attach",
-                "--no-traces",
-                "--results",
-                path_str(&results),
-            ],
-            "hop \"b\" has [hop.service], which is not supported yet with this launcher \
-             (attached to a deployment)",
-        ),
+    let k8s = dir.path().join("k8s");
+    for args in [
+        vec!["compose", path_str(&path), "-o", path_str(&compose)],
+        vec!["k8s", path_str(&path), "--out-dir", path_str(&k8s)],
     ] {
         let out = tailmesh(dir.path(), &args);
         assert_eq!(out.code(), Some(2), "{args:?}: {}", out.output());
-        assert!(out.stderr.contains(words), "{args:?}: {}", out.output());
+        for words in [
+            "hop \"b\": [hop.service] proto: the .proto files are not in the containers",
+            "hop \"b\": [hop.service] command runs in a container beside each replica's \
+             sidecar",
+            "name its image with [hop.service] image",
+        ] {
+            assert!(out.stderr.contains(words), "{args:?}: {}", out.output());
+        }
     }
     assert!(!compose.exists(), "no Compose file for a refused scenario");
+    assert!(!k8s.exists(), "no manifests for a refused scenario");
+
+    if !tailmesh_netfault::tool::has_privilege() {
+        crate::harness::skip(
+            "attaching in a network namespace of its own needs root (unshare --net)",
+        );
+    }
+    let results = dir.path().join("results");
+    let out = std::process::Command::new("unshare")
+        .arg("--net")
+        .arg(TAILMESH)
+        .args([
+            "run",
+            path_str(&path),
+            "--attach",
+            "--attach-timeout",
+            "1s",
+            "--no-traces",
+            "--results",
+            path_str(&results),
+        ])
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Not refused (2): the run waited for the service hop, which is not there.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hop-b-0: service \"hop-b-0\" not ready after 1s"),
+        "{stderr}"
+    );
 }
 
 fn a_service_command_that_exits_at_once_fails_the_run_naming_the_hop() {
@@ -417,10 +476,13 @@ fn a_service_started_per_replica_gets_its_port_and_environment() {
         &echo_command(&["--no-health", "--tag", scratch.marker()]),
         "{ work_us = 500 }",
     );
+    // c, which b's services are told about, has two replicas.
     let text = scenario(
         "svc-command",
         &closed(40),
-        &format!("[[hop]]\nname = \"b\"\nreplicas = 2\n{service}"),
+        &format!(
+            "[[hop]]\nname = \"b\"\nreplicas = 2\n{service}[[hop]]\nname = \"c\"\nreplicas = 2\n"
+        ),
     );
     let path = write(scratch.path(), "s.toml", &text);
     let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
@@ -464,10 +526,116 @@ fn a_service_started_per_replica_gets_its_port_and_environment() {
             config.contains(&format!("127.0.0.1:{port}")),
             "replica {replica}: {config}"
         );
+        // It was told where its downstream hop's replicas are: those its
+        // sidecar calls.
+        let config: Value = serde_json::from_str(&config).expect("hop config JSON");
+        let c: Vec<&str> = config["downstream"][0]["replicas"]
+            .as_array()
+            .expect("c's replicas")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(c.len(), 2, "{config:#}");
+        for words in [
+            format!("TAILMESH_DOWNSTREAM={} ", c.join(",")),
+            format!("TAILMESH_DOWNSTREAM_C={} ", c.join(",")),
+        ] {
+            assert!(
+                log.contains(&words),
+                "replica {replica}: {words:?} in {log}"
+            );
+        }
     }
     // Stopped with the run: nothing of it is left.
     let left = processes_with(scratch.marker(), std::process::id());
     assert!(left.is_empty(), "left running: {left:?}\n{context}");
+}
+
+/// `[hop.service]` with `direct = true` after `source`.
+fn direct_service(source: &str, request: &str) -> String {
+    echo_service(&format!("{source}\ndirect = true"), request)
+}
+
+fn the_load_generator_calls_a_direct_service_without_a_sidecar() {
+    let scratch = Scratch::new();
+    // Hop a is the service itself, two replicas started by the run.
+    let service = direct_service(
+        &echo_command(&["--tag", scratch.marker()]),
+        "{ work_us = 500 }",
+    );
+    let text = scenario(
+        "svc-direct",
+        &closed(40),
+        &format!("replicas = 2\n{service}"),
+    );
+    let path = write(scratch.path(), "s.toml", &text);
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    let accounted = accounted(out, &scratch.results());
+    let (v, context) = (&accounted.v, &accounted.context);
+    assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
+    let a = hop(v, "a");
+    // The load generator's own record of the hop: its replicas in turn,
+    // the call's time (at least the service's work) as the hop's time.
+    assert_eq!(str_at(a, "/transport"), "direct", "{context}");
+    assert_eq!(u64_at(a, "/requests"), u64_at(v, "/ok"), "{context}");
+    assert_eq!(
+        a["replica_requests"],
+        serde_json::json!([20, 20]),
+        "{context}"
+    );
+    assert!(u64_at(a, "/service/min_us") >= 500, "{context}");
+    assert_eq!(a["grpc_service"]["direct"], Value::Bool(true), "{context}");
+    // Services, and no hop process in front of them.
+    let logs = accounted.run_dir.join("logs").join("base");
+    for replica in 0..2 {
+        assert!(
+            logs.join(format!("hop-a-{replica}.service.log")).exists(),
+            "replica {replica}: {context}"
+        );
+        assert!(
+            !logs.join(format!("hop-a-{replica}.json")).exists(),
+            "replica {replica} has a sidecar: {context}"
+        );
+    }
+    let left = processes_with(scratch.marker(), std::process::id());
+    assert!(left.is_empty(), "left running: {left:?}\n{context}");
+}
+
+fn a_hop_calls_a_direct_leaf_service_with_the_requests_deadline() {
+    let scratch = Scratch::new();
+    let server = EchoServer::start();
+    let service = direct_service(
+        &format!("address = \"{}\"", server.addr),
+        "{ message = \"hi\", work_us = 1000 }",
+    );
+    let accounted = run_allowing_errors(
+        &scratch,
+        "svc-direct-leaf",
+        &closed(30),
+        &format!("[[hop]]\nname = \"b\"\n{service}"),
+    );
+    let (v, context) = (&accounted.v, &accounted.context);
+    let ok = u64_at(v, "/ok");
+    assert_eq!(ok, u64_at(v, "/sent"), "{context}");
+    let b = hop(v, "b");
+    assert_eq!(str_at(b, "/transport"), "direct", "{context}");
+    assert_eq!(u64_at(b, "/requests"), ok, "{context}");
+    assert!(u64_at(b, "/service/min_us") >= 1000, "{context}");
+    // a's time includes its call to b.
+    assert!(
+        u64_at(hop(v, "a"), "/total/min_us") >= u64_at(b, "/service/min_us"),
+        "{context}"
+    );
+    // Hop a called the service once per request, with its deadline.
+    assert_eq!(server.calls(), ok, "{context}");
+    assert_eq!(
+        server
+            .seen
+            .with_deadline
+            .load(std::sync::atomic::Ordering::SeqCst),
+        ok,
+        "{context}"
+    );
 }
 
 fn slowness_at_the_service_hop_is_seen_by_the_compounding_check() {

@@ -13,6 +13,7 @@
 //!   files or server reflection), the request encoded once, the call.
 //! - `fits`: whether a service's reply fits its output message, checked
 //!   on the wire format without decoding it.
+//! - `direct`: a leaf service called without a sidecar, by its caller.
 //! - `server`: the request handler, the gRPC service and `run`.
 //! - `slots`: a replica's slots for its own work and the bounded line of
 //!   requests waiting for one, in the hop's queue discipline.
@@ -21,6 +22,7 @@
 
 mod balance;
 pub mod client;
+pub mod direct;
 pub mod draw;
 mod error;
 pub mod events;
@@ -33,6 +35,7 @@ mod unary;
 pub mod work;
 
 pub use client::{Connections, PushPool};
+pub use direct::DirectTarget;
 pub use error::HopError;
 pub use server::{DownstreamConfig, HopConfig, HopCore, PullTarget, run, run_with_control};
-pub use service::{ServiceClient, ServiceError, ServiceReply};
+pub use service::{RawCodec, ServiceClient, ServiceError, ServiceReply};

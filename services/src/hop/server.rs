@@ -23,6 +23,7 @@ use tonic::{Code, Request, Response, Status};
 
 use super::{
     client::{Connections, PushPool},
+    direct::DirectTarget,
     draw::plan,
     error::{CallError, HopError},
     policy::{self, Called, ClientPolicy, PolicyState},
@@ -76,6 +77,11 @@ pub struct DownstreamConfig {
     /// one.
     #[serde(default)]
     pub connection: Connection,
+    /// A leaf service reached directly (`[hop.service] direct = true`):
+    /// what to call on it; `replicas` are the services' addresses. `None`:
+    /// a tailmesh hop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<crate::model::ServiceCall>,
 }
 
 /// Everything a hop replica process needs: plain data, handed over as JSON.
@@ -192,6 +198,7 @@ struct Downstream {
 enum Target {
     Push(PushPool),
     Pull(Box<PullTarget>),
+    Direct(DirectTarget),
 }
 
 impl Downstream {
@@ -200,8 +207,9 @@ impl Downstream {
     /// attempts (retries, hedges) that took.
     async fn call(&self, request: &CallRequest, timeout: Option<Duration>) -> Called<CallReply> {
         let transport = match &self.target {
-            Target::Push(_) => Transport::Push,
-            Target::Pull(_) => Transport::Pull,
+            Target::Push(_) => Some(Transport::Push),
+            Target::Pull(_) => Some(Transport::Pull),
+            Target::Direct(_) => None,
         };
         // The caller's hop, replica and variant are its process's resource.
         let mut span = telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
@@ -209,7 +217,7 @@ impl Downstream {
                 Arc::clone(&self.span_name).into(),
                 telemetry::SpanFields {
                     downstream: Some(Arc::clone(&self.hop)),
-                    transport: Some(transport),
+                    transport,
                     request_id: Some(request.request_id),
                     ..telemetry::SpanFields::default()
                 },
@@ -224,6 +232,7 @@ impl Downstream {
                 match &self.target {
                     Target::Push(pool) => pool.call(request, timeout).await,
                     Target::Pull(target) => target.call(request, timeout).await,
+                    Target::Direct(target) => target.call(request, timeout).await,
                 }
             }
         });
@@ -404,37 +413,77 @@ impl HopCore {
     /// Builds the handler and its downstream clients (lazily connected).
     /// A hop whose work is a service needs [`HopCore::resolve`].
     pub fn new(config: &HopConfig) -> Result<Self, HopError> {
-        if config.service.is_some() {
+        if config.service.is_some() || config.downstream.iter().any(|d| d.service.is_some()) {
             return Err(HopError::ServiceUnresolved {
                 hop: config.behavior.name.clone(),
             });
         }
-        Self::build(config, None)
+        Self::build(config, None, Vec::new())
     }
 
     /// [`HopCore::new`], and the hop's service (`config.service`) resolved
     /// first: its schema, method and request, so that a method it lacks or
     /// a request that does not fit fails the hop's start, not its calls.
+    /// The downstream services reached directly are resolved too.
     pub async fn resolve(config: &HopConfig) -> Result<Self, HopError> {
+        let failed = |source| HopError::Service {
+            hop: config.behavior.name.clone(),
+            replica: config.replica,
+            source: Box::new(source),
+        };
         let service = match &config.service {
             Some(call) => Some(
                 ServiceClient::resolve(call, SERVICE_PATIENCE)
                     .await
-                    .map_err(|source| HopError::Service {
-                        hop: config.behavior.name.clone(),
-                        replica: config.replica,
-                        source: Box::new(source),
-                    })?,
+                    .map_err(failed)?,
             ),
             None => None,
         };
-        Self::build(config, service)
+        let mut direct = Vec::new();
+        for d in &config.downstream {
+            if let Some(call) = &d.service {
+                let addresses: Vec<String> = d.replicas.iter().map(ToString::to_string).collect();
+                direct.push(
+                    DirectTarget::resolve(
+                        &d.hop,
+                        &config.behavior.name,
+                        call,
+                        &addresses,
+                        1,
+                        SERVICE_PATIENCE,
+                    )
+                    .await
+                    .map_err(failed)?,
+                );
+            }
+        }
+        Self::build(config, service, direct)
     }
 
-    fn build(config: &HopConfig, service: Option<ServiceClient>) -> Result<Self, HopError> {
+    /// Builds the hop; `direct` are its directly reached downstream
+    /// services, resolved, in the order of `config.downstream`.
+    fn build(
+        config: &HopConfig,
+        service: Option<ServiceClient>,
+        direct: Vec<DirectTarget>,
+    ) -> Result<Self, HopError> {
         let span_name = |hop: &str| Arc::from(format!("{} -> {hop}", config.behavior.name));
         let mut downstream = Vec::with_capacity(config.downstream.len());
+        let mut direct = direct.into_iter();
         for d in &config.downstream {
+            if d.service.is_some() {
+                let target = direct
+                    .next()
+                    .ok_or_else(|| HopError::ServiceUnresolved { hop: d.hop.clone() })?;
+                downstream.push(Downstream {
+                    span_name: span_name(&d.hop),
+                    hop: d.hop.as_str().into(),
+                    target: Target::Direct(target),
+                    policy: d.policy.clone(),
+                    state: PolicyState::default(),
+                });
+                continue;
+            }
             match d.transport {
                 Transport::Push => {
                     let connections = match d.connection {
@@ -517,7 +566,7 @@ impl HopCore {
             .iter()
             .filter_map(|d| match &d.target {
                 Target::Push(pool) => Some(pool.endpoint_events()),
-                Target::Pull(_) => None,
+                Target::Pull(_) | Target::Direct(_) => None,
             })
             .collect()
     }

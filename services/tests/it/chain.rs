@@ -175,6 +175,7 @@ async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Lea
                         policy: Default::default(),
                         endpoints: Default::default(),
                         connection: Default::default(),
+                        service: None,
                     })
                     .collect(),
                 broker: None,

@@ -342,6 +342,7 @@ async fn a_hop_reports_its_downstream_endpoints_through_control() {
             policy: Default::default(),
             endpoints: options(true),
             connection: Default::default(),
+            service: None,
         }],
         ..config(&HopBehavior::idle("a", 1), 0)
     };

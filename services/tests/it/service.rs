@@ -15,24 +15,18 @@ use std::{
     time::Duration,
 };
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use prost::Message;
 use tailmesh_proto::pb::{CallRequest, hop_client::HopClient};
 use tailmesh_services::{
     broker::{BrokerConfig, run as run_broker},
-    hop::{self, HopConfig, HopCore, HopError, PullTarget, ServiceClient, ServiceError},
+    hop::{self, HopConfig, HopCore, HopError, PullTarget, RawCodec, ServiceClient, ServiceError},
     model::{HopBehavior, ServiceCall, Transport},
     telemetry::{self, SpanContext},
 };
 use tokio::{net::TcpListener, sync::oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{
-    Code, Status,
-    body::Body,
-    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
-    codegen::http,
-    server::NamedService,
-};
+use tonic::{Code, Status, body::Body, codegen::http, server::NamedService};
 
 use crate::support::{Running, within};
 
@@ -117,7 +111,7 @@ impl tower::Service<http::Request<Body>> for Echo {
             if request.uri().path() != "/tailmesh.examples.v1.Echo/Echo" {
                 return Ok(Status::unimplemented("no such method").into_http());
             }
-            let mut grpc = tonic::server::Grpc::new(Raw);
+            let mut grpc = tonic::server::Grpc::new(RawCodec);
             Ok(grpc.unary(EchoHandler(echo), request).await)
         })
     }
@@ -177,40 +171,6 @@ impl tonic::server::UnaryService<Bytes> for EchoHandler {
             };
             Ok(tonic::Response::new(reply.encode_to_vec().into()))
         })
-    }
-}
-
-/// Bytes in, bytes out.
-#[derive(Clone, Copy, Default)]
-struct Raw;
-
-impl Codec for Raw {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = Raw;
-    type Decoder = Raw;
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-
-impl Encoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 

@@ -19,10 +19,11 @@ use std::{
     time::Duration,
 };
 
-use bytes::{Buf, BufMut};
+use bytes::Bytes;
+use prost::Message;
+use tailmesh_services::hop::RawCodec;
 use tonic::{
     Status,
-    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
     codegen::{BoxFuture, http},
     server::{Grpc, NamedService, UnaryService},
 };
@@ -64,59 +65,6 @@ pub(crate) struct EchoReply {
     pub worked_us: u32,
 }
 
-/// Encodes and decodes prost messages (tonic-prost's codec, in a few lines).
-struct ProstCodec<E, D>(std::marker::PhantomData<(E, D)>);
-
-impl<E, D> Default for ProstCodec<E, D> {
-    fn default() -> Self {
-        ProstCodec(std::marker::PhantomData)
-    }
-}
-
-impl<E, D> Codec for ProstCodec<E, D>
-where
-    E: prost::Message + Send + 'static,
-    D: prost::Message + Default + Send + 'static,
-{
-    type Encode = E;
-    type Decode = D;
-    type Encoder = ProstCodec<E, ()>;
-    type Decoder = ProstCodec<(), D>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::default()
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::default()
-    }
-}
-
-impl<E: prost::Message> Encoder for ProstCodec<E, ()> {
-    type Item = E;
-    type Error = Status;
-
-    fn encode(&mut self, item: E, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        let mut bytes = Vec::with_capacity(item.encoded_len());
-        item.encode(&mut bytes)
-            .map_err(|e| Status::internal(e.to_string()))?;
-        dst.put_slice(&bytes);
-        Ok(())
-    }
-}
-
-impl<D: prost::Message + Default> Decoder for ProstCodec<(), D> {
-    type Item = D;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        D::decode(bytes)
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
-    }
-}
-
 /// What the server counts, shared by its calls.
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
@@ -139,11 +87,11 @@ struct Echo {
 
 struct EchoCall(Echo);
 
-impl UnaryService<EchoRequest> for EchoCall {
-    type Response = EchoReply;
-    type Future = BoxFuture<tonic::Response<EchoReply>, Status>;
+impl UnaryService<Bytes> for EchoCall {
+    type Response = Bytes;
+    type Future = BoxFuture<tonic::Response<Bytes>, Status>;
 
-    fn call(&mut self, request: tonic::Request<EchoRequest>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let echo = self.0.clone();
         Box::pin(async move {
             let calls = echo.seen.calls.fetch_add(1, Ordering::SeqCst) + 1;
@@ -176,7 +124,8 @@ impl UnaryService<EchoRequest> for EchoCall {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned();
-            let mut body = request.into_inner();
+            let mut body = EchoRequest::decode(request.into_inner())
+                .map_err(|e| Status::invalid_argument(format!("not an EchoRequest: {e}")))?;
             body.message.push_str(&tenant);
             tokio::time::sleep(Duration::from_micros(u64::from(body.work_us))).await;
             if body.fail_code != 0 {
@@ -185,13 +134,14 @@ impl UnaryService<EchoRequest> for EchoCall {
                     "asked to fail",
                 ));
             }
-            Ok(tonic::Response::new(EchoReply {
+            let reply = EchoReply {
                 message: body.message,
                 server: "rust-test".to_owned(),
                 deadline_left_us,
                 traceparent,
                 worked_us: body.work_us,
-            }))
+            };
+            Ok(tonic::Response::new(reply.encode_to_vec().into()))
         })
     }
 }
@@ -224,7 +174,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for Echo {
         let echo = self.clone();
         Box::pin(async move {
             if request.uri().path() == format!("/{METHOD}") {
-                let mut grpc = Grpc::new(ProstCodec::<EchoReply, EchoRequest>::default());
+                let mut grpc = Grpc::new(RawCodec);
                 return Ok(grpc.unary(EchoCall(echo), request).await);
             }
             let mut response = http::Response::new(tonic::body::Body::default());
@@ -366,13 +316,20 @@ pub(crate) fn serve_if_asked() -> Option<std::process::ExitCode> {
     // Without grpc.health.v1: ready once a call is answered (UNIMPLEMENTED).
     let health = !args.iter().any(|a| a == "--no-health");
     let env = |key: &str| std::env::var(key).unwrap_or_default();
+    // The downstream hops' variables, each with its value.
+    let mut downstream: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("TAILMESH_DOWNSTREAM"))
+        .map(|(k, v)| format!("{k}={v} "))
+        .collect();
+    downstream.sort();
     println!(
         "echo server: port {port}, PORT={} TAILMESH_HOP={} TAILMESH_REPLICA={} \
-         OTEL_SERVICE_NAME={}",
+         OTEL_SERVICE_NAME={} {}",
         env("PORT"),
         env("TAILMESH_HOP"),
         env("TAILMESH_REPLICA"),
-        env("OTEL_SERVICE_NAME")
+        env("OTEL_SERVICE_NAME"),
+        downstream.concat()
     );
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
