@@ -252,9 +252,12 @@ impl RequestFacts {
         RequestFacts {
             ok: record.outcome == Outcome::Ok,
             sampled,
+            // What the trace can hold: a directly called service's
+            // record has no span to check.
             path: record
                 .path
                 .iter()
+                .filter(|h| super::has_server_span(h))
                 .map(|h| PathHop {
                     hop: h.hop.clone(),
                     replica: h.replica,
@@ -739,6 +742,26 @@ mod tests {
         assert_eq!(flat[0].attr_string("hop").as_deref(), Some("b"));
         // Another variant's processes are not this variant's.
         assert_eq!(analyze(&batches, "w", &[], |_| true).spans, 0);
+    }
+
+    #[test]
+    fn a_directly_called_service_in_the_path_does_not_make_a_trace_incomplete() {
+        // a called the service c directly: c has no span, only a record.
+        let spans = vec![
+            span(1, 0, "request 7", SpanKind::Client, SERVICE, 1_000, 11_000),
+            span(2, 1, "a", SpanKind::Server, "a", 2_000, 10_000),
+        ];
+        let mut r = record(&["c", "a"]);
+        r.path[0].transport = "direct".into();
+        let report = analyze(&batch(spans.clone()), "v", &[r.clone()], |_| true);
+        assert_eq!((report.expected, report.complete), (1, 1));
+        // The same path through a tailmesh hop c is missing c's span.
+        r.path[0].transport = "push".into();
+        let report = analyze(&batch(spans), "v", &[r], |_| true);
+        assert_eq!(
+            (report.expected, report.complete, report.incomplete),
+            (1, 0, 1)
+        );
     }
 
     #[test]

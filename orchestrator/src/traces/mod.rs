@@ -33,6 +33,13 @@ use opentelemetry_proto::tonic::{
 /// the next, so they do not name the process).
 pub const OBSERVER_PREFIX: &str = "tailmesh.observer.";
 
+/// Whether the hop of a path record exports a server span: every hop but
+/// a service its caller reached directly (`[hop.service] direct`), which
+/// has no tailmesh hop in front of it to export one.
+pub fn has_server_span(record: &tailmesh_proto::pb::HopRecord) -> bool {
+    record.transport != tailmesh_services::hop::direct::DIRECT_TRANSPORT
+}
+
 /// One span with the process that sent it.
 #[derive(Clone, Copy, Debug)]
 pub struct FlatSpan<'a> {

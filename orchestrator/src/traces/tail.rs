@@ -197,11 +197,15 @@ fn encode_slot(buf: &mut [u8], hops: &[String], mut flags: u8, path: &[HopRecord
             .and_then(|i| u8::try_from(i).ok())
             .filter(|i| *i != UNKNOWN_HOP)
     };
-    if path.len() > hops.len() || path.iter().any(|h| index(&h.hop).is_none()) {
+    // What the trace can hold: a directly called service's record has no
+    // span to check.
+    let traced = || path.iter().filter(|h| super::has_server_span(h));
+    let n = traced().count();
+    if n > hops.len() || traced().any(|h| index(&h.hop).is_none()) {
         flags |= OVERFLOW;
     } else {
-        buf[1] = path.len() as u8;
-        for (i, h) in path.iter().enumerate() {
+        buf[1] = n as u8;
+        for (i, h) in traced().enumerate() {
             let at = 2 + i * HOP_BYTES;
             buf[at] = index(&h.hop).unwrap_or(UNKNOWN_HOP);
             let replica = u16::try_from(h.replica).unwrap_or(u16::MAX);
@@ -555,7 +559,7 @@ impl RecordSink for TailSampler {
             // Expected: a sampled ok request's trace, checked against its path.
             if ok {
                 self.expected += 1;
-                for h in &record.path {
+                for h in record.path.iter().filter(|h| super::has_server_span(h)) {
                     if let Some(i) = self.facts.hops.iter().position(|n| *n == h.hop) {
                         self.expected_per_hop[i] += 1;
                     }
