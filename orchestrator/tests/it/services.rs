@@ -7,7 +7,8 @@
 //! injected at the service hop as the compounding check sees it, a service
 //! answering errors, a service that dies mid-run, nothing left running
 //! after the orchestrator's SIGKILL, and the Python example's spans under
-//! the sidecar's in traces.jaeger.json.
+//! the sidecar's in traces.jaeger.json, and the shipped server study
+//! (`scenarios/servers.toml`, scaled down) over all three examples.
 
 use std::{
     path::{Path, PathBuf},
@@ -40,6 +41,7 @@ tests! {
     sync a_service_that_dies_mid_run_is_an_incident,
     sync a_service_dies_with_a_killed_orchestrator,
     sync the_python_example_joins_the_trace_under_its_sidecar,
+    sync the_shipped_servers_study_compares_four_implementations_side_by_side,
 }
 
 /// The load and the first hop of every scenario here; `{hops}` follows.
@@ -844,6 +846,114 @@ fn the_python_example_joins_the_trace_under_its_sidecar() {
         under_sidecar > 0,
         "no span of the Python service in {} traces: {context}",
         traces.len()
+    );
+}
+
+/// What examples/servers/setup.sh makes, by implementation, when it is
+/// missing: the Python virtualenv, the Node.js modules, the C++ binary.
+fn examples_missing() -> Vec<&'static str> {
+    let servers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers");
+    [
+        ("python", ".venv/bin/python"),
+        ("node", "node/node_modules/@grpc/grpc-js"),
+        ("cpp", "cpp/build/echo-server"),
+    ]
+    .into_iter()
+    .filter(|(_, made)| !servers.join(made).exists())
+    .map(|(name, _)| name)
+    .chain(
+        find_in_path("node")
+            .is_none()
+            .then_some("node (the command)"),
+    )
+    .collect()
+}
+
+fn the_shipped_servers_study_compares_four_implementations_side_by_side() {
+    let missing = examples_missing();
+    if !missing.is_empty() {
+        crate::harness::skip(format!(
+            "example servers not set up ({}): run examples/servers/setup.sh",
+            missing.join(", ")
+        ));
+    }
+    let scratch = Scratch::new();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/servers.toml"
+    ))
+    .expect("read the shipped servers scenario");
+    let scaled = shipped
+        .replace("requests = 5000", "requests = 60")
+        .replace("warmup = \"500ms\"", "warmup = \"100ms\"")
+        .replace("\"../examples/", &format!("\"{}/", examples.display()));
+    assert!(
+        scaled.contains("requests = 60")
+            && scaled.contains("warmup = \"100ms\"")
+            && !scaled.contains("\"../examples/"),
+        "the scenario's load keys or paths changed: update this test\n{scaled}"
+    );
+    let path = write(scratch.path(), "servers.toml", &scaled);
+    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let run_dir = only_run_dir(&scratch.results());
+    let summary = summary(&run_dir);
+    let by_name = variants_by_name(&summary);
+    let implementations = ["tailmesh", "python", "node", "cpp"];
+    let in_flight = [1, 2, 4, 8];
+    assert_eq!(by_name.len(), 16, "{:?}", by_name.keys());
+    for implementation in implementations {
+        for c in in_flight {
+            let name = format!("{implementation}-concurrency-{c}");
+            let v = by_name
+                .get(name.as_str())
+                .unwrap_or_else(|| panic!("no variant {name}: {:?}", by_name.keys()));
+            let context = format!("{v:#}\n{}", out.output());
+            assert_accounted(v, &context);
+            assert_eq!(u64_at(v, "/ok"), 60, "{context}");
+            assert_eq!(u64_at(v, "/load/concurrency"), c, "{context}");
+            // tailmesh's own hop is pushed to; every example is called
+            // directly, with no sidecar in front of it.
+            let expected = if implementation == "tailmesh" {
+                "push"
+            } else {
+                "direct"
+            };
+            assert_eq!(
+                str_at(hop(v, "server"), "/transport"),
+                expected,
+                "{context}"
+            );
+        }
+    }
+    // The report's side-by-side table: a column per implementation, a row
+    // per in-flight count, every cell measured.
+    let html = std::fs::read_to_string(run_dir.join("report.html")).expect("read report.html");
+    let table = html
+        .split_once("<table id=\"sweep-side-by-side\">")
+        .and_then(|(_, rest)| rest.split_once("</table>"))
+        .map(|(table, _)| table)
+        .unwrap_or_else(|| panic!("no side-by-side table in report.html"));
+    for implementation in implementations {
+        assert!(
+            table.contains(&format!("<th>{implementation} p50 / p99</th>")),
+            "no column for {implementation}: {table}"
+        );
+    }
+    for c in in_flight {
+        assert!(
+            table.contains(&format!("<tr><td>{c}</td>")),
+            "no row for {c}: {table}"
+        );
+    }
+    assert!(
+        !table.contains("<td>-</td>"),
+        "a cell without a measurement: {table}"
+    );
+    assert!(
+        html.contains("id=\"sweep-distributions\"") && html.contains("id=\"sweep-spectra\""),
+        "the report lacks the side-by-side charts"
     );
 }
 

@@ -95,7 +95,7 @@ fn field(
         Some(f) => Shape::from(f),
         None => match message.get_extension(number) {
             Some(e) => Shape::from(e),
-            None => return unknown(number, wire, buf, depth),
+            None => return skip(Skipping::Unknown, number, wire, buf, depth),
         },
     };
     let named = |e: Misfit| {
@@ -212,15 +212,35 @@ fn map_entry(entry: &MessageDescriptor, buf: &mut &[u8], depth: u32) -> Result<(
         let (number, wire) = key(buf)?;
         match entry.get_field(number).filter(|_| number <= 2) {
             Some(f) => value(&f.kind(), f.is_group(), number, wire, buf, depth)?,
-            None => skip(number, wire, buf, depth)?,
+            None => skip(Skipping::Field, number, wire, buf, depth)?,
         }
     }
     Ok(())
 }
 
-/// prost's `skip_field`.
-fn skip(number: u32, wire: WireType, buf: &mut &[u8], depth: u32) -> Result<(), Misfit> {
-    enter(depth)?;
+/// Which of the two skipping rules a field is passed over by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skipping {
+    /// prost's `skip_field` (a map entry's other fields): every field
+    /// needs depth left, and a stray end of group is unexpected.
+    Field,
+    /// An unknown field, as prost-reflect keeps it
+    /// (`UnknownField::decode_value`): only a group needs depth left, and
+    /// an end of group is the wrong wire type.
+    Unknown,
+}
+
+/// Passes over one field whose key is read, checking what `rule` checks.
+fn skip(
+    rule: Skipping,
+    number: u32,
+    wire: WireType,
+    buf: &mut &[u8],
+    depth: u32,
+) -> Result<(), Misfit> {
+    if rule == Skipping::Field || wire == WireType::StartGroup {
+        enter(depth)?;
+    }
     match wire {
         WireType::Varint => varint(buf, "a varint").map(drop),
         WireType::ThirtyTwoBit => fixed(buf, 4),
@@ -238,39 +258,12 @@ fn skip(number: u32, wire: WireType, buf: &mut &[u8], depth: u32) -> Result<(), 
                     Err(Misfit("unexpected end group tag".into()))
                 };
             }
-            skip(n, w, buf, depth - 1)?;
+            skip(rule, n, w, buf, depth - 1)?;
         },
-        WireType::EndGroup => Err(Misfit("unexpected end group tag".into())),
-    }
-}
-
-/// An unknown field, as prost-reflect keeps it (`UnknownField::decode_value`).
-fn unknown(number: u32, wire: WireType, buf: &mut &[u8], depth: u32) -> Result<(), Misfit> {
-    match wire {
-        WireType::Varint => varint(buf, "a varint").map(drop),
-        WireType::ThirtyTwoBit => fixed(buf, 4),
-        WireType::SixtyFourBit => fixed(buf, 8),
-        WireType::LengthDelimited => delimited(buf, |body| {
-            body.advance(body.len());
-            Ok(())
-        }),
-        WireType::StartGroup => {
-            enter(depth)?;
-            loop {
-                let (n, w) = key(buf)?;
-                if w == WireType::EndGroup {
-                    return if n == number {
-                        Ok(())
-                    } else {
-                        Err(Misfit("unexpected end group tag".into()))
-                    };
-                }
-                unknown(n, w, buf, depth - 1)?;
-            }
-        }
-        WireType::EndGroup => Err(Misfit(
-            "invalid wire type: EndGroup (expected StartGroup)".into(),
-        )),
+        WireType::EndGroup => Err(Misfit(match rule {
+            Skipping::Field => "unexpected end group tag".into(),
+            Skipping::Unknown => "invalid wire type: EndGroup (expected StartGroup)".into(),
+        })),
     }
 }
 
