@@ -37,7 +37,7 @@ use crate::scenario::ServiceSource;
 
 pub use crate::plan::{BROKER, Role};
 use crate::{
-    plan::{MeshPlan, Naming},
+    plan::{MeshPlan, Naming, hop_role},
     scenario::Scenario,
 };
 
@@ -151,8 +151,9 @@ pub struct HopWorkService {
     /// Kubernetes' `command`): the scenario's `command` with `{port}`
     /// replaced by [`HOP_SERVICE_PORT`].
     pub command: Vec<String>,
-    /// Its environment: `PORT`, `TAILMESH_HOP`, `TAILMESH_REPLICA` and,
-    /// when the scenario traces, the OTLP variables that make a service
+    /// Its environment: `PORT`, `TAILMESH_HOP`, `TAILMESH_REPLICA`, where
+    /// its downstream hops are (`TAILMESH_DOWNSTREAM*`, by their service
+    /// names) and, when the scenario traces, the OTLP variables that make a service
     /// exporting spans join the request's trace (service name
     /// `hop-<hop>-service`, the variant on its resource).
     pub env: Vec<(String, String)>,
@@ -228,7 +229,19 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                         }
                         (ServiceSource::Command(_), None) => {}
                         (ServiceSource::Command(_), Some(_)) => {
-                            work = work_service(&name, hop, *replica, &trace_env, runtime);
+                            let downstream = crate::plan::downstream_env(hop, variant, |h| {
+                                let replicas = variant.hops.iter().find(|x| x.name == h)?.replicas;
+                                let at = |r| {
+                                    format!("{}:{SERVICE_PORT}", naming.service(&hop_role(h, r)))
+                                };
+                                Some((0..replicas).map(at).collect())
+                            });
+                            work = work_service(
+                                (&name, hop, *replica),
+                                &trace_env,
+                                downstream,
+                                runtime,
+                            );
                         }
                     }
                     if let Some(work) = &work
@@ -296,12 +309,11 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
 /// `sidecar`, traced with `sidecar_trace_env`), when its `[hop.service]`
 /// has a `command` and an `image`: the command in the image, on
 /// [`HOP_SERVICE_PORT`], with the environment the local launcher gives a
-/// service it starts.
+/// service it starts (`downstream`: where the hop's downstream hops are).
 fn work_service(
-    sidecar: &str,
-    hop: &crate::scenario::Hop,
-    replica: u32,
+    (sidecar, hop, replica): (&str, &crate::scenario::Hop, u32),
     sidecar_trace_env: &[(String, String)],
+    downstream: Vec<(String, String)>,
     runtime: Runtime,
 ) -> Option<HopWorkService> {
     let service = hop.service.as_ref()?;
@@ -315,6 +327,7 @@ fn work_service(
         ("TAILMESH_HOP".to_owned(), hop.name.clone()),
         ("TAILMESH_REPLICA".to_owned(), replica.to_string()),
     ];
+    env.extend(downstream);
     if let Some((_, variant)) = sidecar_trace_env
         .iter()
         .find(|(k, _)| k == tailmesh_services::telemetry::VARIANT_ENV)
@@ -649,6 +662,48 @@ mod tests {
                     .expect("the sidecar is told where its service is");
                 assert_eq!(command[at + 1], address);
             }
+        }
+    }
+
+    /// A service beside a hop that calls others is told where they are,
+    /// as under the local launcher: the push hops' replicas by their
+    /// service names (the variant's prefix too), no pull hop.
+    #[test]
+    fn a_deployed_service_is_told_where_its_downstream_hops_are() {
+        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
+                    [[hop]]\nname = \"a\"\ndownstream = [\"d\", \"next-hop\"]\n\
+                    [hop.service]\ncommand = [\"srv\"]\nimage = \"echo:1\"\nmethod = \"p.S/M\"\n\
+                    [[hop]]\nname = \"next-hop\"\nreplicas = 2\n\
+                    [[hop]]\nname = \"d\"\ntransport = \"pull\"\n\
+                    [[variant]]\nname = \"x\"\n[[variant]]\nname = \"y\"\n";
+        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
+        let runtime = Runtime {
+            name: "test",
+            net_admin: true,
+            pod: false,
+        };
+        let services = services(&scenario, runtime).unwrap_or_else(|e| panic!("{e}"));
+        for variant in ["x", "y"] {
+            let work = services
+                .iter()
+                .find(|s| s.variant == variant && s.work.is_some())
+                .and_then(|s| s.work.as_ref())
+                .unwrap_or_else(|| panic!("no service in variant {variant}"));
+            let downstream: Vec<_> = work
+                .env
+                .iter()
+                .filter(|(k, _)| k.starts_with("TAILMESH_DOWNSTREAM"))
+                .cloned()
+                .collect();
+            let replicas = format!("{variant}-hop-next-hop-0:7000,{variant}-hop-next-hop-1:7000");
+            assert_eq!(
+                downstream,
+                [
+                    ("TAILMESH_DOWNSTREAM".to_owned(), replicas.clone()),
+                    ("TAILMESH_DOWNSTREAM_NEXT_HOP".to_owned(), replicas),
+                ],
+                "variant {variant}"
+            );
         }
     }
 }

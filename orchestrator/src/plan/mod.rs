@@ -47,6 +47,41 @@ pub(crate) fn hop_role(hop: &str, replica: u32) -> String {
     format!("hop-{hop}-{replica}")
 }
 
+/// Where a service's downstream hops are, for a service that makes its own
+/// outbound calls: `TAILMESH_DOWNSTREAM_<HOP>` for each downstream hop of
+/// `hop` in `variant` reached by push (its name upper-cased, `-` as `_`),
+/// its replicas' addresses (`replicas` of the hop's name: `host:port`
+/// each) joined by commas, and `TAILMESH_DOWNSTREAM` the same for the
+/// first one. A hop reached by pull has no address of its own (its broker
+/// topic does), and one `replicas` does not know is left out.
+pub(crate) fn downstream_env(
+    hop: &Hop,
+    variant: &Variant,
+    replicas: impl Fn(&str) -> Option<Vec<String>>,
+) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for name in &hop.downstream {
+        let push = variant
+            .hops
+            .iter()
+            .any(|h| &h.name == name && h.transport == Transport::Push);
+        let Some(value) = replicas(name).filter(|_| push).map(|r| r.join(",")) else {
+            continue;
+        };
+        if env.is_empty() {
+            env.push(("TAILMESH_DOWNSTREAM".to_owned(), value.clone()));
+        }
+        env.push((
+            format!(
+                "TAILMESH_DOWNSTREAM_{}",
+                name.to_ascii_uppercase().replace('-', "_")
+            ),
+            value,
+        ));
+    }
+    env
+}
+
 /// What a process runs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Role {

@@ -288,7 +288,7 @@ pub enum ServiceError {
 /// (attached to a deployment, which runs it: only where it is, for
 /// messages): waits for the one at `address`, or starts `command` on a free port of
 /// 127.0.0.1 (`{port}` in its arguments, and `PORT`), with `TAILMESH_HOP`,
-/// `TAILMESH_REPLICA`, where its downstream hops are ([`downstream_env`])
+/// `TAILMESH_REPLICA`, where its downstream hops are ([`crate::plan::downstream_env`])
 /// and, when the run traces, the OTLP variables that
 /// make a service exporting spans join the request's trace (its resource
 /// names the variant, as every span of a run's traces must). Its output goes
@@ -356,7 +356,11 @@ async fn start_service(
         .env("TAILMESH_REPLICA", replica.to_string())
         .ready_within(service.ready_timeout)
         .service(addr, service.dir.clone());
-    for (key, value) in downstream_env(hop, plan, addrs) {
+    let replicas = |name: &str| {
+        let replicas = addrs.hops.get(name)?;
+        Some(replicas.iter().map(ToString::to_string).collect())
+    };
+    for (key, value) in crate::plan::downstream_env(hop, &plan.variant, replicas) {
         spec = spec.env(key, value);
     }
     if let Some(t) = &options.traces {
@@ -378,45 +382,6 @@ async fn start_service(
     }
     launcher.launch(spec).await?;
     Ok(addr.to_string())
-}
-
-/// Where a service's downstream hops are, for a service that makes its own
-/// outbound calls (the hops it calls are started before it):
-/// `TAILMESH_DOWNSTREAM_<HOP>` for each downstream hop reached by push (its
-/// name upper-cased, `-` as `_`), its replicas' `host:port` joined by
-/// commas, and `TAILMESH_DOWNSTREAM` the same for the first one. A hop
-/// reached by pull has no address of its own (its broker topic does).
-pub(crate) fn downstream_env(
-    hop: &crate::scenario::Hop,
-    plan: &MeshPlan,
-    addrs: &Addrs,
-) -> Vec<(String, String)> {
-    let mut env = Vec::new();
-    for name in &hop.downstream {
-        let push =
-            plan.variant.hops.iter().any(|h| {
-                &h.name == name && h.transport == tailmesh_services::model::Transport::Push
-            });
-        let Some(replicas) = addrs.hops.get(name).filter(|_| push) else {
-            continue;
-        };
-        let value = replicas
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        if env.is_empty() {
-            env.push(("TAILMESH_DOWNSTREAM".to_owned(), value.clone()));
-        }
-        env.push((
-            format!(
-                "TAILMESH_DOWNSTREAM_{}",
-                name.to_ascii_uppercase().replace('-', "_")
-            ),
-            value,
-        ));
-    }
-    env
 }
 
 /// How often a service at a fixed address is asked whether it is ready.
