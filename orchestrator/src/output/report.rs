@@ -253,6 +253,14 @@ const SPECTRUM: Frame<'static> = Frame {
     y_format: ms,
 };
 
+/// A spectrum's axes with latency on a log scale too: for variants whose
+/// latencies differ by orders of magnitude, side by side.
+const SPECTRUM_LOG_Y: Frame<'static> = Frame {
+    y_label: "latency (log scale)",
+    y_scale: Scale::Log,
+    ..SPECTRUM
+};
+
 /// Goodput's axes: ok answers per second against the offered load.
 const GOODPUT: Frame<'static> = Frame {
     x_label: "offered load (requests/s)",
@@ -1335,7 +1343,7 @@ fn side_by_side_section(sweep: &SweepSummary, variants: &[VariantReport]) -> Str
         "<h2>Side by side at each {key}</h2><p class=\"note\">Each panel is one value of \
          {key}, with every variant run at it (ok requests): first their latency histograms \
          (share per bucket, ten buckets per decade), then their percentile spectra (the tail \
-         to the right). Within each chart all panels share their axes, so a curve further \
+         to the right, latency on a log scale). Within each chart all panels share their axes, so a curve further \
          right (histograms) or higher (spectra) is slower in any panel.</p>"
     );
     out.push_str(&svg::small_multiples(&SmallMultiples {
@@ -1348,7 +1356,7 @@ fn side_by_side_section(sweep: &SweepSummary, variants: &[VariantReport]) -> Str
     out.push_str(&svg::small_multiples(&SmallMultiples {
         id: "sweep-spectra",
         title: "Percentile spectra side by side",
-        frame: SPECTRUM,
+        frame: SPECTRUM_LOG_Y,
         columns: 2,
         panels: panels(spectrum_points),
     }));
