@@ -159,17 +159,7 @@ fn value(
         Kind::Message(inner) if group => {
             expect(WireType::StartGroup, wire)?;
             enter(depth)?;
-            loop {
-                let (n, w) = key(buf)?;
-                if w == WireType::EndGroup {
-                    return if n == number {
-                        Ok(())
-                    } else {
-                        Err(Misfit("unexpected end group tag".into()))
-                    };
-                }
-                field(inner, n, w, buf, depth - 1)?;
-            }
+            group_fields(number, buf, |n, w, buf| field(inner, n, w, buf, depth - 1))
         }
         Kind::Message(inner) => {
             expect(WireType::LengthDelimited, wire)?;
@@ -249,21 +239,33 @@ fn skip(
             body.advance(body.len());
             Ok(())
         }),
-        WireType::StartGroup => loop {
-            let (n, w) = key(buf)?;
-            if w == WireType::EndGroup {
-                return if n == number {
-                    Ok(())
-                } else {
-                    Err(Misfit("unexpected end group tag".into()))
-                };
-            }
-            skip(rule, n, w, buf, depth - 1)?;
-        },
+        WireType::StartGroup => {
+            group_fields(number, buf, |n, w, buf| skip(rule, n, w, buf, depth - 1))
+        }
         WireType::EndGroup => Err(Misfit(match rule {
             Skipping::Field => "unexpected end group tag".into(),
             Skipping::Unknown => "invalid wire type: EndGroup (expected StartGroup)".into(),
         })),
+    }
+}
+
+/// A group's fields, its start read, each passed to `each` until the end
+/// of group numbered `number`.
+fn group_fields(
+    number: u32,
+    buf: &mut &[u8],
+    mut each: impl FnMut(u32, WireType, &mut &[u8]) -> Result<(), Misfit>,
+) -> Result<(), Misfit> {
+    loop {
+        let (n, w) = key(buf)?;
+        if w == WireType::EndGroup {
+            return if n == number {
+                Ok(())
+            } else {
+                Err(Misfit("unexpected end group tag".into()))
+            };
+        }
+        each(n, w, buf)?;
     }
 }
 
