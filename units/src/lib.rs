@@ -45,7 +45,7 @@ fn seconds(secs: f64) -> String {
     loop {
         let (name, scale) = UNITS[unit];
         let value = secs / scale;
-        let text = if name == "ns" || (name == "us" && value >= 10.0) {
+        let text = if name == "ns" || (name == "us" && value >= 9.5) {
             // Below a millisecond, the histograms' unit: whole numbers.
             format!("{value:.0}")
         } else {
@@ -63,13 +63,15 @@ fn seconds(secs: f64) -> String {
 /// `value` (0 < value) with three significant digits, never fewer digits
 /// than its integer part: `1.32`, `13.2`, `132`, `1500`.
 fn three_digits(value: f64) -> String {
-    if value >= 100.0 {
-        format!("{value:.0}")
-    } else if value >= 10.0 {
-        format!("{value:.1}")
+    // The band is the rounded value's: 9.996 is "10.0", 99.96 is "100".
+    let decimals = if value >= 99.95 {
+        0
+    } else if value >= 9.995 {
+        1
     } else {
-        format!("{value:.2}")
-    }
+        2
+    };
+    format!("{value:.decimals$}")
 }
 
 /// A share (0.271) as a percentage with the digits that tell it from its
@@ -92,12 +94,13 @@ fn percent_number(share: f64) -> String {
     if p == 0.0 {
         return "0".to_string();
     }
+    // The band is the rounded value's: 9.9999 % is "10.0", not "10.00".
     let magnitude = p.abs();
-    if magnitude >= 100.0 {
+    if magnitude >= 99.95 {
         format!("{p:.0}")
-    } else if magnitude >= 10.0 {
+    } else if magnitude >= 9.995 {
         format!("{p:.1}")
-    } else if magnitude >= 1.0 {
+    } else if magnitude >= 0.9995 {
         format!("{p:.2}")
     } else {
         // Two significant digits below 1 %: 0.05, 0.012, 0.0012.
@@ -145,6 +148,9 @@ mod tests {
             (Duration::from_nanos(999_960), "1.00 ms"),
             (Duration::from_nanos(999_999_999), "1.00 s"),
             (Duration::ZERO, "0 s"),
+            (Duration::from_nanos(99_960_000), "100 ms"),
+            (Duration::from_nanos(9_996_000), "10.0 ms"),
+            (Duration::from_nanos(9_600), "10 us"),
             (Duration::new(10, 1_320_158), "10.0 s"),
         ];
         for (d, want) in cases {
@@ -164,6 +170,9 @@ mod tests {
             (0.000012, "0.0012 %"),
             (0.00123, "0.12 %"),
             (0.0, "0 %"),
+            (0.09999999999999998, "10.0 %"),
+            (0.99996, "100 %"),
+            (0.0099999, "1.00 %"),
         ];
         for (share, want) in cases {
             assert_eq!(percent(share), want, "{share}");
@@ -178,7 +187,10 @@ mod tests {
         assert_eq!(nanos(Duration::from_micros(3)), 3_000);
         assert_eq!(nanos(Duration::MAX), u64::MAX);
         assert_eq!(unix_nanos_at(UNIX_EPOCH), 0);
-        assert_eq!(unix_nanos_at(UNIX_EPOCH + Duration::from_secs(2)), 2_000_000_000);
+        assert_eq!(
+            unix_nanos_at(UNIX_EPOCH + Duration::from_secs(2)),
+            2_000_000_000
+        );
         assert!(unix_nanos() > 1_700_000_000_000_000_000);
     }
 }
