@@ -455,7 +455,7 @@ impl HopAcc {
     }
 
     /// The hop's report; `requests` and `slow` are its path records and
-    /// slow ones, as the variant's [`Slice`] counted them.
+    /// slow ones, as the whole variant's slice counted them.
     fn into_report(self, variant: &Variant, hop: &Hop, (requests, slow): (u64, u64)) -> HopReport {
         HopReport {
             hop: hop.name.clone(),

@@ -88,8 +88,7 @@ pub use report::{
     SpectrumPoint, TailSegment,
 };
 pub(crate) use report::{QUANTILES, SPECTRUM};
-use segments::Row;
-use segments::{AttemptAcc, HOP_SEGMENTS, HopAcc, Tree, columns, row_of, segments};
+use segments::{AttemptAcc, HOP_SEGMENTS, HopAcc, Row, Tree, columns, row_of, segments};
 use shuffle::{Reservoir, shuffle};
 
 /// Bootstrap replicates of the measurement and of the composition.
