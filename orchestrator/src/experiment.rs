@@ -312,7 +312,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         source: &source,
         run_id: &run_id,
         started_at,
-        environment: Environment::detect(&launchers(&runs)),
+        environment: detect_environment(&launchers(&runs)),
         traces: trace_counts,
     };
     let files = trace_files(&runs, kept.as_ref());
@@ -859,4 +859,51 @@ fn link_latest(dir: &Path) {
     let link = parent.join("latest");
     let _ = std::fs::remove_file(&link);
     let _ = std::os::unix::fs::symlink(name, &link);
+}
+
+/// The host's facts for summary.json: the kernel release from
+/// /proc/sys/kernel/osrelease (else `uname -r`), the host name from
+/// /proc/sys/kernel/hostname (else `uname -n`). Facts that cannot be read
+/// are `None`, never an error.
+fn detect_environment(launcher: &str) -> Environment {
+    Environment {
+        tailmesh_version: env!("CARGO_PKG_VERSION").to_string(),
+        os: std::env::consts::OS.to_string(),
+        arch: std::env::consts::ARCH.to_string(),
+        kernel: read_fact("/proc/sys/kernel/osrelease", "-r"),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        hostname: read_fact("/proc/sys/kernel/hostname", "-n"),
+        launcher: launcher.to_string(),
+    }
+}
+
+/// The trimmed content of `file`, else the output of `uname <flag>`.
+fn read_fact(file: &str, uname_flag: &str) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok().or_else(|| {
+        let out = std::process::Command::new("uname")
+            .arg(uname_flag)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    })?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_knows_this_host() {
+        let e = detect_environment("local");
+        assert_eq!(e.launcher, "local");
+        assert_eq!(e.tailmesh_version, env!("CARGO_PKG_VERSION"));
+        assert!(e.cpus >= 1);
+        if cfg!(target_os = "linux") {
+            assert!(e.kernel.is_some());
+        }
+    }
 }

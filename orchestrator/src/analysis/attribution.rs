@@ -553,11 +553,6 @@ fn split_at(bands: &BTreeMap<u64, Band>, n: u64, name: &str, q: f64) -> Option<P
     })
 }
 
-/// A share as a percentage with one decimal: `4.1 %`.
-pub(crate) fn pct(share: f64) -> String {
-    format!("{:.1} %", share * 100.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

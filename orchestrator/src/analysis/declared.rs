@@ -47,7 +47,7 @@ use tailmesh_services::hop::policy::retryable;
 use tailmesh_services::model::{Balance, DurationDist, Transport, Work};
 
 use super::compose::{Dist, Grid};
-use super::phases::windowed_faults;
+use super::facts::windowed_faults;
 use crate::scenario::{ConnectionMode, Hedge, Hop, LoadMode, NetFault, Stop, Variant, Window};
 
 /// The utilization above which a hop's queueing, which the prediction

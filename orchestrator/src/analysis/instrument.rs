@@ -100,17 +100,12 @@ impl InstrumentReport {
         } else if self.timer_error_worst_second_us >= BUSY_TIMER_ERROR_US {
             Some(format!(
                 "the timer's wake-up error reached {} (p99 over one second) during the load",
-                ms(self.timer_error_worst_second_us)
+                tailmesh_units::micros(self.timer_error_worst_second_us as f64)
             ))
         } else {
             None
         }
     }
-}
-
-/// `us` in milliseconds, one decimal.
-pub(crate) fn ms(us: u64) -> String {
-    format!("{:.1} ms", us as f64 / 1e3)
 }
 
 /// Judges a load window: `samples` from the self-watch, `lateness` the
@@ -152,7 +147,7 @@ fn busy_reasons(r: &InstrumentReport, lateness: &Percentiles) -> Vec<String> {
     if r.timer_error.p99_us >= BUSY_TIMER_ERROR_US {
         reasons.push(format!(
             "timer wake-up error p99 {}",
-            ms(r.timer_error.p99_us)
+            tailmesh_units::micros(r.timer_error.p99_us as f64)
         ));
     }
     // Without a CPU split (no /proc), every other signal counts as before.
@@ -170,15 +165,15 @@ fn busy_reasons(r: &InstrumentReport, lateness: &Percentiles) -> Vec<String> {
         .cpu_pressure
         .filter(|p| *p >= BUSY_CPU_PRESSURE && others_present)
     {
-        reasons.push(format!("CPU pressure {:.0} %", p * 100.0));
+        reasons.push(format!("CPU pressure {}", tailmesh_units::percent(p)));
     }
     if let Some(s) = r.steal.filter(|s| *s >= BUSY_STEAL) {
-        reasons.push(format!("CPU steal {:.1} %", s * 100.0));
+        reasons.push(format!("CPU steal {}", tailmesh_units::percent(s)));
     }
     if lateness.p99_us >= BUSY_LATENESS_US && others_present && r.others_cpus.is_some() {
         reasons.push(format!(
             "the load generator sent late (p99 {})",
-            ms(lateness.p99_us)
+            tailmesh_units::micros(lateness.p99_us as f64)
         ));
     }
     reasons
@@ -237,7 +232,7 @@ mod tests {
                     h.record(2_500).expect("in range");
                     s.timer_error = Some(h);
                 },
-                "timer wake-up error p99 2.5 ms",
+                "timer wake-up error p99 2.50 ms",
             ),
             (
                 |s, _| {
@@ -256,7 +251,7 @@ mod tests {
                         others: 0.3,
                     });
                 },
-                "CPU pressure 87 %",
+                "CPU pressure 87.0 %",
             ),
             (|s, _| s.steal = Some(0.12), "CPU steal 12.0 %"),
             (
@@ -267,7 +262,7 @@ mod tests {
                         others: 0.3,
                     });
                 },
-                "the load generator sent late (p99 4.0 ms)",
+                "the load generator sent late (p99 4.00 ms)",
             ),
         ];
         for (make_busy, reason) in cases {
@@ -333,6 +328,6 @@ mod tests {
         s.timer_error_worst_second_us = 4_000;
         let r = judge(&s, &on_time());
         assert!(!r.busy);
-        assert!(r.warning().is_some_and(|w| w.contains("4.0 ms")));
+        assert!(r.warning().is_some_and(|w| w.contains("4.00 ms")));
     }
 }

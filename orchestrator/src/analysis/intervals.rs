@@ -89,18 +89,6 @@ pub(crate) struct Window {
     pub interrupted: bool,
 }
 
-impl Window {
-    /// The window of a finished report.
-    pub(crate) fn of(report: &super::VariantReport) -> Window {
-        Window {
-            planned_s: report.load.duration_s,
-            open: report.load.mode == "open",
-            measured_s: report.measured_s,
-            interrupted: report.interrupted,
-        }
-    }
-}
-
 /// Where a variant's sending ended, seconds into the measured phase: the
 /// planned duration; when it stopped by count or was interrupted, where
 /// sending actually stopped (`last_send`: the latest intended send time).

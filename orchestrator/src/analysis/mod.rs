@@ -1,8 +1,10 @@
 //! Analysis: from measured requests, fed one at a time, and plain data
-//! about the run to the finished reports. Nothing here does I/O except
-//! `Environment::detect`, which the caller runs to read the
-//! host's facts; warnings come back as strings for the caller to print.
+//! about the run to the finished reports. Nothing here does I/O (the
+//! caller reads the host's facts and writes the files); warnings come back
+//! as strings for the caller to print.
 //!
+//! - `facts`: what the scenario says, read once: the faults with a window
+//!   and their labels, a hop's declared slow probability and work bound.
 //! - `stats`: latency histograms (µs, 3 digits), percentiles, Wilson interval.
 //! - `compounding`: `1 - prod(1 - p_i)` against the measured slow fraction.
 //! - `attribution`: why each slow request was slow, counted per cause.
@@ -14,6 +16,9 @@
 //! - `latency_intervals`: latency over time, a histogram per interval (end
 //!   to end and per hop), closed when no request meant for it can still
 //!   come, handed to the `.hlog` writer and summarized for the chart.
+//! - `slice`: one slice of the requests (the whole variant, or a phase)
+//!   counted and judged the same way: outcomes, latency, slow counts,
+//!   attribution, composition.
 //! - `phases`: results per phase of the schedule (fault windows, load
 //!   steps), the recovery after a window, the knee of a ramp.
 //! - `broker`: the broker's per-topic statistics as summary.json holds them.
@@ -40,12 +45,14 @@ pub(crate) mod composition;
 pub(crate) mod compounding;
 pub(crate) mod declared;
 pub(crate) mod endpoints;
+pub(crate) mod facts;
 pub(crate) mod gate;
 pub(crate) mod instrument;
 pub(crate) mod intervals;
 pub(crate) mod latency_intervals;
 pub(crate) mod observer;
 pub(crate) mod phases;
+pub(crate) mod slice;
 pub(crate) mod stats;
 pub(crate) mod summary;
 pub(crate) mod sweep;
@@ -58,8 +65,8 @@ pub(crate) mod testing;
 pub use broker::BrokerTopicStats;
 pub use compose::{ComposeError, Dist, Grid, MAX_BINS, MIN_BIN, bootstrap_quantiles, grid_for};
 pub use composition::{
-    CompositionReport, Correlation, Dependence, DistributionCheck, QuantileBand, Quantiles,
-    SegmentSummary, SpectrumPoint, TailSegment,
+    CompositionReport, Correlation, Dependence, QuantileBand, Quantiles, SegmentSummary,
+    SpectrumPoint, TailSegment,
 };
 pub use declared::{BUSY, Declared, Overhead, Undeclared, declared, declared_in_force};
 pub use endpoints::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord, ReplicaCounts};
@@ -76,7 +83,7 @@ pub use stats::Percentiles;
 pub use summary::{CheckSummary, Summary};
 pub use sweep::SweepSummary;
 pub use variant::VariantReport;
-pub use verdict::{CompoundingReport, Verdict};
+pub use verdict::{CompoundingReport, DistributionCheck, Verdict};
 
 pub(crate) use summary::{RunFacts, summarize_run};
 pub(crate) use sweep::summarize_sweep;

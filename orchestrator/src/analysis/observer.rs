@@ -8,8 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::VariantReport;
-
 /// What was measured of one traced variant, in ns (the inputs).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ObserverInputs {
@@ -137,9 +135,11 @@ impl ObserverReport {
         }
     }
 
-    /// The report of a traced variant from what was measured, `variant`
-    /// giving the load window's CPU.
-    pub fn assess(m: &ObserverInputs, variant: &VariantReport) -> Self {
+    /// The report of a traced variant from what was measured;
+    /// `window_cpu_us` is the mesh's CPU over the load window, µs, when the
+    /// self-watch measured it (`ObserverReport::assess` reads it from a
+    /// variant's report).
+    pub fn from_inputs(m: &ObserverInputs, window_cpu_us: Option<f64>) -> Self {
         let p = m.processes;
         let cpu = {
             let hops_recording = p.map(|p| us(p.record_ns));
@@ -165,11 +165,6 @@ impl ObserverReport {
             }
         };
         let per_request = |x: f64| (m.traced_requests > 0).then(|| x / m.traced_requests as f64);
-        let window_cpu_us = variant
-            .instrument
-            .as_ref()
-            .and_then(|i| Some(i.mesh_cpus? * i.window_s? * 1e6))
-            .filter(|w| *w > 0.0);
         ObserverReport {
             traced: true,
             traced_requests: m.traced_requests,
@@ -215,7 +210,7 @@ impl ObserverReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::InstrumentReport;
+    use crate::analysis::{InstrumentReport, VariantReport};
 
     fn variant(mesh_cpus: Option<f64>, window_s: Option<f64>) -> VariantReport {
         use crate::analysis::testing::{analyze_variant, chain3, check, ok_records};

@@ -17,17 +17,16 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use super::attribution::{AttributionAcc, AttributionReport};
-use super::composition::{CompositionAcc, CompositionContext, CompositionReport};
-use super::compounding::{HopSlowness, SlowCounts, compare};
-use super::instrument::ms;
+use super::attribution::AttributionReport;
+use super::composition::{CompositionContext, CompositionReport};
+use super::facts::{declared_p, slow_label, windowed_faults};
 use super::latency_intervals::ClosedInterval;
-use super::stats::{Percentiles, SIGFIG, micros, new_histogram, record_us};
-use super::variant::{declared_p, work_bound};
+use super::slice::{SliceAcc, SliceJudging};
+use super::stats::{Percentiles, SIGFIG};
+use super::verdict::CompoundingReport;
 use super::verdict::MachineState;
-use super::verdict::{CompoundingReport, Verdict, decide};
-use crate::record::{Outcome, RequestRecord};
-use crate::scenario::{Check, Variant, Window};
+use crate::record::RequestRecord;
+use crate::scenario::{Check, Variant};
 
 /// One phase of a variant's run (summary.json's `variants[].phases[]`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -151,46 +150,6 @@ impl Span {
     }
 }
 
-/// Every fault of `variant` that has a window (set and cleared during the
-/// run), labelled `slow b`, `replica_slow b/2`, `error b`, `net b`,
-/// `net b/1`, and each replica killed on schedule (`kill b/1`, down until
-/// it is back): the one place faults get the names phases, their reports and
-/// the declared prediction use.
-pub(crate) fn windowed_faults(variant: &Variant) -> Vec<(String, Window)> {
-    let mut out = Vec::new();
-    let mut push = |label: String, w: Window| {
-        if w.is_scheduled() {
-            out.push((label, w));
-        }
-    };
-    for hop in &variant.hops {
-        let name = &hop.name;
-        if hop.slow.is_some() {
-            push(slow_label(name), hop.windows.slow);
-        }
-        if let Some(r) = &hop.replica_slow {
-            push(
-                format!("replica_slow {name}/{}", r.replica),
-                hop.windows.replica_slow,
-            );
-        }
-        if hop.error.is_some() {
-            push(format!("error {name}"), hop.windows.error);
-        }
-        if let Some(net) = hop.net.as_ref().filter(|n| n.is_active()) {
-            push(format!("net {name}"), net.window());
-        }
-        for r in hop.replica_net.iter().filter(|r| r.fault.is_active()) {
-            push(format!("net {name}/{}", r.replica), r.fault.window());
-        }
-        // A replica killed on schedule is down from its kill to its restart.
-        if let Some(kill) = &hop.kill {
-            push(format!("kill {name}/{}", kill.replica), kill.window());
-        }
-    }
-    out
-}
-
 /// [`windowed_faults`] as spans on the measured clock.
 fn spans(variant: &Variant) -> Vec<Span> {
     windowed_faults(variant)
@@ -201,11 +160,6 @@ fn spans(variant: &Variant) -> Vec<Span> {
             end: w.duration.map(|d| w.start + d),
         })
         .collect()
-}
-
-/// The label of a hop's `slow` window.
-fn slow_label(hop: &str) -> String {
-    format!("slow {hop}")
 }
 
 /// One phase as planned, before any request.
@@ -308,20 +262,6 @@ fn unique_names(planned: &mut [Planned]) {
     }
 }
 
-/// One phase's requests, as they complete.
-struct PhaseAcc {
-    sent: u64,
-    ok: u64,
-    errors: u64,
-    timeouts: u64,
-    latency: Histogram<u64>,
-    counts: SlowCounts,
-    /// Per hop, in scenario order: path records and slow ones.
-    hops: Vec<(u64, u64)>,
-    attribution: AttributionAcc,
-    composition: CompositionAcc,
-}
-
 /// Watches the intervals after a fault window for the tail's return: a
 /// rolling run of whole intervals holding at least [`MIN_P99_REQUESTS`]
 /// ok requests, slid one interval at a time.
@@ -342,15 +282,13 @@ struct RecoveryWatch {
 /// latency interval.
 pub(crate) struct Phases {
     planned: Vec<Planned>,
-    accs: Vec<PhaseAcc>,
+    accs: Vec<SliceAcc>,
     watches: Vec<RecoveryWatch>,
     hop_index: BTreeMap<String, usize>,
     /// Per phase and hop: the declared slow probability in force.
     declared: Vec<Vec<f64>>,
     hop_names: Vec<String>,
-    threshold: Duration,
-    /// Whether the compounding check runs (per phase too).
-    compounding: bool,
+    check: Check,
     /// Whether some hop's `slow` has a window.
     slowness_windowed: bool,
     /// The load's end, seconds, once known.
@@ -364,24 +302,7 @@ impl Phases {
         let planned = plan(variant, length);
         let accs = planned
             .iter()
-            .map(|_| PhaseAcc {
-                sent: 0,
-                ok: 0,
-                errors: 0,
-                timeouts: 0,
-                latency: new_histogram(),
-                counts: SlowCounts::default(),
-                hops: vec![(0, 0); variant.hops.len()],
-                attribution: AttributionAcc::new(
-                    check.slow_threshold,
-                    variant
-                        .hops
-                        .iter()
-                        .filter_map(|h| Some((h.name.clone(), work_bound(h)?)))
-                        .collect(),
-                ),
-                composition: CompositionAcc::new(variant),
-            })
+            .map(|_| SliceAcc::new(variant, check))
             .collect();
         let watches = planned
             .iter()
@@ -431,8 +352,7 @@ impl Phases {
                 .collect(),
             declared,
             hop_names: variant.hops.iter().map(|h| h.name.clone()).collect(),
-            threshold: check.slow_threshold,
-            compounding: check.compounding,
+            check: check.clone(),
             slowness_windowed: variant
                 .hops
                 .iter()
@@ -453,25 +373,7 @@ impl Phases {
         let Some(i) = self.phase_of(r.intended) else {
             return;
         };
-        let acc = &mut self.accs[i];
-        acc.sent += 1;
-        acc.counts.count(r, self.threshold);
-        match &r.outcome {
-            Outcome::Ok => {
-                acc.ok += 1;
-                record_us(&mut acc.latency, micros(r.latency()));
-                for h in &r.path {
-                    if let Some(&k) = self.hop_index.get(h.hop.as_str()) {
-                        acc.hops[k].0 += 1;
-                        acc.hops[k].1 += u64::from(h.slow);
-                    }
-                }
-            }
-            Outcome::Timeout => acc.timeouts += 1,
-            Outcome::Error { .. } => acc.errors += 1,
-        }
-        acc.attribution.record(r);
-        acc.composition.observe(r);
+        self.accs[i].record(r, self.check.slow_threshold, &self.hop_index);
     }
 
     /// Sees one closed latency interval (they close in order): the
@@ -493,16 +395,17 @@ impl Phases {
                 continue;
             };
             let base = &self.accs[b];
-            if base.ok < MIN_P99_REQUESTS {
+            if base.ok() < MIN_P99_REQUESTS {
                 w.outcome = Some(RecoveryOutcome::NotEnoughData {
                     reason: format!(
                         "{} ok requests in {}, fewer than {MIN_P99_REQUESTS}",
-                        base.ok, self.planned[b].name
+                        base.ok(),
+                        self.planned[b].name
                     ),
                 });
                 continue;
             }
-            let base_p99 = base.latency.value_at_quantile(0.99);
+            let base_p99 = base.latency().value_at_quantile(0.99);
             let hist = match &c.hists {
                 Some(h) => h.e2e.clone(),
                 None => new_interval_histogram(),
@@ -536,7 +439,7 @@ impl Phases {
     }
 
     /// Whether some hop's injected slowness has a window: the whole run
-    /// then mixes phases whose models differ (see [`judged_by_phase`]).
+    /// then mixes phases whose models differ (see `verdict::compounding_by_phase`).
     pub(crate) fn slowness_windowed(&self) -> bool {
         self.slowness_windowed && !self.planned.is_empty()
     }
@@ -571,133 +474,66 @@ impl Phases {
                     after: self.planned[w.phase].ended.clone(),
                     baseline: w.baseline.map(|b| self.planned[b].name.clone()),
                     baseline_p99_us: baseline
-                        .filter(|a| a.ok > 0)
-                        .map(|a| a.latency.value_at_quantile(0.99)),
+                        .filter(|a| a.ok() > 0)
+                        .map(|a| a.latency().value_at_quantile(0.99)),
                     band: RECOVERY_BAND,
                     min_requests: MIN_P99_REQUESTS,
                     outcome,
                 },
             );
         }
-        let threshold_us = micros(self.threshold);
         let reports: Vec<PhaseReport> = self
             .planned
             .into_iter()
             .zip(self.accs)
             .zip(self.declared)
             .enumerate()
-            .map(|(i, ((p, acc), declared))| {
+            .map(|(i, ((p, acc), declared_p))| {
                 let start_s = p.start.as_secs_f64();
                 let end = p
                     .end
                     .map_or(end_s, |e| e.as_secs_f64().min(end_s.max(start_s)));
                 let secs = (end - start_s).max(0.0);
                 let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
-                let attribution = acc.attribution.finish();
-                let slowness = self
-                    .hop_names
-                    .iter()
-                    .zip(&acc.hops)
-                    .zip(declared)
-                    .map(|((hop, &(requests, slow)), declared_p)| HopSlowness {
-                        hop: hop.clone(),
-                        requests,
-                        slow,
-                        p: if requests > 0 {
-                            slow as f64 / requests as f64
-                        } else {
-                            0.0
-                        },
-                        declared_p,
-                    })
-                    .collect();
-                let compounding = self.compounding.then(|| {
-                    decide(
-                        compare(acc.counts, slowness, threshold_us),
-                        &attribution,
-                        machine,
-                    )
+                let slice = acc.finish(&SliceJudging {
+                    hop_names: &self.hop_names,
+                    declared_p: &declared_p,
+                    check: &self.check,
+                    machine,
+                    composing: &CompositionContext {
+                        faults: Some(&p.faults),
+                        ..*composing
+                    },
                 });
-                let failed = acc.errors + acc.timeouts;
-                let composition = acc.composition.finish(&CompositionContext {
-                    faults: Some(&p.faults),
-                    ..*composing
-                });
+                let failed = slice.errors + slice.timeouts;
                 PhaseReport {
                     name: p.name,
                     start_s,
                     end_s: end,
                     faults: p.faults,
                     offered_rate: p.offered_rate,
-                    sent: acc.sent,
-                    ok: acc.ok,
-                    errors: acc.errors,
-                    timeouts: acc.timeouts,
-                    rate: per_sec(acc.sent),
-                    ok_rate: per_sec(acc.ok),
-                    error_share: if acc.sent > 0 {
-                        failed as f64 / acc.sent as f64
+                    sent: slice.sent,
+                    ok: slice.ok,
+                    errors: slice.errors,
+                    timeouts: slice.timeouts,
+                    rate: per_sec(slice.sent),
+                    ok_rate: per_sec(slice.ok),
+                    error_share: if slice.sent > 0 {
+                        failed as f64 / slice.sent as f64
                     } else {
                         0.0
                     },
-                    latency: Percentiles::from_histogram(&acc.latency),
+                    latency: Percentiles::from_histogram(&slice.latency),
                     recovery: recoveries.remove(&i),
-                    compounding,
-                    attribution: Some(attribution),
-                    composition,
+                    compounding: slice.compounding,
+                    attribution: Some(slice.attribution),
+                    composition: slice.composition,
                 }
             })
             .collect();
         let knee = knee(&reports);
         (reports, knee)
     }
-}
-
-/// The variant's compounding verdict when its slowness has a window: the
-/// whole run mixes phases whose models differ (p during the window, 0
-/// outside it, on every slowed hop at once), so each phase is judged on
-/// its own and the variant takes the worst decided verdict: fail if one
-/// phase fails, else pass if one passes, else inconclusive. The whole
-/// run's numbers stay, for reference.
-pub(crate) fn judged_by_phase(
-    mut whole: CompoundingReport,
-    phases: &[PhaseReport],
-) -> CompoundingReport {
-    let judged: Vec<(&str, &CompoundingReport)> = phases
-        .iter()
-        .filter_map(|p| Some((p.name.as_str(), p.compounding.as_ref()?)))
-        .collect();
-    let worst = |v: Verdict| judged.iter().find(|(_, c)| c.verdict == v);
-    let (verdict, reason) = if let Some((name, c)) = worst(Verdict::Fail) {
-        (
-            Verdict::Fail,
-            format!(
-                "{name}: {}",
-                c.reason
-                    .as_deref()
-                    .unwrap_or("the model lies outside the interval")
-            ),
-        )
-    } else if worst(Verdict::Pass).is_some() {
-        (Verdict::Pass, String::new())
-    } else {
-        (Verdict::Inconclusive, String::new())
-    };
-    let each: Vec<String> = judged
-        .iter()
-        .map(|(name, c)| format!("{name} {}", c.verdict.as_str()))
-        .collect();
-    let per_phase = format!(
-        "judged per phase, the slowness having a window: {}",
-        each.join(", ")
-    );
-    whole.verdict = verdict;
-    whole.reason = Some(if reason.is_empty() {
-        per_phase
-    } else {
-        format!("{per_phase}; {reason}")
-    });
-    whole
 }
 
 fn new_interval_histogram() -> Histogram<u32> {
@@ -721,16 +557,16 @@ fn knee(phases: &[PhaseReport]) -> Option<Knee> {
         let reason = if enough && p99_factor > KNEE_P99_FACTOR {
             format!(
                 "p99 {} is {p99_factor:.1} times {}'s {}",
-                ms(step.latency.p99_us),
+                tailmesh_units::micros(step.latency.p99_us as f64),
                 before.name,
-                ms(before.latency.p99_us)
+                tailmesh_units::micros(before.latency.p99_us as f64)
             )
         } else if step.error_share > before.error_share + KNEE_ERROR_RISE {
             format!(
-                "errors {:.1} % of requests, {}'s {:.1} %",
-                step.error_share * 100.0,
+                "errors {} of requests, {}'s {}",
+                tailmesh_units::percent(step.error_share),
                 before.name,
-                before.error_share * 100.0
+                tailmesh_units::percent(before.error_share)
             )
         } else {
             return None;
@@ -747,7 +583,9 @@ fn knee(phases: &[PhaseReport]) -> Option<Knee> {
 mod tests {
     use super::*;
     use crate::analysis::testing::{analyze_variant, at, check, hop, hop_record, variant};
-    use crate::scenario::{Hop, LoadMode, Step};
+    use crate::analysis::verdict::Verdict;
+    use crate::record::Outcome;
+    use crate::scenario::{Hop, LoadMode, Step, Window};
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
@@ -1049,7 +887,12 @@ mod tests {
         ];
         let k = knee(&steps).expect("a knee");
         assert_eq!(k.step, "step 3");
-        assert!(k.reason.starts_with("errors 5.0 %"), "{}", k.reason);
+        assert!(
+            k.reason
+                .starts_with("errors 5.00 % of requests, step 2's 0 %"),
+            "{}",
+            k.reason
+        );
         assert!(knee(&steps[..2]).is_none());
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use tailmesh_units::percent;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -90,7 +91,7 @@ pub(crate) struct RunFacts<'a> {
     pub run_id: &'a str,
     /// When the run started.
     pub started_at: OffsetDateTime,
-    /// The host ([`Environment::detect`]).
+    /// The host.
     pub environment: Environment,
     /// What the trace receiver counted, when tracing was on.
     pub traces: Option<crate::traces::collector::TraceCounts>,
@@ -212,7 +213,7 @@ impl ScenarioEcho {
     }
 }
 
-/// The host a run happened on.
+/// The host a run happened on (read by the caller: `experiment.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Environment {
     /// tailmesh's version.
@@ -229,39 +230,6 @@ pub struct Environment {
     pub hostname: Option<String>,
     /// The launcher that ran the hops ("local", ...).
     pub launcher: String,
-}
-
-impl Environment {
-    /// Reads the host's facts: the kernel release from
-    /// /proc/sys/kernel/osrelease (else `uname -r`), the host name from
-    /// /proc/sys/kernel/hostname (else `uname -n`). Facts that cannot be
-    /// read are `None`, never an error.
-    pub fn detect(launcher: &str) -> Environment {
-        Environment {
-            tailmesh_version: env!("CARGO_PKG_VERSION").to_string(),
-            os: std::env::consts::OS.to_string(),
-            arch: std::env::consts::ARCH.to_string(),
-            kernel: read_fact("/proc/sys/kernel/osrelease", "-r"),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            hostname: read_fact("/proc/sys/kernel/hostname", "-n"),
-            launcher: launcher.to_string(),
-        }
-    }
-}
-
-/// The trimmed content of `file`, else the output of `uname <flag>`.
-fn read_fact(file: &str, uname_flag: &str) -> Option<String> {
-    let text = std::fs::read_to_string(file).ok().or_else(|| {
-        let out = std::process::Command::new("uname")
-            .arg(uname_flag)
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    })?;
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// The run's overall verdict.
@@ -430,20 +398,6 @@ impl CheckSummary {
     }
 }
 
-/// A share as a percentage with as many decimals as tell it from its
-/// neighbours: `100 %`, `1.5 %`, `0.012 %`.
-fn percent(share: f64) -> String {
-    let percent = share * 100.0;
-    let decimals = if percent >= 10.0 || percent == 0.0 {
-        0
-    } else if percent >= 1.0 {
-        1
-    } else {
-        3
-    };
-    format!("{percent:.decimals$} %")
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -530,7 +484,7 @@ mod tests {
             above.error_failures(),
             [
                 "variant \"push\": 10 of 1010 requests failed (errors and timeouts), an error \
-                 share of 0.990 %, above check.max_error_rate = 0.009 (0.900 %)"
+                 share of 0.99 %, above check.max_error_rate = 0.009 (0.9 %)"
             ]
         );
     }
@@ -557,16 +511,5 @@ mod tests {
             .expect("valid timestamp")
             .to_offset(time::UtcOffset::from_hms(2, 0, 0).expect("valid offset"));
         assert_eq!(rfc3339_utc(t), "2023-11-14T22:13:20Z");
-    }
-
-    #[test]
-    fn environment_knows_this_host() {
-        let e = Environment::detect("local");
-        assert_eq!(e.launcher, "local");
-        assert_eq!(e.tailmesh_version, env!("CARGO_PKG_VERSION"));
-        assert!(e.cpus >= 1);
-        if cfg!(target_os = "linux") {
-            assert!(e.kernel.is_some());
-        }
     }
 }

@@ -241,7 +241,15 @@ pub(crate) fn summary() -> crate::analysis::Summary {
         "run-1",
         time::OffsetDateTime::UNIX_EPOCH,
         echo,
-        Environment::detect("local"),
+        Environment {
+            tailmesh_version: env!("CARGO_PKG_VERSION").to_string(),
+            os: "linux".to_string(),
+            arch: "x86_64".to_string(),
+            kernel: Some("6.1.0".to_string()),
+            cpus: 2,
+            hostname: Some("testhost".to_string()),
+            launcher: "local".to_string(),
+        },
         vec![report],
     );
     s.files.insert("requests".into(), "requests.csv".into());

@@ -16,23 +16,24 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tailmesh_services::link::LinkCounts;
 
-use super::attribution::{AttributionAcc, AttributionReport};
+use super::attribution::AttributionReport;
 use super::broker::BrokerTopicStats;
 use super::compose::{Dist, Grid};
-use super::composition::{
-    CompositionAcc, CompositionContext, CompositionReport,
-    judged_by_phase as judged_distribution_by_phase,
-};
-use super::compounding::{HopSlowness, SlowCounts, compare};
+use super::composition::{CompositionContext, CompositionReport};
 use super::declared::{declared, declared_in_force};
+use super::facts::declared_p;
 use super::instrument::{self, InstrumentReport};
 use super::intervals::{IntervalRecorder, IntervalSeries, Window, sending_end};
 use super::latency_intervals::{
     ClosedInterval, IntervalHists, LatencyOverTime, LatencyPoint, intervals_end,
 };
-use super::phases::{Phases, judged_by_phase};
+use super::observer::{ObserverInputs, ObserverReport};
+use super::phases::Phases;
+use super::slice::{SliceAcc, SliceJudging};
 use super::stats::{Percentiles, micros, new_histogram, record_us};
-use super::verdict::{CompoundingReport, decide};
+use super::verdict::{
+    CompoundingReport, DistributionCheck, compounding_by_phase, distribution_by_phase,
+};
 use crate::record::{MachineSamples, Outcome, RequestRecord, WarmupCounts};
 use crate::scenario::{Arrivals, Check, ConnectionMode, Hop, LoadMode, Stop, Variant};
 use crate::traces::breakdown::{self, TraceReport};
@@ -356,7 +357,7 @@ pub struct VariantReport {
     /// What tracing cost in this variant (absent when read back from an
     /// older summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observer: Option<super::observer::ObserverReport>,
+    pub observer: Option<ObserverReport>,
     /// End-to-end latency histogram (µs, intended send time, ok only).
     /// Not in summary.json: rebuilt from requests.csv when read back.
     #[serde(skip, default = "super::stats::new_histogram")]
@@ -421,8 +422,6 @@ fn planned_length(load: &LoadSummary) -> Option<Duration> {
 
 /// Accumulates one hop's statistics.
 struct HopAcc {
-    requests: u64,
-    slow: u64,
     replicas: Vec<u64>,
     service: Histogram<u64>,
     total: Histogram<u64>,
@@ -434,8 +433,6 @@ struct HopAcc {
 impl HopAcc {
     fn new(replicas: u32) -> HopAcc {
         HopAcc {
-            requests: 0,
-            slow: 0,
             replicas: vec![0; replicas as usize],
             service: new_histogram(),
             total: new_histogram(),
@@ -447,8 +444,6 @@ impl HopAcc {
 
     /// Counts one path record of an ok request.
     fn record(&mut self, h: &tailmesh_proto::pb::HopRecord) {
-        self.requests += 1;
-        self.slow += u64::from(h.slow);
         let replica = h.replica as usize;
         if self.replicas.len() <= replica {
             self.replicas.resize(replica + 1, 0);
@@ -459,7 +454,9 @@ impl HopAcc {
         record_us(&mut self.queue_wait, h.queue_wait_ns / 1_000);
     }
 
-    fn into_report(self, variant: &Variant, hop: &Hop) -> HopReport {
+    /// The hop's report; `requests` and `slow` are its path records and
+    /// slow ones, as the whole variant's slice counted them.
+    fn into_report(self, variant: &Variant, hop: &Hop, (requests, slow): (u64, u64)) -> HopReport {
         HopReport {
             hop: hop.name.clone(),
             transport: if hop.service.as_ref().is_some_and(|s| s.direct) {
@@ -468,9 +465,9 @@ impl HopAcc {
                 hop.transport.as_str().to_owned()
             },
             replicas: hop.replicas,
-            requests: self.requests,
-            slow: self.slow,
-            p_slow: (self.requests > 0).then(|| self.slow as f64 / self.requests as f64),
+            requests,
+            slow,
+            p_slow: (requests > 0).then(|| slow as f64 / requests as f64),
             declared_p_slow: declared_p(variant, hop),
             replica_requests: self.replicas,
             service: Percentiles::from_histogram(&self.service),
@@ -481,48 +478,6 @@ impl HopAcc {
             grpc_service: hop.service.as_ref().map(GrpcService::of),
         }
     }
-}
-
-/// The declared per-request slow probability of a hop (0 without `slow`):
-/// its `slow.probability`, or, when its slowness follows its caller's
-/// (`slow.follow`), the marginal `P(caller slow) follow + (1 - P(caller
-/// slow)) probability`, the caller's own declared marginal taken in turn.
-pub(crate) fn declared_p(variant: &Variant, hop: &Hop) -> f64 {
-    let Some(slow) = &hop.slow else {
-        return 0.0;
-    };
-    let Some(follow) = slow.follow else {
-        return slow.probability;
-    };
-    let caller = variant
-        .hops
-        .iter()
-        .find(|h| h.downstream.contains(&hop.name));
-    let p_caller = caller.map_or(0.0, |c| declared_p(variant, c));
-    p_caller * follow + (1.0 - p_caller) * slow.probability
-}
-
-/// The longest a hop's work should take: the 99.99th percentile of its
-/// declared sleep (times a slow replica's factor); `None` for CPU-bound
-/// work, whose time depends on the machine.
-pub(crate) fn work_bound(hop: &Hop) -> Option<Duration> {
-    use tailmesh_services::model::{DurationDist, Work};
-    let bound = match &hop.work {
-        Work::None => Duration::ZERO,
-        Work::Cpu { .. } => return None,
-        Work::Sleep { dist } => match dist {
-            DurationDist::Fixed { value } => *value,
-            DurationDist::Uniform { max, .. } => *max,
-            // -ln(1e-4) = 9.21 means.
-            DurationDist::Exp { mean } => mean.mul_f64(9.21),
-            // exp(mu + 3.72 sigma) with mu = ln(mean) - sigma^2 / 2.
-            DurationDist::Lognormal { mean, sigma } => {
-                mean.mul_f64((3.72 * sigma - sigma * sigma / 2.0).exp().min(1e6))
-            }
-        },
-    };
-    let factor = hop.replica_slow.as_ref().map_or(1.0, |r| r.factor.max(1.0));
-    Some(bound.mul_f64(factor))
 }
 
 /// The innermost hop named in an error message (`... hop "b" ...`).
@@ -605,7 +560,8 @@ pub(crate) struct VariantAccumulator {
     variant: Variant,
     check: Check,
     index: BTreeMap<String, usize>,
-    latency: Histogram<u64>,
+    /// Everything a phase counts too, for the whole measured phase.
+    whole: SliceAcc,
     uncorrected: Histogram<u64>,
     lateness: Histogram<u64>,
     hops: Vec<HopAcc>,
@@ -614,18 +570,12 @@ pub(crate) struct VariantAccumulator {
     ids: IdSet,
     /// The most ranges `ids` held at once.
     peak_id_ranges: usize,
-    sent: u64,
-    ok: u64,
-    timeouts: u64,
     duplicate_ids: u64,
-    counts: SlowCounts,
     extra_attempts: u64,
     calls: u64,
-    attribution: AttributionAcc,
     intervals: IntervalRecorder,
     over_time: LatencyOverTime,
     phases: Phases,
-    composition: CompositionAcc,
 }
 
 impl VariantAccumulator {
@@ -637,7 +587,7 @@ impl VariantAccumulator {
         VariantAccumulator {
             over_time: LatencyOverTime::new(interval, planned, variant.load.timeout, &hops),
             phases: Phases::new(variant, check, planned),
-            composition: CompositionAcc::new(variant),
+            whole: SliceAcc::new(variant, check),
             variant: variant.clone(),
             check: check.clone(),
             index: variant
@@ -646,7 +596,6 @@ impl VariantAccumulator {
                 .enumerate()
                 .map(|(i, h)| (h.name.clone(), i))
                 .collect(),
-            latency: new_histogram(),
             uncorrected: new_histogram(),
             lateness: new_histogram(),
             hops: variant
@@ -658,28 +607,16 @@ impl VariantAccumulator {
             errors: BTreeMap::new(),
             ids: IdSet::default(),
             peak_id_ranges: 0,
-            sent: 0,
-            ok: 0,
-            timeouts: 0,
             duplicate_ids: 0,
-            counts: SlowCounts::default(),
             extra_attempts: 0,
             calls: 0,
-            attribution: AttributionAcc::new(
-                check.slow_threshold,
-                variant
-                    .hops
-                    .iter()
-                    .filter_map(|h| Some((h.name.clone(), work_bound(h)?)))
-                    .collect(),
-            ),
             intervals: IntervalRecorder::default(),
         }
     }
 
     /// Counts one completed request of the measured phase.
     pub(crate) fn record(&mut self, r: &RequestRecord) {
-        self.sent += 1;
+        self.whole.record(r, self.check.slow_threshold, &self.index);
         if !self.ids.insert(r.id) {
             self.duplicate_ids += 1;
         }
@@ -697,11 +634,8 @@ impl VariantAccumulator {
                 .map(|h| u64::from(h.extra_attempts))
                 .sum::<u64>();
         self.calls += 1 + r.path.len().saturating_sub(1) as u64;
-        self.counts.count(r, self.check.slow_threshold);
         match &r.outcome {
             Outcome::Ok => {
-                self.ok += 1;
-                record_us(&mut self.latency, micros(r.latency()));
                 record_us(&mut self.uncorrected, micros(r.service_latency()));
                 for h in &r.path {
                     let Some(&i) = self.index.get(h.hop.as_str()) else {
@@ -711,7 +645,7 @@ impl VariantAccumulator {
                     self.hops[i].record(h);
                 }
             }
-            Outcome::Timeout => self.timeouts += 1,
+            Outcome::Timeout => {}
             Outcome::Error { message, .. } => {
                 let label = r.outcome.label();
                 *self.errors.entry(label.clone()).or_insert(0) += 1;
@@ -726,10 +660,8 @@ impl VariantAccumulator {
                 }
             }
         }
-        self.attribution.record(r);
         self.intervals.record(r);
         self.phases.record(r);
-        self.composition.observe(r);
         let phases = &mut self.phases;
         self.over_time
             .record_seen(r, |closed| phases.interval_closed(closed));
@@ -788,12 +720,6 @@ impl VariantAccumulator {
         let variant = &self.variant;
         let secs = context.measured.as_secs_f64();
         let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
-        let hop_reports: Vec<HopReport> = self
-            .hops
-            .into_iter()
-            .zip(&variant.hops)
-            .map(|(acc, hop)| acc.into_report(variant, hop))
-            .collect();
         let lateness = Percentiles::from_histogram(&self.lateness);
 
         if let Some(line) = context
@@ -815,7 +741,6 @@ impl VariantAccumulator {
             .map(InstrumentReport::machine)
             .unwrap_or_default();
 
-        let attribution = self.attribution.finish();
         let by_phase = self.phases.slowness_windowed();
         // The measured overhead of reaching a hop holds its network faults'
         // delay already: the declared side leaves them out.
@@ -839,7 +764,7 @@ impl VariantAccumulator {
                     declared_in_force(variant, grid, &per_hop, &|f| faults.iter().any(|x| x == f))
                 }
             };
-            predicted.map(|d| d.dist).map_err(|e| e.to_string())
+            predicted.map(|d| d.dist)
         };
         let composing = CompositionContext {
             machine: &machine,
@@ -849,30 +774,47 @@ impl VariantAccumulator {
             faults: None,
         };
         let (phases, knee) = self.phases.finish(&machine, &composing);
-        let mut composition = self.composition.finish(&composing);
+        let hop_names: Vec<String> = variant.hops.iter().map(|h| h.name.clone()).collect();
+        let declared_p: Vec<f64> = variant
+            .hops
+            .iter()
+            .map(|h| declared_p(variant, h))
+            .collect();
+        let whole = self.whole.finish(&SliceJudging {
+            hop_names: &hop_names,
+            declared_p: &declared_p,
+            check: &self.check,
+            machine: &machine,
+            composing: &composing,
+        });
+        let hop_reports: Vec<HopReport> = self
+            .hops
+            .into_iter()
+            .zip(&variant.hops)
+            .zip(&whole.hops)
+            .map(|((acc, hop), &counts)| acc.into_report(variant, hop, counts))
+            .collect();
+        let mut composition = whole.composition;
         if let Some(c) = composition.as_mut()
             && phases.iter().any(|p| !p.faults.is_empty())
         {
-            c.check = c
-                .check
-                .take()
-                .map(|whole| judged_distribution_by_phase(whole, &phases));
+            c.check = c.check.take().map(|whole| {
+                let judged: Vec<(&str, &DistributionCheck)> = phases
+                    .iter()
+                    .filter_map(|p| {
+                        Some((p.name.as_str(), p.composition.as_ref()?.check.as_ref()?))
+                    })
+                    .collect();
+                distribution_by_phase(whole, &judged)
+            });
         }
-        let compounding = self.check.compounding.then(|| {
-            let slowness = hop_reports
-                .iter()
-                .map(|h| HopSlowness {
-                    hop: h.hop.clone(),
-                    requests: h.requests,
-                    slow: h.slow,
-                    p: h.p_slow.unwrap_or(0.0),
-                    declared_p: h.declared_p_slow,
-                })
-                .collect();
-            let comparison = compare(self.counts, slowness, micros(self.check.slow_threshold));
-            let whole = decide(comparison, &attribution, &machine);
+        let compounding = whole.compounding.map(|whole| {
             if by_phase {
-                judged_by_phase(whole, &phases)
+                let judged: Vec<(&str, &CompoundingReport)> = phases
+                    .iter()
+                    .filter_map(|p| Some((p.name.as_str(), p.compounding.as_ref()?)))
+                    .collect();
+                compounding_by_phase(whole, &judged)
             } else {
                 whole
             }
@@ -911,22 +853,22 @@ impl VariantAccumulator {
             transport: transport_summary(&variant.hops).to_string(),
             load,
             measured_s: secs,
-            sent: self.sent,
+            sent: whole.sent,
             extra_attempts: self.extra_attempts,
             extra_load: if self.calls > 0 {
                 self.extra_attempts as f64 / self.calls as f64
             } else {
                 0.0
             },
-            ok: self.ok,
-            timeouts: self.timeouts,
+            ok: whole.ok,
+            timeouts: whole.timeouts,
             errors: self.errors,
             duplicate_ids: self.duplicate_ids,
-            accounted: self.sent == self.ok + error_total + self.timeouts
+            accounted: whole.sent == whole.ok + error_total + whole.timeouts
                 && self.duplicate_ids == 0,
-            achieved_rate: per_sec(self.sent),
-            ok_rate: per_sec(self.ok),
-            latency: Percentiles::from_histogram(&self.latency),
+            achieved_rate: per_sec(whole.sent),
+            ok_rate: per_sec(whole.ok),
+            latency: Percentiles::from_histogram(&whole.latency),
             latency_uncorrected: Percentiles::from_histogram(&self.uncorrected),
             lateness,
             hops: hop_reports,
@@ -942,12 +884,12 @@ impl VariantAccumulator {
             fault_windows: context.fault_windows,
             kills: context.kills,
             endpoints: context.endpoints,
-            attribution: Some(attribution),
+            attribution: Some(whole.attribution),
             instrument,
             traces,
             // The caller's: it knows what tracing cost.
             observer: None,
-            latency_histogram: self.latency,
+            latency_histogram: whole.latency,
             intervals,
             interval_s,
             intervals_written: over_time.intervals,
@@ -958,6 +900,33 @@ impl VariantAccumulator {
             composition,
         };
         Analyzed { report, warnings }
+    }
+}
+
+impl ObserverReport {
+    /// The report of a traced variant from what was measured, `variant`
+    /// giving the load window's CPU (here, beside the report it reads, so
+    /// `observer` need not know a variant's report).
+    pub fn assess(m: &ObserverInputs, variant: &VariantReport) -> Self {
+        let window_cpu_us = variant
+            .instrument
+            .as_ref()
+            .and_then(|i| Some(i.mesh_cpus? * i.window_s? * 1e6))
+            .filter(|w| *w > 0.0);
+        ObserverReport::from_inputs(m, window_cpu_us)
+    }
+}
+
+impl Window {
+    /// The window of a finished report (here, beside the report, so
+    /// `intervals` need not know it).
+    pub(crate) fn of(report: &VariantReport) -> Window {
+        Window {
+            planned_s: report.load.duration_s,
+            open: report.load.mode == "open",
+            measured_s: report.measured_s,
+            interrupted: report.interrupted,
+        }
     }
 }
 

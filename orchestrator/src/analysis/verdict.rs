@@ -16,9 +16,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::attribution::{AttributionReport, CauseKind, describe_label, pct};
+use super::attribution::{AttributionReport, CauseKind, describe_label};
 use super::compounding::{Agreement, Comparison, HopSlowness};
 use super::stats::wilson95;
+use tailmesh_units::percent;
 
 /// A failed compounding check whose excess is at least this share from the
 /// instrument (the generator, unexplained slowness, or a busy machine's
@@ -48,6 +49,13 @@ impl Verdict {
             Verdict::Inconclusive => "inconclusive",
         }
     }
+}
+
+/// `[check] distribution`'s verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DistributionCheck {
+    pub verdict: Verdict,
+    pub reason: String,
 }
 
 /// What the verdict needs to know about the machine during the run.
@@ -157,6 +165,91 @@ pub(crate) fn decide(
     report(c, verdict, reason, Some(decomposition))
 }
 
+/// The worst decided verdict of a variant's phases, each judged on its
+/// own: fail if one fails, else pass if one passes, else inconclusive
+/// (also when none was judged).
+pub(crate) fn worst(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+    let mut worst = Verdict::Inconclusive;
+    for v in verdicts {
+        match v {
+            Verdict::Fail => return Verdict::Fail,
+            Verdict::Pass => worst = Verdict::Pass,
+            Verdict::Inconclusive => {}
+        }
+    }
+    worst
+}
+
+/// The variant's compounding verdict when its slowness has a window: the
+/// whole run mixes phases whose models differ (p during the window, 0
+/// outside it, on every slowed hop at once), so each phase is judged on
+/// its own (`judged`: each phase's name and report) and the variant takes
+/// the [`worst`]. The whole run's numbers stay, for reference.
+pub(crate) fn compounding_by_phase(
+    mut whole: CompoundingReport,
+    judged: &[(&str, &CompoundingReport)],
+) -> CompoundingReport {
+    let verdict = worst(judged.iter().map(|(_, c)| c.verdict));
+    let failed = judged
+        .iter()
+        .find(|(_, c)| c.verdict == Verdict::Fail)
+        .map(|(name, c)| {
+            format!(
+                "{name}: {}",
+                c.reason
+                    .as_deref()
+                    .unwrap_or("the model lies outside the interval")
+            )
+        });
+    let each: Vec<String> = judged
+        .iter()
+        .map(|(name, c)| format!("{name} {}", c.verdict.as_str()))
+        .collect();
+    let per_phase = format!(
+        "judged per phase, the slowness having a window: {}",
+        each.join(", ")
+    );
+    whole.verdict = verdict;
+    whole.reason = Some(match failed {
+        Some(reason) => format!("{per_phase}; {reason}"),
+        None => per_phase,
+    });
+    whole
+}
+
+/// The variant's distribution verdict when its schedule has fault
+/// windows: the whole run mixes phases whose segments differ (a slow
+/// window lengthens every request in it at once: a dependence through
+/// time that no independent composition of the whole run can show), so
+/// each phase is judged on its own (`judged`: each phase's name and
+/// check) and the variant takes the [`worst`]; the whole run's when no
+/// phase was judged.
+pub(crate) fn distribution_by_phase(
+    whole: DistributionCheck,
+    judged: &[(&str, &DistributionCheck)],
+) -> DistributionCheck {
+    if judged.is_empty() {
+        return whole;
+    }
+    let verdict = worst(judged.iter().map(|(_, c)| c.verdict));
+    let each: Vec<String> = judged
+        .iter()
+        .map(|(name, c)| match c.verdict {
+            Verdict::Pass => format!("{name} pass"),
+            v => format!("{name} {} ({})", v.as_str(), c.reason),
+        })
+        .collect();
+    DistributionCheck {
+        verdict,
+        reason: format!(
+            "judged per phase: {}; the whole run: {} ({})",
+            each.join("; "),
+            whole.verdict.as_str(),
+            whole.reason
+        ),
+    }
+}
+
 /// The attribution's split of the excess, with the machine's share when it
 /// was busy.
 fn decompose(a: &AttributionReport, machine: &MachineState) -> Decomposition {
@@ -189,7 +282,7 @@ fn refine_fail(
             Some(format!(
                 "{} of requests had injected slowness and stayed under the threshold \
                  (the model counts every one as slow)",
-                pct(share(a.injected_fast))
+                percent(share(a.injected_fast))
             )),
         );
     }
@@ -208,7 +301,7 @@ fn refine_fail(
                 "the machine was busy ({}): {} of requests were slow between hops, or from hop work \
                  beyond its declared distribution, without injected slowness",
                 machine.reasons.join(", "),
-                pct(share(d.machine))
+                percent(share(d.machine))
             )
         } else {
             let generator = a.excess_where(|k| k == CauseKind::Generator);
@@ -224,12 +317,12 @@ fn refine_fail(
             };
             format!(
                 "the instrument: {} of requests were slow from {what}{busy}",
-                pct(share(d.instrument))
+                percent(share(d.instrument))
             )
         };
         let reason = format!(
             "{who}; that is {} of the {} slow requests the model does not predict",
-            pct(if excess > 0 {
+            percent(if excess > 0 {
                 removed as f64 / excess as f64
             } else {
                 0.0
@@ -259,9 +352,9 @@ fn refine_fail(
             format!(
                 "{} of requests were slow from {}{behind}, with no injected slowness of \
                  their own ({} of the {} slow requests the model does not predict)",
-                pct(share(k)),
+                percent(share(k)),
                 describe_label(label),
-                pct(k as f64 / excess.max(1) as f64),
+                percent(k as f64 / excess.max(1) as f64),
                 excess
             )
         }
@@ -440,8 +533,8 @@ mod tests {
         let reason = c.reason.unwrap_or_default();
         assert!(
             reason.starts_with(
-                "6.0 % of requests were slow from queue wait at hop b behind slow requests, \
-                 with no injected slowness of their own (100.0 % of the 60"
+                "6.00 % of requests were slow from queue wait at hop b behind slow requests, \
+                 with no injected slowness of their own (100 % of the 60"
             ),
             "{reason}"
         );

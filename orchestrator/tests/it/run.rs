@@ -1008,7 +1008,7 @@ fn check_exits_3_when_a_variant_fails_more_requests_than_max_error_rate() {
     let finished = tailmesh(dir.path(), &run_args(&scenario, &results, &["--check"]));
     assert_eq!(finished.code(), Some(3), "{}", finished.output());
     let expected = "variant \"base\": 40 of 40 requests failed (errors and timeouts), an error \
-                    share of 100 %, above check.max_error_rate = 0.01 (1.0 %)";
+                    share of 100 %, above check.max_error_rate = 0.01 (1.00 %)";
     assert!(
         finished.stderr.contains(expected),
         "expected {expected:?} in:\n{}",

@@ -1,0 +1,453 @@
+//! The behaviour of one hop as plain data: what work it does, what faults
+//! it injects, how it reaches its downstream hops. The orchestrator builds
+//! these from a scenario and hands them to hop processes as JSON; the
+//! services run them and the analysis reads them. Plain data only (serde,
+//! no runtime), so a crate that must not pull tokio in can use it;
+//! `tailmesh_services::model` re-exports it whole.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A distribution of durations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "snake_case")]
+pub enum DurationDist {
+    /// Always the same value.
+    Fixed { value: Duration },
+    /// Uniform between `min` and `max` (inclusive).
+    Uniform {
+        /// Lower bound.
+        min: Duration,
+        /// Upper bound.
+        max: Duration,
+    },
+    /// Exponential with the given mean.
+    Exp { mean: Duration },
+    /// Log-normal with the given mean; `sigma` is the standard deviation of
+    /// the underlying normal (larger means a heavier tail).
+    Lognormal {
+        /// Mean of the distribution (not of the underlying normal).
+        mean: Duration,
+        /// Shape: standard deviation of the underlying normal.
+        sigma: f64,
+    },
+}
+
+/// What a hop does for each request before calling downstream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Work {
+    /// Nothing: answer (or call downstream) at once.
+    None,
+    /// Wait for a duration drawn per request (an I/O-bound service).
+    Sleep {
+        /// How long to wait.
+        dist: DurationDist,
+    },
+    /// CPU-bound work as in back-to-back's sim: `rounds` SHA-256 passes over
+    /// a `block_bytes` buffer, the round count drawn uniformly per request
+    /// from `min_rounds..=max_rounds`.
+    Cpu {
+        /// Fewest rounds.
+        min_rounds: u32,
+        /// Most rounds.
+        max_rounds: u32,
+        /// Size of the hashed buffer (back-to-back: 100 KB).
+        block_bytes: usize,
+    },
+}
+
+/// A real gRPC service a hop calls as its work, in place of synthetic
+/// work (`[hop.service]`): one unary call per request, made before the
+/// hop calls its downstream hops, carrying the request's deadline and
+/// `traceparent`. Its answer code is the hop's; its time is the hop's
+/// service time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceCall {
+    /// Where this replica's service listens (`host:port`).
+    pub address: String,
+    /// The full method name, `package.Service/Method`.
+    pub method: String,
+    /// The request message in protobuf's JSON mapping, encoded once
+    /// against the service's own schema.
+    pub request: String,
+    /// `.proto` files that define the method; empty: the service's
+    /// server reflection (v1, then v1alpha).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proto: Vec<std::path::PathBuf>,
+    /// Import paths for `proto` (the files' own directories are searched
+    /// too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proto_include: Vec<std::path::PathBuf>,
+    /// Metadata sent with every call, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metadata: Vec<(String, String)>,
+}
+
+/// Per-request injected slowness: with `probability`, add a delay drawn
+/// from `extra` on top of the work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Slowness {
+    /// Chance that a request is slowed at this hop, in [0, 1].
+    pub probability: f64,
+    /// The added delay.
+    pub extra: DurationDist,
+    /// Chance, in [0, 1], used instead of `probability` for a request the
+    /// calling hop slowed with its own injected slowness: slowness that
+    /// runs down a chain, so hops' tails are dependent on purpose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<f64>,
+}
+
+impl Slowness {
+    /// The chance that a request is slowed here, given whether its caller
+    /// slowed it.
+    pub fn chance(&self, caller_slow: bool) -> f64 {
+        match self.follow {
+            Some(follow) if caller_slow => follow,
+            _ => self.probability,
+        }
+    }
+}
+
+/// One replica of a hop that is slower than its siblings: its work takes
+/// `factor` times as long (sleep durations and CPU rounds alike).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaSlow {
+    /// Index of the slow replica (0-based).
+    pub replica: u32,
+    /// Multiplier on the work, at least 1.
+    pub factor: f64,
+}
+
+/// Per-request injected errors: with `probability`, answer with `code`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorInjection {
+    /// Chance that a request fails at this hop, in [0, 1].
+    pub probability: f64,
+    /// The gRPC status code returned (for example 14 = UNAVAILABLE).
+    pub code: i32,
+}
+
+/// How a caller reaches a hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// The caller picks a replica and calls it directly.
+    Push,
+    /// The caller submits to the hop's broker topic; replicas pull.
+    Pull,
+}
+
+impl Transport {
+    /// The name used in scenarios, paths and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Push => "push",
+            Transport::Pull => "pull",
+        }
+    }
+}
+
+/// How the callers of a hop hold their connections to it (the hop's
+/// `connection` key): what a push caller does with its HTTP/2 connections
+/// to the hop's replicas, and what a pull hop's producers do with their
+/// broker clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Connection {
+    /// Long-lived: one connection per replica (push), one broker client per
+    /// caller (pull), opened on first use and kept.
+    #[default]
+    Shared,
+    /// A new connection (push; with TLS, a new handshake) or a new broker
+    /// client (pull) for every call, closed after it.
+    PerRequest,
+}
+
+impl Connection {
+    /// The name used in scenarios and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Connection::Shared => "shared",
+            Connection::PerRequest => "per_request",
+        }
+    }
+}
+
+/// Which broker pull hops go through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BrokerKind {
+    /// tailmesh's own broker (`tailmesh broker`).
+    #[default]
+    Tailmesh,
+    /// RabbitMQ over AMQP 0-9-1: a queue per pulled hop.
+    Rabbitmq,
+    /// NATS JetStream: a work-queue stream and a pull consumer per pulled hop.
+    Nats,
+}
+
+impl BrokerKind {
+    /// The name used in scenarios and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerKind::Tailmesh => "tailmesh",
+            BrokerKind::Rabbitmq => "rabbitmq",
+            BrokerKind::Nats => "nats",
+        }
+    }
+}
+
+/// How many tasks, and how many payload bytes, may wait in a pulled hop's
+/// queue before submits are refused with RESOURCE_EXHAUSTED, whichever the
+/// broker: tailmesh's broker's `--queue-capacity` and `--queue-bytes`,
+/// RabbitMQ's `x-max-length` and `x-max-length-bytes`, JetStream's
+/// `max_messages` and `max_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueBounds {
+    /// Most tasks waiting per topic.
+    pub capacity: u32,
+    /// Most payload bytes waiting per topic.
+    pub bytes: u64,
+}
+
+impl QueueBounds {
+    /// The default number of tasks: 10,000.
+    pub const DEFAULT_CAPACITY: u32 = 10_000;
+    /// The default number of bytes: 64 MiB (see tailmesh-services'
+    /// `BrokerConfig::queue_bytes`).
+    pub const DEFAULT_BYTES: u64 = 64 * 1024 * 1024;
+}
+
+impl Default for QueueBounds {
+    fn default() -> Self {
+        QueueBounds {
+            capacity: Self::DEFAULT_CAPACITY,
+            bytes: Self::DEFAULT_BYTES,
+        }
+    }
+}
+
+/// How a push caller picks a replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Each replica in turn.
+    RoundRobin,
+    /// A replica drawn uniformly at random (seeded).
+    Random,
+    /// Power of two choices: of two random replicas, the one with fewer
+    /// requests in flight.
+    P2c,
+    /// Peak-EWMA latency (Finagle's and Linkerd's): of two random
+    /// replicas, the one whose decayed peak latency times (requests in
+    /// flight + 1) is lower; see [`EwmaParams`].
+    Ewma,
+}
+
+/// How a push caller treats its replicas' endpoints: what a gRPC client
+/// and a mesh proxy do that a naive client does not. Every caller of the
+/// hop (the load generator too) applies the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointOptions {
+    /// Endpoint health as gRPC clients have it: a replica whose connection
+    /// fails or is refused leaves the pick list (TRANSIENT_FAILURE) until a
+    /// reconnect succeeds, retried with `backoff`; a request not yet sent
+    /// when its connection failed goes to another replica. `false`: the
+    /// naive client, which keeps picking a dead replica.
+    #[serde(default = "default_true")]
+    pub health: bool,
+    /// The reconnect backoff of a replica in TRANSIENT_FAILURE.
+    #[serde(default)]
+    pub backoff: Backoff,
+    /// HTTP/2 keepalive: a PING on each open connection every this long;
+    /// with `keepalive_timeout`, a replica that stops answering is noticed
+    /// within `keepalive + keepalive_timeout` of its last answer. `None`: no
+    /// keepalive (a black-holed replica is noticed only through calls'
+    /// deadlines).
+    #[serde(default)]
+    pub keepalive: Option<Duration>,
+    /// How long a keepalive PING may go unanswered before the connection
+    /// is deemed dead (and the replica in TRANSIENT_FAILURE).
+    #[serde(default = "default_keepalive_timeout")]
+    pub keepalive_timeout: Duration,
+    /// `balance = "ewma"`'s parameters.
+    #[serde(default)]
+    pub ewma: EwmaParams,
+    /// Outlier ejection, if any.
+    #[serde(default)]
+    pub ejection: Option<Ejection>,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            health: true,
+            backoff: Backoff::default(),
+            keepalive: None,
+            keepalive_timeout: default_keepalive_timeout(),
+            ewma: EwmaParams::default(),
+            ejection: None,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// gRPC's keepalive timeout default: 20 s.
+fn default_keepalive_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+
+/// gRPC's connection backoff (`connection-backoff.md` in grpc/grpc): the
+/// n-th reconnect waits `min(initial * multiplier^n, max)`, spread by
+/// +-`jitter` of itself.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Backoff {
+    /// The first wait (gRPC: 1 s).
+    pub initial: Duration,
+    /// Growth per failed attempt (gRPC: 1.6).
+    pub multiplier: f64,
+    /// Relative spread, in [0, 1] (gRPC: 0.2).
+    pub jitter: f64,
+    /// The longest wait (gRPC: 120 s).
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_secs(1),
+            multiplier: 1.6,
+            jitter: 0.2,
+            max: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Peak-EWMA's parameters (Finagle's `PeakEwma`, Linkerd's balancer).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EwmaParams {
+    /// The decay time of the moving average: an observation's weight falls
+    /// by 1/e over this long (Finagle and Linkerd: 10 s).
+    pub decay: Duration,
+    /// The latency assumed of a replica not yet observed (Linkerd: 30 ms).
+    pub default_rtt: Duration,
+}
+
+impl Default for EwmaParams {
+    fn default() -> Self {
+        EwmaParams {
+            decay: Duration::from_secs(10),
+            default_rtt: Duration::from_millis(30),
+        }
+    }
+}
+
+/// Outlier ejection after Envoy's: a replica that fails `consecutive_errors`
+/// calls in a row, or whose recent latency is `latency_factor` times its
+/// peers', leaves the pick list for `base_time` times the number of times
+/// it was ejected (at most `max_time`); never more than `max_share` of the
+/// replicas at once, and never the last pickable one.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ejection {
+    /// Failed calls in a row that eject (Envoy's consecutive_5xx: 5);
+    /// `None`: no error rule.
+    pub consecutive_errors: Option<u32>,
+    /// The latency rule: ejected when its statistic over the last interval
+    /// is this many times the median of its peers'; `None`: no latency rule.
+    pub latency_factor: Option<f64>,
+    /// Which statistic the latency rule compares.
+    pub latency_stat: LatencyStat,
+    /// How often the latency rule is judged (Envoy's interval: 10 s).
+    pub interval: Duration,
+    /// Calls a replica needs in an interval to be judged by the latency
+    /// rule (Envoy's success_rate_request_volume: 100).
+    pub min_requests: u32,
+    /// The first ejection's length (Envoy's base_ejection_time: 30 s).
+    pub base_time: Duration,
+    /// The longest ejection (Envoy's max_ejection_time: 300 s).
+    pub max_time: Duration,
+    /// The most replicas ejected at once, as a share, in (0, 1].
+    pub max_share: f64,
+}
+
+/// The latency statistic of the ejection rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyStat {
+    /// The mean answer time.
+    Mean,
+    /// The 99th percentile of answer times.
+    P99,
+}
+
+/// Everything a hop replica needs to know about its own behaviour.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HopBehavior {
+    /// The hop's name (unique in the scenario).
+    pub name: String,
+    /// The scenario seed; per-request draws are keyed on it.
+    pub seed: u64,
+    /// The work model.
+    pub work: Work,
+    /// Injected per-request slowness, if any.
+    pub slow: Option<Slowness>,
+    /// A slow replica of this hop, if any.
+    pub replica_slow: Option<ReplicaSlow>,
+    /// Injected errors, if any.
+    pub error: Option<ErrorInjection>,
+}
+
+/// Faults set at runtime on one replica (through its Control API), each
+/// replacing the scenario's of its kind while it is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// Replaces `slow`.
+    pub slow: Option<Slowness>,
+    /// This replica's work factor; replaces `replica_slow`.
+    pub work_factor: Option<f64>,
+    /// Replaces `error`.
+    pub error: Option<ErrorInjection>,
+}
+
+impl Overrides {
+    /// Whether nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        self.slow.is_none() && self.work_factor.is_none() && self.error.is_none()
+    }
+}
+
+impl HopBehavior {
+    /// The behaviour of replica `replica` under `overrides`: each kind set
+    /// there replaces this one's. Per-request draws keep their keys, so the
+    /// same requests are slowed or failed as when the scenario had the
+    /// fault from the start.
+    pub fn overridden(&self, overrides: &Overrides, replica: u32) -> HopBehavior {
+        HopBehavior {
+            slow: overrides.slow.clone().or_else(|| self.slow.clone()),
+            replica_slow: match overrides.work_factor {
+                Some(factor) => Some(ReplicaSlow { replica, factor }),
+                None => self.replica_slow.clone(),
+            },
+            error: overrides.error.clone().or_else(|| self.error.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// A hop that does no work and has no faults: the plainest there is.
+    pub fn idle(name: impl Into<String>, seed: u64) -> Self {
+        HopBehavior {
+            name: name.into(),
+            seed,
+            work: Work::None,
+            slow: None,
+            replica_slow: None,
+            error: None,
+        }
+    }
+}
