@@ -19,10 +19,10 @@ use tailmesh_services::{
 use super::error::Problems;
 use super::model::{
     AppWindows, Arrivals, Check, ClientPolicy, ConnectionMode, DEFAULT_DISTRIBUTION_TOLERANCE,
-    DEFAULT_MAX_ERROR_RATE, Hedge, Hop, INTERVAL_GRACE, Keep, KeepShare, Launcher, Load, LoadMode,
-    MAX_HOPS, NetFault, ReplicaNet, Report, Step, Stop, Telemetry, Window,
+    DEFAULT_MAX_ERROR_RATE, Hedge, Hop, HopService, INTERVAL_GRACE, Keep, KeepShare, Launcher,
+    Load, LoadMode, MAX_HOPS, NetFault, ReplicaNet, Report, Step, Stop, Telemetry, Window,
 };
-use super::read::{Section, dns_label_problem, duration_of, is_dns_label};
+use super::read::{Section, dns_label_problem, duration_of, is_dns_label, table_section};
 use super::tree::{Node, Span, Table, Value};
 
 /// The slow threshold when the file has no `[check].slow_threshold`.
@@ -370,22 +370,6 @@ fn services_need_a_local_launcher(
                      and replica_net faults"
                 ),
             );
-        }
-    }
-}
-
-/// `None` if `key` is absent, `Some(None)` if it is not a table (reported).
-pub(super) fn table_section<'a>(
-    parent: &Section<'a>,
-    p: &mut Problems,
-    key: &str,
-) -> Option<Option<Section<'a>>> {
-    let entry = parent.get(key)?;
-    match &entry.node.value {
-        Value::Table(table) => Some(Some(parent.child(entry, table))),
-        _ => {
-            parent.wrong_type(p, entry, "a table");
-            Some(None)
         }
     }
 }
@@ -991,16 +975,83 @@ fn hops(top: &Section<'_>, p: &mut Problems) -> Option<Vec<Hop>> {
     (hops.len() <= MAX_HOPS).then_some(hops)
 }
 
+/// One `[[hop]]` read in steps: its own keys (serving, calling, faults),
+/// its sections, then its downstream names; the mesh-wide checks come
+/// after every hop is read ([`mesh`]).
 fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> HopDraft<'a> {
     let raw_name = match table.get("name").map(|e| &e.node.value) {
         Some(Value::String(name)) => Some(name.as_str()),
         _ => None,
     };
+    let s = hop_section(index, node, table, raw_name);
+    s.unknown_keys(p, HOP_KEYS);
+
+    let name = hop_name(&s, p);
+    let serving = serving(&s, p);
+    let balance = balance(&s, p);
+    let connection = connection(&s, index, p);
+    let endpoints = super::endpoints::endpoint_options(&s, serving.transport, p);
+    let kill = match table_section(&s, p, "kill") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|k| super::endpoints::kill(&k, serving.replicas, p))
+            .map(Some),
+    };
+    let service = hop_service(&s, serving.replicas, p);
+    let work = hop_work(&s, p);
+    let faults = hop_faults(&s, serving.replicas, p);
+    let client = match table_section(&s, p, "client") {
+        None => Some(ClientPolicy::default()),
+        Some(section) => section.and_then(|c| client_policy(&c, p)),
+    };
+    let downstream = downstream(&s, p);
+
+    let hop = (|| {
+        Some(Hop {
+            name: name?,
+            replicas: serving.replicas?,
+            concurrency: serving.concurrency?,
+            queue_limit: serving.queue_limit?,
+            discipline: serving.discipline?,
+            transport: serving.transport?,
+            worker_ping: serving.worker_ping?,
+            balance: balance?,
+            connection: connection?,
+            endpoints: endpoints?,
+            work: work?,
+            windows: faults.windows(),
+            slow: faults.slow?.map(|(s, _)| s),
+            replica_slow: faults.replica_slow?.map(|(r, _)| r),
+            net: faults.net?,
+            replica_net: faults.replica_net?,
+            error: faults.error?.map(|(e, _)| e),
+            client: client?,
+            downstream: Vec::new(),
+            kill: kill?,
+            service: service?,
+        })
+    })();
+    HopDraft {
+        header: &node.span,
+        raw_name,
+        hop,
+        downstream,
+    }
+}
+
+/// The section of hop number `index`, named in messages by its name as
+/// written (`hop "b"`), or by its index when it has none.
+fn hop_section<'a>(
+    index: usize,
+    node: &'a Node,
+    table: &'a Table,
+    raw_name: Option<&str>,
+) -> Section<'a> {
     let who = match raw_name {
         Some(name) => format!("hop \"{name}\""),
         None => format!("hop at index {index}"),
     };
-    let s = Section {
+    Section {
         table,
         span: node.span.clone(),
         prefix: format!("{who}: "),
@@ -1009,11 +1060,11 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             Some(name) => format!("[[hop]] \"{name}\""),
             None => format!("[[hop]] at index {index}"),
         },
-    };
-    s.unknown_keys(p, HOP_KEYS);
+    }
+}
 
-    let name = s
-        .required(p, "name", Section::string)
+fn hop_name(s: &Section<'_>, p: &mut Problems) -> Option<String> {
+    s.required(p, "name", Section::string)
         .and_then(|(name, entry)| {
             if is_dns_label(name) {
                 Some(name.to_owned())
@@ -1021,7 +1072,21 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
                 p.at(entry.node.span.start, dns_label_problem("hop name", name));
                 None
             }
-        });
+        })
+}
+
+/// How a hop's replicas take their requests, each `None` when its key has
+/// a problem (reported).
+struct Serving {
+    replicas: Option<u32>,
+    concurrency: Option<Option<u32>>,
+    queue_limit: Option<u32>,
+    transport: Option<Transport>,
+    discipline: Option<Discipline>,
+    worker_ping: Option<Option<Duration>>,
+}
+
+fn serving(s: &Section<'_>, p: &mut Problems) -> Serving {
     let replicas = match s.get("replicas") {
         None => Some(1),
         Some(_) => s
@@ -1057,7 +1122,24 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             &[("push", Transport::Push), ("pull", Transport::Pull)],
         ),
     };
-    let discipline = match s.get("discipline") {
+    let discipline = discipline(s, transport, p);
+    let worker_ping = worker_ping(s, p);
+    Serving {
+        replicas,
+        concurrency,
+        queue_limit,
+        transport,
+        discipline,
+        worker_ping,
+    }
+}
+
+fn discipline(
+    s: &Section<'_>,
+    transport: Option<Transport>,
+    p: &mut Problems,
+) -> Option<Discipline> {
+    match s.get("discipline") {
         None => Some(Discipline::Fifo),
         Some(_) => s
             .choice(p, "discipline", &Discipline::ALL.map(|d| (d.as_str(), d)))
@@ -1077,8 +1159,11 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
                 }
                 !lineless
             }),
-    };
-    let worker_ping = match s.get("worker_ping") {
+    }
+}
+
+fn worker_ping(s: &Section<'_>, p: &mut Problems) -> Option<Option<Duration>> {
+    match s.get("worker_ping") {
         None => Some(None),
         Some(_) => s.duration(p, "worker_ping").and_then(|(d, entry)| {
             if (MIN_WORKER_PING..=MAX_WORKER_PING).contains(&d) {
@@ -1088,15 +1173,21 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
                     p,
                     &entry.node.span,
                     format!(
-                        "{} must be from {MIN_WORKER_PING:?} to {MAX_WORKER_PING:?}, got {d:?}",
-                        s.name("worker_ping")
+                        "{} must be from {} to {}, got {}",
+                        s.name("worker_ping"),
+                        humantime::format_duration(MIN_WORKER_PING),
+                        humantime::format_duration(MAX_WORKER_PING),
+                        humantime::format_duration(d)
                     ),
                 );
                 None
             }
         }),
-    };
-    let balance = match s.get("balance") {
+    }
+}
+
+fn balance(s: &Section<'_>, p: &mut Problems) -> Option<Balance> {
+    match s.get("balance") {
         None => Some(Balance::RoundRobin),
         Some(_) => s.choice(
             p,
@@ -1108,8 +1199,11 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
                 ("ewma", Balance::Ewma),
             ],
         ),
-    };
-    let connection = match s.get("connection") {
+    }
+}
+
+fn connection(s: &Section<'_>, index: usize, p: &mut Problems) -> Option<Connection> {
+    match s.get("connection") {
         None => Some(Connection::Shared),
         // The load generator calls the entry hop: its connections are
         // [load]'s.
@@ -1130,15 +1224,15 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
                 ("per_request", Connection::PerRequest),
             ],
         ),
-    };
-    let endpoints = super::endpoints::endpoint_options(&s, transport, p);
-    let kill = match table_section(&s, p, "kill") {
-        None => Some(None),
-        Some(section) => section
-            .and_then(|k| super::endpoints::kill(&k, replicas, p))
-            .map(Some),
-    };
-    let service = match table_section(&s, p, "service") {
+    }
+}
+
+fn hop_service(
+    s: &Section<'_>,
+    replicas: Option<u32>,
+    p: &mut Problems,
+) -> Option<Option<HopService>> {
+    let service = match table_section(s, p, "service") {
         None => Some(None),
         Some(section) => section
             .and_then(|w| super::service::service(&w, replicas, p))
@@ -1148,9 +1242,13 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
         .as_ref()
         .is_some_and(|s| s.as_ref().is_some_and(|s| s.direct))
     {
-        super::service::refuse_beside_direct(&s, p);
+        super::service::refuse_beside_direct(s, p);
     }
-    let work = match table_section(&s, p, "work") {
+    service
+}
+
+fn hop_work(s: &Section<'_>, p: &mut Problems) -> Option<Work> {
+    match table_section(s, p, "work") {
         None => Some(Work::None),
         Some(_) if s.get("service").is_some() => {
             s.forbid(
@@ -1161,12 +1259,43 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             None
         }
         Some(section) => section.and_then(|w| work(&w, p)),
-    };
-    let slow = match table_section(&s, p, "slow") {
+    }
+}
+
+/// A hop's injected faults as read, each with its window where it has
+/// one; the outer `None` when its section has a problem (reported).
+struct HopFaults {
+    slow: Option<Option<(Slowness, Window)>>,
+    replica_slow: Option<Option<(ReplicaSlow, Window)>>,
+    net: Option<Option<NetFault>>,
+    replica_net: Option<Vec<ReplicaNet>>,
+    error: Option<Option<(ErrorInjection, Window)>>,
+}
+
+impl HopFaults {
+    /// The windows of the application-level faults (a default window for
+    /// an absent or unreadable one).
+    fn windows(&self) -> AppWindows {
+        fn window_of<T>(fault: &Option<Option<(T, Window)>>) -> Window {
+            fault
+                .as_ref()
+                .and_then(|f| f.as_ref().map(|(_, w)| *w))
+                .unwrap_or_default()
+        }
+        AppWindows {
+            slow: window_of(&self.slow),
+            replica_slow: window_of(&self.replica_slow),
+            error: window_of(&self.error),
+        }
+    }
+}
+
+fn hop_faults(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> HopFaults {
+    let slow = match table_section(s, p, "slow") {
         None => Some(None),
         Some(section) => section.and_then(|w| slowness(&w, p)).map(Some),
     };
-    let replica_slow = match table_section(&s, p, "replica_slow") {
+    let replica_slow = match table_section(s, p, "replica_slow") {
         None => Some(None),
         Some(_) if s.get("service").is_some() => {
             s.forbid(
@@ -1181,11 +1310,7 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             .and_then(|w| replica_slow(&w, replicas, p))
             .map(Some),
     };
-    let client = match table_section(&s, p, "client") {
-        None => Some(ClientPolicy::default()),
-        Some(section) => section.and_then(|c| client_policy(&c, p)),
-    };
-    let net = match table_section(&s, p, "net") {
+    let net = match table_section(s, p, "net") {
         None => Some(None),
         Some(section) => section
             .and_then(|w| {
@@ -1194,89 +1319,54 @@ fn hop<'a>(index: usize, node: &'a Node, table: &'a Table, p: &mut Problems) -> 
             })
             .map(Some),
     };
-    let replica_net = replica_nets(&s, replicas, p);
-    let error = match table_section(&s, p, "error") {
+    let replica_net = replica_nets(s, replicas, p);
+    let error = match table_section(s, p, "error") {
         None => Some(None),
         Some(section) => section.and_then(|w| error_injection(&w, p)).map(Some),
     };
-    let downstream = match s.get("downstream") {
-        None => Downstream::Chain,
-        Some(entry) => match &entry.node.value {
-            Value::Array(items) => {
-                let mut names = Vec::new();
-                let mut ok = true;
-                for item in items {
-                    match &item.value {
-                        Value::String(name) => names.push((name.as_str(), &item.span)),
-                        other => {
-                            ok = false;
-                            s.report(
-                                p,
-                                &item.span,
-                                format!(
-                                    "expected hop names (strings) in downstream, got {}",
-                                    other.kind()
-                                ),
-                            );
-                        }
+    HopFaults {
+        slow,
+        replica_slow,
+        net,
+        replica_net,
+        error,
+    }
+}
+
+fn downstream<'a>(s: &Section<'a>, p: &mut Problems) -> Downstream<'a> {
+    let Some(entry) = s.get("downstream") else {
+        return Downstream::Chain;
+    };
+    match &entry.node.value {
+        Value::Array(items) => {
+            let mut names = Vec::new();
+            let mut ok = true;
+            for item in items {
+                match &item.value {
+                    Value::String(name) => names.push((name.as_str(), &item.span)),
+                    other => {
+                        ok = false;
+                        s.report(
+                            p,
+                            &item.span,
+                            format!(
+                                "expected hop names (strings) in downstream, got {}",
+                                other.kind()
+                            ),
+                        );
                     }
                 }
-                if ok {
-                    Downstream::Names(names)
-                } else {
-                    Downstream::Invalid
-                }
             }
-            _ => {
-                s.wrong_type(p, entry, "an array of hop names");
+            if ok {
+                Downstream::Names(names)
+            } else {
                 Downstream::Invalid
             }
-        },
-    };
-
-    let hop = (|| {
-        Some(Hop {
-            name: name?,
-            replicas: replicas?,
-            concurrency: concurrency?,
-            queue_limit: queue_limit?,
-            discipline: discipline?,
-            transport: transport?,
-            worker_ping: worker_ping?,
-            balance: balance?,
-            connection: connection?,
-            endpoints: endpoints?,
-            work: work?,
-            windows: AppWindows {
-                slow: slow
-                    .as_ref()
-                    .and_then(|s| s.as_ref().map(|(_, w)| *w))
-                    .unwrap_or_default(),
-                replica_slow: replica_slow
-                    .as_ref()
-                    .and_then(|r| r.as_ref().map(|(_, w)| *w))
-                    .unwrap_or_default(),
-                error: error
-                    .as_ref()
-                    .and_then(|e| e.as_ref().map(|(_, w)| *w))
-                    .unwrap_or_default(),
-            },
-            slow: slow?.map(|(s, _)| s),
-            replica_slow: replica_slow?.map(|(r, _)| r),
-            net: net?,
-            replica_net: replica_net?,
-            error: error?.map(|(e, _)| e),
-            client: client?,
-            downstream: Vec::new(),
-            kill: kill?,
-            service: service?,
-        })
-    })();
-    HopDraft {
-        header: &node.span,
-        raw_name,
-        hop,
-        downstream,
+        }
+        _ => {
+            s.wrong_type(p, entry, "an array of hop names");
+            Downstream::Invalid
+        }
     }
 }
 
@@ -1420,9 +1510,11 @@ fn dist(s: &Section<'_>, p: &mut Problems) -> Option<DurationDist> {
                         p,
                         &entry.node.span,
                         format!(
-                            "{} ({min:?}) must not exceed {} ({max:?})",
+                            "{} ({}) must not exceed {} ({})",
                             s.name("min"),
-                            s.name("max")
+                            humantime::format_duration(min),
+                            s.name("max"),
+                            humantime::format_duration(max)
                         ),
                     );
                 }
