@@ -9,6 +9,7 @@
 use std::{collections::BTreeMap, fmt::Write, path::Path};
 
 use hdrhistogram::Histogram;
+use tailmesh_units::{micros, percent, signed_percent};
 
 use super::{
     OutputError, phases,
@@ -16,7 +17,6 @@ use super::{
         self, Band, BandKind, Frame, LineChart, Panel, Scale, Series, SmallMultiples, StackedBars,
         escape,
     },
-    table::format_us,
 };
 use crate::analysis::{
     IntervalSeries, SpectrumPoint, Summary, SweepSummary, VariantReport, sweep::SweepRow,
@@ -140,14 +140,14 @@ fn latency_table(variants: &[VariantReport]) -> String {
         let l = &v.latency;
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}/s</td><td>{:.1} %</td>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}/s</td><td>{}</td>",
             escape(&v.name),
             v.sent,
             v.ok,
             v.errors.values().sum::<u64>(),
             v.timeouts,
             v.achieved_rate,
-            v.extra_load * 100.0
+            percent(v.extra_load)
         );
         for us in [
             l.p50_us,
@@ -163,7 +163,7 @@ fn latency_table(variants: &[VariantReport]) -> String {
                 if l.count == 0 {
                     "-".into()
                 } else {
-                    format_us(us)
+                    micros(us as f64)
                 }
             );
         }
@@ -188,36 +188,25 @@ fn compounding_table(variants: &[VariantReport]) -> String {
         let verdict = c.verdict.as_str();
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{} / {}</td><td>{:.1} %</td><td>[{:.1}, {:.1}] %</td><td>{:.1} %</td><td>{:.1} %</td><td class=\"{verdict}\">{verdict}</td></tr>",
+            "<tr><td>{}</td><td>{} / {}</td><td>{}</td><td>[{}, {}]</td><td>{}</td><td>{}</td><td class=\"{verdict}\">{verdict}</td></tr>",
             escape(&v.name),
             c.slow,
             c.n,
-            c.measured * 100.0,
-            c.ci_lo * 100.0,
-            c.ci_hi * 100.0,
-            c.model * 100.0,
-            c.declared_model * 100.0,
+            percent(c.measured),
+            percent(c.ci_lo),
+            percent(c.ci_hi),
+            percent(c.model),
+            percent(c.declared_model),
         );
     }
     out.push_str("</table>");
     out
 }
 
-fn ms(us: f64) -> String {
-    let ms = us / 1000.0;
-    if ms >= 10.0 || ms == 0.0 {
-        format!("{ms:.0}ms")
-    } else if ms >= 1.0 {
-        format!("{ms:.1}ms")
-    } else if us >= 1.0 {
-        format!("{us:.0}us")
-    } else {
-        format!("{us:.2}us")
-    }
-}
-
-fn percent(v: f64) -> String {
-    format!("{v}%")
+/// An axis tick in percent (the charts' y values are percentages, not
+/// shares).
+fn percent_tick(v: f64) -> String {
+    percent(v / 100.0)
 }
 
 fn plain(v: f64) -> String {
@@ -239,8 +228,8 @@ const HISTOGRAM: Frame<'static> = Frame {
     y_label: "share of requests (%)",
     x_scale: Scale::Log,
     y_scale: Scale::Linear,
-    x_format: ms,
-    y_format: percent,
+    x_format: micros,
+    y_format: percent_tick,
 };
 
 /// A percentile spectrum's axes: latency against 1/(1-q), log-x.
@@ -250,7 +239,7 @@ const SPECTRUM: Frame<'static> = Frame {
     x_scale: Scale::Log,
     y_scale: Scale::Linear,
     x_format: spectrum_tick,
-    y_format: ms,
+    y_format: micros,
 };
 
 /// A spectrum's axes with latency on a log scale too: for variants whose
@@ -420,10 +409,10 @@ fn composition_section(variants: &[VariantReport]) -> String {
             bands: Vec::new(),
             series,
         }));
-        let cell = |x: Option<f64>| x.map_or("-".to_string(), ms);
+        let cell = |x: Option<f64>| x.map_or("-".to_string(), micros);
         let band = |b: &crate::analysis::QuantileBand, k: usize| match (b.low.get(k), b.high.get(k))
         {
-            (Some(lo), Some(hi)) => format!(" [{}, {}]", ms(lo), ms(hi)),
+            (Some(lo), Some(hi)) => format!(" [{}, {}]", micros(lo), micros(hi)),
             _ => String::new(),
         };
         let _ = write!(
@@ -436,7 +425,7 @@ fn composition_section(variants: &[VariantReport]) -> String {
                 .dependence
                 .excess_share
                 .get(k)
-                .map_or("-".to_string(), |s| format!("{:+.1} %", s * 100.0));
+                .map_or("-".to_string(), signed_percent);
             let _ = write!(
                 out,
                 "<tr><td>{label}</td><td>{}{}</td><td>{}{}</td><td>{}</td><td>{}</td><td>{share}</td></tr>",
@@ -504,7 +493,7 @@ fn hop_bars(variants: &[VariantReport]) -> StackedBars<'static> {
         id: "hops",
         title: "Mean time per request at each hop",
         x_label: "time per request",
-        x_format: ms,
+        x_format: micros,
         segments: vec![
             "service".into(),
             "queue wait".into(),
@@ -532,12 +521,11 @@ fn hop_table(variants: &[VariantReport]) -> String {
                 escape(&h.hop),
                 escape(&h.transport),
                 split.join(" / "),
-                h.p_slow
-                    .map_or("-".into(), |p| format!("{:.1} %", p * 100.0)),
-                format_us(h.service.p50_us),
-                format_us(h.service.p99_us),
-                format_us(h.queue_wait.p99_us),
-                format_us(h.total.p99_us),
+                h.p_slow.map_or("-".into(), percent),
+                micros(h.service.p50_us as f64),
+                micros(h.service.p99_us as f64),
+                micros(h.queue_wait.p99_us as f64),
+                micros(h.total.p99_us as f64),
             );
         }
     }
@@ -1033,11 +1021,11 @@ fn phase_compounding(p: &crate::analysis::PhaseReport) -> String {
     let measured = if c.n == 0 {
         "-".to_owned()
     } else {
-        format!("{:.1} %", c.measured * 100.0)
+        percent(c.measured)
     };
     format!(
-        "<td{title}>{measured} vs {:.1} %: <span class=\"{verdict}\">{verdict}</span></td>",
-        c.model * 100.0
+        "<td{title}>{measured} vs {}: <span class=\"{verdict}\">{verdict}</span></td>",
+        percent(c.model)
     )
 }
 
@@ -1092,7 +1080,7 @@ fn step_charts<'a>(
             x_scale: Scale::Linear,
             y_scale: Scale::Log,
             x_format: plain,
-            y_format: ms,
+            y_format: micros,
         },
         x_range: None,
         series: quantiles
@@ -1153,7 +1141,7 @@ fn latency_over_time_chart<'a>(v: &VariantReport, id: &'a str, bands: Vec<Band>)
             x_scale: Scale::Linear,
             y_scale: Scale::Log,
             x_format: plain,
-            y_format: ms,
+            y_format: micros,
         },
         x_range: (end > 0.0).then_some((0.0, end)),
         series,
@@ -1218,7 +1206,7 @@ fn sweep_section(sweep: &SweepSummary) -> String {
                 x_scale: Scale::Linear,
                 y_scale: Scale::Linear,
                 x_format: plain,
-                y_format: percent,
+                y_format: percent_tick,
             },
             x_range: None,
             bands: Vec::new(),
@@ -1257,7 +1245,7 @@ fn sweep_section(sweep: &SweepSummary) -> String {
             x_scale: Scale::Linear,
             y_scale: Scale::Linear,
             x_format: plain,
-            y_format: ms,
+            y_format: micros,
         },
         x_range: None,
         bands: Vec::new(),
@@ -1275,21 +1263,21 @@ fn sweep_section(sweep: &SweepSummary) -> String {
             escape(&r.group),
             escape(&r.value),
             r.sent,
-            format_us(r.p50_us),
-            format_us(r.p99_us),
-            format_us(r.p99_9_us)
+            micros(r.p50_us as f64),
+            micros(r.p99_us as f64),
+            micros(r.p99_9_us as f64)
         );
         match &r.compounding {
             Some(c) => {
                 let verdict = c.verdict.as_str();
                 let _ = write!(
                     out,
-                    "<td>{:.1} %</td><td>[{:.1}, {:.1}] %</td><td>{:.1} %</td><td>{:.1} %</td><td class=\"{verdict}\">{verdict}</td></tr>",
-                    c.measured * 100.0,
-                    c.ci_lo * 100.0,
-                    c.ci_hi * 100.0,
-                    c.model * 100.0,
-                    c.declared_model * 100.0
+                    "<td>{}</td><td>[{}, {}]</td><td>{}</td><td>{}</td><td class=\"{verdict}\">{verdict}</td></tr>",
+                    percent(c.measured),
+                    percent(c.ci_lo),
+                    percent(c.ci_hi),
+                    percent(c.model),
+                    percent(c.declared_model)
                 );
             }
             None if checked => {
@@ -1374,8 +1362,8 @@ fn side_by_side_section(sweep: &SweepSummary, variants: &[VariantReport]) -> Str
                     let _ = write!(
                         out,
                         "<td>{} / {}</td>",
-                        format_us(r.p50_us),
-                        format_us(r.p99_us)
+                        micros(r.p50_us as f64),
+                        micros(r.p99_us as f64)
                     );
                 }
                 _ => out.push_str("<td>-</td>"),
@@ -1452,7 +1440,7 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
             x_scale: Scale::Linear,
             y_scale: Scale::Linear,
             x_format: plain,
-            y_format: percent,
+            y_format: percent_tick,
         },
         x_range: None,
         bands: Vec::new(),
@@ -1462,14 +1450,14 @@ fn hockey_stick_section(sweep: &SweepSummary) -> String {
     for r in &sweep.rows {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{:.1} %</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&r.group),
             escape(&r.value),
             r.sent,
             r.ok_rate,
-            format_us(r.p50_us),
-            format_us(r.p99_us),
-            r.error_share * 100.0
+            micros(r.p50_us as f64),
+            micros(r.p99_us as f64),
+            percent(r.error_share)
         );
     }
     out.push_str("</table>");
@@ -1496,9 +1484,9 @@ fn broker_table(variants: &[VariantReport]) -> String {
                 t.redelivered,
                 t.rejected_full,
                 t.max_depth,
-                format_us(t.queue_wait_p50_ns / 1000),
-                format_us(t.queue_wait_p99_ns / 1000),
-                format_us(t.queue_wait_max_ns / 1000),
+                micros(t.queue_wait_p50_ns as f64 / 1e3),
+                micros(t.queue_wait_p99_ns as f64 / 1e3),
+                micros(t.queue_wait_max_ns as f64 / 1e3),
             );
         }
     }
@@ -1719,8 +1707,8 @@ mod tests {
             table.starts_with(
                 "<table id=\"sweep-side-by-side\"><tr><th>load.concurrency</th>\
                  <th>python p50 / p99</th><th>cpp p50 / p99</th></tr>\
-                 <tr><td>1</td><td>100us / 200us</td><td>1.00ms / 2.00ms</td></tr>\
-                 <tr><td>8</td><td>1.00ms / 2.00ms</td><td>10.00ms / 20.00ms</td></tr></table>"
+                 <tr><td>1</td><td>100 us / 200 us</td><td>1.00 ms / 2.00 ms</td></tr>\
+                 <tr><td>8</td><td>1.00 ms / 2.00 ms</td><td>10.0 ms / 20.0 ms</td></tr></table>"
             ),
             "{table}"
         );
@@ -2138,16 +2126,16 @@ mod tests {
                 "slow b, net c/1",
                 "2000",
                 "400",
-                "2.00ms",
-                "90.00ms",
-                "180.00ms",
+                "2.00 ms",
+                "90.0 ms",
+                "180 ms",
                 "0",
                 "-"
             ]
         );
-        assert_eq!(rows[3][9], "2.0 s");
+        assert_eq!(rows[3][9], "2.00 s");
         assert!(
-            html.contains("<td title=\"p99 within 1.25 x before&#39;s 12.00ms, over 200 ok requests\">2.0 s</td>"),
+            html.contains("<td title=\"p99 within 1.25 x before&#39;s 12.0 ms, over 200 ok requests\">2.00 s</td>"),
             "the rule as the tooltip: {html}"
         );
         // The hand-made phases have no check: a dash, not a verdict.
@@ -2159,9 +2147,9 @@ mod tests {
         assert_eq!(
             rows[2][10],
             format!(
-                "{:.1} % vs {:.1} %: {}",
-                c.measured * 100.0,
-                c.model * 100.0,
+                "{} vs {}: {}",
+                tailmesh_units::percent(c.measured),
+                tailmesh_units::percent(c.model),
                 c.verdict.as_str()
             )
         );
