@@ -27,9 +27,9 @@ use tailmesh_units::{micros, percent};
 
 use super::{
     OutputError,
-    svg::{self, BandKind, Frame, LineChart, Scale, escape},
+    svg::{self, Frame, Scale, escape},
 };
-use crate::analysis::{IntervalSeries, Summary, SweepSummary, VariantReport};
+use crate::analysis::Summary;
 
 use composition::composition_section;
 use distribution::{histogram_chart, spectrum_chart};

@@ -7,7 +7,9 @@ use super::throughput::{bucket_edges, throughput, throughput_chart, throughputs}
 use super::*;
 use crate::analysis::intervals::{IntervalRecorder, Window, sending_end};
 use crate::analysis::testing::summary;
+use crate::analysis::{IntervalSeries, SweepSummary, VariantReport};
 use crate::output::svg::tests::panel_points;
+use crate::output::svg::{BandKind, LineChart};
 use crate::record::{Outcome, RequestRecord};
 
 #[test]
