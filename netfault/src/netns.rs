@@ -57,10 +57,8 @@ pub enum NetnsError {
 
 /// A run id: six hex digits from the pid and the clock.
 fn new_run_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(7))
-        .unwrap_or(0);
+    let now = tailmesh_units::unix_nanos();
+    let nanos = (now % 1_000_000_000) as u32 ^ ((now / 1_000_000_000) as u32).rotate_left(7);
     format!(
         "{:06x}",
         (nanos ^ std::process::id().rotate_left(11)) & 0xff_ffff

@@ -10,10 +10,10 @@ use anyhow::anyhow;
 use clap::Args;
 use serde::Serialize;
 use tailmesh::analysis::{Dist, Grid, declared};
-use tailmesh::output::table::format_us;
 use tailmesh::say;
 use tailmesh::scenario::{self, Hop};
 use tailmesh_services::model::Transport;
+use tailmesh_units::{duration, percent};
 
 use super::CliError;
 
@@ -204,11 +204,14 @@ fn render(p: &Predicted, timeout: Duration) -> String {
         .iter()
         .zip([p.p50_us, p.p90_us, p.p99_us, p.p999_us])
     {
-        let value = us.map_or_else(|| format!(">{}", format_us(micros(timeout))), format_us);
+        let value = us.map_or_else(
+            || format!(">{}", duration(timeout)),
+            |us| tailmesh_units::micros(us as f64),
+        );
         line.push_str(&format!("  {name} {value}"));
     }
     if let Some(c) = p.censored.filter(|c| *c >= 1e-6) {
-        line.push_str(&format!("  censored {:.3} %", c * 100.0));
+        line.push_str(&format!("  censored {}", percent(c)));
     }
     for a in &p.assumptions {
         line.push_str(&format!("\n  assumes: {a}"));

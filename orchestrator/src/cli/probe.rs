@@ -140,8 +140,8 @@ async fn call(args: ProbeArgs) -> Result<(), ProbeError> {
         Ok(Err(e)) => return Err(unreachable(format!("cannot connect: {e}"))),
         Err(_) => {
             return Err(unreachable(format!(
-                "no connection within {:?}",
-                args.timeout
+                "no connection within {}",
+                tailmesh_units::duration(args.timeout)
             )));
         }
     }

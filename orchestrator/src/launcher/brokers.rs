@@ -104,7 +104,7 @@ pub enum BrokerProcessError {
         log: Box<LogTail>,
     },
     /// The server did not take connections in time.
-    #[error("broker {kind}: not ready after {waited:?}: {last}; {log}")]
+    #[error("broker {kind}: not ready after {}: {last}; {log}", tailmesh_units::duration(*waited))]
     NotReady {
         kind: &'static str,
         waited: Duration,
@@ -140,7 +140,7 @@ pub enum BrokerProbeError {
     #[error("{}", .0.message())]
     Refused(#[source] tonic::Status),
     /// It did not answer in time.
-    #[error("no answer within {0:?}")]
+    #[error("no answer within {}", tailmesh_units::duration(*.0))]
     Silent(Duration),
 }
 
@@ -348,7 +348,8 @@ impl BrokerServer {
             if timeout(STOP_GRACE, child.wait()).await.is_err() {
                 tracing::warn!(
                     broker = self.kind.as_str(),
-                    "did not stop within {STOP_GRACE:?}; killing it"
+                    "did not stop within {}; killing it",
+                    tailmesh_units::duration(STOP_GRACE)
                 );
                 if let Some(pid) = group {
                     let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);

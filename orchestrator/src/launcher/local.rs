@@ -366,7 +366,7 @@ impl LocalLauncher {
                     pid,
                     source: io::Error::other(format!(
                         "not reaped {} after SIGKILL",
-                        humantime::format_duration(REAP_TIMEOUT)
+                        tailmesh_units::duration(REAP_TIMEOUT)
                     )),
                 });
             }
@@ -444,7 +444,7 @@ impl LocalLauncher {
                     name = %supervised.launched.name,
                     pid = supervised.launched.pid,
                     "did not stop within {}, killing it",
-                    humantime::format_duration(grace)
+                    tailmesh_units::duration(grace)
                 );
                 if supervised.spec.service.is_some() {
                     signal_group(&supervised.child, Signal::SIGKILL);
@@ -473,7 +473,7 @@ impl LocalLauncher {
                         name = %supervised.launched.name,
                         pid = supervised.launched.pid,
                         "still not reaped {} after SIGKILL",
-                        humantime::format_duration(REAP_TIMEOUT)
+                        tailmesh_units::duration(REAP_TIMEOUT)
                     );
                     kept.push(supervised);
                 }

@@ -409,7 +409,7 @@ pub enum LaunchError {
     #[error(
         "{}: not ready after {} ({}); {log}",
         who(name, *addr, *pid),
-        humantime::format_duration(*waited),
+        tailmesh_units::duration(*waited),
         last_problem.as_deref().unwrap_or("it never wrote its address file")
     )]
     NotReady {
@@ -429,7 +429,7 @@ pub enum LaunchError {
     #[error(
         "{name}: service {service:?} not ready after {}: {last_problem}; is the deployment \
          running, and was it generated from this scenario (tailmesh compose / tailmesh k8s)?",
-        humantime::format_duration(Duration::from_millis(waited.as_millis() as u64))
+        tailmesh_units::duration(*waited)
     )]
     Unreachable {
         /// The role (`hop-b-1`, `broker`).
@@ -651,7 +651,7 @@ mod tests {
         };
         assert_eq!(
             error.to_string(),
-            "broker (pid 7): not ready after 15s (it never wrote its address file); \
+            "broker (pid 7): not ready after 15.0 s (it never wrote its address file); \
              it wrote nothing to /run/logs/broker.log"
         );
     }

@@ -4,7 +4,7 @@
 
 use hdrhistogram::Histogram;
 
-use super::table::format_us;
+use tailmesh_units::micros;
 
 /// Most bucket lines before the overflow line.
 const MAX_BUCKETS: u64 = 24;
@@ -32,9 +32,9 @@ pub fn render_histogram(title: &str, histogram: &Histogram<u64>) -> String {
     for (i, count) in counts.iter().enumerate().take(last + 1) {
         let i = i as u64;
         let label = if i == MAX_BUCKETS {
-            format!(">{}", format_us(i * width))
+            format!(">{}", micros((i * width) as f64))
         } else {
-            format!("<{}", format_us((i + 1) * width))
+            format!("<{}", micros(((i + 1) * width) as f64))
         };
         let bar = "#".repeat(((count * BAR_WIDTH).div_ceil(most)) as usize);
         out.push_str(&format!("  {label:>10} | {bar:<50} {count}\n"));

@@ -5,7 +5,8 @@
 
 use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 
-use super::table::format_us;
+use tailmesh_units::{micros, percent, signed_percent};
+
 use crate::analysis::{GateReport, GateVerdict, MetricGate, Summary, VariantReport};
 
 /// Renders the comparison of run `a` (labelled `a_label`) with run `b`.
@@ -27,10 +28,10 @@ pub fn render_comparison(a: &Summary, a_label: &str, b: &Summary, b_label: &str)
                 v.errors.values().sum::<u64>().to_string(),
                 v.timeouts.to_string(),
                 format!("{:.1}", v.ok_rate),
-                format_us(l.p50_us),
-                format_us(l.p99_us),
-                format_us(l.p99_9_us),
-                format_us(l.max_us),
+                micros(l.p50_us as f64),
+                micros(l.p99_us as f64),
+                micros(l.p99_9_us as f64),
+                micros(l.max_us as f64),
             ]);
         }
     }
@@ -81,12 +82,12 @@ pub fn render_gate(report: &GateReport) -> String {
     let confidence = percent(rule.confidence);
     let mut out = format!(
         "gate: run B {} against run A {}: a metric regressed when B is worse by more than \
-         {} % (p50, p99) or {} points (error share) and the {confidence} % interval \
+         {} (p50, p99) or {} (error share) and the {confidence} interval \
          ({} bootstrap replicates) excludes no change\n",
         report.b.run,
         report.a.run,
         percent(rule.tolerance),
-        percent(rule.error_tolerance),
+        points(rule.error_tolerance),
         rule.replicates,
     );
     for v in &report.variants {
@@ -136,7 +137,7 @@ fn label(metric: &str) -> &str {
     }
 }
 
-/// `p99 12.10ms -> 15.90ms (+31 %, 95 % interval +22 % to +41 %): regressed`
+/// `p99 12.1 ms -> 15.9 ms (+31.0 %, 95.0 % interval +22.0 % to +41.0 %): regressed`
 /// (the error share in % and its change in points).
 fn metric_line(
     name: &str,
@@ -147,28 +148,24 @@ fn metric_line(
     let latency = m.unit == "us";
     let (tolerance, values, change, interval) = if latency {
         (
-            format!("{} %", percent(rule.tolerance)),
+            percent(rule.tolerance),
+            format!("{} -> {}", micros(m.a), micros(m.b)),
+            signed_percent(m.change),
             format!(
-                "{} -> {}",
-                format_us(m.a.round() as u64),
-                format_us(m.b.round() as u64)
-            ),
-            format!("{} %", signed_percent(m.change)),
-            format!(
-                "{} % to {} %",
+                "{} to {}",
                 signed_percent(m.interval[0]),
                 signed_percent(m.interval[1])
             ),
         )
     } else {
         (
-            format!("{} points", percent(rule.error_tolerance)),
-            format!("{} % -> {} %", percent(m.a), percent(m.b)),
-            format!("{} points", signed_percent(m.change)),
+            points(rule.error_tolerance),
+            format!("{} -> {}", percent(m.a), percent(m.b)),
+            signed_points(m.change),
             format!(
                 "{} to {}",
-                signed_percent(m.interval[0]),
-                signed_percent(m.interval[1])
+                signed_points(m.interval[0]),
+                signed_points(m.interval[1])
             ),
         )
     };
@@ -188,31 +185,20 @@ fn metric_line(
         format!("within the {tolerance} tolerance")
     };
     format!(
-        "{} {values} ({change}, {confidence} % interval {interval}): {judgement}",
+        "{} {values} ({change}, {confidence} interval {interval}): {judgement}",
         label(name)
     )
 }
 
-/// A fraction as a percentage: 0.2 -> "20", 0.005 -> "0.5", 0.00123 ->
-/// "0.12".
-fn percent(x: f64) -> String {
-    let p = x * 100.0;
-    let text = if p != 0.0 && p.abs() < 1.0 {
-        format!("{p:.2}")
-    } else {
-        format!("{p:.1}")
-    };
-    text.trim_end_matches('0').trim_end_matches('.').to_string()
+/// A difference of two shares in percentage points, written as
+/// [`percent`] writes a share: `0.50 points`.
+fn points(x: f64) -> String {
+    percent(x).replace('%', "points")
 }
 
-/// [`percent`] with its sign: "+31", "-4.5", "+0".
-fn signed_percent(x: f64) -> String {
-    let p = percent(x);
-    if p.starts_with('-') {
-        p
-    } else {
-        format!("+{p}")
-    }
+/// [`points`] with its sign, for a change: `+0.50 points`, `-1.20 points`.
+fn signed_points(x: f64) -> String {
+    signed_percent(x).replace('%', "points")
 }
 
 #[cfg(test)]
@@ -264,7 +250,7 @@ mod tests {
         let tolerance = percent(rule.tolerance);
         assert!(
             text.contains(&format!(
-                "worse by more than {tolerance} % (p50, p99) or 0.5 points (error share)"
+                "worse by more than {tolerance} (p50, p99) or 0.5 points (error share)"
             )),
             "{text}"
         );
@@ -274,12 +260,12 @@ mod tests {
             .expect("a p99 line");
         assert!(
             p99.contains("(+200")
-                && p99.contains(" %, 95 % interval +")
-                && p99.ends_with(&format!("regressed, beyond the {tolerance} % tolerance")),
+                && p99.contains(" %, 95.0 % interval +")
+                && p99.ends_with(&format!("regressed, beyond the {tolerance} tolerance")),
             "{p99}"
         );
         assert!(
-            text.contains("base: error share 0.99 % -> 0.99 % (+0 points, 95 % interval -"),
+            text.contains("base: error share 0.99 % -> 0.99 % (+0 points, 95.0 % interval -"),
             "{text}"
         );
         assert!(text.contains("within the 0.5 points tolerance"), "{text}");
@@ -294,12 +280,11 @@ mod tests {
     }
 
     #[test]
-    fn percentages_keep_the_digits_that_matter() {
-        assert_eq!(percent(0.2), "20");
-        assert_eq!(percent(0.005), "0.5");
-        assert_eq!(percent(0.00123), "0.12");
-        assert_eq!(percent(0.315), "31.5");
-        assert_eq!(signed_percent(0.0), "+0");
-        assert_eq!(signed_percent(-0.045), "-4.5");
+    fn percentage_points_read_like_percentages() {
+        assert_eq!(points(0.005), "0.5 points");
+        assert_eq!(points(0.00123), "0.12 points");
+        assert_eq!(points(0.2), "20.0 points");
+        assert_eq!(signed_points(0.0), "+0 points");
+        assert_eq!(signed_points(-0.045), "-4.50 points");
     }
 }

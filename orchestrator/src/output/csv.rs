@@ -505,7 +505,7 @@ fn end_label(end: AttemptEnd) -> &'static str {
 
 /// Parses [`attempts_entry`]'s output back.
 fn parse_attempts(field: &str) -> Option<Vec<AttemptTiming>> {
-    let ns = |f: &str| parse_micros3(f).map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let ns = |f: &str| parse_micros3(f).map(tailmesh_units::nanos);
     field
         .split('/')
         .filter(|a| !a.is_empty())
@@ -540,7 +540,7 @@ fn parse_calls(field: &str) -> Option<Vec<CallTiming>> {
             let (call, attempts) = rest.split_once(':')?;
             Some(CallTiming {
                 hop: hop.to_owned(),
-                call_ns: u64::try_from(parse_micros3(call)?.as_nanos()).unwrap_or(u64::MAX),
+                call_ns: tailmesh_units::nanos(parse_micros3(call)?),
                 attempts: parse_attempts(attempts)?,
             })
         })
@@ -708,7 +708,7 @@ fn parse_row(
         .parse::<u64>()
         .map_err(|e| bad(format!("id {id:?}: {e}")))?;
     let time = |field: &str| parse_micros3(field).ok_or_else(|| bad(format!("time {field:?}")));
-    let ns = |field: &str| time(field).map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let ns = |field: &str| time(field).map(tailmesh_units::nanos);
     let slow: Vec<&str> = slow_hops.split(';').filter(|s| !s.is_empty()).collect();
     let mut path = Vec::new();
     for entry in path_field.split(';').filter(|s| !s.is_empty()) {

@@ -5,7 +5,7 @@
 use crate::analysis::{Knee, PhaseReport, Recovery, RecoveryOutcome, VariantReport};
 
 use super::svg::{Band, BandKind};
-use super::table::format_us;
+use tailmesh_units::{micros, percent};
 
 /// The per-phase table's columns, in order (the report adds the
 /// compounding check).
@@ -30,7 +30,7 @@ pub(crate) fn cells(p: &PhaseReport) -> [String; 10] {
         if l.count == 0 {
             "-".to_owned()
         } else {
-            format_us(v)
+            micros(v as f64)
         }
     };
     [
@@ -76,34 +76,32 @@ fn conditions(p: &PhaseReport) -> String {
     }
 }
 
-/// Errors and timeouts as a share of the sent: `1.2 %`; `0` without
-/// any, `<0.1 %` for a few that would round to nothing.
+/// Errors and timeouts as a share of the sent: `1.20 %`; `0` without
+/// any (a share too small to round, `0.04 %`, still says there were some).
 fn errors(p: &PhaseReport) -> String {
     if p.errors + p.timeouts == 0 {
         "0".to_owned()
-    } else if p.error_share < 0.0005 {
-        "<0.1 %".to_owned()
     } else {
-        format!("{:.1} %", p.error_share * 100.0)
+        percent(p.error_share)
     }
 }
 
-/// `1.0 s`, `not recovered (p99 140.00ms)`, `not enough data: ...`.
+/// `1.00 s`, `not recovered (p99 140 ms)`, `not enough data: ...`.
 pub(crate) fn recovery(r: &Recovery) -> String {
     match &r.outcome {
-        RecoveryOutcome::Recovered { recovery_s, .. } => format!("{recovery_s:.1} s"),
+        RecoveryOutcome::Recovered { recovery_s, .. } => micros(recovery_s * 1e6),
         RecoveryOutcome::NotRecovered { last_p99_us } => {
-            format!("not recovered (p99 {})", format_us(*last_p99_us))
+            format!("not recovered (p99 {})", micros(*last_p99_us as f64))
         }
         RecoveryOutcome::NotEnoughData { reason } => format!("not enough data: {reason}"),
     }
 }
 
 /// What the recovery was held against: `p99 within 1.25 x before's
-/// 12.00ms, over 200 ok requests`.
+/// 12.0 ms, over 200 ok requests`.
 pub(crate) fn recovery_rule(r: &Recovery) -> String {
     let baseline = match (&r.baseline, r.baseline_p99_us) {
-        (Some(name), Some(us)) => format!("{name}'s {}", format_us(us)),
+        (Some(name), Some(us)) => format!("{name}'s {}", micros(us as f64)),
         (Some(name), None) => format!("{name}'s"),
         _ => "the p99 before the window".to_owned(),
     };
@@ -260,13 +258,13 @@ pub(crate) mod tests {
                 recovery_s: 1.04,
                 p99_us: 11_000
             }),
-            "1.0 s"
+            "1.04 s"
         );
         assert_eq!(
             r(RecoveryOutcome::NotRecovered {
                 last_p99_us: 140_000
             }),
-            "not recovered (p99 140.00ms)"
+            "not recovered (p99 140 ms)"
         );
         assert_eq!(
             r(RecoveryOutcome::NotEnoughData {
@@ -278,7 +276,7 @@ pub(crate) mod tests {
             recovery_rule(&recovery_of(RecoveryOutcome::NotRecovered {
                 last_p99_us: 1
             })),
-            "p99 within 1.25 x before's 12.00ms, over 200 ok requests"
+            "p99 within 1.25 x before's 12.0 ms, over 200 ok requests"
         );
     }
 
@@ -299,10 +297,10 @@ pub(crate) mod tests {
                 "200/s, slow b, net c/1",
                 "1000",
                 "200",
-                "2.00ms",
-                "40.00ms",
-                "80.00ms",
-                "1.2 %",
+                "2.00 ms",
+                "40.0 ms",
+                "80.0 ms",
+                "1.20 %",
                 "-",
             ]
         );
@@ -317,7 +315,8 @@ pub(crate) mod tests {
         p.errors = 0;
         p.timeouts = 1;
         p.error_share = 1.0 / 10_000.0;
-        assert_eq!(cells(&p)[8], "<0.1 %");
+        // A share too small for one decimal still reads as some.
+        assert_eq!(cells(&p)[8], "0.01 %");
     }
 
     #[test]

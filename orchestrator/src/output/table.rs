@@ -5,6 +5,8 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, ColumnConstraint, ContentArrangement, Table};
 
+use tailmesh_units::{micros, percent, signed_percent};
+
 use super::phases;
 
 use crate::{
@@ -197,9 +199,9 @@ fn comparison_line(base: &VariantReport, v: &VariantReport) -> String {
         ratio(v.ok_rate, base.ok_rate),
         if v.extra_load > 0.0 || base.extra_load > 0.0 {
             format!(
-                ", extra requests {:.1} % (vs {:.1} %)",
-                v.extra_load * 100.0,
-                base.extra_load * 100.0
+                ", extra requests {} (vs {})",
+                percent(v.extra_load),
+                percent(base.extra_load)
             )
         } else {
             String::new()
@@ -228,16 +230,16 @@ fn sweep_table(sweep: &crate::analysis::SweepSummary) -> Table {
             r.group.clone(),
             r.value.clone(),
             r.sent.to_string(),
-            format_us(r.p50_us),
-            format_us(r.p99_us),
-            format_us(r.p99_9_us),
+            micros(r.p50_us as f64),
+            micros(r.p99_us as f64),
+            micros(r.p99_9_us as f64),
         ];
         match &r.compounding {
             Some(c) => row.extend([
-                format!("{:.1} %", c.measured * 100.0),
-                format!("[{:.1}, {:.1}]", c.ci_lo * 100.0, c.ci_hi * 100.0),
-                format!("{:.1} %", c.model * 100.0),
-                format!("{:.1} %", c.declared_model * 100.0),
+                percent(c.measured),
+                format!("[{}, {}]", percent(c.ci_lo), percent(c.ci_hi)),
+                percent(c.model),
+                percent(c.declared_model),
                 c.verdict.as_str().to_string(),
             ]),
             None if checked => row.extend(std::iter::repeat_n("-".to_string(), 5)),
@@ -265,7 +267,9 @@ fn side_by_side_table(sweep: &crate::analysis::SweepSummary) -> Option<Table> {
     for value in &sweep.values {
         let mut row = vec![value.clone()];
         row.extend(groups.iter().map(|g| match sweep.row(g, value) {
-            Some(r) if r.ok > 0 => format!("{} / {}", format_us(r.p50_us), format_us(r.p99_us)),
+            Some(r) if r.ok > 0 => {
+                format!("{} / {}", micros(r.p50_us as f64), micros(r.p99_us as f64))
+            }
             _ => "-".to_string(),
         }));
         t.add_row(row);
@@ -395,13 +399,7 @@ fn trace_breakdown(variants: &[VariantReport]) -> Table {
         "network p50/p99",
         "queue wait p50/p99",
     ]);
-    let pair = |d: &Dist| {
-        format!(
-            "{} / {}",
-            format_us(d.p50_us.round() as u64),
-            format_us(d.p99_us.round() as u64)
-        )
-    };
+    let pair = |d: &Dist| format!("{} / {}", micros(d.p50_us), micros(d.p99_us));
     for v in variants {
         let Some(traces) = &v.traces else { continue };
         for h in &traces.hops {
@@ -430,7 +428,7 @@ fn trace_disagreement(t: &TraceReport) -> Option<String> {
     ))
 }
 
-/// `compounding: measured 27.3 % [26.1, 28.6] vs model 27.1 % (declared
+/// `compounding: measured 27.3 % [26.1 %, 28.6 %] vs model 27.1 % (declared
 /// 27.1 %): pass`, or `None` when the check was not requested.
 /// `kill: b/1 at 3.00 s (killed 3.00 s), back 6.00 s (ready 6.04 s)`.
 fn kill_line(k: &crate::analysis::KillRecord) -> String {
@@ -461,10 +459,10 @@ fn compounding_line(v: &VariantReport) -> Option<String> {
         "measured - (no trials)".to_string()
     } else {
         format!(
-            "measured {} [{:.1}, {:.1}]",
+            "measured {} [{}, {}]",
             percent(c.measured),
-            c.ci_lo * 100.0,
-            c.ci_hi * 100.0
+            percent(c.ci_lo),
+            percent(c.ci_hi)
         )
     };
     let mut line = format!(
@@ -486,7 +484,7 @@ fn composition_lines(v: &VariantReport) -> Vec<String> {
     let Some(c) = &v.composition else {
         return Vec::new();
     };
-    let cell = |x: Option<f64>| x.map_or("-".to_string(), |us| format_us(us.round() as u64));
+    let cell = |x: Option<f64>| x.map_or("-".to_string(), micros);
     let quantiles: Vec<String> = ["p50", "p90", "p99", "p99.9"]
         .iter()
         .enumerate()
@@ -510,7 +508,7 @@ fn composition_lines(v: &VariantReport) -> Vec<String> {
     };
     let mut line = format!("tail: {} ({what})", quantiles.join(", "));
     if let Some(share) = c.dependence.excess_share.p99_us {
-        line.push_str(&format!("; dependence {:+.0} % at p99", share * 100.0));
+        line.push_str(&format!("; dependence {} at p99", signed_percent(share)));
         if let Some(source) = &c.dependence.source {
             line.push_str(&format!(": {source}"));
         }
@@ -526,26 +524,13 @@ fn composition_lines(v: &VariantReport) -> Vec<String> {
     lines
 }
 
-fn percent(p: f64) -> String {
-    format!("{:.1} %", p * 100.0)
-}
-
-/// `us` from `p` in human units (`456us`, `1.23ms`, `2.50s`); `-` when `p`
+/// `us` from `p` for people (`456 us`, `1.23 ms`, `2.50 s`); `-` when `p`
 /// is empty.
 fn human(p: &Percentiles, us: u64) -> String {
     if p.count == 0 {
         "-".to_string()
     } else {
-        format_us(us)
-    }
-}
-
-/// Microseconds in human units: `456us`, `1.23ms`, `2.50s`.
-pub fn format_us(us: u64) -> String {
-    match us {
-        0..=999 => format!("{us}us"),
-        1_000..=999_999 => format!("{:.2}ms", us as f64 / 1e3),
-        _ => format!("{:.2}s", us as f64 / 1e6),
+        micros(us as f64)
     }
 }
 
@@ -583,8 +568,8 @@ mod tests {
         assert_eq!(
             rows,
             [
-                ["1", "100us / 200us", "1.00ms / 2.00ms"],
-                ["8", "1.00ms / 2.00ms", "10.00ms / 20.00ms"]
+                ["1", "100 us / 200 us", "1.00 ms / 2.00 ms"],
+                ["8", "1.00 ms / 2.00 ms", "10.0 ms / 20.0 ms"]
             ],
             "{table}"
         );
@@ -603,15 +588,15 @@ mod tests {
     #[test]
     fn shows_percentiles_hops_and_the_verdict() {
         let text = render_table(&summary());
-        assert!(text.contains("1.00ms"), "{text}");
-        assert!(text.contains("21.01ms"), "{text}");
+        assert!(text.contains("1.00 ms"), "{text}");
+        assert!(text.contains("21.0 ms"), "{text}");
         assert!(text.contains("500/500"), "{text}");
         assert!(text.contains("10.0 %"), "{text}");
         assert!(text.contains("400/s"), "{text}");
         // 276 of 1005 slow: 27.5 % [24.8, 30.3]; model 0.1 at three hops.
         assert!(
             text.contains(
-                "base: compounding: measured 27.5 % [24.8, 30.3] vs model 27.1 % (declared 27.1 %): pass"
+                "base: compounding: measured 27.5 % [24.8 %, 30.3 %] vs model 27.1 % (declared 27.1 %): pass"
             ),
             "{text}"
         );
@@ -642,7 +627,7 @@ mod tests {
         });
         let text = render_table(&s);
         assert!(text.contains("hop (traces)"), "{text}");
-        assert!(text.contains("1.50ms / 1.50ms"), "{text}");
+        assert!(text.contains("1.50 ms / 1.50 ms"), "{text}");
         assert!(
             text.contains(
                 "base: traces: 7 of 10 sampled ok requests have a complete trace; 2 missing, 1 disagree with their reply path, 0 orphan span(s), 0 hop time(s) off the path's by more than 1ms"
@@ -814,13 +799,13 @@ mod tests {
         assert_eq!(
             rows[2],
             [
-                "during", "5-10", "slow b", "2000", "400", "2.00ms", "90.00ms", "180.00ms",
-                "2.0 %", "-"
+                "during", "5-10", "slow b", "2000", "400", "2.00 ms", "90.0 ms", "180 ms",
+                "2.00 %", "-"
             ],
             "{text}"
         );
         assert_eq!(rows[3][0], "after");
-        assert_eq!(rows[3][9], "not recovered (p99 140.00ms)", "{text}");
+        assert_eq!(rows[3][9], "not recovered (p99 140 ms)", "{text}");
         assert_phase_lines_fit(&text);
         // After the hop table, before the per-variant lines.
         let at = text.find("base: phases").expect("the title");
@@ -935,7 +920,7 @@ mod tests {
             "{text}"
         );
         assert!(rows[2][6].starts_with("50."), "during's p99: {text}");
-        assert_eq!(rows[3][9], "2.0 s", "{text}");
+        assert_eq!(rows[3][9], "2.00 s", "{text}");
         assert_phase_lines_fit(&text);
     }
 
@@ -991,8 +976,11 @@ mod tests {
 
     #[test]
     fn human_units() {
-        assert_eq!(format_us(456), "456us");
-        assert_eq!(format_us(1_234), "1.23ms");
-        assert_eq!(format_us(2_500_000), "2.50s");
+        let mut p = Percentiles::default();
+        assert_eq!(human(&p, 456), "-", "no request, no latency");
+        p.count = 1;
+        assert_eq!(human(&p, 456), "456 us");
+        assert_eq!(human(&p, 1_234), "1.23 ms");
+        assert_eq!(human(&p, 2_500_000), "2.50 s");
     }
 }

@@ -6,7 +6,7 @@
 //! that cannot be reached is named in a warning, not counted as an
 //! incident (it may have been killed on schedule).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::future::join_all;
 use tailmesh_proto::pb;
@@ -64,9 +64,7 @@ pub(super) async fn collect(
     let answers = join_all(asks).await;
     // One reading of both clocks places the callers' wall-clock stamps.
     let now = Instant::now();
-    let now_unix_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let now_unix_ns = tailmesh_units::unix_nanos();
     let measured_now = clock.measured_s(now);
     let measured_s = |unix_ns: u64| {
         let ago_ns = now_unix_ns as f64 - unix_ns as f64;
@@ -104,7 +102,7 @@ pub(super) async fn collect(
 pub(super) async fn ask(
     addr: &PeerAddr,
     token: &str,
-) -> Result<Option<pb::EndpointEvents>, String> {
+) -> Result<Option<pb::EndpointEvents>, super::faults::ControlError> {
     let channel = super::faults::control_channel(addr, CALL_TIMEOUT, |e| e).await?;
     let mut client = pb::control_client::ControlClient::new(channel);
     let mut request = tonic::Request::new(pb::GetEndpointEventsRequest {});
@@ -113,6 +111,9 @@ pub(super) async fn ask(
     match client.get_endpoint_events(request).await {
         Ok(reply) => Ok(Some(reply.into_inner())),
         Err(status) if status.code() == tonic::Code::Unimplemented => Ok(None),
-        Err(status) => Err(format!("{addr}: {}", status.message())),
+        Err(status) => Err(super::faults::ControlError::Refused {
+            addr: addr.clone(),
+            status,
+        }),
     }
 }

@@ -253,7 +253,7 @@ impl Faults {
                             planned.hop,
                             planned.replica,
                             planned.action.kind(),
-                            e.message()
+                            e
                         );
                         crate::tell!("warning: {line}");
                         self.incidents.push(line);
@@ -318,7 +318,7 @@ impl Faults {
                     Action::Net(..) => " (the namespace removal clears it)",
                     Action::App(_) => " (it lasted until the hop stopped)",
                 },
-                e.message()
+                e
             )),
         }
         Done { planned, cleared }
@@ -342,7 +342,7 @@ impl Faults {
                     planned.hop,
                     planned.replica,
                     planned.action.kind(),
-                    humantime::format_duration(planned.window.start)
+                    tailmesh_units::duration(planned.window.start)
                 ));
             }
         }
@@ -384,7 +384,7 @@ async fn control_call(
     channel: &mut Option<tonic::transport::Channel>,
     token: &str,
     call: Result<pb::SetFaultsRequest, pb::ClearFaultsRequest>,
-) -> Result<pb::FaultState, tonic::Status> {
+) -> Result<pb::FaultState, ControlError> {
     let channel = match channel {
         Some(channel) => channel.clone(),
         None => {
@@ -394,26 +394,55 @@ async fn control_call(
                 e.http2_keep_alive_interval(Duration::from_secs(30))
                     .keep_alive_while_idle(true)
             })
-            .await
-            .map_err(tonic::Status::unavailable)?;
+            .await?;
             channel.insert(connected).clone()
         }
     };
     let mut client = pb::control_client::ControlClient::new(channel);
-    let bearer = bearer(token).map_err(tonic::Status::internal)?;
+    let bearer = bearer(token)?;
+    let refused = |status| ControlError::Refused {
+        addr: addr.clone(),
+        status,
+    };
     let reply = match call {
         Ok(set) => {
             let mut request = tonic::Request::new(set);
             request.metadata_mut().insert("authorization", bearer);
-            client.set_faults(request).await?
+            client.set_faults(request).await.map_err(refused)?
         }
         Err(clear) => {
             let mut request = tonic::Request::new(clear);
             request.metadata_mut().insert("authorization", bearer);
-            client.clear_faults(request).await?
+            client.clear_faults(request).await.map_err(refused)?
         }
     };
     Ok(reply.into_inner())
+}
+
+/// Why a call to a replica's Control API got no answer.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ControlError {
+    /// The address does not make a gRPC endpoint.
+    #[error("{addr}: not an endpoint: {source}")]
+    Endpoint {
+        addr: PeerAddr,
+        source: tonic::transport::Error,
+    },
+    #[error("connect {addr}: {source}")]
+    Connect {
+        addr: PeerAddr,
+        source: tonic::transport::Error,
+    },
+    /// The run's token cannot travel as gRPC metadata (it is made of
+    /// visible ASCII, so this is a bug or a hand-made token file).
+    #[error("the run's token is not valid gRPC metadata")]
+    Token,
+    /// The agent answered with an error status.
+    #[error("{addr}: {}", .status.message())]
+    Refused {
+        addr: PeerAddr,
+        status: tonic::Status,
+    },
 }
 
 /// A channel to the Control API at `addr`, each call bounded by `timeout`,
@@ -423,23 +452,29 @@ pub(super) async fn control_channel(
     addr: &PeerAddr,
     timeout: Duration,
     tune: impl FnOnce(tonic::transport::Endpoint) -> tonic::transport::Endpoint,
-) -> Result<tonic::transport::Channel, String> {
+) -> Result<tonic::transport::Channel, ControlError> {
     let endpoint = tonic::transport::Endpoint::from_shared(addr.uri())
-        .map_err(|e| format!("{addr}: {e}"))?
+        .map_err(|source| ControlError::Endpoint {
+            addr: addr.clone(),
+            source,
+        })?
         .connect_timeout(timeout)
         .timeout(timeout);
     tailmesh_services::link::connect(&tune(endpoint), &Default::default())
         .await
-        .map_err(|e| format!("connect {addr}: {e}"))
+        .map_err(|source| ControlError::Connect {
+            addr: addr.clone(),
+            source,
+        })
 }
 
 /// The `authorization` metadata of the run's token.
 pub(super) fn bearer(
     token: &str,
-) -> Result<tonic::metadata::MetadataValue<tonic::metadata::Ascii>, String> {
+) -> Result<tonic::metadata::MetadataValue<tonic::metadata::Ascii>, ControlError> {
     format!("Bearer {token}")
         .parse()
-        .map_err(|_| "the token is not valid metadata".to_owned())
+        .map_err(|_| ControlError::Token)
 }
 
 #[cfg(test)]

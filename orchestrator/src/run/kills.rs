@@ -233,7 +233,7 @@ impl Kills {
                     "hop \"{}\" replica {}: never killed (the load ended before {} after warmup)",
                     k.hop,
                     k.replica,
-                    humantime::format_duration(k.kill.at)
+                    tailmesh_units::duration(k.kill.at)
                 ));
             }
             records.push(KillRecord {

@@ -265,7 +265,7 @@ pub enum ServiceError {
     /// The service at its `address` did not get ready in time.
     #[error(
         "{address} not ready after {}: {}",
-        humantime::format_duration(*waited),
+        tailmesh_units::duration(*waited),
         last_problem.as_deref().unwrap_or("no answer")
     )]
     NotReady {

@@ -11,9 +11,8 @@ use tailmesh_services::model::{
 
 use super::error::Problems;
 use super::model::{Hop, Kill};
-use super::read::Section;
+use super::read::{Section, table_section};
 use super::tree::{Table, Value};
-use super::validate::table_section;
 
 /// The keys of a hop that set its [`EndpointOptions`].
 pub(super) const ENDPOINT_KEYS: &[&str] = &[

@@ -281,6 +281,22 @@ impl<'a> Section<'a> {
     }
 }
 
+/// `None` if `key` is absent, `Some(None)` if it is not a table (reported).
+pub(super) fn table_section<'a>(
+    parent: &Section<'a>,
+    p: &mut Problems,
+    key: &str,
+) -> Option<Option<Section<'a>>> {
+    let entry = parent.get(key)?;
+    match &entry.node.value {
+        Value::Table(table) => Some(Some(parent.child(entry, table))),
+        _ => {
+            parent.wrong_type(p, entry, "a table");
+            Some(None)
+        }
+    }
+}
+
 /// Why a value is not a duration.
 pub(super) enum DurationProblem {
     WrongType(&'static str),

@@ -94,11 +94,43 @@ pub struct TraceReport {
     /// What the tail sampler kept and dropped (absent in runs before it
     /// existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampling: Option<super::tail::TailCounts>,
+    pub sampling: Option<TailCounts>,
     /// Per hop, its spans in the sampled ok requests' traces against
     /// their reply paths (for the warning; not written).
     #[serde(skip)]
     pub coverage: Vec<HopCoverage>,
+}
+
+/// What the tail sampler (`super::tail`) decided over one variant's traced requests, by
+/// reason (each request counted once, under its first reason).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct TailCounts {
+    /// The share of the other traced requests kept.
+    pub keep_share: f64,
+    /// Measured requests that were traced (head sampling).
+    pub traced: u64,
+    /// Kept: failed (errors and timeouts).
+    pub kept_failed: u64,
+    /// Kept: slower than the check's threshold.
+    pub kept_slow: u64,
+    /// Kept: an extra attempt (retry or hedge) at some hop.
+    pub kept_retried: u64,
+    /// Kept: in the uniform share.
+    pub kept_sampled: u64,
+    /// Not kept.
+    pub dropped: u64,
+    /// Traces written to the Jaeger file(s): the kept ones that arrived,
+    /// and warmup's when every trace is kept.
+    pub written: u64,
+    /// Jaeger files the run's kept traces fill (the same for every variant).
+    pub files: u64,
+}
+
+impl TailCounts {
+    /// Requests kept, all reasons.
+    pub fn kept(&self) -> u64 {
+        self.kept_failed + self.kept_slow + self.kept_retried + self.kept_sampled
+    }
 }
 
 /// How many of the sampled ok requests through one hop have its spans.

@@ -317,7 +317,7 @@ impl Collector {
 
     /// Appends an export request of `n` spans to the spool.
     fn spool(&self, n: u64, body: &[u8]) {
-        let arrived = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let arrived = tailmesh_units::nanos(self.origin.elapsed());
         let mut spool = self.lock();
         if spool.error.is_some() {
             // The spool broke (a full disk): nothing more until the seal.
@@ -462,7 +462,7 @@ impl Collector {
                 return format!(
                     "spans were still arriving {} after the load; later ones are not in this \
                      variant's traces",
-                    humantime::format_duration(limit)
+                    tailmesh_units::duration(limit)
                 );
             }
         }

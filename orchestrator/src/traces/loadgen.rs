@@ -5,7 +5,7 @@
 use std::{
     fmt::Write as _,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -162,11 +162,8 @@ impl LoadTracer {
         latency: Duration,
         error: Option<&str>,
     ) {
-        let end = ended
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64;
-        let start = end.saturating_sub(latency.as_nanos() as u64);
+        let end = tailmesh_units::unix_nanos_at(ended);
+        let start = end.saturating_sub(tailmesh_units::nanos(latency));
         let span = otlp::open(buf, 2, 2);
         otlp::bytes_field(buf, 1, &t.trace_id.to_be_bytes());
         otlp::bytes_field(buf, 2, &t.span_id.to_be_bytes());
@@ -284,10 +281,7 @@ mod tests {
         error: Option<&str>,
     ) -> Span {
         let t = tracer.request(request_id);
-        let end = ended
-            .duration_since(UNIX_EPOCH)
-            .expect("after 1970")
-            .as_nanos() as u64;
+        let end = tailmesh_units::unix_nanos_at(ended);
         let kv = |key: &str, value: Value| KeyValue {
             key: key.to_string(),
             value: Some(AnyValue { value: Some(value) }),
@@ -298,7 +292,7 @@ mod tests {
             span_id: t.span_id.to_be_bytes().to_vec(),
             name: format!("request {request_id}"),
             kind: SpanKind::Client as i32,
-            start_time_unix_nano: end - latency.as_nanos() as u64,
+            start_time_unix_nano: end.saturating_sub(tailmesh_units::nanos(latency)),
             end_time_unix_nano: end,
             flags: 1,
             attributes: vec![
@@ -319,7 +313,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("temp dir");
         let collector = Collector::new(10_000, None, tmp.path()).expect("collector");
         let tracer = LoadTracer::new(Arc::clone(&collector), "fast", 1.0, 42);
-        let ended = UNIX_EPOCH + Duration::from_secs(1_764_000_000);
+        let ended = std::time::UNIX_EPOCH + Duration::from_secs(1_764_000_000);
         let cases: [(u64, Duration, Option<&str>); 4] = [
             (0, Duration::from_micros(850), None),
             (

@@ -98,7 +98,7 @@ pub fn sift(
     let Some(path) = &spool.path else {
         return Ok(out);
     };
-    let horizon = u64::try_from(sift.horizon.as_nanos()).unwrap_or(u64::MAX);
+    let horizon = tailmesh_units::nanos(sift.horizon);
     let mut reader = SpoolReader::open(path)?;
     let mut open: HashMap<Vec<u8>, Open> = HashMap::new();
     // Open traces by their first span's arrival (arrivals only grow).

@@ -17,11 +17,9 @@ use std::{
 };
 
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
-
 use tailmesh_proto::pb::HopRecord;
 
-use super::breakdown::{PathHop, RequestFacts, TraceAnalyzer};
+use super::breakdown::{PathHop, RequestFacts, TailCounts, TraceAnalyzer};
 use crate::{
     record::{Outcome, RecordSink, RequestRecord},
     scenario::{Keep, KeepShare, LoadMode, Stop, Variant},
@@ -127,38 +125,6 @@ pub enum Reason {
     Retried,
     Sampled,
     Dropped,
-}
-
-/// What the tail sampler decided over one variant's traced requests, by
-/// reason (each request counted once, under its first reason).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TailCounts {
-    /// The share of the other traced requests kept.
-    pub keep_share: f64,
-    /// Measured requests that were traced (head sampling).
-    pub traced: u64,
-    /// Kept: failed (errors and timeouts).
-    pub kept_failed: u64,
-    /// Kept: slower than the check's threshold.
-    pub kept_slow: u64,
-    /// Kept: an extra attempt (retry or hedge) at some hop.
-    pub kept_retried: u64,
-    /// Kept: in the uniform share.
-    pub kept_sampled: u64,
-    /// Not kept.
-    pub dropped: u64,
-    /// Traces written to the Jaeger file(s): the kept ones that arrived,
-    /// and warmup's when every trace is kept.
-    pub written: u64,
-    /// Jaeger files the run's kept traces fill (the same for every variant).
-    pub files: u64,
-}
-
-impl TailCounts {
-    /// Requests kept, all reasons.
-    pub fn kept(&self) -> u64 {
-        self.kept_failed + self.kept_slow + self.kept_retried + self.kept_sampled
-    }
 }
 
 /// Why the facts file could not be written or read.

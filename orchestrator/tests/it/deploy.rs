@@ -597,7 +597,7 @@ fn attaching_to_a_missing_deployment_names_the_service_it_waited_for() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     // The hop called last is looked for first: b's replicas before a.
     assert!(
-        stderr.contains("hop-b-0: service \"hop-b-0\" not ready after 1s")
+        stderr.contains("hop-b-0: service \"hop-b-0\" not ready after 1.0")
             && stderr.contains("connect hop-b-0:7000")
             && stderr.contains("was it generated from this scenario"),
         "{stderr}"

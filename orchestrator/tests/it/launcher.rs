@@ -232,7 +232,7 @@ async fn a_child_that_never_gets_ready_is_killed_at_the_deadline() {
     assert!(reaped(*pid), "the stuck child {pid} is still there");
     let message = error.to_string();
     assert!(message.starts_with("stuck (pid "), "{message}");
-    assert!(message.contains("not ready after 1s"), "{message}");
+    assert!(message.contains("not ready after 1.0"), "{message}");
     assert!(
         message.contains("never wrote its address file"),
         "{message}"

@@ -293,7 +293,7 @@ fn deployments_refuse_a_service_without_an_image_and_attached_runs_accept_one() 
     // Not refused (2): the run waited for the service hop, which is not there.
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("hop-b-0: service \"hop-b-0\" not ready after 1s"),
+        stderr.contains("hop-b-0: service \"hop-b-0\" not ready after 1.0"),
         "{stderr}"
     );
 }
@@ -351,7 +351,7 @@ fn a_service_that_never_gets_ready_fails_the_run_within_its_ready_timeout() {
     for words in [
         "hop \"b\" replica 0",
         "hop-b-0.service",
-        "not ready after 1s",
+        "not ready after 1.0",
     ] {
         assert!(out.stderr.contains(words), "expected {words:?}:\n{said}");
     }

@@ -1,0 +1,475 @@
+//! One `[[hop]]` in named steps (its section, name, serving keys,
+//! balancing, connections, service, work, faults, downstream names).
+
+use std::time::Duration;
+
+use tailmesh_services::{
+    discipline::Discipline,
+    limits::{DEFAULT_QUEUE_LIMIT, MAX_QUEUE_LIMIT},
+    model::{Balance, Connection, ErrorInjection, ReplicaSlow, Slowness, Transport, Work},
+};
+
+use crate::scenario::error::Problems;
+use crate::scenario::model::{
+    AppWindows, ClientPolicy, Hop, HopService, NetFault, ReplicaNet, Window,
+};
+use crate::scenario::read::{Section, dns_label_problem, is_dns_label, table_section};
+use crate::scenario::tree::{Node, Span, Table, Value};
+
+use super::client::client_policy;
+use super::faults::{NET_KEYS, error_injection, net_fault, replica_nets, replica_slow, slowness};
+use super::work::work;
+
+const HOP_KEYS: &[&str] = &[
+    "name",
+    "replicas",
+    "concurrency",
+    "queue_limit",
+    "discipline",
+    "transport",
+    "worker_ping",
+    "balance",
+    "connection",
+    "work",
+    "slow",
+    "replica_slow",
+    "net",
+    "replica_net",
+    "error",
+    "downstream",
+    "client",
+    // Mesh-client keys and `kill` (see `crate::scenario::endpoints`).
+    "health",
+    "backoff",
+    "keepalive",
+    "keepalive_timeout",
+    "ewma",
+    "ejection",
+    "kill",
+    // A real gRPC service as the hop's work (see `crate::scenario::service`).
+    "service",
+];
+
+/// Bounds of a hop's `worker_ping`.
+const MIN_WORKER_PING: Duration = Duration::from_millis(1);
+
+const MAX_WORKER_PING: Duration = Duration::from_secs(60);
+
+/// Which hops a hop calls, as read.
+pub(super) enum Downstream<'a> {
+    /// Not given: the next hop in file order.
+    Chain,
+    /// Given: the names and where each is written.
+    Names(Vec<(&'a str, &'a Span)>),
+    /// Given but unreadable (reported).
+    Invalid,
+}
+
+/// One `[[hop]]` as read, before the mesh-wide checks.
+pub(super) struct HopDraft<'a> {
+    pub(super) header: &'a Span,
+    /// The name as written, even if it is not a valid label.
+    pub(super) raw_name: Option<&'a str>,
+    pub(super) hop: Option<Hop>,
+    pub(super) downstream: Downstream<'a>,
+}
+
+/// One `[[hop]]` read in steps: its own keys (serving, calling, faults),
+/// its sections, then its downstream names; the mesh-wide checks come
+/// after every hop is read ([`mesh`]).
+pub(super) fn hop<'a>(
+    index: usize,
+    node: &'a Node,
+    table: &'a Table,
+    p: &mut Problems,
+) -> HopDraft<'a> {
+    let raw_name = match table.get("name").map(|e| &e.node.value) {
+        Some(Value::String(name)) => Some(name.as_str()),
+        _ => None,
+    };
+    let s = hop_section(index, node, table, raw_name);
+    s.unknown_keys(p, HOP_KEYS);
+
+    let name = hop_name(&s, p);
+    let serving = serving(&s, p);
+    let balance = balance(&s, p);
+    let connection = connection(&s, index, p);
+    let endpoints = crate::scenario::endpoints::endpoint_options(&s, serving.transport, p);
+    let kill = match table_section(&s, p, "kill") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|k| crate::scenario::endpoints::kill(&k, serving.replicas, p))
+            .map(Some),
+    };
+    let service = hop_service(&s, serving.replicas, p);
+    let work = hop_work(&s, p);
+    let faults = hop_faults(&s, serving.replicas, p);
+    let client = match table_section(&s, p, "client") {
+        None => Some(ClientPolicy::default()),
+        Some(section) => section.and_then(|c| client_policy(&c, p)),
+    };
+    let downstream = downstream(&s, p);
+
+    let hop = (|| {
+        Some(Hop {
+            name: name?,
+            replicas: serving.replicas?,
+            concurrency: serving.concurrency?,
+            queue_limit: serving.queue_limit?,
+            discipline: serving.discipline?,
+            transport: serving.transport?,
+            worker_ping: serving.worker_ping?,
+            balance: balance?,
+            connection: connection?,
+            endpoints: endpoints?,
+            work: work?,
+            windows: faults.windows(),
+            slow: faults.slow?.map(|(s, _)| s),
+            replica_slow: faults.replica_slow?.map(|(r, _)| r),
+            net: faults.net?,
+            replica_net: faults.replica_net?,
+            error: faults.error?.map(|(e, _)| e),
+            client: client?,
+            downstream: Vec::new(),
+            kill: kill?,
+            service: service?,
+        })
+    })();
+    HopDraft {
+        header: &node.span,
+        raw_name,
+        hop,
+        downstream,
+    }
+}
+
+/// The section of hop number `index`, named in messages by its name as
+/// written (`hop "b"`), or by its index when it has none.
+fn hop_section<'a>(
+    index: usize,
+    node: &'a Node,
+    table: &'a Table,
+    raw_name: Option<&str>,
+) -> Section<'a> {
+    let who = match raw_name {
+        Some(name) => format!("hop \"{name}\""),
+        None => format!("hop at index {index}"),
+    };
+    Section {
+        table,
+        span: node.span.clone(),
+        prefix: format!("{who}: "),
+        path: String::new(),
+        label: match raw_name {
+            Some(name) => format!("[[hop]] \"{name}\""),
+            None => format!("[[hop]] at index {index}"),
+        },
+    }
+}
+
+fn hop_name(s: &Section<'_>, p: &mut Problems) -> Option<String> {
+    s.required(p, "name", Section::string)
+        .and_then(|(name, entry)| {
+            if is_dns_label(name) {
+                Some(name.to_owned())
+            } else {
+                p.at(entry.node.span.start, dns_label_problem("hop name", name));
+                None
+            }
+        })
+}
+
+/// How a hop's replicas take their requests, each `None` when its key has
+/// a problem (reported).
+struct Serving {
+    replicas: Option<u32>,
+    concurrency: Option<Option<u32>>,
+    queue_limit: Option<u32>,
+    transport: Option<Transport>,
+    discipline: Option<Discipline>,
+    worker_ping: Option<Option<Duration>>,
+}
+
+fn serving(s: &Section<'_>, p: &mut Problems) -> Serving {
+    let replicas = match s.get("replicas") {
+        None => Some(1),
+        Some(_) => s
+            .int_in(p, "replicas", 1, 64)
+            .and_then(|r| u32::try_from(r).ok()),
+    };
+    let concurrency = match s.get("concurrency") {
+        None => Some(None),
+        Some(_) => s
+            .int_in(p, "concurrency", 1, 10_000)
+            .and_then(|c| u32::try_from(c).ok())
+            .map(Some),
+    };
+    let queue_limit = match s.get("queue_limit") {
+        None => Some(DEFAULT_QUEUE_LIMIT),
+        Some(_) if s.get("concurrency").is_none() => {
+            s.forbid(
+                p,
+                "queue_limit",
+                "needs concurrency (it bounds the wait for a slot)",
+            );
+            None
+        }
+        Some(_) => s
+            .int_in(p, "queue_limit", 0, i64::from(MAX_QUEUE_LIMIT))
+            .and_then(|q| u32::try_from(q).ok()),
+    };
+    let transport = match s.get("transport") {
+        None => Some(Transport::Push),
+        Some(_) => s.choice(
+            p,
+            "transport",
+            &[("push", Transport::Push), ("pull", Transport::Pull)],
+        ),
+    };
+    let discipline = discipline(s, transport, p);
+    let worker_ping = worker_ping(s, p);
+    Serving {
+        replicas,
+        concurrency,
+        queue_limit,
+        transport,
+        discipline,
+        worker_ping,
+    }
+}
+
+fn discipline(
+    s: &Section<'_>,
+    transport: Option<Transport>,
+    p: &mut Problems,
+) -> Option<Discipline> {
+    match s.get("discipline") {
+        None => Some(Discipline::Fifo),
+        Some(_) => s
+            .choice(p, "discipline", &Discipline::ALL.map(|d| (d.as_str(), d)))
+            .filter(|d| {
+                // A push replica without concurrency takes every request at
+                // once: it has no line to order. A pull hop's line is its
+                // broker topic.
+                let lineless = *d != Discipline::Fifo
+                    && transport == Some(Transport::Push)
+                    && s.get("concurrency").is_none();
+                if lineless {
+                    s.forbid(
+                        p,
+                        "discipline",
+                        "needs concurrency on a push hop (it orders the wait for a slot)",
+                    );
+                }
+                !lineless
+            }),
+    }
+}
+
+fn worker_ping(s: &Section<'_>, p: &mut Problems) -> Option<Option<Duration>> {
+    match s.get("worker_ping") {
+        None => Some(None),
+        Some(_) => s.duration(p, "worker_ping").and_then(|(d, entry)| {
+            if (MIN_WORKER_PING..=MAX_WORKER_PING).contains(&d) {
+                Some(Some(d))
+            } else {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} must be from {} to {}, got {}",
+                        s.name("worker_ping"),
+                        humantime::format_duration(MIN_WORKER_PING),
+                        humantime::format_duration(MAX_WORKER_PING),
+                        humantime::format_duration(d)
+                    ),
+                );
+                None
+            }
+        }),
+    }
+}
+
+fn balance(s: &Section<'_>, p: &mut Problems) -> Option<Balance> {
+    match s.get("balance") {
+        None => Some(Balance::RoundRobin),
+        Some(_) => s.choice(
+            p,
+            "balance",
+            &[
+                ("round_robin", Balance::RoundRobin),
+                ("random", Balance::Random),
+                ("p2c", Balance::P2c),
+                ("ewma", Balance::Ewma),
+            ],
+        ),
+    }
+}
+
+pub(super) fn connection(s: &Section<'_>, index: usize, p: &mut Problems) -> Option<Connection> {
+    match s.get("connection") {
+        None => Some(Connection::Shared),
+        // The load generator calls the entry hop: its connections are
+        // [load]'s.
+        Some(_) if index == 0 => {
+            s.forbid(
+                p,
+                "connection",
+                "is not for the entry hop, whose caller is the load generator: set \
+                 load.connection instead",
+            );
+            None
+        }
+        Some(_) => s.choice(
+            p,
+            "connection",
+            &[
+                ("shared", Connection::Shared),
+                ("per_request", Connection::PerRequest),
+            ],
+        ),
+    }
+}
+
+fn hop_service(
+    s: &Section<'_>,
+    replicas: Option<u32>,
+    p: &mut Problems,
+) -> Option<Option<HopService>> {
+    let service = match table_section(s, p, "service") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|w| crate::scenario::service::service(&w, replicas, p))
+            .map(Some),
+    };
+    if service
+        .as_ref()
+        .is_some_and(|s| s.as_ref().is_some_and(|s| s.direct))
+    {
+        crate::scenario::service::refuse_beside_direct(s, p);
+    }
+    service
+}
+
+fn hop_work(s: &Section<'_>, p: &mut Problems) -> Option<Work> {
+    match table_section(s, p, "work") {
+        None => Some(Work::None),
+        Some(_) if s.get("service").is_some() => {
+            s.forbid(
+                p,
+                "work",
+                "cannot go with service: the call to the service is the hop's work",
+            );
+            None
+        }
+        Some(section) => section.and_then(|w| work(&w, p)),
+    }
+}
+
+/// A hop's injected faults as read, each with its window where it has
+/// one; the outer `None` when its section has a problem (reported).
+struct HopFaults {
+    slow: Option<Option<(Slowness, Window)>>,
+    replica_slow: Option<Option<(ReplicaSlow, Window)>>,
+    net: Option<Option<NetFault>>,
+    replica_net: Option<Vec<ReplicaNet>>,
+    error: Option<Option<(ErrorInjection, Window)>>,
+}
+
+impl HopFaults {
+    /// The windows of the application-level faults (a default window for
+    /// an absent or unreadable one).
+    fn windows(&self) -> AppWindows {
+        fn window_of<T>(fault: &Option<Option<(T, Window)>>) -> Window {
+            fault
+                .as_ref()
+                .and_then(|f| f.as_ref().map(|(_, w)| *w))
+                .unwrap_or_default()
+        }
+        AppWindows {
+            slow: window_of(&self.slow),
+            replica_slow: window_of(&self.replica_slow),
+            error: window_of(&self.error),
+        }
+    }
+}
+
+fn hop_faults(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> HopFaults {
+    let slow = match table_section(s, p, "slow") {
+        None => Some(None),
+        Some(section) => section.and_then(|w| slowness(&w, p)).map(Some),
+    };
+    let replica_slow = match table_section(s, p, "replica_slow") {
+        None => Some(None),
+        Some(_) if s.get("service").is_some() => {
+            s.forbid(
+                p,
+                "replica_slow",
+                "cannot go with service: it scales the hop's own work, and a service's time is \
+                 the service's (slow a replica's service with its own command, or use slow)",
+            );
+            None
+        }
+        Some(section) => section
+            .and_then(|w| replica_slow(&w, replicas, p))
+            .map(Some),
+    };
+    let net = match table_section(s, p, "net") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|w| {
+                w.unknown_keys(p, NET_KEYS);
+                net_fault(&w, p)
+            })
+            .map(Some),
+    };
+    let replica_net = replica_nets(s, replicas, p);
+    let error = match table_section(s, p, "error") {
+        None => Some(None),
+        Some(section) => section.and_then(|w| error_injection(&w, p)).map(Some),
+    };
+    HopFaults {
+        slow,
+        replica_slow,
+        net,
+        replica_net,
+        error,
+    }
+}
+
+pub(super) fn downstream<'a>(s: &Section<'a>, p: &mut Problems) -> Downstream<'a> {
+    let Some(entry) = s.get("downstream") else {
+        return Downstream::Chain;
+    };
+    match &entry.node.value {
+        Value::Array(items) => {
+            let mut names = Vec::new();
+            let mut ok = true;
+            for item in items {
+                match &item.value {
+                    Value::String(name) => names.push((name.as_str(), &item.span)),
+                    other => {
+                        ok = false;
+                        s.report(
+                            p,
+                            &item.span,
+                            format!(
+                                "expected hop names (strings) in downstream, got {}",
+                                other.kind()
+                            ),
+                        );
+                    }
+                }
+            }
+            if ok {
+                Downstream::Names(names)
+            } else {
+                Downstream::Invalid
+            }
+        }
+        _ => {
+            s.wrong_type(p, entry, "an array of hop names");
+            Downstream::Invalid
+        }
+    }
+}

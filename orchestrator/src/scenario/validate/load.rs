@@ -1,0 +1,338 @@
+//! `[load]`: the mode, rate or steps, length, warmup, connections and
+//! payload, and whether the requests in flight fit the hops' memory.
+
+use std::time::Duration;
+
+use tailmesh_services::limits::{IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES};
+
+use crate::scenario::error::Problems;
+use crate::scenario::model::{Arrivals, ConnectionMode, Load, LoadMode, Step, Stop};
+use crate::scenario::read::Section;
+use crate::scenario::tree::Value;
+
+const LOAD_KEYS: &[&str] = &[
+    "mode",
+    "rate",
+    "arrivals",
+    "concurrency",
+    "duration",
+    "requests",
+    "warmup",
+    "timeout",
+    "connection",
+    "connections",
+    "payload",
+    "steps",
+];
+
+const STEP_KEYS: &[&str] = &["rate", "duration"];
+
+/// Highest open-loop rate, requests per second (`rate` and each step's).
+const MAX_RATE: f64 = 1_000_000.0;
+
+/// Most load steps: each is a phase of the results, with histograms of
+/// its own.
+const MAX_STEPS: usize = 100;
+
+/// Why `rate` is refused next to `steps`.
+const STEPS_SET_THE_RATE: &str = "cannot go with load.steps: each step sets its own rate (the \
+                                  first step's also runs the warmup); change the steps instead";
+/// Why `duration` and `requests` are refused next to `steps`.
+const STEPS_SET_THE_LENGTH: &str = "cannot go with load.steps: the load lasts the steps' total \
+                                    duration; change the steps instead";
+
+/// Largest `[load] payload`: what the services' message limits are sized for.
+const MAX_PAYLOAD: i64 = MAX_PAYLOAD_BYTES as i64;
+
+pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
+    s.unknown_keys(p, LOAD_KEYS);
+    let mode = s.required(p, "mode", |s, p, k| {
+        s.choice(p, k, &[("open", true), ("closed", false)])
+    });
+    // Steps decide the rate and the length; a closed loop has neither.
+    let stepped = s.get("steps").is_some() && mode != Some(false);
+    let steps = if stepped { steps(s, p) } else { None };
+    let mode = match mode {
+        Some(true) => {
+            s.forbid(p, "concurrency", "is only for mode = \"open\"");
+            let rate = if stepped {
+                s.forbid(p, "rate", STEPS_SET_THE_RATE);
+                steps
+                    .as_ref()
+                    .and_then(|steps| steps.first())
+                    .map(|s| s.rate)
+            } else {
+                s.required(p, "rate", |s, p, k| s.number_in(p, k, 0.0, true, MAX_RATE))
+            };
+            let arrivals = match s.get("arrivals") {
+                None => Some(Arrivals::Poisson),
+                Some(_) => s.choice(
+                    p,
+                    "arrivals",
+                    &[
+                        ("poisson", Arrivals::Poisson),
+                        ("uniform", Arrivals::Uniform),
+                    ],
+                ),
+            };
+            rate.zip(arrivals).map(|(rate, arrivals)| LoadMode::Open {
+                rate,
+                arrivals,
+                steps: steps.clone().unwrap_or_default(),
+            })
+        }
+        Some(false) => {
+            s.forbid(p, "rate", "is only for mode = \"open\"");
+            s.forbid(p, "arrivals", "is only for mode = \"open\"");
+            s.forbid(p, "steps", "is only for mode = \"open\"");
+            s.required(p, "concurrency", |s, p, k| s.int_in(p, k, 1, 10_000))
+                .and_then(|c| u32::try_from(c).ok())
+                .map(|concurrency| LoadMode::Closed { concurrency })
+        }
+        None => {
+            // Still check the values' types and ranges.
+            if stepped {
+                s.forbid(p, "rate", STEPS_SET_THE_RATE);
+            } else if s.get("rate").is_some() {
+                s.number_in(p, "rate", 0.0, true, MAX_RATE);
+            }
+            if s.get("arrivals").is_some() {
+                s.choice(p, "arrivals", &[("poisson", ()), ("uniform", ())]);
+            }
+            if s.get("concurrency").is_some() {
+                s.int_in(p, "concurrency", 1, 10_000);
+            }
+            None
+        }
+    };
+
+    let stop = if stepped {
+        s.forbid(p, "duration", STEPS_SET_THE_LENGTH);
+        s.forbid(p, "requests", STEPS_SET_THE_LENGTH);
+        steps.as_deref().and_then(|steps| steps_length(s, p, steps))
+    } else {
+        match (s.get("duration"), s.get("requests")) {
+            (None, None) => {
+                p.at(
+                    s.span.start,
+                    format!(
+                        "{} needs exactly one of \"duration\" or \"requests\"",
+                        s.label
+                    ),
+                );
+                None
+            }
+            (Some(duration), Some(requests)) => {
+                let later = if duration.key_span.start > requests.key_span.start {
+                    duration
+                } else {
+                    requests
+                };
+                s.report(
+                    p,
+                    &later.key_span,
+                    "load.duration and load.requests exclude each other: give exactly one",
+                );
+                None
+            }
+            (Some(_), None) => s.positive_duration(p, "duration").map(Stop::Duration),
+            (None, Some(_)) => s
+                .int_min(p, "requests", 1)
+                .and_then(|r| u64::try_from(r).ok())
+                .map(Stop::Requests),
+        }
+    };
+    let warmup = match s.get("warmup") {
+        None => Some(Duration::ZERO),
+        Some(_) => s.duration(p, "warmup").map(|(d, _)| d),
+    };
+    let timeout = match s.get("timeout") {
+        None => Some(Duration::from_secs(1)),
+        Some(_) => s.positive_duration(p, "timeout"),
+    };
+    let per_request = match s.get("connection") {
+        None => Some(false),
+        Some(_) => s.choice(p, "connection", &[("shared", false), ("per_request", true)]),
+    };
+    let connections = match s.get("connections") {
+        None => Some(1),
+        Some(_) => s
+            .int_in(p, "connections", 1, 64)
+            .and_then(|c| u32::try_from(c).ok()),
+    };
+    if per_request == Some(true) {
+        s.forbid(
+            p,
+            "connections",
+            "is only for connection = \"shared\" (per_request opens one per request)",
+        );
+    }
+    let connection = match (per_request, connections) {
+        (Some(true), _) => Some(ConnectionMode::PerRequest),
+        (Some(false), Some(connections)) => Some(ConnectionMode::Shared { connections }),
+        _ => None,
+    };
+    let payload_bytes = match s.get("payload") {
+        None => Some(64),
+        Some(_) => s
+            .int_in(p, "payload", 0, MAX_PAYLOAD)
+            .and_then(|b| usize::try_from(b).ok()),
+    };
+
+    if let (Some(mode), Some(timeout), Some(payload)) = (&mode, timeout, payload_bytes) {
+        in_flight_budget(s, p, mode, timeout, payload);
+    }
+
+    Some(Load {
+        mode: mode?,
+        stop: stop?,
+        warmup: warmup?,
+        timeout: timeout?,
+        connection: connection?,
+        payload_bytes: payload_bytes?,
+    })
+}
+
+/// `load.steps`: a non-empty array of `{ rate, duration }` tables, each
+/// problem at its place. `None` when any step has a problem.
+fn steps(s: &Section<'_>, p: &mut Problems) -> Option<Vec<Step>> {
+    let entry = s.get("steps")?;
+    let Value::Array(items) = &entry.node.value else {
+        s.wrong_type(
+            p,
+            entry,
+            "an array of steps such as [{ rate = 200, duration = \"4s\" }]",
+        );
+        return None;
+    };
+    if items.is_empty() {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} is empty: give at least one {{ rate, duration }}, or rate and duration for \
+                 a constant rate",
+                s.name("steps")
+            ),
+        );
+        return None;
+    }
+    if items.len() > MAX_STEPS {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} has {} steps, at most {MAX_STEPS}: each is a phase of the results",
+                s.name("steps"),
+                items.len()
+            ),
+        );
+        return None;
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let number = i + 1;
+        let Value::Table(table) = &item.value else {
+            if !matches!(item.value, Value::Invalid) {
+                s.report(
+                    p,
+                    &item.span,
+                    format!(
+                        "expected a table such as {{ rate = 200, duration = \"4s\" }} for step \
+                         {number} of {}, got {}",
+                        s.name("steps"),
+                        item.value.kind()
+                    ),
+                );
+            }
+            continue;
+        };
+        let step = Section {
+            table,
+            span: item.span.clone(),
+            prefix: format!("{}{}, step {number}: ", s.prefix, s.name("steps")),
+            path: String::new(),
+            label: format!("step {number} of {}", s.name("steps")),
+        };
+        step.unknown_keys(p, STEP_KEYS);
+        let rate = step.required(p, "rate", |s, p, k| s.number_in(p, k, 0.0, true, MAX_RATE));
+        let duration = step.required(p, "duration", Section::positive_duration);
+        if let (Some(rate), Some(duration)) = (rate, duration) {
+            out.push(Step { rate, duration });
+        }
+    }
+    (out.len() == items.len()).then_some(out)
+}
+
+/// The steps' total duration, the load's length; a sum past what a
+/// `Duration` holds is reported at the steps.
+fn steps_length(s: &Section<'_>, p: &mut Problems, steps: &[Step]) -> Option<Stop> {
+    let total = steps
+        .iter()
+        .try_fold(Duration::ZERO, |sum, step| sum.checked_add(step.duration));
+    if total.is_none()
+        && let Some(entry) = s.get("steps")
+    {
+        s.report(
+            p,
+            &entry.node.span,
+            format!("{} last longer than a run can", s.name("steps")),
+        );
+    }
+    total.map(Stop::Duration)
+}
+
+/// Refuses a load that could put more than [`MAX_IN_FLIGHT_BYTES`] in
+/// flight, at the key that makes it large (the payload, else the timeout,
+/// else the table).
+fn in_flight_budget(
+    s: &Section<'_>,
+    p: &mut Problems,
+    mode: &LoadMode,
+    timeout: Duration,
+    payload: usize,
+) {
+    let in_flight = match mode {
+        // The busiest step's rate.
+        LoadMode::Open { rate, steps, .. } => {
+            let rate = steps.iter().map(|s| s.rate).fold(*rate, f64::max);
+            (rate * timeout.as_secs_f64()).ceil()
+        }
+        LoadMode::Closed { concurrency } => f64::from(*concurrency),
+    };
+    let per_request = payload as f64 + IN_FLIGHT_REQUEST_BYTES as f64;
+    let bytes = in_flight * per_request;
+    if bytes <= MAX_IN_FLIGHT_BYTES as f64 {
+        return;
+    }
+    let mib = |b: f64| b / f64::from(1u32 << 20);
+    let why = match mode {
+        LoadMode::Open { .. } => "rate x timeout",
+        LoadMode::Closed { .. } => "the concurrency",
+    };
+    let message = format!(
+        "up to {in_flight} requests may be in flight ({why}), {:.0} MiB of payload and \
+         per-request state at {:.1} KiB each; the load generator holds at most {:.0} MiB in \
+         flight: lower the rate, the timeout or the payload",
+        mib(bytes),
+        per_request / 1024.0,
+        mib(MAX_IN_FLIGHT_BYTES as f64),
+    );
+    let span = ["payload", "timeout"]
+        .iter()
+        .find_map(|k| s.get(k))
+        .map_or(&s.span, |entry| &entry.key_span);
+    s.report(p, span, format!("{}: {message}", s.label));
+}
+
+/// How long the measured load lasts, when it is known before the run: its
+/// duration, or `requests / rate` for an open loop.
+pub(super) fn load_length(load: &Load) -> Option<Duration> {
+    match (load.stop, &load.mode) {
+        (Stop::Duration(d), _) => Some(d),
+        (Stop::Requests(n), LoadMode::Open { rate, .. }) => {
+            Duration::try_from_secs_f64(n as f64 / rate).ok()
+        }
+        (Stop::Requests(_), LoadMode::Closed { .. }) => None,
+    }
+}

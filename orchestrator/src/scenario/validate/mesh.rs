@@ -1,0 +1,186 @@
+//! The mesh-wide checks once every hop is read: downstream names that
+//! exist, one entry hop, every hop reached, and no cycle.
+
+use std::collections::HashMap;
+
+use crate::scenario::error::Problems;
+use crate::scenario::tree::Span;
+
+use super::hop::{Downstream, HopDraft};
+
+/// Mesh-wide checks of `downstream`: unknown names, self calls, cycles and
+/// hops never called. Returns each hop's downstream names when all is well.
+pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<String>>> {
+    let mut ok = true;
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, draft) in drafts.iter().enumerate() {
+        let Some(name) = draft.raw_name else {
+            ok = false;
+            continue;
+        };
+        if let Some(&first) = index.get(name) {
+            ok = false;
+            p.at(
+                draft.header.start,
+                format!("duplicate hop name \"{name}\" (also used by the hop at index {first})"),
+            );
+        } else {
+            index.insert(name, i);
+        }
+    }
+
+    // Edges, each with the place that declares it. A file without any
+    // `downstream` is a chain in file order; once one hop names its
+    // downstream hops the file describes a tree, and a hop without the key
+    // is a leaf (so a fan-out's leaves need not say `downstream = []`).
+    let tree = drafts
+        .iter()
+        .any(|d| !matches!(d.downstream, Downstream::Chain));
+    let mut edges: Vec<Vec<(usize, &Span)>> = vec![Vec::new(); drafts.len()];
+    for (i, draft) in drafts.iter().enumerate() {
+        let who = draft.raw_name.map_or_else(
+            || format!("the hop at index {i}"),
+            |n| format!("hop \"{n}\""),
+        );
+        match &draft.downstream {
+            Downstream::Chain => {
+                if !tree && i + 1 < drafts.len() {
+                    edges[i].push((i + 1, draft.header));
+                }
+            }
+            Downstream::Invalid => ok = false,
+            Downstream::Names(names) => {
+                for (k, (name, span)) in names.iter().enumerate() {
+                    if names[..k].iter().any(|(earlier, _)| earlier == name) {
+                        ok = false;
+                        p.at(
+                            span.start,
+                            format!("downstream \"{name}\" of {who} is listed twice"),
+                        );
+                    } else if Some(*name) == draft.raw_name {
+                        ok = false;
+                        p.at(span.start, format!("{who} lists itself in downstream"));
+                    } else if let Some(&j) = index.get(name) {
+                        edges[i].push((j, span));
+                    } else {
+                        ok = false;
+                        p.at(
+                            span.start,
+                            format!("downstream \"{name}\" of {who} does not exist"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    for (draft, out) in drafts.iter().zip(&edges) {
+        let direct = draft
+            .hop
+            .as_ref()
+            .and_then(|h| h.service.as_ref())
+            .is_some_and(|s| s.direct);
+        if direct && !out.is_empty() {
+            ok = false;
+            p.at(
+                draft.header.start,
+                format!(
+                    "hop \"{}\" has service.direct = true, so it must be a leaf: its callers \
+                     call the service itself and no tailmesh hop is there to call downstream \
+                     hops (make it the last hop, or set downstream = [], or drop direct)",
+                    draft.raw_name.unwrap_or_default()
+                ),
+            );
+        }
+    }
+    if !cycles(drafts, &edges, p) {
+        ok = false;
+    }
+    if ok {
+        // The entry hop is the only one the load generator calls.
+        let mut reached = vec![false; drafts.len()];
+        let mut todo = vec![0];
+        while let Some(i) = todo.pop() {
+            if std::mem::replace(&mut reached[i], true) {
+                continue;
+            }
+            todo.extend(edges[i].iter().map(|(j, _)| *j));
+        }
+        let entry = drafts[0].raw_name.unwrap_or_default();
+        for (draft, reached) in drafts.iter().zip(&reached) {
+            if !reached {
+                ok = false;
+                p.at(
+                    draft.header.start,
+                    format!(
+                        "hop \"{}\" is never called: it is not reachable from the entry hop \"{entry}\"",
+                        draft.raw_name.unwrap_or_default()
+                    ),
+                );
+            }
+        }
+    }
+    ok.then(|| {
+        edges
+            .iter()
+            .map(|out| {
+                out.iter()
+                    .map(|(j, _)| drafts[*j].raw_name.unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+/// Reports each cycle once, at the edge that closes it; true if none.
+fn cycles(drafts: &[HopDraft<'_>], edges: &[Vec<(usize, &Span)>], p: &mut Problems) -> bool {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    let mut mark = vec![Mark::New; drafts.len()];
+    let mut acyclic = true;
+    let name = |i: usize| {
+        drafts[i]
+            .raw_name
+            .map_or_else(|| format!("hop at index {i}"), |n| format!("\"{n}\""))
+    };
+    for start in 0..drafts.len() {
+        if mark[start] != Mark::New {
+            continue;
+        }
+        // Iterative depth-first search: (hop, next edge to follow).
+        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        mark[start] = Mark::OnPath;
+        while let Some(top) = path.last_mut() {
+            let (i, next) = *top;
+            top.1 += 1;
+            let Some(&(j, span)) = edges[i].get(next) else {
+                mark[i] = Mark::Done;
+                path.pop();
+                continue;
+            };
+            match mark[j] {
+                Mark::New => {
+                    mark[j] = Mark::OnPath;
+                    path.push((j, 0));
+                }
+                Mark::OnPath => {
+                    acyclic = false;
+                    let from = path.iter().position(|(k, _)| *k == j).unwrap_or(0);
+                    let mut names: Vec<String> =
+                        path[from..].iter().map(|(k, _)| name(*k)).collect();
+                    names.push(name(j));
+                    p.at(
+                        span.start,
+                        format!("downstream cycle: {}", names.join(" -> ")),
+                    );
+                }
+                Mark::Done => {}
+            }
+        }
+    }
+    acyclic
+}
