@@ -234,6 +234,106 @@ impl Mesh {
     }
 }
 
+impl Mesh {
+    /// What the traces show, for people: the entries, then each service
+    /// (callers before their callees) with its own time, errors, replicas
+    /// and calls, its callees in the stages they ran in.
+    pub fn describe(&self) -> Vec<String> {
+        let ns = |v: Option<i64>| {
+            v.map_or("-".to_string(), |n| {
+                tailmesh_units::duration(std::time::Duration::from_nanos(n.max(0) as u64))
+            })
+        };
+        let roots: u64 = self.entries.values().sum();
+        let mut out = vec![format!(
+            "{} services, {} edges, {} requests; end to end p50 {} p99 {}",
+            self.services.len(),
+            self.edges.len(),
+            roots,
+            ns(quantile(&self.end_to_end, 0.5)),
+            ns(quantile(&self.end_to_end, 0.99)),
+        )];
+        for ((service, operation), n) in &self.entries {
+            out.push(format!(
+                "entry {service} {operation}: {}",
+                tailmesh_units::percent(ratio(*n, roots))
+            ));
+        }
+        for name in self.callers_first() {
+            let s = &self.services[&name];
+            out.push(format!(
+                "{name}: {} invocations, {} replica(s), own time p50 {} p90 {} p99 {}, errors {}",
+                s.invocations,
+                s.instances.len().max(1),
+                ns(s.own_quantile(0.5)),
+                ns(s.own_quantile(0.9)),
+                ns(s.own_quantile(0.99)),
+                tailmesh_units::percent(s.error_share()),
+            ));
+            for (i, stage) in self.stages(&name).iter().enumerate() {
+                let calls: Vec<String> = stage
+                    .iter()
+                    .map(|callee| {
+                        let e = &self.edges[&(name.clone(), callee.clone())];
+                        let most = e.per_invocation.keys().next_back().copied().unwrap_or(1);
+                        let times = if most > 1 {
+                            format!(", {:.2} times (1 to {most})", ratio(e.calls, e.calling))
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "{callee} ({}{times})",
+                            tailmesh_units::percent(self.call_share(&name, callee))
+                        )
+                    })
+                    .collect();
+                let how = if stage.len() > 1 { "side by side" } else { "" };
+                out.push(format!(
+                    "  then {}: {}{}",
+                    i + 1,
+                    calls.join(", "),
+                    if how.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({how})")
+                    }
+                ));
+            }
+        }
+        out
+    }
+
+    /// The services, each after every service that calls it where the
+    /// calls form no cycle, in name order otherwise.
+    pub fn callers_first(&self) -> Vec<String> {
+        let mut placed: Vec<String> = Vec::new();
+        let mut left: BTreeSet<&String> = self.services.keys().collect();
+        while !left.is_empty() {
+            let ready: Vec<&String> = left
+                .iter()
+                .copied()
+                .filter(|s| {
+                    !self
+                        .edges
+                        .keys()
+                        .any(|(from, to)| to == *s && from != *s && left.contains(from))
+                })
+                .collect();
+            // A cycle: break it at the first name.
+            let next = if ready.is_empty() {
+                vec![*left.iter().next().expect("left is not empty")]
+            } else {
+                ready
+            };
+            for s in next {
+                left.remove(s);
+                placed.push(s.clone());
+            }
+        }
+        placed
+    }
+}
+
 fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
     if sorted.is_empty() {
         return None;
@@ -291,6 +391,43 @@ mod tests {
         // where cart is called; 50 - 10 - 8 = 32 where not.
         assert_eq!(mesh.services["front"].own_quantile(0.0), Some(20));
         assert_eq!(mesh.services["front"].own_quantile(1.0), Some(32));
+    }
+
+    #[test]
+    fn the_description_names_callers_before_callees_and_their_stages() {
+        let trace = vec![inv(
+            "front",
+            0,
+            50_000_000,
+            vec![
+                inv(
+                    "auth",
+                    0,
+                    10_000_000,
+                    vec![inv("db", 1_000_000, 2_000_000, vec![])],
+                ),
+                inv("cart", 20_000_000, 30_000_000, vec![]),
+            ],
+        )];
+        let mesh = Mesh::from_traces(&[trace]);
+        assert_eq!(mesh.callers_first(), ["front", "auth", "cart", "db"]);
+        let lines = mesh.describe();
+        assert!(
+            lines[0].starts_with("4 services, 3 edges, 1 requests; end to end p50 50.0 ms"),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"entry front op: 100 %".to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"  then 1: auth (100 %)".to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"  then 2: cart (100 %)".to_string()),
+            "{lines:?}"
+        );
     }
 
     #[test]
