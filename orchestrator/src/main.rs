@@ -66,6 +66,10 @@ enum Command {
     /// its hops' declared work, faults and client policies composed, plus
     /// an overhead per hop reached.
     Predict(cli::predict::PredictArgs),
+    /// Read traces of a real system (Jaeger, OTLP or Zipkin JSON, Alibaba's
+    /// call-graph CSV) and print the mesh they show: services, who calls
+    /// whom, how often and in what order, each service's own time.
+    Import(cli::import::ImportArgs),
     /// Call a gRPC service once the way a hop whose work it is would, and
     /// print its reply as JSON: exit 0 OK, 1 it answered non-OK, 2 bad
     /// input, unreachable or unknown method.
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cli::validate::validate(args),
         Command::Predict(args) => cli::predict::predict(args),
         Command::Probe(args) => cli::probe::probe(args),
+        Command::Import(args) => cli::import::import(args),
         Command::Hop(args) => cli::serve::hop(args),
     })
 }

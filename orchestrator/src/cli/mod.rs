@@ -11,6 +11,7 @@
 //! - `serve`: what the binary does inside a mesh or a container: `hop`,
 //!   `broker` and `delay-line`, and the `health` and `token` helpers.
 //! - `clean`: `tailmesh clean`.
+//! - `import`: `tailmesh import`, the mesh a system's traces show.
 //! - `probe`: `tailmesh probe`, one call to a real gRPC service as a hop
 //!   would make it.
 
@@ -19,6 +20,7 @@
 pub(crate) mod clean;
 pub(crate) mod deploy;
 pub(crate) mod error;
+pub(crate) mod import;
 pub(crate) mod predict;
 pub(crate) mod probe;
 pub(crate) mod report;
