@@ -487,9 +487,20 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
 
     // The worker's own record of what it worked on: b's server spans, each
     // from taking the task to answering it (a leaf: no downstream wait).
-    // A request's deadline runs from when it was sent, which on a busy
-    // machine is later than meant (requests.csv has both).
+    // The deadline b's task carries is the one hop a gave it: a's clock
+    // for the request's 400 ms starts when a received it (grpc-timeout is
+    // relative), which is a's server span's start. Measured from the load
+    // generator's send instead, the bound would also count how late a busy
+    // machine delivers the request to a, which is not the broker's doing.
+    // a passes on what remains of its deadline, read a few microseconds of
+    // its own code before the producer puts it back on the clock: the
+    // bound allows that much (`PASS_ON_US`); a task started late by the
+    // broker or the worker is late by the tens of milliseconds tasks
+    // spend expired in this queue.
+    const PASS_ON_US: u64 = 1_000;
     let timeout_us = 400_000;
+    // When each request was sent, only to say in a failure how late a got
+    // it (requests.csv has the send's delay after the intended time).
     let send_delay_us: HashMap<i64, u64> = requests_csv(run_dir)
         .iter()
         .map(|r| (r.id as i64, r.send_delay_ns / 1000))
@@ -497,29 +508,35 @@ work = {{ kind = "sleep", dist = "fixed", value = "100ms" }}
     let mut intervals = Vec::new();
     let mut served: HashMap<i64, u64> = HashMap::new();
     for trace in jaeger_traces(run_dir) {
-        let root = spans(&trace)
+        let mut taken = spans(&trace).iter().filter(|s| name(s) == "b").peekable();
+        if taken.peek().is_none() {
+            continue;
+        }
+        let a = spans(&trace)
+            .iter()
+            .find(|s| name(s) == "a")
+            .unwrap_or_else(|| panic!("b's span without a's, its caller:\n{trace:#}"));
+        let received = a["startTime"].as_u64().expect("startTime");
+        let deadline = received + timeout_us + PASS_ON_US;
+        let intended = spans(&trace)
             .iter()
             .find(|s| s["references"].as_array().is_some_and(Vec::is_empty))
-            .expect("the load generator's span");
-        let intended = root["startTime"].as_u64().expect("startTime");
-        for s in spans(&trace).iter().filter(|s| name(s) == "b") {
+            .and_then(|root| root["startTime"].as_u64());
+        for s in taken {
             let start = s["startTime"].as_u64().expect("startTime");
             let end = start + s["duration"].as_u64().expect("duration");
+            // Taken before the task's deadline, never after.
             let id = int_tag(s, "request_id").expect("request_id");
-            let sent = intended
-                + send_delay_us.get(&id).copied().unwrap_or_else(|| {
-                    panic!("request {id} is traced but not in requests.csv:\n{context}")
-                });
-            // Taken before the request's deadline, never after.
+            let sent = intended.zip(send_delay_us.get(&id)).map(|(i, d)| i + d);
             assert!(
-                start < sent + timeout_us,
-                "b started a task {} us after its deadline:\n{trace:#}",
-                start - sent - timeout_us
+                start < deadline,
+                "b started a task {} us after its deadline (a received the request {:?} us \
+                 after its send):\n{trace:#}",
+                start - deadline,
+                sent.map(|sent| received.saturating_sub(sent))
             );
             intervals.push((start, end));
-            *served
-                .entry(int_tag(s, "request_id").expect("request_id"))
-                .or_default() += 1;
+            *served.entry(id).or_default() += 1;
         }
     }
     assert!(!intervals.is_empty(), "b served nothing:\n{context}");

@@ -10,10 +10,11 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use tailmesh_proto::pb::{self, broker_client, submit_stream_reply, submit_stream_request};
+use tailmesh_units::nanos;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{
@@ -21,7 +22,7 @@ use tonic::{
     transport::{Channel, Endpoint},
 };
 
-use super::error::BrokerError;
+use super::{error::BrokerError, wire::Deadline};
 use crate::{
     addr::PeerAddr,
     link::{self, LinkCounts, LinkEvents},
@@ -143,30 +144,35 @@ impl BrokerClient {
         headers: HashMap<String, String>,
         deadline: Option<Duration>,
     ) -> Result<pb::SubmitReply, Status> {
-        let deadline_unix_nanos = deadline.map_or(0, |d| {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default();
-            u64::try_from((now + d).as_nanos()).unwrap_or(u64::MAX)
-        });
+        self.submit_by(topic, payload.into(), headers, Deadline::of(deadline))
+            .await
+    }
+
+    /// [`BrokerClient::submit`] with the deadline read off the clock
+    /// already (when the caller handed the task over).
+    pub(crate) async fn submit_by(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        headers: HashMap<String, String>,
+        deadline: Option<Deadline>,
+    ) -> Result<pb::SubmitReply, Status> {
         let request = pb::SubmitRequest {
             topic: topic.to_owned(),
-            payload: payload.into(),
+            payload,
             headers,
-            deadline_unix_nanos,
+            deadline_unix_nanos: Deadline::unix_nanos_of(deadline),
         };
-        let Some(deadline) = deadline else {
+        let Some(Deadline { left, .. }) = deadline else {
             return self.submit_on_stream(request, None).await;
         };
         // The task's relative timeout (like the local wait) is a little
         // longer than its own deadline, so the broker's precise answer
         // arrives before either safety net fires.
-        let patience = deadline + crate::deadline::ANSWER_SLACK;
-        crate::deadline::within(
-            deadline,
-            self.submit_on_stream(request, Some(patience)),
-            || format!("no answer from the broker (task deadline {deadline:?})"),
-        )
+        let patience = left + crate::deadline::ANSWER_SLACK;
+        crate::deadline::within(left, self.submit_on_stream(request, Some(patience)), || {
+            format!("no answer from the broker (task deadline {left:?})")
+        })
         .await
     }
 
@@ -189,7 +195,7 @@ impl BrokerClient {
         let message = pb::SubmitStreamRequest {
             id,
             kind: Some(submit_stream_request::Kind::Submit(request)),
-            timeout_ns: timeout.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
+            timeout_ns: timeout.map_or(0, nanos),
         };
         tokio::select! {
             biased;

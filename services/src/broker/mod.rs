@@ -47,23 +47,36 @@
 //!   discard the worker's result; nothing leaks.
 //! - **Graceful shutdown**, see [`run`].
 //!
-//! Layout:
+//! Layout (the pull backends from the bottom up: `wire`, then `pull`,
+//! then the three backends, then `backend`; no module imports one above
+//! it):
 //! - `queue`: one topic's queue, pending tasks and workers behind one lock.
 //! - `server`: the gRPC service and [`run`].
-//! - `client`: [`BrokerClient`], the producer side.
-//! - `worker`: [`run_worker`], the worker side.
 //! - `error`: [`BrokerError`] and the one mapping of refusals to statuses.
-//! - `backend`: the pull backends side by side (tailmesh's broker,
-//!   RabbitMQ, NATS JetStream): one producer type, one worker entry point.
-//! - `nats`, `rabbitmq`: the external brokers' producers and workers.
+//! - `wire`: what a task carries through any broker: headers, task and
+//!   reply encoding, its deadline on the wall clock, and the one wait
+//!   that holds a worker's handler to it.
+//! - `pull`: the contract of a pull backend (the `PullBackend` trait:
+//!   submit a task and await its reply, a worker session with credits,
+//!   statistics), its typed `BackendError` mapped to a status once, the
+//!   [`Release`] of a task's credit, and the worker loop that reconnects.
+//! - `client`: [`BrokerClient`], the producer side of tailmesh's broker.
+//! - `worker`: a worker session of tailmesh's broker (one Work stream).
+//! - `tailmesh`: tailmesh's broker as a pull backend, and [`run_worker`].
+//! - `nats`, `rabbitmq`: NATS JetStream and RabbitMQ as pull backends.
+//! - `backend`: the dispatcher above them: one producer type, one worker
+//!   entry point, one statistics call, whichever the broker.
 
 pub mod backend;
 mod client;
 mod error;
 pub mod nats;
+mod pull;
 mod queue;
 pub mod rabbitmq;
 mod server;
+mod tailmesh;
+mod wire;
 mod worker;
 
 use std::{collections::HashMap, time::Duration};
@@ -72,9 +85,11 @@ use crate::discipline::Discipline;
 
 pub use client::BrokerClient;
 pub use error::BrokerError;
+pub use pull::Release;
 pub use server::run;
+pub use tailmesh::{run_worker, run_worker_releasing};
 pub use tailmesh_proto::pb::{SubmitReply, Task, TopicStats};
-pub use worker::{KEEPALIVE_INTERVAL, Release, WorkerOptions, run_worker, run_worker_releasing};
+pub use worker::{KEEPALIVE_INTERVAL, WorkerOptions};
 
 /// What a broker serves, as plain data.
 #[derive(Clone, Debug)]

@@ -47,7 +47,7 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    future::{Future, IntoFuture},
+    future::IntoFuture,
     pin::pin,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
@@ -60,21 +60,23 @@ use async_nats::{
     HeaderMap, StatusCode,
     jetstream::{self, AckKind, consumer::pull, stream},
 };
-use futures::{FutureExt, StreamExt, future::Shared};
+use futures::{FutureExt, StreamExt, future::BoxFuture};
 use tailmesh_proto::pb;
+use tailmesh_units::unix_nanos;
 use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore, oneshot},
     task::JoinSet,
     time::Instant,
 };
-use tonic::Status;
 
 use super::{
-    Release,
-    backend::{
-        ACK_WAIT, CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MAX_DELIVERIES, MESSAGE_HEADER,
-        REPLY_SLACK, SessionEnd, WorkerSpec, deadline_nanos, expired, number, reply_headers,
-        reply_of, task_headers, task_of, within_deadline,
+    pull::{
+        BackendError, BrokerAt, PullBackend, Release, SessionEnd, Shutdown, TaskHandler,
+        WorkerSpec, reply_within,
+    },
+    wire::{
+        ACK_WAIT, CODE_HEADER, Deadline, MAX_DELIVERIES, MESSAGE_HEADER, Received, reply_headers,
+        reply_of, task_headers, within_deadline,
     },
 };
 use crate::{addr::PeerAddr, model::QueueBounds};
@@ -139,12 +141,20 @@ fn url(addr: &PeerAddr) -> String {
     format!("nats://{addr}")
 }
 
-async fn connect(addr: &PeerAddr) -> Result<async_nats::Client, Status> {
+/// NATS at `addr`, as errors name it.
+fn at(addr: &PeerAddr) -> BrokerAt {
+    BrokerAt {
+        name: "NATS",
+        addr: addr.clone(),
+    }
+}
+
+async fn connect(at: &BrokerAt) -> Result<async_nats::Client, BackendError> {
     async_nats::ConnectOptions::new()
         .connection_timeout(CONNECT_TIMEOUT)
-        .connect(url(addr))
+        .connect(url(&at.addr))
         .await
-        .map_err(|e| Status::unavailable(format!("NATS {addr}: connect: {e}")))
+        .map_err(|e| BackendError::unavailable(at, "connect", e))
 }
 
 /// The hop's stream, created if it is not there yet (by whichever of its
@@ -153,10 +163,11 @@ async fn connect(addr: &PeerAddr) -> Result<async_nats::Client, Status> {
 /// other `bounds` is FAILED_PRECONDITION (it is not changed under the
 /// producers and workers that made it).
 async fn ensure_stream(
+    at: &BrokerAt,
     js: &jetstream::Context,
     bounds: QueueBounds,
     topic: &str,
-) -> Result<stream::Stream, Status> {
+) -> Result<stream::Stream, BackendError> {
     let config = stream::Config {
         name: stream_name(topic),
         subjects: vec![subject(topic)],
@@ -175,24 +186,29 @@ async fn ensure_stream(
         discard: stream::DiscardPolicy::Old,
         ..Default::default()
     };
-    get_or_create(js, expired).await?;
+    get_or_create(at, js, expired).await?;
     let (max_messages, max_bytes) = (config.max_messages, config.max_bytes);
-    let stream = get_or_create(js, config).await?;
+    let stream = get_or_create(at, js, config).await?;
     let found = &stream.cached_info().config;
     if (found.max_messages, found.max_bytes) != (max_messages, max_bytes) {
-        return Err(Status::failed_precondition(format!(
-            "NATS stream {} exists with bounds {} messages, {} bytes, not {max_messages}, \
-             {max_bytes}",
-            found.name, found.max_messages, found.max_bytes
-        )));
+        return Err(BackendError::OtherBounds {
+            at: at.clone(),
+            queue: format!(
+                "stream {} (of {} messages, {} bytes)",
+                found.name, found.max_messages, found.max_bytes
+            ),
+            bounds,
+            source: None,
+        });
     }
     Ok(stream)
 }
 
 async fn get_or_create(
+    at: &BrokerAt,
     js: &jetstream::Context,
     config: stream::Config,
-) -> Result<stream::Stream, Status> {
+) -> Result<stream::Stream, BackendError> {
     let name = config.name.clone();
     // Two creators may race: the loser finds the winner's stream.
     match js.get_or_create_stream(config).await {
@@ -200,14 +216,15 @@ async fn get_or_create(
         Err(first) => js
             .get_stream(&name)
             .await
-            .map_err(|_| Status::unavailable(format!("NATS stream {name}: {first}"))),
+            .map_err(|_| BackendError::unavailable(at, format!("stream {name}"), first)),
     }
 }
 
 async fn ensure_consumer(
+    at: &BrokerAt,
     stream: &stream::Stream,
     topic: &str,
-) -> Result<jetstream::consumer::PullConsumer, Status> {
+) -> Result<jetstream::consumer::PullConsumer, BackendError> {
     let config = pull::Config {
         durable_name: Some(CONSUMER.to_owned()),
         ack_policy: jetstream::consumer::AckPolicy::Explicit,
@@ -219,7 +236,7 @@ async fn ensure_consumer(
     match stream.get_or_create_consumer(CONSUMER, config).await {
         Ok(c) => Ok(c),
         Err(first) => stream.get_consumer(CONSUMER).await.map_err(|_| {
-            Status::unavailable(format!("NATS consumer {CONSUMER} of {topic}: {first}"))
+            BackendError::unavailable(at, format!("consumer {CONSUMER} of {topic}"), first)
         }),
     }
 }
@@ -258,37 +275,37 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The producer side: a cheap `Clone` over one NATS connection, opened on
-/// first use.
-#[derive(Clone, Debug)]
-pub struct NatsProducer {
-    addr: PeerAddr,
+/// NATS JetStream at one address: the producer side over one connection,
+/// opened on first use; each worker session connects on its own.
+#[derive(Debug)]
+pub(crate) struct NatsBackend {
+    at: BrokerAt,
     bounds: QueueBounds,
-    conn: Arc<tokio::sync::Mutex<Option<Arc<Connected>>>>,
+    conn: tokio::sync::Mutex<Option<Arc<Connected>>>,
 }
 
-impl NatsProducer {
-    /// A producer for the NATS server at `addr` whose hop streams are made
-    /// with `bounds`; connects on first submit.
-    pub fn new(addr: PeerAddr, bounds: QueueBounds) -> Self {
-        NatsProducer {
-            addr,
+impl NatsBackend {
+    /// The NATS server at `addr` whose hop streams are made with `bounds`;
+    /// a producer connects on first submit.
+    pub(crate) fn new(addr: &PeerAddr, bounds: QueueBounds) -> Self {
+        NatsBackend {
+            at: at(addr),
             bounds,
-            conn: Arc::default(),
+            conn: tokio::sync::Mutex::default(),
         }
     }
 
-    async fn connected(&self) -> Result<Arc<Connected>, Status> {
+    async fn connected(&self) -> Result<Arc<Connected>, BackendError> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
-        let client = connect(&self.addr).await?;
+        let client = connect(&self.at).await?;
         let inbox = client.new_inbox();
         let mut replies = client
             .subscribe(format!("{inbox}.*"))
             .await
-            .map_err(|e| Status::unavailable(format!("NATS {}: subscribe: {e}", self.addr)))?;
+            .map_err(|e| BackendError::unavailable(&self.at, "subscribe", e))?;
         let waiters: Arc<Waiters> = Arc::default();
         let routing = waiters.clone();
         let routing = tokio::spawn(async move {
@@ -324,7 +341,7 @@ impl NatsProducer {
     /// (replies still on their way are delivered, nothing new is sent) and
     /// waits, at most 5 s (the connect timeout), for the connection to end. A
     /// submit still waiting on it, in a clone, fails UNAVAILABLE.
-    pub async fn close(self) {
+    async fn close_producer(&self) {
         let Some(connected) = self.conn.lock().await.take() else {
             return;
         };
@@ -340,17 +357,17 @@ impl NatsProducer {
 
     /// Publishes the task and waits for its reply (see
     /// [`Producer::submit`](super::backend::Producer::submit)).
-    pub async fn submit(
+    async fn submit_task(
         &self,
         topic: &str,
         payload: Vec<u8>,
         headers: HashMap<String, String>,
-        deadline: Option<Duration>,
-    ) -> Result<Vec<u8>, Status> {
+        deadline: Option<Deadline>,
+    ) -> Result<Vec<u8>, BackendError> {
         let wait = async {
             let c = self.connected().await?;
             if !lock(&c.streams).iter().any(|t| t == topic) {
-                ensure_stream(&c.js, self.bounds, topic).await?;
+                ensure_stream(&self.at, &c.js, self.bounds, topic).await?;
                 lock(&c.streams).push(topic.to_owned());
             }
             let id = c.next_id.fetch_add(1, Ordering::Relaxed);
@@ -358,14 +375,14 @@ impl NatsProducer {
             lock(&c.waiters).insert(id, tx);
             let _waiting = Forget(&c.waiters, id);
             let mut map = HeaderMap::new();
-            for (k, v) in task_headers(headers, deadline_nanos(deadline)) {
+            for (k, v) in task_headers(headers, deadline) {
                 map.insert(k.as_str(), v.as_str());
             }
             map.insert(REPLY_HEADER, format!("{}.{id}", c.inbox).as_str());
             let published =
                 c.js.publish_with_headers(subject(topic), map, payload.into())
                     .await
-                    .map_err(|e| refused(topic, &self.addr, self.bounds, &e.to_string()))?;
+                    .map_err(|e| self.refused(topic, e))?;
             // The acknowledgement and the reply are awaited together: a
             // reply means the task was stored, whichever comes first, and
             // a refusal answers at once.
@@ -375,12 +392,13 @@ impl NatsProducer {
                 tokio::select! {
                     reply = &mut rx => break reply,
                     ack = &mut acked => {
-                        ack.map_err(|e| refused(topic, &self.addr, self.bounds, &e.to_string()))?;
+                        ack.map_err(|e| self.refused(topic, e))?;
                     }
                 }
             };
-            let reply = reply.map_err(|_| {
-                Status::unavailable(format!("NATS {}: reply subscription ended", self.addr))
+            let reply = reply.map_err(|_| BackendError::Ended {
+                at: self.at.clone(),
+                what: "the reply subscription",
             })?;
             let header = |k: &str| {
                 reply
@@ -394,18 +412,64 @@ impl NatsProducer {
                 header(MESSAGE_HEADER).as_deref(),
                 reply.payload.to_vec(),
             )
+            .map_err(BackendError::Answered)
         };
-        match deadline {
-            None => wait.await,
-            Some(d) => tokio::time::timeout(d + REPLY_SLACK, wait)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Status::deadline_exceeded(format!(
-                        "no reply from hop {topic:?} through NATS {} within its deadline ({d:?})",
-                        self.addr
-                    )))
-                }),
+        reply_within(&self.at, topic, deadline, wait).await
+    }
+
+    /// A refused publish: a full stream is [`BackendError::Full`], anything
+    /// else unavailable.
+    fn refused(
+        &self,
+        topic: &str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> BackendError {
+        let why = e.to_string();
+        if why.contains("maximum messages") || why.contains("maximum bytes") {
+            BackendError::Full {
+                at: self.at.clone(),
+                topic: topic.to_owned(),
+                bounds: self.bounds,
+            }
+        } else {
+            BackendError::unavailable(&self.at, format!("publish to {topic:?}"), e)
         }
+    }
+}
+
+impl PullBackend for NatsBackend {
+    fn at(&self) -> &BrokerAt {
+        &self.at
+    }
+
+    fn submit<'a>(
+        &'a self,
+        topic: &'a str,
+        payload: Vec<u8>,
+        headers: HashMap<String, String>,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
+        self.submit_task(topic, payload, headers, deadline).boxed()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        self.close_producer().boxed()
+    }
+
+    fn session<'a>(
+        &'a self,
+        spec: &'a WorkerSpec,
+        handler: TaskHandler,
+        shutdown: Shutdown,
+    ) -> BoxFuture<'a, SessionEnd> {
+        session(&self.at, spec, handler, shutdown).boxed()
+    }
+
+    fn stats<'a>(
+        &'a self,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<pb::TopicStats>, BackendError>> {
+        stats(&self.at, topics).boxed()
     }
 }
 
@@ -418,46 +482,30 @@ impl Drop for Forget<'_> {
     }
 }
 
-/// A refused publish: a full stream is RESOURCE_EXHAUSTED, anything else
-/// UNAVAILABLE.
-fn refused(topic: &str, addr: &PeerAddr, bounds: QueueBounds, why: &str) -> Status {
-    if why.contains("maximum messages") || why.contains("maximum bytes") {
-        Status::resource_exhausted(format!(
-            "topic {topic:?} is full ({} tasks or {} bytes queued in NATS {addr}); try again later",
-            bounds.capacity, bounds.bytes
-        ))
-    } else {
-        Status::unavailable(format!("NATS {addr}: publish to {topic:?}: {why}"))
-    }
-}
-
 /// One session of the worker side (see
 /// [`run_backend_worker`](super::backend::run_backend_worker)): connects,
 /// then serves until the connection is lost or shutdown fires.
-pub(crate) async fn session<H, F, Sh>(
-    spec: WorkerSpec,
-    handler: H,
-    mut shutdown: Shared<Sh>,
-) -> SessionEnd
-where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-    Sh: Future<Output = ()>,
-{
-    let (addr, topic, worker) = (&spec.addr, &spec.topic, &spec.worker);
+async fn session(
+    at: &BrokerAt,
+    spec: &WorkerSpec,
+    handler: TaskHandler,
+    mut shutdown: Shutdown,
+) -> SessionEnd {
+    let (topic, worker) = (&spec.topic, &spec.worker);
     let credits = spec.credits;
     let session = async {
-        let client = connect(addr).await?;
+        let client = connect(at).await?;
         let js = jetstream::new(client.clone());
-        let stream = ensure_stream(&js, spec.bounds, topic).await?;
-        let consumer = ensure_consumer(&stream, topic).await?;
+        let stream = ensure_stream(at, &js, spec.bounds, topic).await?;
+        let consumer = ensure_consumer(at, &stream, topic).await?;
         let inbox = client.new_inbox();
         let deliveries = client
             .subscribe(format!("{inbox}.*"))
             .await
-            .map_err(|e| Status::unavailable(format!("NATS {addr}: subscribe: {e}")))?;
-        tracing::debug!(%addr, %topic, %worker, "NATS worker connected");
-        Ok::<_, Status>(Puller {
+            .map_err(|e| BackendError::unavailable(at, "subscribe", e))?;
+        tracing::debug!(broker = %at, %topic, %worker, "NATS worker connected");
+        Ok::<_, BackendError>(Puller {
+            at: at.clone(),
             js,
             consumer,
             inbox,
@@ -471,15 +519,15 @@ where
     let puller = tokio::select! {
         connected = session => match connected {
             Ok(p) => p,
-            Err(status) => return SessionEnd::Unreachable(status.message().to_owned()),
+            Err(why) => return SessionEnd::Unreachable(why),
         },
-        () = &mut shutdown => return SessionEnd::ShutDown,
+        () = shutdown.fired() => return SessionEnd::ShutDown,
     };
     let slots = Arc::new(Semaphore::new(credits as usize));
     let mut pulling = JoinSet::new();
     pulling.spawn(puller.run(slots.clone(), handler));
     tokio::select! {
-        () = &mut shutdown => {
+        () = shutdown.fired() => {
             // No new pulls (the open requests' slots come back with the
             // puller); the tasks held are finished and answered.
             pulling.abort_all();
@@ -488,7 +536,7 @@ where
         }
         Some(ended) = pulling.join_next() => SessionEnd::Lost(match ended {
             Ok(why) => why,
-            Err(e) => e.to_string(),
+            Err(source) => BackendError::Task { at: at.clone(), source },
         }),
     }
 }
@@ -498,6 +546,7 @@ where
 /// server's statuses name their request (its deliveries carry the task's
 /// own subject, so they do not), and the slots the open requests hold.
 struct Puller {
+    at: BrokerAt,
     js: jetstream::Context,
     consumer: jetstream::consumer::PullConsumer,
     inbox: String,
@@ -520,11 +569,7 @@ impl Puller {
     /// Keeps the worker's free credit requested: whenever a slot is free,
     /// takes every slot free by then and asks for that many messages in
     /// one request; serves what arrives. Returns why it stopped.
-    async fn run<H, F>(mut self, slots: Arc<Semaphore>, handler: H) -> String
-    where
-        H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-        F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-    {
+    async fn run(mut self, slots: Arc<Semaphore>, handler: TaskHandler) -> BackendError {
         let mut heard = Instant::now();
         let silence = tokio::time::sleep(PULL_SILENCE);
         let mut silence = pin!(silence);
@@ -536,7 +581,7 @@ impl Puller {
                 biased;
                 delivery = self.deliveries.next() => {
                     let Some(delivery) = delivery else {
-                        return "the inbox subscription ended".into();
+                        return BackendError::Ended { at: self.at.clone(), what: "the inbox subscription" };
                     };
                     heard = Instant::now();
                     match self.delivered(delivery, &handler) {
@@ -547,7 +592,7 @@ impl Puller {
                 }
                 slot = slots.clone().acquire_owned() => {
                     let Ok(slot) = slot else {
-                        return "slots closed".into();
+                        return BackendError::Ended { at: self.at.clone(), what: "the credit's slots" };
                     };
                     tokio::time::sleep_until(paused_until).await;
                     if self.requested.is_empty() {
@@ -569,11 +614,11 @@ impl Puller {
                     } else if Instant::now() < due {
                         silence.as_mut().reset(due);
                     } else {
-                        return format!(
-                            "no task or heartbeat for {PULL_SILENCE:?} with {} tasks \
-                             requested",
-                            self.requested.len()
-                        );
+                        return BackendError::Silent {
+                            at: self.at.clone(),
+                            silence: PULL_SILENCE,
+                            requested: self.requested.len(),
+                        };
                     }
                 }
             }
@@ -581,7 +626,7 @@ impl Puller {
     }
 
     /// Sends one pull request for as many messages as `held` has slots.
-    async fn request(&mut self, held: Vec<OwnedSemaphorePermit>) -> Result<(), String> {
+    async fn request(&mut self, held: Vec<OwnedSemaphorePermit>) -> Result<(), BackendError> {
         let number = self.next_request;
         self.next_request += 1;
         let batch = pull::BatchConfig {
@@ -597,22 +642,18 @@ impl Puller {
         self.consumer
             .request_batch(batch, reply)
             .await
-            .map_err(|e| format!("pull request: {e}"))
+            .map_err(|e| BackendError::unavailable(&self.at, "pull request", e))
     }
 
     /// One message on the inbox: a task for one of the requested slots
     /// (served on a task of its own), a heartbeat, or the end of a
     /// request. Returns how long to wait before the next request, if the
     /// server asked for that, or why the session must end.
-    fn delivered<H, F>(
+    fn delivered(
         &mut self,
         message: async_nats::Message,
-        handler: &H,
-    ) -> Result<Option<Duration>, String>
-    where
-        H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-        F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-    {
+        handler: &TaskHandler,
+    ) -> Result<Option<Duration>, BackendError> {
         let status = message.status.unwrap_or(StatusCode::OK);
         if status == StatusCode::IDLE_HEARTBEAT {
             return Ok(None);
@@ -670,11 +711,13 @@ impl Puller {
                 self.forget_filled();
                 Ok(refused_for_room.then_some(PULL_BACKOFF))
             }
-            _ => Err(format!(
-                "pull request ended: {status} {description} ({unsent:?} of {} requested tasks \
-                 unsent)",
-                self.requested.len()
-            )),
+            _ => Err(BackendError::PullEnded {
+                at: self.at.clone(),
+                status,
+                description: description.to_string(),
+                unsent,
+                requested: self.requested.len(),
+            }),
         }
     }
 
@@ -693,15 +736,12 @@ const PENDING_MESSAGES: &str = "Nats-Pending-Messages";
 /// for one (too many workers' requests waiting at once).
 const PULL_BACKOFF: Duration = Duration::from_millis(50);
 
-async fn serve_message<H, F>(
+async fn serve_message(
     message: jetstream::Message,
     topic: &str,
     slot: OwnedSemaphorePermit,
-    handler: H,
-) where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-{
+    handler: TaskHandler,
+) {
     let headers: HashMap<String, String> = message
         .headers
         .as_ref()
@@ -715,21 +755,20 @@ async fn serve_message<H, F>(
         .info()
         .map(|i| (i.stream_sequence, u32::try_from(i.delivered).unwrap_or(1)))
         .unwrap_or((0, 1));
-    if expired(number(&headers, DEADLINE_HEADER)) {
+    let reply_to = headers.get(REPLY_HEADER).cloned();
+    let received = Received {
+        topic: topic.to_owned(),
+        task_id: sequence,
+        payload: message.payload.to_vec(),
+        headers,
+        delivery,
+    };
+    let Some(task) = received.take_at(unix_nanos()) else {
         // Nobody waits for it any more: taken off the queue, not worked on.
         tracing::debug!(%topic, sequence, "task expired in the queue; dropped");
         let _ = message.ack_with(AckKind::Term).await;
         return;
-    }
-    let reply_to = headers.get(REPLY_HEADER).cloned();
-    let task = task_of(
-        topic,
-        sequence,
-        message.payload.to_vec(),
-        headers.clone(),
-        number(&headers, ENQUEUED_HEADER),
-        delivery,
-    );
+    };
     let deadline = task.deadline_unix_nanos;
     // The slot goes back on release or at the end, whichever comes first;
     // the acknowledgement only after the reply, so a worker lost while its
@@ -781,25 +820,20 @@ async fn serve_message<H, F>(
 /// Per-topic statistics from the server: stream depth, messages stored
 /// since the stream was made, deliveries, redeliveries, acks pending and
 /// tasks expired (the advisories of terminated messages counted).
-pub(crate) async fn stats(
-    addr: &PeerAddr,
-    topics: &[String],
-) -> Result<Vec<pb::TopicStats>, Status> {
-    let client = connect(addr).await?;
+async fn stats(at: &BrokerAt, topics: &[String]) -> Result<Vec<pb::TopicStats>, BackendError> {
+    let client = connect(at).await?;
     let js = jetstream::new(client);
     let mut out = Vec::new();
     for topic in topics {
-        let unavailable = |e: &dyn std::fmt::Display| {
-            Status::unavailable(format!("NATS {addr}: stream {}: {e}", stream_name(topic)))
-        };
+        let stream_of = || format!("stream {}", stream_name(topic));
         let mut stream = js
             .get_stream(stream_name(topic))
             .await
-            .map_err(|e| unavailable(&e))?;
+            .map_err(|e| BackendError::unavailable(at, stream_of(), e))?;
         let state = stream
             .info()
             .await
-            .map_err(|e| unavailable(&e))?
+            .map_err(|e| BackendError::unavailable(at, stream_of(), e))?
             .state
             .clone();
         let consumer = stream.consumer_info(CONSUMER).await.ok();

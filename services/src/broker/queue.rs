@@ -31,11 +31,11 @@
 use std::{
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Duration,
 };
 
 use hdrhistogram::Histogram;
 use tailmesh_proto::pb::{self, broker_message, worker_message};
+use tailmesh_units::nanos;
 use tokio::{
     sync::{Notify, mpsc, oneshot},
     time::Instant,
@@ -622,7 +622,7 @@ impl Inner {
             };
             p.deliveries += 1;
             p.holder = Some(wid);
-            p.wait_ns = duration_ns(now.saturating_duration_since(p.enqueued_at));
+            p.wait_ns = nanos(now.saturating_duration_since(p.enqueued_at));
             if let Some(mut span) = p.span.take() {
                 let wait_ns = p.wait_ns;
                 span.set(|f| f.queue_wait_ns = Some(wait_ns));
@@ -823,12 +823,10 @@ impl Inner {
     }
 }
 
-fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn topic(capacity: usize, max_deliveries: u32) -> Topic {

@@ -27,7 +27,6 @@
 
 use std::{
     collections::HashMap,
-    future::Future,
     pin::pin,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
@@ -36,7 +35,7 @@ use std::{
     time::Duration,
 };
 
-use futures::{StreamExt, future::Shared};
+use futures::{FutureExt, StreamExt, future::BoxFuture};
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, PublisherConfirm,
     message::Delivery,
@@ -48,15 +47,17 @@ use lapin::{
     types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 use tailmesh_proto::pb;
+use tailmesh_units::unix_nanos;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
-use tonic::Status;
 
 use super::{
-    Release,
-    backend::{
-        CODE_HEADER, DEADLINE_HEADER, ENQUEUED_HEADER, MESSAGE_HEADER, REPLY_SLACK, SessionEnd,
-        WorkerSpec, deadline_nanos, expired, number, reply_headers, reply_of, task_headers,
-        task_of, within_deadline,
+    pull::{
+        BackendError, BrokerAt, PullBackend, Release, SessionEnd, Shutdown, TaskHandler,
+        WorkerSpec, reply_within,
+    },
+    wire::{
+        CODE_HEADER, Deadline, MESSAGE_HEADER, Received, reply_headers, reply_of, task_headers,
+        within_deadline,
     },
 };
 use crate::{addr::PeerAddr, model::QueueBounds};
@@ -87,24 +88,35 @@ pub fn uri(addr: &PeerAddr) -> String {
 /// within two of them.
 pub const PER_CALL_HEARTBEAT: Duration = Duration::from_secs(1);
 
-fn unavailable(addr: &PeerAddr, what: &str, e: impl std::fmt::Display) -> Status {
-    Status::unavailable(format!("RabbitMQ {addr}: {what}: {e}"))
+/// RabbitMQ at `addr`, as errors name it.
+fn at(addr: &PeerAddr) -> BrokerAt {
+    BrokerAt {
+        name: "RabbitMQ",
+        addr: addr.clone(),
+    }
 }
 
-async fn connect(addr: &PeerAddr) -> Result<Connection, Status> {
-    connect_with(addr, None).await
+fn unavailable(at: &BrokerAt, what: impl Into<String>, e: lapin::Error) -> BackendError {
+    BackendError::unavailable(at, what, e)
+}
+
+async fn connect(at: &BrokerAt) -> Result<Connection, BackendError> {
+    connect_with(at, None).await
 }
 
 /// Connects with `heartbeat` (whole seconds, at least 1) instead of the
 /// broker's.
-async fn connect_with(addr: &PeerAddr, heartbeat: Option<Duration>) -> Result<Connection, Status> {
-    let mut uri = uri(addr);
+async fn connect_with(
+    at: &BrokerAt,
+    heartbeat: Option<Duration>,
+) -> Result<Connection, BackendError> {
+    let mut uri = uri(&at.addr);
     if let Some(every) = heartbeat {
         uri.push_str(&format!("?heartbeat={}", every.as_secs().max(1)));
     }
     Connection::connect(&uri, ConnectionProperties::default())
         .await
-        .map_err(|e| unavailable(addr, "connect", e))
+        .map_err(|e| unavailable(at, "connect", e))
 }
 
 /// The queue that keeps a hop's expired tasks, only to count them.
@@ -119,10 +131,10 @@ pub fn expired_queue_name(topic: &str) -> String {
 /// FAILED_PRECONDITION.
 async fn declare(
     channel: &Channel,
-    addr: &PeerAddr,
+    at: &BrokerAt,
     bounds: QueueBounds,
     topic: &str,
-) -> Result<(u32, u32, u32), Status> {
+) -> Result<(u32, u32, u32), BackendError> {
     let expired = channel
         .queue_declare(
             expired_queue_name(topic).into(),
@@ -132,8 +144,8 @@ async fn declare(
         .await
         .map_err(|e| {
             unavailable(
-                addr,
-                &format!("declare queue {}", expired_queue_name(topic)),
+                at,
+                format!("declare queue {}", expired_queue_name(topic)),
                 e,
             )
         })?;
@@ -171,13 +183,14 @@ async fn declare(
         .map_err(|e| {
             let name = queue_name(topic);
             if precondition_failed(&e) {
-                Status::failed_precondition(format!(
-                    "RabbitMQ {addr}: queue {name} exists with other arguments than {} tasks, \
-                     {} bytes: {e}",
-                    bounds.capacity, bounds.bytes
-                ))
+                BackendError::OtherBounds {
+                    at: at.clone(),
+                    queue: format!("queue {name}"),
+                    bounds,
+                    source: Some(e.into()),
+                }
             } else {
-                unavailable(addr, &format!("declare queue {name}"), e)
+                unavailable(at, format!("declare queue {name}"), e)
             }
         })?;
     Ok((
@@ -401,42 +414,42 @@ struct Connected {
     declared: Mutex<Vec<String>>,
 }
 
-/// The producer side: a cheap `Clone` over one AMQP connection and channel,
-/// opened on first use (and again after it broke).
-#[derive(Clone)]
-pub struct RabbitProducer {
-    addr: PeerAddr,
+/// RabbitMQ at one address: the producer side over one AMQP connection and
+/// channel, opened on first use (and again after it broke); each worker
+/// session connects on its own.
+pub(crate) struct RabbitBackend {
+    at: BrokerAt,
     bounds: QueueBounds,
-    /// The heartbeat asked for; `None`: the broker's.
+    /// The heartbeat a producer asks for; `None`: the broker's.
     heartbeat: Option<Duration>,
-    conn: Arc<tokio::sync::Mutex<Option<Arc<Connected>>>>,
+    conn: tokio::sync::Mutex<Option<Arc<Connected>>>,
 }
 
-impl std::fmt::Debug for RabbitProducer {
+impl std::fmt::Debug for RabbitBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RabbitProducer")
-            .field("addr", &self.addr)
+        f.debug_struct("RabbitBackend")
+            .field("at", &self.at)
             .field("bounds", &self.bounds)
             .finish()
     }
 }
 
-impl RabbitProducer {
-    /// A producer for the RabbitMQ broker at `addr` whose hop queues are
-    /// declared with `bounds`; connects on first submit.
-    pub fn new(addr: PeerAddr, bounds: QueueBounds) -> Self {
-        RabbitProducer {
-            addr,
+impl RabbitBackend {
+    /// The RabbitMQ broker at `addr` whose hop queues are declared with
+    /// `bounds`; a producer connects on first submit.
+    pub(crate) fn new(addr: &PeerAddr, bounds: QueueBounds) -> Self {
+        RabbitBackend {
+            at: at(addr),
             bounds,
             heartbeat: None,
-            conn: Arc::default(),
+            conn: tokio::sync::Mutex::default(),
         }
     }
 
-    /// The producer asking for a heartbeat `every` (whole seconds, at
-    /// least 1) instead of the broker's 60 s.
-    pub fn with_heartbeat(self, every: Duration) -> Self {
-        RabbitProducer {
+    /// The backend's producer asking for a heartbeat `every` (whole
+    /// seconds, at least 1) instead of the broker's 60 s.
+    pub(crate) fn with_heartbeat(self, every: Duration) -> Self {
+        RabbitBackend {
             heartbeat: Some(every),
             ..self
         }
@@ -444,9 +457,9 @@ impl RabbitProducer {
 
     /// Closes the producer's connection, if it opened one, and waits for
     /// the broker to confirm (connection.close-ok); a submit still waiting
-    /// on it, in a clone, fails UNAVAILABLE. A connection a clone still
-    /// uses for a submit is closed when that clone is done.
-    pub async fn close(self) {
+    /// on it fails UNAVAILABLE. A connection a submit still uses is closed
+    /// when that submit is done.
+    async fn close_producer(&self) {
         let connected = self.conn.lock().await.take();
         let Some(mut connected) = connected.and_then(Arc::into_inner) else {
             return;
@@ -456,24 +469,24 @@ impl RabbitProducer {
         }
     }
 
-    async fn connected(&self) -> Result<Arc<Connected>, Status> {
+    async fn connected(&self) -> Result<Arc<Connected>, BackendError> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.replies.ended()) {
             return Ok(c.clone());
         }
-        let addr = &self.addr;
-        let connection = connect_with(addr, self.heartbeat).await?;
+        let at = &self.at;
+        let connection = connect_with(at, self.heartbeat).await?;
         let channel = connection
             .create_channel()
             .await
-            .map_err(|e| unavailable(addr, "channel", e))?;
+            .map_err(|e| unavailable(at, "channel", e))?;
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await
-            .map_err(|e| unavailable(addr, "confirm.select", e))?;
+            .map_err(|e| unavailable(at, "confirm.select", e))?;
         let replies = DirectReplies::consume(&channel)
             .await
-            .map_err(|e| unavailable(addr, "consume direct reply-to", e))?;
+            .map_err(|e| unavailable(at, "consume direct reply-to", e))?;
         let connected = Arc::new(Connected {
             connection: Some(connection),
             channel,
@@ -487,26 +500,28 @@ impl RabbitProducer {
 
     /// Publishes the task and waits for its reply (see
     /// [`Producer::submit`](super::backend::Producer::submit)).
-    pub async fn submit(
+    async fn submit_task(
         &self,
         topic: &str,
         payload: Vec<u8>,
         headers: HashMap<String, String>,
-        deadline: Option<Duration>,
-    ) -> Result<Vec<u8>, Status> {
-        let addr = &self.addr;
+        deadline: Option<Deadline>,
+    ) -> Result<Vec<u8>, BackendError> {
+        let at = &self.at;
         let wait = async {
             let c = self.connected().await?;
             if !lock(&c.declared).iter().any(|t| t == topic) {
-                declare(&c.channel, addr, self.bounds, topic).await?;
+                declare(&c.channel, at, self.bounds, topic).await?;
                 lock(&c.declared).push(topic.to_owned());
             }
             let (properties, pending) = c.replies.request();
-            let mut properties = properties
-                .with_headers(field_table(task_headers(headers, deadline_nanos(deadline))));
+            let mut properties =
+                properties.with_headers(field_table(task_headers(headers, deadline)));
             if let Some(d) = deadline {
-                // Whole milliseconds, at least one: "0" would expire at once.
-                let ms = d.as_millis().max(1);
+                // What is left of it now, in whole milliseconds, at least
+                // one: "0" would expire at once.
+                let left = Duration::from_nanos(d.unix_nanos.saturating_sub(unix_nanos()));
+                let ms = left.as_millis().max(1);
                 properties = properties.with_expiration(ms.to_string().into());
             }
             let room = c
@@ -514,7 +529,7 @@ impl RabbitProducer {
                 .clone()
                 .acquire_owned()
                 .await
-                .map_err(|e| unavailable(addr, "publish window", e))?;
+                .map_err(|e| BackendError::unavailable(at, "publish window", e))?;
             let confirm = c
                 .channel
                 .basic_publish(
@@ -525,7 +540,7 @@ impl RabbitProducer {
                     properties,
                 )
                 .await
-                .map_err(|e| unavailable(addr, "publish", e))?;
+                .map_err(|e| unavailable(at, "publish", e))?;
             let mut confirming = Confirming {
                 confirm: Some(confirm),
                 room: Some(room),
@@ -539,20 +554,21 @@ impl RabbitProducer {
                     reply = &mut received => break reply,
                     confirmed = confirming.next(), if confirming.confirm.is_some() => {
                         let confirmed =
-                            confirmed.map_err(|e| unavailable(addr, "publish confirm", e))?;
+                            confirmed.map_err(|e| unavailable(at, "publish confirm", e))?;
                         if let Confirmation::Nack(_) = confirmed {
-                            return Err(Status::resource_exhausted(format!(
-                                "topic {topic:?} is full ({} tasks or {} bytes queued in RabbitMQ \
-                                 {addr}); try again later",
-                                self.bounds.capacity, self.bounds.bytes
-                            )));
+                            return Err(BackendError::Full {
+                                at: at.clone(),
+                                topic: topic.to_owned(),
+                                bounds: self.bounds,
+                            });
                         }
                     }
                 }
             };
             drop(confirming);
-            let reply = reply.ok_or_else(|| {
-                Status::unavailable(format!("RabbitMQ {addr}: the reply consumer ended"))
+            let reply = reply.ok_or_else(|| BackendError::Ended {
+                at: at.clone(),
+                what: "the reply consumer",
             })?;
             let headers = header_map(&reply.properties);
             reply_of(
@@ -560,47 +576,71 @@ impl RabbitProducer {
                 headers.get(MESSAGE_HEADER).map(String::as_str),
                 reply.data,
             )
+            .map_err(BackendError::Answered)
         };
-        match deadline {
-            None => wait.await,
-            Some(d) => tokio::time::timeout(d + REPLY_SLACK, wait)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Status::deadline_exceeded(format!(
-                        "no reply from hop {topic:?} through RabbitMQ {addr} within its deadline ({d:?})"
-                    )))
-                }),
-        }
+        reply_within(at, topic, deadline, wait).await
+    }
+}
+
+impl PullBackend for RabbitBackend {
+    fn at(&self) -> &BrokerAt {
+        &self.at
+    }
+
+    fn submit<'a>(
+        &'a self,
+        topic: &'a str,
+        payload: Vec<u8>,
+        headers: HashMap<String, String>,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
+        self.submit_task(topic, payload, headers, deadline).boxed()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        self.close_producer().boxed()
+    }
+
+    fn session<'a>(
+        &'a self,
+        spec: &'a WorkerSpec,
+        handler: TaskHandler,
+        shutdown: Shutdown,
+    ) -> BoxFuture<'a, SessionEnd> {
+        session(&self.at, spec, handler, shutdown).boxed()
+    }
+
+    fn stats<'a>(
+        &'a self,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<pb::TopicStats>, BackendError>> {
+        stats(&self.at, self.bounds, topics).boxed()
     }
 }
 
 /// One session of the worker side (see
 /// [`run_backend_worker`](super::backend::run_backend_worker)): connects,
 /// then serves until the connection is lost or shutdown fires.
-pub(crate) async fn session<H, F, Sh>(
-    spec: WorkerSpec,
-    handler: H,
-    mut shutdown: Shared<Sh>,
-) -> SessionEnd
-where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-    Sh: Future<Output = ()>,
-{
-    let (addr, topic, worker) = (&spec.addr, &spec.topic, &spec.worker);
+async fn session(
+    at: &BrokerAt,
+    spec: &WorkerSpec,
+    handler: TaskHandler,
+    mut shutdown: Shutdown,
+) -> SessionEnd {
+    let (topic, worker) = (&spec.topic, &spec.worker);
     let prefetch = u16::try_from(spec.credits).unwrap_or(u16::MAX);
     let session = async {
-        let connection = connect(addr).await?;
+        let connection = connect(at).await?;
         let channel = connection
             .create_channel()
             .await
-            .map_err(|e| unavailable(addr, "channel", e))?;
-        declare(&channel, addr, spec.bounds, topic).await?;
+            .map_err(|e| unavailable(at, "channel", e))?;
+        declare(&channel, at, spec.bounds, topic).await?;
         let credit = Arc::new(Credit::new(channel.clone(), prefetch));
         credit
             .apply()
             .await
-            .map_err(|e| unavailable(addr, "basic.qos", e))?;
+            .map_err(|e| unavailable(at, "basic.qos", e))?;
         let consumer = channel
             .basic_consume(
                 queue_name(topic).into(),
@@ -609,23 +649,23 @@ where
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| unavailable(addr, "consume", e))?;
-        tracing::debug!(%addr, %topic, %worker, prefetch, "RabbitMQ worker connected");
-        Ok::<_, Status>((connection, channel, credit, consumer))
+            .map_err(|e| unavailable(at, "consume", e))?;
+        tracing::debug!(broker = %at, %topic, %worker, prefetch, "RabbitMQ worker connected");
+        Ok::<_, BackendError>((connection, channel, credit, consumer))
     };
     let (connection, channel, credit, mut consumer) = tokio::select! {
         connected = session => match connected {
             Ok(c) => c,
-            Err(status) => return SessionEnd::Unreachable(status.message().to_owned()),
+            Err(why) => return SessionEnd::Unreachable(why),
         },
-        () = &mut shutdown => return SessionEnd::ShutDown,
+        () = shutdown.fired() => return SessionEnd::ShutDown,
     };
     // One permit per task held, to wait for them at shutdown (the
     // broker's prefetch is the credit).
     let in_flight = Arc::new(tokio::sync::Semaphore::new(TASKS_HELD as usize));
     loop {
         tokio::select! {
-            () = &mut shutdown => {
+            () = shutdown.fired() => {
                 // Stop taking tasks; finish and answer those held.
                 let _ = channel
                     .basic_cancel(worker.as_str().into(), Default::default())
@@ -647,8 +687,10 @@ where
                         drop(slot);
                     });
                 }
-                Some(Err(e)) => return SessionEnd::Lost(e.to_string()),
-                None => return SessionEnd::Lost("the consumer was cancelled".to_owned()),
+                Some(Err(e)) => return SessionEnd::Lost(unavailable(at, "consume", e)),
+                None => {
+                    return SessionEnd::Lost(BackendError::Ended { at: at.clone(), what: "the consumer" });
+                }
             },
         }
     }
@@ -705,35 +747,30 @@ impl Credit {
     }
 }
 
-async fn serve_delivery<H, F>(
+async fn serve_delivery(
     channel: Channel,
     credit: Arc<Credit>,
     delivery: Delivery,
     topic: &str,
-    handler: H,
-) where
-    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
-{
-    let headers = header_map(&delivery.properties);
+    handler: TaskHandler,
+) {
     let acker = delivery.acker.clone();
-    if expired(number(&headers, DEADLINE_HEADER)) {
+    let reply_to = delivery.properties.reply_to().clone();
+    let correlation = delivery.properties.correlation_id().clone();
+    let received = Received {
+        topic: topic.to_owned(),
+        task_id: delivery.delivery_tag,
+        headers: header_map(&delivery.properties),
+        payload: delivery.data,
+        delivery: if delivery.redelivered { 2 } else { 1 },
+    };
+    let Some(task) = received.take_at(unix_nanos()) else {
         // Nobody waits for it any more: dead-lettered to the expired
         // queue (counted there), not worked on.
         tracing::debug!(%topic, "task expired in the queue; dropped");
         let _ = acker.reject(BasicRejectOptions { requeue: false }).await;
         return;
-    }
-    let reply_to = delivery.properties.reply_to().clone();
-    let correlation = delivery.properties.correlation_id().clone();
-    let task = task_of(
-        topic,
-        delivery.delivery_tag,
-        delivery.data,
-        headers.clone(),
-        number(&headers, ENQUEUED_HEADER),
-        if delivery.redelivered { 2 } else { 1 },
-    );
+    };
     let deadline = task.deadline_unix_nanos;
     let released = Arc::new(AtomicBool::new(false));
     let release = {
@@ -777,19 +814,19 @@ async fn serve_delivery<H, F>(
 /// Per-topic statistics RabbitMQ tells any client (without its management
 /// plugin): the queue's depth and consumers now, and the tasks expired so
 /// far (the depth of its expired queue).
-pub(crate) async fn stats(
-    addr: &PeerAddr,
+async fn stats(
+    at: &BrokerAt,
     bounds: QueueBounds,
     topics: &[String],
-) -> Result<Vec<pb::TopicStats>, Status> {
-    let connection = connect(addr).await?;
+) -> Result<Vec<pb::TopicStats>, BackendError> {
+    let connection = connect(at).await?;
     let channel = connection
         .create_channel()
         .await
-        .map_err(|e| unavailable(addr, "channel", e))?;
+        .map_err(|e| unavailable(at, "channel", e))?;
     let mut out = Vec::new();
     for topic in topics {
-        let (depth, consumers, expired) = declare(&channel, addr, bounds, topic).await?;
+        let (depth, consumers, expired) = declare(&channel, at, bounds, topic).await?;
         out.push(pb::TopicStats {
             topic: topic.clone(),
             depth: u64::from(depth),

@@ -12,7 +12,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use crate::{
@@ -25,6 +25,7 @@ use tailmesh_proto::pb::{
     broker_server::{self, BrokerServer},
     submit_stream_reply, submit_stream_request, worker_message,
 };
+use tailmesh_units::{nanos, unix_nanos};
 use tokio::{
     net::TcpListener,
     sync::{Notify, mpsc, oneshot, watch},
@@ -578,11 +579,8 @@ fn effective_deadline(
     }
     // Wall clock read once, to put the unix deadline on tokio time: later checks ignore clock steps.
     let now = Instant::now();
-    let unix_now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    let from_timeout =
-        timeout.map(|t| unix_now.saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)));
+    let unix_now = unix_nanos();
+    let from_timeout = timeout.map(|t| unix_now.saturating_add(nanos(t)));
     let unix = match (deadline_unix_nanos, from_timeout) {
         (0, Some(t)) => t,
         (d, Some(t)) => d.min(t),
@@ -615,10 +613,7 @@ mod tests {
 
     #[tokio::test]
     async fn deadline_is_the_earlier_of_both() {
-        let unix_now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("after 1970")
-            .as_nanos() as u64;
+        let unix_now = unix_nanos();
         let far = unix_now + 60_000_000_000;
         let (at, unix) = effective_deadline(far, Some(Duration::from_millis(10)));
         assert!(unix < far);
