@@ -118,13 +118,17 @@ def round_numbers(summary_path, n, out, tsv):
     }
     with open(out, "w") as f:
         json.dump(numbers, f, indent=2)
+    # Every round gives its ratio, even a forwarding cost at or below zero
+    # on a noisy round (left out, the worst rounds would narrow the
+    # interval); a zero cost is no number, and the interval then says n/a.
+    over = lambda cost: cost / forwarding if forwarding else float("inf")
     with open(tsv, "w") as f:
-        if numbers["ratio"] is not None:
-            f.write(f"{RATIO}\t{numbers['ratio']!r}\n")
-        elif forwarding > 0:
+        if sidecar is not None:
+            f.write(f"{RATIO}\t{over(sidecar)!r}\n")
+        else:
             # No direct variant (an older build): what the service hop adds
             # over a zero-work leaf, against the same forwarding hop.
-            f.write(f"{OVER_ZERO}\t{numbers['over_zero_leaf_us'] / forwarding!r}\n")
+            f.write(f"{OVER_ZERO}\t{over(numbers['over_zero_leaf_us'])!r}\n")
 
 
 def report(d, json_out=None):

@@ -568,6 +568,38 @@ mod tests {
     }
 
     #[test]
+    fn the_report_judges_goals_and_says_when_rounds_are_too_few() {
+        let goal = |s: &str| s.parse::<NamedGoal>().expect("a valid goal");
+        let values = vec![
+            ("cost".to_owned(), vec![1.0, 1.1, 0.9, 1.05, 0.95, 1.0]),
+            ("rate".to_owned(), vec![0.5, 0.6]),
+            ("free".to_owned(), vec![2.0, f64::INFINITY]),
+        ];
+        let r = report(
+            values.clone(),
+            &[goal("cost<=1.2"), goal("rate>=0.9")],
+            None,
+            1,
+        )
+        .expect("known names");
+        let verdicts: Vec<_> = r.ratios.iter().map(|row| row.verdict).collect();
+        // Two rounds wholly under 0.9 still decide nothing.
+        assert_eq!(
+            verdicts,
+            [Some(Verdict::Met), Some(Verdict::Undecided), None]
+        );
+        assert_eq!(r.ratios[2].interval, None);
+        let text = r.to_string();
+        assert!(text.contains("undecided (fewer than 5 rounds)"), "{text}");
+        assert!(text.contains("by round: 2.00 inf"), "{text}");
+        assert!(text.contains("not recorded"), "{text}");
+        match report(values, &[goal("costs<=1.2")], None, 1) {
+            Err(RoundsError::UnknownGoal(name)) => assert_eq!(name, "costs"),
+            other => panic!("expected an unknown goal, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn steal_and_load_come_from_the_snapshots() {
         // user nice system idle iowait irq softirq steal guest guest_nice
         let text = "\
@@ -579,9 +611,10 @@ cpu  300 0 300 1800 0 0 0 300 0 0
 1.20 0.70 0.40 1/100 12
 ";
         let m = MachineReading::parse(text).expect("valid snapshots");
-        // 200 of 1500 ticks over both rounds; 200 of 500 in the second.
-        assert_eq!(m.steal, Some(200.0 / 1500.0));
-        assert_eq!(m.steal_most, Some(200.0 / 500.0));
+        // 200 stolen of 1700 ticks over both rounds; 200 of 700 in the
+        // second, none in the first.
+        assert_eq!(m.steal, Some(200.0 / 1700.0));
+        assert_eq!(m.steal_most, Some(200.0 / 700.0));
         assert_eq!(m.load, Some((0.5, 1.75)));
         let one = MachineReading::parse("cpu  1 2 3 4 5 6 7 8 0 0\n0.1 0.1 0.1 1/1 1\n")
             .expect("valid snapshot");
