@@ -104,6 +104,8 @@ run_h2load() { # round
     # Warm up for 1 s, as tailmesh's scenarios do (a separate connection).
     step TERM "${H2LOAD[@]}" -D 1 "$URL" >"$TMP/h2load-warmup.txt" 2>&1
     say "round $r: h2load -n $REQUESTS -c 1 -m 1 -t 1 $URL"
+    # h2load appends to its log file: each round starts a new one.
+    rm -f "$TMP/h2load.log"
     step TERM "${H2LOAD[@]}" -n "$REQUESTS" --log-file "$TMP/h2load.log" "$URL" >"$TMP/h2load.txt" 2>&1 || {
         say "h2load failed:"
         cat "$TMP/h2load.txt" >&2
