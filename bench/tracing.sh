@@ -119,7 +119,7 @@ python3 - "$TMP" "$ROUNDS" "${JSON_OUT:-}" <<'PY'
 import json, statistics, sys
 d, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 runs = {t: [json.load(open(f"{d}/{t}-{r}.json")) for r in range(1, rounds + 1)] for t in ("off", "on")}
-print(f"{'':<8}  {'req/s':>9}  {'p50':>8}  {'p99':>8}")
+print(f"{'':<10} {'req/s':>9}  {'p50':>8}  {'p99':>8}")
 for t, xs in runs.items():
     med = {k: statistics.median(x[k] for x in xs) for k in ("rps", "p50_us", "p99_us")}
     print(f"traces {t:<3} {med['rps']:>9.1f}  {med['p50_us']:>6.0f}us  {med['p99_us']:>6.0f}us")

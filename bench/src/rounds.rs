@@ -391,13 +391,13 @@ impl fmt::Display for RoundsReport {
                 Some(v) => v.to_string(),
                 None => String::new(),
             };
-            writeln!(
-                f,
+            let line = format!(
                 "{:<width$}  {median:>7}  {interval:<16}  {:>6}  {:<8}  {verdict}",
                 r.name,
                 r.rounds.len(),
                 r.goal.as_deref().unwrap_or("-"),
-            )?;
+            );
+            writeln!(f, "{}", line.trim_end())?;
             let by_round: Vec<String> = r.rounds.iter().map(|v| format!("{v:.2}")).collect();
             writeln!(f, "{:<width$}  by round: {}", "", by_round.join(" "))?;
         }
