@@ -17,10 +17,17 @@ Subcommands:
   load RAW N OUT                read `tailmesh load`'s JSON, check it, and
                                 write p50/p99/req/s to OUT (JSON)
   lean RAW N OUT                the same for the lean client's (h2lean) JSON
-  report DIR [JSON]             print the floor table from DIR/h2load.json
-                                and DIR/t{1,3}-{off,on}.json (tailmesh
-                                with traces off and on), optionally write
-                                everything to JSON
+  floor-round DIR R OUT         write round R's ratios (NAME<TAB>VALUE
+                                lines, for the intervals binary) from
+                                DIR/h2load-R.json and DIR/t{1,3}-{off,on}-R.json
+  report DIR R [JSON]           print the floor table, medians of R rounds
+                                of DIR/h2load-*.json and DIR/t{1,3}-{off,on}-*.json
+                                (tailmesh with traces off and on),
+                                optionally write everything to JSON (with
+                                DIR/intervals.json when present)
+  generator-round DIR R OUT     write round R's rate ratios to h2load
+                                (NAME<TAB>VALUE lines) from
+                                DIR/{h2load,tailmesh,h2lean}-{1,64,128}-R.json
   generator-report DIR R [JSON] print the generator table from
                                 DIR/{h2load,tailmesh}-{1,64,128}-{1..R}.json,
                                 and DIR/h2lean-* beside them when present
@@ -280,26 +287,34 @@ def median(values):
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def machine_load(d):
-    """The 1-minute load average before the measurements and now, printed
-    under the table (a quiet and a busy machine give different ratios)."""
-    def one_minute(path):
-        try:
-            return float(open(path).read().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-    load = {"before": one_minute(f"{d}/loadavg-start"), "after": one_minute("/proc/loadavg")}
-    shown = ", ".join(f"{k} {v:.2f}" for k, v in load.items() if v is not None)
-    print(f"machine load average (1 min): {shown or 'unknown'}, {os.cpu_count()} cores")
-    return load
+def generator_tools(d):
+    tools = ["h2load", "tailmesh"]
+    if os.path.exists(f"{d}/h2lean-1-1.json"):
+        tools.append("h2lean")
+    return tools
+
+
+GENERATOR_LEVELS = [1, 64, 128]
+
+
+def generator_ratio_name(tool, n):
+    return f"{'tailmesh load' if tool == 'tailmesh' else tool} / h2load rate, {n} in flight"
+
+
+def cmd_generator_round(d, r, out):
+    ratios = {}
+    for tool in generator_tools(d)[1:]:
+        for n in GENERATOR_LEVELS:
+            h = json.load(open(f"{d}/h2load-{n}-{r}.json"))
+            x = json.load(open(f"{d}/{tool}-{n}-{r}.json"))
+            ratios[generator_ratio_name(tool, n)] = x["rps"] / h["rps"]
+    write_values(out, ratios)
 
 
 def cmd_generator_report(d, rounds, json_out=None):
     rounds = int(rounds)
-    levels = [1, 64, 128]
-    tools = ["h2load", "tailmesh"]
-    if os.path.exists(f"{d}/h2lean-1-1.json"):
-        tools.append("h2lean")
+    levels = GENERATOR_LEVELS
+    tools = generator_tools(d)
     others = tools[1:]
     doc = {"rounds": rounds, "tools": tools, "levels": {}}
     head = f"{'in flight':>9}  {'h2load req/s':>12}"
@@ -309,7 +324,7 @@ def cmd_generator_report(d, rounds, json_out=None):
         head += f"  {t + ' p50':>12}"
     for t in tools:
         head += f"  {t + ' p99':>12}"
-    print(head + "  ratios by round")
+    print(head)
     for n in levels:
         runs = {
             tool: [json.load(open(f"{d}/{tool}-{n}-{r}.json")) for r in range(1, rounds + 1)]
@@ -330,7 +345,6 @@ def cmd_generator_report(d, rounds, json_out=None):
             line += f"  {row[t]['p50_us']:>10.0f}us"
         for t in tools:
             line += f"  {row[t]['p99_us']:>10.0f}us"
-        line += "  " + "; ".join(f"{t} " + " ".join(f"{x:.2f}" for x in per_round[t]) for t in others)
         print(line)
         doc["levels"][str(n)] = {
             "median": row,
@@ -342,50 +356,87 @@ def cmd_generator_report(d, rounds, json_out=None):
             doc["levels"][str(n)]["h2lean_rate_ratio"] = ratio["h2lean"]
             doc["levels"][str(n)]["h2lean_rate_ratios"] = per_round["h2lean"]
     print("ratio: the tool's rate / h2load's, median of the rounds' ratios (each round measures every tool)")
-    doc["load_average"] = machine_load(d)
+    doc["intervals"] = intervals_doc(d)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
 
 
-def cmd_report(d, json_out=None):
-    h2 = json.load(open(f"{d}/h2load.json"))
-    doc = {"h2load_1hop": h2}
-    rows = [(h2["what"], h2["p50_us"], h2["p99_us"], h2["rps"])]
-    costs = {}
+def floor_ratios(h2, t):
+    """One round's ratios, by the names the intervals table prints."""
+    out = {}
     for traces in ("off", "on"):
-        t1 = json.load(open(f"{d}/t1-{traces}.json"))
-        t3 = json.load(open(f"{d}/t3-{traces}.json"))
-        for t in (t1, t3):
-            rows.append((f"{t['what']}, traces {traces}", t["p50_us"], t["p99_us"], t["rps"]))
-        costs[traces] = (t3["p50_us"] - t1["p50_us"]) / 2.0
-        doc[f"tailmesh_1hop_traces_{traces}"] = t1
-        doc[f"tailmesh_3hop_traces_{traces}"] = t3
-        doc[f"per_hop_cost_p50_us_traces_{traces}"] = costs[traces]
-        doc[f"per_hop_p50_over_h2load_p50_traces_{traces}"] = (
-            costs[traces] / h2["p50_us"] if h2["p50_us"] else None
-        )
-        doc[f"tailmesh_1hop_p50_over_h2load_p50_traces_{traces}"] = (
-            t1["p50_us"] / h2["p50_us"] if h2["p50_us"] else None
-        )
+        t1, t3 = t[("1", traces)], t[("3", traces)]
+        cost = (t3["p50_us"] - t1["p50_us"]) / 2.0
+        out[f"per-hop cost / h2load p50, traces {traces}"] = cost / h2["p50_us"]
+        out[f"tailmesh 1-hop p50 / h2load p50, traces {traces}"] = t1["p50_us"] / h2["p50_us"]
+    return out
+
+
+def load_round(d, r):
+    h2 = json.load(open(f"{d}/h2load-{r}.json"))
+    t = {
+        (chain, traces): json.load(open(f"{d}/t{chain}-{traces}-{r}.json"))
+        for chain in ("1", "3")
+        for traces in ("off", "on")
+    }
+    return h2, t
+
+
+def cmd_floor_round(d, r, out):
+    h2, t = load_round(d, r)
+    if not h2["p50_us"]:
+        fail(f"round {r}: h2load's p50 is 0 us: no ratio to it")
+    write_values(out, floor_ratios(h2, t))
+
+
+def write_values(out, ratios):
+    with open(out, "w") as f:
+        for name, value in ratios.items():
+            f.write(f"{name}\t{value!r}\n")
+
+
+def intervals_doc(d):
+    path = f"{d}/intervals.json"
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def cmd_report(d, rounds, json_out=None):
+    rounds = int(rounds)
+    runs = [load_round(d, r) for r in range(1, rounds + 1)]
+    doc = {"rounds": rounds, "runs": []}
+    rows = [("h2load -> 1 hop", [h2 for h2, _ in runs])]
+    for traces in ("off", "on"):
+        for chain in ("1", "3"):
+            ts = [t[(chain, traces)] for _, t in runs]
+            rows.append((f"{ts[0]['what']}, traces {traces}", ts))
     label = "per-hop cost (3-hop - 1-hop p50) / 2, traces off"
     w = max(len(r[0]) for r in rows + [(label,)])
     print(f"{'':<{w}}  {'p50':>8}  {'p99':>8}  {'req/s':>9}")
-    for what, p50, p99, rps in rows:
-        print(f"{what:<{w}}  {p50:>6}us  {p99:>6}us  {rps:>9.0f}")
+    for what, xs in rows:
+        p50, p99, rps = (median([x[k] for x in xs]) for k in ("p50_us", "p99_us", "rps"))
+        print(f"{what:<{w}}  {p50:>6.0f}us  {p99:>6.0f}us  {rps:>9.0f}")
     for traces in ("off", "on"):
-        print(f"{'per-hop cost (3-hop - 1-hop p50) / 2, traces ' + traces:<{w}}  {costs[traces]:>6.1f}us")
-    print()
-    for traces in ("off", "on"):
-        r1 = doc[f"tailmesh_1hop_p50_over_h2load_p50_traces_{traces}"]
-        r2 = doc[f"per_hop_p50_over_h2load_p50_traces_{traces}"]
-        print(f"traces {traces:<3}: tailmesh 1-hop p50 / h2load p50 = {r1:.2f}, per-hop cost / h2load p50 = {r2:.2f}")
+        costs = [(t[("3", traces)]["p50_us"] - t[("1", traces)]["p50_us"]) / 2.0 for _, t in runs]
+        print(f"{'per-hop cost (3-hop - 1-hop p50) / 2, traces ' + traces:<{w}}  {median(costs):>6.1f}us")
+        doc[f"per_hop_cost_p50_us_traces_{traces}"] = median(costs)
+    print("(medians of the rounds; the ratios below are read within each round)")
+    h2 = runs[0][0]
     print(
         f"(h2load replies: {h2['data_bytes_per_request']:.0f} data bytes per request, "
         f"a real reply needs >= {h2['min_reply_bytes']})"
     )
-    doc["load_average"] = machine_load(d)
+    for r, (h2, t) in enumerate(runs, 1):
+        doc["runs"].append(
+            {
+                "round": r,
+                "h2load_1hop": h2,
+                **{f"tailmesh_{c}hop_traces_{tr}": v for (c, tr), v in t.items()},
+                "ratios": floor_ratios(h2, t),
+            }
+        )
+    doc["intervals"] = intervals_doc(d)
     if json_out:
         with open(json_out, "w") as f:
             json.dump(doc, f, indent=2)
@@ -400,7 +451,9 @@ def main(argv):
         "tailmesh": (cmd_tailmesh, 3),
         "load": (cmd_load, 3),
         "lean": (cmd_lean, 3),
+        "floor-round": (cmd_floor_round, 3),
         "report": (cmd_report, None),
+        "generator-round": (cmd_generator_round, 3),
         "generator-report": (cmd_generator_report, None),
     }
     if len(argv) < 2 or argv[1] not in commands:

@@ -3,7 +3,12 @@
 # a lean HTTP/2 client as the third tool: all drive the same standalone
 # zero-work push hop, closed loop, with 1, 64 and 128 requests in flight,
 # the tools taken in turn for each level in each round (which goes first
-# rotates from round to round).
+# rotates from round to round). Each tool's rate over h2load's is read
+# within each round and printed as a median over the rounds with a
+# bootstrap 95 % interval, beside the CPU steal and load average during the
+# rounds; the goal, tailmesh at least 0.9x h2load's rate, is met at a level
+# when the interval's lower bound is at least 0.9, not met when its upper
+# bound is below, undecided otherwise.
 #
 #   h2load:   1 in flight: -c 1 -m 1; N in flight: -c 4 -m N/4
 #   tailmesh: tailmesh load --concurrency N --connections (1 or 4), the
@@ -14,7 +19,7 @@
 #
 # Usage: bench/generator.sh [-n REQUESTS] [-r ROUNDS] [--no-lean] [--json FILE]
 #   -n N         requests per measurement (default 50000)
-#   -r R         rounds (default 3); the table shows each tool's median
+#   -r R         rounds (default 10); the tables show medians
 #   --no-lean    h2load and tailmesh only (no h2lean build)
 #   --json FILE  also write every measurement as JSON
 #
@@ -25,10 +30,10 @@ set -euo pipefail
 
 BENCH=generator
 REQUESTS=50000
-ROUNDS=3
+ROUNDS=10
 JSON_OUT=""
 LEAN=1
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
@@ -53,12 +58,14 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 # shellcheck source=bench/lib/standalone-hop.sh
 source "$HERE/lib/standalone-hop.sh"
+# shellcheck source=bench/lib/rounds.sh
+source "$HERE/lib/rounds.sh"
 bench_setup
+rounds_setup
 if ((LEAN)); then
     say "cargo build --release -p tailmesh-bench --bin h2lean"
     step TERM cargo build --release -p tailmesh-bench --bin h2lean --quiet
     LEAN_BIN="$REPO/target/release/h2lean"
-    cp /proc/loadavg "$TMP/loadavg-start" 2>/dev/null || true
 fi
 start_hop
 check_hop
@@ -110,6 +117,7 @@ run_h2lean() { # in_flight round
 
 TOOLS=(h2load tailmesh)
 ((LEAN)) && TOOLS+=(h2lean)
+machine_mark
 for ((r = 1; r <= ROUNDS; r++)); do
     for n in 1 64 128; do
         # Round r starts with tool (r - 1) mod the number of tools.
@@ -117,10 +125,21 @@ for ((r = 1; r <= ROUNDS; r++)); do
             "run_${TOOLS[(r - 1 + i) % ${#TOOLS[@]}]}" "$n" "$r"
         done
     done
+    python3 "$PY" generator-round "$TMP" "$r" "$TMP/round.tsv"
+    round_values "$TMP/round.tsv"
+    machine_mark
 done
+stop_hop
 
+goals=()
+for n in 1 64 128; do
+    goals+=(--goal "tailmesh load / h2load rate, $n in flight>=0.9")
+done
+rounds_report "${goals[@]}" >"$TMP/intervals.txt"
 echo
-echo "load generators vs h2load: one zero-work hop, $REQUESTS requests each, $ROUNDS rounds (medians), 64-byte payload, $(nproc) cores"
+echo "load generators vs h2load: one zero-work hop, $REQUESTS requests each, $ROUNDS rounds (medians), 64-byte payload, $(nproc) cores, $(date -u +%Y-%m-%d)"
 python3 "$PY" generator-report "$TMP" "$ROUNDS" ${JSON_OUT:+"$JSON_OUT"}
+echo
+cat "$TMP/intervals.txt"
 [[ -n $JSON_OUT ]] && say "wrote $JSON_OUT"
 exit 0

@@ -7,12 +7,16 @@ Subcommands:
                          in [load] and its relative paths (a `command`
                          program written with a `/`, `proto` files) made
                          absolute, so the copy runs from anywhere; with
-                         --no-direct, without the `direct` variant
-  round SUMMARY N OUT    read one run's summary.json, check that every
+                         --no-direct, without the `direct` variant (also
+                         used by bench/tracing.sh's -n)
+  round SUMMARY N OUT TSV
+                         read one run's summary.json, check that every
                          variant answered all N requests, and write the
-                         round's numbers to OUT (JSON)
+                         round's numbers to OUT (JSON) and its ratio to
+                         TSV (NAME<TAB>VALUE, for the intervals binary)
   report DIR [JSON]      print the table from DIR/round-*.json (medians
                          over the rounds), optionally write it to JSON
+                         (with DIR/intervals.json)
 """
 
 import glob
@@ -23,6 +27,10 @@ import statistics
 import sys
 
 GOAL = 1.2
+# The ratios' names in the intervals table (bench/sidecar.sh sets the goal
+# on RATIO).
+RATIO = "sidecar / forwarding hop"
+OVER_ZERO = "(sidecar chain - zero chain p50) / forwarding hop"
 
 
 def fail(msg):
@@ -65,7 +73,7 @@ def p50(stats):
     return stats["p50_us"]
 
 
-def round_numbers(summary_path, n, out):
+def round_numbers(summary_path, n, out, tsv):
     s = json.load(open(summary_path))
     variants = {v["name"]: v for v in s["variants"]}
     for name in ("zero", "sidecar", "direct"):
@@ -110,6 +118,17 @@ def round_numbers(summary_path, n, out):
     }
     with open(out, "w") as f:
         json.dump(numbers, f, indent=2)
+    # Every round gives its ratio, even a forwarding cost at or below zero
+    # on a noisy round (left out, the worst rounds would narrow the
+    # interval); a zero cost is no number, and the interval then says n/a.
+    over = lambda cost: cost / forwarding if forwarding else float("inf")
+    with open(tsv, "w") as f:
+        if sidecar is not None:
+            f.write(f"{RATIO}\t{over(sidecar)!r}\n")
+        else:
+            # No direct variant (an older build): what the service hop adds
+            # over a zero-work leaf, against the same forwarding hop.
+            f.write(f"{OVER_ZERO}\t{over(numbers['over_zero_leaf_us'])!r}\n")
 
 
 def report(d, json_out=None):
@@ -140,22 +159,17 @@ def report(d, json_out=None):
         by_round = " / ".join(f"{r[key]:.1f}" for r in rounds) if len(rounds) > 1 else ""
         print(f"{label:<{width}}  {value:8.1f} us  {by_round}")
     ratio = med("ratio")
-    loads = [x for r in rounds for x in r["load_average"]]
-    verdict = "met" if ratio is not None and ratio <= GOAL else "not met"
-    print(
-        f"sidecar / forwarding hop: {ratio:.2f}x (goal at most {GOAL}x: {verdict})"
-        if ratio is not None
-        else "sidecar / forwarding hop: no ratio (no direct variant, or no forwarding cost)"
-    )
-    if len(rounds) > 1:
-        print("ratios by round: " + " ".join(f"{r['ratio']:.2f}" for r in rounds if r["ratio"]))
-    print(
-        f"load average during the variants: {min(loads):.2f} to {max(loads):.2f}"
-        + (" (busy machine)" if any(r["busy"] for r in rounds) or max(loads) > 1.5 else "")
-    )
+    if any(r["busy"] for r in rounds):
+        print("tailmesh run called the machine busy in some round (its instrument report)")
     if json_out:
+        path = os.path.join(d, "intervals.json")
+        intervals = json.load(open(path)) if os.path.exists(path) else None
         with open(json_out, "w") as f:
-            json.dump({"rounds": rounds, "ratio_median": ratio, "goal": GOAL}, f, indent=2)
+            json.dump(
+                {"rounds": rounds, "ratio_median": ratio, "goal": GOAL, "intervals": intervals},
+                f,
+                indent=2,
+            )
 
 
 def main(argv):
@@ -163,8 +177,8 @@ def main(argv):
         if len(argv) == 6 and argv[5] != "--no-direct":
             fail(f"scenario: unknown flag {argv[5]}")
         scenario(argv[2], int(argv[3]), argv[4], direct=len(argv) == 5)
-    elif len(argv) >= 2 and argv[1] == "round" and len(argv) == 5:
-        round_numbers(argv[2], int(argv[3]), argv[4])
+    elif len(argv) >= 2 and argv[1] == "round" and len(argv) == 6:
+        round_numbers(argv[2], int(argv[3]), argv[4], argv[5])
     elif len(argv) >= 2 and argv[1] == "report" and len(argv) in (3, 4):
         report(argv[2], argv[3] if len(argv) == 4 else None)
     else:

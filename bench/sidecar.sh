@@ -13,7 +13,12 @@
 #
 # Sidecar's cost = sidecar p50 - direct p50: the same client (b's) calls
 # the same server, with and without the sidecar between. The goal is at
-# most 1.2x the forwarding hop's cost.
+# most 1.2x the forwarding hop's cost. Each round is one run of the three
+# variants in turn; the ratio is read within each round and printed as a
+# median over the rounds with a bootstrap 95 % interval, beside the CPU
+# steal and load average during the rounds: the goal is met when the
+# interval's upper bound is at most 1.2, not met when its lower bound is
+# above, undecided otherwise.
 #
 # The service is the C++ example (examples/servers/cpp, gRPC C++'s
 # synchronous server): compiled, no interpreter or garbage collector, so
@@ -21,7 +26,7 @@
 #
 # Usage: bench/sidecar.sh [-n N] [-r R] [--bin TAILMESH] [--strict] [--no-direct] [--json FILE]
 #   -n N          requests per variant (default 20000; -n 2000 for a quick run)
-#   -r R          runs of the three variants, medians reported (default 1)
+#   -r R          rounds: runs of the three variants (default 10)
 #   --bin PATH    the tailmesh binary to measure (default: build the release
 #                 one); for an A/B of two builds, run once with each
 #   --strict      refuse to run when the 1-minute load average is over 1.5
@@ -38,12 +43,12 @@
 set -euo pipefail
 
 REQUESTS=20000
-ROUNDS=1
+ROUNDS=10
 BIN=""
 STRICT=0
 NO_DIRECT=0
 JSON_OUT=""
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
@@ -74,42 +79,12 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 PY="$HERE/sidecar.py"
 SERVER="$REPO/examples/servers/cpp/build/echo-server"
-# shellcheck source=bench/lib/wait.sh
-source "$HERE/lib/wait.sh"
-
-say() { echo "sidecar: $*" >&2; }
-
-TMP=""
-CUR_PID=""
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM HUP
-    set +e
-    if [[ -n $CUR_PID ]]; then
-        # tailmesh run stops its hops and services on SIGINT (Ctrl-C).
-        kill -INT "$CUR_PID" 2>/dev/null
-        wait_gone "$CUR_PID" 150 || kill -KILL "$CUR_PID" 2>/dev/null
-        wait "$CUR_PID" 2>/dev/null
-    fi
-    [[ -n $TMP ]] && rm -rf "$TMP"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-
-# Runs one step in the background and waits for it, so a signal reaches the
-# traps at once and the step is stopped by its PID.
-step() {
-    "$@" &
-    CUR_PID=$!
-    local rc=0
-    wait "$CUR_PID" || rc=$?
-    CUR_PID=""
-    ((rc != 130)) || exit 130
-    return "$rc"
-}
+BENCH=sidecar
+# shellcheck source=bench/lib/steps.sh
+source "$HERE/lib/steps.sh"
+# shellcheck source=bench/lib/rounds.sh
+source "$HERE/lib/rounds.sh"
+steps_traps
 
 for tool in python3; do
     command -v "$tool" >/dev/null 2>&1 || { say "$tool not found"; exit 1; }
@@ -123,9 +98,11 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-sidecar.XXXXXX")"
 if [[ -z $BIN ]]; then
     command -v cargo >/dev/null 2>&1 || { say "cargo not found"; exit 1; }
     say "building the release binary"
-    step cargo build --manifest-path "$REPO/Cargo.toml" --release --locked -q -p tailmesh --bin tailmesh
+    step TERM cargo build --manifest-path "$REPO/Cargo.toml" --release --locked -q -p tailmesh --bin tailmesh
     BIN="$REPO/target/release/tailmesh"
 fi
+command -v cargo >/dev/null 2>&1 || { say "cargo not found (it builds the intervals binary)"; exit 1; }
+rounds_setup
 
 load1="$(cut -d' ' -f1 /proc/loadavg)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
@@ -140,20 +117,29 @@ fi
 flags=()
 ((NO_DIRECT)) && flags=(--no-direct)
 python3 "$PY" scenario "$HERE/sidecar.toml" "$REQUESTS" "$TMP/sidecar.toml" "${flags[@]}"
+machine_mark
 for ((round = 1; round <= ROUNDS; round++)); do
     say "round $round of $ROUNDS: tailmesh run sidecar ($REQUESTS requests per variant)"
-    if ! step "$BIN" run "$TMP/sidecar.toml" --results "$TMP/results" --quiet --no-traces \
+    if ! step INT "$BIN" run "$TMP/sidecar.toml" --results "$TMP/results" --quiet --no-traces \
         >"$TMP/run-$round.out" 2>&1; then
         say "tailmesh run failed:"
         cat "$TMP/run-$round.out" >&2
         exit 1
     fi
-    python3 "$PY" round "$TMP/results/sidecar/latest/summary.json" "$REQUESTS" "$TMP/round-$round.json"
+    python3 "$PY" round "$TMP/results/sidecar/latest/summary.json" "$REQUESTS" "$TMP/round-$round.json" \
+        "$TMP/round.tsv"
+    rm -rf "$TMP/results"
+    round_values "$TMP/round.tsv"
+    machine_mark
 done
 
+goals=()
+((NO_DIRECT)) || goals=(--goal "sidecar / forwarding hop<=1.2")
+rounds_report "${goals[@]}" >"$TMP/intervals.txt"
 echo
 echo "sidecar vs zero-work forwarding hop: $REQUESTS requests per variant, $ROUNDS round(s), 1 in flight, traces off, $(nproc) cores, $(date -u +%Y-%m-%d)"
 python3 "$PY" report "$TMP" ${JSON_OUT:+"$JSON_OUT"}
-echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+cat "$TMP/intervals.txt"
 [[ -n $JSON_OUT ]] && say "wrote $JSON_OUT"
 exit 0

@@ -1,53 +1,135 @@
 #!/usr/bin/env bash
 # The cost of 100 % tracing: runs one scenario with traces off
-# (--no-traces) and on (sampling 1.0), alternating, ROUNDS times each, and
-# prints throughput and p50 per run and the ratios of the medians.
+# (--no-traces) and on (sampling 1.0), off then on in each round, and
+# prints the ratios on/off of throughput, p50 and p99, read within each
+# round, as medians over the rounds with bootstrap 95 % intervals, beside
+# the CPU steal and load average during the rounds. The goals, throughput
+# on/off at least 0.9 and p50 on/off at most 1.1, are met when the whole
+# interval is on their side, not met when the whole of it is past them,
+# undecided otherwise.
 #
-#   bench/tracing.sh [scenario.toml] [rounds]    (default: bench/tracing.toml, 3)
+# Usage: bench/tracing.sh [-n REQUESTS] [-r ROUNDS] [--json FILE] [SCENARIO [ROUNDS]]
+#   SCENARIO     the scenario (default bench/tracing.toml)
+#   -n N         requests per run (default: the scenario's; -n 2000 for a
+#                quick run)
+#   -r R         rounds (default 10; a second positional argument too)
+#   --json FILE  also write every round's numbers and the intervals as JSON
 #
-# Uses a release build; results go to a temporary folder.
+# Uses a release build. Loopback only (the scenario's hops). Leaves nothing
+# behind: every run is stopped by its PID (it stops its own hops) and the
+# temp dir removed, on every exit path (Ctrl-C included).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-scenario="${1:-bench/tracing.toml}"
-rounds="${2:-3}"
-cargo build --release --quiet -p tailmesh
-bin=target/release/tailmesh
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
 
-measure() { # $1 = label, rest = extra flags; prints "ok_rate p50_us"
-  local label="$1"; shift
-  "$bin" run "$scenario" --results "$out/$label" --quiet "$@" >/dev/null
-  python3 - "$out/$label" <<'PY'
+BENCH=tracing
+REQUESTS=""
+ROUNDS=10
+JSON_OUT=""
+positional=()
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+    case "$1" in
+        -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
+        -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
+        --json) JSON_OUT="${2:?--json needs a file}"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        -*) echo "$BENCH: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+        *) positional+=("$1"); shift ;;
+    esac
+done
+((${#positional[@]} <= 2)) || { usage >&2; exit 2; }
+SCENARIO="${positional[0]:-}"
+((${#positional[@]} < 2)) || ROUNDS="${positional[1]}"
+for v in "$ROUNDS" ${REQUESTS:+"$REQUESTS"}; do
+    if ! [[ $v =~ ^[1-9][0-9]*$ ]]; then
+        echo "$BENCH: -n and -r want positive integers, got '$v'" >&2
+        exit 2
+    fi
+done
+# Resolve paths before we cd.
+[[ -z $SCENARIO ]] || SCENARIO="$(cd "$(dirname "$SCENARIO")" && pwd)/$(basename "$SCENARIO")"
+[[ -z $JSON_OUT ]] || JSON_OUT="$(cd "$(dirname "$JSON_OUT")" && pwd)/$(basename "$JSON_OUT")"
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+SCENARIO="${SCENARIO:-$HERE/tracing.toml}"
+# shellcheck source=bench/lib/steps.sh
+source "$HERE/lib/steps.sh"
+# shellcheck source=bench/lib/rounds.sh
+source "$HERE/lib/rounds.sh"
+command -v python3 >/dev/null 2>&1 || { say "python3 not found"; exit 1; }
+command -v cargo >/dev/null 2>&1 || { say "cargo not found"; exit 1; }
+[[ -f $SCENARIO ]] || { say "no scenario $SCENARIO"; exit 2; }
+steps_traps
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-$BENCH.XXXXXX")"
+cd "$REPO"
+
+say "cargo build --release -p tailmesh"
+step TERM cargo build --release --quiet -p tailmesh
+BIN="$REPO/target/release/tailmesh"
+rounds_setup
+
+if [[ -n $REQUESTS ]]; then
+    # The scenario with `requests = N` and its relative paths made absolute.
+    python3 "$HERE/sidecar.py" scenario "$SCENARIO" "$REQUESTS" "$TMP/scenario.toml"
+else
+    cp "$SCENARIO" "$TMP/scenario.toml"
+fi
+
+measure() { # label round, extra flags...; writes $TMP/$label-$round.json
+    local label=$1 r=$2
+    shift 2
+    say "round $r: traces $label"
+    if ! step INT "$BIN" run "$TMP/scenario.toml" --results "$TMP/results" --quiet "$@" \
+        >"$TMP/run.out" 2>&1; then
+        say "tailmesh run failed:"
+        cat "$TMP/run.out" >&2
+        exit 1
+    fi
+    python3 - "$TMP/results" "$TMP/$label-$r.json" <<'PY'
 import json, pathlib, sys
-runs = sorted(p for p in pathlib.Path(sys.argv[1]).glob("*/*") if p.name != "latest")
-v = json.load(open(runs[-1] / "summary.json"))["variants"][0]
-assert v["ok"] == v["sent"], f"{v['sent'] - v['ok']} request(s) failed"
-print(v["ok_rate"], v["latency"]["p50_us"])
+summary = next(pathlib.Path(sys.argv[1]).glob("*/latest/summary.json"))
+v = json.load(open(summary))["variants"][0]
+if v["ok"] != v["sent"]:
+    sys.exit(f"tracing: {v['sent'] - v['ok']} of {v['sent']} request(s) failed")
+lat = v["latency"]
+json.dump({"rps": v["ok_rate"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"]}, open(sys.argv[2], "w"))
 PY
+    rm -rf "$TMP/results"
 }
 
-# The ratios hold only on a quiet machine: the load average (1, 5, 15 min)
-# before the runs (after the build) and after them.
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
-off=(); on=()
-for i in $(seq "$rounds"); do
-  read -r r p < <(measure off --no-traces); off+=("$r $p")
-  printf 'round %s  off: %8.1f req/s  p50 %6d us\n' "$i" "$r" "$p"
-  read -r r p < <(measure on); on+=("$r $p")
-  printf 'round %s  on:  %8.1f req/s  p50 %6d us\n' "$i" "$r" "$p"
+machine_mark
+for ((r = 1; r <= ROUNDS; r++)); do
+    measure off "$r" --no-traces
+    measure on "$r"
+    python3 - "$TMP/off-$r.json" "$TMP/on-$r.json" >"$TMP/round.tsv" <<'PY'
+import json, sys
+off, on = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"throughput on / off\t{on['rps'] / off['rps']!r}")
+print(f"p50 on / off\t{on['p50_us'] / off['p50_us']!r}")
+print(f"p99 on / off\t{on['p99_us'] / off['p99_us']!r}")
+PY
+    round_values "$TMP/round.tsv"
+    machine_mark
 done
 
-python3 - "${off[@]}" -- "${on[@]}" <<'PY'
-import statistics, sys
-args = sys.argv[1:]
-cut = args.index("--")
-def parse(xs): return [tuple(map(float, x.split())) for x in xs]
-off, on = parse(args[:cut]), parse(args[cut + 1:])
-med = lambda xs, i: statistics.median(x[i] for x in xs)
-tput = med(on, 0) / med(off, 0)
-p50 = med(on, 1) / med(off, 1)
-print(f"median throughput: off {med(off, 0):.1f}/s, on {med(on, 0):.1f}/s -> ratio on/off {tput:.3f}")
-print(f"median p50:        off {med(off, 1):.0f}us, on {med(on, 1):.0f}us -> ratio on/off {p50:.3f}")
+rounds_report --goal "throughput on / off>=0.9" --goal "p50 on / off<=1.1" >"$TMP/intervals.txt"
+echo
+echo "100 % tracing against none: $(basename "$SCENARIO")${REQUESTS:+, $REQUESTS requests per run}, $ROUNDS rounds (medians), $(nproc) cores, $(date -u +%Y-%m-%d)"
+python3 - "$TMP" "$ROUNDS" "${JSON_OUT:-}" <<'PY'
+import json, statistics, sys
+d, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+runs = {t: [json.load(open(f"{d}/{t}-{r}.json")) for r in range(1, rounds + 1)] for t in ("off", "on")}
+print(f"{'':<10} {'req/s':>9}  {'p50':>8}  {'p99':>8}")
+for t, xs in runs.items():
+    med = {k: statistics.median(x[k] for x in xs) for k in ("rps", "p50_us", "p99_us")}
+    print(f"traces {t:<3} {med['rps']:>9.1f}  {med['p50_us']:>6.0f}us  {med['p99_us']:>6.0f}us")
+if out:
+    doc = {"rounds": rounds, "runs": runs, "intervals": json.load(open(f"{d}/intervals.json"))}
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
 PY
-echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+cat "$TMP/intervals.txt"
+[[ -z $JSON_OUT ]] || say "wrote $JSON_OUT"
+exit 0

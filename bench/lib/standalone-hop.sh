@@ -1,20 +1,16 @@
-# Shared by bench/floor.sh and bench/generator.sh (sourced, not run): the
-# clean-up of everything a benchmark starts, steps run by PID, and one
-# standalone zero-work push hop checked with nghttp.
+# Shared by bench/floor.sh, bench/generator.sh and
+# bench/generator-profile.sh (sourced, not run): one standalone zero-work
+# push hop checked with nghttp, on top of bench/lib/steps.sh (steps run by
+# PID, everything stopped at exit).
 #
 # The sourcing script sets BENCH (its name, for messages) and REPO, and
 # calls bench_setup once; then start_hop, check_hop, stop_hop.
 
-TMP=""
 HOP_PID=""   # the standalone hop
-CUR_PID=""   # the foreground step (cargo, h2load, nghttp, tailmesh)
-CUR_SIG="TERM"
 HOP_NAME="floor"
 
-say() { echo "$BENCH: $*" >&2; }
-
-# shellcheck source=bench/lib/wait.sh
-source "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
+# shellcheck source=bench/lib/steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 
 stop_hop() {
     if [[ -n $HOP_PID ]]; then
@@ -26,38 +22,6 @@ stop_hop() {
     # The write end of the hop's stdin: closing it is its last-resort stop.
     exec 4>&-
     return 0
-}
-
-bench_cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM HUP
-    set +e
-    if [[ -n $CUR_PID ]]; then
-        # tailmesh run stops its own hops on SIGINT (Ctrl-C); the others on TERM.
-        kill "-$CUR_SIG" "$CUR_PID" 2>/dev/null
-        wait_gone "$CUR_PID" 100 || kill -KILL "$CUR_PID" 2>/dev/null
-        wait "$CUR_PID" 2>/dev/null
-    fi
-    stop_hop
-    [[ -n $TMP ]] && rm -rf "$TMP"
-    exit "$rc"
-}
-
-# Runs one step in the background and waits for it, so a signal reaches the
-# traps at once and the step is stopped by its PID. $1: the signal that stops
-# it gracefully; the rest: the command. Returns its status.
-step() {
-    CUR_SIG=$1
-    shift
-    "$@" 4>&- &
-    CUR_PID=$!
-    local rc=0
-    wait "$CUR_PID" || rc=$?
-    CUR_PID=""
-    # A child that stopped on Ctrl-C (tailmesh run exits 130): we were
-    # interrupted too.
-    ((rc != 130)) || exit 130
-    return "$rc"
 }
 
 # Checks the tools, installs the traps, makes TMP, builds the release binary.
@@ -72,10 +36,8 @@ bench_setup() {
     for tool in cargo python3; do
         command -v "$tool" >/dev/null 2>&1 || { say "$tool not found"; exit 1; }
     done
-    trap bench_cleanup EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    trap 'exit 129' HUP
+    STEPS_STOP=stop_hop
+    steps_traps
     PY="$REPO/bench/floor.py"
     BIN="$REPO/target/release/tailmesh"
     TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-$BENCH.XXXXXX")"
@@ -83,9 +45,6 @@ bench_setup() {
     say "cargo build --release -p tailmesh"
     step TERM cargo build --release -p tailmesh --quiet
     python3 "$PY" body "$TMP/body.bin"
-    # The machine's load before the measurements (after the build), which
-    # the report prints beside the one after: the ratios depend on it.
-    cp /proc/loadavg "$TMP/loadavg-start" 2>/dev/null || true
     GRPC_HEADERS=(-H 'content-type: application/grpc' -H 'te: trailers')
 }
 

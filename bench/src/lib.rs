@@ -9,12 +9,16 @@
 //!
 //! - [`h2lean`]: a lean unary-gRPC HTTP/2 client written against the
 //!   wire, the `h2lean` binary's closed loop.
+//! - [`rounds`]: a ratio measured over rounds as a median with a
+//!   bootstrap 95 % interval, goals judged on the interval, and the CPU
+//!   steal and load average during the rounds (the `intervals` binary).
 //!
 //! The binaries: `broker_vs_nats` (request/reply through tailmesh's broker
 //! and through core NATS), `pull_backends` (each pull backend through
 //! the producer and worker code pull hops use) and `h2lean` (the lean
 //! client against one hop, beside h2load and `tailmesh load` in
-//! `bench/generator.sh`).
+//! `bench/generator.sh`) and `intervals` (the table that bench/floor.sh,
+//! generator.sh, tracing.sh and sidecar.sh end with).
 
 use std::{
     future::Future,
@@ -32,6 +36,7 @@ use tailmesh::launcher::brokers::{BrokerProcessError, BrokerServer, ServerSpec};
 use tailmesh_services::model::BrokerKind;
 
 pub mod h2lean;
+pub mod rounds;
 
 /// Latencies above a minute are recorded as a minute.
 pub const HIST_MAX_NS: u64 = 60_000_000_000;

@@ -1,0 +1,58 @@
+# Shared by the bench scripts (sourced, not run): steps run by PID, and the
+# clean-up of everything a benchmark starts, on every exit path (Ctrl-C
+# included).
+#
+# The sourcing script sets BENCH (its name, for messages); calls
+# steps_traps once, then sets TMP to its temp dir (removed at exit). A
+# script with more to stop (a standalone hop) sets STEPS_STOP to the name
+# of a function the clean-up calls.
+
+TMP=""
+CUR_PID=""     # the foreground step (cargo, h2load, nghttp, tailmesh)
+CUR_SIG="TERM"
+STEPS_STOP=""
+
+say() { echo "$BENCH: $*" >&2; }
+
+# shellcheck source=bench/lib/wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
+
+steps_cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM HUP
+    set +e
+    if [[ -n $CUR_PID ]]; then
+        # tailmesh run stops its own hops and services on SIGINT (Ctrl-C);
+        # the others on TERM.
+        kill "-$CUR_SIG" "$CUR_PID" 2>/dev/null
+        wait_gone "$CUR_PID" 150 || kill -KILL "$CUR_PID" 2>/dev/null
+        wait "$CUR_PID" 2>/dev/null
+    fi
+    [[ -n $STEPS_STOP ]] && "$STEPS_STOP"
+    [[ -n $TMP ]] && rm -rf "$TMP"
+    exit "$rc"
+}
+
+steps_traps() {
+    trap steps_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 129' HUP
+}
+
+# Runs one step in the background and waits for it, so a signal reaches the
+# traps at once and the step is stopped by its PID. $1: the signal that stops
+# it gracefully; the rest: the command. Returns its status.
+step() {
+    CUR_SIG=$1
+    shift
+    "$@" 4>&- &
+    CUR_PID=$!
+    local rc=0
+    wait "$CUR_PID" || rc=$?
+    CUR_PID=""
+    # A child that stopped on Ctrl-C (tailmesh run exits 130): we were
+    # interrupted too.
+    ((rc != 130)) || exit 130
+    return "$rc"
+}
