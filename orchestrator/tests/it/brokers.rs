@@ -11,7 +11,6 @@ use std::{
         Arc,
         atomic::{AtomicUsize, Ordering},
     },
-    thread::sleep,
     time::Duration,
 };
 
@@ -695,23 +694,14 @@ work = { kind = "sleep", dist = "fixed", value = "5ms" }
     // Resume it once tasks have expired behind it: RabbitMQ drops them
     // from the queue itself; JetStream keeps them until a worker takes
     // them, so enough queued tasks (20/s, 300 ms to live) will have.
-    loop {
-        let expired_behind = test.stats_of_b().is_some_and(|s| match kind {
-            BrokerKind::Nats => s.depth >= 10,
-            _ => s.expired >= 3,
-        });
-        if expired_behind {
-            break;
-        }
-        assert!(
-            !run.exited(),
-            "the run ended before tasks expired behind the stopped worker (last: {:?}):\n{}",
-            test.stats_of_b(),
-            run.output()
-        );
-        run.assert_in_time("waiting for tasks to expire behind the stopped worker");
-        sleep(POLL);
-    }
+    run.wait_for("tasks to expire behind the stopped worker", || {
+        test.stats_of_b()
+            .is_some_and(|s| match kind {
+                BrokerKind::Nats => s.depth >= 10,
+                _ => s.expired >= 3,
+            })
+            .then_some(())
+    });
     kill(pid, Signal::SIGCONT).expect("SIGCONT hop-b-0");
     let Accounted { v, context, .. } = test.finish(run);
     let failed = u64_at(&v, "/sent") - u64_at(&v, "/ok");
@@ -763,25 +753,25 @@ fn full_queue(kind: BrokerKind) {
                     .await
             });
         }
-        let started = std::time::Instant::now();
-        loop {
-            let depth = backend::stats(kind, &addr, bounds, &[topic.to_owned()])
-                .await
-                .ok()
-                .and_then(|s| s.first().map(|t| t.depth));
-            if depth == Some(u64::from(bounds.capacity)) {
-                break;
-            }
-            // A refusal before the queue is full would be an answer.
-            if let Some(answered) = waiting.try_join_next() {
-                panic!("a task was answered while the queue filled: {answered:?}");
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the queue holds {depth:?} tasks after 60 s"
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        let depth = std::cell::Cell::new(None);
+        wait_until_async(
+            after(Duration::from_secs(60)),
+            later(|| format!("a full queue; it holds {:?} tasks", depth.get())),
+            async || {
+                depth.set(
+                    backend::stats(kind, &addr, bounds, &[topic.to_owned()])
+                        .await
+                        .ok()
+                        .and_then(|s| s.first().map(|t| t.depth)),
+                );
+                // A refusal before the queue is full would be an answer.
+                if let Some(answered) = waiting.try_join_next() {
+                    panic!("a task was answered while the queue filled: {answered:?}");
+                }
+                (depth.get() == Some(u64::from(bounds.capacity))).then_some(())
+            },
+        )
+        .await;
         let refused = producer
             .submit(topic, vec![1; 16], HashMap::new(), patience)
             .await

@@ -9,7 +9,6 @@
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    thread::sleep,
     time::{Duration, Instant},
 };
 
@@ -298,9 +297,10 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
     // Measuring: the variant was announced, and hop a (launched last) has
     // called hop b, so requests flow through both.
     let mut seen: HashMap<(String, String), u32> = HashMap::new();
-    loop {
+    let output = run.output_reader();
+    run.wait_for("the load to flow", || {
         seen.extend(pid_files(&results));
-        let announced = run.output().contains("variant base:");
+        let announced = output().contains("variant base:");
         let flowing = match (
             pid_of(&results, "base", "hop-a-0"),
             addr_of(&results, "base", "hop-b-0"),
@@ -308,24 +308,14 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
             (Some(a), Some(b)) => connected(a, b.port()),
             _ => false,
         };
-        if announced && flowing {
-            break;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for the load to flow");
-        sleep(POLL);
-    }
+        (announced && flowing).then_some(())
+    });
     let running_for = run.elapsed();
     let tailmesh_pid = run.pid();
     kill(Pid::from_raw(tailmesh_pid as i32), Signal::SIGINT).expect("SIGINT tailmesh");
     let interrupted_at = Instant::now();
-    while !run.exited() {
-        seen.extend(pid_files(&results));
-        run.assert_in_time("waiting for it to stop after SIGINT");
-        sleep(POLL);
-    }
+    let finished = run.wait_meanwhile(|| seen.extend(pid_files(&results)));
     let stopped_in = interrupted_at.elapsed();
-    let finished = run.wait();
 
     assert_eq!(finished.code(), Some(130), "{}", finished.output());
     assert!(
