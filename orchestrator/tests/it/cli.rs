@@ -417,8 +417,8 @@ concurrency = 4"#,
 /// section starting with `mode`.
 fn second_ctrl_c_gives_up(mode: &str) {
     let scratch = Scratch::new();
-    // Every request takes a minute: after the first Ctrl-C the run would
-    // wait that long for the ones in flight.
+    // Every request takes a minute at `b`: after the first Ctrl-C the run
+    // would wait that long for the ones in flight.
     let scenario = write(
         scratch.path(),
         "stuck.toml",
@@ -431,19 +431,25 @@ duration = "60s"
 timeout = "90s"
 [[hop]]
 name = "a"
+[[hop]]
+name = "b"
 work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
 "#
         ),
     );
     let results = scratch.results();
     let mut run = Running::start(scratch.path(), &run_args(&scenario, &results, &[]));
-    let run_pid = run.pid();
-    // The load generator connects at its first request, so once it is
-    // connected that request is in flight, for a minute.
-    let hop = run.wait_for("the first request", || {
-        let pid = pid_of(&results, "base", "hop-a-0")?;
-        let addr = addr_of(&results, "base", "hop-a-0")?;
-        connected(run_pid, addr.port()).then_some(pid)
+    // A request is in flight once hop a has called b: a hop's downstream
+    // channel connects on its first call, and nothing else of a connects
+    // to b. (The orchestrator's own connection to a proves nothing: its
+    // readiness probe makes one before any request is sent.)
+    let hops = run.wait_for("the first request to reach b", || {
+        let (a, b) = (
+            pid_of(&results, "base", "hop-a-0")?,
+            pid_of(&results, "base", "hop-b-0")?,
+        );
+        let b_addr = addr_of(&results, "base", "hop-b-0")?;
+        connected(a, b_addr.port()).then_some([a, b])
     });
     let pid = Pid::from_raw(run.pid() as i32);
     kill(pid, Signal::SIGINT).expect("SIGINT tailmesh");
@@ -454,10 +460,12 @@ work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
     let finished = run.wait_within(Duration::from_secs(15));
     let context = finished.output();
     assert_eq!(finished.code(), Some(130), "{context}");
-    assert!(
-        !runs_ours(hop, scratch.marker()),
-        "the hop outlived the run"
-    );
+    for hop in hops {
+        assert!(
+            !runs_ours(hop, scratch.marker()),
+            "hop {hop} outlived the run"
+        );
+    }
     let run_dir = only_run_dir(&results);
     let summary = summary(&run_dir);
     let v = &variants(&summary)[0];
