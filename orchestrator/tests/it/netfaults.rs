@@ -12,7 +12,10 @@
 
 use std::{path::Path, sync::OnceLock, time::Duration};
 
-use crate::{harness::part_checked_elsewhere, support::*};
+use crate::{
+    harness::{part_checked_elsewhere, skip_busy},
+    support::*,
+};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -395,10 +398,6 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
     // those; before and after, nothing is dropped. In the emulated guest
     // every call also waits for the CPU, which lifts every phase's tail.
     let k = if slowdown() > 1 { 1 } else { 2 };
-    assert!(
-        p99[1] > k * p99[0] && p99[1] > k * p99[2],
-        "p99 before, during, after: {p99:?} us"
-    );
     let recovery = &phases[2]["recovery"];
     assert!(recovery["status"].is_string(), "{recovery:#}");
     let window = &v["fault_windows"][0];
@@ -408,6 +407,27 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
         "{window:#}"
     );
     assert!(finished.stdout.contains("during"), "{}", finished.output());
+    let lifted = p99[1] > k * p99[0] && p99[1] > k * p99[2];
+    // A phase's p99 is its 5th slowest request of about 450: on a machine
+    // whose other processes hold the CPUs, a stall of a tenth of a second
+    // lifts the before or after phase's p99 to half the retransmission
+    // tail (seen: before 25 ms at a load average of 9.7, with p99 timer
+    // wake-ups of 5.6 ms). The ratio is then no verdict on the fault: the
+    // test is reported skipped as busy when the instrument judged the
+    // machine so, and fails otherwise. The during phase's tail must stay
+    // the highest either way.
+    assert!(
+        p99[1] > p99[0] && p99[1] > p99[2],
+        "p99 before, during, after: {p99:?} us"
+    );
+    if !lifted && v["instrument"]["busy"] == true {
+        skip_busy(format!(
+            "p99 before, during, after {p99:?} us on a busy machine ({}): \
+             the ratio of the loss window's tail was not judged",
+            v["instrument"]["busy_reasons"]
+        ));
+    }
+    assert!(lifted, "p99 before, during, after: {p99:?} us");
 }
 
 fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
