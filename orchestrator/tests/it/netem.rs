@@ -34,8 +34,10 @@ use nix::{
 };
 use tailmesh_netfault::tool::{has_privilege, tool_available};
 
+// Minutes of emulation: a tier of its own, outside `cargo test
+// --workspace`; .ci/run runs it (`-- --ignored netem::`).
 tests! {
-    sync the_network_fault_tests_pass_in_a_guest_whose_kernel_has_netem,
+    tier the_network_fault_tests_pass_in_a_guest_whose_kernel_has_netem,
 }
 
 /// The guest's whole run may not take longer (boot about 30 s; the tests
