@@ -94,7 +94,21 @@ impl BrokerTest {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// A test that runs alone: it judges timing (a task started within
+    /// its deadline) or is the busy machine's known victim.
     fn new(kind: BrokerKind) -> BrokerTest {
+        BrokerTest::with_scratch(kind, Scratch::new)
+    }
+
+    /// A test that judges counts (redeliveries, expired and refused tasks,
+    /// whole traces, accounting): it shares the machine. Most of its time
+    /// is the broker server's start (half a minute for RabbitMQ), which
+    /// then overlaps another test's.
+    fn shared(kind: BrokerKind) -> BrokerTest {
+        BrokerTest::with_scratch(kind, Scratch::shared)
+    }
+
+    fn with_scratch(kind: BrokerKind, scratch: fn() -> Scratch) -> BrokerTest {
         require(kind);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -102,7 +116,7 @@ impl BrokerTest {
             .expect("a tokio runtime");
         BrokerTest {
             kind,
-            scratch: Scratch::new(),
+            scratch: scratch(),
             runtime,
         }
     }
@@ -185,7 +199,7 @@ fn rabbitmq_runs_a_pull_chain_with_whole_traces_and_every_request_accounted() {
 }
 
 fn pull_chain(kind: BrokerKind) {
-    let test = BrokerTest::new(kind);
+    let test = BrokerTest::shared(kind);
     let scenario = test.scenario(
         "broker-chain",
         3,
@@ -318,7 +332,7 @@ work = { kind = "sleep", dist = "fixed", value = "300ms" }
 "#;
 
 fn killed_worker(kind: BrokerKind) {
-    let test = BrokerTest::new(kind);
+    let test = BrokerTest::shared(kind);
     let scenario = test.scenario("broker-kill", 5, "", KILLED_WORKER_LOAD);
     kill_hop_b_1_while(
         &test,
@@ -343,7 +357,7 @@ fn rabbitmq_redelivers_the_tasks_a_worker_killed_mid_downstream_released() {
 }
 
 fn killed_mid_downstream(kind: BrokerKind) {
-    let test = BrokerTest::new(kind);
+    let test = BrokerTest::shared(kind);
     // b's two workers (credit 1) do 300 ms of their own work, release
     // their credit and wait 2 s on c: each takes 3.3 tasks/s while 20/s
     // arrive, so the queue backs up, and once a worker has released a
@@ -640,7 +654,7 @@ fn rabbitmq_counts_the_tasks_expired_behind_a_stalled_worker() {
 }
 
 fn expired_counted(kind: BrokerKind) {
-    let test = BrokerTest::new(kind);
+    let test = BrokerTest::shared(kind);
     // One worker (credit 1, 5 ms tasks) keeps up with 20/s until it is
     // stopped (SIGSTOP): then tasks wait in the queue past their 300 ms.
     // The load lasts long enough for that on a busy machine, where the
@@ -726,7 +740,7 @@ fn a_full_rabbitmq_queue_refuses_with_resource_exhausted() {
 }
 
 fn full_queue(kind: BrokerKind) {
-    let test = BrokerTest::new(kind);
+    let test = BrokerTest::shared(kind);
     // The server's output stays in the test's directory; a server that
     // does not get ready fails the test quoting the log's last lines.
     test.runtime.block_on(async {
@@ -825,7 +839,7 @@ fn a_rabbitmq_queue_holds_the_scenarios_queue_capacity_and_refuses_the_rest() {
 /// with RESOURCE_EXHAUSTED, counted so in summary.json. With the default
 /// bound of 10,000 none would be.
 fn scenario_capacity(kind: BrokerKind) {
-    let test = BrokerTest::new(kind);
+    let test = BrokerTest::shared(kind);
     let scenario = test.scenario(
         "broker-bounded",
         13,

@@ -61,7 +61,7 @@ fn replica_requests(hop: &Value) -> Vec<u64> {
 // 1. A pull worker SIGKILLed mid-run: its tasks are redelivered.
 
 fn a_pull_worker_killed_mid_run_loses_no_request() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     // Each task sleeps 200 ms and arrives every 10 ms: about 20 tasks are
     // held at any moment, ten per worker (the broker hands tasks to workers
     // with credit in turn). Credit 40 lets the survivor take the victim's
@@ -369,7 +369,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
 // 4. A chain mixing push and pull, and the same chain all pull.
 
 fn a_mixed_push_pull_chain_and_an_all_pull_chain_answer_every_request() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let scenario = write(
         scratch.path(),
         "mixed.toml",

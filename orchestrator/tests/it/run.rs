@@ -127,7 +127,7 @@ fn the_hlog_opens_in_hdrhistograms_log_processor() {
             "needs {JAR} (Debian package libhdrhistogram-java) for HdrHistogram's HistogramLogProcessor"
         ));
     }
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let (run_dir, summary) = run_intervals(&scratch);
     let v = &variants(&summary)[0];
     let log = run_dir.join("base.hlog");
@@ -421,7 +421,8 @@ fn assert_files_agree(run_dir: &Path, expected_variants: &[&str], replicas: &[&s
 // 1. The files of a run agree; the fault schedule is seeded.
 
 fn a_two_variant_run_writes_files_that_agree_with_each_other() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(dir.path(), "chain.toml", &chain3("chain", 11, TWO_VARIANTS));
     let results = dir.path().join("results");
@@ -460,7 +461,8 @@ fn a_two_variant_run_writes_files_that_agree_with_each_other() {
 }
 
 fn the_fault_schedule_follows_the_seed() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let schedule = |seed: u64, results: &str| {
         let scenario = write(
@@ -655,7 +657,8 @@ slow = { probability = 1.5, extra = "20ms" }
 // 3. A hop process killed mid-run.
 
 fn a_hop_replica_killed_mid_run_is_counted_and_named() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(
         dir.path(),
@@ -913,7 +916,8 @@ fn check_passes_on_the_shipped_default_scenario_scaled_down() {
 // 5. No hop process outlives a run.
 
 fn no_hop_process_outlives_a_normal_run() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let marker = path_str(dir.path()).to_string();
     let scenario = write(dir.path(), "chain.toml", &chain3("chain", 5, TWO_VARIANTS));
