@@ -7,8 +7,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use nix::{
@@ -127,28 +126,34 @@ fn with_closed_pipes(args: &[&str]) -> Output {
     let (out_reader, out_writer) = std::io::pipe().expect("a pipe");
     let (err_reader, err_writer) = std::io::pipe().expect("a pipe");
     drop((out_reader, err_reader));
-    let mut child = Command::new(TAILMESH)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out_writer)
-        .stderr(err_writer)
-        .spawn()
-        .expect("start tailmesh");
-    let deadline = Instant::now() + RUN_DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for tailmesh") {
-            return Output {
-                status,
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-            };
+    /// Killed and reaped if the wait fails.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            if matches!(self.0.try_wait(), Ok(None)) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tailmesh {args:?} still running after {RUN_DEADLINE:?}");
-        }
-        sleep(POLL);
+    }
+    let mut child = Reaped(
+        Command::new(TAILMESH)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out_writer)
+            .stderr(err_writer)
+            .spawn()
+            .expect("start tailmesh"),
+    );
+    let status = wait_until(
+        after(RUN_DEADLINE),
+        format!("tailmesh {args:?} to exit"),
+        || child.0.try_wait().expect("wait for tailmesh"),
+    );
+    Output {
+        status,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
     }
 }
 
@@ -412,8 +417,8 @@ concurrency = 4"#,
 /// section starting with `mode`.
 fn second_ctrl_c_gives_up(mode: &str) {
     let scratch = Scratch::new();
-    // Every request takes a minute: after the first Ctrl-C the run would
-    // wait that long for the ones in flight.
+    // Every request takes a minute at `b`: after the first Ctrl-C the run
+    // would wait that long for the ones in flight.
     let scenario = write(
         scratch.path(),
         "stuck.toml",
@@ -426,55 +431,41 @@ duration = "60s"
 timeout = "90s"
 [[hop]]
 name = "a"
+[[hop]]
+name = "b"
 work = {{ kind = "sleep", dist = "fixed", value = "60s" }}
 "#
         ),
     );
     let results = scratch.results();
     let mut run = Running::start(scratch.path(), &run_args(&scenario, &results, &[]));
-    // The load generator connects at its first request, so once it is
-    // connected that request is in flight, for a minute.
-    let hop = loop {
-        if let (Some(pid), Some(addr)) = (
-            pid_of(&results, "base", "hop-a-0"),
-            addr_of(&results, "base", "hop-a-0"),
-        ) && connected(run.pid(), addr.port())
-        {
-            break pid;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for the first request");
-        sleep(POLL);
-    };
+    // A request is in flight once hop a has called b: a hop's downstream
+    // channel connects on its first call, and nothing else of a connects
+    // to b. (The orchestrator's own connection to a proves nothing: its
+    // readiness probe makes one before any request is sent.)
+    let hops = run.wait_for("the first request to reach b", || {
+        let (a, b) = (
+            pid_of(&results, "base", "hop-a-0")?,
+            pid_of(&results, "base", "hop-b-0")?,
+        );
+        let b_addr = addr_of(&results, "base", "hop-b-0")?;
+        connected(a, b_addr.port()).then_some([a, b])
+    });
     let pid = Pid::from_raw(run.pid() as i32);
     kill(pid, Signal::SIGINT).expect("SIGINT tailmesh");
-    while !run.output().contains("finishing requests in flight") {
-        assert!(
-            !run.exited(),
-            "it exited after one Ctrl-C:\n{}",
-            run.output()
-        );
-        run.assert_in_time("waiting for the first interrupt's message");
-        sleep(POLL);
-    }
+    // It goes on after one Ctrl-C, finishing what is in flight.
+    run.wait_for_output("finishing requests in flight");
     kill(pid, Signal::SIGINT).expect("SIGINT tailmesh again");
     // Far less than the minute the requests in flight would take.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !run.exited() {
-        assert!(
-            Instant::now() < deadline,
-            "still running 15 s after the second Ctrl-C:\n{}",
-            run.output()
-        );
-        sleep(POLL);
-    }
-    let finished = run.wait();
+    let finished = run.wait_within(Duration::from_secs(15));
     let context = finished.output();
     assert_eq!(finished.code(), Some(130), "{context}");
-    assert!(
-        !runs_ours(hop, scratch.marker()),
-        "the hop outlived the run"
-    );
+    for hop in hops {
+        assert!(
+            !runs_ours(hop, scratch.marker()),
+            "hop {hop} outlived the run"
+        );
+    }
     let run_dir = only_run_dir(&results);
     let summary = summary(&run_dir);
     let v = &variants(&summary)[0];
@@ -524,22 +515,13 @@ interval = "250ms"
     let mut run = Running::start(scratch.path(), &run_args(&scenario, &results, &[]));
     // requests.csv reaches the disk 64 KiB at a time: a few hundred
     // requests have ended once it has.
-    loop {
-        let grown = find_files(&results, ".requests.csv.partial")
+    run.wait_for("requests to end", || {
+        find_files(&results, ".requests.csv.partial")
             .iter()
-            .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() >= 64 * 1024));
-        if grown {
-            break;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for requests to end");
-        sleep(POLL);
-    }
+            .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() >= 64 * 1024))
+            .then_some(())
+    });
     kill(Pid::from_raw(run.pid() as i32), Signal::SIGINT).expect("SIGINT tailmesh");
-    while !run.exited() {
-        run.assert_in_time("waiting for the run to stop after Ctrl-C");
-        sleep(POLL);
-    }
     let finished = run.wait();
     assert_eq!(finished.code(), Some(130), "{}", finished.output());
     let run_dir = only_run_dir(&results);

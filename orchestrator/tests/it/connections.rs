@@ -231,7 +231,7 @@ fn a_pull_caller_connects_a_nats_client_per_call_only_with_per_request() {
 /// unless it is installed).
 fn through_server(kind: BrokerKind) {
     crate::brokers::require(kind);
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     crate::harness::block_on(async {
         let server = BrokerServer::start(
             ServerSpec::new(kind, std::net::Ipv4Addr::LOCALHOST.into())

@@ -5,12 +5,12 @@
 //! HTTP/2 keepalive (netns, root).
 //!
 //! What the callers report (endpoint events, pick counts) comes from the
-//! push client: a build whose hops answer `GetEndpointEvents` with
-//! UNIMPLEMENTED reports none, and the health assertions below are made
-//! only where events are reported; the kill and the accounting are checked
-//! either way.
+//! push client: the load generator's own pool, and each calling hop's
+//! through its Control API's `GetEndpointEvents`. Every caller here has
+//! endpoint health, so a kill or a black hole with no event about it is a
+//! failure, not a reason to judge less.
 
-use crate::{harness::skip, support::*};
+use crate::support::*;
 use serde_json::Value;
 
 tests! {
@@ -151,14 +151,15 @@ fn a_replica_killed_on_schedule_is_no_incident_and_health_keeps_calls_off_it() {
         "naive: {naive_errors} errors for {naive_down} calls to the dead replica"
     );
 
+    // The load generator's pool (the default client, with endpoint
+    // health) saw the replica fail, kept calls off it, and took it back.
     let health = by_name["health"];
     let events = events_of(health, "a", 1);
-    if events.is_empty() {
-        // A push client without endpoint health: nothing more to judge.
-        eprintln!("the push client reports no endpoint events: health not judged");
-        return;
-    }
-    // The client saw the replica fail, kept calls off it, and took it back.
+    assert!(
+        !events.is_empty(),
+        "the load generator reported no endpoint events about the killed a/1:\n{health:#}\n{}",
+        finished.output()
+    );
     let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
     let failed = kinds
         .iter()
@@ -226,9 +227,10 @@ sampling = 0.0
     let context = format!("{v:#}\n{}", finished.output());
     assert_accounted(v, &context);
     let events = events_of(v, "b", 1);
-    if events.is_empty() {
-        skip("the push client reports no endpoint events (GetEndpointEvents unimplemented)");
-    }
+    assert!(
+        !events.is_empty(),
+        "hop a reported no endpoint events about the black-holed b/1:\n{context}"
+    );
     assert!(
         events
             .iter()

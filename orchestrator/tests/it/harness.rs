@@ -12,6 +12,10 @@
 //!
 //! Tests are registered per module with [`tests!`]; a test in this
 //! binary checks that no test function was left out of its module's list.
+//! A test registered as a `tier` of its own (the netem guest: minutes of
+//! emulation) is left out of the default run, keeping `cargo test
+//! --workspace` within its time budget, and runs when asked for with
+//! `-- --ignored` (`.ci/run` does); the summary names it and how to run it.
 
 use std::{
     fmt::Display,
@@ -76,13 +80,23 @@ thread_local! {
 /// Parts of tests left to another run, with their reasons.
 static ELSEWHERE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
+/// When a registered test runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum When {
+    /// In every run.
+    Always,
+    /// Only when asked for by name (a helper process of another test).
+    Helper,
+    /// Only with `--ignored` or `--include-ignored`: a tier of its own.
+    Tier,
+}
+
 /// One registered test.
 pub(crate) struct Test {
     module: &'static str,
     name: &'static str,
     run: fn(),
-    /// Runs only when asked for by name (a helper process of another test).
-    helper: bool,
+    when: When,
 }
 
 impl Test {
@@ -90,13 +104,13 @@ impl Test {
         module: &'static str,
         name: &'static str,
         run: fn(),
-        helper: bool,
+        when: When,
     ) -> Test {
         Test {
             module,
             name,
             run,
-            helper,
+            when,
         }
     }
 
@@ -109,22 +123,29 @@ impl Test {
 
 /// Registers a module's tests as `TESTS`: `sync name` for a plain
 /// function, `tokio name` for an async one (run on a current-thread
-/// runtime, as `#[tokio::test]` does, holding the run lock: these start
+/// runtime, as `#[tokio::test]` does, running alone: these start
 /// processes of their own), `helper name` for an async
-/// function that runs only when named with `--ignored --exact`.
+/// function that runs only when named with `--ignored --exact`, `tier
+/// name` for a plain function that runs only with `--ignored` (a tier of
+/// its own, outside the default run).
 macro_rules! tests {
     (@one sync $name:ident) => {
-        $crate::harness::Test::new(module_path!(), stringify!($name), $name, false)
+        $crate::harness::Test::new(
+            module_path!(),
+            stringify!($name),
+            $name,
+            $crate::harness::When::Always,
+        )
     };
     (@one tokio $name:ident) => {
         $crate::harness::Test::new(
             module_path!(),
             stringify!($name),
             || {
-                let _serial = $crate::support::serial();
+                let _turn = $crate::support::serial();
                 $crate::harness::block_on($name())
             },
-            false,
+            $crate::harness::When::Always,
         )
     };
     (@one helper $name:ident) => {
@@ -132,7 +153,15 @@ macro_rules! tests {
             module_path!(),
             stringify!($name),
             || $crate::harness::block_on($name()),
-            true,
+            $crate::harness::When::Helper,
+        )
+    };
+    (@one tier $name:ident) => {
+        $crate::harness::Test::new(
+            module_path!(),
+            stringify!($name),
+            $name,
+            $crate::harness::When::Tier,
         )
     };
     ($($kind:ident $name:ident),* $(,)?) => {
@@ -163,7 +192,20 @@ static SKIPPED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 /// Parses libtest's command line, runs `groups`, prints the skipped tests
 /// after the summary line, and returns libtest's exit code.
 pub(crate) fn main(groups: &[&'static [Test]]) -> ExitCode {
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        // End-to-end tests mostly wait on their runs: a thread more than
+        // the tests that may share the machine (support::SHARED_TURNS) lets
+        // them overlap on 2 cores. RUST_TEST_THREADS is honoured, as
+        // libtest does.
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        args.test_threads = Some(
+            std::env::var("RUST_TEST_THREADS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(cores.max(crate::support::SHARED_TURNS + 1)),
+        );
+    }
     let tests: Vec<&'static Test> = groups.iter().flat_map(|g| g.iter()).collect();
     let _ = REGISTERED.set(
         tests
@@ -182,7 +224,35 @@ pub(crate) fn main(groups: &[&'static [Test]]) -> ExitCode {
         }
     }));
     let trials = tests.iter().map(|t| trial(t)).collect();
+    let tiers_left: Vec<String> = if args.list || args.ignored || args.include_ignored {
+        Vec::new()
+    } else {
+        tests
+            .iter()
+            .filter(|t| t.when == When::Tier)
+            .map(|t| t.full_name())
+            .filter(|name| {
+                args.filter.as_deref().is_none_or(|f| {
+                    if args.exact {
+                        name == f
+                    } else {
+                        name.contains(f)
+                    }
+                })
+            })
+            .collect()
+    };
     let conclusion = libtest_mimic::run(&args, trials);
+    if !tiers_left.is_empty() {
+        println!(
+            "{} test(s) of a tier of their own left out (counted as ignored above; \
+             run them with `cargo test -p tailmesh --test it -- --ignored <name>`, as .ci/run does):",
+            tiers_left.len()
+        );
+        for name in &tiers_left {
+            println!("  {name}");
+        }
+    }
     let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
     if !skipped.is_empty() {
         println!(
@@ -229,7 +299,7 @@ fn trial(test: &'static Test) -> Trial {
             },
         }
     })
-    .with_ignored_flag(test.helper)
+    .with_ignored_flag(test.when != When::Always)
 }
 
 /// The top-level test functions of a module's source: `fn name() {` or

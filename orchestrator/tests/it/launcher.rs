@@ -1,7 +1,8 @@
 //! The local launcher against real children: `tailmesh hop` replicas, the
 //! same re-executed binary a run starts.
 //!
-//! Every wait is on a condition with a deadline; nothing sleeps and hopes.
+//! Every wait is on a condition with a deadline ([`wait_until_async`]);
+//! nothing sleeps and hopes.
 
 use std::{
     net::SocketAddr,
@@ -17,10 +18,12 @@ use nix::{
 };
 use tailmesh::launcher::{LaunchError, LocalLauncher, ProcessSpec};
 use tailmesh_services::{hop::HopConfig, model::HopBehavior};
-use tokio::time::{Instant, sleep};
+use tokio::time::Instant;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
+
+use crate::support::{after, later, wait_until_async};
 
 tests! {
     tokio launch_returns_a_serving_address_and_writes_its_files,
@@ -53,15 +56,6 @@ fn hop(dir: &Path, name: &str) -> ProcessSpec {
         .arg("hop")
         .arg("--config")
         .arg(path)
-}
-
-/// Polls `condition` until it holds, failing the test after `within`.
-async fn eventually(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !condition() {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn health(addr: SocketAddr) -> ServingStatus {
@@ -318,10 +312,14 @@ async fn exited_reports_a_child_killed_mid_run() {
 
     kill(Pid::from_raw(victim.pid as i32), Signal::SIGKILL).expect("SIGKILL the victim");
     let mut reported = Vec::new();
-    eventually(Duration::from_secs(10), "exited() reports hop-c-0", || {
-        reported.extend(launcher.exited());
-        !reported.is_empty()
-    })
+    wait_until_async(
+        after(Duration::from_secs(10)),
+        "exited() to report hop-c-0",
+        async || {
+            reported.extend(launcher.exited());
+            (!reported.is_empty()).then_some(())
+        },
+    )
     .await;
 
     assert_eq!(reported.len(), 1, "{reported:?}");
@@ -489,29 +487,27 @@ async fn assert_children_die_with_parent(
         .expect("start the parent");
     let parent_output = || std::fs::read_to_string(&output_path).unwrap_or_default();
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let pids = loop {
-        let started: Option<Vec<u32>> = names
-            .iter()
-            .map(|name| {
-                find_file(dir, &format!("{name}.addr"))?;
-                let pid_file = find_file(dir, &format!("{name}.pid"))?;
-                std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
-            })
-            .collect();
-        if let Some(pids) = started {
-            break pids;
-        }
-        if let Ok(Some(status)) = parent.try_wait() {
-            panic!("the parent exited early ({status}):\n{}", parent_output());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the parent did not start {names:?} within 30s:\n{}",
-            parent_output()
-        );
-        sleep(Duration::from_millis(20)).await;
-    };
+    let pids: Vec<u32> = wait_until_async(
+        after(Duration::from_secs(30)),
+        later(|| format!("the parent to start {names:?}:\n{}", parent_output())),
+        async || {
+            let started: Option<Vec<u32>> = names
+                .iter()
+                .map(|name| {
+                    find_file(dir, &format!("{name}.addr"))?;
+                    let pid_file = find_file(dir, &format!("{name}.pid"))?;
+                    std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
+                })
+                .collect();
+            if started.is_none()
+                && let Ok(Some(status)) = parent.try_wait()
+            {
+                panic!("the parent exited early ({status}):\n{}", parent_output());
+            }
+            started
+        },
+    )
+    .await;
     let _leftovers = KillLeftovers {
         pids: pids.clone(),
         marker: dir.display().to_string(),
@@ -537,10 +533,10 @@ async fn assert_children_die_with_parent(
         parent_output()
     );
 
-    eventually(
-        Duration::from_secs(10),
-        "every child of the killed parent exits",
-        || pids.iter().all(|&pid| not_running(pid)),
+    wait_until_async(
+        after(Duration::from_secs(10)),
+        "every child of the killed parent to exit",
+        async || pids.iter().all(|&pid| not_running(pid)).then_some(()),
     )
     .await;
 }

@@ -10,9 +10,12 @@
 //! runs these tests again in a guest whose kernel has netem, which sets
 //! [`NETEM_GUEST_ENV`]: there the probe must find netem.
 
-use std::{path::Path, sync::OnceLock, thread::sleep, time::Duration};
+use std::{path::Path, sync::OnceLock, time::Duration};
 
-use crate::{harness::part_checked_elsewhere, support::*};
+use crate::{
+    harness::{part_checked_elsewhere, skip_busy},
+    support::*,
+};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -195,7 +198,7 @@ fn open_load(rate: u32, secs: u32) -> String {
 /// One netns test's setup: the run lock, a temp dir, and the scenario
 /// `name = "<name>"`, [`HEAD`], then `body`, written in it.
 struct Case {
-    _serial: std::sync::MutexGuard<'static, ()>,
+    _serial: Turn,
     dir: tempfile::TempDir,
     scenario: std::path::PathBuf,
 }
@@ -395,10 +398,6 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
     // those; before and after, nothing is dropped. In the emulated guest
     // every call also waits for the CPU, which lifts every phase's tail.
     let k = if slowdown() > 1 { 1 } else { 2 };
-    assert!(
-        p99[1] > k * p99[0] && p99[1] > k * p99[2],
-        "p99 before, during, after: {p99:?} us"
-    );
     let recovery = &phases[2]["recovery"];
     assert!(recovery["status"].is_string(), "{recovery:#}");
     let window = &v["fault_windows"][0];
@@ -408,6 +407,27 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
         "{window:#}"
     );
     assert!(finished.stdout.contains("during"), "{}", finished.output());
+    let lifted = p99[1] > k * p99[0] && p99[1] > k * p99[2];
+    // A phase's p99 is its 5th slowest request of about 450: on a machine
+    // whose other processes hold the CPUs, a stall of a tenth of a second
+    // lifts the before or after phase's p99 to half the retransmission
+    // tail (seen: before 25 ms at a load average of 9.7, with p99 timer
+    // wake-ups of 5.6 ms). The ratio is then no verdict on the fault: the
+    // test is reported skipped as busy when the instrument judged the
+    // machine so, and fails otherwise. The during phase's tail must stay
+    // the highest either way.
+    assert!(
+        p99[1] > p99[0] && p99[1] > p99[2],
+        "p99 before, during, after: {p99:?} us"
+    );
+    if !lifted && v["instrument"]["busy"] == true {
+        skip_busy(format!(
+            "p99 before, during, after {p99:?} us on a busy machine ({}): \
+             the ratio of the loss window's tail was not judged",
+            v["instrument"]["busy_reasons"]
+        ));
+    }
+    assert!(lifted, "p99 before, during, after: {p99:?} us");
 }
 
 fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
@@ -428,36 +448,30 @@ fn ctrl_c_and_sigkill_plus_clean_leave_nothing_behind() {
         let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
         // Wait until the mesh is up and the load runs: the entry hop
         // (launched last) has its address file.
-        let id = loop {
-            let ids = run_ids(&run.output());
-            if let Some(id) = ids.first()
-                && !find_files(&results, "hop-a-0.addr").is_empty()
-            {
-                break id.clone();
-            }
-            assert!(!run.exited(), "the run ended first:\n{}", run.output());
-            run.assert_in_time("waiting for the mesh");
-            sleep(POLL);
-        };
+        let output = run.output_reader();
+        let id = run.wait_for("the mesh", || {
+            let id = run_ids(&output()).into_iter().next()?;
+            (!find_files(&results, "hop-a-0.addr").is_empty()).then_some(id)
+        });
         // The fault comes with the first scheduling round: on both of b's
         // replicas, on both ends of their links with netem (a replica
         // still shaped on one end only at the deadline fails the test).
         let mut shaped = Vec::new();
         let half = std::cell::RefCell::new(Vec::new());
-        wait_for(
-            Duration::from_secs(20),
-            &|| {
+        wait_until(
+            after(Duration::from_secs(20) * slowdown()),
+            later(|| {
                 format!(
                     "b's replicas of run {id} not both shaped: {:?}\n{}",
                     half.borrow(),
                     run.output()
                 )
-            },
+            }),
             || {
                 let mut now = Vec::new();
                 shaped = shaped_replicas(&id, "loss 1%", &mut now);
                 *half.borrow_mut() = now;
-                shaped.len() == 2
+                (shaped.len() == 2).then_some(())
             },
         );
         eprintln!(
@@ -714,21 +728,6 @@ fn children_of(parent: u32, marker: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Waits until `condition` holds, failing with `what` after `within`
-/// times [`slowdown`].
-fn wait_for(within: Duration, what: &dyn Fn() -> String, mut condition: impl FnMut() -> bool) {
-    let within = within * slowdown();
-    let deadline = std::time::Instant::now() + within;
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not within {within:?}: {}",
-            what()
-        );
-        sleep(POLL);
-    }
-}
-
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 fn authorized<T>(message: T) -> tonic::Request<T> {
@@ -825,13 +824,17 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
     let log = c.hop_log.clone();
     let mut addr = None;
     let mut exited = None;
-    wait_for(Duration::from_secs(20), &|| read_lossy(&log), || {
-        addr = std::fs::read_to_string(&addr_file)
-            .ok()
-            .and_then(|t| t.trim().parse::<std::net::SocketAddr>().ok());
-        exited = c.hop.as_mut().and_then(|hop| hop.try_wait().ok().flatten());
-        addr.is_some() || exited.is_some()
-    });
+    wait_until(
+        after(Duration::from_secs(20) * slowdown()),
+        later(|| format!("the hop's address:\n{}", read_lossy(&log))),
+        || {
+            addr = std::fs::read_to_string(&addr_file)
+                .ok()
+                .and_then(|t| t.trim().parse::<std::net::SocketAddr>().ok());
+            exited = c.hop.as_mut().and_then(|hop| hop.try_wait().ok().flatten());
+            (addr.is_some() || exited.is_some()).then_some(())
+        },
+    );
     let addr = addr.unwrap_or_else(|| panic!("the hop exited ({exited:?}):\n{}", c.hop_output()));
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -932,10 +935,10 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
             "{ruleset}"
         );
         let line = c.delay_lines[0];
-        wait_for(
-            Duration::from_secs(5),
-            &|| format!("delay line {line} still runs"),
-            || !runs_ours(line, "delay-line"),
+        wait_until(
+            after(Duration::from_secs(5) * slowdown()),
+            format!("delay line {line} to exit"),
+            || (!runs_ours(line, "delay-line")).then_some(()),
         );
         let after = median(call_times(&mut client, 10).await);
         assert!(
@@ -959,10 +962,14 @@ fn an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_ev
     // Stopped as its launcher stops it: end of standard input.
     drop(c.hop.as_mut().and_then(|hop| hop.stdin.take()));
     let mut status = None;
-    wait_for(Duration::from_secs(10), &|| read_lossy(&log), || {
-        status = c.hop.as_mut().and_then(|hop| hop.try_wait().ok().flatten());
-        status.is_some()
-    });
+    wait_until(
+        after(Duration::from_secs(10) * slowdown()),
+        later(|| format!("the hop to exit:\n{}", read_lossy(&log))),
+        || {
+            status = c.hop.as_mut().and_then(|hop| hop.try_wait().ok().flatten());
+            status.is_some().then_some(())
+        },
+    );
     assert!(
         status.is_some_and(|s| s.success()),
         "{status:?}\n{}",

@@ -48,7 +48,8 @@ set = {{ "hop.*.transport" = "pull" }}
 }
 
 fn the_largest_payload_crosses_push_and_pull_hops() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(dir.path(), "big.toml", &two_hops(MAX_PAYLOAD));
     let results = dir.path().join("results");

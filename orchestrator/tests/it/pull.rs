@@ -9,7 +9,6 @@
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    thread::sleep,
     time::{Duration, Instant},
 };
 
@@ -62,7 +61,7 @@ fn replica_requests(hop: &Value) -> Vec<u64> {
 // 1. A pull worker SIGKILLed mid-run: its tasks are redelivered.
 
 fn a_pull_worker_killed_mid_run_loses_no_request() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     // Each task sleeps 200 ms and arrives every 10 ms: about 20 tasks are
     // held at any moment, ten per worker (the broker hands tasks to workers
     // with credit in turn). Credit 40 lets the survivor take the victim's
@@ -298,9 +297,10 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
     // Measuring: the variant was announced, and hop a (launched last) has
     // called hop b, so requests flow through both.
     let mut seen: HashMap<(String, String), u32> = HashMap::new();
-    loop {
+    let output = run.output_reader();
+    run.wait_for("the load to flow", || {
         seen.extend(pid_files(&results));
-        let announced = run.output().contains("variant base:");
+        let announced = output().contains("variant base:");
         let flowing = match (
             pid_of(&results, "base", "hop-a-0"),
             addr_of(&results, "base", "hop-b-0"),
@@ -308,24 +308,14 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
             (Some(a), Some(b)) => connected(a, b.port()),
             _ => false,
         };
-        if announced && flowing {
-            break;
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for the load to flow");
-        sleep(POLL);
-    }
+        (announced && flowing).then_some(())
+    });
     let running_for = run.elapsed();
     let tailmesh_pid = run.pid();
     kill(Pid::from_raw(tailmesh_pid as i32), Signal::SIGINT).expect("SIGINT tailmesh");
     let interrupted_at = Instant::now();
-    while !run.exited() {
-        seen.extend(pid_files(&results));
-        run.assert_in_time("waiting for it to stop after SIGINT");
-        sleep(POLL);
-    }
+    let finished = run.wait_meanwhile(|| seen.extend(pid_files(&results)));
     let stopped_in = interrupted_at.elapsed();
-    let finished = run.wait();
 
     assert_eq!(finished.code(), Some(130), "{}", finished.output());
     assert!(
@@ -379,7 +369,7 @@ work = {{ kind = "sleep", dist = "fixed", value = "50ms" }}
 // 4. A chain mixing push and pull, and the same chain all pull.
 
 fn a_mixed_push_pull_chain_and_an_all_pull_chain_answer_every_request() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let scenario = write(
         scratch.path(),
         "mixed.toml",

@@ -135,7 +135,8 @@ fn the_browser_check_catches_console_errors_and_outside_loads() {
 
 fn the_report_loads_in_chromium_with_its_charts_and_no_console_errors() {
     require_chromium();
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(dir.path(), "report.toml", SCENARIO);
     let results = dir.path().join("results");

@@ -7,7 +7,6 @@
 use std::{
     collections::{BTreeSet, HashMap},
     path::Path,
-    thread::sleep,
     time::Duration,
 };
 
@@ -128,7 +127,7 @@ fn the_hlog_opens_in_hdrhistograms_log_processor() {
             "needs {JAR} (Debian package libhdrhistogram-java) for HdrHistogram's HistogramLogProcessor"
         ));
     }
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let (run_dir, summary) = run_intervals(&scratch);
     let v = &variants(&summary)[0];
     let log = run_dir.join("base.hlog");
@@ -422,7 +421,8 @@ fn assert_files_agree(run_dir: &Path, expected_variants: &[&str], replicas: &[&s
 // 1. The files of a run agree; the fault schedule is seeded.
 
 fn a_two_variant_run_writes_files_that_agree_with_each_other() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(dir.path(), "chain.toml", &chain3("chain", 11, TWO_VARIANTS));
     let results = dir.path().join("results");
@@ -461,7 +461,8 @@ fn a_two_variant_run_writes_files_that_agree_with_each_other() {
 }
 
 fn the_fault_schedule_follows_the_seed() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let schedule = |seed: u64, results: &str| {
         let scenario = write(
@@ -656,7 +657,8 @@ slow = { probability = 1.5, extra = "20ms" }
 // 3. A hop process killed mid-run.
 
 fn a_hop_replica_killed_mid_run_is_counted_and_named() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(
         dir.path(),
@@ -691,23 +693,12 @@ name = "c"
 
     // The victim is hop b's replica 1, once hop a (launched last) has
     // called it: then the load is running through it.
-    let (victim, caller, victim_port) = loop {
-        let addr = find_files(&results, "hop-b-1.addr")
-            .first()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .and_then(|t| t.trim().parse::<std::net::SocketAddr>().ok());
-        let pids = pid_files(&results);
-        let pid_of = |name: &str| pids.get(&("base".to_string(), name.to_string())).copied();
-        if let (Some(addr), Some(victim), Some(caller)) =
-            (addr, pid_of("hop-b-1"), pid_of("hop-a-0"))
-            && connected(caller, addr.port())
-        {
-            break (victim, caller, addr.port());
-        }
-        assert!(!run.exited(), "the run ended first:\n{}", run.output());
-        run.assert_in_time("waiting for hop a to call hop-b-1");
-        sleep(POLL);
-    };
+    let (victim, caller, victim_port) = run.wait_for("hop a to call hop-b-1", || {
+        let addr = addr_of(&results, "base", "hop-b-1")?;
+        let victim = pid_of(&results, "base", "hop-b-1")?;
+        let caller = pid_of(&results, "base", "hop-a-0")?;
+        connected(caller, addr.port()).then_some((victim, caller, addr.port()))
+    });
     assert!(runs_ours(victim, path_str(dir.path())));
     kill(Pid::from_raw(victim as i32), Signal::SIGKILL).expect("SIGKILL hop-b-1");
     let finished = run.wait();
@@ -925,22 +916,18 @@ fn check_passes_on_the_shipped_default_scenario_scaled_down() {
 // 5. No hop process outlives a run.
 
 fn no_hop_process_outlives_a_normal_run() {
-    let _serial = serial();
+    // Counts and files, not timing: it shares the machine.
+    let _turn = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let marker = path_str(dir.path()).to_string();
     let scenario = write(dir.path(), "chain.toml", &chain3("chain", 5, TWO_VARIANTS));
     let results = dir.path().join("results");
-    let mut run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
+    let run = Running::start(dir.path(), &run_args(&scenario, &results, &[]));
 
     // Pid files exist only while their replica runs: collect them all.
     let mut seen: HashMap<(String, String), u32> = HashMap::new();
-    while !run.exited() {
-        seen.extend(pid_files(&results));
-        run.assert_in_time("collecting pid files");
-        sleep(POLL);
-    }
     let tailmesh_pid = run.pid();
-    let finished = run.wait();
+    let finished = run.wait_meanwhile(|| seen.extend(pid_files(&results)));
     assert_eq!(finished.code(), Some(0), "{}", finished.output());
 
     let mut expected: Vec<(String, String)> = ["rr", "random"]
@@ -1103,44 +1090,25 @@ name = "a"
 "#,
     );
     let results = dir.path().join("results");
-    let log = |name: &str| std::fs::File::create(dir.path().join(name)).expect("a log file");
     // Not --quiet: the progress lines go to the (non-terminal) log.
-    let started = std::time::Instant::now();
-    let mut child = std::process::Command::new(TAILMESH)
-        .args([
+    let run = Running::start_with_env(
+        dir.path(),
+        &[
             "run",
             path_str(&scenario),
             "--results",
             path_str(&results),
             "--no-traces",
-        ])
-        .env("RUST_LOG", "warn,tailmesh::records=info")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .stdout(log("stdout"))
-        .stderr(log("stderr"))
-        .spawn()
-        .expect("start tailmesh");
-    let deadline = started + run_deadline();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tailmesh") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "still running after {:?}:\n{}",
-                run_deadline(),
-                read_lossy(&dir.path().join("stderr"))
-            );
-        }
-        sleep(POLL);
-    };
-    let wall = started.elapsed();
-    let stderr = read_lossy(&dir.path().join("stderr"));
-    let context = format!("{}\n{stderr}", read_lossy(&dir.path().join("stdout")));
-    assert_eq!(status.code(), Some(0), "{context}");
+        ],
+        &[
+            ("RUST_LOG", "warn,tailmesh::records=info"),
+            ("NO_COLOR", "1"),
+        ],
+    );
+    let finished = run.wait();
+    let wall = finished.took;
+    let (stderr, context) = (finished.stderr.clone(), finished.output());
+    assert_eq!(finished.code(), Some(0), "{context}");
     let line = stderr
         .lines()
         .find(|l| l.contains("record pipeline"))

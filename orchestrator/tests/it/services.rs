@@ -12,7 +12,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use nix::{
@@ -766,18 +766,21 @@ fn a_service_dies_with_a_killed_orchestrator() {
     });
     let orchestrator = running.pid();
     kill(Pid::from_raw(orchestrator as i32), Signal::SIGKILL).expect("SIGKILL tailmesh");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let left = processes_with(scratch.marker(), std::process::id());
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running 15 s after the orchestrator's SIGKILL: {left:?} (the service was {service_pid})"
-        );
-        std::thread::sleep(POLL);
-    }
+    wait_until(
+        after(Duration::from_secs(15)),
+        later(|| {
+            format!(
+                "every process of the run to exit after the orchestrator's SIGKILL: \
+                 {:?} left (the service was {service_pid})",
+                processes_with(scratch.marker(), std::process::id())
+            )
+        }),
+        || {
+            processes_with(scratch.marker(), std::process::id())
+                .is_empty()
+                .then_some(())
+        },
+    );
     assert!(!runs_ours(service_pid, scratch.marker()));
 }
 

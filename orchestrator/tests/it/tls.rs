@@ -58,7 +58,7 @@ fn links(v: &Value, key: &str) -> u64 {
 }
 
 fn an_mtls_chain_with_a_connection_per_request_answers_traces_and_counts_handshakes() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let scenario = write(scratch.path(), "mtls.toml", CHAIN);
     let (finished, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let summary = summary(&run_dir);

@@ -292,7 +292,7 @@ fn unreachable_forward_target_neither_fails_nor_slows_the_run() {
 }
 
 fn no_traces_writes_no_trace_file_and_no_breakdown() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let scenario = write(scratch.path(), "mixed.toml", MIXED);
     let (finished, run_dir) = run_ok_with(
         scratch.path(),
@@ -318,7 +318,7 @@ fn no_traces_writes_no_trace_file_and_no_breakdown() {
 }
 
 fn failed_requests_have_error_spans_from_the_failing_hop_up() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let scenario = write(
         scratch.path(),
         "err.toml",
@@ -377,7 +377,7 @@ error = { probability = 0.3, code = "unavailable" }
 }
 
 fn partial_sampling_traces_only_the_sampled_requests_end_to_end() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let scenario = write(
         scratch.path(),
         "half.toml",
@@ -653,7 +653,7 @@ fn expected_tree_spans() -> Vec<(String, String, Option<String>)> {
 /// only root, exactly the spans the shape calls for with the right
 /// parents, no span longer than its parent or starting before it.
 fn fan_out_and_pulled_hop_traces_are_complete_and_well_formed() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::shared();
     let scenario = write(scratch.path(), "tree.toml", TREE);
     let (_, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
     let rows = requests_csv(&run_dir);

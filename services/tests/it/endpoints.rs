@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use crate::support::{Running, within};
+use crate::support::{Running, wait_until, within};
 
 use tailmesh_proto::pb::{
     CallRequest, EndpointEventKind, GetEndpointEventsRequest, PoolEvents,
@@ -35,16 +35,6 @@ use tokio::{
 
 /// Every call's deadline.
 const DEADLINE: Duration = Duration::from_secs(2);
-
-/// Polls `done` until it holds, or fails the test after [`WAIT`].
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    within(what, async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-}
 
 fn config(behavior: &HopBehavior, replica: u32) -> HopConfig {
     HopConfig {
@@ -155,8 +145,9 @@ async fn a_dead_replica_leaves_the_pick_list_until_it_is_back() {
         }
     });
     r1.stop().await;
-    until("replica 1's TRANSIENT_FAILURE", || {
-        kinds(&pool.endpoint_events(), 1).last() == Some(&EndpointEventKind::TransientFailure)
+    wait_until("replica 1's TRANSIENT_FAILURE", || {
+        (kinds(&pool.endpoint_events(), 1).last() == Some(&EndpointEventKind::TransientFailure))
+            .then_some(())
     })
     .await;
     flowing.store(false, Ordering::Relaxed);
@@ -173,8 +164,8 @@ async fn a_dead_replica_leaves_the_pick_list_until_it_is_back() {
     assert_eq!(after[0], before[0] + 50);
 
     let _r1 = start_at(&at1, config(&behavior, 1)).await;
-    until("replica 1's READY", || {
-        kinds(&pool.endpoint_events(), 1).last() == Some(&EndpointEventKind::Ready)
+    wait_until("replica 1's READY", || {
+        (kinds(&pool.endpoint_events(), 1).last() == Some(&EndpointEventKind::Ready)).then_some(())
     })
     .await;
     let before = picks(&pool);
@@ -302,10 +293,11 @@ async fn the_keepalive_notices_a_black_holed_replica() {
     assert!(picks(&pool)[0] > 0);
 
     hole.store(true, Ordering::Relaxed);
-    until("replica 0's keepalive timeout", || {
+    wait_until("replica 0's keepalive timeout", || {
         let events = pool.endpoint_events();
-        events.replicas[0].keepalive_timeouts >= 1
-            && kinds(&events, 0).last() == Some(&EndpointEventKind::TransientFailure)
+        (events.replicas[0].keepalive_timeouts >= 1
+            && kinds(&events, 0).last() == Some(&EndpointEventKind::TransientFailure))
+        .then_some(())
     })
     .await;
     let events = pool.endpoint_events();

@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use crate::support::{Running, within};
+use crate::support::{Running, wait_until, within};
 
 use futures::{Stream, StreamExt};
 use tailmesh_proto::pb::{CallRequest, GetFaultsRequest, control_client::ControlClient};
@@ -455,10 +455,8 @@ async fn a_push_client_connects_again_to_a_replica_that_came_back() {
         .expect("the first call");
     first.stop().await;
     // The replica's shutdown ends the connection; the client sees it end.
-    within("the client to see its connection end", async {
-        while pool.link_counts().closed == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    wait_until("the client to see its connection end", || {
+        (pool.link_counts().closed > 0).then_some(())
     })
     .await;
     let again = start_hop_at(

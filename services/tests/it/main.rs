@@ -11,7 +11,8 @@
 //!   reflection, the `authorization` scheme;
 //! - `service`: a hop whose work is a real gRPC service (a test server of
 //!   echo.proto): reflection, .proto files, deadline, trace context, errors;
-//! - `support`: what they share (a deadline for every wait, a server task).
+//! - `support`: what they share (a deadline for every wait, one polling
+//!   helper, a server task).
 
 mod broker;
 mod chain;

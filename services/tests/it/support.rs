@@ -1,5 +1,6 @@
-//! What the loopback tests share: a deadline for every wait, and a server
-//! task (a hop replica, the broker) with the means to stop it.
+//! What the loopback tests share: a deadline for every wait ([`within`]
+//! for a future, [`wait_until`] for a condition polled), and a server task
+//! (a hop replica, the broker) with the means to stop it.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -13,6 +14,23 @@ pub(crate) async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     timeout(WAIT, fut)
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// How often [`wait_until`] re-checks its condition.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Polls `condition` every [`POLL`] until it yields a value, and returns
+/// it; fails the test, saying `what` it waited for, after [`WAIT`].
+pub(crate) async fn wait_until<T>(what: &str, mut condition: impl FnMut() -> Option<T>) -> T {
+    within(what, async {
+        loop {
+            if let Some(found) = condition() {
+                return found;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
 }
 
 /// A server task on loopback and the means to stop it.

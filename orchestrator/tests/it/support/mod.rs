@@ -1,20 +1,24 @@
 //! Helpers shared by the end-to-end tests: running the real binary with a
 //! deadline, finding its processes, reading its results back.
 //!
-//! - Runs are serialized (one process-wide lock): on a 2-core machine two
-//!   meshes at once would add each other's scheduling delays to the
-//!   latencies a test judges. Every test that runs a mesh holds it.
+//! - Every test that runs a mesh takes a turn ([`serial`] or [`shared`]):
+//!   a test that judges latency or wall time runs alone, since on a
+//!   2-core machine a second mesh would add its scheduling delays to the
+//!   latencies judged; a test that judges counts, files and exit codes
+//!   shares the machine with up to [`SHARED_TURNS`] - 1 others like it.
 //! - Every run has a wall-time deadline; past it the run is killed and the
 //!   test fails with the run's output. Every wait is on a condition with a
-//!   deadline; nothing sleeps and hopes.
+//!   deadline ([`wait_until`], which every wait of these tests goes
+//!   through); nothing sleeps and hopes.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    fmt::Display,
     io::Read,
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
-    sync::Mutex,
+    sync::{Condvar, Mutex},
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -57,28 +61,166 @@ pub(crate) fn run_deadline() -> Duration {
 /// How often a wait re-checks its condition.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
 
-/// Held by every test that runs a mesh, so runs do not overlap.
-static SERIAL: Mutex<()> = Mutex::new(());
+// ---------------------------------------------------------------------------
+// Waiting
 
-pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
-    // A failed test poisons the lock; the next test is still valid.
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// Polls `condition` every [`POLL`] until it yields a value, and returns
+/// it; fails the test, saying `what` it waited for, once `deadline` has
+/// passed. `what` is formatted only then, so it may read a run's output
+/// at that moment ([`later`]).
+pub(crate) fn wait_until<T>(
+    deadline: Instant,
+    what: impl Display,
+    mut condition: impl FnMut() -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(found) = condition() {
+            return found;
+        }
+        past_deadline(deadline, started, &what);
+        sleep(POLL);
+    }
 }
 
-/// A test's own folder, with the mesh lock held as long as it lives (the
-/// folder goes first). Its path is on the command line of every process a
-/// run started in it, so `marker` tells them from a reused pid.
+/// [`wait_until`] for an async test, with a condition that may await:
+/// the runtime's other tasks (the launcher's watchers) go on between polls.
+pub(crate) async fn wait_until_async<T>(
+    deadline: Instant,
+    what: impl Display,
+    mut condition: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(found) = condition().await {
+            return found;
+        }
+        past_deadline(deadline, started, &what);
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn past_deadline(deadline: Instant, started: Instant, what: &dyn Display) {
+    let now = Instant::now();
+    assert!(
+        now < deadline,
+        "not within {:?}: {what}",
+        now.duration_since(started)
+    );
+}
+
+/// A description made only when a wait fails.
+pub(crate) fn later<F: Fn() -> String>(describe: F) -> impl Display {
+    struct Later<F>(F);
+    impl<F: Fn() -> String> Display for Later<F> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&(self.0)())
+        }
+    }
+    Later(describe)
+}
+
+/// `within` from now, for [`wait_until`].
+pub(crate) fn after(within: Duration) -> Instant {
+    Instant::now() + within
+}
+
+// ---------------------------------------------------------------------------
+// Turns on the machine
+
+/// How many tests that share the machine ([`shared`]) may run meshes at
+/// once. Their meshes mostly wait (sleeps, low rates), so on 2 cores three
+/// at a time shorten the suite without starving one another.
+pub(crate) const SHARED_TURNS: usize = 3;
+
+/// Who runs a mesh now: one test alone, or up to [`SHARED_TURNS`] sharing.
+#[derive(Default)]
+struct Turns {
+    alone: bool,
+    shared: usize,
+    /// Tests waiting to run alone: while one waits, no new shared turn
+    /// starts, so it is not starved.
+    waiting_alone: usize,
+}
+
+static TURNS: Mutex<Turns> = Mutex::new(Turns {
+    alone: false,
+    shared: 0,
+    waiting_alone: 0,
+});
+static TURN_ENDED: Condvar = Condvar::new();
+
+/// A test's turn to run meshes, held as long as it lives.
+pub(crate) struct Turn {
+    alone: bool,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        // A failed test may panic while holding the lock; the count is
+        // still right.
+        let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        if self.alone {
+            turns.alone = false;
+        } else {
+            turns.shared -= 1;
+        }
+        TURN_ENDED.notify_all();
+    }
+}
+
+fn wait_for_turn(ready: impl Fn(&Turns) -> bool) -> std::sync::MutexGuard<'static, Turns> {
+    let turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    TURN_ENDED
+        .wait_while(turns, |t| !ready(t))
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the calling test's meshes alone: for a test that judges latency,
+/// a ratio of latencies or a wall time, which a mesh beside it would skew.
+pub(crate) fn serial() -> Turn {
+    {
+        let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        turns.waiting_alone += 1;
+    }
+    let mut turns = wait_for_turn(|t| !t.alone && t.shared == 0);
+    turns.waiting_alone -= 1;
+    turns.alone = true;
+    Turn { alone: true }
+}
+
+/// Runs the calling test's meshes beside other tests' (at most
+/// [`SHARED_TURNS`] at once, never beside one that runs alone): for a test
+/// that judges what a run counted, wrote and exited with, not how fast.
+pub(crate) fn shared() -> Turn {
+    let mut turns = wait_for_turn(|t| !t.alone && t.waiting_alone == 0 && t.shared < SHARED_TURNS);
+    turns.shared += 1;
+    Turn { alone: false }
+}
+
+/// A test's own folder, with its turn to run meshes held as long as it
+/// lives (the folder goes first). Its path is on the command line of every
+/// process a run started in it, so `marker` tells them from a reused pid.
 pub(crate) struct Scratch {
     dir: tempfile::TempDir,
-    _serial: std::sync::MutexGuard<'static, ()>,
+    _turn: Turn,
 }
 
 impl Scratch {
+    /// A folder for a test that runs alone ([`serial`]).
     pub(crate) fn new() -> Scratch {
-        let serial = serial();
+        Scratch::with_turn(serial())
+    }
+
+    /// A folder for a test that shares the machine ([`shared`]).
+    pub(crate) fn shared() -> Scratch {
+        Scratch::with_turn(shared())
+    }
+
+    fn with_turn(turn: Turn) -> Scratch {
         Scratch {
             dir: tempfile::tempdir().expect("temp dir"),
-            _serial: serial,
+            _turn: turn,
         }
     }
 
@@ -116,6 +258,8 @@ pub(crate) struct Finished {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
+    /// From its start to its exit (as polled).
+    pub took: Duration,
 }
 
 impl Finished {
@@ -135,6 +279,12 @@ impl Finished {
 impl Running {
     /// Starts `tailmesh args...` with its output in files under `dir`.
     pub(crate) fn start(dir: &Path, args: &[&str]) -> Running {
+        Running::start_with_env(dir, args, &[])
+    }
+
+    /// [`Running::start`] with variables `env` set (`RUST_LOG` is unset
+    /// unless given).
+    pub(crate) fn start_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
         let n = std::fs::read_dir(dir).map_or(0, |d| d.count());
         let out = dir.join(format!("tailmesh-{n}.out"));
         let err = dir.join(format!("tailmesh-{n}.err"));
@@ -144,6 +294,7 @@ impl Running {
             .stdout(std::fs::File::create(&out).expect("create the stdout file"))
             .stderr(std::fs::File::create(&err).expect("create the stderr file"))
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .spawn()
             .expect("start tailmesh");
         Running {
@@ -174,11 +325,14 @@ impl Running {
 
     /// What it wrote so far.
     pub(crate) fn output(&self) -> String {
-        format!(
-            "--- stdout\n{}\n--- stderr\n{}",
-            read_lossy(&self.out),
-            read_lossy(&self.err)
-        )
+        output_of(&self.out, &self.err)
+    }
+
+    /// Reads what it wrote so far without holding on to the run (inside a
+    /// [`Running::wait_for`] on it).
+    pub(crate) fn output_reader(&self) -> impl Fn() -> String + use<> {
+        let (out, err) = (self.out.clone(), self.err.clone());
+        move || output_of(&out, &err)
     }
 
     /// Whether it has exited (it is then reaped by `wait`).
@@ -186,18 +340,9 @@ impl Running {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
-    /// Fails the test, with the output so far, once the run is past its
-    /// deadline.
-    pub(crate) fn assert_in_time(&mut self, waiting_for: &str) {
-        if self.started.elapsed() > self.deadline {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            panic!(
-                "tailmesh still running after {:?} ({waiting_for}):\n{}",
-                self.deadline,
-                self.output()
-            );
-        }
+    /// When the run is past its deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.started + self.deadline
     }
 
     /// Polls `found` until it finds something, failing the test if the run
@@ -207,30 +352,83 @@ impl Running {
         waiting_for: &str,
         mut found: impl FnMut() -> Option<T>,
     ) -> T {
-        loop {
-            if let Some(found) = found() {
-                return found;
-            }
-            assert!(!self.exited(), "the run ended first:\n{}", self.output());
-            self.assert_in_time(waiting_for);
-            sleep(POLL);
-        }
+        let (deadline, limit) = (self.deadline(), self.deadline);
+        let (out, err) = (&self.out, &self.err);
+        let child = &mut self.child;
+        wait_until(
+            deadline,
+            later(|| {
+                format!(
+                    "tailmesh still running after {limit:?} ({waiting_for}):\n{}",
+                    output_of(out, err)
+                )
+            }),
+            || {
+                let found = found();
+                if found.is_none() && matches!(child.try_wait(), Ok(Some(_))) {
+                    panic!(
+                        "the run ended first ({waiting_for}):\n{}",
+                        output_of(out, err)
+                    );
+                }
+                found
+            },
+        )
+    }
+
+    /// Polls until what it wrote contains `text`, failing the test if the
+    /// run exits first or passes its deadline.
+    pub(crate) fn wait_for_output(&mut self, text: &str) {
+        let (out, err) = (self.out.clone(), self.err.clone());
+        self.wait_for(&format!("{text:?} in its output"), || {
+            output_of(&out, &err).contains(text).then_some(())
+        });
     }
 
     /// Waits for it to exit, within [`run_deadline`] of its start.
-    pub(crate) fn wait(mut self) -> Finished {
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for tailmesh") {
-                return Finished {
-                    status,
-                    stdout: read_lossy(&self.out),
-                    stderr: read_lossy(&self.err),
-                };
-            }
-            self.assert_in_time("waiting for it to exit");
-            sleep(POLL);
+    pub(crate) fn wait(self) -> Finished {
+        self.wait_meanwhile(|| {})
+    }
+
+    /// [`Running::wait`], calling `meanwhile` at every poll (to collect
+    /// what exists only while the run goes, such as pid files).
+    pub(crate) fn wait_meanwhile(self, meanwhile: impl FnMut()) -> Finished {
+        let (deadline, limit) = (self.deadline(), self.deadline);
+        self.wait_by(deadline, &format!("after {limit:?}"), meanwhile)
+    }
+
+    /// Waits for it to exit within `within` from now (a claim of the test:
+    /// it stops that soon).
+    pub(crate) fn wait_within(self, within: Duration) -> Finished {
+        self.wait_by(after(within), &format!("{within:?} later"), || {})
+    }
+
+    fn wait_by(mut self, deadline: Instant, when: &str, mut meanwhile: impl FnMut()) -> Finished {
+        let (out, err) = (&self.out, &self.err);
+        let child = &mut self.child;
+        let status = wait_until(
+            deadline,
+            later(|| format!("tailmesh still running {when}:\n{}", output_of(out, err))),
+            || {
+                meanwhile();
+                child.try_wait().expect("wait for tailmesh")
+            },
+        );
+        Finished {
+            status,
+            stdout: read_lossy(&self.out),
+            stderr: read_lossy(&self.err),
+            took: self.started.elapsed(),
         }
     }
+}
+
+fn output_of(out: &Path, err: &Path) -> String {
+    format!(
+        "--- stdout\n{}\n--- stderr\n{}",
+        read_lossy(out),
+        read_lossy(err)
+    )
 }
 
 impl Drop for Running {
