@@ -18,7 +18,9 @@
 //!
 //! - [`context`]: the `Copy` trace context, the current one while a
 //!   future is polled, `traceparent` formatting and parsing;
-//! - [`recorder`]: [`TraceSpan`] and its [`SpanFields`], ids, sampling,
+//! - [`fields`]: a span's fixed fields ([`SpanFields`]) and their
+//!   attribute values;
+//! - [`recorder`]: [`TraceSpan`], ids, sampling,
 //!   hand-over to the exporter, the observer's serving-thread cost;
 //! - [`export`]: the exporter thread, its batches, the observer's
 //!   counters in every request's resource;
@@ -27,13 +29,15 @@
 
 pub mod context;
 pub mod export;
+pub mod fields;
 pub mod otlp;
 pub mod recorder;
 
 use std::{collections::HashMap, sync::OnceLock};
 
 pub use context::{SpanContext, current, scope};
-pub use recorder::{SpanFields, TraceSpan, past_span};
+pub use fields::SpanFields;
+pub use recorder::{TraceSpan, past_span};
 use tonic::{
     codegen::http::HeaderValue,
     metadata::{MetadataMap, MetadataValue},

@@ -38,7 +38,8 @@ use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
     hop::{
         DirectTarget, PullTarget, PushPool,
-        policy::{self, Called, ClientPolicy, PolicyState},
+        call::{CallStack, Reach},
+        policy::{Called, ClientPolicy},
     },
     link::LinkCounts,
     timer::Sleeper,
@@ -55,19 +56,12 @@ use crate::{
     traces::loadgen::LoadTracer,
 };
 
-/// What the load generator calls: the first hop, under its client policy.
+/// What the load generator calls: the first hop, through the same call
+/// stack a hop calls its downstream hops with (see
+/// [`CallStack::for_load`] for the layers it leaves out).
 #[derive(Clone)]
 pub(crate) struct Target {
-    reach: Reach,
-    policy: Arc<ClientPolicy>,
-    state: Arc<PolicyState>,
-}
-
-#[derive(Clone)]
-enum Reach {
-    Push(Arc<PushPool>),
-    Pull(Arc<PullTarget>),
-    Direct(Arc<DirectTarget>),
+    stack: CallStack,
 }
 
 impl Target {
@@ -94,37 +88,17 @@ impl Target {
 
     /// What happened to the generator's connections so far.
     fn link_counts(&self) -> Option<LinkCounts> {
-        match &self.reach {
-            Reach::Push(pool) => Some(pool.link_counts()),
-            Reach::Pull(target) => target.link_counts(),
-            Reach::Direct(_) => None,
-        }
+        self.stack.reach().link_counts()
     }
 
     fn new(reach: Reach, policy: ClientPolicy) -> Self {
         Target {
-            reach,
-            policy: Arc::new(policy),
-            state: Arc::new(PolicyState::default()),
+            stack: CallStack::for_load(reach, policy),
         }
     }
 
-    async fn call(&self, request: &CallRequest, timeout: Duration) -> Called<CallReply> {
-        policy::call(&self.policy, &self.state, Some(timeout), |attempt, t| {
-            let request = CallRequest {
-                attempt,
-                ..request.clone()
-            };
-            let t = t.unwrap_or(timeout);
-            async move {
-                match &self.reach {
-                    Reach::Push(pool) => pool.call(request, Some(t)).await,
-                    Reach::Pull(target) => target.call(request, Some(t)).await,
-                    Reach::Direct(target) => target.call(request, Some(t)).await,
-                }
-            }
-        })
-        .await
+    async fn call(&self, request: CallRequest, timeout: Duration) -> Called<CallReply> {
+        self.stack.call(request, Some(timeout)).await
     }
 }
 
@@ -393,11 +367,11 @@ impl Shared {
                         tailmesh_services::telemetry::scope(
                             Some(t.context(rt)),
                             None,
-                            target.call(&request, timeout),
+                            target.call(request, timeout),
                         )
                         .await
                     }
-                    None => target.call(&request, timeout).await,
+                    None => target.call(request, timeout).await,
                 }
             };
             let called = tokio::select! {

@@ -29,6 +29,7 @@ use std::sync::{
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tailmesh_proto::pb::EndpointEventKind;
+use tailmesh_units::nanos;
 use tokio::time::{Duration, Instant};
 use tonic::Code;
 
@@ -604,10 +605,6 @@ fn bucket_of(ns: u64) -> usize {
 
 fn bucket_upper_ns(k: usize) -> f64 {
     ((k + 1) as f64 / 4.0).exp2() * 1e3
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ use tailmesh_proto::pb::{CallReply, CallRequest, EndpointEventKind, PoolEvents};
 use tokio::{task::AbortHandle, time::Instant};
 use tonic::Status;
 
+// `PoolError` is named here, where a pool is built, as it always was.
+pub use super::error::PoolError;
 use super::{
     balance::{Balancer, Outcome},
     draw::keyed_rng,
@@ -93,25 +95,6 @@ struct Shared {
     /// Each replica's reconnect probe, if one runs.
     probes: Vec<Mutex<Option<AbortHandle>>>,
     me: Weak<Shared>,
-}
-
-/// Errors building a pool.
-#[derive(Debug, thiserror::Error)]
-pub enum PoolError {
-    /// The hop has no replica addresses.
-    #[error("hop \"{0}\" has no replicas to call")]
-    NoReplicas(String),
-    /// An address could not be turned into an endpoint.
-    #[error("hop \"{hop}\" replica {replica} ({addr}): {source}")]
-    Endpoint {
-        hop: String,
-        /// The replica index.
-        replica: usize,
-        /// Its address.
-        addr: PeerAddr,
-        /// Why it is not a URI.
-        source: tonic::codegen::http::uri::InvalidUri,
-    },
 }
 
 impl PushPool {

@@ -1,11 +1,30 @@
-//! The hop's errors: [`HopError`] for callers of this library, and
+//! The hop's errors: [`PoolError`] building a push pool, [`HopError`]
+//! for callers of this library, and
 //! [`CallError`] for everything a hop answers on the wire, mapped to a
 //! gRPC status in exactly one place (`From<CallError> for Status`).
 
 use tonic::{Code, Status};
 
-use super::client::PoolError;
 use crate::addr::PeerAddr;
+
+/// Errors building a pool.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The hop has no replica addresses.
+    #[error("hop \"{0}\" has no replicas to call")]
+    NoReplicas(String),
+    /// An address could not be turned into an endpoint.
+    #[error("hop \"{hop}\" replica {replica} ({addr}): {source}")]
+    Endpoint {
+        hop: String,
+        /// The replica index.
+        replica: usize,
+        /// Its address.
+        addr: PeerAddr,
+        /// Why it is not a URI.
+        source: tonic::codegen::http::uri::InvalidUri,
+    },
+}
 
 /// Errors starting or running a hop.
 #[derive(Debug, thiserror::Error)]

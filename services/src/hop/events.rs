@@ -11,7 +11,7 @@ use std::sync::{
 
 use tailmesh_proto::pb::{EndpointEvent, EndpointEventKind, PoolEvents, ReplicaCounts};
 
-use crate::telemetry::recorder::unix_ns;
+use tailmesh_units::unix_nanos;
 
 /// The most events one pool keeps; later ones are only counted.
 pub const MAX_EVENTS: usize = 10_000;
@@ -93,7 +93,7 @@ impl EndpointLog {
             return;
         }
         events.push(EndpointEvent {
-            unix_ns: unix_ns(),
+            unix_ns: unix_nanos(),
             replica: u32::try_from(replica).unwrap_or(u32::MAX),
             kind: kind as i32,
             reason: reason.into(),

@@ -9,6 +9,11 @@
 //!   state changes).
 //! - `unary`: the call itself, over HTTP/2 with h2 (no tonic channel).
 //! - `policy`: timeouts, budgeted retries and hedged requests.
+//! - [`call`]: the client call stack, tower layers composed once over the
+//!   reach (push, pull or direct): deadline, client span and trace
+//!   propagation, policy; used by a hop for its downstream calls and by
+//!   the load generator.
+//! - `pull`: reaching a pulled hop through its broker topic.
 //! - `service`: a real gRPC service as the hop's work: its schema (`.proto`
 //!   files or server reflection), the request encoded once, the call.
 //! - `fits`: whether a service's reply fits its output message, checked
@@ -21,6 +26,7 @@
 //!   gRPC status.
 
 mod balance;
+pub mod call;
 pub mod client;
 pub mod direct;
 pub mod draw;
@@ -28,6 +34,7 @@ mod error;
 pub mod events;
 pub mod fits;
 pub mod policy;
+mod pull;
 pub mod server;
 pub mod service;
 mod slots;
@@ -37,5 +44,6 @@ pub mod work;
 pub use client::{Connections, PushPool};
 pub use direct::DirectTarget;
 pub use error::HopError;
-pub use server::{DownstreamConfig, HopConfig, HopCore, PullTarget, run, run_with_control};
+pub use pull::PullTarget;
+pub use server::{DownstreamConfig, HopConfig, HopCore, run, run_with_control};
 pub use service::{RawCodec, ServiceClient, ServiceError, ServiceReply};

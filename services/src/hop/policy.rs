@@ -20,10 +20,9 @@ use futures::{StreamExt, stream::FuturesUnordered};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::{AttemptEnd, AttemptTiming};
+use tailmesh_units::nanos;
 use tokio::time::Instant;
 use tonic::{Code, Status};
-
-use super::server::nanos;
 
 /// When to send a hedge.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,11 +1,6 @@
 //! The hop's request handler ([`HopCore`]), its gRPC face, and [`run`].
 
-use std::{
-    collections::HashMap,
-    future::Future,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use opentelemetry::trace::SpanKind;
 use prost::Message;
@@ -14,6 +9,7 @@ use tailmesh_proto::pb::{
     CallReply, CallRequest, CallTiming, HopRecord, control_server,
     hop_server::{self, Hop, HopServer},
 };
+use tailmesh_units::{nanos, unix_nanos};
 use tokio::{
     net::TcpListener,
     sync::{oneshot, watch},
@@ -22,26 +18,24 @@ use tokio::{
 use tonic::{Code, Request, Response, Status};
 
 use super::{
+    call::{CallStack, Reach},
     client::{Connections, PushPool},
     direct::DirectTarget,
     draw::plan,
     error::{CallError, HopError},
-    policy::{self, Called, ClientPolicy, PolicyState},
+    policy::ClientPolicy,
+    pull::PullTarget,
     service::ServiceClient,
     slots::Slots,
     work::perform,
 };
 use crate::{
     addr::PeerAddr,
-    broker::{
-        BrokerError, Release, Task, WorkerOptions,
-        backend::{Producer, run_backend_worker},
-    },
+    broker::{BrokerError, Release, Task, WorkerOptions, backend::run_backend_worker},
     deadline::grpc_timeout,
     discipline::Discipline,
     incoming::DEFAULT_IDLE_TIMEOUT,
     limits::{DEFAULT_QUEUE_LIMIT, MAX_CALL_MESSAGE_BYTES},
-    link::{LinkCounts, LinkEvents},
     model::{
         Balance, BrokerKind, Connection, EndpointOptions, HopBehavior, QueueBounds, Transport,
     },
@@ -184,63 +178,10 @@ fn default_idle_timeout() -> Duration {
     DEFAULT_IDLE_TIMEOUT
 }
 
-/// A downstream hop: how to reach it, and the policy for calls to it.
+/// A downstream hop: its name, and the call stack that reaches it.
 struct Downstream {
-    /// The client span's name, "<caller> -> <hop>", and the hop's name,
-    /// made once: a span shares them rather than copying them.
-    span_name: Arc<str>,
     hop: Arc<str>,
-    target: Target,
-    policy: ClientPolicy,
-    state: PolicyState,
-}
-
-enum Target {
-    Push(PushPool),
-    Pull(Box<PullTarget>),
-    Direct(DirectTarget),
-}
-
-impl Downstream {
-    /// Calls it under its policy, inside this hop's client span (whose
-    /// context travels with every attempt); also says how many extra
-    /// attempts (retries, hedges) that took.
-    async fn call(&self, request: &CallRequest, timeout: Option<Duration>) -> Called<CallReply> {
-        let transport = match &self.target {
-            Target::Push(_) => Some(Transport::Push),
-            Target::Pull(_) => Some(Transport::Pull),
-            Target::Direct(_) => None,
-        };
-        // The caller's hop, replica and variant are its process's resource.
-        let mut span = telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
-            (
-                Arc::clone(&self.span_name).into(),
-                telemetry::SpanFields {
-                    downstream: Some(Arc::clone(&self.hop)),
-                    transport,
-                    request_id: Some(request.request_id),
-                    ..telemetry::SpanFields::default()
-                },
-            )
-        });
-        let calls = policy::call(&self.policy, &self.state, timeout, |attempt, timeout| {
-            let request = CallRequest {
-                attempt,
-                ..request.clone()
-            };
-            async move {
-                match &self.target {
-                    Target::Push(pool) => pool.call(request, timeout).await,
-                    Target::Pull(target) => target.call(request, timeout).await,
-                    Target::Direct(target) => target.call(request, timeout).await,
-                }
-            }
-        });
-        let called = span.scope(calls).await;
-        span.mark_error(&called.result);
-        span.end();
-        called
-    }
+    stack: CallStack,
 }
 
 /// The server span of one request at this hop, child of the caller's
@@ -272,118 +213,6 @@ fn end_server_span(mut span: telemetry::TraceSpan, result: &Result<CallReply, St
     match result.as_ref().ok().and_then(|reply| reply.path.last()) {
         Some(own) => span.end_after(own.total_ns),
         None => span.end(),
-    }
-}
-
-/// A hop reached through the broker: its topic is the hop's name.
-#[derive(Clone)]
-pub struct PullTarget {
-    clients: Clients,
-    kind: BrokerKind,
-    bounds: QueueBounds,
-    topic: String,
-    broker: PeerAddr,
-}
-
-/// A pull target's broker clients.
-#[derive(Clone)]
-enum Clients {
-    /// One client, shared by every call (and every clone of the target).
-    Shared(Producer),
-    /// A new client for every call, closed after it; the connections of
-    /// tailmesh's broker's clients are all counted in `events`.
-    PerRequest { events: Arc<LinkEvents> },
-}
-
-impl PullTarget {
-    /// A target for `topic` on tailmesh's broker at `broker`; connects
-    /// lazily.
-    pub fn new(broker: impl Into<PeerAddr>, topic: &str) -> Self {
-        Self::of_kind(BrokerKind::Tailmesh, QueueBounds::default(), broker, topic)
-    }
-
-    /// A target for `topic` on the `kind` broker at `broker`, whose queue
-    /// an external broker holds within `bounds`; connects lazily.
-    pub fn of_kind(
-        kind: BrokerKind,
-        bounds: QueueBounds,
-        broker: impl Into<PeerAddr>,
-        topic: &str,
-    ) -> Self {
-        let broker = broker.into();
-        PullTarget {
-            clients: Clients::Shared(Producer::connect_lazy(kind, &broker, bounds)),
-            kind,
-            bounds,
-            topic: topic.to_string(),
-            broker,
-        }
-    }
-
-    /// The target with `connection`: [`Connection::PerRequest`] makes
-    /// every call connect a broker client of its own and close it after
-    /// the reply (RabbitMQ's with a 1 s heartbeat), as an RPC client that
-    /// does not keep its connection would.
-    pub fn with_connection(self, connection: Connection) -> Self {
-        let clients = match (connection, self.clients) {
-            (Connection::Shared, clients @ Clients::Shared(_)) => clients,
-            (Connection::Shared, Clients::PerRequest { .. }) => {
-                Clients::Shared(Producer::connect_lazy(self.kind, &self.broker, self.bounds))
-            }
-            (Connection::PerRequest, Clients::Shared(_)) => Clients::PerRequest {
-                events: Arc::default(),
-            },
-            (Connection::PerRequest, clients @ Clients::PerRequest { .. }) => clients,
-        };
-        PullTarget { clients, ..self }
-    }
-
-    /// What happened to the connections to the broker so far, every
-    /// per-call client's together (tailmesh's broker only; `None` through
-    /// RabbitMQ or NATS).
-    pub fn link_counts(&self) -> Option<LinkCounts> {
-        match &self.clients {
-            Clients::Shared(client) => client.link_counts(),
-            Clients::PerRequest { events } => {
-                (self.kind == BrokerKind::Tailmesh).then(|| events.counts())
-            }
-        }
-    }
-
-    /// Submits the request to the topic and decodes the worker's reply.
-    /// Errors name the hop and the broker.
-    pub async fn call(
-        &self,
-        request: CallRequest,
-        timeout: Option<Duration>,
-    ) -> Result<CallReply, Status> {
-        let mut headers = HashMap::new();
-        telemetry::inject_headers(&telemetry::current(), &mut headers);
-        let payload = request.encode_to_vec();
-        let reply = match &self.clients {
-            Clients::Shared(client) => client.submit(&self.topic, payload, headers, timeout).await,
-            Clients::PerRequest { events } => {
-                // Closed however the call ends; a call dropped before its
-                // end (a hedge that lost, a deadline) drops the client,
-                // which closes its connection too.
-                let client = Producer::per_call(self.kind, &self.broker, self.bounds, events);
-                let reply = client.submit(&self.topic, payload, headers, timeout).await;
-                client.close().await;
-                reply
-            }
-        }
-        .map_err(|status| CallError::ViaBroker {
-            hop: self.topic.clone(),
-            broker: self.broker.clone(),
-            status,
-        })?;
-        let reply =
-            CallReply::decode(reply.as_slice()).map_err(|source| CallError::UndecodableReply {
-                hop: self.topic.clone(),
-                broker: self.broker.clone(),
-                source,
-            })?;
-        Ok(reply)
     }
 }
 
@@ -467,59 +296,42 @@ impl HopCore {
         service: Option<ServiceClient>,
         direct: Vec<DirectTarget>,
     ) -> Result<Self, HopError> {
-        let span_name = |hop: &str| Arc::from(format!("{} -> {hop}", config.behavior.name));
         let mut downstream = Vec::with_capacity(config.downstream.len());
         let mut direct = direct.into_iter();
         for d in &config.downstream {
-            if d.service.is_some() {
+            let reach = if d.service.is_some() {
                 let target = direct
                     .next()
                     .ok_or_else(|| HopError::ServiceUnresolved { hop: d.hop.clone() })?;
-                downstream.push(Downstream {
-                    span_name: span_name(&d.hop),
-                    hop: d.hop.as_str().into(),
-                    target: Target::Direct(target),
-                    policy: d.policy.clone(),
-                    state: PolicyState::default(),
-                });
-                continue;
-            }
-            match d.transport {
-                Transport::Push => {
-                    let connections = match d.connection {
-                        Connection::Shared => Connections::Shared(1),
-                        Connection::PerRequest => Connections::PerRequest,
-                    };
-                    let pool = PushPool::new(
-                        &d.hop,
-                        &d.replicas,
-                        d.balance,
-                        connections,
-                        config.behavior.seed ^ u64::from(config.replica),
-                        &config.behavior.name,
-                    )
-                    .map(|pool| pool.with_endpoints(d.endpoints.clone()))
-                    .map_err(|source| HopError::Downstream {
-                        hop: config.behavior.name.clone(),
-                        source,
-                    })?;
-                    downstream.push(Downstream {
-                        span_name: span_name(&d.hop),
-                        hop: d.hop.as_str().into(),
-                        target: Target::Push(pool),
-                        policy: d.policy.clone(),
-                        state: PolicyState::default(),
-                    });
-                }
-                Transport::Pull => {
-                    let broker = config.broker.as_ref().ok_or_else(|| HopError::NoBroker {
-                        hop: config.behavior.name.clone(),
-                        downstream: d.hop.clone(),
-                    })?;
-                    downstream.push(Downstream {
-                        span_name: span_name(&d.hop),
-                        hop: d.hop.as_str().into(),
-                        target: Target::Pull(Box::new(
+                Reach::Direct(Arc::new(target))
+            } else {
+                match d.transport {
+                    Transport::Push => {
+                        let connections = match d.connection {
+                            Connection::Shared => Connections::Shared(1),
+                            Connection::PerRequest => Connections::PerRequest,
+                        };
+                        let pool = PushPool::new(
+                            &d.hop,
+                            &d.replicas,
+                            d.balance,
+                            connections,
+                            config.behavior.seed ^ u64::from(config.replica),
+                            &config.behavior.name,
+                        )
+                        .map(|pool| pool.with_endpoints(d.endpoints.clone()))
+                        .map_err(|source| HopError::Downstream {
+                            hop: config.behavior.name.clone(),
+                            source,
+                        })?;
+                        Reach::Push(Arc::new(pool))
+                    }
+                    Transport::Pull => {
+                        let broker = config.broker.as_ref().ok_or_else(|| HopError::NoBroker {
+                            hop: config.behavior.name.clone(),
+                            downstream: d.hop.clone(),
+                        })?;
+                        Reach::Pull(Arc::new(
                             PullTarget::of_kind(
                                 config.broker_kind,
                                 config.queue_bounds,
@@ -527,12 +339,14 @@ impl HopCore {
                                 &d.hop,
                             )
                             .with_connection(d.connection),
-                        )),
-                        policy: d.policy.clone(),
-                        state: PolicyState::default(),
-                    });
+                        ))
+                    }
                 }
-            }
+            };
+            downstream.push(Downstream {
+                hop: d.hop.as_str().into(),
+                stack: CallStack::for_hop(&config.behavior.name, &d.hop, reach, d.policy.clone()),
+            });
         }
         Ok(HopCore {
             inner: Arc::new(Inner {
@@ -564,10 +378,7 @@ impl HopCore {
         self.inner
             .downstream
             .iter()
-            .filter_map(|d| match &d.target {
-                Target::Push(pool) => Some(pool.endpoint_events()),
-                Target::Pull(_) | Target::Direct(_) => None,
-            })
+            .filter_map(|d| d.stack.reach().endpoint_events())
             .collect()
     }
 
@@ -698,13 +509,9 @@ impl HopCore {
         let mut extra_attempts = 0;
         let mut calls = Vec::with_capacity(inner.downstream.len());
         if !inner.downstream.is_empty() {
+            // What is left of this hop's deadline, the same for every
+            // downstream call (a spent one is refused by their stacks).
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if remaining == Some(Duration::ZERO) {
-                return Err(CallError::DeadlineBeforeDownstream {
-                    hop: inner.behavior.name.clone(),
-                }
-                .into());
-            }
             let child = CallRequest {
                 request_id: request.request_id,
                 payload: request.payload.clone(),
@@ -714,10 +521,10 @@ impl HopCore {
                 caller_slow: plan.slow.is_some(),
             };
             let replies = futures::future::join_all(inner.downstream.iter().map(|d| {
-                let child = &child;
+                let child = child.clone();
                 async move {
                     let t0 = Instant::now();
-                    let called = d.call(child, remaining).await;
+                    let called = d.stack.call(child, remaining).await;
                     (d, called, t0.elapsed())
                 }
             }))
@@ -780,11 +587,6 @@ async fn call_service(
     })
 }
 
-/// Saturating nanoseconds of a duration.
-pub fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 struct HopService {
     core: HopCore,
 }
@@ -796,7 +598,7 @@ impl Hop for HopService {
         let (metadata, _, request) = request.into_parts();
         // One moment on both clocks: the span's start and the record's.
         let arrived = Instant::now();
-        let started = crate::telemetry::recorder::unix_ns();
+        let started = unix_nanos();
         let mut span = server_span(&self.core.inner, request.request_id, Some(started), || {
             telemetry::extract_metadata(&metadata)
         });
@@ -963,12 +765,10 @@ async fn pull_worker(
             // One clock reading decides whether the task is still wanted
             // and is when this hop took it: a task past its deadline is
             // refused here, never started.
-            let taken = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default();
+            let taken = unix_nanos();
             let arrived = Instant::now();
             let timeout = (task.deadline_unix_nanos > 0)
-                .then(|| Duration::from_nanos(task.deadline_unix_nanos).saturating_sub(taken));
+                .then(|| Duration::from_nanos(task.deadline_unix_nanos.saturating_sub(taken)));
             if timeout == Some(Duration::ZERO) {
                 return Err(CallError::TakenAfterDeadline {
                     hop: core.inner.behavior.name.clone(),
@@ -976,8 +776,7 @@ async fn pull_worker(
                 }
                 .into());
             }
-            let taken = u64::try_from(taken.as_nanos()).ok();
-            let mut span = server_span(&core.inner, request.request_id, taken, || {
+            let mut span = server_span(&core.inner, request.request_id, Some(taken), || {
                 telemetry::extract_headers(&task.headers)
             });
             let reply = span

@@ -7,7 +7,7 @@
 
 use std::{cell::Cell, future::Future, pin::pin, task::Poll};
 
-use super::recorder::SpanFields;
+use super::fields::SpanFields;
 
 /// One span's identity as its children and callees see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,117 +17,14 @@ use std::{
         atomic::{AtomicU64, Ordering},
         mpsc::{Receiver, SyncSender, TrySendError, sync_channel},
     },
-    time::{SystemTime, UNIX_EPOCH},
+    time::SystemTime,
 };
 
 use opentelemetry::{StringValue, trace::SpanKind};
+use tailmesh_units::{unix_nanos, unix_nanos_at};
 
 use super::context::{self, SpanContext};
-use crate::model::Transport;
-
-/// What a span says besides its ids, name, kind, times and status: a
-/// fixed set of optional fields, set on the serving thread without
-/// allocating (names are shared `Arc<str>`s) and written as OTLP
-/// attributes of the same names by the exporter. What is the same for
-/// every span of a process (its hop, replica, transport and variant) is
-/// in the process's resource instead (see [`super::Process`]).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SpanFields {
-    /// `hop`: only where a process serves several hops (the broker's
-    /// topics); a hop's own is its resource's.
-    pub hop: Option<Arc<str>>,
-    /// `downstream`: the hop a client span calls.
-    pub downstream: Option<Arc<str>>,
-    /// `transport`: how a client span's downstream (or the broker's topic)
-    /// is reached, where that is not the process's own.
-    pub transport: Option<Transport>,
-    /// `request_id`.
-    pub request_id: Option<u64>,
-    /// `slow`: whether injected slowness applied.
-    pub slow: Option<bool>,
-    /// `queue_wait_ns`: the request's wait in a queue before this hop.
-    pub queue_wait_ns: Option<u64>,
-    /// `slot_wait_ns`: the part of a server span spent waiting for a slot.
-    pub slot_wait_ns: Option<u64>,
-    /// `grpc_code` (written as the code's description) of a failed span.
-    pub grpc_code: Option<tonic::Code>,
-}
-
-impl SpanFields {
-    /// No field set (a `const`, for thread-locals).
-    pub const EMPTY: SpanFields = SpanFields {
-        hop: None,
-        downstream: None,
-        transport: None,
-        request_id: None,
-        slow: None,
-        queue_wait_ns: None,
-        slot_wait_ns: None,
-        grpc_code: None,
-    };
-
-    /// The fields set, in a fixed order, as the attribute each becomes:
-    /// its key and value (numbers above `i64::MAX` are written as it).
-    pub fn attributes(&self) -> impl Iterator<Item = (&'static str, FieldValue<'_>)> {
-        let int = |n: u64| FieldValue::Int(i64::try_from(n).unwrap_or(i64::MAX));
-        [
-            ("hop", self.hop.as_deref().map(FieldValue::Str)),
-            (
-                "downstream",
-                self.downstream.as_deref().map(FieldValue::Str),
-            ),
-            (
-                "transport",
-                self.transport.map(|t| FieldValue::Str(t.as_str())),
-            ),
-            ("request_id", self.request_id.map(int)),
-            ("slow", self.slow.map(FieldValue::Bool)),
-            ("queue_wait_ns", self.queue_wait_ns.map(int)),
-            ("slot_wait_ns", self.slot_wait_ns.map(int)),
-            (
-                "grpc_code",
-                self.grpc_code.map(|c| FieldValue::Str(c.description())),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(key, value)| Some((key, value?)))
-    }
-
-    /// Sets every field `other` sets.
-    pub fn merge(&mut self, other: SpanFields) {
-        let SpanFields {
-            hop,
-            downstream,
-            transport,
-            request_id,
-            slow,
-            queue_wait_ns,
-            slot_wait_ns,
-            grpc_code,
-        } = other;
-        fn set<T>(field: &mut Option<T>, value: Option<T>) {
-            if value.is_some() {
-                *field = value;
-            }
-        }
-        set(&mut self.hop, hop);
-        set(&mut self.downstream, downstream);
-        set(&mut self.transport, transport);
-        set(&mut self.request_id, request_id);
-        set(&mut self.slow, slow);
-        set(&mut self.queue_wait_ns, queue_wait_ns);
-        set(&mut self.slot_wait_ns, slot_wait_ns);
-        set(&mut self.grpc_code, grpc_code);
-    }
-}
-
-/// A span field's value as an attribute.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum FieldValue<'a> {
-    Str(&'a str),
-    Int(i64),
-    Bool(bool),
-}
+pub use super::fields::{FieldValue, SpanFields};
 
 /// One finished span as the exporter encodes it.
 #[derive(Debug)]
@@ -209,7 +106,7 @@ impl Recorder {
                 UNREPORTED.set(UNREPORTED.get() + r.cost_ns);
             }
         }
-        UNREPORTED.set(UNREPORTED.get() + unix_ns().saturating_sub(ended));
+        UNREPORTED.set(UNREPORTED.get() + unix_nanos().saturating_sub(ended));
     }
 }
 
@@ -242,24 +139,16 @@ fn next_id() -> u64 {
     })
 }
 
-/// Now as unix nanoseconds (the wall clock: spans from different
-/// processes are compared).
-pub fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 /// Starts timing serving-thread work for the observer's own cost; `None`
 /// when export is off.
 pub(super) fn cost_start() -> Option<u64> {
-    RECORDER.get().map(|_| unix_ns())
+    RECORDER.get().map(|_| unix_nanos())
 }
 
 /// Adds the time since `started` to this thread's unreported cost.
 pub(super) fn cost_end(started: Option<u64>) {
     if let Some(t) = started {
-        UNREPORTED.set(UNREPORTED.get() + unix_ns().saturating_sub(t));
+        UNREPORTED.set(UNREPORTED.get() + unix_nanos().saturating_sub(t));
     }
 }
 
@@ -300,12 +189,12 @@ impl TraceSpan {
                 record: None,
             };
         };
-        let begun = unix_ns();
+        let begun = unix_nanos();
         let started = started.unwrap_or(begun);
         let parent = parent();
         let mut span = Self::begin(recorder, kind, parent, started, describe);
         if let Some(r) = &mut span.record {
-            r.cost_ns = unix_ns().saturating_sub(begun);
+            r.cost_ns = unix_nanos().saturating_sub(begun);
         }
         span
     }
@@ -400,7 +289,7 @@ impl TraceSpan {
     /// whenever this runs.
     pub fn end_after(mut self, elapsed_ns: u64) {
         if let (Some(mut record), Some(recorder)) = (self.record.take(), RECORDER.get()) {
-            let ended = unix_ns();
+            let ended = unix_nanos();
             record.end_unix_ns = record.start_unix_ns.saturating_add(elapsed_ns);
             recorder.finish(record, ended);
         }
@@ -410,7 +299,7 @@ impl TraceSpan {
 impl Drop for TraceSpan {
     fn drop(&mut self) {
         if let (Some(mut record), Some(recorder)) = (self.record.take(), RECORDER.get()) {
-            let ended = unix_ns();
+            let ended = unix_nanos();
             record.end_unix_ns = ended;
             recorder.finish(record, ended);
         }
@@ -434,15 +323,13 @@ pub fn past_span(
     if !parent.is_some_and(|p| p.sampled) {
         return parent;
     }
-    let began = unix_ns();
-    let start_unix_ns = start
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let began = unix_nanos();
+    let start_unix_ns = unix_nanos_at(start);
     let mut span = TraceSpan::begin(recorder, SpanKind::Internal, parent, start_unix_ns, || {
         (name(), fields)
     });
     if let Some(r) = &mut span.record {
-        r.cost_ns = unix_ns().saturating_sub(began);
+        r.cost_ns = unix_nanos().saturating_sub(began);
     }
     let cx = span.context();
     span.end();
@@ -482,13 +369,13 @@ mod tests {
     fn a_full_channel_drops_and_counts_spans() {
         let (recorder, receiver, counters) = Recorder::new(1.0, 2);
         for id in 1..=5 {
-            recorder.finish(record(id), unix_ns());
+            recorder.finish(record(id), unix_nanos());
         }
         assert_eq!(counters.dropped.load(Ordering::Relaxed), 3);
         let got: Vec<SpanRecord> = receiver.try_iter().collect();
         assert_eq!(got.iter().map(|r| r.span_id).collect::<Vec<_>>(), [1, 2]);
         // The dropped spans' cost is carried by the next span handed over.
-        recorder.finish(record(6), unix_ns());
+        recorder.finish(record(6), unix_nanos());
         let next = receiver.try_recv().expect("room again");
         assert!(next.cost_ns >= 5 + 3 * 5, "cost {}", next.cost_ns);
     }

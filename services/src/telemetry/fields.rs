@@ -1,0 +1,112 @@
+//! A span's fixed fields ([`SpanFields`]) and the attribute values they
+//! become ([`FieldValue`]): plain data shared by the recorder, which
+//! keeps them on a span, and the context, which collects the fields set
+//! on the current span while a future is polled.
+
+use std::sync::Arc;
+
+use crate::model::Transport;
+
+/// What a span says besides its ids, name, kind, times and status: a
+/// fixed set of optional fields, set on the serving thread without
+/// allocating (names are shared `Arc<str>`s) and written as OTLP
+/// attributes of the same names by the exporter. What is the same for
+/// every span of a process (its hop, replica, transport and variant) is
+/// in the process's resource instead (see [`super::Process`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpanFields {
+    /// `hop`: only where a process serves several hops (the broker's
+    /// topics); a hop's own is its resource's.
+    pub hop: Option<Arc<str>>,
+    /// `downstream`: the hop a client span calls.
+    pub downstream: Option<Arc<str>>,
+    /// `transport`: how a client span's downstream (or the broker's topic)
+    /// is reached, where that is not the process's own.
+    pub transport: Option<Transport>,
+    /// `request_id`.
+    pub request_id: Option<u64>,
+    /// `slow`: whether injected slowness applied.
+    pub slow: Option<bool>,
+    /// `queue_wait_ns`: the request's wait in a queue before this hop.
+    pub queue_wait_ns: Option<u64>,
+    /// `slot_wait_ns`: the part of a server span spent waiting for a slot.
+    pub slot_wait_ns: Option<u64>,
+    /// `grpc_code` (written as the code's description) of a failed span.
+    pub grpc_code: Option<tonic::Code>,
+}
+
+impl SpanFields {
+    /// No field set (a `const`, for thread-locals).
+    pub const EMPTY: SpanFields = SpanFields {
+        hop: None,
+        downstream: None,
+        transport: None,
+        request_id: None,
+        slow: None,
+        queue_wait_ns: None,
+        slot_wait_ns: None,
+        grpc_code: None,
+    };
+
+    /// The fields set, in a fixed order, as the attribute each becomes:
+    /// its key and value (numbers above `i64::MAX` are written as it).
+    pub fn attributes(&self) -> impl Iterator<Item = (&'static str, FieldValue<'_>)> {
+        let int = |n: u64| FieldValue::Int(i64::try_from(n).unwrap_or(i64::MAX));
+        [
+            ("hop", self.hop.as_deref().map(FieldValue::Str)),
+            (
+                "downstream",
+                self.downstream.as_deref().map(FieldValue::Str),
+            ),
+            (
+                "transport",
+                self.transport.map(|t| FieldValue::Str(t.as_str())),
+            ),
+            ("request_id", self.request_id.map(int)),
+            ("slow", self.slow.map(FieldValue::Bool)),
+            ("queue_wait_ns", self.queue_wait_ns.map(int)),
+            ("slot_wait_ns", self.slot_wait_ns.map(int)),
+            (
+                "grpc_code",
+                self.grpc_code.map(|c| FieldValue::Str(c.description())),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+    }
+
+    /// Sets every field `other` sets.
+    pub fn merge(&mut self, other: SpanFields) {
+        let SpanFields {
+            hop,
+            downstream,
+            transport,
+            request_id,
+            slow,
+            queue_wait_ns,
+            slot_wait_ns,
+            grpc_code,
+        } = other;
+        fn set<T>(field: &mut Option<T>, value: Option<T>) {
+            if value.is_some() {
+                *field = value;
+            }
+        }
+        set(&mut self.hop, hop);
+        set(&mut self.downstream, downstream);
+        set(&mut self.transport, transport);
+        set(&mut self.request_id, request_id);
+        set(&mut self.slow, slow);
+        set(&mut self.queue_wait_ns, queue_wait_ns);
+        set(&mut self.slot_wait_ns, slot_wait_ns);
+        set(&mut self.grpc_code, grpc_code);
+    }
+}
+
+/// A span field's value as an attribute.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FieldValue<'a> {
+    Str(&'a str),
+    Int(i64),
+    Bool(bool),
+}
