@@ -27,16 +27,15 @@ fn shipped(name: &str) -> String {
     format!("{}/../scenarios/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A duration as `format_us` prints it, in µs.
-fn parse_us(text: &str) -> f64 {
-    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1e3)
-    } else if let Some(n) = text.strip_suffix("us") {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1e6)
-    } else {
-        panic!("not a duration: {text:?}")
+/// A duration as `tailmesh_units::duration` prints it (a number, then its
+/// unit as the next word), in µs.
+fn parse_us(number: &str, unit: &str) -> f64 {
+    let scale = match unit {
+        "ns" => 1e-3,
+        "us" => 1.0,
+        "ms" => 1e3,
+        "s" => 1e6,
+        _ => panic!("not a duration: {number:?} {unit:?}"),
     };
     number.parse::<f64>().expect("a number") * scale
 }
@@ -61,7 +60,7 @@ fn the_default_scenario_is_predicted_one_line_per_variant() {
             .iter()
             .position(|w| *w == name)
             .unwrap_or_else(|| panic!("no {name} in {}", lines[0]));
-        parse_us(words[at + 1])
+        parse_us(words[at + 1], words[at + 2])
     };
     let (p50, p90, p99, p999) = (value("p50"), value("p90"), value("p99"), value("p99.9"));
     assert!(p50 <= p90 && p90 <= p99 && p99 <= p999, "{}", lines[0]);
@@ -159,7 +158,7 @@ fn a_sweep_is_predicted_one_line_per_point() {
         .filter(|l| l.starts_with("variant "))
         .map(|l| {
             let words: Vec<&str> = l.split_whitespace().collect();
-            parse_us(words[3])
+            parse_us(words[3], words[4])
         })
         .collect();
     assert_eq!(p50s.len(), 2, "one line per sweep point:\n{stdout}");
