@@ -15,7 +15,7 @@
 
 use std::{collections::HashMap, io::BufRead};
 
-use crate::{ImportError, Imported, Invocation, Repairs};
+use crate::{ByTrace, ImportError, Imported, Invocation, Repairs};
 
 const COLUMNS: [&str; 10] = [
     "timestamp",
@@ -80,8 +80,7 @@ pub fn read(file: &str, input: impl BufRead) -> Result<Imported, ImportError> {
     let [ts, trace, rpc, um, umi, _rpctype, iface, dm, dmi, rt] = at;
 
     let mut repairs = Repairs::default();
-    let mut order: Vec<String> = Vec::new();
-    let mut traces: HashMap<String, HashMap<String, Call>> = HashMap::new();
+    let mut traces: ByTrace<HashMap<String, Call>> = ByTrace::new();
     for (n, line) in lines.enumerate() {
         let line_no = n + 2;
         let line = line.map_err(|e| ImportError::io(file, e))?;
@@ -123,11 +122,10 @@ pub fn read(file: &str, input: impl BufRead) -> Result<Imported, ImportError> {
             dm_instance: get(dmi).to_string(),
             rt_ms,
         };
-        let calls = traces.entry(trace_id.to_string()).or_insert_with(|| {
-            order.push(trace_id.to_string());
-            HashMap::new()
-        });
-        let call = calls.entry(rpc_id.to_string()).or_default();
+        let call = traces
+            .entry(trace_id)
+            .entry(rpc_id.to_string())
+            .or_default();
         let side = if rt_ms < 0.0 {
             &mut call.callee
         } else {
@@ -144,19 +142,7 @@ pub fn read(file: &str, input: impl BufRead) -> Result<Imported, ImportError> {
         }
     }
 
-    let mut imported = Imported::default();
-    for trace_id in order {
-        let calls = traces.remove(&trace_id).unwrap_or_default();
-        repairs.traces_read += 1;
-        let roots = trace_tree(calls, &mut repairs);
-        if roots.is_empty() {
-            repairs.drop("a trace with no call left");
-        } else {
-            imported.traces.push(roots);
-        }
-    }
-    imported.repairs = repairs;
-    Ok(imported)
+    Ok(traces.assemble(repairs, "a trace with no call left", trace_tree))
 }
 
 /// The parent of `0.1.2` is `0.1`; of `0`, none.

@@ -85,6 +85,53 @@ impl Imported {
     }
 }
 
+/// Records grouped by trace, the traces in the order they first appear
+/// (a file's order is kept, so the same file always imports the same way).
+pub(crate) struct ByTrace<V> {
+    order: Vec<String>,
+    groups: std::collections::HashMap<String, V>,
+}
+
+impl<V: Default> ByTrace<V> {
+    pub(crate) fn new() -> Self {
+        ByTrace {
+            order: Vec::new(),
+            groups: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The group of `trace`, made empty the first time.
+    pub(crate) fn entry(&mut self, trace: &str) -> &mut V {
+        if !self.groups.contains_key(trace) {
+            self.order.push(trace.to_string());
+        }
+        self.groups.entry(trace.to_string()).or_default()
+    }
+
+    /// Each trace's call trees, made by `tree` from its group, in order; a
+    /// trace left with no tree is counted as dropped for `why`.
+    pub(crate) fn assemble(
+        mut self,
+        mut repairs: Repairs,
+        why: &str,
+        mut tree: impl FnMut(V, &mut Repairs) -> Vec<Invocation>,
+    ) -> Imported {
+        let mut imported = Imported::default();
+        for trace in self.order {
+            let group = self.groups.remove(&trace).unwrap_or_default();
+            repairs.traces_read += 1;
+            let roots = tree(group, &mut repairs);
+            if roots.is_empty() {
+                repairs.drop(why);
+            } else {
+                imported.traces.push(roots);
+            }
+        }
+        imported.repairs = repairs;
+        imported
+    }
+}
+
 /// Reads one file's contents in `format`; `file` names it in errors.
 pub fn read(format: Format, file: &str, input: impl BufRead) -> Result<Imported, ImportError> {
     match format {

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use crate::{ImportError, Imported, Invocation, Repairs};
+use crate::{ByTrace, ImportError, Imported, Invocation, Repairs};
 
 /// A span's kind, as OpenTelemetry names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,8 +67,7 @@ pub struct Span {
 /// Builds each trace's call tree from its spans, in the order the traces
 /// first appear.
 pub fn assemble(spans: Vec<Span>) -> Result<Imported, ImportError> {
-    let mut order: Vec<String> = Vec::new();
-    let mut by_trace: HashMap<String, Vec<Span>> = HashMap::new();
+    let mut by_trace: ByTrace<Vec<Span>> = ByTrace::new();
     let mut repairs = Repairs {
         records_read: spans.len() as u64,
         ..Repairs::default()
@@ -78,25 +77,9 @@ pub fn assemble(spans: Vec<Span>) -> Result<Imported, ImportError> {
             repairs.drop("a span without a trace or span id");
             continue;
         }
-        let entry = by_trace.entry(span.trace_id.clone()).or_insert_with(|| {
-            order.push(span.trace_id.clone());
-            Vec::new()
-        });
-        entry.push(span);
+        by_trace.entry(&span.trace_id.clone()).push(span);
     }
-    let mut imported = Imported::default();
-    for trace in order {
-        let spans = by_trace.remove(&trace).unwrap_or_default();
-        repairs.traces_read += 1;
-        let roots = trace_tree(spans, &mut repairs);
-        if roots.is_empty() {
-            repairs.drop("a trace with no span left");
-        } else {
-            imported.traces.push(roots);
-        }
-    }
-    imported.repairs = repairs;
-    Ok(imported)
+    Ok(by_trace.assemble(repairs, "a trace with no span left", trace_tree))
 }
 
 /// One trace's spans as invocation trees.
