@@ -79,7 +79,7 @@ impl Mesh {
             for root in roots {
                 *mesh
                     .entries
-                    .entry((root.service.clone(), root.operation.clone()))
+                    .entry((root.service.clone(), operation(&root.operation)))
                     .or_default() += 1;
                 mesh.end_to_end.push(root.duration());
                 for inv in root.walk() {
@@ -102,7 +102,7 @@ impl Mesh {
         if let Some(i) = &inv.instance {
             s.instances.insert(i.clone());
         }
-        *s.operations.entry(inv.operation.clone()).or_default() += 1;
+        *s.operations.entry(operation(&inv.operation)).or_default() += 1;
 
         // Per callee: how many calls, and the span of time they covered.
         let mut called: BTreeMap<&str, (u64, i64, i64)> = BTreeMap::new();
@@ -334,6 +334,25 @@ impl Mesh {
     }
 }
 
+/// An operation's name with every run of digits as `#`: span names that
+/// carry an id (`GET /users/17`, `request 1002`) are one operation.
+pub fn operation(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_digits = false;
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
 fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
     if sorted.is_empty() {
         return None;
@@ -427,6 +446,26 @@ mod tests {
         assert!(
             lines.contains(&"  then 2: cart (100 %)".to_string()),
             "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn ids_in_operation_names_are_folded() {
+        assert_eq!(operation("request 1002"), "request #");
+        assert_eq!(operation("GET /users/17/cart/3"), "GET /users/#/cart/#");
+        assert_eq!(operation("login"), "login");
+        let roots: Vec<Vec<Invocation>> = (0..3)
+            .map(|i| {
+                let mut root = inv("loadgen", 0, 10, vec![]);
+                root.operation = format!("request {i}");
+                vec![root]
+            })
+            .collect();
+        let mesh = Mesh::from_traces(&roots);
+        assert_eq!(mesh.entries.len(), 1);
+        assert_eq!(
+            mesh.entries[&("loadgen".to_string(), "request #".to_string())],
+            3
         );
     }
 
