@@ -9,8 +9,8 @@
 //!   with other bounds is not changed: whoever finds it is answered
 //!   FAILED_PRECONDITION, naming the stream.
 //! - **One durable pull consumer per hop** (`workers`) shared by the hop's
-//!   replicas, explicit acks, ack wait [`ACK_WAIT`] (workers signal progress
-//!   on long tasks) and [`MAX_DELIVERIES`] deliveries.
+//!   replicas, explicit acks, ack wait `ACK_WAIT` (2 s) (workers signal progress
+//!   on long tasks) and at most `MAX_DELIVERIES` (3) deliveries.
 //! - **Credit**: a worker keeps its free credit requested ahead, over one
 //!   inbox subscription for its session: a pull request
 //!   (`$JS.API.CONSUMER.MSG.NEXT`) asks for every slot free at the time
@@ -33,7 +33,7 @@
 //!   and a refused publish (stream full) is still answered
 //!   RESOURCE_EXHAUSTED.
 //! - **Acknowledgement** after the reply is sent, so a worker lost at any
-//!   point leaves its tasks to be delivered again after [`ACK_WAIT`];
+//!   point leaves its tasks to be delivered again after `ACK_WAIT`;
 //!   until then the worker signals progress on the tasks it holds.
 //! - **Replies** go by core NATS to the producer's inbox, named in the
 //!   `tm-reply` header (JetStream uses the message's own reply subject for

@@ -1,7 +1,7 @@
 //! The client call stack: how a caller (a hop calling its downstream
 //! hops, or the load generator calling the first) reaches a hop, as tower
 //! layers around one [`Reach`] service, composed once in
-//! [`CallStack::build`].
+//! `CallStack::build`.
 //!
 //! From the outside in, for one call:
 //!

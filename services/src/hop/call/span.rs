@@ -23,7 +23,7 @@ use tower::{Layer, Service};
 use super::Call;
 use crate::{hop::policy::Called, model::Transport, telemetry};
 
-/// Opens the client span "<caller> -> <hop>" around each call, child of
+/// Opens the client span "`<caller> -> <hop>`" around each call, child of
 /// the context current when the call starts (the caller's server span).
 #[derive(Clone, Debug)]
 pub struct SpanLayer {
