@@ -94,17 +94,17 @@ impl Progress {
         }
     }
 
-    /// "12.0s, 48012 sent, 4001/s, p99 so far 1.234ms".
+    /// "12.0 s, 48012 sent, 4001/s, p99 so far 1.23 ms".
     fn line(&self, sent: u64, elapsed: Duration) -> String {
         let secs = elapsed.as_secs_f64();
         let rate = if secs > 0.0 { sent as f64 / secs } else { 0.0 };
         let p99 = if self.latency_us.is_empty() {
             "-".to_owned()
         } else {
-            let us = self.latency_us.value_at_quantile(0.99);
-            format!("{:.3}ms", us as f64 / 1e3)
+            tailmesh_units::micros(self.latency_us.value_at_quantile(0.99) as f64)
         };
-        format!("{secs:.1}s, {sent} sent, {rate:.0}/s, p99 so far {p99}")
+        let elapsed = tailmesh_units::duration(elapsed);
+        format!("{elapsed}, {sent} sent, {rate:.0}/s, p99 so far {p99}")
     }
 
     /// Clears the bar (lines stay where they are).
@@ -140,7 +140,7 @@ mod tests {
             },
             Stop::Requests(1000),
         );
-        assert_eq!(p.line(0, Duration::ZERO), "0.0s, 0 sent, 0/s, p99 so far -");
+        assert_eq!(p.line(0, Duration::ZERO), "0 s, 0 sent, 0/s, p99 so far -");
         for i in 0..100 {
             p.record(&ok(if i == 99 { 50 } else { 2 }));
         }
@@ -151,7 +151,7 @@ mod tests {
         });
         assert_eq!(
             p.line(500, Duration::from_secs(2)),
-            "2.0s, 500 sent, 250/s, p99 so far 2.000ms"
+            "2.00 s, 500 sent, 250/s, p99 so far 2.00 ms"
         );
     }
 
@@ -170,7 +170,7 @@ mod tests {
         let ms: f64 = line
             .rsplit("p99 so far ")
             .next()
-            .and_then(|v| v.strip_suffix("ms"))
+            .and_then(|v| v.strip_suffix(" ms"))
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("a p99 in ms: {line}"));
         // 3 significant digits.
