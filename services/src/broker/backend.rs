@@ -158,6 +158,72 @@ where
     serve(backend.as_ref(), spec, task_handler(handler), shutdown).await
 }
 
+/// Runs a worker for `topic` against the broker at `addr` until `shutdown`
+/// resolves.
+///
+/// The worker says Hello with `credits` (at least 1), so the broker hands
+/// it up to `credits` tasks at once; each result it sends returns one
+/// credit, so with the default of 1 it takes a task only when free. Every
+/// task runs `handler` in its own tokio task (so CPU-bound handlers spread
+/// over a multi-thread runtime's threads, and a panic answers INTERNAL
+/// instead of killing the worker). A handler still running at the task's
+/// deadline is dropped and the task answered DEADLINE_EXCEEDED.
+///
+/// If the stream breaks, the worker drops its running handlers (the broker
+/// redelivers their tasks to other workers) and reconnects with exponential
+/// backoff from 10 ms to 1 s. It returns an error only when the broker
+/// refuses it for good (an unknown topic: NOT_FOUND, a malformed Hello).
+///
+/// On `shutdown` it sends Drain (the broker stops sending it tasks),
+/// finishes and answers the tasks it holds, closes its stream and returns
+/// `Ok(())`; dropping the returned future instead stops at once.
+pub async fn run_worker<H, F>(
+    addr: impl Into<PeerAddr>,
+    topic: String,
+    worker: String,
+    credits: u32,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BrokerError>
+where
+    H: Fn(pb::Task) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    let handler = move |task, _release: Release| handler(task);
+    let options = WorkerOptions::credits(credits);
+    run_worker_releasing(addr, topic, worker, options, handler, shutdown).await
+}
+
+/// [`run_worker`] for handlers that take a [`Release`] along with each
+/// task, to free their credit before they answer, with [`WorkerOptions`].
+pub async fn run_worker_releasing<H, F>(
+    addr: impl Into<PeerAddr>,
+    topic: String,
+    worker: String,
+    options: WorkerOptions,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BrokerError>
+where
+    H: Fn(pb::Task, Release) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Vec<u8>, Status>> + Send + 'static,
+{
+    // tailmesh's broker bounds its queues by its own arguments.
+    let bounds = QueueBounds::default();
+    let kind = BrokerKind::Tailmesh;
+    run_backend_worker(
+        kind,
+        addr.into(),
+        bounds,
+        topic,
+        worker,
+        options,
+        handler,
+        shutdown,
+    )
+    .await
+}
+
 /// Per-topic statistics of the `kind` broker at `addr`, in tailmesh's
 /// broker's terms: what the broker itself reports (tailmesh's broker:
 /// every topic's counters; NATS JetStream: stream and consumer state;

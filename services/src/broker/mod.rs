@@ -62,7 +62,7 @@
 //!   [`Release`] of a task's credit, and the worker loop that reconnects.
 //! - `client`: [`BrokerClient`], the producer side of tailmesh's broker.
 //! - `worker`: a worker session of tailmesh's broker (one Work stream).
-//! - `tailmesh`: tailmesh's broker as a pull backend, and [`run_worker`].
+//! - `tailmesh`: tailmesh's broker as a pull backend.
 //! - `nats`, `rabbitmq`: NATS JetStream and RabbitMQ as pull backends.
 //! - `backend`: the dispatcher above them: one producer type, one worker
 //!   entry point, one statistics call, whichever the broker.
@@ -83,11 +83,11 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::discipline::Discipline;
 
+pub use backend::{run_worker, run_worker_releasing};
 pub use client::BrokerClient;
 pub use error::BrokerError;
 pub use pull::Release;
 pub use server::run;
-pub use tailmesh::{run_worker, run_worker_releasing};
 pub use tailmesh_proto::pb::{SubmitReply, Task, TopicStats};
 pub use worker::{KEEPALIVE_INTERVAL, WorkerOptions};
 
