@@ -22,6 +22,8 @@
 #   --json FILE  also write the numbers as JSON
 #
 # Needs cargo, python3, and h2load + nghttp (Debian: nghttp2-client).
+# Measures the release build of this checkout, or the binary TAILMESH_BIN
+# names (another commit's, for a before/after: one run with each).
 # Loopback only. Leaves nothing behind: every process it starts is stopped
 # by its PID and the temp dir removed, on every exit path (Ctrl-C included).
 set -euo pipefail
@@ -29,7 +31,7 @@ set -euo pipefail
 REQUESTS=20000
 ROUNDS=10
 JSON_OUT=""
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;

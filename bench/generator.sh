@@ -24,6 +24,8 @@
 #   --json FILE  also write every measurement as JSON
 #
 # Needs cargo, python3, and h2load + nghttp (Debian: nghttp2-client).
+# Measures the release build of this checkout, or the binary TAILMESH_BIN
+# names (another commit's, for a before/after: one run with each).
 # Loopback only. Leaves nothing behind: every process it starts is stopped
 # by its PID and the temp dir removed, on every exit path (Ctrl-C included).
 set -euo pipefail
@@ -33,7 +35,7 @@ REQUESTS=50000
 ROUNDS=10
 JSON_OUT=""
 LEAN=1
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;

@@ -15,9 +15,10 @@
 #   -r R         rounds (default 10; a second positional argument too)
 #   --json FILE  also write every round's numbers and the intervals as JSON
 #
-# Uses a release build. Loopback only (the scenario's hops). Leaves nothing
-# behind: every run is stopped by its PID (it stops its own hops) and the
-# temp dir removed, on every exit path (Ctrl-C included).
+# Uses a release build, or the binary TAILMESH_BIN names (another
+# commit's, for a before/after). Loopback only (the scenario's hops).
+# Leaves nothing behind: every run is stopped by its PID (it stops its own
+# hops) and the temp dir removed, on every exit path (Ctrl-C included).
 set -euo pipefail
 
 BENCH=tracing
@@ -25,7 +26,7 @@ REQUESTS=""
 ROUNDS=10
 JSON_OUT=""
 positional=()
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
@@ -63,9 +64,7 @@ steps_traps
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-$BENCH.XXXXXX")"
 cd "$REPO"
 
-say "cargo build --release -p tailmesh"
-step TERM cargo build --release --quiet -p tailmesh
-BIN="$REPO/target/release/tailmesh"
+release_binary
 rounds_setup
 
 if [[ -n $REQUESTS ]]; then

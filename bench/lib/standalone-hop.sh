@@ -39,11 +39,9 @@ bench_setup() {
     STEPS_STOP=stop_hop
     steps_traps
     PY="$REPO/bench/floor.py"
-    BIN="$REPO/target/release/tailmesh"
     TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-$BENCH.XXXXXX")"
     cd "$REPO"
-    say "cargo build --release -p tailmesh"
-    step TERM cargo build --release -p tailmesh --quiet
+    release_binary
     python3 "$PY" body "$TMP/body.bin"
     GRPC_HEADERS=(-H 'content-type: application/grpc' -H 'te: trailers')
 }

@@ -56,3 +56,18 @@ step() {
     ((rc != 130)) || exit 130
     return "$rc"
 }
+
+# Sets BIN, the tailmesh binary the benchmark measures: the one
+# TAILMESH_BIN names (another build, for a before/after of two commits,
+# run once with each), or the release build of this checkout, built now.
+release_binary() {
+    if [[ -n ${TAILMESH_BIN:-} ]]; then
+        [[ -x $TAILMESH_BIN ]] || { say "TAILMESH_BIN=$TAILMESH_BIN is not an executable"; exit 2; }
+        BIN="$(cd "$(dirname "$TAILMESH_BIN")" && pwd)/$(basename "$TAILMESH_BIN")"
+        say "measuring $BIN (TAILMESH_BIN)"
+        return
+    fi
+    say "cargo build --release -p tailmesh"
+    step TERM cargo build --manifest-path "$REPO/Cargo.toml" --release --quiet -p tailmesh
+    BIN="$REPO/target/release/tailmesh"
+}
