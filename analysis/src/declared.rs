@@ -24,7 +24,7 @@
 //!   retries of the retryable failures, limited by the budget;
 //! - the load's timeout censors the end-to-end distribution.
 //!
-//! Outcomes are kept apart as sub-distributions ([`Outcome`]: ok, a
+//! Outcomes are kept apart as sub-distributions (`Outcome`: ok, a
 //! retryable failure, a terminal one, each a share and the conditional
 //! distribution of its time), because a retry follows a failure's time and
 //! a timeout turns late answers into failures. Latency past the grid (the

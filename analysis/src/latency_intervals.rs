@@ -506,7 +506,7 @@ impl LatencyOverTime {
         self.intervals.give_back(hists);
     }
 
-    /// The series, once [`LatencyOverTime::end`] has run.
+    /// The series, once [`LatencyOverTime::end_seen`] has run.
     pub fn finish(self) -> LatencyTail {
         LatencyTail {
             points: self.series.points,

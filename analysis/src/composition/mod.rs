@@ -45,7 +45,7 @@
 //! the prediction, so its quantiles read against the same ranks).
 //!
 //! - `segments`: the call tree, a request cut into its segments (a
-//!   [`Row`]), a hop's segments and attempts over the run, a row
+//!   `Row`), a hop's segments and attempts over the run, a row
 //!   recomposed by the tree's rules.
 //! - `composed`: the segments' distributions on a grid composed along the
 //!   tree (policies from their attempts), with bootstrap intervals.
