@@ -43,7 +43,7 @@ pub struct Summary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
     /// The run folder's files: name (relative to the folder) -> what it
-    /// holds. Filled in from the writer's own list (`output::run_files`).
+    /// holds. Filled in from the writer's own list (the orchestrator's `output::run_files`).
     pub files: BTreeMap<String, String>,
     /// What the trace receiver counted (absent when tracing was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
