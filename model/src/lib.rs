@@ -4,10 +4,24 @@
 //! services run them and the analysis reads them. Plain data only (serde,
 //! no runtime), so a crate that must not pull tokio in can use it;
 //! `tailmesh_services::model` re-exports it whole.
+//!
+//! Beside a hop's behaviour, the other plain types more than one crate
+//! reads:
+//!
+//! - `policy`: a caller's client policy (timeout, retries, hedge) and which
+//!   gRPC codes are worth a retry.
+//! - `discipline`: the order a queue serves its waiting requests in.
+//! - `fault`: a network fault and its window as summary.json records them.
+//! - `scenario`: the checked scenario the orchestrator's parser builds.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub mod discipline;
+pub mod fault;
+pub mod policy;
+pub mod scenario;
 
 /// A distribution of durations.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -451,3 +465,81 @@ impl HopBehavior {
         }
     }
 }
+
+/// The transport a directly reached hop's records name (a service called
+/// with no hop in front of it).
+pub const DIRECT_TRANSPORT: &str = "direct";
+
+/// Longest duration a distribution may produce: one hour. A heavy-tailed
+/// draw beyond it is capped rather than overflowing.
+pub const MAX_DRAW: Duration = Duration::from_secs(3600);
+
+/// How a run's links are secured (`[mesh] tls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsMode {
+    /// Plaintext HTTP/2.
+    #[default]
+    Off,
+    /// Servers present a certificate the clients verify.
+    Tls,
+    /// Both sides present certificates signed by the run's CA.
+    Mtls,
+}
+
+impl TlsMode {
+    /// The name used in scenarios.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Off => "off",
+            TlsMode::Tls => "tls",
+            TlsMode::Mtls => "mtls",
+        }
+    }
+
+    /// Whether links are encrypted at all.
+    pub fn is_on(self) -> bool {
+        self != TlsMode::Off
+    }
+}
+
+/// What happened to one caller's connections (a snapshot of
+/// `tailmesh_services::link::LinkEvents`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkCounts {
+    /// TCP connections opened (each reconnect counts).
+    pub opened: u64,
+    /// Connections that ended, for whatever reason: with long-lived
+    /// connections, one that ends while the caller is still calling was
+    /// lost; with a connection per call, every call closes one.
+    pub closed: u64,
+    /// Calls that failed because the peer sent GOAWAY.
+    pub goaway_received: u64,
+    /// Calls that failed because this side's HTTP/2 stack sent GOAWAY (a
+    /// protection limit of its own, not the peer's doing).
+    pub goaway_sent: u64,
+    /// Calls whose stream the peer reset (RST_STREAM).
+    pub reset_by_peer: u64,
+    /// Calls that failed because the connection broke under them (an I/O
+    /// error, the peer closing it, a failed connect).
+    pub broken: u64,
+    /// TLS handshakes that were full (a certificate sent and verified).
+    #[serde(default)]
+    pub tls_full: u64,
+    /// TLS handshakes that resumed an earlier session.
+    #[serde(default)]
+    pub tls_resumed: u64,
+}
+
+impl LinkCounts {
+    /// Calls ended by the transport rather than answered by the peer.
+    pub fn transport_failures(&self) -> u64 {
+        self.goaway_received + self.goaway_sent + self.reset_by_peer + self.broken
+    }
+}
+
+/// The most requests that may wait for a slot at one push replica with
+/// limited concurrency when the scenario sets no `queue_limit`: far more
+/// than a healthy queue holds (1000 service times of waiting), yet a fixed
+/// count, so an overloaded replica's memory stays bounded.
+pub const DEFAULT_QUEUE_LIMIT: u32 = 1000;

@@ -40,8 +40,6 @@ use std::{
     time::Duration,
 };
 
-use serde::{Deserialize, Serialize};
-
 use crate::{
     FaultError, Place,
     netns::MEMBER_IF,
@@ -55,17 +53,7 @@ const NFT_SCALE: u32 = 10_000;
 /// The NFQUEUE number of the delay line (queues are per namespace).
 const DELAY_QUEUE: u16 = 7;
 
-/// How a fault was applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mechanism {
-    /// `tc netem` on both ends of the replica's veth.
-    Netem,
-    /// An nftables `numgen` drop rule inside the replica's namespace.
-    NftablesNumgen,
-    /// `tailmesh delay-line` on NFQUEUE inside the replica's namespace.
-    NfqueueDelayLine,
-}
+pub use tailmesh_model::fault::Mechanism;
 
 /// The mechanism of a name the agent reported.
 pub fn mechanism_of(name: &str) -> Option<Mechanism> {

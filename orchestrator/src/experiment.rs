@@ -635,7 +635,12 @@ fn analyze_variants(
             interrupted: run.load.interrupted,
             generator_links: run.load.links,
             incidents,
-            broker: run.broker.iter().cloned().map(Into::into).collect(),
+            broker: run
+                .broker
+                .iter()
+                .cloned()
+                .map(crate::wire::broker_topic_stats)
+                .collect(),
             peak_memory: run.memory.clone(),
             faults: run.faults.clone(),
             fault_windows: run.fault_windows.clone(),

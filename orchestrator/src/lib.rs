@@ -5,8 +5,10 @@
 //!   closed pipe.
 //! - `error_chain`: an error told with its causes.
 //! - `scenario`: parse, validate and model scenario files.
-//! - `record`: what the load generator measured: each request, the
-//!   warmup, the machine during the load.
+//! - `record`: where each measured request goes as it completes (the
+//!   records themselves are `tailmesh-analysis`'s, re-exported here).
+//! - `wire`: the mesh's protobuf answers (reply paths, endpoint events,
+//!   broker statistics) turned into the analysis's plain data, once.
 //! - `plan`: what a variant becomes: every process, its role, name,
 //!   configuration and environment, and the order they start in.
 //! - `roles`: `tailmesh hop` and the other service roles of the one binary.
@@ -16,9 +18,10 @@
 //! - `loadgen`: open- and closed-loop load, measured from intended send times.
 //! - `run`: launch each variant, drive its load, collect what it measured.
 //! - `experiment`: the whole of `tailmesh run`, from file to results.
-//! - `analysis`: one request at a time to each variant's finished report:
-//!   percentiles, intervals over time, attribution, the verdict, and the
-//!   whole-run summary (summary.json's types).
+//! - `analysis`: the `tailmesh-analysis` crate, re-exported: one request at
+//!   a time to each variant's finished report, percentiles, intervals over
+//!   time, attribution, the verdict, and the whole-run summary
+//!   (summary.json's types).
 //! - `traces`: the embedded OTLP receiver, the load generator's spans,
 //!   `traces.jaeger.json` and the per-hop breakdown from traces.
 //! - `output`: the result files (`summary.json`, `*.hgrm`, `requests.csv`,
@@ -26,7 +29,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-pub mod analysis;
+pub use tailmesh_analysis as analysis;
 pub mod console;
 pub mod deploy;
 mod error_chain;
@@ -40,5 +43,6 @@ pub mod roles;
 mod run;
 pub mod scenario;
 pub mod traces;
+mod wire;
 
 pub use error_chain::error_chain;

@@ -44,11 +44,7 @@ pub const MAX_IN_FLIGHT_BYTES: u64 = 1 << 30;
 /// in an overloaded hop (the call's state, its HTTP/2 stream, buffers).
 pub const IN_FLIGHT_REQUEST_BYTES: u64 = 8 * 1024;
 
-/// The most requests that may wait for a slot at one push replica with
-/// limited concurrency when the scenario sets no `queue_limit`: far more
-/// than a healthy queue holds (1000 service times of waiting), yet a fixed
-/// count, so an overloaded replica's memory stays bounded.
-pub const DEFAULT_QUEUE_LIMIT: u32 = 1000;
+pub use tailmesh_model::DEFAULT_QUEUE_LIMIT;
 
 /// The largest `queue_limit` a scenario may set: a bound that still bounds.
 pub const MAX_QUEUE_LIMIT: u32 = 1_000_000;

@@ -52,39 +52,7 @@ pub struct LinkEvents {
     tls_resumed: AtomicU64,
 }
 
-/// A snapshot of [`LinkEvents`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LinkCounts {
-    /// TCP connections opened (each reconnect counts).
-    pub opened: u64,
-    /// Connections that ended, for whatever reason: with long-lived
-    /// connections, one that ends while the caller is still calling was
-    /// lost; with a connection per call, every call closes one.
-    pub closed: u64,
-    /// Calls that failed because the peer sent GOAWAY.
-    pub goaway_received: u64,
-    /// Calls that failed because this side's HTTP/2 stack sent GOAWAY (a
-    /// protection limit of its own, not the peer's doing).
-    pub goaway_sent: u64,
-    /// Calls whose stream the peer reset (RST_STREAM).
-    pub reset_by_peer: u64,
-    /// Calls that failed because the connection broke under them (an I/O
-    /// error, the peer closing it, a failed connect).
-    pub broken: u64,
-    /// TLS handshakes that were full (a certificate sent and verified).
-    #[serde(default)]
-    pub tls_full: u64,
-    /// TLS handshakes that resumed an earlier session.
-    #[serde(default)]
-    pub tls_resumed: u64,
-}
-
-impl LinkCounts {
-    /// Calls ended by the transport rather than answered by the peer.
-    pub fn transport_failures(&self) -> u64 {
-        self.goaway_received + self.goaway_sent + self.reset_by_peer + self.broken
-    }
-}
+pub use tailmesh_model::LinkCounts;
 
 impl LinkEvents {
     /// The counts so far.

@@ -29,34 +29,7 @@ use tokio::net::TcpStream;
 /// The ALPN protocol every tailmesh link speaks.
 pub const ALPN_H2: &[u8] = b"h2";
 
-/// How a run's links are secured (`[mesh] tls`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TlsMode {
-    /// Plaintext HTTP/2.
-    #[default]
-    Off,
-    /// Servers present a certificate the clients verify.
-    Tls,
-    /// Both sides present certificates signed by the run's CA.
-    Mtls,
-}
-
-impl TlsMode {
-    /// The name used in scenarios.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TlsMode::Off => "off",
-            TlsMode::Tls => "tls",
-            TlsMode::Mtls => "mtls",
-        }
-    }
-
-    /// Whether links are encrypted at all.
-    pub fn is_on(self) -> bool {
-        self != TlsMode::Off
-    }
-}
+pub use tailmesh_model::TlsMode;
 
 /// One process's TLS material as paths of PEM files (its configuration
 /// file carries these), and what to do with it.

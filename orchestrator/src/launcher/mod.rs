@@ -170,14 +170,7 @@ impl AnyLauncher {
     }
 }
 
-/// The peak resident memory of one process of a run.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PeakMemory {
-    /// The process (`hop-b-1`, `broker`, `orchestrator`).
-    pub process: String,
-    /// Its peak resident set size so far (Linux's VmHWM), in bytes.
-    pub peak_rss_bytes: u64,
-}
+pub use tailmesh_analysis::record::PeakMemory;
 
 /// The VmHWM line of a `/proc/<pid>/status` file, in bytes.
 pub fn peak_rss_bytes(status_file: &str) -> Option<u64> {

@@ -400,13 +400,13 @@ impl Shared {
                 );
             }
             let (outcome, path) = match called.result {
-                Ok(reply) => (Outcome::Ok, reply.path),
+                Ok(reply) => (Outcome::Ok, crate::wire::path_of(reply.path)),
                 Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
                     (Outcome::Timeout, Vec::new())
                 }
                 Err(status) => (
                     Outcome::Error {
-                        code: status.code(),
+                        code: crate::wire::grpc_code(status.code()),
                         message: status.message().to_string(),
                     },
                     Vec::new(),
@@ -421,7 +421,7 @@ impl Shared {
                 outcome,
                 path,
                 extra_attempts: called.extra_attempts,
-                attempts: called.attempts,
+                attempts: crate::wire::attempts_of(called.attempts),
             };
             (record, intended < measure_from)
         }

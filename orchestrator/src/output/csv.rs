@@ -60,11 +60,9 @@ use std::sync::{
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tailmesh_proto::pb::{AttemptEnd, AttemptTiming, CallTiming, HopRecord};
-
 use super::OutputError;
 use crate::analysis::attribution::attribute;
-use crate::record::{Outcome, RequestRecord};
+use crate::record::{AttemptEnd, AttemptTiming, CallTiming, HopRecord, Outcome, RequestRecord};
 
 /// The header line, without its line end: version 4.
 pub const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts";

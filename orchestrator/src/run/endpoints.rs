@@ -72,7 +72,7 @@ pub(super) async fn collect(
     };
     let mut out = Vec::new();
     if let Some(pool) = entry {
-        out.push(CallerEndpoints::from_pool(
+        out.push(crate::wire::caller_endpoints(
             "loadgen",
             &pool.endpoint_events(),
             measured_s,
@@ -84,7 +84,7 @@ pub(super) async fn collect(
                 events
                     .pools
                     .iter()
-                    .map(|pool| CallerEndpoints::from_pool(&caller, pool, measured_s)),
+                    .map(|pool| crate::wire::caller_endpoints(&caller, pool, measured_s)),
             ),
             Ok(None) => {}
             Err(e) => crate::tell!(

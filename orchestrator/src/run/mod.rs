@@ -388,12 +388,17 @@ async fn run_variant(
         let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
         let iptables = tool::tool_available("iptables");
         for (_, hop, replica, fault) in plan.net_faults() {
-            netfault::check(&hop.name, replica, &fault.spec(), netem, iptables).map_err(
-                |source| RunError::Fault {
-                    variant: variant.name.clone(),
-                    source,
-                },
-            )?;
+            netfault::check(
+                &hop.name,
+                replica,
+                &crate::scenario::fault_spec(fault),
+                netem,
+                iptables,
+            )
+            .map_err(|source| RunError::Fault {
+                variant: variant.name.clone(),
+                source,
+            })?;
         }
         AnyLauncher::Netns(netns)
     } else {

@@ -9,36 +9,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{
     loadgen::{Progress, View},
-    scenario::{Load, LoadMode, Stop, Variant},
+    scenario::{LoadMode, Stop, Variant},
 };
 
-/// "open loop, 400/s poisson, 20s (+2s warmup)" and the like.
-pub(crate) fn describe_load(load: &Load) -> String {
-    let mode = match &load.mode {
-        LoadMode::Open {
-            rate,
-            arrivals,
-            steps,
-        } => format!(
-            "open loop, {}/s {}",
-            crate::scenario::describe_rates(*rate, steps),
-            format!("{arrivals:?}").to_lowercase()
-        ),
-        LoadMode::Closed { concurrency } => format!("closed loop, {concurrency} in flight"),
-    };
-    let stop = match load.stop {
-        Stop::Duration(d) => humantime::format_duration(d).to_string(),
-        Stop::Requests(n) => format!("{n} requests"),
-    };
-    if load.warmup.is_zero() {
-        format!("{mode}, {stop}")
-    } else {
-        format!(
-            "{mode}, {stop} (+{} warmup)",
-            humantime::format_duration(load.warmup)
-        )
-    }
-}
+pub(crate) use crate::scenario::describe_load;
 
 /// Where `variant`'s progress goes: the bar on a terminal (none for a
 /// short variant), lines on any other standard error.

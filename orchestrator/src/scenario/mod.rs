@@ -36,6 +36,8 @@ mod validate;
 mod variant;
 
 #[cfg(test)]
+mod declared_tests;
+#[cfg(test)]
 mod tests;
 
 use std::path::Path;

@@ -20,7 +20,6 @@ use opentelemetry_proto::tonic::{
     trace::v1::ResourceSpans,
 };
 use prost::Message;
-use serde::Serialize;
 use tailmesh_services::runtime_thread::{RuntimeThread, ThreadError};
 use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 use tonic::transport::server::TcpIncoming;
@@ -69,21 +68,7 @@ pub enum ReceiverError {
     Thread(#[from] ThreadError),
 }
 
-/// What the receiver and the forwarder counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct TraceCounts {
-    /// Spans received and kept (spooled).
-    pub spans: u64,
-    /// Spans dropped because the spool was full or could not be written.
-    pub dropped: u64,
-    /// Batches rejected as malformed.
-    pub rejected_batches: u64,
-    /// Spans delivered to the forward target.
-    pub forwarded: u64,
-    /// Spans that could not be forwarded (queue full, target unreachable
-    /// or too slow).
-    pub forward_dropped: u64,
-}
+pub use tailmesh_analysis::traces::TraceCounts;
 
 #[derive(Debug, Default)]
 struct Counters {

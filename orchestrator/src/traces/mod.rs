@@ -36,7 +36,7 @@ pub const OBSERVER_PREFIX: &str = "tailmesh.observer.";
 /// Whether the hop of a path record exports a server span: every hop but
 /// a service its caller reached directly (`[hop.service] direct`), which
 /// has no tailmesh hop in front of it to export one.
-pub fn has_server_span(record: &tailmesh_proto::pb::HopRecord) -> bool {
+pub fn has_server_span(record: &crate::record::HopRecord) -> bool {
     record.transport != tailmesh_services::hop::direct::DIRECT_TRANSPORT
 }
 

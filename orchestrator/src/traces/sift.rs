@@ -201,11 +201,11 @@ impl Processes {
 mod tests {
     use std::time::Duration;
 
+    use crate::record::HopRecord;
     use opentelemetry_proto::tonic::{
         common::v1::{AnyValue, KeyValue, any_value::Value},
         trace::v1::{ResourceSpans, ScopeSpans, span::SpanKind},
     };
-    use tailmesh_proto::pb::HopRecord;
 
     use super::*;
     use crate::{

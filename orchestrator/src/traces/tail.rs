@@ -16,8 +16,8 @@ use std::{
     time::Duration,
 };
 
+use crate::record::HopRecord;
 use hdrhistogram::Histogram;
-use tailmesh_proto::pb::HopRecord;
 
 use super::breakdown::{PathHop, RequestFacts, TailCounts, TraceAnalyzer};
 use crate::{
@@ -548,7 +548,7 @@ impl RecordSink for TailSampler {
 
 #[cfg(test)]
 mod tests {
-    use tailmesh_proto::pb::HopRecord;
+    use crate::record::HopRecord;
 
     use super::*;
 

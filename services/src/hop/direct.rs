@@ -23,8 +23,7 @@ use tonic::Status;
 use super::service::{ServiceClient, ServiceError};
 use crate::model::ServiceCall;
 
-/// The transport a directly reached hop's records name.
-pub const DIRECT_TRANSPORT: &str = "direct";
+pub use tailmesh_model::DIRECT_TRANSPORT;
 
 /// A directly reached service hop: resolved clients (channels), each
 /// with its replica, taken in turn (round robin).

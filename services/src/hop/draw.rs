@@ -16,9 +16,7 @@ use rand_distr::{Distribution, Exp, LogNormal};
 
 use crate::model::{DurationDist, HopBehavior, Work};
 
-/// Longest duration a distribution may produce: one hour. A heavy-tailed
-/// draw beyond it is capped rather than overflowing.
-pub const MAX_DRAW: Duration = Duration::from_secs(3600);
+pub use tailmesh_model::MAX_DRAW;
 
 /// A generator for one (seed, stream, key, attempt), stable across
 /// platforms and releases (FNV-1a and SplitMix64, no std hasher).

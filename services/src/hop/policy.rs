@@ -18,48 +18,12 @@ use std::{
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::{AttemptEnd, AttemptTiming};
 use tailmesh_units::nanos;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-/// When to send a hedge.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Hedge {
-    /// After a fixed delay without an answer.
-    After(Duration),
-    /// After this percentile (0-100) of this caller's recent answer times to
-    /// the hop; no hedging until enough answers were seen.
-    Percentile(f64),
-}
-
-/// How a caller reaches one hop.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ClientPolicy {
-    /// Time each attempt may take (the overall deadline still applies).
-    #[serde(default)]
-    pub timeout: Option<Duration>,
-    /// Most retries of one call after failed attempts.
-    #[serde(default)]
-    pub retries: u32,
-    /// Retries allowed as a share of calls (0.1: at most about one retry per
-    /// ten calls, over time): a budget, so retries cannot multiply load
-    /// when the hop is down.
-    #[serde(default)]
-    pub retry_budget: f64,
-    /// Hedged requests.
-    #[serde(default)]
-    pub hedge: Option<Hedge>,
-}
-
-impl ClientPolicy {
-    /// Whether the policy changes anything.
-    pub fn is_plain(&self) -> bool {
-        self.timeout.is_none() && self.retries == 0 && self.hedge.is_none()
-    }
-}
+pub use tailmesh_model::policy::{ClientPolicy, Hedge};
 
 /// Answers seen before a percentile hedge starts.
 const WARM_SAMPLES: u64 = 100;
@@ -152,12 +116,10 @@ impl PolicyState {
     }
 }
 
-/// Whether a failed attempt is worth another try.
+/// Whether a failed attempt is worth another try (the rule is
+/// [`tailmesh_model::policy::retryable_code`]'s, shared with the analysis).
 pub fn retryable(code: Code) -> bool {
-    matches!(
-        code,
-        Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Aborted
-    )
+    tailmesh_model::policy::retryable_code(code as i32)
 }
 
 /// Calls through `policy`. `attempt(n, timeout)` starts attempt `n`
