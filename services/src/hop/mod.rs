@@ -42,6 +42,7 @@ mod pull;
 pub mod serve;
 pub mod server;
 pub mod service;
+pub mod serving;
 mod slots;
 mod unary;
 pub mod work;
