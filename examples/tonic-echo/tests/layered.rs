@@ -57,12 +57,7 @@ async fn call_with(
         ..EchoRequest::default()
     });
     request.set_timeout(Duration::from_secs(5));
-    let metadata = request.metadata_mut();
-    metadata.insert(
-        serving::REQUEST_ID_HEADER,
-        id.to_string().parse().expect("id"),
-    );
-    metadata.insert(serving::CALLER_HEADER, "edge".parse().expect("caller"));
+    serving::insert_call_metadata(request.metadata_mut(), id, 0, "edge", false);
     let response = EchoClient::new(channel.clone()).echo(request).await?;
     let record = serving::record_of(response.metadata());
     Ok((response.into_inner().server, record))

@@ -407,6 +407,30 @@ where
     }
 }
 
+/// Sets the metadata of a call to a layered service as a calling hop
+/// sends it: request `request_id`, attempt `attempt`, from hop `caller`,
+/// which slowed it when `caller_slow`. A caller name that is not a valid
+/// metadata value is left out (the record's parent is then empty).
+pub fn insert_call_metadata(
+    metadata: &mut tonic::metadata::MetadataMap,
+    request_id: u64,
+    attempt: u32,
+    caller: &str,
+    caller_slow: bool,
+) {
+    let number = |n: u64| -> tonic::metadata::AsciiMetadataValue {
+        tonic::metadata::AsciiMetadataValue::from(n)
+    };
+    metadata.insert(REQUEST_ID_HEADER, number(request_id));
+    metadata.insert(ATTEMPT_HEADER, number(u64::from(attempt)));
+    if let Ok(caller) = caller.parse() {
+        metadata.insert(CALLER_HEADER, caller);
+    }
+    if caller_slow {
+        metadata.insert(CALLER_SLOW_HEADER, number(1));
+    }
+}
+
 /// The hop's record in a reply's metadata, if it carries one (for a
 /// caller of a layered service).
 pub fn record_of(metadata: &tonic::metadata::MetadataMap) -> Option<tailmesh_proto::pb::HopRecord> {
