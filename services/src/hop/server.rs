@@ -362,8 +362,10 @@ impl HopCore {
         Arc::new(move |overrides: crate::model::Overrides| behavior.set(&overrides))
     }
 
-    /// Handles one request: work, injected slowness and errors, downstream
-    /// calls in parallel, then this hop's record appended to the path.
+    /// Handles one request through the replica's serving stack
+    /// ([`super::serve`]), without a server span: work, injected slowness
+    /// and errors, downstream calls in parallel, then this hop's record
+    /// appended to the path.
     /// `timeout` is what remains of the caller's deadline; `queue_wait` is
     /// the time the request spent in a broker queue (pull); `release`, for
     /// a pull worker, gives the broker credit back once this hop's own work
@@ -380,9 +382,8 @@ impl HopCore {
     }
 
     /// [`HopCore::handle`] for a request that arrived at `arrived`: a clock
-    /// reading the caller took with its server span's start, so the span
-    /// (which ends the record's `total_ns` after its start) and the path
-    /// record time the same stretch.
+    /// reading the caller took with its own span's start, if it keeps one,
+    /// so that span and the path record time the same stretch.
     pub async fn handle_from(
         &self,
         arrived: Instant,
@@ -641,7 +642,7 @@ async fn pull_worker(
     // Every broker takes the task back from a worker lost before its reply
     // (the external brokers acknowledge only after it); a hop that calls
     // others frees its credit once its own work is done, while it waits on
-    // them (`core.handle` releases it).
+    // them (the serving stack's slot layer releases it).
     run_backend_worker(
         kind, broker, bounds, topic, worker, options, handler, shutdown,
     )
