@@ -8,6 +8,8 @@
 //! - `model`: hop behaviour as plain data (work, slowness, balancing).
 //! - `process`: the contract between a supervised process and its launcher.
 //! - `hop`: the hop server, its per-request draws and its downstream clients.
+//! - [`serving`]: the hop's serving layers around a user's own tonic
+//!   server, so it joins a run as a hop with no sidecar.
 //! - [`telemetry`]: trace export and W3C trace context propagation.
 //! - `timer`: sub-millisecond sleeps.
 //! - `runtime_thread`: a runtime on its own thread, for background work.
@@ -39,6 +41,7 @@ pub mod process;
 pub mod protojson;
 mod reflection;
 pub mod runtime_thread;
+pub use hop::serving;
 pub mod telemetry;
 pub mod timer;
 pub mod tls;

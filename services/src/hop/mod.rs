@@ -19,7 +19,11 @@
 //! - `fits`: whether a service's reply fits its output message, checked
 //!   on the wire format without decoding it.
 //! - `direct`: a leaf service called without a sidecar, by its caller.
-//! - `server`: the request handler, the gRPC service and `run`.
+//! - [`serve`]: the serving stack, tower layers composed once around a
+//!   replica's work: server span, path record, downstream fan-out, slot
+//!   and credit, planned faults.
+//! - `server`: the request handler over that stack, the gRPC service and
+//!   `run`.
 //! - `slots`: a replica's slots for its own work and the bounded line of
 //!   requests waiting for one, in the hop's queue discipline.
 //! - `error`: [`HopError`], and the one mapping of a call's failures to a
@@ -35,8 +39,10 @@ pub mod events;
 pub mod fits;
 pub mod policy;
 mod pull;
+pub mod serve;
 pub mod server;
 pub mod service;
+pub mod serving;
 mod slots;
 mod unary;
 pub mod work;

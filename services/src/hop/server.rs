@@ -2,32 +2,33 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use opentelemetry::trace::SpanKind;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tailmesh_proto::pb::{
-    CallReply, CallRequest, CallTiming, HopRecord, control_server,
+    CallReply, CallRequest, control_server,
     hop_server::{self, Hop, HopServer},
 };
-use tailmesh_units::{nanos, unix_nanos};
+use tailmesh_units::unix_nanos;
 use tokio::{
     net::TcpListener,
     sync::{oneshot, watch},
     time::Instant,
 };
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
 use super::{
     call::{CallStack, Reach},
     client::{Connections, PushPool},
     direct::DirectTarget,
-    draw::plan,
     error::{CallError, HopError},
     policy::ClientPolicy,
     pull::PullTarget,
+    serve::{
+        self, FanOutLayer, FaultLayer, HopRequest, RecordLayer, ServerSpanLayer, SlotLayer,
+        SpanStart, Work, fan_out::Downstream, faults::Behavior,
+    },
     service::ServiceClient,
     slots::Slots,
-    work::perform,
 };
 use crate::{
     addr::PeerAddr,
@@ -178,58 +179,16 @@ fn default_idle_timeout() -> Duration {
     DEFAULT_IDLE_TIMEOUT
 }
 
-/// A downstream hop: its name, and the call stack that reaches it.
-struct Downstream {
-    hop: Arc<str>,
-    stack: CallStack,
-}
-
-/// The server span of one request at this hop, child of the caller's
-/// context (`parent()`), started at `started` (unix ns) or now. The hop,
-/// replica, transport and variant are its process's resource.
-fn server_span(
-    inner: &Inner,
-    request_id: u64,
-    started: Option<u64>,
-    parent: impl FnOnce() -> Option<telemetry::SpanContext>,
-) -> telemetry::TraceSpan {
-    telemetry::TraceSpan::start_at(SpanKind::Server, started, parent, || {
-        (
-            Arc::clone(&inner.name).into(),
-            telemetry::SpanFields {
-                request_id: Some(request_id),
-                ..telemetry::SpanFields::default()
-            },
-        )
-    })
-}
-
-/// Ends a hop's server span: marked failed with an error `result`; for a
-/// reply, the hop's own record's `total_ns` after the span's start (both
-/// read at the same moment), so a thread descheduled between the record
-/// and this call does not stretch the span past what the path says.
-fn end_server_span(mut span: telemetry::TraceSpan, result: &Result<CallReply, Status>) {
-    span.mark_error(result);
-    match result.as_ref().ok().and_then(|reply| reply.path.last()) {
-        Some(own) => span.end_after(own.total_ns),
-        None => span.end(),
-    }
-}
-
 struct Inner {
-    behavior: HopBehavior,
-    /// `behavior.name`, shared by every span of this hop.
-    name: Arc<str>,
-    /// `behavior` under the faults the fault agent set at runtime; `None`
-    /// while it has set none.
-    overridden: std::sync::RwLock<Option<Arc<HopBehavior>>>,
+    /// The behaviour as configured and as the fault agent overrode it,
+    /// read by the fault layer.
+    behavior: Arc<Behavior>,
+    /// `behavior.name`.
+    name: String,
     replica: u32,
-    transport: Transport,
-    downstream: Vec<Downstream>,
-    sleeper: Sleeper,
-    slots: Option<Slots>,
-    /// The real service called as this hop's work, if any.
-    service: Option<ServiceClient>,
+    downstream: Arc<[Downstream]>,
+    /// The serving layers over the work, built once.
+    stack: serve::Service,
 }
 
 /// The request handler shared by the gRPC service and the pull worker.
@@ -348,26 +307,35 @@ impl HopCore {
                 stack: CallStack::for_hop(&config.behavior.name, &d.hop, reach, d.policy.clone()),
             });
         }
+        let name = &config.behavior.name;
+        let downstream: Arc<[Downstream]> = downstream.into();
+        let behavior = Arc::new(Behavior::new(config.behavior.clone(), config.replica));
+        let sleeper = if config.precise_timer {
+            Sleeper::Precise
+        } else {
+            Sleeper::Tokio
+        };
+        let slots = config.concurrency.map(|n| match config.transport {
+            Transport::Push => Slots::new(n, Some(config.queue_limit), config.discipline),
+            // The broker orders a pull hop's queue; the worker never
+            // takes more tasks than it has slots.
+            Transport::Pull => Slots::new(n, None, Discipline::Fifo),
+        });
+        let stack = serve::stack(
+            ServerSpanLayer::new(name),
+            RecordLayer::new(name, config.replica, config.transport),
+            FanOutLayer::new(name, Arc::clone(&downstream)),
+            SlotLayer::new(name, config.replica, slots),
+            FaultLayer::new(Arc::clone(&behavior), sleeper.clone()),
+            Work::new(name, config.replica, sleeper, service),
+        );
         Ok(HopCore {
             inner: Arc::new(Inner {
-                behavior: config.behavior.clone(),
-                name: config.behavior.name.as_str().into(),
-                overridden: std::sync::RwLock::new(None),
+                behavior,
+                name: name.clone(),
                 replica: config.replica,
-                transport: config.transport,
                 downstream,
-                slots: config.concurrency.map(|n| match config.transport {
-                    Transport::Push => Slots::new(n, Some(config.queue_limit), config.discipline),
-                    // The broker orders a pull hop's queue; the worker never
-                    // takes more tasks than it has slots.
-                    Transport::Pull => Slots::new(n, None, Discipline::Fifo),
-                }),
-                sleeper: if config.precise_timer {
-                    Sleeper::Precise
-                } else {
-                    Sleeper::Tokio
-                },
-                service,
+                stack,
             }),
         })
     }
@@ -390,18 +358,14 @@ impl HopCore {
 
     /// A setter for the replica's runtime faults (the fault agent's).
     pub fn behavior_setter(&self) -> crate::control::BehaviorSetter {
-        let inner = Arc::clone(&self.inner);
-        Arc::new(move |overrides: crate::model::Overrides| {
-            let effective = (!overrides.is_empty())
-                .then(|| Arc::new(inner.behavior.overridden(&overrides, inner.replica)));
-            if let Ok(mut current) = inner.overridden.write() {
-                *current = effective;
-            }
-        })
+        let behavior = Arc::clone(&self.inner.behavior);
+        Arc::new(move |overrides: crate::model::Overrides| behavior.set(&overrides))
     }
 
-    /// Handles one request: work, injected slowness and errors, downstream
-    /// calls in parallel, then this hop's record appended to the path.
+    /// Handles one request through the replica's serving stack
+    /// ([`super::serve`]), without a server span: work, injected slowness
+    /// and errors, downstream calls in parallel, then this hop's record
+    /// appended to the path.
     /// `timeout` is what remains of the caller's deadline; `queue_wait` is
     /// the time the request spent in a broker queue (pull); `release`, for
     /// a pull worker, gives the broker credit back once this hop's own work
@@ -418,9 +382,8 @@ impl HopCore {
     }
 
     /// [`HopCore::handle`] for a request that arrived at `arrived`: a clock
-    /// reading the caller took with its server span's start, so the span
-    /// (which ends the record's `total_ns` after its start) and the path
-    /// record time the same stretch.
+    /// reading the caller took with its own span's start, if it keeps one,
+    /// so that span and the path record time the same stretch.
     pub async fn handle_from(
         &self,
         arrived: Instant,
@@ -429,162 +392,45 @@ impl HopCore {
         queue_wait: Duration,
         release: Option<Release>,
     ) -> Result<CallReply, Status> {
-        let inner = &*self.inner;
-        let deadline = timeout.map(|t| arrived + t);
-        let overridden = inner.overridden.read().ok().and_then(|b| b.clone());
-        let plan = plan(
-            overridden.as_deref().unwrap_or(&inner.behavior),
-            inner.replica,
-            request.request_id,
-            request.attempt,
-            request.caller_slow,
-        );
+        self.serve(arrived, None, request, timeout, queue_wait, release)
+            .await
+    }
 
-        // A replica with limited concurrency holds a slot for its own work
-        // only; the wait for a slot is queueing, like a broker queue's, and
-        // as bounded: a full line refuses the request rather than grow.
-        let (slot, slot_wait) = match &inner.slots {
-            Some(slots) => {
-                let waiting = Instant::now();
-                let acquire = slots.acquire(&inner.behavior.name, inner.replica);
-                // Nobody waits for a request past its deadline: it leaves
-                // the line rather than take a slot late.
-                let slot = match deadline {
-                    Some(d) => tokio::time::timeout_at(d, acquire).await.map_err(|_| {
-                        CallError::DeadlineInLine {
-                            hop: inner.behavior.name.clone(),
-                            replica: inner.replica,
-                            waited: waiting.elapsed(),
-                        }
-                    })??,
-                    None => acquire.await?,
-                };
-                (Some(slot), waiting.elapsed())
-            }
-            None => (None, Duration::ZERO),
-        };
-        let queue_wait = queue_wait + slot_wait;
-        let started = Instant::now();
-        // The work: the service's call in place of synthetic work, when
-        // the hop has one; its time is the hop's service time either way.
-        let served = match &inner.service {
-            Some(service) => Some(call_service(inner, service, deadline).await),
-            None => {
-                perform(plan.work, &inner.sleeper).await;
-                None
-            }
-        };
-        if let Some(extra) = plan.slow {
-            inner.sleeper.sleep(extra).await;
-        }
-        let service = started.elapsed();
-        telemetry::set_current(|fields| {
-            fields.slow = Some(plan.slow.is_some());
-            fields.queue_wait_ns = Some(nanos(queue_wait));
-            // The part of this span spent waiting for a slot, which a trace
-            // breakdown counts as queue wait, not the hop's own time.
-            if slot.is_some() {
-                fields.slot_wait_ns = Some(nanos(slot_wait));
-            }
-        });
-        // Its own work done, the replica is free for the next request while
-        // it waits on its downstream hops.
-        drop(slot);
-        if let Some(release) = release {
-            release.release();
-        }
-        if let Some(Err(status)) = served {
-            return Err(status);
-        }
-        if let Some(code) = plan.error {
-            return Err(CallError::Injected {
-                hop: inner.behavior.name.clone(),
-                replica: inner.replica,
-                code: Code::from(code),
-            }
-            .into());
-        }
-
-        let mut path = Vec::new();
-        let mut extra_attempts = 0;
-        let mut calls = Vec::with_capacity(inner.downstream.len());
-        if !inner.downstream.is_empty() {
-            // What is left of this hop's deadline, the same for every
-            // downstream call (a spent one is refused by their stacks).
-            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let child = CallRequest {
-                request_id: request.request_id,
-                payload: request.payload.clone(),
-                attempt: 0,
-                caller: inner.behavior.name.clone(),
-                // Followers downstream slow it more often when this hop did.
-                caller_slow: plan.slow.is_some(),
-            };
-            let replies = futures::future::join_all(inner.downstream.iter().map(|d| {
-                let child = child.clone();
-                async move {
-                    let t0 = Instant::now();
-                    let called = d.stack.call(child, remaining).await;
-                    (d, called, t0.elapsed())
-                }
-            }))
-            .await;
-            for (d, reply, took) in replies {
-                extra_attempts += reply.extra_attempts;
-                calls.push(CallTiming {
-                    hop: d.hop.to_string(),
-                    call_ns: nanos(took),
-                    attempts: reply.attempts,
-                });
-                path.extend(reply.result?.path);
-            }
-        }
-
-        path.push(HopRecord {
-            hop: inner.behavior.name.clone(),
-            replica: inner.replica,
-            service_ns: nanos(service),
-            total_ns: nanos(arrived.elapsed()),
-            slow: plan.slow.is_some(),
-            queue_wait_ns: nanos(queue_wait),
-            parent: request.caller,
-            transport: inner.transport.as_str().to_string(),
-            extra_attempts,
-            slot_wait_ns: nanos(slot_wait),
-            calls,
-        });
+    /// Serves `request` through the replica's stack, in a server span
+    /// when `span` is given.
+    async fn serve(
+        &self,
+        arrived: Instant,
+        span: Option<SpanStart>,
+        request: CallRequest,
+        timeout: Option<Duration>,
+        queue_wait: Duration,
+        release: Option<Release>,
+    ) -> Result<CallReply, Status> {
+        let request_id = request.request_id;
+        let served = serve::serve(
+            &self.inner.stack,
+            HopRequest {
+                arrived,
+                span,
+                request_id,
+                attempt: request.attempt,
+                caller: request.caller,
+                caller_slow: request.caller_slow,
+                deadline: timeout.map(|t| arrived + t),
+                queue_wait,
+                release,
+                work: None,
+                payload: request.payload,
+            },
+        )
+        .await?;
         Ok(CallReply {
-            request_id: request.request_id,
-            payload: request.payload,
-            path,
+            request_id,
+            payload: served.reply,
+            path: served.path,
         })
     }
-}
-
-/// One call of the hop's service within what is left of `deadline`; its
-/// failure (a non-OK answer, no answer, a garbled one) is the hop's,
-/// named for the hop, replica and service, its code kept.
-async fn call_service(
-    inner: &Inner,
-    service: &ServiceClient,
-    deadline: Option<Instant>,
-) -> Result<(), Status> {
-    let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    if remaining == Some(Duration::ZERO) {
-        return Err(CallError::DeadlineBeforeService {
-            hop: inner.behavior.name.clone(),
-        }
-        .into());
-    }
-    service.call(remaining).await.map(drop).map_err(|status| {
-        CallError::Service {
-            hop: inner.behavior.name.clone(),
-            replica: inner.replica,
-            address: service.address().to_owned(),
-            status,
-        }
-        .into()
-    })
 }
 
 struct HopService {
@@ -599,17 +445,14 @@ impl Hop for HopService {
         // One moment on both clocks: the span's start and the record's.
         let arrived = Instant::now();
         let started = unix_nanos();
-        let mut span = server_span(&self.core.inner, request.request_id, Some(started), || {
-            telemetry::extract_metadata(&metadata)
-        });
-        let result = span
-            .scope(
-                self.core
-                    .handle_from(arrived, request, timeout, Duration::ZERO, None),
-            )
-            .await;
-        end_server_span(span, &result);
-        result.map(Response::new)
+        let span = SpanStart {
+            started,
+            parent: telemetry::extract_metadata(&metadata),
+        };
+        self.core
+            .serve(arrived, Some(span), request, timeout, Duration::ZERO, None)
+            .await
+            .map(Response::new)
     }
 }
 
@@ -751,7 +594,7 @@ async fn pull_worker(
     options: WorkerOptions,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), BrokerError> {
-    let topic = core.inner.behavior.name.clone();
+    let topic = core.inner.name.clone();
     let worker = format!("{topic}-{}", core.inner.replica);
     let handler = move |task: Task, release: Release| {
         let core = core.clone();
@@ -771,25 +614,25 @@ async fn pull_worker(
                 .then(|| Duration::from_nanos(task.deadline_unix_nanos.saturating_sub(taken)));
             if timeout == Some(Duration::ZERO) {
                 return Err(CallError::TakenAfterDeadline {
-                    hop: core.inner.behavior.name.clone(),
+                    hop: core.inner.name.clone(),
                     task: task.task_id,
                 }
                 .into());
             }
-            let mut span = server_span(&core.inner, request.request_id, Some(taken), || {
-                telemetry::extract_headers(&task.headers)
-            });
-            let reply = span
-                .scope(core.handle_from(
+            let span = SpanStart {
+                started: taken,
+                parent: telemetry::extract_headers(&task.headers),
+            };
+            let reply = core
+                .serve(
                     arrived,
+                    Some(span),
                     request,
                     timeout,
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
-                ))
-                .await;
-            end_server_span(span, &reply);
-            let reply = reply?;
+                )
+                .await?;
             Ok(reply.encode_to_vec())
         }
     };
@@ -799,7 +642,7 @@ async fn pull_worker(
     // Every broker takes the task back from a worker lost before its reply
     // (the external brokers acknowledge only after it); a hop that calls
     // others frees its credit once its own work is done, while it waits on
-    // them (`core.handle` releases it).
+    // them (the serving stack's slot layer releases it).
     run_backend_worker(
         kind, broker, bounds, topic, worker, options, handler, shutdown,
     )

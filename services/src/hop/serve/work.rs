@@ -1,0 +1,97 @@
+//! The hop's own work for one request ([`Work`]): the synthetic work the
+//! fault layer drew, or, for a hop with a real service, one call of that
+//! service within what is left of the deadline. Its reply carries the
+//! request's payload back.
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+use tonic::Status;
+use tower::Service;
+
+use super::{HopRequest, Served};
+use crate::{
+    hop::{error::CallError, service::ServiceClient, work::perform},
+    timer::Sleeper,
+};
+
+/// Replica `replica` of hop `hop`'s work.
+#[derive(Clone)]
+pub struct Work {
+    hop: Arc<str>,
+    replica: u32,
+    sleeper: Sleeper,
+    /// The real service called in place of synthetic work, if any.
+    service: Option<ServiceClient>,
+}
+
+impl Work {
+    /// Synthetic work (slept with `sleeper`) or, with `service`, its call.
+    pub fn new(hop: &str, replica: u32, sleeper: Sleeper, service: Option<ServiceClient>) -> Self {
+        Work {
+            hop: Arc::from(hop),
+            replica,
+            sleeper,
+            service,
+        }
+    }
+}
+
+impl Service<HopRequest<Bytes>> for Work {
+    type Response = Served<Bytes>;
+    type Error = Status;
+    type Future = BoxFuture<'static, Result<Served<Bytes>, Status>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: HopRequest<Bytes>) -> Self::Future {
+        let work = self.clone();
+        Box::pin(async move {
+            match &work.service {
+                Some(service) => work.call_service(service, request.deadline).await?,
+                None => {
+                    if let Some(planned) = request.work {
+                        perform(planned, &work.sleeper).await;
+                    }
+                }
+            }
+            Ok(Served::new(request.payload))
+        })
+    }
+}
+
+impl Work {
+    /// One call of the hop's service within what is left of `deadline`;
+    /// its failure (a non-OK answer, no answer, a garbled one) is the
+    /// hop's, named for the hop, replica and service, its code kept.
+    async fn call_service(
+        &self,
+        service: &ServiceClient,
+        deadline: Option<Instant>,
+    ) -> Result<(), Status> {
+        let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if remaining == Some(Duration::ZERO) {
+            return Err(CallError::DeadlineBeforeService {
+                hop: self.hop.to_string(),
+            }
+            .into());
+        }
+        service.call(remaining).await.map(drop).map_err(|status| {
+            CallError::Service {
+                hop: self.hop.to_string(),
+                replica: self.replica,
+                address: service.address().to_owned(),
+                status,
+            }
+            .into()
+        })
+    }
+}
