@@ -120,7 +120,7 @@ impl Producer {
 
 /// Runs a worker for `topic` on the `kind` broker at `addr` until
 /// `shutdown`, at most `options.credits` tasks at once, each answered by
-/// `handler` (see [`run_worker_releasing`](super::run_worker_releasing) for
+/// `handler` (see [`run_worker_releasing`] for
 /// tailmesh's broker; the external brokers' workers behave alike: a task
 /// whose deadline passed before it reached the worker is dropped
 /// unprocessed, a handler running past it is answered DEADLINE_EXCEEDED).
