@@ -46,7 +46,7 @@ pub(crate) fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
 
 /// Parses a `grpc-timeout` value ("100m", "250u", "2S"): at most 8 digits
 /// and a unit (H, M, S, m, u, n). Anything else is `None`.
-pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.len() < 2 || value.len() > 9 {
         return None;
     }

@@ -48,7 +48,7 @@ impl echo_server::Echo for Echo {
         let deadline_left_us = metadata
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
-            .and_then(grpc_timeout)
+            .and_then(tailmesh_services::serving::parse_grpc_timeout)
             .map_or(-1, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         let traceparent = metadata
             .get("traceparent")
@@ -87,21 +87,6 @@ impl echo_server::Echo for Echo {
             ))),
         }
     }
-}
-
-/// A `grpc-timeout` value ("100m", "250u", "2S").
-fn grpc_timeout(value: &str) -> Option<Duration> {
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.checked_mul(3600)?),
-        "M" => Duration::from_secs(n.checked_mul(60)?),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
 }
 
 /// Why the server stopped.

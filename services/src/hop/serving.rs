@@ -75,12 +75,15 @@ use super::serve::{
 };
 use crate::{
     control::{ControlService, NoFaults},
-    deadline::parse_grpc_timeout,
     hop::{HopConfig, slots::Slots},
     model::Transport,
     telemetry::{self, SpanContext},
     timer::Sleeper,
 };
+
+/// A `grpc-timeout` value read as tailmesh's hops read it, for a service
+/// that reports the deadline it was given.
+pub use crate::deadline::parse_grpc_timeout;
 
 /// The environment variable naming the hop's JSON configuration file.
 pub const HOP_CONFIG_ENV: &str = "TAILMESH_HOP_CONFIG";
