@@ -232,6 +232,10 @@ pub struct GrpcService {
     /// Called directly by its callers, with no tailmesh hop in front.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub direct: bool,
+    /// Runs tailmesh's serving layers itself: the hop's records are the
+    /// service's own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layers: bool,
 }
 
 impl GrpcService {
@@ -247,6 +251,7 @@ impl GrpcService {
             command,
             schema: service.schema_source(),
             direct: service.direct,
+            layers: service.layers,
         }
     }
 }

@@ -97,6 +97,12 @@ pub struct ServiceCall {
     /// Metadata sent with every call, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metadata: Vec<(String, String)>,
+    /// The service runs tailmesh's serving layers
+    /// (`tailmesh_services::serving`): its caller sends the request's id,
+    /// attempt and caller in `tm-*` metadata and takes the hop's record
+    /// from the reply's `tm-hop-bin` header.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layered: bool,
 }
 
 /// Per-request injected slowness: with `probability`, add a delay drawn

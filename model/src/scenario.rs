@@ -502,6 +502,11 @@ pub struct HopService {
     /// before it), with no tailmesh hop in front of it: a leaf, for
     /// measuring a service's own latency.
     pub direct: bool,
+    /// Runs tailmesh's serving layers itself (`layers = true`, which
+    /// implies `direct`): the hop's slot, injected faults, span and record
+    /// are the service's, configured from the hop's JSON
+    /// (`TAILMESH_HOP_CONFIG`) and its Control API on the service's port.
+    pub layers: bool,
     /// The folder relative paths are taken from, and where a `command`
     /// runs: the scenario file's (empty: the current folder).
     pub dir: std::path::PathBuf,
@@ -539,6 +544,7 @@ impl HopService {
             proto: self.proto.iter().map(|p| self.resolve(p)).collect(),
             proto_include: self.proto_include.iter().map(|p| self.resolve(p)).collect(),
             metadata: self.metadata.clone(),
+            layered: self.layers,
         }
     }
 

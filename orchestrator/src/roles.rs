@@ -487,7 +487,7 @@ fn netns_agent(
         "hop \"{}\" replica {}",
         config.behavior.name, config.replica
     );
-    let control = match std::env::var(crate::launcher::netns::CONTROL_TOKEN_ENV) {
+    let control = match std::env::var(tailmesh_services::serving::CONTROL_TOKEN_ENV) {
         Ok(token) if !token.is_empty() => {
             let agent = std::env::var(crate::launcher::netns::AGENT_ENV)
                 .ok()

@@ -123,6 +123,7 @@ async fn call(args: ProbeArgs) -> Result<(), ProbeError> {
         proto: args.proto,
         proto_include: args.proto_include,
         metadata: args.metadata,
+        layered: false,
     };
     let unreachable = |message: String| ProbeError::Unreachable {
         address: args.address.clone(),

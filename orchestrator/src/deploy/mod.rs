@@ -204,10 +204,11 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                         )
                     };
                     if *replica == 0 && service.direct {
+                        let key = if service.layers { "layers" } else { "direct" };
                         problems.push(problem(format!(
-                            "direct = true is not supported yet by a deployment ({}): a \
+                            "{key} = true is not supported yet by a deployment ({}): a \
                              deployment puts a tailmesh hop in front of every service; drop \
-                             direct",
+                             {key} (and run the service plain) or run the scenario locally",
                             runtime.name
                         )));
                     }
@@ -524,7 +525,7 @@ pub fn write_token(path: &std::path::Path) -> Result<(), DeployError> {
     if std::fs::read_to_string(path).is_ok_and(|t| !t.trim().is_empty()) {
         return Ok(());
     }
-    let token = crate::launcher::netns::new_token();
+    let token = crate::launcher::new_token();
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -30,6 +30,8 @@ use tokio::{
     time::{Instant, sleep, sleep_until, timeout, timeout_at},
 };
 
+use tailmesh_services::serving::CONTROL_TOKEN_ENV;
+
 use super::{ExitedChild, Killed, LaunchError, Launched, LogTail, ProcessSpec, health};
 
 /// How long [`LocalLauncher::launch`] waits for a child to answer SERVING,
@@ -118,7 +120,7 @@ impl LocalLauncher {
     /// environment), so its application-level faults can be set at
     /// runtime; it has no network fault agent (no namespace of its own).
     pub fn with_control(mut self) -> Self {
-        self.control_token = Some(super::netns::new_token());
+        self.control_token = Some(super::new_token());
         self
     }
 
@@ -191,11 +193,7 @@ impl LocalLauncher {
                     .arg("--addr-file")
                     .arg(&addr_file)
                     .arg("--supervised")
-                    .envs(
-                        self.control_token
-                            .iter()
-                            .map(|t| (super::netns::CONTROL_TOKEN_ENV, t)),
-                    )
+                    .envs(self.control_token.iter().map(|t| (CONTROL_TOKEN_ENV, t)))
                     .stdin(Stdio::piped());
                 command
             }

@@ -531,6 +531,13 @@ impl fmt::Display for LogTail {
     }
 }
 
+/// A fresh 128-bit Control token in hex, from the OS's generator.
+pub fn new_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    format!("{:032x}", rng.random::<u128>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

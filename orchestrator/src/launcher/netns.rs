@@ -18,20 +18,13 @@ use tailmesh_netfault::{
     tool::find_in_path,
 };
 
+use tailmesh_services::serving::CONTROL_TOKEN_ENV;
+
 use super::{ExitedChild, Killed, LaunchError, Launched, LocalLauncher, ProcessSpec};
 
-/// The environment variable holding the run's Control token.
-pub const CONTROL_TOKEN_ENV: &str = "TAILMESH_CONTROL_TOKEN";
 /// The environment variable telling a hop's fault agent where it acts: an
 /// [`AgentEnv`] as JSON.
 pub const AGENT_ENV: &str = "TAILMESH_AGENT";
-
-/// A fresh 128-bit token in hex, from the OS's generator.
-pub fn new_token() -> String {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    format!("{:032x}", rng.random::<u128>())
-}
 
 /// The netns launcher: a [`LocalLauncher`] whose children run inside their
 /// own namespaces of a [`Network`].
@@ -55,7 +48,7 @@ impl NetnsLauncher {
         Ok(Self {
             local: LocalLauncher::new(log_dir),
             net: Network::create()?,
-            token: new_token(),
+            token: super::new_token(),
         })
     }
 

@@ -7,6 +7,7 @@ use tailmesh_services::{
     addr::PeerAddr,
     broker::{BrokerClient, BrokerError, TopicStats, backend},
     model::{BrokerKind, QueueBounds},
+    serving,
     tls::{TlsFiles, TlsMode},
 };
 
@@ -195,9 +196,19 @@ async fn launch_hops(
     for (process, hop, replica) in plan.hops() {
         // A replica's service first: the hop resolves its schema at start.
         if let Some(service) = &hop.service {
+            // A layered service is the hop: it reads the hop's configuration.
+            let layered = match service.layers {
+                true => Some(write_hop_config(
+                    process,
+                    &plan.hop_config(hop, replica, &addrs),
+                    plan,
+                    options,
+                )?),
+                false => None,
+            };
             let address = start_service(
                 (process, hop, replica),
-                service,
+                (service, layered.as_deref()),
                 plan,
                 &addrs,
                 options,
@@ -291,11 +302,14 @@ pub enum ServiceError {
 /// `TAILMESH_REPLICA`, where its downstream hops are ([`crate::plan::downstream_env`])
 /// and, when the run traces, the OTLP variables that
 /// make a service exporting spans join the request's trace (its resource
-/// names the variant, as every span of a run's traces must). Its output goes
-/// to `hop-<hop>-<replica>.service.log` in the variant's log folder.
+/// names the variant, as every span of a run's traces must). A layered
+/// service (`layered`: its hop configuration's path) is given that path in
+/// `TAILMESH_HOP_CONFIG`, the run's Control token, and the hop's own name
+/// for its spans. Its output goes to `hop-<hop>-<replica>.service.log` in
+/// the variant's log folder.
 async fn start_service(
     (process, hop, replica): (&Process, &crate::scenario::Hop, u32),
-    service: &HopService,
+    (service, layered): (&HopService, Option<&std::path::Path>),
     plan: &MeshPlan,
     addrs: &Addrs,
     options: &RunOptions,
@@ -308,8 +322,8 @@ async fn start_service(
         // checks attaching waits for, only once the service is ready.
         AnyLauncher::Attached(_) if service.direct => {
             return Err(ServiceError::Unsupported(
-                "[hop.service] direct = true is not supported yet by a deployment (it puts a \
-                 tailmesh hop in front of every service)",
+                "[hop.service] direct = true (or layers = true) is not supported yet by a \
+                 deployment (it puts a tailmesh hop in front of every service)",
             ));
         }
         AnyLauncher::Attached(_) => {
@@ -363,8 +377,20 @@ async fn start_service(
     for (key, value) in crate::plan::downstream_env(hop, &plan.variant, replicas) {
         spec = spec.env(key, value);
     }
+    if let Some(config) = layered {
+        spec = spec.env(serving::HOP_CONFIG_ENV, config.as_os_str().to_owned());
+        if let AnyLauncher::Local(local) = launcher
+            && let Some(token) = local.token()
+        {
+            spec = spec.env(serving::CONTROL_TOKEN_ENV, token);
+        }
+    }
     if let Some(t) = &options.traces {
-        let otel_name = format!("{}-service", process.otel_name);
+        // A layered service's spans are the hop's own.
+        let otel_name = match layered {
+            Some(_) => process.otel_name.clone(),
+            None => format!("{}-service", process.otel_name),
+        };
         for (key, value) in process.trace_env(&t.endpoint, t.sampling, &plan.variant.name) {
             let value = if key == "OTEL_SERVICE_NAME" {
                 otel_name.clone()
@@ -481,22 +507,7 @@ fn spec_of(
         Role::Hop { hop, replica } => {
             let mut config = plan.hop_config(hop, *replica, addrs);
             config.tls = tls;
-            let path = options
-                .dir
-                .join("logs")
-                .join(&plan.variant.name)
-                .join(format!("{}.json", process.name));
-            let json =
-                serde_json::to_string_pretty(&config).map_err(|source| RunError::HopConfig {
-                    variant: plan.variant.name.clone(),
-                    process: process.name.clone(),
-                    source,
-                })?;
-            std::fs::write(&path, json).map_err(|source| RunError::Io {
-                what: "write",
-                path: path.clone(),
-                source,
-            })?;
+            let path = write_hop_config(process, &config, plan, options)?;
             spec.arg("hop").arg("--config").arg(path)
         }
     };
@@ -506,6 +517,32 @@ fn spec_of(
         options.traces.as_ref(),
         &plan.variant.name,
     ))
+}
+
+/// Writes a hop replica's configuration where its process reads it,
+/// `logs/<variant>/<process>.json`, and returns that path.
+fn write_hop_config(
+    process: &Process,
+    config: &tailmesh_services::hop::HopConfig,
+    plan: &MeshPlan,
+    options: &RunOptions,
+) -> Result<std::path::PathBuf, RunError> {
+    let path = options
+        .dir
+        .join("logs")
+        .join(&plan.variant.name)
+        .join(format!("{}.json", process.name));
+    let json = serde_json::to_string_pretty(config).map_err(|source| RunError::HopConfig {
+        variant: plan.variant.name.clone(),
+        process: process.name.clone(),
+        source,
+    })?;
+    std::fs::write(&path, json).map_err(|source| RunError::Io {
+        what: "write",
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
 }
 
 /// Asks a process to export its spans to the run's receiver.

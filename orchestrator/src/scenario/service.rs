@@ -23,6 +23,7 @@ const SERVICE_KEYS: &[&str] = &[
     "ready_timeout",
     "image",
     "direct",
+    "layers",
 ];
 
 /// The longest `ready_timeout`.
@@ -117,9 +118,34 @@ pub(super) fn service(
         }
         Some(_) => image(s, p).map(Some),
     };
-    let direct = match s.get("direct") {
+    let layers = match s.get("layers") {
         None => Some(false),
-        Some(_) => s.boolean(p, "direct"),
+        Some(_) => s.boolean(p, "layers"),
+    };
+    if layers == Some(true) && s.get("address").is_some() {
+        s.forbid(
+            p,
+            "layers",
+            "cannot go with address: a run starts a layered service with its hop's \
+             configuration and Control token (give command)",
+        );
+    }
+    // A layered service is called directly: it is the hop.
+    let direct = match (s.get("direct"), layers) {
+        (None, layers) => layers,
+        (Some(_), Some(true)) => match s.boolean(p, "direct") {
+            Some(false) => {
+                s.forbid(
+                    p,
+                    "direct",
+                    "= false cannot go with layers = true: a service in tailmesh's layers is \
+                     the hop itself, called directly (drop direct)",
+                );
+                None
+            }
+            direct => direct,
+        },
+        (Some(_), _) => s.boolean(p, "direct"),
     };
     Some(HopService {
         source: source?,
@@ -131,6 +157,7 @@ pub(super) fn service(
         ready_timeout: ready_timeout?,
         image: image?,
         direct: direct?,
+        layers: layers?,
         dir: PathBuf::new(),
     })
 }
@@ -166,7 +193,8 @@ fn image(s: &Section<'_>, p: &mut Problems) -> Option<String> {
 }
 
 /// The hop keys that need a tailmesh hop in front of the service, and why,
-/// for a hop whose service is called directly.
+/// for a hop whose service is called directly (`replica_slow` is refused
+/// beside any service).
 const SIDECAR_KEYS: &[(&str, &str)] = &[
     (
         "transport",
@@ -179,10 +207,6 @@ const SIDECAR_KEYS: &[(&str, &str)] = &[
     ("balance", "its callers take its replicas in turn"),
     ("connection", "its callers share one connection per replica"),
     ("slow", "injected slowness is done by a tailmesh hop"),
-    (
-        "replica_slow",
-        "injected slowness is done by a tailmesh hop",
-    ),
     ("error", "injected errors are answered by a tailmesh hop"),
     (
         "net",
@@ -213,24 +237,34 @@ const SIDECAR_KEYS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The keys of [`SIDECAR_KEYS`] a service in tailmesh's serving layers
+/// (`layers = true`) does itself: its slot and its application faults.
+const LAYERED_KEYS: &[&str] = &["concurrency", "queue_limit", "discipline", "slow", "error"];
+
 /// Reports each key of the hop `s` that needs a tailmesh hop in front of
-/// its service, when `[hop.service] direct = true` puts none there.
-pub(super) fn refuse_beside_direct(s: &Section<'_>, p: &mut Problems) {
+/// its service, when `[hop.service] direct = true` puts none there (or
+/// `layers = true`, whose service does some of them itself).
+pub(super) fn refuse_beside_direct(s: &Section<'_>, layers: bool, p: &mut Problems) {
     for (key, why) in SIDECAR_KEYS {
         let push =
             matches!(s.get(key).map(|e| &e.node.value), Some(Value::String(v)) if v == "push");
-        if *key == "transport" && push {
+        if *key == "transport" && push || layers && LAYERED_KEYS.contains(key) {
             continue;
         }
         if s.get(key).is_some() {
-            s.forbid(
-                p,
-                key,
-                &format!(
+            let message = if layers {
+                format!(
+                    "cannot go with service.layers = true: {why} (a layered service does its \
+                     slot and its slow and error faults itself; drop layers to put a tailmesh \
+                     hop in front of the service)"
+                )
+            } else {
+                format!(
                     "cannot go with service.direct = true: {why} (drop direct to put a tailmesh \
                      hop in front of the service)"
-                ),
-            );
+                )
+            };
+            s.forbid(p, key, &message);
         }
     }
 }
@@ -776,5 +810,77 @@ mod tests {
         assert_eq!(s.resolve(&s.proto[0]), dir.path().join("a.proto"));
         assert_eq!(s.resolve(&s.proto[1]), Path::new("/abs/b.proto"));
         assert_eq!(s.schema_source(), "proto: a.proto, /abs/b.proto");
+    }
+
+    /// The problems of a scenario whose hop `b` has `hop_keys` and whose
+    /// service has `service_keys`, then `tail`.
+    fn problems(hop_keys: &str, service_keys: &str, tail: &str) -> Vec<String> {
+        let text = format!(
+            "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n[[hop]]\n\
+             name = \"b\"\n{hop_keys}[hop.service]\nmethod = \"p.v1.S/M\"\n{service_keys}{tail}"
+        );
+        match parse(&text, "t.toml") {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.into_iter().map(|e| e.message).collect(),
+        }
+    }
+
+    #[test]
+    fn a_layered_service_is_called_directly_and_keeps_its_slot_and_faults() {
+        let s = service("command = [\"srv\", \"{port}\"]\nlayers = true\n");
+        assert!(s.layers && s.direct);
+        assert!(s.call(String::new()).layered);
+        let plain = service("command = [\"srv\"]\ndirect = true\n");
+        assert!(plain.direct && !plain.layers && !plain.call(String::new()).layered);
+        let keys = "concurrency = 4\nqueue_limit = 8\nslow = { probability = 0.1, extra = \"5ms\" }\n\
+                    error = { probability = 0.01, code = \"unavailable\" }\n";
+        let layered = "command = [\"srv\"]\nlayers = true\n";
+        assert_eq!(problems(keys, layered, ""), Vec::<String>::new());
+        // The same keys need a tailmesh hop beside a plain direct service.
+        let direct = problems(keys, "command = [\"srv\"]\ndirect = true\n", "");
+        assert_eq!(direct.len(), 4, "{direct:?}");
+        assert!(direct.iter().all(|m| m.contains("service.direct = true")));
+    }
+
+    #[test]
+    fn what_a_layered_service_cannot_do_is_refused_with_why() {
+        let cmd = "command = [\"srv\"]\n";
+        let found = problems("", "address = \"127.0.0.1:1\"\nlayers = true\n", "");
+        assert!(
+            found.len() == 1 && found[0].contains("layers cannot go with address"),
+            "{found:?}"
+        );
+        let found = problems("", &format!("{cmd}layers = true\ndirect = false\n"), "");
+        assert!(
+            found.len() == 1 && found[0].contains("= false cannot go with layers = true"),
+            "{found:?}"
+        );
+        let found = problems(
+            "replica_slow = { replica = 0, factor = 3 }\ntransport = \"pull\"\n",
+            &format!("{cmd}layers = true\n"),
+            "",
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|m| m.contains("transport cannot go with service.layers = true"))
+                && found
+                    .iter()
+                    .any(|m| m.contains("replica_slow cannot go with service:")),
+            "{found:?}"
+        );
+        let found = problems(
+            "downstream = [\"c\"]\n",
+            &format!("{cmd}layers = true\n"),
+            "[[hop]]\nname = \"c\"\n",
+        );
+        assert!(
+            found.len() == 1
+                && found[0].contains("has service.layers = true, so it must be a leaf"),
+            "{found:?}"
+        );
+        let found = problems("", &format!("{cmd}layers = \"yes\"\n"), "");
+        assert_eq!(found.len(), 1, "{found:?}");
     }
 }

@@ -33,6 +33,7 @@ mod deploy;
 mod endpoints;
 mod fanout;
 mod launcher;
+mod layered;
 mod links;
 mod netem;
 mod netfaults;
@@ -65,6 +66,7 @@ fn main() -> std::process::ExitCode {
         brokers::TESTS,
         payload::TESTS,
         fanout::TESTS,
+        layered::TESTS,
         policy::TESTS,
         traces::TESTS,
         report::TESTS,

@@ -20,8 +20,9 @@ use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
-use tailmesh::launcher::netns::{AGENT_ENV, CONTROL_TOKEN_ENV};
+use tailmesh::launcher::netns::AGENT_ENV;
 use tailmesh_netfault::{netns, tool::run_tool};
+use tailmesh_services::serving::CONTROL_TOKEN_ENV;
 
 tests! {
     sync twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets,

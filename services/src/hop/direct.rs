@@ -6,7 +6,11 @@
 //!
 //! The service answers its own message, not a path, so the caller writes
 //! the hop's record: the call's time, as the caller saw it, is the hop's
-//! service and total time; its transport is `"direct"`.
+//! service and total time; its transport is `"direct"`. A service in
+//! tailmesh's serving layers (`layers = true`, [`crate::serving`]) writes
+//! its own: the caller sends the request's id, attempt and caller in its
+//! `tm-*` metadata and takes the record from the reply's `tm-hop-bin`
+//! header (a reply without one gets the caller's record, as above).
 
 use std::{
     sync::{
@@ -18,7 +22,7 @@ use std::{
 
 use tailmesh_proto::pb::{CallReply, CallRequest, HopRecord};
 use tokio::time::Instant;
-use tonic::Status;
+use tonic::{Status, metadata::MetadataMap};
 
 use super::service::{ServiceClient, ServiceError};
 use crate::model::ServiceCall;
@@ -34,6 +38,8 @@ pub struct DirectTarget {
     caller: String,
     clients: Vec<(u32, ServiceClient)>,
     next: AtomicUsize,
+    /// The service runs tailmesh's serving layers.
+    layered: bool,
 }
 
 impl DirectTarget {
@@ -70,6 +76,7 @@ impl DirectTarget {
             caller: caller.to_owned(),
             clients,
             next: AtomicUsize::new(0),
+            layered: call.layered,
         })
     }
 
@@ -90,12 +97,30 @@ impl DirectTarget {
         let (replica, client) =
             &self.clients[self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len()];
         let start = Instant::now();
-        client.call(timeout).await?;
+        let own = if self.layered {
+            let mut metadata = MetadataMap::new();
+            super::metadata::insert_call_metadata(
+                &mut metadata,
+                request.request_id,
+                request.attempt,
+                &self.caller,
+                request.caller_slow,
+            );
+            let (headers, _) = client.call_with(timeout, metadata.into_headers()).await?;
+            // Its caller reached it directly, whatever the layers say.
+            super::metadata::record_of(&MetadataMap::from_headers(headers)).map(|own| HopRecord {
+                transport: DIRECT_TRANSPORT.to_owned(),
+                ..own
+            })
+        } else {
+            client.call(timeout).await?;
+            None
+        };
         let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         Ok(CallReply {
             request_id: request.request_id,
             payload: request.payload,
-            path: vec![HopRecord {
+            path: vec![own.unwrap_or_else(|| HopRecord {
                 hop: self.hop.to_string(),
                 replica: *replica,
                 service_ns: took,
@@ -103,7 +128,7 @@ impl DirectTarget {
                 parent: self.caller.clone(),
                 transport: DIRECT_TRANSPORT.to_owned(),
                 ..HopRecord::default()
-            }],
+            })],
         })
     }
 }

@@ -37,6 +37,7 @@ pub mod draw;
 mod error;
 pub mod events;
 pub mod fits;
+mod metadata;
 pub mod policy;
 mod pull;
 pub mod serve;

@@ -29,7 +29,7 @@ use tonic::{
     Code, Status,
     client::Grpc,
     codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
-    codegen::http::{HeaderName, HeaderValue, Uri},
+    codegen::http::{HeaderMap, HeaderName, HeaderValue, Uri},
     transport::{Channel, Endpoint},
 };
 use tonic_reflection::pb::v1::{
@@ -239,14 +239,26 @@ impl ServiceClient {
     /// is; a reply that does not fit the output message (one its decode
     /// would refuse) is INTERNAL.
     pub async fn call(&self, timeout: Option<Duration>) -> Result<ServiceReply, Status> {
+        self.call_with(timeout, HeaderMap::new())
+            .await
+            .map(|(_, reply)| reply)
+    }
+
+    /// [`ServiceClient::call`] with `extra` headers sent too, answering
+    /// the reply's headers as well (a layered service's record is there).
+    pub async fn call_with(
+        &self,
+        timeout: Option<Duration>,
+        extra: HeaderMap,
+    ) -> Result<(HeaderMap, ServiceReply), Status> {
         let traceparent = telemetry::traceparent_header();
         let call = async {
             self.link
-                .call_framed(self.framed.clone(), timeout, traceparent)
+                .call_framed(self.framed.clone(), timeout, traceparent, extra)
                 .await
                 .map_err(|(LinkError::Unsent(status) | LinkError::Failed(status))| status)
         };
-        let body = match timeout {
+        let (headers, body) = match timeout {
             Some(timeout) => {
                 crate::deadline::within(timeout, call, || {
                     format!("no answer from service {}", self.address)
@@ -256,11 +268,14 @@ impl ServiceClient {
             None => call.await,
         }?;
         fitting(&self.output, &self.address, &body)?;
-        Ok(ServiceReply {
-            bytes: body.len(),
-            body,
-            output: self.output.clone(),
-        })
+        Ok((
+            headers,
+            ServiceReply {
+                bytes: body.len(),
+                body,
+                output: self.output.clone(),
+            },
+        ))
     }
 }
 

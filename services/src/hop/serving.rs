@@ -85,24 +85,17 @@ use crate::{
 /// that reports the deadline it was given.
 pub use crate::deadline::parse_grpc_timeout;
 
+pub use super::metadata::{
+    ATTEMPT_HEADER, CALLER_HEADER, CALLER_SLOW_HEADER, RECORD_HEADER, REQUEST_ID_HEADER,
+    insert_call_metadata, record_of,
+};
+
 /// The environment variable naming the hop's JSON configuration file.
 pub const HOP_CONFIG_ENV: &str = "TAILMESH_HOP_CONFIG";
 /// The environment variable naming a file that holds the Control token.
 pub const CONTROL_TOKEN_FILE_ENV: &str = "TAILMESH_CONTROL_TOKEN_FILE";
 /// The environment variable holding the Control token itself.
 pub const CONTROL_TOKEN_ENV: &str = "TAILMESH_CONTROL_TOKEN";
-
-/// The request id, in decimal.
-pub const REQUEST_ID_HEADER: &str = "tm-request-id";
-/// The caller's attempt number (0 for the first), in decimal.
-pub const ATTEMPT_HEADER: &str = "tm-attempt";
-/// The calling hop's name.
-pub const CALLER_HEADER: &str = "tm-caller";
-/// "1" when the caller slowed this request with its injected slowness.
-pub const CALLER_SLOW_HEADER: &str = "tm-caller-slow";
-/// The hop's own record of the call, a protobuf `HopRecord` (a binary
-/// metadata header: base64 on the wire).
-pub const RECORD_HEADER: &str = "tm-hop-bin";
 
 /// Paths that are not the hop's work: they pass the layers untouched.
 const PASSING: [&str; 3] = [
@@ -408,35 +401,4 @@ where
             }
         })
     }
-}
-
-/// Sets the metadata of a call to a layered service as a calling hop
-/// sends it: request `request_id`, attempt `attempt`, from hop `caller`,
-/// which slowed it when `caller_slow`. A caller name that is not a valid
-/// metadata value is left out (the record's parent is then empty).
-pub fn insert_call_metadata(
-    metadata: &mut tonic::metadata::MetadataMap,
-    request_id: u64,
-    attempt: u32,
-    caller: &str,
-    caller_slow: bool,
-) {
-    let number = |n: u64| -> tonic::metadata::AsciiMetadataValue {
-        tonic::metadata::AsciiMetadataValue::from(n)
-    };
-    metadata.insert(REQUEST_ID_HEADER, number(request_id));
-    metadata.insert(ATTEMPT_HEADER, number(u64::from(attempt)));
-    if let Ok(caller) = caller.parse() {
-        metadata.insert(CALLER_HEADER, caller);
-    }
-    if caller_slow {
-        metadata.insert(CALLER_SLOW_HEADER, number(1));
-    }
-}
-
-/// The hop's record in a reply's metadata, if it carries one (for a
-/// caller of a layered service).
-pub fn record_of(metadata: &tonic::metadata::MetadataMap) -> Option<tailmesh_proto::pb::HopRecord> {
-    let bytes = metadata.get_bin(RECORD_HEADER)?.to_bytes().ok()?;
-    tailmesh_proto::pb::HopRecord::decode(bytes).ok()
 }

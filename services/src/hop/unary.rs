@@ -241,26 +241,31 @@ impl Link {
         traceparent: Option<HeaderValue>,
     ) -> Result<CallReply, LinkError> {
         let body = encode(request).map_err(LinkError::Failed)?;
-        let message = self.call_framed(body, timeout, traceparent).await?;
+        let (_, message) = self
+            .call_framed(body, timeout, traceparent, HeaderMap::new())
+            .await?;
         CallReply::decode(message)
             .map_err(|e| LinkError::Failed(Status::internal(format!("decode the answer: {e}"))))
     }
 
     /// One call of `body`, one gRPC message already framed ([`frame`]):
-    /// the answer's message, unframed and not decoded, or its status.
-    /// `timeout` becomes its `grpc-timeout`, `traceparent` its header of
-    /// that name. The caller bounds the wait.
+    /// the answer's headers and its message, unframed and not decoded, or
+    /// its status. `timeout` becomes its `grpc-timeout`, `traceparent` its
+    /// header of that name, and `extra` is sent after the link's own
+    /// headers. The caller bounds the wait.
     pub(crate) async fn call_framed(
         &self,
         body: Bytes,
         timeout: Option<Duration>,
         traceparent: Option<HeaderValue>,
-    ) -> Result<Bytes, LinkError> {
+        extra: HeaderMap,
+    ) -> Result<(HeaderMap, Bytes), LinkError> {
         let mut http = Request::new(());
         *http.method_mut() = Method::POST;
         *http.uri_mut() = self.uri.clone();
         let headers = http.headers_mut();
         *headers = self.headers.clone();
+        headers.extend(extra);
         if let Some(value) = traceparent {
             headers.insert(TRACEPARENT, value);
         }
@@ -448,7 +453,10 @@ impl Link {
 
     /// The answer's message, or its status: in the headers of a
     /// trailers-only answer, else in the trailers.
-    async fn read_reply(&self, answer: http::Response<h2::RecvStream>) -> Result<Bytes, Status> {
+    async fn read_reply(
+        &self,
+        answer: http::Response<h2::RecvStream>,
+    ) -> Result<(HeaderMap, Bytes), Status> {
         let (head, mut body) = answer.into_parts();
         if head.status != http::StatusCode::OK {
             return Err(http_status(head.status));
@@ -488,7 +496,10 @@ impl Link {
                 }
             }
         }
-        unframe(gathered.map_or(message, BytesMut::freeze))
+        Ok((
+            head.headers,
+            unframe(gathered.map_or(message, BytesMut::freeze))?,
+        ))
     }
 
     /// A failure before the request left: connection number `generation`

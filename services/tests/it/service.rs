@@ -225,6 +225,7 @@ fn service_call(addr: SocketAddr, request: &str) -> ServiceCall {
         proto: Vec::new(),
         proto_include: Vec::new(),
         metadata: vec![("x-tenant".into(), "blue".into())],
+        layered: false,
     }
 }
 

@@ -49,7 +49,12 @@ pub(super) fn hop_table(variants: &[VariantReport]) -> String {
             let split: Vec<String> = h.replica_requests.iter().map(u64::to_string).collect();
             // A hop whose work is a real gRPC service says which.
             let service = h.grpc_service.as_ref().map_or(String::new(), |s| {
-                format!("<br><small>service {}</small>", escape(&s.method))
+                let layered = if s.layers {
+                    ", in tailmesh's layers"
+                } else {
+                    ""
+                };
+                format!("<br><small>service {}{layered}</small>", escape(&s.method))
             });
             let _ = write!(
                 out,

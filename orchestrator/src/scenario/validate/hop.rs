@@ -342,11 +342,10 @@ fn hop_service(
             .and_then(|w| crate::scenario::service::service(&w, replicas, p))
             .map(Some),
     };
-    if service
-        .as_ref()
-        .is_some_and(|s| s.as_ref().is_some_and(|s| s.direct))
+    if let Some(Some(service)) = &service
+        && service.direct
     {
-        crate::scenario::service::refuse_beside_direct(s, p);
+        crate::scenario::service::refuse_beside_direct(s, service.layers, p);
     }
     service
 }

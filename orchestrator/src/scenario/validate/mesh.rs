@@ -79,15 +79,18 @@ pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<
             .hop
             .as_ref()
             .and_then(|h| h.service.as_ref())
-            .is_some_and(|s| s.direct);
-        if direct && !out.is_empty() {
+            .filter(|s| s.direct);
+        if let Some(service) = direct
+            && !out.is_empty()
+        {
             ok = false;
+            let key = if service.layers { "layers" } else { "direct" };
             p.at(
                 draft.header.start,
                 format!(
-                    "hop \"{}\" has service.direct = true, so it must be a leaf: its callers \
+                    "hop \"{}\" has service.{key} = true, so it must be a leaf: its callers \
                      call the service itself and no tailmesh hop is there to call downstream \
-                     hops (make it the last hop, or set downstream = [], or drop direct)",
+                     hops (make it the last hop, or set downstream = [], or drop {key})",
                     draft.raw_name.unwrap_or_default()
                 ),
             );
