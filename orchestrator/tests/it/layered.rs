@@ -31,28 +31,13 @@ fn echo_binary() -> PathBuf {
     }
 }
 
-/// The processes whose environment names `needle` (a path inside this
-/// test's scratch folder), but this one.
-fn processes_naming(needle: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != std::process::id())
-        .filter(|pid| {
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            runs_ours(*pid, "tailmesh-echo") && String::from_utf8_lossy(&environ).contains(needle)
-        })
-        .collect()
-}
-
-fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["hops"]
-        .as_array()
-        .and_then(|hops| hops.iter().find(|h| h["hop"] == name))
-        .unwrap_or_else(|| panic!("no hop {name} in {v:#}"))
+/// The example echo servers whose environment names `needle` (a path
+/// inside this test's scratch folder).
+fn echoes_naming(needle: &str) -> Vec<u32> {
+    pids_where(|pid| {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        runs_ours(pid, "tailmesh-echo") && String::from_utf8_lossy(&environ).contains(needle)
+    })
 }
 
 fn the_shipped_layered_echo_runs_as_a_hop_with_its_own_records() {
@@ -151,6 +136,6 @@ fn the_shipped_layered_echo_runs_as_a_hop_with_its_own_records() {
             assert_eq!(logs.join(&file).exists(), wanted, "{file}: {context}");
         }
     }
-    let left = processes_naming(&scratch.path().display().to_string());
+    let left = echoes_naming(&scratch.path().display().to_string());
     assert!(left.is_empty(), "left running: {left:?}\n{context}");
 }

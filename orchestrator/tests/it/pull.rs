@@ -40,14 +40,6 @@ fn topic_stats(
     })
 }
 
-/// The per-hop report of `hop` in variant `v`.
-fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v.pointer("/hops")
-        .and_then(Value::as_array)
-        .and_then(|hops| hops.iter().find(|h| h["hop"] == name))
-        .unwrap_or_else(|| panic!("no hop {name:?} in {v:#}"))
-}
-
 fn replica_requests(hop: &Value) -> Vec<u64> {
     hop.pointer("/replica_requests")
         .and_then(Value::as_array)

@@ -102,14 +102,7 @@ fn echo_command(extra: &[&str]) -> String {
 
 /// Every process whose command line holds `marker`, but `except`.
 fn processes_with(marker: &str, except: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != except && runs_ours(pid, marker))
-        .collect()
+    pids_where(|pid| pid != except && runs_ours(pid, marker))
 }
 
 /// `tailmesh validate` of `text`: its exit code and its messages.
@@ -395,13 +388,6 @@ fn chain_through(service: &str, b_extra: &str, requests: u32) -> String {
             &format!("[[hop]]\nname = \"b\"\n{b_extra}{service}[[hop]]\nname = \"c\"\n"),
         )
     )
-}
-
-fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
-    v["hops"]
-        .as_array()
-        .and_then(|hops| hops.iter().find(|h| h["hop"] == name))
-        .unwrap_or_else(|| panic!("no hop {name} in {v:#}"))
 }
 
 fn a_push_and_a_pulled_service_hop_account_for_every_request() {

@@ -605,6 +605,18 @@ fn collect_pid_files(dir: &Path, pids: &mut BTreeMap<(String, String), u32>) {
     }
 }
 
+/// The pids in /proc (but this process's) that `wanted` keeps.
+pub(crate) fn pids_where(wanted: impl Fn(u32) -> bool) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != std::process::id() && wanted(pid))
+        .collect()
+}
+
 /// Whether `pid` runs a process whose command line mentions `marker` (a
 /// temp dir path): a zombie or a reused pid does not count.
 pub(crate) fn runs_ours(pid: u32, marker: &str) -> bool {
@@ -621,6 +633,14 @@ pub(crate) fn runs_ours(pid: u32, marker: &str) -> bool {
 
 // ---------------------------------------------------------------------------
 // Reading results
+
+/// The per-hop report of hop `name` in variant `v`.
+pub(crate) fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v.pointer("/hops")
+        .and_then(Value::as_array)
+        .and_then(|hops| hops.iter().find(|h| h["hop"] == name))
+        .unwrap_or_else(|| panic!("no hop {name:?} in {v:#}"))
+}
 
 pub(crate) fn summary(run_dir: &Path) -> Value {
     let path = run_dir.join("summary.json");
