@@ -2,13 +2,15 @@
 """Arithmetic for bench/sidecar.sh (standard library only).
 
 Subcommands:
-  scenario SRC N DST [--no-direct]
+  scenario SRC N DST [--no-direct] [--no-layers]
                          copy the scenario SRC to DST with `requests = N`
                          in [load] and its relative paths (a `command`
                          program written with a `/`, `proto` files) made
                          absolute, so the copy runs from anywhere; with
-                         --no-direct, without the `direct` variant (also
-                         used by bench/tracing.sh's -n)
+                         --no-direct, without the `direct` variant, with
+                         --no-layers without the two tonic variants (a
+                         build without `layers`) (also used by
+                         bench/tracing.sh's -n)
   round SUMMARY N OUT TSV
                          read one run's summary.json, check that every
                          variant answered all N requests, and write the
@@ -31,6 +33,8 @@ GOAL = 1.2
 # on RATIO).
 RATIO = "sidecar / forwarding hop"
 OVER_ZERO = "(sidecar chain - zero chain p50) / forwarding hop"
+# The layers' cost per call over the sidecar's (bench/sidecar.sh: <= 0.5).
+LAYERS = "tailmesh layers / sidecar"
 
 
 def fail(msg):
@@ -38,7 +42,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def scenario(src, n, dst, direct=True):
+def scenario(src, n, dst, leave_out=()):
     base = os.path.dirname(os.path.abspath(src))
     out, section, done = [], None, False
 
@@ -54,19 +58,20 @@ def scenario(src, n, dst, direct=True):
             section = m.group(1).strip()
         if section == "load" and re.match(r"\s*requests\s*=", line):
             line, done = f"requests = {n}\n", True
-        if re.match(r"\s*(command|proto)\s*=", line):
+        if re.search(r"\b(command|proto)\s*=", line):
             line = re.sub(r'"(\.\.?/[^"]*)"', absolute, line)
         out.append(line)
     if not done:
         fail(f"{src}: no [load] requests to replace")
-    if not direct:
-        text = "".join(out)
-        cut = re.search(r'\[\[variant\]\]\s*name\s*=\s*"direct"[^\[]*', text)
-        if not cut:
-            fail(f"{src}: no variant \"direct\" to leave out")
-        out = [text[: cut.start()] + text[cut.end() :]]
+    # Each [[variant]] block runs to the next one (the variants come last).
+    blocks = re.split(r"(?m)^(?=\[\[variant\]\])", "".join(out))
+    for name in leave_out:
+        named = [b for b in blocks if re.match(rf'\[\[variant\]\]\s*name\s*=\s*"{name}"', b)]
+        if not named:
+            fail(f"{src}: no variant \"{name}\" to leave out")
+        blocks = [b for b in blocks if b not in named]
     with open(dst, "w") as f:
-        f.writelines(out)
+        f.write("".join(blocks))
 
 
 def p50(stats):
@@ -76,9 +81,9 @@ def p50(stats):
 def round_numbers(summary_path, n, out, tsv):
     s = json.load(open(summary_path))
     variants = {v["name"]: v for v in s["variants"]}
-    for name in ("zero", "sidecar", "direct"):
+    for name in ("zero", "sidecar", "direct", "tonic-plain", "tonic-layers"):
         v = variants.get(name)
-        if v is None and name == "direct":
+        if v is None and name not in ("zero", "sidecar"):
             continue
         if v is None:
             fail(f"{summary_path}: no variant {name!r}")
@@ -97,6 +102,10 @@ def round_numbers(summary_path, n, out, tsv):
     direct = variants.get("direct")
     direct_p50 = p50(direct["latency"]) if direct else None
     sidecar = p50(variants["sidecar"]["latency"]) - direct_p50 if direct else None
+    plain, layered = variants.get("tonic-plain"), variants.get("tonic-layers")
+    plain_p50 = p50(plain["latency"]) if plain else None
+    layered_p50 = p50(layered["latency"]) if layered else None
+    layers = layered_p50 - plain_p50 if plain and layered else None
     loads = [v["instrument"]["load_average"][0] for v in s["variants"] if v.get("instrument")]
     numbers = {
         "requests": n,
@@ -113,6 +122,10 @@ def round_numbers(summary_path, n, out, tsv):
         "over_zero_leaf_us": p50(variants["sidecar"]["latency"]) - p50(zero["latency"]),
         "sidecar_cost_us": sidecar,
         "ratio": sidecar / forwarding if sidecar is not None and forwarding > 0 else None,
+        "tonic_plain_p50_us": plain_p50,
+        "tonic_layers_p50_us": layered_p50,
+        "layers_cost_us": layers,
+        "layers_ratio": layers / sidecar if layers is not None and sidecar else None,
         "load_average": loads,
         "busy": any(v.get("instrument", {}).get("busy") for v in s["variants"]),
     }
@@ -129,6 +142,10 @@ def round_numbers(summary_path, n, out, tsv):
             # No direct variant (an older build): what the service hop adds
             # over a zero-work leaf, against the same forwarding hop.
             f.write(f"{OVER_ZERO}\t{over(numbers['over_zero_leaf_us'])!r}\n")
+        if layers is not None and sidecar is not None:
+            # A sidecar cost at or below zero (a noisy round) is no number.
+            value = layers / sidecar if sidecar > 0 else float("inf")
+            f.write(f"{LAYERS}\t{value!r}\n")
 
 
 def report(d, json_out=None):
@@ -149,6 +166,9 @@ def report(d, json_out=None):
         ("a -> b -> service (direct), p50", "direct_p50_us"),
         ("sidecar, per call", "sidecar_cost_us"),
         ("sidecar chain p50 - zero chain p50", "over_zero_leaf_us"),
+        ("a -> b -> tonic echo (direct, plain), p50", "tonic_plain_p50_us"),
+        ("a -> b -> tonic echo in the layers, p50", "tonic_layers_p50_us"),
+        ("layers, per call", "layers_cost_us"),
     ]
     width = max(len(label) for label, _ in rows)
     for label, key in rows:
@@ -173,10 +193,16 @@ def report(d, json_out=None):
 
 
 def main(argv):
-    if len(argv) >= 2 and argv[1] == "scenario" and len(argv) in (5, 6):
-        if len(argv) == 6 and argv[5] != "--no-direct":
-            fail(f"scenario: unknown flag {argv[5]}")
-        scenario(argv[2], int(argv[3]), argv[4], direct=len(argv) == 5)
+    if len(argv) >= 2 and argv[1] == "scenario" and len(argv) >= 5:
+        leave_out = []
+        for flag in argv[5:]:
+            if flag == "--no-direct":
+                leave_out.append("direct")
+            elif flag == "--no-layers":
+                leave_out += ["tonic-plain", "tonic-layers"]
+            else:
+                fail(f"scenario: unknown flag {flag}")
+        scenario(argv[2], int(argv[3]), argv[4], leave_out)
     elif len(argv) >= 2 and argv[1] == "round" and len(argv) == 6:
         round_numbers(argv[2], int(argv[3]), argv[4], argv[5])
     elif len(argv) >= 2 and argv[1] == "report" and len(argv) in (3, 4):

@@ -9,7 +9,14 @@
 #               add (floor.sh's (3-hop p50 - 1-hop p50) / 2, read inside
 #               one chain);
 #   2. sidecar: svc is the C++ example server behind its tailmesh sidecar;
-#   3. direct:  b calls the same server itself (`[hop.service] direct`).
+#   3. direct:  b calls the same server itself (`[hop.service] direct`);
+#   4. tonic-plain:  b calls the Rust tonic echo (examples/tonic-echo,
+#               --plain) itself;
+#   5. tonic-layers: the same server inside tailmesh's serving layers
+#               (`[hop.service] layers = true`), called by b itself.
+#
+# Layers' cost = tonic-layers p50 - tonic-plain p50, the same way; the
+# goal is at most 0.5x the sidecar's cost ("tailmesh layers / sidecar").
 #
 # Sidecar's cost = sidecar p50 - direct p50: the same client (b's) calls
 # the same server, with and without the sidecar between. The goal is at
@@ -24,9 +31,9 @@
 # synchronous server): compiled, no interpreter or garbage collector, so
 # its own time is short and steady and the difference is the sidecar's.
 #
-# Usage: bench/sidecar.sh [-n N] [-r R] [--bin TAILMESH] [--strict] [--no-direct] [--json FILE]
+# Usage: bench/sidecar.sh [-n N] [-r R] [--bin TAILMESH] [--strict] [--no-direct] [--no-layers] [--json FILE]
 #   -n N          requests per variant (default 20000; -n 2000 for a quick run)
-#   -r R          rounds: runs of the three variants (default 10)
+#   -r R          rounds: runs of the five variants (default 10)
 #   --bin PATH    the tailmesh binary to measure (default: build the release
 #                 one); for an A/B of two builds, run once with each
 #   --strict      refuse to run when the 1-minute load average is over 1.5
@@ -34,12 +41,15 @@
 #   --no-direct   leave the direct variant out (a build without
 #                 `[hop.service] direct`): no sidecar cost then, only the
 #                 sidecar chain's p50 over the zero-work chain's
+#   --no-layers   leave the two tonic variants out (a build without
+#                 `[hop.service] layers`)
 #   --json FILE   also write the numbers as JSON
 #
 # Needs cargo, python3 and the C++ example server (examples/servers/setup.sh
-# cpp). Loopback only. Leaves nothing behind: the run is stopped by its PID
-# (it stops its own hops and services) and the temp dir removed, on every
-# exit path (Ctrl-C included).
+# cpp); builds the tonic echo (release) unless --no-layers. Loopback only.
+# Leaves nothing behind: the run is stopped by its PID (it stops its own
+# hops and services) and the temp dir removed, on every exit path (Ctrl-C
+# included).
 set -euo pipefail
 
 REQUESTS=20000
@@ -47,8 +57,9 @@ ROUNDS=10
 BIN=""
 STRICT=0
 NO_DIRECT=0
+NO_LAYERS=0
 JSON_OUT=""
-usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
@@ -56,6 +67,7 @@ while (($#)); do
         --bin) BIN="${2:?--bin needs a path}"; shift 2 ;;
         --strict) STRICT=1; shift ;;
         --no-direct) NO_DIRECT=1; shift ;;
+        --no-layers) NO_LAYERS=1; shift ;;
         --json) JSON_OUT="${2:?--json needs a file}"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "sidecar: unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -102,6 +114,10 @@ if [[ -z $BIN ]]; then
     BIN="$REPO/target/release/tailmesh"
 fi
 command -v cargo >/dev/null 2>&1 || { say "cargo not found (it builds the intervals binary)"; exit 1; }
+if ! ((NO_LAYERS)); then
+    say "building the tonic echo (release)"
+    step TERM cargo build --manifest-path "$REPO/Cargo.toml" --release --locked -q -p tailmesh-example-echo
+fi
 rounds_setup
 
 load1="$(cut -d' ' -f1 /proc/loadavg)"
@@ -115,7 +131,8 @@ if python3 -c "import sys; sys.exit(float(sys.argv[1]) <= 1.5)" "$load1"; then
 fi
 
 flags=()
-((NO_DIRECT)) && flags=(--no-direct)
+((NO_DIRECT)) && flags+=(--no-direct)
+((NO_LAYERS)) && flags+=(--no-layers)
 python3 "$PY" scenario "$HERE/sidecar.toml" "$REQUESTS" "$TMP/sidecar.toml" "${flags[@]}"
 machine_mark
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -135,6 +152,7 @@ done
 
 goals=()
 ((NO_DIRECT)) || goals=(--goal "sidecar / forwarding hop<=1.2")
+((NO_DIRECT || NO_LAYERS)) || goals+=(--goal "tailmesh layers / sidecar<=0.5")
 rounds_report "${goals[@]}" >"$TMP/intervals.txt"
 echo
 echo "sidecar vs zero-work forwarding hop: $REQUESTS requests per variant, $ROUNDS round(s), 1 in flight, traces off, $(nproc) cores, $(date -u +%Y-%m-%d)"

@@ -37,7 +37,7 @@ pub(crate) use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
     hop::{
-        DirectTarget, PullTarget, PushPool,
+        PushPool,
         call::{CallStack, Reach},
         policy::{Called, ClientPolicy},
     },
@@ -70,28 +70,13 @@ impl Target {
         Self::new(Reach::Push(Arc::new(pool)), policy)
     }
 
-    /// The first hop reached by push, over `pool`, which the caller keeps
-    /// a handle on (to read its endpoint events when the load ends).
-    pub(crate) fn push_shared(pool: Arc<PushPool>, policy: ClientPolicy) -> Self {
-        Self::new(Reach::Push(pool), policy)
-    }
-
-    /// The first hop reached by pull, through its broker topic.
-    pub(crate) fn pull(target: PullTarget, policy: ClientPolicy) -> Self {
-        Self::new(Reach::Pull(Arc::new(target)), policy)
-    }
-
-    /// The first hop's service, called directly (`service.direct`).
-    pub(crate) fn direct(target: DirectTarget, policy: ClientPolicy) -> Self {
-        Self::new(Reach::Direct(Arc::new(target)), policy)
-    }
-
     /// What happened to the generator's connections so far.
     fn link_counts(&self) -> Option<LinkCounts> {
         self.stack.reach().link_counts()
     }
 
-    fn new(reach: Reach, policy: ClientPolicy) -> Self {
+    /// The first hop over `reach` (built by [`Reach::resolve`]).
+    pub(crate) fn new(reach: Reach, policy: ClientPolicy) -> Self {
         Target {
             stack: CallStack::for_load(reach, policy),
         }

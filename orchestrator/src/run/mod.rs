@@ -35,7 +35,10 @@ use tailmesh_netfault::{
 };
 use tailmesh_services::{
     broker::TopicStats,
-    hop::{Connections, DirectTarget, PullTarget, PushPool, client::PoolError},
+    hop::call::{
+        Reach,
+        reach::{ReachError, ReachPlan},
+    },
     model::{Connection, Transport},
     timer::Sleeper,
 };
@@ -163,10 +166,10 @@ pub enum RunError {
         address: String,
         source: Box<LaunchError>,
     },
-    /// The load generator's pool of connections to the entry hop could
-    /// not be built.
-    #[error("variant \"{variant}\": {source}")]
-    EntryPool { variant: String, source: PoolError },
+    /// The load generator's reach of the entry hop (its pool of
+    /// connections, or its broker) could not be built.
+    #[error("variant \"{variant}\": entry hop {source}")]
+    EntryReach { variant: String, source: ReachError },
 }
 
 impl RunError {
@@ -481,73 +484,58 @@ async fn measure(
     let entry = plan.entry().ok_or_else(|| RunError::NoHop {
         variant: variant.name.clone(),
     })?;
-    let mut entry_pool = None;
-    let direct = entry.service.as_ref().filter(|s| s.direct);
-    let target = match (entry.transport, broker.clone(), direct) {
-        (_, _, Some(service)) => {
-            let addresses: Vec<String> = addrs
-                .hops
-                .get(&entry.name)
-                .map(|a| a.iter().map(ToString::to_string).collect())
-                .unwrap_or_default();
-            // `connections` channels to each replica, taken in turn.
-            let copies = match variant.load.connection {
-                ConnectionMode::Shared { connections } => connections as usize,
-                ConnectionMode::PerRequest => 1,
-            };
-            let target = DirectTarget::resolve(
-                &entry.name,
-                "",
-                &service.call(String::new()),
-                &addresses,
-                copies,
-                tailmesh_services::hop::server::SERVICE_PATIENCE,
-            )
-            .await
-            .map_err(|source| RunError::Service {
-                variant: variant.name.clone(),
-                hop: entry.name.clone(),
-                replica: 0,
-                source: Box::new(launch::ServiceError::Resolve(source)),
-            })?;
-            Target::direct(target, entry.client.clone())
-        }
-        (Transport::Pull, Some(broker), None) => Target::pull(
-            // Per request: a broker client of its own for every submit.
-            PullTarget::of_kind(variant.broker, variant.queue_bounds, broker, &entry.name)
-                .with_connection(match variant.load.connection {
-                    ConnectionMode::Shared { .. } => Connection::Shared,
-                    ConnectionMode::PerRequest => Connection::PerRequest,
-                }),
-            entry.client.clone(),
-        ),
-        _ => {
-            let connections = match variant.load.connection {
-                ConnectionMode::Shared { connections } => Connections::Shared(connections as usize),
-                ConnectionMode::PerRequest => Connections::PerRequest,
-            };
-            let pool = PushPool::new(
-                &entry.name,
-                addrs
-                    .hops
-                    .get(&entry.name)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default(),
-                entry.balance,
-                connections,
-                plan.seed,
-                "loadgen",
-            )
-            .map(|pool| pool.with_endpoints(entry.endpoints.clone()))
-            .map_err(|source| RunError::EntryPool {
-                variant: variant.name.clone(),
-                source,
-            })?;
-            let pool = Arc::new(pool);
-            entry_pool = Some(Arc::clone(&pool));
-            Target::push_shared(pool, entry.client.clone())
-        }
+    // `connections` channels to each replica, taken in turn, or one per
+    // request.
+    let (connection, channels) = match variant.load.connection {
+        ConnectionMode::Shared { connections } => (Connection::Shared, connections as usize),
+        ConnectionMode::PerRequest => (Connection::PerRequest, 1),
     };
+    let direct = entry
+        .service
+        .as_ref()
+        .filter(|s| s.direct)
+        .map(|s| s.call(String::new()));
+    let reach_plan = ReachPlan {
+        hop: &entry.name,
+        caller: None,
+        transport: entry.transport,
+        replicas: addrs
+            .hops
+            .get(&entry.name)
+            .map(Vec::as_slice)
+            .unwrap_or_default(),
+        balance: entry.balance,
+        connection,
+        channels,
+        seed: plan.seed,
+        endpoints: &entry.endpoints,
+        broker: broker
+            .as_ref()
+            .map(|b| (variant.broker, variant.queue_bounds, b)),
+        service: direct.as_ref(),
+    };
+    let reach = Reach::resolve(
+        &reach_plan,
+        tailmesh_services::hop::server::SERVICE_PATIENCE,
+    )
+    .await
+    .map_err(|e| match e {
+        ReachError::Service(source) => RunError::Service {
+            variant: variant.name.clone(),
+            hop: entry.name.clone(),
+            replica: 0,
+            source: Box::new(launch::ServiceError::Resolve(*source)),
+        },
+        e => RunError::EntryReach {
+            variant: variant.name.clone(),
+            source: e,
+        },
+    })?;
+    let entry_pool = match &reach {
+        Reach::Push(pool) => Some(Arc::clone(pool)),
+        Reach::Pull(_) | Reach::Direct(_) => None,
+    };
+    let target = Target::new(reach, entry.client.clone());
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
     let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pool.clone());
     // Windows that start at 0 are applied before the load starts.

@@ -17,12 +17,12 @@ use tokio::{
 use tonic::{Request, Response, Status};
 
 use super::{
-    call::{CallStack, Reach},
-    client::{Connections, PushPool},
-    direct::DirectTarget,
+    call::{
+        CallStack, Reach,
+        reach::{ReachError, ReachPlan},
+    },
     error::{CallError, HopError},
     policy::ClientPolicy,
-    pull::PullTarget,
     serve::{
         self, FanOutLayer, FaultLayer, HopRequest, RecordLayer, ServerSpanLayer, SlotLayer,
         SpanStart, Work, fan_out::Downstream, faults::Behavior,
@@ -201,12 +201,17 @@ impl HopCore {
     /// Builds the handler and its downstream clients (lazily connected).
     /// A hop whose work is a service needs [`HopCore::resolve`].
     pub fn new(config: &HopConfig) -> Result<Self, HopError> {
-        if config.service.is_some() || config.downstream.iter().any(|d| d.service.is_some()) {
+        if config.service.is_some() {
             return Err(HopError::ServiceUnresolved {
                 hop: config.behavior.name.clone(),
             });
         }
-        Self::build(config, None, Vec::new())
+        let reaches = config
+            .downstream
+            .iter()
+            .map(|d| Reach::of(&reach_plan(config, d)).map_err(|e| reach_error(config, e)))
+            .collect::<Result<_, _>>()?;
+        Self::build(config, None, reaches)
     }
 
     /// [`HopCore::new`], and the hop's service (`config.service`) resolved
@@ -214,94 +219,34 @@ impl HopCore {
     /// a request that does not fit fails the hop's start, not its calls.
     /// The downstream services reached directly are resolved too.
     pub async fn resolve(config: &HopConfig) -> Result<Self, HopError> {
-        let failed = |source| HopError::Service {
-            hop: config.behavior.name.clone(),
-            replica: config.replica,
-            source: Box::new(source),
-        };
         let service = match &config.service {
             Some(call) => Some(
                 ServiceClient::resolve(call, SERVICE_PATIENCE)
                     .await
-                    .map_err(failed)?,
+                    .map_err(|e| reach_error(config, ReachError::Service(Box::new(e))))?,
             ),
             None => None,
         };
-        let mut direct = Vec::new();
+        let mut reaches = Vec::with_capacity(config.downstream.len());
         for d in &config.downstream {
-            if let Some(call) = &d.service {
-                let addresses: Vec<String> = d.replicas.iter().map(ToString::to_string).collect();
-                direct.push(
-                    DirectTarget::resolve(
-                        &d.hop,
-                        &config.behavior.name,
-                        call,
-                        &addresses,
-                        1,
-                        SERVICE_PATIENCE,
-                    )
+            reaches.push(
+                Reach::resolve(&reach_plan(config, d), SERVICE_PATIENCE)
                     .await
-                    .map_err(failed)?,
-                );
-            }
+                    .map_err(|e| reach_error(config, e))?,
+            );
         }
-        Self::build(config, service, direct)
+        Self::build(config, service, reaches)
     }
 
-    /// Builds the hop; `direct` are its directly reached downstream
-    /// services, resolved, in the order of `config.downstream`.
+    /// Builds the hop; `reaches` are its downstream hops' reaches, in the
+    /// order of `config.downstream`.
     fn build(
         config: &HopConfig,
         service: Option<ServiceClient>,
-        direct: Vec<DirectTarget>,
+        reaches: Vec<Reach>,
     ) -> Result<Self, HopError> {
         let mut downstream = Vec::with_capacity(config.downstream.len());
-        let mut direct = direct.into_iter();
-        for d in &config.downstream {
-            let reach = if d.service.is_some() {
-                let target = direct
-                    .next()
-                    .ok_or_else(|| HopError::ServiceUnresolved { hop: d.hop.clone() })?;
-                Reach::Direct(Arc::new(target))
-            } else {
-                match d.transport {
-                    Transport::Push => {
-                        let connections = match d.connection {
-                            Connection::Shared => Connections::Shared(1),
-                            Connection::PerRequest => Connections::PerRequest,
-                        };
-                        let pool = PushPool::new(
-                            &d.hop,
-                            &d.replicas,
-                            d.balance,
-                            connections,
-                            config.behavior.seed ^ u64::from(config.replica),
-                            &config.behavior.name,
-                        )
-                        .map(|pool| pool.with_endpoints(d.endpoints.clone()))
-                        .map_err(|source| HopError::Downstream {
-                            hop: config.behavior.name.clone(),
-                            source,
-                        })?;
-                        Reach::Push(Arc::new(pool))
-                    }
-                    Transport::Pull => {
-                        let broker = config.broker.as_ref().ok_or_else(|| HopError::NoBroker {
-                            hop: config.behavior.name.clone(),
-                            downstream: d.hop.clone(),
-                        })?;
-                        Reach::Pull(Arc::new(
-                            PullTarget::of_kind(
-                                config.broker_kind,
-                                config.queue_bounds,
-                                broker.clone(),
-                                &d.hop,
-                            )
-                            .with_connection(d.connection),
-                        ))
-                    }
-                }
-            };
+        for (d, reach) in config.downstream.iter().zip(reaches) {
             downstream.push(Downstream {
                 hop: d.hop.as_str().into(),
                 stack: CallStack::for_hop(&config.behavior.name, &d.hop, reach, d.policy.clone()),
@@ -430,6 +375,42 @@ impl HopCore {
             payload: served.reply,
             path: served.path,
         })
+    }
+}
+
+/// How `config`'s hop reaches its downstream hop `d`.
+fn reach_plan<'a>(config: &'a HopConfig, d: &'a DownstreamConfig) -> ReachPlan<'a> {
+    ReachPlan {
+        hop: &d.hop,
+        caller: Some(&config.behavior.name),
+        transport: d.transport,
+        replicas: &d.replicas,
+        balance: d.balance,
+        connection: d.connection,
+        channels: 1,
+        seed: config.behavior.seed ^ u64::from(config.replica),
+        endpoints: &d.endpoints,
+        broker: config
+            .broker
+            .as_ref()
+            .map(|b| (config.broker_kind, config.queue_bounds, b)),
+        service: d.service.as_ref(),
+    }
+}
+
+/// A reach (or the hop's own service) that could not be had, as the
+/// hop's error.
+fn reach_error(config: &HopConfig, error: ReachError) -> HopError {
+    let hop = config.behavior.name.clone();
+    match error {
+        ReachError::Pool(source) => HopError::Downstream { hop, source },
+        ReachError::NoBroker { hop: downstream } => HopError::NoBroker { hop, downstream },
+        ReachError::Service(source) => HopError::Service {
+            hop,
+            replica: config.replica,
+            source,
+        },
+        ReachError::ServiceUnresolved { .. } => HopError::ServiceUnresolved { hop },
     }
 }
 

@@ -17,10 +17,67 @@ use tower::Service;
 
 use super::Call;
 use crate::{
-    hop::{client::PushPool, direct::DirectTarget, pull::PullTarget},
+    addr::PeerAddr,
+    hop::{
+        client::{Connections, PoolError, PushPool},
+        direct::DirectTarget,
+        pull::PullTarget,
+        service::ServiceError,
+    },
     link::LinkCounts,
-    model::Transport,
+    model::{
+        Balance, BrokerKind, Connection, EndpointOptions, QueueBounds, ServiceCall, Transport,
+    },
 };
+
+/// Everything a caller (a hop, or the load generator) knows of one hop it
+/// calls, to reach it: [`Reach::resolve`] builds the reach from it, the
+/// same way for both.
+#[derive(Clone, Copy, Debug)]
+pub struct ReachPlan<'a> {
+    /// The hop called.
+    pub hop: &'a str,
+    /// The calling hop; `None`: the load generator.
+    pub caller: Option<&'a str>,
+    /// How it is reached when it has no direct `service`.
+    pub transport: Transport,
+    /// Its replicas' addresses (push, direct).
+    pub replicas: &'a [PeerAddr],
+    /// How push balances over them.
+    pub balance: Balance,
+    /// Shared connections or one per call (push and pull).
+    pub connection: Connection,
+    /// Shared connections per replica (push, direct).
+    pub channels: usize,
+    /// The seed of the push pool's choices.
+    pub seed: u64,
+    /// Endpoint health, keepalive and ejection of the push pool.
+    pub endpoints: &'a EndpointOptions,
+    /// The broker of a pulled hop: its kind, queue bounds and address.
+    pub broker: Option<(BrokerKind, QueueBounds, &'a PeerAddr)>,
+    /// The service called directly, when the hop is one.
+    pub service: Option<&'a ServiceCall>,
+}
+
+/// Why a hop cannot be reached as planned.
+#[derive(Debug, thiserror::Error)]
+pub enum ReachError {
+    /// The push pool could not be built.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// Reached by pull, with no broker.
+    #[error("\"{hop}\" is reached by pull but no broker address was given")]
+    NoBroker { hop: String },
+    /// The direct service's method, schema or request did not resolve.
+    #[error(transparent)]
+    Service(Box<ServiceError>),
+    /// A direct service given to [`Reach::of`], which cannot resolve it.
+    #[error("\"{hop}\" is a service: it must be resolved first (Reach::resolve)")]
+    ServiceUnresolved { hop: String },
+}
+
+/// The push pool's name for the load generator as a caller.
+const LOADGEN: &str = "loadgen";
 
 /// How a downstream hop is reached; a cheap clone (its clients are
 /// shared), as every layer above clones it per attempt.
@@ -35,6 +92,70 @@ pub enum Reach {
 }
 
 impl Reach {
+    /// The reach `plan` describes: a direct service resolved (its schema,
+    /// waiting up to `patience` for one still starting), else as [`Reach::of`].
+    pub async fn resolve(
+        plan: &ReachPlan<'_>,
+        patience: std::time::Duration,
+    ) -> Result<Reach, ReachError> {
+        let Some(call) = plan.service else {
+            return Reach::of(plan);
+        };
+        let addresses: Vec<String> = plan.replicas.iter().map(ToString::to_string).collect();
+        let channels = match plan.connection {
+            Connection::Shared => plan.channels,
+            Connection::PerRequest => 1,
+        };
+        let target = DirectTarget::resolve(
+            plan.hop,
+            plan.caller.unwrap_or_default(),
+            call,
+            &addresses,
+            channels,
+            patience,
+        )
+        .await
+        .map_err(|e| ReachError::Service(Box::new(e)))?;
+        Ok(Reach::Direct(Arc::new(target)))
+    }
+
+    /// The reach `plan` describes, when it is not a direct service: its
+    /// replicas' push pool, or its broker topic.
+    pub fn of(plan: &ReachPlan<'_>) -> Result<Reach, ReachError> {
+        if plan.service.is_some() {
+            return Err(ReachError::ServiceUnresolved {
+                hop: plan.hop.to_owned(),
+            });
+        }
+        Ok(match plan.transport {
+            Transport::Push => {
+                let connections = match plan.connection {
+                    Connection::Shared => Connections::Shared(plan.channels),
+                    Connection::PerRequest => Connections::PerRequest,
+                };
+                let pool = PushPool::new(
+                    plan.hop,
+                    plan.replicas,
+                    plan.balance,
+                    connections,
+                    plan.seed,
+                    plan.caller.unwrap_or(LOADGEN),
+                )?
+                .with_endpoints(plan.endpoints.clone());
+                Reach::Push(Arc::new(pool))
+            }
+            Transport::Pull => {
+                let (kind, bounds, broker) = plan.broker.ok_or_else(|| ReachError::NoBroker {
+                    hop: plan.hop.to_owned(),
+                })?;
+                Reach::Pull(Arc::new(
+                    PullTarget::of_kind(kind, bounds, broker.clone(), plan.hop)
+                        .with_connection(plan.connection),
+                ))
+            }
+        })
+    }
+
     /// The transport a client span names (`None`: a direct call, which is
     /// neither).
     pub fn transport(&self) -> Option<Transport> {
