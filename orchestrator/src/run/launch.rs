@@ -290,6 +290,10 @@ pub enum ServiceError {
     /// No free port could be had for it.
     #[error("find a free port on 127.0.0.1: {0}")]
     Port(#[source] std::io::Error),
+    /// A layered service's configuration path could not be made absolute
+    /// (the current folder is unknown).
+    #[error("the hop configuration's absolute path: {0}")]
+    ConfigPath(#[source] std::io::Error),
     /// This launcher cannot start services.
     #[error("{0}")]
     Unsupported(&'static str),
@@ -378,7 +382,9 @@ async fn start_service(
         spec = spec.env(key, value);
     }
     if let Some(config) = layered {
-        spec = spec.env(serving::HOP_CONFIG_ENV, config.as_os_str().to_owned());
+        // The service runs in the scenario's folder, not the run's.
+        let config = std::path::absolute(config).map_err(ServiceError::ConfigPath)?;
+        spec = spec.env(serving::HOP_CONFIG_ENV, config.into_os_string());
         if let AnyLauncher::Local(local) = launcher
             && let Some(token) = local.token()
         {

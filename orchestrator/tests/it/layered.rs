@@ -82,9 +82,14 @@ fn the_shipped_layered_echo_runs_as_a_hop_with_its_own_records() {
             && scaled.contains("max_error_rate"),
         "the scenario's command, load keys or paths changed: update this test\n{scaled}"
     );
-    let path = write(scratch.path(), "layered-echo.toml", &scaled);
-    let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
-    let accounted = accounted(out, &scratch.results());
+    // As a user runs it: the scenario in a folder of its own (where its
+    // service runs), the results relative to the current one.
+    let folder = scratch.path().join("scenarios");
+    std::fs::create_dir(&folder).expect("a scenario folder");
+    let path = write(&folder, "layered-echo.toml", &scaled);
+    let results = Path::new("results");
+    let out = tailmesh_in(scratch.path(), &run_args(&path, results, &[]));
+    let accounted = accounted(out, &scratch.path().join(results));
     let (v, context) = (&accounted.v, &accounted.context);
     let ok = u64_at(v, "/ok");
     assert!(ok > 0, "{context}");

@@ -109,12 +109,12 @@ const PASSING: [&str; 3] = [
 pub enum ServingError {
     #[error("{HOP_CONFIG_ENV} is not set: the path of the hop's JSON configuration")]
     NoConfig,
-    #[error("read {path}: {source}")]
+    #[error("read {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: not a hop configuration: {source}")]
+    #[error("{path}: not a hop configuration")]
     Parse {
         path: PathBuf,
         source: serde_json::Error,

@@ -285,10 +285,20 @@ impl Running {
     /// [`Running::start`] with variables `env` set (`RUST_LOG` is unset
     /// unless given).
     pub(crate) fn start_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
+        Running::spawn(dir, args, env, None)
+    }
+
+    /// Starts it with its output in `dir`, in the folder `cwd` if given
+    /// (else this process's).
+    fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)], cwd: Option<&Path>) -> Running {
         let n = std::fs::read_dir(dir).map_or(0, |d| d.count());
         let out = dir.join(format!("tailmesh-{n}.out"));
         let err = dir.join(format!("tailmesh-{n}.err"));
-        let child = Command::new(TAILMESH)
+        let mut command = Command::new(TAILMESH);
+        if let Some(cwd) = cwd {
+            command.current_dir(cwd);
+        }
+        let child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).expect("create the stdout file"))
@@ -451,6 +461,11 @@ pub(crate) fn read_lossy(path: &Path) -> String {
 /// Runs `tailmesh args...` to the end.
 pub(crate) fn tailmesh(dir: &Path, args: &[&str]) -> Finished {
     Running::start(dir, args).wait()
+}
+
+/// [`tailmesh`] with `dir` its current folder too (for relative paths).
+pub(crate) fn tailmesh_in(dir: &Path, args: &[&str]) -> Finished {
+    Running::spawn(dir, args, &[], Some(dir)).wait()
 }
 
 /// `tailmesh run <scenario> --results <results> --quiet [extra...]`.
