@@ -103,12 +103,7 @@ fn the_shipped_layered_echo_runs_as_a_hop_with_its_own_records() {
     let echo_hop = hop(v, "echo");
     assert_eq!(str_at(echo_hop, "/transport"), "direct", "{context}");
     assert_eq!(u64_at(echo_hop, "/requests"), ok, "{context}");
-    let split: Vec<u64> = echo_hop["replica_requests"]
-        .as_array()
-        .expect("replica_requests")
-        .iter()
-        .filter_map(Value::as_u64)
-        .collect();
+    let split = replica_requests(echo_hop);
     assert_eq!(split.len(), 2, "{context}");
     assert!(split.iter().all(|&n| n > 0), "{context}");
     assert!(u64_at(echo_hop, "/slow") > 0, "{context}");

@@ -40,15 +40,6 @@ fn topic_stats(
     })
 }
 
-fn replica_requests(hop: &Value) -> Vec<u64> {
-    hop.pointer("/replica_requests")
-        .and_then(Value::as_array)
-        .expect("replica_requests")
-        .iter()
-        .map(|n| n.as_u64().expect("a count"))
-        .collect()
-}
-
 // ---------------------------------------------------------------------------
 // 1. A pull worker SIGKILLed mid-run: its tasks are redelivered.
 

@@ -479,12 +479,7 @@ fn a_service_started_per_replica_gets_its_port_and_environment() {
     assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
     let b = hop(v, "b");
     // Round robin over two sidecars, each calling its own service.
-    let split: Vec<u64> = b["replica_requests"]
-        .as_array()
-        .expect("replica_requests")
-        .iter()
-        .filter_map(Value::as_u64)
-        .collect();
+    let split = replica_requests(b);
     assert_eq!(split.len(), 2, "{context}");
     assert!(split.iter().all(|&n| n > 0), "{context}");
     assert!(u64_at(b, "/service/min_us") >= 500, "{context}");

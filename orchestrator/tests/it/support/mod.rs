@@ -649,6 +649,16 @@ pub(crate) fn runs_ours(pid: u32, marker: &str) -> bool {
 // ---------------------------------------------------------------------------
 // Reading results
 
+/// A per-hop report's requests per replica.
+pub(crate) fn replica_requests(hop: &Value) -> Vec<u64> {
+    hop.pointer("/replica_requests")
+        .and_then(Value::as_array)
+        .expect("replica_requests")
+        .iter()
+        .map(|n| n.as_u64().expect("a count"))
+        .collect()
+}
+
 /// The per-hop report of hop `name` in variant `v`.
 pub(crate) fn hop<'a>(v: &'a Value, name: &str) -> &'a Value {
     v.pointer("/hops")
