@@ -252,6 +252,21 @@ impl Dist {
                     normal_cdf((t.ln() - mu) / sigma)
                 })
             }
+            DurationDist::Empirical { quantiles } => {
+                // Each step between two points holds its share of the
+                // mass, spread evenly over its values (at one value when
+                // they are equal), as the quantile function drawn
+                // straight between them gives.
+                let mut acc = Accumulator::new(grid);
+                for pair in quantiles.windows(2) {
+                    let [(q0, v0), (q1, v1)] = [pair[0], pair[1]];
+                    if q1 > q0 {
+                        let (lo, hi) = (v0.min(MAX_DRAW), v1.min(MAX_DRAW));
+                        acc.spread(grid.position(lo), grid.position(hi), q1 - q0);
+                    }
+                }
+                acc.finish()
+            }
         }
     }
 
@@ -1303,6 +1318,20 @@ mod tests {
             1e-12,
             "lognormal tail beyond",
         );
+        // Empirical: straight between its points, a jump where two share
+        // a quantile, as the hop draws them.
+        let emp = Dist::declared(
+            &DurationDist::Empirical {
+                quantiles: vec![(0.0, ms(1)), (0.5, ms(3)), (0.5, ms(5)), (1.0, ms(9))],
+            },
+            g,
+        );
+        close(total(&emp), 1.0, 1e-12, "empirical total");
+        close(emp.cdf(ms(1)), 0.0, 1e-9, "empirical at its lowest");
+        close(emp.cdf(ms(2)), 0.25, 1e-9, "empirical inside a step");
+        close(emp.cdf(ms(4)), 0.5, 1e-9, "empirical in its gap");
+        close(emp.cdf(ms(7)), 0.75, 1e-9, "empirical in the last step");
+        close_duration(emp.quantile(0.9), us(8200), us(10), "empirical p90");
         // As the hop draws them.
         assert_eq!(
             Dist::declared(&DurationDist::Fixed { value: ms(3) }, short),

@@ -451,6 +451,9 @@ fn scaled(dist: &DurationDist, factor: f64) -> DurationDist {
             mean: f(mean),
             sigma: *sigma,
         },
+        DurationDist::Empirical { quantiles } => DurationDist::Empirical {
+            quantiles: quantiles.iter().map(|(q, v)| (*q, f(v))).collect(),
+        },
     }
 }
 

@@ -91,6 +91,7 @@ pub fn work_bound(hop: &Hop) -> Option<Duration> {
             DurationDist::Lognormal { mean, sigma } => {
                 mean.mul_f64((3.72 * sigma - sigma * sigma / 2.0).exp().min(1e6))
             }
+            DurationDist::Empirical { .. } => dist.max().unwrap_or_default(),
         },
     };
     let factor = hop.replica_slow.as_ref().map_or(1.0, |r| r.factor.max(1.0));

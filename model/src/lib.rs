@@ -46,6 +46,102 @@ pub enum DurationDist {
         /// Shape: standard deviation of the underlying normal.
         sigma: f64,
     },
+    /// Read from measured quantiles: `(q, value)` points, `q` from 0 to 1
+    /// and values never falling, with the values between two points
+    /// spread evenly (the quantile function drawn straight between
+    /// them). Built by [`DurationDist::empirical`], which checks them.
+    Empirical {
+        /// The points, the first at `q` = 0 and the last at `q` = 1.
+        quantiles: Vec<(f64, Duration)>,
+    },
+}
+
+/// Why quantiles do not make an empirical distribution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmpiricalError {
+    /// Fewer than two points.
+    TooFew,
+    /// A `q` outside [0, 1] or not a number (its index).
+    OutOfRange(usize),
+    /// No point at `q` = 0, or none at `q` = 1.
+    Ends,
+    /// Point `.0` has a lower `q`, or a lower value, than the one before.
+    Falling(usize),
+}
+
+impl std::fmt::Display for EmpiricalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmpiricalError::TooFew => write!(f, "needs at least two quantiles"),
+            EmpiricalError::OutOfRange(i) => write!(f, "quantile {} is not in [0, 1]", i + 1),
+            EmpiricalError::Ends => write!(
+                f,
+                "needs the lowest value (quantile 0, p0) and the highest (quantile 1, p100)"
+            ),
+            EmpiricalError::Falling(i) => write!(
+                f,
+                "quantile {} is below the one before it: higher quantiles need values at least as high",
+                i + 1
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EmpiricalError {}
+
+impl DurationDist {
+    /// An empirical distribution through `quantiles`, sorted by `q` (ties
+    /// keep their order): each `q` in [0, 1], one at 0 and one at 1,
+    /// values never falling as `q` rises.
+    pub fn empirical(mut quantiles: Vec<(f64, Duration)>) -> Result<Self, EmpiricalError> {
+        if quantiles.len() < 2 {
+            return Err(EmpiricalError::TooFew);
+        }
+        if let Some(i) = quantiles.iter().position(|(q, _)| !(0.0..=1.0).contains(q)) {
+            return Err(EmpiricalError::OutOfRange(i));
+        }
+        quantiles.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (first, last) = (quantiles[0].0, quantiles[quantiles.len() - 1].0);
+        if first != 0.0 || last != 1.0 {
+            return Err(EmpiricalError::Ends);
+        }
+        if let Some(i) = (1..quantiles.len()).find(|&i| quantiles[i].1 < quantiles[i - 1].1) {
+            return Err(EmpiricalError::Falling(i));
+        }
+        Ok(DurationDist::Empirical { quantiles })
+    }
+
+    /// The largest value drawn, or `None` for a distribution without one
+    /// (exponential, log-normal).
+    pub fn max(&self) -> Option<Duration> {
+        match self {
+            DurationDist::Fixed { value } => Some(*value),
+            DurationDist::Uniform { max, .. } => Some(*max),
+            DurationDist::Exp { .. } | DurationDist::Lognormal { .. } => None,
+            DurationDist::Empirical { quantiles } => quantiles.last().map(|(_, v)| *v),
+        }
+    }
+
+    /// The value at `u` in [0, 1] of an empirical distribution's quantile
+    /// function (straight between its points); `None` for the others.
+    pub fn empirical_quantile(&self, u: f64) -> Option<Duration> {
+        let DurationDist::Empirical { quantiles } = self else {
+            return None;
+        };
+        let u = u.clamp(0.0, 1.0);
+        let i = quantiles.partition_point(|(q, _)| *q < u);
+        let Some(&(q1, v1)) = quantiles.get(i) else {
+            return quantiles.last().map(|(_, v)| *v);
+        };
+        let Some(&(q0, v0)) = i.checked_sub(1).and_then(|j| quantiles.get(j)) else {
+            return Some(v1);
+        };
+        if q1 <= q0 {
+            return Some(v1);
+        }
+        let t = (u - q0) / (q1 - q0);
+        Some(v0 + (v1 - v0).mul_f64(t))
+    }
 }
 
 /// What a hop does for each request before calling downstream.
@@ -549,3 +645,70 @@ impl LinkCounts {
 /// than a healthy queue holds (1000 service times of waiting), yet a fixed
 /// count, so an overloaded replica's memory stays bounded.
 pub const DEFAULT_QUEUE_LIMIT: u32 = 1000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn empirical_quantiles_are_sorted_and_checked() {
+        let d =
+            DurationDist::empirical(vec![(1.0, ms(9)), (0.0, ms(1)), (0.5, ms(3))]).expect("valid");
+        assert_eq!(
+            d,
+            DurationDist::Empirical {
+                quantiles: vec![(0.0, ms(1)), (0.5, ms(3)), (1.0, ms(9))]
+            }
+        );
+        assert_eq!(d.max(), Some(ms(9)));
+        let e = |q: Vec<(f64, Duration)>| DurationDist::empirical(q).err();
+        assert_eq!(e(vec![(0.0, ms(1))]), Some(EmpiricalError::TooFew));
+        assert_eq!(
+            e(vec![(0.0, ms(1)), (1.5, ms(2))]),
+            Some(EmpiricalError::OutOfRange(1))
+        );
+        assert_eq!(
+            e(vec![(0.0, ms(1)), (f64::NAN, ms(2)), (1.0, ms(3))]),
+            Some(EmpiricalError::OutOfRange(1))
+        );
+        assert_eq!(
+            e(vec![(0.1, ms(1)), (1.0, ms(2))]),
+            Some(EmpiricalError::Ends)
+        );
+        assert_eq!(
+            e(vec![(0.0, ms(1)), (0.9, ms(2))]),
+            Some(EmpiricalError::Ends)
+        );
+        assert_eq!(
+            e(vec![(0.0, ms(5)), (0.5, ms(4)), (1.0, ms(6))]),
+            Some(EmpiricalError::Falling(1))
+        );
+    }
+
+    #[test]
+    fn the_empirical_quantile_function_is_straight_between_points() {
+        let d = DurationDist::empirical(vec![
+            (0.0, ms(0)),
+            (0.5, ms(10)),
+            (0.5, ms(20)),
+            (1.0, ms(30)),
+        ])
+        .expect("valid");
+        let q = |u: f64| d.empirical_quantile(u).expect("empirical");
+        assert_eq!(q(0.0), ms(0));
+        assert_eq!(q(0.25), ms(5));
+        // A jump at 0.5: below it the first point's side, above the second's.
+        assert_eq!(q(0.5), ms(10));
+        assert_eq!(q(0.75), ms(25));
+        assert_eq!(q(1.0), ms(30));
+        assert_eq!(q(7.0), ms(30));
+        assert_eq!(
+            DurationDist::Exp { mean: ms(1) }.empirical_quantile(0.5),
+            None
+        );
+    }
+}

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// Most hops a scenario may declare.
-pub const MAX_HOPS: usize = 64;
+pub const MAX_HOPS: usize = 256;
 
 /// The share of a variant's requests that may fail when the file has no
 /// `[check].max_error_rate`: a few failures pass, a broken mesh does not.

@@ -157,6 +157,23 @@ fn validate_dist(d: &pb::Dist) -> Result<DurationDist, Status> {
                 sigma: l.sigma,
             })
         }
+        Some(dist::Kind::Empirical(e)) => {
+            if e.quantiles.len() != e.values_us.len() {
+                return Err(Status::invalid_argument(format!(
+                    "slow.extra.empirical: {} quantiles but {} values_us; one value per quantile",
+                    e.quantiles.len(),
+                    e.values_us.len()
+                )));
+            }
+            let points = e
+                .quantiles
+                .iter()
+                .zip(&e.values_us)
+                .map(|(q, v)| Ok((*q, micros("slow.extra.empirical.values_us", *v)?)))
+                .collect::<Result<Vec<_>, Status>>()?;
+            DurationDist::empirical(points)
+                .map_err(|e| Status::invalid_argument(format!("slow.extra.empirical: {e}")))
+        }
     }
 }
 
@@ -214,6 +231,10 @@ pub fn slowness_message(slow: &Slowness) -> pb::Slowness {
         DurationDist::Lognormal { mean, sigma } => dist::Kind::Lognormal(dist::Lognormal {
             mean_us: us(*mean),
             sigma: *sigma,
+        }),
+        DurationDist::Empirical { quantiles } => dist::Kind::Empirical(dist::Empirical {
+            quantiles: quantiles.iter().map(|(q, _)| *q).collect(),
+            values_us: quantiles.iter().map(|(_, v)| us(*v)).collect(),
         }),
     };
     pb::Slowness {
@@ -576,6 +597,9 @@ mod tests {
                 mean: d(2_000),
                 sigma: 1.5,
             },
+            DurationDist::Empirical {
+                quantiles: vec![(0.0, d(500)), (0.9, d(2_000)), (1.0, d(9_000))],
+            },
         ] {
             let slow = Slowness {
                 probability: 0.25,
@@ -603,6 +627,36 @@ mod tests {
             refused.message(),
             "slow.follow must be between 0 and 1, got 1.5"
         );
+        // Empirical quantiles are checked as a scenario's are.
+        let empirical = |quantiles: Vec<f64>, values_us: Vec<u64>| pb::Slowness {
+            probability: 0.5,
+            extra_us: 0,
+            extra: Some(pb::Dist {
+                kind: Some(dist::Kind::Empirical(dist::Empirical {
+                    quantiles,
+                    values_us,
+                })),
+            }),
+            follow: None,
+        };
+        for (message, why) in [
+            (
+                empirical(vec![0.0, 1.0], vec![5]),
+                "slow.extra.empirical: 2 quantiles but 1 values_us; one value per quantile",
+            ),
+            (
+                empirical(vec![0.0, 1.0], vec![5, 4]),
+                "slow.extra.empirical: quantile 2 is below the one before it: higher quantiles need values at least as high",
+            ),
+            (
+                empirical(vec![0.0, 1.0], vec![5, 61_000_000]),
+                "slow.extra.empirical.values_us must be at most 60000000 (60 s), got 61000000",
+            ),
+        ] {
+            let refused = validate_slowness(&message).expect_err(why);
+            assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+            assert_eq!(refused.message(), why);
+        }
     }
 
     #[test]

@@ -362,22 +362,28 @@ downstream = ["b"]
 }
 
 #[test]
-fn more_than_64_hops_is_an_error_at_the_65th() {
+fn more_hops_than_the_limit_is_an_error_at_the_first_too_many() {
     let mut source = HEAD.to_owned();
-    for i in 0..70 {
+    for i in 0..MAX_HOPS + 6 {
         source.push_str(&format!("[[hop]]\nname = \"h{i}\"\n"));
     }
-    let header_65 = source.match_indices("[[hop]]").nth(64).map(|(at, _)| at);
-    let line_65 = source[..header_65.unwrap_or(0)].lines().count() + 1;
+    let header = source
+        .match_indices("[[hop]]")
+        .nth(MAX_HOPS)
+        .map(|(at, _)| at);
+    let line = source[..header.unwrap_or(0)].lines().count() + 1;
     assert_eq!(
         problems(&source),
         vec![(
-            line_65,
+            line,
             1,
-            "too many hops: 70 (at most 64); this is hop number 65".to_owned()
+            format!(
+                "too many hops: {} (at most 256); this is hop number 257",
+                MAX_HOPS + 6
+            )
         )]
     );
-    // 64 is fine.
+    // The limit itself is fine.
     let mut source = HEAD.to_owned();
     for i in 0..MAX_HOPS {
         source.push_str(&format!("[[hop]]\nname = \"h{i}\"\n"));
@@ -2501,4 +2507,105 @@ fn a_hops_connection_reaches_its_callers_and_is_refused_on_the_entry_hop() {
             ),
         ]
     );
+}
+
+#[test]
+fn empirical_work_reads_percentiles_in_any_order() {
+    let source = format!(
+        "{HEAD}[[hop]]\nname = \"a\"\n[hop.work]\nkind = \"sleep\"\ndist = \"empirical\"\n\
+         quantiles = {{ p100 = \"60ms\", p0 = \"1ms\", p50 = \"3ms\", \"p99.9\" = \"40ms\" }}\n\
+         [[hop]]\nname = \"b\"\n\
+         slow = {{ probability = 0.1, extra = {{ dist = \"empirical\", quantiles = {{ p0 = \"5ms\", p100 = \"5ms\" }} }} }}\n"
+    );
+    let s = ok(&source);
+    let hops = &s.variants[0].hops;
+    assert_eq!(
+        hops[0].work,
+        Work::Sleep {
+            dist: DurationDist::Empirical {
+                quantiles: vec![(0.0, ms(1)), (0.5, ms(3)), (0.999, ms(40)), (1.0, ms(60))]
+            }
+        }
+    );
+    assert_eq!(
+        hops[1].slow.as_ref().map(|s| &s.extra),
+        Some(&DurationDist::Empirical {
+            quantiles: vec![(0.0, ms(5)), (1.0, ms(5))]
+        })
+    );
+}
+
+#[test]
+fn empirical_work_needs_rising_percentiles_from_p0_to_p100() {
+    let hop = |quantiles: &str| {
+        format!(
+            "{HEAD}[[hop]]\nname = \"a\"\n\
+             work = {{ kind = \"sleep\", dist = \"empirical\", quantiles = {quantiles} }}\n"
+        )
+    };
+    let cases = [
+        (
+            hop(r#"{ p0 = "1ms", p50 = "3ms" }"#),
+            (
+                8,
+                58,
+                "hop \"a\": work.quantiles needs p0 (the lowest value) and p100 (the highest): values beyond the ones given are not made up",
+            ),
+        ),
+        (
+            hop(r#"{ p0 = "1ms", p50 = "3ms", p90 = "2ms", p100 = "4ms" }"#),
+            (
+                8,
+                91,
+                "hop \"a\": work.quantiles.p90 (2ms) is below work.quantiles.p50 (3ms): a higher percentile needs a value at least as high",
+            ),
+        ),
+        (
+            hop(r#"{ p0 = "1ms", median = "3ms", p101 = "2ms", p100 = "4ms" }"#),
+            (
+                8,
+                72,
+                "hop \"a\": \"median\" in work.quantiles is not a percentile: write p0 (the lowest value) to p100 (the highest), such as p50, p99, \"p99.9\"",
+            ),
+        ),
+        (
+            hop(r#"{ p0 = "1ms", p50 = "3ms", "p50.0" = "3ms", p100 = "4ms" }"#),
+            (
+                8,
+                85,
+                "hop \"a\": work.quantiles.p50.0 names the same percentile as work.quantiles.p50",
+            ),
+        ),
+        (
+            hop(r#"{ p0 = "1ms", p100 = 4 }"#),
+            (
+                8,
+                79,
+                "hop \"a\": expected a duration string such as \"20ms\" for work.quantiles.p100, got an integer",
+            ),
+        ),
+        (
+            format!(
+                "{HEAD}[[hop]]\nname = \"a\"\nwork = {{ kind = \"sleep\", dist = \"empirical\" }}\n"
+            ),
+            (8, 8, "missing required key \"quantiles\" in work of hop \"a\""),
+        ),
+        (
+            hop(r#""p50""#),
+            (
+                8,
+                58,
+                "hop \"a\": expected a table for work.quantiles, got a string",
+            ),
+        ),
+    ];
+    for (source, (line, column, message)) in cases {
+        let found = problems(&source);
+        assert!(
+            found
+                .iter()
+                .any(|(l, c, m)| (*l, *c, m.as_str()) == (line, column, message)),
+            "{source}\nwanted {line}:{column}: {message}\ngot {found:#?}"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! The whole tail composed from the hops' segments, against the measured
 //! one, through a real mesh: slowness tied across hops (`slow.follow`) is
 //! what an independent composition cannot predict, and the distribution
-//! check says so and names it.
+//! check says so and names it; work drawn from measured quantiles is what
+//! the hop does and what the prediction reads.
 
 use serde_json::Value;
 
@@ -9,6 +10,7 @@ use crate::support::*;
 
 tests! {
     sync slowness_tied_across_hops_is_what_the_independent_prediction_misses,
+    sync empirical_work_is_drawn_and_declared_as_its_quantiles_say,
 }
 
 fn f64_at(v: &Value, pointer: &str) -> f64 {
@@ -109,6 +111,74 @@ set = { "hop.c.slow.follow" = 1.0 }
     );
     assert!(
         finished.stdout.contains("tied: distribution:"),
+        "the terminal states the verdict:\n{}",
+        finished.output()
+    );
+}
+
+fn empirical_work_is_drawn_and_declared_as_its_quantiles_say() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // b's own time: uniform 2-3 ms half the time, 3-20 ms for the next
+    // 40 %, 20-30 ms for the last 10 %: median 3 ms, p99 29 ms.
+    let scenario = write(
+        dir.path(),
+        "empirical.toml",
+        r#"
+name = "empirical"
+seed = 5
+
+[load]
+mode = "open"
+rate = 150
+warmup = "1s"
+duration = "6s"
+
+[[hop]]
+name = "a"
+
+[[hop]]
+name = "b"
+work = { kind = "sleep", dist = "empirical", quantiles = { p0 = "2ms", p50 = "3ms", p90 = "20ms", p100 = "30ms" } }
+
+[check]
+distribution = true
+"#,
+    );
+    let (finished, run_dir) = run_ok(dir.path(), &scenario, &dir.path().join("results"));
+    let summary = summary(&run_dir);
+    let c = summary
+        .pointer("/variants/0/composition")
+        .unwrap_or_else(|| panic!("no composition:\n{summary:#}"));
+    let own_b = c
+        .pointer("/segments")
+        .and_then(Value::as_array)
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s.pointer("/segment").and_then(Value::as_str) == Some("own:b"))
+        })
+        .unwrap_or_else(|| panic!("no own:b segment:\n{c:#}"));
+    // The hop slept as drawn: its own time's quantiles are the declared
+    // ones (plus a sleep's overshoot, well under a millisecond).
+    let (p50, p99) = (f64_at(own_b, "/p50_us"), f64_at(own_b, "/p99_us"));
+    assert!(
+        (3000.0..4000.0).contains(&p50),
+        "own:b p50 {p50} us:\n{c:#}"
+    );
+    assert!(
+        (26_000.0..31_000.0).contains(&p99),
+        "own:b p99 {p99} us:\n{c:#}"
+    );
+    // The prediction reads the same quantiles: the declared whole tail has
+    // b's p99 in it, and agrees with the measured one.
+    let (declared, measured) = (f64_at(c, "/declared/p99_us"), f64_at(c, "/measured/p99_us"));
+    assert!(declared >= 29_000.0, "declared p99 {declared} us:\n{c:#}");
+    assert!(
+        (declared / measured - 1.0).abs() < 0.15,
+        "declared p99 {declared} us, measured {measured} us:\n{c:#}"
+    );
+    assert!(
+        finished.stdout.contains("distribution:"),
         "the terminal states the verdict:\n{}",
         finished.output()
     );

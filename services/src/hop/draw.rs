@@ -59,6 +59,10 @@ pub fn sample(dist: &DurationDist, rng: &mut impl Rng) -> Duration {
                 Err(_) => 0.0,
             }
         }
+        DurationDist::Empirical { .. } => {
+            let u: f64 = rng.random();
+            return dist.empirical_quantile(u).unwrap_or_default().min(MAX_DRAW);
+        }
     };
     if secs.is_finite() && secs > 0.0 {
         Duration::from_secs_f64(secs.min(MAX_DRAW.as_secs_f64()))
@@ -262,6 +266,14 @@ mod tests {
             DurationDist::Uniform {
                 min: Duration::from_millis(1),
                 max: Duration::from_millis(3),
+            },
+            // Halves uniform on 1-2 ms and 2-3 ms.
+            DurationDist::Empirical {
+                quantiles: vec![
+                    (0.0, Duration::from_millis(1)),
+                    (0.5, Duration::from_millis(2)),
+                    (1.0, Duration::from_millis(3)),
+                ],
             },
         ] {
             let total: f64 = (0..n).map(|_| sample(&dist, &mut rng).as_secs_f64()).sum();

@@ -216,7 +216,7 @@ async fn impossible_values_are_invalid_arguments() {
     ];
     for request in bad {
         let e = c
-            .set_faults(with_token(request, TOKEN))
+            .set_faults(with_token(request.clone(), TOKEN))
             .await
             .expect_err("invalid");
         assert_eq!(e.code(), Code::InvalidArgument, "{request:?}: {e:?}");
@@ -367,7 +367,7 @@ async fn clearing_one_kind_keeps_the_others() {
     let set = control
         .set_faults(with_token(
             SetFaultsRequest {
-                slow: Some(slow),
+                slow: Some(slow.clone()),
                 work_factor: Some(3.0),
                 error: Some(ErrorInjection {
                     probability: 0.0,

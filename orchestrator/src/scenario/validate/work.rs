@@ -1,12 +1,14 @@
 //! A hop's `[hop.work]`: none, sleep or CPU work, and the duration
-//! distributions (`fixed`, `uniform`, `exp`, `lognormal`) they draw from.
+//! distributions (`fixed`, `uniform`, `exp`, `lognormal`, `empirical`)
+//! they draw from.
 
 use tailmesh_services::model::{DurationDist, Work};
 
 use crate::scenario::error::Problems;
-use crate::scenario::read::Section;
+use crate::scenario::read::{Section, table_section};
 
-pub(super) const DIST_KEYS: &[&str] = &["dist", "value", "min", "max", "mean", "sigma"];
+pub(super) const DIST_KEYS: &[&str] =
+    &["dist", "value", "min", "max", "mean", "sigma", "quantiles"];
 
 /// The most rounds of CPU work per request.
 const MAX_ROUNDS: i64 = 100_000;
@@ -120,6 +122,7 @@ pub(super) fn dist(s: &Section<'_>, p: &mut Problems) -> Option<DurationDist> {
                 ("uniform", "uniform"),
                 ("exp", "exp"),
                 ("lognormal", "lognormal"),
+                ("empirical", "empirical"),
             ],
         ),
     }?;
@@ -127,10 +130,11 @@ pub(super) fn dist(s: &Section<'_>, p: &mut Problems) -> Option<DurationDist> {
         "fixed" => &["value"],
         "uniform" => &["min", "max"],
         "exp" => &["mean"],
+        "empirical" => &["quantiles"],
         _ => &["mean", "sigma"],
     };
-    for field in ["value", "min", "max", "mean", "sigma"] {
-        if !own.contains(&field) {
+    for field in &DIST_KEYS[1..] {
+        if !own.contains(field) {
             s.forbid(p, field, &format!("is not used by dist = \"{kind}\""));
         }
     }
@@ -164,11 +168,105 @@ pub(super) fn dist(s: &Section<'_>, p: &mut Problems) -> Option<DurationDist> {
             Some(DurationDist::Uniform { min, max })
         }
         "exp" => positive(p, "mean").map(|mean| DurationDist::Exp { mean }),
+        "empirical" => {
+            let quantiles = table_section(s, p, "quantiles");
+            match quantiles {
+                None => {
+                    s.missing(p, "quantiles");
+                    None
+                }
+                Some(quantiles) => empirical(&quantiles?, p),
+            }
+        }
         _ => {
             let mean = positive(p, "mean");
             let sigma = s.required(p, "sigma", |s, p, k| s.number_in(p, k, 0.0, true, 10.0));
             let (mean, sigma) = mean.zip(sigma)?;
             Some(DurationDist::Lognormal { mean, sigma })
+        }
+    }
+}
+
+/// `quantiles = { p0 = "1ms", p50 = "3ms", "p99.9" = "40ms", p100 = "60ms" }`:
+/// percentiles from p0 (the lowest value) to p100 (the highest), in any
+/// order, values never falling as the percentile rises.
+fn empirical(s: &Section<'_>, p: &mut Problems) -> Option<DurationDist> {
+    let table = s.path.trim_end_matches('.');
+    let mut points = Vec::new();
+    let mut fine = true;
+    for entry in &s.table.entries {
+        let q = entry
+            .key
+            .strip_prefix('p')
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+            // "99.9e-2" reads as the decimal 0.999 does, exactly.
+            .and_then(|n| format!("{n}e-2").parse::<f64>().ok())
+            .filter(|q| (0.0..=1.0).contains(q));
+        let Some(q) = q else {
+            p.at(
+                entry.key_span.start,
+                format!(
+                    "{}\"{}\" in {} is not a percentile: write p0 (the lowest value) to p100 (the highest), such as p50, p99, \"p99.9\"",
+                    s.prefix,
+                    entry.key,
+                    table
+                ),
+            );
+            fine = false;
+            continue;
+        };
+        match s.duration(p, &entry.key) {
+            Some((value, _)) => points.push((q, value, entry)),
+            None => fine = false,
+        }
+    }
+    if !fine {
+        return None;
+    }
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some(pair) = points.windows(2).find(|w| w[0].0 == w[1].0) {
+        s.report(
+            p,
+            &pair[1].2.key_span,
+            format!(
+                "{} names the same percentile as {}",
+                s.name(&pair[1].2.key),
+                s.name(&pair[0].2.key)
+            ),
+        );
+        return None;
+    }
+    if let Some(pair) = points.windows(2).find(|w| w[1].1 < w[0].1) {
+        s.report(
+            p,
+            &pair[1].2.node.span,
+            format!(
+                "{} ({}) is below {} ({}): a higher percentile needs a value at least as high",
+                s.name(&pair[1].2.key),
+                humantime::format_duration(pair[1].1),
+                s.name(&pair[0].2.key),
+                humantime::format_duration(pair[0].1)
+            ),
+        );
+        return None;
+    }
+    let ends = points.first().map(|f| f.0) == Some(0.0) && points.last().map(|l| l.0) == Some(1.0);
+    if !ends {
+        p.at(
+            s.span.start,
+            format!(
+                "{}{table} needs p0 (the lowest value) and p100 (the highest): values beyond the ones given are not made up",
+                s.prefix
+            ),
+        );
+        return None;
+    }
+    let quantiles = points.into_iter().map(|(q, v, _)| (q, v)).collect();
+    match DurationDist::empirical(quantiles) {
+        Ok(dist) => Some(dist),
+        Err(e) => {
+            p.at(s.span.start, format!("{}{table}: {e}", s.prefix));
+            None
         }
     }
 }
