@@ -2588,7 +2588,11 @@ fn empirical_work_needs_rising_percentiles_from_p0_to_p100() {
             format!(
                 "{HEAD}[[hop]]\nname = \"a\"\nwork = {{ kind = \"sleep\", dist = \"empirical\" }}\n"
             ),
-            (8, 8, "missing required key \"quantiles\" in work of hop \"a\""),
+            (
+                8,
+                8,
+                "missing required key \"quantiles\" in work of hop \"a\"",
+            ),
         ),
         (
             hop(r#""p50""#),
