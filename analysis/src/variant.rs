@@ -332,6 +332,12 @@ pub struct VariantReport {
     /// attached to containers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_memory: Vec<crate::record::PeakMemory>,
+    /// Seconds from the first of the variant's processes started (the
+    /// broker, services, hops) to the last one ready, before the load
+    /// began; attached to a deployment, the time its readiness was
+    /// checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_s: Option<f64>,
     /// Network faults applied, each with its mechanism (netem or nftables)
     /// and the packets its rules or qdiscs saw and dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -538,6 +544,8 @@ pub struct VariantContext {
     pub broker: Vec<BrokerTopicStats>,
     /// Peak resident memory of the variant's processes.
     pub peak_memory: Vec<crate::record::PeakMemory>,
+    /// How long the variant's processes took to start and get ready.
+    pub launch: Option<Duration>,
     /// Network faults applied.
     pub faults: Vec<tailmesh_model::fault::FaultRecord>,
     /// Fault windows, planned and as applied.
@@ -886,6 +894,7 @@ impl VariantAccumulator {
             incidents: context.incidents,
             broker: context.broker,
             peak_memory: context.peak_memory,
+            launch_s: context.launch.map(|d| d.as_secs_f64()),
             faults: context.faults,
             fault_windows: context.fault_windows,
             kills: context.kills,

@@ -642,6 +642,7 @@ fn analyze_variants(
                 .map(crate::wire::broker_topic_stats)
                 .collect(),
             peak_memory: run.memory.clone(),
+            launch: Some(run.launch),
             faults: run.faults.clone(),
             fault_windows: run.fault_windows.clone(),
             kills: run.kills.clone(),

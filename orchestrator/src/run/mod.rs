@@ -204,6 +204,8 @@ pub(crate) struct VariantRun {
     /// The peak resident memory of the variant's processes and of the
     /// orchestrator, read when the load ended.
     pub memory: Vec<PeakMemory>,
+    /// How long its processes took to start and get ready.
+    pub launch: Duration,
     /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
     pub launcher: &'static str,
     /// The variant's spool of spans, sealed once all were flushed (its
@@ -473,7 +475,14 @@ async fn measure(
     // The load generator, the readiness probes and the Control client all
     // open their connections with this.
     tailmesh_services::tls::install_client(launch::client_tls(plan, options)?);
+    let launching = std::time::Instant::now();
     let addrs = launch::launch_mesh(plan, options, launcher).await?;
+    let launched = launching.elapsed();
+    crate::tell!(
+        "variant {}: ready in {}",
+        variant.name,
+        tailmesh_units::duration(launched)
+    );
     let broker = addrs.broker.clone();
     let topics: Vec<String> = variant
         .hops
@@ -641,6 +650,7 @@ async fn measure(
         kills,
         endpoints,
         memory,
+        launch: launched,
         launcher: launcher.kind(),
         spans: Spool::default(),
         tracer,

@@ -118,6 +118,18 @@ fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
     for name in &listed[..6] {
         assert!(run_dir.join(name).is_file(), "{name} listed but missing");
     }
+    // How long the mesh took to get ready: printed, and in the summary.
+    let ready = finished
+        .stderr
+        .lines()
+        .chain(out.lines())
+        .find(|l| l.starts_with("variant base: ready in "));
+    assert!(ready.is_some(), "no start-up line:\n{}", finished.output());
+    let launch = summary(&run_dir)
+        .pointer("/variants/0/launch_s")
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_else(|| panic!("no launch_s:\n{}", finished.output()));
+    assert!(launch > 0.0 && launch < 60.0, "launch_s {launch}");
 }
 
 /// Both streams go to pipes whose reading end is already closed, as with
