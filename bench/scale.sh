@@ -75,15 +75,7 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-scale.XXXXXX")"
 release_binary
 rounds_setup
 
-load1="$(cut -d' ' -f1 /proc/loadavg)"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
-if python3 -c "import sys; sys.exit(float(sys.argv[1]) <= 1.5)" "$load1"; then
-    if ((STRICT)); then
-        say "load average $load1 is over 1.5 (--strict): the machine is busy; try again when it is quiet"
-        exit 1
-    fi
-    echo "warning: load average $load1 (over 1.5): the machine is busy, the numbers are partly its own"
-fi
+busy_gate "$STRICT"
 
 for n in "${sizes[@]}"; do
     python3 "$PY" scenario "$n" "$TMP/scale-$n.toml"

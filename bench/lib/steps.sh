@@ -71,3 +71,18 @@ release_binary() {
     step TERM cargo build --manifest-path "$REPO/Cargo.toml" --release --quiet -p tailmesh
     BIN="$REPO/target/release/tailmesh"
 }
+
+# Prints the load average and the cores; over 1.5 (a busy machine, whose
+# numbers are partly its own) warns, or with $1 = 1 (--strict) stops.
+busy_gate() {
+    local load1
+    load1="$(cut -d' ' -f1 /proc/loadavg)"
+    echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+    if python3 -c "import sys; sys.exit(float(sys.argv[1]) <= 1.5)" "$load1"; then
+        if (($1)); then
+            say "load average $load1 is over 1.5 (--strict): the machine is busy; try again when it is quiet"
+            exit 1
+        fi
+        echo "warning: load average $load1 (over 1.5): the machine is busy, the numbers are partly its own"
+    fi
+}
