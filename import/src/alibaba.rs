@@ -208,6 +208,7 @@ fn invocation(
         called_at,
         returned_at,
         error: false,
+        own: None,
         children: Vec::new(),
         detached: Vec::new(),
     };

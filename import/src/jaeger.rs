@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::{
     ImportError,
-    span::{Kind, Span},
+    span::{Kind, OWN_TIME_ATTRIBUTES, Span},
 };
 
 #[derive(Deserialize)]
@@ -137,6 +137,10 @@ pub fn read(file: &str, mut input: impl BufRead) -> Result<Vec<Span>, ImportErro
                 end: start.saturating_add(s.duration.saturating_mul(1_000)),
                 error: tag("error").is_some_and(truthy)
                     || tag("otel.status_code").and_then(|v| v.as_str()) == Some("ERROR"),
+                own: OWN_TIME_ATTRIBUTES.iter().find_map(|key| match tag(key)? {
+                    serde_json::Value::String(s) => s.parse().ok(),
+                    other => other.as_i64(),
+                }),
             });
         }
     }

@@ -17,6 +17,8 @@
 //! - [`tree`]: [`Invocation`], one service serving one request, and the
 //!   timing repairs every format shares.
 //! - [`mesh`]: [`Mesh`], the services and edges the trees show.
+//! - [`scenario`]: a mesh written as a tailmesh scenario, where the
+//!   scenario format can say what it shows.
 //! - `error`: [`ImportError`], always naming the file and the line or span.
 
 pub mod alibaba;
@@ -24,6 +26,7 @@ mod error;
 pub mod jaeger;
 pub mod mesh;
 pub mod otlp;
+pub mod scenario;
 pub mod span;
 pub mod tree;
 pub mod zipkin;

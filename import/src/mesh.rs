@@ -16,6 +16,9 @@ pub struct Service {
     /// Invocations of it.
     pub invocations: u64,
     pub errors: u64,
+    /// Failed invocations whose calls all succeeded: errors of its own,
+    /// not a callee's passed up.
+    pub own_errors: u64,
     /// Own times in nanoseconds, sorted.
     pub own_times: Vec<i64>,
     /// The replicas seen serving it.
@@ -32,6 +35,12 @@ impl Service {
 
     pub fn error_share(&self) -> f64 {
         ratio(self.errors, self.invocations)
+    }
+
+    /// The share of its invocations that failed on their own (every call
+    /// they made succeeded).
+    pub fn own_error_share(&self) -> f64 {
+        ratio(self.own_errors, self.invocations)
     }
 }
 
@@ -69,6 +78,9 @@ pub struct Mesh {
     /// Root invocations' durations (end to end, as the entry served them)
     /// in nanoseconds, sorted.
     pub end_to_end: Vec<i64>,
+    /// When the first and the last root invocation started (ns).
+    pub first_start: Option<i64>,
+    pub last_start: Option<i64>,
 }
 
 impl Mesh {
@@ -82,6 +94,8 @@ impl Mesh {
                     .entry((root.service.clone(), operation(&root.operation)))
                     .or_default() += 1;
                 mesh.end_to_end.push(root.duration());
+                mesh.first_start = Some(mesh.first_start.map_or(root.start, |t| t.min(root.start)));
+                mesh.last_start = Some(mesh.last_start.map_or(root.start, |t| t.max(root.start)));
                 for inv in root.walk() {
                     mesh.add(inv);
                 }
@@ -98,6 +112,7 @@ impl Mesh {
         let s = self.services.entry(inv.service.clone()).or_default();
         s.invocations += 1;
         s.errors += u64::from(inv.error);
+        s.own_errors += u64::from(inv.error && !inv.children.iter().any(|c| c.error));
         s.own_times.push(inv.own_time());
         if let Some(i) = &inv.instance {
             s.instances.insert(i.clone());
@@ -353,7 +368,7 @@ pub fn operation(name: &str) -> String {
     out
 }
 
-fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
+pub(crate) fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
     if sorted.is_empty() {
         return None;
     }
@@ -361,7 +376,7 @@ fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
-fn ratio(n: u64, d: u64) -> f64 {
+pub(crate) fn ratio(n: u64, d: u64) -> f64 {
     if d == 0 { 0.0 } else { n as f64 / d as f64 }
 }
 

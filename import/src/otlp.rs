@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::{
     ImportError,
     jaeger::INSTANCE_KEYS,
-    span::{Kind, Span},
+    span::{Kind, OWN_TIME_ATTRIBUTES, Span},
 };
 
 #[derive(Deserialize)]
@@ -147,6 +147,12 @@ pub fn read(file: &str, input: impl BufRead) -> Result<Vec<Span>, ImportError> {
                             || s.attributes
                                 .iter()
                                 .any(|a| a.key == "error" && a.value.bool_value == Some(true)),
+                        own: OWN_TIME_ATTRIBUTES.iter().find_map(|key| {
+                            s.attributes
+                                .iter()
+                                .find(|a| a.key == *key)
+                                .and_then(|a| a.value.text()?.parse().ok())
+                        }),
                     });
                 }
             }

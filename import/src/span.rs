@@ -62,7 +62,17 @@ pub struct Span {
     pub start: i64,
     pub end: i64,
     pub error: bool,
+    /// The service's own time as the span states it (ns): tailmesh's hops
+    /// write the work and injected slowness they drew (`work_ns`) and the
+    /// time it took (`service_ns`); the first of these there is.
+    pub own: Option<i64>,
 }
+
+/// The attributes a span states its service's own time in, in the order
+/// they are preferred: the time asked of a tailmesh hop, then the time it
+/// took (which adds the machine's timer and scheduling delays, which a
+/// hop running the imported scenario would add again).
+pub const OWN_TIME_ATTRIBUTES: [&str; 2] = ["work_ns", "service_ns"];
 
 /// Builds each trace's call tree from its spans, in the order the traces
 /// first appear.
@@ -198,6 +208,7 @@ impl Builder<'_> {
             called_at,
             returned_at,
             error: s.error,
+            own: s.own,
             children: Vec::new(),
             detached: Vec::new(),
         };

@@ -23,6 +23,10 @@ pub struct Invocation {
     pub called_at: i64,
     pub returned_at: i64,
     pub error: bool,
+    /// Its own time as its record states it (ns), when it does (tailmesh's
+    /// hops: their work and injected slowness, without the waits and the
+    /// serving around them); else it is worked out from the children.
+    pub own: Option<i64>,
     /// The calls it made and waited for, in the order they started.
     pub children: Vec<Invocation>,
     /// Calls it started and did not wait for (FOLLOWS_FROM references,
@@ -41,6 +45,9 @@ impl Invocation {
     /// parallel children are not subtracted twice), clipped to its own
     /// interval. Never negative.
     pub fn own_time(&self) -> i64 {
+        if let Some(own) = self.own {
+            return own.clamp(0, self.duration().max(0));
+        }
         let mut waits: Vec<(i64, i64)> = self
             .children
             .iter()
@@ -256,6 +263,7 @@ pub(crate) mod tests {
             called_at: start,
             returned_at: end,
             error: false,
+            own: None,
             children,
             detached: Vec::new(),
         }

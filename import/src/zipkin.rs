@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::{
     ImportError,
-    span::{Kind, Span},
+    span::{Kind, OWN_TIME_ATTRIBUTES, Span},
 };
 
 #[derive(Deserialize)]
@@ -98,6 +98,9 @@ pub fn read(file: &str, mut input: impl BufRead) -> Result<Vec<Span>, ImportErro
             start,
             end: start.saturating_add(duration.saturating_mul(1_000)),
             error: z.tags.contains_key("error"),
+            own: OWN_TIME_ATTRIBUTES
+                .iter()
+                .find_map(|key| z.tags.get(*key)?.parse().ok()),
         });
     }
     Ok(spans)

@@ -17,7 +17,8 @@
 //!   `endpoints` (replicas killed on schedule, a black-holed replica under
 //!   a mesh client), `connections` (a hop's callers' connections counted
 //!   through a relay), `services` (a real gRPC service as a hop's work,
-//!   `[hop.service]`), and `links` (every relative link and anchor in
+//!   `[hop.service]`), `import` (a run's traces imported as a scenario
+//!   and run again), and `links` (every relative link and anchor in
 //!   README.md and docs/ resolves).
 
 #[macro_use]
@@ -32,6 +33,7 @@ mod connections;
 mod deploy;
 mod endpoints;
 mod fanout;
+mod import;
 mod launcher;
 mod layered;
 mod links;
@@ -67,6 +69,7 @@ fn main() -> std::process::ExitCode {
         payload::TESTS,
         fanout::TESTS,
         layered::TESTS,
+        import::TESTS,
         policy::TESTS,
         traces::TESTS,
         report::TESTS,

@@ -563,18 +563,19 @@ slow = { probability = 1.5, extra = "20ms" }
 
     let mut hops =
         String::from("name = \"many\"\n\n[load]\nmode = \"open\"\nrate = 10\nrequests = 10\n");
-    for i in 0..65 {
+    // One more than the 256 a scenario may have.
+    for i in 0..257 {
         hops.push_str(&format!("\n[[hop]]\nname = \"h{i}\"\n"));
     }
     let many_path = write(dir.path(), "many.toml", &hops);
-    let hop_65_line = hops
+    let hop_257_line = hops
         .lines()
         .enumerate()
         .filter(|(_, l)| *l == "[[hop]]")
-        .nth(64)
+        .nth(256)
         .map(|(i, _)| i + 1)
-        .expect("65 hops");
-    let many_problem = format!("{}:{hop_65_line}:1: ", path_str(&many_path));
+        .expect("257 hops");
+    let many_problem = format!("{}:{hop_257_line}:1: ", path_str(&many_path));
 
     let results = dir.path().join("results");
     let assert_lists_bad = |finished: &Finished| {

@@ -677,6 +677,8 @@ mod tests {
                         slow: Some(false),
                         queue_wait_ns: Some(0),
                         slot_wait_ns: Some(u64::MAX),
+                        service_ns: Some(3),
+                        work_ns: Some(2),
                         grpc_code: Some(tonic::Code::DeadlineExceeded),
                     },
                     1 => SpanFields {

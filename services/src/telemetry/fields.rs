@@ -31,6 +31,13 @@ pub struct SpanFields {
     pub queue_wait_ns: Option<u64>,
     /// `slot_wait_ns`: the part of a server span spent waiting for a slot.
     pub slot_wait_ns: Option<u64>,
+    /// `service_ns`: a hop's own time in a server span, its work and
+    /// injected slowness as they took (no waits, no calls).
+    pub service_ns: Option<u64>,
+    /// `work_ns`: the sleep and injected slowness the hop drew for the
+    /// request, as asked (not set for CPU work, whose time is the
+    /// machine's): what a trace import reads as the service's own time.
+    pub work_ns: Option<u64>,
     /// `grpc_code` (written as the code's description) of a failed span.
     pub grpc_code: Option<tonic::Code>,
 }
@@ -45,6 +52,8 @@ impl SpanFields {
         slow: None,
         queue_wait_ns: None,
         slot_wait_ns: None,
+        service_ns: None,
+        work_ns: None,
         grpc_code: None,
     };
 
@@ -66,6 +75,8 @@ impl SpanFields {
             ("slow", self.slow.map(FieldValue::Bool)),
             ("queue_wait_ns", self.queue_wait_ns.map(int)),
             ("slot_wait_ns", self.slot_wait_ns.map(int)),
+            ("service_ns", self.service_ns.map(int)),
+            ("work_ns", self.work_ns.map(int)),
             (
                 "grpc_code",
                 self.grpc_code.map(|c| FieldValue::Str(c.description())),
@@ -85,6 +96,8 @@ impl SpanFields {
             slow,
             queue_wait_ns,
             slot_wait_ns,
+            service_ns,
+            work_ns,
             grpc_code,
         } = other;
         fn set<T>(field: &mut Option<T>, value: Option<T>) {
@@ -99,6 +112,8 @@ impl SpanFields {
         set(&mut self.slow, slow);
         set(&mut self.queue_wait_ns, queue_wait_ns);
         set(&mut self.slot_wait_ns, slot_wait_ns);
+        set(&mut self.service_ns, service_ns);
+        set(&mut self.work_ns, work_ns);
         set(&mut self.grpc_code, grpc_code);
     }
 }

@@ -11,13 +11,17 @@ use std::{
 };
 
 use futures::future::BoxFuture;
+use tailmesh_units::nanos;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 use tower::{Layer, Service};
 
 use super::{HopRequest, Served};
 use crate::{
-    hop::{draw::plan, error::CallError},
+    hop::{
+        draw::{PlannedWork, plan},
+        error::CallError,
+    },
     model::{HopBehavior, Overrides},
     telemetry,
     timer::Sleeper,
@@ -149,6 +153,11 @@ where
         {
             return Box::pin(futures::future::ready(Err(status)));
         }
+        // The time asked of the hop, where the plan says it.
+        let asked = match plan.work {
+            PlannedWork::Sleep(d) => Some(d + plan.slow.unwrap_or_default()),
+            PlannedWork::Cpu { .. } => None,
+        };
         request.work = Some(plan.work);
         let sleeper = self.layer.sleeper.clone();
         let worked = self.inner.call(request);
@@ -161,7 +170,11 @@ where
                 sleeper.sleep(extra).await;
             }
             let service = started.elapsed();
-            telemetry::set_current(|fields| fields.slow = Some(plan.slow.is_some()));
+            telemetry::set_current(|fields| {
+                fields.slow = Some(plan.slow.is_some());
+                fields.service_ns = Some(nanos(service));
+                fields.work_ns = asked.map(nanos);
+            });
             let mut served = worked?;
             if let Some(status) = injected {
                 return Err(status);
