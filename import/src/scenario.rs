@@ -339,7 +339,7 @@ fn work(service: &Service) -> Option<String> {
 /// times' own by at most [`CDF_TOLERANCE`] at every candidate: greedily,
 /// each point as far from the last as that allows. Always the lowest and
 /// the highest.
-pub fn own_time_points(sorted: &[i64]) -> Vec<(f64, i64)> {
+fn own_time_points(sorted: &[i64]) -> Vec<(f64, i64)> {
     let candidates: Vec<(f64, i64)> = candidate_quantiles()
         .into_iter()
         .filter_map(|q| {

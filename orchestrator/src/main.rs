@@ -68,7 +68,8 @@ enum Command {
     Predict(cli::predict::PredictArgs),
     /// Read traces of a real system (Jaeger, OTLP or Zipkin JSON, Alibaba's
     /// call-graph CSV) and print the mesh they show: services, who calls
-    /// whom, how often and in what order, each service's own time.
+    /// whom, how often and in what order, each service's own time; with
+    /// -o, write it as a scenario to run.
     Import(cli::import::ImportArgs),
     /// Call a gRPC service once the way a hop whose work it is would, and
     /// print its reply as JSON: exit 0 OK, 1 it answered non-OK, 2 bad
