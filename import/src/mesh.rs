@@ -254,19 +254,14 @@ impl Mesh {
     /// (callers before their callees) with its own time, errors, replicas
     /// and calls, its callees in the stages they ran in.
     pub fn describe(&self) -> Vec<String> {
-        let ns = |v: Option<i64>| {
-            v.map_or("-".to_string(), |n| {
-                tailmesh_units::duration(std::time::Duration::from_nanos(n.max(0) as u64))
-            })
-        };
         let roots: u64 = self.entries.values().sum();
         let mut out = vec![format!(
             "{} services, {} edges, {} requests; end to end p50 {} p99 {}",
             self.services.len(),
             self.edges.len(),
             roots,
-            ns(quantile(&self.end_to_end, 0.5)),
-            ns(quantile(&self.end_to_end, 0.99)),
+            ns_text(quantile(&self.end_to_end, 0.5)),
+            ns_text(quantile(&self.end_to_end, 0.99)),
         )];
         for ((service, operation), n) in &self.entries {
             out.push(format!(
@@ -280,9 +275,9 @@ impl Mesh {
                 "{name}: {} invocations, {} replica(s), own time p50 {} p90 {} p99 {}, errors {}",
                 s.invocations,
                 s.instances.len().max(1),
-                ns(s.own_quantile(0.5)),
-                ns(s.own_quantile(0.9)),
-                ns(s.own_quantile(0.99)),
+                ns_text(s.own_quantile(0.5)),
+                ns_text(s.own_quantile(0.9)),
+                ns_text(s.own_quantile(0.99)),
                 tailmesh_units::percent(s.error_share()),
             ));
             for (i, stage) in self.stages(&name).iter().enumerate() {
@@ -374,6 +369,14 @@ pub(crate) fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
     }
     let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// A time in nanoseconds as people read it (`-` for none).
+pub(crate) fn ns_text(n: Option<i64>) -> String {
+    n.map_or_else(
+        || "-".to_string(),
+        |n| tailmesh_units::duration(std::time::Duration::from_nanos(n.max(0) as u64)),
+    )
 }
 
 pub(crate) fn ratio(n: u64, d: u64) -> f64 {

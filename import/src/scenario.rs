@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use crate::mesh::{Mesh, Service, quantile, ratio};
+use crate::mesh::{Mesh, Service, ns_text, quantile, ratio};
 
 /// tailmesh's load generator's service name in its traces.
 pub const LOAD_GENERATOR: &str = "loadgen";
@@ -241,8 +241,8 @@ fn write(
         "# {} services, {requests} requests{}; end to end p50 {}, p99 {}, as served.",
         services.len(),
         span.map_or(String::new(), |s| format!(" over {}", ns(s))),
-        ns_of(quantile(&mesh.end_to_end, 0.5)),
-        ns_of(quantile(&mesh.end_to_end, 0.99)),
+        ns_text(quantile(&mesh.end_to_end, 0.5)),
+        ns_text(quantile(&mesh.end_to_end, 0.99)),
     );
     let _ = writeln!(
         out,
@@ -291,9 +291,9 @@ fn write(
             out,
             "# {name}: {} invocations, {replicas} replica(s), own time p50 {} p90 {} p99 {}, errors {} ({} its own)",
             service.invocations,
-            ns_of(service.own_quantile(0.5)),
-            ns_of(service.own_quantile(0.9)),
-            ns_of(service.own_quantile(0.99)),
+            ns_text(service.own_quantile(0.5)),
+            ns_text(service.own_quantile(0.9)),
+            ns_text(service.own_quantile(0.99)),
             tailmesh_units::percent(service.error_share()),
             tailmesh_units::percent(service.own_error_share()),
         );
@@ -416,11 +416,7 @@ fn duration_text(ns: i64) -> String {
 }
 
 fn ns(n: i64) -> String {
-    tailmesh_units::duration(std::time::Duration::from_nanos(n.max(0) as u64))
-}
-
-fn ns_of(n: Option<i64>) -> String {
-    n.map_or_else(|| "-".to_string(), ns)
+    ns_text(Some(n))
 }
 
 /// A TOML basic string.
