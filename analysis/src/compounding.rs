@@ -20,6 +20,12 @@
 //! The model assumes that a slowed hop pushes its request over the
 //! threshold and that nothing else does; in a fan-out tree a request is
 //! slow when any hop on it is slow, so the same formula applies.
+//!
+//! When paths vary (calls made with a probability, more than once, in
+//! stages), a request visits each hop `v_i` times, 0 included: the model
+//! is then per path, `1 - prod(1 - p_i)^v_i`, weighted by how often the ok
+//! requests took each path ([`compound_over`]). A timeout has no path; it
+//! is taken to have taken the ok requests' mix.
 
 use std::time::Duration;
 
@@ -42,6 +48,28 @@ pub const MIN_TRIALS: u64 = 30;
 /// `1 - (1-p)^k`.
 pub fn compound(p: &[f64]) -> f64 {
     1.0 - p.iter().map(|p| 1.0 - p.clamp(0.0, 1.0)).product::<f64>()
+}
+
+/// [`compound`] per path, weighted: `paths` holds each path's visits per
+/// hop (in the order of `p`) and how many requests took it; no path is
+/// every hop once.
+pub fn compound_over(p: &[f64], paths: &[(Vec<u32>, u64)]) -> f64 {
+    let total: u64 = paths.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return compound(p);
+    }
+    let sum: f64 = paths
+        .iter()
+        .map(|(visits, n)| {
+            let fast: f64 = p
+                .iter()
+                .zip(visits)
+                .map(|(p, v)| (1.0 - p.clamp(0.0, 1.0)).powi(i32::try_from(*v).unwrap_or(i32::MAX)))
+                .product();
+            (1.0 - fast) * *n as f64
+        })
+        .sum();
+    sum / total as f64
 }
 
 /// One hop's measured and declared slow probability.
@@ -151,9 +179,20 @@ impl Comparison {
 
 /// Compares measured counts with the model of the per-hop probabilities.
 pub fn compare(counts: SlowCounts, hops: Vec<HopSlowness>, slow_threshold_us: u64) -> Comparison {
+    compare_over(counts, hops, slow_threshold_us, &[])
+}
+
+/// [`compare`] on paths that vary: the model per path, weighted by
+/// `paths` (see [`compound_over`]).
+pub fn compare_over(
+    counts: SlowCounts,
+    hops: Vec<HopSlowness>,
+    slow_threshold_us: u64,
+    paths: &[(Vec<u32>, u64)],
+) -> Comparison {
     let measured_p: Vec<f64> = hops.iter().map(|h| h.p).collect();
     let declared_p: Vec<f64> = hops.iter().map(|h| h.declared_p).collect();
-    let model = compound(&measured_p);
+    let model = compound_over(&measured_p, paths);
     let measured = if counts.n == 0 {
         0.0
     } else {
@@ -166,7 +205,7 @@ pub fn compare(counts: SlowCounts, hops: Vec<HopSlowness>, slow_threshold_us: u6
         measured,
         ci,
         model,
-        declared_model: compound(&declared_p),
+        declared_model: compound_over(&declared_p, paths),
         deviation: deviation(measured, ci.0, ci.1, model),
         hops,
     }
@@ -207,6 +246,16 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn varying_paths_compound_per_path_weighted_by_how_often_each_was_taken() {
+        // a always, b on half the requests, twice: 0.1 alone, else
+        // 1 - 0.9 * 0.8^2.
+        let paths = [(vec![1, 0], 50), (vec![1, 2], 50)];
+        let want = 0.5 * 0.1 + 0.5 * (1.0 - 0.9 * 0.64);
+        assert!((compound_over(&[0.1, 0.2], &paths) - want).abs() < 1e-12);
+        assert_eq!(compound_over(&[0.1, 0.2], &[]), compound(&[0.1, 0.2]));
+    }
 
     #[test]
     fn three_hops_at_ten_percent_compound_to_0_271() {

@@ -13,9 +13,13 @@
 //! - an injected error ends the attempt after that time (the hop fails
 //!   after its work, as `handle_from` does), with a code the caller may
 //!   retry or not (`tailmesh_model::policy::retryable_code`);
-//! - then its downstream calls, all at once: the maximum of the children's
-//!   calls, a failure if any fails (with the code of the first failing
-//!   child in declared order, as the hop propagates it);
+//! - then its downstream calls, stage after stage (times add up), each
+//!   stage's calls at once: the maximum of the children's calls, a failure
+//!   if any fails (with the code of the first failing child in declared
+//!   order, as the hop propagates it); a call made with probability `p` is
+//!   a mixture (`1 - p` nothing), a call made `n` times `n` visits one
+//!   after another (their sum) or together (their maximum), a weighted
+//!   count the mixture of its counts;
 //! - a call: the overhead of reaching the child, its network faults (each
 //!   packet crossing of a faulty replica's link, two per call), the child's
 //!   time, under the caller's client policy: each attempt cut at the
@@ -43,6 +47,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use tailmesh_model::calls::{Call, Repeats};
 use tailmesh_model::policy::retryable_code;
 use tailmesh_model::{Balance, DurationDist, Transport, Work};
 
@@ -348,6 +353,40 @@ impl Outcome {
             ok: pick(|o| &o.ok),
             retryable: pick(|o| &o.retryable),
             terminal: pick(|o| &o.terminal),
+        }
+    }
+
+    /// Done in `d`, always ok.
+    fn done(d: Dist) -> Outcome {
+        Outcome {
+            ok: Some(Part { p: 1.0, d }),
+            retryable: None,
+            terminal: None,
+        }
+    }
+
+    /// This, then `next` once this is ok: times add up; a failure of
+    /// either ends it then.
+    fn followed_by(&self, next: &Outcome) -> Outcome {
+        let after_ok = |kind: &Option<Part>| {
+            self.ok.as_ref().zip(kind.as_ref()).map(|(a, b)| Part {
+                p: a.p * b.p,
+                d: a.d.then(&b.d),
+            })
+        };
+        let either = |mine: &Option<Part>, theirs: &Option<Part>| {
+            merge(
+                [mine.clone(), after_ok(theirs)]
+                    .into_iter()
+                    .flatten()
+                    .map(|p| (p.p, p.d))
+                    .collect(),
+            )
+        };
+        Outcome {
+            ok: after_ok(&next.ok),
+            retryable: either(&self.retryable, &next.retryable),
+            terminal: either(&self.terminal, &next.terminal),
         }
     }
 
@@ -660,11 +699,7 @@ impl<'a> Composer<'a> {
         let hop = self.hop(i);
         let reach = (self.overhead)(hop);
         let error = self.error(i);
-        let children: Vec<usize> = hop
-            .downstream
-            .iter()
-            .filter_map(|d| self.index.get(d.as_str()).copied())
-            .collect();
+        let plan = hop.call_plan();
         let mut by_group = Vec::new();
         for g in self.groups(i) {
             let net = g.net.as_ref().and_then(|n| crossings(n, self.grid));
@@ -676,22 +711,23 @@ impl<'a> Composer<'a> {
             if let Some(own) = self.own(i, g.factor) {
                 time = time.then(&own);
             }
-            // Its downstream calls cross its own link too.
-            let calls = children
-                .iter()
-                .map(|&c| self.call(c, net.as_ref(), depth + 1))
-                .collect::<Result<Vec<_>, _>>()?;
-            let after = match Outcome::all(calls) {
-                Some(d) => d.then(&time),
-                None => Outcome {
-                    ok: Some(Part {
-                        p: 1.0,
-                        d: time.clone(),
-                    }),
-                    retryable: None,
-                    terminal: None,
-                },
-            };
+            // Its downstream calls cross its own link too: stage after
+            // stage, each stage's calls together, each call a mixture of
+            // its counts (none with the share not called).
+            let mut after = Outcome::done(time.clone());
+            for stage in &plan.stages {
+                let mut calls = Vec::with_capacity(stage.len());
+                for call in stage {
+                    let Some(&c) = self.index.get(call.hop.as_str()) else {
+                        continue;
+                    };
+                    let visit = self.call(c, net.as_ref(), depth + 1)?;
+                    calls.push(self.repeated(call, &visit));
+                }
+                if let Some(stage) = Outcome::all(calls) {
+                    after = after.followed_by(&stage);
+                }
+            }
             let outcome = match error {
                 None => after,
                 Some((p, code)) => {
@@ -714,6 +750,33 @@ impl<'a> Composer<'a> {
         let o = Outcome::mix(&by_group);
         self.attempts.insert(i, o.clone());
         Ok(o)
+    }
+
+    /// A call of a caller's plan whose one visit is `visit`: not made with
+    /// the share `1 - probability` (done at once), else made each count's
+    /// times, the repeats one after another or together.
+    fn repeated(&self, call: &Call, visit: &Outcome) -> Outcome {
+        let mut made = Vec::new();
+        for (n, w) in call.count.weights() {
+            let n = n.max(1) as usize;
+            let o = match call.repeats {
+                Repeats::Parallel => Outcome::all(vec![visit.clone(); n]),
+                Repeats::Sequential => {
+                    let mut acc = visit.clone();
+                    for _ in 1..n {
+                        acc = acc.followed_by(visit);
+                    }
+                    Some(acc)
+                }
+            };
+            if let Some(o) = o {
+                made.push((call.probability * w, o));
+            }
+        }
+        if call.probability < 1.0 {
+            made.push((1.0 - call.probability, Outcome::done(Dist::zero(self.grid))));
+        }
+        Outcome::mix(&made)
     }
 
     /// A call to hop `i` from a caller whose own link adds `net`, under
@@ -859,9 +922,9 @@ impl<'a> Composer<'a> {
         let attempts = rate * self.tries.get(&i).copied().unwrap_or(1.0);
         calls[i] += attempts;
         let passed = attempts * (1.0 - self.error(i).map_or(0.0, |(p, _)| p));
-        for d in &self.hop(i).downstream {
-            if let Some(&c) = self.index.get(d.as_str()) {
-                self.count_calls(c, passed, calls, depth + 1);
+        for call in self.hop(i).call_plan().iter() {
+            if let Some(&c) = self.index.get(call.hop.as_str()) {
+                self.count_calls(c, passed * call.mean(), calls, depth + 1);
             }
         }
     }

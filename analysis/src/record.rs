@@ -203,8 +203,11 @@ pub struct HopRecord {
     /// inside this replica, in ns.
     pub slot_wait_ns: u64,
     /// One per downstream call this hop made for the request, in the order
-    /// of its downstream list.
+    /// made (stage by stage).
     pub calls: Vec<CallTiming>,
+    /// From its first downstream call's start to its last one's end, in
+    /// ns (0 when it made none, or from a hop that did not say).
+    pub downstream_ns: u64,
 }
 
 /// One downstream call a hop made, as the caller timed it.

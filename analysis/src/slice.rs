@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 
 use super::attribution::{AttributionAcc, AttributionReport};
 use super::composition::{CompositionAcc, CompositionContext, CompositionReport};
-use super::compounding::{HopSlowness, SlowCounts, compare};
+use super::compounding::{HopSlowness, SlowCounts, compare_over};
 use super::facts::work_bound;
 use super::stats::{micros, new_histogram, record_us};
 use super::verdict::{CompoundingReport, MachineState, decide};
@@ -32,6 +32,9 @@ pub struct SliceAcc {
     hops: Vec<(u64, u64)>,
     attribution: AttributionAcc,
     composition: CompositionAcc,
+    /// On paths that vary: each path's visits per hop, and its ok
+    /// requests (the compounding model's weights).
+    paths: Option<BTreeMap<Vec<u32>, u64>>,
 }
 
 /// A finished slice.
@@ -87,6 +90,7 @@ impl SliceAcc {
                     .collect(),
             ),
             composition: CompositionAcc::new(variant),
+            paths: (check.compounding && !variant.fixed_paths()).then(BTreeMap::new),
         }
     }
 
@@ -104,11 +108,18 @@ impl SliceAcc {
             Outcome::Ok => {
                 self.ok += 1;
                 record_us(&mut self.latency, micros(r.latency()));
+                let mut visits = self.paths.as_ref().map(|_| vec![0u32; self.hops.len()]);
                 for h in &r.path {
                     if let Some(&k) = hop_index.get(h.hop.as_str()) {
                         self.hops[k].0 += 1;
                         self.hops[k].1 += u64::from(h.slow);
+                        if let Some(v) = visits.as_mut() {
+                            v[k] += 1;
+                        }
                     }
+                }
+                if let (Some(paths), Some(v)) = (self.paths.as_mut(), visits) {
+                    *paths.entry(v).or_default() += 1;
                 }
             }
             Outcome::Timeout => self.timeouts += 1,
@@ -149,8 +160,14 @@ impl SliceAcc {
                     declared_p,
                 })
                 .collect();
+            let paths: Vec<(Vec<u32>, u64)> = self.paths.into_iter().flatten().collect();
             decide(
-                compare(self.counts, slowness, micros(judging.check.slow_threshold)),
+                compare_over(
+                    self.counts,
+                    slowness,
+                    micros(judging.check.slow_threshold),
+                    &paths,
+                ),
                 &attribution,
                 judging.machine,
             )

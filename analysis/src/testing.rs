@@ -44,6 +44,7 @@ pub fn hop(name: &str, slow: Option<f64>) -> Hop {
         windows: Default::default(),
         client: Default::default(),
         downstream: Vec::new(),
+        calls: Default::default(),
         kill: None,
         service: None,
     }
@@ -112,6 +113,7 @@ pub fn hop_record(hop: &str, replica: u32, service_us: u64, slow: bool) -> HopRe
         extra_attempts: 0,
         slot_wait_ns: 0,
         calls: Vec::new(),
+        downstream_ns: 0,
     }
 }
 

@@ -1,11 +1,12 @@
 //! A [`Mesh`] written as a tailmesh scenario, where the scenario format
 //! can say what the traces show: one `[[hop]]` per service, callers
 //! first, each with its callees, replicas, own errors and its own time as
-//! `dist = "empirical"` percentiles, and an open-loop load at the rate the
-//! requests arrived. A mesh the format cannot say yet (a callee called by
-//! only some requests or more than once, callees called one after
-//! another, several entry services, a cycle) is [`Unfit`], with every
-//! reason.
+//! `dist = "empirical"` percentiles, its callees in the stages they ran in
+//! (a callee called by only some requests with that probability, one
+//! called more than once with the counts seen), and an open-loop load at
+//! the rate the requests arrived. A mesh the format cannot say (several
+//! entry services, a cycle, a call made more than 64 times) is [`Unfit`],
+//! with every reason.
 //!
 //! tailmesh's own traces are read as what they are: a root service named
 //! `loadgen` is the load generator, not a service (its callee is the entry
@@ -15,13 +16,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use crate::mesh::{Mesh, Service, ns_text, quantile, ratio};
+use crate::mesh::{Mesh, Service, ns_text, quantile};
 
 /// tailmesh's load generator's service name in its traces.
 pub const LOAD_GENERATOR: &str = "loadgen";
 
 /// The prefix of tailmesh's hops' service names (`hop-<name>`).
 const HOP_PREFIX: &str = "hop-";
+
+/// The most times a scenario's call may be made for one request
+/// (tailmesh's `calls::MAX_COUNT`).
+const MAX_COUNT: u32 = 64;
 
 /// The most hops a scenario may have (tailmesh's `MAX_HOPS`).
 const MAX_HOPS: usize = 256;
@@ -124,18 +129,10 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
     for (i, name) in services.iter().enumerate() {
         let service = &mesh.services[name];
         for (callee, edge) in mesh.callees(name) {
-            let share = mesh.call_share(name, callee);
-            if edge.calling < service.invocations {
+            let most = edge.per_invocation.keys().next_back().copied().unwrap_or(1);
+            if most > u64::from(MAX_COUNT) {
                 unfit.push(format!(
-                    "{name} calls {callee} in {} of its requests: a call made with a probability is not in the scenario format yet",
-                    tailmesh_units::percent(share)
-                ));
-            }
-            if edge.per_invocation.keys().any(|&n| n > 1) {
-                unfit.push(format!(
-                    "{name} calls {callee} {:.2} times a request (up to {}): a call made more than once is not in the scenario format yet",
-                    ratio(edge.calls, edge.calling),
-                    edge.per_invocation.keys().next_back().copied().unwrap_or(1)
+                    "{name} calls {callee} up to {most} times a request: a call is made at most {MAX_COUNT} times"
                 ));
             }
             if position.get(callee).is_some_and(|&j| j <= i) {
@@ -143,14 +140,6 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
                     "{name} calls {callee}, which calls it back (a cycle): a scenario's calls form no cycle"
                 ));
             }
-        }
-        let stages = mesh.stages(name);
-        if stages.len() > 1 {
-            let said: Vec<String> = stages.iter().map(|s| s.join(" and ")).collect();
-            unfit.push(format!(
-                "{name} calls {} one after another: sequential calls are not in the scenario format yet",
-                said.join(", then ")
-            ));
         }
         if service.instances.len() > MAX_REPLICAS {
             unfit.push(format!(
@@ -163,6 +152,47 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
         return Err(Unfit(unfit));
     }
     Ok(write(mesh, options, &services, &names))
+}
+
+/// How `caller` calls `callee` (hop `hop`): its name when every request
+/// calls it once, else a call table with the share of requests that call
+/// it and how many times they did (each count weighted by the requests
+/// that made it).
+fn call_text(mesh: &Mesh, caller: &str, callee: &str, hop: &str) -> String {
+    let share = mesh.call_share(caller, callee);
+    let edge = mesh
+        .edges
+        .get(&(caller.to_string(), callee.to_string()))
+        .cloned()
+        .unwrap_or_default();
+    let once = edge.per_invocation.keys().all(|&n| n == 1);
+    if share >= 1.0 && once {
+        return quoted(hop);
+    }
+    let mut text = format!("{{ hop = {}", quoted(hop));
+    if share < 1.0 {
+        let _ = write!(
+            text,
+            ", probability = {}",
+            trim_float(round_to(share, 4).max(1e-4))
+        );
+    }
+    if !once {
+        let counts: Vec<String> = edge
+            .per_invocation
+            .iter()
+            .map(|(n, k)| format!("{n} = {k}"))
+            .collect();
+        let _ = write!(text, ", count = {{ {} }}", counts.join(", "));
+    }
+    text.push_str(" }");
+    text
+}
+
+/// `x` rounded to `digits` decimals.
+fn round_to(x: f64, digits: i32) -> f64 {
+    let m = 10f64.powi(digits);
+    (x * m).round() / m
 }
 
 /// Each service's hop name: a DNS label (lowercase letters, digits and
@@ -279,12 +309,25 @@ fn write(
     );
     for name in services {
         let service = &mesh.services[name];
-        let callees: Vec<String> = mesh
+        let stages: Vec<Vec<String>> = mesh
             .stages(name)
             .into_iter()
-            .flatten()
-            .map(|c| quoted(&names[&c]))
+            .map(|stage| {
+                stage
+                    .iter()
+                    .map(|c| call_text(mesh, name, c, &names[c]))
+                    .collect()
+            })
             .collect();
+        let downstream = match stages.as_slice() {
+            [] => String::new(),
+            [one] => one.join(", "),
+            many => many
+                .iter()
+                .map(|s| format!("[{}]", s.join(", ")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
         let replicas = service.instances.len().max(1);
         out.push('\n');
         let _ = writeln!(
@@ -301,7 +344,7 @@ fn write(
         if replicas > 1 {
             let _ = writeln!(out, "replicas = {replicas}");
         }
-        let _ = writeln!(out, "downstream = [{}]", callees.join(", "));
+        let _ = writeln!(out, "downstream = [{downstream}]");
         if let Some(work) = work(service) {
             let _ = writeln!(out, "{work}");
         }
@@ -500,7 +543,7 @@ mod tests {
     }
 
     #[test]
-    fn what_the_format_cannot_say_is_listed() {
+    fn calls_made_by_some_requests_more_than_once_and_in_stages_are_written_as_such() {
         let traces: Vec<Vec<Invocation>> = (0..4)
             .map(|i| {
                 let mut calls = vec![inv("auth", 0, 10, vec![])];
@@ -511,14 +554,12 @@ mod tests {
                 vec![inv("front", 0, 50, calls)]
             })
             .collect();
-        let Unfit(reasons) = scenario(&mesh(traces), &OPTIONS).expect_err("unfit");
-        assert_eq!(
-            reasons,
-            [
-                "front calls cart in 50.0 % of its requests: a call made with a probability is not in the scenario format yet",
-                "front calls cart 2.00 times a request (up to 2): a call made more than once is not in the scenario format yet",
-                "front calls auth, then cart one after another: sequential calls are not in the scenario format yet",
-            ]
+        let text = scenario(&mesh(traces), &OPTIONS).expect("fits");
+        assert!(
+            text.contains(
+                "downstream = [[\"auth\"], [{ hop = \"cart\", probability = 0.5, count = { 2 = 2 } }]]"
+            ),
+            "{text}"
         );
         let two_entries = vec![vec![inv("a", 0, 1, vec![])], vec![inv("b", 0, 1, vec![])]];
         let Unfit(reasons) = scenario(&mesh(two_entries), &OPTIONS).expect_err("unfit");

@@ -10,6 +10,8 @@
 //!
 //! - `policy`: a caller's client policy (timeout, retries, hedge) and which
 //!   gRPC codes are worth a retry.
+//! - `calls`: how a hop calls its downstream hops (stages, probability,
+//!   count).
 //! - `discipline`: the order a queue serves its waiting requests in.
 //! - `fault`: a network fault and its window as summary.json records them.
 //! - `scenario`: the checked scenario the orchestrator's parser builds.
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod calls;
 pub mod discipline;
 pub mod fault;
 pub mod policy;

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::calls::Calls;
 use crate::discipline::Discipline;
 pub use crate::policy::{ClientPolicy, Hedge};
 use crate::{
@@ -211,7 +212,25 @@ pub enum Launcher {
     Auto,
 }
 
+impl Hop {
+    /// Its calls: `calls`, or every hop of `downstream` once, side by side,
+    /// when `calls` is empty (a hop built by hand, not by the parser).
+    pub fn call_plan(&self) -> Calls {
+        if self.calls.is_empty() {
+            Calls::all_once(self.downstream.iter().cloned())
+        } else {
+            self.calls.clone()
+        }
+    }
+}
+
 impl Variant {
+    /// Whether every request takes the same path: every hop calls each of
+    /// its downstream hops once, side by side, on every request.
+    pub fn fixed_paths(&self) -> bool {
+        self.hops.iter().all(|h| h.calls.is_fixed())
+    }
+
     /// Whether any hop of the variant has a network fault (`net` or
     /// `replica_net`), which needs a network-capable launcher.
     pub fn has_net_faults(&self) -> bool {
@@ -466,9 +485,12 @@ pub struct Hop {
     pub net: Option<NetFault>,
     /// Network faults of single replicas (each replaces `net` there).
     pub replica_net: Vec<ReplicaNet>,
-    /// Names of the hops this one calls, in parallel, for every request.
-    /// Defaults to the next hop in file order (a chain); empty for a leaf.
+    /// Names of the hops this one calls, each once, in the order first
+    /// called in `calls`. Defaults to the next hop in file order (a
+    /// chain); empty for a leaf.
     pub downstream: Vec<String>,
+    /// How it calls them: stages, each call's probability and count.
+    pub calls: Calls,
     /// A replica killed (SIGKILL) during the run, and perhaps restarted.
     pub kill: Option<Kill>,
     /// `[hop.service]`: a real gRPC service whose call is the hop's work

@@ -34,6 +34,7 @@ pub(crate) fn hop_record(h: pb::HopRecord) -> HopRecord {
         transport: h.transport,
         extra_attempts: h.extra_attempts,
         slot_wait_ns: h.slot_wait_ns,
+        downstream_ns: h.downstream_ns,
         calls: h
             .calls
             .into_iter()
@@ -161,6 +162,7 @@ mod tests {
             transport: "pull".into(),
             extra_attempts: 6,
             slot_wait_ns: 7,
+            downstream_ns: 11,
             calls: vec![pb::CallTiming {
                 hop: "c".into(),
                 call_ns: 8,
@@ -190,7 +192,14 @@ mod tests {
             ),
             (5, "a", "pull")
         );
-        assert_eq!((plain.extra_attempts, plain.slot_wait_ns), (6, 7));
+        assert_eq!(
+            (
+                plain.extra_attempts,
+                plain.slot_wait_ns,
+                plain.downstream_ns
+            ),
+            (6, 7, 11)
+        );
         let call = &plain.calls[0];
         assert_eq!((call.hop.as_str(), call.call_ns), ("c", 8));
         assert_eq!(

@@ -17,14 +17,17 @@
 /// scenario's `[load] payload` maximum.
 pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
-/// Room for a message's fields besides its payload, in bytes (64 KiB): ids,
+/// Room for a message's fields besides its payload, in bytes (1 MiB): ids,
 /// field tags and lengths, trace headers and a reply's path records (one
-/// record is under 200 bytes even with 63-character hop names, and each
+/// record is under 220 bytes even with 63-character hop names, and each
 /// downstream call it timed adds under 400 with 12 attempts, one hedge and
-/// 10 retries after the first, so a reply through every one of 64 hops
-/// needs under 40 KiB). Payloads themselves are checked exactly; this only
-/// sizes the gRPC message limits.
-pub const MESSAGE_OVERHEAD: usize = 64 * 1024;
+/// 10 retries after the first, so a reply through the most visits a
+/// scenario allows a request, [`MAX_VISITS`], needs under 640 KiB).
+/// Payloads themselves are checked exactly; this only sizes the gRPC
+/// message limits.
+pub const MESSAGE_OVERHEAD: usize = 1024 * 1024;
+
+pub use tailmesh_model::calls::MAX_VISITS;
 
 /// The largest hop message (`CallRequest` or `CallReply`), in bytes: the
 /// gRPC message limit of the hop service and of every client that calls
@@ -72,6 +75,7 @@ mod tests {
             extra_attempts: u32::MAX,
             slot_wait_ns: u64::MAX,
             calls: Vec::new(),
+            downstream_ns: u64::MAX,
         }
     }
 
@@ -100,23 +104,24 @@ mod tests {
             attempt: u32::MAX,
             caller: "c".repeat(63),
             caller_slow: true,
+            branch: 0,
         };
         assert!(request.encoded_len() <= MAX_CALL_MESSAGE_BYTES);
         assert!(request.encoded_len() > MAX_PAYLOAD_BYTES);
     }
 
     #[test]
-    fn a_full_payload_fits_a_reply_through_64_hops() {
+    fn a_full_payload_fits_a_reply_through_the_most_visits() {
         let reply = CallReply {
             request_id: u64::MAX,
             payload: vec![0; MAX_PAYLOAD_BYTES].into(),
-            // Each record with a call: more calls than a tree of 64 hops has.
+            // Each record with a call: more calls than such a path has.
             path: vec![
                 HopRecord {
                     calls: vec![widest_call()],
                     ..widest_record()
                 };
-                64
+                MAX_VISITS as usize
             ],
         };
         assert!(
@@ -124,7 +129,7 @@ mod tests {
             "{} bytes",
             reply.encoded_len()
         );
-        assert!(widest_record().encoded_len() < 200);
+        assert!(widest_record().encoded_len() < 220);
         assert!(widest_call().encoded_len() < 400);
     }
 }

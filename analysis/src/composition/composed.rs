@@ -1,12 +1,15 @@
 //! The segments' distributions over the run, on one grid, composed along
 //! the call tree as if independent: a chain by convolution, a fan-out by
-//! its slowest branch, a policed call from its attempts by the policy's
+//! its slowest branch, on paths that vary each call the mixture of the
+//! times it was made, a policed call from its attempts by the policy's
 //! rule (retries, a hedge); the grid's moves of the means taken back; and
 //! the 95 % intervals of replicates.
 
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use tailmesh_model::calls::Repeats;
 use tailmesh_model::policy::{ClientPolicy, Hedge};
 
 use super::report::{QuantileBand, Quantiles};
@@ -18,9 +21,47 @@ use crate::compose::{Dist, Grid};
 pub(super) const MIN_STILL_OUT: f64 = 1e-3;
 
 /// Every segment's distribution, on one grid.
-pub(super) struct Segments {
+pub(super) struct Segments<'a> {
     pub(super) lateness: Piece,
     pub(super) hops: Vec<HopDists>,
+    /// On paths that vary, how often each hop called each other one.
+    pub(super) counts: &'a CallCounts,
+}
+
+/// On paths that vary: per hop its visits, and per (caller, callee) how
+/// many of the caller's visits called it how many times (1 or more).
+#[derive(Clone, Debug, Default)]
+pub(super) struct CallCounts {
+    pub(super) visits: Vec<u64>,
+    pub(super) called: HashMap<(usize, usize), BTreeMap<u32, u64>>,
+}
+
+impl CallCounts {
+    pub(super) fn new(hops: usize) -> CallCounts {
+        CallCounts {
+            visits: vec![0; hops],
+            called: HashMap::new(),
+        }
+    }
+
+    /// How many times a visit of `caller` called `callee`, with the share
+    /// of visits (0 included); `None` before any visit of `caller`.
+    fn weights(&self, caller: usize, callee: usize) -> Option<Vec<(u32, f64)>> {
+        let n = *self.visits.get(caller)?;
+        if n == 0 {
+            return None;
+        }
+        let counts = self.called.get(&(caller, callee));
+        let calling: u64 = counts.map_or(0, |c| c.values().sum());
+        let mut out = vec![(0, n.saturating_sub(calling) as f64 / n as f64)];
+        out.extend(
+            counts
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (*k, *v as f64 / n as f64)),
+        );
+        Some(out)
+    }
 }
 
 /// A segment's distribution on the grid, and how far the grid moved its
@@ -111,8 +152,8 @@ pub(super) fn attempt_dists(acc: &AttemptAcc, policy: &ClientPolicy, grid: Grid)
 /// the segments' means taken back (summed along a chain, the largest of a
 /// fan-out's branches); `None` when a policed call had no answered
 /// attempt.
-pub(super) fn compose(tree: &Tree, s: &Segments) -> Option<Dist> {
-    fn call(tree: &Tree, i: usize, s: &Segments) -> Option<(Dist, f64)> {
+pub(super) fn compose(tree: &Tree, s: &Segments<'_>) -> Option<Dist> {
+    fn call(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
         let hop = &s.hops[i];
         if tree.policed(i) {
             return hop.attempts.clone().map(|d| (d, 0.0));
@@ -138,11 +179,86 @@ pub(super) fn compose(tree: &Tree, s: &Segments) -> Option<Dist> {
     if tree.hops() == 0 {
         return Some(settle(s.lateness.dist.clone(), s.lateness.moved_us));
     }
-    let (first, moved) = call(tree, 0, s)?;
+    let (first, moved) = if tree.fixed {
+        call(tree, 0, s)?
+    } else {
+        varying(tree, 0, s)?
+    };
     Some(settle(
         s.lateness.dist.then(&first),
         s.lateness.moved_us + moved,
     ))
+}
+
+/// A call of hop `i` on paths that vary: its segments, then its stages
+/// one after another, each stage's calls at once, each call the mixture of
+/// the times it was made per visit, as measured (its repeats one after
+/// another or together, as the scenario says). A hop called in more than
+/// one stage by one caller takes the scenario's counts instead, the
+/// measured ones not telling its stages apart.
+fn varying(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
+    let hop = &s.hops[i];
+    if tree.policed(i) {
+        return hop.attempts.clone().map(|d| (d, 0.0));
+    }
+    let grid = s.lateness.dist.grid();
+    let [reach, queue, own, rest] = &hop.segments;
+    let mut time = reach
+        .dist
+        .then(&queue.dist)
+        .then(&own.dist)
+        .then(&rest.dist);
+    let mut moved = reach.moved_us + queue.moved_us + own.moved_us + rest.moved_us;
+    let plan = &tree.calls[i];
+    for stage in &plan.stages {
+        let mut calls: Vec<(Dist, f64)> = Vec::with_capacity(stage.len());
+        for call in stage {
+            let Some(&j) = tree.index.get(call.hop.as_str()) else {
+                continue;
+            };
+            let (visit, visit_moved) = varying(tree, j, s)?;
+            let once = plan.iter().filter(|c| c.hop == call.hop).count() == 1;
+            let weights = once
+                .then(|| s.counts.weights(i, j))
+                .flatten()
+                .unwrap_or_else(|| {
+                    let mut w = vec![(0, 1.0 - call.probability)];
+                    w.extend(
+                        call.count
+                            .weights()
+                            .into_iter()
+                            .map(|(n, p)| (n, p * call.probability)),
+                    );
+                    w
+                });
+            let mut parts = Vec::with_capacity(weights.len());
+            let mut mean_moved = 0.0;
+            for (n, w) in weights.into_iter().filter(|(_, w)| *w > 0.0) {
+                let d = match (n, call.repeats) {
+                    (0, _) => Dist::zero(grid),
+                    (_, Repeats::Parallel) => {
+                        mean_moved += w * visit_moved;
+                        Dist::max_of(&vec![visit.clone(); n as usize])
+                    }
+                    (_, Repeats::Sequential) => {
+                        mean_moved += w * f64::from(n) * visit_moved;
+                        (1..n).fold(visit.clone(), |acc, _| acc.then(&visit))
+                    }
+                };
+                parts.push((w, d));
+            }
+            if !parts.is_empty() {
+                calls.push((Dist::mix(&parts), mean_moved));
+            }
+        }
+        if calls.is_empty() {
+            continue;
+        }
+        let dists: Vec<Dist> = calls.iter().map(|(d, _)| d.clone()).collect();
+        time = time.then(&Dist::max_of(&dists));
+        moved += calls.iter().map(|(_, m)| *m).fold(f64::MIN, f64::max);
+    }
+    Some((time, moved))
 }
 
 /// 95 % intervals (µs), one per quantile; `None` past the grid.

@@ -77,7 +77,8 @@ use super::stats::{new_histogram, record_us};
 use super::verdict::MachineState;
 use crate::record::{Outcome, RequestRecord};
 use composed::{
-    HopDists, Intervals, Piece, Segments, attempt_dists, band_of, compose, interval, settle, us_at,
+    CallCounts, HopDists, Intervals, Piece, Segments, attempt_dists, band_of, compose, interval,
+    settle, us_at,
 };
 use correlation::dependence;
 use judge::judge;
@@ -87,9 +88,12 @@ pub use report::{
     SpectrumPoint, TailSegment,
 };
 pub use report::{QUANTILES, SPECTRUM};
-use segments::{AttemptAcc, HOP_SEGMENTS, HopAcc, Row, Tree, columns, row_of, segments};
+use segments::{
+    AttemptAcc, HOP_SEGMENTS, HopAcc, Row, Tree, Visit, columns, row_of, segments, visits_of,
+};
 use shuffle::{Reservoir, shuffle};
 use tailmesh_model::scenario::Variant;
+use tailmesh_units::nanos;
 
 /// Bootstrap replicates of the measurement and of the composition.
 const REPLICATES: usize = 100;
@@ -118,6 +122,8 @@ pub struct CompositionAcc {
     censored: u64,
     /// Ok requests whose path did not have every hop (not composed).
     incomplete: u64,
+    /// On paths that vary, how often each hop called each other one.
+    counts: CallCounts,
     timeout: Duration,
     follows: Vec<bool>,
 }
@@ -160,6 +166,7 @@ impl CompositionAcc {
             ok: 0,
             censored: 0,
             incomplete: 0,
+            counts: CallCounts::new(variant.hops.len()),
             timeout: variant.load.timeout,
             follows: variant
                 .hops
@@ -173,9 +180,13 @@ impl CompositionAcc {
     /// failed or timed-out one censored.
     pub fn observe(&mut self, r: &RequestRecord) {
         match r.outcome {
-            Outcome::Ok => {
+            Outcome::Ok if self.tree.fixed => {
                 let row = row_of(&self.tree, r);
                 self.record(row);
+            }
+            Outcome::Ok => {
+                let visits = visits_of(&self.tree, r);
+                self.record_visits(visits, r);
             }
             _ => self.censored(),
         }
@@ -206,6 +217,42 @@ impl CompositionAcc {
             }
         }
         self.reservoir.offer(|| columns(&row));
+    }
+
+    /// Counts an ok request on paths that vary by its visits; `None` (its
+    /// path did not read as the tree's) counts as incomplete. Such rows do
+    /// not line up column by column, so nothing is kept for the shuffled
+    /// estimate and the correlations.
+    fn record_visits(&mut self, visits: Option<Vec<Visit>>, r: &RequestRecord) {
+        let Some(visits) = visits else {
+            self.incomplete += 1;
+            return;
+        };
+        self.ok += 1;
+        record_us(&mut self.latency, nanos(r.latency()) / 1_000);
+        record_us(
+            &mut self.lateness,
+            nanos(r.start.saturating_sub(r.intended)) / 1_000,
+        );
+        for v in &visits {
+            let acc = &mut self.hops[v.hop];
+            for (h, x) in acc.segments.iter_mut().zip(segments(&v.part)) {
+                record_us(h, x / 1_000);
+            }
+            if self.tree.policed(v.hop) {
+                acc.attempts.record(&v.part.attempts);
+            }
+            self.counts.visits[v.hop] += 1;
+            for &(j, n) in &v.called {
+                *self
+                    .counts
+                    .called
+                    .entry((v.hop, j))
+                    .or_default()
+                    .entry(n)
+                    .or_default() += 1;
+            }
+        }
     }
 
     /// The finished composition; `None` without an ok request to compose.
@@ -326,8 +373,9 @@ impl CompositionAcc {
     }
 
     /// Each segment's distribution on `grid`.
-    fn dists(&self, grid: Grid, hops: &[HopAcc], lateness: &Histogram<u64>) -> Segments {
+    fn dists(&self, grid: Grid, hops: &[HopAcc], lateness: &Histogram<u64>) -> Segments<'_> {
         Segments {
+            counts: &self.counts,
             lateness: Piece::of(lateness, grid),
             hops: hops
                 .iter()

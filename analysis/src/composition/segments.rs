@@ -8,6 +8,7 @@
 use crate::record::{AttemptEnd as RecordEnd, AttemptTiming, HopRecord};
 use hdrhistogram::Histogram;
 use rand_chacha::ChaCha8Rng;
+use tailmesh_model::calls::Calls;
 use tailmesh_model::policy::ClientPolicy;
 use tailmesh_units::nanos;
 
@@ -31,6 +32,10 @@ pub(super) struct Tree {
     pub(super) index: std::collections::HashMap<String, usize>,
     pub(super) children: Vec<Vec<usize>>,
     pub(super) policies: Vec<ClientPolicy>,
+    /// Each hop's calls: stages, probabilities, counts.
+    pub(super) calls: Vec<Calls>,
+    /// Whether every request takes the same path (each hop once).
+    pub(super) fixed: bool,
 }
 
 impl Tree {
@@ -50,6 +55,8 @@ impl Tree {
                 .map(|h| h.downstream.iter().filter_map(|d| index(d)).collect())
                 .collect(),
             policies: variant.hops.iter().map(|h| h.client.clone()).collect(),
+            calls: variant.hops.iter().map(|h| h.call_plan()).collect(),
+            fixed: variant.fixed_paths(),
         }
     }
 
@@ -173,29 +180,105 @@ pub(super) fn row_of(tree: &Tree, r: &RequestRecord) -> Option<Row> {
             let timing = records[parent].calls.iter().find(|c| c.hop == h.hop)?;
             (timing.call_ns, &timing.attempts)
         };
-        let attempts: Vec<Attempt> = attempts.iter().map(attempt_of).collect();
-        let answered = attempts
-            .iter()
-            .rev()
-            .find(|a| a.end == AttemptEnd::Ok)
-            .map_or(call, |a| a.took_ns);
-        let slot = h.slot_wait_ns.min(h.queue_wait_ns);
-        let broker = h.queue_wait_ns - slot;
         let longest = h.calls.iter().map(|c| c.call_ns).max().unwrap_or(0);
-        hops.push(HopPart {
-            reach: answered.saturating_sub(h.total_ns + broker),
-            queue: h.queue_wait_ns,
-            own: h.service_ns,
-            rest: h.total_ns.saturating_sub(slot + h.service_ns + longest),
-            call,
-            attempts,
-        });
+        hops.push(part_of(h, call, attempts, longest));
     }
     Some(Row {
         lateness: nanos(r.start.saturating_sub(r.intended)),
         hops,
         latency: nanos(r.latency()),
     })
+}
+
+/// A hop's part of a request from its record, the call into it as its
+/// caller timed it (`call`, `attempts`), and the time its own calls took
+/// (`calls`): what is left of its total is its rest.
+fn part_of(h: &HopRecord, call: u64, attempts: &[AttemptTiming], calls: u64) -> HopPart {
+    let attempts: Vec<Attempt> = attempts.iter().map(attempt_of).collect();
+    let answered = attempts
+        .iter()
+        .rev()
+        .find(|a| a.end == AttemptEnd::Ok)
+        .map_or(call, |a| a.took_ns);
+    let slot = h.slot_wait_ns.min(h.queue_wait_ns);
+    let broker = h.queue_wait_ns - slot;
+    HopPart {
+        reach: answered.saturating_sub(h.total_ns + broker),
+        queue: h.queue_wait_ns,
+        own: h.service_ns,
+        rest: h.total_ns.saturating_sub(slot + h.service_ns + calls),
+        call,
+        attempts,
+    }
+}
+
+/// One visit of a request to a hop, on a path that varies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Visit {
+    pub(super) hop: usize,
+    pub(super) part: HopPart,
+    /// Per hop, how many times this visit called it.
+    pub(super) called: Vec<(usize, u32)>,
+}
+
+/// An ok request's visits, read from its path: the records come in post
+/// order (a hop's callees' records, in the order it called them, then its
+/// own), and a hop's record times each call it made, so each record takes
+/// the last subtrees as its callees. `None` when the path does not read
+/// that way (a hop outside the tree, a callee that is not the one timed).
+pub(super) fn visits_of(tree: &Tree, r: &RequestRecord) -> Option<Vec<Visit>> {
+    let mut visits: Vec<Visit> = Vec::with_capacity(r.path.len());
+    // Per visit in `visits`, its record; the roots of finished subtrees.
+    let mut records: Vec<&HopRecord> = Vec::with_capacity(r.path.len());
+    let mut roots: Vec<usize> = Vec::new();
+    let mut call_of: Vec<Option<(u64, &[AttemptTiming])>> = Vec::with_capacity(r.path.len());
+    // Per visit, the time its own calls took.
+    let mut downstream: Vec<u64> = Vec::with_capacity(r.path.len());
+    for h in &r.path {
+        let &i = tree.index.get(h.hop.as_str())?;
+        let k = h.calls.len();
+        let first = roots.len().checked_sub(k)?;
+        let mut called: Vec<(usize, u32)> = Vec::new();
+        for (timing, &child) in h.calls.iter().zip(&roots[first..]) {
+            if records[child].hop != timing.hop {
+                return None;
+            }
+            call_of[child] = Some((timing.call_ns, &timing.attempts));
+            let j = visits[child].hop;
+            match called.iter_mut().find(|(c, _)| *c == j) {
+                Some((_, n)) => *n += 1,
+                None => called.push((j, 1)),
+            }
+        }
+        roots.truncate(first);
+        downstream.push(if h.downstream_ns > 0 {
+            h.downstream_ns
+        } else {
+            h.calls.iter().map(|c| c.call_ns).max().unwrap_or(0)
+        });
+        roots.push(visits.len());
+        records.push(h);
+        call_of.push(None);
+        visits.push(Visit {
+            hop: i,
+            part: HopPart::default(),
+            called,
+        });
+    }
+    // One entry, the first hop, called by the load generator.
+    if roots.len() != 1 || visits[roots[0]].hop != 0 {
+        return None;
+    }
+    call_of[roots[0]] = Some((nanos(r.service_latency()), &r.attempts));
+    for ((v, h), (call, calls)) in visits
+        .iter_mut()
+        .zip(&records)
+        .zip(call_of.into_iter().zip(downstream))
+    {
+        let (call, attempts) = call?;
+        v.part = part_of(h, call, attempts, calls);
+    }
+    Some(visits)
 }
 
 pub(super) fn attempt_of(a: &AttemptTiming) -> Attempt {

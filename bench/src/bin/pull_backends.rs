@@ -372,6 +372,7 @@ fn bench_case(
                 attempt: 0,
                 caller: "bench".into(),
                 caller_slow: false,
+                branch: 0,
             }
             .encode_to_vec()
         };

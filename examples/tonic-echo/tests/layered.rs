@@ -57,7 +57,7 @@ async fn call_with(
         ..EchoRequest::default()
     });
     request.set_timeout(Duration::from_secs(5));
-    serving::insert_call_metadata(request.metadata_mut(), id, 0, "edge", false);
+    serving::insert_call_metadata(request.metadata_mut(), id, 0, "edge", false, 0);
     let response = EchoClient::new(channel.clone()).echo(request).await?;
     let record = serving::record_of(response.metadata());
     Ok((response.into_inner().server, record))

@@ -342,6 +342,7 @@ impl Shared {
                 attempt: 0,
                 caller: String::new(),
                 caller_slow: false,
+                branch: 0,
             };
             let trace = tracer.as_ref().map(|t| (t, t.request(id)));
             let call = async {

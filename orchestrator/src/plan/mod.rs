@@ -32,6 +32,7 @@ pub(crate) use naming::broker_port;
 pub(crate) use naming::{Naming, NamingError};
 
 use crate::scenario::{Hop, NetFault, Scenario, ServiceSource, Variant, Window};
+use tailmesh_model::calls::Calls;
 
 /// How long a hop gets to finish the requests in flight when it is told to
 /// stop (the launchers wait as long before they kill it).
@@ -322,6 +323,12 @@ impl MeshPlan {
             replica,
             transport: hop.transport,
             downstream,
+            // A fixed path needs no plan: every downstream hop once.
+            calls: if hop.calls.is_fixed() {
+                Calls::default()
+            } else {
+                hop.calls.clone()
+            },
             broker: addrs.broker.clone(),
             broker_kind: self.variant.broker,
             queue_bounds: self.variant.queue_bounds,

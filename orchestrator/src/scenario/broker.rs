@@ -32,7 +32,7 @@ pub(super) struct Broker {
 
 /// Reads `[broker]`: `kind` = `"tailmesh"` (the default) | `"rabbitmq"` |
 /// `"nats"`; `queue_capacity` (tasks, 1 to 10,000,000, default 10,000) and
-/// `queue_bytes` (4,259,840 to 64 GiB, default 64 MiB).
+/// `queue_bytes` (5,242,880 to 64 GiB, default 64 MiB).
 pub(super) fn broker(s: &Section<'_>, p: &mut Problems) -> Option<Broker> {
     s.unknown_keys(p, BROKER_KEYS);
     let capacity = match s.get("queue_capacity") {
@@ -136,7 +136,7 @@ transport = "pull"
         assert_eq!(QueueBounds::default(), default);
         assert_eq!(bounds(BASE), [("base".to_owned(), default)]);
         let file = format!(
-            "{BASE}[broker]\nkind = \"rabbitmq\"\nqueue_capacity = 5\nqueue_bytes = 5000000\n"
+            "{BASE}[broker]\nkind = \"rabbitmq\"\nqueue_capacity = 5\nqueue_bytes = 6000000\n"
         );
         assert_eq!(
             bounds(&file),
@@ -144,7 +144,7 @@ transport = "pull"
                 "base".to_owned(),
                 QueueBounds {
                     capacity: 5,
-                    bytes: 5_000_000
+                    bytes: 6_000_000
                 }
             )]
         );
@@ -180,7 +180,7 @@ transport = "pull"
             ("queue_capacity = 10000001", "t.toml:11:18"),
             ("queue_capacity = -1", "t.toml:11:18"),
             ("queue_bytes = 0", "t.toml:11:15"),
-            ("queue_bytes = 4259839", "t.toml:11:15"),
+            ("queue_bytes = 5242879", "t.toml:11:15"),
             ("queue_bytes = 68719476737", "t.toml:11:15"),
         ] {
             let problem = problems(&format!("{BASE}[broker]\n{line}\n"));
@@ -190,8 +190,8 @@ transport = "pull"
                 "{line}: {problem}"
             );
         }
-        let least = format!("{BASE}[broker]\nqueue_bytes = 4259840\n");
-        assert_eq!(bounds(&least)[0].1.bytes, 4_259_840);
+        let least = format!("{BASE}[broker]\nqueue_bytes = 5242880\n");
+        assert_eq!(bounds(&least)[0].1.bytes, 5_242_880);
         let typed = problems(&format!("{BASE}[broker]\nqueue_capacity = \"5\"\n"));
         assert!(
             typed.contains("t.toml:11:18") && typed.contains("integer"),

@@ -57,6 +57,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         windows: Default::default(),
         client: Default::default(),
         downstream: downstream.iter().map(|s| (*s).to_owned()).collect(),
+        calls: tailmesh_model::calls::Calls::all_once(downstream.iter().copied()),
         kill: None,
         service: None,
     }
@@ -171,6 +172,10 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: vec!["backend".to_owned(), "cache".to_owned()],
+                    calls: tailmesh_model::calls::Calls::all_once(vec![
+                        "backend".to_owned(),
+                        "cache".to_owned(),
+                    ]),
                     kill: None,
                     service: None,
                 },
@@ -204,6 +209,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
+                    calls: Default::default(),
                     kill: None,
                     service: None,
                 },
@@ -242,6 +248,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     windows: Default::default(),
                     client: Default::default(),
                     downstream: Vec::new(),
+                    calls: Default::default(),
                     kill: None,
                     service: None,
                 },
@@ -2612,4 +2619,107 @@ fn empirical_work_needs_rising_percentiles_from_p0_to_p100() {
             "{source}\nwanted {line}:{column}: {message}\ngot {found:#?}"
         );
     }
+}
+
+#[test]
+fn downstream_stages_and_calls_with_a_probability_and_a_count() {
+    use tailmesh_model::calls::{Call, CallCount, Repeats};
+    let s = ok(r#"name = "t"
+[load]
+mode = "closed"
+concurrency = 1
+requests = 1
+[[hop]]
+name = "root"
+downstream = [["auth"], ["cart", { hop = "price", probability = 0.25, count = { 1 = 3, 2 = 1 }, repeats = "parallel" }], [{ hop = "auth", count = 2 }]]
+[[hop]]
+name = "auth"
+[[hop]]
+name = "cart"
+downstream = [{ hop = "price", probability = 0.5 }]
+[[hop]]
+name = "price"
+"#);
+    let hops = &s.variants[0].hops;
+    assert_eq!(hops[0].downstream, ["auth", "cart", "price"]);
+    assert_eq!(
+        hops[0].calls.stages,
+        vec![
+            vec![Call::once("auth")],
+            vec![
+                Call::once("cart"),
+                Call {
+                    hop: "price".to_owned(),
+                    probability: 0.25,
+                    count: CallCount::Weighted(vec![(1, 0.75), (2, 0.25)]),
+                    repeats: Repeats::Parallel,
+                }
+            ],
+            vec![Call {
+                count: CallCount::Fixed(2),
+                ..Call::once("auth")
+            }],
+        ]
+    );
+    assert_eq!(hops[1].downstream, Vec::<String>::new());
+    assert!(!s.variants[0].fixed_paths());
+    assert!(hops[2].calls.stages[0][0].probability == 0.5);
+    // A plain list is one stage of single calls: a fixed path.
+    let plain = ok(&format!(
+        "{HEAD}[[hop]]\nname = \"a\"\ndownstream = [\"b\", \"c\"]\n[[hop]]\nname = \"b\"\n[[hop]]\nname = \"c\"\n"
+    ));
+    assert!(plain.variants[0].fixed_paths());
+}
+
+#[test]
+fn bad_calls_are_reported_where_they_are_written() {
+    let hops = "[[hop]]\nname = \"b\"\n[[hop]]\nname = \"c\"\n";
+    for (downstream, want) in [
+        (r#"["b", ["c"]]"#, "mixes stages"),
+        (
+            r#"[{ hop = "b", probability = 0 }]"#,
+            "probability must be greater than 0",
+        ),
+        (r#"[{ hop = "b", probability = 1.5 }]"#, "probability"),
+        (r#"[{ hop = "b", count = 0 }]"#, "count"),
+        (r#"[{ hop = "b", count = 65 }]"#, "count"),
+        (
+            r#"[{ hop = "b", count = { x = 1 } }]"#,
+            "\"x\" is not a count",
+        ),
+        (r#"[{ hop = "b", count = { 2 = -1 } }]"#, "weight of 2"),
+        (
+            r#"[{ hop = "b", repeats = "sideways" }]"#,
+            "repeats must be one of",
+        ),
+        (r#"[{ hop = "b", often = 2 }]"#, "unknown key \"often\""),
+        (r#"[{ probability = 0.5 }]"#, "hop"),
+        (r#"["b", { hop = "b" }]"#, "listed twice in one stage"),
+        (
+            r#"[[{ hop = "d" }], ["c"]]"#,
+            "\"d\" of hop \"a\" does not exist",
+        ),
+        (r#"[3]"#, "expected a hop name or a call table"),
+    ] {
+        let file = format!("{HEAD}[[hop]]\nname = \"a\"\ndownstream = {downstream}\n{hops}");
+        let found = problems(&file);
+        assert!(
+            found
+                .iter()
+                .any(|(line, _, m)| *line == 8 && m.contains(want)),
+            "{downstream}: want {want:?} on line 8, got {found:?}"
+        );
+    }
+    // Counts multiply down the tree: 40 x 40 visits is too many.
+    let deep = format!(
+        "{HEAD}[[hop]]\nname = \"a\"\ndownstream = [{{ hop = \"b\", count = 40 }}]\n\
+         [[hop]]\nname = \"b\"\ndownstream = [{{ hop = \"c\", count = 40 }}]\n[[hop]]\nname = \"c\"\n"
+    );
+    let found = problems(&deep);
+    assert!(
+        found
+            .iter()
+            .any(|(_, _, m)| m.contains("up to 1641 hops") && m.contains("more than 1024")),
+        "{found:?}"
+    );
 }

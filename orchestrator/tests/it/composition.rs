@@ -2,7 +2,9 @@
 //! one, through a real mesh: slowness tied across hops (`slow.follow`) is
 //! what an independent composition cannot predict, and the distribution
 //! check says so and names it; work drawn from measured quantiles is what
-//! the hop does and what the prediction reads.
+//! the hop does and what the prediction reads; calls made in stages, with a
+//! probability and a count, vary the path per request, and the composition
+//! and the compounding check follow each path.
 
 use serde_json::Value;
 
@@ -11,6 +13,7 @@ use crate::support::*;
 tests! {
     sync slowness_tied_across_hops_is_what_the_independent_prediction_misses,
     sync empirical_work_is_drawn_and_declared_as_its_quantiles_say,
+    sync paths_that_vary_are_drawn_per_request_and_composed_as_a_mixture,
 }
 
 fn f64_at(v: &Value, pointer: &str) -> f64 {
@@ -180,6 +183,105 @@ distribution = true
     assert!(
         finished.stdout.contains("distribution:"),
         "the terminal states the verdict:\n{}",
+        finished.output()
+    );
+}
+
+fn paths_that_vary_are_drawn_per_request_and_composed_as_a_mixture() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // a calls b, then, on 30 % of the requests, c twice one after another:
+    // about 2 ms for 70 % of the requests, 2 + 3 + 3 ms for the others.
+    let scenario = write(
+        dir.path(),
+        "paths.toml",
+        r#"
+name = "paths"
+seed = 3
+
+[load]
+mode = "open"
+rate = 150
+warmup = "1s"
+duration = "6s"
+
+[[hop]]
+name = "a"
+downstream = [["b"], [{ hop = "c", probability = 0.3, count = 2 }]]
+
+[[hop]]
+name = "b"
+work = { kind = "sleep", dist = "fixed", value = "2ms" }
+slow = { probability = 0.05, extra = "20ms" }
+
+[[hop]]
+name = "c"
+work = { kind = "sleep", dist = "fixed", value = "3ms" }
+slow = { probability = 0.1, extra = "20ms" }
+
+[check]
+distribution = true
+compounding = true
+slow_threshold = "16ms"
+"#,
+    );
+    let (finished, run_dir) = run_ok(dir.path(), &scenario, &dir.path().join("results"));
+    let summary = summary(&run_dir);
+    let v = summary
+        .pointer("/variants/0")
+        .unwrap_or_else(|| panic!("no variant:\n{summary:#}"));
+    let (sent, ok) = (f64_at(v, "/sent"), f64_at(v, "/ok"));
+    assert!(sent > 500.0 && ok == sent, "sent {sent}, ok {ok}:\n{v:#}");
+    // Each request drew its own path: c was visited twice on about 30 %.
+    let csv = std::fs::read_to_string(run_dir.join("requests.csv")).expect("requests.csv");
+    let header: Vec<&str> = csv.lines().next().unwrap_or_default().split(',').collect();
+    let path_col = header
+        .iter()
+        .position(|h| *h == "path")
+        .unwrap_or_else(|| panic!("no path column in {header:?}"));
+    let (mut with_c, mut rows) = (0u32, 0u32);
+    for line in csv.lines().skip(1) {
+        let path = line.split(',').nth(path_col).unwrap_or_default();
+        let cs = path.split(';').filter(|r| r.starts_with("c/")).count();
+        assert!(cs == 0 || cs == 2, "c visited {cs} times: {line}");
+        with_c += u32::from(cs == 2);
+        rows += 1;
+    }
+    let share = f64::from(with_c) / f64::from(rows);
+    assert!(
+        (0.25..0.35).contains(&share),
+        "{with_c} of {rows} requests called c"
+    );
+    // The composition reads every request (none incomplete) as a mixture
+    // of its paths, and agrees with the measured tail; the declared one too.
+    let c = v
+        .pointer("/composition")
+        .unwrap_or_else(|| panic!("no composition:\n{v:#}"));
+    assert_eq!(f64_at(c, "/incomplete"), 0.0, "{c:#}");
+    for q in ["p50", "p90"] {
+        let (measured, composed, declared) = (
+            f64_at(c, &format!("/measured/{q}_us")),
+            f64_at(c, &format!("/composed/{q}_us")),
+            f64_at(c, &format!("/declared/{q}_us")),
+        );
+        for (what, x) in [("composed", composed), ("declared", declared)] {
+            assert!(
+                (x / measured - 1.0).abs() < 0.15,
+                "{what} {q} {x} us, measured {measured} us:\n{c:#}"
+            );
+        }
+    }
+    // The compounding model is the paths' mixture: 0.05 on a path without
+    // c, 1 - 0.95 x 0.9^2 on one with c twice.
+    let model = f64_at(v, "/compounding/declared_model");
+    let want = share * (1.0 - 0.95 * 0.81) + (1.0 - share) * 0.05;
+    assert!(
+        (model - want).abs() < 0.02,
+        "declared model {model}, want {want}:\n{v:#}"
+    );
+    assert!(
+        finished.stdout.contains("compounding"),
+        "{}",
         finished.output()
     );
 }

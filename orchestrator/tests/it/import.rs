@@ -163,8 +163,23 @@ fn a_mesh_the_format_cannot_say_is_refused_with_its_reasons() {
             ));
         }
     }
+    // A call made by half the requests is written with its probability.
     let calls = write(dir.path(), "calls.csv", &csv);
     let out = dir.path().join("out.toml");
+    let finished = tailmesh(
+        dir.path(),
+        &["import", "alibaba", path_str(&calls), "-o", path_str(&out)],
+    );
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let written = std::fs::read_to_string(&out).expect("scenario written");
+    assert!(
+        written.contains(r#"{ hop = "cart", probability = 0.5 }"#),
+        "{written}"
+    );
+    std::fs::remove_file(&out).expect("remove");
+    // Requests that enter at two services are not one scenario's.
+    csv.push_str("900,t9,s,0.1,USER,u,http,/search,search,s1,3\n");
+    let calls = write(dir.path(), "calls.csv", &csv);
     let finished = tailmesh(
         dir.path(),
         &["import", "alibaba", path_str(&calls), "-o", path_str(&out)],
@@ -173,7 +188,7 @@ fn a_mesh_the_format_cannot_say_is_refused_with_its_reasons() {
     assert!(
         finished.stderr.contains("the mesh cannot be written as a scenario:")
             && finished.stderr.contains(
-                "gateway calls cart in 50.0 % of its requests: a call made with a probability is not in the scenario format yet"
+                "2 entry services (gateway, search): several entries are not in the scenario format yet"
             ),
         "{}",
         finished.output()

@@ -105,6 +105,7 @@ impl DirectTarget {
                 request.attempt,
                 &self.caller,
                 request.caller_slow,
+                request.branch,
             );
             let (headers, _) = client.call_with(timeout, metadata.into_headers()).await?;
             // Its caller reached it directly, whatever the layers say.

@@ -12,6 +12,9 @@ pub const ATTEMPT_HEADER: &str = "tm-attempt";
 pub const CALLER_HEADER: &str = "tm-caller";
 /// "1" when the caller slowed this request with its injected slowness.
 pub const CALLER_SLOW_HEADER: &str = "tm-caller-slow";
+/// Which visit of the request to the hop this is (`CallRequest`'s
+/// `branch`), in decimal; absent for the first.
+pub const BRANCH_HEADER: &str = "tm-branch";
 /// The hop's own record of the call, a protobuf `HopRecord` (a binary
 /// metadata header: base64 on the wire).
 pub const RECORD_HEADER: &str = "tm-hop-bin";
@@ -26,6 +29,7 @@ pub fn insert_call_metadata(
     attempt: u32,
     caller: &str,
     caller_slow: bool,
+    branch: u64,
 ) {
     let number = |n: u64| -> tonic::metadata::AsciiMetadataValue {
         tonic::metadata::AsciiMetadataValue::from(n)
@@ -37,6 +41,9 @@ pub fn insert_call_metadata(
     }
     if caller_slow {
         metadata.insert(CALLER_SLOW_HEADER, number(1));
+    }
+    if branch != 0 {
+        metadata.insert(BRANCH_HEADER, number(branch));
     }
 }
 

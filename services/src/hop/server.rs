@@ -4,6 +4,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 
 use prost::Message;
 use serde::{Deserialize, Serialize};
+use tailmesh_model::calls::Calls;
 use tailmesh_proto::pb::{
     CallReply, CallRequest, control_server,
     hop_server::{self, Hop, HopServer},
@@ -88,8 +89,12 @@ pub struct HopConfig {
     pub replica: u32,
     /// How callers reach this hop.
     pub transport: Transport,
-    /// The hops this one calls, in parallel, for every request.
+    /// The hops this one calls, each once.
     pub downstream: Vec<DownstreamConfig>,
+    /// How it calls them, by name: stages, probabilities, counts; empty:
+    /// every one once, side by side.
+    #[serde(default, skip_serializing_if = "Calls::is_empty")]
+    pub calls: Calls,
     /// The broker, when this hop or a downstream one is reached by pull.
     #[serde(default)]
     pub broker: Option<PeerAddr>,
@@ -150,6 +155,7 @@ impl HopConfig {
             replica: 0,
             transport: Transport::Push,
             downstream: Vec::new(),
+            calls: Calls::default(),
             broker: None,
             broker_kind: BrokerKind::Tailmesh,
             queue_bounds: QueueBounds::default(),
@@ -269,7 +275,12 @@ impl HopCore {
         let stack = serve::stack(
             ServerSpanLayer::new(name),
             RecordLayer::new(name, config.replica, config.transport),
-            FanOutLayer::new(name, Arc::clone(&downstream)),
+            FanOutLayer::new(
+                name,
+                Arc::clone(&downstream),
+                &config.calls,
+                config.behavior.seed,
+            ),
             SlotLayer::new(name, config.replica, slots),
             FaultLayer::new(Arc::clone(&behavior), sleeper.clone()),
             Work::new(name, config.replica, sleeper, service),
@@ -362,6 +373,7 @@ impl HopCore {
                 attempt: request.attempt,
                 caller: request.caller,
                 caller_slow: request.caller_slow,
+                branch: request.branch,
                 deadline: timeout.map(|t| arrived + t),
                 queue_wait,
                 release,

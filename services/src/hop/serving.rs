@@ -34,8 +34,9 @@
 //! Health, reflection and `tailmesh.v1.Control` calls pass untouched.
 //!
 //! What a caller sends, in the call's metadata: [`REQUEST_ID_HEADER`],
-//! [`ATTEMPT_HEADER`], [`CALLER_HEADER`], [`CALLER_SLOW_HEADER`] (the
-//! per-request draws are keyed on the request id and attempt; without an
+//! [`ATTEMPT_HEADER`], [`CALLER_HEADER`], [`CALLER_SLOW_HEADER`],
+//! [`BRANCH_HEADER`] (the per-request draws are keyed on the request id,
+//! its branch and the attempt; without an
 //! id, the replica numbers its calls itself), `grpc-timeout` and
 //! `traceparent`.
 //!
@@ -86,8 +87,8 @@ use crate::{
 pub use crate::deadline::parse_grpc_timeout;
 
 pub use super::metadata::{
-    ATTEMPT_HEADER, CALLER_HEADER, CALLER_SLOW_HEADER, RECORD_HEADER, REQUEST_ID_HEADER,
-    insert_call_metadata, record_of,
+    ATTEMPT_HEADER, BRANCH_HEADER, CALLER_HEADER, CALLER_SLOW_HEADER, RECORD_HEADER,
+    REQUEST_ID_HEADER, insert_call_metadata, record_of,
 };
 
 /// The environment variable naming the hop's JSON configuration file.
@@ -340,6 +341,9 @@ fn hop_request<B>(
             .unwrap_or(0),
         caller: text(CALLER_HEADER).unwrap_or_default().to_owned(),
         caller_slow: text(CALLER_SLOW_HEADER) == Some("1"),
+        branch: text(BRANCH_HEADER)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
         deadline: timeout.map(|t| arrived + t),
         queue_wait: std::time::Duration::ZERO,
         release: None,

@@ -178,6 +178,7 @@ async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Lea
                         service: None,
                     })
                     .collect(),
+                calls: Default::default(),
                 broker: None,
                 broker_kind: Default::default(),
                 queue_bounds: Default::default(),
@@ -309,6 +310,7 @@ impl Chain {
             attempt: 0,
             caller: String::new(),
             caller_slow: false,
+            branch: 0,
         };
         self.entry.call(request, Some(Duration::from_secs(5))).await
     }
@@ -447,6 +449,7 @@ async fn deadlines_propagate_downstream() {
         attempt: 0,
         caller: String::new(),
         caller_slow: false,
+        branch: 0,
     };
     let reply = c
         .entry
@@ -485,6 +488,7 @@ async fn deadlines_propagate_downstream() {
         attempt: 0,
         caller: String::new(),
         caller_slow: false,
+        branch: 0,
     };
     let status = c
         .entry
@@ -534,6 +538,7 @@ async fn a_refusing_downstream_is_named() {
         attempt: 0,
         caller: String::new(),
         caller_slow: false,
+        branch: 0,
     };
     let status = pool
         .call(request, Some(Duration::from_secs(2)))

@@ -66,6 +66,7 @@ fn request(id: u64) -> CallRequest {
         attempt: 0,
         caller: String::new(),
         caller_slow: false,
+        branch: 0,
     }
 }
 

@@ -446,6 +446,7 @@ async fn a_push_client_connects_again_to_a_replica_that_came_back() {
                 attempt: 0,
                 caller: String::new(),
                 caller_slow: false,
+                branch: 0,
             },
             Some(Duration::from_secs(2)),
         )

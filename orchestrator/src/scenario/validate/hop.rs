@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tailmesh_model::calls::{Call, CallCount, Calls, MAX_COUNT, Repeats};
 use tailmesh_services::{
     discipline::Discipline,
     limits::{DEFAULT_QUEUE_LIMIT, MAX_QUEUE_LIMIT},
@@ -59,10 +60,17 @@ const MAX_WORKER_PING: Duration = Duration::from_secs(60);
 pub(super) enum Downstream<'a> {
     /// Not given: the next hop in file order.
     Chain,
-    /// Given: the names and where each is written.
-    Names(Vec<(&'a str, &'a Span)>),
+    /// Given: the stages, one after another, each of calls side by side.
+    Stages(Vec<Vec<CallDraft<'a>>>),
     /// Given but unreadable (reported).
     Invalid,
+}
+
+/// One call in `downstream` as read, with where its hop is named.
+pub(super) struct CallDraft<'a> {
+    pub(super) name: &'a str,
+    pub(super) span: &'a Span,
+    pub(super) call: Call,
 }
 
 /// One `[[hop]]` as read, before the mesh-wide checks.
@@ -131,6 +139,7 @@ pub(super) fn hop<'a>(
             error: faults.error?.map(|(e, _)| e),
             client: client?,
             downstream: Vec::new(),
+            calls: Calls::default(),
             kill: kill?,
             service: service?,
         })
@@ -440,35 +449,195 @@ pub(super) fn downstream<'a>(s: &Section<'a>, p: &mut Problems) -> Downstream<'a
     let Some(entry) = s.get("downstream") else {
         return Downstream::Chain;
     };
-    match &entry.node.value {
-        Value::Array(items) => {
-            let mut names = Vec::new();
-            let mut ok = true;
-            for item in items {
-                match &item.value {
-                    Value::String(name) => names.push((name.as_str(), &item.span)),
-                    other => {
-                        ok = false;
-                        s.report(
-                            p,
-                            &item.span,
-                            format!(
-                                "expected hop names (strings) in downstream, got {}",
-                                other.kind()
-                            ),
-                        );
-                    }
+    let Value::Array(items) = &entry.node.value else {
+        s.wrong_type(p, entry, "an array of calls (hop names or call tables)");
+        return Downstream::Invalid;
+    };
+    // An array of arrays is stages, one after another; otherwise one stage.
+    let staged = items.iter().any(|i| matches!(i.value, Value::Array(_)));
+    let mut stages = Vec::new();
+    let mut ok = true;
+    if staged {
+        for item in items {
+            match &item.value {
+                Value::Array(calls) => match stage(s, calls, p) {
+                    Some(calls) => stages.push(calls),
+                    None => ok = false,
+                },
+                other => {
+                    ok = false;
+                    s.report(
+                        p,
+                        &item.span,
+                        format!(
+                            "downstream mixes stages (arrays) with {}: write every stage as an \
+                             array, e.g. downstream = [[\"a\"], [\"b\", \"c\"]]",
+                            other.kind()
+                        ),
+                    );
                 }
             }
-            if ok {
-                Downstream::Names(names)
-            } else {
-                Downstream::Invalid
-            }
         }
-        _ => {
-            s.wrong_type(p, entry, "an array of hop names");
-            Downstream::Invalid
+    } else {
+        match stage(s, items, p) {
+            Some(calls) if !calls.is_empty() => stages.push(calls),
+            Some(_) => {}
+            None => ok = false,
         }
     }
+    if ok {
+        Downstream::Stages(stages)
+    } else {
+        Downstream::Invalid
+    }
+}
+
+/// The keys of a call written as a table in `downstream`.
+const CALL_KEYS: &[&str] = &["hop", "probability", "count", "repeats"];
+
+/// One stage of `downstream`: its calls, each a hop name or a table.
+fn stage<'a>(s: &Section<'a>, items: &'a [Node], p: &mut Problems) -> Option<Vec<CallDraft<'a>>> {
+    let mut calls = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for item in items {
+        match &item.value {
+            Value::String(name) => calls.push(CallDraft {
+                name,
+                span: &item.span,
+                call: Call::once(name.as_str()),
+            }),
+            Value::Table(table) => match call_table(s, item, table, p) {
+                Some(c) => calls.push(c),
+                None => ok = false,
+            },
+            other => {
+                ok = false;
+                s.report(
+                    p,
+                    &item.span,
+                    format!(
+                        "expected a hop name or a call table {{ hop = \"name\", probability = .., \
+                         count = .. }} in downstream, got {}",
+                        other.kind()
+                    ),
+                );
+            }
+        }
+    }
+    ok.then_some(calls)
+}
+
+/// `{ hop = "b", probability = 0.3, count = 2 | { 1 = 0.7, 2 = 0.3 },
+/// repeats = "sequential" | "parallel" }`.
+fn call_table<'a>(
+    s: &Section<'a>,
+    item: &'a Node,
+    table: &'a Table,
+    p: &mut Problems,
+) -> Option<CallDraft<'a>> {
+    let c = Section {
+        table,
+        span: item.span.clone(),
+        prefix: s.prefix.clone(),
+        path: "downstream.".to_owned(),
+        label: format!("a call in downstream of {}", s.label),
+    };
+    c.unknown_keys(p, CALL_KEYS);
+    let hop = c.required(p, "hop", Section::string);
+    let probability = match c.get("probability") {
+        None => Some(1.0),
+        Some(_) => c.number_in(p, "probability", 0.0, true, 1.0),
+    };
+    let count = match c.get("count").map(|e| (e, &e.node.value)) {
+        None => Some(CallCount::Fixed(1)),
+        Some((_, Value::Table(weights))) => count_weights(&c, weights, p),
+        Some(_) => c
+            .int_in(p, "count", 1, i64::from(MAX_COUNT))
+            .and_then(|n| u32::try_from(n).ok())
+            .map(CallCount::Fixed),
+    };
+    let repeats = match c.get("repeats") {
+        None => Some(Repeats::Sequential),
+        Some(_) => c.choice(
+            p,
+            "repeats",
+            &[
+                ("sequential", Repeats::Sequential),
+                ("parallel", Repeats::Parallel),
+            ],
+        ),
+    };
+    let (name, entry) = hop?;
+    Some(CallDraft {
+        name,
+        span: &entry.node.span,
+        call: Call {
+            hop: name.to_owned(),
+            probability: probability?,
+            count: count?,
+            repeats: repeats?,
+        },
+    })
+}
+
+/// `count = { 1 = 0.7, 2 = 0.3 }`: counts and their relative weights,
+/// normalised to sum to 1.
+fn count_weights(c: &Section<'_>, weights: &Table, p: &mut Problems) -> Option<CallCount> {
+    let mut out: Vec<(u32, f64)> = Vec::new();
+    let mut ok = true;
+    for e in &weights.entries {
+        let n = e
+            .key
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_COUNT).contains(n));
+        let w = match e.node.value {
+            #[allow(clippy::cast_precision_loss)]
+            Value::Integer(i) => Some(i as f64),
+            Value::Float(f) => Some(f),
+            _ => None,
+        }
+        .filter(|w| w.is_finite() && *w > 0.0);
+        match (n, w) {
+            (Some(n), Some(w)) => out.push((n, w)),
+            (None, _) => {
+                ok = false;
+                c.report(
+                    p,
+                    &e.key_span,
+                    format!(
+                        "downstream.count: \"{}\" is not a count from 1 to {MAX_COUNT}",
+                        e.key
+                    ),
+                );
+            }
+            (_, None) => {
+                ok = false;
+                c.report(
+                    p,
+                    &e.node.span,
+                    format!(
+                        "downstream.count: the weight of {} must be a number greater than 0",
+                        e.key
+                    ),
+                );
+            }
+        }
+    }
+    if ok && out.is_empty() {
+        c.report(
+            p,
+            &c.span,
+            "downstream.count: give at least one count and its weight, e.g. { 1 = 0.7, 2 = 0.3 }",
+        );
+        return None;
+    }
+    if !ok {
+        return None;
+    }
+    out.sort_by_key(|(n, _)| *n);
+    let total: f64 = out.iter().map(|(_, w)| w).sum();
+    Some(CallCount::Weighted(
+        out.into_iter().map(|(n, w)| (n, w / total)).collect(),
+    ))
 }

@@ -3,14 +3,16 @@
 
 use std::collections::HashMap;
 
+use tailmesh_model::calls::{Calls, MAX_VISITS};
+
 use crate::scenario::error::Problems;
 use crate::scenario::tree::Span;
 
 use super::hop::{Downstream, HopDraft};
 
 /// Mesh-wide checks of `downstream`: unknown names, self calls, cycles and
-/// hops never called. Returns each hop's downstream names when all is well.
-pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<String>>> {
+/// hops never called. Returns each hop's calls when all is well.
+pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Calls>> {
     let mut ok = true;
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, draft) in drafts.iter().enumerate() {
@@ -49,25 +51,34 @@ pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<
                 }
             }
             Downstream::Invalid => ok = false,
-            Downstream::Names(names) => {
-                for (k, (name, span)) in names.iter().enumerate() {
-                    if names[..k].iter().any(|(earlier, _)| earlier == name) {
-                        ok = false;
-                        p.at(
-                            span.start,
-                            format!("downstream \"{name}\" of {who} is listed twice"),
-                        );
-                    } else if Some(*name) == draft.raw_name {
-                        ok = false;
-                        p.at(span.start, format!("{who} lists itself in downstream"));
-                    } else if let Some(&j) = index.get(name) {
-                        edges[i].push((j, span));
-                    } else {
-                        ok = false;
-                        p.at(
-                            span.start,
-                            format!("downstream \"{name}\" of {who} does not exist"),
-                        );
+            Downstream::Stages(stages) => {
+                for stage in stages {
+                    for (k, call) in stage.iter().enumerate() {
+                        let (name, span) = (call.name, call.span);
+                        if stage[..k].iter().any(|earlier| earlier.name == name) {
+                            ok = false;
+                            p.at(
+                                span.start,
+                                format!(
+                                    "downstream \"{name}\" of {who} is listed twice in one \
+                                     stage (to call it more than once, give its count)"
+                                ),
+                            );
+                        } else if Some(name) == draft.raw_name {
+                            ok = false;
+                            p.at(span.start, format!("{who} lists itself in downstream"));
+                        } else if let Some(&j) = index.get(name) {
+                            // One edge per hop called, whatever its stages.
+                            if !edges[i].iter().any(|(e, _)| *e == j) {
+                                edges[i].push((j, span));
+                            }
+                        } else {
+                            ok = false;
+                            p.at(
+                                span.start,
+                                format!("downstream \"{name}\" of {who} does not exist"),
+                            );
+                        }
                     }
                 }
             }
@@ -123,16 +134,68 @@ pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Vec<
             }
         }
     }
-    ok.then(|| {
-        edges
+    let calls = ok.then(|| {
+        drafts
             .iter()
-            .map(|out| {
-                out.iter()
-                    .map(|(j, _)| drafts[*j].raw_name.unwrap_or_default().to_owned())
-                    .collect()
+            .zip(&edges)
+            .map(|(draft, out)| match &draft.downstream {
+                Downstream::Stages(stages) => Calls {
+                    stages: stages
+                        .iter()
+                        .map(|stage| stage.iter().map(|c| c.call.clone()).collect())
+                        .collect(),
+                },
+                // A chain's hop calls the next one once.
+                _ => Calls::all_once(
+                    out.iter()
+                        .map(|(j, _)| drafts[*j].raw_name.unwrap_or_default()),
+                ),
             })
-            .collect()
-    })
+            .collect::<Vec<Calls>>()
+    })?;
+    // Counts multiply down the tree: bound what one request can visit.
+    let index = |name: &str| drafts.iter().position(|d| d.raw_name == Some(name));
+    let visits = most_visits(&calls, &index);
+    if visits[0] > MAX_VISITS {
+        p.at(
+            drafts[0].header.start,
+            format!(
+                "a request may visit up to {} hops (counts multiply down the tree from the \
+                 entry hop \"{}\"), more than {MAX_VISITS}: lower a count",
+                visits[0],
+                drafts[0].raw_name.unwrap_or_default()
+            ),
+        );
+        return None;
+    }
+    Some(calls)
+}
+
+/// Per hop, the most hops one of its invocations can visit, itself
+/// included (saturating), in an acyclic mesh.
+fn most_visits(calls: &[Calls], index: &dyn Fn(&str) -> Option<usize>) -> Vec<u64> {
+    fn of(
+        i: usize,
+        calls: &[Calls],
+        index: &dyn Fn(&str) -> Option<usize>,
+        memo: &mut [Option<u64>],
+    ) -> u64 {
+        if let Some(v) = memo[i] {
+            return v;
+        }
+        let mut v: u64 = 1;
+        for c in calls[i].iter() {
+            let most = c.count.weights().iter().map(|(n, _)| *n).max().unwrap_or(1);
+            let below = index(&c.hop).map_or(1, |j| of(j, calls, index, memo));
+            v = v.saturating_add(u64::from(most).saturating_mul(below));
+        }
+        memo[i] = Some(v);
+        v
+    }
+    let mut memo = vec![None; calls.len()];
+    (0..calls.len())
+        .map(|i| of(i, calls, index, &mut memo))
+        .collect()
 }
 
 /// Reports each cycle once, at the edge that closes it; true if none.

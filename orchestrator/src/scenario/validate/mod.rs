@@ -345,9 +345,10 @@ fn hops(top: &Section<'_>, p: &mut Problems) -> Option<Vec<Hop>> {
     let downstream = mesh(&drafts, p);
 
     let mut hops = Vec::with_capacity(drafts.len());
-    for (draft, downstream) in drafts.into_iter().zip(downstream?) {
+    for (draft, calls) in drafts.into_iter().zip(downstream?) {
         let mut hop = draft.hop?;
-        hop.downstream = downstream;
+        hop.downstream = calls.hops();
+        hop.calls = calls;
         hops.push(hop);
     }
     (hops.len() <= MAX_HOPS).then_some(hops)

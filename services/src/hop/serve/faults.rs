@@ -136,7 +136,7 @@ where
         let plan = plan(
             &behavior,
             replica,
-            request.request_id,
+            request.request_id ^ request.branch,
             request.attempt,
             request.caller_slow,
         );

@@ -7,8 +7,9 @@
 //!   the hop record's `total_ns` after its start (`ServerSpanLayer`);
 //! - [`record`]: the hop's own [`HopRecord`] appended to the reply's path
 //!   (`RecordLayer`);
-//! - [`fan_out`]: once the hop's own work is done, its downstream hops
-//!   called in parallel through their call stacks (`FanOutLayer`);
+//! - [`fan_out`]: once the hop's own work is done, its downstream calls,
+//!   stage by stage, drawn per request, through their call stacks
+//!   (`FanOutLayer`);
 //! - [`slot`]: the replica's capacity, held for its own work only: a slot
 //!   when its concurrency is limited (the wait for one is queue wait,
 //!   bounded by the deadline) and a pull worker's broker credit
@@ -63,6 +64,9 @@ pub struct HopRequest<P> {
     pub caller: String,
     /// Whether the caller slowed this request with injected slowness.
     pub caller_slow: bool,
+    /// Which visit of the request to this hop this is (`CallRequest`'s
+    /// `branch`): the hop's draws are keyed on `request_id ^ branch`.
+    pub branch: u64,
     /// The caller's deadline (`None`: none).
     pub deadline: Option<Instant>,
     /// Time the request already spent in a broker queue (pull).
@@ -98,10 +102,12 @@ pub struct Served<R> {
     pub queue_wait: Duration,
     /// The part of `queue_wait` spent waiting for a slot.
     pub slot_wait: Duration,
-    /// The calls of the downstream hops, one per hop.
+    /// The calls of the downstream hops, in the order made.
     pub calls: Vec<CallTiming>,
     /// Retries and hedges of those calls.
     pub extra_attempts: u32,
+    /// From the first downstream call's start to the last one's end.
+    pub downstream: Duration,
     /// The path so far: the downstream hops' records, then (once the
     /// record layer has run) this hop's own, last.
     pub path: Vec<HopRecord>,
@@ -118,6 +124,7 @@ impl<R> Served<R> {
             slot_wait: Duration::ZERO,
             calls: Vec::new(),
             extra_attempts: 0,
+            downstream: Duration::ZERO,
             path: Vec::new(),
         }
     }
@@ -194,7 +201,7 @@ mod tests {
         stack(
             ServerSpanLayer::new("x"),
             RecordLayer::new("x", 0, Transport::Push),
-            FanOutLayer::new("x", Arc::from(Vec::new())),
+            FanOutLayer::new("x", Arc::from(Vec::new()), &Default::default(), 7),
             SlotLayer::new("x", 0, Some(Slots::new(1, Some(8), Discipline::Fifo))),
             FaultLayer::new(Arc::new(Behavior::new(behavior, 0)), Sleeper::Tokio),
             Work::new("x", 0, Sleeper::Tokio, None),
@@ -214,6 +221,7 @@ mod tests {
             attempt: 0,
             caller: "up".to_owned(),
             caller_slow: false,
+            branch: 0,
             deadline: deadline.map(|d| arrived + d),
             queue_wait,
             release: None,

@@ -88,6 +88,7 @@ where
                 extra_attempts: served.extra_attempts,
                 slot_wait_ns: nanos(served.slot_wait),
                 calls: std::mem::take(&mut served.calls),
+                downstream_ns: nanos(served.downstream),
             };
             served.path.push(record);
             Ok(served)
