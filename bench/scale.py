@@ -1,7 +1,8 @@
-"""bench/scale.sh's helper: the tree scenario of N services, one round's
-numbers read from a run's folder, and the closing table.
+"""bench/scale.sh's helper: the call graph of N services in Alibaba's
+format, one round's numbers read from a run's folder, and the closing
+table.
 
-  scale.py scenario N OUT            write the scenario of N services
+  scale.py calls N OUT               write the call graph of N services
   scale.py round RUN_DIR N TSV JSONL  append the round's values (TSV for the
                                      intervals binary, JSONL for the table);
                                      exit 1 when a request is unaccounted
@@ -30,24 +31,45 @@ def tree(n):
     return children
 
 
-def scenario(n, out):
-    lines = [
-        f'name = "scale-{n}"',
-        f'description = "a tree of {n} zero-work services, every service on every request"',
-        "seed = 1",
-        "",
-        "[load]",
-        'mode = "open"',
-        "rate = 50",
-        'warmup = "2s"',
-        'duration = "10s"',
-        "",
-    ]
-    for i, kids in tree(n).items():
-        calls = ", ".join(f'"s{k}"' for k in kids)
-        lines += ["[[hop]]", f'name = "s{i}"', f"downstream = [{calls}]", ""]
+def calls(n, out):
+    """500 requests through the tree over 10 s (50/s), as Alibaba's
+    MSCallGraph rows (timestamp, traceid, service, rpc_id, um,
+    uminstanceid, rpctype, interface, dm, dminstanceid, rt in ms): each
+    service works 1 ms and calls its children side by side; a leaf is
+    called by 90 % of its caller's requests, one leaf in ten twice in a
+    row. Seeded: the same graph every time."""
+    import random
+
+    rng = random.Random(7)
+    children = tree(n)
+    rows = ["timestamp,traceid,service,rpc_id,um,uminstanceid,rpctype,interface,dm,dminstanceid,rt"]
+
+    def visit(trace, node, rpc, caller, at):
+        """Rows of node's call at `at` (ms) by `caller`; returns its rt."""
+        start, own = at, 1
+        t = start + own
+        ends = [t]
+        k = 0
+        for child in children[node]:
+            leaf = not children[child]
+            if leaf and rng.random() >= 0.9:
+                continue
+            times = 2 if leaf and child % 10 == 3 else 1
+            c_at = t
+            for _ in range(times):
+                k += 1
+                rt = visit(trace, child, f"{rpc}.{k}", node, c_at)
+                c_at += rt
+            ends.append(c_at)
+        rt = max(ends) - start
+        um = "USER" if caller is None else f"s{caller}"
+        rows.append(f"{start},{trace},s,{rpc},{um},{um}-0,rpc,call,s{node},s{node}-0,{rt}")
+        return rt
+
+    for i in range(500):
+        visit(f"t{i}", 0, "0.1", None, i * 20)
     with open(out, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(rows) + "\n")
 
 
 def round_values(run_dir, n, tsv, jsonl):
@@ -112,8 +134,8 @@ def report(jsonl, out=None):
 
 
 def main(argv):
-    if len(argv) >= 3 and argv[0] == "scenario":
-        scenario(int(argv[1]), argv[2])
+    if len(argv) >= 3 and argv[0] == "calls":
+        calls(int(argv[1]), argv[2])
     elif len(argv) == 5 and argv[0] == "round":
         round_values(argv[1], int(argv[2]), argv[3], argv[4])
     elif len(argv) in (2, 3) and argv[0] == "report":

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Start-up time and memory of large meshes under the local launcher: a
-# tree of N zero-work services (the entry calls 9, each of those calls up
-# to 10, and so on; one replica each, every service on every request), run
-# open loop at 50/s for 10 s (+2 s warmup) with every request traced, for
-# N = 25, 50 and 100, one size after another in each round:
+# Start-up time and memory of large meshes under the local launcher,
+# imported: the call graph of N services in Alibaba's format (a tree: the
+# entry calls 9, each of those calls up to 10, and so on; each service
+# works 1 ms and calls its children side by side, a leaf on 90 % of its
+# caller's requests, one leaf in ten twice in a row; 500 requests over
+# 10 s), imported as a scenario (`tailmesh import alibaba -o`: one replica
+# each, calls with their probability and count, the own times as
+# measured) and run as written, open loop at 50/s for 10 s (+1 s warmup)
+# with every request traced, for N = 25, 50 and 100, one size after
+# another in each round:
 #
 #   ready s, N services       summary.json's launch_s: from the first
 #                             process started to the last one ready
@@ -78,7 +83,10 @@ rounds_setup
 busy_gate "$STRICT"
 
 for n in "${sizes[@]}"; do
-    python3 "$PY" scenario "$n" "$TMP/scale-$n.toml"
+    python3 "$PY" calls "$n" "$TMP/calls-$n.csv"
+    step TERM "$BIN" import alibaba "$TMP/calls-$n.csv" -o "$TMP/scale-$n.toml" --name "scale-$n" \
+        >"$TMP/import.out" 2>&1 || { cat "$TMP/import.out" >&2; exit 1; }
+    printf '\n[telemetry]\nkeep_share = 1.0\n' >>"$TMP/scale-$n.toml"
 done
 machine_mark
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -102,7 +110,7 @@ last="${sizes[${#sizes[@]}-1]}"
 rounds_report --goal "ready s, $last services<=10" --goal "RSS GB, $last services<=3" \
     >"$TMP/intervals.txt"
 echo
-echo "scale: trees of ${SIZES//,/, } zero-work services, 50/s for 10 s, traces on, $ROUNDS round(s), local launcher, $(nproc) cores, $(date -u +%Y-%m-%d)"
+echo "scale: imported call graphs of ${SIZES//,/, } services, 50/s for 10 s, every trace kept, $ROUNDS round(s), local launcher, $(nproc) cores, $(date -u +%Y-%m-%d)"
 python3 "$PY" report "$TMP/rounds.jsonl" ${JSON_OUT:+"$JSON_OUT"}
 echo
 cat "$TMP/intervals.txt"

@@ -43,6 +43,8 @@
 //! - `composition`: the whole tail composed from each request's segments
 //!   (as if independent, and shuffled) against the measured one, the
 //!   dependence figure and `[check] distribution`.
+//! - `what_if`: a changed variant's latency composed from a run's measured
+//!   segments with the change applied.
 //! - `gate`: `compare --gate`, run B against run A with bootstrap intervals.
 //! - `testing` (tests and the `testing` feature): builders of variants,
 //!   records and summaries.
@@ -69,6 +71,7 @@ pub mod sweep;
 pub mod traces;
 pub mod variant;
 pub mod verdict;
+pub mod what_if;
 
 /// Builders of variants, records and summaries for tests, here and in
 /// the orchestrator's (the `testing` feature).
@@ -78,8 +81,8 @@ pub mod testing;
 pub use broker::BrokerTopicStats;
 pub use compose::{ComposeError, Dist, Grid, MAX_BINS, MIN_BIN, bootstrap_quantiles, grid_for};
 pub use composition::{
-    CompositionReport, Correlation, Dependence, QuantileBand, Quantiles, SegmentSummary,
-    SpectrumPoint, TailSegment,
+    CompositionReport, Correlation, Dependence, HOP_SEGMENTS, MeasuredSegments, QuantileBand,
+    Quantiles, SegmentSummary, SpectrumPoint, TailSegment,
 };
 pub use declared::{BUSY, Declared, Overhead, Undeclared, declared, declared_in_force};
 pub use endpoints::{CallerEndpoints, CallerPicks, EndpointEvent, KillRecord, ReplicaCounts};

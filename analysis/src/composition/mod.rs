@@ -84,13 +84,12 @@ use correlation::dependence;
 use judge::judge;
 use report::summary_of;
 pub use report::{
-    CompositionReport, Correlation, Dependence, QuantileBand, Quantiles, SegmentSummary,
-    SpectrumPoint, TailSegment,
+    CompositionReport, Correlation, Dependence, MeasuredSegments, QuantileBand, Quantiles,
+    SegmentSummary, SpectrumPoint, TailSegment,
 };
 pub use report::{QUANTILES, SPECTRUM};
-use segments::{
-    AttemptAcc, HOP_SEGMENTS, HopAcc, Row, Tree, Visit, columns, row_of, segments, visits_of,
-};
+pub use segments::HOP_SEGMENTS;
+use segments::{AttemptAcc, HopAcc, Row, Tree, Visit, columns, row_of, segments, visits_of};
 use shuffle::{Reservoir, shuffle};
 use tailmesh_model::scenario::Variant;
 use tailmesh_units::nanos;
@@ -346,6 +345,16 @@ impl CompositionAcc {
             dependence,
             check,
             spectrum,
+            measured_segments: Some(MeasuredSegments {
+                lateness: self.lateness.clone(),
+                hops: self
+                    .tree
+                    .names
+                    .iter()
+                    .cloned()
+                    .zip(self.hops.iter().map(|h| h.segments.clone()))
+                    .collect(),
+            }),
         })
     }
 

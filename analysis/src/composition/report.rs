@@ -158,4 +158,18 @@ pub struct CompositionReport {
     /// With `[check] distribution`.
     pub check: Option<DistributionCheck>,
     pub spectrum: Vec<SpectrumPoint>,
+    /// The segments' histograms themselves, for a what-if prediction from
+    /// this run (`tailmesh predict --from`); not in summary.json.
+    #[serde(skip)]
+    pub measured_segments: Option<MeasuredSegments>,
+}
+
+/// A run's measured segments, µs: what a what-if prediction composes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredSegments {
+    pub lateness: Histogram<u64>,
+    /// Per hop, in the scenario's order: its name and its segments in
+    /// [`HOP_SEGMENTS`](super::HOP_SEGMENTS) order (reach, queue, own,
+    /// rest).
+    pub hops: Vec<(String, [Histogram<u64>; 4])>,
 }

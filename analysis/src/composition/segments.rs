@@ -18,7 +18,7 @@ use crate::stats::{new_histogram, record_us};
 use tailmesh_model::scenario::Variant;
 
 /// The segments of a hop, in a row's column order.
-pub(super) const HOP_SEGMENTS: [&str; 4] = ["reach", "queue", "own", "rest"];
+pub const HOP_SEGMENTS: [&str; 4] = ["reach", "queue", "own", "rest"];
 
 /// A row's columns: lateness, then per hop reach, queue, own, rest and the
 /// whole call as the caller timed it.

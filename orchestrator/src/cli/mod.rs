@@ -27,5 +27,6 @@ pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod validate;
+pub(crate) mod what_if;
 
 pub(crate) use error::{CliError, finish};

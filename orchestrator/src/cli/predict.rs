@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Args;
 use serde::Serialize;
-use tailmesh::analysis::{Dist, Grid, declared};
+use tailmesh::analysis::{Declared, Dist, Grid, Undeclared, declared};
 use tailmesh::say;
 use tailmesh::scenario::{self, Hop};
 use tailmesh_services::model::Transport;
@@ -47,6 +47,18 @@ pub(crate) struct PredictArgs {
     /// Print JSON instead of lines.
     #[arg(long)]
     json: bool,
+    /// A run folder of this scenario: predict from its measured segments
+    /// (its `<variant>.segments.json`), the variant given by --variant or
+    /// the run's only one.
+    #[arg(long, value_name = "RUN")]
+    from: Option<PathBuf>,
+    /// With --from, a change to predict (repeatable): any override a
+    /// variant's `set` takes, `KEY=VALUE` with the value in TOML syntax
+    /// (a bare word is taken as a string), e.g.
+    /// `hop.b.transport=pull`, `hop.b.replicas=2`,
+    /// `hop.c.net={loss=0.01}`.
+    #[arg(long = "what-if", value_name = "KEY=VALUE", requires = "from")]
+    what_if: Vec<String>,
 }
 
 /// The overhead per hop reached, by transport.
@@ -87,7 +99,7 @@ fn overheads(text: &str) -> Result<Overheads, String> {
 
 /// One variant's prediction, as `--json` prints it.
 #[derive(Serialize)]
-struct Predicted {
+pub(crate) struct Predicted {
     variant: String,
     /// The quantiles in µs, `null` when past the load's timeout.
     p50_us: Option<u64>,
@@ -110,14 +122,14 @@ struct Report {
     variants: Vec<Predicted>,
 }
 
-fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Reads and checks the scenario as `validate` does, predicts each variant
 /// asked for, prints a line (and its assumptions) per variant.
 pub(crate) fn predict(args: PredictArgs) -> Result<(), CliError> {
-    let (s, _) = scenario::load(&args.scenario).map_err(CliError::Scenario)?;
+    let (s, source) = scenario::load(&args.scenario).map_err(CliError::Scenario)?;
     if let Some(unknown) = args
         .variants
         .iter()
@@ -131,6 +143,18 @@ pub(crate) fn predict(args: PredictArgs) -> Result<(), CliError> {
         )));
     }
     let overhead = args.overhead.unwrap_or_default();
+    if let Some(run) = &args.from {
+        return super::what_if::predict_what_if(
+            &args.scenario,
+            &s,
+            &source,
+            run,
+            args.variants.first().map(String::as_str),
+            &args.what_if,
+            (overhead.push, overhead.pull),
+            args.json,
+        );
+    }
     let mut report = Report {
         scenario: s.name.clone(),
         overhead_push_us: micros(overhead.push),
@@ -151,34 +175,7 @@ pub(crate) fn predict(args: PredictArgs) -> Result<(), CliError> {
                 },
             )
         };
-        let predicted = match declared(v, grid, &reach) {
-            Ok(d) => {
-                let q: Vec<Option<u64>> = QUANTILES
-                    .iter()
-                    .map(|(q, _)| d.dist.quantile(*q).map(micros))
-                    .collect();
-                Predicted {
-                    variant: v.name.clone(),
-                    p50_us: q[0],
-                    p90_us: q[1],
-                    p99_us: q[2],
-                    p999_us: q[3],
-                    censored: Some(d.dist.beyond()),
-                    assumptions: d.assumptions,
-                    undeclared: None,
-                }
-            }
-            Err(why) => Predicted {
-                variant: v.name.clone(),
-                p50_us: None,
-                p90_us: None,
-                p99_us: None,
-                p999_us: None,
-                censored: None,
-                assumptions: Vec::new(),
-                undeclared: Some(why.to_string()),
-            },
-        };
+        let predicted = Predicted::of(&v.name, declared(v, grid, &reach));
         if !args.json {
             say!("{}", render(&predicted, v.load.timeout));
         }
@@ -192,10 +189,49 @@ pub(crate) fn predict(args: PredictArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+impl Predicted {
+    /// `name`'s prediction, or why there is none.
+    pub(crate) fn of(name: &str, declared: Result<Declared, Undeclared>) -> Predicted {
+        match declared {
+            Ok(d) => {
+                let q: Vec<Option<u64>> = QUANTILES
+                    .iter()
+                    .map(|(q, _)| d.dist.quantile(*q).map(micros))
+                    .collect();
+                Predicted {
+                    variant: name.to_owned(),
+                    p50_us: q[0],
+                    p90_us: q[1],
+                    p99_us: q[2],
+                    p999_us: q[3],
+                    censored: Some(d.dist.beyond()),
+                    assumptions: d.assumptions,
+                    undeclared: None,
+                }
+            }
+            Err(why) => Predicted {
+                variant: name.to_owned(),
+                p50_us: None,
+                p90_us: None,
+                p99_us: None,
+                p999_us: None,
+                censored: None,
+                assumptions: Vec::new(),
+                undeclared: Some(why.to_string()),
+            },
+        }
+    }
+}
+
 /// `variant NAME  p50 ..  p90 ..  p99 ..  p99.9 ..  censored ..`, and an
 /// `  assumes: ` line per assumption.
-fn render(p: &Predicted, timeout: Duration) -> String {
-    let mut line = format!("variant {}", p.variant);
+pub(crate) fn render(p: &Predicted, timeout: Duration) -> String {
+    render_as(&format!("variant {}", p.variant), p, timeout)
+}
+
+/// [`render`] with `label` first.
+pub(crate) fn render_as(label: &str, p: &Predicted, timeout: Duration) -> String {
+    let mut line = label.to_owned();
     if let Some(why) = &p.undeclared {
         line.push_str(&format!("  no prediction: {why}"));
         return line;

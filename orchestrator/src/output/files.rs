@@ -30,6 +30,9 @@ pub enum Content {
     /// One variant's `.hlog` (its index in the summary), written while
     /// the run went.
     IntervalLog(usize),
+    /// One variant's measured segments (its index in the summary), when
+    /// it has a composition.
+    Segments(usize),
     /// The kept traces' share of Jaeger file `n` (from 0), as Jaeger JSON.
     Traces(usize),
     /// report.html.
@@ -81,6 +84,20 @@ pub fn run_files(summary: &Summary, trace_files: usize) -> Vec<RunFile> {
             ),
             content: Content::IntervalLog(i),
         });
+        if report
+            .composition
+            .as_ref()
+            .is_some_and(|c| c.measured_segments.is_some())
+        {
+            files.push(RunFile {
+                name: super::segments::file_name(&report.name),
+                description: format!(
+                    "the measured segments of variant {}, for tailmesh predict --from",
+                    report.name
+                ),
+                content: Content::Segments(i),
+            });
+        }
     }
     for i in 0..trace_files {
         let description = if trace_files == 1 {
@@ -169,6 +186,16 @@ pub fn write_run(
             Content::Histogram(i) => match summary.variants.get(i) {
                 Some(report) => super::write_hgrm(&path, &report.latency_histogram),
                 None => Ok(()),
+            },
+            Content::Segments(i) => match summary
+                .variants
+                .get(i)
+                .and_then(|r| Some((r, r.composition.as_ref()?.measured_segments.as_ref()?)))
+            {
+                Some((report, segments)) => {
+                    super::segments::write_segments(&path, &report.name, segments)
+                }
+                None => continue,
             },
             Content::Traces(i) => write_jaeger(&path, data.traces, i),
             Content::Report => super::write_report(&path, summary),

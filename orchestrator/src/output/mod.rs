@@ -25,6 +25,7 @@ pub(crate) mod hlog;
 pub mod json;
 pub(crate) mod phases;
 pub mod report;
+pub mod segments;
 pub mod svg;
 pub mod table;
 

@@ -139,6 +139,36 @@ fn a_runs_traces_import_as_its_mesh_and_run_alike() {
             "end to end {q}: {a} us, then {b} us ({off:.3} apart)"
         );
     }
+    // What if the leaf took 20 ms: predicted from the run's segments.
+    let finished = tailmesh(
+        dir.path(),
+        &[
+            "predict",
+            path_str(&rerun),
+            "--from",
+            path_str(&rerun_dir),
+            "--what-if",
+            r#"hop.leaf.work={kind="sleep",value="20ms"}"#,
+            "--json",
+        ],
+    );
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let report: Value = serde_json::from_str(&finished.stdout).expect("JSON");
+    let (measured, as_run, changed) = (
+        report["measured"]["p50_us"].as_f64().unwrap_or(0.0),
+        u64_at(&report, "/as_run/p50_us") as f64,
+        u64_at(&report, "/changed/p50_us") as f64,
+    );
+    // Unchanged, the segments recompose to the run's median; the leaf's
+    // 16 ms more (its mean was 4 ms) moves the median by most of that.
+    assert!(
+        (as_run / measured - 1.0).abs() <= 0.10,
+        "as run {as_run} us, measured {measured} us:\n{report:#}"
+    );
+    assert!(
+        changed - as_run > 10_000.0,
+        "as run {as_run} us, what-if {changed} us:\n{report:#}"
+    );
 }
 
 fn a_mesh_the_format_cannot_say_is_refused_with_its_reasons() {
