@@ -45,6 +45,7 @@ if [[ -n $JSON_OUT ]]; then
 fi
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
 BENCH=what-if
 # shellcheck source=bench/lib/steps.sh
 source "$HERE/lib/steps.sh"
@@ -83,7 +84,7 @@ assert down.startswith("[[") and down.endswith("]]"), down
 flat = "[[" + down[2:-2].replace("], [", ", ") + "]]"
 changes = {
     "work+2ms": f"hop.db.work={slower}",
-    "pull": 'hop.cart.transport=pull',
+    "pull": 'hop.cart.transport="pull"',
     "loss": 'hop.db.net={loss=0.01}',
     "hedge": 'hop.price.client={hedge_after="6ms"}',
     "replica": 'hop.db.replicas=2',
