@@ -148,6 +148,19 @@ pub(super) fn attempt_dists(acc: &AttemptAcc, policy: &ClientPolicy, grid: Grid)
     })
 }
 
+/// A hop's time without its calls (reach, queue, own and rest in turn),
+/// and the grid's move of its mean.
+fn own_part(hop: &HopDists) -> (Dist, f64) {
+    let [reach, queue, own, rest] = &hop.segments;
+    let time = reach
+        .dist
+        .then(&queue.dist)
+        .then(&own.dist)
+        .then(&rest.dist);
+    let moved = reach.moved_us + queue.moved_us + own.moved_us + rest.moved_us;
+    (time, moved)
+}
+
 /// The end-to-end distribution by the tree's rules, the grid's moves of
 /// the segments' means taken back (summed along a chain, the largest of a
 /// fan-out's branches); `None` when a policed call had no answered
@@ -158,13 +171,7 @@ pub(super) fn compose(tree: &Tree, s: &Segments<'_>) -> Option<Dist> {
         if tree.policed(i) {
             return hop.attempts.clone().map(|d| (d, 0.0));
         }
-        let [reach, queue, own, rest] = &hop.segments;
-        let mut time = reach
-            .dist
-            .then(&queue.dist)
-            .then(&own.dist)
-            .then(&rest.dist);
-        let mut moved = reach.moved_us + queue.moved_us + own.moved_us + rest.moved_us;
+        let (mut time, mut moved) = own_part(hop);
         let below: Vec<(Dist, f64)> = tree.children[i]
             .iter()
             .map(|&c| call(tree, c, s))
@@ -202,13 +209,7 @@ fn varying(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
         return hop.attempts.clone().map(|d| (d, 0.0));
     }
     let grid = s.lateness.dist.grid();
-    let [reach, queue, own, rest] = &hop.segments;
-    let mut time = reach
-        .dist
-        .then(&queue.dist)
-        .then(&own.dist)
-        .then(&rest.dist);
-    let mut moved = reach.moved_us + queue.moved_us + own.moved_us + rest.moved_us;
+    let (mut time, mut moved) = own_part(hop);
     let plan = &tree.calls[i];
     for stage in &plan.stages {
         let mut calls: Vec<(Dist, f64)> = Vec::with_capacity(stage.len());
