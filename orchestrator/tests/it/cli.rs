@@ -103,6 +103,7 @@ fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
             "requests.csv",
             "base.hgrm",
             "base.hlog",
+            "base.segments.json",
             "traces.jaeger.json",
             "report.html",
             "logs/ (each hop process's config and log)"
