@@ -53,6 +53,11 @@ pub struct Edge {
     pub calls: u64,
     /// How many of the calling invocations called it n times (n >= 1).
     pub per_invocation: BTreeMap<u64, u64>,
+    /// Of the invocations that called it more than once: those where two
+    /// of its calls overlapped in time, and those where each ended before
+    /// the next began.
+    pub repeats_overlapped: u64,
+    pub repeats_apart: u64,
 }
 
 /// How two callees of one caller ran when both were called.
@@ -137,6 +142,20 @@ impl Mesh {
             edge.calling += 1;
             edge.calls += n;
             *edge.per_invocation.entry(n).or_default() += 1;
+            if n > 1 {
+                let mut spans: Vec<(i64, i64)> = inv
+                    .children
+                    .iter()
+                    .filter(|c| c.service == callee)
+                    .map(|c| (c.called_at, c.returned_at))
+                    .collect();
+                spans.sort_unstable();
+                if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+                    edge.repeats_overlapped += 1;
+                } else {
+                    edge.repeats_apart += 1;
+                }
+            }
         }
         let callees: Vec<(&str, (u64, i64, i64))> = called.into_iter().collect();
         for (i, &(a, (_, a0, a1))) in callees.iter().enumerate() {

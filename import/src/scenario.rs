@@ -3,7 +3,8 @@
 //! first, each with its callees, replicas, own errors and its own time as
 //! `dist = "empirical"` percentiles, its callees in the stages they ran in
 //! (a callee called by only some requests with that probability, one
-//! called more than once with the counts seen), and an open-loop load at
+//! called more than once with the counts seen, its repeats side by side
+//! when they overlapped), and an open-loop load at
 //! the rate the requests arrived. A mesh the format cannot say (several
 //! entry services, a cycle, a call made more than 64 times) is [`Unfit`],
 //! with every reason.
@@ -157,7 +158,7 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
 /// How `caller` calls `callee` (hop `hop`): its name when every request
 /// calls it once, else a call table with the share of requests that call
 /// it and how many times they did (each count weighted by the requests
-/// that made it).
+/// that made it), its repeats side by side when they mostly overlapped.
 fn call_text(mesh: &Mesh, caller: &str, callee: &str, hop: &str) -> String {
     let share = mesh.call_share(caller, callee);
     let edge = mesh
@@ -184,6 +185,10 @@ fn call_text(mesh: &Mesh, caller: &str, callee: &str, hop: &str) -> String {
             .map(|(n, k)| format!("{n} = {k}"))
             .collect();
         let _ = write!(text, ", count = {{ {} }}", counts.join(", "));
+        // Repeats one after another unless they mostly overlapped.
+        if edge.repeats_overlapped > edge.repeats_apart {
+            text.push_str(", repeats = \"parallel\"");
+        }
     }
     text.push_str(" }");
     text
@@ -558,6 +563,20 @@ mod tests {
         assert!(
             text.contains(
                 "downstream = [[\"auth\"], [{ hop = \"cart\", probability = 0.5, count = { 2 = 2 } }]]"
+            ),
+            "{text}"
+        );
+        // Repeats that overlapped run side by side.
+        let together: Vec<Vec<Invocation>> = (0..2)
+            .map(|_| {
+                let calls = vec![inv("cart", 0, 10, vec![]), inv("cart", 2, 12, vec![])];
+                vec![inv("front", 0, 20, calls)]
+            })
+            .collect();
+        let text = scenario(&mesh(together), &OPTIONS).expect("fits");
+        assert!(
+            text.contains(
+                "downstream = [{ hop = \"cart\", count = { 2 = 2 }, repeats = \"parallel\" }]"
             ),
             "{text}"
         );
