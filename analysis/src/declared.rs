@@ -756,26 +756,20 @@ impl<'a> Composer<'a> {
     /// the share `1 - probability` (done at once), else made each count's
     /// times, the repeats one after another or together.
     fn repeated(&self, call: &Call, visit: &Outcome) -> Outcome {
-        let mut made = Vec::new();
-        for (n, w) in call.count.weights() {
-            let n = n.max(1) as usize;
-            let o = match call.repeats {
-                Repeats::Parallel => Outcome::all(vec![visit.clone(); n]),
-                Repeats::Sequential => {
-                    let mut acc = visit.clone();
-                    for _ in 1..n {
-                        acc = acc.followed_by(visit);
+        let made: Vec<(f64, Outcome)> = call
+            .visits()
+            .into_iter()
+            .filter_map(|(n, w)| {
+                let o = match (n, call.repeats) {
+                    (0, _) => Some(Outcome::done(Dist::zero(self.grid))),
+                    (_, Repeats::Parallel) => Outcome::all(vec![visit.clone(); n as usize]),
+                    (_, Repeats::Sequential) => {
+                        Some((1..n).fold(visit.clone(), |acc, _| acc.followed_by(visit)))
                     }
-                    Some(acc)
-                }
-            };
-            if let Some(o) = o {
-                made.push((call.probability * w, o));
-            }
-        }
-        if call.probability < 1.0 {
-            made.push((1.0 - call.probability, Outcome::done(Dist::zero(self.grid))));
-        }
+                };
+                Some((w, o?))
+            })
+            .collect();
         Outcome::mix(&made)
     }
 

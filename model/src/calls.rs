@@ -51,6 +51,22 @@ impl Call {
         self.probability >= 1.0 && self.count == CallCount::Fixed(1)
     }
 
+    /// How many times the call is made for one request, 0 included, with
+    /// each number's probability.
+    pub fn visits(&self) -> Vec<(u32, f64)> {
+        let mut out = Vec::with_capacity(2);
+        if self.probability < 1.0 {
+            out.push((0, 1.0 - self.probability));
+        }
+        out.extend(
+            self.count
+                .weights()
+                .into_iter()
+                .map(|(n, p)| (n, p * self.probability)),
+        );
+        out
+    }
+
     /// The calls made per request on average.
     pub fn mean(&self) -> f64 {
         self.probability * self.count.mean()
@@ -209,6 +225,18 @@ mod tests {
             [1, 1, 2, 2, 4, 4]
         );
         assert_eq!((c.count_for(0.6, 0.0), c.count_for(0.59, 0.9)), (0, 4));
+        let visits = c.visits();
+        assert_eq!(
+            visits.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            [0, 1, 2, 4]
+        );
+        let want = [0.4, 0.3, 0.18, 0.12];
+        assert!(
+            visits
+                .iter()
+                .zip(want)
+                .all(|((_, p), w)| (p - w).abs() < 1e-12)
+        );
         assert!((c.mean() - 0.6 * (0.5 + 0.6 + 0.8)).abs() < 1e-12);
     }
 

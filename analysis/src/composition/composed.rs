@@ -166,44 +166,24 @@ fn own_part(hop: &HopDists) -> (Dist, f64) {
 /// fan-out's branches); `None` when a policed call had no answered
 /// attempt.
 pub(super) fn compose(tree: &Tree, s: &Segments<'_>) -> Option<Dist> {
-    fn call(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
-        let hop = &s.hops[i];
-        if tree.policed(i) {
-            return hop.attempts.clone().map(|d| (d, 0.0));
-        }
-        let (mut time, mut moved) = own_part(hop);
-        let below: Vec<(Dist, f64)> = tree.children[i]
-            .iter()
-            .map(|&c| call(tree, c, s))
-            .collect::<Option<_>>()?;
-        if !below.is_empty() {
-            let dists: Vec<Dist> = below.iter().map(|(d, _)| d.clone()).collect();
-            time = time.then(&Dist::max_of(&dists));
-            moved += below.iter().map(|(_, m)| *m).fold(f64::MIN, f64::max);
-        }
-        Some((time, moved))
-    }
     if tree.hops() == 0 {
         return Some(settle(s.lateness.dist.clone(), s.lateness.moved_us));
     }
-    let (first, moved) = if tree.fixed {
-        call(tree, 0, s)?
-    } else {
-        varying(tree, 0, s)?
-    };
+    let (first, moved) = call(tree, 0, s)?;
     Some(settle(
         s.lateness.dist.then(&first),
         s.lateness.moved_us + moved,
     ))
 }
 
-/// A call of hop `i` on paths that vary: its segments, then its stages
-/// one after another, each stage's calls at once, each call the mixture of
-/// the times it was made per visit, as measured (its repeats one after
-/// another or together, as the scenario says). A hop called in more than
-/// one stage by one caller takes the scenario's counts instead, the
-/// measured ones not telling its stages apart.
-fn varying(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
+/// A call of hop `i`: its segments, then its stages one after another,
+/// each stage's calls at once, each call the mixture of the times it was
+/// made per visit (its repeats one after another or together, as the
+/// scenario says): as measured on paths that vary, as the scenario says
+/// otherwise (every call once: a fan-out is its slowest branch) and for a
+/// hop called in more than one stage by one caller, the measured counts
+/// not telling its stages apart.
+fn call(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
     let hop = &s.hops[i];
     if tree.policed(i) {
         return hop.attempts.clone().map(|d| (d, 0.0));
@@ -213,29 +193,20 @@ fn varying(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
     let plan = &tree.calls[i];
     for stage in &plan.stages {
         let mut calls: Vec<(Dist, f64)> = Vec::with_capacity(stage.len());
-        for call in stage {
-            let Some(&j) = tree.index.get(call.hop.as_str()) else {
+        for c in stage {
+            let Some(&j) = tree.index.get(c.hop.as_str()) else {
                 continue;
             };
-            let (visit, visit_moved) = varying(tree, j, s)?;
-            let once = plan.iter().filter(|c| c.hop == call.hop).count() == 1;
+            let (visit, visit_moved) = call(tree, j, s)?;
+            let once = plan.iter().filter(|other| other.hop == c.hop).count() == 1;
             let weights = once
                 .then(|| s.counts.weights(i, j))
                 .flatten()
-                .unwrap_or_else(|| {
-                    let mut w = vec![(0, 1.0 - call.probability)];
-                    w.extend(
-                        call.count
-                            .weights()
-                            .into_iter()
-                            .map(|(n, p)| (n, p * call.probability)),
-                    );
-                    w
-                });
+                .unwrap_or_else(|| c.visits());
             let mut parts = Vec::with_capacity(weights.len());
             let mut mean_moved = 0.0;
             for (n, w) in weights.into_iter().filter(|(_, w)| *w > 0.0) {
-                let d = match (n, call.repeats) {
+                let d = match (n, c.repeats) {
                     (0, _) => Dist::zero(grid),
                     (_, Repeats::Parallel) => {
                         mean_moved += w * visit_moved;
@@ -248,9 +219,13 @@ fn varying(tree: &Tree, i: usize, s: &Segments<'_>) -> Option<(Dist, f64)> {
                 };
                 parts.push((w, d));
             }
-            if !parts.is_empty() {
-                calls.push((Dist::mix(&parts), mean_moved));
-            }
+            let mixed = match parts.len() {
+                0 => continue,
+                // Every request made it the same number of times.
+                1 => parts.pop().map(|(_, d)| d)?,
+                _ => Dist::mix(&parts),
+            };
+            calls.push((mixed, mean_moved));
         }
         if calls.is_empty() {
             continue;

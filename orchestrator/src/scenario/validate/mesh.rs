@@ -155,14 +155,14 @@ pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Call
     })?;
     // Counts multiply down the tree: bound what one request can visit.
     let index = |name: &str| drafts.iter().position(|d| d.raw_name == Some(name));
-    let visits = most_visits(&calls, &index);
-    if visits[0] > MAX_VISITS {
+    let visits = most_visits(0, &calls, &index, &mut vec![None; calls.len()]);
+    if visits > MAX_VISITS {
         p.at(
             drafts[0].header.start,
             format!(
                 "a request may visit up to {} hops (counts multiply down the tree from the \
                  entry hop \"{}\"), more than {MAX_VISITS}: lower a count",
-                visits[0],
+                visits,
                 drafts[0].raw_name.unwrap_or_default()
             ),
         );
@@ -171,31 +171,25 @@ pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Call
     Some(calls)
 }
 
-/// Per hop, the most hops one of its invocations can visit, itself
-/// included (saturating), in an acyclic mesh.
-fn most_visits(calls: &[Calls], index: &dyn Fn(&str) -> Option<usize>) -> Vec<u64> {
-    fn of(
-        i: usize,
-        calls: &[Calls],
-        index: &dyn Fn(&str) -> Option<usize>,
-        memo: &mut [Option<u64>],
-    ) -> u64 {
-        if let Some(v) = memo[i] {
-            return v;
-        }
-        let mut v: u64 = 1;
-        for c in calls[i].iter() {
-            let most = c.count.weights().iter().map(|(n, _)| *n).max().unwrap_or(1);
-            let below = index(&c.hop).map_or(1, |j| of(j, calls, index, memo));
-            v = v.saturating_add(u64::from(most).saturating_mul(below));
-        }
-        memo[i] = Some(v);
-        v
+/// The most hops one invocation of hop `i` can visit, itself included
+/// (saturating), in an acyclic mesh; `memo` holds each hop's once known.
+fn most_visits(
+    i: usize,
+    calls: &[Calls],
+    index: &dyn Fn(&str) -> Option<usize>,
+    memo: &mut [Option<u64>],
+) -> u64 {
+    if let Some(v) = memo[i] {
+        return v;
     }
-    let mut memo = vec![None; calls.len()];
-    (0..calls.len())
-        .map(|i| of(i, calls, index, &mut memo))
-        .collect()
+    let mut v: u64 = 1;
+    for c in calls[i].iter() {
+        let most = c.count.weights().iter().map(|(n, _)| *n).max().unwrap_or(1);
+        let below = index(&c.hop).map_or(1, |j| most_visits(j, calls, index, memo));
+        v = v.saturating_add(u64::from(most).saturating_mul(below));
+    }
+    memo[i] = Some(v);
+    v
 }
 
 /// Reports each cycle once, at the edge that closes it; true if none.
