@@ -125,7 +125,7 @@ fn measured(run: &Path, variant: &str) -> Measured {
         p50_us: at("p50"),
         p90_us: at("p90"),
         p99_us: at("p99"),
-        p999_us: at("p99.9").or_else(|| at("p999")),
+        p999_us: at("p999"),
     }
 }
 
