@@ -184,7 +184,18 @@ pub fn declared_in_force(
     in_force: &dyn Fn(&str) -> bool,
 ) -> Result<Declared, Undeclared> {
     let mut c = Composer::new(variant, grid, overhead, in_force)?;
-    let root = c.call(0, None, 0)?;
+    // The entry hops, a mixture by their shares of the requests.
+    let mut entries = Vec::new();
+    for (i, share) in variant.entries() {
+        entries.push((share, c.call(i, None, 0)?));
+    }
+    let root = match entries.len() {
+        1 => entries
+            .pop()
+            .map(|(_, o)| o)
+            .unwrap_or_else(|| Outcome::done(never(grid))),
+        _ => Outcome::mix(&entries),
+    };
     let ok = root.ok.as_ref();
     let share = ok.map_or(0.0, |p| p.p.clamp(0.0, 1.0));
     let dist = match ok {
@@ -885,7 +896,9 @@ impl<'a> Composer<'a> {
             },
         };
         let mut calls = vec![0.0; self.variant.hops.len()];
-        self.count_calls(0, rate, &mut calls, 0);
+        for (i, share) in self.variant.entries() {
+            self.count_calls(i, rate * share, &mut calls, 0);
+        }
         let mut out = Vec::new();
         for (i, hop) in self.variant.hops.iter().enumerate() {
             let per_replica = match (hop.concurrency, hop.transport) {

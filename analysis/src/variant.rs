@@ -97,6 +97,17 @@ pub struct LoadSummary {
     /// total.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepSummary>,
+    /// The hops the requests entered at, with their declared shares
+    /// (empty: the first hop, every request).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<EntrySummary>,
+}
+
+/// An entry hop and its declared share of the requests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EntrySummary {
+    pub hop: String,
+    pub share: f64,
 }
 
 /// One load step: its rate for its duration.
@@ -160,7 +171,7 @@ impl LoadSummary {
             timeout_ms: load.timeout.as_secs_f64() * 1e3,
             connection,
             payload_bytes: load.payload_bytes,
-            description: format!("{head}, {stop}"),
+            description: format!("{head}, {stop}{}", entries_text(&load.entries)),
             steps: load
                 .steps()
                 .iter()
@@ -169,8 +180,28 @@ impl LoadSummary {
                     duration_s: s.duration.as_secs_f64(),
                 })
                 .collect(),
+            entries: load
+                .entries
+                .iter()
+                .map(|e| EntrySummary {
+                    hop: e.hop.clone(),
+                    share: e.share,
+                })
+                .collect(),
         }
     }
+}
+
+/// `, entering at a 70 %, b 30 %`; empty without entries.
+fn entries_text(entries: &[tailmesh_model::scenario::Entry]) -> String {
+    if entries.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = entries
+        .iter()
+        .map(|e| format!("{} {}", e.hop, tailmesh_units::percent(e.share)))
+        .collect();
+    format!(", entering at {}", each.join(", "))
 }
 
 /// What one hop did, from the paths of ok requests.

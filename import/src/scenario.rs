@@ -5,9 +5,10 @@
 //! (a callee called by only some requests with that probability, one
 //! called more than once with the counts seen, its repeats side by side
 //! when they overlapped), and an open-loop load at
-//! the rate the requests arrived. A mesh the format cannot say (several
-//! entry services, a cycle, a call made more than 64 times) is [`Unfit`],
-//! with every reason.
+//! the rate the requests arrived, entering where they entered (each entry
+//! service weighted by its requests). A mesh the format cannot say (a
+//! cycle, a call made more than 64 times, more than 256 services) is
+//! [`Unfit`], with every reason.
 //!
 //! tailmesh's own traces are read as what they are: a root service named
 //! `loadgen` is the load generator, not a service (its callee is the entry
@@ -88,22 +89,25 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
         .into_iter()
         .filter(|s| !(generated && s == LOAD_GENERATOR))
         .collect();
-    let entries: Vec<String> = if generated {
+    // The entry services, each with the requests that entered there:
+    // tailmesh's own traces enter where the load generator called.
+    let entries: Vec<(String, u64)> = if generated {
         mesh.callees(LOAD_GENERATOR)
             .into_iter()
-            .map(|(c, _)| c.to_string())
+            .map(|(c, edge)| (c.to_string(), edge.calling))
             .collect()
     } else {
-        roots.iter().map(|r| r.to_string()).collect()
+        let mut by_service: BTreeMap<&str, u64> = BTreeMap::new();
+        for ((service, _), n) in &mesh.entries {
+            *by_service.entry(service.as_str()).or_default() += n;
+        }
+        by_service
+            .into_iter()
+            .map(|(s, n)| (s.to_string(), n))
+            .collect()
     };
-    match entries.as_slice() {
-        [_] => {}
-        [] => unfit.push("no entry service".to_string()),
-        many => unfit.push(format!(
-            "{} entry services ({}): several entries are not in the scenario format yet",
-            many.len(),
-            many.join(", ")
-        )),
+    if entries.is_empty() {
+        unfit.push("no entry service".to_string());
     }
     if generated {
         // The load generator calls the entry once per request.
@@ -122,12 +126,7 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
         ));
     }
     let names = hop_names(&services, generated);
-    let position: BTreeMap<&str, usize> = services
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.as_str(), i))
-        .collect();
-    for (i, name) in services.iter().enumerate() {
+    for name in &services {
         let service = &mesh.services[name];
         for (callee, edge) in mesh.callees(name) {
             let most = edge.per_invocation.keys().next_back().copied().unwrap_or(1);
@@ -136,7 +135,7 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
                     "{name} calls {callee} up to {most} times a request: a call is made at most {MAX_COUNT} times"
                 ));
             }
-            if position.get(callee).is_some_and(|&j| j <= i) {
+            if reaches(mesh, callee, name) {
                 unfit.push(format!(
                     "{name} calls {callee}, which calls it back (a cycle): a scenario's calls form no cycle"
                 ));
@@ -152,7 +151,22 @@ pub fn scenario(mesh: &Mesh, options: &Options<'_>) -> Result<String, Unfit> {
     if !unfit.is_empty() {
         return Err(Unfit(unfit));
     }
-    Ok(write(mesh, options, &services, &names))
+    Ok(write(mesh, options, &services, &names, &entries))
+}
+
+/// Whether `to` is among `from`'s callees, theirs, and so on.
+fn reaches(mesh: &Mesh, from: &str, to: &str) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![from];
+    while let Some(s) = todo.pop() {
+        if s == to {
+            return true;
+        }
+        if seen.insert(s) {
+            todo.extend(mesh.callees(s).into_iter().map(|(c, _)| c));
+        }
+    }
+    false
 }
 
 /// How `caller` calls `callee` (hop `hop`): its name when every request
@@ -250,6 +264,7 @@ fn write(
     options: &Options<'_>,
     services: &[String],
     names: &BTreeMap<String, String>,
+    entries: &[(String, u64)],
 ) -> String {
     let requests: u64 = mesh.entries.values().sum();
     let span = match (mesh.first_start, mesh.last_start) {
@@ -312,6 +327,36 @@ fn write(
         "mode = \"open\"\nrate = {}\narrivals = \"poisson\"\nwarmup = \"1s\"\nduration = \"{seconds}s\"\ntimeout = \"{timeout_s}s\"",
         trim_float(rate)
     );
+    // Requests that do not all enter at the first hop say where they do,
+    // weighted by the requests that entered there.
+    if entries.len() > 1
+        || entries
+            .first()
+            .is_some_and(|(e, _)| Some(e) != services.first())
+    {
+        let entered: u64 = entries.iter().map(|(_, n)| n).sum();
+        let shares: Vec<String> = entries
+            .iter()
+            .map(|(e, n)| {
+                format!(
+                    "{} {:.1} %",
+                    names.get(e).unwrap_or(e),
+                    100.0 * *n as f64 / entered.max(1) as f64
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "# the requests entered at {}", shares.join(", "));
+        let list: Vec<String> = entries
+            .iter()
+            .map(|(e, n)| {
+                format!(
+                    "{{ hop = {}, weight = {n} }}",
+                    quoted(names.get(e).unwrap_or(e))
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "entries = [{}]", list.join(", "));
+    }
     for name in services {
         let service = &mesh.services[name];
         let stages: Vec<Vec<String>> = mesh
@@ -580,11 +625,20 @@ mod tests {
             ),
             "{text}"
         );
-        let two_entries = vec![vec![inv("a", 0, 1, vec![])], vec![inv("b", 0, 1, vec![])]];
-        let Unfit(reasons) = scenario(&mesh(two_entries), &OPTIONS).expect_err("unfit");
-        assert_eq!(
-            reasons,
-            ["2 entry services (a, b): several entries are not in the scenario format yet"]
+        // Requests entering at two services: each weighted by its requests.
+        let two_entries = vec![
+            vec![inv("a", 0, 1, vec![])],
+            vec![inv("b", 0, 1, vec![])],
+            vec![inv("b", 0, 1, vec![])],
+        ];
+        let text = scenario(&mesh(two_entries), &OPTIONS).expect("fits");
+        assert!(
+            text.contains("entries = [{ hop = \"a\", weight = 1 }, { hop = \"b\", weight = 2 }]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# the requests entered at a 33.3 %, b 66.7 %"),
+            "{text}"
         );
     }
 

@@ -637,6 +637,20 @@ pub struct LinkCounts {
 }
 
 impl LinkCounts {
+    /// Both callers' counts together.
+    pub fn plus(&self, other: &LinkCounts) -> LinkCounts {
+        LinkCounts {
+            opened: self.opened + other.opened,
+            closed: self.closed + other.closed,
+            goaway_received: self.goaway_received + other.goaway_received,
+            goaway_sent: self.goaway_sent + other.goaway_sent,
+            reset_by_peer: self.reset_by_peer + other.reset_by_peer,
+            broken: self.broken + other.broken,
+            tls_full: self.tls_full + other.tls_full,
+            tls_resumed: self.tls_resumed + other.tls_resumed,
+        }
+    }
+
     /// Calls ended by the transport rather than answered by the peer.
     pub fn transport_failures(&self) -> u64 {
         self.goaway_received + self.goaway_sent + self.reset_by_peer + self.broken

@@ -165,7 +165,8 @@ pub struct Variant {
     /// for the summary's scenario echo.
     pub overrides: Vec<(String, String)>,
     pub load: Load,
-    /// The hops in file order; `hops[0]` is the entry the load generator calls.
+    /// The hops in file order; the load generator calls `hops[0]`, or
+    /// `load.entries`.
     pub hops: Vec<Hop>,
     /// Which launcher runs the hops.
     pub launcher: Launcher,
@@ -225,10 +226,29 @@ impl Hop {
 }
 
 impl Variant {
-    /// Whether every request takes the same path: every hop calls each of
-    /// its downstream hops once, side by side, on every request.
+    /// Whether every request takes the same path: the load generator calls
+    /// the first hop, and every hop calls each of its downstream hops once,
+    /// side by side, on every request.
     pub fn fixed_paths(&self) -> bool {
-        self.hops.iter().all(|h| h.calls.is_fixed())
+        self.entries() == [(0, 1.0)] && self.hops.iter().all(|h| h.calls.is_fixed())
+    }
+
+    /// The hops the load generator calls, by their place in `hops`, each
+    /// with its share of the requests (`[load] entries`; the first hop
+    /// when there are none).
+    pub fn entries(&self) -> Vec<(usize, f64)> {
+        if self.load.entries.is_empty() {
+            return if self.hops.is_empty() {
+                Vec::new()
+            } else {
+                vec![(0, 1.0)]
+            };
+        }
+        self.load
+            .entries
+            .iter()
+            .filter_map(|e| Some((self.hops.iter().position(|h| h.name == e.hop)?, e.share)))
+            .collect()
     }
 
     /// Whether any hop of the variant has a network fault (`net` or
@@ -299,6 +319,19 @@ pub struct Load {
     pub connection: ConnectionMode,
     /// Request payload size in bytes.
     pub payload_bytes: usize,
+    /// The hops the load generator sends requests to, each with its share
+    /// of the requests, one drawn per request (seeded by its id). Empty:
+    /// the first hop, every request.
+    pub entries: Vec<Entry>,
+}
+
+/// An entry of the mesh (`[load] entries`): a hop the load generator
+/// calls, and its share of the requests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub hop: String,
+    /// In (0, 1]; a load's shares sum to 1.
+    pub share: f64,
 }
 
 impl Load {

@@ -28,11 +28,13 @@ pub(super) struct Segments<'a> {
     pub(super) counts: &'a CallCounts,
 }
 
-/// On paths that vary: per hop its visits, and per (caller, callee) how
-/// many of the caller's visits called it how many times (1 or more).
+/// On paths that vary: per hop its visits and the requests that entered
+/// there, and per (caller, callee) how many of the caller's visits called
+/// it how many times (1 or more).
 #[derive(Clone, Debug, Default)]
 pub(super) struct CallCounts {
     pub(super) visits: Vec<u64>,
+    pub(super) entered: Vec<u64>,
     pub(super) called: HashMap<(usize, usize), BTreeMap<u32, u64>>,
 }
 
@@ -40,8 +42,22 @@ impl CallCounts {
     pub(super) fn new(hops: usize) -> CallCounts {
         CallCounts {
             visits: vec![0; hops],
+            entered: vec![0; hops],
             called: HashMap::new(),
         }
+    }
+
+    /// The entries' shares of the requests, as measured; as declared
+    /// before any request entered.
+    fn entry_shares(&self, declared: &[(usize, f64)]) -> Vec<(usize, f64)> {
+        let n: u64 = declared.iter().map(|(e, _)| self.entered[*e]).sum();
+        if n == 0 {
+            return declared.to_vec();
+        }
+        declared
+            .iter()
+            .map(|&(e, _)| (e, self.entered[e] as f64 / n as f64))
+            .collect()
     }
 
     /// How many times a visit of `caller` called `callee`, with the share
@@ -169,7 +185,22 @@ pub(super) fn compose(tree: &Tree, s: &Segments<'_>) -> Option<Dist> {
     if tree.hops() == 0 {
         return Some(settle(s.lateness.dist.clone(), s.lateness.moved_us));
     }
-    let (first, moved) = call(tree, 0, s)?;
+    // The entry hops, a mixture by their shares of the requests.
+    let mut entries = Vec::with_capacity(tree.entries.len());
+    let mut moved = 0.0;
+    for (e, share) in s.counts.entry_shares(&tree.entries) {
+        if share <= 0.0 {
+            continue;
+        }
+        let (d, m) = call(tree, e, s)?;
+        moved += share * m;
+        entries.push((share, d));
+    }
+    let first = match entries.len() {
+        0 => return None,
+        1 => entries.pop().map(|(_, d)| d)?,
+        _ => Dist::mix(&entries),
+    };
     Some(settle(
         s.lateness.dist.then(&first),
         s.lateness.moved_us + moved,

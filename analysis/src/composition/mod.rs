@@ -233,6 +233,10 @@ impl CompositionAcc {
             &mut self.lateness,
             nanos(r.start.saturating_sub(r.intended)) / 1_000,
         );
+        // The entry's record is the path's last.
+        if let Some(entry) = visits.last() {
+            self.counts.entered[entry.hop] += 1;
+        }
         for v in &visits {
             let acc = &mut self.hops[v.hop];
             for (h, x) in acc.segments.iter_mut().zip(segments(&v.part)) {

@@ -36,6 +36,8 @@ pub(super) struct Tree {
     pub(super) calls: Vec<Calls>,
     /// Whether every request takes the same path (each hop once).
     pub(super) fixed: bool,
+    /// The hops the load generator calls, with their declared shares.
+    pub(super) entries: Vec<(usize, f64)>,
 }
 
 impl Tree {
@@ -57,6 +59,7 @@ impl Tree {
             policies: variant.hops.iter().map(|h| h.client.clone()).collect(),
             calls: variant.hops.iter().map(|h| h.call_plan()).collect(),
             fixed: variant.fixed_paths(),
+            entries: variant.entries(),
         }
     }
 
@@ -223,8 +226,8 @@ pub(super) struct Visit {
 
 /// An ok request's visits, read from its path: the records come in post
 /// order (a hop's callees' records, in the order it called them, then its
-/// own), and a hop's record times each call it made, so each record takes
-/// the last subtrees as its callees. `None` when the path does not read
+/// own, the entry's last), and a hop's record times each call it made, so
+/// each record takes the last subtrees as its callees. `None` when the path does not read
 /// that way (a hop outside the tree, a callee that is not the one timed).
 pub(super) fn visits_of(tree: &Tree, r: &RequestRecord) -> Option<Vec<Visit>> {
     let mut visits: Vec<Visit> = Vec::with_capacity(r.path.len());
@@ -265,8 +268,8 @@ pub(super) fn visits_of(tree: &Tree, r: &RequestRecord) -> Option<Vec<Visit>> {
             called,
         });
     }
-    // One entry, the first hop, called by the load generator.
-    if roots.len() != 1 || visits[roots[0]].hop != 0 {
+    // One entry hop, called by the load generator.
+    if roots.len() != 1 || !tree.entries.iter().any(|(e, _)| *e == visits[roots[0]].hop) {
         return None;
     }
     call_of[roots[0]] = Some((nanos(r.service_latency()), &r.attempts));

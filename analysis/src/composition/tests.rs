@@ -424,3 +424,70 @@ fn a_far_outlier_coarsens_the_grid_and_the_quantiles_it_cannot_place_are_not_jud
     );
     assert!(check.reason.contains("p99"), "p99 is: {}", check.reason);
 }
+
+#[test]
+fn requests_entering_at_two_hops_compose_as_the_mixture_of_their_entries() {
+    // 70 % enter at a (1 ms of own time), 30 % at b (10 ms), both leaves.
+    let mut v = variant("entries", vec![hop("a", None), hop("b", None)]);
+    v.load.entries = vec![
+        tailmesh_model::scenario::Entry {
+            hop: "a".into(),
+            share: 0.2,
+        },
+        tailmesh_model::scenario::Entry {
+            hop: "b".into(),
+            share: 0.8,
+        },
+    ];
+    let mut acc = CompositionAcc::new(&v);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let (mut at_a, mut latencies) = (0u32, Vec::new());
+    for id in 0..4_000u64 {
+        let (name, own) = if rng.random::<f64>() < 0.7 {
+            at_a += 1;
+            ("a", MS)
+        } else {
+            ("b", 10 * MS)
+        };
+        let own = own + rng.random_range(0..MS / 10);
+        let mut h = crate::testing::hop_record(name, 0, 0, false);
+        h.service_ns = own;
+        h.total_ns = own + 20_000;
+        let took = h.total_ns + 50_000;
+        let start = Duration::from_nanos(id * 10 * MS);
+        acc.observe(&RequestRecord {
+            id,
+            intended: start,
+            start,
+            end: start + Duration::from_nanos(took),
+            outcome: Outcome::Ok,
+            path: vec![h],
+            extra_attempts: 0,
+            attempts: Vec::new(),
+        });
+        latencies.push(took);
+    }
+    // Every request read, whichever its entry.
+    assert_eq!(acc.incomplete, 0);
+    assert_eq!(
+        acc.counts.entered,
+        [u64::from(at_a), 4_000 - u64::from(at_a)]
+    );
+    let machine = quiet();
+    let r = acc.finish(&context(&machine)).expect("composed");
+    latencies.sort_unstable();
+    let measured = |q: f64| latencies[((q * latencies.len() as f64) as usize).min(3_999)] as f64;
+    // The measured shares weigh the mixture, not the declared ones: the
+    // median is an a request's, p90 a b request's.
+    for (q, got) in [
+        (0.5, r.composed.point.p50_us),
+        (0.9, r.composed.point.p90_us),
+    ] {
+        let want = measured(q) / 1_000.0;
+        let got = got.expect("within the grid");
+        assert!(
+            (got - want).abs() / want < 0.05,
+            "q{q}: composed {got} µs, measured {want} µs"
+        );
+    }
+}

@@ -33,9 +33,11 @@ use std::{
 
 use bytes::Bytes;
 pub(crate) use progress::{Progress, View};
+use rand::Rng as _;
 pub(crate) use schedule::Schedule;
 use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
+    hop::draw::keyed_rng,
     hop::{
         PushPool,
         call::{CallStack, Reach},
@@ -56,35 +58,79 @@ use crate::{
     traces::loadgen::LoadTracer,
 };
 
-/// What the load generator calls: the first hop, through the same call
-/// stack a hop calls its downstream hops with (see
-/// [`CallStack::for_load`] for the layers it leaves out).
+/// What the load generator calls: its entry hops, each through the same
+/// call stack a hop calls its downstream hops with (see
+/// [`CallStack::for_load`] for the layers it leaves out), one drawn per
+/// request by its share (`[load] entries`), seeded by the request's id.
 #[derive(Clone)]
 pub(crate) struct Target {
-    stack: CallStack,
+    entries: Arc<[(CallStack, f64)]>,
+    seed: u64,
 }
 
+/// The draw stream of the entries.
+const ENTRY_STREAM: &str = "entries";
+
 impl Target {
-    /// The first hop reached by push, over `pool`.
+    /// One hop reached by push, over `pool`.
     pub(crate) fn push(pool: PushPool, policy: ClientPolicy) -> Self {
-        Self::new(Reach::Push(Arc::new(pool)), policy)
+        Self::new(vec![(Reach::Push(Arc::new(pool)), policy, 1.0)], 0)
     }
 
-    /// What happened to the generator's connections so far.
-    fn link_counts(&self) -> Option<LinkCounts> {
-        self.stack.reach().link_counts()
-    }
-
-    /// The first hop over `reach` (built by [`Reach::resolve`]).
-    pub(crate) fn new(reach: Reach, policy: ClientPolicy) -> Self {
+    /// The entry hops over their reaches (built by [`Reach::resolve`]),
+    /// each with its client policy and its share of the requests; `seed`
+    /// draws which one a request goes to.
+    pub(crate) fn new(entries: Vec<(Reach, ClientPolicy, f64)>, seed: u64) -> Self {
         Target {
-            stack: CallStack::for_load(reach, policy),
+            entries: entries
+                .into_iter()
+                .map(|(reach, policy, share)| (CallStack::for_load(reach, policy), share))
+                .collect(),
+            seed,
         }
     }
 
-    async fn call(&self, request: CallRequest, timeout: Duration) -> Called<CallReply> {
-        self.stack.call(request, Some(timeout)).await
+    /// What happened to the generator's connections so far, every entry's
+    /// together (`None` when none of them counts its own).
+    fn link_counts(&self) -> Option<LinkCounts> {
+        self.entries
+            .iter()
+            .filter_map(|(stack, _)| stack.reach().link_counts())
+            .reduce(|a, b| a.plus(&b))
     }
+
+    /// The entry request `id` goes to.
+    fn entry_of(&self, id: u64) -> &CallStack {
+        let last = self.entries.len().saturating_sub(1);
+        let k = if last == 0 {
+            0
+        } else {
+            let u: f64 = keyed_rng(self.seed, ENTRY_STREAM, id, 0).random();
+            pick(self.entries.iter().map(|(_, share)| *share), u).min(last)
+        };
+        &self.entries[k].0
+    }
+
+    async fn call(&self, request: CallRequest, timeout: Duration) -> Called<CallReply> {
+        self.entry_of(request.request_id)
+            .call(request, Some(timeout))
+            .await
+    }
+}
+
+/// The index `u` (in [0, 1)) falls at among `shares` laid end to end (the
+/// last one past their sum).
+fn pick(shares: impl Iterator<Item = f64>, u: f64) -> usize {
+    let mut sum = 0.0;
+    let mut last = 0;
+    for (k, share) in shares.enumerate() {
+        sum += share;
+        last = k;
+        if u < sum {
+            return k;
+        }
+    }
+    last
 }
 
 /// What one load phase produced (its requests went to the sink).
@@ -552,4 +598,42 @@ async fn closed_loop<S: RecordSink + ?Sized>(
     while workers.join_next().await.is_some() {}
     drain.stats.peak_in_flight = peak_in_flight.load(Ordering::Relaxed);
     (drain.last_end, *stop.borrow() >= STOP_SENDING)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_is_picked_where_the_draw_falls() {
+        let shares = [0.25, 0.5, 0.25];
+        let at = |u: f64| pick(shares.iter().copied(), u);
+        assert_eq!(
+            [at(0.0), at(0.2), at(0.25), at(0.74), at(0.75)],
+            [0, 0, 1, 1, 2]
+        );
+        // Rounding leaves the sum short of 1: the last one takes the rest.
+        assert_eq!(pick([0.3, 0.3].into_iter(), 0.9), 1);
+    }
+
+    #[test]
+    fn requests_go_to_the_entries_by_their_shares_the_same_on_every_run() {
+        let shares = [0.7, 0.2, 0.1];
+        let draw = |seed: u64, id: u64| {
+            let u: f64 = keyed_rng(seed, ENTRY_STREAM, id, 0).random();
+            pick(shares.iter().copied(), u)
+        };
+        let mut counts = [0u32; 3];
+        for id in 0..20_000 {
+            counts[draw(7, id)] += 1;
+        }
+        for (n, share) in counts.iter().zip(shares) {
+            // Binomial sd at 20,000 draws is at most 0.0035: 5 sd.
+            let got = f64::from(*n) / 20_000.0;
+            assert!((got - share).abs() < 0.018, "{counts:?} against {shares:?}");
+        }
+        // Seeded by the request's id: the same request, the same entry.
+        assert!((0..1000).all(|id| draw(7, id) == draw(7, id)));
+        assert!((0..1000).any(|id| draw(7, id) != draw(8, id)));
+    }
 }

@@ -108,6 +108,7 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
             connections: load.connections.max(1),
         },
         payload_bytes: load.payload,
+        entries: Vec::new(),
     };
     // Never interrupted: a Ctrl-C ends the process.
     let (_keep, stop) = watch::channel(0);

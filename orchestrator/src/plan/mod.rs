@@ -291,9 +291,14 @@ impl MeshPlan {
         faulty
     }
 
-    /// The hop the load generator calls.
-    pub(crate) fn entry(&self) -> Option<&Hop> {
-        self.variant.hops.first()
+    /// The hops the load generator calls, each with its share of the
+    /// requests.
+    pub(crate) fn entries(&self) -> Vec<(&Hop, f64)> {
+        self.variant
+            .entries()
+            .into_iter()
+            .filter_map(|(i, share)| Some((self.variant.hops.get(i)?, share)))
+            .collect()
     }
 
     /// The configuration of replica `replica` of `hop`: its behavior, and

@@ -6,7 +6,7 @@
 //! that cannot be reached is named in a warning, not counted as an
 //! incident (it may have been killed on schedule).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use futures::future::join_all;
 use tailmesh_proto::pb;
@@ -22,14 +22,14 @@ use crate::{
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every caller's view of every push hop it calls: the load generator's
-/// (`loadgen`, from `entry`) first, then each calling replica's in plan
+/// (`loadgen`, from its `entries`' pools) first, then each calling replica's in plan
 /// order (`b/1`); pools with nothing in them are left out.
 pub(super) async fn collect(
     plan: &MeshPlan,
     launcher: &AnyLauncher,
     addrs: &Addrs,
     clock: &LoadClock,
-    entry: Option<&PushPool>,
+    entries: &[Arc<PushPool>],
 ) -> Vec<CallerEndpoints> {
     let variant = &plan.variant;
     let push = |name: &str| {
@@ -71,7 +71,7 @@ pub(super) async fn collect(
         measured_now - ago_ns / 1e9
     };
     let mut out = Vec::new();
-    if let Some(pool) = entry {
+    for pool in entries {
         out.push(crate::wire::caller_endpoints(
             "loadgen",
             &pool.endpoint_events(),

@@ -31,9 +31,9 @@ use crate::{
 pub(super) struct Kills {
     planned: Vec<PlannedKill>,
     incidents: Vec<String>,
-    /// The callers of each hop: the load generator's pool (the entry hop's)
-    /// and the calling replicas' Control addresses.
-    entry: Option<(String, Arc<PushPool>)>,
+    /// The callers of each hop: the load generator's pools (the entry
+    /// hops' it pushes to) and the calling replicas' Control addresses.
+    entries: Vec<Arc<PushPool>>,
     callers: BTreeMap<String, Vec<(String, PeerAddr)>>,
     token: Option<String>,
 }
@@ -60,12 +60,13 @@ struct PlannedKill {
 
 impl Kills {
     /// The kills of `plan`'s hops, whose processes are at `addrs`;
-    /// `entry` is the load generator's pool, when it pushes.
+    /// `entries` are the load generator's pools, of the entries it pushes
+    /// to.
     pub(super) fn plan(
         plan: &MeshPlan,
         launcher: &AnyLauncher,
         addrs: &Addrs,
-        entry: Option<Arc<PushPool>>,
+        entries: Vec<Arc<PushPool>>,
     ) -> Self {
         let warmup = plan.variant.load.warmup;
         let planned = plan
@@ -108,7 +109,7 @@ impl Kills {
         Kills {
             planned,
             incidents: Vec::new(),
-            entry: entry.map(|pool| (pool.hop().to_owned(), pool)),
+            entries,
             callers,
             token,
         }
@@ -123,9 +124,11 @@ impl Kills {
                 .flatten()
         };
         let mut out = BTreeMap::new();
-        if let Some((entry, pool)) = &self.entry
-            && entry == hop
-            && let Some(picks) = of(&pool.endpoint_events())
+        if let Some(picks) = self
+            .entries
+            .iter()
+            .find(|pool| pool.hop() == hop)
+            .and_then(|pool| of(&pool.endpoint_events()))
         {
             out.insert("loadgen".to_owned(), picks);
         }
@@ -291,7 +294,7 @@ mod tests {
             &plan("kill = { replica = 1, at = \"3s\", back = \"2s\" }"),
             &launcher,
             &addrs,
-            None,
+            Vec::new(),
         );
         assert_eq!(kills.planned.len(), 1);
         let k = &kills.planned[0];
@@ -299,7 +302,7 @@ mod tests {
         assert_eq!((k.kill_at, k.back_at), (s(4), Some(s(6))));
         assert_eq!(kills.next_change(), Some(s(4)));
 
-        let none = Kills::plan(&plan(""), &launcher, &addrs, None);
+        let none = Kills::plan(&plan(""), &launcher, &addrs, Vec::new());
         assert!(none.planned.is_empty());
         assert_eq!(none.next_change(), None);
     }

@@ -35,9 +35,12 @@ use tailmesh_netfault::{
 };
 use tailmesh_services::{
     broker::TopicStats,
-    hop::call::{
-        Reach,
-        reach::{ReachError, ReachPlan},
+    hop::{
+        PushPool,
+        call::{
+            Reach,
+            reach::{ReachError, ReachPlan},
+        },
     },
     model::{Connection, Transport},
     timer::Sleeper,
@@ -50,9 +53,9 @@ use crate::{
         PeakMemory, brokers::BrokerProcessError, peak_rss_bytes,
     },
     loadgen::{self, LoadClock, LoadOutcome, Target},
-    plan::{DRAIN_GRACE, MeshPlan, Naming},
+    plan::{Addrs, DRAIN_GRACE, MeshPlan, Naming},
     record::RecordSink,
-    scenario::{ConnectionMode, Launcher, Scenario, Variant},
+    scenario::{ConnectionMode, Hop, Launcher, Scenario, Variant},
     traces::{
         collector::{Collector, ReceiverError, ReceiverHandle, Spool},
         loadgen::LoadTracer,
@@ -166,10 +169,69 @@ pub enum RunError {
         address: String,
         source: Box<LaunchError>,
     },
-    /// The load generator's reach of the entry hop (its pool of
+    /// The load generator's reach of an entry hop (its pool of
     /// connections, or its broker) could not be built.
-    #[error("variant \"{variant}\": entry hop {source}")]
-    EntryReach { variant: String, source: ReachError },
+    #[error("variant \"{variant}\": entry hop \"{hop}\": {source}")]
+    EntryReach {
+        variant: String,
+        hop: String,
+        source: ReachError,
+    },
+}
+
+/// The load generator's reach of `entry`: `[load]`'s connections to its
+/// replicas (or its service, called directly), or its broker.
+async fn entry_reach(plan: &MeshPlan, addrs: &Addrs, entry: &Hop) -> Result<Reach, RunError> {
+    let variant = &plan.variant;
+    // `connections` channels to each replica, taken in turn, or one per
+    // request.
+    let (connection, channels) = match variant.load.connection {
+        ConnectionMode::Shared { connections } => (Connection::Shared, connections as usize),
+        ConnectionMode::PerRequest => (Connection::PerRequest, 1),
+    };
+    let direct = entry
+        .service
+        .as_ref()
+        .filter(|s| s.direct)
+        .map(|s| s.call(String::new()));
+    let reach_plan = ReachPlan {
+        hop: &entry.name,
+        caller: None,
+        transport: entry.transport,
+        replicas: addrs
+            .hops
+            .get(&entry.name)
+            .map(Vec::as_slice)
+            .unwrap_or_default(),
+        balance: entry.balance,
+        connection,
+        channels,
+        seed: plan.seed,
+        endpoints: &entry.endpoints,
+        broker: addrs
+            .broker
+            .as_ref()
+            .map(|b| (variant.broker, variant.queue_bounds, b)),
+        service: direct.as_ref(),
+    };
+    Reach::resolve(
+        &reach_plan,
+        tailmesh_services::hop::server::SERVICE_PATIENCE,
+    )
+    .await
+    .map_err(|e| match e {
+        ReachError::Service(source) => RunError::Service {
+            variant: variant.name.clone(),
+            hop: entry.name.clone(),
+            replica: 0,
+            source: Box::new(launch::ServiceError::Resolve(*source)),
+        },
+        e => RunError::EntryReach {
+            variant: variant.name.clone(),
+            hop: entry.name.clone(),
+            source: e,
+        },
+    })
 }
 
 impl RunError {
@@ -490,63 +552,27 @@ async fn measure(
         .filter(|h| h.transport == Transport::Pull)
         .map(|h| h.name.clone())
         .collect();
-    let entry = plan.entry().ok_or_else(|| RunError::NoHop {
-        variant: variant.name.clone(),
-    })?;
-    // `connections` channels to each replica, taken in turn, or one per
-    // request.
-    let (connection, channels) = match variant.load.connection {
-        ConnectionMode::Shared { connections } => (Connection::Shared, connections as usize),
-        ConnectionMode::PerRequest => (Connection::PerRequest, 1),
-    };
-    let direct = entry
-        .service
-        .as_ref()
-        .filter(|s| s.direct)
-        .map(|s| s.call(String::new()));
-    let reach_plan = ReachPlan {
-        hop: &entry.name,
-        caller: None,
-        transport: entry.transport,
-        replicas: addrs
-            .hops
-            .get(&entry.name)
-            .map(Vec::as_slice)
-            .unwrap_or_default(),
-        balance: entry.balance,
-        connection,
-        channels,
-        seed: plan.seed,
-        endpoints: &entry.endpoints,
-        broker: broker
-            .as_ref()
-            .map(|b| (variant.broker, variant.queue_bounds, b)),
-        service: direct.as_ref(),
-    };
-    let reach = Reach::resolve(
-        &reach_plan,
-        tailmesh_services::hop::server::SERVICE_PATIENCE,
-    )
-    .await
-    .map_err(|e| match e {
-        ReachError::Service(source) => RunError::Service {
+    let entries = plan.entries();
+    if entries.is_empty() {
+        return Err(RunError::NoHop {
             variant: variant.name.clone(),
-            hop: entry.name.clone(),
-            replica: 0,
-            source: Box::new(launch::ServiceError::Resolve(*source)),
-        },
-        e => RunError::EntryReach {
-            variant: variant.name.clone(),
-            source: e,
-        },
-    })?;
-    let entry_pool = match &reach {
-        Reach::Push(pool) => Some(Arc::clone(pool)),
-        Reach::Pull(_) | Reach::Direct(_) => None,
-    };
-    let target = Target::new(reach, entry.client.clone());
+        });
+    }
+    let mut reaches = Vec::with_capacity(entries.len());
+    for (entry, share) in entries {
+        let reach = entry_reach(plan, &addrs, entry).await?;
+        reaches.push((reach, entry.client.clone(), share));
+    }
+    let entry_pools: Vec<Arc<PushPool>> = reaches
+        .iter()
+        .filter_map(|(reach, _, _)| match reach {
+            Reach::Push(pool) => Some(Arc::clone(pool)),
+            Reach::Pull(_) | Reach::Direct(_) => None,
+        })
+        .collect();
+    let target = Target::new(reaches, plan.seed);
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
-    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pool.clone());
+    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
     // Windows that start at 0 are applied before the load starts.
     faults.advance(Duration::ZERO).await;
     let progress = options.progress.then(|| progress::view(variant)).flatten();
@@ -618,7 +644,7 @@ async fn measure(
     records.end_variant(&load);
     let (kills, kill_incidents) = kills.finish(&clock).await;
     incidents.extend(kill_incidents);
-    let endpoints = endpoints::collect(plan, launcher, &addrs, &clock, entry_pool.as_deref()).await;
+    let endpoints = endpoints::collect(plan, launcher, &addrs, &clock, &entry_pools).await;
     let (faults, fault_windows, fault_incidents) = faults.finish(&clock).await;
     incidents.extend(fault_incidents);
     let broker = match broker {

@@ -320,3 +320,46 @@ fn a_delayed_replica_delays_each_crossing_of_its_link() {
     close(d.quantile(0.5), ms(11), us(5), "median");
     near(d.cdf(ms(1)), 0.0, 1e-9, "nothing faster than the work");
 }
+
+#[test]
+fn entries_are_a_mixture_by_their_shares_and_load_their_hops_by_them() {
+    // 70 % enter at a (1 ms, then db's 2 ms), 30 % at b (10 ms, then db):
+    // db takes every request, a and b their shares.
+    let fixed =
+        |v: &str| format!("work = {{ kind = \"sleep\", dist = \"fixed\", value = \"{v}\" }}");
+    let v = variant(
+        "mode = \"open\"\nrate = 200\nduration = \"10s\"\ntimeout = \"100ms\"\n\
+         entries = [{ hop = \"a\", weight = 7 }, { hop = \"b\", weight = 3 }]",
+        &format!(
+            "[[hop]]\nname = \"a\"\ndownstream = [\"db\"]\n{}\n\
+             [[hop]]\nname = \"b\"\ndownstream = [\"db\"]\n{}\n\
+             [[hop]]\nname = \"db\"\nconcurrency = 1\n{}\n",
+            fixed("1ms"),
+            fixed("10ms"),
+            fixed("2ms")
+        ),
+    );
+    let p = predict(&v, Duration::ZERO);
+    close(p.dist.quantile(0.5), ms(3), us(150), "p50");
+    close(p.dist.quantile(0.69), ms(3), us(150), "p69");
+    close(p.dist.quantile(0.71), ms(12), us(150), "p71");
+    // db is busy 200/s x 2 ms: 40 %; b 60/s x 10 ms: 60 % (a 14 %).
+    let u = |hop: &str| {
+        let mut v = v.clone();
+        for h in &mut v.hops {
+            if h.name == hop {
+                h.concurrency = Some(1);
+            }
+        }
+        predict(&v, Duration::ZERO)
+            .assumptions
+            .into_iter()
+            .find(|a| a.starts_with(&format!("hop {hop} at")))
+    };
+    assert_eq!(u("db"), None, "40 % is under the threshold");
+    assert!(
+        u("b").is_some_and(|a| a.starts_with("hop b at 60 % utilization")),
+        "{:?}",
+        u("b")
+    );
+}

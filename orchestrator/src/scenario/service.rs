@@ -269,7 +269,7 @@ pub(super) fn refuse_beside_direct(s: &Section<'_>, layers: bool, p: &mut Proble
     }
 }
 
-/// Reports `[load] connection = "per_request"` when the entry hop's service
+/// Reports `[load] connection = "per_request"` when an entry hop's service
 /// is called directly: the load generator keeps one channel per replica
 /// (times `connections`) to a direct service.
 pub(super) fn direct_entry_fits_the_load(
@@ -278,13 +278,23 @@ pub(super) fn direct_entry_fits_the_load(
     load: &super::model::Load,
     p: &mut Problems,
 ) {
-    let direct = hops
-        .first()
-        .and_then(|h| h.service.as_ref())
-        .is_some_and(|s| s.direct);
-    if !direct || load.connection != super::model::ConnectionMode::PerRequest {
+    if load.connection != super::model::ConnectionMode::PerRequest {
         return;
     }
+    let entry = |i: usize, h: &super::model::Hop| {
+        if load.entries.is_empty() {
+            i == 0
+        } else {
+            load.entries.iter().any(|e| e.hop == h.name)
+        }
+    };
+    let direct = hops
+        .iter()
+        .enumerate()
+        .find(|(i, h)| entry(*i, h) && h.service.as_ref().is_some_and(|s| s.direct));
+    let Some((_, hop)) = direct else {
+        return;
+    };
     let at = match top.get("load").map(|e| &e.node.value) {
         Some(Value::Table(t)) => t.get("connection").map(|e| e.key_span.start),
         _ => None,
@@ -296,7 +306,7 @@ pub(super) fn direct_entry_fits_the_load(
                 "load.connection = \"per_request\" cannot go with an entry hop \"{}\" whose \
                  service is called directly (service.direct = true): the load generator keeps \
                  its connections to a direct service (use connections = N)",
-                hops[0].name
+                hop.name
             ),
         );
     }

@@ -144,6 +144,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 timeout: ms(250),
                 connection: ConnectionMode::Shared { connections: 4 },
                 payload_bytes: 128,
+                entries: Vec::new(),
             },
             hops: vec![
                 Hop {
@@ -313,7 +314,7 @@ name = "c"
 downstream = ["b"]
 "#;
     let load_keys = "mode, rate, arrivals, concurrency, duration, requests, warmup, timeout, \
-                     connection, connections, payload, steps";
+                     connection, connections, payload, steps, entries";
     assert_eq!(
         problems(source),
         vec![
@@ -542,6 +543,7 @@ fn defaults_fill_in_a_minimal_scenario() {
                 timeout: Duration::from_secs(1),
                 connection: ConnectionMode::Shared { connections: 1 },
                 payload_bytes: 64,
+                entries: Vec::new(),
             },
             // A chain in file order; the last hop is a leaf.
             hops: vec![plain("a", &["b"]), plain("b", &["c"]), plain("c", &[])],
@@ -2721,5 +2723,124 @@ fn bad_calls_are_reported_where_they_are_written() {
             .iter()
             .any(|(_, _, m)| m.contains("up to 1641 hops") && m.contains("more than 1024")),
         "{found:?}"
+    );
+}
+
+#[test]
+fn load_entries_name_the_hops_the_load_generator_calls_with_their_shares() {
+    // Two entries over a shared leaf: every hop reached from one of them.
+    let source = format!(
+        "{HEAD}entries = [\"front\", {{ hop = \"admin\", weight = 3 }}]\n\
+         [[hop]]\nname = \"front\"\ndownstream = [\"db\"]\n\
+         [[hop]]\nname = \"admin\"\ndownstream = [\"db\"]\n\
+         [[hop]]\nname = \"db\"\nconnection = \"per_request\"\n"
+    );
+    let s = ok(&source);
+    let v = &s.variants[0];
+    assert_eq!(
+        v.load.entries,
+        [
+            Entry {
+                hop: "front".into(),
+                share: 0.25
+            },
+            Entry {
+                hop: "admin".into(),
+                share: 0.75
+            }
+        ]
+    );
+    assert_eq!(v.entries(), [(0, 0.25), (1, 0.75)]);
+    assert!(!v.fixed_paths(), "requests enter at either hop");
+    // Without entries, the first hop takes every request.
+    let plain = ok(&format!(
+        "{HEAD}[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n"
+    ));
+    assert_eq!(plain.variants[0].entries(), [(0, 1.0)]);
+    assert!(plain.variants[0].fixed_paths());
+    // One entry other than the first hop: its path starts there.
+    let one = ok(&format!(
+        "{HEAD}entries = [\"b\"]\n[[hop]]\nname = \"a\"\ndownstream = []\n\
+         [[hop]]\nname = \"b\"\ndownstream = [\"a\"]\n"
+    ));
+    assert_eq!(one.variants[0].entries(), [(1, 1.0)]);
+    assert!(!one.variants[0].fixed_paths());
+}
+
+#[test]
+fn bad_load_entries_are_refused_at_their_place() {
+    let hops = "[[hop]]\nname = \"a\"\ndownstream = []\n[[hop]]\nname = \"b\"\ndownstream = []\n";
+    let entries = |list: &str| problems(&format!("{HEAD}entries = {list}\n{hops}"));
+    assert_eq!(
+        entries("[\"a\", \"zz\"]"),
+        [(6, 17, "load.entries: hop \"zz\" does not exist".to_owned())]
+    );
+    assert_eq!(
+        entries("[\"a\", { hop = \"a\", weight = 2 }, \"b\"]"),
+        [(
+            6,
+            25,
+            "hop \"a\" is listed twice in load.entries (give it one weight)".to_owned()
+        )]
+    );
+    assert_eq!(
+        entries("[\"a\", { hop = \"b\", weight = 0 }]"),
+        [(
+            6,
+            39,
+            "load.entries.weight must be greater than 0 and at most 1000000000, got 0".to_owned()
+        )]
+    );
+    assert_eq!(
+        entries("[]"),
+        [(
+            6,
+            11,
+            "load.entries is empty: name at least one hop, or leave it out for the first hop"
+                .to_owned()
+        )]
+    );
+    assert_eq!(
+        entries("[3]"),
+        [(
+            6,
+            12,
+            "expected a hop name or { hop = \"name\", weight = .. } in load.entries, got an integer"
+                .to_owned()
+        )]
+    );
+    // A hop no entry reaches is never called.
+    assert_eq!(
+        entries("[\"a\"]"),
+        [(
+            10,
+            1,
+            "hop \"b\" is never called: it is not reachable from the entry hop \"a\"".to_owned()
+        )]
+    );
+    // An entry no hop calls is reached over [load]'s connections; one a
+    // hop calls as well takes `connection` for those calls.
+    let source = format!(
+        "{HEAD}entries = [\"a\", \"b\", \"c\"]\n[[hop]]\nname = \"a\"\ndownstream = [\"b\"]\n\
+         [[hop]]\nname = \"b\"\nconnection = \"per_request\"\n[[hop]]\nname = \"c\"\n\
+         connection = \"per_request\"\n[[hop]]\nname = \"d\"\n"
+    );
+    assert_eq!(
+        problems(&source),
+        [
+            (
+                15,
+                1,
+                "hop \"c\": connection is not for the entry hop, whose caller is the load \
+                 generator: set load.connection instead"
+                    .to_owned()
+            ),
+            (
+                16,
+                1,
+                "hop \"d\" is never called: it is not reachable from the entry hops \"a\", \"b\", \"c\""
+                    .to_owned()
+            ),
+        ]
     );
 }

@@ -4,7 +4,8 @@
 //! check says so and names it; work drawn from measured quantiles is what
 //! the hop does and what the prediction reads; calls made in stages, with a
 //! probability and a count, vary the path per request, and the composition
-//! and the compounding check follow each path.
+//! and the compounding check follow each path; requests that enter at
+//! several hops, by their weights, compose as their entries' mixture.
 
 use serde_json::Value;
 
@@ -14,6 +15,7 @@ tests! {
     sync slowness_tied_across_hops_is_what_the_independent_prediction_misses,
     sync empirical_work_is_drawn_and_declared_as_its_quantiles_say,
     sync paths_that_vary_are_drawn_per_request_and_composed_as_a_mixture,
+    sync requests_enter_at_several_hops_by_their_weights,
 }
 
 fn f64_at(v: &Value, pointer: &str) -> f64 {
@@ -284,4 +286,99 @@ slow_threshold = "16ms"
         "{}",
         finished.output()
     );
+}
+
+fn requests_enter_at_several_hops_by_their_weights() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // 70 % of the requests enter at front (1 ms), 30 % at admin (8 ms);
+    // both call db (2 ms): about 3 ms for most, 10 ms for the others.
+    let scenario = write(
+        dir.path(),
+        "entries.toml",
+        r#"
+name = "entries"
+seed = 4
+
+[load]
+mode = "open"
+rate = 150
+warmup = "1s"
+duration = "6s"
+entries = [{ hop = "front", weight = 7 }, { hop = "admin", weight = 3 }]
+
+[[hop]]
+name = "front"
+downstream = ["db"]
+work = { kind = "sleep", dist = "fixed", value = "1ms" }
+
+[[hop]]
+name = "admin"
+downstream = ["db"]
+work = { kind = "sleep", dist = "fixed", value = "8ms" }
+
+[[hop]]
+name = "db"
+work = { kind = "sleep", dist = "fixed", value = "2ms" }
+
+[check]
+distribution = true
+"#,
+    );
+    let (_, run_dir) = run_ok(dir.path(), &scenario, &dir.path().join("results"));
+    let summary = summary(&run_dir);
+    let v = summary
+        .pointer("/variants/0")
+        .unwrap_or_else(|| panic!("no variant:\n{summary:#}"));
+    let (sent, ok) = (f64_at(v, "/sent"), f64_at(v, "/ok"));
+    assert!(sent > 500.0 && ok == sent, "sent {sent}, ok {ok}:\n{v:#}");
+    // Each request entered at one hop, drawn by the weights; its path is
+    // that entry's, db's record first.
+    let csv = std::fs::read_to_string(run_dir.join("requests.csv")).expect("requests.csv");
+    let header: Vec<&str> = csv.lines().next().unwrap_or_default().split(',').collect();
+    let path_col = header
+        .iter()
+        .position(|h| *h == "path")
+        .unwrap_or_else(|| panic!("no path column in {header:?}"));
+    let (mut front, mut rows) = (0u32, 0u32);
+    for line in csv.lines().skip(1) {
+        let path: Vec<&str> = line
+            .split(',')
+            .nth(path_col)
+            .unwrap_or_default()
+            .split(';')
+            .collect();
+        let entry = path.last().copied().unwrap_or_default();
+        assert!(
+            path.len() == 2 && path[0].starts_with("db/"),
+            "one entry, then db: {line}"
+        );
+        front += u32::from(entry.starts_with("front/"));
+        assert!(
+            entry.starts_with("front/") || entry.starts_with("admin/"),
+            "{line}"
+        );
+        rows += 1;
+    }
+    let share = f64::from(front) / f64::from(rows);
+    assert!(
+        (0.64..0.76).contains(&share),
+        "{front} of {rows} requests entered at front"
+    );
+    // The composition is the entries' mixture and agrees with the measured
+    // latency; so does the declared one.
+    let c = v
+        .pointer("/composition")
+        .unwrap_or_else(|| panic!("no composition:\n{v:#}"));
+    assert_eq!(f64_at(c, "/incomplete"), 0.0, "{c:#}");
+    for q in ["p50", "p90"] {
+        let measured = f64_at(c, &format!("/measured/{q}_us"));
+        for what in ["composed", "declared"] {
+            let x = f64_at(c, &format!("/{what}/{q}_us"));
+            assert!(
+                (x / measured - 1.0).abs() < 0.15,
+                "{what} {q} {x} us, measured {measured} us:\n{c:#}"
+            );
+        }
+    }
 }

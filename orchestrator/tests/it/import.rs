@@ -207,8 +207,28 @@ fn a_mesh_the_format_cannot_say_is_refused_with_its_reasons() {
         "{written}"
     );
     std::fs::remove_file(&out).expect("remove");
-    // Requests that enter at two services are not one scenario's.
+    // Requests that enter at two services: each entry weighted by its
+    // requests, a scenario `predict` reads.
     csv.push_str("900,t9,s,0.1,USER,u,http,/search,search,s1,3\n");
+    let calls = write(dir.path(), "calls.csv", &csv);
+    let finished = tailmesh(
+        dir.path(),
+        &["import", "alibaba", path_str(&calls), "-o", path_str(&out)],
+    );
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let written = std::fs::read_to_string(&out).expect("scenario written");
+    assert!(
+        written.contains(
+            r#"entries = [{ hop = "gateway", weight = 4 }, { hop = "search", weight = 1 }]"#
+        ),
+        "{written}"
+    );
+    let predicted = tailmesh(dir.path(), &["predict", path_str(&out)]);
+    assert_eq!(predicted.code(), Some(0), "{}", predicted.output());
+    std::fs::remove_file(&out).expect("remove");
+    // Services that call each other (a cycle) are not a scenario's.
+    csv.push_str("901,t9,s,0.1.1,search,s1,rpc,get,gateway,g1,1\n");
+    csv.push_str("902,t0,s,0.1.3,gateway,g1,rpc,find,search,s1,1\n");
     let calls = write(dir.path(), "calls.csv", &csv);
     let finished = tailmesh(
         dir.path(),
@@ -216,17 +236,21 @@ fn a_mesh_the_format_cannot_say_is_refused_with_its_reasons() {
     );
     assert_eq!(finished.code(), Some(2), "{}", finished.output());
     assert!(
-        finished.stderr.contains("the mesh cannot be written as a scenario:")
+        finished
+            .stderr
+            .contains("the mesh cannot be written as a scenario:")
             && finished.stderr.contains(
-                "2 entry services (gateway, search): several entries are not in the scenario format yet"
-            ),
+                "gateway calls search, which calls it back (a cycle): a scenario's calls form no \
+                 cycle\n  search calls gateway, which calls it back (a cycle)"
+            )
+            && !finished.stderr.contains("calls auth"),
         "{}",
         finished.output()
     );
     assert!(!out.exists(), "nothing written");
     // The mesh itself was still told.
     assert!(
-        finished.stdout.contains("gateway: 4 invocations"),
+        finished.stdout.contains("auth: 4 invocations"),
         "{}",
         finished.output()
     );

@@ -80,6 +80,9 @@ pub(super) struct HopDraft<'a> {
     pub(super) raw_name: Option<&'a str>,
     pub(super) hop: Option<Hop>,
     pub(super) downstream: Downstream<'a>,
+    /// Where `connection` is written, if it is: a hop only the load
+    /// generator calls has none (the mesh's check).
+    pub(super) connection_at: Option<&'a Span>,
 }
 
 /// One `[[hop]]` read in steps: its own keys (serving, calling, faults),
@@ -101,7 +104,7 @@ pub(super) fn hop<'a>(
     let name = hop_name(&s, p);
     let serving = serving(&s, p);
     let balance = balance(&s, p);
-    let connection = connection(&s, index, p);
+    let connection = connection(&s, p);
     let endpoints = crate::scenario::endpoints::endpoint_options(&s, serving.transport, p);
     let kill = match table_section(&s, p, "kill") {
         None => Some(None),
@@ -149,6 +152,7 @@ pub(super) fn hop<'a>(
         raw_name,
         hop,
         downstream,
+        connection_at: table.get("connection").map(|e| &e.key_span),
     }
 }
 
@@ -315,20 +319,11 @@ fn balance(s: &Section<'_>, p: &mut Problems) -> Option<Balance> {
     }
 }
 
-pub(super) fn connection(s: &Section<'_>, index: usize, p: &mut Problems) -> Option<Connection> {
+/// `connection`: how this hop's callers hold their connections to it
+/// (whether a hop calls it at all is the mesh's check).
+pub(super) fn connection(s: &Section<'_>, p: &mut Problems) -> Option<Connection> {
     match s.get("connection") {
         None => Some(Connection::Shared),
-        // The load generator calls the entry hop: its connections are
-        // [load]'s.
-        Some(_) if index == 0 => {
-            s.forbid(
-                p,
-                "connection",
-                "is not for the entry hop, whose caller is the load generator: set \
-                 load.connection instead",
-            );
-            None
-        }
         Some(_) => s.choice(
             p,
             "connection",

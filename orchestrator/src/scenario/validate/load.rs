@@ -1,14 +1,15 @@
-//! `[load]`: the mode, rate or steps, length, warmup, connections and
-//! payload, and whether the requests in flight fit the hops' memory.
+//! `[load]`: the mode, rate or steps, length, warmup, connections,
+//! payload and entries, and whether the requests in flight fit the hops'
+//! memory.
 
 use std::time::Duration;
 
 use tailmesh_services::limits::{IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES};
 
 use crate::scenario::error::Problems;
-use crate::scenario::model::{Arrivals, ConnectionMode, Load, LoadMode, Step, Stop};
+use crate::scenario::model::{Arrivals, ConnectionMode, Entry, Load, LoadMode, Step, Stop};
 use crate::scenario::read::Section;
-use crate::scenario::tree::Value;
+use crate::scenario::tree::{Span, Value};
 
 const LOAD_KEYS: &[&str] = &[
     "mode",
@@ -23,7 +24,13 @@ const LOAD_KEYS: &[&str] = &[
     "connections",
     "payload",
     "steps",
+    "entries",
 ];
+
+const ENTRY_KEYS: &[&str] = &["hop", "weight"];
+
+/// Largest weight of an entry (weights are relative).
+const MAX_WEIGHT: f64 = 1e9;
 
 const STEP_KEYS: &[&str] = &["rate", "duration"];
 
@@ -190,7 +197,121 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         timeout: timeout?,
         connection: connection?,
         payload_bytes: payload_bytes?,
+        // Known once the hops are: see [`entries`].
+        entries: Vec::new(),
     })
+}
+
+/// An entry of `load.entries` as written, where it is written.
+pub(super) struct EntryDraft<'a> {
+    pub(super) hop: &'a str,
+    pub(super) weight: f64,
+    pub(super) span: &'a Span,
+}
+
+/// `load.entries = ["a", { hop = "b", weight = 3 }]`: the hops the load
+/// generator calls, each with its relative weight (1 when not given).
+/// `Some(empty)` without the key (the first hop is the entry); `None`
+/// when it has a problem (each reported at its place). Whether the hops
+/// exist is the mesh's check.
+pub(super) fn entries<'a>(s: &Section<'a>, p: &mut Problems) -> Option<Vec<EntryDraft<'a>>> {
+    let Some(entry) = s.get("entries") else {
+        return Some(Vec::new());
+    };
+    let Value::Array(items) = &entry.node.value else {
+        s.wrong_type(
+            p,
+            entry,
+            "an array of hops such as [\"front\", { hop = \"admin\", weight = 0.1 }]",
+        );
+        return None;
+    };
+    if items.is_empty() {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} is empty: name at least one hop, or leave it out for the first hop",
+                s.name("entries")
+            ),
+        );
+        return None;
+    }
+    let mut out: Vec<EntryDraft<'a>> = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for item in items {
+        let draft = match &item.value {
+            Value::String(hop) => Some(EntryDraft {
+                hop,
+                weight: 1.0,
+                span: &item.span,
+            }),
+            Value::Table(table) => {
+                let e = Section {
+                    table,
+                    span: item.span.clone(),
+                    prefix: s.prefix.clone(),
+                    path: format!("{}.", s.name("entries")),
+                    label: format!("an entry in {}", s.name("entries")),
+                };
+                e.unknown_keys(p, ENTRY_KEYS);
+                let hop = e.required(p, "hop", Section::string);
+                let weight = match e.get("weight") {
+                    None => Some(1.0),
+                    Some(_) => e.number_in(p, "weight", 0.0, true, MAX_WEIGHT),
+                };
+                hop.zip(weight).map(|((hop, at), weight)| EntryDraft {
+                    hop,
+                    weight,
+                    span: &at.node.span,
+                })
+            }
+            other => {
+                if !matches!(other, Value::Invalid) {
+                    s.report(
+                        p,
+                        &item.span,
+                        format!(
+                            "expected a hop name or {{ hop = \"name\", weight = .. }} in {}, got {}",
+                            s.name("entries"),
+                            other.kind()
+                        ),
+                    );
+                }
+                None
+            }
+        };
+        match draft {
+            Some(d) if out.iter().any(|o| o.hop == d.hop) => {
+                ok = false;
+                s.report(
+                    p,
+                    d.span,
+                    format!(
+                        "hop \"{}\" is listed twice in {} (give it one weight)",
+                        d.hop,
+                        s.name("entries")
+                    ),
+                );
+            }
+            Some(d) => out.push(d),
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+/// The entries' shares of the requests: their weights over the weights'
+/// sum.
+pub(super) fn entry_shares(drafts: &[EntryDraft<'_>]) -> Vec<Entry> {
+    let total: f64 = drafts.iter().map(|d| d.weight).sum();
+    drafts
+        .iter()
+        .map(|d| Entry {
+            hop: d.hop.to_owned(),
+            share: d.weight / total,
+        })
+        .collect()
 }
 
 /// `load.steps`: a non-empty array of `{ rate, duration }` tables, each

@@ -1,5 +1,6 @@
-//! The mesh-wide checks once every hop is read: downstream names that
-//! exist, one entry hop, every hop reached, and no cycle.
+//! The mesh-wide checks once every hop is read: downstream and entry
+//! names that exist, every hop reached from an entry, no cycle, and a
+//! bound on the hops one request visits.
 
 use std::collections::HashMap;
 
@@ -9,10 +10,17 @@ use crate::scenario::error::Problems;
 use crate::scenario::tree::Span;
 
 use super::hop::{Downstream, HopDraft};
+use super::load::EntryDraft;
 
-/// Mesh-wide checks of `downstream`: unknown names, self calls, cycles and
-/// hops never called. Returns each hop's calls when all is well.
-pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Calls>> {
+/// Mesh-wide checks of `downstream` and `load.entries` (`None`: they had
+/// a problem; without any, the first hop is the entry): unknown names,
+/// self calls, cycles, hops never called, `connection` on a hop only the
+/// load generator calls. Returns each hop's calls when all is well.
+pub(super) fn mesh(
+    drafts: &[HopDraft<'_>],
+    entries: Option<&[EntryDraft<'_>]>,
+    p: &mut Problems,
+) -> Option<Vec<Calls>> {
     let mut ok = true;
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, draft) in drafts.iter().enumerate() {
@@ -110,24 +118,72 @@ pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Call
     if !cycles(drafts, &edges, p) {
         ok = false;
     }
-    if ok {
-        // The entry hop is the only one the load generator calls.
+    // The hops the load generator calls.
+    let starts: Option<Vec<usize>> = match entries {
+        None => None,
+        Some([]) => Some(vec![0]),
+        Some(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for e in list {
+                match index.get(e.hop) {
+                    Some(&i) => out.push(i),
+                    None => {
+                        ok = false;
+                        p.at(
+                            e.span.start,
+                            format!("load.entries: hop \"{}\" does not exist", e.hop),
+                        );
+                    }
+                }
+            }
+            Some(out)
+        }
+    };
+    let starts = starts.filter(|_| ok);
+    if let Some(starts) = &starts {
         let mut reached = vec![false; drafts.len()];
-        let mut todo = vec![0];
+        let mut todo = starts.clone();
         while let Some(i) = todo.pop() {
             if std::mem::replace(&mut reached[i], true) {
                 continue;
             }
             todo.extend(edges[i].iter().map(|(j, _)| *j));
         }
-        let entry = drafts[0].raw_name.unwrap_or_default();
+        let named: Vec<String> = starts
+            .iter()
+            .map(|&i| format!("\"{}\"", drafts[i].raw_name.unwrap_or_default()))
+            .collect();
+        let from = match named.as_slice() {
+            [one] => format!("the entry hop {one}"),
+            many => format!("the entry hops {}", many.join(", ")),
+        };
         for (draft, reached) in drafts.iter().zip(&reached) {
             if !reached {
                 ok = false;
                 p.at(
                     draft.header.start,
                     format!(
-                        "hop \"{}\" is never called: it is not reachable from the entry hop \"{entry}\"",
+                        "hop \"{}\" is never called: it is not reachable from {from}",
+                        draft.raw_name.unwrap_or_default()
+                    ),
+                );
+            }
+        }
+        // A hop only the load generator calls is reached over [load]'s
+        // connections.
+        for (j, draft) in drafts
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| starts.contains(j))
+        {
+            let called = edges.iter().flatten().any(|(to, _)| *to == j);
+            if let Some(at) = draft.connection_at.filter(|_| !called) {
+                ok = false;
+                p.at(
+                    at.start,
+                    format!(
+                        "hop \"{}\": connection is not for the entry hop, whose caller is the \
+                         load generator: set load.connection instead",
                         draft.raw_name.unwrap_or_default()
                     ),
                 );
@@ -155,15 +211,19 @@ pub(super) fn mesh(drafts: &[HopDraft<'_>], p: &mut Problems) -> Option<Vec<Call
     })?;
     // Counts multiply down the tree: bound what one request can visit.
     let index = |name: &str| drafts.iter().position(|d| d.raw_name == Some(name));
-    let visits = most_visits(0, &calls, &index, &mut vec![None; calls.len()]);
+    let mut memo = vec![None; calls.len()];
+    let (visits, from) = starts?
+        .into_iter()
+        .map(|i| (most_visits(i, &calls, &index, &mut memo), i))
+        .max()?;
     if visits > MAX_VISITS {
         p.at(
-            drafts[0].header.start,
+            drafts[from].header.start,
             format!(
                 "a request may visit up to {} hops (counts multiply down the tree from the \
                  entry hop \"{}\"), more than {MAX_VISITS}: lower a count",
                 visits,
-                drafts[0].raw_name.unwrap_or_default()
+                drafts[from].raw_name.unwrap_or_default()
             ),
         );
         return None;

@@ -32,7 +32,7 @@ use super::tree::{Node, Table, Value};
 use check::check;
 use faults::windows_within_the_load;
 use hop::{HopDraft, hop};
-use load::load;
+use load::{EntryDraft, entries, entry_shares, load};
 use mesh::mesh;
 use report::{intervals_fit, report};
 use telemetry::telemetry;
@@ -118,15 +118,19 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
             )
             .map(Some),
     };
-    let load = match table_section(&top, &mut p, "load") {
-        Some(Some(section)) => load(&section, &mut p),
-        Some(None) => None,
+    let (load, entries) = match table_section(&top, &mut p, "load") {
+        Some(Some(section)) => (load(&section, &mut p), entries(&section, &mut p)),
+        Some(None) => (None, None),
         None => {
             top.missing(&mut p, "load");
-            None
+            (None, None)
         }
     };
-    let hops = hops(&top, &mut p);
+    let hops = hops(&top, &mut p, entries.as_deref());
+    let load = load.map(|mut load| {
+        load.entries = entries.as_deref().map(entry_shares).unwrap_or_default();
+        load
+    });
     if let (Some(hops), Some(load)) = (&hops, &load) {
         windows_within_the_load(&top, hops, load, &mut p);
         super::service::direct_entry_fits_the_load(&top, hops, load, &mut p);
@@ -298,7 +302,13 @@ fn services_need_a_local_launcher(
 
 /// Every `[[hop]]`, each read on its own ([`hop::hop`]), then the
 /// mesh-wide checks over all of them ([`mesh::mesh`]).
-fn hops(top: &Section<'_>, p: &mut Problems) -> Option<Vec<Hop>> {
+/// The `[[hop]]` array; `entries` are `load.entries` (`None`: they had
+/// a problem, so the mesh's reach is not checked).
+fn hops(
+    top: &Section<'_>,
+    p: &mut Problems,
+    entries: Option<&[EntryDraft<'_>]>,
+) -> Option<Vec<Hop>> {
     let Some(entry) = top.get("hop") else {
         p.at(0, "missing [[hop]]: a scenario needs at least one hop");
         return None;
@@ -342,7 +352,7 @@ fn hops(top: &Section<'_>, p: &mut Problems) -> Option<Vec<Hop>> {
         .enumerate()
         .map(|(index, (node, table))| hop(index, node, table, p))
         .collect();
-    let downstream = mesh(&drafts, p);
+    let downstream = mesh(&drafts, entries, p);
 
     let mut hops = Vec::with_capacity(drafts.len());
     for (draft, calls) in drafts.into_iter().zip(downstream?) {
