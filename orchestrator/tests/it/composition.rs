@@ -24,6 +24,39 @@ fn f64_at(v: &Value, pointer: &str) -> f64 {
         .unwrap_or_else(|| panic!("no number at {pointer} in:\n{v:#}"))
 }
 
+/// Runs `scenario`, checks that its one variant sent more than 500
+/// requests and every one was ok, and returns the variant's summary, the
+/// stdout and each request's path records as requests.csv lists them
+/// (`hop/replica...`, post order: the entry's last).
+fn run_every_request_ok(
+    dir: &std::path::Path,
+    scenario: &std::path::Path,
+) -> (Value, String, Vec<Vec<String>>) {
+    let (finished, run_dir) = run_ok(dir, scenario, &dir.join("results"));
+    let summary = summary(&run_dir);
+    let v = summary
+        .pointer("/variants/0")
+        .unwrap_or_else(|| panic!("no variant:\n{summary:#}"))
+        .clone();
+    let (sent, ok) = (f64_at(&v, "/sent"), f64_at(&v, "/ok"));
+    assert!(sent > 500.0 && ok == sent, "sent {sent}, ok {ok}:\n{v:#}");
+    let csv = std::fs::read_to_string(run_dir.join("requests.csv")).expect("requests.csv");
+    let header: Vec<&str> = csv.lines().next().unwrap_or_default().split(',').collect();
+    let path_col = header
+        .iter()
+        .position(|h| *h == "path")
+        .unwrap_or_else(|| panic!("no path column in {header:?}"));
+    let paths = csv
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let path = line.split(',').nth(path_col).unwrap_or_default();
+            path.split(';').map(str::to_owned).collect()
+        })
+        .collect();
+    (v, finished.stdout, paths)
+}
+
 fn slowness_tied_across_hops_is_what_the_independent_prediction_misses() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -227,25 +260,12 @@ compounding = true
 slow_threshold = "16ms"
 "#,
     );
-    let (finished, run_dir) = run_ok(dir.path(), &scenario, &dir.path().join("results"));
-    let summary = summary(&run_dir);
-    let v = summary
-        .pointer("/variants/0")
-        .unwrap_or_else(|| panic!("no variant:\n{summary:#}"));
-    let (sent, ok) = (f64_at(v, "/sent"), f64_at(v, "/ok"));
-    assert!(sent > 500.0 && ok == sent, "sent {sent}, ok {ok}:\n{v:#}");
+    let (v, stdout, paths) = run_every_request_ok(dir.path(), &scenario);
     // Each request drew its own path: c was visited twice on about 30 %.
-    let csv = std::fs::read_to_string(run_dir.join("requests.csv")).expect("requests.csv");
-    let header: Vec<&str> = csv.lines().next().unwrap_or_default().split(',').collect();
-    let path_col = header
-        .iter()
-        .position(|h| *h == "path")
-        .unwrap_or_else(|| panic!("no path column in {header:?}"));
     let (mut with_c, mut rows) = (0u32, 0u32);
-    for line in csv.lines().skip(1) {
-        let path = line.split(',').nth(path_col).unwrap_or_default();
-        let cs = path.split(';').filter(|r| r.starts_with("c/")).count();
-        assert!(cs == 0 || cs == 2, "c visited {cs} times: {line}");
+    for path in &paths {
+        let cs = path.iter().filter(|r| r.starts_with("c/")).count();
+        assert!(cs == 0 || cs == 2, "c visited {cs} times: {path:?}");
         with_c += u32::from(cs == 2);
         rows += 1;
     }
@@ -275,17 +295,13 @@ slow_threshold = "16ms"
     }
     // The compounding model is the paths' mixture: 0.05 on a path without
     // c, 1 - 0.95 x 0.9^2 on one with c twice.
-    let model = f64_at(v, "/compounding/declared_model");
+    let model = f64_at(&v, "/compounding/declared_model");
     let want = share * (1.0 - 0.95 * 0.81) + (1.0 - share) * 0.05;
     assert!(
         (model - want).abs() < 0.02,
         "declared model {model}, want {want}:\n{v:#}"
     );
-    assert!(
-        finished.stdout.contains("compounding"),
-        "{}",
-        finished.output()
-    );
+    assert!(stdout.contains("compounding"), "{stdout}");
 }
 
 fn requests_enter_at_several_hops_by_their_weights() {
@@ -325,39 +341,21 @@ work = { kind = "sleep", dist = "fixed", value = "2ms" }
 distribution = true
 "#,
     );
-    let (_, run_dir) = run_ok(dir.path(), &scenario, &dir.path().join("results"));
-    let summary = summary(&run_dir);
-    let v = summary
-        .pointer("/variants/0")
-        .unwrap_or_else(|| panic!("no variant:\n{summary:#}"));
-    let (sent, ok) = (f64_at(v, "/sent"), f64_at(v, "/ok"));
-    assert!(sent > 500.0 && ok == sent, "sent {sent}, ok {ok}:\n{v:#}");
+    let (v, _, paths) = run_every_request_ok(dir.path(), &scenario);
     // Each request entered at one hop, drawn by the weights; its path is
     // that entry's, db's record first.
-    let csv = std::fs::read_to_string(run_dir.join("requests.csv")).expect("requests.csv");
-    let header: Vec<&str> = csv.lines().next().unwrap_or_default().split(',').collect();
-    let path_col = header
-        .iter()
-        .position(|h| *h == "path")
-        .unwrap_or_else(|| panic!("no path column in {header:?}"));
     let (mut front, mut rows) = (0u32, 0u32);
-    for line in csv.lines().skip(1) {
-        let path: Vec<&str> = line
-            .split(',')
-            .nth(path_col)
-            .unwrap_or_default()
-            .split(';')
-            .collect();
-        let entry = path.last().copied().unwrap_or_default();
+    for path in &paths {
+        let entry = path.last().map(String::as_str).unwrap_or_default();
         assert!(
             path.len() == 2 && path[0].starts_with("db/"),
-            "one entry, then db: {line}"
+            "one entry, then db: {path:?}"
         );
-        front += u32::from(entry.starts_with("front/"));
         assert!(
             entry.starts_with("front/") || entry.starts_with("admin/"),
-            "{line}"
+            "{path:?}"
         );
+        front += u32::from(entry.starts_with("front/"));
         rows += 1;
     }
     let share = f64::from(front) / f64::from(rows);
