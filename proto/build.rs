@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/tailmesh/v1/hop.proto",
         "proto/tailmesh/v1/broker.proto",
         "proto/tailmesh/v1/control.proto",
+        "proto/tailmesh/v1/traces.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");

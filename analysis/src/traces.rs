@@ -73,6 +73,20 @@ pub struct HopBreakdown {
     pub queue_wait: Dist,
 }
 
+/// The processes' holds of their spans over one variant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldTraces {
+    /// How long a trace's spans waited for its decision, ms.
+    pub hold_ms: f64,
+    /// Spans evicted unsent (traces not kept: their whole cost).
+    pub evicted_spans: u64,
+    /// The longest a lost trace's decision came after its first span,
+    /// ms: a hold that long would have kept it.
+    pub lost_delay_ms: f64,
+    /// Decisions the run had forgotten when a process asked for them.
+    pub forgotten_decisions: u64,
+}
+
 /// What one variant's traces show.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceReport {
@@ -95,6 +109,14 @@ pub struct TraceReport {
     /// from the reply path's `total_ns` for that hop and replica by more
     /// than [`TIMING_TOLERANCE_NS`] (both time the same handler).
     pub timing_disagreements: u64,
+    /// Kept traces lost: the processes that held their spans had evicted
+    /// them before the keep decision came (see `held`).
+    #[serde(default)]
+    pub lost: u64,
+    /// What the processes' holds did, when they held their spans until
+    /// the run's keep decisions (retroactive sampling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldTraces>,
     /// Per hop, in the order the reply path lists them.
     pub hops: Vec<HopBreakdown>,
     /// What the tail sampler kept and dropped (absent in runs before it

@@ -58,7 +58,14 @@ pub struct Telemetry {
     /// Which traced requests' traces go into the Jaeger file (tail
     /// sampling: decided when the request ends).
     pub keep: Keep,
+    /// The most spans each process holds while it waits for the keep
+    /// decisions (when not every trace is kept).
+    pub hold_spans: usize,
 }
+
+/// The spans a process holds at most by default (`[telemetry]
+/// hold_spans`): about 200 bytes each, 40 MB.
+pub const DEFAULT_HOLD_SPANS: usize = 200_000;
 
 impl Default for Telemetry {
     fn default() -> Self {
@@ -66,6 +73,7 @@ impl Default for Telemetry {
             sampling: 1.0,
             forward: None,
             keep: Keep::default(),
+            hold_spans: DEFAULT_HOLD_SPANS,
         }
     }
 }

@@ -216,6 +216,12 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         endpoint: r.endpoint.clone(),
         receiver: r.handle(),
         sampling,
+        hold: Some(run::HoldRule {
+            keep: scenario.telemetry.keep,
+            slow_threshold: scenario.check.slow_threshold,
+            spans: scenario.telemetry.hold_spans,
+            variants: scenario.variants.len(),
+        }),
     });
     let (interrupt_tx, interrupt) = watch::channel(0u32);
     let lost = Arc::new(Mutex::new(Vec::new()));
@@ -602,7 +608,7 @@ fn analyze_variants(
                 .map(|(_, line)| line.clone()),
         );
         let pass_started = thread_cpu_ns();
-        let (traces, processes) = match (sampler, kept.as_mut()) {
+        let (mut traces, processes) = match (sampler, kept.as_mut()) {
             (Some(sampler), Some(kept)) => trace_report(run, sampler, kept, &mut warnings),
             _ => {
                 // Untraced, or its sampler could not start: its spool goes.
@@ -610,6 +616,33 @@ fn analyze_variants(
                 (None, None)
             }
         };
+        if let (Some(t), Some(p), Some(hold)) = (traces.as_mut(), processes.as_ref(), run.hold) {
+            let c = &p.counters;
+            t.lost = c.lost_traces;
+            t.held = Some(tailmesh_analysis::traces::HeldTraces {
+                hold_ms: hold.time.as_secs_f64() * 1e3,
+                evicted_spans: c.evicted,
+                lost_delay_ms: c.lost_delay_ns as f64 / 1e6,
+                forgotten_decisions: c.forgotten,
+            });
+            if c.lost_traces > 0 || c.forgotten > 0 {
+                warnings.push(format!(
+                    "variant {}: {} kept trace(s) lost: the processes had evicted their spans \
+                     before the decision came (up to {} after the trace began; held {}, at most \
+                     {} spans per process){}",
+                    run.variant.name,
+                    c.lost_traces,
+                    tailmesh_units::duration(std::time::Duration::from_nanos(c.lost_delay_ns)),
+                    tailmesh_units::duration(hold.time),
+                    hold.spans,
+                    if c.forgotten > 0 {
+                        format!("; {} decision(s) asked for too late", c.forgotten)
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
         let observed = run.tracer.as_ref().map(|tracer| ObserverInputs {
             traced_requests: traces.as_ref().map_or(0, |t| t.traces),
             spans: traces.as_ref().map_or(0, |t| t.spans),
@@ -688,12 +721,23 @@ fn tail_sampler(
     );
     let hops = variant.hops.iter().map(|h| h.name.clone()).collect();
     let facts = FactsFile::create(&dir.join(format!(".facts-{}", index.0)), hops)?;
-    Ok(TailSampler::new(
+    let sampler = TailSampler::new(
         policy,
         scenario.seed,
-        Box::new(move |id| tracer.sampled(id)),
+        Box::new({
+            let tracer = Arc::clone(&tracer);
+            move |id| tracer.sampled(id)
+        }),
         facts,
-    ))
+    )
+    .with_paths(crate::traces::breakdown::PathTimes::new(variant));
+    // The processes hold their spans whenever not every trace is kept
+    // (`run::TraceSetup::hold`, the same rule).
+    Ok(if policy.share < 1.0 {
+        sampler.holding(Box::new(move |id| tracer.keep(id)))
+    } else {
+        sampler
+    })
 }
 
 /// The traces' breakdown of `run` from one pass over its spool, the kept

@@ -1,6 +1,7 @@
 //! tailmesh's gRPC protocol: generated code for `tailmesh.v1`, nothing else.
 //!
-//! - [`pb`]: messages, `Hop`, `Broker` and `Control` clients and servers.
+//! - [`pb`]: messages, `Hop`, `Broker`, `Control` and `TraceDecisions`
+//!   clients and servers.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
 
 /// Generated code for the `tailmesh.v1` package.

@@ -24,12 +24,14 @@
 //!   hand-over to the exporter, the observer's serving-thread cost;
 //! - [`export`]: the exporter thread, its batches, the observer's
 //!   counters in every request's resource;
+//! - [`held`]: spans held by trace until the run's keep decisions;
 //! - [`otlp`]: spans written straight as OTLP protobuf bytes, and the
 //!   gRPC codec sending those bytes as they are.
 
 pub mod context;
 pub mod export;
 pub mod fields;
+pub mod held;
 pub mod otlp;
 pub mod recorder;
 

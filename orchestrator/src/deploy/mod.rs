@@ -192,6 +192,9 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 &format!("http://orchestrator:{TRACE_PORT}"),
                 scenario.telemetry.sampling,
                 &variant.name,
+                // Deployed processes send every span: the orchestrator
+                // that attaches decides the traces' fate on arrival.
+                None,
             );
             let mut work = None;
             if let Role::Hop { hop, replica } = &process.role {

@@ -364,19 +364,41 @@ impl MeshPlan {
     }
 }
 
+/// How long, and how many spans, a process holds for the run's keep
+/// decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpanHold {
+    pub time: Duration,
+    pub spans: usize,
+}
+
 impl Process {
     /// Its environment for tracing: where its spans go (`endpoint`, an OTLP
-    /// gRPC URL), under which service name, sampled how, and its variant.
-    /// Empty when nothing is traced.
+    /// gRPC URL), under which service name, sampled how, its variant, and
+    /// how long it holds its spans for the run's keep decisions (`None`:
+    /// it sends them all). Empty when nothing is traced.
     pub(crate) fn trace_env(
         &self,
         endpoint: &str,
         sampling: f64,
         variant: &str,
+        hold: Option<SpanHold>,
     ) -> Vec<(String, String)> {
         if sampling <= 0.0 {
             return Vec::new();
         }
+        let hold = hold.into_iter().flat_map(|h| {
+            [
+                (
+                    tailmesh_services::telemetry::export::HOLD_ENV,
+                    h.time.as_millis().max(1).to_string(),
+                ),
+                (
+                    tailmesh_services::telemetry::export::HOLD_SPANS_ENV,
+                    h.spans.to_string(),
+                ),
+            ]
+        });
         [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
             ("OTEL_SERVICE_NAME", self.otel_name.clone()),
@@ -388,6 +410,7 @@ impl Process {
             ),
         ]
         .into_iter()
+        .chain(hold)
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
     }
@@ -640,9 +663,11 @@ replica_net = { replica = 0, loss = 0.1 }
     fn trace_env_is_empty_without_sampling_and_complete_with_it() {
         let plan = plan();
         let p = &plan.processes[1];
-        assert!(p.trace_env("http://x:1", 0.0, "v").is_empty());
-        let env: BTreeMap<String, String> =
-            p.trace_env("http://x:1", 0.5, "v").into_iter().collect();
+        assert!(p.trace_env("http://x:1", 0.0, "v", None).is_empty());
+        let env: BTreeMap<String, String> = p
+            .trace_env("http://x:1", 0.5, "v", None)
+            .into_iter()
+            .collect();
         assert_eq!(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://x:1");
         assert_eq!(env["OTEL_SERVICE_NAME"], "hop-c");
         assert_eq!(env["OTEL_TRACES_SAMPLER_ARG"], "0.5");

@@ -397,7 +397,8 @@ async fn start_service(
             Some(_) => process.otel_name.clone(),
             None => format!("{}-service", process.otel_name),
         };
-        for (key, value) in process.trace_env(&t.endpoint, t.sampling, &plan.variant.name) {
+        let hold = t.hold(&plan.variant);
+        for (key, value) in process.trace_env(&t.endpoint, t.sampling, &plan.variant.name, hold) {
             let value = if key == "OTEL_SERVICE_NAME" {
                 otel_name.clone()
             } else {
@@ -521,7 +522,7 @@ fn spec_of(
         spec,
         process,
         options.traces.as_ref(),
-        &plan.variant.name,
+        &plan.variant,
     ))
 }
 
@@ -556,13 +557,13 @@ fn traced(
     spec: ProcessSpec,
     process: &Process,
     traces: Option<&TraceSetup>,
-    variant: &str,
+    variant: &crate::scenario::Variant,
 ) -> ProcessSpec {
     let Some(t) = traces else {
         return spec;
     };
     process
-        .trace_env(&t.endpoint, t.sampling, variant)
+        .trace_env(&t.endpoint, t.sampling, &variant.name, t.hold(variant))
         .into_iter()
         .fold(spec, |spec, (key, value)| spec.env(key, value))
 }

@@ -53,7 +53,7 @@ use crate::{
         PeakMemory, brokers::BrokerProcessError, peak_rss_bytes,
     },
     loadgen::{self, LoadClock, LoadOutcome, Target},
-    plan::{Addrs, DRAIN_GRACE, MeshPlan, Naming},
+    plan::{Addrs, DRAIN_GRACE, MeshPlan, Naming, SpanHold},
     record::RecordSink,
     scenario::{ConnectionMode, Hop, Launcher, Scenario, Variant},
     traces::{
@@ -275,6 +275,9 @@ pub(crate) struct VariantRun {
     pub spans: Spool,
     /// The load generator's tracer (which requests were sampled).
     pub tracer: Option<Arc<LoadTracer>>,
+    /// How long its processes held their spans for the keep decisions
+    /// (`None`: they sent them all).
+    pub hold: Option<SpanHold>,
 }
 
 /// Where a run's measured requests go, variant after variant: the
@@ -301,6 +304,45 @@ pub(crate) struct TraceSetup {
     pub receiver: ReceiverHandle,
     /// The share of requests traced, 0.0 to 1.0.
     pub sampling: f64,
+    /// How each variant's processes hold their spans for the tail
+    /// sampler's decisions (`None`: they send them all).
+    pub hold: Option<HoldRule>,
+}
+
+/// When processes hold their spans: whenever the tail sampler keeps less
+/// than every trace.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HoldRule {
+    pub keep: tailmesh_model::scenario::Keep,
+    pub slow_threshold: Duration,
+    /// Spans a process holds at most (`[telemetry] hold_spans`).
+    pub spans: usize,
+    /// Variants in the run (they share the Jaeger file's budget).
+    pub variants: usize,
+}
+
+/// How long past a request's deadline its spans wait for the decision:
+/// two of the exporter's intervals and the record pipeline's delay, with
+/// room for a busy machine.
+const HOLD_MARGIN: Duration = Duration::from_secs(2);
+
+impl TraceSetup {
+    /// How long `variant`'s processes hold their spans; `None` when every
+    /// trace is kept anyway.
+    pub(crate) fn hold(&self, variant: &Variant) -> Option<SpanHold> {
+        let rule = self.hold?;
+        let policy = crate::traces::tail::TailPolicy::resolve(
+            &rule.keep,
+            variant,
+            rule.slow_threshold,
+            self.sampling,
+            crate::traces::tail::JAEGER_FILE_LIMIT / rule.variants.max(1) as u64,
+        );
+        (policy.share < 1.0).then(|| SpanHold {
+            time: variant.load.timeout + HOLD_MARGIN,
+            spans: rule.spans,
+        })
+    }
 }
 
 impl std::fmt::Debug for TraceSetup {
@@ -680,6 +722,7 @@ async fn measure(
         launcher: launcher.kind(),
         spans: Spool::default(),
         tracer,
+        hold: options.traces.as_ref().and_then(|t| t.hold(variant)),
     })
 }
 

@@ -273,6 +273,7 @@ fn full_scenario_parses_into_the_exact_model() {
         },
         sweep: None,
         telemetry: Telemetry {
+            hold_spans: tailmesh_model::scenario::DEFAULT_HOLD_SPANS,
             sampling: 0.5,
             forward: Some("http://127.0.0.1:4317".to_owned()),
             keep: Keep {

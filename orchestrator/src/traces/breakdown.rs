@@ -1,8 +1,11 @@
-//! The per-hop breakdown of each variant's traces (self time, downstream
-//! time, network time, queue wait), cross-checked against the reply
-//! paths the load generator measured: built one whole trace at a time
-//! ([`TraceAnalyzer`]) from every trace of the variant, kept or not, into
-//! histograms and counters.
+//! The per-hop breakdown of each variant (self time, downstream time,
+//! network time, queue wait) and the traces cross-checked against the
+//! reply paths the load generator measured. An ok request's hop times
+//! come from its reply path ([`PathTimes`], every request, whether its
+//! trace was kept or its spans were ever sent); a failed one has no path,
+//! so its hop times come from its trace's spans, when the trace arrived.
+//! The traces are taken one whole trace at a time ([`TraceAnalyzer`]),
+//! into histograms and counters.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -55,6 +58,13 @@ impl DistAcc {
         self.max = self.max.max(ns);
     }
 
+    fn merge(&mut self, other: DistAcc) {
+        // An auto-resizing histogram takes any other.
+        let _ = self.histogram.add(&other.histogram);
+        self.sum += other.sum;
+        self.max = self.max.max(other.max);
+    }
+
     fn finish(&self) -> Dist {
         let n = self.histogram.len();
         if n == 0 {
@@ -71,6 +81,97 @@ impl DistAcc {
             max_us: self.max as f64 / 1_000.0,
         }
     }
+}
+
+/// Each ok request's hop times from its reply path, as the spans would
+/// give them: a hop's self time is its total less its calls (its stages'
+/// time) and its wait for a slot; downstream its calls' time; queue wait
+/// its wait in the broker and for a slot (hops that can wait: pulled, or
+/// with limited concurrency); network its caller's time for the call
+/// (the load generator's from the intended send time, for the entry)
+/// less its total and its broker wait.
+#[derive(Default)]
+pub struct PathTimes {
+    times: BTreeMap<String, Times>,
+    /// The hops whose requests can wait (pulled, or with limited
+    /// concurrency).
+    queued: HashSet<String>,
+}
+
+impl PathTimes {
+    /// For `variant`'s hops.
+    pub fn new(variant: &tailmesh_model::scenario::Variant) -> Self {
+        PathTimes {
+            times: BTreeMap::new(),
+            queued: variant
+                .hops
+                .iter()
+                .filter(|h| {
+                    h.transport == tailmesh_model::Transport::Pull || h.concurrency.is_some()
+                })
+                .map(|h| h.name.clone())
+                .collect(),
+        }
+    }
+
+    /// Adds an ok request's hop times; a failed one has no path.
+    pub fn record(&mut self, r: &RequestRecord) {
+        if r.outcome != Outcome::Ok || r.path.is_empty() {
+            return;
+        }
+        let calls = call_times(r);
+        for (h, call) in r.path.iter().zip(calls) {
+            if !super::has_server_span(h) {
+                continue;
+            }
+            let t = self.times.entry(h.hop.clone()).or_default();
+            t.spans += 1;
+            let down = if h.downstream_ns > 0 {
+                h.downstream_ns
+            } else {
+                h.calls.iter().map(|c| c.call_ns).max().unwrap_or(0)
+            };
+            let in_line = h.slot_wait_ns.min(h.total_ns.saturating_sub(down));
+            t.self_time
+                .push(h.total_ns.saturating_sub(down).saturating_sub(in_line));
+            t.downstream.push(down);
+            let broker = h.queue_wait_ns.saturating_sub(h.slot_wait_ns);
+            if self.queued.contains(&h.hop) {
+                t.queue_wait.push(h.queue_wait_ns);
+            }
+            if let Some(call) = call {
+                t.network
+                    .push(call.saturating_sub(broker).saturating_sub(h.total_ns));
+            }
+        }
+    }
+}
+
+/// Per record of `r`'s path, its caller's time for the call into it: the
+/// records come in post order (a hop's callees', then its own; the
+/// entry's last) and each record times its calls in order, so each takes
+/// the last finished subtrees as its callees. `None` where the path does
+/// not read that way.
+fn call_times(r: &RequestRecord) -> Vec<Option<u64>> {
+    let mut out: Vec<Option<u64>> = vec![None; r.path.len()];
+    let mut roots: Vec<usize> = Vec::new();
+    for (i, h) in r.path.iter().enumerate() {
+        let Some(first) = roots.len().checked_sub(h.calls.len()) else {
+            return vec![None; r.path.len()];
+        };
+        for (timing, &child) in h.calls.iter().zip(&roots[first..]) {
+            if r.path[child].hop != timing.hop {
+                return vec![None; r.path.len()];
+            }
+            out[child] = Some(timing.call_ns);
+        }
+        roots.truncate(first);
+        roots.push(i);
+    }
+    if let [entry] = roots[..] {
+        out[entry] = Some(u64::try_from(r.latency().as_nanos()).unwrap_or(u64::MAX));
+    }
+    out
 }
 
 #[derive(Default)]
@@ -195,11 +296,14 @@ impl TraceAnalyzer {
             .map(|s| s.span)
             .filter(|s| !s.parent_span_id.is_empty() && !ids.contains(s.parent_span_id.as_slice()))
             .count() as u64;
-        // Hop times come from the measured requests' traces only (not warmup's).
+        // Hop times come from the measured requests' traces only (not
+        // warmup's), and an ok one's from its path ([`PathTimes`]).
         let Some(facts) = facts else {
             return;
         };
-        self.hop_times(trace);
+        if !facts.ok {
+            self.hop_times(trace);
+        }
         if facts.expected() {
             self.found += 1;
             self.cross_check(trace, facts);
@@ -301,6 +405,22 @@ impl TraceAnalyzer {
             }
         } else {
             self.report.incomplete += 1;
+        }
+    }
+
+    /// Adds the ok requests' hop times from their paths.
+    pub fn path_times(&mut self, paths: PathTimes) {
+        for (hop, t) in paths.times {
+            let mine = self.times.entry(hop).or_default();
+            mine.spans += t.spans;
+            for (to, from) in [
+                (&mut mine.self_time, t.self_time),
+                (&mut mine.downstream, t.downstream),
+                (&mut mine.network, t.network),
+                (&mut mine.queue_wait, t.queue_wait),
+            ] {
+                to.merge(from);
+            }
         }
     }
 
@@ -492,19 +612,24 @@ mod tests {
         // within the tolerance. 5 ms is not.
         assert_eq!(r.timing_disagreements, 0);
         let late = analyze(
-            &batch(spans),
+            &batch(spans.clone()),
             "v",
             &[record_timed(&["b", "a"], 5_000_000)],
             |_| true,
         );
         assert_eq!(late.timing_disagreements, 2);
-        let a = &r.hops[0];
+        // The spans' times, for a request without a path (an ok one's
+        // come from its path).
+        let mut timed_out = record(&[]);
+        timed_out.outcome = Outcome::Timeout;
+        let t = analyze(&batch(spans), "v", &[timed_out], |_| true);
+        let a = &t.hops[0];
         assert_eq!(a.hop, "a");
         assert_eq!(a.self_time.p50_us, 2.0);
         assert_eq!(a.downstream.p50_us, 6.0);
         assert_eq!(a.network.p50_us, 2.0);
         assert_eq!(a.queue_wait, Dist::default());
-        let b = &r.hops[1];
+        let b = &t.hops[1];
         assert_eq!(b.self_time.p50_us, 3.0);
         assert_eq!(b.downstream.p50_us, 0.0);
         assert_eq!(b.queue_wait.p50_us, 1.0);
@@ -573,10 +698,15 @@ mod tests {
         let r = analyze(&batches, "v", &[path.clone()], |_| true);
         assert_eq!((r.spans, r.expected, r.complete), (4, 1, 1));
         assert_eq!(r.timing_disagreements, 0);
-        let hops: Vec<(&str, u64)> = r.hops.iter().map(|h| (h.hop.as_str(), h.spans)).collect();
+        // The spans' times name their hops by the resource too (a failed
+        // request's: an ok one's times come from its path).
+        let mut failed = path.clone();
+        failed.outcome = Outcome::Timeout;
+        let t = analyze(&batches, "v", &[failed], |_| true);
+        let hops: Vec<(&str, u64)> = t.hops.iter().map(|h| (h.hop.as_str(), h.spans)).collect();
         assert_eq!(hops, [("a", 1), ("b", 1)]);
-        assert_eq!(r.hops[0].self_time.p50_us, 2.0);
-        assert_eq!(r.hops[1].network.p50_us, 2.0);
+        assert_eq!(t.hops[0].self_time.p50_us, 2.0);
+        assert_eq!(t.hops[1].network.p50_us, 2.0);
         // b's spans are replica 2's: a path through replica 0 disagrees.
         path.path[0].replica = 0;
         let other = analyze(&batches, "v", &[path], |_| true);
@@ -632,13 +762,53 @@ mod tests {
             span(3, 2, "a -> b", SpanKind::Client, "a", 3_000, 9_500),
             b,
         ];
-        let r = analyze(&batch(spans), "v", &[record(&["b", "a"])], |_| true);
+        // A request that timed out has no path: its trace's spans say.
+        let mut timed_out = record(&[]);
+        timed_out.outcome = Outcome::Timeout;
+        let r = analyze(&batch(spans), "v", &[timed_out], |_| true);
         let (a, b) = (&r.hops[0], &r.hops[1]);
         assert_eq!((b.self_time.p50_us, b.queue_wait.p50_us), (2.0, 3.0));
         assert_eq!(b.network.p50_us, 1.5);
         // A hop without slots has no queue wait at all, not a wait of 0.
         assert_eq!(a.queue_wait, Dist::default());
         assert_eq!(a.self_time.p50_us, 1.5);
+
+        // The same request answered: its path gives the same times.
+        let mut v = tailmesh_analysis::testing::variant(
+            "v",
+            vec![
+                tailmesh_analysis::testing::hop("a", None),
+                tailmesh_analysis::testing::hop("b", None),
+            ],
+        );
+        v.hops[1].concurrency = Some(1);
+        let mut paths = PathTimes::new(&v);
+        let mut ok = record(&["b", "a"]);
+        ok.end = Duration::from_micros(11);
+        ok.intended = Duration::from_micros(1);
+        ok.path[0].total_ns = 5_000;
+        ok.path[0].slot_wait_ns = 3_000;
+        ok.path[0].queue_wait_ns = 3_000;
+        ok.path[1].total_ns = 8_000;
+        ok.path[1].calls = vec![crate::record::CallTiming {
+            hop: "b".into(),
+            call_ns: 6_500,
+            attempts: Vec::new(),
+        }];
+        paths.record(&ok);
+        let mut analyzer = TraceAnalyzer::new();
+        analyzer.path_times(paths);
+        let r = analyzer.finish();
+        let (a, b) = (&r.hops[0], &r.hops[1]);
+        assert_eq!((a.hop.as_str(), b.hop.as_str()), ("a", "b"));
+        assert_eq!((b.self_time.p50_us, b.queue_wait.p50_us), (2.0, 3.0));
+        assert_eq!(b.network.p50_us, 1.5);
+        assert_eq!(a.queue_wait, Dist::default());
+        assert_eq!(a.self_time.p50_us, 1.5);
+        assert_eq!(
+            a.network.p50_us, 2.0,
+            "the load generator's 10 us less a's 8"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! malformed batches, and optionally forwards everything to an external
 //! collector such as Jaeger without ever slowing the run.
 
+use super::decisions::{DecisionLog, REMEMBERED};
 use std::{
     future::Future,
     path::{Path, PathBuf},
@@ -112,6 +113,8 @@ pub struct Collector {
     spool_local: CpuMeter,
     /// The readings at the last seal.
     sealed_at: Mutex<CostMark>,
+    /// The traces kept, for the processes that hold their spans.
+    pub decisions: Arc<DecisionLog>,
 }
 
 /// The collector's CPU readings at one moment.
@@ -234,6 +237,7 @@ impl Collector {
             spool_raw: CpuMeter::every_call(),
             spool_local: CpuMeter::sampled(),
             sealed_at: Mutex::new(CostMark::default()),
+            decisions: Arc::new(DecisionLog::new(REMEMBERED)),
         }))
     }
 
@@ -678,6 +682,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let decisions = super::decisions::server(Arc::clone(&collector.decisions));
     let take = move |body: Bytes| receive(&collector, body);
     let stopping = tokio::sync::Notify::new();
     let server = tonic::transport::Server::builder()
@@ -686,6 +691,7 @@ pub async fn serve(
         .initial_stream_window_size(Some(RECEIVE_WINDOW))
         .initial_connection_window_size(Some(RECEIVE_WINDOW))
         .add_service(raw::TraceServer::new(take))
+        .add_service(decisions)
         .serve_with_incoming_shutdown(incoming, async {
             shutdown.await;
             stopping.notify_one();

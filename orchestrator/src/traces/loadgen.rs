@@ -98,6 +98,12 @@ impl LoadTracer {
         self.request(id).sampled
     }
 
+    /// The run keeps request `id`'s trace: the processes holding their
+    /// spans are told.
+    pub fn keep(&self, id: u64) {
+        self.collector.decisions.keep(self.request(id).trace_id);
+    }
+
     /// The context the request's downstream calls carry.
     pub fn context(&self, t: RequestTrace) -> SpanContext {
         SpanContext {

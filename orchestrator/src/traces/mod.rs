@@ -14,6 +14,7 @@
 
 pub mod breakdown;
 pub mod collector;
+pub mod decisions;
 pub mod jaeger;
 pub mod loadgen;
 pub mod observer;

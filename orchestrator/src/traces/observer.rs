@@ -26,6 +26,14 @@ pub const DROPPED: &str = "tailmesh.observer.dropped";
 pub const RECORD_NS: &str = "tailmesh.observer.record_ns";
 /// CPU ns of its exporter thread (cumulative).
 pub const EXPORT_CPU_NS: &str = "tailmesh.observer.export_cpu_ns";
+/// Holding its spans for the run's decisions: spans evicted unsent, kept
+/// traces it no longer held, the longest such a decision came after its
+/// trace's first span (ns), and decisions the run had forgotten when it
+/// asked (all cumulative; see `services::telemetry::held`).
+pub const EVICTED: &str = "tailmesh.observer.evicted";
+pub const LOST_TRACES: &str = "tailmesh.observer.lost_traces";
+pub const LOST_DELAY_NS: &str = "tailmesh.observer.lost_delay_ns";
+pub const FORGOTTEN: &str = "tailmesh.observer.forgotten_decisions";
 
 /// The calling thread's CPU time, ns; `None` where the clock cannot be
 /// read.
@@ -166,6 +174,10 @@ pub struct ProcessCounters {
     pub dropped: u64,
     pub record_ns: u64,
     pub export_cpu_ns: u64,
+    pub evicted: u64,
+    pub lost_traces: u64,
+    pub lost_delay_ns: u64,
+    pub forgotten: u64,
 }
 
 impl ProcessCounters {
@@ -188,6 +200,10 @@ impl ProcessCounters {
                 DROPPED => &mut counters.dropped,
                 RECORD_NS => &mut counters.record_ns,
                 EXPORT_CPU_NS => &mut counters.export_cpu_ns,
+                EVICTED => &mut counters.evicted,
+                LOST_TRACES => &mut counters.lost_traces,
+                LOST_DELAY_NS => &mut counters.lost_delay_ns,
+                FORGOTTEN => &mut counters.forgotten,
                 _ => continue,
             };
             if let Some(Value::IntValue(i)) = value {
@@ -205,6 +221,10 @@ impl ProcessCounters {
         self.dropped = self.dropped.max(other.dropped);
         self.record_ns = self.record_ns.max(other.record_ns);
         self.export_cpu_ns = self.export_cpu_ns.max(other.export_cpu_ns);
+        self.evicted = self.evicted.max(other.evicted);
+        self.lost_traces = self.lost_traces.max(other.lost_traces);
+        self.lost_delay_ns = self.lost_delay_ns.max(other.lost_delay_ns);
+        self.forgotten = self.forgotten.max(other.forgotten);
     }
 }
 
@@ -258,6 +278,10 @@ impl ProcessTally {
             t.counters.dropped += c.dropped;
             t.counters.record_ns += c.record_ns;
             t.counters.export_cpu_ns += c.export_cpu_ns;
+            t.counters.evicted += c.evicted;
+            t.counters.lost_traces += c.lost_traces;
+            t.counters.lost_delay_ns = t.counters.lost_delay_ns.max(c.lost_delay_ns);
+            t.counters.forgotten += c.forgotten;
         }
         Some(t)
     }
@@ -299,6 +323,7 @@ pub(crate) mod tests {
             dropped,
             record_ns,
             export_cpu_ns,
+            ..ProcessCounters::default()
         }
     }
 

@@ -379,7 +379,9 @@ mod tests {
         assert_eq!(report.complete, report.expected);
         assert_eq!(report.missing, 0);
         assert_eq!(report.timing_disagreements, 0);
-        assert_eq!(report.hops[0].spans, REQUESTS - 1);
+        // a's times: every ok request's from its path (untraced 11 too),
+        // every failed one's from its trace.
+        assert_eq!(report.hops[0].spans, REQUESTS);
         // Kept: exactly the failed and the slow (share 0).
         let tail: Vec<u64> = (0..REQUESTS)
             .filter(|id| *id != 11 && (id % 10 == 3 || id % 7 == 0))
@@ -422,6 +424,7 @@ mod tests {
             dropped: 0,
             record_ns,
             export_cpu_ns: 2 * record_ns,
+            ..ProcessCounters::default()
         };
         let dir = tempfile::tempdir().expect("temp dir");
         let mut spool =

@@ -19,7 +19,7 @@ use std::{
 use crate::record::HopRecord;
 use hdrhistogram::Histogram;
 
-use super::breakdown::{PathHop, RequestFacts, TailCounts, TraceAnalyzer};
+use super::breakdown::{PathHop, PathTimes, RequestFacts, TailCounts, TraceAnalyzer};
 use crate::{
     record::{Outcome, RecordSink, RequestRecord},
     scenario::{Keep, KeepShare, LoadMode, Stop, Variant},
@@ -386,6 +386,10 @@ impl FactsFile {
 /// Which request ids were traced (head sampling).
 pub type HeadSampled = Box<dyn Fn(u64) -> bool + Send>;
 
+/// What the sampler does with a request it keeps the trace of (tells the
+/// processes holding their spans, by the request's id).
+pub type OnKeep = Box<dyn Fn(u64) + Send>;
+
 /// Decides, as each measured request ends, whether its trace is kept, and
 /// writes the decision and the request's facts to the [`FactsFile`].
 /// Holds counters only.
@@ -393,6 +397,9 @@ pub struct TailSampler {
     policy: TailPolicy,
     seed: u64,
     sampled: HeadSampled,
+    on_keep: Option<OnKeep>,
+    /// The ok requests' hop times, from their paths.
+    paths: PathTimes,
     facts: FactsFile,
     counts: TailCounts,
     /// Expected traces (sampled ok requests) in all and per hop of the
@@ -418,12 +425,30 @@ impl TailSampler {
             policy,
             seed,
             sampled,
+            on_keep: None,
+            paths: PathTimes::default(),
             facts,
             expected: 0,
             expected_per_hop: vec![0; hops],
             beyond: 0,
             latencies: policy.slow_percentile.and_then(|_| Histogram::new(3).ok()),
         }
+    }
+
+    /// Builds the hop times from every ok request's path into `paths`
+    /// (made for the variant), which [`TailSampler::finish`] hands on.
+    pub fn with_paths(mut self, paths: PathTimes) -> Self {
+        self.paths = paths;
+        self
+    }
+
+    /// Tells `on_keep` of every request whose trace it keeps: the
+    /// processes hold their spans until then, and send only those
+    /// traces' (see `services::telemetry::held`), so the traces expected
+    /// are the kept ones.
+    pub fn holding(mut self, on_keep: OnKeep) -> Self {
+        self.on_keep = Some(on_keep);
+        self
     }
 
     /// Why `record`'s trace is kept, or [`Reason::Dropped`].
@@ -478,6 +503,7 @@ impl TailSampler {
             .filter(|(_, n)| *n > 0)
             .collect();
         analyzer.expect_counted(self.expected, per_hop);
+        analyzer.path_times(std::mem::take(&mut self.paths));
         let warning = self.facts.lost().map(|(lost, e)| {
             format!(
                 "{} request(s) could not be noted for the traces ({e}); their traces count as missing",
@@ -500,6 +526,7 @@ fn in_share(seed: u64, id: u64, share: f64) -> bool {
 
 impl RecordSink for TailSampler {
     fn record(&mut self, record: &RequestRecord) {
+        self.paths.record(record);
         let sampled = (self.sampled)(record.id);
         let latency_us = u64::try_from(record.latency().as_micros()).unwrap_or(u64::MAX);
         let ok = record.outcome == Outcome::Ok;
@@ -508,7 +535,6 @@ impl RecordSink for TailSampler {
             flags |= OK;
         }
         if sampled {
-            flags |= SAMPLED;
             self.counts.traced += 1;
             let reason = self.reason(record);
             let c = &mut self.counts;
@@ -519,11 +545,21 @@ impl RecordSink for TailSampler {
                 Reason::Sampled => c.kept_sampled += 1,
                 Reason::Dropped => c.dropped += 1,
             }
-            if reason != Reason::Dropped {
-                flags |= KEEP;
+            let kept = reason != Reason::Dropped;
+            // The trace is meant to exist: sampled, and kept when the
+            // processes send only the kept ones.
+            if kept || self.on_keep.is_none() {
+                flags |= SAMPLED;
             }
-            // Expected: a sampled ok request's trace, checked against its path.
-            if ok {
+            if kept {
+                flags |= KEEP;
+                if let Some(tell) = &self.on_keep {
+                    tell(record.id);
+                }
+            }
+            // Expected: a sampled ok request's trace (a kept one, when
+            // the processes send only those), checked against its path.
+            if ok && (kept || self.on_keep.is_none()) {
                 self.expected += 1;
                 for h in record.path.iter().filter(|h| super::has_server_span(h)) {
                     if let Some(i) = self.facts.hops.iter().position(|n| *n == h.hop) {

@@ -18,9 +18,10 @@ tests! {
     sync no_traces_writes_no_trace_file_and_no_breakdown,
     sync failed_requests_have_error_spans_from_the_failing_hop_up,
     sync partial_sampling_traces_only_the_sampled_requests_end_to_end,
-    sync the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_trace,
+    sync the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_path,
     sync fan_out_and_pulled_hop_traces_are_complete_and_well_formed,
     sync a_traced_run_states_its_observer_cost,
+    sync held_spans_are_sent_for_kept_traces_only_and_a_too_small_hold_loses_some,
 }
 
 const MIXED: &str = r#"
@@ -457,7 +458,7 @@ fn extra_attempts(run_dir: &Path) -> HashMap<u64, u64> {
         .collect()
 }
 
-fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_trace() {
+fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_every_path() {
     let scratch = Scratch::new();
     let scenario = write(scratch.path(), "tail.toml", TAIL);
     let (_, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
@@ -551,24 +552,36 @@ fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_eve
         );
     }
 
-    // The breakdown comes from every trace, kept or dropped.
+    // The processes held their spans and sent the kept traces' only:
+    // each kept ok request's trace is checked against its path, none is
+    // missing or lost; the breakdown comes from every ok request's path.
     let ok = rows.iter().filter(|r| r.status == "ok").count() as u64;
-    assert_eq!(u64_at(t, "/expected"), ok);
+    let kept_ok = rows
+        .iter()
+        .filter(|r| r.status == "ok" && in_file.binary_search(&r.id).is_ok())
+        .count() as u64;
+    assert_eq!(u64_at(t, "/expected"), kept_ok);
     assert_eq!(u64_at(t, "/missing"), 0);
-    assert_eq!(u64_at(t, "/complete") + u64_at(t, "/incomplete"), ok);
+    assert_eq!(u64_at(t, "/lost"), 0);
+    assert_eq!(u64_at(t, "/complete") + u64_at(t, "/incomplete"), kept_ok);
     // Hedged requests have a's and b's spans twice, their paths once.
     let hedged_ok = rows
         .iter()
         .filter(|r| r.status == "ok" && extra[&r.id] > 0)
         .count() as u64;
     assert!(
-        u64_at(t, "/complete") + hedged_ok >= ok,
-        "{} complete, {hedged_ok} hedged, {ok} ok",
+        u64_at(t, "/complete") + hedged_ok >= kept_ok,
+        "{} complete, {hedged_ok} hedged, {kept_ok} kept ok",
         u64_at(t, "/complete")
     );
+    // a's times: every ok request's, from its path, and the failed ones'
+    // whose traces came (kept: all of them), from their spans (a hedged
+    // one's twice).
+    let a_times = u64_at(t, "/hops/0/spans");
     assert!(
-        u64_at(t, "/hops/0/spans") >= ok,
-        "a's spans of every ok request"
+        a_times >= ok && a_times <= ok + 2 * failed.len() as u64,
+        "a's times of {a_times} requests: {ok} ok, {} failed",
+        failed.len()
     );
     assert!(u64_at(t, "/traces") >= rows.len() as u64);
     // Nothing of the spool, the facts or the kept traces is left behind.
@@ -859,4 +872,83 @@ fn a_traced_run_states_its_observer_cost() {
     }
     let line = format!("base: observer: {spans_per_trace}.0 spans/request, ");
     assert!(finished.output().contains(&line), "{}", finished.output());
+}
+
+/// A chain kept at a small share: its processes hold their spans.
+const HELD: &str = r#"
+name = "held"
+seed = 4
+[load]
+mode = "open"
+rate = 200
+warmup = "500ms"
+duration = "3s"
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+slow = { probability = 0.03, extra = "20ms" }
+[check]
+slow_threshold = "15ms"
+[telemetry]
+keep_share = 0.05
+"#;
+
+fn held_spans_are_sent_for_kept_traces_only_and_a_too_small_hold_loses_some() {
+    let scratch = Scratch::new();
+    let scenario = write(scratch.path(), "held.toml", HELD);
+    let (_, run_dir) = run_ok(scratch.path(), &scenario, &scratch.results());
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let (t, o) = (&v["traces"], &v["observer"]);
+    // Every kept trace came whole; nothing was lost.
+    let kept = u64_at(t, "/sampling/written");
+    assert!(kept > 0, "{t:#}");
+    assert_eq!(u64_at(t, "/expected"), u64_at(t, "/complete"), "{t:#}");
+    assert_eq!(u64_at(t, "/missing"), 0, "{t:#}");
+    assert_eq!(u64_at(t, "/lost"), 0, "{t:#}");
+    // The dropped traces' hop spans stayed where they were made: the
+    // processes sent a's and b's server and client spans of the kept
+    // requests (and of the warmup's none), evicting the rest.
+    let (made, received) = (
+        u64_at(o, "/processes_spans"),
+        u64_at(o, "/processes_spans_received"),
+    );
+    let evicted = u64_at(t, "/held/evicted_spans");
+    assert_eq!(made, received + evicted, "{o:#}\n{t:#}");
+    assert!(
+        received <= 3 * kept + 3,
+        "3 spans per kept trace: {received} for {kept}"
+    );
+    assert!(
+        evicted > 10 * received,
+        "{evicted} evicted, {received} sent"
+    );
+
+    // Three spans held at most: most kept traces were evicted before
+    // their decision came, and each loss is counted and said.
+    let tiny = write(
+        scratch.path(),
+        "tiny.toml",
+        &HELD.replace("keep_share = 0.05", "keep_share = 0.05\nhold_spans = 3"),
+    );
+    let (finished, run_dir) = run_ok(scratch.path(), &tiny, &scratch.path().join("tiny"));
+    let tiny_summary = crate::support::summary(&run_dir);
+    let t = &variants(&tiny_summary)[0]["traces"];
+    let lost = u64_at(t, "/lost");
+    assert!(lost > 0, "{t:#}");
+    assert!(
+        t["held"]["lost_delay_ms"].as_f64().is_some_and(|d| d > 0.0),
+        "{t:#}"
+    );
+    assert!(
+        finished
+            .stdout
+            .contains(&format!("{lost} kept trace(s) lost"))
+            || finished
+                .stderr
+                .contains(&format!("{lost} kept trace(s) lost")),
+        "{}",
+        finished.output()
+    );
 }

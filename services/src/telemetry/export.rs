@@ -37,6 +37,7 @@ use opentelemetry_proto::tonic::{
     resource::v1::Resource,
 };
 use prost::Message;
+use tailmesh_proto::pb::{KeptRequest, trace_decisions_client::TraceDecisionsClient};
 use tokio::sync::Notify;
 use tonic::{
     GrpcMethod,
@@ -47,7 +48,9 @@ use tonic::{
 };
 
 use super::{
-    Process, otlp,
+    Process,
+    held::{Held, HeldCounts, HoldLimits},
+    otlp,
     recorder::{Counters, SpanRecord},
 };
 
@@ -89,6 +92,35 @@ pub struct ExportConfig {
     /// The resource's attributes apart from the observer's counters.
     resource: Vec<KeyValue>,
     attribute_limit: usize,
+    /// Spans held until the run's keep decisions ([`HOLD_ENV`]), or all
+    /// sent as they come.
+    hold: Option<HoldLimits>,
+}
+
+/// The hold of retroactive sampling, in milliseconds: set, the exporter
+/// holds every span by trace and sends only the traces the run's
+/// receiver says it kept (`TraceDecisions`), see [`super::held`].
+pub const HOLD_ENV: &str = "TAILMESH_TRACE_HOLD_MS";
+/// The most spans held ([`DEFAULT_HOLD_SPANS`] when unset).
+pub const HOLD_SPANS_ENV: &str = "TAILMESH_TRACE_HOLD_SPANS";
+/// Spans held at most by default: about 200 bytes each, 40 MB.
+pub const DEFAULT_HOLD_SPANS: usize = 200_000;
+
+/// The hold from [`HOLD_ENV`] and [`HOLD_SPANS_ENV`]; `None` unset or 0.
+fn hold_from_env() -> Option<HoldLimits> {
+    let ms = env(HOLD_ENV)?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| *ms > 0)?;
+    let max_spans = env(HOLD_SPANS_ENV)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_HOLD_SPANS);
+    Some(HoldLimits {
+        hold: Duration::from_millis(ms),
+        max_spans,
+    })
 }
 
 fn env(var: &str) -> Option<String> {
@@ -161,6 +193,7 @@ impl ExportConfig {
             headers,
             resource: resource_from_env(process),
             attribute_limit,
+            hold: hold_from_env(),
         })
     }
 }
@@ -287,6 +320,8 @@ pub struct Batcher {
     /// Spans handed over so far.
     received: u64,
     record_ns: u64,
+    /// What the hold did so far, when spans are held.
+    pub held: Option<HeldCounts>,
     /// Where requests are written; its memory comes back for the next
     /// one once the previous one is sent.
     buf: BytesMut,
@@ -311,6 +346,7 @@ impl Batcher {
             counters,
             received: 0,
             record_ns: 0,
+            held: None,
             buf: BytesMut::new(),
             head: BytesMut::new(),
         }
@@ -329,13 +365,37 @@ impl Batcher {
         head.clear();
         let resource = otlp::open(head, 1, 2);
         head.put_slice(&self.resource);
+        let held = self.held.unwrap_or_default();
         for (key, n) in [
-            ("tailmesh.observer.spans", self.received + dropped),
+            (
+                "tailmesh.observer.spans",
+                self.received + dropped + held.evicted_spans,
+            ),
             ("tailmesh.observer.dropped", dropped),
-            ("tailmesh.observer.record_ns", self.record_ns),
+            (
+                "tailmesh.observer.record_ns",
+                self.record_ns + held.evicted_cost_ns,
+            ),
             ("tailmesh.observer.export_cpu_ns", export_cpu_ns),
         ] {
             otlp::int_attribute(head, 1, key, int(n));
+        }
+        if self.held.is_some() {
+            for (key, n) in [
+                ("tailmesh.observer.evicted", held.evicted_spans),
+                ("tailmesh.observer.evicted_early", held.evicted_early),
+                ("tailmesh.observer.lost_traces", held.lost_traces),
+                (
+                    "tailmesh.observer.forgotten_decisions",
+                    held.forgotten_decisions,
+                ),
+                (
+                    "tailmesh.observer.lost_delay_ns",
+                    u64::try_from(held.lost_delay.as_nanos()).unwrap_or(u64::MAX),
+                ),
+            ] {
+                otlp::int_attribute(head, 1, key, int(n));
+            }
         }
         otlp::close(head, resource);
 
@@ -444,43 +504,61 @@ fn export_loop(
     stop: &AtomicBool,
     wake: &Notify,
 ) {
-    let mut client = {
+    let channel = {
         let _entered = runtime.enter();
-        Grpc::new(config.endpoint.connect_lazy())
+        config.endpoint.connect_lazy()
     };
+    let mut sender = Sender {
+        client: Grpc::new(channel.clone()),
+        headers: config.headers.clone(),
+        counters: counters.clone(),
+        failing: false,
+    };
+    let mut hold = config.hold.map(|limits| Hold {
+        held: Held::new(limits),
+        decisions: TraceDecisionsClient::new(channel),
+        headers: config.headers.clone(),
+        after: 0,
+        failing: false,
+        sent_counts: None,
+        last_sent: tokio::time::Instant::now(),
+    });
     let mut batcher = Batcher::new(config.resource, config.attribute_limit, counters.clone());
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut failing = false;
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        loop {
-            batch.extend(spans.try_iter().take(MAX_BATCH));
-            if batch.is_empty() {
-                break;
-            }
-            let n = batch.len() as u64;
-            let body = batcher.encode(&batch, thread_cpu_ns());
-            batch.clear();
-            let mut request = tonic::Request::new(body);
-            *request.metadata_mut() = config.headers.clone();
-            request
-                .extensions_mut()
-                .insert(GrpcMethod::new(otlp::SERVICE, otlp::METHOD));
-            let sent = runtime.block_on(async {
-                tokio::time::timeout(TIMEOUT, export(&mut client, request)).await
-            });
-            let error = match sent {
-                Ok(Ok(_)) => None,
-                Ok(Err(status)) => Some(status.to_string()),
-                Err(_) => Some("timed out after 5 s".to_string()),
-            };
-            if let Some(e) = &error {
-                counters.dropped.fetch_add(n, Ordering::Relaxed);
-                if !failing {
-                    tracing::warn!("trace export: {e} (spans dropped until it recovers)");
+        match &mut hold {
+            None => loop {
+                batch.extend(spans.try_iter().take(MAX_BATCH));
+                if batch.is_empty() {
+                    break;
+                }
+                let body = batcher.encode(&batch, thread_cpu_ns());
+                sender.send(runtime, body, batch.len() as u64);
+                batch.clear();
+            },
+            Some(hold) => {
+                hold.step(runtime, spans, stopping, &mut batch);
+                batcher.held = Some(hold.held.counts());
+                // Every kept span, and the counters once a second even
+                // with nothing to send (and at the end): the observer
+                // reads them from the latest request.
+                let due = hold.sent_counts != batcher.held
+                    && (stopping || hold.last_sent.elapsed() >= COUNTERS_EVERY);
+                if !batch.is_empty() || due {
+                    for chunk in batch.chunks(MAX_BATCH) {
+                        let body = batcher.encode(chunk, thread_cpu_ns());
+                        sender.send(runtime, body, chunk.len() as u64);
+                    }
+                    if batch.is_empty() {
+                        let body = batcher.encode(&[], thread_cpu_ns());
+                        sender.send(runtime, body, 0);
+                    }
+                    hold.sent_counts = batcher.held;
+                    hold.last_sent = tokio::time::Instant::now();
+                    batch.clear();
                 }
             }
-            failing = error.is_some();
         }
         if stopping {
             return;
@@ -493,6 +571,130 @@ fn export_loop(
             }
         });
     }
+}
+
+/// How often a holding exporter with nothing kept still sends its
+/// counters.
+const COUNTERS_EVERY: Duration = Duration::from_secs(1);
+
+/// Sends export requests over one client, counting what fails.
+struct Sender {
+    client: Grpc<Channel>,
+    headers: MetadataMap,
+    counters: Arc<Counters>,
+    failing: bool,
+}
+
+impl Sender {
+    /// Sends `body`, the export request of `n` spans.
+    fn send(&mut self, runtime: &tokio::runtime::Runtime, body: Bytes, n: u64) {
+        let mut request = tonic::Request::new(body);
+        *request.metadata_mut() = self.headers.clone();
+        request
+            .extensions_mut()
+            .insert(GrpcMethod::new(otlp::SERVICE, otlp::METHOD));
+        let sent = runtime.block_on(async {
+            tokio::time::timeout(TIMEOUT, export(&mut self.client, request)).await
+        });
+        let error = match sent {
+            Ok(Ok(_)) => None,
+            Ok(Err(status)) => Some(status.to_string()),
+            Err(_) => Some("timed out after 5 s".to_string()),
+        };
+        if let Some(e) = &error {
+            self.counters.dropped.fetch_add(n, Ordering::Relaxed);
+            if !self.failing {
+                tracing::warn!("trace export: {e} (spans dropped until it recovers)");
+            }
+        }
+        self.failing = error.is_some();
+    }
+}
+
+/// The spans held until the run's keep decisions, and where those come
+/// from.
+struct Hold {
+    held: Held,
+    decisions: TraceDecisionsClient<Channel>,
+    headers: MetadataMap,
+    /// The position of the last decision read.
+    after: u64,
+    failing: bool,
+    /// The counters last sent, and when.
+    sent_counts: Option<HeldCounts>,
+    last_sent: tokio::time::Instant,
+}
+
+impl Hold {
+    /// Takes the spans handed over, asks for the decisions since the last
+    /// ones, and puts the kept traces' spans in `out`; then evicts what
+    /// waited past its hold (everything, `stopping`).
+    fn step(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        spans: &Receiver<SpanRecord>,
+        stopping: bool,
+        out: &mut Vec<SpanRecord>,
+    ) {
+        let now = held_clock();
+        for span in spans.try_iter() {
+            self.held.add(span, now, out);
+        }
+        loop {
+            let mut request = tonic::Request::new(KeptRequest { after: self.after });
+            *request.metadata_mut() = self.headers.clone();
+            let asked = runtime.block_on(async {
+                tokio::time::timeout(TIMEOUT, self.decisions.kept(request)).await
+            });
+            let reply = match asked {
+                Ok(Ok(reply)) => reply.into_inner(),
+                Ok(Err(status)) => {
+                    self.warn(&status.to_string());
+                    break;
+                }
+                Err(_) => {
+                    self.warn("timed out after 5 s");
+                    break;
+                }
+            };
+            self.failing = false;
+            self.held.forgotten(reply.forgotten);
+            self.after = reply.next;
+            let ids = reply
+                .trace_ids
+                .chunks_exact(16)
+                .filter_map(|c| c.try_into().ok().map(u128::from_be_bytes));
+            self.held.keep(ids, held_clock(), out);
+            if !reply.more {
+                break;
+            }
+        }
+        let now = held_clock();
+        if stopping {
+            self.held.evict_all(now);
+        } else {
+            self.held.expire(now);
+        }
+    }
+
+    fn warn(&mut self, e: &str) {
+        if !self.failing {
+            tracing::warn!("trace decisions: {e} (held spans are evicted until it recovers)");
+        }
+        self.failing = true;
+    }
+}
+
+/// Nanoseconds on the holder's monotonic clock.
+fn held_clock() -> u64 {
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    u64::try_from(
+        EPOCH
+            .get_or_init(tokio::time::Instant::now)
+            .elapsed()
+            .as_nanos(),
+    )
+    .unwrap_or(u64::MAX)
 }
 
 /// Sends one export request's bytes.
@@ -982,6 +1184,7 @@ mod tests {
                 headers: parse_headers(headers),
                 resource: resource_from_env(&Process::default()),
                 attribute_limit: 128,
+                hold: None,
             };
             TestCollector {
                 runtime,

@@ -14,7 +14,11 @@ const TELEMETRY_KEYS: &[&str] = &[
     "keep_failed",
     "keep_retried",
     "keep_share",
+    "hold_spans",
 ];
+
+/// The most spans a process may be told to hold.
+const MAX_HOLD_SPANS: i64 = 10_000_000;
 
 pub(super) fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> {
     s.unknown_keys(p, TELEMETRY_KEYS);
@@ -86,7 +90,14 @@ pub(super) fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> 
             _ => s.probability(p, "keep_share").map(KeepShare::Fixed),
         },
     };
+    let hold_spans = match s.get("hold_spans") {
+        None => Some(super::super::model::DEFAULT_HOLD_SPANS),
+        Some(_) => s
+            .int_in(p, "hold_spans", 1, MAX_HOLD_SPANS)
+            .and_then(|n| usize::try_from(n).ok()),
+    };
     Some(Telemetry {
+        hold_spans: hold_spans?,
         sampling: sampling?,
         forward: forward?,
         keep: Keep {
