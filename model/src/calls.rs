@@ -120,16 +120,9 @@ impl CallCount {
     pub fn pick(&self, u: f64) -> u32 {
         match self {
             CallCount::Fixed(n) => *n,
-            CallCount::Weighted(w) => {
-                let mut acc = 0.0;
-                for (n, p) in w {
-                    acc += p;
-                    if u < acc {
-                        return *n;
-                    }
-                }
-                w.last().map_or(1, |(n, _)| *n)
-            }
+            CallCount::Weighted(w) => weighted_index(w.iter().map(|(_, p)| *p), u)
+                .and_then(|k| w.get(k))
+                .map_or(1, |(n, _)| *n),
         }
     }
 }
@@ -207,6 +200,22 @@ impl Calls {
     pub fn is_empty(&self) -> bool {
         self.stages.iter().all(Vec::is_empty)
     }
+}
+
+/// Where `u` (in [0, 1)) falls among `shares` laid end to end: the index
+/// of the share it falls in, the last one past their sum (rounding);
+/// `None` without any.
+pub fn weighted_index(shares: impl IntoIterator<Item = f64>, u: f64) -> Option<usize> {
+    let mut sum = 0.0;
+    let mut last = None;
+    for (k, share) in shares.into_iter().enumerate() {
+        sum += share;
+        last = Some(k);
+        if u < sum {
+            break;
+        }
+    }
+    last
 }
 
 #[cfg(test)]

@@ -245,18 +245,7 @@ impl Variant {
     /// with its share of the requests (`[load] entries`; the first hop
     /// when there are none).
     pub fn entries(&self) -> Vec<(usize, f64)> {
-        if self.load.entries.is_empty() {
-            return if self.hops.is_empty() {
-                Vec::new()
-            } else {
-                vec![(0, 1.0)]
-            };
-        }
-        self.load
-            .entries
-            .iter()
-            .filter_map(|e| Some((self.hops.iter().position(|h| h.name == e.hop)?, e.share)))
-            .collect()
+        self.load.entry_hops(&self.hops)
     }
 
     /// Whether any hop of the variant has a network fault (`net` or
@@ -343,6 +332,22 @@ pub struct Entry {
 }
 
 impl Load {
+    /// The entries by their place in `hops`, each with its share (the
+    /// first hop when there are none).
+    pub fn entry_hops(&self, hops: &[Hop]) -> Vec<(usize, f64)> {
+        if self.entries.is_empty() {
+            return if hops.is_empty() {
+                Vec::new()
+            } else {
+                vec![(0, 1.0)]
+            };
+        }
+        self.entries
+            .iter()
+            .filter_map(|e| Some((hops.iter().position(|h| h.name == e.hop)?, e.share)))
+            .collect()
+    }
+
     /// An open loop's load steps (empty: one rate throughout, or a closed
     /// loop).
     pub fn steps(&self) -> &[Step] {

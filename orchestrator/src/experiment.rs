@@ -731,9 +731,9 @@ fn tail_sampler(
         facts,
     )
     .with_paths(crate::traces::breakdown::PathTimes::new(variant));
-    // The processes hold their spans whenever not every trace is kept
-    // (`run::TraceSetup::hold`, the same rule).
-    Ok(if policy.share < 1.0 {
+    // The processes hold their spans by the same policy
+    // (`run::TraceSetup::hold`).
+    Ok(if policy.holds() {
         sampler.holding(Box::new(move |id| tracer.keep(id)))
     } else {
         sampler

@@ -35,6 +35,7 @@ use bytes::Bytes;
 pub(crate) use progress::{Progress, View};
 use rand::Rng as _;
 pub(crate) use schedule::Schedule;
+use tailmesh_model::calls::weighted_index;
 use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{
     hop::draw::keyed_rng,
@@ -106,7 +107,8 @@ impl Target {
             0
         } else {
             let u: f64 = keyed_rng(self.seed, ENTRY_STREAM, id, 0).random();
-            pick(self.entries.iter().map(|(_, share)| *share), u).min(last)
+            weighted_index(self.entries.iter().map(|(_, share)| *share), u)
+                .map_or(0, |k| k.min(last))
         };
         &self.entries[k].0
     }
@@ -116,21 +118,6 @@ impl Target {
             .call(request, Some(timeout))
             .await
     }
-}
-
-/// The index `u` (in [0, 1)) falls at among `shares` laid end to end (the
-/// last one past their sum).
-fn pick(shares: impl Iterator<Item = f64>, u: f64) -> usize {
-    let mut sum = 0.0;
-    let mut last = 0;
-    for (k, share) in shares.enumerate() {
-        sum += share;
-        last = k;
-        if u < sum {
-            return k;
-        }
-    }
-    last
 }
 
 /// What one load phase produced (its requests went to the sink).
@@ -607,13 +594,13 @@ mod tests {
     #[test]
     fn a_share_is_picked_where_the_draw_falls() {
         let shares = [0.25, 0.5, 0.25];
-        let at = |u: f64| pick(shares.iter().copied(), u);
+        let at = |u: f64| weighted_index(shares.iter().copied(), u).expect("shares");
         assert_eq!(
             [at(0.0), at(0.2), at(0.25), at(0.74), at(0.75)],
             [0, 0, 1, 1, 2]
         );
         // Rounding leaves the sum short of 1: the last one takes the rest.
-        assert_eq!(pick([0.3, 0.3].into_iter(), 0.9), 1);
+        assert_eq!(weighted_index([0.3, 0.3], 0.9), Some(1));
     }
 
     #[test]
@@ -621,7 +608,7 @@ mod tests {
         let shares = [0.7, 0.2, 0.1];
         let draw = |seed: u64, id: u64| {
             let u: f64 = keyed_rng(seed, ENTRY_STREAM, id, 0).random();
-            pick(shares.iter().copied(), u)
+            weighted_index(shares.iter().copied(), u).expect("shares")
         };
         let mut counts = [0u32; 3];
         for id in 0..20_000 {

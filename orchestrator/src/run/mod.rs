@@ -338,7 +338,7 @@ impl TraceSetup {
             self.sampling,
             crate::traces::tail::JAEGER_FILE_LIMIT / rule.variants.max(1) as u64,
         );
-        (policy.share < 1.0).then(|| SpanHold {
+        policy.holds().then(|| SpanHold {
             time: variant.load.timeout + HOLD_MARGIN,
             spans: rule.spans,
         })

@@ -281,18 +281,12 @@ pub(super) fn direct_entry_fits_the_load(
     if load.connection != super::model::ConnectionMode::PerRequest {
         return;
     }
-    let entry = |i: usize, h: &super::model::Hop| {
-        if load.entries.is_empty() {
-            i == 0
-        } else {
-            load.entries.iter().any(|e| e.hop == h.name)
-        }
-    };
-    let direct = hops
-        .iter()
-        .enumerate()
-        .find(|(i, h)| entry(*i, h) && h.service.as_ref().is_some_and(|s| s.direct));
-    let Some((_, hop)) = direct else {
+    let direct = load
+        .entry_hops(hops)
+        .into_iter()
+        .filter_map(|(i, _)| hops.get(i))
+        .find(|h| h.service.as_ref().is_some_and(|s| s.direct));
+    let Some(hop) = direct else {
         return;
     };
     let at = match top.get("load").map(|e| &e.node.value) {

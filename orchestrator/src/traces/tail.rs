@@ -58,6 +58,12 @@ pub struct TailPolicy {
 }
 
 impl TailPolicy {
+    /// Whether the processes hold their spans for this policy's decisions
+    /// (retroactive sampling): whenever it keeps less than every trace.
+    pub fn holds(&self) -> bool {
+        self.share < 1.0
+    }
+
     /// `keep` for `variant`, whose slow requests are those above
     /// `slow_threshold`; `sampling`: the head-sampling share;
     /// `file_budget`: the Jaeger bytes this variant may fill by its share
