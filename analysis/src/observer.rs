@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// What was measured of one traced variant, in ns (the inputs).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ObserverInputs {
-    /// Traces the variant's spans made (warmup's included: the processes'
+    /// Requests traced, kept or not (warmup's included: the processes'
     /// counters and the orchestrator's meters count them too).
     pub traced_requests: u64,
     /// Spans the orchestrator received for the variant (the load
@@ -51,11 +51,16 @@ pub struct ProcessInputs {
 pub struct ObserverReport {
     /// Whether the variant was traced.
     pub traced: bool,
-    /// Requests whose traces the orchestrator received (warmup's included).
+    /// Requests traced, whether their traces were kept or not (warmup's
+    /// included): with held spans every one costs its spans' recording
+    /// and hold, so the costs per request are over these.
     pub traced_requests: u64,
-    /// Spans received for the variant, the load generator's included.
+    /// Spans received for the variant, the load generator's included
+    /// (with held spans, the kept traces' only).
     pub spans: u64,
-    /// `spans / traced_requests`.
+    /// Spans made per traced request: the processes' recorded spans (when
+    /// they reported them, else the spans received) plus the load
+    /// generator's one, over `traced_requests`.
     pub spans_per_traced_request: Option<f64>,
     /// Hop and broker processes that reported their counters (0: none
     /// did, and the `processes_*` fields and their CPU are `null`).
@@ -169,7 +174,9 @@ impl ObserverReport {
             traced: true,
             traced_requests: m.traced_requests,
             spans: m.spans,
-            spans_per_traced_request: per_request(m.spans as f64),
+            spans_per_traced_request: per_request(
+                p.map_or(m.spans, |p| p.spans + m.traced_requests) as f64,
+            ),
             processes_reporting: p.map_or(0, |p| p.processes),
             processes_spans: p.map(|p| p.spans),
             processes_dropped: p.map(|p| p.dropped),

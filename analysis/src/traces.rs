@@ -80,6 +80,10 @@ pub struct HeldTraces {
     pub hold_ms: f64,
     /// Spans evicted unsent (traces not kept: their whole cost).
     pub evicted_spans: u64,
+    /// Of those, spans the receiver held and evicted: sent by processes
+    /// that do not hold their own (a real service's SDK).
+    #[serde(default)]
+    pub evicted_at_receiver: u64,
     /// The longest a lost trace's decision came after its first span,
     /// ms: a hold that long would have kept it.
     pub lost_delay_ms: f64,

@@ -616,12 +616,21 @@ fn analyze_variants(
                 (None, None)
             }
         };
-        if let (Some(t), Some(p), Some(hold)) = (traces.as_mut(), processes.as_ref(), run.hold) {
-            let c = &p.counters;
+        if let (Some(t), Some(hold)) = (traces.as_mut(), run.hold) {
+            // The processes' holding and the receiver's (for those that
+            // do not hold their own).
+            let mut c = processes.as_ref().map(|p| p.counters).unwrap_or_default();
+            if let Some(r) = &run.spans.held {
+                c.evicted += r.evicted_spans;
+                c.lost_traces += r.lost_traces;
+                c.lost_delay_ns = c.lost_delay_ns.max(tailmesh_units::nanos(r.lost_delay));
+                c.forgotten += r.forgotten_decisions;
+            }
             t.lost = c.lost_traces;
             t.held = Some(tailmesh_analysis::traces::HeldTraces {
                 hold_ms: hold.time.as_secs_f64() * 1e3,
                 evicted_spans: c.evicted,
+                evicted_at_receiver: run.spans.held.map_or(0, |r| r.evicted_spans),
                 lost_delay_ms: c.lost_delay_ns as f64 / 1e6,
                 forgotten_decisions: c.forgotten,
             });
@@ -644,7 +653,7 @@ fn analyze_variants(
             }
         }
         let observed = run.tracer.as_ref().map(|tracer| ObserverInputs {
-            traced_requests: traces.as_ref().map_or(0, |t| t.traces),
+            traced_requests: tracer.traced(),
             spans: traces.as_ref().map_or(0, |t| t.spans),
             processes: processes.map(|p: ReportedTotals| ProcessInputs {
                 processes: p.processes,
@@ -734,7 +743,7 @@ fn tail_sampler(
     // The processes hold their spans by the same policy
     // (`run::TraceSetup::hold`).
     Ok(if policy.holds() {
-        sampler.holding(Box::new(move |id| tracer.keep(id)))
+        sampler.holding(Box::new(move |id, kept| tracer.decide(id, kept)))
     } else {
         sampler
     })

@@ -619,12 +619,24 @@ async fn measure(
     faults.advance(Duration::ZERO).await;
     let progress = options.progress.then(|| progress::view(variant)).flatten();
     let tracer = options.traces.as_ref().map(|t| {
-        Arc::new(LoadTracer::new(
-            Arc::clone(&t.collector),
-            &variant.name,
-            t.sampling,
-            plan.seed ^ run_nonce(&options.dir, &variant.name),
-        ))
+        let hold = t.hold(variant);
+        // Spans of processes that do not hold their own (a real service's
+        // SDK) wait at the receiver, under the same limits.
+        t.collector.hold_spans(
+            hold.map(|h| tailmesh_services::telemetry::held::HoldLimits {
+                hold: h.time,
+                max_spans: h.spans,
+            }),
+        );
+        Arc::new(
+            LoadTracer::new(
+                Arc::clone(&t.collector),
+                &variant.name,
+                t.sampling,
+                plan.seed ^ run_nonce(&options.dir, &variant.name),
+            )
+            .holding(hold.is_some()),
+        )
     });
     let load_tracer = tracer.clone();
     records.begin_variant(variant, tracer.as_ref());

@@ -1,8 +1,9 @@
 //! The embedded OTLP trace receiver: a tonic `TraceService` that appends
 //! every span batch of the run to a spool file in the run folder as it
-//! arrives (bounded, drops counted; nothing kept in memory), rejects
-//! malformed batches, and optionally forwards everything to an external
-//! collector such as Jaeger without ever slowing the run.
+//! arrives (bounded, drops counted; nothing kept in memory but the spans
+//! held for a decision, see `held`), rejects malformed batches, and
+//! optionally forwards what it spools to an external collector such as
+//! Jaeger without ever slowing the run.
 
 use super::decisions::{DecisionLog, REMEMBERED};
 use std::{
@@ -26,10 +27,12 @@ use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 use tonic::transport::server::TcpIncoming;
 
 use super::{
+    held::ReceiverHold,
     observer::{CpuMeter, CpuReading, task_cpu_ns},
     raw::{self, RawBatch},
     spool::{SpoolError, SpoolWriter},
 };
+use tailmesh_services::telemetry::held::{HeldCounts, HoldLimits};
 
 /// Spans spooled at most over a run; more are dropped and counted. A bound
 /// on the disk the spool takes (about 150 bytes a span), not on memory.
@@ -115,6 +118,9 @@ pub struct Collector {
     sealed_at: Mutex<CostMark>,
     /// The traces kept, for the processes that hold their spans.
     pub decisions: Arc<DecisionLog>,
+    /// The spans of processes that do not hold their own, held for the
+    /// decisions, when the variant holds.
+    hold: Mutex<Option<ReceiverHold>>,
 }
 
 /// The collector's CPU readings at one moment.
@@ -163,6 +169,9 @@ pub struct Spool {
     pub error: Option<String>,
     /// What receiving and spooling these spans cost.
     pub cost: CollectorCost,
+    /// What holding the spans of processes that do not hold their own
+    /// did, when the receiver held them.
+    pub held: Option<HeldCounts>,
     counters: Option<Arc<Counters>>,
 }
 
@@ -238,7 +247,20 @@ impl Collector {
             spool_local: CpuMeter::sampled(),
             sealed_at: Mutex::new(CostMark::default()),
             decisions: Arc::new(DecisionLog::new(REMEMBERED)),
+            hold: Mutex::new(None),
         }))
+    }
+
+    /// Until the next seal, holds the spans of processes that do not
+    /// hold their own for the run's decisions within `limits` (`None`:
+    /// every span is spooled as it comes).
+    pub fn hold_spans(&self, limits: Option<HoldLimits>) {
+        *self.hold.lock().unwrap_or_else(|e| e.into_inner()) = limits.map(ReceiverHold::new);
+    }
+
+    /// Nanoseconds since the collector started.
+    fn now(&self) -> u64 {
+        tailmesh_units::nanos(self.origin.elapsed())
     }
 
     fn lock(&self) -> MutexGuard<'_, SpoolState> {
@@ -261,16 +283,37 @@ impl Collector {
         self.keep(spans, Stored::Local(RawBatch::encoded(body, spans)));
     }
 
-    /// Keeps a batch checked by [`raw::check`] as it arrived, and
-    /// forwards it (decoded only when forwarding is on).
+    /// Keeps a batch checked by [`raw::check`] as it arrived (or what of
+    /// it is of kept traces, when holding), and forwards it (decoded only
+    /// when forwarding is on).
     fn accept_raw(&self, batch: RawBatch) {
-        self.keep(batch.spans, Stored::Raw(batch));
+        let mut hold = self.hold.lock().unwrap_or_else(|e| e.into_inner());
+        match hold.as_mut() {
+            None => {
+                drop(hold);
+                self.keep(batch.spans, Stored::Raw(batch));
+            }
+            Some(h) => {
+                let now = self.now();
+                let passed = self
+                    .spool_raw
+                    .measure(|| h.take(batch, &self.decisions, now));
+                drop(hold);
+                for batch in passed {
+                    self.keep(batch.spans, Stored::Raw(batch));
+                }
+            }
+        }
     }
 
     /// Forwards a batch of `n` spans when forwarding is on, and spools it
-    /// when it fits.
+    /// when it fits. A batch without spans is spooled for the counters
+    /// its process reports in its resource.
     fn keep(&self, n: u64, batch: Stored) {
         if n == 0 {
+            if let Stored::Raw(b) = &batch {
+                self.spool_raw.measure(|| self.spool(0, b.body()));
+            }
             return;
         }
         if let Some(f) = self
@@ -306,7 +349,7 @@ impl Collector {
 
     /// Appends an export request of `n` spans to the spool.
     fn spool(&self, n: u64, body: &[u8]) {
-        let arrived = tailmesh_units::nanos(self.origin.elapsed());
+        let arrived = self.now();
         let mut spool = self.lock();
         if spool.error.is_some() {
             // The spool broke (a full disk): nothing more until the seal.
@@ -341,6 +384,14 @@ impl Collector {
     /// Closes the spool file written so far and returns it; the next batch
     /// starts a new one. Call it when a variant's processes have flushed.
     pub fn seal(&self) -> Spool {
+        let hold = self.hold.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let held = hold.map(|h| {
+            let (last, counts) = h.finish(&self.decisions, self.now());
+            if let Some(batch) = last {
+                self.keep(batch.spans, Stored::Raw(batch));
+            }
+            counts
+        });
         let cost = self.cost_since_seal();
         let mut spool = self.lock();
         spool.next += 1;
@@ -359,6 +410,7 @@ impl Collector {
             path,
             error,
             cost,
+            held,
             counters: Some(Arc::clone(&self.counters)),
         }
     }

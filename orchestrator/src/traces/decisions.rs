@@ -60,6 +60,20 @@ impl DecisionLog {
         log.kept.push_back(trace);
     }
 
+    /// Hands every decision after position `after` to `each`; returns
+    /// the position to read from next and how many decisions after
+    /// `after` were forgotten already.
+    pub fn read_after(&self, after: u64, mut each: impl FnMut(u128)) -> (u64, u64) {
+        let log = self.lock();
+        let from = (after + 1).max(log.first);
+        let skip = usize::try_from(from - log.first).unwrap_or(usize::MAX);
+        for id in log.kept.iter().skip(skip) {
+            each(*id);
+        }
+        let end = log.first + log.kept.len() as u64;
+        (end.saturating_sub(1).max(after), from - (after + 1))
+    }
+
     /// The decisions after position `after`, at most `limit`.
     pub fn after(&self, after: u64, limit: usize) -> KeptReply {
         let log = self.lock();

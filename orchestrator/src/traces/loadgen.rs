@@ -1,10 +1,18 @@
 //! The load generator's client span of each request: the root of its
 //! trace, started at the request's intended send time so client-side
 //! queueing shows in the trace, recorded straight into the collector.
+//! When the processes hold their spans for the run's keep decisions
+//! ([`LoadTracer::holding`]), so does the load generator: a request's span
+//! waits, unencoded, until the tail sampler decides, and only kept ones
+//! are encoded and handed on.
 
 use std::{
+    collections::{HashMap, VecDeque},
     fmt::Write as _,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, SystemTime},
 };
 
@@ -35,6 +43,11 @@ pub struct LoadTracer {
     batch: Mutex<Batch>,
     /// What every batch starts with.
     resource: Head,
+    /// The ended requests' spans waiting for their keep decision, when
+    /// holding.
+    waiting: Option<Mutex<Waiting>>,
+    /// Requests traced (head-sampled) so far, warmup's included.
+    traced: AtomicU64,
 }
 
 impl std::fmt::Debug for LoadTracer {
@@ -73,7 +86,22 @@ impl LoadTracer {
             making: CpuMeter::sampled(),
             batch: Mutex::new(Batch::default()),
             resource: Head::new(),
+            waiting: None,
+            traced: AtomicU64::new(0),
         }
+    }
+
+    /// Holds each request's span until [`LoadTracer::decide`] says
+    /// whether its trace is kept (`hold`), as the processes hold theirs.
+    pub fn holding(mut self, hold: bool) -> Self {
+        self.waiting = hold.then(|| Mutex::new(Waiting::default()));
+        self
+    }
+
+    /// Requests traced so far (head-sampled, the warmup's included),
+    /// whether their traces were kept or not.
+    pub fn traced(&self) -> u64 {
+        self.traced.load(Ordering::Relaxed)
     }
 
     /// The CPU spent making this variant's client spans so far.
@@ -98,10 +126,30 @@ impl LoadTracer {
         self.request(id).sampled
     }
 
-    /// The run keeps request `id`'s trace: the processes holding their
-    /// spans are told.
-    pub fn keep(&self, id: u64) {
-        self.collector.decisions.keep(self.request(id).trace_id);
+    /// The run decided request `id`'s trace: when `kept`, the processes
+    /// holding their spans are told, and the request's own span, held
+    /// here, goes on; otherwise that span is dropped.
+    pub fn decide(&self, id: u64, kept: bool) {
+        let t = self.request(id);
+        if kept {
+            self.collector.decisions.keep(t.trace_id);
+        }
+        let Some(waiting) = &self.waiting else {
+            return;
+        };
+        let span = lock(waiting).spans.remove(&id);
+        if let Some(span) = span.filter(|_| kept) {
+            self.add(t, id, span.ended, span.latency, span.error.as_deref());
+        }
+    }
+
+    /// Spans waiting for a decision now, and those dropped undecided.
+    #[cfg(test)]
+    fn waiting(&self) -> (usize, u64) {
+        self.waiting.as_ref().map_or((0, 0), |w| {
+            let w = lock(w);
+            (w.spans.len(), w.undecided)
+        })
     }
 
     /// The context the request's downstream calls carry.
@@ -117,7 +165,8 @@ impl LoadTracer {
     /// Records the request's client span, from its intended send time to
     /// `ended` (wall clock) having lasted `latency`. Spans wait in a batch
     /// (encoded already) until [`BATCH_SPANS`] of them are there or
-    /// [`LoadTracer::flush`] runs.
+    /// [`LoadTracer::flush`] runs; when holding, they first wait for
+    /// [`LoadTracer::decide`].
     pub fn record(
         &self,
         t: RequestTrace,
@@ -129,6 +178,32 @@ impl LoadTracer {
         if !t.sampled {
             return;
         }
+        self.traced.fetch_add(1, Ordering::Relaxed);
+        if let Some(waiting) = &self.waiting {
+            self.making.measure(|| {
+                lock(waiting).add(
+                    request_id,
+                    Ended {
+                        ended,
+                        latency,
+                        error: error.map(str::to_owned),
+                    },
+                );
+            });
+            return;
+        }
+        self.add(t, request_id, ended, latency, error);
+    }
+
+    /// Encodes a span into the batch, handing the batch on when full.
+    fn add(
+        &self,
+        t: RequestTrace,
+        request_id: u64,
+        ended: SystemTime,
+        latency: Duration,
+        error: Option<&str>,
+    ) {
         let full = self.making.measure(|| {
             let mut batch = self.lock();
             self.encode(&mut batch.spans, t, request_id, ended, latency, error);
@@ -144,6 +219,10 @@ impl LoadTracer {
     /// generator calls it every [`FLUSH_EVERY`] while it runs and once at
     /// the end, so a span waits at most that long.
     pub fn flush(&self) {
+        if let Some(waiting) = &self.waiting {
+            self.making
+                .measure(|| lock(waiting).expire(SystemTime::now()));
+        }
         let taken = self.making.measure(|| {
             let mut batch = self.lock();
             (batch.count > 0).then(|| batch.take(&self.resource))
@@ -154,7 +233,7 @@ impl LoadTracer {
     }
 
     fn lock(&self) -> MutexGuard<'_, Batch> {
-        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.batch)
     }
 
     /// The request's client span as a `Span` (field 2 of `ScopeSpans`),
@@ -210,6 +289,51 @@ pub const BATCH_SPANS: u64 = 256;
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 const NAME_PREFIX: &str = "request ";
+/// How long an ended request's span waits for its decision at most. The
+/// tail sampler decides as the load generator hands the request on, well
+/// within this; requests it never sees (the warmup's) are dropped then.
+pub const DECISION_WAIT: Duration = Duration::from_secs(5);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A request's span, ended, waiting for its decision.
+struct Ended {
+    ended: SystemTime,
+    latency: Duration,
+    error: Option<String>,
+}
+
+/// The spans waiting for their decisions, by request id, and the order
+/// they ended in.
+#[derive(Default)]
+struct Waiting {
+    spans: HashMap<u64, Ended>,
+    order: VecDeque<(u64, SystemTime)>,
+    /// Spans dropped after [`DECISION_WAIT`] without a decision.
+    undecided: u64,
+}
+
+impl Waiting {
+    fn add(&mut self, id: u64, span: Ended) {
+        self.order.push_back((id, span.ended));
+        self.spans.insert(id, span);
+    }
+
+    /// Drops the spans that waited past [`DECISION_WAIT`] at `now`.
+    fn expire(&mut self, now: SystemTime) {
+        while let Some(&(id, ended)) = self.order.front() {
+            if now.duration_since(ended).unwrap_or_default() < DECISION_WAIT {
+                break;
+            }
+            self.order.pop_front();
+            if self.spans.remove(&id).is_some() {
+                self.undecided += 1;
+            }
+        }
+    }
+}
 /// Protobuf's wire type of length-delimited fields.
 const LEN: u8 = 2;
 
@@ -400,6 +524,47 @@ mod tests {
             .collect();
         assert_eq!(ids.len() as u64, BATCH_SPANS + extra + 1);
         assert_eq!(ids.last().map(String::as_str), Some("request 999"));
+    }
+
+    #[test]
+    fn holding_only_kept_requests_spans_go_on_and_undecided_ones_expire() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(10_000, None, tmp.path()).expect("collector");
+        let tracer = LoadTracer::new(Arc::clone(&collector), "v", 1.0, 7).holding(true);
+        let now = SystemTime::now();
+        // One that ended long ago, never decided (a warmup request).
+        let old = now - DECISION_WAIT - Duration::from_secs(1);
+        tracer.record(tracer.request(9), 9, old, Duration::from_micros(5), None);
+        for id in 0..4 {
+            tracer.record(tracer.request(id), id, now, Duration::from_micros(5), None);
+        }
+        tracer.flush();
+        assert_eq!(collector.counts().spans, 0, "nothing before a decision");
+        assert_eq!(tracer.waiting(), (4, 1), "the old one expired");
+        tracer.decide(1, true);
+        tracer.decide(2, false);
+        tracer.decide(3, true);
+        // A decision for a span that expired sends nothing.
+        tracer.decide(9, true);
+        tracer.flush();
+        assert_eq!(tracer.waiting(), (1, 1));
+        let names: Vec<String> = collector
+            .take()
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["request 1", "request 3"]);
+        // The kept ones were told to the processes, the dropped one not.
+        let told = collector.decisions.after(0, 100);
+        let kept: Vec<u128> = told
+            .trace_ids
+            .chunks_exact(16)
+            .map(|c| u128::from_be_bytes(c.try_into().expect("16 bytes")))
+            .collect();
+        let id = |r: u64| tracer.request(r).trace_id;
+        assert_eq!(kept, [id(1), id(3), id(9)]);
     }
 
     #[test]

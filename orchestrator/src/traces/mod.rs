@@ -1,5 +1,8 @@
 //! The run's traces: the embedded OTLP receiver and forwarder
-//! (`collector`), which spools every span to disk as it arrives (`spool`);
+//! (`collector`), which spools every span to disk as it arrives (`spool`),
+//! or, when the run holds spans for its keep decisions (`decisions`),
+//! only the kept traces' (`held`: spans of processes that do not hold
+//! their own wait at the receiver);
 //! the load generator's own spans (`loadgen`); the tail sampler, which
 //! decides at each request's end whether its trace is kept (`tail`); the
 //! streaming pass over a variant's spool (`sift`), which feeds every trace
@@ -15,6 +18,7 @@
 pub mod breakdown;
 pub mod collector;
 pub mod decisions;
+mod held;
 pub mod jaeger;
 pub mod loadgen;
 pub mod observer;

@@ -49,6 +49,11 @@ impl RawBatch {
         &self.body
     }
 
+    /// The request's bytes, shared.
+    pub(super) fn body_bytes(&self) -> Bytes {
+        self.body.clone()
+    }
+
     /// The request, decoded in full.
     pub(super) fn decode(&self) -> Result<ExportTraceServiceRequest, prost::DecodeError> {
         ExportTraceServiceRequest::decode(self.body.clone())

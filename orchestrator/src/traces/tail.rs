@@ -392,9 +392,10 @@ impl FactsFile {
 /// Which request ids were traced (head sampling).
 pub type HeadSampled = Box<dyn Fn(u64) -> bool + Send>;
 
-/// What the sampler does with a request it keeps the trace of (tells the
-/// processes holding their spans, by the request's id).
-pub type OnKeep = Box<dyn Fn(u64) + Send>;
+/// What the sampler does with each traced request's decision, by the
+/// request's id: whether its trace is kept (the processes holding their
+/// spans are told of the kept ones, the load generator of all).
+pub type OnDecision = Box<dyn Fn(u64, bool) + Send>;
 
 /// Decides, as each measured request ends, whether its trace is kept, and
 /// writes the decision and the request's facts to the [`FactsFile`].
@@ -403,7 +404,7 @@ pub struct TailSampler {
     policy: TailPolicy,
     seed: u64,
     sampled: HeadSampled,
-    on_keep: Option<OnKeep>,
+    on_keep: Option<OnDecision>,
     /// The ok requests' hop times, from their paths.
     paths: PathTimes,
     facts: FactsFile,
@@ -448,11 +449,11 @@ impl TailSampler {
         self
     }
 
-    /// Tells `on_keep` of every request whose trace it keeps: the
-    /// processes hold their spans until then, and send only those
-    /// traces' (see `services::telemetry::held`), so the traces expected
-    /// are the kept ones.
-    pub fn holding(mut self, on_keep: OnKeep) -> Self {
+    /// Tells `on_keep` of every traced request's decision: the processes
+    /// hold their spans until then, and send only the kept traces' (see
+    /// `services::telemetry::held`), so the traces expected are the kept
+    /// ones.
+    pub fn holding(mut self, on_keep: OnDecision) -> Self {
         self.on_keep = Some(on_keep);
         self
     }
@@ -559,9 +560,9 @@ impl RecordSink for TailSampler {
             }
             if kept {
                 flags |= KEEP;
-                if let Some(tell) = &self.on_keep {
-                    tell(record.id);
-                }
+            }
+            if let Some(tell) = &self.on_keep {
+                tell(record.id, kept);
             }
             // Expected: a sampled ok request's trace (a kept one, when
             // the processes send only those), checked against its path.

@@ -788,11 +788,14 @@ fn the_python_example_joins_the_trace_under_its_sidecar() {
         server.display().to_string()
     );
     let service = echo_service(&command, "{ message = \"hi\", work_us = 1000 }");
+    // A share of the traces kept: the rest are dropped, and the service's
+    // SDK, which sends every span it makes, has those held and evicted at
+    // the receiver.
     let text = scenario(
         "svc-traces",
         &closed(20),
         &format!("[[hop]]\nname = \"b\"\n{service}"),
-    );
+    ) + "[telemetry]\nkeep_share = 0.3\n";
     let path = write(scratch.path(), "s.toml", &text);
     let out = tailmesh(scratch.path(), &run_args(&path, &scratch.results(), &[]));
     let accounted = accounted(out, &scratch.results());
@@ -826,11 +829,18 @@ fn the_python_example_joins_the_trace_under_its_sidecar() {
             under_sidecar += 1;
         }
     }
-    assert!(
-        under_sidecar > 0,
-        "no span of the Python service in {} traces: {context}",
+    // Every kept trace has its request's one call to the service, and
+    // the dropped traces' spans of the service stopped at the receiver.
+    assert_eq!(
+        under_sidecar,
+        traces.len(),
+        "spans of the Python service in {} traces: {context}",
         traces.len()
     );
+    let t = &v["traces"];
+    assert!(u64_at(t, "/sampling/dropped") > 0, "{t:#}");
+    assert!(u64_at(t, "/held/evicted_at_receiver") > 0, "{t:#}");
+    assert_eq!(u64_at(t, "/lost"), 0, "{t:#}");
 }
 
 /// What examples/servers/setup.sh makes, by implementation, when it is

@@ -583,7 +583,9 @@ fn the_jaeger_file_keeps_exactly_the_tail_and_a_share_and_the_breakdown_sees_eve
         "a's times of {a_times} requests: {ok} ok, {} failed",
         failed.len()
     );
-    assert!(u64_at(t, "/traces") >= rows.len() as u64);
+    // Only the kept traces reached the receiver, the load generator's
+    // spans included.
+    assert_eq!(u64_at(t, "/traces"), kept);
     // Nothing of the spool, the facts or the kept traces is left behind.
     let hidden: Vec<String> = std::fs::read_dir(&run_dir)
         .expect("run dir")
@@ -924,6 +926,10 @@ fn held_spans_are_sent_for_kept_traces_only_and_a_too_small_hold_loses_some() {
         evicted > 10 * received,
         "{evicted} evicted, {received} sent"
     );
+    // The load generator's own span went only with the kept traces too:
+    // the variant's spans are the processes' sent and one per kept trace.
+    assert_eq!(u64_at(t, "/spans"), received + kept, "{t:#}\n{o:#}");
+    assert_eq!(u64_at(t, "/held/evicted_at_receiver"), 0, "{t:#}");
 
     // Three spans held at most: most kept traces were evicted before
     // their decision came, and each loss is counted and said.

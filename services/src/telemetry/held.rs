@@ -13,6 +13,27 @@ use std::time::Duration;
 
 use super::recorder::SpanRecord;
 
+/// What [`Held`] holds: a span (as a process recorded it, or as bytes a
+/// receiver took) and its trace.
+pub trait HeldSpan {
+    /// The span's trace id.
+    fn trace_id(&self) -> u128;
+    /// What recording it cost its process, ns (0 when unknown).
+    fn cost_ns(&self) -> u64 {
+        0
+    }
+}
+
+impl HeldSpan for SpanRecord {
+    fn trace_id(&self) -> u128 {
+        self.trace_id
+    }
+
+    fn cost_ns(&self) -> u64 {
+        self.cost_ns
+    }
+}
+
 /// How long, and how many spans, a process holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HoldLimits {
@@ -42,9 +63,9 @@ pub struct HeldCounts {
 
 /// Spans by trace, waiting for the run's decisions.
 #[derive(Debug)]
-pub struct Held {
+pub struct Held<S = SpanRecord> {
     limits: HoldLimits,
-    traces: HashMap<u128, Vec<SpanRecord>>,
+    traces: HashMap<u128, Vec<S>>,
     /// Traces in the order their first span came, with when (ns since
     /// the holder's epoch); a trace already sent or evicted is skipped.
     order: VecDeque<(u128, u64)>,
@@ -60,8 +81,8 @@ pub struct Held {
     counts: HeldCounts,
 }
 
-impl Held {
-    pub fn new(limits: HoldLimits) -> Held {
+impl<S: HeldSpan> Held<S> {
+    pub fn new(limits: HoldLimits) -> Held<S> {
         Held {
             limits,
             traces: HashMap::new(),
@@ -79,6 +100,12 @@ impl Held {
         self.counts
     }
 
+    /// Whether `trace` was kept within the last hold: its spans go on
+    /// as they come.
+    pub fn is_kept(&self, trace: u128) -> bool {
+        self.kept.contains(&trace)
+    }
+
     /// Spans held now.
     pub fn len(&self) -> usize {
         self.spans
@@ -90,8 +117,8 @@ impl Held {
 
     /// Takes `span`, come at `now` (ns): into `out` when its trace was
     /// kept, else held (evicting the oldest traces past the cap).
-    pub fn add(&mut self, span: SpanRecord, now: u64, out: &mut Vec<SpanRecord>) {
-        let trace = span.trace_id;
+    pub fn add(&mut self, span: S, now: u64, out: &mut Vec<S>) {
+        let trace = span.trace_id();
         if self.kept.contains(&trace) {
             out.push(span);
             return;
@@ -111,12 +138,7 @@ impl Held {
 
     /// The run kept `traces`, decided at `now`: their held spans into
     /// `out`, their later ones sent as they come.
-    pub fn keep(
-        &mut self,
-        traces: impl IntoIterator<Item = u128>,
-        now: u64,
-        out: &mut Vec<SpanRecord>,
-    ) {
+    pub fn keep(&mut self, traces: impl IntoIterator<Item = u128>, now: u64, out: &mut Vec<S>) {
         for trace in traces {
             if let Some(spans) = self.traces.remove(&trace) {
                 self.spans -= spans.len();
@@ -176,7 +198,7 @@ impl Held {
             let n = spans.len();
             self.spans -= n;
             self.counts.evicted_spans += n as u64;
-            self.counts.evicted_cost_ns += spans.iter().map(|s| s.cost_ns).sum::<u64>();
+            self.counts.evicted_cost_ns += spans.iter().map(HeldSpan::cost_ns).sum::<u64>();
             if early {
                 self.counts.evicted_early += n as u64;
             }
@@ -224,7 +246,7 @@ mod tests {
         v
     }
 
-    fn held(hold_ms: u64, max_spans: usize) -> Held {
+    fn held(hold_ms: u64, max_spans: usize) -> Held<SpanRecord> {
         Held::new(HoldLimits {
             hold: Duration::from_millis(hold_ms),
             max_spans,
