@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The soak benchmark: bench/soak.toml (open loop at 3,000/s for 10 minutes
-# through a 3-hop zero-work push chain, every request traced, about 1.8
-# million requests), with the memory of the orchestrator and of each hop
-# process sampled from /proc while it runs, the disk the run folder takes,
-# the size of the Jaeger file(s), and whether every request is accounted for.
+# through a 3-hop zero-work push chain with injected slowness, errors and
+# retries, every request traced, about 1.8 million requests), with the
+# memory of the orchestrator and of each hop process sampled from /proc
+# while it runs, the disk the run folder takes (its peak too), the size of
+# the Jaeger file(s), whether every request is accounted for, and whether
+# every slow, failed and retried request's trace is in the Jaeger files,
+# whole and in the format Jaeger's UI loads (bench/jaeger_check.py).
 #
 # Usage: bench/soak.sh [--duration D] [--rate R] [--interval S] [--early D]
 #                      [--out DIR] [--json FILE] [--no-build]
@@ -347,6 +350,7 @@ if ((RUN_RC != 0 && !INTERRUPTED)); then
 fi
 
 REPORT_RC=0
+SOAK_BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)" \
 python3 - "$OUT" "$RUN_RC" "$INTERRUPTED" "$EARLY_S" "$INTERVAL" "$JSON_OUT" <<'PY' || REPORT_RC=$?
 import csv, glob, json, os, sys, tomllib
 
@@ -369,6 +373,15 @@ def loadavg(path):
 def num(s):
     return int(s) if s not in ("", None) else None
 
+
+# The run folder's largest size while the run lasted (the span spool
+# included), bytes as du counts them.
+peak_disk = None
+try:
+    with open(os.path.join(out, "disk.csv"), newline="") as f:
+        peak_disk = max((int(r["run_dir_du_bytes"]) for r in csv.DictReader(f)), default=None)
+except (OSError, ValueError):
+    pass
 
 # Memory over time, per process name.
 series = {}
@@ -481,8 +494,26 @@ trace_counts = counts((summary or {}).get("traces"), "traces")
 for v in (summary or {}).get("variants", []):
     trace_counts.update(counts(v.get("traces"), f"variants.{v['name']}.traces"))
 
+# The tail's traces: every slow, failed or retried request's trace in the
+# Jaeger files, whole, and the files in the format Jaeger's UI loads.
+sys.path.insert(0, os.environ["SOAK_BENCH_DIR"])
+import jaeger_check  # noqa: E402
+tail = None
+if run_dir and summary is not None:
+    try:
+        tail = jaeger_check.check(run_dir)
+    except (OSError, ValueError, KeyError) as e:
+        tail = {"ok": False, "error": str(e)}
+hops_drift = {}
+for n in hops:
+    row = process_row(n)
+    if row["rss_at_early_mb"] and row["rss_at_load_end_mb"] is not None:
+        hops_drift[n] = row["rss_at_load_end_mb"] / row["rss_at_early_mb"] - 1
+
 failed = run_rc != 0 or summary is None
 goals = {
+    "tail_traces_whole_and_jaeger_format": None if tail is None else tail["ok"],
+    "hops_early_and_end_within_20_percent": None if not hops_drift else all(abs(d) <= DRIFT_GOAL for d in hops_drift.values()),
     "orchestrator_peak_under_300_mb": None if orch["peak_mb"] is None else orch["peak_mb"] < PEAK_GOAL_MB,
     "orchestrator_early_and_end_within_20_percent": None if drift is None else abs(drift) <= DRIFT_GOAL,
     "each_jaeger_file_at_most_50_mb": None if not jaeger else jaeger[0][1] <= JAEGER_GOAL_MB * MB,
@@ -499,6 +530,9 @@ doc = {
     "largest_files": [{"path": p, "bytes": b} for p, b in sorted(files, key=lambda f: -f[1])[:5]],
     "jaeger_files": [{"path": p, "bytes": b} for p, b in jaeger],
     "trace_counts": trace_counts,
+    "tail_traces": tail,
+    "hops_drift": hops_drift,
+    "run_dir_peak_bytes": peak_disk,
     "goals": goals,
     "load_average": {"before": loadavg(os.path.join(out, "loadavg-start")), "after": loadavg("/proc/loadavg")},
     "cores": os.cpu_count(),
@@ -527,7 +561,19 @@ rows.append(("orchestrator RSS peak / final", f"{mb(orch['peak_mb'])} / {mb(orch
 for h in doc["hops"]:
     rows.append((f"{h['process']} RSS at {early_label} / end / peak",
                  f"{mb(h['rss_at_early_mb'])} / {mb(h['rss_at_load_end_mb'])} / {mb(h['peak_mb'])}", ""))
-rows.append(("run folder (du)", f"{mb(used / MB)} ({size:,} bytes apparent)", ""))
+rows.append(("hops' RSS change, 1 min to end of load",
+             ", ".join(f"{n} {d * 100:+.1f} %" for n, d in hops_drift.items()) or "-",
+             f"each within 20 %: {verdict(goals['hops_early_and_end_within_20_percent'])}"))
+rows.append(("run folder (du)", f"{mb(used / MB)} ({size:,} bytes apparent); peak during the run "
+             f"{mb(None if peak_disk is None else peak_disk / MB)}", ""))
+if tail is not None and "tail" in tail:
+    rows.append(("the tail's traces (bench/jaeger_check.py)",
+                 "; ".join(f"{k} {v['whole']:,} of {v['requests']:,} whole" for k, v in tail["tail"].items())
+                 + f"; {tail['traces']:,} traces, {tail['orphan_traces']} with orphans, "
+                 f"{tail['format_problems']} format problems",
+                 f"every one whole, Jaeger's format: {verdict(goals['tail_traces_whole_and_jaeger_format'])}"))
+elif tail is not None:
+    rows.append(("the tail's traces", f"not checked: {tail.get('error')}", "**missed**"))
 rows.append(("Jaeger file(s)",
              ", ".join(f"{p} {mb(b / MB)}" for p, b in jaeger) or "none",
              f"each at most {JAEGER_GOAL_MB} MB: {verdict(goals['each_jaeger_file_at_most_50_mb'])}"))

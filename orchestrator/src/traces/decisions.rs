@@ -1,10 +1,14 @@
 //! The run's keep decisions for the processes that hold their spans
 //! (retroactive sampling, `services::telemetry::held`): the tail sampler
-//! appends each kept trace as its request ends, and every process asks
-//! for the ones after its last position (`TraceDecisions.Kept`, served
-//! beside the OTLP receiver, so whatever reaches the receiver reaches
-//! the decisions). The log keeps the last [`REMEMBERED`] decisions: a
-//! process that asks later than that is told how many it missed.
+//! appends each traced request's decision, kept or dropped, as the
+//! request ends, and every process asks for the ones after its last
+//! position (`TraceDecisions.Kept`, served beside the OTLP receiver, so
+//! whatever reaches the receiver reaches the decisions). A dropped
+//! trace's spans leave a process as soon as it reads the decision, not
+//! when their hold runs out, so a process holds about one polling
+//! interval of spans, not a hold's. The log keeps the last
+//! [`REMEMBERED`] decisions: a process that asks later than that is told
+//! how many it missed.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,13 +18,13 @@ use tailmesh_proto::pb::{
     trace_decisions_server::{TraceDecisions, TraceDecisionsServer},
 };
 
-/// Decisions remembered: at 16 bytes each, 16 MiB.
+/// Decisions remembered: at 17 bytes each, 17 MiB.
 pub const REMEMBERED: usize = 1 << 20;
 
 /// Trace ids in one reply at most (64 KiB).
 const PER_REPLY: usize = 4096;
 
-/// The kept traces in the order they were kept.
+/// The decided traces in the order they were decided.
 #[derive(Debug, Default)]
 pub struct DecisionLog {
     inner: Mutex<Log>,
@@ -28,9 +32,11 @@ pub struct DecisionLog {
 
 #[derive(Debug, Default)]
 struct Log {
-    /// The position of `kept[0]` (positions count from 1).
+    /// The position of `traces[0]` (positions count from 1).
     first: u64,
-    kept: VecDeque<u128>,
+    traces: VecDeque<u128>,
+    /// Whether each of `traces` was kept.
+    kept: VecDeque<bool>,
     capacity: usize,
 }
 
@@ -40,6 +46,7 @@ impl DecisionLog {
         DecisionLog {
             inner: Mutex::new(Log {
                 first: 1,
+                traces: VecDeque::new(),
                 kept: VecDeque::new(),
                 capacity: capacity.max(1),
             }),
@@ -52,48 +59,74 @@ impl DecisionLog {
 
     /// The run kept `trace`.
     pub fn keep(&self, trace: u128) {
+        self.decide(trace, true);
+    }
+
+    /// The run decided `trace`: kept or dropped.
+    pub fn decide(&self, trace: u128, kept: bool) {
         let mut log = self.lock();
-        if log.kept.len() == log.capacity {
+        if log.traces.len() == log.capacity {
+            log.traces.pop_front();
             log.kept.pop_front();
             log.first += 1;
         }
-        log.kept.push_back(trace);
+        log.traces.push_back(trace);
+        log.kept.push_back(kept);
     }
 
-    /// Hands every decision after position `after` to `each`; returns
-    /// the position to read from next and how many decisions after
-    /// `after` were forgotten already.
-    pub fn read_after(&self, after: u64, mut each: impl FnMut(u128)) -> (u64, u64) {
+    /// Hands every decision after position `after` to `each` (the trace,
+    /// whether kept); returns the position to read from next and how many
+    /// decisions after `after` were forgotten already.
+    pub fn read_after(&self, after: u64, mut each: impl FnMut(u128, bool)) -> (u64, u64) {
         let log = self.lock();
-        let from = (after + 1).max(log.first);
-        let skip = usize::try_from(from - log.first).unwrap_or(usize::MAX);
-        for id in log.kept.iter().skip(skip) {
-            each(*id);
+        let (from, skip, forgotten) = log.from(after);
+        for (trace, kept) in log.traces.range(skip..).zip(log.kept.range(skip..)) {
+            each(*trace, *kept);
         }
-        let end = log.first + log.kept.len() as u64;
-        (end.saturating_sub(1).max(after), from - (after + 1))
+        let end = log.first + log.traces.len() as u64;
+        (end.saturating_sub(1).max(after).max(from - 1), forgotten)
     }
 
     /// The decisions after position `after`, at most `limit`.
     pub fn after(&self, after: u64, limit: usize) -> KeptReply {
         let log = self.lock();
-        let end = log.first + log.kept.len() as u64;
-        let from = (after + 1).max(log.first);
-        let forgotten = from - (after + 1).min(from);
-        let skip = usize::try_from(from - log.first).unwrap_or(usize::MAX);
-        let mut trace_ids = Vec::with_capacity(limit.min(log.kept.len()) * 16);
-        let mut taken = 0;
-        for id in log.kept.iter().skip(skip).take(limit) {
-            trace_ids.extend_from_slice(&id.to_be_bytes());
-            taken += 1;
+        let end = log.first + log.traces.len() as u64;
+        let (from, skip, forgotten) = log.from(after);
+        let n = limit.min(log.traces.len().saturating_sub(skip));
+        let mut trace_ids = Vec::new();
+        let mut dropped_ids = Vec::new();
+        for (trace, kept) in log
+            .traces
+            .range(skip..skip + n)
+            .zip(log.kept.range(skip..skip + n))
+        {
+            let out = if *kept {
+                &mut trace_ids
+            } else {
+                &mut dropped_ids
+            };
+            out.extend_from_slice(&trace.to_be_bytes());
         }
-        let next = from + taken as u64 - 1;
+        let next = from + n as u64 - 1;
         KeptReply {
             next: next.max(after),
             trace_ids,
+            dropped_ids,
             forgotten,
             more: next + 1 < end,
         }
+    }
+}
+
+impl Log {
+    /// For a reader after position `after`: the first position it reads,
+    /// its index in the log, and the decisions it missed.
+    fn from(&self, after: u64) -> (u64, usize, u64) {
+        let from = (after + 1).max(self.first);
+        let skip = usize::try_from(from - self.first)
+            .unwrap_or(usize::MAX)
+            .min(self.traces.len());
+        (from, skip, from - (after + 1))
     }
 }
 
@@ -144,6 +177,23 @@ mod tests {
         assert_eq!((ids(&b), b.next, b.more), (vec![4000, 5000], 5, false));
         let c = log.after(b.next, 3);
         assert_eq!((ids(&c), c.next, c.forgotten), (vec![], 5, 0));
+        // Dropped traces come apart from the kept, in the same count.
+        log.decide(6000, false);
+        log.keep(7000);
+        log.decide(8000, false);
+        let d = log.after(c.next, 2);
+        let dropped: Vec<u128> = d
+            .dropped_ids
+            .chunks(16)
+            .map(|c| u128::from_be_bytes(c.try_into().expect("16 bytes")))
+            .collect();
+        assert_eq!(
+            (ids(&d), dropped, d.next, d.more),
+            (vec![7000], vec![6000], 7, true)
+        );
+        let mut read = Vec::new();
+        let (next, forgotten) = log.read_after(d.next, |t, kept| read.push((t, kept)));
+        assert_eq!((read, next, forgotten), (vec![(8000, false)], 8, 0));
     }
 
     #[test]

@@ -84,11 +84,14 @@ impl ReceiverHold {
     }
 
     fn decide(&mut self, log: &DecisionLog, now: u64, out: &mut Vec<RawSpan>) {
-        let mut kept = Vec::new();
-        let (next, forgotten) = log.read_after(self.after, |t| kept.push(t));
+        let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+        let (next, forgotten) = log.read_after(self.after, |t, keep| {
+            if keep { &mut kept } else { &mut dropped }.push(t)
+        });
         self.after = next;
         self.held.forgotten(forgotten);
         self.held.keep(kept, now, out);
+        self.held.drop_traces(dropped);
     }
 }
 

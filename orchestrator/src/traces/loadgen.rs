@@ -126,14 +126,12 @@ impl LoadTracer {
         self.request(id).sampled
     }
 
-    /// The run decided request `id`'s trace: when `kept`, the processes
-    /// holding their spans are told, and the request's own span, held
-    /// here, goes on; otherwise that span is dropped.
+    /// The run decided request `id`'s trace: the processes holding their
+    /// spans are told, and the request's own span, held here, goes on
+    /// when `kept` and is dropped otherwise.
     pub fn decide(&self, id: u64, kept: bool) {
         let t = self.request(id);
-        if kept {
-            self.collector.decisions.keep(t.trace_id);
-        }
+        self.collector.decisions.decide(t.trace_id, kept);
         let Some(waiting) = &self.waiting else {
             return;
         };

@@ -660,11 +660,9 @@ impl Hold {
             self.failing = false;
             self.held.forgotten(reply.forgotten);
             self.after = reply.next;
-            let ids = reply
-                .trace_ids
-                .chunks_exact(16)
-                .filter_map(|c| c.try_into().ok().map(u128::from_be_bytes));
-            self.held.keep(ids, held_clock(), out);
+            self.held
+                .keep(trace_ids(&reply.trace_ids), held_clock(), out);
+            self.held.drop_traces(trace_ids(&reply.dropped_ids));
             if !reply.more {
                 break;
             }
@@ -683,6 +681,13 @@ impl Hold {
         }
         self.failing = true;
     }
+}
+
+/// The 16-byte trace ids of a decisions reply.
+fn trace_ids(bytes: &[u8]) -> impl Iterator<Item = u128> + '_ {
+    bytes
+        .chunks_exact(16)
+        .filter_map(|c| c.try_into().ok().map(u128::from_be_bytes))
 }
 
 /// Nanoseconds on the holder's monotonic clock.

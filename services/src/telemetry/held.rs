@@ -1,9 +1,10 @@
 //! Spans held where they were made until the run decides which traces to
 //! keep (retroactive sampling): the exporter thread puts every span it
 //! takes into [`Held`], by trace; a keep decision sends that trace's
-//! spans on, and its later spans at once; a trace not kept within the
-//! hold time, or the oldest when the spans held pass their cap, is
-//! evicted unsent, which is all a dropped trace costs. A keep decision
+//! spans on, and its later spans at once; a drop decision evicts the
+//! trace's spans unsent, which is all a dropped trace costs; a trace not
+//! decided within the hold time, or the oldest when the spans held pass
+//! their cap, is evicted too. A keep decision
 //! that comes after its trace was evicted is a lost trace: counted, with
 //! how long after the trace's first span it came (the hold that would
 //! have kept it).
@@ -156,6 +157,19 @@ impl<S: HeldSpan> Held<S> {
         }
     }
 
+    /// The run dropped `traces`: their held spans are evicted now, not
+    /// when their hold runs out (a later span of one waits out its hold).
+    pub fn drop_traces(&mut self, traces: impl IntoIterator<Item = u128>) {
+        for trace in traces {
+            if let Some(spans) = self.traces.remove(&trace) {
+                let n = spans.len();
+                self.spans -= n;
+                self.counts.evicted_spans += n as u64;
+                self.counts.evicted_cost_ns += spans.iter().map(HeldSpan::cost_ns).sum::<u64>();
+            }
+        }
+    }
+
     /// Notes `n` decisions the run had forgotten when asked.
     pub fn forgotten(&mut self, n: u64) {
         self.counts.forgotten_decisions += n;
@@ -299,6 +313,27 @@ mod tests {
         h.expire(600 * MS);
         h.keep([4], 600 * MS, &mut out);
         assert_eq!(h.counts().lost_traces, 1);
+    }
+
+    #[test]
+    fn a_dropped_trace_goes_at_its_decision_and_its_late_spans_wait_out_their_hold() {
+        let mut h = held(100, 1000);
+        let mut out = Vec::new();
+        h.add(span(1, 10), 0, &mut out);
+        h.add(span(1, 11), MS, &mut out);
+        h.add(span(2, 20), MS, &mut out);
+        h.drop_traces([1, 3]);
+        assert_eq!(h.len(), 1, "trace 1 went at once; trace 3 was never here");
+        let c = h.counts();
+        assert_eq!((c.evicted_spans, c.evicted_early), (2, 0));
+        // A span of trace 1 after its decision is held, and evicted after
+        // its hold like any undecided trace's.
+        h.add(span(1, 12), 2 * MS, &mut out);
+        h.expire(102 * MS);
+        assert!(h.is_empty());
+        assert!(out.is_empty());
+        assert_eq!(h.counts().evicted_spans, 4);
+        assert_eq!(h.counts().lost_traces, 0);
     }
 
     #[test]
