@@ -184,7 +184,11 @@ impl<S: HeldSpan> Held<S> {
             .front()
             .is_some_and(|(_, first)| now.saturating_sub(*first) >= hold)
         {
-            self.evict_oldest(now, false);
+            // The front trace itself, when still held: one sent or
+            // dropped since leaves only its entry.
+            if let Some((trace, first)) = self.order.pop_front() {
+                self.evict(trace, first, now, false);
+            }
         }
         while let Some(&(trace, at)) = self.kept_order.front() {
             if now.saturating_sub(at) < hold {
@@ -205,22 +209,29 @@ impl<S: HeldSpan> Held<S> {
     /// Evicts the oldest trace still held; `false` when none is.
     fn evict_oldest(&mut self, now: u64, early: bool) -> bool {
         while let Some((trace, first)) = self.order.pop_front() {
-            let Some(spans) = self.traces.remove(&trace) else {
-                // Sent already.
-                continue;
-            };
-            let n = spans.len();
-            self.spans -= n;
-            self.counts.evicted_spans += n as u64;
-            self.counts.evicted_cost_ns += spans.iter().map(HeldSpan::cost_ns).sum::<u64>();
-            if early {
-                self.counts.evicted_early += n as u64;
+            if self.evict(trace, first, now, early) {
+                return true;
             }
-            self.evicted.insert(trace, first);
-            self.evicted_order.push_back((trace, now));
-            return true;
         }
         false
+    }
+
+    /// Evicts `trace`, whose first span came at `first`, if it is still
+    /// held (it may have been sent or dropped since).
+    fn evict(&mut self, trace: u128, first: u64, now: u64, early: bool) -> bool {
+        let Some(spans) = self.traces.remove(&trace) else {
+            return false;
+        };
+        let n = spans.len();
+        self.spans -= n;
+        self.counts.evicted_spans += n as u64;
+        self.counts.evicted_cost_ns += spans.iter().map(HeldSpan::cost_ns).sum::<u64>();
+        if early {
+            self.counts.evicted_early += n as u64;
+        }
+        self.evicted.insert(trace, first);
+        self.evicted_order.push_back((trace, now));
+        true
     }
 
     /// Evicts every trace still held (a process stopping: its last
@@ -333,6 +344,23 @@ mod tests {
         assert!(h.is_empty());
         assert!(out.is_empty());
         assert_eq!(h.counts().evicted_spans, 4);
+        assert_eq!(h.counts().lost_traces, 0);
+    }
+
+    #[test]
+    fn the_hold_of_a_trace_sent_or_dropped_early_never_evicts_a_younger_one() {
+        let mut h = held(100, 1000);
+        let mut out = Vec::new();
+        h.add(span(1, 10), 0, &mut out);
+        h.add(span(2, 20), 0, &mut out);
+        h.keep([1], MS, &mut out);
+        h.drop_traces([2]);
+        h.add(span(3, 30), 90 * MS, &mut out);
+        // Traces 1 and 2's holds run out; trace 3's has 90 ms to go.
+        h.expire(101 * MS);
+        assert_eq!(h.len(), 1);
+        h.keep([3], 102 * MS, &mut out);
+        assert_eq!(ids(&out), [10, 30]);
         assert_eq!(h.counts().lost_traces, 0);
     }
 
