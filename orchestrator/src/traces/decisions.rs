@@ -18,8 +18,9 @@ use tailmesh_proto::pb::{
     trace_decisions_server::{TraceDecisions, TraceDecisionsServer},
 };
 
-/// Decisions remembered: at 17 bytes each, 17 MiB.
-pub const REMEMBERED: usize = 1 << 20;
+/// Decisions remembered: at 17 bytes each, 4.25 MiB; 87 s of decisions
+/// at 3,000 traced requests a second, where a process asks every 200 ms.
+pub const REMEMBERED: usize = 1 << 18;
 
 /// Trace ids in one reply at most (64 KiB).
 const PER_REPLY: usize = 4096;
