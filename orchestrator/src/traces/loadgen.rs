@@ -436,6 +436,24 @@ mod tests {
         }
     }
 
+    /// The names of the spans the collector spooled, in order.
+    fn span_names(collector: &Collector) -> Vec<String> {
+        collector
+            .take()
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .map(|s| s.name)
+            .collect()
+    }
+
+    fn trace_ids(bytes: &[u8]) -> Vec<u128> {
+        bytes
+            .chunks_exact(16)
+            .map(|c| u128::from_be_bytes(c.try_into().expect("16 bytes")))
+            .collect()
+    }
+
     #[test]
     fn batched_client_spans_decode_to_the_spans_recorded() {
         let tmp = tempfile::tempdir().expect("temp dir");
@@ -513,13 +531,7 @@ mod tests {
         );
         drop(tracer);
         assert_eq!(collector.counts().spans, BATCH_SPANS + extra + 1);
-        let ids: Vec<String> = collector
-            .take()
-            .into_iter()
-            .flat_map(|r| r.scope_spans)
-            .flat_map(|s| s.spans)
-            .map(|s| s.name)
-            .collect();
+        let ids = span_names(&collector);
         assert_eq!(ids.len() as u64, BATCH_SPANS + extra + 1);
         assert_eq!(ids.last().map(String::as_str), Some("request 999"));
     }
@@ -546,23 +558,14 @@ mod tests {
         tracer.decide(9, true);
         tracer.flush();
         assert_eq!(tracer.waiting(), (1, 1));
-        let names: Vec<String> = collector
-            .take()
-            .into_iter()
-            .flat_map(|r| r.scope_spans)
-            .flat_map(|s| s.spans)
-            .map(|s| s.name)
-            .collect();
+        let names = span_names(&collector);
         assert_eq!(names, ["request 1", "request 3"]);
-        // The kept ones were told to the processes, the dropped one not.
+        // The processes were told of each: the kept ones as kept, the
+        // dropped one as dropped.
         let told = collector.decisions.after(0, 100);
-        let kept: Vec<u128> = told
-            .trace_ids
-            .chunks_exact(16)
-            .map(|c| u128::from_be_bytes(c.try_into().expect("16 bytes")))
-            .collect();
         let id = |r: u64| tracer.request(r).trace_id;
-        assert_eq!(kept, [id(1), id(3), id(9)]);
+        assert_eq!(trace_ids(&told.trace_ids), [id(1), id(3), id(9)]);
+        assert_eq!(trace_ids(&told.dropped_ids), [id(2)]);
     }
 
     #[test]
