@@ -5,7 +5,8 @@
   query API's shape): {"data": [trace...]}, each trace with its traceID,
   spans and processes, each span with traceID (its trace's), spanID,
   operationName, references, startTime and duration (integers, us),
-  tags, and a processID its trace's processes name.
+  tags (each a key, a type and a value), logs, and a processID its
+  trace's processes name.
 - Orphans: a span whose reference names a span not in its trace.
 - The tail: every slow (latency above the check's slow threshold),
   failed or retried request of requests.csv has its trace in the files
@@ -23,7 +24,8 @@ import json
 import os
 import sys
 
-SPAN_KEYS = ("traceID", "spanID", "operationName", "references", "startTime", "duration", "tags", "processID")
+SPAN_KEYS = ("traceID", "spanID", "operationName", "references", "startTime", "duration", "tags", "logs",
+             "processID")
 
 
 def load_traces(run_dir):
@@ -60,6 +62,8 @@ def trace_problems(trace):
             problems.append(f"span {s['spanID']}: traceID {s['traceID']} in trace {tid}")
         if not isinstance(s["startTime"], int) or not isinstance(s["duration"], int):
             problems.append(f"span {s['spanID']}: startTime and duration must be integers")
+        if any(not {"key", "type", "value"} <= set(t) for t in s["tags"]):
+            problems.append(f"span {s['spanID']}: a tag without its key, type or value")
         if s["processID"] not in processes:
             problems.append(f"span {s['spanID']}: processID {s['processID']} not among the processes")
         for r in s["references"]:
