@@ -8,26 +8,19 @@
 //! (every batch of a holding process, and one with no spans, which
 //! carries a process's counters) passes whole; any other is split, its
 //! kept spans passed on re-encoded and the rest held. Spans are held as
-//! slices of the request they came in, never decoded.
+//! the slices of the request the receiver's check cut it into, never
+//! decoded again.
 
-use bytes::{Bytes, BytesMut};
-use prost::Message;
+use bytes::BytesMut;
 use tailmesh_services::telemetry::{
     held::{Held, HeldCounts, HeldSpan, HoldLimits},
     otlp,
 };
 
-use super::{decisions::DecisionLog, raw::RawBatch};
-
-/// One span of an export request, as the bytes it came in, with its
-/// process's resource and scope.
-#[derive(Debug)]
-pub(super) struct RawSpan {
-    resource: Bytes,
-    scope: Bytes,
-    span: Bytes,
-    trace: u128,
-}
+use super::{
+    decisions::DecisionLog,
+    raw::{RawBatch, RawSpan},
+};
 
 impl HeldSpan for RawSpan {
     fn trace_id(&self) -> u128 {
@@ -55,20 +48,19 @@ impl ReceiverHold {
     /// since the last: what goes on to the spool (the batch whole, or the
     /// kept spans re-encoded); the rest is held. Evicts what waited past
     /// its hold.
-    pub(super) fn take(&mut self, batch: RawBatch, log: &DecisionLog, now: u64) -> Vec<RawBatch> {
+    pub(super) fn take(
+        &mut self,
+        mut batch: RawBatch,
+        log: &DecisionLog,
+        now: u64,
+    ) -> Vec<RawBatch> {
         let mut out = Vec::new();
         self.decide(log, now, &mut out);
         self.held.expire(now);
-        let split = match Split::decode(batch.body_bytes()) {
-            Ok(split) => split,
-            // It passed the check: this cannot fail. Pass it whole.
-            Err(_) => return pass(batch, out),
-        };
-        let spans: Vec<RawSpan> = split.spans().collect();
-        if spans.iter().all(|s| self.held.is_kept(s.trace)) {
-            return pass(batch, out);
+        if batch.parts.iter().all(|s| self.held.is_kept(s.trace)) {
+            return encode(&out).into_iter().chain([batch]).collect();
         }
-        for span in spans {
+        for span in std::mem::take(&mut batch.parts) {
             self.held.add(span, now, &mut out);
         }
         encode(&out).into_iter().collect()
@@ -93,11 +85,6 @@ impl ReceiverHold {
         self.held.keep(kept, now, out);
         self.held.drop_traces(dropped);
     }
-}
-
-/// `batch` whole, after the spans `out` kept.
-fn pass(batch: RawBatch, out: Vec<RawSpan>) -> Vec<RawBatch> {
-    encode(&out).into_iter().chain([batch]).collect()
 }
 
 /// `spans` as one export request, each run of spans of one process and
@@ -127,64 +114,6 @@ fn encode(spans: &[RawSpan]) -> Option<RawBatch> {
     Some(RawBatch::encoded(buf.freeze(), spans.len() as u64))
 }
 
-/// An export request cut into its processes, scopes and spans, each a
-/// slice of the request's bytes.
-#[derive(Clone, PartialEq, Message)]
-struct Split {
-    #[prost(message, repeated, tag = "1")]
-    resource_spans: Vec<SplitResource>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct SplitResource {
-    /// The `Resource` message's bytes.
-    #[prost(bytes = "bytes", tag = "1")]
-    resource: Bytes,
-    #[prost(message, repeated, tag = "2")]
-    scope_spans: Vec<SplitScope>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct SplitScope {
-    /// The `InstrumentationScope` message's bytes.
-    #[prost(bytes = "bytes", tag = "1")]
-    scope: Bytes,
-    /// Each `Span` message's bytes.
-    #[prost(bytes = "bytes", repeated, tag = "2")]
-    spans: Vec<Bytes>,
-}
-
-/// A span's trace id.
-#[derive(Clone, PartialEq, Message)]
-struct SpanTrace {
-    #[prost(bytes = "bytes", tag = "1")]
-    trace_id: Bytes,
-}
-
-impl Split {
-    fn spans(self) -> impl Iterator<Item = RawSpan> {
-        self.resource_spans.into_iter().flat_map(|r| {
-            let resource = r.resource;
-            r.scope_spans.into_iter().flat_map(move |s| {
-                let (resource, scope) = (resource.clone(), s.scope);
-                s.spans.into_iter().map(move |span| {
-                    // The check on arrival made every trace id 16 bytes.
-                    let trace = SpanTrace::decode(span.clone())
-                        .ok()
-                        .and_then(|t| <[u8; 16]>::try_from(&t.trace_id[..]).ok())
-                        .map_or(0, u128::from_be_bytes);
-                    RawSpan {
-                        resource: resource.clone(),
-                        scope: scope.clone(),
-                        span,
-                        trace,
-                    }
-                })
-            })
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -195,6 +124,8 @@ mod tests {
         resource::v1::Resource,
         trace::v1::{ResourceSpans, ScopeSpans, Span},
     };
+
+    use prost::Message;
 
     use super::*;
 

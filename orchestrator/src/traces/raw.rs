@@ -1,6 +1,7 @@
 //! The receiver's gRPC service for OTLP trace export, taking each export
 //! request as bytes: a light decode checks it (ids, times, the span
-//! count; names and attributes are skipped), and the full decode waits
+//! count; names and attributes are skipped) and cuts it into its spans'
+//! bytes (what a hold at the receiver keeps), and the full decode waits
 //! until the run's spans are taken, after the load. So the receiver's cost
 //! while the load runs is a copy and a skim, not a decode into owned
 //! strings and attribute lists.
@@ -35,23 +36,38 @@ pub(super) struct RawBatch {
     body: Bytes,
     /// Its spans.
     pub(super) spans: u64,
+    /// Each span as a slice of `body`, with its process and trace, as
+    /// [`check`] found them (empty for a batch this process encoded).
+    pub(super) parts: Vec<RawSpan>,
+}
+
+/// One span of an export request, as the bytes it came in, with its
+/// process's resource and scope.
+#[derive(Debug)]
+pub(super) struct RawSpan {
+    /// The `Resource` message's bytes.
+    pub(super) resource: Bytes,
+    /// The `InstrumentationScope` message's bytes.
+    pub(super) scope: Bytes,
+    /// The `Span` message's bytes.
+    pub(super) span: Bytes,
+    pub(super) trace: u128,
 }
 
 impl RawBatch {
     /// An export request this process encoded, holding `spans` spans
     /// (well-formed by construction, so not checked).
     pub(super) fn encoded(body: Bytes, spans: u64) -> Self {
-        RawBatch { body, spans }
+        RawBatch {
+            body,
+            spans,
+            parts: Vec::new(),
+        }
     }
 
     /// The request's bytes, as they arrived.
     pub(super) fn body(&self) -> &[u8] {
         &self.body
-    }
-
-    /// The request's bytes, shared.
-    pub(super) fn body_bytes(&self) -> Bytes {
-        self.body.clone()
     }
 
     /// The request, decoded in full.
@@ -60,8 +76,9 @@ impl RawBatch {
     }
 }
 
-/// The fields of an export request the check reads; prost skips the rest
-/// without decoding it.
+/// An export request cut into its processes, scopes and spans, each a
+/// slice of the request's bytes; prost skips the rest without decoding
+/// it.
 #[derive(Clone, PartialEq, Message)]
 struct LiteRequest {
     #[prost(message, repeated, tag = "1")]
@@ -70,14 +87,18 @@ struct LiteRequest {
 
 #[derive(Clone, PartialEq, Message)]
 struct LiteResourceSpans {
+    #[prost(bytes = "bytes", tag = "1")]
+    resource: Bytes,
     #[prost(message, repeated, tag = "2")]
     scope_spans: Vec<LiteScopeSpans>,
 }
 
 #[derive(Clone, PartialEq, Message)]
 struct LiteScopeSpans {
-    #[prost(message, repeated, tag = "2")]
-    spans: Vec<LiteSpan>,
+    #[prost(bytes = "bytes", tag = "1")]
+    scope: Bytes,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    spans: Vec<Bytes>,
 }
 
 /// A span's ids and times (slices of the request, not copies), and its
@@ -118,14 +139,17 @@ pub(super) enum BatchError {
 /// 8-byte parent span id, and must not end before it starts. Says why not.
 pub(super) fn check(body: Bytes) -> Result<RawBatch, BatchError> {
     let lite = LiteRequest::decode(body.clone()).map_err(BatchError::Undecodable)?;
-    let mut spans = 0u64;
-    for span in lite
-        .resource_spans
-        .iter()
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-    {
-        spans += 1;
+    let mut parts = Vec::new();
+    for (resource, scope, bytes) in lite.resource_spans.into_iter().flat_map(|r| {
+        let resource = r.resource;
+        r.scope_spans.into_iter().flat_map(move |s| {
+            let (resource, scope) = (resource.clone(), s.scope);
+            s.spans
+                .into_iter()
+                .map(move |span| (resource.clone(), scope.clone(), span))
+        })
+    }) {
+        let span = LiteSpan::decode(bytes.clone()).map_err(BatchError::Undecodable)?;
         let name = || String::from_utf8_lossy(&span.name).into_owned();
         if span.trace_id.len() != 16 || span.trace_id.iter().all(|b| *b == 0) {
             return Err(BatchError::TraceId {
@@ -148,8 +172,20 @@ pub(super) fn check(body: Bytes) -> Result<RawBatch, BatchError> {
         if span.end_time_unix_nano < span.start_time_unix_nano {
             return Err(BatchError::EndsBeforeStart { span: name() });
         }
+        let mut trace = [0u8; 16];
+        trace.copy_from_slice(&span.trace_id);
+        parts.push(RawSpan {
+            resource,
+            scope,
+            span: bytes,
+            trace: u128::from_be_bytes(trace),
+        });
     }
-    Ok(RawBatch { body, spans })
+    Ok(RawBatch {
+        body,
+        spans: parts.len() as u64,
+        parts,
+    })
 }
 
 /// Request bodies as bytes, replies as OTLP export responses.
