@@ -147,6 +147,7 @@ fn start_export(
     let config = export::ExportConfig::from_env(endpoint, process)?;
     let (recorder, spans, counters) = recorder::Recorder::new(ratio_from_env(), MAX_QUEUE);
     let exporter = export::ExportThread::spawn(config, spans, counters)?;
+    let recorder = recorder.waking(exporter.waker());
     if !recorder.install() {
         tracing::warn!("trace export: a recorder was already installed; keeping it");
     }

@@ -96,6 +96,9 @@ pub struct PathTimes {
     /// The hops whose requests can wait (pulled, or with limited
     /// concurrency).
     queued: HashSet<String>,
+    /// [`CallTimes`]'s buffers, kept between requests: the load
+    /// generator's thread records every request here.
+    calls: CallTimes,
 }
 
 impl PathTimes {
@@ -111,6 +114,7 @@ impl PathTimes {
                 })
                 .map(|h| h.name.clone())
                 .collect(),
+            calls: CallTimes::default(),
         }
     }
 
@@ -119,12 +123,15 @@ impl PathTimes {
         if r.outcome != Outcome::Ok || r.path.is_empty() {
             return;
         }
-        let calls = call_times(r);
-        for (h, call) in r.path.iter().zip(calls) {
+        self.calls.of(r);
+        for (h, &call) in r.path.iter().zip(&self.calls.out) {
             if !super::has_server_span(h) {
                 continue;
             }
-            let t = self.times.entry(h.hop.clone()).or_default();
+            let t = match self.times.get_mut(h.hop.as_str()) {
+                Some(t) => t,
+                None => self.times.entry(h.hop.clone()).or_default(),
+            };
             t.spans += 1;
             let down = if h.downstream_ns > 0 {
                 h.downstream_ns
@@ -147,31 +154,48 @@ impl PathTimes {
     }
 }
 
-/// Per record of `r`'s path, its caller's time for the call into it: the
-/// records come in post order (a hop's callees', then its own; the
-/// entry's last) and each record times its calls in order, so each takes
-/// the last finished subtrees as its callees. `None` where the path does
-/// not read that way.
-fn call_times(r: &RequestRecord) -> Vec<Option<u64>> {
-    let mut out: Vec<Option<u64>> = vec![None; r.path.len()];
-    let mut roots: Vec<usize> = Vec::new();
-    for (i, h) in r.path.iter().enumerate() {
-        let Some(first) = roots.len().checked_sub(h.calls.len()) else {
-            return vec![None; r.path.len()];
-        };
-        for (timing, &child) in h.calls.iter().zip(&roots[first..]) {
-            if r.path[child].hop != timing.hop {
-                return vec![None; r.path.len()];
-            }
-            out[child] = Some(timing.call_ns);
+/// Per record of a request's path, its caller's time for the call into
+/// it: the records come in post order (a hop's callees', then its own;
+/// the entry's last) and each record times its calls in order, so each
+/// takes the last finished subtrees as its callees. `None` where the path
+/// does not read that way.
+#[derive(Default)]
+struct CallTimes {
+    out: Vec<Option<u64>>,
+    roots: Vec<usize>,
+}
+
+impl CallTimes {
+    /// Fills `out` for `r`.
+    fn of(&mut self, r: &RequestRecord) {
+        self.out.clear();
+        self.out.resize(r.path.len(), None);
+        self.roots.clear();
+        if !self.read(r) {
+            self.out.fill(None);
         }
-        roots.truncate(first);
-        roots.push(i);
     }
-    if let [entry] = roots[..] {
-        out[entry] = Some(u64::try_from(r.latency().as_nanos()).unwrap_or(u64::MAX));
+
+    fn read(&mut self, r: &RequestRecord) -> bool {
+        let roots = &mut self.roots;
+        for (i, h) in r.path.iter().enumerate() {
+            let Some(first) = roots.len().checked_sub(h.calls.len()) else {
+                return false;
+            };
+            for (timing, &child) in h.calls.iter().zip(&roots[first..]) {
+                if r.path[child].hop != timing.hop {
+                    return false;
+                }
+                self.out[child] = Some(timing.call_ns);
+            }
+            roots.truncate(first);
+            roots.push(i);
+        }
+        if let [entry] = roots[..] {
+            self.out[entry] = Some(u64::try_from(r.latency().as_nanos()).unwrap_or(u64::MAX));
+        }
+        true
     }
-    out
 }
 
 #[derive(Default)]

@@ -1,5 +1,6 @@
-//! The exporter: one thread per process that wakes every
-//! [`INTERVAL`], takes the spans the serving threads handed over, writes
+//! The exporter: one thread per process, at the least scheduling
+//! priority, that wakes every [`INTERVAL`] or whenever the serving threads
+//! have handed it [`super::recorder::WAKE_EVERY`] spans, takes those, writes
 //! them as one OTLP `ExportTraceServiceRequest` straight into a reused
 //! byte buffer (see [`otlp`]) and sends those bytes over
 //! OTLP/gRPC to the collector. Between exports the thread waits inside its
@@ -471,6 +472,7 @@ impl ExportThread {
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
+                yield_to_serving();
                 export_loop(&runtime, config, &spans, counters, &stopping, &woken);
                 let _ = finished.send(());
             })
@@ -483,6 +485,11 @@ impl ExportThread {
         })
     }
 
+    /// What ends the exporter's wait: the recorder rings it as spans come.
+    pub fn waker(&self) -> Arc<Notify> {
+        Arc::clone(&self.wake)
+    }
+
     /// Exports what is still queued, waiting up to 5 s, and stops.
     pub fn shutdown(self) {
         self.stop.store(true, Ordering::Release);
@@ -493,6 +500,17 @@ impl ExportThread {
             }
             Err(_) => tracing::warn!("trace export shutdown: spans still unsent after 5 s"),
         }
+    }
+}
+
+/// Lowers the calling thread to the least scheduling priority (nice 19):
+/// the exporter runs on time the serving threads leave, and a serving
+/// thread woken by a request takes the core from it at once instead of
+/// waiting out its turn. Where the kernel refuses, it stays as it was.
+fn yield_to_serving() {
+    let thread = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(thread), 19) {
+        tracing::debug!("trace export: kept its priority ({e})");
     }
 }
 

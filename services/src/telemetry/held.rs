@@ -62,36 +62,63 @@ pub struct HeldCounts {
     pub forgotten_decisions: u64,
 }
 
-/// Spans by trace, waiting for the run's decisions.
+/// Spans by trace, waiting for the run's decisions. Every span the
+/// process makes passes through here, so nothing here allocates per span
+/// or per trace once warm: spans sit in a slab of slots chained by trace,
+/// and the maps key trace ids with [`TraceIds`].
 #[derive(Debug)]
 pub struct Held<S = SpanRecord> {
     limits: HoldLimits,
-    traces: HashMap<u128, Vec<S>>,
+    traces: HashMap<u128, Chain, TraceIds>,
+    slots: Vec<Slot<S>>,
+    /// Slots free for reuse.
+    free: Vec<u32>,
     /// Traces in the order their first span came, with when (ns since
-    /// the holder's epoch); a trace already sent or evicted is skipped.
+    /// the holder's epoch); an entry whose trace was sent, evicted or
+    /// held again since is skipped.
     order: VecDeque<(u128, u64)>,
     spans: usize,
     /// Traces kept whose later spans go on at once, with when they were
     /// kept, for one hold.
-    kept: HashSet<u128>,
+    kept: HashSet<u128, TraceIds>,
     kept_order: VecDeque<(u128, u64)>,
     /// Traces evicted, with their first span's time, for one hold past
     /// their eviction: a decision for one of them is a loss.
-    evicted: HashMap<u128, u64>,
+    evicted: HashMap<u128, u64, TraceIds>,
     evicted_order: VecDeque<(u128, u64)>,
     counts: HeldCounts,
 }
+
+/// A held trace: its slots, first to last, and when its first span came.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
+    head: u32,
+    tail: u32,
+    len: u32,
+    first: u64,
+}
+
+#[derive(Debug)]
+struct Slot<S> {
+    span: Option<S>,
+    /// The trace's next slot ([`NONE`] for its last).
+    next: u32,
+}
+
+const NONE: u32 = u32::MAX;
 
 impl<S: HeldSpan> Held<S> {
     pub fn new(limits: HoldLimits) -> Held<S> {
         Held {
             limits,
-            traces: HashMap::new(),
+            traces: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
             order: VecDeque::new(),
             spans: 0,
-            kept: HashSet::new(),
+            kept: HashSet::default(),
             kept_order: VecDeque::new(),
-            evicted: HashMap::new(),
+            evicted: HashMap::default(),
             evicted_order: VecDeque::new(),
             counts: HeldCounts::default(),
         }
@@ -124,11 +151,26 @@ impl<S: HeldSpan> Held<S> {
             out.push(span);
             return;
         }
-        let spans = self.traces.entry(trace).or_default();
-        if spans.is_empty() {
-            self.order.push_back((trace, now));
+        let slot = self.slot(span);
+        match self.traces.get_mut(&trace) {
+            Some(chain) => {
+                self.slots[chain.tail as usize].next = slot;
+                chain.tail = slot;
+                chain.len += 1;
+            }
+            None => {
+                self.traces.insert(
+                    trace,
+                    Chain {
+                        head: slot,
+                        tail: slot,
+                        len: 1,
+                        first: now,
+                    },
+                );
+                self.order.push_back((trace, now));
+            }
         }
-        spans.push(span);
         self.spans += 1;
         while self.spans > self.limits.max_spans {
             if !self.evict_oldest(now, true) {
@@ -137,14 +179,59 @@ impl<S: HeldSpan> Held<S> {
         }
     }
 
+    /// A slot holding `span`: a free one, or a new one.
+    fn slot(&mut self, span: S) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Slot {
+                    span: Some(span),
+                    next: NONE,
+                };
+                i
+            }
+            None => {
+                // The cap bounds the slots well below u32::MAX.
+                let i = u32::try_from(self.slots.len()).unwrap_or(NONE - 1);
+                self.slots.push(Slot {
+                    span: Some(span),
+                    next: NONE,
+                });
+                i
+            }
+        }
+    }
+
+    /// Takes `trace`'s held spans out, first to last, into `each`; its
+    /// chain, when it was held.
+    fn take(&mut self, trace: u128, mut each: impl FnMut(S)) -> Option<Chain> {
+        let chain = self.traces.remove(&trace)?;
+        let mut i = chain.head;
+        while i != NONE {
+            let slot = &mut self.slots[i as usize];
+            if let Some(span) = slot.span.take() {
+                each(span);
+            }
+            self.free.push(i);
+            i = slot.next;
+        }
+        self.spans -= chain.len as usize;
+        Some(chain)
+    }
+
+    /// Evicts `trace`'s held spans, counting them; how many there were.
+    fn discard(&mut self, trace: u128) -> Option<Chain> {
+        let mut cost = 0;
+        let chain = self.take(trace, |span| cost += span.cost_ns())?;
+        self.counts.evicted_spans += u64::from(chain.len);
+        self.counts.evicted_cost_ns += cost;
+        Some(chain)
+    }
+
     /// The run kept `traces`, decided at `now`: their held spans into
     /// `out`, their later ones sent as they come.
     pub fn keep(&mut self, traces: impl IntoIterator<Item = u128>, now: u64, out: &mut Vec<S>) {
         for trace in traces {
-            if let Some(spans) = self.traces.remove(&trace) {
-                self.spans -= spans.len();
-                out.extend(spans);
-            }
+            self.take(trace, |span| out.push(span));
             // Some or all of its spans went unsent.
             if let Some(first) = self.evicted.remove(&trace) {
                 self.counts.lost_traces += 1;
@@ -161,12 +248,7 @@ impl<S: HeldSpan> Held<S> {
     /// when their hold runs out (a later span of one waits out its hold).
     pub fn drop_traces(&mut self, traces: impl IntoIterator<Item = u128>) {
         for trace in traces {
-            if let Some(spans) = self.traces.remove(&trace) {
-                let n = spans.len();
-                self.spans -= n;
-                self.counts.evicted_spans += n as u64;
-                self.counts.evicted_cost_ns += spans.iter().map(HeldSpan::cost_ns).sum::<u64>();
-            }
+            self.discard(trace);
         }
     }
 
@@ -216,18 +298,17 @@ impl<S: HeldSpan> Held<S> {
         false
     }
 
-    /// Evicts `trace`, whose first span came at `first`, if it is still
-    /// held (it may have been sent or dropped since).
+    /// Evicts `trace` if it is still held from `first` (it may have been
+    /// sent or dropped since, and held again from a later span).
     fn evict(&mut self, trace: u128, first: u64, now: u64, early: bool) -> bool {
-        let Some(spans) = self.traces.remove(&trace) else {
+        if self.traces.get(&trace).is_none_or(|c| c.first != first) {
+            return false;
+        }
+        let Some(chain) = self.discard(trace) else {
             return false;
         };
-        let n = spans.len();
-        self.spans -= n;
-        self.counts.evicted_spans += n as u64;
-        self.counts.evicted_cost_ns += spans.iter().map(HeldSpan::cost_ns).sum::<u64>();
         if early {
-            self.counts.evicted_early += n as u64;
+            self.counts.evicted_early += u64::from(chain.len);
         }
         self.evicted.insert(trace, first);
         self.evicted_order.push_back((trace, now));
@@ -238,6 +319,52 @@ impl<S: HeldSpan> Held<S> {
     /// decisions were asked for already).
     pub fn evict_all(&mut self, now: u64) {
         while self.evict_oldest(now, false) {}
+    }
+}
+
+/// Hashes trace ids, already random (or a run's nonce beside a request
+/// id), with one multiply-and-shift mix instead of SipHash: the holders
+/// look up every span's and every decision's trace.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceIds;
+
+impl std::hash::BuildHasher for TraceIds {
+    type Hasher = TraceIdHasher;
+
+    fn build_hasher(&self) -> TraceIdHasher {
+        TraceIdHasher(0)
+    }
+}
+
+/// [`TraceIds`]'s hasher.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceIdHasher(u64);
+
+impl std::hash::Hasher for TraceIdHasher {
+    fn finish(&self) -> u64 {
+        // splitmix64's finalizer: every bit of the id reaches the low
+        // bits (the bucket) and the high ones (the control byte).
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.write_u64(n as u64);
+        self.write_u64((n >> 64) as u64);
     }
 }
 
@@ -362,6 +489,46 @@ mod tests {
         h.keep([3], 102 * MS, &mut out);
         assert_eq!(ids(&out), [10, 30]);
         assert_eq!(h.counts().lost_traces, 0);
+    }
+
+    #[test]
+    fn a_trace_held_again_after_its_drop_waits_its_own_hold() {
+        let mut h = held(100, 1000);
+        let mut out = Vec::new();
+        h.add(span(1, 10), 0, &mut out);
+        h.drop_traces([1]);
+        // A late span of trace 1: its hold starts at 60 ms, not at 0.
+        h.add(span(1, 11), 60 * MS, &mut out);
+        h.expire(101 * MS);
+        assert_eq!(h.len(), 1, "the first hold's entry evicted the second");
+        h.keep([1], 102 * MS, &mut out);
+        assert_eq!(ids(&out), [11]);
+        assert_eq!(h.counts().lost_traces, 0);
+    }
+
+    #[test]
+    fn slots_are_reused_once_their_traces_go() {
+        let mut h = held(100, 1000);
+        let mut out = Vec::new();
+        for round in 0..10u64 {
+            for t in 0..50u128 {
+                h.add(span(t + 1000 * u128::from(round), round), round, &mut out);
+            }
+            let traces = (0..50u128).map(|t| t + 1000 * u128::from(round));
+            if round % 2 == 0 {
+                h.drop_traces(traces);
+            } else {
+                h.keep(traces, round, &mut out);
+            }
+        }
+        assert!(h.is_empty());
+        assert_eq!(
+            h.slots.len(),
+            50,
+            "every round fits in the first round's slots"
+        );
+        assert_eq!(out.len(), 250);
+        assert_eq!(h.counts().evicted_spans, 250);
     }
 
     #[test]

@@ -67,7 +67,14 @@ pub struct Recorder {
     sample_below: u64,
     always: bool,
     counters: Arc<Counters>,
+    /// Spans handed over so far, and what wakes the exporter.
+    handed: AtomicU64,
+    wake: Option<Arc<tokio::sync::Notify>>,
 }
+
+/// Spans handed to the exporter between two wake-ups it gets from the
+/// serving threads (besides its own every [`super::export::INTERVAL`]).
+pub const WAKE_EVERY: u64 = 256;
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
@@ -82,8 +89,16 @@ impl Recorder {
             sample_below: (ratio.clamp(0.0, 1.0) * (1u64 << 63) as f64) as u64,
             always: ratio >= 1.0,
             counters: counters.clone(),
+            handed: AtomicU64::new(0),
+            wake: None,
         };
         (recorder, receiver, counters)
+    }
+
+    /// Wakes `wake` every [`WAKE_EVERY`] spans handed over.
+    pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
+        self.wake = Some(wake);
+        self
     }
 
     /// Makes this the process's recorder; `false` if one already was.
@@ -100,7 +115,13 @@ impl Recorder {
     pub fn finish(&self, mut record: SpanRecord, ended: u64) {
         record.cost_ns += UNREPORTED.take();
         match self.sender.try_send(record) {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some(wake) = &self.wake
+                    && (self.handed.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(WAKE_EVERY)
+                {
+                    wake.notify_one();
+                }
+            }
             Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
                 UNREPORTED.set(UNREPORTED.get() + r.cost_ns);
@@ -378,6 +399,27 @@ mod tests {
         recorder.finish(record(6), unix_nanos());
         let next = receiver.try_recv().expect("room again");
         assert!(next.cost_ns >= 5 + 3 * 5, "cost {}", next.cost_ns);
+    }
+
+    #[test]
+    fn every_wake_every_th_span_handed_over_wakes_the_exporter() {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let capacity = 2 * WAKE_EVERY as usize;
+        let (recorder, receiver, _) = Recorder::new(1.0, capacity);
+        let recorder = recorder.waking(Arc::clone(&wake));
+        let woken = |wake: &tokio::sync::Notify| {
+            let notified = wake.notified();
+            futures::pin_mut!(notified);
+            notified.enable()
+        };
+        for id in 1..WAKE_EVERY {
+            recorder.finish(record(id), unix_nanos());
+        }
+        assert!(!woken(&wake), "woken before {WAKE_EVERY} spans");
+        recorder.finish(record(WAKE_EVERY), unix_nanos());
+        assert!(woken(&wake), "not woken at {WAKE_EVERY} spans");
+        assert!(!woken(&wake), "one wake per {WAKE_EVERY} spans");
+        assert_eq!(receiver.try_iter().count(), WAKE_EVERY as usize);
     }
 
     #[test]
