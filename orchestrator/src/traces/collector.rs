@@ -567,7 +567,12 @@ impl Forwarder {
 /// (ids, times and span count; attributes skipped) and spooled as bytes,
 /// decoded in full only when the spool is read, after the variant.
 fn receive(collector: &Collector, body: Bytes) -> Result<(), tonic::Status> {
-    match raw::check(body) {
+    let holding = collector
+        .hold
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_some();
+    match raw::check(body, holding) {
         Ok(batch) => {
             collector.accept_raw(batch);
             Ok(())
@@ -958,7 +963,7 @@ mod tests {
     #[test]
     fn the_check_names_each_problem() {
         let problem = |b| {
-            raw::check(encoded(b))
+            raw::check(encoded(b), true)
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_default()
@@ -975,7 +980,7 @@ mod tests {
         b[0].scope_spans[0].spans[0].parent_span_id = vec![1; 4];
         assert!(problem(b).contains("parent"));
         assert!(
-            raw::check(Bytes::from_static(&[0x0a, 0x05, 0x01]))
+            raw::check(Bytes::from_static(&[0x0a, 0x05, 0x01]), false)
                 .is_err_and(|e| e.to_string().contains("undecodable"))
         );
     }
@@ -988,7 +993,7 @@ mod tests {
         let first = b[0].scope_spans[0].spans[0].clone();
         b[0].scope_spans[0].spans.push(first);
         b[0].scope_spans[0].spans[1].name = "second".into();
-        collector.accept_raw(raw::check(encoded(b.clone())).expect("well-formed"));
+        collector.accept_raw(raw::check(encoded(b.clone()), true).expect("well-formed"));
         collector.accept(batch(vec![8; 16]));
         assert_eq!(collector.counts().spans, 3);
         let taken = collector.take();

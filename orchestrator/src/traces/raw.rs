@@ -37,7 +37,8 @@ pub(super) struct RawBatch {
     /// Its spans.
     pub(super) spans: u64,
     /// Each span as a slice of `body`, with its process and trace, as
-    /// [`check`] found them (empty for a batch this process encoded).
+    /// [`check`] cut them (empty when it was not asked to, and for a
+    /// batch this process encoded).
     pub(super) parts: Vec<RawSpan>,
 }
 
@@ -137,17 +138,16 @@ pub(super) enum BatchError {
 /// Checks an export request: it must decode, and every span must have a
 /// 16-byte non-zero trace id, an 8-byte non-zero span id, an empty or
 /// 8-byte parent span id, and must not end before it starts. Says why not.
-pub(super) fn check(body: Bytes) -> Result<RawBatch, BatchError> {
+/// With `cut`, also cuts it into its spans' bytes (for a hold at the
+/// receiver); without, nothing per span is kept.
+pub(super) fn check(body: Bytes, cut: bool) -> Result<RawBatch, BatchError> {
     let lite = LiteRequest::decode(body.clone()).map_err(BatchError::Undecodable)?;
+    let mut spans = 0u64;
     let mut parts = Vec::new();
-    for (resource, scope, bytes) in lite.resource_spans.into_iter().flat_map(|r| {
-        let resource = r.resource;
-        r.scope_spans.into_iter().flat_map(move |s| {
-            let (resource, scope) = (resource.clone(), s.scope);
-            s.spans
-                .into_iter()
-                .map(move |span| (resource.clone(), scope.clone(), span))
-        })
+    for (r, s, bytes) in lite.resource_spans.iter().flat_map(|r| {
+        r.scope_spans
+            .iter()
+            .flat_map(move |s| s.spans.iter().map(move |span| (r, s, span)))
     }) {
         let span = LiteSpan::decode(bytes.clone()).map_err(BatchError::Undecodable)?;
         let name = || String::from_utf8_lossy(&span.name).into_owned();
@@ -172,20 +172,19 @@ pub(super) fn check(body: Bytes) -> Result<RawBatch, BatchError> {
         if span.end_time_unix_nano < span.start_time_unix_nano {
             return Err(BatchError::EndsBeforeStart { span: name() });
         }
-        let mut trace = [0u8; 16];
-        trace.copy_from_slice(&span.trace_id);
-        parts.push(RawSpan {
-            resource,
-            scope,
-            span: bytes,
-            trace: u128::from_be_bytes(trace),
-        });
+        spans += 1;
+        if cut {
+            let mut trace = [0u8; 16];
+            trace.copy_from_slice(&span.trace_id);
+            parts.push(RawSpan {
+                resource: r.resource.clone(),
+                scope: s.scope.clone(),
+                span: bytes.clone(),
+                trace: u128::from_be_bytes(trace),
+            });
+        }
     }
-    Ok(RawBatch {
-        body,
-        spans: parts.len() as u64,
-        parts,
-    })
+    Ok(RawBatch { body, spans, parts })
 }
 
 /// Request bodies as bytes, replies as OTLP export responses.

@@ -140,7 +140,7 @@ pub fn sift(
             Ok(r) => r,
             Err(_) => {
                 // It passed the check on arrival, which counts its spans.
-                spool.reject(raw::check(frame.body).map(|b| b.spans).unwrap_or(0));
+                spool.reject(raw::check(frame.body, false).map(|b| b.spans).unwrap_or(0));
                 continue;
             }
         };
