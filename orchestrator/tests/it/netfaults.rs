@@ -26,7 +26,7 @@ use tailmesh_services::serving::CONTROL_TOKEN_ENV;
 
 tests! {
     sync twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets,
-    sync five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts,
+    sync five_percent_loss_on_one_hop_stretches_the_tail_to_tcp_recovery_times,
     sync a_loss_window_lifts_the_tail_of_its_own_phase,
     sync ctrl_c_and_sigkill_plus_clean_leave_nothing_behind,
     sync ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing,
@@ -282,7 +282,7 @@ fn twenty_percent_loss_on_a_replica_drops_about_a_fifth_of_its_packets() {
     assert_eq!(v["accounted"], serde_json::json!(true), "{v:#}");
 }
 
-fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() {
+fn five_percent_loss_on_one_hop_stretches_the_tail_to_tcp_recovery_times() {
     let (_, summary) = case(
         "loss5",
         &format!(
@@ -290,18 +290,19 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
              net = {{ loss = 0.05 }}\n[[hop]]\nname = \"c\"\n\
              [check]\nslow_threshold = \"{}ms\"\n",
             open_load(150, 5),
-            50 * slowdown(),
+            20 * slowdown(),
         ),
     )
     .run();
     let v = &variants(&summary)[0];
     // Most requests lose nothing; those that do wait for TCP to recover:
-    // fast retransmit or a tail-loss probe (milliseconds), or a
+    // fast retransmit or a tail-loss probe (10 ms and more), or a
     // retransmission timeout (>= 200 ms on Linux), which only a dropped
     // packet can make a 3-hop call of ~2 ms wait for. How many requests
     // meet each varies run to run (p99 was 162 ms in one run, over 200 ms
-    // in others), so the check is on the order of magnitude of the tail
-    // and on at least one timeout.
+    // in others, and 25 ms, with no timeout at all, in one of 783
+    // requests), so the check is on the order of magnitude of the tail,
+    // not on a timeout.
     //
     // In the emulated guest ([`slowdown`] > 1) every request also waits
     // for the CPU, which widens p50 (76 ms at 25/s there, with qemu on 60 %
@@ -325,11 +326,7 @@ fn five_percent_loss_on_one_hop_stretches_the_tail_to_retransmission_timeouts() 
     );
     let max = u64_at(v, "/latency/max_us");
     eprintln!("5 % loss on one hop: p50 {p50} us, p99 {p99} us, max {max} us");
-    assert!(
-        max >= 200_000,
-        "max {max} us: no request waited for a retransmission timeout: {v:#}"
-    );
-    // Attribution: what made requests slow (over 50 ms, times the
+    // Attribution: what made requests slow (over 20 ms, times the
     // slowdown) was the network, on the links into and out of hop b, never
     // a hop's queue or work. In the emulated guest every call also waits
     // for the CPU, so there this part is left to the host's run of this
@@ -392,7 +389,10 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
         .iter()
         .map(|p| u64_at(p, "/latency/max_us"))
         .collect();
-    eprintln!("5 % loss from {third} s for {third} s: p99 {p99:?} us, max {max:?} us");
+    eprintln!(
+        "5 % loss from {third} s for {third} s: p99 {p99:?} us, max {max:?} us, after it {}",
+        phases[2]["recovery"]
+    );
     // A dropped packet costs a retransmission: milliseconds (fast
     // retransmit, tail-loss probe) or 200 ms and more (a timeout). About
     // one request in six crosses a drop, so the during phase's p99 sits on
@@ -408,7 +408,19 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
         "{window:#}"
     );
     assert!(finished.stdout.contains("during"), "{}", finished.output());
-    let lifted = p99[1] > k * p99[0] && p99[1] > k * p99[2];
+    // A drop just before the window closes can leave its retransmission
+    // timeout, and every request queued behind it on the connection, in
+    // the after phase (seen once: after p99 137 ms, the rest of the phase
+    // at 2 ms). That is the fault's own recovery: the after phase is then
+    // judged by the recovery rule, which must find its tail back in the
+    // band before the phase ends, rather than by its p99.
+    if p99[1] <= k * p99[2] {
+        assert_eq!(
+            recovery["status"], "recovered",
+            "p99 before, during, after {p99:?} us, and the after phase never recovered: {recovery:#}"
+        );
+    }
+    let lifted = p99[1] > k * p99[0];
     // A phase's p99 is its 5th slowest request of about 450: on a machine
     // whose other processes hold the CPUs, a stall of a tenth of a second
     // lifts the before or after phase's p99 to half the retransmission
@@ -416,11 +428,8 @@ fn a_loss_window_lifts_the_tail_of_its_own_phase() {
     // wake-ups of 5.6 ms). The ratio is then no verdict on the fault: the
     // test is reported skipped as busy when the instrument judged the
     // machine so, and fails otherwise. The during phase's tail must stay
-    // the highest either way.
-    assert!(
-        p99[1] > p99[0] && p99[1] > p99[2],
-        "p99 before, during, after: {p99:?} us"
-    );
+    // above the before phase's either way.
+    assert!(p99[1] > p99[0], "p99 before, during, after: {p99:?} us");
     if !lifted && v["instrument"]["busy"] == true {
         skip_busy(format!(
             "p99 before, during, after {p99:?} us on a busy machine ({}): \
