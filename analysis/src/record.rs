@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::instrument::InstrumentReport;
+
 /// How a request ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// A reply arrived before the deadline.
     Ok,
@@ -58,7 +60,7 @@ impl Outcome {
 
 /// A gRPC status code, named as gRPC (and tonic) name it, without the
 /// transport library: the load generator converts tonic's by number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum GrpcCode {
     Ok,
     Cancelled,
@@ -135,7 +137,7 @@ pub fn code_label(code: GrpcCode) -> String {
 
 /// One measured request. Times are offsets from the start of the measured
 /// phase (the end of warmup).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// The request id sent on the wire (unique within a variant).
     pub id: u64,
@@ -179,7 +181,7 @@ impl RequestRecord {
 
 /// One hop a reply passed through, as the hop recorded it (the plain twin
 /// of the protobuf `HopRecord`, field for field).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HopRecord {
     pub hop: String,
     pub replica: u32,
@@ -211,7 +213,7 @@ pub struct HopRecord {
 }
 
 /// One downstream call a hop made, as the caller timed it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallTiming {
     /// The hop called.
     pub hop: String,
@@ -223,7 +225,7 @@ pub struct CallTiming {
 }
 
 /// One attempt of a call (a retry or a hedge is another attempt).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptTiming {
     /// When it was sent, after the call's start, in ns.
     pub start_ns: u64,
@@ -290,6 +292,47 @@ pub struct WarmupCounts {
     pub ok: u64,
     /// Of those, errors and timeouts.
     pub failed: u64,
+}
+
+/// One generator as the orchestrator sees it (summary.json's
+/// `variants[].generators`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GeneratorReport {
+    /// Which part of the load it sent.
+    pub index: u32,
+    /// Its process id.
+    pub pid: u32,
+    /// Its wall clock minus the orchestrator's, measured before the start.
+    pub clock_offset_us: f64,
+    /// The round trip of the probe the offset comes from: the offset's
+    /// uncertainty is at most half of it.
+    pub clock_probe_rtt_us: f64,
+    /// When its load began, minus the common start, on the orchestrator's
+    /// clock.
+    pub start_skew_us: f64,
+    /// Measured requests it sent on.
+    pub records: u64,
+    /// Its warmup.
+    pub warmup: WarmupCounts,
+    /// Requests it had sent and not answered when it stopped reporting.
+    pub lost_in_flight: u64,
+    /// Why it stopped before its part was done, when it did.
+    pub stopped: Option<String>,
+    /// Its self-watch, judged with its own sends' lateness.
+    pub instrument: Option<InstrumentReport>,
+}
+
+/// The load generator processes of a variant that several shared
+/// (summary.json's `variants[].generators`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Generators {
+    /// How many shared the load.
+    pub count: u32,
+    /// The latest origin minus the earliest, on the orchestrator's clock,
+    /// µs.
+    pub start_skew_us: f64,
+    /// Each one, by index.
+    pub each: Vec<GeneratorReport>,
 }
 
 /// What the load generator's self-watch measured over one load window (the

@@ -66,6 +66,7 @@ pub fn variant(name: &str, hops: Vec<Hop>) -> Variant {
             timeout: Duration::from_millis(100),
             connection: ConnectionMode::Shared { connections: 1 },
             payload_bytes: 64,
+            generators: 1,
             entries: Vec::new(),
         },
         hops,

@@ -34,7 +34,7 @@ use super::stats::{Percentiles, micros, new_histogram, record_us};
 use super::verdict::{
     CompoundingReport, DistributionCheck, compounding_by_phase, distribution_by_phase,
 };
-use crate::record::{MachineSamples, Outcome, RequestRecord, WarmupCounts};
+use crate::record::{Generators, MachineSamples, Outcome, RequestRecord, WarmupCounts};
 use crate::traces::{self as breakdown, TraceReport};
 use tailmesh_model::scenario::{Arrivals, Check, ConnectionMode, Hop, LoadMode, Stop, Variant};
 
@@ -351,6 +351,10 @@ pub struct VariantReport {
     /// RabbitMQ or NATS, whose clients do not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator_links: Option<LinkCounts>,
+    /// The load generator processes, when several shared the load
+    /// (`[load] generators`): each one's clock, start and self-watch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generators: Option<Generators>,
     /// What went wrong around the measurement (a hop process that died...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incidents: Vec<String>,
@@ -569,6 +573,8 @@ pub struct VariantContext {
     pub interrupted: bool,
     /// The load generator's connections.
     pub generator_links: Option<LinkCounts>,
+    /// The load generator processes, when several shared the load.
+    pub generators: Option<Generators>,
     /// What went wrong around the measurement.
     pub incidents: Vec<String>,
     /// The broker's per-topic statistics.
@@ -780,6 +786,15 @@ impl VariantAccumulator {
         if let Some(line) = instrument.as_ref().and_then(InstrumentReport::warning) {
             warnings.push(format!("variant {}: {line}", variant.name));
         }
+        // Each generator process judged itself too: its own sends and timer.
+        for g in context.generators.iter().flat_map(|g| &g.each) {
+            if let Some(line) = g.instrument.as_ref().and_then(InstrumentReport::warning) {
+                warnings.push(format!(
+                    "variant {}: load generator {}: {line}",
+                    variant.name, g.index
+                ));
+            }
+        }
         let machine = instrument
             .as_ref()
             .map(InstrumentReport::machine)
@@ -922,6 +937,7 @@ impl VariantAccumulator {
             warmup: context.warmup,
             interrupted: context.interrupted,
             generator_links: context.generator_links,
+            generators: context.generators,
             incidents: context.incidents,
             broker: context.broker,
             peak_memory: context.peak_memory,

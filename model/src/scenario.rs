@@ -302,7 +302,7 @@ pub struct ReplicaNet {
 }
 
 /// The load generator's settings.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Load {
     /// Open or closed loop.
     pub mode: LoadMode,
@@ -320,11 +320,14 @@ pub struct Load {
     /// of the requests, one drawn per request (seeded by its id). Empty:
     /// the first hop, every request.
     pub entries: Vec<Entry>,
+    /// Load generator processes sharing the load (`[load] generators`):
+    /// 1 runs it inside the orchestrator.
+    pub generators: u32,
 }
 
 /// An entry of the mesh (`[load] entries`): a hop the load generator
 /// calls, and its share of the requests.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub hop: String,
     /// In (0, 1]; a load's shares sum to 1.
@@ -378,7 +381,7 @@ impl Load {
 }
 
 /// Open loop (fixed rate) or closed loop (fixed number in flight).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum LoadMode {
     /// Requests at `rate` per second; latency is measured from each request's
     /// intended send time, so a stalled system cannot hide its stall.
@@ -401,7 +404,7 @@ pub enum LoadMode {
 }
 
 /// One load step: `rate` requests per second for `duration`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// Requests per second, > 0.
     pub rate: f64,
@@ -447,7 +450,7 @@ pub fn describe_load(load: &Load) -> String {
 }
 
 /// Spacing of open-loop send times.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Arrivals {
     /// Exactly 1/rate apart.
     Uniform,
@@ -456,7 +459,7 @@ pub enum Arrivals {
 }
 
 /// When the measured phase ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Stop {
     /// After this long (after warmup).
     Duration(Duration),
@@ -465,7 +468,7 @@ pub enum Stop {
 }
 
 /// How the load generator connects to the first hop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ConnectionMode {
     /// Long-lived channels, `connections` per replica, shared by all requests.
     Shared {

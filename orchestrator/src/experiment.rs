@@ -676,6 +676,11 @@ fn analyze_variants(
             warmup: run.load.warmup,
             interrupted: run.load.interrupted,
             generator_links: run.load.links,
+            generators: (!run.load.generators.is_empty()).then(|| analysis::record::Generators {
+                count: u32::try_from(run.load.generators.len()).unwrap_or(u32::MAX),
+                start_skew_us: run.load.start_skew_us,
+                each: run.load.generators.clone(),
+            }),
             incidents,
             broker: run
                 .broker

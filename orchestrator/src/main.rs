@@ -42,6 +42,10 @@ enum Command {
     /// and print what it measured as JSON (the generator benchmark runs it).
     #[command(hide = true)]
     Load(cli::serve::LoadArgs),
+    /// Send one part of a variant's load for the orchestrator that started
+    /// it (`[load] generators`).
+    #[command(hide = true)]
+    Generator(cli::serve::GeneratorArgs),
     /// Write a fresh random Control token to a file (the token service of
     /// a Compose deployment with network faults runs this).
     #[command(hide = true)]
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         Command::Health(args) => cli::serve::health(args),
         Command::Token(args) => cli::serve::token(args),
         Command::Load(args) => cli::serve::load(args),
+        Command::Generator(args) => cli::serve::generator(args),
         Command::Broker(args) => cli::serve::broker(args),
         Command::Report(args) => cli::report::report(args),
         Command::Compare(args) => cli::report::compare(args),

@@ -5,8 +5,8 @@
 //! goes as it completes, and the pipeline's bounds.
 
 pub(crate) use tailmesh_analysis::record::{
-    AttemptEnd, AttemptTiming, CallTiming, CpuUse, GrpcCode, HopRecord, MachineSamples, Outcome,
-    RequestRecord, WarmupCounts,
+    AttemptEnd, AttemptTiming, CallTiming, CpuUse, GeneratorReport, GrpcCode, HopRecord,
+    MachineSamples, Outcome, RequestRecord, WarmupCounts,
 };
 
 /// Where completed measured requests go, one at a time, as they complete:
@@ -19,6 +19,9 @@ pub(crate) trait RecordSink {
     /// The wall-clock time of the measured clock's 0 (the end of warmup),
     /// told once as the load starts, before any record.
     fn measuring_from(&mut self, _at: std::time::SystemTime) {}
+
+    /// Measured requests sent so far (by this generator), told as they go.
+    fn sent(&mut self, _measured: u64) {}
 }
 
 /// What the record pipeline held at most while a variant ran: the

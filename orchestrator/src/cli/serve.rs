@@ -327,6 +327,27 @@ pub(crate) fn load(args: LoadArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `tailmesh generator`.
+#[derive(Args)]
+pub(crate) struct GeneratorArgs {
+    /// The orchestrator's address, host:port.
+    #[arg(long)]
+    hub: SocketAddr,
+    /// Which generator this is, from 0.
+    #[arg(long)]
+    index: u32,
+}
+
+/// Sends one part of a variant's load for the orchestrator at `--hub`.
+pub(crate) fn generator(args: GeneratorArgs) -> Result<(), CliError> {
+    roles::runtime(1)
+        .context("generator")?
+        .block_on(tailmesh::loadgen::fleet::member::serve(
+            args.hub, args.index,
+        ))
+        .map_err(|e| CliError::Failed(e.into()))
+}
+
 /// `--payload`: bytes, at most what one call may carry.
 fn payload_bytes(text: &str) -> Result<usize, String> {
     let max = tailmesh_services::limits::MAX_PAYLOAD_BYTES;

@@ -9,6 +9,7 @@
 //! - `selfwatch`: the generator watching itself and the machine while it runs.
 //! - `standalone`: the generator against one replica already running
 //!   (`tailmesh load`, for benchmarks).
+//! - `fleet`: several generator processes sharing a variant's load.
 //!
 //! Each measured request is handed to a `RecordSink` as it completes;
 //! the generator keeps none (memory holds the requests in flight).
@@ -17,6 +18,7 @@
 //! code) or a timeout, and requests still in flight when the generator stops
 //! are waited for (their deadline bounds the wait).
 
+pub mod fleet;
 mod pacing;
 mod progress;
 mod schedule;
@@ -56,7 +58,7 @@ use tokio::{
 use crate::{
     record::{MachineSamples, Outcome, PipelineStats, RecordSink, RequestRecord, WarmupCounts},
     scenario::{Load, LoadMode, Stop},
-    traces::loadgen::LoadTracer,
+    traces::loadgen::{LoadTracer, RequestTrace, TraceIds},
 };
 
 /// What the load generator calls: its entry hops, each through the same
@@ -120,6 +122,39 @@ impl Target {
     }
 }
 
+/// The part of the load one generator process sends when several share
+/// it (`[load] generators`): open loop, every `of`-th request of the one
+/// schedule from `index` on, each with the id and intended send time it
+/// has in the whole; closed loop, its share of the requests in flight
+/// (and of a request count), with ids `index`, `index + of`, ...
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Part {
+    pub index: u32,
+    pub of: u32,
+}
+
+impl Part {
+    /// The whole load, one generator.
+    pub(crate) const WHOLE: Part = Part { index: 0, of: 1 };
+
+    /// Whether request `id` of an open loop's schedule is this part's.
+    fn owns(self, id: u64) -> bool {
+        id % u64::from(self.of.max(1)) == u64::from(self.index)
+    }
+
+    /// This part's share of `n` (requests in flight, or a count): the
+    /// first `n % of` parts take one more.
+    pub(crate) fn share(self, n: u64) -> u64 {
+        let of = u64::from(self.of.max(1));
+        n / of + u64::from(u64::from(self.index) < n % of)
+    }
+
+    /// The id of this part's `k`-th request of a closed loop.
+    fn closed_id(self, k: u64) -> u64 {
+        k * u64::from(self.of.max(1)) + u64::from(self.index)
+    }
+}
+
 /// What one load phase produced (its requests went to the sink).
 #[derive(Debug, Default)]
 pub(crate) struct LoadOutcome {
@@ -137,6 +172,10 @@ pub(crate) struct LoadOutcome {
     pub instrument: Option<MachineSamples>,
     /// What the record pipeline held at most.
     pub pipeline: PipelineStats,
+    /// Each generator process, when several shared the load.
+    pub generators: Vec<crate::record::GeneratorReport>,
+    /// Their origins' spread, µs (0 with one generator).
+    pub start_skew_us: f64,
 }
 
 /// The origin of a variant's load, shared by the load generator and the
@@ -154,8 +193,13 @@ pub(crate) struct LoadClock {
 impl LoadClock {
     /// A clock whose origin is now.
     pub(crate) fn start(warmup: Duration) -> Self {
+        Self::starting_in(Duration::ZERO, warmup)
+    }
+
+    /// A clock whose origin is `lead` from now.
+    pub(crate) fn starting_in(lead: Duration, warmup: Duration) -> Self {
         Self {
-            origin: Instant::now(),
+            origin: Instant::now() + lead,
             warmup,
         }
     }
@@ -194,7 +238,8 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
     sleeper: Sleeper,
     progress: Option<Progress>,
     stop: watch::Receiver<u32>,
-    tracer: Option<Arc<LoadTracer>>,
+    tracing: Tracing,
+    part: Part,
     sink: &mut S,
 ) -> LoadOutcome {
     let payload = payload(load.payload_bytes);
@@ -204,7 +249,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         payload,
         origin: clock.origin,
         warmup: clock.warmup,
-        tracer,
+        tracing,
         interrupts: stop.clone(),
     });
     let now = std::time::SystemTime::now();
@@ -226,7 +271,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
     };
     // The load generator's client spans wait in a batch; hand them on
     // every so often, so none waits long at a low rate.
-    let flusher = shared.tracer.clone().map(|tracer| {
+    let flusher = shared.tracing.spans.clone().map(|tracer| {
         tokio::spawn(async move {
             let mut every = tokio::time::interval(crate::traces::loadgen::FLUSH_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -243,13 +288,17 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
             steps,
         } => {
             let schedule = Schedule::new(*rate, *arrivals, seed, load.warmup, steps);
-            open_loop(&shared, schedule, load.stop, sleeper, &mut drain, stop).await
+            open_loop(
+                &shared, schedule, load.stop, sleeper, part, &mut drain, stop,
+            )
+            .await
         }
         LoadMode::Closed { concurrency } => {
             closed_loop(
                 Arc::clone(&shared),
                 *concurrency,
                 load.stop,
+                part,
                 &mut drain,
                 stop,
             )
@@ -259,7 +308,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
     if let Some(flusher) = flusher {
         flusher.abort();
     }
-    if let Some(tracer) = &shared.tracer {
+    if let Some(tracer) = &shared.tracing.spans {
         tracer.flush();
     }
     if let Some(p) = &drain.progress {
@@ -272,6 +321,8 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         links: shared.target.link_counts(),
         instrument: Some(watch.finish()),
         pipeline: drain.stats,
+        generators: Vec::new(),
+        start_skew_us: 0.0,
     }
 }
 
@@ -306,6 +357,7 @@ impl<S: RecordSink + ?Sized> Drain<'_, S> {
     }
 
     fn tick(&mut self, sent: u64, elapsed: Duration) {
+        self.sink.sent(sent);
         if let Some(p) = &mut self.progress {
             p.tick(sent, elapsed);
         }
@@ -320,14 +372,68 @@ fn payload(len: usize) -> Bytes {
         .into()
 }
 
+/// Where the load generator's client spans go: the collector, through
+/// the [`LoadTracer`], or, from a generator process, the orchestrator.
+pub(crate) trait ClientSpans: Send + Sync {
+    /// Request `id` (traced as `t`) ended at `ended` after `latency` from
+    /// its intended send time, with `error` when it failed.
+    fn record(
+        &self,
+        t: RequestTrace,
+        id: u64,
+        ended: std::time::SystemTime,
+        latency: Duration,
+        error: Option<&str>,
+    );
+
+    /// Hands on the spans waiting in a batch.
+    fn flush(&self);
+}
+
+impl ClientSpans for LoadTracer {
+    fn record(
+        &self,
+        t: RequestTrace,
+        id: u64,
+        ended: std::time::SystemTime,
+        latency: Duration,
+        error: Option<&str>,
+    ) {
+        LoadTracer::record(self, t, id, ended, latency, error);
+    }
+
+    fn flush(&self) {
+        LoadTracer::flush(self);
+    }
+}
+
+/// How the load generator traces its requests.
+#[derive(Clone, Default)]
+pub(crate) struct Tracing {
+    /// Each request's trace identity, which its calls carry; `None`:
+    /// untraced.
+    pub ids: Option<TraceIds>,
+    /// Where each traced request's client span goes.
+    pub spans: Option<Arc<dyn ClientSpans>>,
+}
+
+impl Tracing {
+    /// Traced, each request's span made by `tracer`.
+    pub(crate) fn spans(tracer: Option<Arc<LoadTracer>>) -> Self {
+        Tracing {
+            ids: tracer.as_ref().map(|t| t.ids()),
+            spans: tracer.map(|t| t as Arc<dyn ClientSpans>),
+        }
+    }
+}
+
 struct Shared {
     target: Target,
     timeout: Duration,
     payload: Bytes,
     origin: Instant,
     warmup: Duration,
-    /// Makes each request's root span, when tracing is on.
-    tracer: Option<Arc<LoadTracer>>,
+    tracing: Tracing,
     /// How many times the run was interrupted: from [`ABANDON`] on, requests
     /// in flight are given up.
     interrupts: watch::Receiver<u32>,
@@ -366,7 +472,8 @@ impl Shared {
         let timeout = self.timeout;
         let payload = self.payload.clone();
         let measure_from = self.origin + self.warmup;
-        let tracer = self.tracer.clone();
+        let trace = self.tracing.ids.map(|ids| ids.request(id));
+        let tracer = self.tracing.spans.clone();
         async move {
             let start = Instant::now();
             let request = CallRequest {
@@ -377,14 +484,13 @@ impl Shared {
                 caller_slow: false,
                 branch: 0,
             };
-            let trace = tracer.as_ref().map(|t| (t, t.request(id)));
             let call = async {
                 match trace {
                     // The request's trace context is current while it is
                     // sent, so the clients inject it.
-                    Some((t, rt)) => {
+                    Some(rt) => {
                         tailmesh_services::telemetry::scope(
-                            Some(t.context(rt)),
+                            Some(TraceIds::context(rt)),
                             None,
                             target.call(request, timeout),
                         )
@@ -404,7 +510,7 @@ impl Shared {
                 },
             };
             let end = Instant::now();
-            if let Some((t, rt)) = trace {
+            if let (Some(t), Some(rt)) = (&tracer, trace) {
                 let error = called
                     .result
                     .as_ref()
@@ -452,11 +558,14 @@ async fn open_loop<S: RecordSink + ?Sized>(
     mut schedule: Schedule,
     stop_at: Stop,
     sleeper: Sleeper,
+    part: Part,
     drain: &mut Drain<'_, S>,
     mut stop: watch::Receiver<u32>,
 ) -> (Duration, bool) {
     let mut in_flight = JoinSet::new();
+    // The whole schedule's measured requests so far, and this part's.
     let mut measured_sent = 0u64;
+    let mut own_sent = 0u64;
     let mut interrupted = false;
     let measure_from = shared.origin + shared.warmup;
     let measured_end;
@@ -474,6 +583,15 @@ async fn open_loop<S: RecordSink + ?Sized>(
             measured_end = intended.saturating_duration_since(measure_from);
             break;
         }
+        // Another part's request: counted, as the whole schedule is, so
+        // every part stops where the whole would.
+        if !part.owns(id) {
+            id += 1;
+            if measuring {
+                measured_sent += 1;
+            }
+            continue;
+        }
         tokio::select! {
             biased;
             _ = stop.wait_for(|n| *n >= STOP_SENDING) => {
@@ -487,13 +605,11 @@ async fn open_loop<S: RecordSink + ?Sized>(
         id += 1;
         if measuring {
             measured_sent += 1;
+            own_sent += 1;
         }
         // Requests sent and not yet taken back (some may have ended).
         drain.stats.peak_in_flight = drain.stats.peak_in_flight.max(in_flight.len());
-        drain.tick(
-            measured_sent,
-            intended.saturating_duration_since(measure_from),
-        );
+        drain.tick(own_sent, intended.saturating_duration_since(measure_from));
         // Hand finished requests on as we go: memory holds only those in
         // flight.
         while let Some(joined) = in_flight.try_join_next() {
@@ -515,9 +631,16 @@ async fn closed_loop<S: RecordSink + ?Sized>(
     shared: Arc<Shared>,
     concurrency: u32,
     stop_at: Stop,
+    part: Part,
     drain: &mut Drain<'_, S>,
     stop: watch::Receiver<u32>,
 ) -> (Duration, bool) {
+    // This part's share of the requests in flight, and of a count.
+    let concurrency = part.share(u64::from(concurrency));
+    let stop_at = match stop_at {
+        Stop::Requests(n) => Stop::Requests(part.share(n)),
+        whole => whole,
+    };
     let next_id = Arc::new(AtomicU64::new(0));
     let measured_sent = Arc::new(AtomicU64::new(0));
     let in_flight = Arc::new(AtomicUsize::new(0));
@@ -525,7 +648,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
     let measure_from = shared.origin + shared.warmup;
     // Each worker hands its finished request to the drain below: at most
     // one per worker waits in the channel.
-    let (done_tx, mut done_rx) = mpsc::channel(concurrency.max(1) as usize);
+    let (done_tx, mut done_rx) = mpsc::channel(usize::try_from(concurrency.max(1)).unwrap_or(1));
     let mut workers = JoinSet::new();
     for _ in 0..concurrency {
         let (shared, next_id, measured_sent) = (
@@ -560,7 +683,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
                         }
                     }
                 }
-                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                let id = part.closed_id(next_id.fetch_add(1, Ordering::Relaxed));
                 let now_in_flight = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
                 peak_in_flight.fetch_max(now_in_flight, Ordering::Relaxed);
                 let done = shared.send_until(id, now, &mut abandoned).await;
@@ -590,6 +713,38 @@ async fn closed_loop<S: RecordSink + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_split_the_schedule_and_the_counts_without_gap_or_overlap() {
+        for of in 1..=5u32 {
+            let parts: Vec<Part> = (0..of).map(|index| Part { index, of }).collect();
+            // Every id of the one schedule is exactly one part's.
+            for id in 0..1000u64 {
+                assert_eq!(
+                    parts.iter().filter(|p| p.owns(id)).count(),
+                    1,
+                    "{id} of {of}"
+                );
+            }
+            // Shares of a count add up to it, and differ by at most one.
+            for n in [0u64, 1, 7, 100, 301] {
+                let shares: Vec<u64> = parts.iter().map(|p| p.share(n)).collect();
+                assert_eq!(shares.iter().sum::<u64>(), n, "{n} over {of}: {shares:?}");
+                let (lo, hi) = (shares.iter().min(), shares.iter().max());
+                assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{shares:?}");
+            }
+            // A closed loop's ids are disjoint between parts, and each
+            // part's are the ones it owns.
+            let mut seen = std::collections::BTreeSet::new();
+            for p in &parts {
+                for k in 0..50 {
+                    let id = p.closed_id(k);
+                    assert!(p.owns(id) && seen.insert(id), "{p:?}: {id}");
+                }
+            }
+        }
+        assert!(Part::WHOLE.owns(12_345));
+    }
 
     #[test]
     fn a_share_is_picked_where_the_draw_falls() {

@@ -13,7 +13,7 @@ use tailmesh_services::{
 };
 use tokio::sync::watch;
 
-use super::{LoadClock, Target, generate};
+use super::{LoadClock, Part, Target, Tracing, generate};
 use crate::{
     record::{Outcome, RecordSink, RequestRecord},
     scenario::{ConnectionMode, Load, LoadMode, Stop},
@@ -108,6 +108,7 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
             connections: load.connections.max(1),
         },
         payload_bytes: load.payload,
+        generators: 1,
         entries: Vec::new(),
     };
     // Never interrupted: a Ctrl-C ends the process.
@@ -121,7 +122,8 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
         Sleeper::Precise,
         None,
         stop,
-        None,
+        Tracing::default(),
+        Part::WHOLE,
         &mut counted,
     )
     .await;

@@ -108,6 +108,41 @@ pub(super) fn client_tls(
     }
 }
 
+/// The certificates the load generator processes connect with (one
+/// identity for all of them, `generator`), as files they read; `None` when
+/// the variant runs plaintext. Attached, the deployment's own folder.
+pub(super) fn generator_tls(
+    plan: &MeshPlan,
+    options: &RunOptions,
+) -> Result<Option<TlsFiles>, RunError> {
+    let mesh = plan.variant.mesh;
+    if !mesh.tls.is_on() {
+        return Ok(None);
+    }
+    if let Some(dir) = options.attach.as_ref().and_then(|a| a.tls_dir.as_ref()) {
+        return crate::deploy::tls::files_in(dir, true, mesh.tls_resumption)
+            .map(Some)
+            .map_err(|e| RunError::TlsDir(Box::new(e)));
+    }
+    let Some(ca) = options.tls_ca.as_ref() else {
+        return Ok(None);
+    };
+    let dir = options.dir.join("tls").join(&plan.variant.name);
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
+        what: "create",
+        path: dir.clone(),
+        source,
+    })?;
+    let names = ["127.0.0.1", "localhost", "generator"].map(str::to_owned);
+    Ok(Some(ca.write_files(
+        &dir,
+        "generator",
+        &names,
+        mesh.tls == TlsMode::Mtls,
+        mesh.tls_resumption,
+    )?))
+}
+
 /// `process`'s certificate and key, written to the run's `tls/<variant>/`
 /// folder beside the CA's certificate; `None` when the variant runs
 /// plaintext. The certificate names 127.0.0.1 and localhost (the local

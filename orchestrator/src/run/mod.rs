@@ -36,7 +36,7 @@ use tailmesh_netfault::{
 use tailmesh_services::{
     broker::TopicStats,
     hop::{
-        PushPool,
+        DownstreamConfig, PushPool,
         call::{
             Reach,
             reach::{ReachError, ReachPlan},
@@ -52,7 +52,7 @@ use crate::{
         AnyLauncher, Attach, AttachedLauncher, LaunchError, LocalLauncher, NetnsLauncher,
         PeakMemory, brokers::BrokerProcessError, peak_rss_bytes,
     },
-    loadgen::{self, LoadClock, LoadOutcome, Target},
+    loadgen::{self, LoadClock, LoadOutcome, Target, fleet},
     plan::{Addrs, DRAIN_GRACE, MeshPlan, Naming, SpanHold},
     record::RecordSink,
     scenario::{ConnectionMode, Hop, Launcher, Scenario, Variant},
@@ -168,6 +168,13 @@ pub enum RunError {
         replica: u32,
         address: String,
         source: Box<LaunchError>,
+    },
+    /// The load generator processes could not be started or given their
+    /// parts.
+    #[error("variant \"{variant}\": the load generators: {source}")]
+    Generators {
+        variant: String,
+        source: Box<fleet::FleetError>,
     },
     /// The load generator's reach of an entry hop (its pool of
     /// connections, or its broker) could not be built.
@@ -612,6 +619,12 @@ async fn measure(
             Reach::Pull(_) | Reach::Direct(_) => None,
         })
         .collect();
+    // Several generator processes: started, each given its part, their
+    // clocks measured, before the load's clock starts.
+    let fleet = match variant.load.generators {
+        0 | 1 => None,
+        n => Some(start_fleet(plan, options, &addrs, n).await?),
+    };
     let target = Target::new(reaches, plan.seed);
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
     let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
@@ -642,20 +655,33 @@ async fn measure(
     records.begin_variant(variant, tracer.as_ref());
     let (done_tx, mut done_rx) = watch::channel(false);
     // One origin for the load generator and the fault schedule.
-    let clock = LoadClock::start(variant.load.warmup);
+    let clock = match fleet {
+        Some(_) => LoadClock::starting_in(fleet::START_LEAD, variant.load.warmup),
+        None => LoadClock::start(variant.load.warmup),
+    };
     let generate = async {
-        let outcome = loadgen::generate(
-            target,
-            &variant.load,
-            clock,
-            plan.seed,
-            Sleeper::Precise,
-            progress,
-            interrupt,
-            load_tracer,
-            records,
-        )
-        .await;
+        let outcome = match fleet {
+            Some(fleet) => {
+                fleet
+                    .generate(clock, progress, interrupt, load_tracer, records)
+                    .await
+            }
+            None => {
+                loadgen::generate(
+                    target,
+                    &variant.load,
+                    clock,
+                    plan.seed,
+                    Sleeper::Precise,
+                    progress,
+                    interrupt,
+                    loadgen::Tracing::spans(load_tracer),
+                    loadgen::Part::WHOLE,
+                    records,
+                )
+                .await
+            }
+        };
         let _ = done_tx.send(true);
         outcome
     };
@@ -695,6 +721,15 @@ async fn measure(
         incidents
     };
     let (load, mut incidents) = tokio::join!(generate, watch_children);
+    incidents.extend(load.generators.iter().filter_map(|g| {
+        g.stopped.as_ref().map(|why| {
+            format!(
+                "load generator {} stopped before its part was done: {why}; {} of its requests in \
+             flight were lost with it",
+                g.index, g.lost_in_flight
+            )
+        })
+    }));
     records.end_variant(&load);
     let (kills, kill_incidents) = kills.finish(&clock).await;
     incidents.extend(kill_incidents);
@@ -736,6 +771,75 @@ async fn measure(
         tracer,
         hold: options.traces.as_ref().and_then(|t| t.hold(variant)),
     })
+}
+
+/// Starts the variant's `n` load generator processes and gives each its
+/// part: the entry hops as a caller reaches them, and what it needs to
+/// reach them as the orchestrator would.
+async fn start_fleet(
+    plan: &MeshPlan,
+    options: &RunOptions,
+    addrs: &Addrs,
+    n: u32,
+) -> Result<fleet::Fleet, RunError> {
+    let variant = &plan.variant;
+    let fleet_error = |source| RunError::Generators {
+        variant: variant.name.clone(),
+        source: Box::new(source),
+    };
+    let (connection, channels) = match variant.load.connection {
+        ConnectionMode::Shared { connections } => (Connection::Shared, connections as usize),
+        ConnectionMode::PerRequest => (Connection::PerRequest, 1),
+    };
+    let entries: Vec<(DownstreamConfig, f64)> = plan
+        .entries()
+        .into_iter()
+        .map(|(entry, share)| {
+            let config = DownstreamConfig {
+                hop: entry.name.clone(),
+                transport: entry.transport,
+                balance: entry.balance,
+                replicas: addrs.hops.get(&entry.name).cloned().unwrap_or_default(),
+                policy: entry.client.clone(),
+                endpoints: entry.endpoints.clone(),
+                connection,
+                service: entry
+                    .service
+                    .as_ref()
+                    .filter(|s| s.direct)
+                    .map(|s| s.call(String::new())),
+            };
+            (config, share)
+        })
+        .collect();
+    let tls = launch::generator_tls(plan, options)?;
+    let log_dir = options.dir.join("logs").join(&variant.name);
+    let mut fleet = fleet::Fleet::launch(&options.exe, n, &log_dir)
+        .await
+        .map_err(fleet_error)?;
+    let trace = options.traces.as_ref().map(|t| {
+        crate::traces::loadgen::TraceIds::new(
+            t.sampling,
+            plan.seed ^ run_nonce(&options.dir, &variant.name),
+        )
+    });
+    fleet
+        .assign(|part| fleet::frame::Job {
+            part,
+            load: variant.load.clone(),
+            entries: entries.clone(),
+            channels,
+            seed: plan.seed,
+            broker: addrs
+                .broker
+                .clone()
+                .map(|b| (variant.broker, variant.queue_bounds, b)),
+            tls: tls.clone(),
+            trace,
+        })
+        .await
+        .map_err(fleet_error)?;
+    Ok(fleet)
 }
 
 /// Keeps trace ids of different runs and variants apart.

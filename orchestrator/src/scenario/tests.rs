@@ -144,6 +144,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 timeout: ms(250),
                 connection: ConnectionMode::Shared { connections: 4 },
                 payload_bytes: 128,
+                generators: 1,
                 entries: Vec::new(),
             },
             hops: vec![
@@ -544,6 +545,7 @@ fn defaults_fill_in_a_minimal_scenario() {
                 timeout: Duration::from_secs(1),
                 connection: ConnectionMode::Shared { connections: 1 },
                 payload_bytes: 64,
+                generators: 1,
                 entries: Vec::new(),
             },
             // A chain in file order; the last hop is a leaf.
@@ -2843,5 +2845,31 @@ fn bad_load_entries_are_refused_at_their_place() {
                     .to_owned()
             ),
         ]
+    );
+}
+
+#[test]
+fn load_generators_default_to_one_and_must_each_have_a_request_in_flight() {
+    let hop = "[[hop]]\nname = \"a\"\n";
+    assert_eq!(ok(&format!("{HEAD}{hop}")).variants[0].load.generators, 1);
+    assert_eq!(
+        ok(&format!("{HEAD}generators = 4\n{hop}")).variants[0]
+            .load
+            .generators,
+        4
+    );
+    let zero = problems(&format!("{HEAD}generators = 0\n{hop}"));
+    assert_eq!(zero.len(), 1, "{zero:?}");
+    assert_eq!(zero[0].0, 6, "{zero:?}");
+    assert!(zero[0].2.contains("generators"), "{zero:?}");
+    let closed = problems(&format!(
+        "name = \"t\"\n[load]\nmode = \"closed\"\nconcurrency = 2\nrequests = 10\n\
+         generators = 3\n{hop}"
+    ));
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].0, 6, "{closed:?}");
+    assert!(
+        closed[0].2.contains("splits the 2 requests in flight"),
+        "{closed:?}"
     );
 }

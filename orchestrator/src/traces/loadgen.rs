@@ -34,9 +34,7 @@ const SCOPE: &str = "tailmesh";
 pub struct LoadTracer {
     collector: Arc<Collector>,
     variant: String,
-    ratio: f64,
-    /// Distinguishes this variant's trace ids from other runs'.
-    nonce: u64,
+    ids: TraceIds,
     /// Making the client spans (spooling them is the collector's).
     making: CpuMeter,
     /// The spans recorded and not yet handed on.
@@ -54,7 +52,7 @@ impl std::fmt::Debug for LoadTracer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoadTracer")
             .field("variant", &self.variant)
-            .field("ratio", &self.ratio)
+            .field("ratio", &self.ids.ratio)
             .finish()
     }
 }
@@ -65,6 +63,47 @@ pub struct RequestTrace {
     trace_id: u128,
     span_id: u64,
     sampled: bool,
+}
+
+/// Each request's trace identity, from its id alone: what a load
+/// generator process needs to send a request in its trace, while the
+/// orchestrator records the request's span ([`LoadTracer`]).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TraceIds {
+    /// Head sampling: the share of requests traced.
+    ratio: f64,
+    /// Distinguishes this variant's trace ids from other runs'.
+    nonce: u64,
+}
+
+impl TraceIds {
+    /// Requests sampled at `ratio`, their trace ids kept apart from other
+    /// runs' by `nonce`.
+    pub fn new(ratio: f64, nonce: u64) -> Self {
+        TraceIds { ratio, nonce }
+    }
+
+    /// The trace of request `id`: its ids and whether it is sampled (the
+    /// same decision for the same id, so runs repeat).
+    pub fn request(&self, id: u64) -> RequestTrace {
+        let h = mix(self.nonce ^ mix(id));
+        let sampled = ((h >> 11) as f64 / (1u64 << 53) as f64) < self.ratio;
+        RequestTrace {
+            trace_id: (u128::from(mix(self.nonce).max(1)) << 64) | u128::from(id + 1),
+            span_id: mix(h).max(1),
+            sampled,
+        }
+    }
+
+    /// The context the request's downstream calls carry.
+    pub fn context(t: RequestTrace) -> SpanContext {
+        SpanContext {
+            trace_id: t.trace_id,
+            span_id: t.span_id,
+            sampled: t.sampled,
+            remote: true,
+        }
+    }
 }
 
 pub(super) fn mix(mut z: u64) -> u64 {
@@ -81,8 +120,7 @@ impl LoadTracer {
         LoadTracer {
             collector,
             variant: variant.to_string(),
-            ratio,
-            nonce,
+            ids: TraceIds { ratio, nonce },
             making: CpuMeter::sampled(),
             batch: Mutex::new(Batch::default()),
             resource: Head::new(),
@@ -109,16 +147,14 @@ impl LoadTracer {
         self.making.read()
     }
 
-    /// The trace of request `id`: its ids and whether it is sampled (the
-    /// same decision for the same id, so runs repeat).
+    /// Its requests' trace identities.
+    pub fn ids(&self) -> TraceIds {
+        self.ids
+    }
+
+    /// The trace of request `id` ([`TraceIds::request`]).
     pub fn request(&self, id: u64) -> RequestTrace {
-        let h = mix(self.nonce ^ mix(id));
-        let sampled = ((h >> 11) as f64 / (1u64 << 53) as f64) < self.ratio;
-        RequestTrace {
-            trace_id: (u128::from(mix(self.nonce).max(1)) << 64) | u128::from(id + 1),
-            span_id: mix(h).max(1),
-            sampled,
-        }
+        self.ids.request(id)
     }
 
     /// Whether request `id` is traced.
@@ -148,16 +184,6 @@ impl LoadTracer {
             let w = lock(w);
             (w.spans.len(), w.undecided)
         })
-    }
-
-    /// The context the request's downstream calls carry.
-    pub fn context(&self, t: RequestTrace) -> SpanContext {
-        SpanContext {
-            trace_id: t.trace_id,
-            span_id: t.span_id,
-            sampled: t.sampled,
-            remote: true,
-        }
     }
 
     /// Records the request's client span, from its intended send time to

@@ -33,6 +33,7 @@ mod connections;
 mod deploy;
 mod endpoints;
 mod fanout;
+mod generators;
 mod import;
 mod launcher;
 mod layered;
@@ -76,6 +77,7 @@ fn main() -> std::process::ExitCode {
         deploy::TESTS,
         endpoints::TESTS,
         netfaults::TESTS,
+        generators::TESTS,
         overload::TESTS,
         stress::TESTS,
         steps::TESTS,

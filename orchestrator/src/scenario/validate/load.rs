@@ -25,7 +25,11 @@ const LOAD_KEYS: &[&str] = &[
     "payload",
     "steps",
     "entries",
+    "generators",
 ];
+
+/// Most load generator processes (`[load] generators`).
+const MAX_GENERATORS: i64 = 64;
 
 const ENTRY_KEYS: &[&str] = &["hop", "weight"];
 
@@ -186,6 +190,26 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
             .and_then(|b| usize::try_from(b).ok()),
     };
 
+    let generators = match s.get("generators") {
+        None => Some(1),
+        Some(_) => s
+            .int_in(p, "generators", 1, MAX_GENERATORS)
+            .and_then(|g| u32::try_from(g).ok()),
+    };
+    if let (Some(LoadMode::Closed { concurrency }), Some(generators)) = (&mode, generators)
+        && *concurrency < generators
+    {
+        s.report(
+            p,
+            s.get("generators").map_or(&s.span, |g| &g.key_span),
+            format!(
+                "load.generators = {generators} splits the {concurrency} requests in flight \
+                 between them: each needs at least one (raise load.concurrency or lower \
+                 load.generators)"
+            ),
+        );
+    }
+
     if let (Some(mode), Some(timeout), Some(payload)) = (&mode, timeout, payload_bytes) {
         in_flight_budget(s, p, mode, timeout, payload);
     }
@@ -199,6 +223,7 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         payload_bytes: payload_bytes?,
         // Known once the hops are: see [`entries`].
         entries: Vec::new(),
+        generators: generators?,
     })
 }
 

@@ -1,0 +1,380 @@
+//! One generator process of several (`tailmesh generator`): it connects to
+//! the orchestrator, takes its job (its part of a variant's load), answers
+//! clock probes, starts at the instant it is told, and streams each
+//! measured request back as it ends, with a beat every
+//! [`BEAT_EVERY`]. When the orchestrator's connection closes, it gives its
+//! requests in flight up and exits: nothing outlives the run.
+
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use tailmesh_analysis::{instrument, stats};
+use tailmesh_services::{
+    hop::{
+        call::{Reach, reach::ReachPlan},
+        server::SERVICE_PATIENCE,
+    },
+    timer::Sleeper,
+};
+use tokio::{
+    io::{AsyncWrite, BufReader},
+    net::{TcpStream, tcp::OwnedReadHalf},
+    sync::{mpsc, watch},
+    time::Instant,
+};
+
+use super::frame::{
+    self, ClientSpan, FromGenerator, GeneratorOutcome, Job, ToGenerator, unix_ns_now,
+};
+use crate::{
+    loadgen::{ABANDON, ClientSpans, LoadClock, Target, Tracing, generate},
+    record::{RecordSink, RequestRecord},
+    traces::loadgen::RequestTrace,
+};
+
+/// How often a generator says it is alive while its load runs.
+pub(crate) const BEAT_EVERY: Duration = Duration::from_millis(100);
+/// How long a generator tries to reach the orchestrator.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+/// Records sent on in one frame at most.
+const BATCH: usize = 1024;
+
+/// Why a generator process stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum GeneratorError {
+    #[error("generator {index}: reach the orchestrator at {hub}: {source}")]
+    Connect {
+        index: u32,
+        hub: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("generator {index}: the orchestrator's connection: {source}")]
+    Hub {
+        index: u32,
+        source: frame::FrameError,
+    },
+    #[error("generator {index}: {message}")]
+    Job { index: u32, message: String },
+}
+
+/// Runs generator `index` for the orchestrator at `hub`.
+pub async fn serve(hub: SocketAddr, index: u32) -> Result<(), GeneratorError> {
+    let stream = connect(hub, index).await?;
+    let _ = stream.set_nodelay(true);
+    let (reader, mut writer) = stream.into_split();
+    let mut reader = BufReader::new(reader);
+    let hub_error = |source| GeneratorError::Hub { index, source };
+    frame::write(
+        &mut writer,
+        &FromGenerator::Hello {
+            index,
+            pid: std::process::id(),
+        },
+    )
+    .await
+    .map_err(hub_error)?;
+    let job = match frame::read(&mut reader).await.map_err(hub_error)? {
+        ToGenerator::Job(job) => job,
+        other => {
+            return Err(GeneratorError::Job {
+                index,
+                message: format!("expected a job first, got {other:?}"),
+            });
+        }
+    };
+    let prepared = match prepare(&job).await {
+        Ok(prepared) => prepared,
+        Err(message) => {
+            let _ = frame::write(
+                &mut writer,
+                &FromGenerator::Failed {
+                    error: message.clone(),
+                },
+            )
+            .await;
+            return Err(GeneratorError::Job { index, message });
+        }
+    };
+    frame::write(&mut writer, &FromGenerator::Ready)
+        .await
+        .map_err(hub_error)?;
+    // Clock probes until the start.
+    let at_unix_ns = loop {
+        match frame::read(&mut reader).await.map_err(hub_error)? {
+            ToGenerator::Ping { seq } => {
+                frame::write(
+                    &mut writer,
+                    &FromGenerator::Pong {
+                        seq,
+                        unix_ns: unix_ns_now(),
+                    },
+                )
+                .await
+                .map_err(hub_error)?;
+            }
+            ToGenerator::Start { at_unix_ns } => break at_unix_ns,
+            ToGenerator::Stop { .. } => return Ok(()),
+            ToGenerator::Job(_) => {
+                return Err(GeneratorError::Job {
+                    index,
+                    message: "a second job".to_owned(),
+                });
+            }
+        }
+    };
+    run(job, prepared, at_unix_ns, reader, writer)
+        .await
+        .map_err(hub_error)
+}
+
+async fn connect(hub: SocketAddr, index: u32) -> Result<TcpStream, GeneratorError> {
+    let deadline = Instant::now() + CONNECT_PATIENCE;
+    loop {
+        match TcpStream::connect(hub).await {
+            Ok(stream) => return Ok(stream),
+            Err(source) if Instant::now() >= deadline => {
+                return Err(GeneratorError::Connect { index, hub, source });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// The job read: the variant's load and its entries, reached.
+struct Prepared {
+    load: crate::scenario::Load,
+    target: Target,
+}
+
+async fn prepare(job: &Job) -> Result<Prepared, String> {
+    if let Some(files) = &job.tls {
+        let tls = files
+            .load()
+            .map_err(|e| format!("the mesh's TLS files: {e}"))?;
+        tailmesh_services::tls::install_client(Some(tls.client));
+    }
+    let mut reaches = Vec::with_capacity(job.entries.len());
+    for (entry, share) in &job.entries {
+        let plan = ReachPlan {
+            hop: &entry.hop,
+            caller: None,
+            transport: entry.transport,
+            replicas: &entry.replicas,
+            balance: entry.balance,
+            connection: entry.connection,
+            channels: job.channels,
+            seed: job.seed,
+            endpoints: &entry.endpoints,
+            broker: job
+                .broker
+                .as_ref()
+                .map(|(kind, bounds, addr)| (*kind, *bounds, addr)),
+            service: entry.service.as_ref(),
+        };
+        let reach = Reach::resolve(&plan, SERVICE_PATIENCE)
+            .await
+            .map_err(|e| format!("reach entry hop {:?}: {e}", entry.hop))?;
+        reaches.push((reach, entry.policy.clone(), *share));
+    }
+    Ok(Prepared {
+        load: job.load.clone(),
+        target: Target::new(reaches, job.seed),
+    })
+}
+
+/// Hands each traced request's span to the writer, for the orchestrator
+/// to record.
+struct ForwardedSpans(mpsc::UnboundedSender<ClientSpan>);
+
+impl ClientSpans for ForwardedSpans {
+    fn record(
+        &self,
+        _: RequestTrace,
+        id: u64,
+        ended: SystemTime,
+        latency: Duration,
+        error: Option<&str>,
+    ) {
+        let _ = self.0.send(ClientSpan {
+            id,
+            ended_unix_ns: tailmesh_units::unix_nanos_at(ended),
+            latency,
+            error: error.map(str::to_owned),
+        });
+    }
+
+    fn flush(&self) {}
+}
+
+/// Hands each measured record to the writer as it ends, and counts what
+/// the beats and the self-watch's judgement need.
+struct Streamed {
+    records: mpsc::UnboundedSender<RequestRecord>,
+    sent: watch::Sender<(u64, u64)>,
+    ended: u64,
+    lateness: hdrhistogram::Histogram<u64>,
+}
+
+impl RecordSink for Streamed {
+    fn record(&mut self, r: &RequestRecord) {
+        self.ended += 1;
+        let late = r.start.saturating_sub(r.intended);
+        self.lateness.saturating_record(stats::micros(late));
+        let ended = self.ended;
+        self.sent.send_modify(|(_, e)| *e = ended);
+        // The writer only goes when the connection does, and then the run
+        // is over for this generator.
+        let _ = self.records.send(r.clone());
+    }
+
+    fn sent(&mut self, measured: u64) {
+        self.sent.send_modify(|(s, _)| *s = measured);
+    }
+}
+
+async fn run(
+    job: Box<Job>,
+    prepared: Prepared,
+    at_unix_ns: u64,
+    mut reader: BufReader<OwnedReadHalf>,
+    mut writer: impl AsyncWrite + Unpin + Send + 'static,
+) -> Result<(), frame::FrameError> {
+    // The origin on this process's monotonic clock.
+    let now_ns = unix_ns_now();
+    let now = Instant::now();
+    let origin = if at_unix_ns >= now_ns {
+        now + Duration::from_nanos(at_unix_ns - now_ns)
+    } else {
+        now.checked_sub(Duration::from_nanos(now_ns - at_unix_ns))
+            .unwrap_or(now)
+    };
+    let clock = LoadClock {
+        origin,
+        warmup: prepared.load.warmup,
+    };
+    let origin_unix_ns = unix_ns_now().saturating_add_signed(
+        i64::try_from(nanos_between(Instant::now(), origin)).unwrap_or(i64::MAX),
+    );
+    frame::write(&mut writer, &FromGenerator::Started { origin_unix_ns }).await?;
+
+    let (records_tx, mut records_rx) = mpsc::unbounded_channel::<RequestRecord>();
+    let (spans_tx, mut spans_rx) = mpsc::unbounded_channel::<ClientSpan>();
+    let (sent_tx, sent_rx) = watch::channel((0u64, 0u64));
+    let (stop_tx, stop_rx) = watch::channel(0u32);
+    // The writer: records in batches as they come, and a beat every
+    // BEAT_EVERY; it ends once every record is written.
+    let writer_task = tokio::spawn(async move {
+        let mut beat = tokio::time::interval(BEAT_EVERY);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut spans = Vec::new();
+        let mut spans_open = true;
+        loop {
+            tokio::select! {
+                got = records_rx.recv_many(&mut batch, BATCH) => {
+                    if got == 0 {
+                        break;
+                    }
+                    let records = std::mem::take(&mut batch);
+                    frame::write(&mut writer, &FromGenerator::Records { records }).await?;
+                }
+                got = spans_rx.recv_many(&mut spans, BATCH), if spans_open => {
+                    spans_open = got > 0;
+                    if got > 0 {
+                        let spans = std::mem::take(&mut spans);
+                        frame::write(&mut writer, &FromGenerator::Spans { spans }).await?;
+                    }
+                }
+                _ = beat.tick() => {
+                    let (sent, ended) = *sent_rx.borrow();
+                    frame::write(&mut writer, &FromGenerator::Beat { sent, ended }).await?;
+                }
+            }
+        }
+        // Spans of requests that ended last.
+        while spans_rx.recv_many(&mut spans, BATCH).await > 0 {
+            let spans = std::mem::take(&mut spans);
+            frame::write(&mut writer, &FromGenerator::Spans { spans }).await?;
+        }
+        Ok::<_, frame::FrameError>(writer)
+    });
+    // The orchestrator's word while the load runs: interrupts, or its
+    // connection closing (then requests in flight are given up).
+    let listener = tokio::spawn(async move {
+        loop {
+            match frame::read::<_, ToGenerator>(&mut reader).await {
+                Ok(ToGenerator::Stop { interrupts }) => {
+                    stop_tx.send_modify(|n| *n = (*n).max(interrupts));
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    stop_tx.send_modify(|n| *n = (*n).max(ABANDON));
+                    return;
+                }
+            }
+        }
+    });
+    let mut sink = Streamed {
+        records: records_tx,
+        sent: sent_tx,
+        ended: 0,
+        lateness: stats::new_histogram(),
+    };
+    let outcome = generate(
+        prepared.target,
+        &prepared.load,
+        clock,
+        job.seed,
+        Sleeper::Precise,
+        None,
+        stop_rx,
+        Tracing {
+            ids: job.trace,
+            spans: job
+                .trace
+                .map(|_| Arc::new(ForwardedSpans(spans_tx)) as Arc<dyn ClientSpans>),
+        },
+        job.part,
+        &mut sink,
+    )
+    .await;
+    let Streamed {
+        records, lateness, ..
+    } = sink;
+    drop(records);
+    let mut writer = writer_task
+        .await
+        .map_err(|e| frame::FrameError::Io(std::io::Error::other(e)))??;
+    let lateness = stats::Percentiles::from_histogram(&lateness);
+    let done = GeneratorOutcome {
+        warmup: outcome.warmup,
+        measured: outcome.measured,
+        interrupted: outcome.interrupted,
+        links: outcome.links,
+        // Its own sends and timer: the CPU the hops and the orchestrator
+        // use is "others" to this process, and the orchestrator judges the
+        // machine's.
+        instrument: outcome.instrument.map(|mut m| {
+            m.cpu_use = None;
+            instrument::judge(&m, &lateness)
+        }),
+        records: outcome.pipeline.records,
+        peak_in_flight: outcome.pipeline.peak_in_flight,
+    };
+    frame::write(&mut writer, &FromGenerator::Done(Box::new(done))).await?;
+    // The orchestrator closes the connection once it has everything.
+    let _ = tokio::time::timeout(Duration::from_secs(10), listener).await;
+    Ok(())
+}
+
+/// Signed ns from `from` to `to`.
+fn nanos_between(from: Instant, to: Instant) -> i128 {
+    if to >= from {
+        to.duration_since(from).as_nanos() as i128
+    } else {
+        -(from.duration_since(to).as_nanos() as i128)
+    }
+}

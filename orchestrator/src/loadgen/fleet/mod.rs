@@ -1,0 +1,637 @@
+//! Several load generator processes sharing one variant's load
+//! (`[load] generators = N`), coordinated by the orchestrator:
+//!
+//! - it starts them (`tailmesh generator`), each connecting back over TCP;
+//! - gives each its [`Part`] of the load: open loop, every N-th request of
+//!   the one seeded schedule, each keeping the id and intended send time it
+//!   has in a one-generator run (so the same seed injects the same faults);
+//!   closed loop, a share of the requests in flight with disjoint ids;
+//! - measures each one's clock offset against its own (the probe with the
+//!   shortest round trip of [`PROBES`]) and starts them all at one instant
+//!   [`START_LEAD`] ahead; the skew of the origins they set is reported;
+//! - takes their records as they end, moves them onto its own clock, and
+//!   hands them to the one record pipeline: every histogram, file, phase
+//!   and check is made once, centrally, from every request;
+//! - a generator that closes its connection or says nothing for
+//!   [`SILENCE`] before it is done stops the run: the others stop sending,
+//!   the incident names it, its requests in flight are counted as lost
+//!   with it, and the run ends interrupted (a non-zero exit).
+//!
+//! - `frame`: the messages and their framing.
+//! - `member`: the generator process's side.
+
+pub(crate) mod frame;
+pub mod member;
+
+use std::{
+    path::Path,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use tokio::{
+    io::BufReader,
+    net::{TcpListener, tcp::OwnedWriteHalf},
+    process::{Child, Command},
+    sync::{mpsc, watch},
+    time::Instant,
+};
+
+use self::frame::{ClientSpan, FromGenerator, GeneratorOutcome, Job, ToGenerator, unix_ns_now};
+use super::{LoadClock, LoadOutcome, Part, Progress, STOP_SENDING, selfwatch};
+use crate::{
+    record::{GeneratorReport, PipelineStats, RecordSink, RequestRecord},
+    traces::loadgen::LoadTracer,
+};
+
+/// How long the generators have to start and say hello.
+const HELLO_PATIENCE: Duration = Duration::from_secs(20);
+/// How long they have to reach their entries.
+const READY_PATIENCE: Duration = Duration::from_secs(30);
+/// Clock probes per generator.
+const PROBES: u32 = 16;
+/// How far ahead of now the common start is set: time for the start
+/// message to reach every generator.
+pub(crate) const START_LEAD: Duration = Duration::from_millis(250);
+/// Silence after which a generator is taken for gone.
+pub(crate) const SILENCE: Duration = Duration::from_secs(1);
+
+/// Why the generators could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("listen for the load generators on 127.0.0.1: {0}")]
+    Listen(std::io::Error),
+    #[error("start load generator {index} ({}): {source}", program.display())]
+    Spawn {
+        index: u32,
+        program: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("load generator log {}: {source}", path.display())]
+    Log {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("load generator {index}: {what} (its log: {})", log.display())]
+    Generator {
+        index: u32,
+        what: String,
+        log: std::path::PathBuf,
+    },
+    #[error("{connected} of {of} load generators connected within {} (their logs are in {})",
+        tailmesh_units::duration(HELLO_PATIENCE), dir.display())]
+    Hello {
+        connected: usize,
+        of: u32,
+        dir: std::path::PathBuf,
+    },
+}
+
+struct Member {
+    index: u32,
+    pid: u32,
+    writer: OwnedWriteHalf,
+    reader: Option<BufReader<tokio::net::tcp::OwnedReadHalf>>,
+    log: std::path::PathBuf,
+    /// Its clock minus ours, ns.
+    offset_ns: i64,
+    rtt_ns: u64,
+}
+
+/// The generator processes of one variant, connected.
+pub(crate) struct Fleet {
+    members: Vec<Member>,
+    children: Vec<Child>,
+}
+
+impl Fleet {
+    /// Starts `of` generator processes of `exe`, their output in
+    /// `log_dir`, and waits for each to connect.
+    pub(crate) async fn launch(exe: &Path, of: u32, log_dir: &Path) -> Result<Fleet, FleetError> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(FleetError::Listen)?;
+        let hub = listener.local_addr().map_err(FleetError::Listen)?;
+        let mut children = Vec::with_capacity(of as usize);
+        let mut logs = Vec::with_capacity(of as usize);
+        for index in 0..of {
+            let log = log_dir.join(format!("generator-{index}.log"));
+            let file = std::fs::File::create(&log).map_err(|source| FleetError::Log {
+                path: log.clone(),
+                source,
+            })?;
+            let err = file.try_clone().map_err(|source| FleetError::Log {
+                path: log.clone(),
+                source,
+            })?;
+            let child = Command::new(exe)
+                .arg("generator")
+                .arg("--hub")
+                .arg(hub.to_string())
+                .arg("--index")
+                .arg(index.to_string())
+                .stdin(Stdio::null())
+                .stdout(file)
+                .stderr(err)
+                .process_group(0)
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|source| FleetError::Spawn {
+                    index,
+                    program: exe.to_path_buf(),
+                    source,
+                })?;
+            if let Some(pid) = child.id() {
+                let pid_file = log_dir.join(format!("generator-{index}.pid"));
+                std::fs::write(&pid_file, format!("{pid}\n")).map_err(|source| {
+                    FleetError::Log {
+                        path: pid_file,
+                        source,
+                    }
+                })?;
+            }
+            children.push(child);
+            logs.push(log);
+        }
+        let mut fleet = Fleet {
+            members: Vec::with_capacity(of as usize),
+            children,
+        };
+        let deadline = Instant::now() + HELLO_PATIENCE;
+        while fleet.members.len() < of as usize {
+            let accepted = tokio::time::timeout_at(deadline, listener.accept()).await;
+            let Ok(Ok((stream, _))) = accepted else {
+                return Err(FleetError::Hello {
+                    connected: fleet.members.len(),
+                    of,
+                    dir: log_dir.to_path_buf(),
+                });
+            };
+            let _ = stream.set_nodelay(true);
+            let (reader, writer) = stream.into_split();
+            let mut reader = BufReader::new(reader);
+            let hello = tokio::time::timeout_at(deadline, frame::read(&mut reader)).await;
+            let Ok(Ok(FromGenerator::Hello { index, pid })) = hello else {
+                continue;
+            };
+            let Some(log) = logs.get(index as usize).cloned() else {
+                continue;
+            };
+            if fleet.members.iter().any(|m| m.index == index) {
+                continue;
+            }
+            fleet.members.push(Member {
+                index,
+                pid,
+                writer,
+                reader: Some(reader),
+                log,
+                offset_ns: 0,
+                rtt_ns: 0,
+            });
+        }
+        fleet.members.sort_by_key(|m| m.index);
+        Ok(fleet)
+    }
+
+    /// Hands each generator its job (`job(part)`), waits until each has
+    /// reached its entries, and measures its clock.
+    pub(crate) async fn assign(&mut self, job: impl Fn(Part) -> Job) -> Result<(), FleetError> {
+        let of = u32::try_from(self.members.len()).unwrap_or(u32::MAX);
+        for m in &mut self.members {
+            let message = ToGenerator::Job(Box::new(job(Part { index: m.index, of })));
+            frame::write(&mut m.writer, &message)
+                .await
+                .map_err(|e| m.failed(format!("send its job: {e}")))?;
+        }
+        let deadline = Instant::now() + READY_PATIENCE;
+        for m in &mut self.members {
+            let failed = m.failure();
+            let reader = m
+                .reader
+                .as_mut()
+                .ok_or_else(|| failed("no connection".into()))?;
+            match tokio::time::timeout_at(deadline, frame::read(reader)).await {
+                Ok(Ok(FromGenerator::Ready)) => {}
+                Ok(Ok(FromGenerator::Failed { error })) => return Err(failed(error)),
+                Ok(Ok(other)) => return Err(failed(format!("unexpected {other:?}"))),
+                Ok(Err(e)) => return Err(failed(format!("its connection: {e}"))),
+                Err(_) => {
+                    return Err(failed(format!(
+                        "not ready within {}",
+                        tailmesh_units::duration(READY_PATIENCE)
+                    )));
+                }
+            }
+            m.probe_clock().await?;
+        }
+        Ok(())
+    }
+
+    /// Starts every generator at one instant and hands each measured
+    /// request to `sink` (on the orchestrator's clock, which `clock`
+    /// becomes) as it ends; `tracer` records each traced request's span.
+    pub(crate) async fn generate<S: RecordSink + ?Sized>(
+        mut self,
+        clock: LoadClock,
+        mut progress: Option<Progress>,
+        mut interrupt: watch::Receiver<u32>,
+        tracer: Option<Arc<LoadTracer>>,
+        sink: &mut S,
+    ) -> LoadOutcome {
+        // The origin on the wall clock (it is ahead: START_LEAD).
+        let start_unix_ns =
+            unix_ns_now() + nanos(clock.origin.saturating_duration_since(Instant::now()));
+        let measuring_from =
+            SystemTime::UNIX_EPOCH + Duration::from_nanos(start_unix_ns) + clock.warmup;
+        sink.measuring_from(measuring_from);
+        let watch = selfwatch::Watch::start();
+        let (tx, mut rx) = mpsc::channel::<(usize, Result<FromGenerator, String>)>(1024);
+        let mut states: Vec<State> = Vec::with_capacity(self.members.len());
+        for (k, m) in self.members.iter_mut().enumerate() {
+            let at = start_unix_ns.saturating_add_signed(m.offset_ns);
+            let started = frame::write(&mut m.writer, &ToGenerator::Start { at_unix_ns: at }).await;
+            let mut state = State::new(m);
+            if let Err(e) = started {
+                state.gone = Some(format!("could not be started: {e}"));
+            }
+            if let Some(mut reader) = m.reader.take() {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let message = frame::read(&mut reader).await.map_err(|e| e.to_string());
+                        let end = message.is_err();
+                        if tx.send((k, message)).await.is_err() || end {
+                            return;
+                        }
+                    }
+                });
+            }
+            states.push(state);
+        }
+        drop(tx);
+        let mut sent_interrupts = 0u32;
+        let mut interrupts_open = true;
+        let mut stopped = false;
+        let mut check = tokio::time::interval(SILENCE / 4);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while states.iter().any(State::running) {
+            tokio::select! {
+                got = rx.recv() => {
+                    let Some((k, message)) = got else { break };
+                    let state = &mut states[k];
+                    state.heard = Instant::now();
+                    match message {
+                        Ok(FromGenerator::Records { records }) => {
+                            for mut r in records {
+                                state.shift(&mut r);
+                                state.records += 1;
+                                if let Some(p) = &mut progress {
+                                    p.record(&r);
+                                }
+                                sink.record(&r);
+                            }
+                        }
+                        Ok(FromGenerator::Spans { spans }) => {
+                            if let Some(t) = &tracer {
+                                for s in spans {
+                                    state.trace(t, s);
+                                }
+                            }
+                        }
+                        Ok(FromGenerator::Beat { sent, ended: _ }) => state.sent = sent,
+                        Ok(FromGenerator::Started { origin_unix_ns }) => {
+                            let ours = i128::from(origin_unix_ns) - i128::from(state.offset_ns);
+                            state.skew_ns = Some(ours - i128::from(start_unix_ns));
+                        }
+                        Ok(FromGenerator::Done(outcome)) => state.done = Some(*outcome),
+                        Ok(FromGenerator::Failed { error }) => state.gone = Some(error),
+                        Ok(other) => {
+                            state.gone = Some(format!("said {other:?} while its load ran"));
+                        }
+                        Err(e) => {
+                            state.gone = Some(format!("its connection ended: {e}"));
+                        }
+                    }
+                }
+                _ = check.tick() => {
+                    // Traced requests' spans wait in a batch: hand them on.
+                    if let Some(t) = &tracer {
+                        t.flush();
+                    }
+                    let now = Instant::now();
+                    for s in states.iter_mut().filter(|s| s.running()) {
+                        if now.duration_since(s.heard) >= SILENCE {
+                            s.gone = Some(format!(
+                                "said nothing for {}",
+                                tailmesh_units::duration(now.duration_since(s.heard))
+                            ));
+                        }
+                    }
+                }
+                changed = interrupt.changed(), if interrupts_open => {
+                    // Closed: the interrupt counter is gone with the run.
+                    interrupts_open = changed.is_ok();
+                }
+            }
+            // A generator gone before it was done stops the run: the
+            // others stop sending and finish what they have in flight.
+            let mut wanted = *interrupt.borrow();
+            for s in states.iter_mut().filter(|s| s.gone.is_some() && !s.told) {
+                s.told = true;
+                let lost = s.sent.saturating_sub(s.records);
+                let line = format!(
+                    "load generator {} (pid {}) stopped before its part was done: {}; {} of its \
+                     requests in flight were lost with it (log: {})",
+                    s.index,
+                    s.pid,
+                    s.gone.as_deref().unwrap_or_default(),
+                    lost,
+                    s.log.display()
+                );
+                crate::tell!("warning: {line}");
+                stopped = true;
+                wanted = wanted.max(STOP_SENDING);
+            }
+            if wanted > sent_interrupts {
+                sent_interrupts = wanted;
+                for (m, s) in self.members.iter_mut().zip(&states) {
+                    if s.running() {
+                        let _ =
+                            frame::write(&mut m.writer, &ToGenerator::Stop { interrupts: wanted })
+                                .await;
+                    }
+                }
+            }
+        }
+        if let Some(t) = &tracer {
+            t.flush();
+        }
+        if let Some(p) = &progress {
+            p.finish();
+        }
+        // Done: their connections close, and they exit.
+        drop(self.members);
+        for child in &mut self.children {
+            if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+        }
+        let mut load = combine(&states, stopped, watch.finish());
+        load.start_skew_us = skew_spread_us(&states);
+        load.generators = states.iter().map(State::report).collect();
+        load
+    }
+}
+
+impl Member {
+    fn failed(&self, what: impl Into<String>) -> FleetError {
+        self.failure()(what.into())
+    }
+
+    /// What makes its errors, borrowing nothing of it.
+    fn failure(&self) -> impl Fn(String) -> FleetError + use<> {
+        let (index, log) = (self.index, self.log.clone());
+        move |what| FleetError::Generator {
+            index,
+            what,
+            log: log.clone(),
+        }
+    }
+
+    /// Measures its clock: the probe with the shortest round trip, whose
+    /// answer came about half way through it.
+    async fn probe_clock(&mut self) -> Result<(), FleetError> {
+        let mut best: Option<(u64, i64)> = None;
+        let failed = self.failure();
+        for seq in 0..PROBES {
+            let sent = unix_ns_now();
+            let t0 = Instant::now();
+            frame::write(&mut self.writer, &ToGenerator::Ping { seq })
+                .await
+                .map_err(|e| failed(format!("clock probe: {e}")))?;
+            let reader = self
+                .reader
+                .as_mut()
+                .ok_or_else(|| failed("no connection".into()))?;
+            let answer = tokio::time::timeout(SILENCE, frame::read(reader)).await;
+            let rtt = nanos(t0.elapsed());
+            let theirs = match answer {
+                Ok(Ok(FromGenerator::Pong { seq: s, unix_ns })) if s == seq => unix_ns,
+                Ok(Ok(other)) => return Err(failed(format!("unexpected {other:?}"))),
+                Ok(Err(e)) => return Err(failed(format!("clock probe: {e}"))),
+                Err(_) => return Err(failed("no answer to a clock probe within 1 s".into())),
+            };
+            let offset = offset_ns(sent, rtt, theirs);
+            if best.is_none_or(|(r, _)| rtt < r) {
+                best = Some((rtt, offset));
+            }
+        }
+        if let Some((rtt, offset)) = best {
+            self.rtt_ns = rtt;
+            self.offset_ns = offset;
+        }
+        Ok(())
+    }
+}
+
+/// A generator's clock minus ours, from one probe sent at `sent` (our
+/// clock) and answered `rtt` later with `theirs`: the answer is taken as
+/// given half way.
+fn offset_ns(sent: u64, rtt: u64, theirs: u64) -> i64 {
+    let mid = i128::from(sent) + i128::from(rtt / 2);
+    i64::try_from(i128::from(theirs) - mid).unwrap_or(i64::MAX)
+}
+
+/// One generator while the load runs.
+struct State {
+    index: u32,
+    pid: u32,
+    log: std::path::PathBuf,
+    offset_ns: i64,
+    rtt_ns: u64,
+    /// Its origin minus the common start, on our clock.
+    skew_ns: Option<i128>,
+    heard: Instant,
+    /// Measured requests it said it sent, and those it handed on.
+    sent: u64,
+    records: u64,
+    done: Option<GeneratorOutcome>,
+    gone: Option<String>,
+    /// Whether its going was reported.
+    told: bool,
+}
+
+impl State {
+    fn new(m: &Member) -> Self {
+        State {
+            index: m.index,
+            pid: m.pid,
+            log: m.log.clone(),
+            offset_ns: m.offset_ns,
+            rtt_ns: m.rtt_ns,
+            skew_ns: None,
+            heard: Instant::now(),
+            sent: 0,
+            records: 0,
+            done: None,
+            gone: None,
+            told: false,
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.done.is_none() && self.gone.is_none()
+    }
+
+    /// Moves a record from its measured clock onto ours: its times are
+    /// from its own origin, which was `skew` from the common one.
+    fn shift(&self, r: &mut RequestRecord) {
+        let skew = self.skew_ns.unwrap_or(0);
+        let by = Duration::from_nanos(u64::try_from(skew.unsigned_abs()).unwrap_or(u64::MAX));
+        for t in [&mut r.intended, &mut r.start, &mut r.end] {
+            *t = if skew >= 0 {
+                t.saturating_add(by)
+            } else {
+                t.saturating_sub(by)
+            };
+        }
+    }
+
+    /// Records the client span of a traced request it sent, its end moved
+    /// onto our clock.
+    fn trace(&self, tracer: &LoadTracer, s: ClientSpan) {
+        let ended = i128::from(s.ended_unix_ns) - i128::from(self.offset_ns);
+        let ended = SystemTime::UNIX_EPOCH
+            + Duration::from_nanos(u64::try_from(ended.max(0)).unwrap_or(u64::MAX));
+        tracer.record(
+            tracer.request(s.id),
+            s.id,
+            ended,
+            s.latency,
+            s.error.as_deref(),
+        );
+    }
+
+    fn report(&self) -> GeneratorReport {
+        GeneratorReport {
+            index: self.index,
+            pid: self.pid,
+            clock_offset_us: self.offset_ns as f64 / 1e3,
+            clock_probe_rtt_us: self.rtt_ns as f64 / 1e3,
+            start_skew_us: self.skew_ns.map_or(0.0, |s| s as f64 / 1e3),
+            records: self.records,
+            warmup: self.done.as_ref().map(|d| d.warmup).unwrap_or_default(),
+            lost_in_flight: if self.done.is_some() {
+                0
+            } else {
+                self.sent.saturating_sub(self.records)
+            },
+            stopped: if self.done.is_some() {
+                None
+            } else {
+                self.gone.clone()
+            },
+            instrument: self.done.as_ref().and_then(|d| d.instrument.clone()),
+        }
+    }
+}
+
+/// The spread of the generators' origins, µs.
+fn skew_spread_us(states: &[State]) -> f64 {
+    let skews: Vec<i128> = states.iter().filter_map(|s| s.skew_ns).collect();
+    match (skews.iter().min(), skews.iter().max()) {
+        (Some(lo), Some(hi)) => (hi - lo) as f64 / 1e3,
+        _ => 0.0,
+    }
+}
+
+/// The load's outcome from every generator's: warmups summed, the longest
+/// measured phase, interrupted if any was or any stopped early.
+fn combine(states: &[State], stopped: bool, samples: crate::record::MachineSamples) -> LoadOutcome {
+    let mut load = LoadOutcome {
+        instrument: Some(samples),
+        interrupted: stopped,
+        ..LoadOutcome::default()
+    };
+    let mut stats = PipelineStats::default();
+    for s in states {
+        stats.records += s.records;
+        let Some(done) = &s.done else { continue };
+        load.warmup.sent += done.warmup.sent;
+        load.warmup.ok += done.warmup.ok;
+        load.warmup.failed += done.warmup.failed;
+        load.measured = load.measured.max(done.measured);
+        load.interrupted |= done.interrupted;
+        load.links = match (load.links, done.links) {
+            (Some(a), Some(b)) => Some(a.plus(&b)),
+            (a, b) => a.or(b),
+        };
+        stats.peak_in_flight += done.peak_in_flight;
+    }
+    load.pipeline = stats;
+    load
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_answered_half_way_gives_the_clocks_difference() {
+        // Sent at 1,000 on our clock, answered after 200 ns round trip
+        // with their 1,600: they are 500 ahead.
+        assert_eq!(offset_ns(1_000, 200, 1_600), 500);
+        assert_eq!(offset_ns(1_000, 200, 600), -500);
+    }
+
+    fn state(skew_ns: Option<i128>) -> State {
+        State {
+            index: 0,
+            pid: 1,
+            log: "g.log".into(),
+            offset_ns: 0,
+            rtt_ns: 0,
+            skew_ns,
+            heard: Instant::now(),
+            sent: 0,
+            records: 0,
+            done: None,
+            gone: None,
+            told: false,
+        }
+    }
+
+    #[test]
+    fn records_move_by_their_generators_skew_and_the_spread_is_reported() {
+        let record = |t: u64| RequestRecord {
+            id: 1,
+            intended: Duration::from_micros(t),
+            start: Duration::from_micros(t + 5),
+            end: Duration::from_micros(t + 100),
+            outcome: crate::record::Outcome::Ok,
+            path: Vec::new(),
+            extra_attempts: 0,
+            attempts: Vec::new(),
+        };
+        let late = state(Some(300_000));
+        let mut r = record(1_000);
+        late.shift(&mut r);
+        assert_eq!(r.intended, Duration::from_micros(1_300));
+        assert_eq!(r.latency(), Duration::from_micros(100));
+        let early = state(Some(-200_000));
+        let mut r = record(1_000);
+        early.shift(&mut r);
+        assert_eq!(r.end, Duration::from_micros(900));
+        assert!((skew_spread_us(&[late, early, state(None)]) - 500.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,199 @@
+//! Several load generator processes (`[load] generators`): together they
+//! send the very requests one generator sends (same ids, same intended
+//! send times, so the same faults), every one accounted for once; a
+//! closed loop splits its requests in flight with disjoint ids; a
+//! generator killed mid-run stops the run, named.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::support::*;
+
+tests! {
+    sync three_generators_send_the_one_generator_requests_each_once,
+    sync a_closed_loop_splits_its_requests_in_flight_with_disjoint_ids,
+    sync a_killed_generator_stops_the_run_and_is_named,
+}
+
+fn scenario(load: &str) -> String {
+    format!(
+        "name = \"gen\"\nseed = 11\n[load]\n{load}\n\
+         [[hop]]\nname = \"a\"\nwork = {{ kind = \"sleep\", dist = \"exp\", mean = \"200us\" }}\n\
+         slow = {{ probability = 0.05, extra = \"5ms\" }}\n\
+         [[hop]]\nname = \"b\"\n"
+    )
+}
+
+/// requests.csv's rows: id -> (intended µs, slow hops).
+fn requests(run_dir: &std::path::Path) -> BTreeMap<u64, (f64, String)> {
+    let text = read_lossy(&run_dir.join("requests.csv"));
+    let rows = csv_rows(&text);
+    let header = &rows[0];
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
+    let (id, intended, slow) = (col("id"), col("intended_us"), col("slow_hops"));
+    let mut by_id = BTreeMap::new();
+    for row in &rows[1..] {
+        let key: u64 = row[id].parse().expect("an id");
+        let at: f64 = row[intended].parse().expect("a time");
+        assert!(
+            by_id.insert(key, (at, row[slow].clone())).is_none(),
+            "request {key} twice in requests.csv"
+        );
+    }
+    by_id
+}
+
+fn three_generators_send_the_one_generator_requests_each_once() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let load = "mode = \"open\"\nrate = 300\nduration = \"2s\"\nwarmup = \"300ms\"";
+    let one = write(dir.path(), "one.toml", &scenario(load));
+    let three = write(
+        dir.path(),
+        "three.toml",
+        &scenario(&format!("{load}\ngenerators = 3")),
+    );
+    let ran_one = accounted(
+        tailmesh(dir.path(), &run_args(&one, &dir.path().join("r1"), &[])),
+        &dir.path().join("r1"),
+    );
+    let ran_three = accounted(
+        tailmesh(dir.path(), &run_args(&three, &dir.path().join("r3"), &[])),
+        &dir.path().join("r3"),
+    );
+    let (a, b) = (requests(&ran_one.run_dir), requests(&ran_three.run_dir));
+    // The same requests: the same ids, each sent once, at the same
+    // intended time (give or take the generators' start skew, moved onto
+    // the orchestrator's clock), the same hops slow (the faults are drawn
+    // from the request's id).
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "{}",
+        ran_three.context
+    );
+    let skew_us = ran_three.v["generators"]["start_skew_us"]
+        .as_f64()
+        .expect("start skew");
+    for (id, (at, slow)) in &a {
+        let (at3, slow3) = &b[id];
+        assert!(
+            (at - at3).abs() <= skew_us + 2.0,
+            "request {id}: intended {at} us alone, {at3} us of three (start skew {skew_us} us)"
+        );
+        assert_eq!(slow, slow3, "request {id}'s slow hops");
+    }
+    // Each generator sent its third, and the parts add up to the whole.
+    let g = &ran_three.v["generators"];
+    assert_eq!(g["count"], 3, "{g:#}");
+    let each = g["each"].as_array().expect("each generator");
+    let records: Vec<u64> = each.iter().map(|e| u64_at(e, "/records")).collect();
+    assert_eq!(
+        records.iter().sum::<u64>(),
+        u64_at(&ran_three.v, "/sent"),
+        "{g:#}"
+    );
+    for (k, e) in each.iter().enumerate() {
+        let own = b.keys().filter(|id| *id % 3 == k as u64).count() as u64;
+        assert_eq!(u64_at(e, "/records"), own, "generator {k}: {e:#}");
+        assert!(e["stopped"].is_null(), "{e:#}");
+        assert!(
+            e["instrument"].is_object(),
+            "generator {k} judged itself: {e:#}"
+        );
+    }
+    eprintln!("three generators: start skew {skew_us} us");
+}
+
+fn a_closed_loop_splits_its_requests_in_flight_with_disjoint_ids() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        "closed.toml",
+        &scenario("mode = \"closed\"\nconcurrency = 5\nrequests = 301\ngenerators = 2"),
+    );
+    let ran = accounted(
+        tailmesh(dir.path(), &run_args(&path, &dir.path().join("r"), &[])),
+        &dir.path().join("r"),
+    );
+    // 301 requests, split 151 + 150, each id once (requests() checks).
+    let by_id = requests(&ran.run_dir);
+    assert_eq!(by_id.len(), 301, "{}", ran.context);
+    let each = ran.v["generators"]["each"]
+        .as_array()
+        .expect("each generator");
+    let records: Vec<u64> = each.iter().map(|e| u64_at(e, "/records")).collect();
+    assert_eq!(records, [151, 150], "{}", ran.context);
+    // Generator k's ids are k, k + 2, ...
+    let even = by_id.keys().filter(|id| *id % 2 == 0).count();
+    assert_eq!(even, 151, "{:?}", by_id.keys().collect::<Vec<_>>());
+}
+
+fn a_killed_generator_stops_the_run_and_is_named() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        "long.toml",
+        &scenario("mode = \"open\"\nrate = 200\nduration = \"60s\"\ngenerators = 2"),
+    );
+    let results = dir.path().join("r");
+    let mut run = Running::start(dir.path(), &run_args(&path, &results, &[]));
+    // Generator 1's pid, once its load runs (its first beat has come and
+    // gone: the requests file being written has rows).
+    let pid = run.wait_for("generator 1 running", || {
+        let pid_file = find_files(&results, "generator-1.pid").into_iter().next()?;
+        let pid: u32 = std::fs::read_to_string(pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let csv = find_files(&results, ".requests.csv.partial")
+            .into_iter()
+            .next()?;
+        (std::fs::metadata(csv).ok()?.len() > 4096).then_some(pid)
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill generator 1");
+    let killed = std::time::Instant::now();
+    let finished = run.wait();
+    let took = killed.elapsed();
+    assert_ne!(finished.code(), Some(0), "{}", finished.output());
+    let output = finished.output();
+    assert!(
+        output.contains("load generator 1 (pid"),
+        "the generator is named: {output}"
+    );
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    assert_eq!(summary["interrupted"], true, "{v:#}");
+    let stopped: Vec<&Value> = v["generators"]["each"]
+        .as_array()
+        .expect("each generator")
+        .iter()
+        .filter(|e| !e["stopped"].is_null())
+        .collect();
+    assert_eq!(stopped.len(), 1, "{v:#}");
+    assert_eq!(stopped[0]["index"], 1, "{v:#}");
+    assert!(
+        v["incidents"].as_array().is_some_and(|i| i
+            .iter()
+            .any(|l| l.as_str().is_some_and(|l| l.contains("load generator 1")))),
+        "{v:#}"
+    );
+    // What was measured is accounted for: every request sent by the
+    // generator still running ended one way or another.
+    assert_accounted(v, &output);
+    eprintln!("a killed generator: the run ended {took:?} after the kill");
+}
