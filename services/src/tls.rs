@@ -12,6 +12,7 @@
 
 use std::{
     fmt, io,
+    net::IpAddr,
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
 };
@@ -90,6 +91,9 @@ pub enum TlsError {
     Verifier(#[from] rustls::server::VerifierBuilderError),
     #[error("generate {what}: {source}")]
     Generate { what: String, source: rcgen::Error },
+    /// A kept CA's certificate and key cannot sign.
+    #[error("the CA: {0}")]
+    Authority(String),
 }
 
 impl TlsFiles {
@@ -260,10 +264,15 @@ pub async fn connect(
     Ok((stream, kind))
 }
 
-/// A run's certificate authority (ECDSA P-256), made at launch and never
-/// written anywhere but the run's directory.
+/// A certificate authority: a run's (ECDSA P-256), made at launch and
+/// never written anywhere but the run's directory, or a deployment's,
+/// kept in its CA folder and read back ([`Authority::from_pem`]) so later
+/// generations sign with the same CA.
 pub struct Authority {
-    cert: rcgen::Certificate,
+    /// The certificate's PEM text, as made or as read (its digest is the
+    /// one a deployment names).
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
 }
 
@@ -310,19 +319,126 @@ impl Authority {
         let key = p256().map_err(generate("the CA key"))?;
         let cert = params.self_signed(&key).map_err(generate("the CA"))?;
         Ok(Authority {
-            cert,
+            cert_pem: cert.pem(),
+            cert_der: cert.der().clone(),
             issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// The CA whose certificate is `cert_pem` and private key (PKCS#8)
+    /// `key_pem`, as [`Authority::cert_pem`] and [`Authority::key_pem`]
+    /// gave them: refused unless the certificate is a CA's and the key is
+    /// its own.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, TlsError> {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes())
+            .map_err(|e| TlsError::Authority(format!("the certificate is not PEM: {e}")))?;
+        let cert = pem
+            .parse_x509()
+            .map_err(|e| TlsError::Authority(format!("the certificate does not parse: {e}")))?;
+        if !cert.is_ca() {
+            return Err(TlsError::Authority(
+                "the certificate is not a CA's (no basicConstraints CA:true)".to_owned(),
+            ));
+        }
+        let key = rcgen::KeyPair::from_pem(key_pem)
+            .map_err(|e| TlsError::Authority(format!("the private key does not parse: {e}")))?;
+        if rcgen::PublicKeyData::subject_public_key_info(&key) != cert.public_key().raw {
+            return Err(TlsError::Authority(
+                "the private key is not the certificate's".to_owned(),
+            ));
+        }
+        let cert_der = CertificateDer::from(pem.contents.clone());
+        let issuer = rcgen::Issuer::from_ca_cert_der(&cert_der, key)
+            .map_err(|e| TlsError::Authority(format!("the certificate cannot issue: {e}")))?;
+        Ok(Authority {
+            cert_pem: cert_pem.to_owned(),
+            cert_der,
+            issuer,
         })
     }
 
     /// The CA certificate in PEM.
     pub fn cert_pem(&self) -> String {
-        self.cert.pem()
+        self.cert_pem.clone()
     }
 
     /// The CA certificate.
     pub fn cert_der(&self) -> CertificateDer<'static> {
-        self.cert.der().clone()
+        self.cert_der.clone()
+    }
+
+    /// The CA's private key in PEM (PKCS#8): whoever holds it can issue
+    /// certificates every service of the deployment trusts, so it is only
+    /// ever written to a file of mode 0600.
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
+    }
+
+    /// Why `issued` cannot be kept as this CA's certificate for
+    /// `common_name` and exactly `names` (as [`Authority::issue`] would
+    /// make it), or `None` when it can: it must parse, be signed by this
+    /// CA, be valid now, name exactly these, and come with its own key.
+    pub fn mismatch(&self, issued: &Issued, common_name: &str, names: &[String]) -> Option<String> {
+        let (_, pem) = match x509_parser::pem::parse_x509_pem(issued.cert_pem.as_bytes()) {
+            Ok(parsed) => parsed,
+            Err(e) => return Some(format!("its certificate is not PEM: {e}")),
+        };
+        let cert = match pem.parse_x509() {
+            Ok(cert) => cert,
+            Err(e) => return Some(format!("its certificate does not parse: {e}")),
+        };
+        let ca = match x509_parser::parse_x509_certificate(&self.cert_der) {
+            Ok((_, ca)) => ca,
+            Err(e) => return Some(format!("the CA's certificate does not parse: {e}")),
+        };
+        if cert.issuer().as_raw() != ca.subject().as_raw()
+            || cert.verify_signature(Some(ca.public_key())).is_err()
+        {
+            return Some("it was issued by another CA".to_owned());
+        }
+        if !cert.validity().is_valid() {
+            return Some("it is not valid now".to_owned());
+        }
+        let subject = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok());
+        if subject != Some(common_name) {
+            return Some(format!(
+                "it is issued to {}, not {common_name}",
+                subject.unwrap_or("no common name")
+            ));
+        }
+        let found = match cert.subject_alternative_name() {
+            Ok(Some(san)) => san.value.general_names.iter().map(san_text).collect(),
+            Ok(None) => Vec::new(),
+            Err(e) => return Some(format!("its names do not parse: {e}")),
+        };
+        // As rcgen reads them: an address where one parses, else a DNS name.
+        let wanted: Vec<String> = names
+            .iter()
+            .map(|n| {
+                n.parse::<IpAddr>()
+                    .map_or_else(|_| n.clone(), |ip| ip.to_string())
+            })
+            .collect();
+        if found != wanted {
+            return Some(format!(
+                "it names {} where it should name {}",
+                found.join(", "),
+                wanted.join(", ")
+            ));
+        }
+        match rcgen::KeyPair::from_pem(&issued.key_pem) {
+            Err(e) => Some(format!("its key does not parse: {e}")),
+            Ok(key)
+                if rcgen::PublicKeyData::subject_public_key_info(&key) != cert.public_key().raw =>
+            {
+                Some("its key is not the certificate's".to_owned())
+            }
+            Ok(_) => None,
+        }
     }
 
     /// A certificate for `names` (DNS names and IP addresses: every name
@@ -406,6 +522,21 @@ impl Authority {
             mutual,
             resumption,
         })
+    }
+}
+
+/// A subject alternative name as [`Authority::issue`] was given it.
+fn san_text(name: &x509_parser::extensions::GeneralName<'_>) -> String {
+    use x509_parser::extensions::GeneralName;
+    match name {
+        GeneralName::DNSName(dns) => (*dns).to_owned(),
+        GeneralName::IPAddress(octets) => match octets.len() {
+            4 => <[u8; 4]>::try_from(*octets)
+                .map_or_else(|_| format!("{octets:?}"), |o| IpAddr::from(o).to_string()),
+            _ => <[u8; 16]>::try_from(*octets)
+                .map_or_else(|_| format!("{octets:?}"), |o| IpAddr::from(o).to_string()),
+        },
+        other => other.to_string(),
     }
 }
 
@@ -562,6 +693,59 @@ mod tests {
             handshake(server, own).await.expect("with a certificate"),
             HandshakeKind::Full
         );
+    }
+
+    #[tokio::test]
+    async fn a_ca_read_back_from_its_pem_issues_what_its_first_self_trusts() {
+        let ca = Authority::new("kept CA").expect("CA");
+        let kept = Authority::from_pem(&ca.cert_pem(), &ca.key_pem()).expect("read back");
+        assert_eq!(kept.cert_pem(), ca.cert_pem());
+        // A certificate from the CA read back verifies against the first
+        // one's certificate.
+        let (chain, key) = identity(&kept, &["127.0.0.1"]);
+        let server = server_config(&[ca.cert_der()], chain, key, false).expect("server");
+        let client = client_config(&[ca.cert_der()], None, true).expect("client");
+        assert_eq!(
+            handshake(server, client).await.expect("verified"),
+            HandshakeKind::Full
+        );
+
+        // Refused: another CA's key, and a certificate that is no CA's.
+        let other = Authority::new("other CA").expect("CA");
+        let error = Authority::from_pem(&ca.cert_pem(), &other.key_pem())
+            .expect_err("another key")
+            .to_string();
+        assert!(error.contains("not the certificate's"), "{error}");
+        let leaf = ca.issue("hop-a-0", &["hop-a-0".to_owned()]).expect("leaf");
+        let error = Authority::from_pem(&leaf.cert_pem, &leaf.key_pem)
+            .expect_err("a leaf")
+            .to_string();
+        assert!(error.contains("not a CA's"), "{error}");
+    }
+
+    #[test]
+    fn an_issued_certificate_is_kept_only_for_its_ca_names_and_key() {
+        let ca = Authority::new("kept CA").expect("CA");
+        let names = ["hop-a-0".to_owned(), "127.0.0.1".to_owned()];
+        let issued = ca.issue("hop-a-0", &names).expect("issue");
+        assert_eq!(ca.mismatch(&issued, "hop-a-0", &names), None);
+        let kept = Authority::from_pem(&ca.cert_pem(), &ca.key_pem()).expect("read back");
+        assert_eq!(kept.mismatch(&issued, "hop-a-0", &names), None);
+
+        let why = |ca: &Authority, issued: &Issued, cn: &str, names: &[String]| {
+            ca.mismatch(issued, cn, names).unwrap_or_default()
+        };
+        let other = Authority::new("kept CA").expect("a CA of the same name");
+        assert!(why(&other, &issued, "hop-a-0", &names).contains("another CA"));
+        assert!(why(&ca, &issued, "hop-b-0", &names).contains("not hop-b-0"));
+        let fewer = ["hop-a-0".to_owned()];
+        assert!(why(&ca, &issued, "hop-a-0", &fewer).contains("where it should name hop-a-0"));
+        let mut swapped = issued.clone();
+        swapped.key_pem = ca.issue("hop-a-0", &names).expect("issue").key_pem;
+        assert!(why(&ca, &swapped, "hop-a-0", &names).contains("not the certificate's"));
+        let mut garbled = issued.clone();
+        garbled.cert_pem = "not a certificate".to_owned();
+        assert!(why(&ca, &garbled, "hop-a-0", &names).contains("not PEM"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `tailmesh compose` and `tailmesh k8s`: a deployment file from a
 //! scenario, on standard output or written where asked. A scenario that
-//! cannot be deployed is bad input, with every problem listed.
+//! cannot be deployed is bad input, with every problem listed; manifests
+//! that carry private keys are never written to a terminal.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -28,7 +29,7 @@ pub(crate) struct DeployArgs {
     /// with network faults are then refused).
     #[arg(long)]
     no_net_admin: bool,
-    /// Write to this file instead of standard output (compose).
+    /// Write to this file instead of standard output.
     #[arg(long, short)]
     output: Option<PathBuf>,
 }
@@ -102,18 +103,25 @@ fn tls_folder(
         ));
     };
     let dir = output.parent().unwrap_or(Path::new("")).join(&name);
-    let (ca_sha256, reused) =
-        deploy::tls::compose_folder(&dir, &deploy::project_name(scenario), identities)
-            .map_err(|e| undeployable(path, e))?;
-    tailmesh::tell!(
-        "{} {} (TLS: CA sha256 {ca_sha256})",
-        if reused { "reusing" } else { "wrote" },
-        dir.display()
-    );
+    let report = deploy::tls::compose_folder(&dir, &deploy::project_name(scenario), identities)
+        .map_err(|e| undeployable(path, e))?;
+    tell_folder(&dir, &report);
     Ok(compose::TlsFolder {
         path: format!("./{name}"),
-        ca_sha256,
+        ca_sha256: report.ca_sha256,
     })
+}
+
+/// Names a CA folder on standard error, and what was kept and made in it.
+fn tell_folder(dir: &Path, report: &deploy::tls::FolderReport) {
+    let verb = if report.ca_kept && report.issued.is_empty() {
+        "reusing"
+    } else if report.ca_kept {
+        "updated"
+    } else {
+        "wrote"
+    };
+    tailmesh::tell!("{verb} {} (TLS: {report})", dir.display());
 }
 
 /// Why `tailmesh compose` cannot name the build context itself.
@@ -160,29 +168,78 @@ pub(crate) struct K8sArgs {
     deploy: DeployArgs,
     /// Write one file per object kind into this folder instead of one
     /// stream on standard output.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "output")]
     out_dir: Option<PathBuf>,
+    /// With TLS: keep the CA in this folder (its key, mode 0600, is never
+    /// in the manifests) and sign with it on every later generation,
+    /// keeping unchanged services' certificates, so applying again
+    /// replaces no pod. Made on first use.
+    #[arg(long)]
+    ca_dir: Option<PathBuf>,
 }
 
 /// Writes the Kubernetes manifests: one stream, or one file per object
-/// kind (each path printed).
+/// kind (each path printed). The TLS Secret's private keys are written to
+/// a file of mode 0600 or a pipe, never to a terminal.
 pub(crate) fn k8s(args: K8sArgs) -> Result<(), CliError> {
+    if let (Some(ca_dir), Some(out_dir)) = (&args.ca_dir, &args.out_dir)
+        && same_folder(ca_dir, out_dir)
+    {
+        return Err(CliError::BadInput(anyhow::anyhow!(
+            "--ca-dir and --out-dir are both {}: the CA's private key does not belong beside \
+             the manifests; give the CA a folder of its own",
+            ca_dir.display()
+        )));
+    }
+    let to_terminal = args.out_dir.is_none()
+        && args.deploy.output.is_none()
+        && std::io::IsTerminal::is_terminal(&std::io::stdout());
     let options = k8s::Options {
         image: args.deploy.image,
         net_admin: !args.deploy.no_net_admin,
+        ca_dir: args.ca_dir.clone(),
     };
     let (scenario, text) = scenario::load(&args.scenario)?;
-    let files = k8s::generate(&scenario, &text, &options)
+    let manifests = k8s::generate(&scenario, &text, &options)
         .map_err(|reason| undeployable(&args.scenario, reason))?;
+    match (&args.ca_dir, &manifests.ca_folder) {
+        (Some(dir), Some(report)) => tell_folder(dir, report),
+        (Some(dir), None) => tailmesh::tell!(
+            "no variant uses TLS: {} is not used (--ca-dir)",
+            dir.display()
+        ),
+        (None, _) => {}
+    }
+    let keys = manifests.has_keys();
+    if keys && to_terminal {
+        return Err(CliError::BadInput(anyhow::anyhow!(
+            "the manifests carry the TLS Secret's private keys ({}), which are not written to \
+             a terminal: give -o FILE or --out-dir DIR, or pipe them (tailmesh k8s ... | \
+             kubectl apply -f -)",
+            k8s::TLS_FILE
+        )));
+    }
     let Some(dir) = args.out_dir else {
-        let stream: String = files.into_iter().map(|(_, body)| body).collect();
-        return write_out(args.deploy.output.as_deref(), &stream);
+        let stream: String = manifests.files.into_iter().map(|(_, body)| body).collect();
+        return match args.deploy.output.as_deref() {
+            Some(out) if keys => {
+                k8s::write_private(out, &stream).map_err(|e| CliError::Failed(anyhow::anyhow!(e)))
+            }
+            output => write_out(output, &stream),
+        };
     };
-    k8s::write_dir(&dir, &files).map_err(|e| anyhow::anyhow!(e))?;
-    for (name, _) in &files {
+    k8s::write_dir(&dir, &manifests.files).map_err(|e| anyhow::anyhow!(e))?;
+    for (name, _) in &manifests.files {
         say!("{}", dir.join(name).display());
     }
     Ok(())
+}
+
+/// Whether `a` and `b` name one folder (as given, or once both exist).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    a == b
+        || a.canonicalize()
+            .is_ok_and(|a| b.canonicalize().is_ok_and(|b| a == b))
 }
 
 fn undeployable(path: &Path, reason: impl Into<Box<dyn Error + Send + Sync>>) -> CliError {

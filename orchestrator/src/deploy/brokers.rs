@@ -165,6 +165,7 @@ set = { "broker.kind" = "rabbitmq" }
         let manifests = crate::deploy::k8s::generate(&scenario, text, &Default::default())
             .unwrap_or_else(|e| panic!("{e}"));
         let mesh = &manifests
+            .files
             .iter()
             .find(|(name, _)| name == "20-mesh.yaml")
             .expect("the mesh")

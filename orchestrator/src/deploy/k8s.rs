@@ -15,12 +15,16 @@
 //! a network fault is applied; those pods and the orchestrator read the
 //! Control token from the Secret `tailmesh-control`, created by the user.
 //!
-//! With `[mesh] tls` on, `15-tls.yaml` is a Secret `tailmesh-tls` with a
-//! CA made for this generation and each TLS pod's certificate and key;
-//! each pod sees its own at `/etc/tailmesh/tls` and is probed by `tailmesh
-//! health --tls-dir` (exec), the kubelet's gRPC probe being plaintext.
+//! With `[mesh] tls` on, `15-tls.yaml` is a Secret `tailmesh-tls` with the
+//! CA's certificate and each TLS pod's certificate and key; each pod sees
+//! its own at `/etc/tailmesh/tls` and is probed by `tailmesh health
+//! --tls-dir` (exec), the kubelet's gRPC probe being plaintext. The CA is
+//! made for this generation, or kept in a CA folder ([`Options::ca_dir`],
+//! [`tls::ca_folder`]) so that generating again gives the same Secret and
+//! `kubectl apply` replaces no pod; its private key is never in the
+//! manifests.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{
     DeployError, HOP_SERVICE_PORT, HopWorkService, Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR,
@@ -35,6 +39,8 @@ pub const TOKEN_SECRET: &str = "tailmesh-control";
 /// The Secret holding the TLS material (`ca.crt`, `<service>.crt`,
 /// `<service>.key`), written by `tailmesh k8s` when a variant uses TLS.
 pub const TLS_SECRET: &str = "tailmesh-tls";
+/// The file holding the TLS Secret, which carries private keys.
+pub const TLS_FILE: &str = "15-tls.yaml";
 /// Where pods mount the scenario ConfigMap.
 const SCENARIO_DIR: &str = "/etc/tailmesh";
 
@@ -46,6 +52,11 @@ pub struct Options {
     /// Whether pods may get NET_ADMIN (a restricted Pod Security level
     /// forbids it).
     pub net_admin: bool,
+    /// The CA folder to sign the TLS Secret's certificates with, made on
+    /// the first generation ([`tls::ca_folder`]); without one, each
+    /// generation makes a CA of its own, and every apply replaces every
+    /// TLS pod.
+    pub ca_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -53,17 +64,35 @@ impl Default for Options {
         Self {
             image: super::DEFAULT_IMAGE.to_owned(),
             net_admin: true,
+            ca_dir: None,
         }
     }
 }
 
-/// The manifests for `scenario` (file text `text`), as `(file name, YAML)`
-/// in the order `kubectl apply -f <dir>` takes them.
+/// Generated manifests.
+#[derive(Debug)]
+pub struct Manifests {
+    /// `(file name, YAML)` in the order `kubectl apply -f <dir>` takes them.
+    pub files: Vec<(String, String)>,
+    /// What the CA folder held and what was made in it, when one was
+    /// given and a variant uses TLS.
+    pub ca_folder: Option<tls::FolderReport>,
+}
+
+impl Manifests {
+    /// Whether a file carries private keys (the TLS Secret).
+    pub fn has_keys(&self) -> bool {
+        self.files.iter().any(|(name, _)| name == TLS_FILE)
+    }
+}
+
+/// The manifests for `scenario` (file text `text`). With TLS and
+/// `options.ca_dir`, the CA folder is made or updated first.
 pub fn generate(
     scenario: &Scenario,
     text: &str,
     options: &Options,
-) -> Result<Vec<(String, String)>, DeployError> {
+) -> Result<Manifests, DeployError> {
     let runtime = Runtime {
         name: "Kubernetes",
         net_admin: options.net_admin,
@@ -73,8 +102,9 @@ pub fn generate(
     let ns = project_name(scenario);
     let token = needs_token(&services);
     let digest = digest(text);
-    // A CA for this generation and every TLS service's certificate, for
-    // each name its Service answers to in the cluster.
+    // The CA (kept in the CA folder, or made for this generation) and
+    // every TLS service's certificate, for each name its Service answers
+    // to in the cluster.
     let identities = tls::identities(&services, |name| {
         vec![
             name.to_owned(),
@@ -83,10 +113,18 @@ pub fn generate(
             format!("{name}.{ns}.svc.cluster.local"),
         ]
     });
-    let material = if identities.is_empty() {
-        None
-    } else {
-        Some(tls::issue(&ns, &identities).map_err(|e| DeployError::Tls(Box::new(e.into())))?)
+    let mut ca_folder = None;
+    let material = match &options.ca_dir {
+        _ if identities.is_empty() => None,
+        None => {
+            Some(tls::issue(&ns, &identities).map_err(|e| DeployError::Tls(Box::new(e.into())))?)
+        }
+        Some(dir) => {
+            let (material, report) =
+                tls::ca_folder(dir, &ns, &identities).map_err(|e| DeployError::Tls(Box::new(e)))?;
+            ca_folder = Some(report);
+            Some(material)
+        }
     };
     let ca_sha256 = material.as_ref().map(|m| m.ca_sha256.as_str());
     let meta = |name: &str, component: &str| {
@@ -153,7 +191,7 @@ pub fn generate(
             data.push((format!("{name}.key"), Node::Block(issued.key_pem.clone())));
         }
         files.push((
-            "15-tls.yaml".to_owned(),
+            TLS_FILE.to_owned(),
             doc(vec![map([
                 ("apiVersion", s("v1")),
                 ("kind", s("Secret")),
@@ -259,10 +297,11 @@ pub fn generate(
             ),
         ]),
     ));
-    Ok(files)
+    Ok(Manifests { files, ca_folder })
 }
 
-/// Writes the files into `dir` (created if missing).
+/// Writes the files into `dir` (created if missing); the TLS Secret's
+/// file is readable by its owner only ([`write_private`]).
 pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), DeployError> {
     std::fs::create_dir_all(dir).map_err(|source| DeployError::Io {
         what: "create",
@@ -271,6 +310,10 @@ pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), DeployErr
     })?;
     for (name, body) in files {
         let path = dir.join(name);
+        if name == TLS_FILE {
+            write_private(&path, body)?;
+            continue;
+        }
         std::fs::write(&path, body).map_err(|source| DeployError::Io {
             what: "write",
             path: path.clone(),
@@ -278,6 +321,32 @@ pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), DeployErr
         })?;
     }
     Ok(())
+}
+
+/// Writes `body`, which carries private keys, to `path` with mode 0600,
+/// an existing file made private before it is written.
+pub fn write_private(path: &Path, body: &str) -> Result<(), DeployError> {
+    use std::{
+        io::Write,
+        os::unix::fs::{OpenOptionsExt, PermissionsExt},
+    };
+    let io = |what| {
+        move |source| DeployError::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("write"))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(io("chmod"))?;
+    file.write_all(body.as_bytes()).map_err(io("write"))
 }
 
 fn port(name: &str, number: u16) -> Node {
@@ -616,4 +685,117 @@ fn orchestrator_job(
             ]),
         ),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// Two hops under mutual TLS.
+    const MTLS: &str = "name = \"sec\"\n[load]\nmode = \"open\"\nrate = 10\nrequests = 10\n\
+        [mesh]\ntls = \"mtls\"\n[[hop]]\nname = \"a\"\n[[hop]]\nname = \"b\"\n";
+
+    fn generate_in(text: &str, ca_dir: &Path) -> Manifests {
+        let scenario = crate::scenario::parse(text, "s.toml").unwrap_or_else(|e| panic!("{e}"));
+        let options = Options {
+            ca_dir: Some(ca_dir.to_path_buf()),
+            ..Options::default()
+        };
+        generate(&scenario, text, &options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn a_ca_folder_gives_the_same_secret_on_every_generation_without_its_key() {
+        let scratch = tempfile::tempdir().expect("a temp dir");
+        let ca_dir = scratch.path().join("ca");
+        let first = generate_in(MTLS, &ca_dir);
+        assert!(first.has_keys());
+        let report = first.ca_folder.as_ref().expect("the CA folder's report");
+        assert!(!report.ca_kept && report.issued.len() == 3, "{report}");
+        assert_eq!(mode(&ca_dir.join(tls::CA_KEY_FILE)), 0o600);
+
+        // The CA's key is in its folder, in no manifest; its certificate is
+        // the Secret's ca.crt.
+        let key = std::fs::read_to_string(ca_dir.join(tls::CA_KEY_FILE)).expect("ca.key");
+        let ca = std::fs::read_to_string(ca_dir.join(tls::CA_FILE)).expect("ca.crt");
+        let body = |line: &str| line.trim().to_owned();
+        let key_lines: Vec<String> = key
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .map(body)
+            .collect();
+        assert!(!key_lines.is_empty());
+        let all: String = first.files.iter().map(|(_, text)| text.as_str()).collect();
+        for line in &key_lines {
+            assert!(
+                !all.contains(line.as_str()),
+                "the CA key's {line} in the manifests"
+            );
+        }
+        let secret = &first
+            .files
+            .iter()
+            .find(|(name, _)| name == TLS_FILE)
+            .expect("the Secret")
+            .1;
+        let ca_body = ca.lines().nth(1).expect("a line of the CA certificate");
+        assert!(secret.contains(ca_body), "{secret}");
+
+        // Again: every file the same, to the byte, so applying it again
+        // replaces no pod.
+        let second = generate_in(MTLS, &ca_dir);
+        let report = second.ca_folder.as_ref().expect("the CA folder's report");
+        assert!(report.ca_kept && report.issued.is_empty(), "{report}");
+        assert_eq!(report.kept.len(), 3);
+        assert_eq!(second.files, first.files);
+
+        // A hop added: the same CA, the others' certificates and keys as
+        // they were, one more in the Secret.
+        let grown = generate_in(&format!("{MTLS}[[hop]]\nname = \"c\"\n"), &ca_dir);
+        let report = grown.ca_folder.as_ref().expect("the CA folder's report");
+        assert_eq!(report.issued, [("hop-c-0".to_owned(), None)]);
+        let grown_secret = &grown
+            .files
+            .iter()
+            .find(|(name, _)| name == TLS_FILE)
+            .expect("the Secret")
+            .1;
+        assert!(grown_secret.contains("hop-c-0.key: |"), "{grown_secret}");
+        let keys = |text: &str| text.lines().filter(|l| l.contains(".key: |")).count();
+        assert_eq!(keys(grown_secret), keys(secret) + 1);
+        for line in secret.lines().filter(|l| l.starts_with("    ")) {
+            assert!(grown_secret.contains(line), "{line} kept");
+        }
+
+        // Written to a folder, the Secret's file is its owner's only.
+        let out = scratch.path().join("manifests");
+        write_dir(&out, &second.files).expect("written");
+        assert_eq!(mode(&out.join(TLS_FILE)), 0o600);
+        assert_eq!(mode(&out.join("20-mesh.yaml")) & 0o600, 0o600);
+        std::fs::set_permissions(out.join(TLS_FILE), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        write_dir(&out, &second.files).expect("written again");
+        assert_eq!(mode(&out.join(TLS_FILE)), 0o600, "made private again");
+    }
+
+    #[test]
+    fn without_tls_a_ca_folder_is_neither_made_nor_named() {
+        let scratch = tempfile::tempdir().expect("a temp dir");
+        let ca_dir = scratch.path().join("ca");
+        let plain = MTLS.replace("tls = \"mtls\"", "");
+        let manifests = generate_in(&plain, &ca_dir);
+        assert!(!manifests.has_keys());
+        assert!(manifests.ca_folder.is_none());
+        assert!(!ca_dir.exists());
+    }
 }

@@ -32,6 +32,7 @@ tests! {
     sync the_token_service_writes_a_private_token_once,
     sync attaching_to_a_missing_deployment_names_the_service_it_waited_for,
     sync a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret,
+    sync k8s_with_a_ca_folder_generates_the_same_secret_again_and_keeps_keys_off_terminals,
     sync a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls,
     sync an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders,
     sync a_service_hop_deploys_its_service_beside_its_sidecar,
@@ -70,7 +71,9 @@ fn the_committed_compose_file_is_the_generated_form_of_the_default_scenario() {
 
 fn the_committed_manifests_are_the_generated_form_of_the_default_scenario() {
     let (scenario, text) = default_scenario();
-    let generated = k8s::generate(&scenario, &text, &k8s::Options::default()).expect("generate");
+    let generated = k8s::generate(&scenario, &text, &k8s::Options::default())
+        .expect("generate")
+        .files;
     let dir = repo().join("deploy/k8s");
     let mut committed: Vec<String> = std::fs::read_dir(&dir)
         .expect("read deploy/k8s")
@@ -159,7 +162,7 @@ fn every_shipped_scenario_generates_manifests_that_pass_the_kubernetes_schemas()
         let generated = k8s::generate(&scenario, &text, &k8s::Options::default())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let stem = path.file_stem().expect("a name").to_string_lossy();
-        for (name, body) in generated {
+        for (name, body) in generated.files {
             let file = dir.path().join(format!("{stem}-{name}"));
             std::fs::write(&file, body).expect("write a manifest");
             files.push(file);
@@ -629,7 +632,8 @@ fn sha256_of(path: &Path) -> String {
 /// folder beside the file with each service's and the orchestrator's CA,
 /// certificate and private key, mounted read-only where `--tls-dir` reads
 /// it, the CA's digest on every TLS service; generated again, the folder is
-/// reused; for another set of services, refused (never a second CA). And
+/// reused; for another set of services, the CA kept at its top signs the
+/// new service's certificate and the others keep theirs. And
 /// `tailmesh k8s`: a Secret with the same layout, each pod projecting its
 /// own, probed by `tailmesh health --tls-dir`.
 fn a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret() {
@@ -712,8 +716,20 @@ fn a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret() {
     assert_eq!(out.code(), Some(0), "{}", out.output());
     assert!(out.stderr.contains("reusing"), "{}", out.output());
     assert_eq!(sha256_of(&folder.join("hop-b-0/ca.crt")), ca);
-    // A third hop: its certificate cannot be issued without the CA's
-    // key, which is not kept: refused, naming the folder.
+    // A third hop: the kept CA (its key at the folder's top, mode 0600,
+    // mounted nowhere) signs its certificate; the others keep theirs.
+    assert_eq!(sha256_of(&folder.join("ca.crt")), ca);
+    let key_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(folder.join("ca.key"))
+            .expect("the CA's key")
+            .permissions(),
+    );
+    assert_eq!(key_mode & 0o777, 0o600);
+    assert!(
+        !compose.contains("tailmesh-sec-tls:"),
+        "the top is not mounted"
+    );
+    let a_key = sha256_of(&folder.join("hop-a-0/tls.key"));
     let grown = write(
         dir.path(),
         "grown.toml",
@@ -723,13 +739,20 @@ fn a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret() {
         dir.path(),
         &["compose", path_str(&grown), "-o", path_str(&file)],
     );
-    assert_eq!(out.code(), Some(2), "{}", out.output());
+    assert_eq!(out.code(), Some(0), "{}", out.output());
     assert!(
-        out.stderr.contains("hop-c-0") && out.stderr.contains("rm -r"),
+        out.stderr.contains("updated") && out.stderr.contains("hop-c-0"),
         "{}",
         out.output()
     );
-    assert!(!folder.join("hop-c-0").exists());
+    assert_eq!(sha256_of(&folder.join("hop-c-0/ca.crt")), ca);
+    assert_eq!(sha256_of(&folder.join("hop-a-0/tls.key")), a_key);
+    let compose = std::fs::read_to_string(&file).expect("the Compose file");
+    assert!(
+        compose.contains("./tailmesh-sec-tls/hop-c-0:/etc/tailmesh/tls:ro")
+            && compose.contains(&format!("TAILMESH_TLS_CA_SHA256: {ca}")),
+        "{compose}"
+    );
 
     // Kubernetes: the Secret, each pod's projection and exec probe.
     let manifests = dir.path().join("k8s");
@@ -793,6 +816,167 @@ fn a_tls_scenario_deploys_with_a_certificate_folder_per_service_and_a_secret() {
             String::from_utf8_lossy(&out.stderr)
         ),
     }
+}
+
+/// The file modes' permission bits.
+fn mode_of(path: &Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions(),
+    ) & 0o777
+}
+
+/// The files of a `tailmesh k8s --out-dir` folder, by name.
+fn manifests_in(dir: &Path) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+        .expect("read the manifests")
+        .map(|e| {
+            let path = e.expect("an entry").path();
+            let name = path
+                .file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned();
+            (
+                name,
+                std::fs::read_to_string(&path).expect("read a manifest"),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// `tailmesh k8s --ca-dir`: the first generation writes the CA there (its
+/// key mode 0600, in no manifest); the second signs with it and keeps
+/// every certificate, so every manifest, the Secret included, is the same
+/// to the byte, whether written to a folder or a file (both private). The
+/// CA folder cannot be the manifests' folder; and the Secret's keys are
+/// not written to a terminal, where plaintext manifests still are.
+fn k8s_with_a_ca_folder_generates_the_same_secret_again_and_keeps_keys_off_terminals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(dir.path(), MTLS_HOPS);
+    let ca = dir.path().join("ca");
+    let generate = |out: &Path| {
+        tailmesh(
+            dir.path(),
+            &[
+                "k8s",
+                path_str(&scenario),
+                "--ca-dir",
+                path_str(&ca),
+                "--out-dir",
+                path_str(out),
+            ],
+        )
+    };
+    let first_dir = dir.path().join("first");
+    let out = generate(&first_dir);
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    assert!(
+        out.stderr.contains("wrote") && out.stderr.contains(path_str(&ca)),
+        "{}",
+        out.output()
+    );
+    assert_eq!(mode_of(&ca.join("ca.key")), 0o600);
+    assert_eq!(mode_of(&first_dir.join("15-tls.yaml")), 0o600);
+    let first = manifests_in(&first_dir);
+    let key = std::fs::read_to_string(ca.join("ca.key")).expect("the CA's key");
+    for line in key.lines().filter(|l| !l.starts_with("-----")) {
+        for (name, body) in &first {
+            assert!(!body.contains(line), "the CA's key in {name}");
+        }
+    }
+    let secret = &first
+        .iter()
+        .find(|(name, _)| name == "15-tls.yaml")
+        .expect("the Secret")
+        .1;
+    let ca_cert = std::fs::read_to_string(ca.join("ca.crt")).expect("the CA's certificate");
+    for line in ca_cert.lines().filter(|l| !l.starts_with("-----")) {
+        assert!(secret.contains(line), "the CA's certificate in the Secret");
+    }
+
+    let second_dir = dir.path().join("second");
+    let out = generate(&second_dir);
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    assert!(out.stderr.contains("reusing"), "{}", out.output());
+    let second = manifests_in(&second_dir);
+    assert_eq!(second, first, "a second generation differs");
+    assert_eq!(
+        std::fs::read_to_string(ca.join("ca.key")).expect("key"),
+        key
+    );
+
+    // One stream to a file: the same documents, private.
+    let stream = dir.path().join("stream.yaml");
+    let out = tailmesh(
+        dir.path(),
+        &[
+            "k8s",
+            path_str(&scenario),
+            "--ca-dir",
+            path_str(&ca),
+            "-o",
+            path_str(&stream),
+        ],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let joined: String = first.iter().map(|(_, body)| body.as_str()).collect();
+    assert_eq!(
+        std::fs::read_to_string(&stream).expect("the stream"),
+        joined
+    );
+    assert_eq!(mode_of(&stream), 0o600);
+
+    // The CA's folder is not the manifests'.
+    let out = generate(&ca);
+    assert_eq!(out.code(), Some(2), "{}", out.output());
+    assert!(
+        out.stderr.contains("--ca-dir and --out-dir"),
+        "{}",
+        out.output()
+    );
+
+    // A terminal on standard output: refused, saying what to do instead,
+    // no key written; a plaintext scenario is still shown.
+    if Command::new("script").arg("--version").output().is_err() {
+        skip("script (util-linux) not found: the terminal refusal is not checked");
+    }
+    let on_terminal = |scenario: &Path| {
+        let command = format!(
+            "'{}' k8s '{}'",
+            crate::support::TAILMESH,
+            path_str(scenario)
+        );
+        Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("script")
+    };
+    let out = on_terminal(&scenario);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("not written to a terminal")
+            && text.contains("-o FILE")
+            && text.contains("--out-dir")
+            && text.contains("pipe"),
+        "{text}"
+    );
+    assert!(!text.contains("PRIVATE KEY"), "{text}");
+    let plain = write(
+        dir.path(),
+        "plain.toml",
+        &MTLS_HOPS.replace("tls = \"mtls\"", ""),
+    );
+    let out = on_terminal(&plain);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("kind: Deployment"), "{text}");
 }
 
 /// A TLS hop as its container starts it (`tailmesh hop --scenario ...
@@ -1021,6 +1205,7 @@ fn a_service_hop_deploys_its_service_beside_its_sidecar() {
     let files =
         k8s::generate(&scenario, &text, &k8s::Options::default()).unwrap_or_else(|e| panic!("{e}"));
     let (_, mesh) = files
+        .files
         .iter()
         .find(|(name, _)| name == "20-mesh.yaml")
         .expect("20-mesh.yaml");
