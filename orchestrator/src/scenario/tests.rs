@@ -316,7 +316,7 @@ name = "c"
 downstream = ["b"]
 "#;
     let load_keys = "mode, rate, arrivals, concurrency, duration, requests, warmup, timeout, \
-                     connection, connections, payload, steps, entries";
+                     connection, connections, payload, steps, entries, generators";
     assert_eq!(
         problems(source),
         vec![
