@@ -124,23 +124,8 @@ pub(super) fn generator_tls(
             .map(Some)
             .map_err(|e| RunError::TlsDir(Box::new(e)));
     }
-    let Some(ca) = options.tls_ca.as_ref() else {
-        return Ok(None);
-    };
-    let dir = options.dir.join("tls").join(&plan.variant.name);
-    std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
-        what: "create",
-        path: dir.clone(),
-        source,
-    })?;
     let names = ["127.0.0.1", "localhost", "generator"].map(str::to_owned);
-    Ok(Some(ca.write_files(
-        &dir,
-        "generator",
-        &names,
-        mesh.tls == TlsMode::Mtls,
-        mesh.tls_resumption,
-    )?))
+    write_tls_files(plan, options, "generator", &names)
 }
 
 /// `process`'s certificate and key, written to the run's `tls/<variant>/`
@@ -154,6 +139,24 @@ fn tls_files(
     options: &RunOptions,
     own: Option<std::net::IpAddr>,
 ) -> Result<Option<TlsFiles>, RunError> {
+    let mut names = vec![
+        "127.0.0.1".to_owned(),
+        "localhost".to_owned(),
+        process.name.clone(),
+    ];
+    names.extend(own.map(|ip| ip.to_string()));
+    write_tls_files(plan, options, &process.name, &names)
+}
+
+/// A certificate for `names` and its key, signed by the run's CA, written
+/// as `stem`'s files to the run's `tls/<variant>/` folder; `None` when the
+/// variant runs plaintext.
+fn write_tls_files(
+    plan: &MeshPlan,
+    options: &RunOptions,
+    stem: &str,
+    names: &[String],
+) -> Result<Option<TlsFiles>, RunError> {
     let mesh = plan.variant.mesh;
     let Some(ca) = options.tls_ca.as_ref().filter(|_| mesh.tls.is_on()) else {
         return Ok(None);
@@ -164,16 +167,10 @@ fn tls_files(
         path: dir.clone(),
         source,
     })?;
-    let mut names = vec![
-        "127.0.0.1".to_owned(),
-        "localhost".to_owned(),
-        process.name.clone(),
-    ];
-    names.extend(own.map(|ip| ip.to_string()));
     Ok(Some(ca.write_files(
         &dir,
-        &process.name,
-        &names,
+        stem,
+        names,
         mesh.tls == TlsMode::Mtls,
         mesh.tls_resumption,
     )?))

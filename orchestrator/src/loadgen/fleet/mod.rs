@@ -469,12 +469,16 @@ struct State {
 
 impl State {
     fn new(m: &Member) -> Self {
+        State::of(m.index, m.pid, m.log.clone(), m.offset_ns, m.rtt_ns)
+    }
+
+    fn of(index: u32, pid: u32, log: std::path::PathBuf, offset_ns: i64, rtt_ns: u64) -> Self {
         State {
-            index: m.index,
-            pid: m.pid,
-            log: m.log.clone(),
-            offset_ns: m.offset_ns,
-            rtt_ns: m.rtt_ns,
+            index,
+            pid,
+            log,
+            offset_ns,
+            rtt_ns,
             skew_ns: None,
             heard: Instant::now(),
             sent: 0,
@@ -596,18 +600,8 @@ mod tests {
 
     fn state(skew_ns: Option<i128>) -> State {
         State {
-            index: 0,
-            pid: 1,
-            log: "g.log".into(),
-            offset_ns: 0,
-            rtt_ns: 0,
             skew_ns,
-            heard: Instant::now(),
-            sent: 0,
-            records: 0,
-            done: None,
-            gone: None,
-            told: false,
+            ..State::of(0, 1, "g.log".into(), 0, 0)
         }
     }
 
