@@ -50,6 +50,12 @@ pub(crate) enum CliError {
     },
     /// Ctrl-C cut the run short (its results cover what ran).
     Interrupted,
+    /// A load generator process stopped before its part of the load was
+    /// done, which stopped the run (its results cover what was sent).
+    GeneratorLost {
+        /// One line per generator lost: its variant, index and why.
+        lost: Vec<String>,
+    },
     /// `tailmesh run --check`: a check failed, or a request was not
     /// accounted for.
     CheckFailed {
@@ -101,6 +107,7 @@ impl CliError {
             CliError::Health(_)
             | CliError::Context(_)
             | CliError::Incomplete { .. }
+            | CliError::GeneratorLost { .. }
             | CliError::Failed(_) => 1,
         }
     }
@@ -127,6 +134,15 @@ impl CliError {
             ),
             CliError::Interrupted => {
                 tell!("tailmesh: interrupted; the results above cover what ran");
+            }
+            CliError::GeneratorLost { lost } => {
+                for line in lost {
+                    tell!("tailmesh: {line}");
+                }
+                tell!(
+                    "tailmesh: the run stopped with its load generator; the results above cover \
+                     what was sent until then"
+                );
             }
             CliError::CheckFailed {
                 verdict,

@@ -88,6 +88,23 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         source,
     })?;
     say!("{}", output::render_files(&finished.dir, &files));
+    let lost: Vec<String> = finished
+        .summary
+        .variants
+        .iter()
+        .flat_map(|v| {
+            v.generators.iter().flat_map(|g| &g.each).filter_map(|g| {
+                let why = g.stopped.as_ref()?;
+                Some(format!(
+                    "variant {}: load generator {} stopped before its part was done: {why}",
+                    v.name, g.index
+                ))
+            })
+        })
+        .collect();
+    if !lost.is_empty() {
+        return Err(CliError::GeneratorLost { lost });
+    }
     if finished.interrupted {
         return Err(CliError::Interrupted);
     }

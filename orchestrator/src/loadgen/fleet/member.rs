@@ -2,7 +2,7 @@
 //! the orchestrator, takes its job (its part of a variant's load), answers
 //! clock probes, starts at the instant it is told, and streams each
 //! measured request back as it ends, with a beat every
-//! [`BEAT_EVERY`]. When the orchestrator's connection closes, it gives its
+//! 100 ms. When the orchestrator's connection closes, it gives its
 //! requests in flight up and exits: nothing outlives the run.
 
 use std::{

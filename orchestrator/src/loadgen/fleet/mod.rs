@@ -2,20 +2,20 @@
 //! (`[load] generators = N`), coordinated by the orchestrator:
 //!
 //! - it starts them (`tailmesh generator`), each connecting back over TCP;
-//! - gives each its [`Part`] of the load: open loop, every N-th request of
+//! - gives each its part of the load: open loop, every N-th request of
 //!   the one seeded schedule, each keeping the id and intended send time it
 //!   has in a one-generator run (so the same seed injects the same faults);
 //!   closed loop, a share of the requests in flight with disjoint ids;
 //! - measures each one's clock offset against its own (the probe with the
-//!   shortest round trip of [`PROBES`]) and starts them all at one instant
-//!   [`START_LEAD`] ahead; the skew of the origins they set is reported;
+//!   shortest round trip of 16) and starts them all at one instant
+//!   250 ms ahead; the skew of the origins they set is reported;
 //! - takes their records as they end, moves them onto its own clock, and
 //!   hands them to the one record pipeline: every histogram, file, phase
 //!   and check is made once, centrally, from every request;
 //! - a generator that closes its connection or says nothing for
-//!   [`SILENCE`] before it is done stops the run: the others stop sending,
+//!   1 s before it is done stops the run: the others stop sending,
 //!   the incident names it, its requests in flight are counted as lost
-//!   with it, and the run ends interrupted (a non-zero exit).
+//!   with it, and the run ends incomplete (exit status 1).
 //!
 //! - `frame`: the messages and their framing.
 //! - `member`: the generator process's side.
@@ -334,6 +334,13 @@ impl Fleet {
                     // Closed: the interrupt counter is gone with the run.
                     interrupts_open = changed.is_ok();
                 }
+            }
+            if let Some(p) = &mut progress {
+                let sent = states.iter().map(|s| s.sent).sum();
+                p.tick(
+                    sent,
+                    Instant::now().saturating_duration_since(clock.origin + clock.warmup),
+                );
             }
             // A generator gone before it was done stops the run: the
             // others stop sending and finish what they have in flight.

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# One load generator against several at the same total rate: runs
+# bench/generators.toml (or SCENARIO) with `[load] generators` 1 and N in
+# turn in each round, and prints
+# - per round, whether each quantile (p50, p90, p99, p99.9) of one run lies
+#   inside the other's bootstrap 95 % interval (either way round): the
+#   goal is that every quantile of every round does;
+# - the ratios N / 1 of those quantiles, medians over the rounds with
+#   bootstrap 95 % intervals (goal: at most 1.05; the interval shows how
+#   far below 1 they go);
+# - the generators' start skew (their origins' spread on the
+#   orchestrator's clock) per round (goal: at most 1 ms).
+#
+# Usage: bench/generators.sh [-g N] [-r ROUNDS] [SCENARIO]
+#   -g N       generators of the second run (default 3)
+#   -r R       rounds (default 5)
+#
+# Uses a release build, or the binary TAILMESH_BIN names. Loopback only.
+# Leaves nothing behind: every run is stopped by its PID (it stops its own
+# hops and generators) and the temp dir removed, on every exit path.
+set -euo pipefail
+
+BENCH=generators
+ROUNDS=5
+GENERATORS=3
+positional=()
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+    case "$1" in
+        -g|--generators) GENERATORS="${2:?-g needs a number}"; shift 2 ;;
+        -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        -*) echo "$BENCH: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+        *) positional+=("$1"); shift ;;
+    esac
+done
+((${#positional[@]} <= 1)) || { usage >&2; exit 2; }
+for v in "$ROUNDS" "$GENERATORS"; do
+    if ! [[ $v =~ ^[1-9][0-9]*$ ]]; then
+        echo "$BENCH: -g and -r want positive integers, got '$v'" >&2
+        exit 2
+    fi
+done
+SCENARIO="${positional[0]:-}"
+[[ -z $SCENARIO ]] || SCENARIO="$(cd "$(dirname "$SCENARIO")" && pwd)/$(basename "$SCENARIO")"
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+SCENARIO="${SCENARIO:-$HERE/generators.toml}"
+# shellcheck source=bench/lib/steps.sh
+source "$HERE/lib/steps.sh"
+# shellcheck source=bench/lib/rounds.sh
+source "$HERE/lib/rounds.sh"
+command -v python3 >/dev/null 2>&1 || { say "python3 not found"; exit 1; }
+[[ -f $SCENARIO ]] || { say "no scenario $SCENARIO"; exit 2; }
+steps_traps
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-$BENCH.XXXXXX")"
+cd "$REPO"
+
+release_binary
+rounds_setup
+
+# The scenario with `generators = N` in its [load] (any given one replaced).
+scenario_with() { # N file
+    python3 - "$SCENARIO" "$1" "$2" <<'PY'
+import re, sys
+src, n, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+out, in_load = [], False
+for line in open(src):
+    if re.match(r"\s*\[", line):
+        if in_load:
+            out.append(f"generators = {n}\n")
+        in_load = re.match(r"\s*\[load\]\s*$", line) is not None
+    elif in_load and re.match(r"\s*generators\s*=", line):
+        continue
+    out.append(line)
+if in_load:
+    out.append(f"generators = {n}\n")
+open(dst, "w").write("".join(out))
+PY
+}
+scenario_with 1 "$TMP/one.toml"
+scenario_with "$GENERATORS" "$TMP/many.toml"
+
+measure() { # label round; writes $TMP/$label-$round.{json,lat}
+    local label=$1 r=$2
+    say "round $r: $label"
+    if ! step INT "$BIN" run "$TMP/$label.toml" --results "$TMP/results" --quiet --no-traces \
+        >"$TMP/run.out" 2>&1; then
+        say "tailmesh run failed:"
+        cat "$TMP/run.out" >&2
+        exit 1
+    fi
+    python3 - "$TMP/results" "$TMP/$label-$r" <<'PY'
+import csv, json, pathlib, sys
+run = next(pathlib.Path(sys.argv[1]).glob("*/latest"))
+v = json.load(open(run / "summary.json"))["variants"][0]
+if v["ok"] != v["sent"]:
+    sys.exit(f"generators: {v['sent'] - v['ok']} of {v['sent']} request(s) failed")
+lat = [int(row["latency_us"]) for row in csv.DictReader(open(run / "requests.csv"))
+       if row["status"] == "ok"]
+open(sys.argv[2] + ".lat", "w").write("\n".join(map(str, lat)) + "\n")
+skew = (v.get("generators") or {}).get("start_skew_us")
+json.dump({"ok": v["ok"], "skew_us": skew}, open(sys.argv[2] + ".json", "w"))
+PY
+    rm -rf "$TMP/results"
+}
+
+QUANTILES="0.5 0.9 0.99 0.999"
+machine_mark
+for ((r = 1; r <= ROUNDS; r++)); do
+    measure one "$r"
+    measure many "$r"
+    python3 - "$TMP/one-$r.lat" "$TMP/many-$r.lat" "$r" $QUANTILES >"$TMP/round.tsv" \
+        2>>"$TMP/inside.txt" <<'PY'
+import random, sys
+one, many = ([int(x) for x in open(p)] for p in sys.argv[1:3])
+r, qs = sys.argv[3], [float(q) for q in sys.argv[4:]]
+def quantile(xs, q):  # the ceil(q n)-th smallest, as the histograms read it
+    xs = sorted(xs)
+    return xs[max(1, min(len(xs), -(-int(q * len(xs) * 1e9) // int(1e9)))) - 1]
+def interval(xs, q, replicates=1000):
+    rng = random.Random(1)
+    reps = sorted(quantile(rng.choices(xs, k=len(xs)), q) for _ in range(replicates))
+    return reps[int(0.025 * replicates)], reps[int(0.975 * replicates) - 1]
+cells = []
+for q in qs:
+    a, b = quantile(one, q), quantile(many, q)
+    (alo, ahi), (blo, bhi) = interval(one, q), interval(many, q)
+    inside = blo <= a <= bhi or alo <= b <= ahi
+    cells.append(f"p{q * 100:g} {a}/{b}us {'in' if inside else 'OUT'}")
+    print(f"p{q * 100:g} many / one\t{b / a!r}")
+print(f"round {r}: " + ", ".join(cells), file=sys.stderr)
+PY
+    round_values "$TMP/round.tsv"
+    machine_mark
+done
+
+rounds_report --goal "p50 many / one<=1.05" --goal "p90 many / one<=1.05" \
+    --goal "p99 many / one<=1.05" --goal "p99.9 many / one<=1.05" >"$TMP/intervals.txt"
+echo
+echo "$GENERATORS load generators against 1 at the same total rate: $(basename "$SCENARIO"), $ROUNDS rounds, $(nproc) cores, $(date -u +%Y-%m-%d)"
+echo "each quantile (1 generator / $GENERATORS) and whether one lies inside the other's bootstrap 95 % interval:"
+sed 's/^/  /' "$TMP/inside.txt"
+python3 - "$TMP" "$ROUNDS" <<'PY'
+import json, sys
+d, rounds = sys.argv[1], int(sys.argv[2])
+skews = [json.load(open(f"{d}/many-{r}.json"))["skew_us"] for r in range(1, rounds + 1)]
+print("start skew of the generators per round (us): " + ", ".join(f"{s:.1f}" for s in skews)
+      + f"; largest {max(skews):.1f} us (goal: at most 1000)")
+PY
+echo
+cat "$TMP/intervals.txt"
+exit 0
