@@ -331,6 +331,12 @@ pub struct Generators {
     /// The latest origin minus the earliest, on the orchestrator's clock,
     /// µs.
     pub start_skew_us: f64,
+    /// What that spread can be at most, µs: each origin is moved onto the
+    /// orchestrator's clock by an offset whose error is at most half its
+    /// probe's round trip, so two origins may be further apart than
+    /// measured by up to half of the two longest round trips together.
+    #[serde(default)]
+    pub start_skew_bound_us: f64,
     /// Each one, by index.
     pub each: Vec<GeneratorReport>,
 }

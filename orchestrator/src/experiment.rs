@@ -679,6 +679,7 @@ fn analyze_variants(
             generators: (!run.load.generators.is_empty()).then(|| analysis::record::Generators {
                 count: u32::try_from(run.load.generators.len()).unwrap_or(u32::MAX),
                 start_skew_us: run.load.start_skew_us,
+                start_skew_bound_us: run.load.start_skew_bound_us,
                 each: run.load.generators.clone(),
             }),
             incidents,

@@ -176,6 +176,9 @@ pub(crate) struct LoadOutcome {
     pub generators: Vec<crate::record::GeneratorReport>,
     /// Their origins' spread, µs (0 with one generator).
     pub start_skew_us: f64,
+    /// What the spread can be at most, given each clock offset's
+    /// uncertainty (half its probe's round trip), µs.
+    pub start_skew_bound_us: f64,
 }
 
 /// The origin of a variant's load, shared by the load generator and the
@@ -323,6 +326,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         pipeline: drain.stats,
         generators: Vec::new(),
         start_skew_us: 0.0,
+        start_skew_bound_us: 0.0,
     }
 }
 

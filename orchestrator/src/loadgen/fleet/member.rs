@@ -42,6 +42,11 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 /// Records sent on in one frame at most.
 const BATCH: usize = 1024;
 
+/// How long a record waits for others to share its frame: one write (and
+/// one wake-up of the orchestrator) per window instead of per request,
+/// which on a small machine the hops and the generators would feel.
+const GATHER: Duration = Duration::from_millis(20);
+
 /// Why a generator process stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum GeneratorError {
@@ -264,20 +269,36 @@ async fn run(
     let (spans_tx, mut spans_rx) = mpsc::unbounded_channel::<ClientSpan>();
     let (sent_tx, sent_rx) = watch::channel((0u64, 0u64));
     let (stop_tx, stop_rx) = watch::channel(0u32);
-    // The writer: records in batches as they come, and a beat every
-    // BEAT_EVERY; it ends once every record is written.
+    // The writer: records gathered for GATHER (or until BATCH of them) into
+    // one frame, spans as they come, and a beat every BEAT_EVERY; it ends
+    // once every record is written.
     let writer_task = tokio::spawn(async move {
         let mut beat = tokio::time::interval(BEAT_EVERY);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(BATCH);
+        let mut gathered_until = None;
         let mut spans = Vec::new();
         let mut spans_open = true;
         loop {
+            let now = tokio::time::Instant::now();
+            let due = if batch.len() >= BATCH {
+                now
+            } else {
+                gathered_until.unwrap_or(now + GATHER)
+            };
             tokio::select! {
-                got = records_rx.recv_many(&mut batch, BATCH) => {
+                got = records_rx.recv_many(&mut batch, BATCH), if batch.len() < BATCH => {
                     if got == 0 {
+                        if !batch.is_empty() {
+                            let records = std::mem::take(&mut batch);
+                            frame::write(&mut writer, &FromGenerator::Records { records }).await?;
+                        }
                         break;
                     }
+                    gathered_until.get_or_insert(due);
+                }
+                _ = tokio::time::sleep_until(due), if !batch.is_empty() => {
+                    gathered_until = None;
                     let records = std::mem::take(&mut batch);
                     frame::write(&mut writer, &FromGenerator::Records { records }).await?;
                 }

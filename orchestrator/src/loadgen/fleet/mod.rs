@@ -391,6 +391,7 @@ impl Fleet {
         }
         let mut load = combine(&states, stopped, watch.finish());
         load.start_skew_us = skew_spread_us(&states);
+        load.start_skew_bound_us = skew_bound_us(&states);
         load.generators = states.iter().map(State::report).collect();
         load
     }
@@ -562,6 +563,17 @@ fn skew_spread_us(states: &[State]) -> f64 {
     }
 }
 
+/// The most the spread of the generators' true origins can be: the
+/// spread measured on our clock, moved apart by two offsets' errors, each
+/// at most half its probe's round trip, µs.
+fn skew_bound_us(states: &[State]) -> f64 {
+    let started = || states.iter().filter(|s| s.skew_ns.is_some());
+    let mut rtts: Vec<u64> = started().map(|s| s.rtt_ns).collect();
+    rtts.sort_unstable_by(|a, b| b.cmp(a));
+    let error_ns = rtts.iter().take(2).sum::<u64>() / 2;
+    skew_spread_us(states) + error_ns as f64 / 1e3
+}
+
 /// The load's outcome from every generator's: warmups summed, the longest
 /// measured phase, interrupted if any was or any stopped early.
 fn combine(states: &[State], stopped: bool, samples: crate::record::MachineSamples) -> LoadOutcome {
@@ -634,5 +646,27 @@ mod tests {
         early.shift(&mut r);
         assert_eq!(r.end, Duration::from_micros(900));
         assert!((skew_spread_us(&[late, early, state(None)]) - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_skew_bound_widens_the_spread_by_the_two_longest_probes_halves() {
+        let probed = |skew_ns: i128, rtt_ns: u64| State {
+            rtt_ns,
+            ..state(Some(skew_ns))
+        };
+        // Spread 300 us; the two longest round trips 80 and 40 us, so the
+        // true origins may be up to 60 us further apart. A generator that
+        // never started adds nothing, however long its probe.
+        let states = [
+            probed(100_000, 40_000),
+            probed(-200_000, 80_000),
+            probed(0, 20_000),
+            State {
+                rtt_ns: 900_000,
+                ..state(None)
+            },
+        ];
+        assert!((skew_bound_us(&states) - 360.0).abs() < 1e-9);
+        assert!((skew_bound_us(&states[..1]) - 20.0).abs() < 1e-9);
     }
 }
