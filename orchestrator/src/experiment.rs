@@ -49,6 +49,21 @@ pub struct RunCommand {
     /// Run against a deployed mesh (Docker Compose, Kubernetes) instead of
     /// starting processes; its trace receiver listens on all interfaces.
     pub attach: Option<crate::launcher::Attach>,
+    /// Await a variant's load generators at this address (`host:port`)
+    /// instead of starting them: they were started elsewhere with
+    /// `tailmesh generator --stay`.
+    pub generators_at: Option<GeneratorsAt>,
+}
+
+/// Where and how a run awaits load generators started elsewhere.
+#[derive(Clone, Debug)]
+pub struct GeneratorsAt {
+    /// The address to listen at, `host:port`.
+    pub addr: String,
+    /// The token a generator must show, when the deployment has one.
+    pub token: Option<String>,
+    /// How long each variant waits for its generators to connect.
+    pub patience: std::time::Duration,
 }
 
 /// Why a run could not produce results.
@@ -102,6 +117,14 @@ pub enum ExperimentError {
         dir: PathBuf,
         /// The variant named.
         variant: String,
+    },
+    /// `--generators-at` could not be listened at.
+    #[error("--generators-at {addr}: {source}")]
+    GeneratorHub {
+        /// The address given.
+        addr: String,
+        /// The operating system's error.
+        source: std::io::Error,
     },
     /// Every run folder name for this second is taken.
     #[error("no free run folder under {}", parent.display())]
@@ -193,6 +216,22 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         .clone()
         .or_else(|| scenario.telemetry.forward.clone());
 
+    // Generators started elsewhere connect here, from before the first
+    // variant to the last.
+    let hub = match &command.generators_at {
+        Some(at) => {
+            let hub = crate::loadgen::fleet::Hub::bind(&at.addr, at.token.clone(), at.patience)
+                .map_err(|source| ExperimentError::GeneratorHub {
+                    addr: at.addr.clone(),
+                    source,
+                })?;
+            if let Ok(addr) = hub.local_addr() {
+                crate::tell!("tailmesh: awaiting load generators at {addr}");
+            }
+            Some(Arc::new(hub))
+        }
+        None => None,
+    };
     let runtime = roles::runtime(1)?;
     let receiver = if sampling > 0.0 {
         Some(ReceiverThread::start(
@@ -251,11 +290,15 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             traces: traces.clone(),
             attach: command.attach.clone(),
             tls_ca: None,
+            hub: hub.clone(),
         };
         tokio::spawn(count_interrupts(interrupt_tx));
-        let runs = run::run_variants(&scenario, &options, interrupt, &mut records)
-            .await
-            .map_err(Box::new)?;
+        let runs = run::run_variants(&scenario, &options, interrupt, &mut records).await;
+        if let Some(hub) = &hub {
+            let most = scenario.variants.iter().map(|v| v.load.generators).max();
+            hub.dismiss(most.unwrap_or(0), DISMISS_GRACE).await;
+        }
+        let runs = runs.map_err(Box::new)?;
         let counts = match &traces {
             Some(t) => {
                 t.collector.finish_forwarding(FORWARD_GRACE).await;
@@ -877,6 +920,10 @@ pub fn regenerate_report(dir: &Path) -> Result<PathBuf, ExperimentError> {
 
 /// How long queued spans get to reach the forward target at the end.
 const FORWARD_GRACE: Duration = Duration::from_secs(3);
+
+/// How long a run that awaited its load generators waits, at its end, for
+/// them to come back and be told to exit.
+const DISMISS_GRACE: Duration = Duration::from_secs(5);
 
 fn create_run_dir(
     results: &Path,

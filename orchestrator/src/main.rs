@@ -42,9 +42,9 @@ enum Command {
     /// and print what it measured as JSON (the generator benchmark runs it).
     #[command(hide = true)]
     Load(cli::serve::LoadArgs),
-    /// Send one part of a variant's load for the orchestrator that started
-    /// it (`[load] generators`).
-    #[command(hide = true)]
+    /// Send a part of each variant's load for an orchestrator (`[load]
+    /// generators`): the one that started it, or, with --stay, one that
+    /// awaits it (`tailmesh run --generators-at`).
     Generator(cli::serve::GeneratorArgs),
     /// Write a fresh random Control token to a file (the token service of
     /// a Compose deployment with network faults runs this).

@@ -51,14 +51,31 @@ pub(crate) struct RunArgs {
     /// mount).
     #[arg(long, requires = "attach", value_name = "DIR")]
     tls_dir: Option<PathBuf>,
+    /// Await the load generators of variants with `[load] generators`
+    /// above 1 at this address, host:port, instead of starting them: they
+    /// run elsewhere as `tailmesh generator --hub ADDR --index K --stay`
+    /// (`tailmesh compose` and `tailmesh k8s` start them so). With a
+    /// Control token in the environment, a generator must show it.
+    #[arg(long, value_name = "HOST:PORT")]
+    generators_at: Option<String>,
+    /// With --generators-at: how long each variant waits for its
+    /// generators to connect.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s", requires = "generators_at")]
+    generators_timeout: Duration,
 }
 
 /// Runs the scenario; interrupted, or a failed check under `--check`, once
 /// the results are written.
 pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
+    let token = roles::read_token_file()?;
+    let generators_at = args.generators_at.map(|addr| experiment::GeneratorsAt {
+        addr,
+        token: token.clone(),
+        patience: args.generators_timeout,
+    });
     let attach = if args.attach {
         Some(Attach {
-            token: roles::read_token_file()?,
+            token,
             ready_timeout: args.attach_timeout,
             tls_dir: args.tls_dir,
         })
@@ -72,6 +89,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         no_traces: args.no_traces,
         otlp_forward: args.otlp_forward,
         attach,
+        generators_at,
     })?;
     // What was measured is shown before any file is written: a full disk
     // loses files, never the numbers.

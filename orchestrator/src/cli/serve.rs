@@ -330,21 +330,48 @@ pub(crate) fn load(args: LoadArgs) -> Result<(), CliError> {
 /// `tailmesh generator`.
 #[derive(Args)]
 pub(crate) struct GeneratorArgs {
-    /// The orchestrator's address, host:port.
+    /// The orchestrator's address, host:port (a name is resolved).
     #[arg(long)]
-    hub: SocketAddr,
-    /// Which generator this is, from 0.
+    hub: String,
+    /// Which generator this is, from 0. Without it, the index is read
+    /// from the environment variable `--index-env` names (a Kubernetes
+    /// Indexed Job's pods get theirs in JOB_COMPLETION_INDEX).
+    #[arg(long, required_unless_present = "index_env")]
+    index: Option<u32>,
+    /// The environment variable that holds the index.
+    #[arg(long, value_name = "VAR", conflicts_with = "index")]
+    index_env: Option<String>,
+    /// Serve every variant of the run, connecting again after each, until
+    /// the orchestrator says the run is over (a deployment's generators,
+    /// awaited by `tailmesh run --generators-at`); without it, one
+    /// variant (the orchestrator started this process).
     #[arg(long)]
-    index: u32,
+    stay: bool,
 }
 
-/// Sends one part of a variant's load for the orchestrator at `--hub`.
+/// Sends its part of each variant's load for the orchestrator at `--hub`.
 pub(crate) fn generator(args: GeneratorArgs) -> Result<(), CliError> {
+    let index = match (args.index, &args.index_env) {
+        (Some(index), _) => index,
+        (None, Some(var)) => {
+            let value = std::env::var(var)
+                .with_context(|| format!("--index-env {var}: the variable is not set"))?;
+            value
+                .trim()
+                .parse()
+                .with_context(|| format!("--index-env {var}: {value:?} is not a generator index"))?
+        }
+        (None, None) => return Err(anyhow::anyhow!("give --index or --index-env").into()),
+    };
+    let joining = tailmesh::loadgen::fleet::member::Joining {
+        hub: args.hub,
+        index,
+        stay: args.stay,
+        token: roles::read_token_file().context("generator")?,
+    };
     roles::runtime(1)
         .context("generator")?
-        .block_on(tailmesh::loadgen::fleet::member::serve(
-            args.hub, args.index,
-        ))
+        .block_on(tailmesh::loadgen::fleet::member::serve(joining))
         .map_err(|e| CliError::Failed(e.into()))
 }
 

@@ -10,8 +10,9 @@
 //! ([`TlsFolder`], made by [`super::tls::compose_folder`]).
 
 use super::{
-    DeployError, HopWorkService, Runtime, SCENARIO_PATH, SERVICE_PORT, Service, TOKEN_DIR,
-    TOKEN_FILE, TOKEN_FILE_ENV, digest, needs_token, orchestrator_command, project_name, services,
+    DeployError, GENERATOR_HUB_PORT, HopWorkService, Runtime, SCENARIO_PATH, SERVICE_PORT, Service,
+    TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV, digest, generator_command, generator_count, needs_token,
+    orchestrator_command, project_name, services,
     tls::{CA_SHA256_ENV, TLS_DIR},
     yaml::{Node, flow, map, render, s},
 };
@@ -77,7 +78,9 @@ pub fn runtime(options: &Options) -> Runtime {
 pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<String, DeployError> {
     let runtime = runtime(options);
     let services = services(scenario, runtime)?;
-    let token = needs_token(&services);
+    let generators = generator_count(scenario);
+    // Generators show the token to the orchestrator they serve.
+    let token = needs_token(&services) || generators > 1;
     let sampling = scenario.telemetry.sampling;
     let tls = match &options.tls {
         _ if !services.iter().any(|s| s.tls.is_on()) => None,
@@ -121,9 +124,24 @@ pub fn generate(scenario: &Scenario, text: &str, options: &Options) -> Result<St
             entries.push((work.name.clone(), work_service(work, &scenario_sha256)));
         }
     }
+    let generator_names: Vec<String> = (0..generators)
+        .filter(|_| generators > 1)
+        .map(|k| format!("generator-{k}"))
+        .collect();
+    for (k, name) in (0u32..).zip(&generator_names) {
+        entries.push((name.clone(), generator(k, tls, &scenario_sha256)));
+    }
     entries.push((
         "orchestrator".into(),
-        orchestrator(&services, sampling, token, options, tls, &scenario_sha256),
+        orchestrator(
+            &services,
+            &generator_names,
+            sampling,
+            token,
+            options,
+            tls,
+            &scenario_sha256,
+        ),
     ));
     entries.push((
         "jaeger".into(),
@@ -370,8 +388,51 @@ fn healthcheck(command: &[String], work: Option<&HopWorkService>) -> Node {
     Node::Map(entries)
 }
 
+/// Load generator `index` of a scenario with `[load] generators` above 1:
+/// it waits for the orchestrator, serves every variant and exits when the
+/// run is over. It shows the deployment's token, and with TLS mounts the
+/// orchestrator's certificates (it calls the entry hops as the
+/// orchestrator would).
+fn generator(index: u32, tls: Option<&TlsFolder>, scenario_sha256: &str) -> Node {
+    let hub = format!("orchestrator:{GENERATOR_HUB_PORT}");
+    let mut volumes = vec![s(format!("control-token:{TOKEN_DIR}:ro"))];
+    let mut env = vec![(TOKEN_FILE_ENV.to_owned(), s(TOKEN_FILE))];
+    let mut entries = vec![
+        ("<<".to_owned(), Node::Raw("*tailmesh".into())),
+        (
+            "command".to_owned(),
+            flow(generator_command(&hub, Some(index))),
+        ),
+        (
+            "healthcheck".to_owned(),
+            map([("disable", Node::Raw("true".into()))]),
+        ),
+    ];
+    if let Some(tls) = tls {
+        add_tls(
+            super::tls::ORCHESTRATOR,
+            tls,
+            scenario_sha256,
+            &mut volumes,
+            &mut env,
+            &mut entries,
+        );
+    }
+    entries.push(("environment".to_owned(), Node::Map(env)));
+    entries.push(("volumes".to_owned(), Node::Seq(volumes)));
+    entries.push((
+        "depends_on".to_owned(),
+        map([(
+            "control-token",
+            map([("condition", s("service_completed_successfully"))]),
+        )]),
+    ));
+    Node::Map(entries)
+}
+
 fn orchestrator(
     services: &[Service],
+    generators: &[String],
     sampling: f64,
     token: bool,
     options: &Options,
@@ -382,6 +443,12 @@ fn orchestrator(
         .iter()
         .map(|svc| (svc.name.clone(), map([("condition", s("service_healthy"))])))
         .collect();
+    // Started: they wait for the orchestrator, which waits for them.
+    depends.extend(
+        generators
+            .iter()
+            .map(|g| (g.clone(), map([("condition", s("service_started"))]))),
+    );
     let mut volumes = vec![s(format!("{}:/results", options.results))];
     let mut env = Vec::new();
     if token {
@@ -399,7 +466,12 @@ fn orchestrator(
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
         (
             "command".to_owned(),
-            flow(orchestrator_command(sampling, None, tls.is_some())),
+            flow(orchestrator_command(
+                sampling,
+                None,
+                tls.is_some(),
+                !generators.is_empty(),
+            )),
         ),
         (
             "healthcheck".to_owned(),

@@ -8,7 +8,11 @@
 //!   locally;
 //! - Jaeger (Deployment and Service);
 //! - the orchestrator as a Job, with a Service for its trace receiver and
-//!   a PersistentVolumeClaim for its results.
+//!   a PersistentVolumeClaim for its results;
+//! - with `[load] generators` above 1, the load generators as an Indexed
+//!   Job of that many pods run in parallel, each taking its index from
+//!   the Job and serving every variant for the orchestrator, which
+//!   awaits them on its Service's `generators` port.
 //!
 //! Pods get gRPC readiness probes, resource requests (no CPU limits: CFS
 //! throttling would add tail latency of its own), and NET_ADMIN only where
@@ -27,9 +31,9 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    DeployError, HOP_SERVICE_PORT, HopWorkService, Role, Runtime, SERVICE_PORT, Service, TOKEN_DIR,
-    TOKEN_FILE, TOKEN_FILE_ENV, TRACE_PORT, digest, needs_token, orchestrator_command,
-    project_name, services, tls,
+    DeployError, GENERATOR_HUB_PORT, HOP_SERVICE_PORT, HopWorkService, Role, Runtime, SERVICE_PORT,
+    Service, TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV, TRACE_PORT, digest, generator_command,
+    generator_count, needs_token, orchestrator_command, project_name, services, tls,
     yaml::{Node, flow, map, render, s},
 };
 use crate::scenario::Scenario;
@@ -100,7 +104,9 @@ pub fn generate(
     };
     let services = services(scenario, runtime)?;
     let ns = project_name(scenario);
-    let token = needs_token(&services);
+    let generators = generator_count(scenario);
+    // Generators show the token to the orchestrator they serve.
+    let token = needs_token(&services) || generators > 1;
     let digest = digest(text);
     // The CA (kept in the CA folder, or made for this generation) and
     // every TLS service's certificate, for each name its Service answers
@@ -285,7 +291,14 @@ pub fn generate(
             cluster_service(
                 meta("orchestrator", "orchestrator"),
                 "orchestrator",
-                &[("otlp-grpc", TRACE_PORT)],
+                if generators > 1 {
+                    &[
+                        ("otlp-grpc", TRACE_PORT),
+                        ("generators", GENERATOR_HUB_PORT),
+                    ]
+                } else {
+                    &[("otlp-grpc", TRACE_PORT)]
+                },
             ),
             orchestrator_job(
                 meta("orchestrator", "orchestrator"),
@@ -294,9 +307,22 @@ pub fn generate(
                 sampling,
                 token,
                 ca_sha256,
+                generators > 1,
             ),
         ]),
     ));
+    if generators > 1 {
+        files.push((
+            "45-generators.yaml".to_owned(),
+            doc(vec![generators_job(
+                meta("generators", "generator"),
+                &digest,
+                options,
+                generators,
+                ca_sha256,
+            )]),
+        ));
+    }
     Ok(Manifests { files, ca_folder })
 }
 
@@ -401,7 +427,8 @@ fn pod_template(name: &str, digest: &str, ca: Option<&str>, spec: Node) -> Node 
 }
 
 /// A ClusterIP Service over the pod of `name`; ports are `(name, number)`,
-/// gRPC unless named `ui`.
+/// gRPC unless named `ui` (HTTP) or `generators` (the load generators'
+/// own TCP protocol).
 fn cluster_service(metadata: Node, name: &str, ports: &[(&str, u16)]) -> Node {
     map([
         ("apiVersion", s("v1")),
@@ -423,7 +450,12 @@ fn cluster_service(metadata: Node, name: &str, ports: &[(&str, u16)]) -> Node {
                                     ("targetPort", Node::Raw(number.to_string())),
                                     (
                                         "appProtocol",
-                                        s(if *port_name == "ui" { "http" } else { "grpc" }),
+                                        s(match *port_name {
+                                            "ui" => "http",
+                                            // Length-prefixed JSON over TCP.
+                                            "generators" => "tcp",
+                                            _ => "grpc",
+                                        }),
                                     ),
                                 ])
                             })
@@ -617,6 +649,63 @@ fn work_container(work: &HopWorkService) -> Node {
     ])
 }
 
+/// The load generators: an Indexed Job of `count` pods at once, each
+/// reaching the orchestrator by its Service, showing the token, and with
+/// TLS the orchestrator's certificate (it calls the entry hops as the
+/// orchestrator would).
+fn generators_job(
+    metadata: Node,
+    digest: &str,
+    options: &Options,
+    count: u32,
+    ca: Option<&str>,
+) -> Node {
+    let (volumes, mounts) = volumes(true, ca.map(|_| tls::ORCHESTRATOR));
+    let mut env = vec![env_var(TOKEN_FILE_ENV, TOKEN_FILE)];
+    if let Some(ca) = ca {
+        env.push(env_var(tls::CA_SHA256_ENV, ca));
+    }
+    let hub = format!("orchestrator:{GENERATOR_HUB_PORT}");
+    let container = map([
+        ("name", s("generator")),
+        ("image", s(&options.image)),
+        ("imagePullPolicy", s("IfNotPresent")),
+        ("args", flow(generator_command(&hub, None))),
+        ("env", Node::Seq(env)),
+        // Each is a measuring instrument: give it a core.
+        ("resources", requests("1", "256Mi")),
+        ("volumeMounts", Node::Seq(mounts)),
+    ]);
+    let count = Node::Raw(count.to_string());
+    map([
+        ("apiVersion", s("batch/v1")),
+        ("kind", s("Job")),
+        ("metadata", metadata),
+        (
+            "spec",
+            map([
+                ("completionMode", s("Indexed")),
+                ("completions", count.clone()),
+                ("parallelism", count),
+                ("backoffLimit", Node::Raw("0".into())),
+                (
+                    "template",
+                    pod_template(
+                        "generator",
+                        digest,
+                        ca,
+                        map([
+                            ("restartPolicy", s("Never")),
+                            ("containers", Node::Seq(vec![container])),
+                            ("volumes", Node::Seq(volumes)),
+                        ]),
+                    ),
+                ),
+            ]),
+        ),
+    ])
+}
+
 fn orchestrator_job(
     metadata: Node,
     digest: &str,
@@ -624,6 +713,7 @@ fn orchestrator_job(
     sampling: f64,
     token: bool,
     ca: Option<&str>,
+    generators: bool,
 ) -> Node {
     let (mut volumes, mut mounts) = volumes(token, ca.map(|_| tls::ORCHESTRATOR));
     volumes.push(map([
@@ -646,7 +736,12 @@ fn orchestrator_job(
         // Compose, whose orchestrator starts once the hops are healthy.
         (
             "args".to_owned(),
-            flow(orchestrator_command(sampling, Some("10m"), ca.is_some())),
+            flow(orchestrator_command(
+                sampling,
+                Some("10m"),
+                ca.is_some(),
+                generators,
+            )),
         ),
     ];
     if !env.is_empty() {
@@ -655,7 +750,14 @@ fn orchestrator_job(
     container.extend([
         (
             "ports".to_owned(),
-            Node::Seq(vec![port("otlp-grpc", TRACE_PORT)]),
+            Node::Seq(if generators {
+                vec![
+                    port("otlp-grpc", TRACE_PORT),
+                    port("generators", GENERATOR_HUB_PORT),
+                ]
+            } else {
+                vec![port("otlp-grpc", TRACE_PORT)]
+            }),
         ),
         // The load generator is the measuring instrument: give it a core.
         ("resources".to_owned(), requests("1", "256Mi")),

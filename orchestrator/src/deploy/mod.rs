@@ -45,6 +45,9 @@ use crate::{
 pub const SERVICE_PORT: u16 = 7000;
 /// The orchestrator's OTLP trace receiver inside its container.
 pub const TRACE_PORT: u16 = 4317;
+/// The port the orchestrator awaits a deployment's load generators at
+/// (`[load] generators` above 1; `tailmesh run --generators-at`).
+pub const GENERATOR_HUB_PORT: u16 = 7100;
 /// Where every container finds the scenario.
 pub const SCENARIO_PATH: &str = "/etc/tailmesh/scenario.toml";
 /// The environment variable naming the file that holds the Control token.
@@ -461,7 +464,12 @@ impl Service {
 /// are counted, and the run's traces.jaeger.json has them all), waiting up
 /// to `attach_timeout` for each service when given, its TLS material in
 /// [`tls::TLS_DIR`] with `tls`.
-pub fn orchestrator_command(sampling: f64, attach_timeout: Option<&str>, tls: bool) -> Vec<String> {
+pub fn orchestrator_command(
+    sampling: f64,
+    attach_timeout: Option<&str>,
+    tls: bool,
+    generators: bool,
+) -> Vec<String> {
     let mut command: Vec<String> = [
         "run",
         SCENARIO_PATH,
@@ -484,6 +492,37 @@ pub fn orchestrator_command(sampling: f64, attach_timeout: Option<&str>, tls: bo
         command.push("--tls-dir".to_owned());
         command.push(tls::TLS_DIR.to_owned());
     }
+    if generators {
+        command.push("--generators-at".to_owned());
+        command.push(format!("0.0.0.0:{GENERATOR_HUB_PORT}"));
+        if let Some(timeout) = attach_timeout {
+            command.push("--generators-timeout".to_owned());
+            command.push(timeout.to_owned());
+        }
+    }
+    command
+}
+
+/// The most load generator processes any variant uses: a deployment runs
+/// that many beside the orchestrator when it is above 1.
+pub fn generator_count(scenario: &Scenario) -> u32 {
+    scenario
+        .variants
+        .iter()
+        .map(|v| v.load.generators)
+        .max()
+        .unwrap_or(1)
+}
+
+/// A deployment's load generator `index`: it reaches the orchestrator at
+/// `hub` and serves every variant of the run.
+pub fn generator_command(hub: &str, index: Option<u32>) -> Vec<String> {
+    let mut command = vec!["generator".to_owned(), "--hub".to_owned(), hub.to_owned()];
+    match index {
+        Some(k) => command.extend(["--index".to_owned(), k.to_string()]),
+        None => command.extend(["--index-env".to_owned(), "JOB_COMPLETION_INDEX".to_owned()]),
+    }
+    command.push("--stay".to_owned());
     command
 }
 

@@ -378,6 +378,9 @@ pub(crate) struct RunOptions {
     /// The run's certificate authority, made when a variant turns TLS on
     /// (`[mesh] tls`); it signs every process's certificate.
     pub tls_ca: Option<Arc<tailmesh_services::tls::Authority>>,
+    /// Where load generators started elsewhere connect, when they were
+    /// (`tailmesh run --generators-at`); otherwise the run starts its own.
+    pub hub: Option<Arc<fleet::Hub>>,
 }
 
 /// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` counting
@@ -814,9 +817,11 @@ async fn start_fleet(
         .collect();
     let tls = launch::generator_tls(plan, options)?;
     let log_dir = options.dir.join("logs").join(&variant.name);
-    let mut fleet = fleet::Fleet::launch(&options.exe, n, &log_dir)
-        .await
-        .map_err(fleet_error)?;
+    let mut fleet = match &options.hub {
+        Some(hub) => fleet::Fleet::attach(hub, n).await,
+        None => fleet::Fleet::launch(&options.exe, n, &log_dir).await,
+    }
+    .map_err(fleet_error)?;
     let trace = options.traces.as_ref().map(|t| {
         crate::traces::loadgen::TraceIds::new(
             t.sampling,

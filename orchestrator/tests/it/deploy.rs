@@ -37,6 +37,7 @@ tests! {
     sync an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders,
     sync a_service_hop_deploys_its_service_beside_its_sidecar,
     sync a_service_hop_started_as_its_container_starts_it_waits_for_its_service,
+    sync compose_starts_a_container_per_load_generator_and_the_orchestrator_awaits_them,
 }
 
 fn repo() -> PathBuf {
@@ -451,6 +452,100 @@ name = "w"
         "{}",
         out.stdout
     );
+}
+
+fn compose_starts_a_container_per_load_generator_and_the_orchestrator_awaits_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let one = write(dir.path(), "one.toml", TWO_HOPS);
+    let out = tailmesh(dir.path(), &["compose", path_str(&one)]);
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    assert!(!out.stdout.contains("generator"), "{}", out.stdout);
+    // The most any variant uses: 3.
+    let three = write(
+        dir.path(),
+        "three.toml",
+        &format!(
+            "{TWO_HOPS}[[variant]]\nname = \"two\"\nset = {{ \"load.generators\" = 2 }}\n\
+             [[variant]]\nname = \"three\"\nset = {{ \"load.generators\" = 3 }}\n"
+        ),
+    );
+    let out = tailmesh(dir.path(), &["compose", path_str(&three)]);
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let services = service_blocks(&out.stdout);
+    let body = |name: &str| {
+        services
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.as_str())
+            .unwrap_or_else(|| panic!("no service {name}:\n{}", out.stdout))
+    };
+    let generators: Vec<&str> = services
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| n.starts_with("generator-"))
+        .collect();
+    assert_eq!(generators, ["generator-0", "generator-1", "generator-2"]);
+    for (k, name) in generators.iter().enumerate() {
+        let b = body(name);
+        assert!(
+            b.contains(&format!(
+                "command: [generator, --hub, orchestrator:7100, --index, \"{k}\", --stay]"
+            )),
+            "{name}:\n{b}"
+        );
+        assert!(b.contains("TAILMESH_CONTROL_TOKEN_FILE"), "{name}:\n{b}");
+        assert!(!b.contains("NET_ADMIN"), "{name}:\n{b}");
+    }
+    let orchestrator = body("orchestrator");
+    assert!(
+        orchestrator.contains("--generators-at") && orchestrator.contains("0.0.0.0:7100"),
+        "{orchestrator}"
+    );
+    for name in &generators {
+        assert!(
+            orchestrator.contains(&format!("{name}:\n        condition: service_started")),
+            "the orchestrator waits for {name} to start:\n{orchestrator}"
+        );
+    }
+    assert!(
+        body("control-token").contains("token"),
+        "the generators' token is drawn:\n{}",
+        out.stdout
+    );
+
+    // Kubernetes: an Indexed Job of 3 pods at once, each taking its index
+    // from the Job; the orchestrator awaits them on its Service.
+    let out_dir = dir.path().join("k8s");
+    let out = tailmesh(
+        dir.path(),
+        &["k8s", path_str(&three), "--out-dir", path_str(&out_dir)],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let job = std::fs::read_to_string(out_dir.join("45-generators.yaml")).expect("the Job");
+    for expected in [
+        "kind: Job",
+        "completionMode: Indexed",
+        "completions: 3",
+        "parallelism: 3",
+        "args: [generator, --hub, orchestrator:7100, --index-env, JOB_COMPLETION_INDEX, --stay]",
+        "secretName: tailmesh-control",
+    ] {
+        assert!(job.contains(expected), "{expected}:\n{job}");
+    }
+    let orchestrator =
+        std::fs::read_to_string(out_dir.join("40-orchestrator.yaml")).expect("the orchestrator");
+    assert!(
+        orchestrator.contains("--generators-at, \"0.0.0.0:7100\"")
+            && orchestrator.contains("name: generators\n      port: 7100"),
+        "{orchestrator}"
+    );
+    let single = dir.path().join("k8s-one");
+    let out = tailmesh(
+        dir.path(),
+        &["k8s", path_str(&one), "--out-dir", path_str(&single)],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    assert!(!single.join("45-generators.yaml").exists());
 }
 
 /// `(name, body)` of each service of a generated Compose file.

@@ -2,7 +2,9 @@
 //! send the very requests one generator sends (same ids, same intended
 //! send times, so the same faults), every one accounted for once; a
 //! closed loop splits its requests in flight with disjoint ids; a
-//! generator killed mid-run stops the run, named.
+//! generator killed mid-run stops the run, named; generators started
+//! elsewhere (`--stay`) serve every variant at the address the run awaits
+//! them at, refused without the run's token, and leave when it ends.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +16,7 @@ tests! {
     sync three_generators_send_the_one_generator_requests_each_once,
     sync a_closed_loop_splits_its_requests_in_flight_with_disjoint_ids,
     sync a_killed_generator_stops_the_run_and_is_named,
+    sync generators_started_elsewhere_serve_every_variant_and_leave_when_told,
 }
 
 fn scenario(load: &str) -> String {
@@ -197,4 +200,80 @@ fn a_killed_generator_stops_the_run_and_is_named() {
     // generator still running ended one way or another.
     assert_accounted(v, &output);
     eprintln!("a killed generator: the run ended {took:?} after the kill");
+}
+
+fn generators_started_elsewhere_serve_every_variant_and_leave_when_told() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let token = write(dir.path(), "token", "s3cret\n");
+    let wrong = write(dir.path(), "wrong", "guess\n");
+    let path = write(
+        dir.path(),
+        "two.toml",
+        &format!(
+            "{}[[variant]]\nname = \"three\"\n[[variant]]\nname = \"two\"\n\
+             set = {{ \"load.generators\" = 2 }}\n",
+            scenario("mode = \"open\"\nrate = 200\nduration = \"1s\"\ngenerators = 3")
+        ),
+    );
+    let results = dir.path().join("r");
+    let token_env = [("TAILMESH_CONTROL_TOKEN_FILE", path_str(&token))];
+    let mut run = Running::start_with_env(
+        dir.path(),
+        &run_args(&path, &results, &["--generators-at", "127.0.0.1:0"]),
+        &token_env,
+    );
+    let output = run.output_reader();
+    let hub = run.wait_for("the address it awaits generators at", || {
+        let text = output();
+        let rest = text.split("awaiting load generators at ").nth(1)?;
+        Some(rest.lines().next()?.trim().to_owned())
+    });
+    let generator = |index: &str, env: &[(&str, &str)]| {
+        Running::start_with_env(
+            dir.path(),
+            &["generator", "--hub", &hub, "--index", index, "--stay"],
+            env,
+        )
+    };
+    // One without the token first: refused, it gives up.
+    let impostor = generator("0", &[("TAILMESH_CONTROL_TOKEN_FILE", path_str(&wrong))]);
+    let impostor = impostor.wait();
+    assert_ne!(impostor.code(), Some(0), "{}", impostor.output());
+    let stayers: Vec<Running> = ["0", "1", "2"]
+        .iter()
+        .map(|k| generator(k, &token_env))
+        .collect();
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    assert!(
+        finished
+            .output()
+            .contains("showed no token or the wrong one; it was refused"),
+        "{}",
+        finished.output()
+    );
+    // Told the run is over, each generator leaves by itself.
+    for g in stayers {
+        let left = g.wait_within(std::time::Duration::from_secs(30));
+        assert_eq!(left.code(), Some(0), "{}", left.output());
+    }
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    for (v, of) in variants(&summary).iter().zip([3u64, 2]) {
+        let g = &v["generators"];
+        assert_eq!(g["count"], of, "{v:#}");
+        let records: u64 = g["each"]
+            .as_array()
+            .expect("each generator")
+            .iter()
+            .map(|e| {
+                assert!(e["stopped"].is_null(), "{e:#}");
+                u64_at(e, "/records")
+            })
+            .sum();
+        assert_eq!(records, u64_at(v, "/sent"), "{v:#}");
+        assert!(u64_at(v, "/sent") > 0, "{v:#}");
+        assert_accounted(v, &finished.output());
+    }
 }

@@ -34,6 +34,11 @@ pub(crate) enum ToGenerator {
     /// The run was interrupted this many times (see `STOP_SENDING` and
     /// `ABANDON`).
     Stop { interrupts: u32 },
+    /// A generator that stays (`tailmesh generator --stay`): this variant
+    /// needs no generator of its index; connect again for the next.
+    Skip,
+    /// A generator that stays: the run is over; exit.
+    Bye,
 }
 
 /// A generator's share of a variant's load.
@@ -61,8 +66,15 @@ pub(crate) struct Job {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum FromGenerator {
-    /// Connected: which generator it is.
-    Hello { index: u32, pid: u32 },
+    /// Connected: which generator it is, and the deployment's token
+    /// when it was given one (an orchestrator with a token admits no
+    /// generator without it).
+    Hello {
+        index: u32,
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+    },
     /// The job is understood and its entries reached.
     Ready,
     /// The answer to a ping: the generator's wall clock, ns since the Unix

@@ -1,12 +1,14 @@
 //! One generator process of several (`tailmesh generator`): it connects to
 //! the orchestrator, takes its job (its part of a variant's load), answers
 //! clock probes, starts at the instant it is told, and streams each
-//! measured request back as it ends, with a beat every
-//! 100 ms. When the orchestrator's connection closes, it gives its
-//! requests in flight up and exits: nothing outlives the run.
+//! measured request back as it ends, with a beat every 100 ms. When the
+//! orchestrator's connection closes, it gives its requests in flight up.
+//! Started by the orchestrator, it then exits: nothing outlives the run. A
+//! generator that stays (`--stay`, started by a deployment beside the
+//! orchestrator) connects again for the next variant, until the
+//! orchestrator says the run is over.
 
 use std::{
-    net::SocketAddr,
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -37,8 +39,15 @@ use crate::{
 
 /// How often a generator says it is alive while its load runs.
 pub(crate) const BEAT_EVERY: Duration = Duration::from_millis(100);
-/// How long a generator tries to reach the orchestrator.
+/// How long a generator started by the orchestrator tries to reach it.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a generator that stays tries to reach the orchestrator: the
+/// orchestrator may wait minutes for the mesh's containers or pods first,
+/// and sets up each variant's hops between variants.
+pub const STAY_PATIENCE: Duration = Duration::from_secs(600);
+/// A generator that stays, told its index is not needed this variant,
+/// waits this long before it asks again.
+const SKIPPED_PAUSE: Duration = Duration::from_millis(200);
 /// Records sent on in one frame at most.
 const BATCH: usize = 1024;
 
@@ -50,10 +59,12 @@ const GATHER: Duration = Duration::from_millis(20);
 /// Why a generator process stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum GeneratorError {
-    #[error("generator {index}: reach the orchestrator at {hub}: {source}")]
+    #[error("generator {index}: reach the orchestrator at {hub} (tried for {}): {source}",
+        tailmesh_units::duration(*patience))]
     Connect {
         index: u32,
-        hub: SocketAddr,
+        hub: String,
+        patience: Duration,
         source: std::io::Error,
     },
     #[error("generator {index}: the orchestrator's connection: {source}")]
@@ -65,9 +76,52 @@ pub enum GeneratorError {
     Job { index: u32, message: String },
 }
 
-/// Runs generator `index` for the orchestrator at `hub`.
-pub async fn serve(hub: SocketAddr, index: u32) -> Result<(), GeneratorError> {
-    let stream = connect(hub, index).await?;
+/// Who a generator is and whom it serves.
+#[derive(Clone, Debug)]
+pub struct Joining {
+    /// The orchestrator's address, `host:port` (a name is resolved).
+    pub hub: String,
+    /// Which generator it is, from 0.
+    pub index: u32,
+    /// Stay for every variant of the run (a deployment's generator), not
+    /// only the one it was started for.
+    pub stay: bool,
+    /// The deployment's token, shown to the orchestrator.
+    pub token: Option<String>,
+}
+
+/// What one connection to the orchestrator came to.
+enum Served {
+    /// Its part of a variant, sent (or given up when told).
+    Variant,
+    /// No part for it this variant.
+    Skipped,
+    /// The run is over.
+    Bye,
+}
+
+/// Runs generator `joining.index` for the orchestrator at `joining.hub`:
+/// one variant, or, staying, every variant until the orchestrator says
+/// the run is over.
+pub async fn serve(joining: Joining) -> Result<(), GeneratorError> {
+    let patience = if joining.stay {
+        STAY_PATIENCE
+    } else {
+        CONNECT_PATIENCE
+    };
+    loop {
+        let stream = connect(&joining, patience).await?;
+        match serve_one(stream, &joining).await? {
+            Served::Variant if joining.stay => {}
+            Served::Variant | Served::Bye => return Ok(()),
+            Served::Skipped => tokio::time::sleep(SKIPPED_PAUSE).await,
+        }
+    }
+}
+
+/// Serves one connection: hello, a job, the load.
+async fn serve_one(stream: TcpStream, joining: &Joining) -> Result<Served, GeneratorError> {
+    let index = joining.index;
     let _ = stream.set_nodelay(true);
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::new(reader);
@@ -77,12 +131,15 @@ pub async fn serve(hub: SocketAddr, index: u32) -> Result<(), GeneratorError> {
         &FromGenerator::Hello {
             index,
             pid: std::process::id(),
+            token: joining.token.clone(),
         },
     )
     .await
     .map_err(hub_error)?;
     let job = match frame::read(&mut reader).await.map_err(hub_error)? {
         ToGenerator::Job(job) => job,
+        ToGenerator::Skip => return Ok(Served::Skipped),
+        ToGenerator::Bye => return Ok(Served::Bye),
         other => {
             return Err(GeneratorError::Job {
                 index,
@@ -121,29 +178,35 @@ pub async fn serve(hub: SocketAddr, index: u32) -> Result<(), GeneratorError> {
                 .map_err(hub_error)?;
             }
             ToGenerator::Start { at_unix_ns } => break at_unix_ns,
-            ToGenerator::Stop { .. } => return Ok(()),
-            ToGenerator::Job(_) => {
+            ToGenerator::Stop { .. } => return Ok(Served::Variant),
+            other @ (ToGenerator::Job(_) | ToGenerator::Skip | ToGenerator::Bye) => {
                 return Err(GeneratorError::Job {
                     index,
-                    message: "a second job".to_owned(),
+                    message: format!("expected clock probes or the start, got {other:?}"),
                 });
             }
         }
     };
     run(job, prepared, at_unix_ns, reader, writer)
         .await
-        .map_err(hub_error)
+        .map_err(hub_error)?;
+    Ok(Served::Variant)
 }
 
-async fn connect(hub: SocketAddr, index: u32) -> Result<TcpStream, GeneratorError> {
-    let deadline = Instant::now() + CONNECT_PATIENCE;
+async fn connect(joining: &Joining, patience: Duration) -> Result<TcpStream, GeneratorError> {
+    let deadline = Instant::now() + patience;
     loop {
-        match TcpStream::connect(hub).await {
+        match TcpStream::connect(joining.hub.as_str()).await {
             Ok(stream) => return Ok(stream),
             Err(source) if Instant::now() >= deadline => {
-                return Err(GeneratorError::Connect { index, hub, source });
+                return Err(GeneratorError::Connect {
+                    index: joining.index,
+                    hub: joining.hub.clone(),
+                    patience,
+                    source,
+                });
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
 }

@@ -60,7 +60,7 @@ pub(crate) const SILENCE: Duration = Duration::from_secs(1);
 /// Why the generators could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    #[error("listen for the load generators on 127.0.0.1: {0}")]
+    #[error("listen for the load generators: {0}")]
     Listen(std::io::Error),
     #[error("start load generator {index} ({}): {source}", program.display())]
     Spawn {
@@ -73,19 +73,23 @@ pub enum FleetError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("load generator {index}: {what} (its log: {})", log.display())]
+    #[error("load generator {index}: {what} (its output: {output})")]
     Generator {
         index: u32,
         what: String,
-        log: std::path::PathBuf,
+        output: String,
     },
-    #[error("{connected} of {of} load generators connected within {} (their logs are in {})",
-        tailmesh_units::duration(HELLO_PATIENCE), dir.display())]
+    #[error("{connected} of {of} load generators connected within {} ({where_})",
+        tailmesh_units::duration(*patience))]
     Hello {
         connected: usize,
         of: u32,
-        dir: std::path::PathBuf,
+        patience: Duration,
+        /// Where to look: their logs, or the address they were awaited at.
+        where_: String,
     },
+    #[error("a load generator at {peer} showed no token or the wrong one; it was refused")]
+    Token { peer: std::net::SocketAddr },
 }
 
 struct Member {
@@ -93,7 +97,8 @@ struct Member {
     pid: u32,
     writer: OwnedWriteHalf,
     reader: Option<BufReader<tokio::net::tcp::OwnedReadHalf>>,
-    log: std::path::PathBuf,
+    /// Where its output is: its log file, or the process at an address.
+    output: String,
     /// Its clock minus ours, ns.
     offset_ns: i64,
     rtt_ns: u64,
@@ -103,6 +108,69 @@ struct Member {
 pub(crate) struct Fleet {
     members: Vec<Member>,
     children: Vec<Child>,
+}
+
+/// Where a run awaits generators that stay (`tailmesh generator --stay`,
+/// started by a deployment, or by hand on other machines) instead of
+/// starting its own: one listener for the whole run, each variant taking
+/// the generators it needs from it.
+#[derive(Debug)]
+pub struct Hub {
+    listener: std::net::TcpListener,
+    token: Option<String>,
+    patience: Duration,
+}
+
+impl Hub {
+    /// Listens at `addr`; a generator must show `token` when there is
+    /// one, and each variant waits `patience` for its generators.
+    pub fn bind(
+        addr: &str,
+        token: Option<String>,
+        patience: Duration,
+    ) -> Result<Hub, std::io::Error> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(Hub {
+            listener,
+            token,
+            patience,
+        })
+    }
+
+    /// The address it listens at.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    fn listener(&self) -> Result<TcpListener, FleetError> {
+        let listener = self.listener.try_clone().map_err(FleetError::Listen)?;
+        TcpListener::from_std(listener).map_err(FleetError::Listen)
+    }
+
+    /// Tells the `expected` generators waiting for a next variant that
+    /// the run is over, so they exit; those that do not connect within
+    /// `grace` find no one and give up by themselves.
+    pub async fn dismiss(&self, expected: u32, grace: Duration) {
+        let Ok(listener) = self.listener() else {
+            return;
+        };
+        let deadline = Instant::now() + grace;
+        let mut dismissed = 0;
+        while dismissed < expected
+            && let Ok(Ok((stream, _))) = tokio::time::timeout_at(deadline, listener.accept()).await
+        {
+            let (reader, mut writer) = stream.into_split();
+            let mut reader = BufReader::new(reader);
+            if let Ok(Ok(FromGenerator::Hello { token, .. })) =
+                tokio::time::timeout_at(deadline, frame::read(&mut reader)).await
+                && token == self.token
+            {
+                let _ = frame::write(&mut writer, &ToGenerator::Bye).await;
+                dismissed += 1;
+            }
+        }
+    }
 }
 
 impl Fleet {
@@ -155,44 +223,46 @@ impl Fleet {
             logs.push(log);
         }
         let mut fleet = Fleet {
-            members: Vec::with_capacity(of as usize),
+            members: Vec::new(),
             children,
         };
-        let deadline = Instant::now() + HELLO_PATIENCE;
-        while fleet.members.len() < of as usize {
-            let accepted = tokio::time::timeout_at(deadline, listener.accept()).await;
-            let Ok(Ok((stream, _))) = accepted else {
-                return Err(FleetError::Hello {
-                    connected: fleet.members.len(),
-                    of,
-                    dir: log_dir.to_path_buf(),
-                });
-            };
-            let _ = stream.set_nodelay(true);
-            let (reader, writer) = stream.into_split();
-            let mut reader = BufReader::new(reader);
-            let hello = tokio::time::timeout_at(deadline, frame::read(&mut reader)).await;
-            let Ok(Ok(FromGenerator::Hello { index, pid })) = hello else {
-                continue;
-            };
-            let Some(log) = logs.get(index as usize).cloned() else {
-                continue;
-            };
-            if fleet.members.iter().any(|m| m.index == index) {
-                continue;
-            }
-            fleet.members.push(Member {
-                index,
-                pid,
-                writer,
-                reader: Some(reader),
-                log,
-                offset_ns: 0,
-                rtt_ns: 0,
-            });
-        }
-        fleet.members.sort_by_key(|m| m.index);
+        fleet.members = accept_members(&listener, of, None, HELLO_PATIENCE, |index, _| {
+            logs.get(index as usize).map(|l| l.display().to_string())
+        })
+        .await
+        .map_err(|e| match e {
+            FleetError::Hello {
+                connected,
+                of,
+                patience,
+                ..
+            } => FleetError::Hello {
+                connected,
+                of,
+                patience,
+                where_: format!("their logs are in {}", log_dir.display()),
+            },
+            other => other,
+        })?;
         Ok(fleet)
+    }
+
+    /// Takes `of` generators that stay from `hub` (those of other indexes
+    /// are told to skip this variant).
+    pub(crate) async fn attach(hub: &Hub, of: u32) -> Result<Fleet, FleetError> {
+        let listener = hub.listener()?;
+        let members = accept_members(
+            &listener,
+            of,
+            Some(hub.token.as_deref()),
+            hub.patience,
+            |index, peer| (index < of).then(|| format!("generator {index}'s own, at {peer}")),
+        )
+        .await?;
+        Ok(Fleet {
+            members,
+            children: Vec::new(),
+        })
     }
 
     /// Hands each generator its job (`job(part)`), waits until each has
@@ -350,12 +420,12 @@ impl Fleet {
                 let lost = s.sent.saturating_sub(s.records);
                 let line = format!(
                     "load generator {} (pid {}) stopped before its part was done: {}; {} of its \
-                     requests in flight were lost with it (log: {})",
+                     requests in flight were lost with it (its output: {})",
                     s.index,
                     s.pid,
                     s.gone.as_deref().unwrap_or_default(),
                     lost,
-                    s.log.display()
+                    s.output
                 );
                 crate::tell!("warning: {line}");
                 stopped = true;
@@ -397,6 +467,75 @@ impl Fleet {
     }
 }
 
+/// Accepts generators on `listener` until `of` distinct indexes said
+/// hello, within `patience`. `output(index, peer)` says where a
+/// generator's output is, or `None` for an index not wanted (told to
+/// skip). With `token` given, a generator must show it (`Some(None)`: the
+/// hub has no token, and admits generators that show none).
+async fn accept_members(
+    listener: &TcpListener,
+    of: u32,
+    token: Option<Option<&str>>,
+    patience: Duration,
+    output: impl Fn(u32, std::net::SocketAddr) -> Option<String>,
+) -> Result<Vec<Member>, FleetError> {
+    let mut members: Vec<Member> = Vec::with_capacity(of as usize);
+    let deadline = Instant::now() + patience;
+    while members.len() < of as usize {
+        let accepted = tokio::time::timeout_at(deadline, listener.accept()).await;
+        let Ok(Ok((stream, peer))) = accepted else {
+            return Err(FleetError::Hello {
+                connected: members.len(),
+                of,
+                patience,
+                where_: format!(
+                    "awaited at {}",
+                    listener
+                        .local_addr()
+                        .map_or_else(|e| e.to_string(), |a| a.to_string())
+                ),
+            });
+        };
+        let _ = stream.set_nodelay(true);
+        let (reader, mut writer) = stream.into_split();
+        let mut reader = BufReader::new(reader);
+        let hello = tokio::time::timeout_at(deadline, frame::read(&mut reader)).await;
+        let Ok(Ok(FromGenerator::Hello {
+            index,
+            pid,
+            token: shown,
+        })) = hello
+        else {
+            continue;
+        };
+        if let Some(wanted) = token
+            && shown.as_deref() != wanted
+        {
+            crate::tell!("warning: {}", FleetError::Token { peer });
+            continue;
+        }
+        let Some(output) = output(index, peer) else {
+            let _ = frame::write(&mut writer, &ToGenerator::Skip).await;
+            continue;
+        };
+        if members.iter().any(|m| m.index == index) {
+            let _ = frame::write(&mut writer, &ToGenerator::Skip).await;
+            continue;
+        }
+        members.push(Member {
+            index,
+            pid,
+            writer,
+            reader: Some(reader),
+            output,
+            offset_ns: 0,
+            rtt_ns: 0,
+        });
+    }
+    members.sort_by_key(|m| m.index);
+    Ok(members)
+}
+
 impl Member {
     fn failed(&self, what: impl Into<String>) -> FleetError {
         self.failure()(what.into())
@@ -404,11 +543,11 @@ impl Member {
 
     /// What makes its errors, borrowing nothing of it.
     fn failure(&self) -> impl Fn(String) -> FleetError + use<> {
-        let (index, log) = (self.index, self.log.clone());
+        let (index, output) = (self.index, self.output.clone());
         move |what| FleetError::Generator {
             index,
             what,
-            log: log.clone(),
+            output: output.clone(),
         }
     }
 
@@ -460,7 +599,7 @@ fn offset_ns(sent: u64, rtt: u64, theirs: u64) -> i64 {
 struct State {
     index: u32,
     pid: u32,
-    log: std::path::PathBuf,
+    output: String,
     offset_ns: i64,
     rtt_ns: u64,
     /// Its origin minus the common start, on our clock.
@@ -477,14 +616,14 @@ struct State {
 
 impl State {
     fn new(m: &Member) -> Self {
-        State::of(m.index, m.pid, m.log.clone(), m.offset_ns, m.rtt_ns)
+        State::of(m.index, m.pid, m.output.clone(), m.offset_ns, m.rtt_ns)
     }
 
-    fn of(index: u32, pid: u32, log: std::path::PathBuf, offset_ns: i64, rtt_ns: u64) -> Self {
+    fn of(index: u32, pid: u32, output: String, offset_ns: i64, rtt_ns: u64) -> Self {
         State {
             index,
             pid,
-            log,
+            output,
             offset_ns,
             rtt_ns,
             skew_ns: None,
@@ -620,7 +759,7 @@ mod tests {
     fn state(skew_ns: Option<i128>) -> State {
         State {
             skew_ns,
-            ..State::of(0, 1, "g.log".into(), 0, 0)
+            ..State::of(0, 1, "g.log".to_owned(), 0, 0)
         }
     }
 
