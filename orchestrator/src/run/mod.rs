@@ -626,7 +626,7 @@ async fn measure(
     // clocks measured, before the load's clock starts.
     let fleet = match variant.load.generators {
         0 | 1 => None,
-        n => Some(start_fleet(plan, options, &addrs, n).await?),
+        n => Some(start_fleet(plan, options, &addrs, n, launcher).await?),
     };
     let target = Target::new(reaches, plan.seed);
     let mut faults = faults::Faults::plan(plan, launcher, &addrs);
@@ -784,6 +784,7 @@ async fn start_fleet(
     options: &RunOptions,
     addrs: &Addrs,
     n: u32,
+    launcher: &mut AnyLauncher,
 ) -> Result<fleet::Fleet, RunError> {
     let variant = &plan.variant;
     let fleet_error = |source| RunError::Generators {
@@ -817,9 +818,32 @@ async fn start_fleet(
         .collect();
     let tls = launch::generator_tls(plan, options)?;
     let log_dir = options.dir.join("logs").join(&variant.name);
-    let mut fleet = match &options.hub {
-        Some(hub) => fleet::Fleet::attach(hub, n).await,
-        None => fleet::Fleet::launch(&options.exe, n, &log_dir).await,
+    let mut fleet = match (&options.hub, launcher) {
+        (Some(hub), _) => fleet::Fleet::attach(hub, n).await,
+        // Under the netns launcher each generator has a namespace and an
+        // address of its own, as a hop does.
+        (None, AnyLauncher::Netns(netns)) => {
+            let mut namespaces = Vec::with_capacity(n as usize);
+            for k in 0..n {
+                // A name no hop process has: hop names are DNS labels.
+                let member = netns.member(&format!("generator.{k}")).map_err(|source| {
+                    RunError::Network {
+                        variant: variant.name.clone(),
+                        source,
+                    }
+                })?;
+                namespaces.push(member.ns);
+            }
+            let places = fleet::Places::Namespaces {
+                host: std::net::IpAddr::V4(netns.network().host_addr()),
+                namespaces,
+                ip: tailmesh_netfault::tool::find_in_path("ip").unwrap_or_else(|| "ip".into()),
+            };
+            fleet::Fleet::launch(&options.exe, n, &places, &log_dir).await
+        }
+        (None, _) => {
+            fleet::Fleet::launch(&options.exe, n, &fleet::Places::Loopback, &log_dir).await
+        }
     }
     .map_err(fleet_error)?;
     let trace = options.traces.as_ref().map(|t| {

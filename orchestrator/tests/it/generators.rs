@@ -4,7 +4,8 @@
 //! closed loop splits its requests in flight with disjoint ids; a
 //! generator killed mid-run stops the run, named; generators started
 //! elsewhere (`--stay`) serve every variant at the address the run awaits
-//! them at, refused without the run's token, and leave when it ends.
+//! them at, refused without the run's token, and leave when it ends;
+//! under the netns launcher each generator runs in a namespace of its own.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,7 @@ tests! {
     sync a_closed_loop_splits_its_requests_in_flight_with_disjoint_ids,
     sync a_killed_generator_stops_the_run_and_is_named,
     sync generators_started_elsewhere_serve_every_variant_and_leave_when_told,
+    sync under_the_netns_launcher_each_generator_has_a_namespace_of_its_own,
 }
 
 fn scenario(load: &str) -> String {
@@ -276,4 +278,82 @@ fn generators_started_elsewhere_serve_every_variant_and_leave_when_told() {
         assert!(u64_at(v, "/sent") > 0, "{v:#}");
         assert_accounted(v, &finished.output());
     }
+}
+
+fn under_the_netns_launcher_each_generator_has_a_namespace_of_its_own() {
+    require_privilege(&[]);
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        "netns.toml",
+        &format!(
+            "launcher = \"netns\"\n{}",
+            scenario("mode = \"open\"\nrate = 200\nduration = \"30s\"\ngenerators = 2")
+        ),
+    );
+    let results = dir.path().join("r");
+    let mut run = Running::start(dir.path(), &run_args(&path, &results, &[]));
+    // Each generator's network namespace, once both run and requests
+    // have come back (the requests file being written has rows).
+    let namespace = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    let spaces = run.wait_for("both generators running", || {
+        let csv = find_files(&results, ".requests.csv.partial")
+            .into_iter()
+            .next()?;
+        if std::fs::metadata(csv).ok()?.len() <= 4096 {
+            return None;
+        }
+        let mut spaces = Vec::new();
+        for k in 0..2 {
+            let pid_file = find_files(&results, &format!("generator-{k}.pid"))
+                .into_iter()
+                .next()?;
+            let pid = std::fs::read_to_string(pid_file).ok()?;
+            spaces.push(namespace(pid.trim())?);
+        }
+        Some(spaces)
+    });
+    let ours = std::fs::read_link("/proc/self/ns/net").expect("this process's namespace");
+    assert!(
+        spaces[0] != spaces[1] && !spaces.contains(&ours),
+        "generators in {spaces:?}, the test in {ours:?}"
+    );
+    // Ctrl-C: the run stops sending, and every request it sent from the
+    // namespaces is accounted for.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(run.pid()).expect("a pid")),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("interrupt the run");
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(130), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    assert_eq!(summary["environment"]["launcher"], "netns", "{v:#}");
+    let records: Vec<u64> = v["generators"]["each"]
+        .as_array()
+        .expect("each generator")
+        .iter()
+        .map(|e| u64_at(e, "/records"))
+        .collect();
+    assert!(
+        records.iter().all(|r| *r > 0) && records.iter().sum::<u64>() == u64_at(v, "/sent"),
+        "{records:?}: {v:#}"
+    );
+    assert_accounted(v, &finished.output());
+    // Nothing of the run's network is left.
+    let id = finished
+        .stderr
+        .split("netns launcher, run ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the run's id")
+        .to_owned();
+    let left: Vec<String> = tailmesh_netfault::netns::list_namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("tm{id}")))
+        .collect();
+    assert!(left.is_empty(), "namespaces left: {left:?}");
 }

@@ -173,11 +173,35 @@ impl Hub {
     }
 }
 
+/// Where the generators a run starts itself run.
+#[derive(Clone, Debug)]
+pub(crate) enum Places {
+    /// Beside the orchestrator, reaching it on loopback.
+    Loopback,
+    /// Each in a network namespace of its own (the netns launcher's, by
+    /// index), reaching the orchestrator at `host`, its address on the
+    /// namespaces' network.
+    Namespaces {
+        host: std::net::IpAddr,
+        namespaces: Vec<String>,
+        ip: std::path::PathBuf,
+    },
+}
+
 impl Fleet {
-    /// Starts `of` generator processes of `exe`, their output in
-    /// `log_dir`, and waits for each to connect.
-    pub(crate) async fn launch(exe: &Path, of: u32, log_dir: &Path) -> Result<Fleet, FleetError> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
+    /// Starts `of` generator processes of `exe` in their `places`, their
+    /// output in `log_dir`, and waits for each to connect.
+    pub(crate) async fn launch(
+        exe: &Path,
+        of: u32,
+        places: &Places,
+        log_dir: &Path,
+    ) -> Result<Fleet, FleetError> {
+        let listen = match places {
+            Places::Loopback => std::net::IpAddr::from([127, 0, 0, 1]),
+            Places::Namespaces { host, .. } => *host,
+        };
+        let listener = TcpListener::bind((listen, 0))
             .await
             .map_err(FleetError::Listen)?;
         let hub = listener.local_addr().map_err(FleetError::Listen)?;
@@ -193,7 +217,24 @@ impl Fleet {
                 path: log.clone(),
                 source,
             })?;
-            let child = Command::new(exe)
+            // In a namespace: `ip netns exec` joins it and execs the
+            // generator, so the child is the generator itself.
+            let mut command = match places {
+                Places::Loopback => Command::new(exe),
+                Places::Namespaces { namespaces, ip, .. } => {
+                    let Some(ns) = namespaces.get(index as usize) else {
+                        return Err(FleetError::Spawn {
+                            index,
+                            program: exe.to_path_buf(),
+                            source: std::io::Error::other("no network namespace for it"),
+                        });
+                    };
+                    let mut c = Command::new(ip);
+                    c.args(["netns", "exec", ns]).arg(exe);
+                    c
+                }
+            };
+            let child = command
                 .arg("generator")
                 .arg("--hub")
                 .arg(hub.to_string())
