@@ -395,39 +395,14 @@ fn healthcheck(command: &[String], work: Option<&HopWorkService>) -> Node {
 /// orchestrator would).
 fn generator(index: u32, tls: Option<&TlsFolder>, scenario_sha256: &str) -> Node {
     let hub = format!("orchestrator:{GENERATOR_HUB_PORT}");
-    let mut volumes = vec![s(format!("control-token:{TOKEN_DIR}:ro"))];
-    let mut env = vec![(TOKEN_FILE_ENV.to_owned(), s(TOKEN_FILE))];
-    let mut entries = vec![
-        ("<<".to_owned(), Node::Raw("*tailmesh".into())),
-        (
-            "command".to_owned(),
-            flow(generator_command(&hub, Some(index))),
-        ),
-        (
-            "healthcheck".to_owned(),
-            map([("disable", Node::Raw("true".into()))]),
-        ),
-    ];
-    if let Some(tls) = tls {
-        add_tls(
-            super::tls::ORCHESTRATOR,
-            tls,
-            scenario_sha256,
-            &mut volumes,
-            &mut env,
-            &mut entries,
-        );
-    }
-    entries.push(("environment".to_owned(), Node::Map(env)));
-    entries.push(("volumes".to_owned(), Node::Seq(volumes)));
-    entries.push((
-        "depends_on".to_owned(),
-        map([(
-            "control-token",
-            map([("condition", s("service_completed_successfully"))]),
-        )]),
-    ));
-    Node::Map(entries)
+    load_side(
+        generator_command(&hub, Some(index)),
+        true,
+        Vec::new(),
+        Vec::new(),
+        tls,
+        scenario_sha256,
+    )
 }
 
 fn orchestrator(
@@ -449,7 +424,28 @@ fn orchestrator(
             .iter()
             .map(|g| (g.clone(), map([("condition", s("service_started"))]))),
     );
-    let mut volumes = vec![s(format!("{}:/results", options.results))];
+    load_side(
+        orchestrator_command(sampling, None, tls.is_some(), !generators.is_empty()),
+        token,
+        vec![s(format!("{}:/results", options.results))],
+        depends,
+        tls,
+        scenario_sha256,
+    )
+}
+
+/// A service of the load's side (the orchestrator, a load generator): the
+/// tailmesh image running `command`, with no health check (it serves
+/// nothing to check), `volumes` and `depends` of its own, then the Control
+/// token when `token`, and with TLS the orchestrator's certificates.
+fn load_side(
+    command: Vec<String>,
+    token: bool,
+    mut volumes: Vec<Node>,
+    mut depends: Vec<(String, Node)>,
+    tls: Option<&TlsFolder>,
+    scenario_sha256: &str,
+) -> Node {
     let mut env = Vec::new();
     if token {
         depends.insert(
@@ -464,15 +460,7 @@ fn orchestrator(
     }
     let mut entries = vec![
         ("<<".to_owned(), Node::Raw("*tailmesh".into())),
-        (
-            "command".to_owned(),
-            flow(orchestrator_command(
-                sampling,
-                None,
-                tls.is_some(),
-                !generators.is_empty(),
-            )),
-        ),
+        ("command".to_owned(), flow(command)),
         (
             "healthcheck".to_owned(),
             map([("disable", Node::Raw("true".into()))]),
@@ -492,6 +480,8 @@ fn orchestrator(
         entries.push(("environment".to_owned(), Node::Map(env)));
     }
     entries.push(("volumes".to_owned(), Node::Seq(volumes)));
-    entries.push(("depends_on".to_owned(), Node::Map(depends)));
+    if !depends.is_empty() {
+        entries.push(("depends_on".to_owned(), Node::Map(depends)));
+    }
     Node::Map(entries)
 }

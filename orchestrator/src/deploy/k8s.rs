@@ -660,50 +660,21 @@ fn generators_job(
     count: u32,
     ca: Option<&str>,
 ) -> Node {
-    let (volumes, mounts) = volumes(true, ca.map(|_| tls::ORCHESTRATOR));
-    let mut env = vec![env_var(TOKEN_FILE_ENV, TOKEN_FILE)];
-    if let Some(ca) = ca {
-        env.push(env_var(tls::CA_SHA256_ENV, ca));
-    }
     let hub = format!("orchestrator:{GENERATOR_HUB_PORT}");
-    let container = map([
-        ("name", s("generator")),
-        ("image", s(&options.image)),
-        ("imagePullPolicy", s("IfNotPresent")),
-        ("args", flow(generator_command(&hub, None))),
-        ("env", Node::Seq(env)),
-        // Each is a measuring instrument: give it a core.
-        ("resources", requests("1", "256Mi")),
-        ("volumeMounts", Node::Seq(mounts)),
-    ]);
-    let count = Node::Raw(count.to_string());
-    map([
-        ("apiVersion", s("batch/v1")),
-        ("kind", s("Job")),
-        ("metadata", metadata),
-        (
-            "spec",
-            map([
-                ("completionMode", s("Indexed")),
-                ("completions", count.clone()),
-                ("parallelism", count),
-                ("backoffLimit", Node::Raw("0".into())),
-                (
-                    "template",
-                    pod_template(
-                        "generator",
-                        digest,
-                        ca,
-                        map([
-                            ("restartPolicy", s("Never")),
-                            ("containers", Node::Seq(vec![container])),
-                            ("volumes", Node::Seq(volumes)),
-                        ]),
-                    ),
-                ),
-            ]),
-        ),
-    ])
+    load_side_job(
+        metadata,
+        digest,
+        options,
+        ca,
+        LoadSide {
+            pod: "generator",
+            args: generator_command(&hub, None),
+            token: true,
+            ports: Vec::new(),
+            extra: Vec::new(),
+            indexed: Some(count),
+        },
+    )
 }
 
 fn orchestrator_job(
@@ -715,77 +686,118 @@ fn orchestrator_job(
     ca: Option<&str>,
     generators: bool,
 ) -> Node {
-    let (mut volumes, mut mounts) = volumes(token, ca.map(|_| tls::ORCHESTRATOR));
-    volumes.push(map([
-        ("name", s("results")),
-        ("persistentVolumeClaim", map([("claimName", s("results"))])),
-    ]));
-    mounts.push(map([("name", s("results")), ("mountPath", s("/results"))]));
+    let mut ports = vec![port("otlp-grpc", TRACE_PORT)];
+    if generators {
+        ports.push(port("generators", GENERATOR_HUB_PORT));
+    }
+    load_side_job(
+        metadata,
+        digest,
+        options,
+        ca,
+        LoadSide {
+            pod: "orchestrator",
+            // Pods may wait for image pulls and scheduling: wait longer
+            // than Compose, whose orchestrator starts once the hops are
+            // healthy.
+            args: orchestrator_command(sampling, Some("10m"), ca.is_some(), generators),
+            token,
+            ports,
+            extra: vec![(
+                map([
+                    ("name", s("results")),
+                    ("persistentVolumeClaim", map([("claimName", s("results"))])),
+                ]),
+                map([("name", s("results")), ("mountPath", s("/results"))]),
+            )],
+            indexed: None,
+        },
+    )
+}
+
+/// What a Job of the load's side runs.
+struct LoadSide {
+    /// Its pods' name.
+    pod: &'static str,
+    args: Vec<String>,
+    /// Whether it reads the Control token.
+    token: bool,
+    ports: Vec<Node>,
+    /// Volumes of its own, with their mounts.
+    extra: Vec<(Node, Node)>,
+    /// An Indexed Job of this many pods at once, rather than one pod.
+    indexed: Option<u32>,
+}
+
+/// A Job of the load's side (the orchestrator, the load generators): the
+/// tailmesh image running `side.args` with a whole core (each is a
+/// measuring instrument), the Control token when `side.token`, and with
+/// TLS (`ca`) the orchestrator's certificates.
+fn load_side_job(
+    metadata: Node,
+    digest: &str,
+    options: &Options,
+    ca: Option<&str>,
+    side: LoadSide,
+) -> Node {
+    let (mut volumes, mut mounts) = volumes(side.token, ca.map(|_| tls::ORCHESTRATOR));
+    for (volume, mount) in side.extra {
+        volumes.push(volume);
+        mounts.push(mount);
+    }
     let mut env = Vec::new();
-    if token {
+    if side.token {
         env.push(env_var(TOKEN_FILE_ENV, TOKEN_FILE));
     }
     if let Some(ca) = ca {
         env.push(env_var(tls::CA_SHA256_ENV, ca));
     }
     let mut container = vec![
-        ("name".to_owned(), s("orchestrator")),
+        ("name".to_owned(), s(side.pod)),
         ("image".to_owned(), s(&options.image)),
         ("imagePullPolicy".to_owned(), s("IfNotPresent")),
-        // Pods may wait for image pulls and scheduling: wait longer than
-        // Compose, whose orchestrator starts once the hops are healthy.
-        (
-            "args".to_owned(),
-            flow(orchestrator_command(
-                sampling,
-                Some("10m"),
-                ca.is_some(),
-                generators,
-            )),
-        ),
+        ("args".to_owned(), flow(side.args)),
     ];
     if !env.is_empty() {
         container.push(("env".to_owned(), Node::Seq(env)));
     }
+    if !side.ports.is_empty() {
+        container.push(("ports".to_owned(), Node::Seq(side.ports)));
+    }
     container.extend([
-        (
-            "ports".to_owned(),
-            Node::Seq(if generators {
-                vec![
-                    port("otlp-grpc", TRACE_PORT),
-                    port("generators", GENERATOR_HUB_PORT),
-                ]
-            } else {
-                vec![port("otlp-grpc", TRACE_PORT)]
-            }),
-        ),
-        // The load generator is the measuring instrument: give it a core.
         ("resources".to_owned(), requests("1", "256Mi")),
         ("volumeMounts".to_owned(), Node::Seq(mounts)),
+    ]);
+    let mut spec = Vec::new();
+    if let Some(count) = side.indexed {
+        let count = Node::Raw(count.to_string());
+        spec.extend([
+            ("completionMode".to_owned(), s("Indexed")),
+            ("completions".to_owned(), count.clone()),
+            ("parallelism".to_owned(), count),
+        ]);
+    }
+    spec.extend([
+        ("backoffLimit".to_owned(), Node::Raw("0".into())),
+        (
+            "template".to_owned(),
+            pod_template(
+                side.pod,
+                digest,
+                ca,
+                map([
+                    ("restartPolicy", s("Never")),
+                    ("containers", Node::Seq(vec![Node::Map(container)])),
+                    ("volumes", Node::Seq(volumes)),
+                ]),
+            ),
+        ),
     ]);
     map([
         ("apiVersion", s("batch/v1")),
         ("kind", s("Job")),
         ("metadata", metadata),
-        (
-            "spec",
-            map([
-                ("backoffLimit", Node::Raw("0".into())),
-                (
-                    "template",
-                    pod_template(
-                        "orchestrator",
-                        digest,
-                        ca,
-                        map([
-                            ("restartPolicy", s("Never")),
-                            ("containers", Node::Seq(vec![Node::Map(container)])),
-                            ("volumes", Node::Seq(volumes)),
-                        ]),
-                    ),
-                ),
-            ]),
-        ),
+        ("spec", Node::Map(spec)),
     ])
 }
 
