@@ -222,9 +222,8 @@ pub(crate) fn k8s(args: K8sArgs) -> Result<(), CliError> {
     let Some(dir) = args.out_dir else {
         let stream: String = manifests.files.into_iter().map(|(_, body)| body).collect();
         return match args.deploy.output.as_deref() {
-            Some(out) if keys => {
-                k8s::write_private(out, &stream).map_err(|e| CliError::Failed(anyhow::anyhow!(e)))
-            }
+            Some(out) if keys => tailmesh::deploy::write_private(out, &stream)
+                .map_err(|e| CliError::Failed(anyhow::anyhow!(e))),
             output => write_out(output, &stream),
         };
     };

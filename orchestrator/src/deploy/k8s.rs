@@ -327,7 +327,7 @@ pub fn generate(
 }
 
 /// Writes the files into `dir` (created if missing); the TLS Secret's
-/// file is readable by its owner only ([`write_private`]).
+/// file is readable by its owner only ([`super::write_private`]).
 pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), DeployError> {
     std::fs::create_dir_all(dir).map_err(|source| DeployError::Io {
         what: "create",
@@ -337,7 +337,7 @@ pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), DeployErr
     for (name, body) in files {
         let path = dir.join(name);
         if name == TLS_FILE {
-            write_private(&path, body)?;
+            super::write_private(&path, body)?;
             continue;
         }
         std::fs::write(&path, body).map_err(|source| DeployError::Io {
@@ -347,32 +347,6 @@ pub fn write_dir(dir: &Path, files: &[(String, String)]) -> Result<(), DeployErr
         })?;
     }
     Ok(())
-}
-
-/// Writes `body`, which carries private keys, to `path` with mode 0600,
-/// an existing file made private before it is written.
-pub fn write_private(path: &Path, body: &str) -> Result<(), DeployError> {
-    use std::{
-        io::Write,
-        os::unix::fs::{OpenOptionsExt, PermissionsExt},
-    };
-    let io = |what| {
-        move |source| DeployError::Io {
-            what,
-            path: path.to_path_buf(),
-            source,
-        }
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io("write"))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(io("chmod"))?;
-    file.write_all(body.as_bytes()).map_err(io("write"))
 }
 
 fn port(name: &str, number: u16) -> Node {

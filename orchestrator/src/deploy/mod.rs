@@ -88,14 +88,6 @@ pub enum DeployError {
     /// The deployment's TLS material could not be made, reused or read.
     #[error("TLS: {0}")]
     Tls(#[source] Box<tls::TlsDirError>),
-    /// The Control token could not be written.
-    #[error("write the Control token to {}: {source}", path.display())]
-    Token {
-        /// The token file.
-        path: std::path::PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
-    },
 }
 
 /// What the runtime that will run the files allows.
@@ -563,25 +555,36 @@ pub fn digest(text: &str) -> String {
 /// mode 0600, unless the file already holds one (a restarted token service
 /// must not change the token under running agents).
 pub fn write_token(path: &std::path::Path) -> Result<(), DeployError> {
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
     if std::fs::read_to_string(path).is_ok_and(|t| !t.trim().is_empty()) {
         return Ok(());
     }
-    let token = crate::launcher::new_token();
+    write_private(path, &format!("{}\n", crate::launcher::new_token()))
+}
+
+/// Writes `body`, which carries secrets (keys, a token), to `path` with
+/// mode 0600, an existing file made private before it is written.
+pub fn write_private(path: &std::path::Path, body: &str) -> Result<(), DeployError> {
+    use std::{
+        io::Write,
+        os::unix::fs::{OpenOptionsExt, PermissionsExt},
+    };
+    let io = |what| {
+        move |source| DeployError::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(|source| DeployError::Token {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    writeln!(file, "{token}").map_err(|source| DeployError::Token {
-        path: path.to_path_buf(),
-        source,
-    })
+        .map_err(io("write"))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(io("chmod"))?;
+    file.write_all(body.as_bytes()).map_err(io("write"))
 }
 
 #[cfg(test)]
