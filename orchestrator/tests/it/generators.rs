@@ -113,7 +113,84 @@ fn three_generators_send_the_one_generator_requests_each_once() {
             "generator {k} judged itself: {e:#}"
         );
     }
+    merged_histograms_are_the_sum_of_the_generators(&ran_three.run_dir, 3);
     eprintln!("three generators: start skew {skew_us} us");
+}
+
+/// The run's histograms (its `.hlog`, every interval summed), end to end
+/// and per hop, equal bucket for bucket the sum of each generator's own
+/// histograms, built from the requests generator k sent (ids k, k + N,
+/// ... in requests.csv) with the same precision and the same truncation
+/// to whole microseconds.
+fn merged_histograms_are_the_sum_of_the_generators(run_dir: &std::path::Path, of: u64) {
+    type Histogram = hdrhistogram::Histogram<u64>;
+    let new = || Histogram::new(3).expect("a histogram");
+    let (entries, _, _) = read_hlog(&run_dir.join("base.hlog"));
+    let mut merged: BTreeMap<Option<String>, Histogram> = BTreeMap::new();
+    for e in &entries {
+        merged
+            .entry(e.tag.clone())
+            .or_insert_with(new)
+            .add(&e.histogram)
+            .expect("add");
+    }
+    let text = read_lossy(&run_dir.join("requests.csv"));
+    let rows = csv_rows(&text);
+    let col = |name: &str| rows[0].iter().position(|h| h == name).expect(name);
+    let (id, latency, status, path, hops) = (
+        col("id"),
+        col("latency_us"),
+        col("status"),
+        col("path"),
+        col("hops"),
+    );
+    let micros = |text: &str| text.parse::<f64>().expect("microseconds").floor() as u64;
+    let mut own: BTreeMap<(Option<String>, u64), Histogram> = BTreeMap::new();
+    for row in &rows[1..] {
+        let k = row[id].parse::<u64>().expect("an id") % of;
+        if row[status] == "ok" {
+            own.entry((None, k))
+                .or_insert_with(new)
+                .record(micros(&row[latency]))
+                .expect("record");
+        }
+        let names = row[path].split(';').filter(|p| !p.is_empty());
+        for (name, times) in names.zip(row[hops].split(';')) {
+            let hop = name.split('/').next().expect("a hop name");
+            let total = times.split('/').next().expect("a hop's time");
+            own.entry((Some(format!("hop.{hop}")), k))
+                .or_insert_with(new)
+                .record(micros(total))
+                .expect("record");
+        }
+    }
+    let buckets = |h: &Histogram| -> Vec<(u64, u64)> {
+        h.iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect()
+    };
+    for (tag, histogram) in &merged {
+        let mut sum = new();
+        for k in 0..of {
+            let part = own
+                .get(&(tag.clone(), k))
+                .unwrap_or_else(|| panic!("generator {k} has no {tag:?} histogram"));
+            assert!(!part.is_empty());
+            sum.add(part).expect("add");
+        }
+        assert!(!histogram.is_empty(), "{tag:?}");
+        assert_eq!(
+            buckets(histogram),
+            buckets(&sum),
+            "{tag:?}: the run's histogram against its generators' summed"
+        );
+    }
+    assert_eq!(
+        merged.len(),
+        3,
+        "end to end, hop a, hop b: {:?}",
+        merged.keys()
+    );
 }
 
 fn a_closed_loop_splits_its_requests_in_flight_with_disjoint_ids() {

@@ -829,6 +829,59 @@ mod tests {
     }
 
     #[test]
+    fn merged_records_give_the_sum_of_the_generators_histograms_bucket_for_bucket() {
+        use tailmesh_analysis::testing::{analyze_variant, chain3, check, ok_records};
+        // 1000 requests spread over many buckets, sent by 3 generators
+        // (ids k, k + 3, ...), each with its own start skew; the
+        // orchestrator takes them in the order they come, interleaved.
+        let records: Vec<RequestRecord> = ok_records()
+            .into_iter()
+            .map(|mut r| {
+                r.end += Duration::from_micros(r.id * 7_919 % 30_000);
+                r
+            })
+            .collect();
+        let states = [state(Some(0)), state(Some(150_000)), state(Some(-80_000))];
+        let parts: Vec<Vec<RequestRecord>> = (0..3u64)
+            .map(|k| {
+                records
+                    .iter()
+                    .filter(|r| r.id % 3 == k)
+                    .map(|r| {
+                        let mut r = r.clone();
+                        states[k as usize].shift(&mut r);
+                        r
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut merged = Vec::new();
+        for i in 0..parts.iter().map(Vec::len).max().unwrap_or(0) {
+            merged.extend(parts.iter().filter_map(|p| p.get(i).cloned()));
+        }
+        let measured = Duration::from_secs(3);
+        let whole = analyze_variant(&chain3(), &check(), &merged, measured);
+        let mut sum = tailmesh_analysis::stats::new_histogram();
+        for part in &parts {
+            let own = analyze_variant(&chain3(), &check(), part, measured);
+            sum.add(&own.latency_histogram).expect("add");
+        }
+        let buckets = |h: &hdrhistogram::Histogram<u64>| -> Vec<(u64, u64)> {
+            h.iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect()
+        };
+        assert!(buckets(&sum).len() > 100, "{}", buckets(&sum).len());
+        assert_eq!(buckets(&whole.latency_histogram), buckets(&sum));
+        assert_eq!(whole.ok, 1000);
+        assert_eq!(
+            whole.latency.p99_us,
+            sum.value_at_quantile(0.99),
+            "the merged p99 is the summed histogram's"
+        );
+    }
+
+    #[test]
     fn the_skew_bound_widens_the_spread_by_the_two_longest_probes_halves() {
         let probed = |skew_ns: i128, rtt_ns: u64| State {
             rtt_ns,

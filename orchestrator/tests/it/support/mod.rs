@@ -687,13 +687,15 @@ pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
 }
 
 /// One histogram of a `.hlog`: its tag (`None`: end to end), its start
-/// and length (seconds from BaseTime, as written), and its count.
-#[derive(Clone, Debug, PartialEq)]
+/// and length (seconds from BaseTime, as written), its count, and the
+/// histogram itself.
+#[derive(Clone, Debug)]
 pub(crate) struct HlogEntry {
     pub tag: Option<String>,
     pub start: Duration,
     pub length: Duration,
     pub count: u64,
+    pub histogram: hdrhistogram::Histogram<u64>,
 }
 
 /// Every histogram of the `.hlog` at `path`, read with the hdrhistogram
@@ -722,6 +724,7 @@ pub(crate) fn read_hlog(path: &Path) -> (Vec<HlogEntry>, Option<Duration>, Optio
                     start: h.start_timestamp(),
                     length: h.duration(),
                     count: histogram.len(),
+                    histogram,
                 });
             }
         }
