@@ -315,6 +315,8 @@ fn generators_started_elsewhere_serve_every_variant_and_leave_when_told() {
             env,
         )
     };
+    // A connection that says nothing holds up no one for long.
+    let _silent = std::net::TcpStream::connect(&hub).expect("connect to the hub");
     // One without the token first: refused, it gives up.
     let impostor = generator("0", &[("TAILMESH_CONTROL_TOKEN_FILE", path_str(&wrong))]);
     let impostor = impostor.wait();

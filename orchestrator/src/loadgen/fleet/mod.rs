@@ -47,6 +47,9 @@ use crate::{
 
 /// How long the generators have to start and say hello.
 const HELLO_PATIENCE: Duration = Duration::from_secs(20);
+/// How long one connection has to say hello: one that says nothing (not a
+/// generator) holds up the others no longer.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
 /// How long they have to reach their entries.
 const READY_PATIENCE: Duration = Duration::from_secs(30);
 /// Clock probes per generator.
@@ -540,7 +543,8 @@ async fn accept_members(
         let _ = stream.set_nodelay(true);
         let (reader, mut writer) = stream.into_split();
         let mut reader = BufReader::new(reader);
-        let hello = tokio::time::timeout_at(deadline, frame::read(&mut reader)).await;
+        let hello_by = deadline.min(Instant::now() + HELLO_WAIT);
+        let hello = tokio::time::timeout_at(hello_by, frame::read(&mut reader)).await;
         let Ok(Ok(FromGenerator::Hello {
             index,
             pid,
