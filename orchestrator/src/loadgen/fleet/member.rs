@@ -74,6 +74,20 @@ pub enum GeneratorError {
     },
     #[error("generator {index}: {message}")]
     Job { index: u32, message: String },
+    #[error("generator {index}: {source}")]
+    Prepare { index: u32, source: PrepareError },
+}
+
+/// Why a generator could not get ready for its job.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("the mesh's TLS files: {0}")]
+    Tls(#[source] tailmesh_services::tls::TlsError),
+    #[error("reach entry hop {hop:?}: {source}")]
+    Reach {
+        hop: String,
+        source: tailmesh_services::hop::call::reach::ReachError,
+    },
 }
 
 /// Who a generator is and whom it serves.
@@ -149,15 +163,11 @@ async fn serve_one(stream: TcpStream, joining: &Joining) -> Result<Served, Gener
     };
     let prepared = match prepare(&job).await {
         Ok(prepared) => prepared,
-        Err(message) => {
-            let _ = frame::write(
-                &mut writer,
-                &FromGenerator::Failed {
-                    error: message.clone(),
-                },
-            )
-            .await;
-            return Err(GeneratorError::Job { index, message });
+        Err(source) => {
+            // The orchestrator hears why, as text: the wire carries no types.
+            let error = source.to_string();
+            let _ = frame::write(&mut writer, &FromGenerator::Failed { error }).await;
+            return Err(GeneratorError::Prepare { index, source });
         }
     };
     frame::write(&mut writer, &FromGenerator::Ready)
@@ -217,11 +227,9 @@ struct Prepared {
     target: Target,
 }
 
-async fn prepare(job: &Job) -> Result<Prepared, String> {
+async fn prepare(job: &Job) -> Result<Prepared, PrepareError> {
     if let Some(files) = &job.tls {
-        let tls = files
-            .load()
-            .map_err(|e| format!("the mesh's TLS files: {e}"))?;
+        let tls = files.load().map_err(PrepareError::Tls)?;
         tailmesh_services::tls::install_client(Some(tls.client));
     }
     let mut reaches = Vec::with_capacity(job.entries.len());
@@ -244,7 +252,10 @@ async fn prepare(job: &Job) -> Result<Prepared, String> {
         };
         let reach = Reach::resolve(&plan, SERVICE_PATIENCE)
             .await
-            .map_err(|e| format!("reach entry hop {:?}: {e}", entry.hop))?;
+            .map_err(|source| PrepareError::Reach {
+                hop: entry.hop.clone(),
+                source,
+            })?;
         reaches.push((reach, entry.policy.clone(), *share));
     }
     Ok(Prepared {

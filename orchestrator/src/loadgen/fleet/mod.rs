@@ -244,6 +244,9 @@ impl Fleet {
                 .arg("--index")
                 .arg(index.to_string())
                 .stdin(Stdio::null())
+                // It reaches us on a private address and shows no token
+                // (a deployment's, in the environment, is not its).
+                .env_remove(crate::deploy::TOKEN_FILE_ENV)
                 .stdout(file)
                 .stderr(err)
                 .process_group(0)
@@ -270,24 +273,11 @@ impl Fleet {
             members: Vec::new(),
             children,
         };
-        fleet.members = accept_members(&listener, of, None, HELLO_PATIENCE, |index, _| {
+        let look = format!("their logs are in {}", log_dir.display());
+        fleet.members = accept_members(&listener, of, None, HELLO_PATIENCE, &look, |index, _| {
             logs.get(index as usize).map(|l| l.display().to_string())
         })
-        .await
-        .map_err(|e| match e {
-            FleetError::Hello {
-                connected,
-                of,
-                patience,
-                ..
-            } => FleetError::Hello {
-                connected,
-                of,
-                patience,
-                where_: format!("their logs are in {}", log_dir.display()),
-            },
-            other => other,
-        })?;
+        .await?;
         Ok(fleet)
     }
 
@@ -295,11 +285,16 @@ impl Fleet {
     /// are told to skip this variant).
     pub(crate) async fn attach(hub: &Hub, of: u32) -> Result<Fleet, FleetError> {
         let listener = hub.listener()?;
+        let look = match hub.local_addr() {
+            Ok(addr) => format!("awaited at {addr}"),
+            Err(e) => format!("awaited at an address unknown: {e}"),
+        };
         let members = accept_members(
             &listener,
             of,
-            Some(hub.token.as_deref()),
+            hub.token.as_deref(),
             hub.patience,
+            &look,
             |index, peer| (index < of).then(|| format!("generator {index}'s own, at {peer}")),
         )
         .await?;
@@ -361,7 +356,7 @@ impl Fleet {
             SystemTime::UNIX_EPOCH + Duration::from_nanos(start_unix_ns) + clock.warmup;
         sink.measuring_from(measuring_from);
         let watch = selfwatch::Watch::start();
-        let (tx, mut rx) = mpsc::channel::<(usize, Result<FromGenerator, String>)>(1024);
+        let (tx, mut rx) = mpsc::channel::<(usize, Result<FromGenerator, frame::FrameError>)>(1024);
         let mut states: Vec<State> = Vec::with_capacity(self.members.len());
         for (k, m) in self.members.iter_mut().enumerate() {
             let at = start_unix_ns.saturating_add_signed(m.offset_ns);
@@ -374,7 +369,7 @@ impl Fleet {
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     loop {
-                        let message = frame::read(&mut reader).await.map_err(|e| e.to_string());
+                        let message = frame::read(&mut reader).await;
                         let end = message.is_err();
                         if tx.send((k, message)).await.is_err() || end {
                             return;
@@ -512,15 +507,16 @@ impl Fleet {
 }
 
 /// Accepts generators on `listener` until `of` distinct indexes said
-/// hello, within `patience`. `output(index, peer)` says where a
-/// generator's output is, or `None` for an index not wanted (told to
-/// skip). With `token` given, a generator must show it (`Some(None)`: the
-/// hub has no token, and admits generators that show none).
+/// hello, within `patience` (else the error says where to `look`).
+/// `output(index, peer)` says where a generator's output is, or `None` for
+/// an index not wanted (told to skip). A generator must show `token`
+/// (none for the processes the run starts itself).
 async fn accept_members(
     listener: &TcpListener,
     of: u32,
-    token: Option<Option<&str>>,
+    token: Option<&str>,
     patience: Duration,
+    look: &str,
     output: impl Fn(u32, std::net::SocketAddr) -> Option<String>,
 ) -> Result<Vec<Member>, FleetError> {
     let mut members: Vec<Member> = Vec::with_capacity(of as usize);
@@ -532,12 +528,7 @@ async fn accept_members(
                 connected: members.len(),
                 of,
                 patience,
-                where_: format!(
-                    "awaited at {}",
-                    listener
-                        .local_addr()
-                        .map_or_else(|e| e.to_string(), |a| a.to_string())
-                ),
+                where_: look.to_owned(),
             });
         };
         let _ = stream.set_nodelay(true);
@@ -553,9 +544,7 @@ async fn accept_members(
         else {
             continue;
         };
-        if let Some(wanted) = token
-            && shown.as_deref() != wanted
-        {
+        if shown.as_deref() != token {
             crate::tell!("warning: {}", FleetError::Token { peer });
             continue;
         }
