@@ -295,8 +295,10 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         tokio::spawn(count_interrupts(interrupt_tx));
         let runs = run::run_variants(&scenario, &options, interrupt, &mut records).await;
         if let Some(hub) = &hub {
-            let most = scenario.variants.iter().map(|v| v.load.generators).max();
-            hub.dismiss(most.unwrap_or(0), DISMISS_GRACE).await;
+            // One generator runs inside the orchestrator: none to dismiss.
+            let most = crate::deploy::generator_count(&scenario);
+            hub.dismiss(if most > 1 { most } else { 0 }, DISMISS_GRACE)
+                .await;
         }
         let runs = runs.map_err(Box::new)?;
         let counts = match &traces {
