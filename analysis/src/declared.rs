@@ -52,7 +52,7 @@ use tailmesh_model::policy::retryable_code;
 use tailmesh_model::{Balance, DurationDist, Transport, Work};
 
 use super::compose::{Dist, Grid};
-use super::facts::windowed_faults;
+use super::facts::{self, windowed_faults};
 use tailmesh_model::scenario::{
     ConnectionMode, Hedge, Hop, LoadMode, NetFault, Stop, Variant, Window,
 };
@@ -184,10 +184,15 @@ pub fn declared_in_force(
     in_force: &dyn Fn(&str) -> bool,
 ) -> Result<Declared, Undeclared> {
     let mut c = Composer::new(variant, grid, overhead, in_force)?;
-    // The entry hops, a mixture by their shares of the requests.
+    // The entry hops, a mixture by their shares of the requests, each
+    // reached from the generators' links (a mixture too when they differ).
+    let links = c.generator_links();
     let mut entries = Vec::new();
     for (i, share) in variant.entries() {
-        entries.push((share, c.call(i, None, 0)?));
+        for (link_share, net) in &links {
+            let net = net.as_ref().and_then(|n| crossings(n, grid));
+            entries.push((share * link_share, c.call(i, net.as_ref(), 0)?));
+        }
     }
     let root = match entries.len() {
         1 => entries
@@ -608,6 +613,41 @@ impl<'a> Composer<'a> {
         let e = hop.error.as_ref()?;
         (e.probability > 0.0 && self.on(&hop.windows.error, format!("error {}", hop.name)))
             .then_some((e.probability, e.code))
+    }
+
+    /// The load generators' links grouped by their fault in force, each
+    /// with its share of the requests (equal shares: an open loop's
+    /// requests are dealt in turn, a closed loop's concurrency split).
+    fn generator_links(&mut self) -> Vec<(f64, Option<NetFault>)> {
+        let variant = self.variant;
+        let load = &variant.load;
+        let n = load.generators.max(1);
+        let mut links: Vec<(f64, Option<NetFault>)> = Vec::new();
+        for k in 0..n {
+            let net = load
+                .net_of(k)
+                .filter(|f| {
+                    f.is_active() && self.on(&f.window(), facts::generator_net_label(load, k))
+                })
+                .cloned();
+            if let Some(f) = net.as_ref().filter(|f| f.loss > 0.0) {
+                note(
+                    &mut self.assumptions,
+                    format!(
+                        "a load generator's link: {} % packet loss not modelled (retransmissions ignored), the prediction is optimistic",
+                        f.loss * 100.0
+                    ),
+                );
+            }
+            match links.iter_mut().find(|(_, l)| *l == net) {
+                Some((share, _)) => *share += 1.0,
+                None => links.push((1.0, net)),
+            }
+        }
+        for (share, _) in &mut links {
+            *share /= f64::from(n);
+        }
+        links
     }
 
     /// Hop `i`'s replicas grouped by what sets them apart.

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use tailmesh_model::{DurationDist, Slowness, Work};
 
-use tailmesh_model::scenario::{Hop, Variant, Window};
+use tailmesh_model::scenario::{Hop, Load, Variant, Window};
 
 /// Every fault of `variant` that has a window (set and cleared during the
 /// run), labelled `slow b`, `replica_slow b/2`, `error b`, `net b`,
-/// `net b/1`, and each replica killed on schedule (`kill b/1`, down until
-/// it is back): the one place faults get the names phases, their reports and
-/// the declared prediction use.
+/// `net b/1`, each replica killed on schedule (`kill b/1`, down until it
+/// is back), and the load generators' links (`net generators`,
+/// `net generator 1`): the one place faults get the names phases, their
+/// reports and the declared prediction use.
 pub fn windowed_faults(variant: &Variant) -> Vec<(String, Window)> {
     let mut out = Vec::new();
     let mut push = |label: String, w: Window| {
@@ -23,6 +24,13 @@ pub fn windowed_faults(variant: &Variant) -> Vec<(String, Window)> {
             out.push((label, w));
         }
     };
+    let load = &variant.load;
+    if let Some(net) = load.net.as_ref().filter(|n| n.is_active()) {
+        push(GENERATORS_NET.to_owned(), net.window());
+    }
+    for g in load.generator_net.iter().filter(|g| g.fault.is_active()) {
+        push(generator_net_label(load, g.generator), g.fault.window());
+    }
     for hop in &variant.hops {
         let name = &hop.name;
         if hop.slow.is_some() {
@@ -49,6 +57,20 @@ pub fn windowed_faults(variant: &Variant) -> Vec<(String, Window)> {
         }
     }
     out
+}
+
+/// The label of `[load] net`, the fault on every generator's link.
+const GENERATORS_NET: &str = "net generators";
+
+/// The label of the fault on generator `generator`'s link: its own
+/// (`net generator 1`) or every generator's (`net generators`). Hop names
+/// have no spaces, so no hop's label reads the same.
+pub fn generator_net_label(load: &Load, generator: u32) -> String {
+    if load.generator_net.iter().any(|g| g.generator == generator) {
+        format!("net generator {generator}")
+    } else {
+        GENERATORS_NET.to_owned()
+    }
 }
 
 /// The label of a hop's `slow` window.

@@ -67,6 +67,8 @@ pub fn variant(name: &str, hops: Vec<Hop>) -> Variant {
             connection: ConnectionMode::Shared { connections: 1 },
             payload_bytes: 64,
             generators: 1,
+            net: None,
+            generator_net: Vec::new(),
             entries: Vec::new(),
         },
         hops,

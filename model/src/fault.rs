@@ -16,12 +16,17 @@ pub enum Mechanism {
     NfqueueDelayLine,
 }
 
-/// One fault as recorded in summary.json.
+/// One fault as recorded in summary.json: on a hop replica's link, or on
+/// a load generator's (`generator` set, `hop` empty and left out).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FaultRecord {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hop: String,
-    /// The replica, 0-based.
+    /// The replica, 0-based (0 for a generator's link).
     pub replica: u32,
+    /// The load generator whose link it was on, 0-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<u32>,
     /// Its namespace.
     pub namespace: String,
     /// Drop probability per packet per direction.
@@ -57,12 +62,17 @@ pub struct FaultRecord {
 
 /// A fault window as recorded in summary.json: planned on the measured
 /// clock (seconds from the end of warmup, the clock of requests.csv), and
-/// when the replica's agent answered that it was applied and cleared.
+/// when the replica's agent answered that it was applied and cleared. A
+/// window on a load generator's link has `generator` set and no `hop`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WindowRecord {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hop: String,
-    /// The replica, 0-based.
+    /// The replica, 0-based (0 for a generator's link).
     pub replica: u32,
+    /// The load generator whose link it was on, 0-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<u32>,
     /// `net`, `slow`, `replica_slow` or `error`.
     pub kind: String,
     /// The planned start.

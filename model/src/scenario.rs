@@ -249,11 +249,10 @@ impl Variant {
     }
 
     /// Whether any hop of the variant has a network fault (`net` or
-    /// `replica_net`), which needs a network-capable launcher.
+    /// `replica_net`), or the load generators' links (`[load] net` or
+    /// `generator_net`): these need a network-capable launcher.
     pub fn has_net_faults(&self) -> bool {
-        self.hops
-            .iter()
-            .any(|h| h.net.is_some() || !h.replica_net.is_empty())
+        self.load.has_net_faults() || self.hops.iter().any(Hop::has_net_faults)
     }
 }
 
@@ -261,7 +260,7 @@ impl Variant {
 /// fault agent inside its own network namespace. Loss, delay and jitter act
 /// on every packet in each direction: a request that needs several packet
 /// crossings is delayed several times.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NetFault {
     /// Probability that a packet is dropped, in [0, 1].
     pub loss: f64,
@@ -301,6 +300,16 @@ pub struct ReplicaNet {
     pub fault: NetFault,
 }
 
+/// A network fault on one load generator's link only
+/// (`[load] generator_net`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GeneratorNet {
+    /// The generator, 0-based (below `[load] generators`).
+    pub generator: u32,
+    /// Its fault (replaces `[load] net` for that generator).
+    pub fault: NetFault,
+}
+
 /// The load generator's settings.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Load {
@@ -321,8 +330,16 @@ pub struct Load {
     /// the first hop, every request.
     pub entries: Vec<Entry>,
     /// Load generator processes sharing the load (`[load] generators`):
-    /// 1 runs it inside the orchestrator.
+    /// 1 runs it inside the orchestrator, unless its link has a fault.
     pub generators: u32,
+    /// A network fault on every generator's link (`[load] net`): each
+    /// generator then runs as a process in a namespace of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetFault>,
+    /// Faults on single generators' links, each replacing `net` for its
+    /// generator (`[load] generator_net`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generator_net: Vec<GeneratorNet>,
 }
 
 /// An entry of the mesh (`[load] entries`): a hop the load generator
@@ -335,6 +352,20 @@ pub struct Entry {
 }
 
 impl Load {
+    /// Whether a generator's link has a network fault.
+    pub fn has_net_faults(&self) -> bool {
+        self.net.is_some() || !self.generator_net.is_empty()
+    }
+
+    /// The network fault on generator `generator`'s link, if any.
+    pub fn net_of(&self, generator: u32) -> Option<&NetFault> {
+        self.generator_net
+            .iter()
+            .find(|g| g.generator == generator)
+            .map(|g| &g.fault)
+            .or(self.net.as_ref())
+    }
+
     /// The entries by their place in `hops`, each with its share (the
     /// first hop when there are none).
     pub fn entry_hops(&self, hops: &[Hop]) -> Vec<(usize, f64)> {
@@ -656,6 +687,12 @@ impl Kill {
 }
 
 impl Hop {
+    /// Whether a replica's link has a network fault (`net` or
+    /// `replica_net`).
+    pub fn has_net_faults(&self) -> bool {
+        self.net.is_some() || !self.replica_net.is_empty()
+    }
+
     /// The network fault of `replica`, if any.
     pub fn net_of(&self, replica: u32) -> Option<&NetFault> {
         self.replica_net

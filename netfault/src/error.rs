@@ -7,11 +7,14 @@ use crate::tool::CommandError;
 pub enum FaultError {
     /// Delay or jitter on a kernel without netem and without iptables.
     #[error(
-        "hop \"{hop}\" replica {replica}: delay and jitter need the kernel's sch_netem, which \
+        "{link}: delay and jitter need the kernel's sch_netem, which \
          this kernel lacks, or the NFQUEUE delay line, which needs the iptables command \
          (Debian package iptables)"
     )]
-    NoDelayMechanism { hop: String, replica: u32 },
+    NoDelayMechanism {
+        /// Whose link: `hop "b" replica 1`, `load generator 0`.
+        link: String,
+    },
     /// An interface name the rules cannot use.
     #[error(
         "fault agent: interface name {iface:?}: expected 1 to 15 letters, digits, '.', '_' or \

@@ -194,18 +194,12 @@ pub fn netem_available(hub: &str, dev: &str) -> bool {
     }
 }
 
-/// Checks up front that `fault` can be applied with what the kernel has.
-pub fn check(
-    hop: &str,
-    replica: u32,
-    fault: &FaultSpec,
-    netem: bool,
-    iptables: bool,
-) -> Result<(), FaultError> {
+/// Checks up front that `fault` can be applied with what the kernel has;
+/// `link` names whose link it is in the error (`hop "b" replica 1`).
+pub fn check(link: &str, fault: &FaultSpec, netem: bool, iptables: bool) -> Result<(), FaultError> {
     if !netem && !iptables && !fault.delay.is_zero() {
         return Err(FaultError::NoDelayMechanism {
-            hop: hop.to_owned(),
-            replica,
+            link: link.to_owned(),
         });
     }
     Ok(())
@@ -585,11 +579,12 @@ mod tests {
 
     #[test]
     fn delay_needs_netem_or_iptables_and_loss_needs_neither() {
-        assert!(check("b", 1, &fault(0.1, 0, 0), false, false).is_ok());
-        let e = check("b", 1, &fault(0.0, 1000, 0), false, false).expect_err("delay needs a way");
-        assert!(e.to_string().contains("hop \"b\" replica 1"), "{e}");
-        assert!(check("b", 1, &fault(0.0, 1000, 0), true, false).is_ok());
-        assert!(check("b", 1, &fault(0.0, 1000, 0), false, true).is_ok());
+        let link = "hop \"b\" replica 1";
+        assert!(check(link, &fault(0.1, 0, 0), false, false).is_ok());
+        let e = check(link, &fault(0.0, 1000, 0), false, false).expect_err("delay needs a way");
+        assert!(e.to_string().starts_with("hop \"b\" replica 1: "), "{e}");
+        assert!(check(link, &fault(0.0, 1000, 0), true, false).is_ok());
+        assert!(check(link, &fault(0.0, 1000, 0), false, true).is_ok());
     }
 
     #[test]

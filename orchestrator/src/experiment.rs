@@ -78,6 +78,18 @@ pub enum ExperimentError {
     /// A result file could not be written or read back.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// `[load] net` or `generator_net` with generators the run does not
+    /// start (exit status 2, like a scenario error).
+    #[error(
+        "variant \"{variant}\": [load] net and generator_net shape the links of the load \
+         generators the netns launcher starts, each in a namespace of its own; {whose} have \
+         none: run it without {flag}"
+    )]
+    GeneratorLinks {
+        variant: String,
+        whose: &'static str,
+        flag: &'static str,
+    },
     /// The path of this executable (every hop process runs it).
     #[error("find the tailmesh binary: {0}")]
     Exe(#[source] std::io::Error),
@@ -192,11 +204,35 @@ impl Finished {
     }
 }
 
+/// A fault on a generator's link is applied to the namespace the run
+/// gives it: generators started elsewhere have none.
+fn generators_of_the_run(scenario: &Scenario, command: &RunCommand) -> Result<(), ExperimentError> {
+    let elsewhere = if command.generators_at.is_some() {
+        Some(("generators started elsewhere", "--generators-at"))
+    } else if command.attach.is_some() {
+        Some(("a deployment's generators", "--attach"))
+    } else {
+        None
+    };
+    let (Some((whose, flag)), Some(variant)) = (
+        elsewhere,
+        scenario.variants.iter().find(|v| v.load.has_net_faults()),
+    ) else {
+        return Ok(());
+    };
+    Err(ExperimentError::GeneratorLinks {
+        variant: variant.name.clone(),
+        whose,
+        flag,
+    })
+}
+
 /// Runs the scenario end to end. Blocks; builds its own single-threaded
 /// runtime (the fastest load generator on small machines: the hops share
 /// the same few cores, and one thread saves wake-ups across threads).
 pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let (scenario, source) = scenario::load(&command.scenario)?;
+    generators_of_the_run(&scenario, command)?;
     let exe = std::env::current_exe().map_err(ExperimentError::Exe)?;
     let started_at = OffsetDateTime::now_utc();
     let dir = create_run_dir(&command.results, &scenario.name, started_at)?;

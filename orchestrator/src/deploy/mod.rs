@@ -174,6 +174,15 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
         ));
     }
     for variant in &scenario.variants {
+        if variant.load.has_net_faults() {
+            problems.push(format!(
+                "variant {:?}: [load] net and generator_net need the netns launcher (tailmesh \
+                 run), which gives each load generator a namespace whose link the orchestrator \
+                 shapes; a {} deployment's generators have no fault agent: remove them from the \
+                 deployed scenario",
+                variant.name, runtime.name
+            ));
+        }
         let naming = Naming::for_variant(scenario, variant, SERVICE_PORT);
         let plan = MeshPlan::new(scenario, variant);
         for process in &plan.processes {
@@ -616,6 +625,31 @@ mod tests {
                     problems[0].starts_with(
                         "variant \"base\", hop \"a\" replica 1: kill needs the local or netns \
                          launcher"
+                    ),
+                    "{problems:?}"
+                );
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fault_on_a_generators_link_is_refused_naming_the_variant() {
+        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
+                    generators = 2\ngenerator_net = { generator = 1, loss = 0.1 }\n\
+                    [[hop]]\nname = \"a\"\n";
+        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
+        let runtime = Runtime {
+            name: "Docker Compose",
+            net_admin: true,
+            pod: false,
+        };
+        match services(&scenario, runtime) {
+            Err(DeployError::Undeployable { problems, .. }) => {
+                assert_eq!(problems.len(), 1, "{problems:?}");
+                assert!(
+                    problems[0].starts_with(
+                        "variant \"base\": [load] net and generator_net need the netns launcher"
                     ),
                     "{problems:?}"
                 );

@@ -26,6 +26,12 @@ use super::{ExitedChild, Killed, LaunchError, Launched, LocalLauncher, ProcessSp
 /// [`AgentEnv`] as JSON.
 pub const AGENT_ENV: &str = "TAILMESH_AGENT";
 
+/// The namespace name of load generator `k`: one no hop process has (hop
+/// names are DNS labels, without dots).
+pub fn generator_member(k: u32) -> String {
+    format!("generator.{k}")
+}
+
 /// The netns launcher: a [`LocalLauncher`] whose children run inside their
 /// own namespaces of a [`Network`].
 pub struct NetnsLauncher {
@@ -72,6 +78,31 @@ impl NetnsLauncher {
         self.net.add_member(name)
     }
 
+    /// Where a fault agent shapes `member`'s link, and where its delay
+    /// line writes.
+    pub fn agent_env(&self, member: &Member) -> AgentEnv {
+        AgentEnv {
+            place: Place::Member {
+                member: member.clone(),
+                hub: self.net.hub(),
+                run_id: self.net.id().to_owned(),
+            },
+            log: self
+                .local
+                .log_dir()
+                .join(format!("delay-line-{}.log", member.name)),
+        }
+    }
+
+    /// The fault agent of load generator `k`'s link, shaped from the
+    /// orchestrator (the generator itself serves no Control API); `None`
+    /// until its namespace exists.
+    pub fn generator_agent(&self, k: u32) -> Option<AgentEnv> {
+        let name = generator_member(k);
+        let member = self.net.members().iter().find(|m| m.name == name)?;
+        Some(self.agent_env(member))
+    }
+
     /// Starts `spec` in its namespace ([`NetnsLauncher::member`]: the one
     /// made for it beforehand, or a new one), listening on its address.
     pub async fn launch(&mut self, spec: ProcessSpec) -> Result<Launched, LaunchError> {
@@ -91,22 +122,12 @@ impl NetnsLauncher {
         args.push(format!("{}:0", IpAddr::V4(member.addr)).into());
         let mut env = spec.env;
         // The fault agent of a hop: the run's token and where it lives.
-        let agent = serde_json::to_string(&AgentEnv {
-            place: Place::Member {
-                member: member.clone(),
-                hub: self.net.hub(),
-                run_id: self.net.id().to_owned(),
-            },
-            log: self
-                .local
-                .log_dir()
-                .join(format!("delay-line-{}.log", member.name)),
-        })
-        .map_err(|e| LaunchError::Spawn {
-            name: spec.name.clone(),
-            program: spec.program.clone(),
-            source: io::Error::other(e),
-        })?;
+        let agent =
+            serde_json::to_string(&self.agent_env(&member)).map_err(|e| LaunchError::Spawn {
+                name: spec.name.clone(),
+                program: spec.program.clone(),
+                source: io::Error::other(e),
+            })?;
         env.push((CONTROL_TOKEN_ENV.into(), self.token.clone().into()));
         env.push((AGENT_ENV.into(), agent.into()));
         let wrapped = ProcessSpec {

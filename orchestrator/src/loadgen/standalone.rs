@@ -110,6 +110,8 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
         payload_bytes: load.payload,
         generators: 1,
         entries: Vec::new(),
+        net: None,
+        generator_net: Vec::new(),
     };
     // Never interrupted: a Ctrl-C ends the process.
     let (_keep, stop) = watch::channel(0);

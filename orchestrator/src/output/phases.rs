@@ -231,6 +231,7 @@ pub(crate) mod tests {
         WindowRecord {
             hop: hop.into(),
             replica,
+            generator: None,
             kind: kind.into(),
             start_s,
             end_s,

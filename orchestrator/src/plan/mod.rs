@@ -291,6 +291,22 @@ impl MeshPlan {
         faulty
     }
 
+    /// The load generators whose link has a network fault that does
+    /// something, as `(generator, fault)`, in order.
+    pub(crate) fn generator_net_faults(&self) -> Vec<(u32, &NetFault)> {
+        let load = &self.variant.load;
+        (0..load.generators)
+            .filter_map(|k| Some((k, load.net_of(k).filter(|f| f.is_active())?)))
+            .collect()
+    }
+
+    /// Whether the load runs in generator processes of their own: several
+    /// of them, or one whose link carries a fault (it needs a namespace).
+    pub(crate) fn generator_processes(&self) -> bool {
+        let load = &self.variant.load;
+        load.generators > 1 || load.has_net_faults()
+    }
+
     /// The hops the load generator calls, each with its share of the
     /// requests.
     pub(crate) fn entries(&self) -> Vec<(&Hop, f64)> {

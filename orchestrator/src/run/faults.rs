@@ -3,7 +3,9 @@
 //! with a `start` or a `duration`), is set through its replica's Control
 //! API (with the run's token) when its start comes, cleared (that kind
 //! only) when its duration ends, and every fault still set is cleared when
-//! the load ends.
+//! the load ends. A fault on a load generator's link (`[load] net`,
+//! `generator_net`) keeps the same schedule, applied from here to the
+//! generator's namespace: the generator serves no Control API.
 //!
 //! Windows are on the measured clock (from the end of warmup, the clock of
 //! requests.csv): a window `[start, start + duration)` is applied at
@@ -12,9 +14,12 @@
 //! that starts at 0 is applied before the load starts, so warmup runs
 //! under it too.
 
-use std::time::Duration;
+use std::{fmt, path::Path, sync::Arc, time::Duration};
 
-use tailmesh_netfault::{self as netfault, FaultRecord, WindowRecord};
+use tailmesh_netfault::{
+    self as netfault, FaultError, FaultRecord, FaultSpec, WindowRecord,
+    agent::{FaultBackend, NetBackend},
+};
 use tailmesh_proto::pb;
 use tailmesh_services::{addr::PeerAddr, control};
 use tokio::time::Instant;
@@ -44,18 +49,116 @@ struct Done {
 }
 
 struct PlannedFault {
-    addr: PeerAddr,
-    /// The connection to the agent, opened before its fault is applied and
-    /// kept for clearing it: a new connection across a lossy link can take
-    /// longer to set up than the call allows (a SYN lost twice is 3 s).
-    channel: Option<tonic::transport::Channel>,
-    hop: String,
-    replica: u32,
+    agent: Agent,
+    who: Who,
     action: Action,
     window: Window,
     at: Timing,
     /// When the agent answered that the fault was applied.
     applied: Option<Instant>,
+}
+
+/// Whose fault it is, as incidents and records name it.
+#[derive(Clone, Debug, PartialEq)]
+enum Who {
+    Replica { hop: String, replica: u32 },
+    Generator(u32),
+}
+
+impl fmt::Display for Who {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Who::Replica { hop, replica } => write!(f, "hop \"{hop}\" replica {replica}"),
+            Who::Generator(k) => write!(f, "load generator {k}"),
+        }
+    }
+}
+
+impl Who {
+    /// `(hop, replica, generator)` as the records hold them.
+    fn record(&self) -> (String, u32, Option<u32>) {
+        match self {
+            Who::Replica { hop, replica } => (hop.clone(), *replica, None),
+            Who::Generator(k) => (String::new(), 0, Some(*k)),
+        }
+    }
+}
+
+/// Where a planned fault is applied.
+enum Agent {
+    /// A hop replica's fault agent, through its Control API.
+    Control {
+        addr: PeerAddr,
+        /// The connection to the agent, opened before its fault is applied
+        /// and kept for clearing it: a new connection across a lossy link
+        /// can take longer to set up than the call allows (a SYN lost
+        /// twice is 3 s).
+        channel: Option<tonic::transport::Channel>,
+    },
+    /// A load generator's link, shaped from here in its namespace with
+    /// the fault `spec`.
+    Here {
+        backend: Arc<NetBackend>,
+        spec: FaultSpec,
+    },
+}
+
+/// What an agent answered: the mechanisms in force, and the packets seen
+/// and dropped when it cleared a fault.
+struct Answer {
+    mechanisms: Vec<String>,
+    packets: Option<[u64; 2]>,
+}
+
+/// Why an agent did not apply or clear a fault.
+#[derive(Debug, thiserror::Error)]
+enum AgentError {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Fault(#[from] FaultError),
+    #[error("the fault's task ended without an answer: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl Agent {
+    /// Applies (`set`) or clears `action` at this agent.
+    async fn call(
+        &mut self,
+        token: &str,
+        action: &Action,
+        set: bool,
+    ) -> Result<Answer, AgentError> {
+        match self {
+            Agent::Control { addr, channel } => {
+                let call = if set {
+                    Ok(action.set())
+                } else {
+                    Err(action.clear())
+                };
+                let state = control_call(addr, channel, token, call).await?;
+                Ok(Answer {
+                    mechanisms: state.mechanisms,
+                    packets: Some([state.packets_seen, state.packets_dropped]),
+                })
+            }
+            Agent::Here { backend, spec } => {
+                let (backend, spec) = (Arc::clone(backend), spec.clone());
+                let applied = tokio::task::spawn_blocking(move || {
+                    if set {
+                        backend.apply(&spec)
+                    } else {
+                        backend.clear()
+                    }
+                })
+                .await??;
+                Ok(Answer {
+                    mechanisms: applied.mechanisms,
+                    packets: applied.packets,
+                })
+            }
+        }
+    }
 }
 
 /// What a planned fault sets.
@@ -142,8 +245,10 @@ impl Timing {
 
 impl Faults {
     /// The faults of `plan`'s processes, to be applied through the agents
-    /// `launcher` knows, at the addresses the hops were launched at.
-    pub(super) fn plan(plan: &MeshPlan, launcher: &AnyLauncher, addrs: &Addrs) -> Self {
+    /// `launcher` knows, at the addresses the hops were launched at, and
+    /// those of its generators' links, applied from here (`exe`: tailmesh
+    /// itself, for a delay line).
+    pub(super) fn plan(plan: &MeshPlan, launcher: &AnyLauncher, addrs: &Addrs, exe: &Path) -> Self {
         let warmup = plan.variant.load.warmup;
         let mut faults = Self {
             token: String::new(),
@@ -164,6 +269,10 @@ impl Faults {
                     (process, hop, replica, window, Some(fault), None)
                 });
         for (process, hop, replica, window, app, net) in net.chain(app) {
+            let who = Who::Replica {
+                hop: hop.name.clone(),
+                replica,
+            };
             let addr = addrs
                 .hops
                 .get(&hop.name)
@@ -171,9 +280,7 @@ impl Faults {
             let (Some((token, place)), Some(addr)) = (launcher.fault_place(&process.name), addr)
             else {
                 faults.incidents.push(format!(
-                    "hop \"{}\" replica {replica}: fault not applied: the {} launcher has \
-                     no fault agent for it{}",
-                    hop.name,
+                    "{who}: fault not applied: the {} launcher has no fault agent for it{}",
                     launcher.kind(),
                     if launcher.kind() == "attached" {
                         " (the deployment has no Control token: was it generated from this \
@@ -186,32 +293,59 @@ impl Faults {
             };
             faults.token = token.to_owned();
             let action = match (net, app) {
-                (Some(fault), _) => Action::Net(
-                    fault.clone(),
-                    Box::new(FaultRecord {
-                        hop: hop.name.clone(),
-                        replica,
-                        namespace: place,
-                        loss: fault.loss,
-                        delay_us: u64::try_from(fault.delay.as_micros()).unwrap_or(u64::MAX),
-                        jitter_us: u64::try_from(fault.jitter.as_micros()).unwrap_or(u64::MAX),
-                        start_ms: netfault::ms(fault.start),
-                        duration_ms: fault.duration.map(netfault::ms),
-                        mechanisms: Vec::new(),
-                        packets: None,
-                        applied_at_s: None,
-                        cleared_at_s: None,
-                    }),
-                ),
+                (Some(fault), _) => {
+                    Action::Net(fault.clone(), Box::new(record(&who, place, fault)))
+                }
                 (None, Some(app)) => Action::App(app),
                 (None, None) => continue,
             };
             faults.pending.push(PlannedFault {
-                addr: addr.clone(),
-                channel: None,
-                hop: hop.name.clone(),
-                replica,
+                agent: Agent::Control {
+                    addr: addr.clone(),
+                    channel: None,
+                },
+                who,
                 action,
+                window,
+                at: Timing::of(window.start, window.duration, warmup),
+                applied: None,
+            });
+        }
+        for (k, fault) in plan.generator_net_faults() {
+            let who = Who::Generator(k);
+            let agent = match launcher {
+                AnyLauncher::Netns(netns) => netns.generator_agent(k),
+                _ => None,
+            };
+            let Some(agent) = agent else {
+                faults.incidents.push(format!(
+                    "{who}: net fault not applied: the {} launcher gave it no namespace",
+                    launcher.kind()
+                ));
+                continue;
+            };
+            let place = match &agent.place {
+                netfault::Place::Member { member, .. } => member.ns.clone(),
+                netfault::Place::Own { iface } => iface.clone(),
+            };
+            let seed = plan.seed ^ u64::from(k) ^ GENERATOR_DELAY_SEED;
+            let backend = match NetBackend::new(agent, exe.to_owned(), seed) {
+                Ok(backend) => Arc::new(backend),
+                Err(e) => {
+                    faults
+                        .incidents
+                        .push(format!("{who}: net fault not applied: {e}"));
+                    continue;
+                }
+            };
+            let window = fault.window();
+            faults.pending.push(PlannedFault {
+                agent: Agent::Here {
+                    backend,
+                    spec: crate::scenario::fault_spec(fault),
+                },
+                action: Action::Net(fault.clone(), Box::new(record(&who, place, fault))),
+                who,
                 window,
                 at: Timing::of(window.start, window.duration, warmup),
                 applied: None,
@@ -228,18 +362,10 @@ impl Faults {
         while i < self.pending.len() {
             let planned = &mut self.pending[i];
             if planned.applied.is_none() && planned.at.apply_at <= since_origin {
-                let request = planned.action.set();
-                match control_call(
-                    &planned.addr,
-                    &mut planned.channel,
-                    &self.token,
-                    Ok(request),
-                )
-                .await
-                {
-                    Ok(state) => {
+                match planned.agent.call(&self.token, &planned.action, true).await {
+                    Ok(answer) => {
                         if let Action::Net(_, record) = &mut planned.action {
-                            record.mechanisms = state
+                            record.mechanisms = answer
                                 .mechanisms
                                 .iter()
                                 .filter_map(|m| netfault::mechanism_of(m))
@@ -249,11 +375,9 @@ impl Faults {
                     }
                     Err(e) => {
                         let line = format!(
-                            "hop \"{}\" replica {}: {} fault not applied: {}",
-                            planned.hop,
-                            planned.replica,
+                            "{}: {} fault not applied: {e}",
+                            planned.who,
                             planned.action.kind(),
-                            e
                         );
                         crate::tell!("warning: {line}");
                         self.incidents.push(line);
@@ -287,16 +411,12 @@ impl Faults {
 
     async fn clear(&mut self, mut planned: PlannedFault) -> Done {
         let mut cleared = None;
-        let request = planned.action.clear();
-        match control_call(
-            &planned.addr,
-            &mut planned.channel,
-            &self.token,
-            Err(request),
-        )
-        .await
+        match planned
+            .agent
+            .call(&self.token, &planned.action, false)
+            .await
         {
-            Ok(state) => {
+            Ok(answer) => {
                 cleared = Some(Instant::now());
                 if let Action::Net(_, record) = &mut planned.action
                     && record.mechanisms.iter().any(|m| {
@@ -306,19 +426,17 @@ impl Faults {
                         )
                     })
                 {
-                    record.packets = Some([state.packets_seen, state.packets_dropped]);
+                    record.packets = answer.packets;
                 }
             }
             Err(e) => self.incidents.push(format!(
-                "hop \"{}\" replica {}: {} fault not cleared{}: {}",
-                planned.hop,
-                planned.replica,
+                "{}: {} fault not cleared{}: {e}",
+                planned.who,
                 planned.action.kind(),
                 match planned.action {
                     Action::Net(..) => " (the namespace removal clears it)",
                     Action::App(_) => " (it lasted until the hop stopped)",
                 },
-                e
             )),
         }
         Done { planned, cleared }
@@ -337,10 +455,8 @@ impl Faults {
                 self.done.push(done);
             } else {
                 self.incidents.push(format!(
-                    "hop \"{}\" replica {}: {} fault never started (the load ended before {} \
-                     after warmup)",
-                    planned.hop,
-                    planned.replica,
+                    "{}: {} fault never started (the load ended before {} after warmup)",
+                    planned.who,
                     planned.action.kind(),
                     tailmesh_units::duration(planned.window.start)
                 ));
@@ -352,9 +468,11 @@ impl Faults {
             let applied_at_s = planned.applied.map(|t| clock.measured_s(t));
             let cleared_at_s = cleared.map(|t| clock.measured_s(t));
             if planned.window.is_scheduled() {
+                let (hop, replica, generator) = planned.who.record();
                 windows.push(WindowRecord {
-                    hop: planned.hop.clone(),
-                    replica: planned.replica,
+                    hop,
+                    replica,
+                    generator,
                     kind: planned.action.kind().to_owned(),
                     start_s: planned.window.start.as_secs_f64(),
                     end_s: planned
@@ -374,6 +492,31 @@ impl Faults {
             }
         }
         (records, windows, self.incidents)
+    }
+}
+
+/// Mixed into a generator's delay-line seed, so that its draws are not
+/// those of a hop replica with the same number.
+const GENERATOR_DELAY_SEED: u64 = 0x6765_6e65_7261_746f;
+
+/// The summary.json record of `fault` on `who`'s link in `namespace`,
+/// before it is applied.
+fn record(who: &Who, namespace: String, fault: &NetFault) -> FaultRecord {
+    let (hop, replica, generator) = who.record();
+    FaultRecord {
+        hop,
+        replica,
+        generator,
+        namespace,
+        loss: fault.loss,
+        delay_us: u64::try_from(fault.delay.as_micros()).unwrap_or(u64::MAX),
+        jitter_us: u64::try_from(fault.jitter.as_micros()).unwrap_or(u64::MAX),
+        start_ms: netfault::ms(fault.start),
+        duration_ms: fault.duration.map(netfault::ms),
+        mechanisms: Vec::new(),
+        packets: None,
+        applied_at_s: None,
+        cleared_at_s: None,
     }
 }
 
@@ -483,10 +626,14 @@ mod tests {
 
     fn planned(at: Timing) -> PlannedFault {
         PlannedFault {
-            addr: PeerAddr::new("127.0.0.1", 1).expect("a loopback address"),
-            channel: None,
-            hop: "b".to_owned(),
-            replica: 0,
+            agent: Agent::Control {
+                addr: PeerAddr::new("127.0.0.1", 1).expect("a loopback address"),
+                channel: None,
+            },
+            who: Who::Replica {
+                hop: "b".to_owned(),
+                replica: 0,
+            },
             window: Window::default(),
             action: Action::App(AppFault::WorkFactor(2.0)),
             at,

@@ -506,18 +506,23 @@ async fn run_variant(
         // on error the launcher's drop removes the network.
         let netem = netfault::netem_available(&net.hub(), &format!("tm{}u", net.id()));
         let iptables = tool::tool_available("iptables");
-        for (_, hop, replica, fault) in plan.net_faults() {
-            netfault::check(
-                &hop.name,
-                replica,
-                &crate::scenario::fault_spec(fault),
-                netem,
-                iptables,
-            )
-            .map_err(|source| RunError::Fault {
-                variant: variant.name.clone(),
-                source,
-            })?;
+        let hops = plan
+            .net_faults()
+            .into_iter()
+            .map(|(_, hop, replica, fault)| {
+                (format!("hop \"{}\" replica {replica}", hop.name), fault)
+            });
+        let generators = plan
+            .generator_net_faults()
+            .into_iter()
+            .map(|(k, fault)| (format!("load generator {k}"), fault));
+        for (link, fault) in hops.chain(generators) {
+            netfault::check(&link, &crate::scenario::fault_spec(fault), netem, iptables).map_err(
+                |source| RunError::Fault {
+                    variant: variant.name.clone(),
+                    source,
+                },
+            )?;
         }
         AnyLauncher::Netns(netns)
     } else {
@@ -624,12 +629,14 @@ async fn measure(
         .collect();
     // Several generator processes: started, each given its part, their
     // clocks measured, before the load's clock starts.
-    let fleet = match variant.load.generators {
-        0 | 1 => None,
-        n => Some(start_fleet(plan, options, &addrs, n, launcher).await?),
+    let fleet = if plan.generator_processes() {
+        let n = variant.load.generators.max(1);
+        Some(start_fleet(plan, options, &addrs, n, launcher).await?)
+    } else {
+        None
     };
     let target = Target::new(reaches, plan.seed);
-    let mut faults = faults::Faults::plan(plan, launcher, &addrs);
+    let mut faults = faults::Faults::plan(plan, launcher, &addrs, &options.exe);
     let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
     // Windows that start at 0 are applied before the load starts.
     faults.advance(Duration::ZERO).await;
@@ -825,13 +832,12 @@ async fn start_fleet(
         (None, AnyLauncher::Netns(netns)) => {
             let mut namespaces = Vec::with_capacity(n as usize);
             for k in 0..n {
-                // A name no hop process has: hop names are DNS labels.
-                let member = netns.member(&format!("generator.{k}")).map_err(|source| {
-                    RunError::Network {
+                let member = netns
+                    .member(&crate::launcher::netns::generator_member(k))
+                    .map_err(|source| RunError::Network {
                         variant: variant.name.clone(),
                         source,
-                    }
-                })?;
+                    })?;
                 namespaces.push(member.ns);
             }
             let places = fleet::Places::Namespaces {

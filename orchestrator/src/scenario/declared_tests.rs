@@ -322,6 +322,48 @@ fn a_delayed_replica_delays_each_crossing_of_its_link() {
 }
 
 #[test]
+fn a_generators_delayed_link_delays_its_share_of_the_requests() {
+    let hop =
+        "[[hop]]\nname = \"a\"\nwork = { kind = \"sleep\", dist = \"fixed\", value = \"1ms\" }\n";
+    // Generator 1 of 4 has 5 ms on its link: a quarter of the requests
+    // cross it twice (request and answer).
+    let v = variant(
+        &format!(
+            "{LOAD}\ngenerators = 4\ngenerator_net = {{ generator = 1, delay = \"5ms\", loss = 0.02 }}"
+        ),
+        hop,
+    );
+    let p = predict(&v, Duration::ZERO);
+    near(
+        p.dist.cdf(ms(2)),
+        0.75,
+        1e-9,
+        "the other generators' requests",
+    );
+    close(
+        p.dist.quantile(0.9),
+        ms(11),
+        us(5),
+        "the delayed generator's",
+    );
+    assert!(
+        p.assumptions
+            .iter()
+            .any(|a| a.contains("a load generator's link: 2 % packet loss not modelled")),
+        "{:?}",
+        p.assumptions
+    );
+    // Every generator's link, for half the run: half the requests.
+    let v = variant(
+        &format!("{LOAD}\ngenerators = 2\nnet = {{ delay = \"5ms\", start = \"5s\" }}"),
+        hop,
+    );
+    let d = predict(&v, Duration::ZERO).dist;
+    near(d.cdf(ms(2)), 0.5, 1e-9, "before the window");
+    close(d.quantile(0.9), ms(11), us(5), "in the window");
+}
+
+#[test]
 fn entries_are_a_mixture_by_their_shares_and_load_their_hops_by_them() {
     // 70 % enter at a (1 ms, then db's 2 ms), 30 % at b (10 ms, then db):
     // db takes every request, a and b their shares.

@@ -145,6 +145,8 @@ fn full_scenario_parses_into_the_exact_model() {
                 connection: ConnectionMode::Shared { connections: 4 },
                 payload_bytes: 128,
                 generators: 1,
+                net: None,
+                generator_net: Vec::new(),
                 entries: Vec::new(),
             },
             hops: vec![
@@ -316,7 +318,8 @@ name = "c"
 downstream = ["b"]
 "#;
     let load_keys = "mode, rate, arrivals, concurrency, duration, requests, warmup, timeout, \
-                     connection, connections, payload, steps, entries, generators";
+                     connection, connections, payload, steps, entries, generators, net, \
+                     generator_net";
     assert_eq!(
         problems(source),
         vec![
@@ -546,6 +549,8 @@ fn defaults_fill_in_a_minimal_scenario() {
                 connection: ConnectionMode::Shared { connections: 1 },
                 payload_bytes: 64,
                 generators: 1,
+                net: None,
+                generator_net: Vec::new(),
                 entries: Vec::new(),
             },
             // A chain in file order; the last hop is a leaf.
@@ -2871,5 +2876,92 @@ fn load_generators_default_to_one_and_must_each_have_a_request_in_flight() {
     assert!(
         closed[0].2.contains("splits the 2 requests in flight"),
         "{closed:?}"
+    );
+}
+
+#[test]
+fn generator_links_take_net_faults_each_or_all_and_pick_a_capable_launcher() {
+    let head = NET_HEAD.replace("duration = \"1s\"", "duration = \"20s\"");
+    let source = format!(
+        "{head}generators = 3\nnet = {{ delay = \"5ms\" }}\n\
+         generator_net = [{{ generator = 1, loss = 0.02, start = \"5s\", duration = \"10s\" }}]\n\
+         [[hop]]\nname = \"a\"\n"
+    );
+    let v = &ok(&source).variants[0];
+    assert_eq!(
+        v.launcher,
+        Launcher::Auto,
+        "a generator's link fault picks a launcher that can apply it"
+    );
+    assert!(v.has_net_faults());
+    let load = &v.load;
+    assert_eq!(load.net_of(0).map(|f| f.delay), Some(ms(5)));
+    assert_eq!(load.net_of(2).map(|f| f.delay), Some(ms(5)));
+    let one = load.net_of(1).expect("generator 1 has its own fault");
+    assert_eq!(
+        (one.loss, one.delay, one.start, one.duration),
+        (
+            0.02,
+            Duration::ZERO,
+            Duration::from_secs(5),
+            Some(Duration::from_secs(10))
+        )
+    );
+
+    // One generator with a fault on its link is a fault all the same.
+    let single = format!(
+        "{NET_HEAD}generator_net = {{ generator = 0, loss = 0.1 }}\n[[hop]]\nname = \"a\"\n"
+    );
+    let v = &ok(&single).variants[0];
+    assert!(v.has_net_faults());
+    assert_eq!(v.load.net_of(0).map(|f| f.loss), Some(0.1));
+
+    // Not on the local launcher, which cannot shape a link.
+    let local = problems(&format!(
+        "launcher = \"local\"\n{NET_HEAD}net = {{ loss = 0.1 }}\n[[hop]]\nname = \"a\"\n"
+    ));
+    assert_eq!(local.len(), 1, "{local:?}");
+    assert!(
+        local[0].2.contains("([load] has net or generator_net)"),
+        "{local:?}"
+    );
+}
+
+#[test]
+fn bad_generator_links_are_located() {
+    let source = format!(
+        "{NET_HEAD}generators = 2\nnet = {{ loss = 2, start = \"1s\" }}\n\
+         generator_net = [{{ generator = 2, loss = 0.1 }}, {{ generator = 0, delay = \"1ms\" }}, \
+         {{ generator = 0, loss = 0.1, bogus = 1 }}]\n[[hop]]\nname = \"a\"\n"
+    );
+    let found = problems(&source);
+    let messages: Vec<(usize, &str)> = found.iter().map(|(l, _, m)| (*l, m.as_str())).collect();
+    assert_eq!(
+        messages,
+        [
+            (7, "load.net.loss must be between 0 and 1, got 2"),
+            (
+                8,
+                "load.generator_net.generator must be less than load.generators (2), got 2 \
+                 (generators are numbered from 0)"
+            ),
+            (8, "load.generator_net names generator 0 twice"),
+            (
+                8,
+                "unknown key \"bogus\" in [load.generator_net] (expected one of: generator, \
+                 loss, delay, jitter, start, duration)"
+            ),
+        ]
+    );
+    // A window past the load's end is named by whose link it is on.
+    let late = problems(&format!(
+        "{NET_HEAD}generator_net = {{ generator = 0, loss = 0.1, start = \"2s\" }}\n\
+         [[hop]]\nname = \"a\"\n"
+    ));
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert_eq!(
+        late[0].2,
+        "load.generator_net of generator 0.start (2s) is at or past the end of the load (1s \
+         after warmup)"
     );
 }

@@ -19,6 +19,7 @@ tests! {
     sync a_killed_generator_stops_the_run_and_is_named,
     sync generators_started_elsewhere_serve_every_variant_and_leave_when_told,
     sync under_the_netns_launcher_each_generator_has_a_namespace_of_its_own,
+    sync a_fault_on_a_generators_link_is_refused_for_generators_started_elsewhere,
 }
 
 fn scenario(load: &str) -> String {
@@ -435,4 +436,34 @@ fn under_the_netns_launcher_each_generator_has_a_namespace_of_its_own() {
         .filter(|n| n.starts_with(&format!("tm{id}")))
         .collect();
     assert!(left.is_empty(), "namespaces left: {left:?}");
+}
+
+/// `[load] generator_net` shapes the link of a generator the run starts in
+/// a namespace; one started elsewhere has none: the run is refused before
+/// anything starts, naming the variant.
+fn a_fault_on_a_generators_link_is_refused_for_generators_started_elsewhere() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        "link.toml",
+        &scenario(
+            "mode = \"open\"\nrate = 50\nduration = \"1s\"\n\
+             generator_net = { generator = 0, delay = \"1ms\" }",
+        ),
+    );
+    let results = dir.path().join("r");
+    let finished = tailmesh(
+        dir.path(),
+        &run_args(&path, &results, &["--generators-at", "127.0.0.1:0"]),
+    );
+    let output = finished.output();
+    assert_eq!(finished.code(), Some(2), "{output}");
+    assert!(
+        output.contains(
+            "variant \"base\": [load] net and generator_net shape the links of the load \
+             generators the netns launcher starts"
+        ) && output.contains("run it without --generators-at"),
+        "{output}"
+    );
+    assert!(!results.exists(), "a results folder was made: {output}");
 }

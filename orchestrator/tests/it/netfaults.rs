@@ -33,6 +33,7 @@ tests! {
     sync an_agent_in_its_own_namespace_drops_and_delays_on_its_interface_and_clears_everything,
     sync spans_of_every_hop_and_the_broker_reach_the_receiver_from_the_namespaces,
     sync tls_and_mtls_chains_under_the_netns_launcher_verify_each_namespace_address,
+    sync a_delay_on_a_generators_link_slows_its_requests_only_and_its_window_makes_phases,
 }
 
 /// Set in the netem guest (the `netem` module): the kernel has netem, and
@@ -614,6 +615,109 @@ fn ten_ms_delay_raises_p50_by_about_one_delay_per_packet_crossing() {
         })
         .collect();
     assert!(leftover.is_empty(), "{leftover:?}");
+}
+
+/// A load generator's link: 10 ms on generator 1 of 2 for the whole run
+/// (its requests, the odd ids, cross it twice; generator 0's do not), then
+/// on the one generator's link for the middle third of the run (it runs as
+/// a process in a namespace of its own for the fault).
+fn a_delay_on_a_generators_link_slows_its_requests_only_and_its_window_makes_phases() {
+    let third = slowdown();
+    let case = case(
+        "genlink",
+        &format!(
+            "{NO_TRACES}{}generators = 2\n\
+             generator_net = {{ generator = 1, delay = \"10ms\" }}\n\
+             [[hop]]\nname = \"a\"\n\
+             [[variant]]\nname = \"one\"\n\
+             [[variant]]\nname = \"window\"\nunset = [\"load.generator_net\"]\n\
+             set = {{ \"load.generators\" = 1, \"load.net\" = {{ delay = \"10ms\", \
+             start = \"{third}s\", duration = \"{third}s\" }} }}\n",
+            open_load(60, 3)
+        ),
+    );
+    let (finished, summary) = case.run();
+    let variants = variants(&summary);
+    let (one, window) = (&variants[0], &variants[1]);
+    for v in [one, window] {
+        assert_eq!(
+            u64_at(v, "/ok"),
+            u64_at(v, "/sent"),
+            "every request answered: {v:#}"
+        );
+        let fault = &v["faults"][0];
+        assert_eq!(
+            fault["mechanisms"],
+            expected_mechanisms(false, true),
+            "{v:#}"
+        );
+        assert!(fault.get("hop").is_none(), "{fault:#}");
+        assert!(
+            fault["namespace"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("tm")),
+            "{fault:#}"
+        );
+    }
+    assert_eq!(one["faults"][0]["generator"], 1, "{one:#}");
+    assert_eq!(window["faults"][0]["generator"], 0, "{window:#}");
+
+    // Generator 1's requests cross its delayed link twice: none under
+    // 20 ms, and their median about 20 ms above generator 0's, which cross
+    // no delay (-5 ms as for a hop's link; in the emulated guest every call
+    // also waits for the CPU, so the clean median is no fixed figure).
+    let rows = requests_csv(&only_run_dir(&case.dir.path().join("results")));
+    let latencies = |odd: bool| -> Vec<u64> {
+        let mut l: Vec<u64> = rows
+            .iter()
+            .filter(|r| r.variant == "one" && r.status == "ok" && (r.id % 2 == 1) == odd)
+            .map(|r| r.latency_ns / 1000)
+            .collect();
+        l.sort_unstable();
+        assert!(l.len() >= 50, "{} ok requests (odd ids: {odd})", l.len());
+        l
+    };
+    let (clean, delayed) = (latencies(false), latencies(true));
+    let median = |l: &[u64]| l[l.len() / 2];
+    eprintln!(
+        "generator 1's link at 10 ms: fastest {} us, median {} us; generator 0's median {} us",
+        delayed[0],
+        median(&delayed),
+        median(&clean)
+    );
+    assert!(
+        delayed[0] >= 20_000,
+        "a delayed generator's call took {} us",
+        delayed[0]
+    );
+    let raise = median(&delayed).saturating_sub(median(&clean));
+    assert!(
+        (15_000..=32_000).contains(&raise),
+        "median raised by {raise} us by two crossings of 10 ms: {} us against {} us",
+        median(&delayed),
+        median(&clean)
+    );
+
+    // The window on the one generator's link: its own phase, named by the
+    // link, slower by about two crossings than the phase before.
+    let (phases, _) = before_during_after(window, "net generators");
+    let p50: Vec<u64> = phases
+        .iter()
+        .map(|p| u64_at(p, "/latency/p50_us"))
+        .collect();
+    eprintln!("p50 before, during, after the generator's window: {p50:?} us");
+    let outside = p50[0].max(p50[2]);
+    assert!(
+        p50[1] >= outside + 15_000,
+        "p50 before, during, after {p50:?} us: the window adds two crossings of 10 ms"
+    );
+    let w = &window["fault_windows"][0];
+    assert_eq!(w["generator"], 0, "{w:#}");
+    assert!(
+        w["applied_at_s"].as_f64().is_some() && w["cleared_at_s"].as_f64().is_some(),
+        "{w:#}"
+    );
+    assert!(finished.stdout.contains("during"), "{}", finished.output());
 }
 
 // ---------------------------------------------------------------------------

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tailmesh_services::model::{DurationDist, ErrorInjection, ReplicaSlow, Slowness};
 
 use crate::scenario::error::Problems;
-use crate::scenario::model::{Hop, Load, NetFault, ReplicaNet, Window};
-use crate::scenario::read::{Section, duration_of};
+use crate::scenario::model::{GeneratorNet, Hop, Load, NetFault, ReplicaNet, Window};
+use crate::scenario::read::{Section, duration_of, table_section};
 use crate::scenario::tree::{Span, Table, Value};
 
 use super::load::load_length;
@@ -66,32 +66,61 @@ pub(super) fn slowness(s: &Section<'_>, p: &mut Problems) -> Option<(Slowness, W
     ))
 }
 
-/// The `replica` key of `what` (`replica_slow`, `replica_net`): required,
-/// and below the hop's `replicas` (when that is known).
-fn replica_index(
-    s: &Section<'_>,
-    p: &mut Problems,
-    replicas: Option<u32>,
-    what: &str,
-) -> Option<u32> {
-    let replica = s
-        .required(p, "replica", |s, p, k| s.int_in(p, k, 0, 63))
+/// What numbers a per-member fault: its key (`replica`, `generator`) and
+/// how many members there are (`replicas`, `load.generators`), when that
+/// is known.
+#[derive(Clone, Copy)]
+pub(super) struct Members<'n> {
+    key: &'static str,
+    count_name: &'n str,
+    count: Option<u32>,
+}
+
+impl<'n> Members<'n> {
+    /// A hop's replicas.
+    pub(super) fn replicas(count: Option<u32>) -> Self {
+        Self {
+            key: "replica",
+            count_name: "replicas",
+            count,
+        }
+    }
+
+    /// The load generators.
+    pub(super) fn generators(count: Option<u32>) -> Self {
+        Self {
+            key: "generator",
+            count_name: "load.generators",
+            count,
+        }
+    }
+}
+
+/// The member key of a per-member fault's table (`replica_slow`,
+/// `replica_net`, `generator_net`): required, and below the members' count
+/// (when that is known).
+fn member_index(s: &Section<'_>, p: &mut Problems, members: Members<'_>) -> Option<u32> {
+    let key = members.key;
+    let index = s
+        .required(p, key, |s, p, k| s.int_in(p, k, 0, 63))
         .and_then(|r| u32::try_from(r).ok())?;
-    match replicas {
-        Some(replicas) if replica >= replicas => {
-            if let Some(entry) = s.get("replica") {
+    match members.count {
+        Some(count) if index >= count => {
+            if let Some(entry) = s.get(key) {
                 s.report(
                     p,
                     &entry.node.span,
                     format!(
-                        "{what}.replica must be less than replicas ({replicas}), got {replica} \
-                         (replicas are numbered from 0)"
+                        "{} must be less than {} ({count}), got {index} ({key}s are numbered \
+                         from 0)",
+                        s.name(key),
+                        members.count_name
                     ),
                 );
             }
             None
         }
-        _ => Some(replica),
+        _ => Some(index),
     }
 }
 
@@ -101,7 +130,7 @@ pub(super) fn replica_slow(
     p: &mut Problems,
 ) -> Option<(ReplicaSlow, Window)> {
     s.unknown_keys(p, &["replica", "factor", "start", "duration"]);
-    let replica = replica_index(s, p, replicas, "replica_slow");
+    let replica = member_index(s, p, Members::replicas(replicas));
     let factor = s.required(p, "factor", |s, p, k| s.number_in(p, k, 1.0, false, 1000.0));
     let window = window(s, p);
     Some((
@@ -111,6 +140,20 @@ pub(super) fn replica_slow(
         },
         window?,
     ))
+}
+
+/// The `net` table of `s` (a hop's, or `[load]`'s for the generators'
+/// links): `Some(None)` when there is none, `None` when it is wrong.
+pub(super) fn net_table(s: &Section<'_>, p: &mut Problems) -> Option<Option<NetFault>> {
+    match table_section(s, p, "net") {
+        None => Some(None),
+        Some(section) => section
+            .and_then(|w| {
+                w.unknown_keys(p, NET_KEYS);
+                net_fault(&w, p)
+            })
+            .map(Some),
+    }
 }
 
 /// The fields of a `net` table (also the fault fields of `replica_net`).
@@ -179,8 +222,9 @@ fn window(s: &Section<'_>, p: &mut Problems) -> Option<Window> {
     })
 }
 
-/// Every fault window starts before the end of the load and ends at it at
-/// the latest; each problem is reported at the window's key.
+/// Every fault window (the hops' and the generators' links') starts before
+/// the end of the load and ends at it at the latest; each problem is
+/// reported at the window's key.
 pub(super) fn windows_within_the_load(
     top: &Section<'_>,
     hops: &[Hop],
@@ -190,6 +234,25 @@ pub(super) fn windows_within_the_load(
     let Some(length) = load_length(load) else {
         return;
     };
+    if let Some(Value::Table(table)) = top.get("load").map(|e| &e.node.value) {
+        let mut windows: Vec<(&str, Option<u32>, Window)> = Vec::new();
+        if let Some(net) = &load.net {
+            windows.push(("net", None, net.window()));
+        }
+        for g in &load.generator_net {
+            windows.push(("generator_net", Some(g.generator), g.fault.window()));
+        }
+        for (kind, generator, w) in windows {
+            let what = match generator {
+                Some(g) => format!("load.generator_net of generator {g}"),
+                None => format!("load.{kind}"),
+            };
+            let member = generator.map(|g| ("generator", g));
+            window_within(p, &what, w, length, |key| {
+                fault_key_at(table, kind, member, key)
+            });
+        }
+    }
     let tables: Vec<&Table> = match top.get("hop").map(|e| &e.node.value) {
         Some(Value::Array(items)) => items
             .iter()
@@ -201,7 +264,6 @@ pub(super) fn windows_within_the_load(
         _ => return,
     };
     crate::scenario::endpoints::kills_within_the_load(&tables, hops, length, p);
-    let human = |d: Duration| humantime::format_duration(d).to_string();
     for (hop, table) in hops.iter().zip(tables) {
         let mut windows: Vec<(&str, Option<u32>, Window)> = Vec::new();
         if hop.slow.is_some() {
@@ -220,54 +282,79 @@ pub(super) fn windows_within_the_load(
             windows.push(("replica_net", Some(r.replica), r.fault.window()));
         }
         for (kind, replica, w) in windows {
-            let span_of = |key: &str| -> Option<usize> {
-                let fault = table.get(kind)?;
-                let fault = match (&fault.node.value, replica) {
-                    (Value::Table(t), _) => t,
-                    (Value::Array(items), Some(replica)) => {
-                        items.iter().find_map(|i| match &i.value {
-                            Value::Table(t)
-                                if matches!(
-                                    t.get("replica").map(|e| &e.node.value),
-                                    Some(Value::Integer(n)) if *n == i64::from(replica)
-                                ) =>
-                            {
-                                Some(t)
-                            }
-                            _ => None,
-                        })?
-                    }
-                    _ => return None,
-                };
-                fault.get(key).map(|e| e.node.span.start)
-            };
             let what = match replica {
                 Some(r) => format!("hop \"{}\": replica_net of replica {r}", hop.name),
                 None => format!("hop \"{}\": {kind}", hop.name),
             };
-            if w.start >= length && !w.start.is_zero() {
-                p.at(
-                    span_of("start").unwrap_or(0),
-                    format!(
-                        "{what}.start ({}) is at or past the end of the load ({} after warmup)",
-                        human(w.start),
-                        human(length)
-                    ),
-                );
-            } else if let Some(d) = w.duration
-                && w.start + d > length
-            {
-                p.at(
-                    span_of("duration").unwrap_or(0),
-                    format!(
-                        "{what} window {}..{} runs past the end of the load ({} after warmup)",
-                        human(w.start),
-                        human(w.start + d),
-                        human(length)
-                    ),
-                );
-            }
+            let member = replica.map(|r| ("replica", r));
+            window_within(p, &what, w, length, |key| {
+                fault_key_at(table, kind, member, key)
+            });
         }
+    }
+}
+
+/// Where `key` of the fault `kind` is written in `table`: in its table, or,
+/// for a per-member fault written as an array, in the table of `member`
+/// (its key and index).
+fn fault_key_at(
+    table: &Table,
+    kind: &str,
+    member: Option<(&str, u32)>,
+    key: &str,
+) -> Option<usize> {
+    let fault = table.get(kind)?;
+    let fault = match (&fault.node.value, member) {
+        (Value::Table(t), _) => t,
+        (Value::Array(items), Some((member_key, index))) => {
+            items.iter().find_map(|i| match &i.value {
+                Value::Table(t)
+                    if matches!(
+                        t.get(member_key).map(|e| &e.node.value),
+                        Some(Value::Integer(n)) if *n == i64::from(index)
+                    ) =>
+                {
+                    Some(t)
+                }
+                _ => None,
+            })?
+        }
+        _ => return None,
+    };
+    fault.get(key).map(|e| e.node.span.start)
+}
+
+/// The window `w` of `what` starts before `length` (unless at 0) and ends
+/// by it; `span_of` says where a key is written.
+fn window_within(
+    p: &mut Problems,
+    what: &str,
+    w: Window,
+    length: Duration,
+    span_of: impl Fn(&str) -> Option<usize>,
+) {
+    let human = |d: Duration| humantime::format_duration(d).to_string();
+    if w.start >= length && !w.start.is_zero() {
+        p.at(
+            span_of("start").unwrap_or(0),
+            format!(
+                "{what}.start ({}) is at or past the end of the load ({} after warmup)",
+                human(w.start),
+                human(length)
+            ),
+        );
+    } else if let Some(d) = w.duration
+        && w.start + d > length
+    {
+        p.at(
+            span_of("duration").unwrap_or(0),
+            format!(
+                "{what} window {}..{} runs past the end of the load ({} after warmup)",
+                human(w.start),
+                human(w.start + d),
+                human(length)
+            ),
+        );
     }
 }
 
@@ -278,7 +365,38 @@ pub(super) fn replica_nets(
     replicas: Option<u32>,
     p: &mut Problems,
 ) -> Option<Vec<ReplicaNet>> {
-    let Some(entry) = s.get("replica_net") else {
+    let nets = member_nets(s, "replica_net", Members::replicas(replicas), p)?;
+    Some(
+        nets.into_iter()
+            .map(|(replica, fault)| ReplicaNet { replica, fault })
+            .collect(),
+    )
+}
+
+/// `[load] generator_net`: as [`replica_nets`], each table a `generator`.
+pub(super) fn generator_nets(
+    s: &Section<'_>,
+    generators: Option<u32>,
+    p: &mut Problems,
+) -> Option<Vec<GeneratorNet>> {
+    let nets = member_nets(s, "generator_net", Members::generators(generators), p)?;
+    Some(
+        nets.into_iter()
+            .map(|(generator, fault)| GeneratorNet { generator, fault })
+            .collect(),
+    )
+}
+
+/// The network faults of single members under `what`: one table or an
+/// array of tables, each the member's index plus the fields of `net`; a
+/// member appears at most once.
+fn member_nets(
+    s: &Section<'_>,
+    what: &str,
+    members: Members<'_>,
+    p: &mut Problems,
+) -> Option<Vec<(u32, NetFault)>> {
+    let Some(entry) = s.get(what) else {
         return Some(Vec::new());
     };
     let tables: Vec<(&Span, &Table)> = match &entry.node.value {
@@ -291,10 +409,7 @@ pub(super) fn replica_nets(
                     other => s.report(
                         p,
                         &item.span,
-                        format!(
-                            "expected a table for each replica_net, got {}",
-                            other.kind()
-                        ),
+                        format!("expected a table for each {what}, got {}", other.kind()),
                     ),
                 }
             }
@@ -305,39 +420,48 @@ pub(super) fn replica_nets(
             return None;
         }
     };
-    let mut out = Vec::with_capacity(tables.len());
+    let mut out: Vec<(u32, NetFault)> = Vec::with_capacity(tables.len());
     let mut ok = tables.len()
         == match &entry.node.value {
             Value::Array(items) => items.len(),
             _ => 1,
         };
+    let key = members.key;
     for (span, table) in tables {
         let child = Section {
             table,
             span: span.clone(),
             prefix: s.prefix.clone(),
-            path: "replica_net.".to_owned(),
-            label: format!("replica_net of {}", s.prefix.trim_end_matches([':', ' '])),
+            path: format!("{}.", s.name(what)),
+            label: if s.prefix.is_empty() {
+                format!("[{}]", s.name(what))
+            } else {
+                format!(
+                    "{} of {}",
+                    s.name(what),
+                    s.prefix.trim_end_matches([':', ' '])
+                )
+            },
         };
-        let mut known = vec!["replica"];
+        let mut known = vec![key];
         known.extend_from_slice(NET_KEYS);
         child.unknown_keys(p, &known);
-        let replica = match replica_index(&child, p, replicas, "replica_net") {
-            Some(replica) if out.iter().any(|r: &ReplicaNet| r.replica == replica) => {
-                if let Some(entry) = child.get("replica") {
+        let index = match member_index(&child, p, members) {
+            Some(index) if out.iter().any(|(i, _)| *i == index) => {
+                if let Some(entry) = child.get(key) {
                     child.report(
                         p,
                         &entry.node.span,
-                        format!("replica_net names replica {replica} twice"),
+                        format!("{} names {key} {index} twice", s.name(what)),
                     );
                 }
                 None
             }
-            replica => replica,
+            index => index,
         };
         let fault = net_fault(&child, p);
-        match (replica, fault) {
-            (Some(replica), Some(fault)) => out.push(ReplicaNet { replica, fault }),
+        match (index, fault) {
+            (Some(index), Some(fault)) => out.push((index, fault)),
             _ => ok = false,
         }
     }

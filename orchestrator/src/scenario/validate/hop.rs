@@ -18,7 +18,7 @@ use crate::scenario::read::{Section, dns_label_problem, is_dns_label, table_sect
 use crate::scenario::tree::{Node, Span, Table, Value};
 
 use super::client::client_policy;
-use super::faults::{NET_KEYS, error_injection, net_fault, replica_nets, replica_slow, slowness};
+use super::faults::{error_injection, net_table, replica_nets, replica_slow, slowness};
 use super::work::work;
 
 const HOP_KEYS: &[&str] = &[
@@ -417,15 +417,7 @@ fn hop_faults(s: &Section<'_>, replicas: Option<u32>, p: &mut Problems) -> HopFa
             .and_then(|w| replica_slow(&w, replicas, p))
             .map(Some),
     };
-    let net = match table_section(s, p, "net") {
-        None => Some(None),
-        Some(section) => section
-            .and_then(|w| {
-                w.unknown_keys(p, NET_KEYS);
-                net_fault(&w, p)
-            })
-            .map(Some),
-    };
+    let net = net_table(s, p);
     let replica_net = replica_nets(s, replicas, p);
     let error = match table_section(s, p, "error") {
         None => Some(None),

@@ -1,5 +1,5 @@
 //! `[load]`: the mode, rate or steps, length, warmup, connections,
-//! payload and entries, and whether the requests in flight fit the hops'
+//! payload, entries, generators and their links' faults, and whether the requests in flight fit the hops'
 //! memory.
 
 use std::time::Duration;
@@ -26,6 +26,8 @@ const LOAD_KEYS: &[&str] = &[
     "steps",
     "entries",
     "generators",
+    "net",
+    "generator_net",
 ];
 
 /// Most load generator processes (`[load] generators`).
@@ -210,6 +212,10 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         );
     }
 
+    // The generators' links: every one's, and single ones'.
+    let net = super::faults::net_table(s, p);
+    let generator_net = super::faults::generator_nets(s, generators, p);
+
     if let (Some(mode), Some(timeout), Some(payload)) = (&mode, timeout, payload_bytes) {
         in_flight_budget(s, p, mode, timeout, payload);
     }
@@ -224,6 +230,8 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         // Known once the hops are: see [`entries`].
         entries: Vec::new(),
         generators: generators?,
+        net: net?,
+        generator_net: generator_net?,
     })
 }
 

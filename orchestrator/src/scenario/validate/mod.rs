@@ -136,25 +136,20 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         super::service::direct_entry_fits_the_load(&top, hops, load, &mut p);
     }
     let launcher = launcher.and_then(|launcher| {
-        let faulty = hops.as_ref().and_then(|hops| {
-            hops.iter()
-                .find(|h| h.net.is_some() || !h.replica_net.is_empty())
-        });
+        let faulty = net_faulty(hops.as_deref(), load.as_ref());
         match (launcher, faulty) {
             // Without a launcher named, network faults pick one that can
             // apply them (or fail when the run starts, saying why).
             (None, Some(_)) => Some(Launcher::Auto),
             (None, None) => Some(Launcher::Local),
-            (Some(Launcher::Local), Some(hop)) => {
+            (Some(Launcher::Local), Some(faulty)) => {
                 if let Some(entry) = top.get("launcher") {
                     top.report(
                         &mut p,
                         &entry.node.span,
                         format!(
-                            "launcher = \"local\" cannot apply network faults (hop \"{}\" has \
-                             net or replica_net): use launcher = \"netns\" (needs root or \
-                             CAP_NET_ADMIN) or \"auto\"",
-                            hop.name
+                            "launcher = \"local\" cannot apply network faults ({faulty}): use \
+                             launcher = \"netns\" (needs root or CAP_NET_ADMIN) or \"auto\""
                         ),
                     );
                 }
@@ -164,7 +159,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         }
     });
     if let (Some(launcher), Some(hops)) = (launcher, &hops) {
-        services_need_a_local_launcher(&top, &mut p, launcher, hops);
+        services_need_a_local_launcher(&top, &mut p, launcher, hops, load.as_ref());
     }
     let check = match table_section(&top, &mut p, "check") {
         Some(Some(section)) => check(&section, &mut p),
@@ -259,17 +254,26 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
 /// launcher (`launcher = "netns"`, or `"auto"` with network faults): its
 /// services would have to be started inside the replicas' namespaces,
 /// which the netns launcher does not do yet.
+/// What has a network fault, for people (`hop "b" has net or replica_net`,
+/// `[load] has net or generator_net`); `None`: nothing.
+fn net_faulty(hops: Option<&[Hop]>, load: Option<&Load>) -> Option<String> {
+    if let Some(hop) = hops.and_then(|hops| hops.iter().find(|h| h.has_net_faults())) {
+        return Some(format!("hop \"{}\" has net or replica_net", hop.name));
+    }
+    load.filter(|l| l.has_net_faults())
+        .map(|_| "[load] has net or generator_net".to_owned())
+}
+
 fn services_need_a_local_launcher(
     top: &Section<'_>,
     p: &mut Problems,
     launcher: Launcher,
     hops: &[Hop],
+    load: Option<&Load>,
 ) {
     let netns = match launcher {
         Launcher::Netns => true,
-        Launcher::Auto => hops
-            .iter()
-            .any(|h| h.net.is_some() || !h.replica_net.is_empty()),
+        Launcher::Auto => net_faulty(Some(hops), load).is_some(),
         Launcher::Local => false,
     };
     if !netns {
