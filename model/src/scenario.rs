@@ -61,7 +61,17 @@ pub struct Telemetry {
     /// The most spans each process holds while it waits for the keep
     /// decisions (when not every trace is kept).
     pub hold_spans: usize,
+    /// Where the orchestrator serves live Prometheus metrics while the run
+    /// lasts (`host:port`; `tailmesh run --metrics` overrides it).
+    pub metrics: Option<String>,
+    /// How long the metrics stay up after the run, so that the last
+    /// scrape sees the final counts.
+    pub metrics_grace: std::time::Duration,
 }
+
+/// How long the metrics stay up after the run by default (`[telemetry]
+/// metrics_grace`): a scrape every 1 s to 2 s sees the final counts.
+pub const DEFAULT_METRICS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The spans a process holds at most by default (`[telemetry]
 /// hold_spans`): about 200 bytes each, 40 MB.
@@ -74,6 +84,8 @@ impl Default for Telemetry {
             forward: None,
             keep: Keep::default(),
             hold_spans: DEFAULT_HOLD_SPANS,
+            metrics: None,
+            metrics_grace: DEFAULT_METRICS_GRACE,
         }
     }
 }

@@ -10,6 +10,7 @@ use std::{
 use time::{OffsetDateTime, macros::format_description};
 use tokio::sync::watch;
 
+use crate::metrics::{LiveMetrics, MetricsError, MetricsServer};
 use crate::{
     analysis::{
         self, ObserverReport, Rebuild, RunFacts, Summary, VariantAccumulator, VariantContext,
@@ -53,6 +54,9 @@ pub struct RunCommand {
     /// instead of starting them: they were started elsewhere with
     /// `tailmesh generator --stay`.
     pub generators_at: Option<GeneratorsAt>,
+    /// Serve live Prometheus metrics at this address (`host:port`;
+    /// overrides the scenario's `[telemetry] metrics`).
+    pub metrics: Option<String>,
 }
 
 /// Where and how a run awaits load generators started elsewhere.
@@ -90,6 +94,9 @@ pub enum ExperimentError {
         whose: &'static str,
         flag: &'static str,
     },
+    /// The live metrics could not be served.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     /// The path of this executable (every hop process runs it).
     #[error("find the tailmesh binary: {0}")]
     Exe(#[source] std::io::Error),
@@ -167,9 +174,25 @@ pub struct Finished {
     interval_logs: Vec<HlogFile>,
     /// The kept traces, for the Jaeger files.
     kept: Option<KeptFile>,
+    /// The live metrics' listener and how long it stays after the run.
+    metrics: Option<(MetricsServer, Duration)>,
 }
 
 impl Finished {
+    /// Keeps the live metrics up for their grace period, so the last
+    /// scrape sees the final counts, then stops them (at once when there
+    /// are none).
+    pub fn finish_metrics(&mut self) {
+        if let Some((server, grace)) = self.metrics.take() {
+            crate::tell!(
+                "tailmesh: the final counts stay at http://{}/metrics for {}",
+                server.addr(),
+                tailmesh_units::duration(grace)
+            );
+            server.finish(grace);
+        }
+    }
+
     /// Whether every check passed (compounding, error share) and every
     /// request was accounted for.
     pub fn passed(&self) -> bool {
@@ -268,6 +291,19 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         }
         None => None,
     };
+    let metrics = match command
+        .metrics
+        .as_ref()
+        .or(scenario.telemetry.metrics.as_ref())
+    {
+        Some(addr) => {
+            let live = Arc::new(LiveMetrics::new(&run_id));
+            let server = MetricsServer::start(addr, Arc::clone(&live))?;
+            crate::tell!("tailmesh: metrics at http://{}/metrics", server.addr());
+            Some((live, server))
+        }
+        None => None,
+    };
     let runtime = roles::runtime(1)?;
     let receiver = if sampling > 0.0 {
         Some(ReceiverThread::start(
@@ -317,6 +353,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         ))?,
         variants: Vec::new(),
         warnings: Vec::new(),
+        metrics: metrics.as_ref().map(|(live, _)| Arc::clone(live)),
     };
     let (runs, mut trace_counts) = runtime.block_on(async {
         let options = RunOptions {
@@ -411,6 +448,7 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let mut summary = analysis::summarize_run(facts, reports);
     summary.files = output::describe(&output::run_files(&summary, files));
     Ok(Finished {
+        metrics: metrics.map(|(_, server)| (server, scenario.telemetry.metrics_grace)),
         interrupted: summary.interrupted,
         dir,
         summary,
@@ -473,6 +511,8 @@ struct RunRecords {
     /// What could not be set up (a facts file the disk refused), told once
     /// the load is over.
     warnings: Vec<String>,
+    /// The live metrics, when served.
+    metrics: Option<Arc<LiveMetrics>>,
 }
 
 /// Where one variant's records go besides requests.csv.
@@ -496,10 +536,22 @@ impl RecordSink for RunRecords {
             }
         }
         self.requests.write(record);
+        if let Some(m) = &self.metrics {
+            m.record(record);
+        }
     }
 
     fn measuring_from(&mut self, at: std::time::SystemTime) {
         self.interval_logs.measuring_from(at);
+        if let Some(m) = &self.metrics {
+            m.measuring_from(at);
+        }
+    }
+
+    fn sent(&mut self, measured: u64) {
+        if let Some(m) = &self.metrics {
+            m.sent(measured);
+        }
     }
 }
 
@@ -543,6 +595,9 @@ impl run::RecordPipeline for RunRecords {
             sampling: CpuMeter::sampled(),
         });
         self.requests.begin_variant(&variant.name);
+        if let Some(m) = &self.metrics {
+            m.begin_variant(variant);
+        }
         self.interval_logs.begin_variant(
             &self.dir.join(output::hlog::file_name(&variant.name)),
             &variant.name,
@@ -556,6 +611,9 @@ impl run::RecordPipeline for RunRecords {
             v.hand_on_intervals(&self.interval_logs);
         }
         self.interval_logs.end_variant();
+        if let Some(m) = &self.metrics {
+            m.end_variant();
+        }
         let stats = &load.pipeline;
         tracing::info!(
             target: "tailmesh::records",

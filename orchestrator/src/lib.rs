@@ -36,6 +36,7 @@ mod error_chain;
 pub mod experiment;
 pub mod launcher;
 pub mod loadgen;
+mod metrics;
 pub mod output;
 mod plan;
 mod record;

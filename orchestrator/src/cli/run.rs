@@ -62,6 +62,10 @@ pub(crate) struct RunArgs {
     /// generators to connect.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "120s", requires = "generators_at")]
     generators_timeout: Duration,
+    /// Serve live Prometheus metrics at this address while the run lasts
+    /// (`host:port`, e.g. 127.0.0.1:9464; overrides `[telemetry] metrics`).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 /// Runs the scenario; interrupted, or a failed check under `--check`, once
@@ -90,6 +94,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         otlp_forward: args.otlp_forward,
         attach,
         generators_at,
+        metrics: args.metrics,
     })?;
     // What was measured is shown before any file is written: a full disk
     // loses files, never the numbers.
@@ -106,6 +111,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         source,
     })?;
     say!("{}", output::render_files(&finished.dir, &files));
+    finished.finish_metrics();
     let lost: Vec<String> = finished
         .summary
         .variants

@@ -277,6 +277,8 @@ fn full_scenario_parses_into_the_exact_model() {
         sweep: None,
         telemetry: Telemetry {
             hold_spans: tailmesh_model::scenario::DEFAULT_HOLD_SPANS,
+            metrics: None,
+            metrics_grace: tailmesh_model::scenario::DEFAULT_METRICS_GRACE,
             sampling: 0.5,
             forward: Some("http://127.0.0.1:4317".to_owned()),
             keep: Keep {
@@ -2963,5 +2965,32 @@ fn bad_generator_links_are_located() {
         late[0].2,
         "load.generator_net of generator 0.start (2s) is at or past the end of the load (1s \
          after warmup)"
+    );
+}
+
+#[test]
+fn telemetry_metrics_take_an_address_and_a_bounded_grace() {
+    let hop = "[[hop]]\nname = \"a\"\n";
+    let s = ok(&format!(
+        "{HEAD}{hop}[telemetry]\nmetrics = \"127.0.0.1:9464\"\nmetrics_grace = \"2s\"\n"
+    ));
+    assert_eq!(s.telemetry.metrics.as_deref(), Some("127.0.0.1:9464"));
+    assert_eq!(s.telemetry.metrics_grace, Duration::from_secs(2));
+    let s = ok(&format!("{HEAD}{hop}"));
+    assert_eq!(
+        (s.telemetry.metrics, s.telemetry.metrics_grace),
+        (None, tailmesh_model::scenario::DEFAULT_METRICS_GRACE)
+    );
+    let bad = problems(&format!(
+        "{HEAD}{hop}[telemetry]\nmetrics = \"localhost\"\nmetrics_grace = \"1h\"\n"
+    ));
+    let messages: Vec<&str> = bad.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "telemetry.metrics must be an address to listen on like \"127.0.0.1:9464\", not \
+             \"localhost\"",
+            "telemetry.metrics_grace must be at most 10m",
+        ]
     );
 }

@@ -38,6 +38,7 @@ mod import;
 mod launcher;
 mod layered;
 mod links;
+mod metrics;
 mod netem;
 mod netfaults;
 mod overload;
@@ -91,5 +92,6 @@ fn main() -> std::process::ExitCode {
         tls::TESTS,
         services::TESTS,
         connections::TESTS,
+        metrics::TESTS,
     ])
 }

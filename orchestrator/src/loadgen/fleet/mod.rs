@@ -444,8 +444,9 @@ impl Fleet {
                     interrupts_open = changed.is_ok();
                 }
             }
+            let sent = states.iter().map(|s| s.sent).sum();
+            sink.sent(sent);
             if let Some(p) = &mut progress {
-                let sent = states.iter().map(|s| s.sent).sum();
                 p.tick(
                     sent,
                     Instant::now().saturating_duration_since(clock.origin + clock.warmup),

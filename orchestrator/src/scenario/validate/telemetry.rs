@@ -1,5 +1,6 @@
-//! `[telemetry]`: head sampling, the OTLP forward, and what the tail
-//! sampler keeps (slow, failed, retried, a share of the rest).
+//! `[telemetry]`: head sampling, the OTLP forward, what the tail sampler
+//! keeps (slow, failed, retried, a share of the rest), and where live
+//! Prometheus metrics are served.
 
 use crate::scenario::error::Problems;
 use crate::scenario::model::{Keep, KeepShare, Telemetry};
@@ -15,7 +16,12 @@ const TELEMETRY_KEYS: &[&str] = &[
     "keep_retried",
     "keep_share",
     "hold_spans",
+    "metrics",
+    "metrics_grace",
 ];
+
+/// The longest `metrics_grace`.
+const MAX_METRICS_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The most spans a process may be told to hold.
 const MAX_HOLD_SPANS: i64 = 10_000_000;
@@ -96,7 +102,44 @@ pub(super) fn telemetry(s: &Section<'_>, p: &mut Problems) -> Option<Telemetry> 
             .int_in(p, "hold_spans", 1, MAX_HOLD_SPANS)
             .and_then(|n| usize::try_from(n).ok()),
     };
+    let metrics = match s.get("metrics") {
+        None => Some(None),
+        Some(_) => s.string(p, "metrics").and_then(|(addr, entry)| {
+            match addr.parse::<std::net::SocketAddr>() {
+                Ok(_) => Some(Some(addr.to_owned())),
+                Err(_) => {
+                    s.report(
+                        p,
+                        &entry.node.span,
+                        format!(
+                            "{} must be an address to listen on like \"127.0.0.1:9464\", not \
+                             \"{addr}\"",
+                            s.name("metrics")
+                        ),
+                    );
+                    None
+                }
+            }
+        }),
+    };
+    let metrics_grace = match s.get("metrics_grace") {
+        None => Some(super::super::model::DEFAULT_METRICS_GRACE),
+        Some(_) => s.duration(p, "metrics_grace").and_then(|(grace, entry)| {
+            if grace <= MAX_METRICS_GRACE {
+                Some(grace)
+            } else {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!("{} must be at most 10m", s.name("metrics_grace")),
+                );
+                None
+            }
+        }),
+    };
     Some(Telemetry {
+        metrics: metrics?,
+        metrics_grace: metrics_grace?,
         hold_spans: hold_spans?,
         sampling: sampling?,
         forward: forward?,

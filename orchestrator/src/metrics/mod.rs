@@ -1,0 +1,394 @@
+//! Live Prometheus metrics of a run (`tailmesh run --metrics ADDR`,
+//! `[telemetry] metrics`): the orchestrator serves `/metrics` over HTTP
+//! while the run lasts, and `[telemetry] metrics_grace` after it, so the
+//! last scrape sees the final counts. Every measured request feeds them
+//! as it ends, from the record pipeline that feeds the analysis, the
+//! `.hlog` and requests.csv, so the counts a scrape sees at the end are
+//! those of summary.json.
+//!
+//! - `histogram`: a latency histogram with native and classic buckets.
+//! - `expose`: the text and protobuf formats.
+//! - `serve`: the HTTP listener on a thread of its own.
+
+mod expose;
+mod histogram;
+mod serve;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, PoisonError},
+    time::{Duration, SystemTime},
+};
+
+use tailmesh_analysis::{facts::windowed_faults, record::RequestRecord};
+use tailmesh_model::scenario::{Step, Variant, Window};
+
+pub(crate) use serve::{MetricsError, MetricsServer};
+
+use expose::{Family, Kind, Sample, Value};
+use histogram::Histogram;
+
+/// The run's metrics, fed by the record pipeline and read by scrapes.
+#[derive(Debug)]
+pub(crate) struct LiveMetrics {
+    /// The `run` label: the run folder's name.
+    run: String,
+    state: Mutex<Vec<VariantLive>>,
+}
+
+/// One variant's metrics, cumulative from its start.
+#[derive(Debug, Default)]
+struct VariantLive {
+    name: String,
+    /// Measured requests sent.
+    sent: u64,
+    /// Measured requests ended, by outcome (`ok`, `timeout`, or the gRPC
+    /// code).
+    outcomes: BTreeMap<String, u64>,
+    /// Ok requests, from their intended send time.
+    latency: Histogram,
+    /// How late each measured request was sent.
+    lateness: Histogram,
+    /// Each hop replica's time to answer (its downstream calls included),
+    /// from ok requests' paths.
+    hops: BTreeMap<(String, u32), Histogram>,
+    /// The fault windows, by their phases' labels.
+    windows: Vec<(String, Window)>,
+    /// The load steps (open loop), with the rate before them.
+    steps: Vec<Step>,
+    rate: Option<f64>,
+    /// The measured clock's 0 on the wall clock, once the load began.
+    measuring_from: Option<SystemTime>,
+    /// Whether its load is over.
+    done: bool,
+}
+
+impl LiveMetrics {
+    pub(crate) fn new(run: &str) -> Self {
+        Self {
+            run: run.to_owned(),
+            state: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Vec<VariantLive>) -> T) -> T {
+        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn current<T>(&self, f: impl FnOnce(&mut VariantLive) -> T) -> Option<T> {
+        self.with(|variants| variants.last_mut().map(f))
+    }
+
+    /// The records that follow are `variant`'s.
+    pub(crate) fn begin_variant(&self, variant: &Variant) {
+        let (rate, steps) = match &variant.load.mode {
+            tailmesh_model::scenario::LoadMode::Open { rate, steps, .. } => {
+                (Some(*rate), steps.clone())
+            }
+            tailmesh_model::scenario::LoadMode::Closed { .. } => (None, Vec::new()),
+        };
+        let live = VariantLive {
+            name: variant.name.clone(),
+            windows: windowed_faults(variant),
+            steps,
+            rate,
+            ..Default::default()
+        };
+        self.with(|variants| variants.push(live));
+    }
+
+    /// The measured clock's 0, on the wall clock.
+    pub(crate) fn measuring_from(&self, at: SystemTime) {
+        self.current(|v| v.measuring_from = Some(at));
+    }
+
+    /// Measured requests sent so far.
+    pub(crate) fn sent(&self, measured: u64) {
+        self.current(|v| v.sent = v.sent.max(measured));
+    }
+
+    /// One measured request ended.
+    pub(crate) fn record(&self, r: &RequestRecord) {
+        self.current(|v| {
+            *v.outcomes.entry(r.outcome.label()).or_insert(0) += 1;
+            v.lateness
+                .observe(r.start.saturating_sub(r.intended).as_secs_f64());
+            if matches!(r.outcome, tailmesh_analysis::record::Outcome::Ok) {
+                v.latency.observe(r.latency().as_secs_f64());
+                for hop in &r.path {
+                    v.hops
+                        .entry((hop.hop.clone(), hop.replica))
+                        .or_default()
+                        .observe(Duration::from_nanos(hop.total_ns).as_secs_f64());
+                }
+            }
+        });
+    }
+
+    /// The variant's load is over: every request sent has ended.
+    pub(crate) fn end_variant(&self) {
+        self.current(|v| {
+            v.done = true;
+            v.sent = v.sent.max(v.outcomes.values().sum());
+        });
+    }
+
+    /// Every family as a scrape at `now` sees it.
+    fn families(&self, now: SystemTime) -> Vec<Family> {
+        let run = self.run.clone();
+        self.with(|variants| families(&run, variants, now))
+    }
+}
+
+fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family> {
+    let base = |v: &VariantLive| vec![("run", run.to_owned()), ("variant", v.name.clone())];
+    let family = |name, help, kind, samples| Family {
+        name,
+        help,
+        kind,
+        samples,
+    };
+    let number = |labels, value: f64| Sample {
+        labels,
+        value: Value::Number(value),
+    };
+    let mut sent = Vec::new();
+    let mut ended = Vec::new();
+    let mut in_flight = Vec::new();
+    let mut running = Vec::new();
+    let mut latency = Vec::new();
+    let mut lateness = Vec::new();
+    let mut hops = Vec::new();
+    let mut faults = Vec::new();
+    let mut offered = Vec::new();
+    for v in variants {
+        let ended_total: u64 = v.outcomes.values().sum();
+        sent.push(number(base(v), v.sent as f64));
+        for (outcome, n) in &v.outcomes {
+            let mut labels = base(v);
+            labels.push(("outcome", outcome.clone()));
+            ended.push(number(labels, *n as f64));
+        }
+        in_flight.push(number(base(v), v.sent.saturating_sub(ended_total) as f64));
+        running.push(number(base(v), if v.done { 0.0 } else { 1.0 }));
+        latency.push(Sample {
+            labels: base(v),
+            value: Value::Histogram(v.latency.clone()),
+        });
+        lateness.push(Sample {
+            labels: base(v),
+            value: Value::Histogram(v.lateness.clone()),
+        });
+        for ((hop, replica), h) in &v.hops {
+            let mut labels = base(v);
+            labels.push(("hop", hop.clone()));
+            labels.push(("replica", replica.to_string()));
+            hops.push(Sample {
+                labels,
+                value: Value::Histogram(h.clone()),
+            });
+        }
+        // Where the measured clock is now (before the load: nothing in
+        // force yet; after it: nothing any more).
+        let at = v
+            .measuring_from
+            .filter(|_| !v.done)
+            .and_then(|from| now.duration_since(from).ok());
+        for (label, w) in &v.windows {
+            let on = at.is_some_and(|t| w.start <= t && w.duration.is_none_or(|d| t < w.start + d));
+            let mut labels = base(v);
+            labels.push(("fault", label.clone()));
+            faults.push(number(labels, if on { 1.0 } else { 0.0 }));
+        }
+        if let Some(rate) = v.rate {
+            let mut current = if v.done { 0.0 } else { rate };
+            if let Some(t) = at {
+                let mut start = Duration::ZERO;
+                for step in &v.steps {
+                    if start <= t {
+                        current = step.rate;
+                    }
+                    start += step.duration;
+                }
+            }
+            offered.push(number(base(v), current));
+        }
+    }
+    vec![
+        family(
+            "tailmesh_requests_sent_total",
+            "Measured requests sent (warmup excluded).",
+            Kind::Counter,
+            sent,
+        ),
+        family(
+            "tailmesh_requests_total",
+            "Measured requests ended, by outcome: ok, timeout, or the gRPC code.",
+            Kind::Counter,
+            ended,
+        ),
+        family(
+            "tailmesh_requests_in_flight",
+            "Measured requests sent and not ended yet.",
+            Kind::Gauge,
+            in_flight,
+        ),
+        family(
+            "tailmesh_variant_running",
+            "1 while the variant's load runs, 0 once it is over.",
+            Kind::Gauge,
+            running,
+        ),
+        family(
+            "tailmesh_latency_seconds",
+            "End-to-end latency of ok requests, from each one's intended send time.",
+            Kind::Histogram,
+            latency,
+        ),
+        family(
+            "tailmesh_hop_seconds",
+            "A hop replica's time to answer (its downstream calls included), from ok requests' paths.",
+            Kind::Histogram,
+            hops,
+        ),
+        family(
+            "tailmesh_send_lateness_seconds",
+            "How late the load generator sent each measured request after its intended time.",
+            Kind::Histogram,
+            lateness,
+        ),
+        family(
+            "tailmesh_fault_in_force",
+            "1 while a scheduled fault window is in force, by its phase label (slow b, net b/1, ...).",
+            Kind::Gauge,
+            faults,
+        ),
+        family(
+            "tailmesh_offered_rate",
+            "The open loop's requested rate now (its step's), requests per second; 0 once over.",
+            Kind::Gauge,
+            offered,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailmesh_analysis::record::{HopRecord, Outcome};
+
+    fn record(id: u64, latency_ms: u64, outcome: Outcome) -> RequestRecord {
+        let ok = matches!(outcome, Outcome::Ok);
+        RequestRecord {
+            id,
+            intended: Duration::from_millis(id),
+            start: Duration::from_millis(id),
+            end: Duration::from_millis(id + latency_ms),
+            outcome,
+            path: if ok {
+                vec![HopRecord {
+                    hop: "a".to_owned(),
+                    replica: 1,
+                    total_ns: latency_ms * 1_000_000,
+                    ..Default::default()
+                }]
+            } else {
+                Vec::new()
+            },
+            extra_attempts: 0,
+            attempts: Vec::new(),
+        }
+    }
+
+    fn value<'a>(families: &'a [Family], name: &str, label: Option<(&str, &str)>) -> &'a Value {
+        let f = families
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        &f.samples
+            .iter()
+            .find(|s| label.is_none_or(|(k, v)| s.labels.iter().any(|(a, b)| *a == k && b == v)))
+            .unwrap_or_else(|| panic!("no sample of {name} with {label:?}"))
+            .value
+    }
+
+    #[test]
+    fn records_count_by_outcome_and_feed_the_histograms_and_windows_follow_the_clock() {
+        let text = "name = \"m\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"10s\"\n\
+                    [[hop]]\nname = \"a\"\nreplicas = 2\n\
+                    slow = { probability = 0.5, extra = \"1ms\", start = \"2s\", duration = \"3s\" }\n";
+        let scenario = crate::scenario::parse(text, "m.toml").unwrap_or_else(|e| panic!("{e}"));
+        let metrics = LiveMetrics::new("run-1");
+        metrics.begin_variant(&scenario.variants[0]);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        metrics.measuring_from(t0);
+        metrics.sent(4);
+        metrics.record(&record(1, 3, Outcome::Ok));
+        metrics.record(&record(2, 5, Outcome::Ok));
+        metrics.record(&record(3, 100, Outcome::Timeout));
+
+        let at = |s: u64| metrics.families(t0 + Duration::from_secs(s));
+        let during = at(3);
+        assert_eq!(
+            value(&during, "tailmesh_requests_total", Some(("outcome", "ok"))),
+            &Value::Number(2.0)
+        );
+        assert_eq!(
+            value(
+                &during,
+                "tailmesh_requests_total",
+                Some(("outcome", "timeout"))
+            ),
+            &Value::Number(1.0)
+        );
+        assert_eq!(
+            value(&during, "tailmesh_requests_in_flight", None),
+            &Value::Number(1.0)
+        );
+        let Value::Histogram(latency) = value(&during, "tailmesh_latency_seconds", None) else {
+            panic!("not a histogram");
+        };
+        assert_eq!(latency.count, 2, "only ok requests");
+        assert!((latency.sum - 0.008).abs() < 1e-9, "{}", latency.sum);
+        let Value::Histogram(hop) = value(&during, "tailmesh_hop_seconds", Some(("replica", "1")))
+        else {
+            panic!("not a histogram");
+        };
+        assert_eq!(hop.count, 2);
+        assert_eq!(
+            value(
+                &during,
+                "tailmesh_fault_in_force",
+                Some(("fault", "slow a"))
+            ),
+            &Value::Number(1.0)
+        );
+        assert_eq!(
+            value(&at(1), "tailmesh_fault_in_force", Some(("fault", "slow a"))),
+            &Value::Number(0.0),
+            "before the window"
+        );
+        assert_eq!(
+            value(&at(5), "tailmesh_fault_in_force", Some(("fault", "slow a"))),
+            &Value::Number(0.0),
+            "the window ends at 5 s"
+        );
+
+        metrics.record(&record(4, 2, Outcome::Ok));
+        metrics.end_variant();
+        let end = at(3);
+        assert_eq!(
+            value(&end, "tailmesh_requests_in_flight", None),
+            &Value::Number(0.0)
+        );
+        assert_eq!(
+            value(&end, "tailmesh_variant_running", None),
+            &Value::Number(0.0)
+        );
+        assert_eq!(
+            value(&end, "tailmesh_fault_in_force", Some(("fault", "slow a"))),
+            &Value::Number(0.0),
+            "nothing in force once the load is over"
+        );
+    }
+}
