@@ -608,89 +608,67 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_scenario_that_kills_a_replica_is_refused_naming_it() {
-        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
-                    [[hop]]\nname = \"a\"\nreplicas = 2\nkill = { replica = 1, at = \"1s\" }\n";
-        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
-        let runtime = Runtime {
-            name: "Kubernetes",
-            net_admin: true,
-            pod: true,
-        };
+    /// The problems `runtime` refuses the scenario `body` (after its
+    /// `[load]`'s head) for, one expected to start each with `starts`.
+    fn refused(body: &str, runtime: Runtime, starts: &[&str]) {
+        let text =
+            format!("name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n{body}");
+        let scenario = crate::scenario::parse(&text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
         match services(&scenario, runtime) {
             Err(DeployError::Undeployable { problems, .. }) => {
-                assert_eq!(problems.len(), 1, "{problems:?}");
-                assert!(
-                    problems[0].starts_with(
-                        "variant \"base\", hop \"a\" replica 1: kill needs the local or netns \
-                         launcher"
-                    ),
-                    "{problems:?}"
-                );
+                assert_eq!(problems.len(), starts.len(), "{problems:?}");
+                for (problem, start) in problems.iter().zip(starts) {
+                    assert!(problem.starts_with(start), "{problems:?}");
+                }
             }
             other => panic!("not refused: {other:?}"),
         }
+    }
+
+    const KUBERNETES: Runtime = Runtime {
+        name: "Kubernetes",
+        net_admin: true,
+        pod: true,
+    };
+
+    const COMPOSE: Runtime = Runtime {
+        name: "Docker Compose",
+        net_admin: true,
+        pod: false,
+    };
+
+    #[test]
+    fn a_scenario_that_kills_a_replica_is_refused_naming_it() {
+        refused(
+            "[[hop]]\nname = \"a\"\nreplicas = 2\nkill = { replica = 1, at = \"1s\" }\n",
+            KUBERNETES,
+            &["variant \"base\", hop \"a\" replica 1: kill needs the local or netns launcher"],
+        );
     }
 
     #[test]
     fn a_fault_on_a_generators_link_is_refused_naming_the_variant() {
-        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
-                    generators = 2\ngenerator_net = { generator = 1, loss = 0.1 }\n\
-                    [[hop]]\nname = \"a\"\n";
-        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
-        let runtime = Runtime {
-            name: "Docker Compose",
-            net_admin: true,
-            pod: false,
-        };
-        match services(&scenario, runtime) {
-            Err(DeployError::Undeployable { problems, .. }) => {
-                assert_eq!(problems.len(), 1, "{problems:?}");
-                assert!(
-                    problems[0].starts_with(
-                        "variant \"base\": [load] net and generator_net need the netns launcher"
-                    ),
-                    "{problems:?}"
-                );
-            }
-            other => panic!("not refused: {other:?}"),
-        }
+        refused(
+            "generators = 2\ngenerator_net = { generator = 1, loss = 0.1 }\n[[hop]]\nname = \"a\"\n",
+            COMPOSE,
+            &["variant \"base\": [load] net and generator_net need the netns launcher"],
+        );
     }
 
     #[test]
     fn a_service_command_without_an_image_or_with_proto_files_is_refused_naming_the_hop() {
-        let text = "name = \"k\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"5s\"\n\
-                    [[hop]]\nname = \"a\"\nreplicas = 2\n[hop.service]\ncommand = [\"srv\"]\n\
-                    method = \"p.S/M\"\nproto = [\"e.proto\"]\n";
-        let scenario = crate::scenario::parse(text, "k.toml").unwrap_or_else(|e| panic!("{e}"));
-        let runtime = Runtime {
-            name: "Docker Compose",
-            net_admin: true,
-            pod: false,
-        };
-        match services(&scenario, runtime) {
-            Err(DeployError::Undeployable { problems, .. }) => {
-                // Once per hop, not per replica.
-                assert_eq!(problems.len(), 2, "{problems:?}");
-                assert!(
-                    problems[0].starts_with(
-                        "variant \"base\", hop \"a\": [hop.service] proto: the .proto files \
-                         are not in the containers (Docker Compose)"
-                    ),
-                    "{problems:?}"
-                );
-                assert!(
-                    problems[1].starts_with(
-                        "variant \"base\", hop \"a\": [hop.service] command runs in a \
-                         container beside each replica's sidecar (Docker Compose): name its \
-                         image"
-                    ),
-                    "{problems:?}"
-                );
-            }
-            other => panic!("not refused: {other:?}"),
-        }
+        // Once per hop, not per replica.
+        refused(
+            "[[hop]]\nname = \"a\"\nreplicas = 2\n[hop.service]\ncommand = [\"srv\"]\n\
+             method = \"p.S/M\"\nproto = [\"e.proto\"]\n",
+            COMPOSE,
+            &[
+                "variant \"base\", hop \"a\": [hop.service] proto: the .proto files are not in \
+                 the containers (Docker Compose)",
+                "variant \"base\", hop \"a\": [hop.service] command runs in a container beside \
+                 each replica's sidecar (Docker Compose): name its image",
+            ],
+        );
     }
 
     /// Each replica of a service hop gets its service: the command in the
