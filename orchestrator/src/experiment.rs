@@ -255,12 +255,23 @@ fn generators_of_the_run(scenario: &Scenario, command: &RunCommand) -> Result<()
 /// the same few cores, and one thread saves wake-ups across threads).
 pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
     let (scenario, source) = scenario::load(&command.scenario)?;
-    generators_of_the_run(&scenario, command)?;
+    execute_scenario(&scenario, &source, command)
+}
+
+/// [`execute`] for a scenario already read (and perhaps changed, as the
+/// steps of `tailmesh search` are): `source` is the text summary.json
+/// echoes, `command.scenario` where it came from.
+pub fn execute_scenario(
+    scenario: &Scenario,
+    source: &str,
+    command: &RunCommand,
+) -> Result<Finished, ExperimentError> {
+    generators_of_the_run(scenario, command)?;
     let exe = std::env::current_exe().map_err(ExperimentError::Exe)?;
     let started_at = OffsetDateTime::now_utc();
     let dir = create_run_dir(&command.results, &scenario.name, started_at)?;
     output::check_writable(&dir)?;
-    output::check_room(&dir, &estimate_output(&scenario, !command.no_traces))?;
+    output::check_room(&dir, &estimate_output(scenario, !command.no_traces))?;
     let run_id = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -366,10 +377,10 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
             hub: hub.clone(),
         };
         tokio::spawn(count_interrupts(interrupt_tx));
-        let runs = run::run_variants(&scenario, &options, interrupt, &mut records).await;
+        let runs = run::run_variants(scenario, &options, interrupt, &mut records).await;
         if let Some(hub) = &hub {
             // One generator runs inside the orchestrator: none to dismiss.
-            let most = crate::deploy::generator_count(&scenario);
+            let most = crate::deploy::generator_count(scenario);
             hub.dismiss(if most > 1 { most } else { 0 }, DISMISS_GRACE)
                 .await;
         }
@@ -431,9 +442,9 @@ pub fn execute(command: &RunCommand) -> Result<Finished, ExperimentError> {
         }
     }
     let facts = RunFacts {
-        scenario: &scenario,
+        scenario,
         origin: &command.scenario,
-        source: &source,
+        source,
         run_id: &run_id,
         started_at,
         environment: detect_environment(&launchers(&runs)),

@@ -43,6 +43,7 @@ mod record;
 pub mod roles;
 mod run;
 pub mod scenario;
+pub mod search;
 pub mod traces;
 mod wire;
 

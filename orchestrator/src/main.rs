@@ -70,6 +70,9 @@ enum Command {
     /// its hops' declared work, faults and client policies composed, plus
     /// an overhead per hop reached.
     Predict(cli::predict::PredictArgs),
+    /// Find the highest open-loop rate at which each variant meets an
+    /// objective (`--slo 'p99<50ms,errors<0.1%'`), by short runs.
+    Search(cli::search::SearchArgs),
     /// Read traces of a real system (Jaeger, OTLP or Zipkin JSON, Alibaba's
     /// call-graph CSV) and print the mesh they show: services, who calls
     /// whom, how often and in what order, each service's own time; with
@@ -117,6 +120,7 @@ fn main() -> ExitCode {
         Command::Clean => cli::clean::clean(),
         Command::Validate(args) => cli::validate::validate(args),
         Command::Predict(args) => cli::predict::predict(args),
+        Command::Search(args) => cli::search::search(args),
         Command::Probe(args) => cli::probe::probe(args),
         Command::Import(args) => cli::import::import(args),
         Command::Hop(args) => cli::serve::hop(args),

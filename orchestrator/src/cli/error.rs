@@ -1,7 +1,8 @@
 //! How a command ends other than in success, and the one place that turns
 //! that into what the user reads and the process's exit status: 0 done,
 //! 1 the command could not be done, 2 a bad scenario or bad flags, 3 a
-//! check failed (or `compare --gate` found a regression), 4 a check was
+//! check failed (or `compare --gate` found a regression, or a search's
+//! first step failed its objective), 4 a check was
 //! inconclusive, 130 interrupted.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -67,6 +68,12 @@ pub(crate) enum CliError {
         /// `[check] max_error_rate` allows: its share and the limit.
         too_many_errors: Vec<String>,
     },
+    /// `tailmesh search`: a variant's first step already failed the
+    /// objective.
+    SearchFailed {
+        /// One line per such variant.
+        lines: Vec<String>,
+    },
     /// `tailmesh compare --gate`: run B regressed against run A.
     Regressed {
         /// Each regressed metric as `variant metric` ("base p99").
@@ -101,7 +108,9 @@ impl CliError {
             | CliError::BadInput(_)
             | CliError::Health(HealthError::Addr(_)) => 2,
             CliError::Probe(e) => e.exit_code(),
-            CliError::CheckFailed { .. } | CliError::Regressed { .. } => 3,
+            CliError::CheckFailed { .. }
+            | CliError::Regressed { .. }
+            | CliError::SearchFailed { .. } => 3,
             CliError::CheckInconclusive { .. } => 4,
             CliError::Interrupted => 130,
             CliError::Health(_)
@@ -154,6 +163,11 @@ impl CliError {
                     verdict.as_str()
                 );
                 for line in too_many_errors {
+                    tell!("tailmesh: {line}");
+                }
+            }
+            CliError::SearchFailed { lines } => {
+                for line in lines {
                     tell!("tailmesh: {line}");
                 }
             }

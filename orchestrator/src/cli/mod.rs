@@ -10,6 +10,7 @@
 //! - `deploy`: `tailmesh compose` and `tailmesh k8s`.
 //! - `serve`: what the binary does inside a mesh or a container: `hop`,
 //!   `broker` and `delay-line`, and the `health` and `token` helpers.
+//! - `search`: `tailmesh search`, the highest rate that meets an objective.
 //! - `clean`: `tailmesh clean`.
 //! - `import`: `tailmesh import`, the mesh a system's traces show.
 //! - `probe`: `tailmesh probe`, one call to a real gRPC service as a hop
@@ -25,6 +26,7 @@ pub(crate) mod predict;
 pub(crate) mod probe;
 pub(crate) mod report;
 pub(crate) mod run;
+pub(crate) mod search;
 pub(crate) mod serve;
 pub(crate) mod validate;
 pub(crate) mod what_if;

@@ -49,6 +49,7 @@ mod probe;
 mod pull;
 mod report;
 mod run;
+mod search;
 mod services;
 mod steps;
 mod stress;
@@ -93,5 +94,6 @@ fn main() -> std::process::ExitCode {
         services::TESTS,
         connections::TESTS,
         metrics::TESTS,
+        search::TESTS,
     ])
 }
