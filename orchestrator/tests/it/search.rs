@@ -23,8 +23,8 @@ fn a_search_brackets_the_rate_that_meets_the_objective_from_its_steps_runs() {
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(dir.path(), "cap.toml", SCENARIO);
     let results = dir.path().join("results");
-    let args = |extra: &[&str]| -> Vec<String> {
-        let mut a: Vec<String> = [
+    let search = |extra: &[&str]| {
+        let mut args = vec![
             "search",
             path_str(&scenario),
             "--slo",
@@ -35,28 +35,21 @@ fn a_search_brackets_the_rate_that_meets_the_objective_from_its_steps_runs() {
             "200ms",
             "--results",
             path_str(&results),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        a.extend(extra.iter().map(|s| (*s).to_owned()));
-        a
+        ];
+        args.extend_from_slice(extra);
+        tailmesh(dir.path(), &args)
     };
-    let found = {
-        let a = args(&["--max-steps", "5", "--repeats", "1"]);
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        tailmesh(dir.path(), &a)
-    };
+    let found = search(&["--max-steps", "5", "--repeats", "1"]);
     let output = found.output();
     assert_eq!(found.code(), Some(0), "{output}");
     assert!(
         output.contains("from 50/s (half the declared capacity, 100/s)"),
         "{output}"
     );
-    let search: Value =
+    let written: Value =
         serde_json::from_str(&read_lossy(&results.join("cap-search").join("search.json")))
             .expect("search.json");
-    let s = &search["searches"][0];
+    let s = &written["searches"][0];
     let steps = s["steps"].as_array().expect("steps");
     let searched = steps.iter().filter(|st| st["kind"] != "confirm").count();
     assert!((2..=5).contains(&searched), "{searched} steps:\n{output}");
@@ -103,11 +96,7 @@ fn a_search_brackets_the_rate_that_meets_the_objective_from_its_steps_runs() {
     eprintln!("search: {answer}");
 
     // A first step that already fails stops there, with exit 3.
-    let first = {
-        let a = args(&["--start", "400"]);
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        tailmesh(dir.path(), &a)
-    };
+    let first = search(&["--start", "400"]);
     let output = first.output();
     assert_eq!(first.code(), Some(3), "{output}");
     assert!(
