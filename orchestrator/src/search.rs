@@ -205,6 +205,10 @@ pub struct StepVerdict {
     pub rate: f64,
     /// The rate achieved, per second.
     pub achieved_rate: f64,
+    /// Ok requests per second: the goodput.
+    pub ok_rate: f64,
+    /// The end-to-end p99 of the ok requests, in ms (0 without any).
+    pub p99_ms: f64,
     /// Each objective, what was measured, and whether it held.
     pub measured: Vec<Measured>,
     /// Whether every objective held and the load went as planned.
@@ -250,6 +254,8 @@ pub fn judge(objectives: &[Objective], rate: f64, v: &VariantReport, run: &str) 
     StepVerdict {
         rate,
         achieved_rate: v.achieved_rate,
+        ok_rate: v.ok_rate,
+        p99_ms: v.latency.p99_us as f64 / 1000.0,
         met: unjudged.is_none() && measured.iter().all(|m| m.met),
         measured,
         unjudged,
@@ -444,6 +450,8 @@ mod tests {
         StepVerdict {
             rate,
             achieved_rate: rate,
+            ok_rate: rate,
+            p99_ms: 1.0,
             measured: Vec::new(),
             met,
             unjudged: None,

@@ -80,6 +80,7 @@ pub(crate) fn search(args: SearchArgs) -> Result<(), CliError> {
         .collect::<Vec<_>>()
         .join(",");
     let mut searches = Vec::new();
+    let mut charts = Vec::new();
     let mut failed = Vec::new();
     for variant in &scenario.variants {
         let LoadMode::Open { rate, .. } = variant.load.mode else {
@@ -167,6 +168,7 @@ pub(crate) fn search(args: SearchArgs) -> Result<(), CliError> {
                 variant.name
             ));
         }
+        charts.push((variant.name.clone(), outcome.clone()));
         searches.push(serde_json::json!({
             "variant": variant.name,
             "slo": written,
@@ -181,13 +183,21 @@ pub(crate) fn search(args: SearchArgs) -> Result<(), CliError> {
     std::fs::create_dir_all(&folder)
         .with_context(|| format!("create {}", folder.display()))
         .map_err(CliError::Failed)?;
+    let page = folder.join("search.html");
+    std::fs::write(&page, search_html(&scenario.name, &written, &charts))
+        .with_context(|| format!("write {}", page.display()))
+        .map_err(CliError::Failed)?;
     let file = folder.join("search.json");
     let json = serde_json::to_string_pretty(&serde_json::json!({ "searches": searches }))
         .map_err(|e| CliError::Failed(e.into()))?;
     std::fs::write(&file, json + "\n")
         .with_context(|| format!("write {}", file.display()))
         .map_err(CliError::Failed)?;
-    say!("search written to {}", file.display());
+    say!(
+        "search written to {} and {}",
+        file.display(),
+        page.display()
+    );
     if failed.is_empty() {
         Ok(())
     } else {
@@ -248,4 +258,90 @@ fn describe_answer(answer: &Answer, slo: &str) -> String {
              wider than 2 % (raise --max-steps, or --start nearer)"
         ),
     }
+}
+
+/// A page with, per variant, the steps' p99 and goodput against the
+/// offered rate, the answer marked.
+fn search_html(scenario: &str, slo: &str, searches: &[(String, search::Search)]) -> String {
+    use tailmesh::output::svg::{
+        Band, BandKind, Frame, LineChart, Scale, Series, escape, line_chart,
+    };
+    let mut body = String::new();
+    for (k, (variant, s)) in searches.iter().enumerate() {
+        let mut steps: Vec<&StepVerdict> = s.steps.iter().map(|(_, v)| v).collect();
+        steps.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        let points = |f: fn(&StepVerdict) -> f64, met: bool| -> Vec<(f64, f64)> {
+            steps
+                .iter()
+                .filter(|v| v.met == met)
+                .map(|v| (v.rate, f(v)))
+                .collect()
+        };
+        let marks: Vec<Band> = match &s.answer {
+            Answer::Found { rate, .. } | Answer::StepLimit { rate, .. } => vec![Band {
+                from: *rate,
+                to: *rate,
+                label: format!("answer {rate:.0}/s"),
+                kind: BandKind::Mark,
+            }],
+            _ => Vec::new(),
+        };
+        let frame = |y_label| Frame {
+            x_label: "offered rate (requests/s)",
+            y_label,
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            x_format: |v| format!("{v:.0}"),
+            y_format: |v| format!("{v:.0}"),
+        };
+        let series = |f: fn(&StepVerdict) -> f64, name: &str| {
+            vec![
+                Series {
+                    name: format!("{name}, met"),
+                    points: points(f, true),
+                    dashed: false,
+                    colour: 2,
+                    intervals: Vec::new(),
+                },
+                Series {
+                    name: format!("{name}, not met"),
+                    points: points(f, false),
+                    dashed: true,
+                    colour: 1,
+                    intervals: Vec::new(),
+                },
+            ]
+        };
+        let p99_id = format!("p99-{k}");
+        let goodput_id = format!("goodput-{k}");
+        let p99 = line_chart(&LineChart {
+            id: &p99_id,
+            title: "p99 of the ok requests by step",
+            frame: frame("p99 (ms)"),
+            x_range: None,
+            series: series(|v| v.p99_ms, "p99"),
+            bands: marks.clone(),
+        });
+        let goodput = line_chart(&LineChart {
+            id: &goodput_id,
+            title: "goodput (ok requests/s) by step",
+            frame: frame("ok requests/s"),
+            x_range: None,
+            series: series(|v| v.ok_rate, "goodput"),
+            bands: marks,
+        });
+        body.push_str(&format!(
+            "<h2>variant {}</h2>\n<p>{}</p>\n{p99}\n{goodput}\n",
+            escape(variant),
+            escape(&describe_answer(&s.answer, slo))
+        ));
+    }
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\n\
+         <style>{style}</style></head>\n<body><h1>{t}</h1>\n<p>objective: {o}</p>\n{body}\
+         </body></html>\n",
+        style = tailmesh::output::report::STYLE,
+        t = escape(&format!("tailmesh search: {scenario}")),
+        o = escape(slo),
+    )
 }

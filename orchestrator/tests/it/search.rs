@@ -50,6 +50,13 @@ fn a_search_brackets_the_rate_that_meets_the_objective_from_its_steps_runs() {
         serde_json::from_str(&read_lossy(&results.join("cap-search").join("search.json")))
             .expect("search.json");
     let s = &written["searches"][0];
+    let page = read_lossy(&results.join("cap-search").join("search.html"));
+    assert!(
+        page.contains("id=\"p99-0\"")
+            && page.contains("id=\"goodput-0\"")
+            && page.contains("answer "),
+        "{page}"
+    );
     let steps = s["steps"].as_array().expect("steps");
     let searched = steps.iter().filter(|st| st["kind"] != "confirm").count();
     assert!((2..=5).contains(&searched), "{searched} steps:\n{output}");

@@ -40,7 +40,8 @@ use sweep::{LOAD_RATE, hockey_stick_section, side_by_side_section, sweep_section
 use tables::{broker_table, compounding_table, error_table, latency_table, observer_section};
 use throughput::throughput_section;
 
-const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
+/// The report's style sheet, for every page of charts tailmesh writes.
+pub const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
 th:first-child,td:first-child{text-align:left}th{background:#f4f4f4}
