@@ -6,7 +6,7 @@
 #   aside) and the spread of the answers (goal: within 5 % of each other);
 # - the M/D/1 answer: the arrival rate at which P(W + D + o <= 20 ms) =
 #   0.99, with W the M/D/1 waiting time (Erlang's formula), D the hop's
-#   measured service time (its p50 at the answer) and o the rest of the
+#   measured service time (its mean at the answer) and o the rest of the
 #   end-to-end time (the run's p50 minus the hop's time to answer, at the
 #   answer); and each answer over it (goal: within 5 %).
 #
@@ -95,7 +95,7 @@ for n in range(1, searches + 1):
     at = [st for st in s["steps"] if st["verdict"]["rate"] == a["rate"]][-1]["verdict"]["run"]
     v = json.load(open(pathlib.Path(at) / "summary.json"))["variants"][0]
     hop = v["hops"][0]
-    d = hop["service"]["p50_us"] / 1e6
+    d = hop["service"]["mean_us"] / 1e6
     o = max(0.0, (v["latency"]["p50_us"] - hop["total"]["p50_us"]) / 1e6)
     theory = md1_answer(d, o)
     rows.append((n, a["rate"], a["fails_at"], len(steps), d, o, theory))
