@@ -58,36 +58,15 @@ printf '\n[telemetry]\nmetrics_grace = "0s"\n' >>"$TMP/scenario.toml"
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-measure() { # label round, extra flags...; writes $TMP/$label-$round.json
-    local label=$1 r=$2
-    shift 2
-    say "round $r: metrics $label"
-    if ! step INT "$BIN" run "$TMP/scenario.toml" --results "$TMP/results" --quiet --no-traces "$@" \
-        >"$TMP/run.out" 2>&1; then
-        say "tailmesh run failed:"
-        cat "$TMP/run.out" >&2
-        exit 1
-    fi
-    python3 - "$TMP/results" "$TMP/$label-$r.json" <<'PY'
-import json, pathlib, sys
-summary = next(pathlib.Path(sys.argv[1]).glob("*/latest/summary.json"))
-v = json.load(open(summary))["variants"][0]
-if v["ok"] != v["sent"]:
-    sys.exit(f"metrics: {v['sent'] - v['ok']} of {v['sent']} request(s) failed")
-json.dump({"rps": v["ok_rate"]}, open(sys.argv[2], "w"))
-PY
-    rm -rf "$TMP/results"
-}
-
 ACCEPT='application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited'
 machine_mark
 for ((r = 1; r <= ROUNDS; r++)); do
-    measure off "$r"
+    measure_run off "$r" --no-traces
     port="$(free_port)"
     # A scrape a second, as Prometheus would, for as long as the run lasts.
     (while sleep 1; do curl -s -o /dev/null -H "Accept: $ACCEPT" "http://127.0.0.1:$port/metrics" || true; done) &
     SCRAPER=$!
-    measure on "$r" --metrics "127.0.0.1:$port"
+    measure_run on "$r" --no-traces --metrics "127.0.0.1:$port"
     stop_scraper
     python3 - "$TMP/off-$r.json" "$TMP/on-$r.json" >"$TMP/round.tsv" <<'PY'
 import json, sys

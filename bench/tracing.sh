@@ -108,32 +108,10 @@ else
     cp "$SCENARIO" "$TMP/scenario.toml"
 fi
 
-measure() { # label round, extra flags...; writes $TMP/$label-$round.json
-    local label=$1 r=$2
-    shift 2
-    say "round $r: traces $label"
-    if ! step INT "$BIN" run "$TMP/scenario.toml" --results "$TMP/results" --quiet "$@" \
-        >"$TMP/run.out" 2>&1; then
-        say "tailmesh run failed:"
-        cat "$TMP/run.out" >&2
-        exit 1
-    fi
-    python3 - "$TMP/results" "$TMP/$label-$r.json" <<'PY'
-import json, pathlib, sys
-summary = next(pathlib.Path(sys.argv[1]).glob("*/latest/summary.json"))
-v = json.load(open(summary))["variants"][0]
-if v["ok"] != v["sent"]:
-    sys.exit(f"tracing: {v['sent'] - v['ok']} of {v['sent']} request(s) failed")
-lat = v["latency"]
-json.dump({"rps": v["ok_rate"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"]}, open(sys.argv[2], "w"))
-PY
-    rm -rf "$TMP/results"
-}
-
 machine_mark
 for ((r = 1; r <= ROUNDS; r++)); do
-    measure off "$r" --no-traces
-    measure on "$r"
+    measure_run off "$r" --no-traces
+    measure_run on "$r"
     python3 - "$TMP/off-$r.json" "$TMP/on-$r.json" >"$TMP/round.tsv" <<'PY'
 import json, sys
 off, on = (json.load(open(p)) for p in sys.argv[1:3])

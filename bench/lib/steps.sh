@@ -86,3 +86,29 @@ busy_gate() {
         echo "warning: load average $load1 (over 1.5): the machine is busy, the numbers are partly its own"
     fi
 }
+
+# Runs `tailmesh run $TMP/scenario.toml --quiet FLAGS...` into
+# $TMP/results and writes $TMP/LABEL-ROUND.json: the first variant's ok
+# rate (`rps`), p50 and p99 (us); a request not ok fails the benchmark.
+# Arguments: LABEL ROUND FLAGS...
+measure_run() {
+    local label=$1 r=$2
+    shift 2
+    say "round $r: $label"
+    if ! step INT "$BIN" run "$TMP/scenario.toml" --results "$TMP/results" --quiet "$@" \
+        >"$TMP/run.out" 2>&1; then
+        say "tailmesh run failed:"
+        cat "$TMP/run.out" >&2
+        exit 1
+    fi
+    python3 - "$TMP/results" "$TMP/$label-$r.json" "$BENCH" <<'PY'
+import json, pathlib, sys
+summary = next(pathlib.Path(sys.argv[1]).glob("*/latest/summary.json"))
+v = json.load(open(summary))["variants"][0]
+if v["ok"] != v["sent"]:
+    sys.exit(f"{sys.argv[3]}: {v['sent'] - v['ok']} of {v['sent']} request(s) failed")
+lat = v["latency"]
+json.dump({"rps": v["ok_rate"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"]}, open(sys.argv[2], "w"))
+PY
+    rm -rf "$TMP/results"
+}

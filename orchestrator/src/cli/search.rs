@@ -312,24 +312,30 @@ fn search_html(scenario: &str, slo: &str, searches: &[(String, search::Search)])
                 },
             ]
         };
-        let p99_id = format!("p99-{k}");
-        let goodput_id = format!("goodput-{k}");
-        let p99 = line_chart(&LineChart {
-            id: &p99_id,
-            title: "p99 of the ok requests by step",
-            frame: frame("p99 (ms)"),
-            x_range: None,
-            series: series(|v| v.p99_ms, "p99"),
-            bands: marks.clone(),
-        });
-        let goodput = line_chart(&LineChart {
-            id: &goodput_id,
-            title: "goodput (ok requests/s) by step",
-            frame: frame("ok requests/s"),
-            x_range: None,
-            series: series(|v| v.ok_rate, "goodput"),
-            bands: marks,
-        });
+        let chart = |id: &str, title: &str, y_label, f: fn(&StepVerdict) -> f64, name: &str| {
+            line_chart(&LineChart {
+                id: &format!("{id}-{k}"),
+                title,
+                frame: frame(y_label),
+                x_range: None,
+                series: series(f, name),
+                bands: marks.clone(),
+            })
+        };
+        let p99 = chart(
+            "p99",
+            "p99 of the ok requests by step",
+            "p99 (ms)",
+            |v| v.p99_ms,
+            "p99",
+        );
+        let goodput = chart(
+            "goodput",
+            "goodput (ok requests/s) by step",
+            "ok requests/s",
+            |v| v.ok_rate,
+            "goodput",
+        );
         body.push_str(&format!(
             "<h2>variant {}</h2>\n<p>{}</p>\n{p99}\n{goodput}\n",
             escape(variant),

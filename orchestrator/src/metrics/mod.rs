@@ -42,16 +42,19 @@ struct VariantLive {
     name: String,
     /// Measured requests sent.
     sent: u64,
-    /// Measured requests ended, by outcome (`ok`, `timeout`, or the gRPC
-    /// code).
-    outcomes: BTreeMap<String, u64>,
+    /// Measured requests ended ok.
+    ok: u64,
+    /// Measured requests ended otherwise, by outcome (`timeout`, or the
+    /// gRPC code): named only for these, so an ok request costs no name.
+    failed: BTreeMap<String, u64>,
     /// Ok requests, from their intended send time.
     latency: Histogram,
     /// How late each measured request was sent.
     lateness: Histogram,
     /// Each hop replica's time to answer (its downstream calls included),
-    /// from ok requests' paths.
-    hops: BTreeMap<(String, u32), Histogram>,
+    /// from ok requests' paths, in the order first seen: a few, found by
+    /// a scan that copies no name.
+    hops: Vec<(String, u32, Histogram)>,
     /// The fault windows, by their phases' labels.
     windows: Vec<(String, Window)>,
     /// The load steps (open loop), with the rate before them.
@@ -61,6 +64,13 @@ struct VariantLive {
     measuring_from: Option<SystemTime>,
     /// Whether its load is over.
     done: bool,
+}
+
+impl VariantLive {
+    /// Measured requests ended, however.
+    fn ended(&self) -> u64 {
+        self.ok + self.failed.values().sum::<u64>()
+    }
 }
 
 impl LiveMetrics {
@@ -110,16 +120,27 @@ impl LiveMetrics {
     /// One measured request ended.
     pub(crate) fn record(&self, r: &RequestRecord) {
         self.current(|v| {
-            *v.outcomes.entry(r.outcome.label()).or_insert(0) += 1;
             v.lateness
                 .observe(r.start.saturating_sub(r.intended).as_secs_f64());
-            if matches!(r.outcome, tailmesh_analysis::record::Outcome::Ok) {
-                v.latency.observe(r.latency().as_secs_f64());
-                for hop in &r.path {
-                    v.hops
-                        .entry((hop.hop.clone(), hop.replica))
-                        .or_default()
-                        .observe(Duration::from_nanos(hop.total_ns).as_secs_f64());
+            if !matches!(r.outcome, tailmesh_analysis::record::Outcome::Ok) {
+                *v.failed.entry(r.outcome.label()).or_insert(0) += 1;
+                return;
+            }
+            v.ok += 1;
+            v.latency.observe(r.latency().as_secs_f64());
+            for hop in &r.path {
+                let seconds = Duration::from_nanos(hop.total_ns).as_secs_f64();
+                match v
+                    .hops
+                    .iter_mut()
+                    .find(|(name, replica, _)| *name == hop.hop && *replica == hop.replica)
+                {
+                    Some((_, _, h)) => h.observe(seconds),
+                    None => {
+                        let mut h = Histogram::default();
+                        h.observe(seconds);
+                        v.hops.push((hop.hop.clone(), hop.replica, h));
+                    }
                 }
             }
         });
@@ -129,7 +150,7 @@ impl LiveMetrics {
     pub(crate) fn end_variant(&self) {
         self.current(|v| {
             v.done = true;
-            v.sent = v.sent.max(v.outcomes.values().sum());
+            v.sent = v.sent.max(v.ended());
         });
     }
 
@@ -162,12 +183,16 @@ fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family>
     let mut faults = Vec::new();
     let mut offered = Vec::new();
     for v in variants {
-        let ended_total: u64 = v.outcomes.values().sum();
+        let ended_total = v.ended();
         sent.push(number(base(v), v.sent as f64));
-        for (outcome, n) in &v.outcomes {
+        let outcomes = (v.ok > 0).then_some(("ok", v.ok));
+        for (outcome, n) in outcomes
+            .into_iter()
+            .chain(v.failed.iter().map(|(o, n)| (o.as_str(), *n)))
+        {
             let mut labels = base(v);
-            labels.push(("outcome", outcome.clone()));
-            ended.push(number(labels, *n as f64));
+            labels.push(("outcome", outcome.to_owned()));
+            ended.push(number(labels, n as f64));
         }
         in_flight.push(number(base(v), v.sent.saturating_sub(ended_total) as f64));
         running.push(number(base(v), if v.done { 0.0 } else { 1.0 }));
@@ -179,7 +204,7 @@ fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family>
             labels: base(v),
             value: Value::Histogram(v.lateness.clone()),
         });
-        for ((hop, replica), h) in &v.hops {
+        for (hop, replica, h) in &v.hops {
             let mut labels = base(v);
             labels.push(("hop", hop.clone()));
             labels.push(("replica", replica.to_string()));
