@@ -283,6 +283,22 @@ pub struct PeakMemory {
     pub peak_rss_bytes: u64,
 }
 
+/// One sample of a process the run started, taken once a second while
+/// the load runs (`processes.csv`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessSample {
+    /// When, in seconds on the measured clock (negative during warmup).
+    pub t_s: f64,
+    /// The process (`hop-b-1`, `broker`).
+    pub process: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its user plus system CPU time so far, seconds.
+    pub cpu_s: f64,
+    /// Its resident set size then (VmRSS), bytes.
+    pub rss_bytes: u64,
+}
+
 /// Requests sent during warmup: not measured, but still accounted for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarmupCounts {

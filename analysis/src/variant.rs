@@ -527,7 +527,7 @@ impl HopAcc {
 }
 
 /// The innermost hop named in an error message (`... hop "b" ...`).
-fn blamed_hop(message: &str) -> Option<&str> {
+pub fn blamed_hop(message: &str) -> Option<&str> {
     let start = message.rfind("hop \"")? + "hop \"".len();
     let len = message[start..].find('"')?;
     Some(&message[start..start + len])

@@ -217,6 +217,11 @@ impl Finished {
                 requests,
                 traces: self.kept.as_ref(),
                 interval_logs: std::mem::take(&mut self.interval_logs),
+                processes: self
+                    .runs
+                    .iter()
+                    .map(|r| (r.variant.name.as_str(), r.processes.as_slice()))
+                    .collect(),
             },
         );
         if let Some(kept) = &self.kept {
@@ -375,6 +380,7 @@ pub fn execute_scenario(
             attach: command.attach.clone(),
             tls_ca: None,
             hub: hub.clone(),
+            metrics: metrics.as_ref().map(|(live, _)| Arc::clone(live)),
         };
         tokio::spawn(count_interrupts(interrupt_tx));
         let runs = run::run_variants(scenario, &options, interrupt, &mut records).await;

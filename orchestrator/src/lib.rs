@@ -30,6 +30,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub use tailmesh_analysis as analysis;
+pub mod cases;
 pub mod console;
 pub mod deploy;
 mod error_chain;

@@ -73,6 +73,10 @@ enum Command {
     /// Find the highest open-loop rate at which each variant meets an
     /// objective (`--slo 'p99<50ms,errors<0.1%'`), by short runs.
     Search(cli::search::SearchArgs),
+    /// Make labelled fault cases for root-cause analysis (short runs with
+    /// one drawn fault each, traces and metrics in the formats RCA tools
+    /// read); `cases score DIR` scores rankings of suspects against them.
+    Cases(cli::cases::CasesArgs),
     /// Read traces of a real system (Jaeger, OTLP or Zipkin JSON, Alibaba's
     /// call-graph CSV) and print the mesh they show: services, who calls
     /// whom, how often and in what order, each service's own time; with
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cli::validate::validate(args),
         Command::Predict(args) => cli::predict::predict(args),
         Command::Search(args) => cli::search::search(args),
+        Command::Cases(args) => cli::cases::cases(args),
         Command::Probe(args) => cli::probe::probe(args),
         Command::Import(args) => cli::import::import(args),
         Command::Hop(args) => cli::serve::hop(args),

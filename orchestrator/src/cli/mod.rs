@@ -11,6 +11,8 @@
 //! - `serve`: what the binary does inside a mesh or a container: `hop`,
 //!   `broker` and `delay-line`, and the `health` and `token` helpers.
 //! - `search`: `tailmesh search`, the highest rate that meets an objective.
+//! - `cases`: `tailmesh cases`, labelled fault cases for root-cause
+//!   analysis, and their scoring.
 //! - `clean`: `tailmesh clean`.
 //! - `import`: `tailmesh import`, the mesh a system's traces show.
 //! - `probe`: `tailmesh probe`, one call to a real gRPC service as a hop
@@ -18,6 +20,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub(crate) mod cases;
 pub(crate) mod clean;
 pub(crate) mod deploy;
 pub(crate) mod error;

@@ -144,12 +144,7 @@ impl AnyLauncher {
     /// launch order; empty when attached (the container runtime has its
     /// own figures) and for a child whose figure cannot be read.
     pub fn peak_memory(&self) -> Vec<PeakMemory> {
-        let running: Vec<&Launched> = match self {
-            Self::Local(l) => l.running().collect(),
-            Self::Netns(l) => l.running().collect(),
-            Self::Attached(_) => Vec::new(),
-        };
-        running
+        self.running()
             .into_iter()
             .filter_map(|c| {
                 Some(PeakMemory {
@@ -158,6 +153,15 @@ impl AnyLauncher {
                 })
             })
             .collect()
+    }
+
+    /// Every child still running, in launch order; none when attached.
+    pub fn running(&self) -> Vec<&Launched> {
+        match self {
+            Self::Local(l) => l.running().collect(),
+            Self::Netns(l) => l.running().collect(),
+            Self::Attached(_) => Vec::new(),
+        }
     }
 
     /// `"local"`, `"netns"` or `"attached"`.

@@ -60,6 +60,9 @@ struct VariantLive {
     /// The load steps (open loop), with the rate before them.
     steps: Vec<Step>,
     rate: Option<f64>,
+    /// Each process's CPU seconds and resident bytes at its last sample,
+    /// in the order first seen.
+    processes: Vec<(String, f64, u64)>,
     /// The measured clock's 0 on the wall clock, once the load began.
     measuring_from: Option<SystemTime>,
     /// Whether its load is over.
@@ -146,6 +149,22 @@ impl LiveMetrics {
         });
     }
 
+    /// The variant's processes, sampled.
+    pub(crate) fn processes(&self, samples: &[tailmesh_analysis::record::ProcessSample]) {
+        self.current(|v| {
+            for s in samples {
+                match v
+                    .processes
+                    .iter_mut()
+                    .find(|(name, _, _)| *name == s.process)
+                {
+                    Some(p) => (p.1, p.2) = (s.cpu_s, s.rss_bytes),
+                    None => v.processes.push((s.process.clone(), s.cpu_s, s.rss_bytes)),
+                }
+            }
+        });
+    }
+
     /// The variant's load is over: every request sent has ended.
     pub(crate) fn end_variant(&self) {
         self.current(|v| {
@@ -182,7 +201,15 @@ fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family>
     let mut hops = Vec::new();
     let mut faults = Vec::new();
     let mut offered = Vec::new();
+    let mut cpu = Vec::new();
+    let mut memory = Vec::new();
     for v in variants {
+        for (process, cpu_s, rss) in &v.processes {
+            let mut labels = base(v);
+            labels.push(("process", process.clone()));
+            cpu.push(number(labels.clone(), *cpu_s));
+            memory.push(number(labels, *rss as f64));
+        }
         let ended_total = v.ended();
         sent.push(number(base(v), v.sent as f64));
         let outcomes = (v.ok > 0).then_some(("ok", v.ok));
@@ -287,6 +314,18 @@ fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family>
             "1 while a scheduled fault window is in force, by its phase label (slow b, net b/1, ...).",
             Kind::Gauge,
             faults,
+        ),
+        family(
+            "tailmesh_process_cpu_seconds_total",
+            "A process of the run (hop-b-1, broker): its user and system CPU time, sampled each second.",
+            Kind::Counter,
+            cpu,
+        ),
+        family(
+            "tailmesh_process_resident_memory_bytes",
+            "A process of the run: its resident memory (VmRSS), sampled each second.",
+            Kind::Gauge,
+            memory,
         ),
         family(
             "tailmesh_offered_rate",

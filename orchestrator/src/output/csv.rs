@@ -552,7 +552,7 @@ pub fn micros3(d: Duration) -> String {
 }
 
 /// `field` quoted per RFC 4180 when it needs to be.
-fn quote(field: &str) -> Cow<'_, str> {
+pub fn quote(field: &str) -> Cow<'_, str> {
     if field.contains([',', '"', '\r', '\n']) {
         Cow::Owned(format!("\"{}\"", field.replace('"', "\"\"")))
     } else {

@@ -11,6 +11,7 @@ use crate::{
     analysis::Summary,
     traces::jaeger::{self, KeptFile},
 };
+use tailmesh_analysis::record::ProcessSample;
 
 /// The (first) Jaeger JSON file in the run folder.
 pub const TRACES_FILE: &str = "traces.jaeger.json";
@@ -35,6 +36,8 @@ pub enum Content {
     Segments(usize),
     /// The kept traces' share of Jaeger file `n` (from 0), as Jaeger JSON.
     Traces(usize),
+    /// processes.csv: the processes' CPU and memory once a second.
+    Processes,
     /// report.html.
     Report,
     /// The hop processes' configs and logs, written by the launcher while
@@ -114,6 +117,16 @@ pub fn run_files(summary: &Summary, trace_files: usize) -> Vec<RunFile> {
             content: Content::Traces(i),
         });
     }
+    let started = |r: &tailmesh_analysis::variant::VariantReport| {
+        r.peak_memory.iter().any(|m| m.process != "orchestrator")
+    };
+    if summary.variants.iter().any(started) {
+        files.push(file(
+            PROCESSES,
+            "each process's CPU time and resident memory, once a second of the load",
+            Content::Processes,
+        ));
+    }
     files.push(file(
         "report.html",
         "the self-contained HTML report (tailmesh report <run-folder> redraws it)",
@@ -142,6 +155,32 @@ pub struct RunData<'a> {
     /// Each variant's `.hlog`, written while the run went, in the
     /// summary's order: renamed into place in its turn.
     pub(crate) interval_logs: Vec<HlogFile>,
+    /// Each variant's name and its processes' samples.
+    pub processes: Vec<(&'a str, &'a [ProcessSample])>,
+}
+
+/// The processes' samples: `processes.csv`.
+pub const PROCESSES: &str = "processes.csv";
+
+/// `processes.csv`'s text: a header, then one row per sample.
+pub fn processes_csv(processes: &[(&str, &[ProcessSample])]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("variant,t_s,process,pid,cpu_s,rss_bytes\n");
+    for (variant, samples) in processes {
+        for s in *samples {
+            let _ = writeln!(
+                out,
+                "{},{:.3},{},{},{:.2},{}",
+                super::csv::quote(variant),
+                s.t_s,
+                super::csv::quote(&s.process),
+                s.pid,
+                s.cpu_s,
+                s.rss_bytes
+            );
+        }
+    }
+    out
 }
 
 /// Writes `files` into `dir` in their order, each whole or not at all;
@@ -198,6 +237,9 @@ pub fn write_run(
                 None => continue,
             },
             Content::Traces(i) => write_jaeger(&path, data.traces, i),
+            Content::Processes => super::write_atomically(&path, |out| {
+                std::io::Write::write_all(out, processes_csv(&data.processes).as_bytes())
+            }),
             Content::Report => super::write_report(&path, summary),
             Content::Logs => continue,
         };
@@ -247,6 +289,7 @@ mod tests {
                 requests: Ok(requests),
                 traces: None,
                 interval_logs,
+                processes: Vec::new(),
             },
         )
     }

@@ -60,7 +60,7 @@ pub(crate) fn hop_tag(hop: &str) -> String {
 }
 
 /// The file name of `variant`'s log.
-pub(crate) fn file_name(variant: &str) -> String {
+pub fn file_name(variant: &str) -> String {
     format!("{variant}.hlog")
 }
 

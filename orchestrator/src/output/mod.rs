@@ -21,7 +21,7 @@ pub mod compare;
 pub mod csv;
 pub mod files;
 pub mod hgrm;
-pub(crate) mod hlog;
+pub mod hlog;
 pub mod json;
 pub(crate) mod phases;
 pub mod report;

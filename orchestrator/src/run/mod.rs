@@ -17,6 +17,7 @@ mod endpoints;
 mod faults;
 mod kills;
 mod launch;
+mod processes;
 mod progress;
 
 pub(crate) use launch::{LauncherError, ServiceError, resolve_launcher, wait_for_address};
@@ -273,6 +274,8 @@ pub(crate) struct VariantRun {
     /// The peak resident memory of the variant's processes and of the
     /// orchestrator, read when the load ended.
     pub memory: Vec<PeakMemory>,
+    /// Its processes' CPU time and memory, once a second of the load.
+    pub processes: Vec<tailmesh_analysis::record::ProcessSample>,
     /// How long its processes took to start and get ready.
     pub launch: Duration,
     /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
@@ -381,6 +384,8 @@ pub(crate) struct RunOptions {
     /// Where load generators started elsewhere connect, when they were
     /// (`tailmesh run --generators-at`); otherwise the run starts its own.
     pub hub: Option<Arc<fleet::Hub>>,
+    /// The live metrics, when served: the processes' samples go there too.
+    pub metrics: Option<Arc<crate::metrics::LiveMetrics>>,
 }
 
 /// Runs every variant of `scenario` in turn. Ctrl-C (`interrupt` counting
@@ -699,11 +704,12 @@ async fn measure(
     // and its requests are counted as errors by the load generator. The
     // fault schedule wakes at its next change, so a window opens within a
     // few milliseconds (plus the Control call) of its planned time.
+    let mut processes = processes::ProcessWatch::new(variant.load.warmup);
     let watch_children = async {
         let mut incidents = Vec::new();
         loop {
             let now = tokio::time::Instant::now();
-            let mut wake = now + CHILD_WATCH_EVERY;
+            let mut wake = (now + CHILD_WATCH_EVERY).min(clock.origin + processes.next_change());
             if let Some(next) = faults.next_change() {
                 wake = wake.min(clock.origin + next);
             }
@@ -722,6 +728,12 @@ async fn measure(
             kills
                 .advance(clock.since_origin(tokio::time::Instant::now()), launcher)
                 .await;
+            if let Some(t_s) = processes.due(clock.since_origin(tokio::time::Instant::now())) {
+                let samples = processes.sample(t_s, launcher);
+                if let Some(m) = &options.metrics {
+                    m.processes(samples);
+                }
+            }
             for child in launcher.exited() {
                 let line = format!("{child} while the load was running");
                 crate::tell!("warning: variant {}: {line}", variant.name);
@@ -775,6 +787,7 @@ async fn measure(
         kills,
         endpoints,
         memory,
+        processes: processes.finish(),
         launch: launched,
         launcher: launcher.kind(),
         spans: Spool::default(),

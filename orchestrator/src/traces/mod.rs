@@ -22,6 +22,7 @@ mod held;
 pub mod jaeger;
 pub mod loadgen;
 pub mod observer;
+pub mod otlp_json;
 mod raw;
 pub mod sift;
 pub mod spool;

@@ -27,6 +27,7 @@ mod support;
 
 mod attribution;
 mod brokers;
+mod cases;
 mod cli;
 mod composition;
 mod connections;
@@ -95,5 +96,6 @@ fn main() -> std::process::ExitCode {
         connections::TESTS,
         metrics::TESTS,
         search::TESTS,
+        cases::TESTS,
     ])
 }

@@ -1,0 +1,534 @@
+//! `tailmesh cases`: labelled fault cases for root-cause analysis, made
+//! by short runs of a scenario with one drawn fault each (the library's
+//! `cases`), and `tailmesh cases score`: rankings of suspects scored
+//! against the labels.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand};
+use tailmesh::cases::draw::{self, DrawPlan};
+use tailmesh::cases::files::{self, CasesError};
+use tailmesh::cases::rank::{self, Ranking};
+use tailmesh::cases::score::{self, MethodScore};
+use tailmesh::cases::series::SeriesAcc;
+use tailmesh::cases::{self as lib, Entry, Index, Kind, Label};
+use tailmesh::experiment::{self, RunCommand};
+use tailmesh::output;
+use tailmesh::say;
+use tailmesh::scenario::{self, Launcher};
+
+use super::CliError;
+
+/// `tailmesh cases`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct CasesArgs {
+    #[command(subcommand)]
+    score: Option<CasesCommand>,
+    #[command(flatten)]
+    make: MakeArgs,
+}
+
+#[derive(Subcommand)]
+enum CasesCommand {
+    /// Score rankings of suspected root causes against the cases' labels:
+    /// tailmesh's, the two baselines' and any tool's (--ranking).
+    Score(ScoreArgs),
+}
+
+/// Making cases.
+#[derive(Args)]
+struct MakeArgs {
+    /// The scenario whose mesh the cases run (its first variant, or
+    /// --variant).
+    #[arg(required = true)]
+    scenario: Option<PathBuf>,
+    /// How many faults to inject (one run each).
+    #[arg(long, default_value_t = 10)]
+    count: usize,
+    /// The fault kinds, taken in turn [default: every kind the scenario's
+    /// launcher can carry: loss and delay need the netns launcher (root)].
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
+    /// The seed the faults are drawn from.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where the cases go: an empty or new folder.
+    #[arg(short = 'o', long = "out", required = true)]
+    out: Option<PathBuf>,
+    /// How long each case's load lasts after warmup; the fault's window
+    /// starts in its second third.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "12s")]
+    length: Duration,
+    /// The variant to run (default the first).
+    #[arg(long)]
+    variant: Option<String>,
+    /// Keep the scenario's whole-run faults as background noise (by
+    /// default a case's mesh has no fault but its own).
+    #[arg(long)]
+    background: bool,
+    /// Run every case on the netns launcher (root): what loss and delay
+    /// cases need, for a scenario whose launcher is local.
+    #[arg(long)]
+    netns: bool,
+}
+
+/// Scoring.
+#[derive(Args)]
+struct ScoreArgs {
+    /// The cases' folder (`tailmesh cases -o DIR`).
+    dir: PathBuf,
+    /// A folder of another tool's rankings, one file per case named after
+    /// it (`case-007.json` or `.csv`, most suspect service first); may be
+    /// given several times.
+    #[arg(long)]
+    ranking: Vec<PathBuf>,
+}
+
+/// Runs `tailmesh cases` or `tailmesh cases score`.
+pub(crate) fn cases(args: CasesArgs) -> Result<(), CliError> {
+    match args.score {
+        Some(CasesCommand::Score(score)) => score_cases(score),
+        None => make(args.make),
+    }
+}
+
+fn failed(e: CasesError) -> CliError {
+    CliError::Failed(e.into())
+}
+
+fn make(args: MakeArgs) -> Result<(), CliError> {
+    let (Some(path), Some(out)) = (args.scenario.clone(), args.out.clone()) else {
+        return Err(CliError::BadInput(anyhow!(
+            "a scenario file and -o DIR are needed"
+        )));
+    };
+    let (scenario, source) = scenario::load(&path)?;
+    let variant = match &args.variant {
+        Some(name) => scenario
+            .variants
+            .iter()
+            .find(|v| v.name == *name)
+            .ok_or_else(|| {
+                CliError::BadInput(anyhow!("{}: no variant named {name:?}", path.display()))
+            })?,
+        None => scenario
+            .variants
+            .first()
+            .ok_or_else(|| CliError::BadInput(anyhow!("{}: no variant", path.display())))?,
+    };
+    let privileged = tailmesh_netfault::tool::has_privilege();
+    let networked = args.netns
+        || variant.launcher == Launcher::Netns
+        || (variant.launcher == Launcher::Auto && privileged);
+    let kinds: Vec<Kind> = if args.faults.is_empty() {
+        let kinds: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| !k.is_network() || networked)
+            .collect();
+        if kinds.len() < Kind::ALL.len() {
+            say!("cases: loss and delay left out: they need the netns launcher (--netns, as root)");
+        }
+        kinds
+    } else {
+        args.faults
+            .iter()
+            .map(|name| {
+                Kind::parse(name.trim()).ok_or_else(|| {
+                    CliError::BadInput(anyhow!(
+                        "--faults: unknown kind {name:?}; the kinds are {}",
+                        Kind::ALL.map(Kind::as_str).join(", ")
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if kinds.iter().any(|k| k.is_network()) && !networked {
+        return Err(CliError::BadInput(anyhow!(
+            "--faults: loss and delay need the netns launcher: --netns (as root), or launcher = \
+             \"netns\" in {}",
+            path.display()
+        )));
+    }
+    if std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(CliError::BadInput(anyhow!(
+            "{}: not empty; the cases go into an empty or new folder",
+            out.display()
+        )));
+    }
+    let steady = draw::steady(
+        &scenario,
+        variant,
+        args.background,
+        args.length,
+        args.netns || kinds.iter().any(|k| k.is_network()),
+    );
+    let Some(base) = steady.variants.first() else {
+        return Err(CliError::BadInput(anyhow!(
+            "{}: no variant",
+            path.display()
+        )));
+    };
+    let faults = draw::draw(
+        base,
+        &DrawPlan {
+            count: args.count,
+            kinds: kinds.clone(),
+            seed: args.seed,
+            length: args.length,
+            slow_threshold: steady.check.slow_threshold,
+        },
+    )
+    .map_err(|e| CliError::BadInput(anyhow!("{}: {e}", path.display())))?;
+    let hops: Vec<String> = base.hops.iter().map(|h| h.name.clone()).collect();
+    let work = out.join(".runs");
+    std::fs::create_dir_all(out.join("runs"))
+        .with_context(|| format!("create {}", out.join("runs").display()))
+        .map_err(CliError::Failed)?;
+    let mut index = Index {
+        scenario: path.display().to_string(),
+        variant: base.name.clone(),
+        seed: args.seed,
+        length_s: args.length.as_secs_f64(),
+        background: args.background,
+        kinds,
+        services: hops.clone(),
+        kept: 0,
+        dropped: 0,
+        cases: Vec::new(),
+    };
+    let width = (args.count.max(1) - 1).to_string().len().max(3);
+    say!(
+        "cases: {} injections into variant {} of {}, {} each, seed {}",
+        args.count,
+        base.name,
+        path.display(),
+        tailmesh_units::duration(args.length),
+        args.seed
+    );
+    for (i, fault) in faults.iter().enumerate() {
+        let case = format!("case-{i:0width$}");
+        let mut run = draw::apply(&steady, fault);
+        run.name = case.clone();
+        let text = format!(
+            "# tailmesh cases, {case}: {} from {:.1}s to {:.1}s, the steady mesh of variant {} \
+             (over the file below)\n{source}",
+            fault.describe(),
+            fault.start_s,
+            fault.end_s,
+            base.name
+        );
+        let mut finished = experiment::execute_scenario(
+            &run,
+            &text,
+            &RunCommand {
+                scenario: path.clone(),
+                results: work.clone(),
+                progress: false,
+                no_traces: false,
+                otlp_forward: None,
+                attach: None,
+                generators_at: None,
+                metrics: None,
+            },
+        )?;
+        finished.write()?;
+        let report = finished
+            .summary
+            .variants
+            .first()
+            .ok_or_else(|| CliError::Failed(anyhow!("{case} measured no variant")))?;
+        let verdict = lib::judge(&report.phases, fault, &run.check);
+        let runs = out.join("runs").join(&case);
+        std::fs::rename(&finished.dir, &runs)
+            .with_context(|| format!("move {} to {}", finished.dir.display(), runs.display()))
+            .map_err(CliError::Failed)?;
+        let _ = std::fs::remove_dir_all(work.join(&case));
+        say!(
+            "{case}: {:<18} {}: {}",
+            fault.describe(),
+            if verdict.kept { "kept" } else { "dropped" },
+            verdict.reason
+        );
+        if verdict.kept {
+            let applied = report.fault_windows.iter().find(|w| w.hop == fault.service);
+            let label = Label {
+                case: case.clone(),
+                service: fault.service.clone(),
+                replica: fault.replica,
+                fault: fault.clone(),
+                start_unix_s: 0.0,
+                end_unix_s: 0.0,
+                applied_at_s: applied.and_then(|w| w.applied_at_s),
+                cleared_at_s: applied.and_then(|w| w.cleared_at_s),
+                origin_unix_s: 0.0,
+                verdict: verdict.clone(),
+            };
+            let seconds = report.measured_s.ceil() as usize;
+            materialize(
+                &out.join(&case),
+                &runs,
+                &base.name,
+                &hops,
+                label,
+                &run.check,
+                seconds,
+            )
+            .map_err(failed)?;
+            index.kept += 1;
+        } else {
+            index.dropped += 1;
+        }
+        index.cases.push(Entry {
+            case: case.clone(),
+            fault: fault.clone(),
+            verdict,
+            run: format!("runs/{case}"),
+        });
+        files::write_json(&out.join("index.json"), &index).map_err(failed)?;
+        if finished.interrupted {
+            let _ = std::fs::remove_dir_all(&work);
+            return Err(CliError::Interrupted);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    say!(
+        "cases: {} kept, {} dropped (the fault left the objective as it was) of {}; index at {}",
+        index.kept,
+        index.dropped,
+        index.cases.len(),
+        out.join("index.json").display()
+    );
+    say!("score them: tailmesh cases score {}", out.display());
+    Ok(())
+}
+
+/// Writes a kept case's folder from its run folder.
+fn materialize(
+    dir: &Path,
+    run: &Path,
+    variant: &str,
+    hops: &[String],
+    mut label: Label,
+    check: &scenario::Check,
+    seconds: usize,
+) -> Result<(), CasesError> {
+    std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
+    let hlog = run.join(output::hlog::file_name(variant));
+    let origin = hlog_start(&hlog)?;
+    label.origin_unix_s = origin;
+    label.start_unix_s = origin + label.fault.start_s;
+    label.end_unix_s = origin + label.fault.end_s;
+    let window = (label.fault.start_s, label.fault.end_s);
+
+    // One pass over the requests: the metrics and tailmesh's blame.
+    let mut series = SeriesAcc::new(hops.to_vec());
+    let mut blame = rank::Blame::new(hops.to_vec(), check.slow_threshold, window);
+    let requests = run.join("requests.csv");
+    output::csv::for_each_request(&requests, |v, r| {
+        if v == variant {
+            series.record(&r);
+            blame.record(&r);
+        }
+    })
+    .map_err(|e| CasesError::Bad {
+        path: requests.clone(),
+        what: e.to_string(),
+    })?;
+    let processes = run.join(output::files::PROCESSES);
+    let samples = if processes.exists() {
+        files::read_processes(&processes, variant)?
+    } else {
+        Vec::new()
+    };
+    let series = series.finish(seconds, &samples);
+    files::write_whole(&dir.join("metrics.csv"), series.csv(origin).as_bytes())?;
+    files::write_whole(
+        &dir.join("inject_time.txt"),
+        format!("{}\n", label.start_unix_s.floor() as i64).as_bytes(),
+    )?;
+
+    // The traces, without what gives the fault away, as Jaeger and OTLP JSON.
+    let mut jaeger = Vec::new();
+    for n in 0.. {
+        let name = tailmesh::traces::jaeger::file_name(n);
+        let from = run.join(&name);
+        if !from.exists() {
+            break;
+        }
+        let to = dir.join(&name);
+        files::copy_traces(&from, &to)?;
+        jaeger.push(to);
+    }
+    let otlp = dir.join("traces.otlp.json");
+    tailmesh::traces::otlp_json::write_from_jaeger(&jaeger, &otlp).map_err(|e| {
+        CasesError::Bad {
+            path: otlp.clone(),
+            what: e.to_string(),
+        }
+    })?;
+    let mut traces = Vec::new();
+    for file in &jaeger {
+        let input = std::fs::File::open(file).map_err(CasesError::io(file))?;
+        let imported = tailmesh_import::read(
+            tailmesh_import::Format::Jaeger,
+            &file.display().to_string(),
+            std::io::BufReader::new(input),
+        )
+        .map_err(|e| CasesError::Bad {
+            path: file.clone(),
+            what: e.to_string(),
+        })?;
+        traces.extend(imported.traces);
+    }
+
+    // The processes' logs (not their configs).
+    let logs = run.join("logs").join(variant);
+    let into = dir.join("logs");
+    std::fs::create_dir_all(&into).map_err(CasesError::io(&into))?;
+    if let Ok(entries) = std::fs::read_dir(&logs) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if Path::new(&name).extension().is_some_and(|e| e == "log") {
+                let to = into.join(&name);
+                std::fs::copy(entry.path(), &to).map_err(CasesError::io(&to))?;
+            }
+        }
+    }
+
+    let rankings: [Ranking; 3] = [
+        blame.finish(),
+        rank::p99_rise(&series, window),
+        rank::slow_own_time(
+            hops,
+            &traces,
+            (label.start_unix_s, label.end_unix_s),
+            check.slow_threshold,
+        ),
+    ];
+    for r in &rankings {
+        files::write_json(&dir.join("rankings").join(format!("{}.json", r.method)), r)?;
+    }
+    files::write_json(&dir.join("label.json"), &label)
+}
+
+/// The wall-clock time of the end of warmup: the `.hlog`'s StartTime.
+fn hlog_start(path: &Path) -> Result<f64, CasesError> {
+    let text = std::fs::read_to_string(path).map_err(CasesError::io(path))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("#[StartTime: "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| CasesError::Bad {
+            path: path.to_path_buf(),
+            what: "no #[StartTime: ...] line".to_owned(),
+        })
+}
+
+fn score_cases(args: ScoreArgs) -> Result<(), CliError> {
+    let index: Index = files::read_json(&args.dir.join("index.json")).map_err(failed)?;
+    let kept: Vec<&Entry> = index.cases.iter().filter(|c| c.verdict.kept).collect();
+    if kept.is_empty() {
+        return Err(CliError::BadInput(anyhow!(
+            "{}: no kept case to score ({} injections, none moved the objective)",
+            args.dir.display(),
+            index.cases.len()
+        )));
+    }
+    let mut methods: Vec<(String, Option<PathBuf>)> =
+        [rank::TAILMESH, rank::P99_RISE, rank::SLOW_OWN_TIME]
+            .map(|m| (m.to_owned(), None))
+            .to_vec();
+    for dir in &args.ranking {
+        if !dir.is_dir() {
+            return Err(CliError::BadInput(anyhow!(
+                "--ranking {}: not a folder",
+                dir.display()
+            )));
+        }
+        let name = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        methods.push((name, Some(dir.clone())));
+    }
+    let mut scores: Vec<MethodScore> = Vec::new();
+    for (method, dir) in &methods {
+        let mut results = Vec::new();
+        for case in &kept {
+            let names = match dir {
+                Some(dir) => files::read_ranking(dir, &case.case).map_err(failed)?,
+                None => {
+                    let file = args
+                        .dir
+                        .join(&case.case)
+                        .join("rankings")
+                        .join(format!("{method}.json"));
+                    let r: Ranking = files::read_json(&file).map_err(failed)?;
+                    Some(r.ranking.into_iter().map(|s| s.service).collect())
+                }
+            };
+            let at = score::position(names.as_deref(), &case.fault.service);
+            results.push((case.fault.kind, at, names.is_some()));
+        }
+        scores.push(score::score(method, &results));
+    }
+    let by_reason = |word: &str| {
+        index
+            .cases
+            .iter()
+            .filter(|c| !c.verdict.kept && c.verdict.reason.contains(word))
+            .count()
+    };
+    say!(
+        "cases: {} injections, {} kept, {} dropped ({} invisible, {} with the objective broken before)",
+        index.cases.len(),
+        kept.len(),
+        index.cases.len() - kept.len(),
+        by_reason("invisible"),
+        by_reason("already broken")
+    );
+    say!(
+        "{:<16} {:<14} {:>6} {:>6} {:>6} {:>6}",
+        "method",
+        "kind",
+        "cases",
+        "AC@1",
+        "AC@3",
+        "Avg@5"
+    );
+    for s in &scores {
+        for k in &s.kinds {
+            let unranked = if k.unranked > 0 {
+                format!("  ({} without a ranking)", k.unranked)
+            } else {
+                String::new()
+            };
+            say!(
+                "{:<16} {:<14} {:>6} {:>6.2} {:>6.2} {:>6.2}{unranked}",
+                s.method,
+                k.kind,
+                k.cases,
+                k.ac1,
+                k.ac3,
+                k.avg5
+            );
+        }
+    }
+    let file = args.dir.join("scores.json");
+    files::write_json(
+        &file,
+        &serde_json::json!({
+            "injections": index.cases.len(),
+            "kept": kept.len(),
+            "methods": scores,
+        }),
+    )
+    .map_err(failed)?;
+    say!("scores written to {}", file.display());
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! Each process the run started, sampled once a second while the load
+//! runs: its CPU time (user plus system, from `/proc/<pid>/stat`) and its
+//! resident memory (VmRSS, from `/proc/<pid>/status`), at whole seconds
+//! of the measured clock. One source for `processes.csv`, the cases'
+//! per-service metrics and the live metrics.
+
+use std::time::Duration;
+
+use tailmesh_analysis::record::ProcessSample;
+
+use crate::launcher::AnyLauncher;
+
+/// Clock ticks per second of `/proc/<pid>/stat`'s times: Linux's USER_HZ,
+/// 100 on every architecture it runs on.
+const TICKS_PER_S: f64 = 100.0;
+
+/// The samples, and when the next is due.
+pub(crate) struct ProcessWatch {
+    warmup: Duration,
+    /// The next sample's time since the load's origin.
+    next: Duration,
+    samples: Vec<ProcessSample>,
+}
+
+impl ProcessWatch {
+    /// Samples at every whole second of the measured clock from the
+    /// load's origin (warmup included).
+    pub(crate) fn new(warmup: Duration) -> Self {
+        // The first whole second at or after -warmup, from the origin.
+        let skip = warmup.as_secs_f64().fract();
+        Self {
+            warmup,
+            next: Duration::from_secs_f64(skip),
+            samples: Vec::new(),
+        }
+    }
+
+    /// When the next sample is due, since the origin.
+    pub(crate) fn next_change(&self) -> Duration {
+        self.next
+    }
+
+    /// Whether a sample is due at `since_origin`: its time on the measured
+    /// clock, the next one scheduled a whole second later.
+    pub(crate) fn due(&mut self, since_origin: Duration) -> Option<f64> {
+        if since_origin < self.next {
+            return None;
+        }
+        let t_s = self.next.as_secs_f64() - self.warmup.as_secs_f64();
+        while self.next <= since_origin {
+            self.next += Duration::from_secs(1);
+        }
+        Some((t_s * 1e3).round() / 1e3)
+    }
+
+    /// Samples every process still running, as of `t_s`; returns the new
+    /// samples.
+    pub(crate) fn sample(&mut self, t_s: f64, launcher: &AnyLauncher) -> &[ProcessSample] {
+        let first = self.samples.len();
+        for child in launcher.running() {
+            if let Some((cpu_s, rss_bytes)) = read(child.pid) {
+                self.samples.push(ProcessSample {
+                    t_s,
+                    process: child.name.clone(),
+                    pid: child.pid,
+                    cpu_s,
+                    rss_bytes,
+                });
+            }
+        }
+        &self.samples[first..]
+    }
+
+    pub(crate) fn finish(self) -> Vec<ProcessSample> {
+        self.samples
+    }
+}
+
+/// A process's CPU seconds and resident bytes now.
+fn read(pid: u32) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some((cpu_ticks(&stat)? as f64 / TICKS_PER_S, rss_bytes(&status)?))
+}
+
+/// utime + stime of a `/proc/<pid>/stat` line.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name is in parentheses and may hold spaces or ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    // After the name: state(3) ... utime(14) stime(15).
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The VmRSS line of a `/proc/<pid>/status`, in bytes.
+fn rss_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line["VmRSS:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_and_memory_read_from_proc_files() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 5 0 0";
+        assert_eq!(cpu_ticks(stat), Some(300));
+        assert_eq!(cpu_ticks("42 (x"), None);
+        let status = "Name:\ttailmesh\nVmHWM:\t  9000 kB\nVmRSS:\t  8192 kB\n";
+        assert_eq!(rss_bytes(status), Some(8192 * 1024));
+        assert_eq!(rss_bytes("Name:\tx\n"), None);
+        let me = read(std::process::id());
+        assert!(me.is_some_and(|(cpu, rss)| cpu >= 0.0 && rss > 0), "{me:?}");
+    }
+
+    #[test]
+    fn samples_fall_on_whole_seconds_of_the_measured_clock() {
+        let mut w = ProcessWatch::new(Duration::from_millis(1_500));
+        // Due at 0.5 s from the origin: -1 on the measured clock.
+        assert_eq!(w.next_change(), Duration::from_millis(500));
+        assert_eq!(w.due(Duration::from_millis(400)), None);
+        assert_eq!(w.due(Duration::from_millis(600)), Some(-1.0));
+        // Late: one sample for the seconds missed, at the first of them.
+        assert_eq!(w.due(Duration::from_millis(2_600)), Some(0.0));
+        assert_eq!(w.next_change(), Duration::from_millis(3_500));
+        assert_eq!(w.due(Duration::from_millis(3_500)), Some(2.0));
+    }
+}
