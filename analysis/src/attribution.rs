@@ -294,15 +294,23 @@ fn walk(path: &[HopRecord], i: usize, caller: &str, client: Duration, out: &mut 
     };
     out.push(Component::at(kind, &h.hop, ns(h.service_ns)));
     // The critical child: the downstream call that took longest (a fan-out
-    // waits for all of them).
+    // waits for all of them), as the caller timed it where its record says
+    // (the network to a callee included: a slow link makes its call the
+    // critical one though the callee itself was quick), else by the
+    // callee's own time.
     let slot_wait = if pulled(h) { 0 } else { h.queue_wait_ns };
     let downstream = ns(h.total_ns)
         .saturating_sub(ns(h.service_ns))
         .saturating_sub(ns(slot_wait));
-    if let Some(next) = children(path, i)
-        .into_iter()
-        .max_by_key(|&j| callee_time(&path[j]))
-    {
+    let call_time = |j: usize| {
+        h.calls
+            .iter()
+            .filter(|c| c.hop == path[j].hop)
+            .map(|c| ns(c.call_ns))
+            .max()
+            .unwrap_or_else(|| callee_time(&path[j]))
+    };
+    if let Some(next) = children(path, i).into_iter().max_by_key(|&j| call_time(j)) {
         walk(path, next, &h.hop, downstream, out);
     }
 }
@@ -694,6 +702,37 @@ mod tests {
         );
         let sum: Duration = components(&r).iter().map(|c| c.duration).sum();
         assert_eq!(sum, r.latency());
+    }
+
+    #[test]
+    fn a_fan_out_follows_the_call_its_caller_waited_longest_for() {
+        // root calls l1 (its server 1 ms, behind a slow link: 18 ms as root
+        // timed it) and l2 (3 ms, 3.2 ms as root timed it) in parallel.
+        let mut root = rec("root", "", "push", [1, 185, 0], false);
+        let call = |hop: &str, tenths: u64| crate::record::CallTiming {
+            hop: hop.into(),
+            call_ns: tenths * 100_000,
+            attempts: Vec::new(),
+        };
+        root.calls = vec![call("l1", 180), call("l2", 32)];
+        let path = vec![
+            rec("l1", "root", "push", [10, 10, 0], false),
+            rec("l2", "root", "push", [30, 30, 0], false),
+            root,
+        ];
+        let r = request(0, 186, path);
+        let a = attribute(&r, T).expect("slow");
+        assert_eq!(a.primary(), "network:root->l1");
+        assert!(
+            components(&r)
+                .iter()
+                .all(|c| c.hop.as_deref() != Some("l2"))
+        );
+        // Without the caller's timings, the callee's own time decides.
+        let mut untimed = r.clone();
+        untimed.path[2].calls.clear();
+        let a = attribute(&untimed, T).expect("slow");
+        assert_eq!(a.primary(), "network:root->l2");
     }
 
     #[test]

@@ -181,6 +181,8 @@ pub struct Index {
     pub background: bool,
     pub kinds: Vec<Kind>,
     pub services: Vec<String>,
+    /// The scenario's slow threshold, µs.
+    pub slow_threshold_us: u64,
     pub kept: u64,
     pub dropped: u64,
     pub cases: Vec<Entry>,

@@ -48,21 +48,42 @@ fn ranked(method: &str, scores: BTreeMap<String, f64>) -> Ranking {
 
 /// tailmesh's blame, built one request at a time: each slow request's
 /// causes (its critical path's components of at least a quarter of the
-/// threshold) each charged to its service (a hop's queue, work or
-/// injected delay to the hop; the network between two hops half to each,
-/// between the load generator and a hop all to the hop), each failed
-/// request charged the threshold to the hop its error names. The score is
-/// the charge per request in the window less the charge per request
-/// before it: what the window added. Every cause maps to a service
-/// whatever its kind, so whether the hop flagged its slowness as injected
-/// plays no part.
+/// threshold) charged to where they happened, and each failed request
+/// the threshold charged to the hop its error names; the score is the
+/// charge per request in the window less the charge per request before
+/// it: what the window added.
+///
+/// A hop's queue wait, work or injected delay is the hop's. Network time
+/// is charged to its link, caller to callee: a fault on a service's link
+/// (loss, delay) touches every link it has, in and out, while a neighbour
+/// shares only one of them with it. So a service's network score is the
+/// least its links gained (zero unless all of them did) plus what they
+/// gained together: the faulty service has both, a neighbour only the one
+/// link it shares. Every cause maps to a service whatever its kind, so
+/// whether the hop flagged its slowness as injected plays no part.
 pub struct Blame {
     hops: Vec<String>,
     threshold: Duration,
     window: (f64, f64),
-    /// Requests and charges before the window and in it.
-    before: (u64, BTreeMap<String, f64>),
-    during: (u64, BTreeMap<String, f64>),
+    /// Requests and charges before the window and in it, by hop and by
+    /// link (`(caller, callee)`, the caller `loadgen` for an entry hop).
+    before: Charges,
+    during: Charges,
+    /// Every link ok requests crossed.
+    links: std::collections::BTreeSet<(String, String)>,
+}
+
+#[derive(Default)]
+struct Charges {
+    requests: u64,
+    hops: BTreeMap<String, f64>,
+    links: BTreeMap<(String, String), f64>,
+}
+
+impl Charges {
+    fn per_request<K: Ord>(map: &BTreeMap<K, f64>, key: &K, requests: u64) -> f64 {
+        map.get(key).copied().unwrap_or(0.0) / requests.max(1) as f64
+    }
 }
 
 impl Blame {
@@ -71,24 +92,41 @@ impl Blame {
             hops,
             threshold,
             window,
-            before: Default::default(),
-            during: Default::default(),
+            before: Charges::default(),
+            during: Charges::default(),
+            links: Default::default(),
         }
     }
 
     pub fn record(&mut self, r: &RequestRecord) {
+        for h in &r.path {
+            let caller = if h.parent.is_empty() {
+                "loadgen"
+            } else {
+                &h.parent
+            };
+            let link = (caller, h.hop.as_str());
+            if !self
+                .links
+                .iter()
+                .any(|(f, t)| (f.as_str(), t.as_str()) == link)
+            {
+                self.links.insert((caller.to_owned(), h.hop.clone()));
+            }
+        }
         let at = r.intended.as_secs_f64();
-        let (n, charges) = if at < self.window.0 {
+        let charges = if at < self.window.0 {
             &mut self.before
         } else if at < self.window.1 {
             &mut self.during
         } else {
             return;
         };
-        *n += 1;
+        charges.requests += 1;
+        let hops = &self.hops;
         let mut charge = |hop: &str, seconds: f64| {
-            if self.hops.iter().any(|h| h == hop) {
-                *charges.entry(hop.to_owned()).or_default() += seconds;
+            if hops.iter().any(|h| h == hop) {
+                *charges.hops.entry(hop.to_owned()).or_default() += seconds;
             }
         };
         match &r.outcome {
@@ -99,9 +137,9 @@ impl Blame {
                 for c in a.causes() {
                     let d = c.duration.as_secs_f64();
                     match (c.kind, c.from.as_deref(), c.hop.as_deref()) {
-                        (CauseKind::Network, Some(from), Some(to)) if from != "loadgen" => {
-                            charge(from, d / 2.0);
-                            charge(to, d / 2.0);
+                        (CauseKind::Network, from, Some(to)) => {
+                            let link = (from.unwrap_or("loadgen").to_owned(), to.to_owned());
+                            *charges.links.entry(link).or_default() += d;
                         }
                         (_, _, Some(hop)) => charge(hop, d),
                         _ => {}
@@ -118,13 +156,27 @@ impl Blame {
     }
 
     pub fn finish(self) -> Ranking {
-        let per = |(n, charges): &(u64, BTreeMap<String, f64>), hop: &str| {
-            charges.get(hop).copied().unwrap_or(0.0) / (*n).max(1) as f64
+        let (b, d) = (&self.before, &self.during);
+        let gained = |link: &(String, String)| {
+            (Charges::per_request(&d.links, link, d.requests)
+                - Charges::per_request(&b.links, link, b.requests))
+            .max(0.0)
         };
         let scores = self
             .hops
             .iter()
-            .map(|h| (h.clone(), per(&self.during, h) - per(&self.before, h)))
+            .map(|h| {
+                let own = Charges::per_request(&d.hops, h, d.requests)
+                    - Charges::per_request(&b.hops, h, b.requests);
+                let links: Vec<f64> = self
+                    .links
+                    .iter()
+                    .filter(|(from, to)| from == h || to == h)
+                    .map(gained)
+                    .collect();
+                let least = links.iter().copied().reduce(f64::min).unwrap_or(0.0);
+                (h.clone(), own + least + links.iter().sum::<f64>())
+            })
             .collect();
         ranked(TAILMESH, scores)
     }
@@ -236,6 +288,41 @@ mod tests {
             ));
         }
         assert_eq!(blame.finish().ranking[0].service, "c");
+    }
+
+    /// A chain a -> b -> c whose network time into and out of `slow`
+    /// grows by `ms` in the window.
+    fn links(intended_ms: u64, slow: &str, ms: u64) -> RequestRecord {
+        let extra = |to: &str, from: &str| if to == slow || from == slow { ms } else { 0 };
+        let (ab, bc) = (extra("b", "a"), extra("c", "b"));
+        let la = extra("a", "loadgen");
+        // Each hop's time to answer covers its callee's and the link to it.
+        let c = hop("c", "b", 1, 1);
+        let b = hop("b", "a", 2 + bc, 1);
+        let a = hop("a", "", 3 + bc + ab, 1);
+        let mut r = crate::cases::series::tests::record(intended_ms, Outcome::Ok, vec![a, b, c]);
+        r.start = r.intended;
+        r.end = r.intended + Duration::from_millis(3 + bc + ab + la);
+        r
+    }
+
+    #[test]
+    fn a_link_fault_is_blamed_on_the_service_all_of_whose_links_gained() {
+        let hops = ["a", "b", "c"].map(String::from).to_vec();
+        for slow in ["a", "b", "c"] {
+            let mut blame = Blame::new(hops.clone(), Duration::from_millis(15), (1.0, 2.0));
+            for i in 0..100 {
+                blame.record(&links(i * 10, slow, 0));
+                blame.record(&links(
+                    1_000 + i * 10,
+                    slow,
+                    if i % 4 == 0 { 20 } else { 0 },
+                ));
+            }
+            let r = blame.finish();
+            assert_eq!(r.ranking[0].service, slow, "{r:?}");
+            assert!(r.ranking[0].score > r.ranking[1].score, "{r:?}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tailmesh::cases::draw::{self, DrawPlan};
 use tailmesh::cases::files::{self, CasesError};
 use tailmesh::cases::rank::{self, Ranking};
 use tailmesh::cases::score::{self, MethodScore};
-use tailmesh::cases::series::SeriesAcc;
+use tailmesh::cases::series::{Series, SeriesAcc};
 use tailmesh::cases::{self as lib, Entry, Index, Kind, Label};
 use tailmesh::experiment::{self, RunCommand};
 use tailmesh::output;
@@ -87,6 +87,10 @@ struct ScoreArgs {
     /// given several times.
     #[arg(long)]
     ranking: Vec<PathBuf>,
+    /// Rank every kept case again with this build's built-in methods
+    /// (from each case's run and files) before scoring.
+    #[arg(long)]
+    rerank: bool,
 }
 
 /// Runs `tailmesh cases` or `tailmesh cases score`.
@@ -197,6 +201,7 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
         background: args.background,
         kinds,
         services: hops.clone(),
+        slow_threshold_us: steady.check.slow_threshold.as_micros() as u64,
         kept: 0,
         dropped: 0,
         cases: Vec::new(),
@@ -275,7 +280,7 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
                 &base.name,
                 &hops,
                 label,
-                &run.check,
+                run.check.slow_threshold,
                 seconds,
             )
             .map_err(failed)?;
@@ -314,39 +319,14 @@ fn materialize(
     variant: &str,
     hops: &[String],
     mut label: Label,
-    check: &scenario::Check,
+    threshold: Duration,
     seconds: usize,
 ) -> Result<(), CasesError> {
     std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
-    let hlog = run.join(output::hlog::file_name(variant));
-    let origin = hlog_start(&hlog)?;
+    let origin = hlog_start(&run.join(output::hlog::file_name(variant)))?;
     label.origin_unix_s = origin;
     label.start_unix_s = origin + label.fault.start_s;
     label.end_unix_s = origin + label.fault.end_s;
-    let window = (label.fault.start_s, label.fault.end_s);
-
-    // One pass over the requests: the metrics and tailmesh's blame.
-    let mut series = SeriesAcc::new(hops.to_vec());
-    let mut blame = rank::Blame::new(hops.to_vec(), check.slow_threshold, window);
-    let requests = run.join("requests.csv");
-    output::csv::for_each_request(&requests, |v, r| {
-        if v == variant {
-            series.record(&r);
-            blame.record(&r);
-        }
-    })
-    .map_err(|e| CasesError::Bad {
-        path: requests.clone(),
-        what: e.to_string(),
-    })?;
-    let processes = run.join(output::files::PROCESSES);
-    let samples = if processes.exists() {
-        files::read_processes(&processes, variant)?
-    } else {
-        Vec::new()
-    };
-    let series = series.finish(seconds, &samples);
-    files::write_whole(&dir.join("metrics.csv"), series.csv(origin).as_bytes())?;
     files::write_whole(
         &dir.join("inject_time.txt"),
         format!("{}\n", label.start_unix_s.floor() as i64).as_bytes(),
@@ -371,20 +351,6 @@ fn materialize(
             what: e.to_string(),
         }
     })?;
-    let mut traces = Vec::new();
-    for file in &jaeger {
-        let input = std::fs::File::open(file).map_err(CasesError::io(file))?;
-        let imported = tailmesh_import::read(
-            tailmesh_import::Format::Jaeger,
-            &file.display().to_string(),
-            std::io::BufReader::new(input),
-        )
-        .map_err(|e| CasesError::Bad {
-            path: file.clone(),
-            what: e.to_string(),
-        })?;
-        traces.extend(imported.traces);
-    }
 
     // The processes' logs (not their configs).
     let logs = run.join("logs").join(variant);
@@ -399,7 +365,63 @@ fn materialize(
             }
         }
     }
+    let series = write_rankings(dir, run, variant, hops, &label, threshold, seconds)?;
+    files::write_whole(&dir.join("metrics.csv"), series.csv(origin).as_bytes())?;
+    files::write_json(&dir.join("label.json"), &label)
+}
 
+/// Writes a case's `rankings/`: tailmesh's from its run's requests, the
+/// baselines' from its metrics and its traces (the case folder's own);
+/// returns the metrics' series.
+fn write_rankings(
+    dir: &Path,
+    run: &Path,
+    variant: &str,
+    hops: &[String],
+    label: &Label,
+    threshold: Duration,
+    seconds: usize,
+) -> Result<Series, CasesError> {
+    let window = (label.fault.start_s, label.fault.end_s);
+    // One pass over the requests: the metrics and tailmesh's blame.
+    let mut series = SeriesAcc::new(hops.to_vec());
+    let mut blame = rank::Blame::new(hops.to_vec(), threshold, window);
+    let requests = run.join("requests.csv");
+    output::csv::for_each_request(&requests, |v, r| {
+        if v == variant {
+            series.record(&r);
+            blame.record(&r);
+        }
+    })
+    .map_err(|e| CasesError::Bad {
+        path: requests.clone(),
+        what: e.to_string(),
+    })?;
+    let processes = run.join(output::files::PROCESSES);
+    let samples = if processes.exists() {
+        files::read_processes(&processes, variant)?
+    } else {
+        Vec::new()
+    };
+    let series = series.finish(seconds, &samples);
+    let mut traces = Vec::new();
+    for n in 0.. {
+        let file = dir.join(tailmesh::traces::jaeger::file_name(n));
+        if !file.exists() {
+            break;
+        }
+        let input = std::fs::File::open(&file).map_err(CasesError::io(&file))?;
+        let imported = tailmesh_import::read(
+            tailmesh_import::Format::Jaeger,
+            &file.display().to_string(),
+            std::io::BufReader::new(input),
+        )
+        .map_err(|e| CasesError::Bad {
+            path: file.clone(),
+            what: e.to_string(),
+        })?;
+        traces.extend(imported.traces);
+    }
     let rankings: [Ranking; 3] = [
         blame.finish(),
         rank::p99_rise(&series, window),
@@ -407,13 +429,40 @@ fn materialize(
             hops,
             &traces,
             (label.start_unix_s, label.end_unix_s),
-            check.slow_threshold,
+            threshold,
         ),
     ];
+    std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
     for r in &rankings {
         files::write_json(&dir.join("rankings").join(format!("{}.json", r.method)), r)?;
     }
-    files::write_json(&dir.join("label.json"), &label)
+    Ok(series)
+}
+
+/// Ranks every kept case again with this build's built-in methods.
+fn rerank(dir: &Path, index: &Index) -> Result<(), CliError> {
+    let threshold = Duration::from_micros(index.slow_threshold_us);
+    for case in index.cases.iter().filter(|c| c.verdict.kept) {
+        let folder = dir.join(&case.case);
+        let run = dir.join(&case.run);
+        let label: Label = files::read_json(&folder.join("label.json")).map_err(failed)?;
+        let summary = experiment::read_run(&run).map_err(|e| CliError::Failed(e.into()))?;
+        let seconds = summary
+            .variants
+            .first()
+            .map_or(0, |v| v.measured_s.ceil() as usize);
+        write_rankings(
+            &folder,
+            &run,
+            &index.variant,
+            &index.services,
+            &label,
+            threshold,
+            seconds,
+        )
+        .map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// The wall-clock time of the end of warmup: the `.hlog`'s StartTime.
@@ -431,6 +480,9 @@ fn hlog_start(path: &Path) -> Result<f64, CasesError> {
 
 fn score_cases(args: ScoreArgs) -> Result<(), CliError> {
     let index: Index = files::read_json(&args.dir.join("index.json")).map_err(failed)?;
+    if args.rerank {
+        rerank(&args.dir, &index)?;
+    }
     let kept: Vec<&Entry> = index.cases.iter().filter(|c| c.verdict.kept).collect();
     if kept.is_empty() {
         return Err(CliError::BadInput(anyhow!(

@@ -68,7 +68,7 @@ fn a_case_of_each_kind_is_labelled_with_what_its_run_injected_and_scored() {
         bad.output()
     );
 
-    let length = 6 * slowdown();
+    let length = 4 * slowdown();
     let made = Running::start(
         dir.path(),
         &[
