@@ -59,6 +59,24 @@ pub struct RunCommand {
     pub metrics: Option<String>,
 }
 
+impl RunCommand {
+    /// A run of `scenario` that is one step of a larger command (a search,
+    /// a case): no progress bars, no forwarding, no deployment, no live
+    /// metrics; its folder under `results`.
+    pub fn step(scenario: PathBuf, results: PathBuf, traces: bool) -> RunCommand {
+        RunCommand {
+            scenario,
+            results,
+            progress: false,
+            no_traces: !traces,
+            otlp_forward: None,
+            attach: None,
+            generators_at: None,
+            metrics: None,
+        }
+    }
+}
+
 /// Where and how a run awaits load generators started elsewhere.
 #[derive(Clone, Debug)]
 pub struct GeneratorsAt {

@@ -203,19 +203,22 @@ pub fn hop_of<'a>(process: &str, hops: &'a [String]) -> Option<&'a str> {
     hops.iter().find(|h| *h == name).map(String::as_str)
 }
 
+/// The metrics of each hop in `metrics.csv`, in their columns' order.
+pub const HOP_METRICS: [&str; 6] = [
+    "cpu",
+    "mem",
+    "latency-50",
+    "latency-99",
+    "workload",
+    "error",
+];
+
 impl Series {
     /// `metrics.csv`: seconds from `origin_unix_s` (the end of warmup).
     pub fn csv(&self, origin_unix_s: f64) -> String {
         let mut out = String::from("time");
         for h in &self.hops {
-            for m in [
-                "cpu",
-                "mem",
-                "latency-50",
-                "latency-99",
-                "workload",
-                "error",
-            ] {
+            for m in HOP_METRICS {
                 let _ = write!(out, ",{h}_{m}");
             }
         }

@@ -230,16 +230,7 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
         let mut finished = experiment::execute_scenario(
             &run,
             &text,
-            &RunCommand {
-                scenario: path.clone(),
-                results: work.clone(),
-                progress: false,
-                no_traces: false,
-                otlp_forward: None,
-                attach: None,
-                generators_at: None,
-                metrics: None,
-            },
+            &RunCommand::step(path.clone(), work.clone(), true),
         )?;
         finished.write()?;
         let report = finished

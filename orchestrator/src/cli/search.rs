@@ -128,16 +128,7 @@ pub(crate) fn search(args: SearchArgs) -> Result<(), CliError> {
             let mut finished = experiment::execute_scenario(
                 &step,
                 &text,
-                &RunCommand {
-                    scenario: args.scenario.clone(),
-                    results: args.results.clone(),
-                    progress: false,
-                    no_traces: !args.traces,
-                    otlp_forward: None,
-                    attach: None,
-                    generators_at: None,
-                    metrics: None,
-                },
+                &RunCommand::step(args.scenario.clone(), args.results.clone(), args.traces),
             )?;
             finished.write()?;
             if finished.interrupted {

@@ -178,10 +178,14 @@ pub use tailmesh_analysis::record::PeakMemory;
 
 /// The VmHWM line of a `/proc/<pid>/status` file, in bytes.
 pub fn peak_rss_bytes(status_file: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(status_file).ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line
-        .trim_start_matches("VmHWM:")
+    status_bytes(&std::fs::read_to_string(status_file).ok()?, "VmHWM")
+}
+
+/// A `/proc/<pid>/status` line such as `VmRSS:   8192 kB`, in bytes.
+pub fn status_bytes(status: &str, key: &str) -> Option<u64> {
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
         .trim()
         .trim_end_matches("kB")
         .trim()

@@ -80,7 +80,10 @@ impl ProcessWatch {
 fn read(pid: u32) -> Option<(f64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    Some((cpu_ticks(&stat)? as f64 / TICKS_PER_S, rss_bytes(&status)?))
+    Some((
+        cpu_ticks(&stat)? as f64 / TICKS_PER_S,
+        crate::launcher::status_bytes(&status, "VmRSS")?,
+    ))
 }
 
 /// utime + stime of a `/proc/<pid>/stat` line.
@@ -89,18 +92,6 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
     let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
     // After the name: state(3) ... utime(14) stime(15).
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-}
-
-/// The VmRSS line of a `/proc/<pid>/status`, in bytes.
-fn rss_bytes(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line["VmRSS:".len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    kib.checked_mul(1024)
 }
 
 #[cfg(test)]
@@ -113,8 +104,15 @@ mod tests {
         assert_eq!(cpu_ticks(stat), Some(300));
         assert_eq!(cpu_ticks("42 (x"), None);
         let status = "Name:\ttailmesh\nVmHWM:\t  9000 kB\nVmRSS:\t  8192 kB\n";
-        assert_eq!(rss_bytes(status), Some(8192 * 1024));
-        assert_eq!(rss_bytes("Name:\tx\n"), None);
+        assert_eq!(
+            crate::launcher::status_bytes(status, "VmRSS"),
+            Some(8192 * 1024)
+        );
+        assert_eq!(
+            crate::launcher::status_bytes(status, "VmHWM"),
+            Some(9000 * 1024)
+        );
+        assert_eq!(crate::launcher::status_bytes("Name:\tx\n", "VmRSS"), None);
         let me = read(std::process::id());
         assert!(me.is_some_and(|(cpu, rss)| cpu >= 0.0 && rss > 0), "{me:?}");
     }

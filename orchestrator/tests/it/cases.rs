@@ -236,14 +236,7 @@ fn a_case_of_each_kind_is_labelled_with_what_its_run_injected_and_scored() {
         let metrics = read_lossy(&case.join("metrics.csv"));
         let header: Vec<&str> = metrics.lines().next().unwrap_or("").split(',').collect();
         for hop in ["a", "b", "c"] {
-            for m in [
-                "cpu",
-                "mem",
-                "latency-50",
-                "latency-99",
-                "workload",
-                "error",
-            ] {
+            for m in tailmesh::cases::series::HOP_METRICS {
                 assert!(
                     header.contains(&format!("{hop}_{m}").as_str()),
                     "{name}: {header:?}"
