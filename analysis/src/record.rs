@@ -299,6 +299,20 @@ pub struct ProcessSample {
     pub rss_bytes: u64,
 }
 
+/// One sample of a broker topic (a pulled hop's queue), taken with the
+/// processes' samples (`queues.csv`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueSample {
+    /// When, in seconds on the measured clock.
+    pub t_s: f64,
+    /// The topic: the pulled hop's name.
+    pub topic: String,
+    /// Tasks waiting in it.
+    pub depth: u64,
+    /// Tasks workers held.
+    pub in_flight: u64,
+}
+
 /// Requests sent during warmup: not measured, but still accounted for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarmupCounts {

@@ -240,6 +240,11 @@ impl Finished {
                     .iter()
                     .map(|r| (r.variant.name.as_str(), r.processes.as_slice()))
                     .collect(),
+                queues: self
+                    .runs
+                    .iter()
+                    .map(|r| (r.variant.name.as_str(), r.queues.as_slice()))
+                    .collect(),
             },
         );
         if let Some(kept) = &self.kept {

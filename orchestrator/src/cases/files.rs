@@ -212,6 +212,43 @@ pub fn read_processes(
     Ok(out)
 }
 
+/// Reads a run's `queues.csv` (`variant,t_s,topic,depth,in_flight`):
+/// `variant`'s samples.
+pub fn read_queues(
+    path: &Path,
+    variant: &str,
+) -> Result<Vec<super::series::QueueSample>, CasesError> {
+    let text = std::fs::read_to_string(path).map_err(CasesError::io(path))?;
+    let mut out = Vec::new();
+    for (i, row) in crate::output::csv::split_rows(&text)
+        .into_iter()
+        .enumerate()
+        .skip(1)
+    {
+        let [v, t, topic, depth, in_flight] = row.as_slice() else {
+            return Err(CasesError::bad(
+                path,
+                format!("line {}: 5 fields expected", i + 1),
+            ));
+        };
+        if v != variant {
+            continue;
+        }
+        let num = |s: &str| {
+            s.parse::<f64>().map_err(|_| {
+                CasesError::bad(path, format!("line {}: {s:?} is not a number", i + 1))
+            })
+        };
+        out.push(super::series::QueueSample {
+            t_s: num(t)?,
+            topic: topic.clone(),
+            depth: num(depth)? as u64,
+            in_flight: num(in_flight)? as u64,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

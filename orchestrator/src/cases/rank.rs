@@ -332,7 +332,7 @@ mod tests {
         for i in 0..200 {
             acc.record(&chain(i * 10, if i >= 100 { 10 } else { 1 }));
         }
-        let rise = p99_rise(&acc.finish(2, &[]), (1.0, 2.0));
+        let rise = p99_rise(&acc.finish(2, &[], &[]), (1.0, 2.0));
         assert_eq!(rise.ranking[0].service, "b");
         assert_eq!(rise.ranking[2].service, "c");
         assert!((rise.ranking[2].score - 1.0).abs() < 0.01, "{rise:?}");

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use tailmesh_analysis::record::{Outcome, RequestRecord};
 
-pub use tailmesh_analysis::record::ProcessSample;
+pub use tailmesh_analysis::record::{ProcessSample, QueueSample};
 
 /// One second of one hop.
 #[derive(Clone, Debug)]
@@ -34,6 +34,8 @@ pub struct Series {
     /// Column groups: the hops, then other processes.
     pub hops: Vec<String>,
     pub others: Vec<String>,
+    /// The broker's topics (`broker_queue-<topic>` columns).
+    pub topics: Vec<String>,
     /// Per second: per hop `[p50_ms, p99_ms, workload, error]` (latency
     /// absent without requests), then CPU and memory per column group.
     pub rows: Vec<Row>,
@@ -47,6 +49,8 @@ pub struct Row {
     /// samples.
     pub cpu: Vec<Option<f64>>,
     pub mem: Vec<Option<f64>>,
+    /// Per topic: its depth at its last sample in the second.
+    pub queue: Vec<Option<f64>>,
 }
 
 /// One hop's second.
@@ -115,8 +119,14 @@ impl SeriesAcc {
     }
 
     /// The series over `seconds` whole seconds, with the processes'
-    /// samples (`hop-<hop>-<replica>` processes count for their hop).
-    pub fn finish(mut self, seconds: usize, samples: &[ProcessSample]) -> Series {
+    /// samples (`hop-<hop>-<replica>` processes count for their hop) and
+    /// the broker's topics'.
+    pub fn finish(
+        mut self,
+        seconds: usize,
+        samples: &[ProcessSample],
+        queues: &[QueueSample],
+    ) -> Series {
         if seconds > 0 {
             let _ = self.second((seconds - 1) as f64);
         }
@@ -160,6 +170,16 @@ impl SeriesAcc {
         for ((second, _), (g, bytes)) in rss {
             *mem.entry((second, g)).or_default() += bytes as f64;
         }
+        let mut topics: Vec<String> = queues.iter().map(|q| q.topic.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        let mut depth: BTreeMap<(usize, usize), f64> = BTreeMap::new();
+        for q in queues.iter().filter(|q| q.t_s >= 0.0) {
+            if let Some(i) = topics.iter().position(|t| *t == q.topic) {
+                let second = q.t_s.ceil().max(1.0) as usize - 1;
+                depth.insert((second, i), q.depth as f64);
+            }
+        }
         let rows = self
             .seconds
             .iter()
@@ -189,9 +209,17 @@ impl SeriesAcc {
                 mem: (0..groups.len())
                     .map(|g| mem.get(&(t, g)).copied())
                     .collect(),
+                queue: (0..topics.len())
+                    .map(|i| depth.get(&(t, i)).copied())
+                    .collect(),
             })
             .collect();
-        Series { hops, others, rows }
+        Series {
+            hops,
+            others,
+            topics,
+            rows,
+        }
     }
 }
 
@@ -225,6 +253,9 @@ impl Series {
         for o in &self.others {
             let _ = write!(out, ",{o}_cpu,{o}_mem");
         }
+        for t in &self.topics {
+            let _ = write!(out, ",broker_queue-{t}");
+        }
         out.push('\n');
         let cell = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.6}"));
         for (t, row) in self.rows.iter().enumerate() {
@@ -247,6 +278,13 @@ impl Series {
                     ",{},{}",
                     cell(row.cpu[i]),
                     row.mem[i].map_or_else(String::new, |m| format!("{m:.0}"))
+                );
+            }
+            for q in &row.queue {
+                let _ = write!(
+                    out,
+                    ",{}",
+                    q.map_or_else(String::new, |d| format!("{d:.0}"))
                 );
             }
             out.push('\n');
@@ -338,7 +376,17 @@ pub(crate) mod tests {
             cpu_s: c,
             rss_bytes: m,
         });
-        let series = acc.finish(3, &samples);
+        let queues = [(0.0, 9), (1.0, 4), (2.0, 6)].map(|(t, depth)| QueueSample {
+            t_s: t,
+            topic: "b".into(),
+            depth,
+            in_flight: 1,
+        });
+        let series = acc.finish(3, &samples, &queues);
+        assert_eq!(series.topics, vec!["b".to_owned()]);
+        assert_eq!(series.rows[0].queue, vec![Some(4.0)]);
+        assert_eq!(series.rows[1].queue, vec![Some(6.0)]);
+        assert_eq!(series.rows[2].queue, vec![None]);
         assert_eq!(series.others, vec!["broker".to_owned()]);
         assert_eq!(series.rows.len(), 3);
         let first = &series.rows[0];
@@ -359,7 +407,7 @@ pub(crate) mod tests {
             lines.next(),
             Some(
                 "time,a_cpu,a_mem,a_latency-50,a_latency-99,a_workload,a_error,b_cpu,b_mem,\
-                 b_latency-50,b_latency-99,b_workload,b_error,broker_cpu,broker_mem"
+                 b_latency-50,b_latency-99,b_workload,b_error,broker_cpu,broker_mem,broker_queue-b"
             )
         );
         assert!(lines.next().is_some_and(|l| l.starts_with("1000.000,,,")));

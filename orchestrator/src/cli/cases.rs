@@ -394,7 +394,13 @@ fn write_rankings(
     } else {
         Vec::new()
     };
-    let series = series.finish(seconds, &samples);
+    let queues_file = run.join(output::files::QUEUES);
+    let queues = if queues_file.exists() {
+        files::read_queues(&queues_file, variant)?
+    } else {
+        Vec::new()
+    };
+    let series = series.finish(seconds, &samples, &queues);
     let mut traces = Vec::new();
     for n in 0.. {
         let file = dir.join(tailmesh::traces::jaeger::file_name(n));

@@ -63,6 +63,8 @@ struct VariantLive {
     /// Each process's CPU seconds and resident bytes at its last sample,
     /// in the order first seen.
     processes: Vec<(String, f64, u64)>,
+    /// Each broker topic's depth and tasks in flight at its last sample.
+    queues: Vec<(String, u64, u64)>,
     /// The measured clock's 0 on the wall clock, once the load began.
     measuring_from: Option<SystemTime>,
     /// Whether its load is over.
@@ -165,6 +167,18 @@ impl LiveMetrics {
         });
     }
 
+    /// The variant's broker topics, sampled.
+    pub(crate) fn queues(&self, samples: &[tailmesh_analysis::record::QueueSample]) {
+        self.current(|v| {
+            for s in samples {
+                match v.queues.iter_mut().find(|(topic, _, _)| *topic == s.topic) {
+                    Some(q) => (q.1, q.2) = (s.depth, s.in_flight),
+                    None => v.queues.push((s.topic.clone(), s.depth, s.in_flight)),
+                }
+            }
+        });
+    }
+
     /// The variant's load is over: every request sent has ended.
     pub(crate) fn end_variant(&self) {
         self.current(|v| {
@@ -203,7 +217,15 @@ fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family>
     let mut offered = Vec::new();
     let mut cpu = Vec::new();
     let mut memory = Vec::new();
+    let mut depth = Vec::new();
+    let mut held = Vec::new();
     for v in variants {
+        for (topic, d, h) in &v.queues {
+            let mut labels = base(v);
+            labels.push(("topic", topic.clone()));
+            depth.push(number(labels.clone(), *d as f64));
+            held.push(number(labels, *h as f64));
+        }
         for (process, cpu_s, rss) in &v.processes {
             let mut labels = base(v);
             labels.push(("process", process.clone()));
@@ -328,6 +350,18 @@ fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family>
             memory,
         ),
         family(
+            "tailmesh_broker_queue_depth",
+            "A broker topic (a pulled hop's queue): the tasks waiting in it, sampled each second.",
+            Kind::Gauge,
+            depth,
+        ),
+        family(
+            "tailmesh_broker_in_flight",
+            "A broker topic: the tasks its workers held, sampled each second.",
+            Kind::Gauge,
+            held,
+        ),
+        family(
             "tailmesh_offered_rate",
             "The open loop's requested rate now (its step's), requests per second; 0 once over.",
             Kind::Gauge,
@@ -374,6 +408,51 @@ mod tests {
             .find(|s| label.is_none_or(|(k, v)| s.labels.iter().any(|(a, b)| *a == k && b == v)))
             .unwrap_or_else(|| panic!("no sample of {name} with {label:?}"))
             .value
+    }
+
+    #[test]
+    fn processes_and_queues_show_their_last_samples() {
+        use tailmesh_analysis::record::{ProcessSample, QueueSample};
+        let scenario = crate::scenario::parse(
+            "name = \"m\"\n[load]\nmode = \"open\"\nrate = 10\nduration = \"10s\"\n\
+             [[hop]]\nname = \"a\"\ntransport = \"pull\"\n",
+            "m.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = LiveMetrics::new("run-1");
+        metrics.begin_variant(&scenario.variants[0]);
+        let process = |t_s: f64, cpu_s: f64, rss_bytes: u64| ProcessSample {
+            t_s,
+            process: "hop-a-0".into(),
+            pid: 7,
+            cpu_s,
+            rss_bytes,
+        };
+        metrics.processes(&[process(0.0, 0.5, 100)]);
+        metrics.processes(&[process(1.0, 0.75, 300)]);
+        let queue = |depth| QueueSample {
+            t_s: 1.0,
+            topic: "a".into(),
+            depth,
+            in_flight: 2,
+        };
+        metrics.queues(&[queue(9)]);
+        metrics.queues(&[queue(4)]);
+        let now = metrics.families(SystemTime::UNIX_EPOCH);
+        let of = |name| value(&now, name, None).clone();
+        assert_eq!(
+            of("tailmesh_process_cpu_seconds_total"),
+            Value::Number(0.75)
+        );
+        assert_eq!(
+            of("tailmesh_process_resident_memory_bytes"),
+            Value::Number(300.0)
+        );
+        assert_eq!(
+            value(&now, "tailmesh_broker_queue_depth", Some(("topic", "a"))),
+            &Value::Number(4.0)
+        );
+        assert_eq!(of("tailmesh_broker_in_flight"), Value::Number(2.0));
     }
 
     #[test]

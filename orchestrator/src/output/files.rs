@@ -11,7 +11,7 @@ use crate::{
     analysis::Summary,
     traces::jaeger::{self, KeptFile},
 };
-use tailmesh_analysis::record::ProcessSample;
+use tailmesh_analysis::record::{ProcessSample, QueueSample};
 
 /// The (first) Jaeger JSON file in the run folder.
 pub const TRACES_FILE: &str = "traces.jaeger.json";
@@ -38,6 +38,8 @@ pub enum Content {
     Traces(usize),
     /// processes.csv: the processes' CPU and memory once a second.
     Processes,
+    /// queues.csv: the broker's topics once a second.
+    Queues,
     /// report.html.
     Report,
     /// The hop processes' configs and logs, written by the launcher while
@@ -126,6 +128,13 @@ pub fn run_files(summary: &Summary, trace_files: usize) -> Vec<RunFile> {
             "each process's CPU time and resident memory, once a second of the load",
             Content::Processes,
         ));
+        if summary.variants.iter().any(|r| !r.broker.is_empty()) {
+            files.push(file(
+                QUEUES,
+                "each broker topic's depth and tasks in flight, once a second of the load",
+                Content::Queues,
+            ));
+        }
     }
     files.push(file(
         "report.html",
@@ -157,6 +166,31 @@ pub struct RunData<'a> {
     pub(crate) interval_logs: Vec<HlogFile>,
     /// Each variant's name and its processes' samples.
     pub processes: Vec<(&'a str, &'a [ProcessSample])>,
+    /// Each variant's name and its broker topics' samples.
+    pub queues: Vec<(&'a str, &'a [QueueSample])>,
+}
+
+/// The broker topics' samples: `queues.csv`.
+pub const QUEUES: &str = "queues.csv";
+
+/// `queues.csv`'s text: a header, then one row per sample.
+pub fn queues_csv(queues: &[(&str, &[QueueSample])]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("variant,t_s,topic,depth,in_flight\n");
+    for (variant, samples) in queues {
+        for s in *samples {
+            let _ = writeln!(
+                out,
+                "{},{:.3},{},{},{}",
+                super::csv::quote(variant),
+                s.t_s,
+                super::csv::quote(&s.topic),
+                s.depth,
+                s.in_flight
+            );
+        }
+    }
+    out
 }
 
 /// The processes' samples: `processes.csv`.
@@ -240,6 +274,9 @@ pub fn write_run(
             Content::Processes => super::write_atomically(&path, |out| {
                 std::io::Write::write_all(out, processes_csv(&data.processes).as_bytes())
             }),
+            Content::Queues => super::write_atomically(&path, |out| {
+                std::io::Write::write_all(out, queues_csv(&data.queues).as_bytes())
+            }),
             Content::Report => super::write_report(&path, summary),
             Content::Logs => continue,
         };
@@ -290,6 +327,7 @@ mod tests {
                 traces: None,
                 interval_logs,
                 processes: Vec::new(),
+                queues: Vec::new(),
             },
         )
     }

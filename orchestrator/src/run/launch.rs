@@ -628,6 +628,40 @@ pub(super) async fn broker_stats(
         .map_err(StatsError::Call)
 }
 
+/// Reads tailmesh's broker's topics once a second while the load runs,
+/// on one connection kept from read to read (made again after a failed
+/// read). Other brokers are not read while the load runs: a RabbitMQ read
+/// opens and declares a connection of its own, load a sample must not add.
+pub(super) struct QueueReader {
+    addr: PeerAddr,
+    client: Option<BrokerClient>,
+}
+
+impl QueueReader {
+    /// A reader of `addr` when it is tailmesh's broker.
+    pub(super) fn of(kind: BrokerKind, addr: Option<&PeerAddr>) -> Option<QueueReader> {
+        let addr = addr?;
+        (kind == BrokerKind::Tailmesh).then(|| QueueReader {
+            addr: addr.clone(),
+            client: None,
+        })
+    }
+
+    /// The topics now, or `None` when the broker did not answer.
+    pub(super) async fn read(&mut self) -> Option<Vec<TopicStats>> {
+        if self.client.is_none() {
+            self.client = BrokerClient::connect(&self.addr).await.ok();
+        }
+        match self.client.as_mut()?.stats(None).await {
+            Ok(stats) => Some(stats),
+            Err(_) => {
+                self.client = None;
+                None
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,9 @@ use crate::{
 const STOP_GRACE: Duration = DRAIN_GRACE;
 /// How often the hop processes are checked while the load runs.
 const CHILD_WATCH_EVERY: Duration = Duration::from_millis(200);
+
+/// How long a sample of the broker's queues may take before it is skipped.
+const QUEUE_STATS_PATIENCE: Duration = Duration::from_millis(250);
 /// Attached: spans have stopped arriving when none came for this long
 /// (hops export every 200 ms).
 const SPAN_QUIET: Duration = Duration::from_secs(1);
@@ -276,6 +279,8 @@ pub(crate) struct VariantRun {
     pub memory: Vec<PeakMemory>,
     /// Its processes' CPU time and memory, once a second of the load.
     pub processes: Vec<tailmesh_analysis::record::ProcessSample>,
+    /// Its broker's topics, sampled with the processes.
+    pub queues: Vec<tailmesh_analysis::record::QueueSample>,
     /// How long its processes took to start and get ready.
     pub launch: Duration,
     /// The launcher that ran it: `"local"`, `"netns"` or `"attached"`.
@@ -705,6 +710,7 @@ async fn measure(
     // fault schedule wakes at its next change, so a window opens within a
     // few milliseconds (plus the Control call) of its planned time.
     let mut processes = processes::ProcessWatch::new(variant.load.warmup);
+    let mut queue_reader = launch::QueueReader::of(variant.broker, broker.as_ref());
     let watch_children = async {
         let mut incidents = Vec::new();
         loop {
@@ -732,6 +738,17 @@ async fn measure(
                 let samples = processes.sample(t_s, launcher);
                 if let Some(m) = &options.metrics {
                     m.processes(samples);
+                }
+                // The queues too, when the broker answers promptly (a miss
+                // leaves a gap in queues.csv, nothing else).
+                if let Some(reader) = &mut queue_reader
+                    && let Ok(Some(stats)) =
+                        tokio::time::timeout(QUEUE_STATS_PATIENCE, reader.read()).await
+                {
+                    let samples = processes.queues(t_s, &stats);
+                    if let Some(m) = &options.metrics {
+                        m.queues(samples);
+                    }
                 }
             }
             for child in launcher.exited() {
@@ -770,6 +787,7 @@ async fn measure(
         }
         None => Vec::new(),
     };
+    let (processes, queues) = processes.finish();
     let mut memory = launcher.peak_memory();
     memory.extend(
         peak_rss_bytes("/proc/self/status").map(|peak_rss_bytes| PeakMemory {
@@ -787,7 +805,8 @@ async fn measure(
         kills,
         endpoints,
         memory,
-        processes: processes.finish(),
+        processes,
+        queues,
         launch: launched,
         launcher: launcher.kind(),
         spans: Spool::default(),

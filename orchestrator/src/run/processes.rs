@@ -1,12 +1,14 @@
 //! Each process the run started, sampled once a second while the load
 //! runs: its CPU time (user plus system, from `/proc/<pid>/stat`) and its
 //! resident memory (VmRSS, from `/proc/<pid>/status`), at whole seconds
-//! of the measured clock. One source for `processes.csv`, the cases'
-//! per-service metrics and the live metrics.
+//! of the measured clock; and with them the broker's topics, each one's
+//! depth and tasks in flight. One source for `processes.csv` and
+//! `queues.csv`, the cases' per-service metrics and the live metrics.
 
 use std::time::Duration;
 
-use tailmesh_analysis::record::ProcessSample;
+use tailmesh_analysis::record::{ProcessSample, QueueSample};
+use tailmesh_services::broker::TopicStats;
 
 use crate::launcher::AnyLauncher;
 
@@ -20,6 +22,7 @@ pub(crate) struct ProcessWatch {
     /// The next sample's time since the load's origin.
     next: Duration,
     samples: Vec<ProcessSample>,
+    queues: Vec<QueueSample>,
 }
 
 impl ProcessWatch {
@@ -32,6 +35,7 @@ impl ProcessWatch {
             warmup,
             next: Duration::from_secs_f64(skip),
             samples: Vec::new(),
+            queues: Vec::new(),
         }
     }
 
@@ -71,8 +75,21 @@ impl ProcessWatch {
         &self.samples[first..]
     }
 
-    pub(crate) fn finish(self) -> Vec<ProcessSample> {
-        self.samples
+    /// Records the broker's topics as of `t_s`; returns the new samples.
+    pub(crate) fn queues(&mut self, t_s: f64, stats: &[TopicStats]) -> &[QueueSample] {
+        let first = self.queues.len();
+        self.queues.extend(stats.iter().map(|s| QueueSample {
+            t_s,
+            topic: s.topic.clone(),
+            depth: s.depth,
+            in_flight: s.in_flight,
+        }));
+        &self.queues[first..]
+    }
+
+    /// The processes' samples and the queues'.
+    pub(crate) fn finish(self) -> (Vec<ProcessSample>, Vec<QueueSample>) {
+        (self.samples, self.queues)
     }
 }
 

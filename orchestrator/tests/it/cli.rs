@@ -105,6 +105,7 @@ fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
             "base.hlog",
             "base.segments.json",
             "traces.jaeger.json",
+            "processes.csv",
             "report.html",
             "logs/ (each hop process's config and log)"
         ],
@@ -116,9 +117,22 @@ fn the_summary_explains_its_columns_and_ends_with_the_files_and_the_report() {
         Some(format!("report: {}", report.display()).as_str()),
         "{out}"
     );
-    for name in &listed[..6] {
+    for name in &listed[..8] {
         assert!(run_dir.join(name).is_file(), "{name} listed but missing");
     }
+    // processes.csv: each hop process sampled at whole seconds.
+    let samples = read_lossy(&run_dir.join("processes.csv"));
+    assert!(
+        samples.starts_with("variant,t_s,process,pid,cpu_s,rss_bytes\n"),
+        "{samples}"
+    );
+    assert!(
+        samples
+            .lines()
+            .skip(1)
+            .any(|l| l.starts_with("base,0.000,hop-")),
+        "{samples}"
+    );
     // How long the mesh took to get ready: printed, and in the summary.
     let ready = finished
         .stderr
