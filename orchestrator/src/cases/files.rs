@@ -64,8 +64,9 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Cases
 const TRUTH_TAGS: [&str; 2] = ["slow", "work_ns"];
 
 /// Copies a run's Jaeger file into a case without what gives the fault
-/// away: [`TRUTH_TAGS`] dropped, and an injected error's message reads as
-/// an error's (`error at hop "b" replica 0`). Returns the spans copied.
+/// away: the hops' `slow` and `work_ns` tags dropped, and an injected
+/// error's message reads as an error's (`error at hop "b" replica 0`).
+/// Returns the spans copied.
 pub fn copy_traces(from: &Path, to: &Path) -> Result<u64, CasesError> {
     let text = std::fs::read_to_string(from).map_err(CasesError::io(from))?;
     let mut doc: Value =
