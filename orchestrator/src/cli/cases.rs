@@ -158,12 +158,6 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
             path.display()
         )));
     }
-    if std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()) {
-        return Err(CliError::BadInput(anyhow!(
-            "{}: not empty; the cases go into an empty or new folder",
-            out.display()
-        )));
-    }
     let steady = draw::steady(
         &scenario,
         variant,
@@ -190,9 +184,6 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
     .map_err(|e| CliError::BadInput(anyhow!("{}: {e}", path.display())))?;
     let hops: Vec<String> = base.hops.iter().map(|h| h.name.clone()).collect();
     let work = out.join(".runs");
-    std::fs::create_dir_all(out.join("runs"))
-        .with_context(|| format!("create {}", out.join("runs").display()))
-        .map_err(CliError::Failed)?;
     let mut index = Index {
         scenario: path.display().to_string(),
         variant: base.name.clone(),
@@ -206,7 +197,33 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
         dropped: 0,
         cases: Vec::new(),
     };
+    // A folder that holds cases made with the same settings goes on from
+    // where they end (more cases, or an interrupted set finished).
+    let made = resume(&out, &index)?;
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(out.join("runs"))
+        .with_context(|| format!("create {}", out.join("runs").display()))
+        .map_err(CliError::Failed)?;
     let width = (args.count.max(1) - 1).to_string().len().max(3);
+    for (i, (old, fault)) in made.cases.iter().zip(&faults).enumerate() {
+        if old.case != format!("case-{i:0width$}") || old.fault != *fault {
+            return Err(CliError::BadInput(anyhow!(
+                "{}: {} is not what this command draws as case {i}; the cases go into an empty \
+                 or new folder",
+                out.display(),
+                old.case
+            )));
+        }
+    }
+    if !made.cases.is_empty() {
+        say!(
+            "cases: {} already in {}, going on from case {}",
+            made.cases.len(),
+            out.display(),
+            made.cases.len()
+        );
+    }
+    index = made;
     say!(
         "cases: {} injections into variant {} of {}, {} each, seed {}",
         args.count,
@@ -215,8 +232,11 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
         tailmesh_units::duration(args.length),
         args.seed
     );
-    for (i, fault) in faults.iter().enumerate() {
+    for (i, fault) in faults.iter().enumerate().skip(index.cases.len()) {
         let case = format!("case-{i:0width$}");
+        // What an interrupted command left of this case.
+        let _ = std::fs::remove_dir_all(out.join(&case));
+        let _ = std::fs::remove_dir_all(out.join("runs").join(&case));
         let mut run = draw::apply(&steady, fault);
         run.name = case.clone();
         let text = format!(
@@ -301,6 +321,43 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
     );
     say!("score them: tailmesh cases score {}", out.display());
     Ok(())
+}
+
+/// The cases already in `out`: none for a new or empty folder, those of
+/// its index when they were made with `fresh`'s settings; otherwise the
+/// folder is not for these cases.
+fn resume(out: &Path, fresh: &Index) -> Result<Index, CliError> {
+    if !std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
+        return Ok(fresh.clone());
+    }
+    let file = out.join("index.json");
+    let refuse = |why: String| {
+        CliError::BadInput(anyhow!(
+            "{}: {why}; the cases go into an empty or new folder, or one whose cases were made \
+             with the same scenario, variant, seed, length, kinds and --background",
+            out.display()
+        ))
+    };
+    if !file.exists() {
+        return Err(refuse("not empty, and no index.json".to_owned()));
+    }
+    let made: Index = files::read_json(&file).map_err(failed)?;
+    let settings = |i: &Index| {
+        (
+            i.scenario.clone(),
+            i.variant.clone(),
+            i.seed,
+            i.length_s,
+            i.background,
+            i.kinds.clone(),
+            i.services.clone(),
+            i.slow_threshold_us,
+        )
+    };
+    if settings(&made) != settings(fresh) {
+        return Err(refuse("its cases were made with other settings".to_owned()));
+    }
+    Ok(made)
 }
 
 /// Writes a kept case's folder from its run folder.

@@ -1,4 +1,5 @@
-//! `tailmesh cases`: one injection of each fault kind, each run read
+//! `tailmesh cases`: one injection of each fault kind (the last one by a
+//! second command that goes on with the set), each run read
 //! back to check that the label says what was injected, where and when
 //! (true by construction); the kept cases' folders hold the files
 //! root-cause tools read, without what gives the fault away; and `cases
@@ -80,6 +81,41 @@ fn a_case_of_each_kind_is_labelled_with_what_its_run_injected_and_scored() {
             "cases",
             path_str(&scenario),
             "--count",
+            "5",
+            "--seed",
+            "4",
+            "--netns",
+            "--length",
+            &format!("{length}s"),
+            "-o",
+            path_str(&out),
+        ],
+    )
+    // Five runs of a few seconds, each started and written.
+    .wait_within(std::time::Duration::from_secs(
+        40 * 6 * u64::from(slowdown()),
+    ));
+    let output = made.output();
+    assert_eq!(made.code(), Some(0), "{output}");
+    // Other settings into the same folder: refused.
+    let again = tailmesh(
+        dir.path(),
+        &["cases", path_str(&scenario), "-o", path_str(&out)],
+    );
+    assert_eq!(again.code(), Some(2), "{}", again.output());
+    assert!(
+        again.output().contains("other settings"),
+        "{}",
+        again.output()
+    );
+    // The same settings and a larger count: the set goes on where it ended.
+    let before = json(&out.join("index.json"));
+    let more = Running::start(
+        dir.path(),
+        &[
+            "cases",
+            path_str(&scenario),
+            "--count",
             "6",
             "--seed",
             "4",
@@ -90,18 +126,17 @@ fn a_case_of_each_kind_is_labelled_with_what_its_run_injected_and_scored() {
             path_str(&out),
         ],
     )
-    // Six runs of a few seconds, each started and written.
-    .wait_within(std::time::Duration::from_secs(
-        40 * 6 * u64::from(slowdown()),
-    ));
-    let output = made.output();
-    assert_eq!(made.code(), Some(0), "{output}");
-    let again = tailmesh(
-        dir.path(),
-        &["cases", path_str(&scenario), "-o", path_str(&out)],
+    .wait_within(std::time::Duration::from_secs(60 * u64::from(slowdown())));
+    assert_eq!(more.code(), Some(0), "{}", more.output());
+    assert!(more.output().contains("5 already in"), "{}", more.output());
+    let after = json(&out.join("index.json"));
+    let (before, after) = (
+        before["cases"].as_array().expect("cases"),
+        after["cases"].as_array().expect("cases"),
     );
-    assert_eq!(again.code(), Some(2), "{}", again.output());
-    assert!(again.output().contains("not empty"), "{}", again.output());
+    assert_eq!(after.len(), 6);
+    assert_eq!(after[..5], before[..]);
+    assert_eq!(after[5]["case"], "case-005");
 
     let index = json(&out.join("index.json"));
     let cases = index["cases"].as_array().expect("cases");
