@@ -175,12 +175,15 @@ pub fn read_ranking(dir: &Path, case: &str) -> Result<Option<Vec<String>>, Cases
     Ok(Some(names))
 }
 
-/// Reads a run's `processes.csv` (`variant,t_s,process,pid,cpu_s,rss_bytes`):
-/// `variant`'s samples.
-pub fn read_processes(
+/// Reads the rows of a samples file (`variant` first, then `fields`
+/// more) that are `variant`'s, each made into a `T` by `make` from its
+/// fields after the variant and a parser of numbers that names the line.
+fn read_samples<T>(
     path: &Path,
     variant: &str,
-) -> Result<Vec<super::series::ProcessSample>, CasesError> {
+    fields: usize,
+    make: impl Fn(&[String], &dyn Fn(&str) -> Result<f64, CasesError>) -> Result<T, CasesError>,
+) -> Result<Vec<T>, CasesError> {
     let text = std::fs::read_to_string(path).map_err(CasesError::io(path))?;
     let mut out = Vec::new();
     for (i, row) in crate::output::csv::split_rows(&text)
@@ -188,29 +191,40 @@ pub fn read_processes(
         .enumerate()
         .skip(1)
     {
-        let [v, t, process, pid, cpu, rss] = row.as_slice() else {
+        let line = i + 1;
+        if row.len() != fields + 1 {
             return Err(CasesError::bad(
                 path,
-                format!("line {}: 6 fields expected", i + 1),
+                format!("line {line}: {} fields expected", fields + 1),
             ));
-        };
-        if v != variant {
+        }
+        if row[0] != variant {
             continue;
         }
         let num = |s: &str| {
-            s.parse::<f64>().map_err(|_| {
-                CasesError::bad(path, format!("line {}: {s:?} is not a number", i + 1))
-            })
+            s.parse::<f64>()
+                .map_err(|_| CasesError::bad(path, format!("line {line}: {s:?} is not a number")))
         };
-        out.push(super::series::ProcessSample {
-            t_s: num(t)?,
-            process: process.clone(),
-            pid: num(pid)? as u32,
-            cpu_s: num(cpu)?,
-            rss_bytes: num(rss)? as u64,
-        });
+        out.push(make(&row[1..], &num)?);
     }
     Ok(out)
+}
+
+/// Reads a run's `processes.csv` (`variant,t_s,process,pid,cpu_s,rss_bytes`):
+/// `variant`'s samples.
+pub fn read_processes(
+    path: &Path,
+    variant: &str,
+) -> Result<Vec<super::series::ProcessSample>, CasesError> {
+    read_samples(path, variant, 5, |f, num| {
+        Ok(super::series::ProcessSample {
+            t_s: num(&f[0])?,
+            process: f[1].clone(),
+            pid: num(&f[2])? as u32,
+            cpu_s: num(&f[3])?,
+            rss_bytes: num(&f[4])? as u64,
+        })
+    })
 }
 
 /// Reads a run's `queues.csv` (`variant,t_s,topic,depth,in_flight`):
@@ -219,35 +233,14 @@ pub fn read_queues(
     path: &Path,
     variant: &str,
 ) -> Result<Vec<super::series::QueueSample>, CasesError> {
-    let text = std::fs::read_to_string(path).map_err(CasesError::io(path))?;
-    let mut out = Vec::new();
-    for (i, row) in crate::output::csv::split_rows(&text)
-        .into_iter()
-        .enumerate()
-        .skip(1)
-    {
-        let [v, t, topic, depth, in_flight] = row.as_slice() else {
-            return Err(CasesError::bad(
-                path,
-                format!("line {}: 5 fields expected", i + 1),
-            ));
-        };
-        if v != variant {
-            continue;
-        }
-        let num = |s: &str| {
-            s.parse::<f64>().map_err(|_| {
-                CasesError::bad(path, format!("line {}: {s:?} is not a number", i + 1))
-            })
-        };
-        out.push(super::series::QueueSample {
-            t_s: num(t)?,
-            topic: topic.clone(),
-            depth: num(depth)? as u64,
-            in_flight: num(in_flight)? as u64,
-        });
-    }
-    Ok(out)
+    read_samples(path, variant, 4, |f, num| {
+        Ok(super::series::QueueSample {
+            t_s: num(&f[0])?,
+            topic: f[1].clone(),
+            depth: num(&f[2])? as u64,
+            in_flight: num(&f[3])? as u64,
+        })
+    })
 }
 
 #[cfg(test)]

@@ -74,27 +74,32 @@ fn a_case_of_each_kind_is_labelled_with_what_its_run_injected_and_scored() {
         bad.output()
     );
 
-    let length = 4 * slowdown();
-    let made = Running::start(
-        dir.path(),
-        &[
-            "cases",
-            path_str(&scenario),
-            "--count",
-            "5",
-            "--seed",
-            "4",
-            "--netns",
-            "--length",
-            &format!("{length}s"),
-            "-o",
-            path_str(&out),
-        ],
-    )
-    // Five runs of a few seconds, each started and written.
-    .wait_within(std::time::Duration::from_secs(
-        40 * 6 * u64::from(slowdown()),
-    ));
+    let length = format!("{}s", 4 * slowdown());
+    // `count` cases of seed 4 on the netns launcher: a run of a few
+    // seconds each, started and written.
+    let make = |count: u32| {
+        let count = count.to_string();
+        Running::start(
+            dir.path(),
+            &[
+                "cases",
+                path_str(&scenario),
+                "--count",
+                &count,
+                "--seed",
+                "4",
+                "--netns",
+                "--length",
+                &length,
+                "-o",
+                path_str(&out),
+            ],
+        )
+        .wait_within(std::time::Duration::from_secs(
+            40 * 6 * u64::from(slowdown()),
+        ))
+    };
+    let made = make(5);
     let output = made.output();
     assert_eq!(made.code(), Some(0), "{output}");
     // Other settings into the same folder: refused.
@@ -110,23 +115,7 @@ fn a_case_of_each_kind_is_labelled_with_what_its_run_injected_and_scored() {
     );
     // The same settings and a larger count: the set goes on where it ended.
     let before = json(&out.join("index.json"));
-    let more = Running::start(
-        dir.path(),
-        &[
-            "cases",
-            path_str(&scenario),
-            "--count",
-            "6",
-            "--seed",
-            "4",
-            "--netns",
-            "--length",
-            &format!("{length}s"),
-            "-o",
-            path_str(&out),
-        ],
-    )
-    .wait_within(std::time::Duration::from_secs(60 * u64::from(slowdown())));
+    let more = make(6);
     assert_eq!(more.code(), Some(0), "{}", more.output());
     assert!(more.output().contains("5 already in"), "{}", more.output());
     let after = json(&out.join("index.json"));
@@ -289,7 +278,7 @@ fn a_case_of_each_kind_is_labelled_with_what_its_run_injected_and_scored() {
             .filter_map(|l| l.split(',').next()?.parse().ok())
             .collect();
         assert!(
-            times.len() >= length as usize,
+            times.len() >= 4 * slowdown() as usize,
             "{name}: {} rows",
             times.len()
         );
