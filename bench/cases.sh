@@ -9,10 +9,12 @@
 # average before and after each mesh is printed: keep it under 1.5.
 #
 # Usage: bench/cases.sh [-n COUNT] [-l LENGTH] [-s SEED] [-o DIR]
-#   -n COUNT   injections per mesh (default 100)
+#   -n COUNT   injections per mesh (default 150: about 100 kept cases)
 #   -l LENGTH  each case's load (default 10s)
 #   -s SEED    the seed the faults are drawn from (default 1)
-#   -o DIR     where the cases stay (default results/cases-bench/<UTC time>)
+#   -o DIR     where the cases stay (default results/cases-bench/<UTC time>);
+#              a DIR made before with the same -l and -s goes on with its
+#              sets up to COUNT injections each
 #
 # Uses a release build, or the binary TAILMESH_BIN names. Needs root (the
 # netns launcher). Loopback and the run's own namespaces only. Each run is
@@ -20,11 +22,11 @@
 set -euo pipefail
 
 BENCH=cases
-COUNT=100
+COUNT=150
 LENGTH=10s
 SEED=1
 OUT=""
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--count) COUNT="${2:?-n needs a number}"; shift 2 ;;
@@ -46,7 +48,6 @@ command -v python3 >/dev/null 2>&1 || { say "python3 not found"; exit 1; }
 steps_traps
 cd "$REPO"
 OUT="${OUT:-results/cases-bench/$(date -u +%Y%m%dT%H%M%SZ)}"
-[[ ! -e $OUT ]] || { say "$OUT exists; -o another folder"; exit 2; }
 mkdir -p "$OUT"
 release_binary
 busy_gate 0
