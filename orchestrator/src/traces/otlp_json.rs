@@ -53,16 +53,46 @@ pub enum OtlpJsonError {
     },
     /// A span or process OTLP cannot say as it is (an id that is not
     /// hex, a tag whose value is not of its type).
-    #[error("read {}: {place}: {what}", path.display())]
+    #[error("read {}: {place}: {source}", path.display())]
     Invalid {
         path: PathBuf,
         /// `trace 3f2a..., span 9c1b...` or `trace ..., process p2`.
         place: String,
-        what: String,
+        source: SpanError,
     },
     /// Writing the output failed (a full disk).
     #[error(transparent)]
     Write(#[from] OutputError),
+}
+
+/// What in a span or a process OTLP cannot say as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum SpanError {
+    /// An id that is not 1 to `digits` hex digits.
+    #[error("{field}: {id:?} is not an id of 1 to {digits} hex digits")]
+    Id {
+        /// `traceID`, `spanID`, `parentSpanID`, a reference's.
+        field: &'static str,
+        id: String,
+        digits: usize,
+    },
+    /// A tag whose value is not of the type it says.
+    #[error("tag {key:?}: {value} is not of type {kind}")]
+    Tag {
+        key: String,
+        /// The value as the file has it (JSON).
+        value: String,
+        kind: String,
+    },
+    /// Times past what OTLP readers take.
+    #[error(
+        "startTime {start_us} us, duration {duration_us} us: ends past 2262, beyond signed \
+         64-bit nanoseconds since the epoch"
+    )]
+    Time { start_us: u64, duration_us: u64 },
+    /// A process's resource attributes could not be keyed.
+    #[error("its resource attributes: {0}")]
+    Resource(#[source] serde_json::Error),
 }
 
 /// Writes the traces of `jaeger_files` (tailmesh's `traces.jaeger.json`,
@@ -118,17 +148,17 @@ fn read_file(path: &Path, stats: &mut OtlpJsonStats) -> Result<Vec<ResourceSpans
             source,
         })?;
     drop(bytes);
-    convert(file, stats).map_err(|Problem { place, what }| OtlpJsonError::Invalid {
+    convert(file, stats).map_err(|Problem { place, source }| OtlpJsonError::Invalid {
         path: path.to_owned(),
         place,
-        what,
+        source,
     })
 }
 
 /// What is wrong, and where in the file.
 struct Problem {
     place: String,
-    what: String,
+    source: SpanError,
 }
 
 /// A file's traces, a batch per distinct process (the same replica has
@@ -145,14 +175,14 @@ fn convert(file: JaegerFile, stats: &mut OtlpJsonStats) -> Result<Vec<ResourceSp
             let batch = match batch_of.get(&span.process_id) {
                 Some(&batch) => batch,
                 None => {
-                    let problem = |what: String| Problem {
+                    let problem = |source: SpanError| Problem {
                         place: format!("trace {}, process {:?}", trace.trace_id, span.process_id),
-                        what,
+                        source,
                     };
                     let attributes =
                         resource(trace.processes.get(&span.process_id)).map_err(problem)?;
-                    let key =
-                        serde_json::to_string(&attributes).map_err(|e| problem(e.to_string()))?;
+                    let key = serde_json::to_string(&attributes)
+                        .map_err(|e| problem(SpanError::Resource(e)))?;
                     let batch = *by_resource.entry(key).or_insert_with(|| {
                         batches.push(ResourceSpans {
                             resource: Resource { attributes },
@@ -168,7 +198,8 @@ fn convert(file: JaegerFile, stats: &mut OtlpJsonStats) -> Result<Vec<ResourceSp
                 }
             };
             let place = format!("trace {}, span {}", trace.trace_id, span.span_id);
-            let span = otlp_span(&trace.trace_id, span).map_err(|what| Problem { place, what })?;
+            let span =
+                otlp_span(&trace.trace_id, span).map_err(|source| Problem { place, source })?;
             batches[batch].scope_spans[0].spans.push(span);
             stats.spans += 1;
         }
@@ -177,7 +208,7 @@ fn convert(file: JaegerFile, stats: &mut OtlpJsonStats) -> Result<Vec<ResourceSp
 }
 
 /// A process's resource attributes: `service.name`, then its tags.
-fn resource(process: Option<&JaegerProcess>) -> Result<Vec<KeyValue>, String> {
+fn resource(process: Option<&JaegerProcess>) -> Result<Vec<KeyValue>, SpanError> {
     let Some(process) = process else {
         return Ok(Vec::new());
     };
@@ -188,7 +219,7 @@ fn resource(process: Option<&JaegerProcess>) -> Result<Vec<KeyValue>, String> {
     for tag in process.tags.iter().filter(|t| t.key != "service.name") {
         attributes.push(KeyValue {
             key: tag.key.clone(),
-            value: any_value(tag).map_err(|e| format!("tag {:?}: {e}", tag.key))?,
+            value: any_value(tag)?,
         });
     }
     Ok(attributes)
@@ -244,26 +275,26 @@ fn kind_number(name: &str) -> Option<u8> {
     })
 }
 
-fn otlp_span(trace_id: &str, span: JaegerSpan) -> Result<OtlpSpan, String> {
+fn otlp_span(trace_id: &str, span: JaegerSpan) -> Result<OtlpSpan, SpanError> {
     let trace_id = if span.trace_id.is_empty() {
         trace_id
     } else {
         &span.trace_id
     };
-    let trace_id = hex_id(trace_id, 32).map_err(|e| format!("traceID: {e}"))?;
-    let span_id = hex_id(&span.span_id, 16).map_err(|e| format!("spanID: {e}"))?;
+    let trace_id = hex_id(trace_id, 32, "traceID")?;
+    let span_id = hex_id(&span.span_id, 16, "spanID")?;
 
     let mut parent = None;
     let mut links = Vec::new();
     for r in span.references {
-        let id = hex_id(&r.span_id, 16).map_err(|e| format!("a reference's spanID: {e}"))?;
+        let id = hex_id(&r.span_id, 16, "a reference's spanID")?;
         if parent.is_none() && r.ref_type.eq_ignore_ascii_case("CHILD_OF") {
             parent = Some(id);
         } else {
             let trace_id = if r.trace_id.is_empty() {
                 trace_id.clone()
             } else {
-                hex_id(&r.trace_id, 32).map_err(|e| format!("a reference's traceID: {e}"))?
+                hex_id(&r.trace_id, 32, "a reference's traceID")?
             };
             links.push(Link {
                 trace_id,
@@ -275,7 +306,7 @@ fn otlp_span(trace_id: &str, span: JaegerSpan) -> Result<OtlpSpan, String> {
     if parent.is_none()
         && let Some(id) = span.parent_span_id.filter(|id| !id.is_empty())
     {
-        parent = Some(hex_id(&id, 16).map_err(|e| format!("parentSpanID: {e}"))?);
+        parent = Some(hex_id(&id, 16, "parentSpanID")?);
     }
 
     let mut kind = 0;
@@ -289,7 +320,7 @@ fn otlp_span(trace_id: &str, span: JaegerSpan) -> Result<OtlpSpan, String> {
             Some(Encoding::Status(c)) => code = code.max(c),
             Some(Encoding::Description(text)) => description = Some(text),
             None => attributes.push(KeyValue {
-                value: any_value(&tag).map_err(|e| format!("tag {:?}: {e}", tag.key))?,
+                value: any_value(&tag)?,
                 key: tag.key,
             }),
         }
@@ -310,12 +341,9 @@ fn otlp_span(trace_id: &str, span: JaegerSpan) -> Result<OtlpSpan, String> {
 
     let (start, end) = nanos(span.start_time)
         .zip(span.start_time.checked_add(span.duration).and_then(nanos))
-        .ok_or_else(|| {
-            format!(
-                "startTime {} us, duration {} us: ends past 2262, beyond signed 64-bit \
-                 nanoseconds since the epoch",
-                span.start_time, span.duration
-            )
+        .ok_or(SpanError::Time {
+            start_us: span.start_time,
+            duration_us: span.duration,
         })?;
     Ok(OtlpSpan {
         trace_id,
@@ -339,19 +367,28 @@ fn nanos(micros: u64) -> Option<u64> {
         .filter(|&ns| i64::try_from(ns).is_ok())
 }
 
-/// `id` as `digits` lower-case hex digits, leading zeros put back.
-fn hex_id(id: &str, digits: usize) -> Result<String, String> {
+/// `id` (the span's `field`) as `digits` lower-case hex digits, leading
+/// zeros put back.
+fn hex_id(id: &str, digits: usize, field: &'static str) -> Result<String, SpanError> {
     if id.is_empty() || id.len() > digits || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{id:?} is not an id of 1 to {digits} hex digits"));
+        return Err(SpanError::Id {
+            field,
+            id: id.to_owned(),
+            digits,
+        });
     }
     Ok(format!("{:0>digits$}", id.to_ascii_lowercase()))
 }
 
 /// A tag's value as an attribute value of its Jaeger type (a tag without
 /// a known type: of its JSON value's type).
-fn any_value(tag: &JaegerTag) -> Result<AnyValue, String> {
+fn any_value(tag: &JaegerTag) -> Result<AnyValue, SpanError> {
     let ty = tag.kind.as_deref().unwrap_or_default().to_ascii_lowercase();
-    let wrong = || format!("{} is not of type {ty}", tag.value);
+    let wrong = || SpanError::Tag {
+        key: tag.key.clone(),
+        value: tag.value.to_string(),
+        kind: ty.clone(),
+    };
     Ok(match (ty.as_str(), &tag.value) {
         ("string", TagValue::Text(s)) => AnyValue::String(s.clone()),
         ("string", other) => AnyValue::String(other.to_string()),
