@@ -272,16 +272,18 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
         );
         if verdict.kept {
             let applied = report.fault_windows.iter().find(|w| w.hop == fault.service);
+            let origin =
+                hlog_start(&runs.join(output::hlog::file_name(&base.name))).map_err(failed)?;
             let label = Label {
                 case: case.clone(),
                 service: fault.service.clone(),
                 replica: fault.replica,
                 fault: fault.clone(),
-                start_unix_s: 0.0,
-                end_unix_s: 0.0,
+                start_unix_s: origin + fault.start_s,
+                end_unix_s: origin + fault.end_s,
                 applied_at_s: applied.and_then(|w| w.applied_at_s),
                 cleared_at_s: applied.and_then(|w| w.cleared_at_s),
-                origin_unix_s: 0.0,
+                origin_unix_s: origin,
                 verdict: verdict.clone(),
             };
             let seconds = report.measured_s.ceil() as usize;
@@ -290,7 +292,7 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
                 &runs,
                 &base.name,
                 &hops,
-                label,
+                &label,
                 run.check.slow_threshold,
                 seconds,
             )
@@ -366,15 +368,11 @@ fn materialize(
     run: &Path,
     variant: &str,
     hops: &[String],
-    mut label: Label,
+    label: &Label,
     threshold: Duration,
     seconds: usize,
 ) -> Result<(), CasesError> {
     std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
-    let origin = hlog_start(&run.join(output::hlog::file_name(variant)))?;
-    label.origin_unix_s = origin;
-    label.start_unix_s = origin + label.fault.start_s;
-    label.end_unix_s = origin + label.fault.end_s;
     files::write_whole(
         &dir.join("inject_time.txt"),
         format!("{}\n", label.start_unix_s.floor() as i64).as_bytes(),
@@ -413,9 +411,12 @@ fn materialize(
             }
         }
     }
-    let series = write_rankings(dir, run, variant, hops, &label, threshold, seconds)?;
-    files::write_whole(&dir.join("metrics.csv"), series.csv(origin).as_bytes())?;
-    files::write_json(&dir.join("label.json"), &label)
+    let series = write_rankings(dir, run, variant, hops, label, threshold, seconds)?;
+    files::write_whole(
+        &dir.join("metrics.csv"),
+        series.csv(label.origin_unix_s).as_bytes(),
+    )?;
+    files::write_json(&dir.join("label.json"), label)
 }
 
 /// Writes a case's `rankings/`: tailmesh's from its run's requests, the

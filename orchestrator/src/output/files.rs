@@ -170,51 +170,52 @@ pub struct RunData<'a> {
     pub queues: Vec<(&'a str, &'a [QueueSample])>,
 }
 
-/// The broker topics' samples: `queues.csv`.
-pub const QUEUES: &str = "queues.csv";
+/// The processes' samples: `processes.csv`.
+pub const PROCESSES: &str = "processes.csv";
 
-/// `queues.csv`'s text: a header, then one row per sample.
-pub fn queues_csv(queues: &[(&str, &[QueueSample])]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::from("variant,t_s,topic,depth,in_flight\n");
-    for (variant, samples) in queues {
+/// A samples file's text: `header`, then per variant one row per sample,
+/// the variant first and `row`'s fields after it.
+fn samples_csv<T>(header: &str, sets: &[(&str, &[T])], row: impl Fn(&T) -> String) -> String {
+    let mut out = format!("{header}\n");
+    for (variant, samples) in sets {
         for s in *samples {
-            let _ = writeln!(
-                out,
-                "{},{:.3},{},{},{}",
-                super::csv::quote(variant),
-                s.t_s,
-                super::csv::quote(&s.topic),
-                s.depth,
-                s.in_flight
-            );
+            out.push_str(&super::csv::quote(variant));
+            out.push(',');
+            out.push_str(&row(s));
+            out.push('\n');
         }
     }
     out
 }
 
-/// The processes' samples: `processes.csv`.
-pub const PROCESSES: &str = "processes.csv";
-
 /// `processes.csv`'s text: a header, then one row per sample.
 pub fn processes_csv(processes: &[(&str, &[ProcessSample])]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::from("variant,t_s,process,pid,cpu_s,rss_bytes\n");
-    for (variant, samples) in processes {
-        for s in *samples {
-            let _ = writeln!(
-                out,
-                "{},{:.3},{},{},{:.2},{}",
-                super::csv::quote(variant),
-                s.t_s,
-                super::csv::quote(&s.process),
-                s.pid,
-                s.cpu_s,
-                s.rss_bytes
-            );
-        }
-    }
-    out
+    samples_csv("variant,t_s,process,pid,cpu_s,rss_bytes", processes, |s| {
+        format!(
+            "{:.3},{},{},{:.2},{}",
+            s.t_s,
+            super::csv::quote(&s.process),
+            s.pid,
+            s.cpu_s,
+            s.rss_bytes
+        )
+    })
+}
+
+/// The broker topics' samples: `queues.csv`.
+pub const QUEUES: &str = "queues.csv";
+
+/// `queues.csv`'s text: a header, then one row per sample.
+pub fn queues_csv(queues: &[(&str, &[QueueSample])]) -> String {
+    samples_csv("variant,t_s,topic,depth,in_flight", queues, |s| {
+        format!(
+            "{:.3},{},{},{}",
+            s.t_s,
+            super::csv::quote(&s.topic),
+            s.depth,
+            s.in_flight
+        )
+    })
 }
 
 /// Writes `files` into `dir` in their order, each whole or not at all;
