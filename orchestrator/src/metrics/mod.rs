@@ -60,11 +60,10 @@ struct VariantLive {
     /// The load steps (open loop), with the rate before them.
     steps: Vec<Step>,
     rate: Option<f64>,
-    /// Each process's CPU seconds and resident bytes at its last sample,
-    /// in the order first seen.
-    processes: Vec<(String, f64, u64)>,
-    /// Each broker topic's depth and tasks in flight at its last sample.
-    queues: Vec<(String, u64, u64)>,
+    /// The processes as last sampled (every one running then).
+    processes: Vec<tailmesh_analysis::record::ProcessSample>,
+    /// The broker's topics as last sampled.
+    queues: Vec<tailmesh_analysis::record::QueueSample>,
     /// The measured clock's 0 on the wall clock, once the load began.
     measuring_from: Option<SystemTime>,
     /// Whether its load is over.
@@ -153,30 +152,12 @@ impl LiveMetrics {
 
     /// The variant's processes, sampled.
     pub(crate) fn processes(&self, samples: &[tailmesh_analysis::record::ProcessSample]) {
-        self.current(|v| {
-            for s in samples {
-                match v
-                    .processes
-                    .iter_mut()
-                    .find(|(name, _, _)| *name == s.process)
-                {
-                    Some(p) => (p.1, p.2) = (s.cpu_s, s.rss_bytes),
-                    None => v.processes.push((s.process.clone(), s.cpu_s, s.rss_bytes)),
-                }
-            }
-        });
+        self.current(|v| v.processes = samples.to_vec());
     }
 
     /// The variant's broker topics, sampled.
     pub(crate) fn queues(&self, samples: &[tailmesh_analysis::record::QueueSample]) {
-        self.current(|v| {
-            for s in samples {
-                match v.queues.iter_mut().find(|(topic, _, _)| *topic == s.topic) {
-                    Some(q) => (q.1, q.2) = (s.depth, s.in_flight),
-                    None => v.queues.push((s.topic.clone(), s.depth, s.in_flight)),
-                }
-            }
-        });
+        self.current(|v| v.queues = samples.to_vec());
     }
 
     /// The variant's load is over: every request sent has ended.
@@ -220,17 +201,17 @@ fn families(run: &str, variants: &[VariantLive], now: SystemTime) -> Vec<Family>
     let mut depth = Vec::new();
     let mut held = Vec::new();
     for v in variants {
-        for (topic, d, h) in &v.queues {
+        for q in &v.queues {
             let mut labels = base(v);
-            labels.push(("topic", topic.clone()));
-            depth.push(number(labels.clone(), *d as f64));
-            held.push(number(labels, *h as f64));
+            labels.push(("topic", q.topic.clone()));
+            depth.push(number(labels.clone(), q.depth as f64));
+            held.push(number(labels, q.in_flight as f64));
         }
-        for (process, cpu_s, rss) in &v.processes {
+        for p in &v.processes {
             let mut labels = base(v);
-            labels.push(("process", process.clone()));
-            cpu.push(number(labels.clone(), *cpu_s));
-            memory.push(number(labels, *rss as f64));
+            labels.push(("process", p.process.clone()));
+            cpu.push(number(labels.clone(), p.cpu_s));
+            memory.push(number(labels, p.rss_bytes as f64));
         }
         let ended_total = v.ended();
         sent.push(number(base(v), v.sent as f64));
