@@ -352,6 +352,25 @@ pub struct GeneratorReport {
     pub instrument: Option<InstrumentReport>,
 }
 
+/// What became of the streams of a variant whose load went on streams
+/// (`[load.streams]`; summary.json's `variants[].streams`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// Streams opened, warmup's included.
+    pub opened: u64,
+    /// Streams that ended with all their messages sent and answered (or
+    /// failed in band): the stream itself held.
+    pub completed: u64,
+    /// Streams that broke, by the status's code name: their waiting and
+    /// later messages failed with it.
+    pub aborted: std::collections::BTreeMap<String, u64>,
+    /// Messages due while their stream had `in_flight` awaiting answers:
+    /// not sent, recorded as RESOURCE_EXHAUSTED.
+    pub refused_by_cap: u64,
+    /// The most messages one stream had awaiting answers at once.
+    pub peak_in_flight: u64,
+}
+
 /// The load generator processes of a variant that several shared
 /// (summary.json's `variants[].generators`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

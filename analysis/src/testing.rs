@@ -47,6 +47,7 @@ pub fn hop(name: &str, slow: Option<f64>) -> Hop {
         calls: Default::default(),
         kill: None,
         service: None,
+        streaming: Default::default(),
     }
 }
 
@@ -69,6 +70,7 @@ pub fn variant(name: &str, hops: Vec<Hop>) -> Variant {
             generators: 1,
             net: None,
             generator_net: Vec::new(),
+            streams: None,
             entries: Vec::new(),
         },
         hops,

@@ -355,6 +355,10 @@ pub struct VariantReport {
     /// (`[load] generators`): each one's clock, start and self-watch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generators: Option<Generators>,
+    /// What became of the streams, when the load went on streams
+    /// (`[load.streams]`); each message is one of the requests counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<crate::record::StreamReport>,
     /// What went wrong around the measurement (a hop process that died...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incidents: Vec<String>,
@@ -575,6 +579,8 @@ pub struct VariantContext {
     pub generator_links: Option<LinkCounts>,
     /// The load generator processes, when several shared the load.
     pub generators: Option<Generators>,
+    /// What became of the streams, when the load went on streams.
+    pub streams: Option<crate::record::StreamReport>,
     /// What went wrong around the measurement.
     pub incidents: Vec<String>,
     /// The broker's per-topic statistics.
@@ -938,6 +944,7 @@ impl VariantAccumulator {
             interrupted: context.interrupted,
             generator_links: context.generator_links,
             generators: context.generators,
+            streams: context.streams,
             incidents: context.incidents,
             broker: context.broker,
             peak_memory: context.peak_memory,

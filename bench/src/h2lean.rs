@@ -1134,6 +1134,7 @@ mod tests {
                 hop: "floor".into(),
                 ..Default::default()
             }],
+            ..Default::default()
         };
         let msg = reply.encode_to_vec();
         let mut out = vec![0];

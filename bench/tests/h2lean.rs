@@ -101,6 +101,7 @@ async fn answer(
             hop: "lean".into(),
             ..Default::default()
         }],
+        ..Default::default()
     }
     .encode_to_vec();
     let mut framed = vec![0];

@@ -352,6 +352,40 @@ pub struct Load {
     /// generator (`[load] generator_net`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub generator_net: Vec<GeneratorNet>,
+    /// `[load.streams]`: the load sent as messages on streams to a
+    /// streaming entry, instead of one call per request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<StreamLoad>,
+}
+
+/// `[load.streams]`: an open loop's messages sent on streams. Each of
+/// `streams` slots keeps one stream open at a time, its `messages` due on
+/// a fixed schedule (the slot's share of `[load] rate`, evenly spaced); a
+/// stream whose messages are all due ends, and the next one opens in its
+/// slot when its first message is due. A message is sent at its due time,
+/// or at once when late (never skipped), and timed from its due time.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StreamLoad {
+    /// Streams open at once.
+    pub streams: u32,
+    /// Messages per stream.
+    pub messages: u32,
+    /// Most messages of one stream awaiting their answers: a message due
+    /// while its stream has this many is not sent, and counted as refused
+    /// by the cap (RESOURCE_EXHAUSTED).
+    pub in_flight: u32,
+}
+
+/// How a hop's callers reach it when they serve a stream themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Streaming {
+    /// One call per request or message.
+    #[default]
+    Unary,
+    /// A bidirectional stream (`Hop.Stream`) per caller's stream: each
+    /// message answered by one reply, in order.
+    Bidi,
 }
 
 /// An entry of the mesh (`[load] entries`): a hop the load generator
@@ -588,6 +622,9 @@ pub struct Hop {
     /// `[hop.service]`: a real gRPC service whose call is the hop's work
     /// (`work` is then [`Work::None`]).
     pub service: Option<HopService>,
+    /// Whether the callers that serve a stream reach it by stream (the
+    /// load generator's streams, `[load.streams]`, and streaming hops').
+    pub streaming: Streaming,
 }
 
 /// `[hop.service]`: the gRPC service a hop calls as its work, where it is

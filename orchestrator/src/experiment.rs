@@ -861,6 +861,7 @@ fn analyze_variants(
                 start_skew_bound_us: run.load.start_skew_bound_us,
                 each: run.load.generators.clone(),
             }),
+            streams: run.load.streams.clone(),
             incidents,
             broker: run
                 .broker

@@ -104,7 +104,11 @@ mod tests {
             attempt: u32::MAX,
             caller: "c".repeat(63),
             caller_slow: true,
-            branch: 0,
+            branch: u64::MAX,
+            // A stream's message carries these too.
+            message: u64::MAX,
+            timeout_ns: u64::MAX,
+            traceparent: "0".repeat(55),
         };
         assert!(request.encoded_len() <= MAX_CALL_MESSAGE_BYTES);
         assert!(request.encoded_len() > MAX_PAYLOAD_BYTES);
@@ -123,6 +127,9 @@ mod tests {
                 };
                 MAX_VISITS as usize
             ],
+            // On a stream, its number (a served message has no error).
+            message: u64::MAX,
+            ..Default::default()
         };
         assert!(
             reply.encoded_len() <= MAX_CALL_MESSAGE_BYTES,

@@ -373,6 +373,7 @@ fn bench_case(
                 caller: "bench".into(),
                 caller_slow: false,
                 branch: 0,
+                ..Default::default()
             }
             .encode_to_vec()
         };

@@ -24,6 +24,7 @@ mod progress;
 mod schedule;
 mod selfwatch;
 pub mod standalone;
+mod streams;
 
 use std::{
     sync::{
@@ -45,6 +46,7 @@ use tailmesh_services::{
         PushPool,
         call::{CallStack, Reach},
         policy::{Called, ClientPolicy},
+        stream::Streams,
     },
     link::LinkCounts,
     timer::Sleeper,
@@ -115,10 +117,26 @@ impl Target {
         &self.entries[k].0
     }
 
-    async fn call(&self, request: CallRequest, timeout: Duration) -> Called<CallReply> {
-        self.entry_of(request.request_id)
-            .call(request, Some(timeout))
-            .await
+    /// Calls request `request`'s entry, or, as a message on `stream`,
+    /// the entry of the stream (drawn by its first message's id).
+    async fn call(
+        &self,
+        request: CallRequest,
+        timeout: Duration,
+        stream: Option<(Streams, u64)>,
+    ) -> Called<CallReply> {
+        match stream {
+            None => {
+                self.entry_of(request.request_id)
+                    .call(request, Some(timeout))
+                    .await
+            }
+            Some((streams, first)) => {
+                self.entry_of(first)
+                    .call_on(request, Some(timeout), Some(streams))
+                    .await
+            }
+        }
     }
 }
 
@@ -179,6 +197,8 @@ pub(crate) struct LoadOutcome {
     /// What the spread can be at most, given each clock offset's
     /// uncertainty (half its probe's round trip), µs.
     pub start_skew_bound_us: f64,
+    /// What became of the streams, when the load was sent on streams.
+    pub streams: Option<crate::record::StreamReport>,
 }
 
 /// The origin of a variant's load, shared by the load generator and the
@@ -284,28 +304,59 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
             }
         })
     });
-    let (measured, interrupted) = match &load.mode {
-        LoadMode::Open {
-            rate,
-            arrivals,
-            steps,
-        } => {
+    let mut stream_report = None;
+    let (measured, interrupted) = match (&load.mode, &load.streams) {
+        (
+            LoadMode::Open {
+                rate,
+                arrivals,
+                steps,
+            },
+            Some(streams),
+        ) => {
+            let schedule = Schedule::new(*rate, *arrivals, seed, load.warmup, steps);
+            let (ended, report) = streams::stream_loop(
+                &shared, schedule, streams, load.stop, sleeper, &mut drain, stop,
+            )
+            .await;
+            stream_report = Some(report);
+            ended
+        }
+        (
+            LoadMode::Open {
+                rate,
+                arrivals,
+                steps,
+            },
+            None,
+        ) => {
             let schedule = Schedule::new(*rate, *arrivals, seed, load.warmup, steps);
             open_loop(
                 &shared, schedule, load.stop, sleeper, part, &mut drain, stop,
             )
             .await
         }
-        LoadMode::Closed { concurrency } => {
-            closed_loop(
+        (LoadMode::Closed { concurrency }, _) => {
+            let streams = load.streams.as_ref().map(|s| {
+                (
+                    u64::from(s.messages.max(1)),
+                    Arc::new(std::sync::Mutex::new(crate::record::StreamReport::default())),
+                )
+            });
+            let ended = closed_loop(
                 Arc::clone(&shared),
                 *concurrency,
                 load.stop,
                 part,
+                streams.clone(),
                 &mut drain,
                 stop,
             )
-            .await
+            .await;
+            stream_report = streams.map(|(_, report)| {
+                std::mem::take(&mut *report.lock().unwrap_or_else(|e| e.into_inner()))
+            });
+            ended
         }
     };
     if let Some(flusher) = flusher {
@@ -327,6 +378,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         generators: Vec::new(),
         start_skew_us: 0.0,
         start_skew_bound_us: 0.0,
+        streams: stream_report,
     }
 }
 
@@ -457,19 +509,22 @@ impl Shared {
         &self,
         id: u64,
         intended: Instant,
+        stream: Option<(Streams, u64)>,
     ) -> impl Future<Output = (RequestRecord, bool)> + use<> {
         let mut interrupts = self.interrupts.clone();
-        self.send_until(id, intended, async move {
+        self.send_until(id, intended, stream, async move {
             let _ = interrupts.wait_for(|n| *n >= ABANDON).await;
         })
     }
 
     /// [`Shared::send`], given up as CANCELLED when `abandoned` completes
-    /// first.
+    /// first; a message on `stream` (its streams, and its first message's
+    /// id) when given.
     fn send_until<A: Future<Output = ()>>(
         &self,
         id: u64,
         intended: Instant,
+        stream: Option<(Streams, u64)>,
         abandoned: A,
     ) -> impl Future<Output = (RequestRecord, bool)> + use<A> {
         let target = self.target.clone();
@@ -484,9 +539,7 @@ impl Shared {
                 request_id: id,
                 payload,
                 attempt: 0,
-                caller: String::new(),
-                caller_slow: false,
-                branch: 0,
+                ..CallRequest::default()
             };
             let call = async {
                 match trace {
@@ -496,11 +549,11 @@ impl Shared {
                         tailmesh_services::telemetry::scope(
                             Some(TraceIds::context(rt)),
                             None,
-                            target.call(request, timeout),
+                            target.call(request, timeout, stream),
                         )
                         .await
                     }
-                    None => target.call(request, timeout).await,
+                    None => target.call(request, timeout, stream).await,
                 }
             };
             let called = tokio::select! {
@@ -605,7 +658,7 @@ async fn open_loop<S: RecordSink + ?Sized>(
             }
             () = pacing.wait_until(&sleeper, intended) => {}
         }
-        in_flight.spawn(shared.send(id, intended));
+        in_flight.spawn(shared.send(id, intended, None));
         id += 1;
         if measuring {
             measured_sent += 1;
@@ -631,11 +684,17 @@ async fn open_loop<S: RecordSink + ?Sized>(
     (measured_end, interrupted)
 }
 
+/// The closed loop: `concurrency` workers, each sending its next request
+/// when its last one ended. With `streams` (messages per stream, and the
+/// report to count them in), each worker's requests are the messages of
+/// its stream, one in flight: after `messages` of them, or once it broke,
+/// the worker's stream ends and it opens another.
 async fn closed_loop<S: RecordSink + ?Sized>(
     shared: Arc<Shared>,
     concurrency: u32,
     stop_at: Stop,
     part: Part,
+    streams: Option<(u64, Arc<std::sync::Mutex<crate::record::StreamReport>>)>,
     drain: &mut Drain<'_, S>,
     stop: watch::Receiver<u32>,
 ) -> (Duration, bool) {
@@ -662,6 +721,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
         );
         let (in_flight, peak_in_flight) = (Arc::clone(&in_flight), Arc::clone(&peak_in_flight));
         let (stop, done_tx) = (stop.clone(), done_tx.clone());
+        let mut stream = streams.clone().map(WorkerStream::new);
         // Each worker sends its next request as soon as its previous one ends.
         workers.spawn(async move {
             // One wait for the second interrupt per worker rather than one
@@ -690,7 +750,8 @@ async fn closed_loop<S: RecordSink + ?Sized>(
                 let id = part.closed_id(next_id.fetch_add(1, Ordering::Relaxed));
                 let now_in_flight = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
                 peak_in_flight.fetch_max(now_in_flight, Ordering::Relaxed);
-                let done = shared.send_until(id, now, &mut abandoned).await;
+                let on = stream.as_mut().map(|s| s.next(id));
+                let done = shared.send_until(id, now, on, &mut abandoned).await;
                 in_flight.fetch_sub(1, Ordering::Relaxed);
                 if done_tx.send(done).await.is_err() {
                     break;
@@ -712,6 +773,56 @@ async fn closed_loop<S: RecordSink + ?Sized>(
     while workers.join_next().await.is_some() {}
     drain.stats.peak_in_flight = peak_in_flight.load(Ordering::Relaxed);
     (drain.last_end, *stop.borrow() >= STOP_SENDING)
+}
+
+/// A closed-loop worker's stream: its messages so far, and where it
+/// counts how its streams ended.
+struct WorkerStream {
+    messages: u64,
+    report: Arc<std::sync::Mutex<crate::record::StreamReport>>,
+    /// The open stream, its first message's id and messages sent on it.
+    open: Option<(Streams, u64, u64)>,
+}
+
+impl WorkerStream {
+    fn new((messages, report): (u64, Arc<std::sync::Mutex<crate::record::StreamReport>>)) -> Self {
+        WorkerStream {
+            messages,
+            report,
+            open: None,
+        }
+    }
+
+    /// The stream message `id` goes on: the open one, or a new one when
+    /// that one has all its messages or broke.
+    fn next(&mut self, id: u64) -> (Streams, u64) {
+        let renew = self.open.as_ref().is_none_or(|(streams, _, sent)| {
+            *sent >= self.messages || streams.ended_with().is_some()
+        });
+        if renew {
+            self.close();
+            self.report.lock().unwrap_or_else(|e| e.into_inner()).opened += 1;
+        }
+        let (streams, first, sent) = self.open.get_or_insert_with(|| (Streams::once(), id, 0));
+        *sent += 1;
+        (streams.clone(), *first)
+    }
+
+    /// Counts how the open stream ended, if one is open.
+    fn close(&mut self) {
+        let Some((streams, _, _)) = self.open.take() else {
+            return;
+        };
+        let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        report.peak_in_flight = report.peak_in_flight.max(1);
+        streams::count_end(&mut report, streams.ended_with().map(|s| s.code()));
+    }
+}
+
+impl Drop for WorkerStream {
+    fn drop(&mut self) {
+        self.close();
+    }
 }
 
 #[cfg(test)]

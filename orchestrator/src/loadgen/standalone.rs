@@ -112,6 +112,7 @@ pub async fn against(addr: &PeerAddr, load: &Standalone) -> Result<StandaloneRep
         entries: Vec::new(),
         net: None,
         generator_net: Vec::new(),
+        streams: None,
     };
     // Never interrupted: a Ctrl-C ends the process.
     let (_keep, stop) = watch::channel(0);

@@ -74,6 +74,9 @@ pub fn render_table(summary: &Summary) -> String {
                 v.duplicate_ids
             ));
         }
+        if let Some(streams) = &v.streams {
+            out.push_str(&format!("{}: streams: {}\n", v.name, streams_line(streams)));
+        }
         for k in &v.kills {
             out.push_str(&format!("{}: {}\n", v.name, kill_line(k)));
         }
@@ -94,6 +97,25 @@ pub fn render_table(summary: &Summary) -> String {
         out.push_str(&format!("check: {line}\n"));
     }
     out
+}
+
+/// What became of a variant's streams, in one line: each message is one
+/// of the requests of the tables above.
+fn streams_line(s: &crate::record::StreamReport) -> String {
+    let aborted: u64 = s.aborted.values().sum();
+    let mut line = format!(
+        "{} opened (warmup's included), {} held to their end, {aborted} broke",
+        s.opened, s.completed
+    );
+    if aborted > 0 {
+        let codes: Vec<String> = s.aborted.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        line.push_str(&format!(" ({})", codes.join(", ")));
+    }
+    line.push_str(&format!(
+        "; {} messages refused by the in-flight cap; at most {} awaiting answers on one stream",
+        s.refused_by_cap, s.peak_in_flight
+    ));
+    line
 }
 
 /// One line per kind of number the table shows, for the kinds this run has:

@@ -851,6 +851,7 @@ async fn start_fleet(
                     .as_ref()
                     .filter(|s| s.direct)
                     .map(|s| s.call(String::new())),
+                streaming: entry.streaming == crate::scenario::Streaming::Bidi,
             };
             (config, share)
         })

@@ -60,6 +60,7 @@ fn plain(name: &str, downstream: &[&str]) -> Hop {
         calls: tailmesh_model::calls::Calls::all_once(downstream.iter().copied()),
         kill: None,
         service: None,
+        streaming: Default::default(),
     }
 }
 
@@ -147,6 +148,7 @@ fn full_scenario_parses_into_the_exact_model() {
                 generators: 1,
                 net: None,
                 generator_net: Vec::new(),
+                streams: None,
                 entries: Vec::new(),
             },
             hops: vec![
@@ -182,6 +184,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     ]),
                     kill: None,
                     service: None,
+                    streaming: Default::default(),
                 },
                 Hop {
                     name: "backend".to_owned(),
@@ -216,6 +219,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     calls: Default::default(),
                     kill: None,
                     service: None,
+                    streaming: Default::default(),
                 },
                 Hop {
                     name: "cache".to_owned(),
@@ -255,6 +259,7 @@ fn full_scenario_parses_into_the_exact_model() {
                     calls: Default::default(),
                     kill: None,
                     service: None,
+                    streaming: Default::default(),
                 },
             ],
             launcher: Launcher::Auto,
@@ -321,7 +326,7 @@ downstream = ["b"]
 "#;
     let load_keys = "mode, rate, arrivals, concurrency, duration, requests, warmup, timeout, \
                      connection, connections, payload, steps, entries, generators, net, \
-                     generator_net";
+                     generator_net, streams";
     assert_eq!(
         problems(source),
         vec![
@@ -553,6 +558,7 @@ fn defaults_fill_in_a_minimal_scenario() {
                 generators: 1,
                 net: None,
                 generator_net: Vec::new(),
+                streams: None,
                 entries: Vec::new(),
             },
             // A chain in file order; the last hop is a leaf.
@@ -2992,5 +2998,113 @@ fn telemetry_metrics_take_an_address_and_a_bounded_grace() {
              \"localhost\"",
             "telemetry.metrics_grace must be at most 10m",
         ]
+    );
+}
+
+#[test]
+fn streams_parse_and_their_rules_are_located() {
+    let load = "name = \"t\"\n[load]\nmode = \"open\"\nrate = 100\nduration = \"1s\"\n";
+    let streams = "[load.streams]\nstreams = 4\nmessages = 10\n";
+    let s = ok(&format!(
+        "{load}{streams}[[hop]]\nname = \"a\"\nstreaming = \"bidi\"\n[[hop]]\nname = \"b\"\n"
+    ));
+    let v = &s.variants[0];
+    assert_eq!(
+        v.load.streams,
+        Some(StreamLoad {
+            streams: 4,
+            messages: 10,
+            in_flight: 16
+        })
+    );
+    // A stream's messages are due on a fixed schedule.
+    assert!(matches!(
+        v.load.mode,
+        LoadMode::Open {
+            arrivals: Arrivals::Uniform,
+            ..
+        }
+    ));
+    assert_eq!(
+        v.hops.iter().map(|h| h.streaming).collect::<Vec<_>>(),
+        [Streaming::Bidi, Streaming::Unary]
+    );
+
+    let messages =
+        |source: &str| -> Vec<String> { problems(source).into_iter().map(|(_, _, m)| m).collect() };
+    // The entry must be reached by stream.
+    assert_eq!(
+        messages(&format!("{load}{streams}[[hop]]\nname = \"a\"\n")),
+        [
+            "load.streams sends messages on streams, but the entry hop \"a\" is not reached by \
+          stream: set streaming = \"bidi\" on it"
+        ]
+    );
+    // Kinds not built, pull, a closed loop, Poisson arrivals, generators.
+    let hop = |extra: &str| format!("[[hop]]\nname = \"a\"\n{extra}\n");
+    assert_eq!(
+        messages(&format!("{load}{}", hop("streaming = \"server\""))),
+        [
+            "hop \"a\": streaming: server and client streams are not built yet; \"bidi\" (each \
+          message answered in order) and \"unary\" are"
+        ]
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}{}[[hop]]\nname = \"b\"\nstreaming = \"bidi\"\ntransport = \"pull\"\n",
+            hop("")
+        )),
+        [
+            "hop \"b\": streaming = \"bidi\" goes by push only: a broker's workers take each task \
+          on its own, so a stream's order and its one connection would be lost (leave out \
+          transport = \"pull\")"
+        ]
+    );
+    // A closed loop: load.concurrency streams, one message in flight each.
+    let closed = "name = \"t\"\n[load]\nmode = \"closed\"\nconcurrency = 3\nduration = \"1s\"\n";
+    assert_eq!(
+        ok(&format!(
+            "{closed}[load.streams]\nmessages = 7\n{}",
+            hop("streaming = \"bidi\"")
+        ))
+        .variants[0]
+            .load
+            .streams,
+        Some(StreamLoad {
+            streams: 3,
+            messages: 7,
+            in_flight: 1
+        })
+    );
+    assert_eq!(
+        messages(&format!(
+            "{closed}{streams}in_flight = 2\n{}",
+            hop("streaming = \"bidi\"")
+        )),
+        [
+            "load.streams.streams is for mode = \"open\": in a closed loop, load.concurrency \
+             streams are open at once",
+            "load.streams.in_flight is for mode = \"open\": in a closed loop, each stream has \
+             one message in flight",
+        ]
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}arrivals = \"poisson\"\ngenerators = 2\n{streams}{}",
+            hop("streaming = \"bidi\"")
+        )),
+        [
+            "load.arrivals cannot be \"poisson\" with load.streams: each stream's messages are \
+             due on a fixed schedule (leave arrivals out)",
+            "load.generators cannot go with load.streams yet: one generator sends every stream",
+        ]
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}[load.streams]\nstreams = 0\nmessages = 10\nin_flight = 5000\n{}",
+            hop("streaming = \"bidi\"")
+        ))
+        .len(),
+        2
     );
 }

@@ -626,15 +626,24 @@ fn the_gate_passes_the_same_seed_twice_and_fails_a_slowed_run() {
         );
         run_dir
     };
-    let a = run("a", "50ms");
-    let b = run("b", "50ms");
-    // The hop that holds most of the latency, five times slower: p50 and
-    // p99 about 4.5 times A's. The tolerance, 100 % (the default is far
-    // tighter), sits a factor of 2 or more from both: a loaded machine must
-    // double the same-seed pair's p50 or p99 to fail it (they moved under
-    // 10 % on a 2-core machine at load 4), or take the slowed run's p50 and
-    // p99 from 4.5 to 2 times A's to pass that.
-    let slow = run("slow", "250ms");
+    // The three runs side by side: their hops mostly sleep (1 ms and 50 or
+    // 250 ms of work), so they share the machine without moving the
+    // margins below. The hop that holds most of the latency, five times
+    // slower in the third: p50 and p99 about 4.5 times A's. The tolerance,
+    // 100 % (the default is far tighter), sits a factor of 2 or more from
+    // both: a loaded machine must double the same-seed pair's p50 or p99
+    // to fail it (they moved under 10 % on a 2-core machine at load 4), or
+    // take the slowed run's p50 and p99 from 4.5 to 2 times A's to pass
+    // that.
+    let (a, b, slow) = std::thread::scope(|s| {
+        let a = s.spawn(|| run("a", "50ms"));
+        let b = s.spawn(|| run("b", "50ms"));
+        let slow = s.spawn(|| run("slow", "250ms"));
+        let join = |h: std::thread::ScopedJoinHandle<'_, PathBuf>| {
+            h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+        };
+        (join(a), join(b), join(slow))
+    });
     let gate = |x: &Path, y: &Path, extra: &[&str]| {
         let mut args = vec![
             "compare",

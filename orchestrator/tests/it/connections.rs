@@ -102,6 +102,7 @@ fn hop_a(b: SocketAddr, broker: Option<BrokerKind>, connection: Connection) -> H
             endpoints: Default::default(),
             connection,
             service: None,
+            streaming: false,
         }],
         broker: broker.map(|_| b.into()),
         broker_kind: broker.unwrap_or_default(),

@@ -64,7 +64,7 @@ struct Skip(String);
 /// `TAILMESH_REQUIRE_ALL` says. A part this machine lacks something for
 /// is a [`skip`].
 pub(crate) fn part_checked_elsewhere(reason: impl Display) {
-    let test = RUNNING.with(|name| name.borrow().clone());
+    let test = running();
     eprintln!("part left to another run: {reason}");
     ELSEWHERE
         .lock()
@@ -75,6 +75,11 @@ pub(crate) fn part_checked_elsewhere(reason: impl Display) {
 thread_local! {
     /// The test running on this thread, for [`part_checked_elsewhere`].
     static RUNNING: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The test running on the calling thread (`module::name`), or empty.
+pub(crate) fn running() -> String {
+    RUNNING.with(|name| name.borrow().clone())
 }
 
 /// Parts of tests left to another run, with their reasons.

@@ -53,6 +53,7 @@ mod run;
 mod search;
 mod services;
 mod steps;
+mod streams;
 mod stress;
 mod tls;
 mod traces;
@@ -76,6 +77,7 @@ fn main() -> std::process::ExitCode {
         import::TESTS,
         policy::TESTS,
         traces::TESTS,
+        streams::TESTS,
         report::TESTS,
         deploy::TESTS,
         endpoints::TESTS,

@@ -6,8 +6,6 @@
 //! (a failure under `TAILMESH_REQUIRE_ALL`).
 
 use std::{
-    io::{Read, Write},
-    net::TcpStream,
     path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -76,7 +74,7 @@ impl Prometheus {
     /// The result of the instant query `query`, or `None` while it has
     /// none (or Prometheus is not answering yet).
     fn query(&self, query: &str) -> Option<Vec<Value>> {
-        let body = get(
+        let body = http_get(
             &self.addr,
             &format!("/api/v1/query?query={}", encode(query)),
         )?;
@@ -90,19 +88,6 @@ impl Prometheus {
         let result = self.query(query)?;
         result.first()?["value"][1].as_str()?.parse().ok()
     }
-}
-
-/// `GET path` on `addr` over HTTP/1.0: the body of a 200 answer.
-fn get(addr: &str, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    let (head, body) = answer.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_owned())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
 }
 
 /// Percent-encodes a query string's value.
@@ -127,7 +112,8 @@ fn prometheus_scraping_a_run_sees_the_summarys_counts_and_its_p99_within_a_bucke
     {
         skip("needs prometheus (Debian package prometheus)");
     }
-    let _serial = serial();
+    // It judges counts, and a p99 against the same run's: beside others.
+    let _shared = shared();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(
         dir.path(),
@@ -143,15 +129,11 @@ fn prometheus_scraping_a_run_sees_the_summarys_counts_and_its_p99_within_a_bucke
         dir.path(),
         &run_args(&scenario, &results, &["--metrics", "127.0.0.1:0"]),
     );
-    let output = run.output_reader();
-    let target = run.wait_for("the metrics' address", || {
-        let text = output();
-        let rest = text.split("metrics at http://").nth(1)?;
-        Some(rest.split('/').next()?.to_owned())
-    });
+    let target = metrics_address(&mut run);
     // The text format, as an older server reads it: classic buckets.
     let text = run.wait_for("a scrape with the variant's series", || {
-        get(&target, "/metrics").filter(|t| t.contains("tailmesh_latency_seconds_bucket{run=\""))
+        http_get(&target, "/metrics")
+            .filter(|t| t.contains("tailmesh_latency_seconds_bucket{run=\""))
     });
     assert!(
         text.contains("# TYPE tailmesh_latency_seconds histogram")

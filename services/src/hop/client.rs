@@ -296,6 +296,57 @@ impl PushPool {
     }
 }
 
+impl super::stream::OpenStream for PushPool {
+    /// A stream to a replica picked as a call's would be, on its shared
+    /// connection (or one of its own, closed with the stream). The pick
+    /// is counted; the stream's messages are not observed one by one by
+    /// the balancer.
+    fn open(&self) -> futures::future::BoxFuture<'_, Result<super::stream::MessageStream, Status>> {
+        Box::pin(async move {
+            let s = &*self.shared;
+            let index = s.balancer.pick(Instant::now(), &s.log);
+            s.log.count(index, Count::Pick);
+            let replica = &s.replicas[index];
+            let opened = match s.connections {
+                Connections::Shared(_) => {
+                    let i = replica.next_channel.fetch_add(1, Ordering::Relaxed);
+                    let link = &replica.links[i % replica.links.len()];
+                    link.open_stream()
+                        .await
+                        .map(|(answer, send)| (answer, send, Arc::clone(link.events()), None))
+                }
+                Connections::PerRequest => {
+                    let link = Link::new(
+                        replica.addr.clone(),
+                        CONNECT_TIMEOUT,
+                        &s.events,
+                        crate::tls::client(),
+                    )
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .watched(Some(watch(&s.me, index)), None);
+                    let (answer, send) = link.open_stream().await?;
+                    let events = Arc::clone(link.events());
+                    Ok((
+                        answer,
+                        send,
+                        events,
+                        Some(Box::new(link) as Box<dyn Send + Sync>),
+                    ))
+                }
+            };
+            let (answer, send, events, own) = opened.map_err(|status| s.named(index, status))?;
+            Ok(super::stream::MessageStream::new(
+                Arc::from(s.hop.as_str()),
+                index,
+                answer,
+                send,
+                events,
+                own,
+            ))
+        })
+    }
+}
+
 impl Drop for PushPool {
     fn drop(&mut self) {
         for probe in &self.shared.probes {

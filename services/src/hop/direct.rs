@@ -130,6 +130,7 @@ impl DirectTarget {
                 transport: DIRECT_TRANSPORT.to_owned(),
                 ..HopRecord::default()
             })],
+            ..CallReply::default()
         })
     }
 }

@@ -24,6 +24,8 @@
 //!   and credit, planned faults.
 //! - `server`: the request handler over that stack, the gRPC service and
 //!   `run`.
+//! - [`stream`]: a caller's messages to a streaming hop on one HTTP/2
+//!   stream (`Hop.Stream`), each matched to its reply.
 //! - `slots`: a replica's slots for its own work and the bounded line of
 //!   requests waiting for one, in the hop's queue discipline.
 //! - `error`: [`HopError`], and the one mapping of a call's failures to a
@@ -45,6 +47,7 @@ pub mod server;
 pub mod service;
 pub mod serving;
 mod slots;
+pub mod stream;
 mod unary;
 pub mod work;
 

@@ -12,10 +12,11 @@ use tailmesh_proto::pb::{
 use tailmesh_units::unix_nanos;
 use tokio::{
     net::TcpListener,
-    sync::{oneshot, watch},
+    sync::{mpsc, oneshot, watch},
     time::Instant,
 };
-use tonic::{Request, Response, Status};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
 
 use super::{
     call::{
@@ -30,6 +31,7 @@ use super::{
     },
     service::ServiceClient,
     slots::Slots,
+    stream::Streams,
 };
 use crate::{
     addr::PeerAddr,
@@ -78,6 +80,10 @@ pub struct DownstreamConfig {
     /// a tailmesh hop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<crate::model::ServiceCall>,
+    /// Whether it is reached by stream (`Hop.Stream`) when this hop serves
+    /// a stream: each message goes on to it on a stream of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streaming: bool,
 }
 
 /// Everything a hop replica process needs: plain data, handed over as JSON.
@@ -256,6 +262,7 @@ impl HopCore {
             downstream.push(Downstream {
                 hop: d.hop.as_str().into(),
                 stack: CallStack::for_hop(&config.behavior.name, &d.hop, reach, d.policy.clone()),
+                streaming: d.streaming,
             });
         }
         let name = &config.behavior.name;
@@ -348,12 +355,52 @@ impl HopCore {
         queue_wait: Duration,
         release: Option<Release>,
     ) -> Result<CallReply, Status> {
-        self.serve(arrived, None, request, timeout, queue_wait, release)
+        self.serve(arrived, None, request, timeout, queue_wait, release, None)
             .await
     }
 
+    /// Serves one message of a stream (`Hop.Stream`) as a call, with its
+    /// own deadline and trace context (the message's fields), its
+    /// streaming downstream hops reached on `downstream`'s streams; its
+    /// failure is answered in band, so the stream goes on.
+    pub async fn serve_message(&self, mut request: CallRequest, downstream: &Streams) -> CallReply {
+        let arrived = Instant::now();
+        let started = unix_nanos();
+        let (request_id, message) = (request.request_id, request.message);
+        let timeout = (request.timeout_ns > 0).then(|| Duration::from_nanos(request.timeout_ns));
+        let span = SpanStart {
+            started,
+            parent: telemetry::context::SpanContext::parse(&std::mem::take(
+                &mut request.traceparent,
+            )),
+        };
+        let served = self
+            .serve(
+                arrived,
+                Some(span),
+                request,
+                timeout,
+                Duration::ZERO,
+                None,
+                Some(downstream.clone()),
+            )
+            .await;
+        match served {
+            Ok(reply) => CallReply { message, ..reply },
+            Err(status) => CallReply {
+                request_id,
+                message,
+                code: status.code() as i32,
+                error: status.message().to_owned(),
+                ..CallReply::default()
+            },
+        }
+    }
+
     /// Serves `request` through the replica's stack, in a server span
-    /// when `span` is given.
+    /// when `span` is given; a message of a stream whose downstream
+    /// streams are `stream` when given.
+    #[allow(clippy::too_many_arguments)]
     async fn serve(
         &self,
         arrived: Instant,
@@ -362,6 +409,7 @@ impl HopCore {
         timeout: Option<Duration>,
         queue_wait: Duration,
         release: Option<Release>,
+        stream: Option<Streams>,
     ) -> Result<CallReply, Status> {
         let request_id = request.request_id;
         let served = serve::serve(
@@ -378,6 +426,7 @@ impl HopCore {
                 queue_wait,
                 release,
                 work: None,
+                stream,
                 payload: request.payload,
             },
         )
@@ -386,6 +435,7 @@ impl HopCore {
             request_id,
             payload: served.reply,
             path: served.path,
+            ..CallReply::default()
         })
     }
 }
@@ -443,11 +493,56 @@ impl Hop for HopService {
             parent: telemetry::extract_metadata(&metadata),
         };
         self.core
-            .serve(arrived, Some(span), request, timeout, Duration::ZERO, None)
+            .serve(
+                arrived,
+                Some(span),
+                request,
+                timeout,
+                Duration::ZERO,
+                None,
+                None,
+            )
             .await
             .map(Response::new)
     }
+
+    type StreamStream = ReceiverStream<Result<CallReply, Status>>;
+
+    /// Serves a stream's messages one after another, in the order they
+    /// came (a slow one holds the ones behind it, as a handler looping
+    /// over its stream does), each answered as it is served. The stream
+    /// ends when the caller ends its side (status OK) or goes away; the
+    /// streams to downstream hops end with it.
+    async fn stream(
+        &self,
+        request: Request<Streaming<CallRequest>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (answers, out) = mpsc::channel(STREAM_ANSWERS);
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            let downstream = Streams::relaying();
+            loop {
+                let message = tokio::select! {
+                    message = inbound.message() => message,
+                    () = answers.closed() => break,
+                };
+                // Ended by the caller (Ok(None)) or gone (an error): the
+                // answers' end closes the stream.
+                let Ok(Some(message)) = message else { break };
+                let reply = core.serve_message(message, &downstream).await;
+                if answers.send(Ok(reply)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(out)))
+    }
 }
+
+/// Answers of a stream served and not yet written: a caller that stops
+/// reading holds the stream's next message back once these are queued.
+const STREAM_ANSWERS: usize = 64;
 
 /// Serves one hop replica on `listener` until `shutdown` resolves, then
 /// drains requests in flight for up to `config.drain_grace`. Serves
@@ -624,6 +719,7 @@ async fn pull_worker(
                     timeout,
                     Duration::from_nanos(task.queue_wait_ns),
                     Some(release),
+                    None,
                 )
                 .await?;
             Ok(reply.encode_to_vec())

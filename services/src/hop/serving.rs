@@ -348,6 +348,7 @@ fn hop_request<B>(
         queue_wait: std::time::Duration::ZERO,
         release: None,
         work: None,
+        stream: None,
         payload: request,
     }
 }

@@ -42,8 +42,10 @@ use crate::{
 
 /// The method's path.
 const PATH: &str = "/tailmesh.v1.Hop/Call";
+/// The stream method's path.
+const STREAM_PATH: &str = "/tailmesh.v1.Hop/Stream";
 /// The gRPC message prefix: a compression flag and a 4-byte length.
-const PREFIX: usize = 5;
+pub(crate) const PREFIX: usize = 5;
 /// The deadline's header.
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 /// The W3C trace context's header.
@@ -287,6 +289,29 @@ impl Link {
         sent.await.map_err(LinkError::Failed)
     }
 
+    /// Opens a `Hop.Stream` on this link's connection (connecting first if
+    /// there is none): the answer to come, and the request's body, to
+    /// which the caller writes its messages. The stream's deadline, if
+    /// any, is each message's own.
+    pub(crate) async fn open_stream(
+        &self,
+    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Status> {
+        let mut http = Request::new(());
+        *http.method_mut() = Method::POST;
+        *http.uri_mut() = format!("{}{STREAM_PATH}", self.addr.uri())
+            .parse()
+            .map_err(|e| Status::internal(format!("the stream's address: {e}")))?;
+        *http.headers_mut() = self.headers.clone();
+        let (generation, mut send) = self.ready().await?;
+        send.send_request(http, false)
+            .map_err(|e| self.lost(generation, e))
+    }
+
+    /// The events this link counts its connections' failures in.
+    pub(crate) fn events(&self) -> &Arc<LinkEvents> {
+        &self.events
+    }
+
     /// `grpc-timeout` for `t`, formatted again only when it changed.
     fn timeout_value(&self, t: Duration) -> HeaderValue {
         let mut last = self.last_timeout.lock().unwrap_or_else(|e| e.into_inner());
@@ -517,20 +542,26 @@ impl Link {
     /// A transport failure, counted and turned into the status a tonic
     /// client would answer with.
     fn transport(&self, error: h2::Error) -> Status {
-        self.events.note_h2(&error);
-        let code = match error.reason() {
-            _ if error.is_io() => Code::Unavailable,
-            Some(h2::Reason::REFUSED_STREAM) => Code::Unavailable,
-            Some(h2::Reason::NO_ERROR) if error.is_go_away() => Code::Unavailable,
-            Some(h2::Reason::CANCEL) => Code::Cancelled,
-            Some(h2::Reason::ENHANCE_YOUR_CALM) => Code::ResourceExhausted,
-            Some(h2::Reason::INADEQUATE_SECURITY) => Code::PermissionDenied,
-            Some(_) => Code::Internal,
-            None if error.is_go_away() => Code::Unavailable,
-            None => Code::Unknown,
-        };
-        Status::new(code, format!("h2 protocol error: {error}"))
+        transport_status(&self.events, error)
     }
+}
+
+/// A transport failure on a connection whose failures `events` counts,
+/// counted and turned into the status a tonic client would answer with.
+pub(crate) fn transport_status(events: &LinkEvents, error: h2::Error) -> Status {
+    events.note_h2(&error);
+    let code = match error.reason() {
+        _ if error.is_io() => Code::Unavailable,
+        Some(h2::Reason::REFUSED_STREAM) => Code::Unavailable,
+        Some(h2::Reason::NO_ERROR) if error.is_go_away() => Code::Unavailable,
+        Some(h2::Reason::CANCEL) => Code::Cancelled,
+        Some(h2::Reason::ENHANCE_YOUR_CALM) => Code::ResourceExhausted,
+        Some(h2::Reason::INADEQUATE_SECURITY) => Code::PermissionDenied,
+        Some(_) => Code::Internal,
+        None if error.is_go_away() => Code::Unavailable,
+        None => Code::Unknown,
+    };
+    Status::new(code, format!("h2 protocol error: {error}"))
 }
 
 /// Pings every `every` until a PING goes unanswered for `timeout`, then
@@ -547,7 +578,7 @@ async fn keep_alive(mut ping: PingPong, keepalive: Keepalive) {
 }
 
 /// The request as one gRPC message: the prefix, then the protobuf.
-fn encode(request: &impl Message) -> Result<Bytes, Status> {
+pub(crate) fn encode(request: &impl Message) -> Result<Bytes, Status> {
     let len = request.encoded_len();
     if len > MAX_CALL_MESSAGE_BYTES {
         return Err(Status::out_of_range(format!(
@@ -604,14 +635,14 @@ fn unframe(mut body: Bytes) -> Result<Bytes, Status> {
     Ok(body)
 }
 
-fn too_large(len: usize) -> Status {
+pub(crate) fn too_large(len: usize) -> Status {
     Status::out_of_range(format!(
         "the answer is {len} bytes, over the limit of {MAX_CALL_MESSAGE_BYTES}"
     ))
 }
 
 /// A non-200 answer, mapped as gRPC over HTTP says (and tonic does).
-fn http_status(status: http::StatusCode) -> Status {
+pub(crate) fn http_status(status: http::StatusCode) -> Status {
     let code = match status.as_u16() {
         400 => Code::Internal,
         401 => Code::Unauthenticated,
@@ -665,7 +696,7 @@ mod tests {
         let sent = CallReply {
             request_id: 7,
             payload: Bytes::from_static(b"abc"),
-            path: Vec::new(),
+            ..CallReply::default()
         };
         let framed = encode(&sent).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(framed[0], 0);

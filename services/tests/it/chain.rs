@@ -176,6 +176,7 @@ async fn start_chain(hops: Vec<HopSpec>, options: Options) -> (Chain, Option<Lea
                         endpoints: Default::default(),
                         connection: Default::default(),
                         service: None,
+                        streaming: false,
                     })
                     .collect(),
                 calls: Default::default(),
@@ -278,7 +279,18 @@ impl Hop for Leaf {
                 transport: "push".to_owned(),
                 ..HopRecord::default()
             }],
+            ..CallReply::default()
         }))
+    }
+
+    type StreamStream = futures::stream::Empty<Result<CallReply, Status>>;
+
+    /// The leaf answers calls only.
+    async fn stream(
+        &self,
+        _: Request<tonic::Streaming<CallRequest>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        Err(Status::unimplemented("the leaf answers calls only"))
     }
 }
 
@@ -311,6 +323,7 @@ impl Chain {
             caller: String::new(),
             caller_slow: false,
             branch: 0,
+            ..Default::default()
         };
         self.entry.call(request, Some(Duration::from_secs(5))).await
     }
@@ -450,6 +463,7 @@ async fn deadlines_propagate_downstream() {
         caller: String::new(),
         caller_slow: false,
         branch: 0,
+        ..Default::default()
     };
     let reply = c
         .entry
@@ -489,6 +503,7 @@ async fn deadlines_propagate_downstream() {
         caller: String::new(),
         caller_slow: false,
         branch: 0,
+        ..Default::default()
     };
     let status = c
         .entry
@@ -539,6 +554,7 @@ async fn a_refusing_downstream_is_named() {
         caller: String::new(),
         caller_slow: false,
         branch: 0,
+        ..Default::default()
     };
     let status = pool
         .call(request, Some(Duration::from_secs(2)))

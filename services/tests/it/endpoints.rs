@@ -67,6 +67,7 @@ fn request(id: u64) -> CallRequest {
         caller: String::new(),
         caller_slow: false,
         branch: 0,
+        ..Default::default()
     }
 }
 
@@ -336,6 +337,7 @@ async fn a_hop_reports_its_downstream_endpoints_through_control() {
             endpoints: options(true),
             connection: Default::default(),
             service: None,
+            streaming: false,
         }],
         ..config(&HopBehavior::idle("a", 1), 0)
     };

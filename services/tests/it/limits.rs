@@ -447,6 +447,7 @@ async fn a_push_client_connects_again_to_a_replica_that_came_back() {
                 caller: String::new(),
                 caller_slow: false,
                 branch: 0,
+                ..Default::default()
             },
             Some(Duration::from_secs(2)),
         )

@@ -12,7 +12,7 @@ use tailmesh_services::{
 
 use crate::scenario::error::Problems;
 use crate::scenario::model::{
-    AppWindows, ClientPolicy, Hop, HopService, NetFault, ReplicaNet, Window,
+    AppWindows, ClientPolicy, Hop, HopService, NetFault, ReplicaNet, Streaming, Window,
 };
 use crate::scenario::read::{Section, dns_label_problem, is_dns_label, table_section};
 use crate::scenario::tree::{Node, Span, Table, Value};
@@ -49,6 +49,7 @@ const HOP_KEYS: &[&str] = &[
     "kill",
     // A real gRPC service as the hop's work (see `crate::scenario::service`).
     "service",
+    "streaming",
 ];
 
 /// Bounds of a hop's `worker_ping`.
@@ -113,6 +114,7 @@ pub(super) fn hop<'a>(
             .map(Some),
     };
     let service = hop_service(&s, serving.replicas, p);
+    let streaming = streaming(&s, p);
     let work = hop_work(&s, p);
     let faults = hop_faults(&s, serving.replicas, p);
     let client = match table_section(&s, p, "client") {
@@ -145,6 +147,7 @@ pub(super) fn hop<'a>(
             calls: Calls::default(),
             kill: kill?,
             service: service?,
+            streaming: streaming?,
         })
     })();
     HopDraft {
@@ -317,6 +320,69 @@ fn balance(s: &Section<'_>, p: &mut Problems) -> Option<Balance> {
             ],
         ),
     }
+}
+
+/// `streaming`: how the callers that serve a stream reach this hop. A
+/// streaming hop goes by push, with tailmesh's own work: a broker's
+/// workers take each task on its own (a stream's order and its one
+/// connection would be lost), and a real service's streaming methods are
+/// not called yet.
+fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
+    let Some(entry) = s.get("streaming") else {
+        return Some(Streaming::Unary);
+    };
+    let kind = s.choice(
+        p,
+        "streaming",
+        &[
+            ("unary", Some(Streaming::Unary)),
+            ("bidi", Some(Streaming::Bidi)),
+            ("server", None),
+            ("client", None),
+        ],
+    )?;
+    let Some(kind) = kind else {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{}: server and client streams are not built yet; \"bidi\" (each message \
+                 answered in order) and \"unary\" are",
+                s.name("streaming")
+            ),
+        );
+        return None;
+    };
+    if kind == Streaming::Bidi {
+        if let Some(transport) = s.get("transport")
+            && matches!(&transport.node.value, Value::String(t) if t == "pull")
+        {
+            s.report(
+                p,
+                &entry.key_span,
+                format!(
+                    "{} = \"bidi\" goes by push only: a broker's workers take each task on its \
+                     own, so a stream's order and its one connection would be lost (leave out \
+                     transport = \"pull\")",
+                    s.name("streaming")
+                ),
+            );
+            return None;
+        }
+        if s.get("service").is_some() {
+            s.report(
+                p,
+                &entry.key_span,
+                format!(
+                    "{} = \"bidi\" cannot go with [hop.service] yet: a service's streaming \
+                     methods are not called",
+                    s.name("streaming")
+                ),
+            );
+            return None;
+        }
+    }
+    Some(kind)
 }
 
 /// `connection`: how this hop's callers hold their connections to it

@@ -7,8 +7,10 @@ use std::time::Duration;
 use tailmesh_services::limits::{IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES};
 
 use crate::scenario::error::Problems;
-use crate::scenario::model::{Arrivals, ConnectionMode, Entry, Load, LoadMode, Step, Stop};
-use crate::scenario::read::Section;
+use crate::scenario::model::{
+    Arrivals, ConnectionMode, Entry, Hop, Load, LoadMode, Step, Stop, StreamLoad, Streaming,
+};
+use crate::scenario::read::{Section, table_section};
 use crate::scenario::tree::{Span, Value};
 
 const LOAD_KEYS: &[&str] = &[
@@ -28,7 +30,16 @@ const LOAD_KEYS: &[&str] = &[
     "generators",
     "net",
     "generator_net",
+    "streams",
 ];
+
+const STREAMS_KEYS: &[&str] = &["streams", "messages", "in_flight"];
+
+/// Most streams open at once (`[load.streams] streams`).
+const MAX_STREAMS: i64 = 100_000;
+
+/// Most messages awaiting answers on one stream (`in_flight`).
+const MAX_STREAM_IN_FLIGHT: i64 = 4096;
 
 /// Most load generator processes (`[load] generators`).
 const MAX_GENERATORS: i64 = 64;
@@ -212,6 +223,52 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         );
     }
 
+    let closed = match &mode {
+        Some(LoadMode::Closed { concurrency }) => Some(*concurrency),
+        _ => None,
+    };
+    let streams = match table_section(s, p, "streams") {
+        None => Some(None),
+        Some(section) => section.and_then(|t| stream_load(&t, closed, p)).map(Some),
+    };
+    // Streams send on a fixed schedule, from one generator.
+    let mode = match (mode, &streams) {
+        (
+            Some(LoadMode::Open {
+                rate,
+                arrivals,
+                steps,
+            }),
+            Some(Some(_)),
+        ) => {
+            let poisson = s
+                .get("arrivals")
+                .is_some_and(|a| matches!(&a.node.value, Value::String(v) if v == "poisson"));
+            if poisson {
+                s.forbid(
+                    p,
+                    "arrivals",
+                    "cannot be \"poisson\" with load.streams: each stream's messages are due \
+                     on a fixed schedule (leave arrivals out)",
+                );
+            }
+            s.forbid(p, "steps", "cannot go with load.streams yet: give one rate");
+            Some(LoadMode::Open {
+                rate,
+                arrivals: if poisson { arrivals } else { Arrivals::Uniform },
+                steps,
+            })
+        }
+        (mode, _) => mode,
+    };
+    if matches!(streams, Some(Some(_))) && generators.is_some_and(|g| g > 1) {
+        s.forbid(
+            p,
+            "generators",
+            "cannot go with load.streams yet: one generator sends every stream",
+        );
+    }
+
     // The generators' links: every one's, and single ones'.
     let net = super::faults::net_table(s, p);
     let generator_net = super::faults::generator_nets(s, generators, p);
@@ -232,6 +289,48 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         generators: generators?,
         net: net?,
         generator_net: generator_net?,
+        streams: streams?,
+    })
+}
+
+/// `[load.streams]`: how many streams at once, their messages each, and
+/// the cap on messages in flight per stream (16 when not given). In a
+/// closed loop of `concurrency` (`closed`), that many streams each have
+/// one message in flight: `streams` and `in_flight` are not given.
+fn stream_load(s: &Section<'_>, closed: Option<u32>, p: &mut Problems) -> Option<StreamLoad> {
+    s.unknown_keys(p, STREAMS_KEYS);
+    if let Some(concurrency) = closed {
+        s.forbid(
+            p,
+            "streams",
+            "is for mode = \"open\": in a closed loop, load.concurrency streams are open at once",
+        );
+        s.forbid(
+            p,
+            "in_flight",
+            "is for mode = \"open\": in a closed loop, each stream has one message in flight",
+        );
+        let messages = s.required(p, "messages", |s, p, k| {
+            s.int_in(p, k, 1, i64::from(u32::MAX))
+        });
+        return Some(StreamLoad {
+            streams: concurrency,
+            messages: u32::try_from(messages?).ok()?,
+            in_flight: 1,
+        });
+    }
+    let streams = s.required(p, "streams", |s, p, k| s.int_in(p, k, 1, MAX_STREAMS));
+    let messages = s.required(p, "messages", |s, p, k| {
+        s.int_in(p, k, 1, i64::from(u32::MAX))
+    });
+    let in_flight = match s.get("in_flight") {
+        None => Some(16),
+        Some(_) => s.int_in(p, "in_flight", 1, MAX_STREAM_IN_FLIGHT),
+    };
+    Some(StreamLoad {
+        streams: u32::try_from(streams?).ok()?,
+        messages: u32::try_from(messages?).ok()?,
+        in_flight: u32::try_from(in_flight?).ok()?,
     })
 }
 
@@ -488,5 +587,38 @@ pub(super) fn load_length(load: &Load) -> Option<Duration> {
             Duration::try_from_secs_f64(n as f64 / rate).ok()
         }
         (Stop::Requests(_), LoadMode::Closed { .. }) => None,
+    }
+}
+
+/// `[load.streams]` sends its messages on streams: every entry hop must
+/// be reached by stream (`streaming = "bidi"`).
+pub(super) fn streams_enter_streaming_hops(
+    top: &Section<'_>,
+    hops: &[Hop],
+    load: &Load,
+    p: &mut Problems,
+) {
+    if load.streams.is_none() {
+        return;
+    }
+    let at = top
+        .get("load")
+        .and_then(|l| match &l.node.value {
+            Value::Table(t) => t.get("streams").map(|e| e.key_span.start),
+            _ => None,
+        })
+        .unwrap_or(top.span.start);
+    for (i, _) in load.entry_hops(hops) {
+        let hop = &hops[i];
+        if hop.streaming != Streaming::Bidi {
+            p.at(
+                at,
+                format!(
+                    "load.streams sends messages on streams, but the entry hop \"{}\" is not \
+                     reached by stream: set streaming = \"bidi\" on it",
+                    hop.name
+                ),
+            );
+        }
     }
 }

@@ -133,6 +133,7 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
     });
     if let (Some(hops), Some(load)) = (&hops, &load) {
         windows_within_the_load(&top, hops, load, &mut p);
+        load::streams_enter_streaming_hops(&top, hops, load, &mut p);
         super::service::direct_entry_fits_the_load(&top, hops, load, &mut p);
     }
     let launcher = launcher.and_then(|launcher| {

@@ -153,10 +153,32 @@ static TURN_ENDED: Condvar = Condvar::new();
 /// A test's turn to run meshes, held as long as it lives.
 pub(crate) struct Turn {
     alone: bool,
+    since: Instant,
 }
+
+/// The variable naming a file to which every turn's length is appended
+/// (seconds, `alone` or `shared`, the test), to find where the suite's
+/// time goes: `sort -rn` it.
+pub(crate) const TURN_TIMES: &str = "TAILMESH_TURN_TIMES";
 
 impl Drop for Turn {
     fn drop(&mut self) {
+        if let Some(path) = std::env::var_os(TURN_TIMES) {
+            let line = format!(
+                "{:.1}\t{}\t{}\n",
+                self.since.elapsed().as_secs_f64(),
+                if self.alone { "alone" } else { "shared" },
+                crate::harness::running(),
+            );
+            let appended = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+            if let Err(e) = appended {
+                eprintln!("{TURN_TIMES}: cannot append to {}: {e}", path.display());
+            }
+        }
         // A failed test may panic while holding the lock; the count is
         // still right.
         let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
@@ -186,7 +208,10 @@ pub(crate) fn serial() -> Turn {
     let mut turns = wait_for_turn(|t| !t.alone && t.shared == 0);
     turns.waiting_alone -= 1;
     turns.alone = true;
-    Turn { alone: true }
+    Turn {
+        alone: true,
+        since: Instant::now(),
+    }
 }
 
 /// Runs the calling test's meshes beside other tests' (at most
@@ -195,7 +220,10 @@ pub(crate) fn serial() -> Turn {
 pub(crate) fn shared() -> Turn {
     let mut turns = wait_for_turn(|t| !t.alone && t.waiting_alone == 0 && t.shared < SHARED_TURNS);
     turns.shared += 1;
-    Turn { alone: false }
+    Turn {
+        alone: false,
+        since: Instant::now(),
+    }
 }
 
 /// A test's own folder, with its turn to run meshes held as long as it
@@ -1062,4 +1090,43 @@ pub(crate) fn require_privilege(extra: &[(&'static str, &'static str)]) {
     if !missing.is_empty() {
         skip(format!("needs {missing:?} (tool, Debian package)"));
     }
+}
+
+/// `GET path` on `addr` over HTTP/1.0: the body of a 200 answer.
+pub(crate) fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    (head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")).then(|| body.to_owned())
+}
+
+/// The address `tailmesh run --metrics 127.0.0.1:0` serves its metrics
+/// at, once it says so.
+pub(crate) fn metrics_address(run: &mut Running) -> String {
+    let output = run.output_reader();
+    run.wait_for("the metrics' address", || {
+        let text = output();
+        let rest = text.split("metrics at http://").nth(1)?;
+        Some(rest.split('/').next()?.to_owned())
+    })
+}
+
+/// The sum of the samples of `metric` in a scrape whose labels include
+/// every one of `labels` (`name="value"`).
+pub(crate) fn metric_sum(scrape: &str, metric: &str, labels: &[&str]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(metric)?;
+            (rest.starts_with('{') && labels.iter().all(|want| rest.contains(want)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
 }

@@ -38,7 +38,10 @@ use tower::{
     util::Either,
 };
 
-use super::policy::{Called, ClientPolicy};
+use super::{
+    policy::{Called, ClientPolicy},
+    stream::Streams,
+};
 
 /// One call through the stack: the request (its `attempt` is set by the
 /// policy layer) and the time it may take, what remains of the caller's
@@ -47,6 +50,10 @@ use super::policy::{Called, ClientPolicy};
 pub struct Call {
     pub request: CallRequest,
     pub timeout: Option<Duration>,
+    /// The caller's streams, when the hop is reached by stream (see
+    /// [`super::stream`]): the call is a message on the caller's stream to
+    /// the hop. `None`: a unary call.
+    pub stream: Option<Streams>,
 }
 
 /// The layers of [`layers`], outermost first.
@@ -112,10 +119,25 @@ impl CallStack {
     /// Calls the hop with `request` within `timeout`: the answer or the
     /// last error, and the attempts it took.
     pub async fn call(&self, request: CallRequest, timeout: Option<Duration>) -> Called<CallReply> {
+        self.call_on(request, timeout, None).await
+    }
+
+    /// [`CallStack::call`], as a message on the caller's stream to the hop
+    /// when `stream` is given.
+    pub async fn call_on(
+        &self,
+        request: CallRequest,
+        timeout: Option<Duration>,
+        stream: Option<Streams>,
+    ) -> Called<CallReply> {
         let Ok(called) = self
             .service
             .clone()
-            .oneshot(Call { request, timeout })
+            .oneshot(Call {
+                request,
+                timeout,
+                stream,
+            })
             .await;
         called
     }
@@ -213,6 +235,7 @@ mod tests {
             .oneshot(Call {
                 request: CallRequest::default(),
                 timeout,
+                stream: None,
             })
             .await;
         called
@@ -239,6 +262,7 @@ mod tests {
                 .oneshot(Call {
                     request: CallRequest::default(),
                     timeout: Some(Duration::from_secs(1)),
+                    stream: None,
                 })
                 .await;
             assert_eq!(

@@ -77,13 +77,21 @@ where
         let policy = Arc::clone(&self.policy);
         let state = Arc::clone(&self.state);
         Box::pin(async move {
-            let Call { request, timeout } = call;
+            let Call {
+                request,
+                timeout,
+                stream,
+            } = call;
             let called = policy::call(&policy, &state, timeout, move |attempt, timeout| {
                 let request = CallRequest {
                     attempt,
                     ..request.clone()
                 };
-                inner.clone().oneshot(Call { request, timeout })
+                inner.clone().oneshot(Call {
+                    request,
+                    timeout,
+                    stream: stream.clone(),
+                })
             })
             .await;
             Ok(called)

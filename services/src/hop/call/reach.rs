@@ -201,11 +201,21 @@ impl Service<Call> for Reach {
     fn call(&mut self, call: Call) -> Self::Future {
         let reach = self.clone();
         Box::pin(async move {
-            let Call { request, timeout } = call;
-            match &reach {
-                Reach::Push(pool) => pool.call(request, timeout).await,
-                Reach::Pull(target) => target.call(request, timeout).await,
-                Reach::Direct(target) => target.call(request, timeout).await,
+            let Call {
+                request,
+                timeout,
+                stream,
+            } = call;
+            match (&reach, stream) {
+                (Reach::Push(pool), Some(streams)) => {
+                    streams.exchange(pool.as_ref(), request, timeout).await
+                }
+                (Reach::Pull(_) | Reach::Direct(_), Some(_)) => Err(Status::unimplemented(
+                    "a stream's messages go by push only (the scenario's checks refuse others)",
+                )),
+                (Reach::Push(pool), None) => pool.call(request, timeout).await,
+                (Reach::Pull(target), None) => target.call(request, timeout).await,
+                (Reach::Direct(target), None) => target.call(request, timeout).await,
             }
         })
     }

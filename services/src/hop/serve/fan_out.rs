@@ -25,14 +25,18 @@ use tonic::Status;
 use tower::{Layer, Service};
 
 use super::{HopRequest, Served};
-use crate::hop::call::CallStack;
 use crate::hop::draw::keyed_rng;
 use crate::hop::policy::Called;
+use crate::hop::{call::CallStack, stream::Streams};
 
 /// A downstream hop: its name, and the call stack that reaches it.
 pub struct Downstream {
     pub hop: Arc<str>,
     pub stack: CallStack,
+    /// Whether it is reached by stream: the messages of a stream this hop
+    /// serves go to it on a stream of their own (a request that is not on
+    /// a stream still calls it).
+    pub streaming: bool,
 }
 
 /// One call of a stage: which downstream hop, and how it is made.
@@ -160,6 +164,7 @@ where
     fn call(&mut self, request: HopRequest<Bytes>) -> Self::Future {
         let (request_id, deadline) = (request.request_id, request.deadline);
         let (branch, attempt) = (request.branch, request.attempt);
+        let stream = request.stream.clone();
         let layer = self.layer.clone();
         let own = self.inner.call(request);
         Box::pin(async move {
@@ -188,7 +193,7 @@ where
                 caller: layer.caller.to_string(),
                 // Followers downstream slow it more often when this hop did.
                 caller_slow: served.slow,
-                branch: 0,
+                ..Default::default()
             };
             let started = Instant::now();
             for stage in layer.stages.iter() {
@@ -200,11 +205,14 @@ where
                     futures::future::join_all(visits.iter().map(|(to, repeats, branches)| {
                         let d = &layer.downstream[*to];
                         let child = &child;
+                        let stream = stream.as_ref().filter(|_| d.streaming);
                         async move {
                             match repeats {
                                 Repeats::Parallel => {
                                     futures::future::join_all(
-                                        branches.iter().map(|b| visit(d, child, *b, deadline)),
+                                        branches
+                                            .iter()
+                                            .map(|b| visit(d, child, *b, deadline, stream)),
                                     )
                                     .await
                                 }
@@ -212,7 +220,7 @@ where
                                 Repeats::Sequential => {
                                     let mut out = Vec::with_capacity(branches.len());
                                     for b in branches {
-                                        let v = visit(d, child, *b, deadline).await;
+                                        let v = visit(d, child, *b, deadline, stream).await;
                                         let failed = v.1.result.is_err();
                                         out.push(v);
                                         if failed {
@@ -251,12 +259,14 @@ where
 type Visit = (Arc<str>, Called<tailmesh_proto::pb::CallReply>, Duration);
 
 /// One call of `d` on branch `branch`, within what is left of `deadline`
-/// when it starts (a spent one is refused by the stack).
+/// when it starts (a spent one is refused by the stack); a message on
+/// `stream` when given.
 async fn visit(
     d: &Downstream,
     child: &CallRequest,
     branch: u64,
     deadline: Option<Instant>,
+    stream: Option<&Streams>,
 ) -> Visit {
     let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
     let request = CallRequest {
@@ -264,7 +274,7 @@ async fn visit(
         ..child.clone()
     };
     let t0 = Instant::now();
-    let called = d.stack.call(request, remaining).await;
+    let called = d.stack.call_on(request, remaining, stream.cloned()).await;
     (Arc::clone(&d.hop), called, t0.elapsed())
 }
 

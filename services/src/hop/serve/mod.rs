@@ -76,6 +76,9 @@ pub struct HopRequest<P> {
     pub release: Option<Release>,
     /// The synthetic work drawn for this request (set by the fault layer).
     pub work: Option<PlannedWork>,
+    /// The streams to this hop's streaming downstream hops, when the
+    /// request is a message of a stream the hop serves.
+    pub stream: Option<crate::hop::stream::Streams>,
     pub payload: P,
 }
 
@@ -226,6 +229,7 @@ mod tests {
             queue_wait,
             release: None,
             work: None,
+            stream: None,
             payload: bytes::Bytes::from_static(b"p"),
         }
     }

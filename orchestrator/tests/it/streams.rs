@@ -1,0 +1,299 @@
+//! Bidirectional streams (`streaming = "bidi"`, `[load.streams]`): every
+//! message relayed hop to hop on streams, answered in band when it fails,
+//! accounted for; and a stalled hop holding the messages behind it, each
+//! timed from its due time.
+
+use std::time::Duration;
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+
+use crate::support::*;
+
+tests! {
+    sync every_message_of_every_stream_crosses_the_chain_and_is_accounted_for,
+    sync a_stalled_hop_holds_the_messages_behind_it_and_their_latency_shows_it,
+    sync a_killed_hop_breaks_its_streams_and_their_later_messages_are_lost_with_them,
+}
+
+/// A 3-hop chain, every hop reached by stream, with `load` and `extra`
+/// after the hops' common keys.
+fn chain(name: &str, load: &str, b_extra: &str) -> String {
+    format!(
+        r#"
+name = "{name}"
+seed = 21
+
+[load]
+mode = "open"
+{load}
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "a"
+streaming = "bidi"
+
+[[hop]]
+name = "b"
+streaming = "bidi"
+{b_extra}
+
+[[hop]]
+name = "c"
+streaming = "bidi"
+work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
+"#
+    )
+}
+
+fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
+    let scratch = Scratch::shared();
+    // 4 streams of 25 messages at 50 a second each; b fails a tenth of
+    // the messages in band, which must not end their streams.
+    let scenario = write(
+        scratch.path(),
+        "streams.toml",
+        &chain(
+            "streams",
+            r#"rate = 200
+duration = "2s"
+warmup = "250ms"
+
+[load.streams]
+streams = 4
+messages = 25
+in_flight = 8"#,
+            r#"error = { probability = 0.1, code = "unavailable" }"#,
+        ),
+    );
+    let results = scratch.results();
+    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
+    // 2 s at 200 a second, as a unary open loop would send.
+    assert_eq!(sent, 400, "{context}");
+    let errors = errors(v);
+    let unavailable = errors.get("unavailable").copied().unwrap_or(0);
+    assert_eq!(sent, ok + unavailable, "{context}");
+    // 10 % of 400: 40 expected; 4 sd either way.
+    assert!((16..=64).contains(&unavailable), "{context}");
+
+    // Every stream held, none broken by a message's failure. The 450
+    // messages (warmup's 50 and the measured 400) are dealt to 4 slots in
+    // turn, 25 a stream: each slot opens a stream per 100 messages, the
+    // fifth with the last 50's share.
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert_eq!(u64_at(streams, "/opened"), STREAMS, "{context}");
+    assert_eq!(u64_at(streams, "/completed"), STREAMS, "{context}");
+    assert_eq!(
+        streams
+            .pointer("/aborted")
+            .and_then(|a| a.as_object())
+            .map(|a| a.len()),
+        Some(0),
+        "{context}"
+    );
+    assert_eq!(u64_at(streams, "/refused_by_cap"), 0, "{context}");
+    assert!(
+        finished.stdout.contains(&format!(
+            "base: streams: {STREAMS} opened (warmup's included), {STREAMS} held to their end, \
+             0 broke; 0 messages refused by the in-flight cap"
+        )),
+        "{context}"
+    );
+
+    // Each answered message went through a, b and c; a failed one names
+    // b's injected error.
+    let rows = requests_csv(&run_dir);
+    assert_eq!(rows.len() as u64, sent, "{context}");
+    for row in &rows {
+        if row.status == "ok" {
+            let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();
+            assert_eq!(hops, ["c", "b", "a"], "{row:?}");
+        } else {
+            assert!(row.error.contains("injected error at hop \"b\""), "{row:?}");
+        }
+    }
+
+    // Hop to hop by stream too: each hop opens one stream to the next per
+    // stream it serves (one pick of a replica each), not a call per
+    // message; none broke, so none was opened again.
+    for (caller, hop) in [("loadgen", "a"), ("a/0", "b"), ("b/0", "c")] {
+        assert_eq!(
+            picks_of(v, caller, hop),
+            STREAMS,
+            "picks of {hop}'s replica by {caller}:\n{context}"
+        );
+    }
+}
+
+/// The streams of the first test's load: 4 slots x 5.
+const STREAMS: u64 = 20;
+
+/// How many times `caller`'s client (`loadgen`, or `hop/replica`) picked
+/// a replica of `hop`: once per call, or once per stream.
+fn picks_of(v: &serde_json::Value, caller: &str, hop: &str) -> u64 {
+    let pools = v
+        .pointer("/endpoints")
+        .and_then(|e| e.as_array())
+        .unwrap_or_else(|| panic!("the endpoints' events: {v:#}"));
+    pools
+        .iter()
+        .filter(|p| p["caller"] == caller && p["hop"] == hop)
+        .flat_map(|p| p["replicas"].as_array().cloned().unwrap_or_default())
+        .map(|r| r["picks"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+fn a_stalled_hop_holds_the_messages_behind_it_and_their_latency_shows_it() {
+    // The stall is 200 ms against messages of a few: beside other tests.
+    let scratch = Scratch::shared();
+    // 2 streams at 100 messages a second each; hop b stops for 200 ms.
+    let scenario = write(
+        scratch.path(),
+        "stall.toml",
+        &chain(
+            "stall",
+            r#"rate = 200
+duration = "4s"
+warmup = "250ms"
+timeout = "2s"
+
+[load.streams]
+streams = 2
+messages = 200
+in_flight = 64"#,
+            "",
+        ),
+    );
+    let results = scratch.results();
+    let mut run = Running::start(
+        scratch.path(),
+        &run_args(&scenario, &results, &["--metrics", "127.0.0.1:0"]),
+    );
+    let metrics = metrics_address(&mut run);
+    // Stop b once the measured messages flow through it.
+    run.wait_for("a hundred measured messages answered", || {
+        let scrape = http_get(&metrics, "/metrics")?;
+        (metric_sum(&scrape, "tailmesh_requests_total", &["outcome=\"ok\""]) >= 100.0).then_some(())
+    });
+    let victim = pid_of(&results, "base", "hop-b-0").expect("hop b's pid");
+    assert!(
+        runs_ours(victim, scratch.marker()),
+        "pid {victim} is not hop-b-0"
+    );
+    let pid = Pid::from_raw(victim as i32);
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP hop-b-0");
+    // The stall itself: what the test injects, not a wait for something.
+    std::thread::sleep(STALL);
+    kill(pid, Signal::SIGCONT).expect("SIGCONT hop-b-0");
+    let finished = run.wait();
+    assert_eq!(finished.code(), Some(0), "{}", finished.output());
+    let run_dir = only_run_dir(&results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    // Every message due was sent and answered: the stall loses none.
+    assert_eq!(u64_at(v, "/sent"), 800, "{context}");
+    assert_eq!(u64_at(v, "/ok"), 800, "{context}");
+
+    // Messages due during the stall waited for its end, each from its
+    // due time: about 200 ms for the first, less for each later one. A
+    // load that stopped sending while its stream was stuck (coordinated
+    // omission) would show one or two slow messages; timed from their due
+    // times, the messages of the stall's first 100 ms (10 per stream)
+    // each took more than 100 ms.
+    let rows = requests_csv(&run_dir);
+    let slowest = rows.iter().map(|r| r.latency_ns).max().unwrap_or(0);
+    let over_100ms = rows.iter().filter(|r| r.latency_ns > 100_000_000).count();
+    assert!(
+        slowest >= (STALL - Duration::from_millis(20)).as_nanos() as u64,
+        "slowest {slowest} ns:\n{context}"
+    );
+    assert!(
+        over_100ms >= 15,
+        "{over_100ms} messages over 100 ms:\n{context}"
+    );
+    // The rest of the run is fast: the stall is the tail, not the body.
+    let p50 = u64_at(v, "/latency/p50_us");
+    assert!(p50 < 50_000, "p50 {p50} µs:\n{context}");
+}
+
+/// How long hop b is stopped.
+const STALL: Duration = Duration::from_millis(200);
+
+fn a_killed_hop_breaks_its_streams_and_their_later_messages_are_lost_with_them() {
+    let scratch = Scratch::shared();
+    // Two long streams (50 messages a second each, 1,000 each: longer
+    // than the run) into hop a, killed at 1 s and back at 1.5 s.
+    let scenario = write(
+        scratch.path(),
+        "broken.toml",
+        r#"
+name = "broken"
+seed = 5
+
+[load]
+mode = "open"
+rate = 100
+duration = "2500ms"
+warmup = "200ms"
+
+[load.streams]
+streams = 2
+messages = 1000
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "a"
+streaming = "bidi"
+kill = { replica = 0, at = "1s", back = "500ms" }
+"#,
+    );
+    let results = scratch.results();
+    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    assert_eq!(u64_at(v, "/sent"), 250, "{context}");
+    // Both streams broke when a died, each with the status its messages
+    // failed with; none held, none opened again.
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert_eq!(u64_at(streams, "/opened"), 2, "{context}");
+    assert_eq!(u64_at(streams, "/completed"), 0, "{context}");
+    let aborted: u64 = streams
+        .pointer("/aborted")
+        .and_then(|a| a.as_object())
+        .map(|a| a.values().filter_map(|n| n.as_u64()).sum())
+        .unwrap_or(0);
+    assert_eq!(aborted, 2, "{context}");
+    // Answered up to the kill (a second at 100 a second, give or take
+    // the kill's moment), lost from then on: every later message failed
+    // with its stream, none was sent on a new one.
+    let ok = u64_at(v, "/ok");
+    assert!((50..=150).contains(&ok), "{ok} answered:\n{context}");
+    let rows = requests_csv(&run_dir);
+    let first_failed = rows
+        .iter()
+        .filter(|r| r.status != "ok")
+        .map(|r| r.id)
+        .min()
+        .unwrap_or(u64::MAX);
+    assert!(
+        rows.iter()
+            .filter(|r| r.id > first_failed + 2)
+            .all(|r| r.status != "ok"),
+        "an answer after its stream broke:\n{context}"
+    );
+}
