@@ -369,6 +369,15 @@ pub struct StreamReport {
     pub refused_by_cap: u64,
     /// The most messages one stream had awaiting answers at once.
     pub peak_in_flight: u64,
+    /// From each stream's first message's due time to its answer: what a
+    /// stream's set-up and first trip cost (streams that began after
+    /// warmup).
+    #[serde(default)]
+    pub first_message: crate::stats::Percentiles,
+    /// From each stream's first message's due time to its last message's
+    /// end (streams that began after warmup).
+    #[serde(default)]
+    pub duration: crate::stats::Percentiles,
 }
 
 /// The load generator processes of a variant that several shared

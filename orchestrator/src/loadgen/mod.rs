@@ -340,7 +340,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
             let streams = load.streams.as_ref().map(|s| {
                 (
                     u64::from(s.messages.max(1)),
-                    Arc::new(std::sync::Mutex::new(crate::record::StreamReport::default())),
+                    Arc::new(std::sync::Mutex::new(streams::StreamTally::default())),
                 )
             });
             let ended = closed_loop(
@@ -353,8 +353,8 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
                 stop,
             )
             .await;
-            stream_report = streams.map(|(_, report)| {
-                std::mem::take(&mut *report.lock().unwrap_or_else(|e| e.into_inner()))
+            stream_report = streams.map(|(_, tally)| {
+                std::mem::take(&mut *tally.lock().unwrap_or_else(|e| e.into_inner())).finish()
             });
             ended
         }
@@ -694,7 +694,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
     concurrency: u32,
     stop_at: Stop,
     part: Part,
-    streams: Option<(u64, Arc<std::sync::Mutex<crate::record::StreamReport>>)>,
+    streams: Option<(u64, Arc<std::sync::Mutex<streams::StreamTally>>)>,
     drain: &mut Drain<'_, S>,
     stop: watch::Receiver<u32>,
 ) -> (Duration, bool) {
@@ -721,7 +721,9 @@ async fn closed_loop<S: RecordSink + ?Sized>(
         );
         let (in_flight, peak_in_flight) = (Arc::clone(&in_flight), Arc::clone(&peak_in_flight));
         let (stop, done_tx) = (stop.clone(), done_tx.clone());
-        let mut stream = streams.clone().map(WorkerStream::new);
+        let mut stream = streams
+            .clone()
+            .map(|(messages, tally)| WorkerStream::new(messages, tally, measure_from));
         // Each worker sends its next request as soon as its previous one ends.
         workers.spawn(async move {
             // One wait for the second interrupt per worker rather than one
@@ -750,8 +752,11 @@ async fn closed_loop<S: RecordSink + ?Sized>(
                 let id = part.closed_id(next_id.fetch_add(1, Ordering::Relaxed));
                 let now_in_flight = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
                 peak_in_flight.fetch_max(now_in_flight, Ordering::Relaxed);
-                let on = stream.as_mut().map(|s| s.next(id));
+                let on = stream.as_mut().map(|s| s.next(id, now));
                 let done = shared.send_until(id, now, on, &mut abandoned).await;
+                if let Some(s) = &mut stream {
+                    s.saw(&done.0);
+                }
                 in_flight.fetch_sub(1, Ordering::Relaxed);
                 if done_tx.send(done).await.is_err() {
                     break;
@@ -779,43 +784,71 @@ async fn closed_loop<S: RecordSink + ?Sized>(
 /// counts how its streams ended.
 struct WorkerStream {
     messages: u64,
-    report: Arc<std::sync::Mutex<crate::record::StreamReport>>,
-    /// The open stream, its first message's id and messages sent on it.
-    open: Option<(Streams, u64, u64)>,
+    tally: Arc<std::sync::Mutex<streams::StreamTally>>,
+    measure_from: Instant,
+    /// The open stream, its messages sent, and its times (measured
+    /// streams only).
+    open: Option<(Streams, u64, u64, Option<streams::StreamTimes>)>,
 }
 
 impl WorkerStream {
-    fn new((messages, report): (u64, Arc<std::sync::Mutex<crate::record::StreamReport>>)) -> Self {
+    fn new(
+        messages: u64,
+        tally: Arc<std::sync::Mutex<streams::StreamTally>>,
+        measure_from: Instant,
+    ) -> Self {
         WorkerStream {
             messages,
-            report,
+            tally,
+            measure_from,
             open: None,
         }
     }
 
-    /// The stream message `id` goes on: the open one, or a new one when
-    /// that one has all its messages or broke.
-    fn next(&mut self, id: u64) -> (Streams, u64) {
-        let renew = self.open.as_ref().is_none_or(|(streams, _, sent)| {
+    /// The stream message `id`, sent at `now`, goes on: the open one, or
+    /// a new one when that one has all its messages or broke.
+    fn next(&mut self, id: u64, now: Instant) -> (Streams, u64) {
+        let renew = self.open.as_ref().is_none_or(|(streams, _, sent, _)| {
             *sent >= self.messages || streams.ended_with().is_some()
         });
         if renew {
             self.close();
-            self.report.lock().unwrap_or_else(|e| e.into_inner()).opened += 1;
+            self.tally
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .opened();
         }
-        let (streams, first, sent) = self.open.get_or_insert_with(|| (Streams::once(), id, 0));
+        let measure_from = self.measure_from;
+        let (streams, first, sent, _) = self.open.get_or_insert_with(|| {
+            let due = now.saturating_duration_since(measure_from);
+            let times = streams::StreamTimes::starting(id, due, now < measure_from);
+            (Streams::once(), id, 0, times)
+        });
         *sent += 1;
         (streams.clone(), *first)
     }
 
+    /// A message of the open stream ended.
+    fn saw(&mut self, record: &RequestRecord) {
+        if let Some((_, _, _, Some(times))) = &mut self.open {
+            times.saw(record);
+        }
+    }
+
     /// Counts how the open stream ended, if one is open.
     fn close(&mut self) {
-        let Some((streams, _, _)) = self.open.take() else {
+        let Some((streams, _, _, times)) = self.open.take() else {
             return;
         };
-        let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
-        report.peak_in_flight = report.peak_in_flight.max(1);
-        streams::count_end(&mut report, streams.ended_with().map(|s| s.code()));
+        self.tally
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ended(streams::StreamEnd {
+                aborted: streams.ended_with().map(|s| s.code()),
+                refused: 0,
+                peak: 1,
+                times,
+            });
     }
 }
 

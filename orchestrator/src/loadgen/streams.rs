@@ -28,6 +28,9 @@ use tokio::{
 };
 
 use super::{Drain, STOP_SENDING, Shared, pacing, schedule::Schedule};
+use hdrhistogram::Histogram;
+use tailmesh_analysis::stats::Percentiles;
+
 use crate::{
     record::{Outcome, RecordSink, RequestRecord, StreamReport},
     scenario::{Stop, StreamLoad},
@@ -43,11 +46,116 @@ struct Due {
 /// belongs to warmup), then, once, how the stream ended.
 enum Done {
     Message(RequestRecord, bool),
-    Ended {
-        refused: u64,
-        peak: u64,
-        aborted: Option<tonic::Code>,
-    },
+    Ended(StreamEnd),
+}
+
+/// How one stream ended, as the load generator saw it.
+#[derive(Debug, Default)]
+pub(super) struct StreamEnd {
+    /// The status it broke with; `None`: it held to its end.
+    pub aborted: Option<tonic::Code>,
+    /// Its messages refused by the in-flight cap.
+    pub refused: u64,
+    /// The most of its messages awaiting answers at once.
+    pub peak: u64,
+    /// Its times, when its first message was measured (not warmup's).
+    pub times: Option<StreamTimes>,
+}
+
+/// A stream's times on the measured clock, from its messages' records.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct StreamTimes {
+    /// Its first message's id, due time and end (`None` until it ended).
+    first: u64,
+    first_due: Duration,
+    first_end: Option<Duration>,
+    /// The latest end of one of its messages.
+    last_end: Duration,
+}
+
+impl StreamTimes {
+    /// A stream whose first message is `first`, due at `due` on the
+    /// measured clock; `None` for one that began in warmup.
+    pub(super) fn starting(first: u64, due: Duration, warmup: bool) -> Option<Self> {
+        (!warmup).then_some(StreamTimes {
+            first,
+            first_due: due,
+            first_end: None,
+            last_end: due,
+        })
+    }
+
+    /// One of its messages ended.
+    pub(super) fn saw(&mut self, record: &RequestRecord) {
+        if record.id == self.first {
+            self.first_end = Some(record.end);
+        }
+        self.last_end = self.last_end.max(record.end);
+    }
+}
+
+/// The streams of a load phase, counted as they end: summary.json's
+/// `streams` once [`StreamTally::finish`]ed.
+#[derive(Debug)]
+pub(super) struct StreamTally {
+    report: StreamReport,
+    /// From a stream's first message's due time to its answer, µs.
+    first: Histogram<u64>,
+    /// From a stream's first message's due time to its last one's end, µs.
+    duration: Histogram<u64>,
+}
+
+impl Default for StreamTally {
+    fn default() -> Self {
+        let histogram = || {
+            Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("1 us to 1 h at 3 significant digits is a valid histogram")
+        };
+        StreamTally {
+            report: StreamReport::default(),
+            first: histogram(),
+            duration: histogram(),
+        }
+    }
+}
+
+impl StreamTally {
+    /// A stream opened.
+    pub(super) fn opened(&mut self) {
+        self.report.opened += 1;
+    }
+
+    /// A stream ended.
+    pub(super) fn ended(&mut self, end: StreamEnd) {
+        let r = &mut self.report;
+        r.refused_by_cap += end.refused;
+        r.peak_in_flight = r.peak_in_flight.max(end.peak);
+        match end.aborted {
+            None => r.completed += 1,
+            Some(code) => {
+                let name = tailmesh_analysis::record::code_label(crate::wire::grpc_code(code));
+                *r.aborted.entry(name).or_default() += 1;
+            }
+        }
+        if let Some(t) = end.times {
+            let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+            if let Some(first_end) = t.first_end {
+                self.first
+                    .saturating_record(us(first_end.saturating_sub(t.first_due)));
+            }
+            self.duration
+                .saturating_record(us(t.last_end.saturating_sub(t.first_due)));
+        }
+    }
+
+    /// The report, its times summarized.
+    pub(super) fn finish(self) -> StreamReport {
+        StreamReport {
+            first_message: Percentiles::from_histogram(&self.first),
+            duration: Percentiles::from_histogram(&self.duration),
+            ..self.report
+        }
+    }
 }
 
 /// Sends the open loop's schedule as messages on streams, and hands every
@@ -70,7 +178,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     // Each slot's open stream: where its next messages go.
     let mut open: Vec<Option<mpsc::UnboundedSender<Due>>> = vec![None; slots as usize];
     let mut tasks = JoinSet::new();
-    let mut report = StreamReport::default();
+    let mut tally = StreamTally::default();
     let measure_from = shared.origin + shared.warmup;
     let mut measured_sent = 0u64;
     let mut interrupted = false;
@@ -105,7 +213,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
             // they are answered, and this one opens.
             let (tx, rx) = mpsc::unbounded_channel();
             open[slot] = Some(tx);
-            report.opened += 1;
+            tally.opened();
             tasks.spawn(one_stream(Arc::clone(shared), id, cap, rx, done_tx.clone()));
         }
         if let Some(tx) = &open[slot] {
@@ -125,7 +233,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
             intended.saturating_duration_since(measure_from),
         );
         while let Ok(done) = done_rx.try_recv() {
-            take(done, drain, &mut report);
+            take(done, drain, &mut tally);
         }
     }
     // The open streams get no more messages: each ends once its messages
@@ -133,40 +241,20 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     open.clear();
     drop(done_tx);
     while let Some(done) = done_rx.recv().await {
-        take(done, drain, &mut report);
+        take(done, drain, &mut tally);
     }
     while tasks.join_next().await.is_some() {}
-    ((measured_end, interrupted), report)
+    ((measured_end, interrupted), tally.finish())
 }
 
 /// Hands one of a stream's results on.
-fn take<S: RecordSink + ?Sized>(done: Done, drain: &mut Drain<'_, S>, report: &mut StreamReport) {
+fn take<S: RecordSink + ?Sized>(done: Done, drain: &mut Drain<'_, S>, tally: &mut StreamTally) {
     match done {
         Done::Message(record, warmup) => {
             drain.stats.peak_held = drain.stats.peak_held.max(1);
             drain.take(record, warmup);
         }
-        Done::Ended {
-            refused,
-            peak,
-            aborted,
-        } => {
-            report.refused_by_cap += refused;
-            report.peak_in_flight = report.peak_in_flight.max(peak);
-            count_end(report, aborted);
-        }
-    }
-}
-
-/// Counts a stream's end in `report`: held to its end, or broken with
-/// `aborted`'s code.
-pub(super) fn count_end(report: &mut StreamReport, aborted: Option<tonic::Code>) {
-    match aborted {
-        None => report.completed += 1,
-        Some(code) => {
-            let name = tailmesh_analysis::record::code_label(crate::wire::grpc_code(code));
-            *report.aborted.entry(name).or_default() += 1;
-        }
+        Done::Ended(end) => tally.ended(end),
     }
 }
 
@@ -183,6 +271,7 @@ async fn one_stream(
     let measure_from = shared.origin + shared.warmup;
     let mut waiting = FuturesUnordered::new();
     let (mut refused, mut peak) = (0u64, 0usize);
+    let mut times: Option<StreamTimes> = None;
     let mut more = true;
     loop {
         tokio::select! {
@@ -191,15 +280,25 @@ async fn one_stream(
             // order.
             biased;
             Some((record, warmup)) = waiting.next(), if !waiting.is_empty() => {
+                if let Some(t) = &mut times {
+                    t.saw(&record);
+                }
                 let _ = done.send(Done::Message(record, warmup));
             }
             message = due.recv(), if more => match message {
                 Some(Due { id, intended }) if waiting.len() >= cap => {
                     refused += 1;
                     let record = refused_record(id, intended, measure_from, cap);
+                    if let Some(t) = &mut times {
+                        t.saw(&record);
+                    }
                     let _ = done.send(Done::Message(record, intended < measure_from));
                 }
                 Some(Due { id, intended }) => {
+                    if id == first {
+                        let due = intended.saturating_duration_since(measure_from);
+                        times = StreamTimes::starting(id, due, intended < measure_from);
+                    }
                     waiting.push(shared.send(id, intended, Some((streams.clone(), first))));
                     peak = peak.max(waiting.len());
                 }
@@ -208,12 +307,12 @@ async fn one_stream(
             else => break,
         }
     }
-    let aborted = streams.ended_with().map(|status| status.code());
-    let _ = done.send(Done::Ended {
+    let _ = done.send(Done::Ended(StreamEnd {
+        aborted: streams.ended_with().map(|status| status.code()),
         refused,
         peak: peak as u64,
-        aborted,
-    });
+        times,
+    }));
 }
 
 /// The record of a message not sent because its stream had `cap` awaiting

@@ -115,6 +115,16 @@ fn streams_line(s: &crate::record::StreamReport) -> String {
         "; {} messages refused by the in-flight cap; at most {} awaiting answers on one stream",
         s.refused_by_cap, s.peak_in_flight
     ));
+    if s.first_message.count > 0 {
+        let ms = |us: u64| micros(us as f64);
+        line.push_str(&format!(
+            "; first message p50 {} / p99 {}, stream p50 {} / p99 {}",
+            ms(s.first_message.p50_us),
+            ms(s.first_message.p99_us),
+            ms(s.duration.p50_us),
+            ms(s.duration.p99_us)
+        ));
+    }
     line
 }
 

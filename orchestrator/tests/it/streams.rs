@@ -53,7 +53,8 @@ work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
 fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
     let scratch = Scratch::shared();
     // 4 streams of 25 messages at 50 a second each; b fails a tenth of
-    // the messages in band, which must not end their streams.
+    // the messages in band, which must not end their streams, and slows
+    // a twentieth by 30 ms, which holds the next message behind it.
     let scenario = write(
         scratch.path(),
         "streams.toml",
@@ -67,7 +68,8 @@ warmup = "250ms"
 streams = 4
 messages = 25
 in_flight = 8"#,
-            r#"error = { probability = 0.1, code = "unavailable" }"#,
+            r#"error = { probability = 0.1, code = "unavailable" }
+slow = { probability = 0.05, extra = "30ms" }"#,
         ),
     );
     let results = scratch.results();
@@ -101,6 +103,20 @@ in_flight = 8"#,
         "{context}"
     );
     assert_eq!(u64_at(streams, "/refused_by_cap"), 0, "{context}");
+    // The times of the 16 streams that began after warmup (their first
+    // messages are ids 100 to 103, 200 to 203, ... of the one schedule):
+    // each one's first answer, and its messages' span: 24 gaps of 20 ms
+    // for the 12 whole ones, about 12 for the last 4, cut by the run's
+    // end.
+    assert_eq!(u64_at(streams, "/first_message/count"), 16, "{context}");
+    assert_eq!(u64_at(streams, "/duration/count"), 16, "{context}");
+    let first_p50 = u64_at(streams, "/first_message/p50_us");
+    assert!((1..100_000).contains(&first_p50), "{context}");
+    let lasted = u64_at(streams, "/duration/p50_us");
+    assert!(
+        (480_000..1_000_000).contains(&lasted),
+        "{lasted} us:\n{context}"
+    );
     assert!(
         finished.stdout.contains(&format!(
             "base: streams: {STREAMS} opened (warmup's included), {STREAMS} held to their end, \
@@ -121,6 +137,15 @@ in_flight = 8"#,
             assert!(row.error.contains("injected error at hop \"b\""), "{row:?}");
         }
     }
+
+    // Head-of-line blocking is queue wait, where the messages pile up: a
+    // message due 20 ms after one b slowed by 30 ms waits about 10 ms in
+    // a's line, since a serves it only once b answered the one before;
+    // b and c are sent one message at a time, so nothing waits there.
+    let queue_p99 = |name: &str| u64_at(hop(v, name), "/queue_wait/p99_us");
+    assert!(queue_p99("a") >= 3_000, "a's queue wait:\n{context}");
+    assert!(queue_p99("b") < 1_000, "b's queue wait:\n{context}");
+    assert!(queue_p99("c") < 1_000, "c's queue wait:\n{context}");
 
     // Hop to hop by stream too: each hop opens one stream to the next per
     // stream it serves (one pick of a replica each), not a call per

@@ -60,10 +60,22 @@ fn ten_times_overload_keeps_the_generators_connections_and_its_outcome_kinds() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
     let scenario = write(dir.path(), "overload.toml", OVERLOAD);
+    // The two runs side by side: each is its own run of the scenario, and
+    // both meet the same machine, which the comparison below allows for.
+    let done: Vec<(Finished, std::path::PathBuf)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|round| {
+                let (dir, scenario) = (dir.path(), &scenario);
+                s.spawn(move || run_ok(dir, scenario, &dir.join(format!("results-{round}"))))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
     let mut runs = Vec::new();
-    for round in 0..2 {
-        let results = dir.path().join(format!("results-{round}"));
-        let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+    for (round, (finished, run_dir)) in done.into_iter().enumerate() {
         let summary = summary(&run_dir);
         let mut kinds = BTreeMap::new();
         for v in variants(&summary) {

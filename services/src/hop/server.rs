@@ -362,10 +362,18 @@ impl HopCore {
     /// Serves one message of a stream (`Hop.Stream`) as a call, with its
     /// own deadline and trace context (the message's fields), its
     /// streaming downstream hops reached on `downstream`'s streams; its
-    /// failure is answered in band, so the stream goes on.
-    pub async fn serve_message(&self, mut request: CallRequest, downstream: &Streams) -> CallReply {
-        let arrived = Instant::now();
-        let started = unix_nanos();
+    /// failure is answered in band, so the stream goes on. It was read at
+    /// `arrived` (`started` on the Unix clock): its deadline and its
+    /// record's total count from then, and the wait until now behind the
+    /// stream's earlier messages is its queue wait.
+    pub async fn serve_message(
+        &self,
+        arrived: Instant,
+        started: u64,
+        mut request: CallRequest,
+        downstream: &Streams,
+    ) -> CallReply {
+        let waited = arrived.elapsed();
         let (request_id, message) = (request.request_id, request.message);
         let timeout = (request.timeout_ns > 0).then(|| Duration::from_nanos(request.timeout_ns));
         let span = SpanStart {
@@ -380,7 +388,7 @@ impl HopCore {
                 Some(span),
                 request,
                 timeout,
-                Duration::ZERO,
+                waited,
                 None,
                 Some(downstream.clone()),
             )
@@ -521,24 +529,48 @@ impl Hop for HopService {
         let (answers, out) = mpsc::channel(STREAM_ANSWERS);
         let core = self.core.clone();
         tokio::spawn(async move {
+            // Messages are read as they come, each stamped, and served one
+            // after another: the wait behind the ones before it is the
+            // message's queue wait (head-of-line blocking), as the wait
+            // for a slot is a call's.
+            let (queued, mut line) = mpsc::channel(STREAM_LINE);
+            let reader = tokio::spawn(async move {
+                // Ended by the caller (Ok(None)) or gone (an error): the
+                // line's end ends the stream once it is served.
+                while let Ok(Some(message)) = inbound.message().await {
+                    let stamp = (Instant::now(), unix_nanos());
+                    if queued.send((stamp, message)).await.is_err() {
+                        break;
+                    }
+                }
+            });
             let downstream = Streams::relaying();
             loop {
-                let message = tokio::select! {
-                    message = inbound.message() => message,
+                let next = tokio::select! {
+                    next = line.recv() => next,
                     () = answers.closed() => break,
                 };
-                // Ended by the caller (Ok(None)) or gone (an error): the
-                // answers' end closes the stream.
-                let Ok(Some(message)) = message else { break };
-                let reply = core.serve_message(message, &downstream).await;
+                let Some(((arrived, started), message)) = next else {
+                    break;
+                };
+                let reply = core
+                    .serve_message(arrived, started, message, &downstream)
+                    .await;
                 if answers.send(Ok(reply)).await.is_err() {
                     break;
                 }
             }
+            reader.abort();
         });
         Ok(Response::new(ReceiverStream::new(out)))
     }
 }
+
+/// Messages of a stream read and not yet served: the most a load
+/// generator's stream may have awaiting answers (`[load.streams]
+/// in_flight`), so its messages wait here, timed, rather than in the
+/// connection's buffers; more are held back by HTTP/2 flow control.
+const STREAM_LINE: usize = 4096;
 
 /// Answers of a stream served and not yet written: a caller that stops
 /// reading holds the stream's next message back once these are queued.
