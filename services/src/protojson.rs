@@ -611,7 +611,9 @@ fn float(json: &Json, path: &[Step]) -> Result<f64, JsonError> {
     parsed.ok_or_else(|| fail(path, json.pos, "not a number"))
 }
 
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
+/// `text` as base64, standard or URL-safe, padded or not (what
+/// protobuf's JSON mapping and gRPC's `-bin` metadata accept).
+pub fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let engine = base64::engine::GeneralPurpose::new(
         &base64::alphabet::STANDARD,
         base64::engine::GeneralPurposeConfig::new()

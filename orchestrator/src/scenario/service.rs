@@ -564,8 +564,9 @@ fn paths(s: &Section<'_>, key: &str, p: &mut Problems) -> Option<Vec<PathBuf>> {
 }
 
 /// `metadata = { key = "value" }`: gRPC metadata keys (lowercase ASCII
-/// letters, digits, '-', '_', '.'; not `grpc-`, which gRPC reserves, nor a
-/// binary `-bin` key) and printable ASCII values.
+/// letters, digits, '-', '_', '.'; not `grpc-`, which gRPC reserves) and
+/// printable ASCII values; a binary key's (`-bin`) value is its bytes in
+/// base64.
 fn metadata(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<Vec<(String, String)>> {
     let Value::Table(table) = &entry.node.value else {
         s.wrong_type(p, entry, "a table of strings ({ key = \"value\" })");
@@ -583,8 +584,6 @@ fn metadata(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<Vec<(Str
             Some("a metadata key holds lowercase ASCII letters, digits, '-', '_' and '.'")
         } else if key.starts_with("grpc-") {
             Some("keys starting with \"grpc-\" are reserved by gRPC")
-        } else if key.ends_with("-bin") {
-            Some("binary (-bin) metadata is not supported")
         } else if matches!(
             key.as_str(),
             "te" | "content-type" | "user-agent" | "traceparent"
@@ -603,6 +602,21 @@ fn metadata(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<Vec<(Str
             continue;
         }
         match &e.node.value {
+            Value::String(v)
+                if key.ends_with("-bin")
+                    && tailmesh_services::protojson::decode_base64(v).is_none() =>
+            {
+                ok = false;
+                s.report(
+                    p,
+                    &e.node.span,
+                    format!(
+                        "{}.{key} is binary metadata (a -bin key): its value is its bytes in \
+                         base64, standard or URL-safe",
+                        s.name("metadata")
+                    ),
+                );
+            }
             Value::String(v) if v.bytes().all(|b| (0x20..0x7f).contains(&b)) => {
                 out.push((key.clone(), v.clone()));
             }

@@ -3108,3 +3108,34 @@ fn streams_parse_and_their_rules_are_located() {
         2
     );
 }
+
+#[test]
+fn binary_metadata_is_written_in_base64() {
+    let service = |metadata: &str| {
+        format!(
+            "{HEAD}[[hop]]\nname = \"a\"\n[hop.service]\naddress = \"127.0.0.1:50051\"\n\
+             method = \"pkg.Svc/Call\"\nrequest = {{}}\nmetadata = {metadata}\n"
+        )
+    };
+    let s = ok(&service("{ trace-bin = \"AP8Q\", tenant = \"blue\" }"));
+    let got = s.variants[0].hops[0]
+        .service
+        .as_ref()
+        .map(|s| s.metadata.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        got,
+        [
+            ("trace-bin".to_owned(), "AP8Q".to_owned()),
+            ("tenant".to_owned(), "blue".to_owned())
+        ]
+    );
+    let found = problems(&service("{ trace-bin = \"not base64!\" }"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .2
+            .ends_with("trace-bin is binary metadata (a -bin key): its value is its bytes in base64, standard or URL-safe"),
+        "{found:?}"
+    );
+}

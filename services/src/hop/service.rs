@@ -234,7 +234,9 @@ impl ServiceClient {
     }
 
     /// Makes one call: the request's bytes, the configured metadata, the
-    /// current trace context's `traceparent`, and `grpc-timeout` from
+    /// current trace context's `traceparent` (untraced, a fresh trace's,
+    /// not sampled, so a service that logs trace ids still tells its
+    /// calls apart), and `grpc-timeout` from
     /// `timeout` when given. The service's non-OK status comes back as it
     /// is; a reply that does not fit the output message (one its decode
     /// would refuse) is INTERNAL.
@@ -251,7 +253,7 @@ impl ServiceClient {
         timeout: Option<Duration>,
         extra: HeaderMap,
     ) -> Result<(HeaderMap, ServiceReply), Status> {
-        let traceparent = telemetry::traceparent_header();
+        let traceparent = telemetry::traceparent_header().or_else(fresh_traceparent);
         let call = async {
             self.link
                 .call_framed(self.framed.clone(), timeout, traceparent, extra)
@@ -336,19 +338,36 @@ fn endpoint(address: &str) -> Result<Endpoint, ServiceError> {
     Ok(crate::link::endpoint(uri, CONNECT_TIMEOUT))
 }
 
+/// A `traceparent` of a new trace, not sampled: the trace context of a
+/// call made outside any trace.
+fn fresh_traceparent() -> Option<HeaderValue> {
+    let mut rng = rand::rng();
+    let trace_id = rand::Rng::random_range(&mut rng, 1..=u128::MAX);
+    let span_id = rand::Rng::random_range(&mut rng, 1..=u64::MAX);
+    HeaderValue::from_str(&telemetry::traceparent(trace_id, span_id, false)).ok()
+}
+
 fn metadata_entry(key: &str, value: &str) -> Result<(HeaderName, HeaderValue), ServiceError> {
+    use base64::Engine as _;
     let bad = |reason: &str| ServiceError::Metadata {
         key: key.to_owned(),
         reason: reason.to_owned(),
     };
     let lower = key.to_ascii_lowercase();
-    if lower.ends_with("-bin") {
-        return Err(bad("binary (`-bin`) metadata is not supported"));
-    }
     if lower.starts_with("grpc-") || lower == "traceparent" {
         return Err(bad("set by the call itself"));
     }
     let k = HeaderName::from_bytes(lower.as_bytes()).map_err(|_| bad("not a valid key"))?;
+    if lower.ends_with("-bin") {
+        // Binary metadata: written as base64 (standard or URL-safe,
+        // padded or not), sent as gRPC sends it, standard base64 without
+        // padding.
+        let bytes = crate::protojson::decode_base64(value)
+            .ok_or_else(|| bad("a `-bin` key's value is its bytes in base64"))?;
+        let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes);
+        let v = HeaderValue::from_str(&text).map_err(|_| bad("not a valid value"))?;
+        return Ok((k, v));
+    }
     if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return Err(bad("not printable ASCII"));
     }
@@ -659,6 +678,20 @@ mod tests {
     }
 
     #[test]
+    fn a_call_outside_a_trace_carries_a_fresh_unsampled_trace_context() {
+        let (a, b) = (fresh_traceparent(), fresh_traceparent());
+        let parse = |v: &Option<HeaderValue>| {
+            v.as_ref()
+                .and_then(|v| telemetry::context::SpanContext::parse_bytes(v.as_bytes()))
+        };
+        let (ca, cb) = (parse(&a), parse(&b));
+        let (ca, cb) = (ca.expect("a valid traceparent"), cb.expect("a valid one"));
+        assert!(!ca.sampled && !cb.sampled);
+        assert_ne!(ca.trace_id, cb.trace_id, "each call its own trace");
+        assert!(ca.trace_id != 0 && ca.span_id != 0);
+    }
+
+    #[test]
     fn addresses_and_metadata_are_checked() {
         assert!(endpoint("127.0.0.1:50051").is_ok());
         assert!(endpoint("localhost:1").is_ok());
@@ -666,10 +699,21 @@ mod tests {
             assert!(endpoint(bad).is_err(), "{bad:?}");
         }
         assert!(metadata_entry("x-tenant", "blue").is_ok());
+        // Binary metadata in any base64 form goes as gRPC sends it.
+        for (written, sent) in [
+            ("AP8Q", "AP8Q"),
+            ("AP8=", "AP8"),
+            ("AP8", "AP8"),
+            ("-_8", "+/8"),
+        ] {
+            let (k, v) = metadata_entry("trace-bin", written).expect("base64");
+            assert_eq!(k.as_str(), "trace-bin");
+            assert_eq!(v.to_str().ok(), Some(sent), "{written}");
+        }
         for (k, v) in [
             ("grpc-timeout", "1S"),
             ("traceparent", "x"),
-            ("a-bin", "x"),
+            ("a-bin", "not base64!"),
             ("bad key", "x"),
             ("k", "caf\u{e9}"),
         ] {
