@@ -372,12 +372,31 @@ pub struct StreamLoad {
     pub messages: u32,
     /// Most messages of one stream awaiting their answers: a message due
     /// while its stream has this many is not sent, and counted as refused
-    /// by the cap (RESOURCE_EXHAUSTED).
+    /// by the cap (RESOURCE_EXHAUSTED). Bidi streams only.
     pub in_flight: u32,
+    /// The entry hops' kind of stream: bidi, or server (one request, the
+    /// hop sends the messages at their times).
+    #[serde(default = "bidi")]
+    pub kind: Streaming,
+}
+
+fn bidi() -> Streaming {
+    Streaming::Bidi
 }
 
 /// How a hop's callers reach it when they serve a stream themselves.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Streaming {
     /// One call per request or message.
@@ -386,6 +405,10 @@ pub enum Streaming {
     /// A bidirectional stream (`Hop.Stream`) per caller's stream: each
     /// message answered by one reply, in order.
     Bidi,
+    /// A server stream (`Hop.ServerStream`) per caller's stream: one
+    /// request, and the stream's messages sent by the last streaming hop
+    /// at their times, relayed by the hops before it.
+    Server,
 }
 
 /// An entry of the mesh (`[load] entries`): a hop the load generator

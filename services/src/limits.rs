@@ -109,6 +109,9 @@ mod tests {
             message: u64::MAX,
             timeout_ns: u64::MAX,
             traceparent: "0".repeat(55),
+            stream_messages: u32::MAX,
+            stream_stride: u64::MAX,
+            stream_interval_ns: u64::MAX,
         };
         assert!(request.encoded_len() <= MAX_CALL_MESSAGE_BYTES);
         assert!(request.encoded_len() > MAX_PAYLOAD_BYTES);

@@ -316,7 +316,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         ) => {
             let schedule = Schedule::new(*rate, *arrivals, seed, load.warmup, steps);
             let (ended, report) = streams::stream_loop(
-                &shared, schedule, streams, load.stop, sleeper, &mut drain, stop,
+                &shared, schedule, *rate, streams, load.stop, sleeper, &mut drain, stop,
             )
             .await;
             stream_report = Some(report);
@@ -531,7 +531,12 @@ impl Shared {
         let timeout = self.timeout;
         let payload = self.payload.clone();
         let measure_from = self.origin + self.warmup;
-        let trace = self.tracing.ids.map(|ids| ids.request(id));
+        // A server stream's messages are not traced (yet): the hops send
+        // them on their own, with no trace context of the request's.
+        let server_stream = stream.as_ref().is_some_and(|(s, _)| s.is_server());
+        let trace = (self.tracing.ids)
+            .filter(|_| !server_stream)
+            .map(|ids| ids.request(id));
         let tracer = self.tracing.spans.clone();
         async move {
             let start = Instant::now();

@@ -20,6 +20,7 @@ struct Segment {
 
 /// The offsets (from the start of the load) at which requests are meant to
 /// be sent. The same seed gives the same schedule.
+#[derive(Clone)]
 pub(crate) struct Schedule {
     arrivals: Arrivals,
     rng: ChaCha8Rng,

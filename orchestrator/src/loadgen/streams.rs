@@ -20,6 +20,7 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt as _, stream::FuturesUnordered};
+use tailmesh_proto::pb::CallRequest;
 use tailmesh_services::{hop::stream::Streams, timer::Sleeper};
 use tokio::{
     sync::{mpsc, watch},
@@ -33,7 +34,7 @@ use tailmesh_analysis::stats::Percentiles;
 
 use crate::{
     record::{Outcome, RecordSink, RequestRecord, StreamReport},
-    scenario::{Stop, StreamLoad},
+    scenario::{Stop, StreamLoad, Streaming},
 };
 
 /// One message of a stream's, due at `intended`.
@@ -165,6 +166,7 @@ impl StreamTally {
 pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     shared: &Arc<Shared>,
     mut schedule: Schedule,
+    rate: f64,
     streams: &StreamLoad,
     stop_at: Stop,
     sleeper: Sleeper,
@@ -173,7 +175,17 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
 ) -> ((Duration, bool), StreamReport) {
     let slots = u64::from(streams.streams.max(1));
     let per_stream = u64::from(streams.messages.max(1));
-    let cap = usize::try_from(streams.in_flight.max(1)).unwrap_or(usize::MAX);
+    let server = streams.kind == Streaming::Server;
+    // A server stream's messages come whatever is awaited: no cap.
+    let cap = if server {
+        usize::MAX
+    } else {
+        usize::try_from(streams.in_flight.max(1)).unwrap_or(usize::MAX)
+    };
+    // A server stream asks for its messages at once: as many as the
+    // schedule has for its slot.
+    let scheduled = server.then(|| scheduled(&schedule, shared, stop_at));
+    let interval = Duration::from_secs_f64(slots as f64 / rate);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     // Each slot's open stream: where its next messages go.
     let mut open: Vec<Option<mpsc::UnboundedSender<Due>>> = vec![None; slots as usize];
@@ -214,7 +226,28 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
             let (tx, rx) = mpsc::unbounded_channel();
             open[slot] = Some(tx);
             tally.opened();
-            tasks.spawn(one_stream(Arc::clone(shared), id, cap, rx, done_tx.clone()));
+            let streams = match scheduled {
+                Some(total) => {
+                    let count = (total.saturating_sub(id)).div_ceil(slots).min(per_stream);
+                    Streams::server(CallRequest {
+                        request_id: id,
+                        payload: shared.payload.clone(),
+                        stream_messages: u32::try_from(count).unwrap_or(u32::MAX),
+                        stream_stride: slots,
+                        stream_interval_ns: u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
+                        ..CallRequest::default()
+                    })
+                }
+                None => Streams::once(),
+            };
+            tasks.spawn(one_stream(
+                Arc::clone(shared),
+                streams,
+                id,
+                cap,
+                rx,
+                done_tx.clone(),
+            ));
         }
         if let Some(tx) = &open[slot] {
             // A stream's task takes every message it is given until its
@@ -247,6 +280,27 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     ((measured_end, interrupted), tally.finish())
 }
 
+/// How many messages `schedule` has before the load stops at `stop_at`:
+/// the same count the loop sends (warmup's included).
+fn scheduled(schedule: &Schedule, shared: &Shared, stop_at: Stop) -> u64 {
+    let mut schedule = schedule.clone();
+    let measure_from = shared.origin + shared.warmup;
+    let (mut all, mut measured) = (0u64, 0u64);
+    loop {
+        let intended = shared.origin + schedule.next_offset();
+        let measuring = intended >= measure_from;
+        let finished = match stop_at {
+            Stop::Duration(d) => intended >= measure_from + d,
+            Stop::Requests(n) => measuring && measured >= n,
+        };
+        if finished {
+            return all;
+        }
+        all += 1;
+        measured += u64::from(measuring);
+    }
+}
+
 /// Hands one of a stream's results on.
 fn take<S: RecordSink + ?Sized>(done: Done, drain: &mut Drain<'_, S>, tally: &mut StreamTally) {
     match done {
@@ -262,12 +316,12 @@ fn take<S: RecordSink + ?Sized>(done: Done, drain: &mut Drain<'_, S>, tally: &mu
 /// failed, refused by the cap or timed out; then how it ended.
 async fn one_stream(
     shared: Arc<Shared>,
+    streams: Streams,
     first: u64,
     cap: usize,
     mut due: mpsc::UnboundedReceiver<Due>,
     done: mpsc::UnboundedSender<Done>,
 ) {
-    let streams = Streams::once();
     let measure_from = shared.origin + shared.warmup;
     let mut waiting = FuturesUnordered::new();
     let (mut refused, mut peak) = (0u64, 0usize);

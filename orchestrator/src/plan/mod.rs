@@ -337,7 +337,7 @@ impl MeshPlan {
                     .as_ref()
                     .filter(|s| s.direct)
                     .map(|s| s.call(String::new())),
-                streaming: d.streaming == crate::scenario::Streaming::Bidi,
+                streaming: d.streaming != crate::scenario::Streaming::Unary,
             })
             .collect();
         HopConfig {

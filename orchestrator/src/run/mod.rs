@@ -851,7 +851,7 @@ async fn start_fleet(
                     .as_ref()
                     .filter(|s| s.direct)
                     .map(|s| s.call(String::new())),
-                streaming: entry.streaming == crate::scenario::Streaming::Bidi,
+                streaming: entry.streaming != crate::scenario::Streaming::Unary,
             };
             (config, share)
         })

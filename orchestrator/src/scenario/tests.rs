@@ -3014,7 +3014,8 @@ fn streams_parse_and_their_rules_are_located() {
         Some(StreamLoad {
             streams: 4,
             messages: 10,
-            in_flight: 16
+            in_flight: 16,
+            kind: Streaming::Bidi,
         })
     );
     // A stream's messages are due on a fixed schedule.
@@ -3037,16 +3038,48 @@ fn streams_parse_and_their_rules_are_located() {
         messages(&format!("{load}{streams}[[hop]]\nname = \"a\"\n")),
         [
             "load.streams sends messages on streams, but the entry hop \"a\" is not reached by \
-          stream: set streaming = \"bidi\" on it"
+          stream: set streaming = \"bidi\" or \"server\" on it"
         ]
     );
     // Kinds not built, pull, a closed loop, Poisson arrivals, generators.
     let hop = |extra: &str| format!("[[hop]]\nname = \"a\"\n{extra}\n");
     assert_eq!(
-        messages(&format!("{load}{}", hop("streaming = \"server\""))),
+        messages(&format!("{load}{}", hop("streaming = \"client\""))),
         [
-            "hop \"a\": streaming: server and client streams are not built yet; \"bidi\" (each \
-          message answered in order) and \"unary\" are"
+            "hop \"a\": streaming: client streams are not built yet; \"bidi\" (each message \
+          answered in order), \"server\" (one request, a stream of messages) and \"unary\" \
+          are"
+        ]
+    );
+    // Server streams: the load's streams take the entries' kind; their
+    // messages come at their times (no cap, an open loop); one kind of
+    // stream per mesh.
+    let server = ok(&format!(
+        "{load}{streams}{}[[hop]]\nname = \"b\"\nstreaming = \"server\"\n",
+        hop("streaming = \"server\"")
+    ));
+    assert_eq!(
+        server.variants[0].load.streams.as_ref().map(|s| s.kind),
+        Some(Streaming::Server)
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}{streams}in_flight = 4\n{}",
+            hop("streaming = \"server\"")
+        )),
+        [
+            "load.streams.in_flight is for bidi streams: a server stream's messages come at their \
+          times whatever is awaited"
+        ]
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}{streams}{}[[hop]]\nname = \"b\"\nstreaming = \"bidi\"\n",
+            hop("streaming = \"server\"")
+        )),
+        [
+            "the streaming hops mix kinds of stream (\"a\" server, \"b\" bidi): a stream's \
+          messages go down the mesh as the stream they came on, so give them one kind"
         ]
     );
     assert_eq!(
@@ -3073,7 +3106,8 @@ fn streams_parse_and_their_rules_are_located() {
         Some(StreamLoad {
             streams: 3,
             messages: 7,
-            in_flight: 1
+            in_flight: 1,
+            kind: Streaming::Bidi,
         })
     );
     assert_eq!(

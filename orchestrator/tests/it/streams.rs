@@ -16,11 +16,17 @@ tests! {
     sync every_message_of_every_stream_crosses_the_chain_and_is_accounted_for,
     sync a_stalled_hop_holds_the_messages_behind_it_and_their_latency_shows_it,
     sync a_killed_hop_breaks_its_streams_and_their_later_messages_are_lost_with_them,
+    sync server_streams_carry_every_message_from_the_last_hop_at_its_time,
 }
 
-/// A 3-hop chain, every hop reached by stream, with `load` and `extra`
-/// after the hops' common keys.
+/// A 3-hop chain, every hop reached by bidi stream, with `load` and
+/// `b_extra` after the hops' common keys.
 fn chain(name: &str, load: &str, b_extra: &str) -> String {
+    chain_of("bidi", name, load, b_extra)
+}
+
+/// [`chain`] with streams of `kind`.
+fn chain_of(kind: &str, name: &str, load: &str, b_extra: &str) -> String {
     format!(
         r#"
 name = "{name}"
@@ -35,16 +41,16 @@ max_error_rate = 1.0
 
 [[hop]]
 name = "a"
-streaming = "bidi"
+streaming = "{kind}"
 
 [[hop]]
 name = "b"
-streaming = "bidi"
+streaming = "{kind}"
 {b_extra}
 
 [[hop]]
 name = "c"
-streaming = "bidi"
+streaming = "{kind}"
 work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
 "#
     )
@@ -321,4 +327,64 @@ kill = { replica = 0, at = "1s", back = "500ms" }
             .all(|r| r.status != "ok"),
         "an answer after its stream broke:\n{context}"
     );
+}
+
+fn server_streams_carry_every_message_from_the_last_hop_at_its_time() {
+    let scratch = Scratch::shared();
+    // The first test's load as server streams: each of the 20 streams is
+    // one request for its messages, which c sends at their times (50 a
+    // second each), b and a relay; b fails a tenth in band.
+    let scenario = write(
+        scratch.path(),
+        "server.toml",
+        &chain_of(
+            "server",
+            "server",
+            r#"rate = 200
+duration = "2s"
+warmup = "250ms"
+
+[load.streams]
+streams = 4
+messages = 25"#,
+            r#"error = { probability = 0.1, code = "unavailable" }"#,
+        ),
+    );
+    let results = scratch.results();
+    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &results);
+    let summary = summary(&run_dir);
+    let v = &variants(&summary)[0];
+    let context = format!("{v:#}\n{}", finished.output());
+    assert_accounted(v, &context);
+    let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
+    assert_eq!(sent, 400, "{context}");
+    let unavailable = errors(v).get("unavailable").copied().unwrap_or(0);
+    assert_eq!(sent, ok + unavailable, "{context}");
+    assert!((16..=64).contains(&unavailable), "{context}");
+    // Every stream sent all its messages and ended: none broke.
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert_eq!(u64_at(streams, "/opened"), STREAMS, "{context}");
+    assert_eq!(u64_at(streams, "/completed"), STREAMS, "{context}");
+    for (caller, hop) in [("loadgen", "a"), ("a/0", "b"), ("b/0", "c")] {
+        assert_eq!(
+            picks_of(v, caller, hop),
+            STREAMS,
+            "picks of {hop}'s replica by {caller}:\n{context}"
+        );
+    }
+    // Each message came from c at its time, through b and a: timed from
+    // its due time, it took about a trip back up the chain. Sent as they
+    // come, not when asked for, so none waits in a line.
+    let rows = requests_csv(&run_dir);
+    assert_eq!(rows.len() as u64, sent, "{context}");
+    for row in rows.iter().filter(|r| r.status == "ok") {
+        let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(hops, ["c", "b", "a"], "{row:?}");
+    }
+    let p50 = u64_at(v, "/latency/p50_us");
+    assert!(p50 < 20_000, "p50 {p50} us:\n{context}");
+    for name in ["a", "b", "c"] {
+        let queue = u64_at(hop(v, name), "/queue_wait/p99_us");
+        assert!(queue < 1_000, "{name}'s queue wait:\n{context}");
+    }
 }

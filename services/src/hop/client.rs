@@ -301,7 +301,10 @@ impl super::stream::OpenStream for PushPool {
     /// connection (or one of its own, closed with the stream). The pick
     /// is counted; the stream's messages are not observed one by one by
     /// the balancer.
-    fn open(&self) -> futures::future::BoxFuture<'_, Result<super::stream::MessageStream, Status>> {
+    fn open<'a>(
+        &'a self,
+        server: Option<&'a CallRequest>,
+    ) -> futures::future::BoxFuture<'a, Result<super::stream::MessageStream, Status>> {
         Box::pin(async move {
             let s = &*self.shared;
             let index = s.balancer.pick(Instant::now(), &s.log);
@@ -311,7 +314,7 @@ impl super::stream::OpenStream for PushPool {
                 Connections::Shared(_) => {
                     let i = replica.next_channel.fetch_add(1, Ordering::Relaxed);
                     let link = &replica.links[i % replica.links.len()];
-                    link.open_stream()
+                    link.open_stream(server.is_some())
                         .await
                         .map(|(answer, send)| (answer, send, Arc::clone(link.events()), None))
                 }
@@ -324,7 +327,7 @@ impl super::stream::OpenStream for PushPool {
                     )
                     .map_err(|e| Status::internal(e.to_string()))?
                     .watched(Some(watch(&s.me, index)), None);
-                    let (answer, send) = link.open_stream().await?;
+                    let (answer, send) = link.open_stream(server.is_some()).await?;
                     let events = Arc::clone(link.events());
                     Ok((
                         answer,
@@ -334,8 +337,21 @@ impl super::stream::OpenStream for PushPool {
                     ))
                 }
             };
-            let (answer, send, events, own) = opened.map_err(|status| s.named(index, status))?;
+            let (answer, mut send, events, own) =
+                opened.map_err(|status| s.named(index, status))?;
+            let kind = match server {
+                // A server stream's one request, then the request side ends.
+                Some(request) => {
+                    let body = super::unary::encode(request)?;
+                    send.send_data(body, true).map_err(|e| {
+                        s.named(index, Status::unavailable(format!("send the request: {e}")))
+                    })?;
+                    super::stream::Kind::Server
+                }
+                None => super::stream::Kind::Bidi,
+            };
             Ok(super::stream::MessageStream::new(
+                kind,
                 Arc::from(s.hop.as_str()),
                 index,
                 answer,

@@ -201,6 +201,9 @@ struct Inner {
     downstream: Arc<[Downstream]>,
     /// The serving layers over the work, built once.
     stack: serve::Service,
+    /// How the hop sleeps: a server stream's source waits for each
+    /// message's time with it.
+    sleeper: Sleeper,
 }
 
 /// The request handler shared by the gRPC service and the pull worker.
@@ -290,7 +293,7 @@ impl HopCore {
             ),
             SlotLayer::new(name, config.replica, slots),
             FaultLayer::new(Arc::clone(&behavior), sleeper.clone()),
-            Work::new(name, config.replica, sleeper, service),
+            Work::new(name, config.replica, sleeper.clone(), service),
         );
         Ok(HopCore {
             inner: Arc::new(Inner {
@@ -299,6 +302,7 @@ impl HopCore {
                 replica: config.replica,
                 downstream,
                 stack,
+                sleeper,
             }),
         })
     }
@@ -564,6 +568,93 @@ impl Hop for HopService {
         });
         Ok(Response::new(ReceiverStream::new(out)))
     }
+
+    type ServerStreamStream = ReceiverStream<Result<CallReply, Status>>;
+
+    /// Serves a server stream: message `i` of the request's
+    /// `stream_messages` is request `request_id + i * stream_stride`,
+    /// served as a call (its draws keyed on that id), one after another,
+    /// each answered in band like a `Stream`'s. Where no downstream hop is
+    /// reached by stream, this hop is the stream's source and message `i`
+    /// is due `i * stream_interval_ns` after the request came; otherwise
+    /// each message comes from the downstream hops' stream as they send
+    /// it.
+    async fn server_stream(
+        &self,
+        request: Request<CallRequest>,
+    ) -> Result<Response<Self::ServerStreamStream>, Status> {
+        let took = Instant::now();
+        let request = request.into_inner();
+        if !(1..=MAX_SERVER_STREAM_MESSAGES).contains(&request.stream_messages) {
+            return Err(Status::invalid_argument(format!(
+                "a server stream asks for 1 to {MAX_SERVER_STREAM_MESSAGES} messages \
+                 (stream_messages), not {}",
+                request.stream_messages
+            )));
+        }
+        let (answers, out) = mpsc::channel(STREAM_ANSWERS);
+        tokio::spawn(Self::serve_server_stream(
+            self.core.clone(),
+            took,
+            request,
+            answers,
+        ));
+        Ok(Response::new(ReceiverStream::new(out)))
+    }
+}
+
+impl HopService {
+    /// Serves a server stream's messages (see `server_stream`), each
+    /// answered as it is served, until they are all sent or the caller
+    /// goes away.
+    async fn serve_server_stream(
+        core: HopCore,
+        took: Instant,
+        request: CallRequest,
+        answers: mpsc::Sender<Result<CallReply, Status>>,
+    ) {
+        let inner = &core.inner;
+        let downstream = Streams::server(CallRequest {
+            caller: inner.name.clone(),
+            traceparent: String::new(),
+            ..request.clone()
+        });
+        // The streams downstream open now, so each one's source counts its
+        // messages' times from about when this hop took the request, not
+        // from the first message that happens to call it (a failed one
+        // does not).
+        for d in inner.downstream.iter().filter(|d| d.streaming) {
+            if let Reach::Push(pool) = d.stack.reach() {
+                // One that cannot be opened fails its messages' calls.
+                let _ = downstream.stream(pool.as_ref()).await;
+            }
+        }
+        // Every hop takes message i at its time after it took the request:
+        // the last streaming hop (the stream's source) sends it once its
+        // own work is done; a hop before it does its own work, then waits
+        // for the message from downstream, as it would for a call's
+        // answer.
+        let interval = Duration::from_nanos(request.stream_interval_ns);
+        for i in 0..request.stream_messages {
+            inner.sleeper.sleep_until(took + interval * i).await;
+            let message = CallRequest {
+                request_id: request
+                    .request_id
+                    .wrapping_add(u64::from(i).wrapping_mul(request.stream_stride)),
+                payload: request.payload.clone(),
+                caller: request.caller.clone(),
+                caller_slow: request.caller_slow,
+                message: u64::from(i),
+                ..CallRequest::default()
+            };
+            let reply = core
+                .serve_message(Instant::now(), unix_nanos(), message, &downstream)
+                .await;
+            if answers.send(Ok(reply)).await.is_err() {
+                break;
+            }
+        }
+    }
 }
 
 /// Messages of a stream read and not yet served: the most a load
@@ -571,6 +662,9 @@ impl Hop for HopService {
 /// in_flight`), so its messages wait here, timed, rather than in the
 /// connection's buffers; more are held back by HTTP/2 flow control.
 const STREAM_LINE: usize = 4096;
+
+/// The most messages one server stream may ask for.
+const MAX_SERVER_STREAM_MESSAGES: u32 = 10_000_000;
 
 /// Answers of a stream served and not yet written: a caller that stops
 /// reading holds the stream's next message back once these are queued.

@@ -37,13 +37,32 @@ use tonic::{Code, Status};
 use super::unary::{PREFIX, encode, http_status, too_large, transport_status};
 use crate::{limits::MAX_CALL_MESSAGE_BYTES, link::LinkEvents};
 
+/// Which stream: a bidirectional one (`Hop.Stream`), whose replies are
+/// matched to their messages by number, or a server stream
+/// (`Hop.ServerStream`), whose messages the hop sends on its own, matched
+/// by their ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Bidi,
+    Server,
+}
+
 /// What a stream's messages wait on.
 #[derive(Default)]
 struct Pending {
-    /// Each message sent and not yet answered, by number.
+    /// Each message awaited and not yet answered, by its key (a bidi
+    /// message's number, a server stream message's id).
     waiting: HashMap<u64, oneshot::Sender<Result<CallReply, Status>>>,
+    /// A server stream's replies that came before anyone awaited them.
+    early: HashMap<u64, Result<CallReply, Status>>,
+    /// A server stream's messages given up (timed out): their replies,
+    /// if they come, are dropped.
+    abandoned: std::collections::HashSet<u64>,
     /// Why the stream ended, once it has.
     ended: Option<Status>,
+    /// Whether it ended with status OK (a server stream that sent all its
+    /// messages): not a broken stream.
+    ended_ok: bool,
 }
 
 impl Pending {
@@ -59,12 +78,24 @@ impl Pending {
         }
         self.ended.get_or_insert(status);
     }
+
+    /// Hands `reply` to the message awaiting `key`; a server stream's
+    /// reply nobody awaits yet is kept for its message.
+    fn answer(&mut self, kind: Kind, key: u64, reply: Result<CallReply, Status>) {
+        if let Some(waiter) = self.waiting.remove(&key) {
+            let _ = waiter.send(reply);
+        } else if kind == Kind::Server && !self.abandoned.remove(&key) {
+            self.early.insert(key, reply);
+        }
+        // A bidi message that timed out has no waiter: its answer is late.
+    }
 }
 
 /// One open `Hop.Stream` to one replica (see the module's documentation).
 /// Dropping it ends the stream: its request side is closed, and its
 /// reader stops.
 pub struct MessageStream {
+    kind: Kind,
     send: Mutex<h2::SendStream<Bytes>>,
     pending: Arc<Mutex<Pending>>,
     next: AtomicU64,
@@ -93,6 +124,7 @@ impl MessageStream {
     /// answer to come, `send` its request side, `events` what counts its
     /// connection's failures, `own` a connection of its own to keep open.
     pub(crate) fn new(
+        kind: Kind,
         hop: Arc<str>,
         replica: usize,
         answer: h2::client::ResponseFuture,
@@ -101,8 +133,9 @@ impl MessageStream {
         own: Option<Box<dyn Send + Sync>>,
     ) -> Self {
         let pending = Arc::new(Mutex::new(Pending::default()));
-        let reader = tokio::spawn(read_answers(answer, Arc::clone(&pending), events));
+        let reader = tokio::spawn(read_answers(kind, answer, Arc::clone(&pending), events));
         MessageStream {
+            kind,
             send: Mutex::new(send),
             pending,
             next: AtomicU64::new(0),
@@ -123,13 +156,11 @@ impl MessageStream {
         self.ended_with().is_some()
     }
 
-    /// Why the stream ended, once it has.
+    /// Why the stream broke, once it has (a server stream that sent all
+    /// its messages did not).
     pub fn ended_with(&self) -> Option<Status> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .ended
-            .clone()
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.ended.clone().filter(|_| !pending.ended_ok)
     }
 
     /// Sends `request` as the stream's next message and waits for its
@@ -137,6 +168,36 @@ impl MessageStream {
     /// of it, as a unary call's `grpc-timeout`). The trace context current
     /// here goes with the message.
     pub async fn exchange(
+        &self,
+        request: CallRequest,
+        timeout: Option<Duration>,
+    ) -> Result<CallReply, Status> {
+        match self.kind {
+            Kind::Bidi => self.send_and_await(request, timeout).await,
+            Kind::Server => self.await_message(request.request_id, timeout).await,
+        }
+    }
+
+    /// A server stream's message `id`, which its hop sends on its own:
+    /// awaited within `timeout`.
+    async fn await_message(&self, id: u64, timeout: Option<Duration>) -> Result<CallReply, Status> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(reply) = pending.early.remove(&id) {
+                return reply.map_err(|status| self.named(status));
+            }
+            if let Some(status) = &pending.ended {
+                let status = status.clone();
+                return Err(self.named(status));
+            }
+            pending.waiting.insert(id, tx);
+        }
+        self.await_answer(id, rx, timeout).await
+    }
+
+    /// Sends `request` as the stream's next message and awaits its answer.
+    async fn send_and_await(
         &self,
         mut request: CallRequest,
         timeout: Option<Duration>,
@@ -168,6 +229,17 @@ impl MessageStream {
                 .unwrap_or_else(|e| e.into_inner())
                 .end(status.clone());
         }
+        self.await_answer(number, rx, timeout).await
+    }
+
+    /// The answer to the message awaited under `key` on `rx`, within
+    /// `timeout` when given.
+    async fn await_answer(
+        &self,
+        key: u64,
+        rx: oneshot::Receiver<Result<CallReply, Status>>,
+        timeout: Option<Duration>,
+    ) -> Result<CallReply, Status> {
         let answer = async {
             match rx.await {
                 Ok(answer) => answer,
@@ -178,13 +250,12 @@ impl MessageStream {
             Some(t) => match tokio::time::timeout(t, answer).await {
                 Ok(answer) => answer,
                 Err(_) => {
-                    self.pending
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .waiting
-                        .remove(&number);
+                    let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                    if pending.waiting.remove(&key).is_some() && self.kind == Kind::Server {
+                        pending.abandoned.insert(key);
+                    }
                     Err(Status::deadline_exceeded(format!(
-                        "no answer to message {number} within {t:?}"
+                        "no answer to message {key} within {t:?}"
                     )))
                 }
             },
@@ -218,23 +289,26 @@ fn result_of(reply: CallReply) -> Result<CallReply, Status> {
 /// Reads a stream's answer: each reply to its message's waiter, then the
 /// stream's end to every message still waiting.
 async fn read_answers(
+    kind: Kind,
     answer: h2::client::ResponseFuture,
     pending: Arc<Mutex<Pending>>,
     events: Arc<LinkEvents>,
 ) {
-    let status = read_replies(answer, &pending, &events)
-        .await
-        .err()
-        .unwrap_or_else(|| Status::unavailable("the stream ended before its answer"));
-    pending
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .end(status);
+    let ended = read_replies(kind, answer, &pending, &events).await;
+    let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+    match ended {
+        Ok(()) => {
+            pending.ended_ok = true;
+            pending.end(Status::unavailable("the stream ended before its answer"));
+        }
+        Err(status) => pending.end(status),
+    }
 }
 
 /// The replies of `answer`, each handed to its waiter, until its end:
 /// `Ok` when the stream ended with status OK, else its status.
 async fn read_replies(
+    kind: Kind,
     answer: h2::client::ResponseFuture,
     pending: &Mutex<Pending>,
     events: &LinkEvents,
@@ -257,15 +331,14 @@ async fn read_replies(
         while let Some(message) = next_message(&mut buf)? {
             let reply = CallReply::decode(message)
                 .map_err(|e| Status::internal(format!("decode a reply on the stream: {e}")))?;
-            let waiter = pending
+            let key = match kind {
+                Kind::Bidi => reply.message,
+                Kind::Server => reply.request_id,
+            };
+            pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .waiting
-                .remove(&reply.message);
-            // A message that timed out has no waiter: its answer is late.
-            if let Some(waiter) = waiter {
-                let _ = waiter.send(result_of(reply));
-            }
+                .answer(kind, key, result_of(reply));
         }
     }
     let trailers = body
@@ -304,8 +377,12 @@ fn next_message(buf: &mut BytesMut) -> Result<Option<Bytes>, Status> {
 
 /// Opens a stream to a hop: what a push pool does for [`Streams`].
 pub trait OpenStream: Send + Sync {
-    /// A new stream to one of the hop's replicas, picked as calls are.
-    fn open(&self) -> futures::future::BoxFuture<'_, Result<MessageStream, Status>>;
+    /// A new stream to one of the hop's replicas, picked as calls are: a
+    /// bidi stream, or, given its request, a server stream.
+    fn open<'a>(
+        &'a self,
+        server: Option<&'a CallRequest>,
+    ) -> futures::future::BoxFuture<'a, Result<MessageStream, Status>>;
 }
 
 /// The streams a caller keeps to its downstream hops while one of its own
@@ -320,6 +397,7 @@ impl std::fmt::Debug for Streams {
         f.debug_struct("Streams")
             .field("opened", &self.opened())
             .field("reopen", &self.inner.reopen)
+            .field("server", &self.inner.server.is_some())
             .finish()
     }
 }
@@ -330,6 +408,9 @@ struct StreamsInner {
     open: tokio::sync::Mutex<HashMap<usize, Arc<MessageStream>>>,
     /// Whether a stream that broke is opened again for later messages.
     reopen: bool,
+    /// A server stream's request: its streams are server streams asking
+    /// for it; `None`: bidi streams.
+    server: Option<CallRequest>,
     /// Streams opened so far, the first of each hop's included.
     opened: AtomicU64,
 }
@@ -337,23 +418,37 @@ struct StreamsInner {
 impl Streams {
     /// A hop relaying a stream: a broken downstream stream is opened again.
     pub fn relaying() -> Self {
-        Self::new(true)
+        Self::new(true, None)
     }
 
     /// The load generator's stream: once its stream broke, its later
     /// messages fail with that stream's status.
     pub fn once() -> Self {
-        Self::new(false)
+        Self::new(false, None)
     }
 
-    fn new(reopen: bool) -> Self {
+    /// Server streams asking for `request`'s messages (its
+    /// `stream_messages`, ids and interval): the load generator's, or a
+    /// hop's relaying a server stream. A broken one is not opened again:
+    /// its messages cannot be asked for again from where it broke.
+    pub fn server(request: CallRequest) -> Self {
+        Self::new(false, Some(request))
+    }
+
+    fn new(reopen: bool, server: Option<CallRequest>) -> Self {
         Streams {
             inner: Arc::new(StreamsInner {
                 open: tokio::sync::Mutex::new(HashMap::new()),
                 reopen,
+                server,
                 opened: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Whether its streams are server streams.
+    pub fn is_server(&self) -> bool {
+        self.inner.server.is_some()
     }
 
     /// How many streams were opened (a hop's first ones and any opened
@@ -379,7 +474,7 @@ impl Streams {
         {
             return Ok(Arc::clone(stream));
         }
-        let stream = Arc::new(opener.open().await?);
+        let stream = Arc::new(opener.open(self.inner.server.as_ref()).await?);
         self.inner.opened.fetch_add(1, Ordering::Relaxed);
         open.insert(key, Arc::clone(&stream));
         Ok(stream)

@@ -42,8 +42,9 @@ use crate::{
 
 /// The method's path.
 const PATH: &str = "/tailmesh.v1.Hop/Call";
-/// The stream method's path.
+/// The stream methods' paths.
 const STREAM_PATH: &str = "/tailmesh.v1.Hop/Stream";
+const SERVER_STREAM_PATH: &str = "/tailmesh.v1.Hop/ServerStream";
 /// The gRPC message prefix: a compression flag and a 4-byte length.
 pub(crate) const PREFIX: usize = 5;
 /// The deadline's header.
@@ -290,15 +291,22 @@ impl Link {
     }
 
     /// Opens a `Hop.Stream` on this link's connection (connecting first if
-    /// there is none): the answer to come, and the request's body, to
-    /// which the caller writes its messages. The stream's deadline, if
-    /// any, is each message's own.
+    /// there is none), or a `Hop.ServerStream` when `server`: the answer
+    /// to come, and the request's body, to which the caller writes its
+    /// messages (a server stream's one request). The stream's deadline,
+    /// if any, is each message's own.
     pub(crate) async fn open_stream(
         &self,
+        server: bool,
     ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Status> {
+        let path = if server {
+            SERVER_STREAM_PATH
+        } else {
+            STREAM_PATH
+        };
         let mut http = Request::new(());
         *http.method_mut() = Method::POST;
-        *http.uri_mut() = format!("{}{STREAM_PATH}", self.addr.uri())
+        *http.uri_mut() = format!("{}{path}", self.addr.uri())
             .parse()
             .map_err(|e| Status::internal(format!("the stream's address: {e}")))?;
         *http.headers_mut() = self.headers.clone();

@@ -292,6 +292,16 @@ impl Hop for Leaf {
     ) -> Result<Response<Self::StreamStream>, Status> {
         Err(Status::unimplemented("the leaf answers calls only"))
     }
+
+    type ServerStreamStream = futures::stream::Empty<Result<CallReply, Status>>;
+
+    /// The leaf answers calls only.
+    async fn server_stream(
+        &self,
+        _: Request<CallRequest>,
+    ) -> Result<Response<Self::ServerStreamStream>, Status> {
+        Err(Status::unimplemented("the leaf answers calls only"))
+    }
 }
 
 /// A `grpc-timeout` value as gRPC's HTTP/2 protocol spells it: at most 8

@@ -337,7 +337,7 @@ fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
         &[
             ("unary", Some(Streaming::Unary)),
             ("bidi", Some(Streaming::Bidi)),
-            ("server", None),
+            ("server", Some(Streaming::Server)),
             ("client", None),
         ],
     )?;
@@ -346,14 +346,18 @@ fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
             p,
             &entry.node.span,
             format!(
-                "{}: server and client streams are not built yet; \"bidi\" (each message \
-                 answered in order) and \"unary\" are",
+                "{}: client streams are not built yet; \"bidi\" (each message answered in \
+                 order), \"server\" (one request, a stream of messages) and \"unary\" are",
                 s.name("streaming")
             ),
         );
         return None;
     };
-    if kind == Streaming::Bidi {
+    if kind != Streaming::Unary {
+        let named = match kind {
+            Streaming::Server => "server",
+            _ => "bidi",
+        };
         if let Some(transport) = s.get("transport")
             && matches!(&transport.node.value, Value::String(t) if t == "pull")
         {
@@ -361,9 +365,9 @@ fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
                 p,
                 &entry.key_span,
                 format!(
-                    "{} = \"bidi\" goes by push only: a broker's workers take each task on its \
-                     own, so a stream's order and its one connection would be lost (leave out \
-                     transport = \"pull\")",
+                    "{} = \"{named}\" goes by push only: a broker's workers take each task on \
+                     its own, so a stream's order and its one connection would be lost (leave \
+                     out transport = \"pull\")",
                     s.name("streaming")
                 ),
             );
@@ -374,7 +378,7 @@ fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
                 p,
                 &entry.key_span,
                 format!(
-                    "{} = \"bidi\" cannot go with [hop.service] yet: a service's streaming \
+                    "{} = \"{named}\" cannot go with [hop.service] yet: a service's streaming \
                      methods are not called",
                     s.name("streaming")
                 ),

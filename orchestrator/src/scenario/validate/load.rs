@@ -317,6 +317,7 @@ fn stream_load(s: &Section<'_>, closed: Option<u32>, p: &mut Problems) -> Option
             streams: concurrency,
             messages: u32::try_from(messages?).ok()?,
             in_flight: 1,
+            kind: Streaming::Bidi,
         });
     }
     let streams = s.required(p, "streams", |s, p, k| s.int_in(p, k, 1, MAX_STREAMS));
@@ -331,6 +332,8 @@ fn stream_load(s: &Section<'_>, closed: Option<u32>, p: &mut Problems) -> Option
         streams: u32::try_from(streams?).ok()?,
         messages: u32::try_from(messages?).ok()?,
         in_flight: u32::try_from(in_flight?).ok()?,
+        // Known once the hops are: see `streams_enter_streaming_hops`.
+        kind: Streaming::Bidi,
     })
 }
 
@@ -591,34 +594,96 @@ pub(super) fn load_length(load: &Load) -> Option<Duration> {
 }
 
 /// `[load.streams]` sends its messages on streams: every entry hop must
-/// be reached by stream (`streaming = "bidi"`).
+/// be reached by stream, and every streaming hop with one kind of stream
+/// (a stream's messages go down the mesh as the stream they came on). The
+/// load's streams take that kind. A server stream's messages come at
+/// their times, from an open loop, with no cap of the load's.
 pub(super) fn streams_enter_streaming_hops(
     top: &Section<'_>,
     hops: &[Hop],
-    load: &Load,
+    load: &mut Load,
     p: &mut Problems,
 ) {
-    if load.streams.is_none() {
-        return;
+    let kinds: std::collections::BTreeSet<Streaming> = hops
+        .iter()
+        .map(|h| h.streaming)
+        .filter(|k| *k != Streaming::Unary)
+        .collect();
+    let load_table = top.get("load").and_then(|l| match &l.node.value {
+        Value::Table(t) => Some(t),
+        _ => None,
+    });
+    let streams_at = load_table
+        .and_then(|t| t.get("streams"))
+        .map_or(top.span.start, |e| e.key_span.start);
+    if kinds.len() > 1 {
+        let named: Vec<String> = hops
+            .iter()
+            .filter(|h| h.streaming != Streaming::Unary)
+            .map(|h| format!("\"{}\" {}", h.name, kind_name(h.streaming)))
+            .collect();
+        p.at(
+            top.span.start,
+            format!(
+                "the streaming hops mix kinds of stream ({}): a stream's messages go down the \
+                 mesh as the stream they came on, so give them one kind",
+                named.join(", ")
+            ),
+        );
     }
-    let at = top
-        .get("load")
-        .and_then(|l| match &l.node.value {
-            Value::Table(t) => t.get("streams").map(|e| e.key_span.start),
-            _ => None,
-        })
-        .unwrap_or(top.span.start);
-    for (i, _) in load.entry_hops(hops) {
-        let hop = &hops[i];
-        if hop.streaming != Streaming::Bidi {
+    let entry_kinds: Vec<(String, Streaming)> = load
+        .entry_hops(hops)
+        .iter()
+        .map(|(i, _)| (hops[*i].name.clone(), hops[*i].streaming))
+        .collect();
+    let Some(streams) = load.streams.as_mut() else {
+        return;
+    };
+    for (name, kind) in &entry_kinds {
+        if *kind == Streaming::Unary {
             p.at(
-                at,
+                streams_at,
                 format!(
-                    "load.streams sends messages on streams, but the entry hop \"{}\" is not \
-                     reached by stream: set streaming = \"bidi\" on it",
-                    hop.name
+                    "load.streams sends messages on streams, but the entry hop \"{name}\" is not \
+                     reached by stream: set streaming = \"bidi\" or \"server\" on it"
                 ),
             );
         }
+    }
+    if let Some(&(_, kind)) = entry_kinds.iter().find(|(_, k)| *k != Streaming::Unary) {
+        streams.kind = kind;
+    }
+    if streams.kind == Streaming::Server {
+        let written = |key: &str| {
+            load_table
+                .and_then(|t| t.get("streams"))
+                .and_then(|e| match &e.node.value {
+                    Value::Table(t) => t.get(key).map(|k| k.key_span.start),
+                    _ => None,
+                })
+        };
+        if let Some(at) = written("in_flight") {
+            p.at(
+                at,
+                "load.streams.in_flight is for bidi streams: a server stream's messages come \
+                 at their times whatever is awaited",
+            );
+        }
+        if matches!(load.mode, LoadMode::Closed { .. }) {
+            p.at(
+                streams_at,
+                "load.streams with server streams needs mode = \"open\": the stream's source \
+                 sends its messages at the rate's times",
+            );
+        }
+    }
+}
+
+/// A kind of stream as the scenario writes it.
+fn kind_name(kind: Streaming) -> &'static str {
+    match kind {
+        Streaming::Unary => "unary",
+        Streaming::Bidi => "bidi",
+        Streaming::Server => "server",
     }
 }

@@ -127,13 +127,15 @@ pub(super) fn validate(root: &Table) -> (Option<Parts>, Problems) {
         }
     };
     let hops = hops(&top, &mut p, entries.as_deref());
-    let load = load.map(|mut load| {
+    let mut load = load.map(|mut load| {
         load.entries = entries.as_deref().map(entry_shares).unwrap_or_default();
         load
     });
+    if let (Some(hops), Some(load)) = (&hops, &mut load) {
+        load::streams_enter_streaming_hops(&top, hops, load, &mut p);
+    }
     if let (Some(hops), Some(load)) = (&hops, &load) {
         windows_within_the_load(&top, hops, load, &mut p);
-        load::streams_enter_streaming_hops(&top, hops, load, &mut p);
         super::service::direct_entry_fits_the_load(&top, hops, load, &mut p);
     }
     let launcher = launcher.and_then(|launcher| {
