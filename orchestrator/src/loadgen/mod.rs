@@ -37,6 +37,7 @@ use std::{
 use bytes::Bytes;
 pub(crate) use progress::{Progress, View};
 use rand::Rng as _;
+use schedule::Due;
 pub(crate) use schedule::Schedule;
 use tailmesh_model::calls::weighted_index;
 use tailmesh_proto::pb::{CallReply, CallRequest};
@@ -617,7 +618,7 @@ impl Shared {
 
 async fn open_loop<S: RecordSink + ?Sized>(
     shared: &Shared,
-    mut schedule: Schedule,
+    schedule: Schedule,
     stop_at: Stop,
     sleeper: Sleeper,
     part: Part,
@@ -625,8 +626,9 @@ async fn open_loop<S: RecordSink + ?Sized>(
     mut stop: watch::Receiver<u32>,
 ) -> (Duration, bool) {
     let mut in_flight = JoinSet::new();
-    // The whole schedule's measured requests so far, and this part's.
-    let mut measured_sent = 0u64;
+    // The whole schedule's send times (every part stops where the whole
+    // would), and this part's measured requests so far.
+    let mut due = Due::new(schedule, shared.origin, shared.warmup, stop_at);
     let mut own_sent = 0u64;
     let mut interrupted = false;
     let measure_from = shared.origin + shared.warmup;
@@ -635,23 +637,16 @@ async fn open_loop<S: RecordSink + ?Sized>(
     let pacing = pacing::Pacing::from_env();
     let _placed = pacing.enter();
     loop {
-        let intended = shared.origin + schedule.next_offset();
-        let measuring = intended >= measure_from;
-        let finished = match stop_at {
-            Stop::Duration(d) => intended >= measure_from + d,
-            Stop::Requests(n) => measuring && measured_sent >= n,
+        let (intended, measuring) = match due.next() {
+            Ok(next) => next,
+            Err(end) => {
+                measured_end = end;
+                break;
+            }
         };
-        if finished {
-            measured_end = intended.saturating_duration_since(measure_from);
-            break;
-        }
-        // Another part's request: counted, as the whole schedule is, so
-        // every part stops where the whole would.
+        // Another part's request.
         if !part.owns(id) {
             id += 1;
-            if measuring {
-                measured_sent += 1;
-            }
             continue;
         }
         tokio::select! {
@@ -665,10 +660,7 @@ async fn open_loop<S: RecordSink + ?Sized>(
         }
         in_flight.spawn(shared.send(id, intended, None));
         id += 1;
-        if measuring {
-            measured_sent += 1;
-            own_sent += 1;
-        }
+        own_sent += u64::from(measuring);
         // Requests sent and not yet taken back (some may have ended).
         drain.stats.peak_in_flight = drain.stats.peak_in_flight.max(in_flight.len());
         drain.tick(own_sent, intended.saturating_duration_since(measure_from));

@@ -7,7 +7,9 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tailmesh_services::hop::draw::keyed_rng;
 
-use crate::scenario::{Arrivals, Step};
+use tokio::time::Instant;
+
+use crate::scenario::{Arrivals, Step, Stop};
 
 /// A stretch of the schedule at one rate: `[start, start + length)` from
 /// the load's origin; the last one has no end.
@@ -31,6 +33,64 @@ pub(crate) struct Schedule {
     sent: u64,
     /// Poisson: the next send time, in seconds from the segment's start.
     within_secs: f64,
+}
+
+/// A schedule's send times on the clock, up to where the load stops: the
+/// one walk of it the open loops and the count of a server stream's
+/// messages share.
+#[derive(Clone)]
+pub(crate) struct Due {
+    schedule: Schedule,
+    origin: Instant,
+    measure_from: Instant,
+    stop: Stop,
+    /// Send times after warmup given so far.
+    measured: u64,
+}
+
+impl Due {
+    /// `schedule`'s times from `origin`, measured after `warmup`, until
+    /// `stop`.
+    pub(crate) fn new(schedule: Schedule, origin: Instant, warmup: Duration, stop: Stop) -> Self {
+        Due {
+            schedule,
+            origin,
+            measure_from: origin + warmup,
+            stop,
+            measured: 0,
+        }
+    }
+
+    /// The next send time and whether it is measured (after warmup); or,
+    /// once the load stops there, the measured phase's length: from the
+    /// end of warmup to the first time not sent.
+    pub(crate) fn next(&mut self) -> Result<(Instant, bool), Duration> {
+        let intended = self.origin + self.schedule.next_offset();
+        let measuring = intended >= self.measure_from;
+        let finished = match self.stop {
+            Stop::Duration(d) => intended >= self.measure_from + d,
+            Stop::Requests(n) => measuring && self.measured >= n,
+        };
+        if finished {
+            return Err(intended.saturating_duration_since(self.measure_from));
+        }
+        self.measured += u64::from(measuring);
+        Ok((intended, measuring))
+    }
+
+    /// Send times after warmup given so far.
+    pub(crate) fn measured(&self) -> u64 {
+        self.measured
+    }
+
+    /// How many send times there are in all, warmup's included.
+    pub(crate) fn count(mut self) -> u64 {
+        let mut all = 0;
+        while self.next().is_ok() {
+            all += 1;
+        }
+        all
+    }
 }
 
 impl Schedule {

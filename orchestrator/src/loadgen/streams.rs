@@ -28,7 +28,10 @@ use tokio::{
     time::Instant,
 };
 
-use super::{Drain, STOP_SENDING, Shared, pacing, schedule::Schedule};
+use super::{
+    Drain, STOP_SENDING, Shared, pacing,
+    schedule::{Due, Schedule},
+};
 use hdrhistogram::Histogram;
 use tailmesh_analysis::stats::Percentiles;
 
@@ -38,7 +41,7 @@ use crate::{
 };
 
 /// One message of a stream's, due at `intended`.
-struct Due {
+struct Message {
     id: u64,
     intended: Instant,
 }
@@ -165,7 +168,7 @@ impl StreamTally {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     shared: &Arc<Shared>,
-    mut schedule: Schedule,
+    schedule: Schedule,
     rate: f64,
     streams: &StreamLoad,
     stop_at: Stop,
@@ -184,31 +187,28 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     };
     // A server stream asks for its messages at once: as many as the
     // schedule has for its slot.
-    let scheduled = server.then(|| scheduled(&schedule, shared, stop_at));
+    let mut due = Due::new(schedule, shared.origin, shared.warmup, stop_at);
+    let scheduled = server.then(|| due.clone().count());
     let interval = Duration::from_secs_f64(slots as f64 / rate);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     // Each slot's open stream: where its next messages go.
-    let mut open: Vec<Option<mpsc::UnboundedSender<Due>>> = vec![None; slots as usize];
+    let mut open: Vec<Option<mpsc::UnboundedSender<Message>>> = vec![None; slots as usize];
     let mut tasks = JoinSet::new();
     let mut tally = StreamTally::default();
     let measure_from = shared.origin + shared.warmup;
-    let mut measured_sent = 0u64;
     let mut interrupted = false;
     let measured_end;
     let pacing = pacing::Pacing::from_env();
     let _placed = pacing.enter();
     let mut id = 0u64;
     loop {
-        let intended = shared.origin + schedule.next_offset();
-        let measuring = intended >= measure_from;
-        let finished = match stop_at {
-            Stop::Duration(d) => intended >= measure_from + d,
-            Stop::Requests(n) => measuring && measured_sent >= n,
+        let intended = match due.next() {
+            Ok((intended, _)) => intended,
+            Err(end) => {
+                measured_end = end;
+                break;
+            }
         };
-        if finished {
-            measured_end = intended.saturating_duration_since(measure_from);
-            break;
-        }
         tokio::select! {
             biased;
             _ = stop.wait_for(|n| *n >= STOP_SENDING) => {
@@ -252,17 +252,14 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
         if let Some(tx) = &open[slot] {
             // A stream's task takes every message it is given until its
             // sender drops.
-            let _ = tx.send(Due { id, intended });
+            let _ = tx.send(Message { id, intended });
         }
         if nth + 1 == per_stream {
             open[slot] = None;
         }
         id += 1;
-        if measuring {
-            measured_sent += 1;
-        }
         drain.tick(
-            measured_sent,
+            due.measured(),
             intended.saturating_duration_since(measure_from),
         );
         while let Ok(done) = done_rx.try_recv() {
@@ -278,27 +275,6 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     }
     while tasks.join_next().await.is_some() {}
     ((measured_end, interrupted), tally.finish())
-}
-
-/// How many messages `schedule` has before the load stops at `stop_at`:
-/// the same count the loop sends (warmup's included).
-fn scheduled(schedule: &Schedule, shared: &Shared, stop_at: Stop) -> u64 {
-    let mut schedule = schedule.clone();
-    let measure_from = shared.origin + shared.warmup;
-    let (mut all, mut measured) = (0u64, 0u64);
-    loop {
-        let intended = shared.origin + schedule.next_offset();
-        let measuring = intended >= measure_from;
-        let finished = match stop_at {
-            Stop::Duration(d) => intended >= measure_from + d,
-            Stop::Requests(n) => measuring && measured >= n,
-        };
-        if finished {
-            return all;
-        }
-        all += 1;
-        measured += u64::from(measuring);
-    }
 }
 
 /// Hands one of a stream's results on.
@@ -319,7 +295,7 @@ async fn one_stream(
     streams: Streams,
     first: u64,
     cap: usize,
-    mut due: mpsc::UnboundedReceiver<Due>,
+    mut due: mpsc::UnboundedReceiver<Message>,
     done: mpsc::UnboundedSender<Done>,
 ) {
     let measure_from = shared.origin + shared.warmup;
@@ -340,7 +316,7 @@ async fn one_stream(
                 let _ = done.send(Done::Message(record, warmup));
             }
             message = due.recv(), if more => match message {
-                Some(Due { id, intended }) if waiting.len() >= cap => {
+                Some(Message { id, intended }) if waiting.len() >= cap => {
                     refused += 1;
                     let record = refused_record(id, intended, measure_from, cap);
                     if let Some(t) = &mut times {
@@ -348,7 +324,7 @@ async fn one_stream(
                     }
                     let _ = done.send(Done::Message(record, intended < measure_from));
                 }
-                Some(Due { id, intended }) => {
+                Some(Message { id, intended }) => {
                     if id == first {
                         let due = intended.saturating_duration_since(measure_from);
                         times = StreamTimes::starting(id, due, intended < measure_from);
