@@ -649,14 +649,10 @@ async fn open_loop<S: RecordSink + ?Sized>(
             id += 1;
             continue;
         }
-        tokio::select! {
-            biased;
-            _ = stop.wait_for(|n| *n >= STOP_SENDING) => {
-                interrupted = true;
-                measured_end = Instant::now().saturating_duration_since(measure_from);
-                break;
-            }
-            () = pacing.wait_until(&sleeper, intended) => {}
+        if !paced(&pacing, &sleeper, intended, &mut stop).await {
+            interrupted = true;
+            measured_end = Instant::now().saturating_duration_since(measure_from);
+            break;
         }
         in_flight.spawn(shared.send(id, intended, None));
         id += 1;
@@ -679,6 +675,21 @@ async fn open_loop<S: RecordSink + ?Sized>(
         }
     }
     (measured_end, interrupted)
+}
+
+/// Waits for `intended` by `pacing`: `false` when the run was told to
+/// stop sending first.
+async fn paced(
+    pacing: &pacing::Pacing,
+    sleeper: &Sleeper,
+    intended: Instant,
+    stop: &mut watch::Receiver<u32>,
+) -> bool {
+    tokio::select! {
+        biased;
+        _ = stop.wait_for(|n| *n >= STOP_SENDING) => false,
+        () = pacing.wait_until(sleeper, intended) => true,
+    }
 }
 
 /// The closed loop: `concurrency` workers, each sending its next request

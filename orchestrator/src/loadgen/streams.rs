@@ -29,7 +29,7 @@ use tokio::{
 };
 
 use super::{
-    Drain, STOP_SENDING, Shared, pacing,
+    Drain, Shared, paced, pacing,
     schedule::{Due, Schedule},
 };
 use hdrhistogram::Histogram;
@@ -209,14 +209,10 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
                 break;
             }
         };
-        tokio::select! {
-            biased;
-            _ = stop.wait_for(|n| *n >= STOP_SENDING) => {
-                interrupted = true;
-                measured_end = Instant::now().saturating_duration_since(measure_from);
-                break;
-            }
-            () = pacing.wait_until(&sleeper, intended) => {}
+        if !paced(&pacing, &sleeper, intended, &mut stop).await {
+            interrupted = true;
+            measured_end = Instant::now().saturating_duration_since(measure_from);
+            break;
         }
         let slot = (id % slots) as usize;
         let nth = (id / slots) % per_stream;

@@ -19,6 +19,14 @@ tests! {
     sync server_streams_carry_every_message_from_the_last_hop_at_its_time,
 }
 
+/// Runs `scenario` in `scratch` to its end: its first variant, accounted
+/// for.
+fn run_accounted(scratch: &Scratch, scenario: &std::path::Path) -> Accounted {
+    let results = scratch.results();
+    let (finished, _) = run_ok(scratch.path(), scenario, &results);
+    accounted(finished, &results)
+}
+
 /// A 3-hop chain, every hop reached by bidi stream, with `load` and
 /// `b_extra` after the hops' common keys.
 fn chain(name: &str, load: &str, b_extra: &str) -> String {
@@ -78,12 +86,13 @@ in_flight = 8"#,
 slow = { probability = 0.05, extra = "30ms" }"#,
         ),
     );
-    let results = scratch.results();
-    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        run_dir,
+        v,
+        context,
+        ..
+    } = run_accounted(&scratch, &scenario);
+    let v = &v;
     let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
     // 2 s at 200 a second, as a unary open loop would send.
     assert_eq!(sent, 400, "{context}");
@@ -124,7 +133,7 @@ slow = { probability = 0.05, extra = "30ms" }"#,
         "{lasted} us:\n{context}"
     );
     assert!(
-        finished.stdout.contains(&format!(
+        context.contains(&format!(
             "base: streams: {STREAMS} opened (warmup's included), {STREAMS} held to their end, \
              0 broke; 0 messages refused by the in-flight cap"
         )),
@@ -225,13 +234,13 @@ in_flight = 64"#,
     // The stall itself: what the test injects, not a wait for something.
     std::thread::sleep(STALL);
     kill(pid, Signal::SIGCONT).expect("SIGCONT hop-b-0");
-    let finished = run.wait();
-    assert_eq!(finished.code(), Some(0), "{}", finished.output());
-    let run_dir = only_run_dir(&results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        run_dir,
+        v,
+        context,
+        ..
+    } = accounted(run.wait(), &results);
+    let v = &v;
     // Every message due was sent and answered: the stall loses none.
     assert_eq!(u64_at(v, "/sent"), 800, "{context}");
     assert_eq!(u64_at(v, "/ok"), 800, "{context}");
@@ -291,12 +300,13 @@ streaming = "bidi"
 kill = { replica = 0, at = "1s", back = "500ms" }
 "#,
     );
-    let results = scratch.results();
-    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        run_dir,
+        v,
+        context,
+        ..
+    } = run_accounted(&scratch, &scenario);
+    let v = &v;
     assert_eq!(u64_at(v, "/sent"), 250, "{context}");
     // Both streams broke when a died, each with the status its messages
     // failed with; none held, none opened again.
@@ -350,12 +360,13 @@ messages = 25"#,
             r#"error = { probability = 0.1, code = "unavailable" }"#,
         ),
     );
-    let results = scratch.results();
-    let (finished, run_dir) = run_ok(scratch.path(), &scenario, &results);
-    let summary = summary(&run_dir);
-    let v = &variants(&summary)[0];
-    let context = format!("{v:#}\n{}", finished.output());
-    assert_accounted(v, &context);
+    let Accounted {
+        run_dir,
+        v,
+        context,
+        ..
+    } = run_accounted(&scratch, &scenario);
+    let v = &v;
     let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
     assert_eq!(sent, 400, "{context}");
     let unavailable = errors(v).get("unavailable").copied().unwrap_or(0);
