@@ -120,20 +120,7 @@ rm -rf "$TMP/results"
 
 echo
 echo "One stream against unary calls, 1 in flight: streaming.toml, $REQUESTS requests per run, $ROUNDS rounds (medians), $(nproc) cores, $(date -u +%Y-%m-%d)"
-python3 - "$TMP" "$ROUNDS" "${JSON_OUT:-}" <<'PY'
-import json, statistics, sys
-d, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-runs = {t: [json.load(open(f"{d}/{t}-{r}.json")) for r in range(1, rounds + 1)] for t in ("unary", "stream")}
-print(f"{'':<8} {'per s':>9}  {'p50':>8}  {'p99':>8}")
-for t, xs in runs.items():
-    med = {k: statistics.median(x[k] for x in xs) for k in ("rps", "p50_us", "p99_us")}
-    print(f"{t:<8} {med['rps']:>9.1f}  {med['p50_us']:>6.0f}us  {med['p99_us']:>6.0f}us")
-if out:
-    doc = {"rounds": rounds, "runs": runs, "intervals": json.load(open(f"{d}/intervals.json"))}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-PY
+measured_medians "" unary stream
 echo
 cat "$TMP/intervals.txt"
 cat "$TMP/many.txt"

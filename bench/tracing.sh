@@ -131,20 +131,7 @@ fi
 rounds_report "${goals[@]}" >"$TMP/intervals.txt"
 echo
 echo "100 % tracing against none: ${IMPORTED:+an imported mesh of $IMPORTED services, }$(basename "$SCENARIO")${REQUESTS:+, $REQUESTS requests per run}, $ROUNDS rounds (medians), $(nproc) cores, $(date -u +%Y-%m-%d)"
-python3 - "$TMP" "$ROUNDS" "${JSON_OUT:-}" <<'PY'
-import json, statistics, sys
-d, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-runs = {t: [json.load(open(f"{d}/{t}-{r}.json")) for r in range(1, rounds + 1)] for t in ("off", "on")}
-print(f"{'':<10} {'req/s':>9}  {'p50':>8}  {'p99':>8}")
-for t, xs in runs.items():
-    med = {k: statistics.median(x[k] for x in xs) for k in ("rps", "p50_us", "p99_us")}
-    print(f"traces {t:<3} {med['rps']:>9.1f}  {med['p50_us']:>6.0f}us  {med['p99_us']:>6.0f}us")
-if out:
-    doc = {"rounds": rounds, "runs": runs, "intervals": json.load(open(f"{d}/intervals.json"))}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-PY
+measured_medians "traces " off on
 echo
 cat "$TMP/intervals.txt"
 [[ -z $JSON_OUT ]] || say "wrote $JSON_OUT"

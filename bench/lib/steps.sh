@@ -112,3 +112,27 @@ json.dump({"rps": v["ok_rate"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"]
 PY
     rm -rf "$TMP/results"
 }
+
+# The medians over $ROUNDS rounds of measure_run's numbers, a row per
+# LABEL (named PREFIX LABEL); with $JSON_OUT, every round's numbers and
+# the intervals ($TMP/intervals.json) written there as JSON.
+# Arguments: PREFIX LABEL...
+measured_medians() {
+    local prefix=$1
+    shift
+    python3 - "$TMP" "$ROUNDS" "${JSON_OUT:-}" "$prefix" "$@" <<'PY'
+import json, statistics, sys
+d, rounds, out, prefix, labels = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+runs = {t: [json.load(open(f"{d}/{t}-{r}.json")) for r in range(1, rounds + 1)] for t in labels}
+width = max(len(prefix + t) for t in labels)
+print(f"{'':<{width}} {'per s':>9}  {'p50':>8}  {'p99':>8}")
+for t, xs in runs.items():
+    med = {k: statistics.median(x[k] for x in xs) for k in ("rps", "p50_us", "p99_us")}
+    print(f"{prefix + t:<{width}} {med['rps']:>9.1f}  {med['p50_us']:>6.0f}us  {med['p99_us']:>6.0f}us")
+if out:
+    doc = {"rounds": rounds, "runs": runs, "intervals": json.load(open(f"{d}/intervals.json"))}
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+PY
+}

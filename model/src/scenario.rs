@@ -421,6 +421,15 @@ pub struct Entry {
 }
 
 impl Load {
+    /// Whether each request can be traced: not a server stream's
+    /// messages, which the hops send on their own, with no trace context
+    /// of the request's.
+    pub fn traces_requests(&self) -> bool {
+        self.streams
+            .as_ref()
+            .is_none_or(|s| s.kind != Streaming::Server)
+    }
+
     /// Whether a generator's link has a network fault.
     pub fn has_net_faults(&self) -> bool {
         self.net.is_some() || !self.generator_net.is_empty()

@@ -611,13 +611,6 @@ impl VariantRecords {
 impl run::RecordPipeline for RunRecords {
     fn begin_variant(&mut self, variant: &scenario::Variant, tracer: Option<&Arc<LoadTracer>>) {
         let index = (self.variants.len(), self.scenario.variants.len());
-        // A server stream's messages are not traced: nothing to sample.
-        let server_streams = variant
-            .load
-            .streams
-            .as_ref()
-            .is_some_and(|s| s.kind == scenario::Streaming::Server);
-        let tracer = tracer.filter(|_| !server_streams);
         let sampler = tracer.cloned().and_then(|tracer| {
             tail_sampler(
                 &self.scenario,

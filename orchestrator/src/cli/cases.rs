@@ -287,15 +287,16 @@ fn make(args: MakeArgs) -> Result<(), CliError> {
                 verdict: verdict.clone(),
             };
             let seconds = report.measured_s.ceil() as usize;
-            materialize(
-                &out.join(&case),
-                &runs,
-                &base.name,
-                &hops,
-                &label,
-                run.check.slow_threshold,
+            CaseFiles {
+                dir: &out.join(&case),
+                run: &runs,
+                variant: &base.name,
+                hops: &hops,
+                label: &label,
+                threshold: run.check.slow_threshold,
                 seconds,
-            )
+            }
+            .materialize()
             .map_err(failed)?;
             index.kept += 1;
         } else {
@@ -362,136 +363,153 @@ fn resume(out: &Path, fresh: &Index) -> Result<Index, CliError> {
     Ok(made)
 }
 
-/// Writes a kept case's folder from its run folder.
-fn materialize(
-    dir: &Path,
-    run: &Path,
-    variant: &str,
-    hops: &[String],
-    label: &Label,
+/// A kept case's folder (`dir`), made from its run folder (`run`): what
+/// its files are written from.
+struct CaseFiles<'a> {
+    dir: &'a Path,
+    run: &'a Path,
+    /// The run's variant, and the services of its mesh.
+    variant: &'a str,
+    hops: &'a [String],
+    label: &'a Label,
+    /// The objective's slow threshold.
     threshold: Duration,
+    /// The measured run's length, whole seconds.
     seconds: usize,
-) -> Result<(), CasesError> {
-    std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
-    files::write_whole(
-        &dir.join("inject_time.txt"),
-        format!("{}\n", label.start_unix_s.floor() as i64).as_bytes(),
-    )?;
-
-    // The traces, without what gives the fault away, as Jaeger and OTLP JSON.
-    let mut jaeger = Vec::new();
-    for n in 0.. {
-        let name = tailmesh::traces::jaeger::file_name(n);
-        let from = run.join(&name);
-        if !from.exists() {
-            break;
-        }
-        let to = dir.join(&name);
-        files::copy_traces(&from, &to)?;
-        jaeger.push(to);
-    }
-    let otlp = dir.join("traces.otlp.json");
-    tailmesh::traces::otlp_json::write_from_jaeger(&jaeger, &otlp).map_err(|e| {
-        CasesError::Bad {
-            path: otlp.clone(),
-            what: e.to_string(),
-        }
-    })?;
-
-    // The processes' logs (not their configs).
-    let logs = run.join("logs").join(variant);
-    let into = dir.join("logs");
-    std::fs::create_dir_all(&into).map_err(CasesError::io(&into))?;
-    if let Ok(entries) = std::fs::read_dir(&logs) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            if Path::new(&name).extension().is_some_and(|e| e == "log") {
-                let to = into.join(&name);
-                std::fs::copy(entry.path(), &to).map_err(CasesError::io(&to))?;
-            }
-        }
-    }
-    let series = write_rankings(dir, run, variant, hops, label, threshold, seconds)?;
-    files::write_whole(
-        &dir.join("metrics.csv"),
-        series.csv(label.origin_unix_s).as_bytes(),
-    )?;
-    files::write_json(&dir.join("label.json"), label)
 }
 
-/// Writes a case's `rankings/`: tailmesh's from its run's requests, the
-/// baselines' from its metrics and its traces (the case folder's own);
-/// returns the metrics' series.
-fn write_rankings(
-    dir: &Path,
-    run: &Path,
-    variant: &str,
-    hops: &[String],
-    label: &Label,
-    threshold: Duration,
-    seconds: usize,
-) -> Result<Series, CasesError> {
-    let window = (label.fault.start_s, label.fault.end_s);
-    // One pass over the requests: the metrics and tailmesh's blame.
-    let mut series = SeriesAcc::new(hops.to_vec());
-    let mut blame = rank::Blame::new(hops.to_vec(), threshold, window);
-    let requests = run.join("requests.csv");
-    output::csv::for_each_request(&requests, |v, r| {
-        if v == variant {
-            series.record(&r);
-            blame.record(&r);
+impl CaseFiles<'_> {
+    /// Writes the case's folder from its run folder.
+    fn materialize(&self) -> Result<(), CasesError> {
+        let CaseFiles {
+            dir,
+            run,
+            variant,
+            label,
+            ..
+        } = *self;
+        std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
+        files::write_whole(
+            &dir.join("inject_time.txt"),
+            format!("{}\n", label.start_unix_s.floor() as i64).as_bytes(),
+        )?;
+
+        // The traces, without what gives the fault away, as Jaeger and OTLP JSON.
+        let mut jaeger = Vec::new();
+        for n in 0.. {
+            let name = tailmesh::traces::jaeger::file_name(n);
+            let from = run.join(&name);
+            if !from.exists() {
+                break;
+            }
+            let to = dir.join(&name);
+            files::copy_traces(&from, &to)?;
+            jaeger.push(to);
         }
-    })
-    .map_err(|e| CasesError::Bad {
-        path: requests.clone(),
-        what: e.to_string(),
-    })?;
-    let processes = run.join(output::files::PROCESSES);
-    let samples = if processes.exists() {
-        files::read_processes(&processes, variant)?
-    } else {
-        Vec::new()
-    };
-    let queues_file = run.join(output::files::QUEUES);
-    let queues = if queues_file.exists() {
-        files::read_queues(&queues_file, variant)?
-    } else {
-        Vec::new()
-    };
-    let series = series.finish(seconds, &samples, &queues);
-    let mut traces = Vec::new();
-    for n in 0.. {
-        let file = dir.join(tailmesh::traces::jaeger::file_name(n));
-        if !file.exists() {
-            break;
+        let otlp = dir.join("traces.otlp.json");
+        tailmesh::traces::otlp_json::write_from_jaeger(&jaeger, &otlp).map_err(|e| {
+            CasesError::Bad {
+                path: otlp.clone(),
+                what: e.to_string(),
+            }
+        })?;
+
+        // The processes' logs (not their configs).
+        let logs = run.join("logs").join(variant);
+        let into = dir.join("logs");
+        std::fs::create_dir_all(&into).map_err(CasesError::io(&into))?;
+        if let Ok(entries) = std::fs::read_dir(&logs) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if Path::new(&name).extension().is_some_and(|e| e == "log") {
+                    let to = into.join(&name);
+                    std::fs::copy(entry.path(), &to).map_err(CasesError::io(&to))?;
+                }
+            }
         }
-        let input = std::fs::File::open(&file).map_err(CasesError::io(&file))?;
-        let imported = tailmesh_import::read(
-            tailmesh_import::Format::Jaeger,
-            &file.display().to_string(),
-            std::io::BufReader::new(input),
-        )
+        let series = self.write_rankings()?;
+        files::write_whole(
+            &dir.join("metrics.csv"),
+            series.csv(label.origin_unix_s).as_bytes(),
+        )?;
+        files::write_json(&dir.join("label.json"), label)
+    }
+
+    /// Writes the case's `rankings/`: tailmesh's from its run's requests, the
+    /// baselines' from its metrics and its traces (the case folder's own);
+    /// returns the metrics' series.
+    fn write_rankings(&self) -> Result<Series, CasesError> {
+        let CaseFiles {
+            dir,
+            run,
+            variant,
+            hops,
+            label,
+            threshold,
+            seconds,
+        } = *self;
+        let window = (label.fault.start_s, label.fault.end_s);
+        // One pass over the requests: the metrics and tailmesh's blame.
+        let mut series = SeriesAcc::new(hops.to_vec());
+        let mut blame = rank::Blame::new(hops.to_vec(), threshold, window);
+        let requests = run.join("requests.csv");
+        output::csv::for_each_request(&requests, |v, r| {
+            if v == variant {
+                series.record(&r);
+                blame.record(&r);
+            }
+        })
         .map_err(|e| CasesError::Bad {
-            path: file.clone(),
+            path: requests.clone(),
             what: e.to_string(),
         })?;
-        traces.extend(imported.traces);
+        let processes = run.join(output::files::PROCESSES);
+        let samples = if processes.exists() {
+            files::read_processes(&processes, variant)?
+        } else {
+            Vec::new()
+        };
+        let queues_file = run.join(output::files::QUEUES);
+        let queues = if queues_file.exists() {
+            files::read_queues(&queues_file, variant)?
+        } else {
+            Vec::new()
+        };
+        let series = series.finish(seconds, &samples, &queues);
+        let mut traces = Vec::new();
+        for n in 0.. {
+            let file = dir.join(tailmesh::traces::jaeger::file_name(n));
+            if !file.exists() {
+                break;
+            }
+            let input = std::fs::File::open(&file).map_err(CasesError::io(&file))?;
+            let imported = tailmesh_import::read(
+                tailmesh_import::Format::Jaeger,
+                &file.display().to_string(),
+                std::io::BufReader::new(input),
+            )
+            .map_err(|e| CasesError::Bad {
+                path: file.clone(),
+                what: e.to_string(),
+            })?;
+            traces.extend(imported.traces);
+        }
+        let rankings: [Ranking; 3] = [
+            blame.finish(),
+            rank::p99_rise(&series, window),
+            rank::slow_own_time(
+                hops,
+                &traces,
+                (label.start_unix_s, label.end_unix_s),
+                threshold,
+            ),
+        ];
+        std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
+        for r in &rankings {
+            files::write_json(&dir.join("rankings").join(format!("{}.json", r.method)), r)?;
+        }
+        Ok(series)
     }
-    let rankings: [Ranking; 3] = [
-        blame.finish(),
-        rank::p99_rise(&series, window),
-        rank::slow_own_time(
-            hops,
-            &traces,
-            (label.start_unix_s, label.end_unix_s),
-            threshold,
-        ),
-    ];
-    std::fs::create_dir_all(dir.join("rankings")).map_err(CasesError::io(dir))?;
-    for r in &rankings {
-        files::write_json(&dir.join("rankings").join(format!("{}.json", r.method)), r)?;
-    }
-    Ok(series)
 }
 
 /// Ranks every kept case again with this build's built-in methods.
@@ -506,15 +524,16 @@ fn rerank(dir: &Path, index: &Index) -> Result<(), CliError> {
             .variants
             .first()
             .map_or(0, |v| v.measured_s.ceil() as usize);
-        write_rankings(
-            &folder,
-            &run,
-            &index.variant,
-            &index.services,
-            &label,
+        CaseFiles {
+            dir: &folder,
+            run: &run,
+            variant: &index.variant,
+            hops: &index.services,
+            label: &label,
             threshold,
             seconds,
-        )
+        }
+        .write_rankings()
         .map_err(failed)?;
     }
     Ok(())

@@ -532,12 +532,7 @@ impl Shared {
         let timeout = self.timeout;
         let payload = self.payload.clone();
         let measure_from = self.origin + self.warmup;
-        // A server stream's messages are not traced (yet): the hops send
-        // them on their own, with no trace context of the request's.
-        let server_stream = stream.as_ref().is_some_and(|(s, _)| s.is_server());
-        let trace = (self.tracing.ids)
-            .filter(|_| !server_stream)
-            .map(|ids| ids.request(id));
+        let trace = self.tracing.ids.map(|ids| ids.request(id));
         let tracer = self.tracing.spans.clone();
         async move {
             let start = Instant::now();
@@ -731,7 +726,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
         let (stop, done_tx) = (stop.clone(), done_tx.clone());
         let mut stream = streams
             .clone()
-            .map(|(messages, tally)| WorkerStream::new(messages, tally, measure_from));
+            .map(|(messages, tally)| streams::WorkerStream::new(messages, tally, measure_from));
         // Each worker sends its next request as soon as its previous one ends.
         workers.spawn(async move {
             // One wait for the second interrupt per worker rather than one
@@ -786,84 +781,6 @@ async fn closed_loop<S: RecordSink + ?Sized>(
     while workers.join_next().await.is_some() {}
     drain.stats.peak_in_flight = peak_in_flight.load(Ordering::Relaxed);
     (drain.last_end, *stop.borrow() >= STOP_SENDING)
-}
-
-/// A closed-loop worker's stream: its messages so far, and where it
-/// counts how its streams ended.
-struct WorkerStream {
-    messages: u64,
-    tally: Arc<std::sync::Mutex<streams::StreamTally>>,
-    measure_from: Instant,
-    /// The open stream, its messages sent, and its times (measured
-    /// streams only).
-    open: Option<(Streams, u64, u64, Option<streams::StreamTimes>)>,
-}
-
-impl WorkerStream {
-    fn new(
-        messages: u64,
-        tally: Arc<std::sync::Mutex<streams::StreamTally>>,
-        measure_from: Instant,
-    ) -> Self {
-        WorkerStream {
-            messages,
-            tally,
-            measure_from,
-            open: None,
-        }
-    }
-
-    /// The stream message `id`, sent at `now`, goes on: the open one, or
-    /// a new one when that one has all its messages or broke.
-    fn next(&mut self, id: u64, now: Instant) -> (Streams, u64) {
-        let renew = self.open.as_ref().is_none_or(|(streams, _, sent, _)| {
-            *sent >= self.messages || streams.ended_with().is_some()
-        });
-        if renew {
-            self.close();
-            self.tally
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .opened();
-        }
-        let measure_from = self.measure_from;
-        let (streams, first, sent, _) = self.open.get_or_insert_with(|| {
-            let due = now.saturating_duration_since(measure_from);
-            let times = streams::StreamTimes::starting(id, due, now < measure_from);
-            (Streams::once(), id, 0, times)
-        });
-        *sent += 1;
-        (streams.clone(), *first)
-    }
-
-    /// A message of the open stream ended.
-    fn saw(&mut self, record: &RequestRecord) {
-        if let Some((_, _, _, Some(times))) = &mut self.open {
-            times.saw(record);
-        }
-    }
-
-    /// Counts how the open stream ended, if one is open.
-    fn close(&mut self) {
-        let Some((streams, _, _, times)) = self.open.take() else {
-            return;
-        };
-        self.tally
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .ended(streams::StreamEnd {
-                aborted: streams.ended_with().map(|s| s.code()),
-                refused: 0,
-                peak: 1,
-                times,
-            });
-    }
-}
-
-impl Drop for WorkerStream {
-    fn drop(&mut self) {
-        self.close();
-    }
 }
 
 #[cfg(test)]

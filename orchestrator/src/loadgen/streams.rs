@@ -57,13 +57,13 @@ enum Done {
 #[derive(Debug, Default)]
 pub(super) struct StreamEnd {
     /// The status it broke with; `None`: it held to its end.
-    pub aborted: Option<tonic::Code>,
+    aborted: Option<tonic::Code>,
     /// Its messages refused by the in-flight cap.
-    pub refused: u64,
+    refused: u64,
     /// The most of its messages awaiting answers at once.
-    pub peak: u64,
+    peak: u64,
     /// Its times, when its first message was measured (not warmup's).
-    pub times: Option<StreamTimes>,
+    times: Option<StreamTimes>,
 }
 
 /// A stream's times on the measured clock, from its messages' records.
@@ -80,7 +80,7 @@ pub(super) struct StreamTimes {
 impl StreamTimes {
     /// A stream whose first message is `first`, due at `due` on the
     /// measured clock; `None` for one that began in warmup.
-    pub(super) fn starting(first: u64, due: Duration, warmup: bool) -> Option<Self> {
+    fn starting(first: u64, due: Duration, warmup: bool) -> Option<Self> {
         (!warmup).then_some(StreamTimes {
             first,
             first_due: due,
@@ -90,7 +90,7 @@ impl StreamTimes {
     }
 
     /// One of its messages ended.
-    pub(super) fn saw(&mut self, record: &RequestRecord) {
+    fn saw(&mut self, record: &RequestRecord) {
         if record.id == self.first {
             self.first_end = Some(record.end);
         }
@@ -360,5 +360,100 @@ fn refused_record(id: u64, intended: Instant, measure_from: Instant, cap: usize)
         path: Vec::new(),
         extra_attempts: 0,
         attempts: Vec::new(),
+    }
+}
+
+/// A closed-loop worker's streams: its messages go on one stream, one in
+/// flight, until the stream has all its messages or broke; then another
+/// opens. Each stream's end is counted in the tally.
+pub(super) struct WorkerStream {
+    messages: u64,
+    tally: Arc<std::sync::Mutex<StreamTally>>,
+    measure_from: Instant,
+    open: Option<WorkerOpen>,
+}
+
+/// A worker's open stream.
+struct WorkerOpen {
+    streams: Streams,
+    /// Its first message's id: the stream's entry is drawn by it.
+    first: u64,
+    /// Messages sent on it.
+    sent: u64,
+    /// Its times, when it began after warmup.
+    times: Option<StreamTimes>,
+}
+
+impl WorkerStream {
+    pub(super) fn new(
+        messages: u64,
+        tally: Arc<std::sync::Mutex<StreamTally>>,
+        measure_from: Instant,
+    ) -> Self {
+        WorkerStream {
+            messages,
+            tally,
+            measure_from,
+            open: None,
+        }
+    }
+
+    /// The stream message `id`, sent at `now`, goes on, and its first
+    /// message's id: the open one, or a new one when that one has all its
+    /// messages or broke.
+    pub(super) fn next(&mut self, id: u64, now: Instant) -> (Streams, u64) {
+        let renew = self
+            .open
+            .as_ref()
+            .is_none_or(|o| o.sent >= self.messages || o.streams.ended_with().is_some());
+        if renew {
+            self.close();
+            self.tally
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .opened();
+        }
+        let measure_from = self.measure_from;
+        let open = self.open.get_or_insert_with(|| WorkerOpen {
+            streams: Streams::once(),
+            first: id,
+            sent: 0,
+            times: StreamTimes::starting(
+                id,
+                now.saturating_duration_since(measure_from),
+                now < measure_from,
+            ),
+        });
+        open.sent += 1;
+        (open.streams.clone(), open.first)
+    }
+
+    /// A message of the open stream ended.
+    pub(super) fn saw(&mut self, record: &RequestRecord) {
+        if let Some(times) = self.open.as_mut().and_then(|o| o.times.as_mut()) {
+            times.saw(record);
+        }
+    }
+
+    /// Counts how the open stream ended, if one is open.
+    fn close(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        self.tally
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ended(StreamEnd {
+                aborted: open.streams.ended_with().map(|s| s.code()),
+                refused: 0,
+                peak: 1,
+                times: open.times,
+            });
+    }
+}
+
+impl Drop for WorkerStream {
+    fn drop(&mut self) {
+        self.close();
     }
 }

@@ -651,7 +651,11 @@ async fn measure(
     // Windows that start at 0 are applied before the load starts.
     faults.advance(Duration::ZERO).await;
     let progress = options.progress.then(|| progress::view(variant)).flatten();
-    let tracer = options.traces.as_ref().map(|t| {
+    let traced = options
+        .traces
+        .as_ref()
+        .filter(|_| variant.load.traces_requests());
+    let tracer = traced.map(|t| {
         let hold = t.hold(variant);
         // Spans of processes that do not hold their own (a real service's
         // SDK) wait at the receiver, under the same limits.

@@ -297,6 +297,10 @@ impl PushPool {
 }
 
 impl super::stream::OpenStream for PushPool {
+    fn hop(&self) -> &str {
+        PushPool::hop(self)
+    }
+
     /// A stream to a replica picked as a call's would be, on its shared
     /// connection (or one of its own, closed with the stream). The pick
     /// is counted; the stream's messages are not observed one by one by

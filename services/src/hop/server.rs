@@ -624,10 +624,8 @@ impl HopService {
         // from the first message that happens to call it (a failed one
         // does not).
         for d in inner.downstream.iter().filter(|d| d.streaming) {
-            if let Reach::Push(pool) = d.stack.reach() {
-                // One that cannot be opened fails its messages' calls.
-                let _ = downstream.stream(pool.as_ref()).await;
-            }
+            // One that cannot be opened fails its messages' calls.
+            let _ = d.stack.reach().open_on(&downstream).await;
         }
         // Every hop takes message i at its time after it took the request:
         // the last streaming hop (the stream's source) sends it once its

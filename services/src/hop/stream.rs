@@ -146,11 +146,6 @@ impl MessageStream {
         }
     }
 
-    /// The replica it goes to.
-    pub fn replica(&self) -> usize {
-        self.replica
-    }
-
     /// Whether the stream has ended (its later messages would fail).
     pub fn ended(&self) -> bool {
         self.ended_with().is_some()
@@ -377,6 +372,9 @@ fn next_message(buf: &mut BytesMut) -> Result<Option<Bytes>, Status> {
 
 /// Opens a stream to a hop: what a push pool does for [`Streams`].
 pub trait OpenStream: Send + Sync {
+    /// The hop its streams go to: a caller keeps one stream per hop.
+    fn hop(&self) -> &str;
+
     /// A new stream to one of the hop's replicas, picked as calls are: a
     /// bidi stream, or, given its request, a server stream.
     fn open<'a>(
@@ -395,7 +393,6 @@ pub struct Streams {
 impl std::fmt::Debug for Streams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Streams")
-            .field("opened", &self.opened())
             .field("reopen", &self.inner.reopen)
             .field("server", &self.inner.server.is_some())
             .finish()
@@ -403,16 +400,14 @@ impl std::fmt::Debug for Streams {
 }
 
 struct StreamsInner {
-    /// Each downstream hop's stream, by the address of its opener (one
-    /// per reach), opened on first use.
-    open: tokio::sync::Mutex<HashMap<usize, Arc<MessageStream>>>,
+    /// Each downstream hop's stream, by the hop's name, opened on first
+    /// use.
+    open: tokio::sync::Mutex<HashMap<String, Arc<MessageStream>>>,
     /// Whether a stream that broke is opened again for later messages.
     reopen: bool,
     /// A server stream's request: its streams are server streams asking
     /// for it; `None`: bidi streams.
     server: Option<CallRequest>,
-    /// Streams opened so far, the first of each hop's included.
-    opened: AtomicU64,
 }
 
 impl Streams {
@@ -441,20 +436,8 @@ impl Streams {
                 open: tokio::sync::Mutex::new(HashMap::new()),
                 reopen,
                 server,
-                opened: AtomicU64::new(0),
             }),
         }
-    }
-
-    /// Whether its streams are server streams.
-    pub fn is_server(&self) -> bool {
-        self.inner.server.is_some()
-    }
-
-    /// How many streams were opened (a hop's first ones and any opened
-    /// again after a break).
-    pub fn opened(&self) -> u64 {
-        self.inner.opened.load(Ordering::Relaxed)
     }
 
     /// Why one of the streams ended while it was in use, if one has: a
@@ -467,16 +450,14 @@ impl Streams {
     /// The stream `opener` opens, opened now if there is none (or, when
     /// relaying, if it broke).
     pub async fn stream(&self, opener: &dyn OpenStream) -> Result<Arc<MessageStream>, Status> {
-        let key = opener as *const dyn OpenStream as *const () as usize;
         let mut open = self.inner.open.lock().await;
-        if let Some(stream) = open.get(&key)
+        if let Some(stream) = open.get(opener.hop())
             && !(self.inner.reopen && stream.ended())
         {
             return Ok(Arc::clone(stream));
         }
         let stream = Arc::new(opener.open(self.inner.server.as_ref()).await?);
-        self.inner.opened.fetch_add(1, Ordering::Relaxed);
-        open.insert(key, Arc::clone(&stream));
+        open.insert(opener.hop().to_owned(), Arc::clone(&stream));
         Ok(stream)
     }
 

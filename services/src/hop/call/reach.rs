@@ -187,6 +187,18 @@ impl Reach {
     }
 }
 
+impl Reach {
+    /// Opens `streams`' stream to this hop now rather than on its first
+    /// message; a stream goes by push only (the scenario's checks refuse
+    /// others), so another reach has none to open.
+    pub async fn open_on(&self, streams: &crate::hop::stream::Streams) -> Result<(), Status> {
+        match self {
+            Reach::Push(pool) => streams.stream(pool.as_ref()).await.map(drop),
+            Reach::Pull(_) | Reach::Direct(_) => Ok(()),
+        }
+    }
+}
+
 impl Service<Call> for Reach {
     type Response = CallReply;
     type Error = Status;

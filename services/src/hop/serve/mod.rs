@@ -69,7 +69,9 @@ pub struct HopRequest<P> {
     pub branch: u64,
     /// The caller's deadline (`None`: none).
     pub deadline: Option<Instant>,
-    /// Time the request already spent in a broker queue (pull).
+    /// Time the request already spent waiting before this hop took it:
+    /// in a broker queue (pull), or behind the earlier messages of its
+    /// stream.
     pub queue_wait: Duration,
     /// A pull worker's broker credit, given back once the hop's own work
     /// is done.
