@@ -374,8 +374,9 @@ pub struct StreamLoad {
     /// while its stream has this many is not sent, and counted as refused
     /// by the cap (RESOURCE_EXHAUSTED). Bidi streams only.
     pub in_flight: u32,
-    /// The entry hops' kind of stream: bidi, or server (one request, the
-    /// hop sends the messages at their times).
+    /// The entry hops' kind of stream: bidi, server (one request, the
+    /// hop sends the messages at their times) or client (no message
+    /// answered until the stream's end).
     #[serde(default = "bidi")]
     pub kind: Streaming,
 }
@@ -409,6 +410,10 @@ pub enum Streaming {
     /// request, and the stream's messages sent by the last streaming hop
     /// at their times, relayed by the hops before it.
     Server,
+    /// A client stream (`Hop.ClientStream`) per caller's stream: the
+    /// messages go down one after another, none answered on its own; the
+    /// stream's one reply, at its end, answers them all.
+    Client,
 }
 
 /// An entry of the mesh (`[load] entries`): a hop the load generator
@@ -423,11 +428,12 @@ pub struct Entry {
 impl Load {
     /// Whether each request can be traced: not a server stream's
     /// messages, which the hops send on their own, with no trace context
-    /// of the request's.
+    /// of the request's, nor a client stream's, whose messages have no
+    /// answers of their own to end their spans.
     pub fn traces_requests(&self) -> bool {
         self.streams
             .as_ref()
-            .is_none_or(|s| s.kind != Streaming::Server)
+            .is_none_or(|s| !matches!(s.kind, Streaming::Server | Streaming::Client))
     }
 
     /// Whether a generator's link has a network fault.

@@ -16,11 +16,19 @@
 //! message ends as a record: answered, failed (in band, or with the
 //! stream when it broke: its later messages fail with the stream's
 //! status, as they are lost with it), refused, or timed out.
+//!
+//! A client stream's task sends its messages the same way, none answered
+//! on its own; once its last is sent it ends its side and waits, up to the
+//! load's timeout after that last message was due, for the stream's one
+//! reply. Each message then ends when the reply says it was done at the
+//! last hop it reached (on the Unix clock, which the hops share with the
+//! load generator on one machine): a timeout if that is past its own
+//! timeout, its failure below, or lost with the stream.
 
 use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt as _, stream::FuturesUnordered};
-use tailmesh_proto::pb::CallRequest;
+use tailmesh_proto::pb::{CallReply, CallRequest};
 use tailmesh_services::{hop::stream::Streams, timer::Sleeper};
 use tokio::{
     sync::{mpsc, watch},
@@ -179,8 +187,10 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     let slots = u64::from(streams.streams.max(1));
     let per_stream = u64::from(streams.messages.max(1));
     let server = streams.kind == Streaming::Server;
-    // A server stream's messages come whatever is awaited: no cap.
-    let cap = if server {
+    let client = streams.kind == Streaming::Client;
+    // A server stream's messages come whatever is awaited, and a client
+    // stream's are all answered at its end: no cap.
+    let cap = if server || client {
         usize::MAX
     } else {
         usize::try_from(streams.in_flight.max(1)).unwrap_or(usize::MAX)
@@ -234,16 +244,27 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
                         ..CallRequest::default()
                     })
                 }
+                None if client => Streams::client(),
                 None => Streams::once(),
             };
-            tasks.spawn(one_stream(
-                Arc::clone(shared),
-                streams,
-                id,
-                cap,
-                rx,
-                done_tx.clone(),
-            ));
+            if client {
+                tasks.spawn(one_client_stream(
+                    Arc::clone(shared),
+                    streams,
+                    id,
+                    rx,
+                    done_tx.clone(),
+                ));
+            } else {
+                tasks.spawn(one_stream(
+                    Arc::clone(shared),
+                    streams,
+                    id,
+                    cap,
+                    rx,
+                    done_tx.clone(),
+                ));
+            }
         }
         if let Some(tx) = &open[slot] {
             // A stream's task takes every message it is given until its
@@ -339,6 +360,114 @@ async fn one_stream(
         peak: peak as u64,
         times,
     }));
+}
+
+/// One client stream: its messages sent in the order they come, then its
+/// one reply awaited, and every message's record made from its answer
+/// there (see the module's documentation); then how it ended.
+async fn one_client_stream(
+    shared: Arc<Shared>,
+    streams: Streams,
+    first: u64,
+    mut due: mpsc::UnboundedReceiver<Message>,
+    done: mpsc::UnboundedSender<Done>,
+) {
+    let measure_from = shared.origin + shared.warmup;
+    let mut times: Option<StreamTimes> = None;
+    let emit = |record: RequestRecord, warmup: bool, times: &mut Option<StreamTimes>| {
+        if let Some(t) = times {
+            t.saw(&record);
+        }
+        let _ = done.send(Done::Message(record, warmup));
+    };
+    // Each message sent: its number on the stream, its record so far.
+    let mut sent: Vec<(u64, RequestRecord, bool)> = Vec::new();
+    let mut last_due = None;
+    while let Some(Message { id, intended }) = due.recv().await {
+        if id == first {
+            let due = intended.saturating_duration_since(measure_from);
+            times = StreamTimes::starting(id, due, intended < measure_from);
+        }
+        last_due = Some(intended);
+        let (record, warmup) = shared
+            .send(id, intended, Some((streams.clone(), first)))
+            .await;
+        match (&record.outcome, streams.take_forwarded().first()) {
+            (Outcome::Ok, Some(f)) => sent.push((f.number, record, warmup)),
+            // Not sent: the stream could not be opened, or broke.
+            _ => emit(record, warmup, &mut times),
+        }
+    }
+    let wait = last_due.map_or(shared.timeout, |d| {
+        (d + shared.timeout).saturating_duration_since(Instant::now())
+    });
+    let reply = match streams.finish(Some(wait)).await.into_iter().next() {
+        Some((_, reply)) => reply,
+        None => Ok(Vec::new()),
+    };
+    let (now, now_unix) = (Instant::now(), tailmesh_units::unix_nanos());
+    let at = |unix: u64| {
+        now.checked_sub(Duration::from_nanos(now_unix.saturating_sub(unix)))
+            .unwrap_or(now)
+            .saturating_duration_since(measure_from)
+    };
+    let answers: std::collections::HashMap<u64, CallReply> = match &reply {
+        Ok(answers) => answers.iter().map(|a| (a.message, a.clone())).collect(),
+        Err(_) => Default::default(),
+    };
+    let peak = sent.len() as u64;
+    for (number, mut record, warmup) in sent {
+        let (outcome, end, path) = match (&reply, answers.get(&number)) {
+            (Err(status), _) if status.code() == tonic::Code::DeadlineExceeded => {
+                (Outcome::Timeout, at(now_unix), Vec::new())
+            }
+            (Err(status), _) => (
+                error(status.code(), status.message()),
+                at(now_unix),
+                Vec::new(),
+            ),
+            (Ok(_), None) => (
+                error(
+                    tonic::Code::Internal,
+                    &format!("no answer to message {number} in the stream's reply"),
+                ),
+                at(now_unix),
+                Vec::new(),
+            ),
+            (Ok(_), Some(a)) if a.code != 0 => (
+                error(tonic::Code::from_i32(a.code), &a.error),
+                at(a.done_unix_ns),
+                Vec::new(),
+            ),
+            (Ok(_), Some(a)) => {
+                let end = at(a.done_unix_ns);
+                let outcome = if end.saturating_sub(record.intended) > shared.timeout {
+                    Outcome::Timeout
+                } else {
+                    Outcome::Ok
+                };
+                (outcome, end, crate::wire::path_of(a.path.clone()))
+            }
+        };
+        record.outcome = outcome;
+        record.end = end.max(record.start);
+        record.path = path;
+        emit(record, warmup, &mut times);
+    }
+    let _ = done.send(Done::Ended(StreamEnd {
+        aborted: reply.err().map(|status| status.code()),
+        refused: 0,
+        peak,
+        times,
+    }));
+}
+
+/// An error outcome of `code` saying `message`.
+fn error(code: tonic::Code, message: &str) -> Outcome {
+    Outcome::Error {
+        code: crate::wire::grpc_code(code),
+        message: message.to_owned(),
+    }
 }
 
 /// The record of a message not sent because its stream had `cap` awaiting

@@ -3038,19 +3038,51 @@ fn streams_parse_and_their_rules_are_located() {
         messages(&format!("{load}{streams}[[hop]]\nname = \"a\"\n")),
         [
             "load.streams sends messages on streams, but the entry hop \"a\" is not reached by \
-          stream: set streaming = \"bidi\" or \"server\" on it"
+          stream: set streaming = \"bidi\", \"server\" or \"client\" on it"
         ]
     );
-    // Kinds not built, pull, a closed loop, Poisson arrivals, generators.
+    // Client streams: no cap and no closed loop (nothing is answered
+    // before the stream's end), and a stream's one reply must hold every
+    // message's answer.
     let hop = |extra: &str| format!("[[hop]]\nname = \"a\"\n{extra}\n");
+    let client = ok(&format!("{load}{streams}{}", hop("streaming = \"client\"")));
     assert_eq!(
-        messages(&format!("{load}{}", hop("streaming = \"client\""))),
+        client.variants[0].load.streams.as_ref().map(|s| s.kind),
+        Some(Streaming::Client)
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}{streams}in_flight = 4\n{}",
+            hop("streaming = \"client\"")
+        )),
         [
-            "hop \"a\": streaming: client streams are not built yet; \"bidi\" (each message \
-          answered in order), \"server\" (one request, a stream of messages) and \"unary\" \
-          are"
+            "load.streams.in_flight is for bidi streams: a client stream's messages are all \
+             answered at its end"
         ]
     );
+    let closed = "name = \"t\"\n[load]\nmode = \"closed\"\nconcurrency = 3\nduration = \"1s\"\n";
+    assert_eq!(
+        messages(&format!(
+            "{closed}[load.streams]\nmessages = 7\n{}",
+            hop("streaming = \"client\"")
+        )),
+        [
+            "load.streams with client streams needs mode = \"open\": a client stream answers no \
+             message before its end, so none can wait for the last"
+        ]
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}[load.streams]\nstreams = 4\nmessages = 100000\n{}",
+            hop("streaming = \"client\"")
+        )),
+        [
+            "load.streams.messages = 100000 is too many for a client stream through 1 hop: its \
+             one reply answers every message, about 304 bytes each, and may take 5242880 bytes, \
+             so at most 17246"
+        ]
+    );
+    // Pull, a closed loop, Poisson arrivals, generators.
     // Server streams: the load's streams take the entries' kind; their
     // messages come at their times (no cap, an open loop); one kind of
     // stream per mesh.
@@ -3094,7 +3126,6 @@ fn streams_parse_and_their_rules_are_located() {
         ]
     );
     // A closed loop: load.concurrency streams, one message in flight each.
-    let closed = "name = \"t\"\n[load]\nmode = \"closed\"\nconcurrency = 3\nduration = \"1s\"\n";
     assert_eq!(
         ok(&format!(
             "{closed}[load.streams]\nmessages = 7\n{}",

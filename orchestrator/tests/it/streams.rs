@@ -17,6 +17,8 @@ tests! {
     sync a_stalled_hop_holds_the_messages_behind_it_and_their_latency_shows_it,
     sync a_killed_hop_breaks_its_streams_and_their_later_messages_are_lost_with_them,
     sync server_streams_carry_every_message_from_the_last_hop_at_its_time,
+    sync client_streams_answer_every_message_at_their_end_timed_to_where_it_was_done,
+    sync a_killed_hop_loses_what_its_client_streams_carried_and_a_relaying_hop_opens_another,
 }
 
 /// Runs `scenario` in `scratch` to its end: its first variant, accounted
@@ -398,4 +400,150 @@ messages = 25"#,
         let queue = u64_at(hop(v, name), "/queue_wait/p99_us");
         assert!(queue < 1_000, "{name}'s queue wait:\n{context}");
     }
+}
+
+fn client_streams_answer_every_message_at_their_end_timed_to_where_it_was_done() {
+    let scratch = Scratch::shared();
+    // The first test's load as client streams: no message is answered
+    // before its stream's end; b fails a tenth, and slows a twentieth by
+    // 30 ms, which holds the next message behind it at b.
+    let scenario = write(
+        scratch.path(),
+        "client.toml",
+        &chain_of(
+            "client",
+            "client",
+            r#"rate = 200
+duration = "2s"
+warmup = "250ms"
+
+[load.streams]
+streams = 4
+messages = 25"#,
+            r#"error = { probability = 0.1, code = "unavailable" }
+slow = { probability = 0.05, extra = "30ms" }"#,
+        ),
+    );
+    let Accounted {
+        run_dir,
+        v,
+        context,
+        ..
+    } = run_accounted(&scratch, &scenario);
+    let v = &v;
+    let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
+    assert_eq!(sent, 400, "{context}");
+    let unavailable = errors(v).get("unavailable").copied().unwrap_or(0);
+    assert_eq!(sent, ok + unavailable, "{context}");
+    assert!((16..=64).contains(&unavailable), "{context}");
+    // A message failed at b does not break its streams.
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert_eq!(u64_at(streams, "/opened"), STREAMS, "{context}");
+    assert_eq!(u64_at(streams, "/completed"), STREAMS, "{context}");
+    for (caller, hop) in [("loadgen", "a"), ("a/0", "b"), ("b/0", "c")] {
+        assert_eq!(
+            picks_of(v, caller, hop),
+            STREAMS,
+            "picks of {hop}'s replica by {caller}:\n{context}"
+        );
+    }
+    // Every answered message reached c, and is timed to when c was done
+    // with it: never under c's 1 ms of work, though its stream answered
+    // it only at its end, up to half a second later.
+    let rows = requests_csv(&run_dir);
+    assert_eq!(rows.len() as u64, sent, "{context}");
+    for row in rows.iter().filter(|r| r.status == "ok") {
+        let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(hops, ["c", "b", "a"], "{row:?}");
+        assert!(row.latency_ns >= 1_000_000, "{row:?}");
+    }
+    for row in rows.iter().filter(|r| r.status != "ok") {
+        assert!(row.error.contains("injected error at hop \"b\""), "{row:?}");
+    }
+    let p50 = u64_at(v, "/latency/p50_us");
+    assert!(p50 < 20_000, "p50 {p50} us:\n{context}");
+    // Nothing waits for an answer on the way down, so the messages pile
+    // up behind a slow one at the slow hop itself: b's queue wait, not
+    // a's.
+    let queue_p99 = |name: &str| u64_at(hop(v, name), "/queue_wait/p99_us");
+    assert!(queue_p99("b") >= 3_000, "b's queue wait:\n{context}");
+    assert!(queue_p99("a") < 1_000, "a's queue wait:\n{context}");
+    let p99 = u64_at(v, "/latency/p99_us");
+    assert!(p99 >= 25_000, "p99 {p99} us:\n{context}");
+}
+
+fn a_killed_hop_loses_what_its_client_streams_carried_and_a_relaying_hop_opens_another() {
+    let scratch = Scratch::shared();
+    // Two client streams longer than the run into a, which relays them
+    // to b; b is killed at 1 s and back at 1.5 s.
+    let scenario = write(
+        scratch.path(),
+        "client-broken.toml",
+        r#"
+name = "client-broken"
+seed = 5
+
+[load]
+mode = "open"
+rate = 100
+duration = "2500ms"
+warmup = "200ms"
+
+[load.streams]
+streams = 2
+messages = 1000
+
+[check]
+max_error_rate = 1.0
+
+[[hop]]
+name = "a"
+streaming = "client"
+
+[[hop]]
+name = "b"
+streaming = "client"
+kill = { replica = 0, at = "1s", back = "500ms" }
+"#,
+    );
+    let Accounted {
+        run_dir,
+        v,
+        context,
+        ..
+    } = run_accounted(&scratch, &scenario);
+    let v = &v;
+    let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
+    assert_eq!(sent, 250, "{context}");
+    let failed: u64 = errors(v).values().sum();
+    assert_eq!(sent, ok + failed + u64_at(v, "/timeouts"), "{context}");
+    // The load generator's streams to a held: a lost nothing of its own.
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert_eq!(u64_at(streams, "/completed"), 2, "{context}");
+    // What a relayed to b before the kill was answered only in the reply
+    // b never sent: lost with its stream. Those sent while b was down
+    // failed; once b was back, a opened another stream, and the rest
+    // were answered.
+    let rows = requests_csv(&run_dir);
+    let lost: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.error.contains("the stream broke"))
+        .map(|r| r.id)
+        .collect();
+    let answered: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.status == "ok")
+        .map(|r| r.id)
+        .collect();
+    assert!(lost.len() >= 60, "{} lost:\n{context}", lost.len());
+    assert!(
+        (50..=110).contains(&answered.len()),
+        "{} answered:\n{context}",
+        answered.len()
+    );
+    let last_lost = lost.iter().max().copied().unwrap_or(0);
+    assert!(
+        answered.iter().all(|id| *id > last_lost),
+        "an answer before the kill:\n{context}"
+    );
 }

@@ -307,8 +307,9 @@ impl super::stream::OpenStream for PushPool {
     /// the balancer.
     fn open<'a>(
         &'a self,
-        server: Option<&'a CallRequest>,
+        opening: &'a super::stream::Opening,
     ) -> futures::future::BoxFuture<'a, Result<super::stream::MessageStream, Status>> {
+        use super::stream::{Kind, Opening};
         Box::pin(async move {
             let s = &*self.shared;
             let index = s.balancer.pick(Instant::now(), &s.log);
@@ -318,7 +319,7 @@ impl super::stream::OpenStream for PushPool {
                 Connections::Shared(_) => {
                     let i = replica.next_channel.fetch_add(1, Ordering::Relaxed);
                     let link = &replica.links[i % replica.links.len()];
-                    link.open_stream(server.is_some())
+                    link.open_stream(opening)
                         .await
                         .map(|(answer, send)| (answer, send, Arc::clone(link.events()), None))
                 }
@@ -331,7 +332,7 @@ impl super::stream::OpenStream for PushPool {
                     )
                     .map_err(|e| Status::internal(e.to_string()))?
                     .watched(Some(watch(&s.me, index)), None);
-                    let (answer, send) = link.open_stream(server.is_some()).await?;
+                    let (answer, send) = link.open_stream(opening).await?;
                     let events = Arc::clone(link.events());
                     Ok((
                         answer,
@@ -343,16 +344,17 @@ impl super::stream::OpenStream for PushPool {
             };
             let (answer, mut send, events, own) =
                 opened.map_err(|status| s.named(index, status))?;
-            let kind = match server {
+            let kind = match opening {
                 // A server stream's one request, then the request side ends.
-                Some(request) => {
+                Opening::Server(request) => {
                     let body = super::unary::encode(request)?;
                     send.send_data(body, true).map_err(|e| {
                         s.named(index, Status::unavailable(format!("send the request: {e}")))
                     })?;
-                    super::stream::Kind::Server
+                    Kind::Server
                 }
-                None => super::stream::Kind::Bidi,
+                Opening::Bidi => Kind::Bidi,
+                Opening::Client => Kind::Client,
             };
             Ok(super::stream::MessageStream::new(
                 kind,

@@ -6,7 +6,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use tailmesh_model::calls::Calls;
 use tailmesh_proto::pb::{
-    CallReply, CallRequest, control_server,
+    CallReply, CallRequest, ClientStreamReply, control_server,
     hop_server::{self, Hop, HopServer},
 };
 use tailmesh_units::unix_nanos;
@@ -31,7 +31,7 @@ use super::{
     },
     service::ServiceClient,
     slots::Slots,
-    stream::Streams,
+    stream::{Served, Streams},
 };
 use crate::{
     addr::PeerAddr,
@@ -529,25 +529,10 @@ impl Hop for HopService {
         &self,
         request: Request<Streaming<CallRequest>>,
     ) -> Result<Response<Self::StreamStream>, Status> {
-        let mut inbound = request.into_inner();
         let (answers, out) = mpsc::channel(STREAM_ANSWERS);
         let core = self.core.clone();
+        let (reader, mut line) = read_stamped(request.into_inner());
         tokio::spawn(async move {
-            // Messages are read as they come, each stamped, and served one
-            // after another: the wait behind the ones before it is the
-            // message's queue wait (head-of-line blocking), as the wait
-            // for a slot is a call's.
-            let (queued, mut line) = mpsc::channel(STREAM_LINE);
-            let reader = tokio::spawn(async move {
-                // Ended by the caller (Ok(None)) or gone (an error): the
-                // line's end ends the stream once it is served.
-                while let Ok(Some(message)) = inbound.message().await {
-                    let stamp = (Instant::now(), unix_nanos());
-                    if queued.send((stamp, message)).await.is_err() {
-                        break;
-                    }
-                }
-            });
             let downstream = Streams::relaying();
             loop {
                 let next = tokio::select! {
@@ -567,6 +552,54 @@ impl Hop for HopService {
             reader.abort();
         });
         Ok(Response::new(ReceiverStream::new(out)))
+    }
+
+    /// Serves a client stream's messages as a `Stream`'s are, one after
+    /// another in the order they came, answering none on its own. Once the
+    /// caller has ended its side and every message is served, the client
+    /// streams to downstream hops end, and their replies and this hop's
+    /// own answers make the one reply: each message's outcome, path, and
+    /// when it was done at the last hop it reached. A caller that goes
+    /// away first ends the streams downstream with it (reset).
+    async fn client_stream(
+        &self,
+        request: Request<Streaming<CallRequest>>,
+    ) -> Result<Response<ClientStreamReply>, Status> {
+        let (reader, mut line) = read_stamped(request.into_inner());
+        let downstream = Streams::client_relaying();
+        let mut served = Vec::new();
+        while let Some(((arrived, started), message)) = line.recv().await {
+            let reply = self
+                .core
+                .serve_message(arrived, started, message, &downstream)
+                .await;
+            served.push(Served {
+                reply,
+                started_unix_ns: started,
+                done_unix_ns: unix_nanos(),
+                forwarded: downstream.take_forwarded(),
+            });
+        }
+        match reader.await {
+            Ok(Ok(())) => {}
+            Ok(Err(status)) => return Err(status),
+            Err(e) => return Err(Status::internal(format!("the stream's reader: {e}"))),
+        }
+        let below = downstream.finish(None).await;
+        let reply = ClientStreamReply {
+            messages: super::stream::answer_messages(served, &below, unix_nanos()),
+        };
+        let len = reply.encoded_len();
+        if len > MAX_CALL_MESSAGE_BYTES {
+            return Err(Status::resource_exhausted(format!(
+                "hop \"{}\": the client stream's reply, {} messages' answers, would take \
+                 {len} bytes, over the {MAX_CALL_MESSAGE_BYTES} a message may: send fewer \
+                 messages per stream",
+                self.core.inner.name,
+                reply.messages.len()
+            )));
+        }
+        Ok(Response::new(reply))
     }
 
     type ServerStreamStream = ReceiverStream<Result<CallReply, Status>>;
@@ -653,6 +686,33 @@ impl HopService {
             }
         }
     }
+}
+
+/// A stream's message as read: when, on the monotonic and Unix clocks.
+type Stamped = ((Instant, u64), CallRequest);
+
+/// Reads a stream's messages as they come, each stamped on both clocks
+/// when read, into a line served one message after another: the wait
+/// behind the ones before it is a message's queue wait (head-of-line
+/// blocking), as the wait for a slot is a call's. The line ends when the
+/// caller ends its side (the reader's `Ok`) or goes away (its status).
+fn read_stamped(
+    mut inbound: Streaming<CallRequest>,
+) -> (
+    tokio::task::JoinHandle<Result<(), Status>>,
+    mpsc::Receiver<Stamped>,
+) {
+    let (queued, line) = mpsc::channel(STREAM_LINE);
+    let reader = tokio::spawn(async move {
+        while let Some(message) = inbound.message().await? {
+            let stamp = (Instant::now(), unix_nanos());
+            if queued.send((stamp, message)).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    (reader, line)
 }
 
 /// Messages of a stream read and not yet served: the most a load

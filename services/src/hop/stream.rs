@@ -18,6 +18,14 @@
 //! Every layer of the call stack applies per message: the deadline, the
 //! client span and the policy (a retry is the message sent again, under
 //! another number).
+//!
+//! A client stream (`Hop.ClientStream`) answers no message on its own: a
+//! message given to it is sent and at once taken as sent (its call's
+//! answer is a stand-in with no path), and [`Streams`] notes which of its
+//! streams' messages went out while the caller served each of its own.
+//! Once the caller's own messages are all served, [`Streams::finish`]
+//! ends each stream's request side and waits for its one reply: every
+//! message's answer, with when it was done below.
 
 use std::{
     collections::HashMap,
@@ -30,7 +38,7 @@ use std::{
 
 use bytes::{Buf, Bytes, BytesMut};
 use prost::Message;
-use tailmesh_proto::pb::{CallReply, CallRequest};
+use tailmesh_proto::pb::{CallReply, CallRequest, ClientStreamReply};
 use tokio::{sync::oneshot, task::AbortHandle};
 use tonic::{Code, Status};
 
@@ -38,14 +46,29 @@ use super::unary::{PREFIX, encode, http_status, too_large, transport_status};
 use crate::{limits::MAX_CALL_MESSAGE_BYTES, link::LinkEvents};
 
 /// Which stream: a bidirectional one (`Hop.Stream`), whose replies are
-/// matched to their messages by number, or a server stream
+/// matched to their messages by number, a server stream
 /// (`Hop.ServerStream`), whose messages the hop sends on its own, matched
-/// by their ids.
+/// by their ids, or a client stream (`Hop.ClientStream`), whose one reply
+/// answers every message at its end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Bidi,
     Server,
+    Client,
 }
+
+/// What a caller's streams open: bidi streams, server streams asking for
+/// one request's messages, or client streams.
+#[derive(Clone, Debug)]
+pub enum Opening {
+    Bidi,
+    Server(CallRequest),
+    Client,
+}
+
+/// A client stream's one reply, or why there is none: handed from its
+/// reader to [`MessageStream::finish`].
+type ClientAnswer = Result<ClientStreamReply, Status>;
 
 /// What a stream's messages wait on.
 #[derive(Default)]
@@ -91,6 +114,9 @@ impl Pending {
     }
 }
 
+/// The next stream's [`MessageStream::serial`].
+static SERIALS: AtomicU64 = AtomicU64::new(0);
+
 /// One open `Hop.Stream` to one replica (see the module's documentation).
 /// Dropping it ends the stream: its request side is closed, and its
 /// reader stops.
@@ -103,6 +129,12 @@ pub struct MessageStream {
     /// What it answers for: `hop` replica `replica`, for errors.
     hop: Arc<str>,
     replica: usize,
+    /// Which stream it is among the process's, for a client stream's
+    /// messages to find their answers.
+    serial: u64,
+    /// A client stream's one reply, to come from its reader; taken by
+    /// [`MessageStream::finish`].
+    reply: Mutex<Option<oneshot::Receiver<ClientAnswer>>>,
     /// A connection of its own (`connection = "per-request"`), kept open
     /// as long as the stream.
     _own: Option<Box<dyn Send + Sync>>,
@@ -111,9 +143,17 @@ pub struct MessageStream {
 impl Drop for MessageStream {
     fn drop(&mut self) {
         let mut send = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        // The request side ends; a stream already reset refuses, which is
-        // fine: it is over either way.
-        let _ = send.send_data(Bytes::new(), true);
+        let unfinished =
+            self.kind == Kind::Client && self.reply.get_mut().map_or(true, |reply| reply.is_some());
+        if unfinished {
+            // A client stream given up before its end: its hop must not
+            // take the messages sent so far as all there are.
+            send.send_reset(h2::Reason::CANCEL);
+        } else {
+            // The request side ends; a stream already reset refuses, which
+            // is fine: it is over either way.
+            let _ = send.send_data(Bytes::new(), true);
+        }
         drop(send);
         self.reader.abort();
     }
@@ -133,7 +173,14 @@ impl MessageStream {
         own: Option<Box<dyn Send + Sync>>,
     ) -> Self {
         let pending = Arc::new(Mutex::new(Pending::default()));
-        let reader = tokio::spawn(read_answers(kind, answer, Arc::clone(&pending), events));
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let reader = tokio::spawn(read_answers(
+            kind,
+            answer,
+            Arc::clone(&pending),
+            events,
+            reply_tx,
+        ));
         MessageStream {
             kind,
             send: Mutex::new(send),
@@ -142,8 +189,15 @@ impl MessageStream {
             reader: reader.abort_handle(),
             hop,
             replica,
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
+            reply: Mutex::new((kind == Kind::Client).then_some(reply_rx)),
             _own: own,
         }
+    }
+
+    /// Which stream it is.
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// Whether the stream has ended (its later messages would fail).
@@ -170,7 +224,72 @@ impl MessageStream {
         match self.kind {
             Kind::Bidi => self.send_and_await(request, timeout).await,
             Kind::Server => self.await_message(request.request_id, timeout).await,
+            Kind::Client => self.forward(request).map(|(number, _)| CallReply {
+                request_id: number,
+                message: number,
+                ..CallReply::default()
+            }),
         }
+    }
+
+    /// Sends `request` as a client stream's next message: its number and
+    /// when it went, on the Unix clock. Its answer comes with the others'
+    /// in the stream's one reply ([`MessageStream::finish`]).
+    fn forward(&self, mut request: CallRequest) -> Result<(u64, u64), Status> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        request.message = number;
+        request.timeout_ns = 0;
+        request.traceparent = crate::telemetry::context::current()
+            .map(|cx| cx.traceparent())
+            .unwrap_or_default();
+        let body = encode(&request)?;
+        if let Some(status) = &self.pending.lock().unwrap_or_else(|e| e.into_inner()).ended {
+            return Err(self.named(status.clone()));
+        }
+        let sent = tailmesh_units::unix_nanos();
+        self.send
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send_data(body, false)
+            .map_err(|e| {
+                self.named(Status::unavailable(format!(
+                    "the stream could not take a message: {e}"
+                )))
+            })?;
+        Ok((number, sent))
+    }
+
+    /// Ends a client stream's request side and waits for its one reply,
+    /// within `timeout` when given: every message's answer, by number.
+    pub async fn finish(&self, timeout: Option<Duration>) -> Result<Vec<CallReply>, Status> {
+        let reply = self
+            .reply
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Status::internal("not a client stream, or finished already"))?;
+        // A stream already reset refuses; its reader has the reason.
+        let _ = self
+            .send
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send_data(Bytes::new(), true);
+        let reply = async {
+            reply
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("the stream's reader stopped")))
+        };
+        let reply = match timeout {
+            Some(t) => tokio::time::timeout(t, reply).await.unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "no reply within {t:?} of the stream's end"
+                )))
+            }),
+            None => reply.await,
+        };
+        reply
+            .map(|reply| reply.messages)
+            .map_err(|status| self.named(status))
     }
 
     /// A server stream's message `id`, which its hop sends on its own:
@@ -281,32 +400,66 @@ fn result_of(reply: CallReply) -> Result<CallReply, Status> {
     }
 }
 
-/// Reads a stream's answer: each reply to its message's waiter, then the
-/// stream's end to every message still waiting.
+/// Reads a stream's answer: each reply to its message's waiter (a client
+/// stream's one reply to `client`), then the stream's end to every message
+/// still waiting.
 async fn read_answers(
     kind: Kind,
     answer: h2::client::ResponseFuture,
     pending: Arc<Mutex<Pending>>,
     events: Arc<LinkEvents>,
+    client: oneshot::Sender<ClientAnswer>,
 ) {
-    let ended = read_replies(kind, answer, &pending, &events).await;
+    let mut reply = None;
+    let ended = read_replies(answer, &events, |message| match kind {
+        Kind::Client => {
+            let decoded = ClientStreamReply::decode(message)
+                .map_err(|e| Status::internal(format!("decode the client stream's reply: {e}")))?;
+            reply = Some(decoded);
+            Ok(())
+        }
+        Kind::Bidi | Kind::Server => {
+            let reply = CallReply::decode(message)
+                .map_err(|e| Status::internal(format!("decode a reply on the stream: {e}")))?;
+            let key = match kind {
+                Kind::Server => reply.request_id,
+                _ => reply.message,
+            };
+            pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .answer(kind, key, result_of(reply));
+            Ok(())
+        }
+    })
+    .await;
     let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
     match ended {
         Ok(()) => {
             pending.ended_ok = true;
             pending.end(Status::unavailable("the stream ended before its answer"));
+            let _ = client.send(
+                reply.ok_or_else(|| Status::internal("the stream ended OK without its reply")),
+            );
         }
-        Err(status) => pending.end(status),
+        Err(status) => {
+            pending.end(status);
+            // Ended with "the stream broke: ..." for every message.
+            let _ = client
+                .send(Err(pending.ended.clone().unwrap_or_else(|| {
+                    Status::internal("the stream ended without a reason")
+                })));
+        }
     }
 }
 
-/// The replies of `answer`, each handed to its waiter, until its end:
-/// `Ok` when the stream ended with status OK, else its status.
+/// The messages of `answer`, each handed to `take`, until its end: `Ok`
+/// when the stream ended with status OK, else its status (or `take`'s
+/// error).
 async fn read_replies(
-    kind: Kind,
     answer: h2::client::ResponseFuture,
-    pending: &Mutex<Pending>,
     events: &LinkEvents,
+    mut take: impl FnMut(Bytes) -> Result<(), Status>,
 ) -> Result<(), Status> {
     let answer = answer.await.map_err(|e| transport_status(events, e))?;
     let (head, mut body) = answer.into_parts();
@@ -324,16 +477,7 @@ async fn read_replies(
         let _ = body.flow_control().release_capacity(chunk.len());
         buf.extend_from_slice(&chunk);
         while let Some(message) = next_message(&mut buf)? {
-            let reply = CallReply::decode(message)
-                .map_err(|e| Status::internal(format!("decode a reply on the stream: {e}")))?;
-            let key = match kind {
-                Kind::Bidi => reply.message,
-                Kind::Server => reply.request_id,
-            };
-            pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .answer(kind, key, result_of(reply));
+            take(message)?;
         }
     }
     let trailers = body
@@ -375,11 +519,11 @@ pub trait OpenStream: Send + Sync {
     /// The hop its streams go to: a caller keeps one stream per hop.
     fn hop(&self) -> &str;
 
-    /// A new stream to one of the hop's replicas, picked as calls are: a
-    /// bidi stream, or, given its request, a server stream.
+    /// A new stream to one of the hop's replicas, picked as calls are, of
+    /// the kind `opening` says.
     fn open<'a>(
         &'a self,
-        server: Option<&'a CallRequest>,
+        opening: &'a Opening,
     ) -> futures::future::BoxFuture<'a, Result<MessageStream, Status>>;
 }
 
@@ -394,7 +538,7 @@ impl std::fmt::Debug for Streams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Streams")
             .field("reopen", &self.inner.reopen)
-            .field("server", &self.inner.server.is_some())
+            .field("opening", &self.inner.opening)
             .finish()
     }
 }
@@ -405,21 +549,53 @@ struct StreamsInner {
     open: tokio::sync::Mutex<HashMap<String, Arc<MessageStream>>>,
     /// Whether a stream that broke is opened again for later messages.
     reopen: bool,
-    /// A server stream's request: its streams are server streams asking
-    /// for it; `None`: bidi streams.
-    server: Option<CallRequest>,
+    /// What its streams are.
+    opening: Opening,
+    /// Client streams opened again after they broke: their messages'
+    /// answers (failures) are still to be had from them.
+    retired: Mutex<Vec<Arc<MessageStream>>>,
+    /// Client streams' messages sent since [`Streams::take_forwarded`]
+    /// was last called.
+    forwarded: Mutex<Vec<Forwarded>>,
+}
+
+/// A message sent on a client stream, to be matched with its answer in the
+/// stream's reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forwarded {
+    /// The hop the stream goes to, and which stream it is
+    /// ([`Streams::finish`]'s key).
+    pub hop: Arc<str>,
+    pub stream: u64,
+    /// Its number on that stream.
+    pub number: u64,
+    /// When it was sent, on the Unix clock, in ns.
+    pub sent_unix_ns: u64,
 }
 
 impl Streams {
     /// A hop relaying a stream: a broken downstream stream is opened again.
     pub fn relaying() -> Self {
-        Self::new(true, None)
+        Self::new(true, Opening::Bidi)
     }
 
     /// The load generator's stream: once its stream broke, its later
     /// messages fail with that stream's status.
     pub fn once() -> Self {
-        Self::new(false, None)
+        Self::new(false, Opening::Bidi)
+    }
+
+    /// The load generator's client stream: once it broke, the answers of
+    /// the messages sent on it are lost with it, and its later messages
+    /// fail with its status.
+    pub fn client() -> Self {
+        Self::new(false, Opening::Client)
+    }
+
+    /// A hop relaying a client stream: the answers of the messages sent on
+    /// a stream that broke are lost with it; later ones go on another.
+    pub fn client_relaying() -> Self {
+        Self::new(true, Opening::Client)
     }
 
     /// Server streams asking for `request`'s messages (its
@@ -427,17 +603,51 @@ impl Streams {
     /// hop's relaying a server stream. A broken one is not opened again:
     /// its messages cannot be asked for again from where it broke.
     pub fn server(request: CallRequest) -> Self {
-        Self::new(false, Some(request))
+        Self::new(false, Opening::Server(request))
     }
 
-    fn new(reopen: bool, server: Option<CallRequest>) -> Self {
+    fn new(reopen: bool, opening: Opening) -> Self {
         Streams {
             inner: Arc::new(StreamsInner {
                 open: tokio::sync::Mutex::new(HashMap::new()),
                 reopen,
-                server,
+                opening,
+                retired: Mutex::new(Vec::new()),
+                forwarded: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// Whether its streams are client streams.
+    pub fn is_client(&self) -> bool {
+        matches!(self.inner.opening, Opening::Client)
+    }
+
+    /// The client streams' messages sent since the last call: those of the
+    /// message the caller served since, when it serves them one at a time.
+    pub fn take_forwarded(&self) -> Vec<Forwarded> {
+        std::mem::take(
+            &mut *self
+                .inner
+                .forwarded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
+    /// Ends every client stream's request side and waits for their
+    /// replies, each within `timeout` when given: each stream's serial
+    /// ([`Forwarded::stream`]) and its messages' answers, or why they are
+    /// lost.
+    pub async fn finish(&self, timeout: Option<Duration>) -> Vec<Finished> {
+        let mut streams: Vec<Arc<MessageStream>> =
+            self.inner.open.lock().await.values().cloned().collect();
+        streams.append(&mut self.inner.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        futures::future::join_all(streams.into_iter().map(|stream| async move {
+            let answers = stream.finish(timeout).await;
+            (stream.serial, answers)
+        }))
+        .await
     }
 
     /// Why one of the streams ended while it was in use, if one has: a
@@ -456,8 +666,16 @@ impl Streams {
         {
             return Ok(Arc::clone(stream));
         }
-        let stream = Arc::new(opener.open(self.inner.server.as_ref()).await?);
-        open.insert(opener.hop().to_owned(), Arc::clone(&stream));
+        let stream = Arc::new(opener.open(&self.inner.opening).await?);
+        if let Some(broken) = open.insert(opener.hop().to_owned(), Arc::clone(&stream))
+            && broken.kind == Kind::Client
+        {
+            self.inner
+                .retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(broken);
+        }
         Ok(stream)
     }
 
@@ -468,8 +686,161 @@ impl Streams {
         request: CallRequest,
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
-        self.stream(opener).await?.exchange(request, timeout).await
+        let stream = self.stream(opener).await?;
+        if stream.kind() != Kind::Client {
+            return stream.exchange(request, timeout).await;
+        }
+        let (number, sent_unix_ns) = stream.forward(request)?;
+        self.inner
+            .forwarded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Forwarded {
+                hop: Arc::clone(&stream.hop),
+                stream: stream.serial,
+                number,
+                sent_unix_ns,
+            });
+        // A stand-in: the message's answer comes in the stream's reply.
+        Ok(CallReply {
+            message: number,
+            ..CallReply::default()
+        })
     }
+}
+
+/// A client stream finished: its serial, and its messages' answers or why
+/// they are lost.
+pub type Finished = (u64, Result<Vec<CallReply>, Status>);
+
+/// One message a hop served on a client stream, waiting for the answers
+/// of the hops it was relayed to.
+#[derive(Clone, Debug)]
+pub struct Served {
+    /// The hop's own answer: its outcome, its number, and its path (this
+    /// hop's record last, after those of the hops it called per message).
+    pub reply: CallReply,
+    /// When the hop read it, and when the hop was done with it, on the
+    /// Unix clock, in ns.
+    pub started_unix_ns: u64,
+    pub done_unix_ns: u64,
+    /// What the hop sent on its own client streams while serving it.
+    pub forwarded: Vec<Forwarded>,
+}
+
+/// A client stream's answers, one per message `served`, in their order,
+/// given the replies `below` of the client streams the messages were
+/// relayed on, finished at `now_unix_ns`.
+///
+/// A message that failed here keeps its failure. One relayed takes the
+/// first failure below it (its answer's, when it was done, or its
+/// stream's status, when the stream ended; as a call's failure fails its
+/// caller), or else the paths of the hops below
+/// it, and is done when the last of them was: its record's call to each
+/// hop then ends when that hop's answer says it was done, and its own
+/// total and downstream times grow by the time it was done after this
+/// hop's own part, as a unary call's would by waiting for its answers.
+pub fn answer_messages(
+    served: Vec<Served>,
+    below: &[Finished],
+    now_unix_ns: u64,
+) -> Vec<CallReply> {
+    let answers: Below<'_> = below
+        .iter()
+        .map(|(serial, answers)| {
+            let by_number = answers
+                .as_ref()
+                .map(|answers| answers.iter().map(|a| (a.message, a)).collect());
+            (*serial, by_number)
+        })
+        .collect();
+    served
+        .into_iter()
+        .map(|served| answer_one(served, &answers, now_unix_ns))
+        .collect()
+}
+
+/// The answers of finished client streams, by serial and number.
+type Below<'a> = HashMap<u64, Result<HashMap<u64, &'a CallReply>, &'a Status>>;
+
+/// One message's answer (see [`answer_messages`]).
+fn answer_one(served: Served, below: &Below<'_>, now_unix_ns: u64) -> CallReply {
+    let Served {
+        mut reply,
+        started_unix_ns,
+        done_unix_ns,
+        forwarded,
+    } = served;
+    reply.done_unix_ns = done_unix_ns;
+    if reply.code != 0 {
+        return reply;
+    }
+    let failed = |reply: CallReply, code: Code, error: String, done: u64| CallReply {
+        code: code as i32,
+        error,
+        path: Vec::new(),
+        done_unix_ns: done.max(done_unix_ns),
+        ..reply
+    };
+    let mut answered = Vec::with_capacity(forwarded.len());
+    for f in &forwarded {
+        let answer = match below.get(&f.stream) {
+            None => Err((
+                Code::Internal,
+                format!("hop \"{}\": the stream's reply is missing", f.hop),
+                now_unix_ns,
+            )),
+            Some(Err(status)) => Err((status.code(), status.message().to_owned(), now_unix_ns)),
+            Some(Ok(by_number)) => match by_number.get(&f.number) {
+                None => Err((
+                    Code::Internal,
+                    format!(
+                        "hop \"{}\": no answer to message {} in the stream's reply",
+                        f.hop, f.number
+                    ),
+                    now_unix_ns,
+                )),
+                Some(a) if a.code != 0 => {
+                    Err((Code::from_i32(a.code), a.error.clone(), a.done_unix_ns))
+                }
+                Some(a) => Ok(*a),
+            },
+        };
+        match answer {
+            Ok(a) => answered.push((f, a)),
+            Err((code, error, done)) => return failed(reply, code, error, done),
+        }
+    }
+    let done = answered
+        .iter()
+        .map(|(_, a)| a.done_unix_ns)
+        .fold(done_unix_ns, u64::max);
+    let later = done - done_unix_ns;
+    let mut own = reply.path.pop();
+    if let Some(record) = &mut own {
+        // Each hop's calls in the record, in order, are its messages sent.
+        let mut calls = record.calls.iter_mut();
+        for (f, a) in &answered {
+            let Some(call) = calls.by_ref().find(|c| *c.hop == *f.hop) else {
+                break;
+            };
+            let took = a.done_unix_ns.saturating_sub(f.sent_unix_ns);
+            call.call_ns = took;
+            if let Some(attempt) = call.attempts.first_mut() {
+                attempt.took_ns = took;
+            }
+        }
+        record.total_ns = record.total_ns.max(done.saturating_sub(started_unix_ns));
+        if !record.calls.is_empty() {
+            record.downstream_ns += later;
+        }
+    }
+    for (_, a) in &answered {
+        reply.path.extend(a.path.iter().cloned());
+    }
+    reply.path.extend(own);
+    reply.done_unix_ns = done;
+    reply
 }
 
 #[cfg(test)]
@@ -519,6 +890,132 @@ mod tests {
             next_message(&mut large).map_err(|s| s.code()),
             Err(Code::OutOfRange)
         );
+    }
+
+    fn record(hop: &str, total_ns: u64, calls: &[&str]) -> tailmesh_proto::pb::HopRecord {
+        tailmesh_proto::pb::HopRecord {
+            hop: hop.into(),
+            total_ns,
+            downstream_ns: if calls.is_empty() { 0 } else { 10 },
+            calls: calls
+                .iter()
+                .map(|c| tailmesh_proto::pb::CallTiming {
+                    hop: (*c).into(),
+                    call_ns: 10,
+                    attempts: vec![tailmesh_proto::pb::AttemptTiming {
+                        start_ns: 0,
+                        took_ns: 10,
+                        end: 1,
+                    }],
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn served(message: u64, code: i32, forwarded: &[(&str, u64)]) -> Served {
+        let calls: Vec<&str> = forwarded.iter().map(|(hop, _)| *hop).collect();
+        Served {
+            reply: CallReply {
+                request_id: 100 + message,
+                message,
+                code,
+                path: if code == 0 {
+                    vec![record("a", 1_000, &calls)]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            },
+            started_unix_ns: 10_000 * (message + 1),
+            done_unix_ns: 10_000 * (message + 1) + 1_000,
+            forwarded: forwarded
+                .iter()
+                .map(|(hop, number)| Forwarded {
+                    hop: Arc::from(*hop),
+                    stream: 7,
+                    number: *number,
+                    sent_unix_ns: 10_000 * (message + 1) + 900,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_client_streams_answers_take_the_paths_times_and_failures_from_below() {
+        let b_answer = |number: u64, code: i32, done: u64| CallReply {
+            message: number,
+            code,
+            error: if code == 0 {
+                String::new()
+            } else {
+                "injected".into()
+            },
+            path: if code == 0 {
+                vec![record("b", 500, &[])]
+            } else {
+                Vec::new()
+            },
+            done_unix_ns: done,
+            ..Default::default()
+        };
+        let below = vec![(7, Ok(vec![b_answer(0, 0, 12_400), b_answer(1, 14, 35_000)]))];
+        let answers = answer_messages(
+            vec![
+                served(0, 0, &[("b", 0)]),
+                served(1, 13, &[]),
+                served(2, 0, &[("b", 1)]),
+            ],
+            &below,
+            50_000,
+        );
+        // Message 0: b's record before a's; a's call to b ends when b was
+        // done (12,400 - 10,900 sent), and a's times grow by the 1,400 ns
+        // b was done after a's own part.
+        let first = &answers[0];
+        assert_eq!(first.code, 0);
+        assert_eq!(first.done_unix_ns, 12_400);
+        let hops: Vec<&str> = first.path.iter().map(|r| r.hop.as_str()).collect();
+        assert_eq!(hops, ["b", "a"]);
+        let a = &first.path[1];
+        assert_eq!(a.calls[0].call_ns, 1_500);
+        assert_eq!(a.calls[0].attempts[0].took_ns, 1_500);
+        assert_eq!(a.total_ns, 2_400);
+        assert_eq!(a.downstream_ns, 10 + 1_400);
+        // Message 1 failed here and keeps it; message 2 takes b's failure,
+        // known when b was done with it.
+        assert_eq!(
+            (answers[1].code, answers[1].message, answers[1].done_unix_ns),
+            (13, 1, 21_000)
+        );
+        assert_eq!(
+            (
+                answers[2].code,
+                answers[2].error.as_str(),
+                answers[2].path.len(),
+                answers[2].done_unix_ns
+            ),
+            (14, "injected", 0, 35_000)
+        );
+        // A stream that broke fails what was relayed on it, known when it
+        // was finished.
+        let broke = vec![(7, Err(Status::unavailable("the stream broke: gone")))];
+        let answers = answer_messages(
+            vec![served(0, 0, &[("b", 0)]), served(1, 0, &[])],
+            &broke,
+            50_000,
+        );
+        assert_eq!(
+            (
+                answers[0].code,
+                answers[0].error.as_str(),
+                answers[0].done_unix_ns
+            ),
+            (Code::Unavailable as i32, "the stream broke: gone", 50_000)
+        );
+        // One relayed nowhere is done when this hop was.
+        assert_eq!((answers[1].code, answers[1].done_unix_ns), (0, 21_000));
+        assert_eq!(answers[1].path.len(), 1);
     }
 
     #[test]

@@ -45,6 +45,7 @@ const PATH: &str = "/tailmesh.v1.Hop/Call";
 /// The stream methods' paths.
 const STREAM_PATH: &str = "/tailmesh.v1.Hop/Stream";
 const SERVER_STREAM_PATH: &str = "/tailmesh.v1.Hop/ServerStream";
+const CLIENT_STREAM_PATH: &str = "/tailmesh.v1.Hop/ClientStream";
 /// The gRPC message prefix: a compression flag and a 4-byte length.
 pub(crate) const PREFIX: usize = 5;
 /// The deadline's header.
@@ -290,19 +291,20 @@ impl Link {
         sent.await.map_err(LinkError::Failed)
     }
 
-    /// Opens a `Hop.Stream` on this link's connection (connecting first if
-    /// there is none), or a `Hop.ServerStream` when `server`: the answer
-    /// to come, and the request's body, to which the caller writes its
-    /// messages (a server stream's one request). The stream's deadline,
+    /// Opens a `Hop.Stream`, `Hop.ServerStream` or `Hop.ClientStream`, as
+    /// `opening` says, on this link's connection (connecting first if
+    /// there is none): the answer to come, and the request's body, to which
+    /// the caller writes its messages (a server stream's one request). The stream's deadline,
     /// if any, is each message's own.
     pub(crate) async fn open_stream(
         &self,
-        server: bool,
+        opening: &super::stream::Opening,
     ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Status> {
-        let path = if server {
-            SERVER_STREAM_PATH
-        } else {
-            STREAM_PATH
+        use super::stream::Opening;
+        let path = match opening {
+            Opening::Bidi => STREAM_PATH,
+            Opening::Server(_) => SERVER_STREAM_PATH,
+            Opening::Client => CLIENT_STREAM_PATH,
         };
         let mut http = Request::new(());
         *http.method_mut() = Method::POST;

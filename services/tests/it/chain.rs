@@ -302,6 +302,14 @@ impl Hop for Leaf {
     ) -> Result<Response<Self::ServerStreamStream>, Status> {
         Err(Status::unimplemented("the leaf answers calls only"))
     }
+
+    /// The leaf answers calls only.
+    async fn client_stream(
+        &self,
+        _: Request<tonic::Streaming<CallRequest>>,
+    ) -> Result<Response<tailmesh_proto::pb::ClientStreamReply>, Status> {
+        Err(Status::unimplemented("the leaf answers calls only"))
+    }
 }
 
 /// A `grpc-timeout` value as gRPC's HTTP/2 protocol spells it: at most 8

@@ -338,26 +338,11 @@ fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
             ("unary", Some(Streaming::Unary)),
             ("bidi", Some(Streaming::Bidi)),
             ("server", Some(Streaming::Server)),
-            ("client", None),
+            ("client", Some(Streaming::Client)),
         ],
-    )?;
-    let Some(kind) = kind else {
-        s.report(
-            p,
-            &entry.node.span,
-            format!(
-                "{}: client streams are not built yet; \"bidi\" (each message answered in \
-                 order), \"server\" (one request, a stream of messages) and \"unary\" are",
-                s.name("streaming")
-            ),
-        );
-        return None;
-    };
+    )??;
     if kind != Streaming::Unary {
-        let named = match kind {
-            Streaming::Server => "server",
-            _ => "bidi",
-        };
+        let named = super::load::kind_name(kind);
         if let Some(transport) = s.get("transport")
             && matches!(&transport.node.value, Value::String(t) if t == "pull")
         {

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use tailmesh_services::limits::{IN_FLIGHT_REQUEST_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES};
+use tailmesh_services::limits::{
+    IN_FLIGHT_REQUEST_BYTES, MAX_CALL_MESSAGE_BYTES, MAX_IN_FLIGHT_BYTES, MAX_PAYLOAD_BYTES,
+};
 
 use crate::scenario::error::Problems;
 use crate::scenario::model::{
@@ -645,7 +647,7 @@ pub(super) fn streams_enter_streaming_hops(
                 streams_at,
                 format!(
                     "load.streams sends messages on streams, but the entry hop \"{name}\" is not \
-                     reached by stream: set streaming = \"bidi\" or \"server\" on it"
+                     reached by stream: set streaming = \"bidi\", \"server\" or \"client\" on it"
                 ),
             );
         }
@@ -653,37 +655,75 @@ pub(super) fn streams_enter_streaming_hops(
     if let Some(&(_, kind)) = entry_kinds.iter().find(|(_, k)| *k != Streaming::Unary) {
         streams.kind = kind;
     }
-    if streams.kind == Streaming::Server {
-        let written = |key: &str| {
-            load_table
-                .and_then(|t| t.get("streams"))
-                .and_then(|e| match &e.node.value {
-                    Value::Table(t) => t.get(key).map(|k| k.key_span.start),
-                    _ => None,
-                })
-        };
+    let written = |key: &str| {
+        load_table
+            .and_then(|t| t.get("streams"))
+            .and_then(|e| match &e.node.value {
+                Value::Table(t) => t.get(key).map(|k| k.key_span.start),
+                _ => None,
+            })
+    };
+    if matches!(streams.kind, Streaming::Server | Streaming::Client) {
+        let kind = kind_name(streams.kind);
         if let Some(at) = written("in_flight") {
+            let why = match streams.kind {
+                Streaming::Server => {
+                    "a server stream's messages come at their times whatever is awaited"
+                }
+                _ => "a client stream's messages are all answered at its end",
+            };
             p.at(
                 at,
-                "load.streams.in_flight is for bidi streams: a server stream's messages come \
-                 at their times whatever is awaited",
+                format!("load.streams.in_flight is for bidi streams: {why}"),
             );
         }
         if matches!(load.mode, LoadMode::Closed { .. }) {
+            let why = match streams.kind {
+                Streaming::Server => "the stream's source sends its messages at the rate's times",
+                _ => {
+                    "a client stream answers no message before its end, so none can wait for the last"
+                }
+            };
             p.at(
                 streams_at,
-                "load.streams with server streams needs mode = \"open\": the stream's source \
-                 sends its messages at the rate's times",
+                format!("load.streams with {kind} streams needs mode = \"open\": {why}"),
+            );
+        }
+    }
+    if streams.kind == Streaming::Client {
+        // The stream's one reply carries every message's answer, a record
+        // per hop it visited: it must fit one gRPC message.
+        let per_message = CLIENT_ANSWER_BYTES + CLIENT_ANSWER_BYTES_PER_HOP * hops.len() as u64;
+        let most = MAX_CALL_MESSAGE_BYTES as u64 / per_message;
+        if u64::from(streams.messages) > most {
+            let at = written("messages").unwrap_or(streams_at);
+            p.at(
+                at,
+                format!(
+                    "load.streams.messages = {} is too many for a client stream through {} \
+                     hop{}: its one reply answers every message, about {per_message} bytes \
+                     each, and may take {MAX_CALL_MESSAGE_BYTES} bytes, so at most {most}",
+                    streams.messages,
+                    hops.len(),
+                    if hops.len() == 1 { "" } else { "s" },
+                ),
             );
         }
     }
 }
 
+/// Room for a client stream's answer to one message besides its hops'
+/// records, and for each hop's record, in bytes (generous: a record with
+/// long names and a call is under 200).
+const CLIENT_ANSWER_BYTES: u64 = 48;
+const CLIENT_ANSWER_BYTES_PER_HOP: u64 = 256;
+
 /// A kind of stream as the scenario writes it.
-fn kind_name(kind: Streaming) -> &'static str {
+pub(super) fn kind_name(kind: Streaming) -> &'static str {
     match kind {
         Streaming::Unary => "unary",
         Streaming::Bidi => "bidi",
         Streaming::Server => "server",
+        Streaming::Client => "client",
     }
 }
