@@ -564,6 +564,7 @@ mod tests {
             ],
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

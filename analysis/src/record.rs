@@ -157,6 +157,18 @@ pub struct RequestRecord {
     /// The load generator's own attempts at the first hop, in the order
     /// sent (empty when the call was abandoned in flight).
     pub attempts: Vec<AttemptTiming>,
+    /// Which message of which stream it was (`[load.streams]`); `None` for
+    /// a call.
+    #[serde(default)]
+    pub stream: Option<StreamPlace>,
+}
+
+/// Where a message was on the load's streams: the stream, numbered in the
+/// order the streams opened (warmup's included), and its place on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamPlace {
+    pub stream: u64,
+    pub message: u32,
 }
 
 impl RequestRecord {
@@ -494,6 +506,7 @@ mod tests {
             path: vec![],
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         };
         assert_eq!(r.latency(), Duration::from_millis(7));
         assert_eq!(r.service_latency(), Duration::from_millis(2));

@@ -154,6 +154,7 @@ pub fn ok_records() -> Vec<RequestRecord> {
                 path,
                 extra_attempts: 0,
                 attempts: Vec::new(),
+                stream: None,
             }
         })
         .collect()
@@ -171,6 +172,7 @@ pub fn failed(id: u64, outcome: Outcome, latency_us: u64) -> RequestRecord {
         path: Vec::new(),
         extra_attempts: 0,
         attempts: Vec::new(),
+        stream: None,
     }
 }
 
@@ -294,6 +296,7 @@ pub fn request(late: u64, client: u64, path: Vec<HopRecord>) -> RequestRecord {
         path,
         extra_attempts: 0,
         attempts: Vec::new(),
+        stream: None,
     }
 }
 
@@ -340,6 +343,7 @@ pub fn at(id: u64, intended_ms: u64, after_ms: u64, outcome: Outcome) -> Request
         path: Vec::new(),
         extra_attempts: 0,
         attempts: Vec::new(),
+        stream: None,
     }
 }
 

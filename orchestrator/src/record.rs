@@ -6,7 +6,7 @@
 
 pub(crate) use tailmesh_analysis::record::{
     AttemptEnd, AttemptTiming, CallTiming, CpuUse, GeneratorReport, GrpcCode, HopRecord,
-    MachineSamples, Outcome, RequestRecord, StreamReport, WarmupCounts,
+    MachineSamples, Outcome, RequestRecord, StreamPlace, StreamReport, WarmupCounts,
 };
 
 /// Where completed measured requests go, one at a time, as they complete:

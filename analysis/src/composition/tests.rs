@@ -464,6 +464,7 @@ fn requests_entering_at_two_hops_compose_as_the_mixture_of_their_entries() {
             path: vec![h],
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         });
         latencies.push(took);
     }

@@ -330,6 +330,7 @@ pub(crate) mod tests {
             path,
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

@@ -605,6 +605,7 @@ impl Shared {
                 path,
                 extra_attempts: called.extra_attempts,
                 attempts: crate::wire::attempts_of(called.attempts),
+                stream: None,
             };
             (record, intended < measure_from)
         }
@@ -756,7 +757,11 @@ async fn closed_loop<S: RecordSink + ?Sized>(
                 let now_in_flight = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
                 peak_in_flight.fetch_max(now_in_flight, Ordering::Relaxed);
                 let on = stream.as_mut().map(|s| s.next(id, now));
-                let done = shared.send_until(id, now, on, &mut abandoned).await;
+                let place = on.as_ref().map(|(_, place)| *place);
+                let mut done = shared
+                    .send_until(id, now, on.map(|(s, _)| s), &mut abandoned)
+                    .await;
+                done.0.stream = place;
                 if let Some(s) = &mut stream {
                     s.saw(&done.0);
                 }

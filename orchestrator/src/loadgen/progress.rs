@@ -129,6 +129,7 @@ mod tests {
             path: vec![],
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

@@ -168,6 +168,7 @@ mod tests {
             path: Vec::new(),
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

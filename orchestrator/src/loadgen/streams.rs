@@ -44,14 +44,15 @@ use hdrhistogram::Histogram;
 use tailmesh_analysis::stats::Percentiles;
 
 use crate::{
-    record::{Outcome, RecordSink, RequestRecord, StreamReport},
+    record::{Outcome, RecordSink, RequestRecord, StreamPlace, StreamReport},
     scenario::{Stop, StreamLoad, Streaming},
 };
 
-/// One message of a stream's, due at `intended`.
+/// One message of a stream's, due at `intended`, and its place there.
 struct Message {
     id: u64,
     intended: Instant,
+    place: StreamPlace,
 }
 
 /// What a stream's task hands back: each message's record (and whether it
@@ -132,9 +133,10 @@ impl Default for StreamTally {
 }
 
 impl StreamTally {
-    /// A stream opened.
-    pub(super) fn opened(&mut self) {
+    /// A stream opened: its number, in the order they opened.
+    pub(super) fn opened(&mut self) -> u64 {
         self.report.opened += 1;
+        self.report.opened - 1
     }
 
     /// A stream ended.
@@ -202,7 +204,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     let interval = Duration::from_secs_f64(slots as f64 / rate);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     // Each slot's open stream: where its next messages go.
-    let mut open: Vec<Option<mpsc::UnboundedSender<Message>>> = vec![None; slots as usize];
+    let mut open: Vec<Option<(mpsc::UnboundedSender<Message>, u64)>> = vec![None; slots as usize];
     let mut tasks = JoinSet::new();
     let mut tally = StreamTally::default();
     let measure_from = shared.origin + shared.warmup;
@@ -230,8 +232,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
             // The slot's last stream has all its messages: it ends once
             // they are answered, and this one opens.
             let (tx, rx) = mpsc::unbounded_channel();
-            open[slot] = Some(tx);
-            tally.opened();
+            open[slot] = Some((tx, tally.opened()));
             let streams = match scheduled {
                 Some(total) => {
                     let count = (total.saturating_sub(id)).div_ceil(slots).min(per_stream);
@@ -266,10 +267,18 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
                 ));
             }
         }
-        if let Some(tx) = &open[slot] {
+        if let Some((tx, stream)) = &open[slot] {
             // A stream's task takes every message it is given until its
             // sender drops.
-            let _ = tx.send(Message { id, intended });
+            let place = StreamPlace {
+                stream: *stream,
+                message: u32::try_from(nth).unwrap_or(u32::MAX),
+            };
+            let _ = tx.send(Message {
+                id,
+                intended,
+                place,
+            });
         }
         if nth + 1 == per_stream {
             open[slot] = None;
@@ -333,20 +342,26 @@ async fn one_stream(
                 let _ = done.send(Done::Message(record, warmup));
             }
             message = due.recv(), if more => match message {
-                Some(Message { id, intended }) if waiting.len() >= cap => {
+                Some(Message { id, intended, place }) if waiting.len() >= cap => {
                     refused += 1;
-                    let record = refused_record(id, intended, measure_from, cap);
+                    let mut record = refused_record(id, intended, measure_from, cap);
+                    record.stream = Some(place);
                     if let Some(t) = &mut times {
                         t.saw(&record);
                     }
                     let _ = done.send(Done::Message(record, intended < measure_from));
                 }
-                Some(Message { id, intended }) => {
+                Some(Message { id, intended, place }) => {
                     if id == first {
                         let due = intended.saturating_duration_since(measure_from);
                         times = StreamTimes::starting(id, due, intended < measure_from);
                     }
-                    waiting.push(shared.send(id, intended, Some((streams.clone(), first))));
+                    let sent = shared.send(id, intended, Some((streams.clone(), first)));
+                    waiting.push(async move {
+                        let (mut record, warmup): (RequestRecord, bool) = sent.await;
+                        record.stream = Some(place);
+                        (record, warmup)
+                    });
                     peak = peak.max(waiting.len());
                 }
                 None => more = false,
@@ -383,15 +398,21 @@ async fn one_client_stream(
     // Each message sent: its number on the stream, its record so far.
     let mut sent: Vec<(u64, RequestRecord, bool)> = Vec::new();
     let mut last_due = None;
-    while let Some(Message { id, intended }) = due.recv().await {
+    while let Some(Message {
+        id,
+        intended,
+        place,
+    }) = due.recv().await
+    {
         if id == first {
             let due = intended.saturating_duration_since(measure_from);
             times = StreamTimes::starting(id, due, intended < measure_from);
         }
         last_due = Some(intended);
-        let (record, warmup) = shared
+        let (mut record, warmup) = shared
             .send(id, intended, Some((streams.clone(), first)))
             .await;
+        record.stream = Some(place);
         match (&record.outcome, streams.take_forwarded().first()) {
             (Outcome::Ok, Some(f)) => sent.push((f.number, record, warmup)),
             // Not sent: the stream could not be opened, or broke.
@@ -489,6 +510,7 @@ fn refused_record(id: u64, intended: Instant, measure_from: Instant, cap: usize)
         path: Vec::new(),
         extra_attempts: 0,
         attempts: Vec::new(),
+        stream: None,
     }
 }
 
@@ -507,6 +529,8 @@ struct WorkerOpen {
     streams: Streams,
     /// Its first message's id: the stream's entry is drawn by it.
     first: u64,
+    /// Its number, in the order the streams opened.
+    number: u64,
     /// Messages sent on it.
     sent: u64,
     /// Its times, when it began after warmup.
@@ -527,25 +551,29 @@ impl WorkerStream {
         }
     }
 
-    /// The stream message `id`, sent at `now`, goes on, and its first
-    /// message's id: the open one, or a new one when that one has all its
-    /// messages or broke.
-    pub(super) fn next(&mut self, id: u64, now: Instant) -> (Streams, u64) {
+    /// The stream message `id`, sent at `now`, goes on, its first
+    /// message's id, and the message's place: the open one, or a new one
+    /// when that one has all its messages or broke.
+    pub(super) fn next(&mut self, id: u64, now: Instant) -> ((Streams, u64), StreamPlace) {
         let renew = self
             .open
             .as_ref()
             .is_none_or(|o| o.sent >= self.messages || o.streams.ended_with().is_some());
+        let mut number = None;
         if renew {
             self.close();
-            self.tally
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .opened();
+            number = Some(
+                self.tally
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .opened(),
+            );
         }
         let measure_from = self.measure_from;
         let open = self.open.get_or_insert_with(|| WorkerOpen {
             streams: Streams::once(),
             first: id,
+            number: number.unwrap_or_default(),
             sent: 0,
             times: StreamTimes::starting(
                 id,
@@ -553,8 +581,12 @@ impl WorkerStream {
                 now < measure_from,
             ),
         });
+        let place = StreamPlace {
+            stream: open.number,
+            message: u32::try_from(open.sent).unwrap_or(u32::MAX),
+        };
         open.sent += 1;
-        (open.streams.clone(), open.first)
+        ((open.streams.clone(), open.first), place)
     }
 
     /// A message of the open stream ended.

@@ -376,6 +376,7 @@ mod tests {
             },
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

@@ -4,9 +4,9 @@
 //! are written: the file is whole or absent), and read back one row at a
 //! time.
 //!
-//! Format version 4 (the header line says which version a file is; every
+//! Format version 5 (the header line says which version a file is; every
 //! version reads). Columns:
-//! `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts`.
+//! `variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts,stream`.
 //!
 //! - Times are microseconds since the start of the measured phase with
 //!   exactly three decimals (nanosecond resolution, printed from integers,
@@ -42,11 +42,15 @@
 //!   (still running when another answered; its time censored there).
 //!   E.g. `0.000+15000.000cancelled/10000.000+5000.000ok`: a hedge sent
 //!   after 10 ms answered 5 ms later, and the first was cancelled.
+//! - `stream` (v5): a message of the load's streams (`[load.streams]`) as
+//!   `stream/message`: its stream, numbered in the order the streams
+//!   opened (warmup's included), and its place on it, from 0; empty for a
+//!   call.
 //! - Fields containing `,`, `"`, CR or LF are quoted per RFC 4180; lines end
 //!   in `\n`.
 //!
 //! Version 1 had the first 10 columns, version 2 the first 12, version 3
-//! the first 15 (and no `slot_wait_us` in `hops`).
+//! the first 15 (and no `slot_wait_us` in `hops`), version 4 the first 17.
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -62,13 +66,18 @@ use std::time::Duration;
 
 use super::OutputError;
 use crate::analysis::attribution::attribute;
-use crate::record::{AttemptEnd, AttemptTiming, CallTiming, HopRecord, Outcome, RequestRecord};
+use crate::record::{
+    AttemptEnd, AttemptTiming, CallTiming, HopRecord, Outcome, RequestRecord, StreamPlace,
+};
 
-/// The header line, without its line end: version 4.
-pub const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts";
+/// The header line, without its line end: version 5.
+pub const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts,stream";
 
 /// The format version [`CSV_HEADER`] stands for.
-pub const CSV_VERSION: u32 = 4;
+pub const CSV_VERSION: u32 = 5;
+
+/// The header of version 4 files (before `stream`).
+const CSV_HEADER_V4: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts";
 
 /// The header of version 3 files (before `calls`, `attempts` and the slot
 /// wait in `hops`).
@@ -439,7 +448,7 @@ fn write_row(
     };
     writeln!(
         out,
-        "{variant},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{variant},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
         r.id,
         micros3(r.intended),
         micros3(r.start),
@@ -456,6 +465,9 @@ fn write_row(
         quote(error),
         quote(&calls.join(";")),
         quote(&attempts_entry(&r.attempts)),
+        r.stream
+            .map(|p| format!("{}/{}", p.stream, p.message))
+            .unwrap_or_default(),
     )
 }
 
@@ -600,8 +612,8 @@ pub fn read_requests_csv(path: &Path) -> Result<Vec<(String, RequestRecord)>, Ou
 }
 
 /// Reads a `requests.csv` one row at a time, handing each row's variant
-/// and record to `each`; memory holds one row. Version 4 files give back
-/// every field of the record; version 3 ones lack the slot wait, the
+/// and record to `each`; memory holds one row. Version 5 files give back
+/// every field of the record, version 4 ones all but the stream; version 3 ones lack the slot wait, the
 /// calls' and the generator's attempts (zero or empty); older ones also
 /// the path records' total, queue wait, parent, transport and extra
 /// attempts, and errors' messages. The cause columns are derived, and not
@@ -622,7 +634,8 @@ pub fn for_each_request(
         what,
     };
     let fields = match rows.next().map_err(OutputError::io(path))? {
-        Some((_, header)) if header.join(",") == CSV_HEADER => 17,
+        Some((_, header)) if header.join(",") == CSV_HEADER => 18,
+        Some((_, header)) if header.join(",") == CSV_HEADER_V4 => 17,
         Some((_, header)) if header.join(",") == CSV_HEADER_V3 => 15,
         Some((_, header)) if header.join(",") == CSV_HEADER_V2 => 12,
         Some((_, header)) if header.join(",") == CSV_HEADER_V1 => 10,
@@ -680,6 +693,12 @@ fn parse_row(
     mut row: Vec<String>,
     bad: &dyn Fn(String) -> OutputError,
 ) -> Result<(String, RequestRecord), OutputError> {
+    let stream = match (row.len() == 18).then(|| row.split_off(17)) {
+        Some(field) => {
+            parse_place(&field[0]).ok_or_else(|| bad(format!("stream {:?}", field[0])))?
+        }
+        None => None,
+    };
     let calls_attempts = (row.len() == 17).then(|| row.split_off(15));
     let (retried_hops_error, row) = if row.len() == 15 {
         let tail = row.split_off(12);
@@ -798,8 +817,22 @@ fn parse_row(
             .parse()
             .map_err(|e| bad(format!("extra_attempts {extra:?}: {e}")))?,
         attempts,
+        stream,
     };
     Ok((variant, record))
+}
+
+/// A `stream` field: empty, or `stream/message`; `None` inside when it is
+/// neither.
+fn parse_place(field: &str) -> Option<Option<StreamPlace>> {
+    if field.is_empty() {
+        return Some(None);
+    }
+    let (stream, message) = field.split_once('/')?;
+    Some(Some(StreamPlace {
+        stream: stream.parse().ok()?,
+        message: message.parse().ok()?,
+    }))
 }
 
 /// Parses [`micros3`]'s output back.
@@ -882,12 +915,21 @@ mod tests {
         // A failed request: no path, yet the generator's attempts.
         let last = mixed.len() - 1;
         mixed[last].attempts = hedged_call("a").attempts;
+        // Messages of streams.
+        mixed[1].stream = Some(StreamPlace {
+            stream: 12,
+            message: 0,
+        });
+        mixed[last].stream = Some(StreamPlace {
+            stream: 3,
+            message: 499,
+        });
         write_requests_csv(&path, &[("a, \"b\"", &mixed)], MS15).expect("written");
         let back = read_requests_csv(&path).expect("read back");
         assert_eq!(back.len(), mixed.len());
         for ((variant, got), want) in back.iter().zip(&mixed) {
             assert_eq!(variant, "a, \"b\"");
-            // Version 3 keeps every field, error messages included.
+            // Version 5 keeps every field, error messages included.
             assert_eq!(got, want);
         }
         std::fs::write(&path, "variant,id\nx,1\n").expect("write");
@@ -896,7 +938,7 @@ mod tests {
             Err(OutputError::Parse { line: 1, .. })
         ));
         let text =
-            format!("{CSV_HEADER}\nbase,1,0.000,0.000,1.000,1.000,ok,,a/0/1.000,0,,,0,,,,\n");
+            format!("{CSV_HEADER}\nbase,1,0.000,0.000,1.000,1.000,ok,,a/0/1.000,0,,,0,,,,,\n");
         std::fs::write(&path, text).expect("write");
         assert!(
             matches!(
@@ -955,8 +997,8 @@ mod tests {
         write_requests_csv(&path, &[("base", &[record])], MS15).expect("written");
         let rows = parse(&std::fs::read_to_string(&path).expect("readable"));
         assert!(
-            rows.iter().all(|r| r.len() == 17),
-            "every row has 17 fields"
+            rows.iter().all(|r| r.len() == 18),
+            "every row has 18 fields"
         );
         let row = &rows[1];
         assert_eq!(
@@ -995,13 +1037,30 @@ mod tests {
         );
         // A v3 hops entry in a v4 file lacks its slot wait.
         let v4 = format!(
-            "{CSV_HEADER}\nbase,3,0.000,1.000,9.000,9.000,ok,,a/1/5.000,0,,,0,8.000/0.500//push/0,,,\n"
+            "{CSV_HEADER_V4}\nbase,3,0.000,1.000,9.000,9.000,ok,,a/1/5.000,0,,,0,8.000/0.500//push/0,,\n"
         );
         std::fs::write(&path, v4).expect("write");
         assert!(matches!(
             read_requests_csv(&path),
             Err(OutputError::Parse { line: 2, .. })
         ));
+    }
+
+    #[test]
+    fn version_4_files_still_read_and_a_bad_stream_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("requests.csv");
+        let row = "base,3,0.000,1.000,9.000,9.000,ok,,a/1/5.000,0,,,0,8.000/0.500//push/0/0.000,,,";
+        std::fs::write(&path, format!("{CSV_HEADER_V4}\n{row}\n")).expect("write");
+        let back = read_requests_csv(&path).expect("a version 4 file reads");
+        assert_eq!((back[0].1.id, back[0].1.stream), (3, None));
+        std::fs::write(&path, format!("{CSV_HEADER}\n{row},7/x\n")).expect("write");
+        match read_requests_csv(&path) {
+            Err(OutputError::Parse { line: 2, what, .. }) => {
+                assert_eq!(what, "stream \"7/x\"");
+            }
+            other => panic!("a bad stream field: {other:?}"),
+        }
     }
 
     #[test]
@@ -1147,8 +1206,8 @@ mod tests {
         assert_eq!(rows.len(), mixed.len() + 2 + 1);
         assert_eq!(rows[0].join(","), CSV_HEADER);
         assert!(
-            rows.iter().all(|r| r.len() == 17),
-            "every row has 17 fields"
+            rows.iter().all(|r| r.len() == 18),
+            "every row has 18 fields"
         );
 
         // Request 0: slow at a, b and c; 100 µs late; 21 ms latency.

@@ -617,6 +617,7 @@ mod tests {
                 .collect(),
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

@@ -307,6 +307,7 @@ mod tests {
             path,
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

@@ -614,6 +614,7 @@ mod tests {
                 .collect(),
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 

@@ -221,7 +221,7 @@ fn report_redraws_from_the_files_and_compare_puts_runs_side_by_side() {
     let text = std::fs::read_to_string(&csv).expect("requests.csv");
     let mut v2 = String::new();
     for (i, row) in csv_rows(&text).into_iter().enumerate() {
-        assert_eq!(row.len(), 17, "row {i}: {row:?}");
+        assert_eq!(row.len(), 18, "row {i}: {row:?}");
         assert!(
             row[..12].iter().all(|f| !f.contains([',', '"'])),
             "row {i} needs no quotes: {row:?}"

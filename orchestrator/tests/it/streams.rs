@@ -146,6 +146,18 @@ slow = { probability = 0.05, extra = "30ms" }"#,
     // b's injected error.
     let rows = requests_csv(&run_dir);
     assert_eq!(rows.len() as u64, sent, "{context}");
+    // Each row says which message of which stream it is: message k of the
+    // one schedule is message (k / 4) % 25 of its slot's stream, and the
+    // streams open in the order of their first messages.
+    for row in &rows {
+        let (id, slots, per) = (row.id, 4, 25);
+        let stream = id / (slots * per) * slots + id % slots;
+        assert_eq!(
+            row.stream,
+            Some((stream, ((id / slots) % per) as u32)),
+            "{row:?}"
+        );
+    }
     for row in &rows {
         if row.status == "ok" {
             let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();

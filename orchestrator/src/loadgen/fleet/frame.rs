@@ -194,6 +194,7 @@ mod tests {
             path: Vec::new(),
             extra_attempts: 1,
             attempts: Vec::new(),
+            stream: None,
         };
         write(
             &mut a,

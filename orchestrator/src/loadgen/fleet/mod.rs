@@ -809,6 +809,7 @@ mod tests {
             path: Vec::new(),
             extra_attempts: 0,
             attempts: Vec::new(),
+            stream: None,
         };
         let late = state(Some(300_000));
         let mut r = record(1_000);

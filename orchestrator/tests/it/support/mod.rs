@@ -867,6 +867,8 @@ pub(crate) struct Row {
     pub calls: Vec<String>,
     /// The load generator's attempts as written.
     pub attempts: String,
+    /// A stream's message: its stream and its place there.
+    pub stream: Option<(u64, u32)>,
 }
 
 /// One attempt of a call as requests.csv writes it: (start, took) in
@@ -888,8 +890,8 @@ pub(crate) fn attempts_of(field: &str) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
-/// requests.csv's header (format version 4).
-pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts";
+/// requests.csv's header (format version 5).
+pub(crate) const CSV_HEADER: &str = "variant,id,intended_us,start_us,end_us,latency_us,status,slow_hops,path,extra_attempts,cause,causes,retried,hops,error,calls,attempts,stream";
 
 /// CSV text split into rows of fields (the library's own RFC 4180 reader:
 /// error messages carry quotes and commas); the last row must end in a
@@ -911,7 +913,7 @@ pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
     );
     rows.map(|f| {
         let line = f.join(",");
-        assert_eq!(f.len(), 17, "17 fields: {line}");
+        assert_eq!(f.len(), 18, "18 fields: {line}");
         let f: Vec<&str> = f.iter().map(String::as_str).collect();
         let list = |s: &str| -> Vec<String> {
             s.split(';')
@@ -949,6 +951,13 @@ pub(crate) fn requests_csv(run_dir: &Path) -> Vec<Row> {
                 calls => calls.split(';').map(str::to_string).collect(),
             },
             attempts: f[16].to_string(),
+            stream: f[17].split_once('/').map(|(s, m)| {
+                let n = |x: &str| {
+                    x.parse::<u64>()
+                        .unwrap_or_else(|e| panic!("stream in {line}: {e}"))
+                };
+                (n(s), n(m) as u32)
+            }),
         }
     })
     .collect()
