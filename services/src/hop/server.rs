@@ -359,8 +359,15 @@ impl HopCore {
         queue_wait: Duration,
         release: Option<Release>,
     ) -> Result<CallReply, Status> {
-        self.serve(arrived, None, request, timeout, queue_wait, release, None)
-            .await
+        let how = Arrival {
+            arrived,
+            span: None,
+            timeout,
+            queue_wait,
+            release,
+            stream: None,
+        };
+        self.serve(request, how).await
     }
 
     /// Serves one message of a stream (`Hop.Stream`) as a call, with its
@@ -388,13 +395,15 @@ impl HopCore {
         };
         let served = self
             .serve(
-                arrived,
-                Some(span),
                 request,
-                timeout,
-                waited,
-                None,
-                Some(downstream.clone()),
+                Arrival {
+                    arrived,
+                    span: Some(span),
+                    timeout,
+                    queue_wait: waited,
+                    release: None,
+                    stream: Some(downstream.clone()),
+                },
             )
             .await;
         match served {
@@ -409,20 +418,17 @@ impl HopCore {
         }
     }
 
-    /// Serves `request` through the replica's stack, in a server span
-    /// when `span` is given; a message of a stream whose downstream
-    /// streams are `stream` when given.
-    #[allow(clippy::too_many_arguments)]
-    async fn serve(
-        &self,
-        arrived: Instant,
-        span: Option<SpanStart>,
-        request: CallRequest,
-        timeout: Option<Duration>,
-        queue_wait: Duration,
-        release: Option<Release>,
-        stream: Option<Streams>,
-    ) -> Result<CallReply, Status> {
+    /// Serves `request`, which came as `how` says, through the replica's
+    /// stack.
+    async fn serve(&self, request: CallRequest, how: Arrival) -> Result<CallReply, Status> {
+        let Arrival {
+            arrived,
+            span,
+            timeout,
+            queue_wait,
+            release,
+            stream,
+        } = how;
         let request_id = request.request_id;
         let served = serve::serve(
             &self.inner.stack,
@@ -488,6 +494,27 @@ fn reach_error(config: &HopConfig, error: ReachError) -> HopError {
     }
 }
 
+/// How a request came to the replica.
+struct Arrival {
+    /// When it reached the hop: its deadline and its record's total count
+    /// from then.
+    arrived: Instant,
+    /// Its server span's start and parent; `None`: the caller keeps no
+    /// span for it.
+    span: Option<SpanStart>,
+    /// What is left of the caller's deadline.
+    timeout: Option<Duration>,
+    /// Time it waited before the hop took it: in a broker queue (pull), or
+    /// behind its stream's earlier messages.
+    queue_wait: Duration,
+    /// A pull worker's broker credit, given back once the hop's own work is
+    /// done, so waiting on downstream hops does not hold it.
+    release: Option<Release>,
+    /// The streams to the streaming downstream hops, for a message of a
+    /// stream the hop serves.
+    stream: Option<Streams>,
+}
+
 struct HopService {
     core: HopCore,
 }
@@ -506,13 +533,15 @@ impl Hop for HopService {
         };
         self.core
             .serve(
-                arrived,
-                Some(span),
                 request,
-                timeout,
-                Duration::ZERO,
-                None,
-                None,
+                Arrival {
+                    arrived,
+                    span: Some(span),
+                    timeout,
+                    queue_wait: Duration::ZERO,
+                    release: None,
+                    stream: None,
+                },
             )
             .await
             .map(Response::new)
@@ -897,13 +926,15 @@ async fn pull_worker(
             };
             let reply = core
                 .serve(
-                    arrived,
-                    Some(span),
                     request,
-                    timeout,
-                    Duration::from_nanos(task.queue_wait_ns),
-                    Some(release),
-                    None,
+                    Arrival {
+                        arrived,
+                        span: Some(span),
+                        timeout,
+                        queue_wait: Duration::from_nanos(task.queue_wait_ns),
+                        release: Some(release),
+                        stream: None,
+                    },
                 )
                 .await?;
             Ok(reply.encode_to_vec())
