@@ -3041,6 +3041,32 @@ fn streams_parse_and_their_rules_are_located() {
           stream: set streaming = \"bidi\", \"server\" or \"client\" on it"
         ]
     );
+    // A stream's length instead of its messages: 2.5 s at 100 a second
+    // over 4 streams is 63 messages each (62.5 rounded); not both, not
+    // neither, not in a closed loop.
+    let lasting = ok(&format!(
+        "{load}[load.streams]\nstreams = 4\nlength = \"2500ms\"\n[[hop]]\nname = \"a\"\nstreaming = \"bidi\"\n"
+    ));
+    assert_eq!(
+        lasting.variants[0]
+            .load
+            .streams
+            .as_ref()
+            .map(|s| s.messages),
+        Some(63)
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}{streams}length = \"1s\"\n[[hop]]\nname = \"a\"\nstreaming = \"bidi\"\n"
+        )),
+        ["load.streams.messages and load.streams.length say the same thing: give one"]
+    );
+    assert_eq!(
+        messages(&format!(
+            "{load}[load.streams]\nstreams = 4\n[[hop]]\nname = \"a\"\nstreaming = \"bidi\"\n"
+        )),
+        ["[load.streams] needs messages (each stream's) or length (how long each stream lasts)"]
+    );
     // Client streams: no cap and no closed loop (nothing is answered
     // before the stream's end), and a stream's one reply must hold every
     // message's answer.
@@ -3151,6 +3177,16 @@ fn streams_parse_and_their_rules_are_located() {
              streams are open at once",
             "load.streams.in_flight is for mode = \"open\": in a closed loop, each stream has \
              one message in flight",
+        ]
+    );
+    assert_eq!(
+        messages(&format!(
+            "{closed}[load.streams]\nmessages = 7\nlength = \"1s\"\n{}",
+            hop("streaming = \"bidi\"")
+        )),
+        [
+            "load.streams.length is for mode = \"open\": in a closed loop, a stream's messages \
+             go as fast as they are answered (give messages)"
         ]
     );
     assert_eq!(

@@ -35,7 +35,7 @@ const LOAD_KEYS: &[&str] = &[
     "streams",
 ];
 
-const STREAMS_KEYS: &[&str] = &["streams", "messages", "in_flight"];
+const STREAMS_KEYS: &[&str] = &["streams", "messages", "length", "in_flight"];
 
 /// Most streams open at once (`[load.streams] streams`).
 const MAX_STREAMS: i64 = 100_000;
@@ -225,13 +225,11 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         );
     }
 
-    let closed = match &mode {
-        Some(LoadMode::Closed { concurrency }) => Some(*concurrency),
-        _ => None,
-    };
     let streams = match table_section(s, p, "streams") {
         None => Some(None),
-        Some(section) => section.and_then(|t| stream_load(&t, closed, p)).map(Some),
+        Some(section) => section
+            .and_then(|t| stream_load(&t, mode.as_ref(), p))
+            .map(Some),
     };
     // Streams send on a fixed schedule, from one generator.
     let mode = match (mode, &streams) {
@@ -295,13 +293,21 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
     })
 }
 
-/// `[load.streams]`: how many streams at once, their messages each, and
-/// the cap on messages in flight per stream (16 when not given). In a
-/// closed loop of `concurrency` (`closed`), that many streams each have
-/// one message in flight: `streams` and `in_flight` are not given.
-fn stream_load(s: &Section<'_>, closed: Option<u32>, p: &mut Problems) -> Option<StreamLoad> {
+/// `[load.streams]`: how many streams at once, their messages each (or,
+/// in an open loop, how long each lasts), and the cap on messages in
+/// flight per stream (16 when not given). In a closed loop of
+/// `concurrency`, that many streams each have one message in flight:
+/// `streams`, `length` and `in_flight` are not given.
+fn stream_load(s: &Section<'_>, mode: Option<&LoadMode>, p: &mut Problems) -> Option<StreamLoad> {
     s.unknown_keys(p, STREAMS_KEYS);
-    if let Some(concurrency) = closed {
+    if let Some(LoadMode::Closed { concurrency }) = mode {
+        let concurrency = *concurrency;
+        s.forbid(
+            p,
+            "length",
+            "is for mode = \"open\": in a closed loop, a stream's messages go as fast as they \
+             are answered (give messages)",
+        );
         s.forbid(
             p,
             "streams",
@@ -323,9 +329,46 @@ fn stream_load(s: &Section<'_>, closed: Option<u32>, p: &mut Problems) -> Option
         });
     }
     let streams = s.required(p, "streams", |s, p, k| s.int_in(p, k, 1, MAX_STREAMS));
-    let messages = s.required(p, "messages", |s, p, k| {
-        s.int_in(p, k, 1, i64::from(u32::MAX))
-    });
+    let messages = match (s.get("messages"), s.get("length")) {
+        (Some(_), Some(length)) => {
+            s.report(
+                p,
+                &length.key_span,
+                format!(
+                    "{} and {} say the same thing: give one",
+                    s.name("messages"),
+                    s.name("length")
+                ),
+            );
+            None
+        }
+        (None, Some(_)) => {
+            // Each stream's messages are `streams / rate` apart.
+            let length = s.positive_duration(p, "length");
+            let rate = match mode {
+                Some(LoadMode::Open { rate, .. }) => Some(*rate),
+                _ => None,
+            };
+            match (length, rate, streams) {
+                (Some(length), Some(rate), Some(streams)) => {
+                    let n = (length.as_secs_f64() * rate / streams as f64).round();
+                    Some(n.clamp(1.0, f64::from(u32::MAX)) as i64)
+                }
+                _ => None,
+            }
+        }
+        (Some(_), None) => s.int_in(p, "messages", 1, i64::from(u32::MAX)),
+        (None, None) => {
+            p.at(
+                s.span.start,
+                format!(
+                    "{} needs messages (each stream's) or length (how long each stream lasts)",
+                    s.label
+                ),
+            );
+            None
+        }
+    };
     let in_flight = match s.get("in_flight") {
         None => Some(16),
         Some(_) => s.int_in(p, "in_flight", 1, MAX_STREAM_IN_FLIGHT),
