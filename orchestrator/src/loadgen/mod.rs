@@ -61,7 +61,7 @@ use tokio::{
 use crate::{
     record::{MachineSamples, Outcome, PipelineStats, RecordSink, RequestRecord, WarmupCounts},
     scenario::{Load, LoadMode, Stop},
-    traces::loadgen::{LoadTracer, RequestTrace, TraceIds},
+    traces::loadgen::{Ended, LoadTracer, RequestTrace, TraceIds},
 };
 
 /// What the load generator calls: its entry hops, each through the same
@@ -432,31 +432,16 @@ fn payload(len: usize) -> Bytes {
 /// Where the load generator's client spans go: the collector, through
 /// the [`LoadTracer`], or, from a generator process, the orchestrator.
 pub(crate) trait ClientSpans: Send + Sync {
-    /// Request `id` (traced as `t`) ended at `ended` after `latency` from
-    /// its intended send time, with `error` when it failed.
-    fn record(
-        &self,
-        t: RequestTrace,
-        id: u64,
-        ended: std::time::SystemTime,
-        latency: Duration,
-        error: Option<&str>,
-    );
+    /// Request `id` (traced as `t`) ended as `ended` says.
+    fn record(&self, t: RequestTrace, id: u64, ended: Ended);
 
     /// Hands on the spans waiting in a batch.
     fn flush(&self);
 }
 
 impl ClientSpans for LoadTracer {
-    fn record(
-        &self,
-        t: RequestTrace,
-        id: u64,
-        ended: std::time::SystemTime,
-        latency: Duration,
-        error: Option<&str>,
-    ) {
-        LoadTracer::record(self, t, id, ended, latency, error);
+    fn record(&self, t: RequestTrace, id: u64, ended: Ended) {
+        LoadTracer::record(self, t, id, ended);
     }
 
     fn flush(&self) {
@@ -510,7 +495,7 @@ impl Shared {
         &self,
         id: u64,
         intended: Instant,
-        stream: Option<(Streams, u64)>,
+        stream: Option<streams::OnStream>,
     ) -> impl Future<Output = (RequestRecord, bool)> + use<> {
         let mut interrupts = self.interrupts.clone();
         self.send_until(id, intended, stream, async move {
@@ -519,13 +504,12 @@ impl Shared {
     }
 
     /// [`Shared::send`], given up as CANCELLED when `abandoned` completes
-    /// first; a message on `stream` (its streams, and its first message's
-    /// id) when given.
+    /// first; a message on `stream` when given.
     fn send_until<A: Future<Output = ()>>(
         &self,
         id: u64,
         intended: Instant,
-        stream: Option<(Streams, u64)>,
+        stream: Option<streams::OnStream>,
         abandoned: A,
     ) -> impl Future<Output = (RequestRecord, bool)> + use<A> {
         let target = self.target.clone();
@@ -534,6 +518,8 @@ impl Shared {
         let measure_from = self.origin + self.warmup;
         let trace = self.tracing.ids.map(|ids| ids.request(id));
         let tracer = self.tracing.spans.clone();
+        let place = stream.as_ref().map(|s| s.place);
+        let stream = stream.map(|s| (s.streams, s.first));
         async move {
             let start = Instant::now();
             let request = CallRequest {
@@ -574,13 +560,15 @@ impl Shared {
                     .as_ref()
                     .err()
                     .map(|s| s.message().to_string());
-                t.record(
-                    rt,
-                    id,
-                    std::time::SystemTime::now(),
-                    end.saturating_duration_since(intended),
-                    error.as_deref(),
-                );
+                let ended = Ended {
+                    stream: place,
+                    ..Ended::new(
+                        std::time::SystemTime::now(),
+                        end.saturating_duration_since(intended),
+                        error.as_deref(),
+                    )
+                };
+                t.record(rt, id, ended);
             }
             let (outcome, path) = match called.result {
                 Ok(reply) => (Outcome::Ok, crate::wire::path_of(reply.path)),
@@ -605,7 +593,7 @@ impl Shared {
                 path,
                 extra_attempts: called.extra_attempts,
                 attempts: crate::wire::attempts_of(called.attempts),
-                stream: None,
+                stream: place,
             };
             (record, intended < measure_from)
         }
@@ -757,11 +745,7 @@ async fn closed_loop<S: RecordSink + ?Sized>(
                 let now_in_flight = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
                 peak_in_flight.fetch_max(now_in_flight, Ordering::Relaxed);
                 let on = stream.as_mut().map(|s| s.next(id, now));
-                let place = on.as_ref().map(|(_, place)| *place);
-                let mut done = shared
-                    .send_until(id, now, on.map(|(s, _)| s), &mut abandoned)
-                    .await;
-                done.0.stream = place;
+                let done = shared.send_until(id, now, on, &mut abandoned).await;
                 if let Some(s) = &mut stream {
                     s.saw(&done.0);
                 }

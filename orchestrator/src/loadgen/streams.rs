@@ -48,6 +48,14 @@ use crate::{
     scenario::{Stop, StreamLoad, Streaming},
 };
 
+/// A message's stream: its streams, its first message's id (the stream's
+/// entry is drawn by it), and the message's place on it.
+pub(super) struct OnStream {
+    pub(super) streams: Streams,
+    pub(super) first: u64,
+    pub(super) place: StreamPlace,
+}
+
 /// One message of a stream's, due at `intended`, and its place there.
 struct Message {
     id: u64,
@@ -356,12 +364,12 @@ async fn one_stream(
                         let due = intended.saturating_duration_since(measure_from);
                         times = StreamTimes::starting(id, due, intended < measure_from);
                     }
-                    let sent = shared.send(id, intended, Some((streams.clone(), first)));
-                    waiting.push(async move {
-                        let (mut record, warmup): (RequestRecord, bool) = sent.await;
-                        record.stream = Some(place);
-                        (record, warmup)
-                    });
+                    let on = OnStream {
+                        streams: streams.clone(),
+                        first,
+                        place,
+                    };
+                    waiting.push(shared.send(id, intended, Some(on)));
                     peak = peak.max(waiting.len());
                 }
                 None => more = false,
@@ -409,10 +417,12 @@ async fn one_client_stream(
             times = StreamTimes::starting(id, due, intended < measure_from);
         }
         last_due = Some(intended);
-        let (mut record, warmup) = shared
-            .send(id, intended, Some((streams.clone(), first)))
-            .await;
-        record.stream = Some(place);
+        let on = OnStream {
+            streams: streams.clone(),
+            first,
+            place,
+        };
+        let (record, warmup) = shared.send(id, intended, Some(on)).await;
         match (&record.outcome, streams.take_forwarded().first()) {
             (Outcome::Ok, Some(f)) => sent.push((f.number, record, warmup)),
             // Not sent: the stream could not be opened, or broke.
@@ -551,10 +561,9 @@ impl WorkerStream {
         }
     }
 
-    /// The stream message `id`, sent at `now`, goes on, its first
-    /// message's id, and the message's place: the open one, or a new one
-    /// when that one has all its messages or broke.
-    pub(super) fn next(&mut self, id: u64, now: Instant) -> ((Streams, u64), StreamPlace) {
+    /// The stream message `id`, sent at `now`, goes on: the open one, or a
+    /// new one when that one has all its messages or broke.
+    pub(super) fn next(&mut self, id: u64, now: Instant) -> OnStream {
         let renew = self
             .open
             .as_ref()
@@ -586,7 +595,11 @@ impl WorkerStream {
             message: u32::try_from(open.sent).unwrap_or(u32::MAX),
         };
         open.sent += 1;
-        ((open.streams.clone(), open.first), place)
+        OnStream {
+            streams: open.streams.clone(),
+            first: open.first,
+            place,
+        }
     }
 
     /// A message of the open stream ended.

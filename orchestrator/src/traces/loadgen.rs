@@ -20,6 +20,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode};
 use tailmesh_services::telemetry::{SpanContext, otlp, recorder::FieldValue};
 
+use crate::record::StreamPlace;
+
 use super::{
     collector::Collector,
     observer::{CpuMeter, CpuReading},
@@ -173,7 +175,7 @@ impl LoadTracer {
         };
         let span = lock(waiting).spans.remove(&id);
         if let Some(span) = span.filter(|_| kept) {
-            self.add(t, id, span.ended, span.latency, span.error.as_deref());
+            self.add(t, id, &span);
         }
     }
 
@@ -186,51 +188,27 @@ impl LoadTracer {
         })
     }
 
-    /// Records the request's client span, from its intended send time to
-    /// `ended` (wall clock) having lasted `latency`. Spans wait in a batch
-    /// (encoded already) until [`BATCH_SPANS`] of them are there or
+    /// Records the request's client span, as it `ended`. Spans wait in a
+    /// batch (encoded already) until [`BATCH_SPANS`] of them are there or
     /// [`LoadTracer::flush`] runs; when holding, they first wait for
     /// [`LoadTracer::decide`].
-    pub fn record(
-        &self,
-        t: RequestTrace,
-        request_id: u64,
-        ended: SystemTime,
-        latency: Duration,
-        error: Option<&str>,
-    ) {
+    pub fn record(&self, t: RequestTrace, request_id: u64, ended: Ended) {
         if !t.sampled {
             return;
         }
         self.traced.fetch_add(1, Ordering::Relaxed);
         if let Some(waiting) = &self.waiting {
-            self.making.measure(|| {
-                lock(waiting).add(
-                    request_id,
-                    Ended {
-                        ended,
-                        latency,
-                        error: error.map(str::to_owned),
-                    },
-                );
-            });
+            self.making.measure(|| lock(waiting).add(request_id, ended));
             return;
         }
-        self.add(t, request_id, ended, latency, error);
+        self.add(t, request_id, &ended);
     }
 
     /// Encodes a span into the batch, handing the batch on when full.
-    fn add(
-        &self,
-        t: RequestTrace,
-        request_id: u64,
-        ended: SystemTime,
-        latency: Duration,
-        error: Option<&str>,
-    ) {
+    fn add(&self, t: RequestTrace, request_id: u64, ended: &Ended) {
         let full = self.making.measure(|| {
             let mut batch = self.lock();
-            self.encode(&mut batch.spans, t, request_id, ended, latency, error);
+            self.encode(&mut batch.spans, t, request_id, ended);
             batch.count += 1;
             (batch.count >= BATCH_SPANS).then(|| batch.take(&self.resource))
         });
@@ -262,17 +240,9 @@ impl LoadTracer {
 
     /// The request's client span as a `Span` (field 2 of `ScopeSpans`),
     /// encoded straight into `buf`.
-    fn encode(
-        &self,
-        buf: &mut BytesMut,
-        t: RequestTrace,
-        request_id: u64,
-        ended: SystemTime,
-        latency: Duration,
-        error: Option<&str>,
-    ) {
-        let end = tailmesh_units::unix_nanos_at(ended);
-        let start = end.saturating_sub(tailmesh_units::nanos(latency));
+    fn encode(&self, buf: &mut BytesMut, t: RequestTrace, request_id: u64, ended: &Ended) {
+        let end = tailmesh_units::unix_nanos_at(ended.ended);
+        let start = end.saturating_sub(tailmesh_units::nanos(ended.latency));
         let span = otlp::open(buf, 2, 2);
         otlp::bytes_field(buf, 1, &t.trace_id.to_be_bytes());
         otlp::bytes_field(buf, 2, &t.span_id.to_be_bytes());
@@ -288,7 +258,12 @@ impl LoadTracer {
         otlp::int_attribute(buf, 9, "request_id", request_id as i64);
         otlp::attribute(buf, 9, "variant", FieldValue::Str(&self.variant));
         otlp::attribute(buf, 9, "hop", FieldValue::Str(SERVICE));
-        if let Some(message) = error {
+        if let Some(place) = ended.stream {
+            // A stream's messages are traces of their own: these find them.
+            otlp::int_attribute(buf, 9, "stream", place.stream as i64);
+            otlp::int_attribute(buf, 9, "stream.message", i64::from(place.message));
+        }
+        if let Some(message) = &ended.error {
             let status = otlp::open(buf, 15, 1);
             if !message.is_empty() {
                 otlp::bytes_field(buf, 2, message.as_bytes());
@@ -323,10 +298,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A request's span, ended, waiting for its decision.
-struct Ended {
-    ended: SystemTime,
-    latency: Duration,
-    error: Option<String>,
+/// How a traced request ended, as its client span records it.
+#[derive(Clone, Debug)]
+pub struct Ended {
+    /// When (wall clock), having lasted `latency` from its intended send
+    /// time.
+    pub ended: SystemTime,
+    pub latency: Duration,
+    /// Its error's message, if it failed.
+    pub error: Option<String>,
+    /// Which message of which stream it was, if one.
+    pub stream: Option<StreamPlace>,
+}
+
+impl Ended {
+    /// A call that ended at `ended` after `latency`, failed with `error`
+    /// when given.
+    pub fn new(ended: SystemTime, latency: Duration, error: Option<&str>) -> Self {
+        Ended {
+            ended,
+            latency,
+            error: error.map(str::to_owned),
+            stream: None,
+        }
+    }
 }
 
 /// The spans waiting for their decisions, by request id, and the order
@@ -425,6 +420,15 @@ mod tests {
 
     use super::*;
 
+    /// An attribute as prost builds it.
+    fn kv(key: &str, value: Value) -> KeyValue {
+        KeyValue {
+            key: key.to_string(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..KeyValue::default()
+        }
+    }
+
     /// The client span of `request_id`, built as prost structs: what the
     /// encoded batch must decode to.
     fn expected(
@@ -436,11 +440,6 @@ mod tests {
     ) -> Span {
         let t = tracer.request(request_id);
         let end = tailmesh_units::unix_nanos_at(ended);
-        let kv = |key: &str, value: Value| KeyValue {
-            key: key.to_string(),
-            value: Some(AnyValue { value: Some(value) }),
-            ..KeyValue::default()
-        };
         Span {
             trace_id: t.trace_id.to_be_bytes().to_vec(),
             span_id: t.span_id.to_be_bytes().to_vec(),
@@ -460,6 +459,37 @@ mod tests {
             }),
             ..Span::default()
         }
+    }
+
+    #[test]
+    fn a_streams_message_carries_its_stream_and_place() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let collector = Collector::new(10_000, None, tmp.path()).expect("collector");
+        let tracer = LoadTracer::new(Arc::clone(&collector), "v", 1.0, 7);
+        let ended = Ended {
+            stream: Some(StreamPlace {
+                stream: 12,
+                message: 7,
+            }),
+            ..Ended::new(SystemTime::now(), Duration::from_micros(5), None)
+        };
+        tracer.record(tracer.request(3), 3, ended);
+        tracer.flush();
+        let span = collector
+            .take()
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .next()
+            .expect("one span");
+        let tail: Vec<&KeyValue> = span.attributes.iter().skip(3).collect();
+        assert_eq!(
+            tail,
+            [
+                &kv("stream", Value::IntValue(12)),
+                &kv("stream.message", Value::IntValue(7))
+            ]
+        );
     }
 
     /// The names of the spans the collector spooled, in order.
@@ -497,7 +527,7 @@ mod tests {
             (u64::from(u32::MAX) * 300, Duration::from_secs(2), None),
         ];
         for (id, latency, error) in cases {
-            tracer.record(tracer.request(id), id, ended, latency, error);
+            tracer.record(tracer.request(id), id, Ended::new(ended, latency, error));
         }
         // Nothing is handed on before the batch fills or is flushed.
         assert_eq!(collector.counts().spans, 0);
@@ -542,18 +572,14 @@ mod tests {
             tracer.record(
                 tracer.request(id),
                 id,
-                ended,
-                Duration::from_micros(5),
-                None,
+                Ended::new(ended, Duration::from_micros(5), None),
             );
         }
         assert_eq!(collector.counts().spans, BATCH_SPANS);
         tracer.record(
             tracer.request(999),
             999,
-            ended,
-            Duration::from_micros(5),
-            None,
+            Ended::new(ended, Duration::from_micros(5), None),
         );
         drop(tracer);
         assert_eq!(collector.counts().spans, BATCH_SPANS + extra + 1);
@@ -570,9 +596,17 @@ mod tests {
         let now = SystemTime::now();
         // One that ended long ago, never decided (a warmup request).
         let old = now - DECISION_WAIT - Duration::from_secs(1);
-        tracer.record(tracer.request(9), 9, old, Duration::from_micros(5), None);
+        tracer.record(
+            tracer.request(9),
+            9,
+            Ended::new(old, Duration::from_micros(5), None),
+        );
         for id in 0..4 {
-            tracer.record(tracer.request(id), id, now, Duration::from_micros(5), None);
+            tracer.record(
+                tracer.request(id),
+                id,
+                Ended::new(now, Duration::from_micros(5), None),
+            );
         }
         tracer.flush();
         assert_eq!(collector.counts().spans, 0, "nothing before a decision");
@@ -601,7 +635,11 @@ mod tests {
         let tracer = LoadTracer::new(Arc::clone(&collector), "v", 0.0, 7);
         let t = tracer.request(1);
         assert!(!t.sampled);
-        tracer.record(t, 1, SystemTime::now(), Duration::from_micros(5), None);
+        tracer.record(
+            t,
+            1,
+            Ended::new(SystemTime::now(), Duration::from_micros(5), None),
+        );
         tracer.flush();
         assert_eq!(collector.counts().spans, 0);
     }

@@ -167,6 +167,42 @@ slow = { probability = 0.05, extra = "30ms" }"#,
         }
     }
 
+    // Each kept trace is one message's, its load generator's span marked
+    // with the message's stream and place, as requests.csv has them.
+    let places: std::collections::HashMap<u64, (u64, u32)> = rows
+        .iter()
+        .filter_map(|r| Some((r.id, r.stream?)))
+        .collect();
+    let traces = jaeger_traces(&run_dir);
+    let mut checked = 0;
+    for trace in &traces {
+        let spans = trace["spans"].as_array().expect("spans");
+        let root = spans
+            .iter()
+            .find(|s| {
+                s["operationName"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("request "))
+            })
+            .expect("the load generator's span");
+        let int = |key: &str| {
+            jaeger_attribute(trace, root, key)
+                .and_then(|v| v.as_i64())
+                .unwrap_or_else(|| panic!("{key} on {root}"))
+        };
+        let id = int("request_id") as u64;
+        if let Some(&(stream, message)) = places.get(&id) {
+            assert_eq!(
+                (int("stream") as u64, int("stream.message") as u32),
+                (stream, message),
+                "{root}"
+            );
+            checked += 1;
+        }
+    }
+    // The slow ones (b's 30 ms) and the failed ones at least.
+    assert!(checked >= 20, "{checked} traces checked:\n{context}");
+
     // Head-of-line blocking is queue wait, where the messages pile up: a
     // message due 20 ms after one b slowed by 30 ms waits about 10 ms in
     // a's line, since a serves it only once b answered the one before;

@@ -8,10 +8,7 @@
 //! orchestrator) connects again for the next variant, until the
 //! orchestrator says the run is over.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{sync::Arc, time::Duration};
 
 use tailmesh_analysis::{instrument, stats};
 use tailmesh_services::{
@@ -34,7 +31,7 @@ use super::frame::{
 use crate::{
     loadgen::{ABANDON, ClientSpans, LoadClock, Target, Tracing, generate},
     record::{RecordSink, RequestRecord},
-    traces::loadgen::RequestTrace,
+    traces::loadgen::{Ended, RequestTrace},
 };
 
 /// How often a generator says it is alive while its load runs.
@@ -269,19 +266,13 @@ async fn prepare(job: &Job) -> Result<Prepared, PrepareError> {
 struct ForwardedSpans(mpsc::UnboundedSender<ClientSpan>);
 
 impl ClientSpans for ForwardedSpans {
-    fn record(
-        &self,
-        _: RequestTrace,
-        id: u64,
-        ended: SystemTime,
-        latency: Duration,
-        error: Option<&str>,
-    ) {
+    /// A stream's place is not forwarded: generators > 1 send no streams.
+    fn record(&self, _: RequestTrace, id: u64, ended: Ended) {
         let _ = self.0.send(ClientSpan {
             id,
-            ended_unix_ns: tailmesh_units::unix_nanos_at(ended),
-            latency,
-            error: error.map(str::to_owned),
+            ended_unix_ns: tailmesh_units::unix_nanos_at(ended.ended),
+            latency: ended.latency,
+            error: ended.error,
         });
     }
 

@@ -698,9 +698,7 @@ impl State {
         tracer.record(
             tracer.request(s.id),
             s.id,
-            ended,
-            s.latency,
-            s.error.as_deref(),
+            crate::traces::loadgen::Ended::new(ended, s.latency, s.error.as_deref()),
         );
     }
 
