@@ -101,7 +101,7 @@ pub fn render_table(summary: &Summary) -> String {
 
 /// What became of a variant's streams, in one line: each message is one
 /// of the requests of the tables above.
-fn streams_line(s: &crate::record::StreamReport) -> String {
+pub(crate) fn streams_line(s: &crate::record::StreamReport) -> String {
     let aborted: u64 = s.aborted.values().sum();
     let mut line = format!(
         "{} opened (warmup's included), {} held to their end, {aborted} broke",

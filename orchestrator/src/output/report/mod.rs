@@ -84,6 +84,7 @@ pub fn render_report(summary: &Summary) -> String {
         );
     }
     out.push_str(&latency_table(&summary.variants));
+    out.push_str(&tables::streams_section(&summary.variants));
     out.push_str(&compounding_table(&summary.variants));
     out.push_str(&super::causes::causes_section(&summary.variants));
     if let Some(sweep) = &summary.sweep {

@@ -33,6 +33,32 @@ pub(super) fn observer_section(variants: &[VariantReport]) -> String {
     )
 }
 
+/// What became of each variant's streams (`[load.streams]`), one line
+/// each, as the terminal says it.
+pub(super) fn streams_section(variants: &[VariantReport]) -> String {
+    let lines: Vec<String> = variants
+        .iter()
+        .filter_map(|v| {
+            let s = v.streams.as_ref()?;
+            Some(format!(
+                "<tr><td>{}</td><td>{}</td></tr>",
+                escape(&v.name),
+                escape(&crate::output::table::streams_line(s))
+            ))
+        })
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<h2>Streams</h2><p class=\"note\">Each message of the load's streams is one of the \
+         requests above; requests.csv's <code>stream</code> column says which message of which \
+         stream a row is (summary.json's <code>streams</code>; docs/streams.md).</p>\
+         <table id=\"streams\"><tr><th>variant</th><th>streams</th></tr>{}</table>",
+        lines.concat()
+    )
+}
+
 pub(super) fn latency_table(variants: &[VariantReport]) -> String {
     let mut out = String::from(
         "<h2>End to end</h2><table id=\"latency\"><tr><th>variant</th><th>sent</th><th>ok</th><th>errors</th><th>timeouts</th><th>rate</th><th>extra requests</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>p99.99</th><th>max</th></tr>",

@@ -100,6 +100,25 @@ fn the_observer_cost_has_a_section_when_measured() {
 }
 
 #[test]
+fn streams_have_a_section_when_the_load_had_them() {
+    let mut s = summary();
+    assert!(!render_report(&s).contains("id=\"streams\""));
+    s.variants[0].streams = Some(crate::record::StreamReport {
+        opened: 5,
+        completed: 4,
+        aborted: [("unavailable".to_owned(), 1)].into_iter().collect(),
+        ..Default::default()
+    });
+    let html = render_report(&s);
+    assert!(
+        html.contains(
+            "<td>5 opened (warmup&#39;s included), 4 held to their end, 1 broke (unavailable 1)"
+        ),
+        "{html}"
+    );
+}
+
+#[test]
 fn an_offered_load_sweep_draws_the_hockey_stick_per_variant() {
     use crate::analysis::sweep::SweepRow;
     let row = |group: &str, value: &str, ok_rate: f64, error_share: f64| SweepRow {
