@@ -66,51 +66,83 @@ work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
     )
 }
 
-fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
-    let scratch = Scratch::shared();
-    // 4 streams of 25 messages at 50 a second each; b fails a tenth of
-    // the messages in band, which must not end their streams, and slows
-    // a twentieth by 30 ms, which holds the next message behind it.
+/// The chain with streams of `kind` at 200 messages a second for 2 s, 4
+/// streams of 25 at once (`load_extra` after those keys), b failing a
+/// tenth of the messages in band and `b_extra` after that: run, and what
+/// holds whatever the kind checked. Every message sent is accounted for,
+/// the failed ones with b's injected error (16 to 64 of 400: 4 sd either
+/// way of 40); no failed message broke its stream, so the 20 streams (450
+/// messages, warmup's 50 included, dealt to 4 slots in turn, 25 a stream)
+/// all held; each hop opened one stream to the next per stream it served;
+/// every answered message went through c, b and a.
+fn twenty_streams(
+    scratch: &Scratch,
+    kind: &str,
+    load_extra: &str,
+    b_extra: &str,
+) -> (Accounted, Vec<Row>) {
+    let load = format!(
+        "rate = 200\nduration = \"2s\"\nwarmup = \"250ms\"\n\n[load.streams]\nstreams = 4\n\
+         messages = 25\n{load_extra}"
+    );
+    let b = format!("error = {{ probability = 0.1, code = \"unavailable\" }}\n{b_extra}");
     let scenario = write(
         scratch.path(),
-        "streams.toml",
-        &chain(
-            "streams",
-            r#"rate = 200
-duration = "2s"
-warmup = "250ms"
-
-[load.streams]
-streams = 4
-messages = 25
-in_flight = 8"#,
-            r#"error = { probability = 0.1, code = "unavailable" }
-slow = { probability = 0.05, extra = "30ms" }"#,
-        ),
+        &format!("{kind}.toml"),
+        &chain_of(kind, kind, &load, &b),
     );
-    let Accounted {
-        run_dir,
-        v,
-        context,
-        ..
-    } = run_accounted(&scratch, &scenario);
-    let v = &v;
+    let run = run_accounted(scratch, &scenario);
+    let (v, context) = (&run.v, &run.context);
     let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
     // 2 s at 200 a second, as a unary open loop would send.
     assert_eq!(sent, 400, "{context}");
-    let errors = errors(v);
-    let unavailable = errors.get("unavailable").copied().unwrap_or(0);
+    let unavailable = errors(v).get("unavailable").copied().unwrap_or(0);
     assert_eq!(sent, ok + unavailable, "{context}");
-    // 10 % of 400: 40 expected; 4 sd either way.
     assert!((16..=64).contains(&unavailable), "{context}");
-
-    // Every stream held, none broken by a message's failure. The 450
-    // messages (warmup's 50 and the measured 400) are dealt to 4 slots in
-    // turn, 25 a stream: each slot opens a stream per 100 messages, the
-    // fifth with the last 50's share.
     let streams = v.pointer("/streams").expect("the streams' report");
     assert_eq!(u64_at(streams, "/opened"), STREAMS, "{context}");
     assert_eq!(u64_at(streams, "/completed"), STREAMS, "{context}");
+    for (caller, hop) in [("loadgen", "a"), ("a/0", "b"), ("b/0", "c")] {
+        assert_eq!(
+            picks_of(v, caller, hop),
+            STREAMS,
+            "picks of {hop}'s replica by {caller}:\n{context}"
+        );
+    }
+    let rows = requests_csv(&run.run_dir);
+    assert_eq!(rows.len() as u64, sent, "{context}");
+    for row in &rows {
+        if row.status == "ok" {
+            let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();
+            assert_eq!(hops, ["c", "b", "a"], "{row:?}");
+        } else {
+            assert!(row.error.contains("injected error at hop \"b\""), "{row:?}");
+        }
+    }
+    (run, rows)
+}
+
+fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
+    let scratch = Scratch::shared();
+    // b fails a tenth of the messages in band, which must not end their
+    // streams, and slows a twentieth by 30 ms, which holds the next
+    // message behind it.
+    let (
+        Accounted {
+            run_dir,
+            v,
+            context,
+            ..
+        },
+        rows,
+    ) = twenty_streams(
+        &scratch,
+        "bidi",
+        "in_flight = 8",
+        "slow = { probability = 0.05, extra = \"30ms\" }",
+    );
+    let v = &v;
+    let streams = v.pointer("/streams").expect("the streams' report");
     assert_eq!(
         streams
             .pointer("/aborted")
@@ -142,10 +174,6 @@ slow = { probability = 0.05, extra = "30ms" }"#,
         "{context}"
     );
 
-    // Each answered message went through a, b and c; a failed one names
-    // b's injected error.
-    let rows = requests_csv(&run_dir);
-    assert_eq!(rows.len() as u64, sent, "{context}");
     // Each row says which message of which stream it is: message k of the
     // one schedule is message (k / 4) % 25 of its slot's stream, and the
     // streams open in the order of their first messages.
@@ -157,14 +185,6 @@ slow = { probability = 0.05, extra = "30ms" }"#,
             Some((stream, ((id / slots) % per) as u32)),
             "{row:?}"
         );
-    }
-    for row in &rows {
-        if row.status == "ok" {
-            let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();
-            assert_eq!(hops, ["c", "b", "a"], "{row:?}");
-        } else {
-            assert!(row.error.contains("injected error at hop \"b\""), "{row:?}");
-        }
     }
 
     // Each kept trace is one message's, its load generator's span marked
@@ -393,55 +413,12 @@ fn server_streams_carry_every_message_from_the_last_hop_at_its_time() {
     let scratch = Scratch::shared();
     // The first test's load as server streams: each of the 20 streams is
     // one request for its messages, which c sends at their times (50 a
-    // second each), b and a relay; b fails a tenth in band.
-    let scenario = write(
-        scratch.path(),
-        "server.toml",
-        &chain_of(
-            "server",
-            "server",
-            r#"rate = 200
-duration = "2s"
-warmup = "250ms"
-
-[load.streams]
-streams = 4
-messages = 25"#,
-            r#"error = { probability = 0.1, code = "unavailable" }"#,
-        ),
-    );
-    let Accounted {
-        run_dir,
-        v,
-        context,
-        ..
-    } = run_accounted(&scratch, &scenario);
+    // second each), b and a relay.
+    let (Accounted { v, context, .. }, _) = twenty_streams(&scratch, "server", "", "");
     let v = &v;
-    let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
-    assert_eq!(sent, 400, "{context}");
-    let unavailable = errors(v).get("unavailable").copied().unwrap_or(0);
-    assert_eq!(sent, ok + unavailable, "{context}");
-    assert!((16..=64).contains(&unavailable), "{context}");
-    // Every stream sent all its messages and ended: none broke.
-    let streams = v.pointer("/streams").expect("the streams' report");
-    assert_eq!(u64_at(streams, "/opened"), STREAMS, "{context}");
-    assert_eq!(u64_at(streams, "/completed"), STREAMS, "{context}");
-    for (caller, hop) in [("loadgen", "a"), ("a/0", "b"), ("b/0", "c")] {
-        assert_eq!(
-            picks_of(v, caller, hop),
-            STREAMS,
-            "picks of {hop}'s replica by {caller}:\n{context}"
-        );
-    }
     // Each message came from c at its time, through b and a: timed from
     // its due time, it took about a trip back up the chain. Sent as they
     // come, not when asked for, so none waits in a line.
-    let rows = requests_csv(&run_dir);
-    assert_eq!(rows.len() as u64, sent, "{context}");
-    for row in rows.iter().filter(|r| r.status == "ok") {
-        let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();
-        assert_eq!(hops, ["c", "b", "a"], "{row:?}");
-    }
     let p50 = u64_at(v, "/latency/p50_us");
     assert!(p50 < 20_000, "p50 {p50} us:\n{context}");
     for name in ["a", "b", "c"] {
@@ -453,60 +430,20 @@ messages = 25"#,
 fn client_streams_answer_every_message_at_their_end_timed_to_where_it_was_done() {
     let scratch = Scratch::shared();
     // The first test's load as client streams: no message is answered
-    // before its stream's end; b fails a tenth, and slows a twentieth by
-    // 30 ms, which holds the next message behind it at b.
-    let scenario = write(
-        scratch.path(),
-        "client.toml",
-        &chain_of(
-            "client",
-            "client",
-            r#"rate = 200
-duration = "2s"
-warmup = "250ms"
-
-[load.streams]
-streams = 4
-messages = 25"#,
-            r#"error = { probability = 0.1, code = "unavailable" }
-slow = { probability = 0.05, extra = "30ms" }"#,
-        ),
+    // before its stream's end; b slows a twentieth by 30 ms, which holds
+    // the next message behind it at b.
+    let (Accounted { v, context, .. }, rows) = twenty_streams(
+        &scratch,
+        "client",
+        "",
+        "slow = { probability = 0.05, extra = \"30ms\" }",
     );
-    let Accounted {
-        run_dir,
-        v,
-        context,
-        ..
-    } = run_accounted(&scratch, &scenario);
     let v = &v;
-    let (sent, ok) = (u64_at(v, "/sent"), u64_at(v, "/ok"));
-    assert_eq!(sent, 400, "{context}");
-    let unavailable = errors(v).get("unavailable").copied().unwrap_or(0);
-    assert_eq!(sent, ok + unavailable, "{context}");
-    assert!((16..=64).contains(&unavailable), "{context}");
-    // A message failed at b does not break its streams.
-    let streams = v.pointer("/streams").expect("the streams' report");
-    assert_eq!(u64_at(streams, "/opened"), STREAMS, "{context}");
-    assert_eq!(u64_at(streams, "/completed"), STREAMS, "{context}");
-    for (caller, hop) in [("loadgen", "a"), ("a/0", "b"), ("b/0", "c")] {
-        assert_eq!(
-            picks_of(v, caller, hop),
-            STREAMS,
-            "picks of {hop}'s replica by {caller}:\n{context}"
-        );
-    }
     // Every answered message reached c, and is timed to when c was done
     // with it: never under c's 1 ms of work, though its stream answered
     // it only at its end, up to half a second later.
-    let rows = requests_csv(&run_dir);
-    assert_eq!(rows.len() as u64, sent, "{context}");
     for row in rows.iter().filter(|r| r.status == "ok") {
-        let hops: Vec<&str> = row.path.iter().map(|(h, _)| h.as_str()).collect();
-        assert_eq!(hops, ["c", "b", "a"], "{row:?}");
         assert!(row.latency_ns >= 1_000_000, "{row:?}");
-    }
-    for row in rows.iter().filter(|r| r.status != "ok") {
-        assert!(row.error.contains("injected error at hop \"b\""), "{row:?}");
     }
     let p50 = u64_at(v, "/latency/p50_us");
     assert!(p50 < 20_000, "p50 {p50} us:\n{context}");
