@@ -10,52 +10,53 @@ use crate::output::svg::escape;
 
 /// What tracing cost in each variant that says, one line each.
 pub(super) fn observer_section(variants: &[VariantReport]) -> String {
-    let lines: Vec<String> = variants
-        .iter()
-        .filter_map(|v| {
-            let o = v.observer.as_ref()?;
-            Some(format!(
-                "<tr><td>{}</td><td>{}</td></tr>",
-                escape(&v.name),
-                escape(&o.line())
-            ))
-        })
-        .collect();
-    if lines.is_empty() {
-        return String::new();
-    }
-    format!(
+    line_section(
+        variants,
+        "observer",
         "<h2>What tracing cost</h2><p class=\"note\">The observer's own CPU while the load ran: \
          the hops recording and exporting spans, and the orchestrator receiving, spooling and \
-         sampling them and making its own (summary.json's <code>observer</code>, per part).</p>\
-         <table id=\"observer\"><tr><th>variant</th><th>observer</th></tr>{}</table>",
-        lines.concat()
+         sampling them and making its own (summary.json's <code>observer</code>, per part).</p>",
+        |v| v.observer.as_ref().map(|o| o.line()),
     )
 }
 
 /// What became of each variant's streams (`[load.streams]`), one line
 /// each, as the terminal says it.
 pub(super) fn streams_section(variants: &[VariantReport]) -> String {
-    let lines: Vec<String> = variants
+    line_section(
+        variants,
+        "streams",
+        "<h2>Streams</h2><p class=\"note\">Each message of the load's streams is one of the \
+         requests above; requests.csv's <code>stream</code> column says which message of which \
+         stream a row is (summary.json's <code>streams</code>; docs/streams.md).</p>",
+        |v| v.streams.as_ref().map(crate::output::table::streams_line),
+    )
+}
+
+/// A table `id` of one line per variant that has one (`line`), under
+/// `head`; nothing when none has.
+fn line_section(
+    variants: &[VariantReport],
+    id: &str,
+    head: &str,
+    line: impl Fn(&VariantReport) -> Option<String>,
+) -> String {
+    let rows: Vec<String> = variants
         .iter()
         .filter_map(|v| {
-            let s = v.streams.as_ref()?;
             Some(format!(
                 "<tr><td>{}</td><td>{}</td></tr>",
                 escape(&v.name),
-                escape(&crate::output::table::streams_line(s))
+                escape(&line(v)?)
             ))
         })
         .collect();
-    if lines.is_empty() {
+    if rows.is_empty() {
         return String::new();
     }
     format!(
-        "<h2>Streams</h2><p class=\"note\">Each message of the load's streams is one of the \
-         requests above; requests.csv's <code>stream</code> column says which message of which \
-         stream a row is (summary.json's <code>streams</code>; docs/streams.md).</p>\
-         <table id=\"streams\"><tr><th>variant</th><th>streams</th></tr>{}</table>",
-        lines.concat()
+        "{head}<table id=\"{id}\"><tr><th>variant</th><th>{id}</th></tr>{}</table>",
+        rows.concat()
     )
 }
 
