@@ -842,9 +842,24 @@ mod tests {
         );
     }
 
+    /// Asserts that each case's service `keys` are refused at `at` (file,
+    /// line, column) with `words`.
+    fn refused_at(cases: &[(&str, &str, &str)]) {
+        for (keys, at, words) in cases {
+            let errors = match parse(&format!("{HEAD}{keys}"), "t.toml") {
+                Ok(_) => panic!("accepted: {keys}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                errors.contains(at) && errors.contains(words),
+                "{keys}: expected {words:?} at {at}:\n{errors}"
+            );
+        }
+    }
+
     #[test]
     fn bad_values_are_reported_at_the_value() {
-        for (keys, at, words) in [
+        refused_at(&[
             ("address = \"nohost\"\n", "t.toml:10:11", "not host:port"),
             ("address = \"h:0\"\n", "t.toml:10:11", "not host:port"),
             ("command = []\n", "t.toml:10:11", "at least the program"),
@@ -899,16 +914,7 @@ mod tests {
                 "t.toml:11:17",
                 "greater than 0",
             ),
-        ] {
-            let errors = match parse(&format!("{HEAD}{keys}"), "t.toml") {
-                Ok(_) => panic!("accepted: {keys}"),
-                Err(e) => e.to_string(),
-            };
-            assert!(
-                errors.contains(at) && errors.contains(words),
-                "{keys}: expected {words:?} at {at}:\n{errors}"
-            );
-        }
+        ]);
     }
 
     #[test]
@@ -931,7 +937,7 @@ mod tests {
             Requests::List(vec![r#"{"message":"a"}"#.to_owned(), "{}".to_owned()])
         );
         assert_eq!(s.replies, None);
-        for (keys, at, words) in [
+        refused_at(&[
             (
                 "command = [\"x\"]\nrequest = '{}'\nrequests = '[{}]'\n",
                 "t.toml:12:1",
@@ -987,16 +993,7 @@ mod tests {
                 "t.toml:11:11",
                 "replies",
             ),
-        ] {
-            let errors = match parse(&format!("{HEAD}{keys}"), "t.toml") {
-                Ok(_) => panic!("accepted: {keys}"),
-                Err(e) => e.to_string(),
-            };
-            assert!(
-                errors.contains(at) && errors.contains(words),
-                "{keys}: expected {words:?} at {at}:\n{errors}"
-            );
-        }
+        ]);
     }
 
     #[test]
