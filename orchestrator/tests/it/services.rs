@@ -811,8 +811,9 @@ fn the_python_example_joins_the_trace_under_its_sidecar() {
     assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
     let traces = jaeger_traces(&accounted.run_dir);
     assert!(!traces.is_empty(), "{context}");
-    // In every trace with a span of the service, that span's parent is a
-    // span of the sidecar (hop-b).
+    // In every trace with a span of the service, that span's parent is the
+    // sidecar's (hop-b's) client span of the call, child of its server
+    // span.
     let mut under_sidecar = 0;
     for trace in &traces {
         let spans = trace["spans"].as_array().expect("spans");
@@ -823,17 +824,28 @@ fn the_python_example_joins_the_trace_under_its_sidecar() {
                 .unwrap_or_default()
                 .to_owned()
         };
-        for span in spans.iter().filter(|s| service_of(s) == "hop-b-service") {
+        let parent_of = |span: &Value| {
             let parent = span["references"]
                 .as_array()
                 .and_then(|r| r.first())
                 .and_then(|r| r["spanID"].as_str())
-                .unwrap_or_else(|| panic!("the service's span has no parent: {span:#}"));
-            let parent = spans
+                .unwrap_or_else(|| panic!("the span has no parent: {span:#}"))
+                .to_owned();
+            spans
                 .iter()
-                .find(|s| s["spanID"] == parent)
-                .unwrap_or_else(|| panic!("its parent {parent} is not in the trace"));
-            assert_eq!(service_of(parent), "hop-b", "{span:#}");
+                .find(|s| s["spanID"] == parent.as_str())
+                .unwrap_or_else(|| panic!("its parent {parent} is not in the trace"))
+        };
+        for span in spans.iter().filter(|s| service_of(s) == "hop-b-service") {
+            let client = parent_of(span);
+            assert_eq!(service_of(client), "hop-b", "{span:#}");
+            assert_eq!(
+                client["operationName"], "b -> tailmesh.examples.v1.Echo.Echo",
+                "{client:#}"
+            );
+            let server = parent_of(client);
+            assert_eq!(service_of(server), "hop-b", "{client:#}");
+            assert_ne!(server["spanID"], client["spanID"]);
             under_sidecar += 1;
         }
     }
