@@ -184,6 +184,76 @@ pub(super) fn service(
     })
 }
 
+/// Reports, at its key, `requests` or `replies` that a hop's method does
+/// not take, where the method's kind can be known before the run: its
+/// schema is in `.proto` files that compile. (Through reflection it is
+/// known once the service answers: the hop's start refuses it then; so
+/// does it a schema that does not compile or lacks the method.) `root` is
+/// the scenario's tree, where the keys are found; each hop of `hops` (every
+/// variant's) is checked once per hop and key.
+pub(super) fn method_kinds<'a>(
+    root: &Table,
+    hops: impl IntoIterator<Item = &'a super::model::Hop>,
+    p: &mut Problems,
+) {
+    let mut reported = std::collections::HashSet::new();
+    for hop in hops {
+        let Some(service) = &hop.service else {
+            continue;
+        };
+        if service.proto.is_empty()
+            || (matches!(service.request, Requests::One(_)) && service.replies.is_none())
+        {
+            continue;
+        }
+        let resolve = |paths: &[PathBuf]| -> Vec<PathBuf> {
+            paths.iter().map(|p| service.resolve(p)).collect()
+        };
+        let Ok(kind) = tailmesh_services::hop::method_kind_in(
+            &resolve(&service.proto),
+            &resolve(&service.proto_include),
+            &service.method,
+        ) else {
+            continue;
+        };
+        let Some((key, why)) = kind.refuses(&service.request, service.replies) else {
+            continue;
+        };
+        if !reported.insert((hop.name.clone(), key)) {
+            continue;
+        }
+        let message = format!(
+            "hop \"{}\": service.{key} for {}: {why} (its kind, from {})",
+            hop.name,
+            service.method,
+            service.schema_source()
+        );
+        match service_key_at(root, &hop.name, key) {
+            Some(at) => p.at(at, message),
+            None => p.nowhere(message),
+        }
+    }
+}
+
+/// Where `[hop.service]`'s `key` of the hop named `hop` is in `root`.
+fn service_key_at(root: &Table, hop: &str, key: &str) -> Option<usize> {
+    let Value::Array(hops) = &root.get("hop")?.node.value else {
+        return None;
+    };
+    hops.iter().find_map(|node| {
+        let Value::Table(table) = &node.value else {
+            return None;
+        };
+        let named = matches!(&table.get("name")?.node.value, Value::String(n) if n == hop);
+        let Value::Table(service) = &table.get("service")?.node.value else {
+            return None;
+        };
+        named
+            .then(|| service.get(key).map(|e| e.key_span.start))
+            .flatten()
+    })
+}
+
 /// `image = "name[:tag]"`: the container image `tailmesh compose` and
 /// `tailmesh k8s` run `command` in, beside the replica's sidecar.
 fn image(s: &Section<'_>, p: &mut Problems) -> Option<String> {
@@ -1081,6 +1151,67 @@ mod tests {
         let direct = problems(keys, "command = [\"srv\"]\ndirect = true\n", "");
         assert_eq!(direct.len(), 4, "{direct:?}");
         assert!(direct.iter().all(|m| m.contains("service.direct = true")));
+    }
+
+    #[test]
+    fn requests_or_replies_the_methods_kind_refuses_are_located_when_its_schema_is_in_files() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers/echo.proto");
+        let load = |method: &str, keys: &str, proto: &Path| {
+            let text = format!(
+                "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n\
+                 [[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"x\"]\n\
+                 method = \"tailmesh.examples.v1.Echo/{method}\"\nproto = [{:?}]\n{keys}",
+                proto.display().to_string()
+            );
+            let path = dir.path().join("s.toml");
+            std::fs::write(&path, text).expect("write the scenario");
+            crate::scenario::load(&path)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        let refused = load("Echo", "requests = [{}]\n", &proto).expect_err("unary");
+        assert!(
+            refused.contains("s.toml:12:1")
+                && refused.contains(
+                    "hop \"b\": service.requests for tailmesh.examples.v1.Echo/Echo: a unary \
+                     method takes one request message; give it as request"
+                ),
+            "{refused}"
+        );
+        let refused = load(
+            "EchoClientStream",
+            "requests = [{}, {}]\nreplies = 1\n",
+            &proto,
+        )
+        .expect_err("one reply");
+        assert!(
+            refused.contains("s.toml:13:1")
+                && refused
+                    .contains("service.replies for tailmesh.examples.v1.Echo/EchoClientStream"),
+            "{refused}"
+        );
+        let refused =
+            load("EchoServerStream", "requests = [{}, {}]\n", &proto).expect_err("one request");
+        assert!(refused.contains("not a list of 2"), "{refused}");
+        // What the kind takes; and what only the hop's start can tell (no
+        // such file, no such method).
+        for (method, keys, proto) in [
+            (
+                "EchoStream",
+                "requests = [{}, {}]\nreplies = 2\n",
+                proto.as_path(),
+            ),
+            ("EchoServerStream", "requests = [{}]\nreplies = 3\n", &proto),
+            (
+                "Echo",
+                "requests = [{}]\n",
+                Path::new("/nowhere/echo.proto"),
+            ),
+            ("Shout", "requests = [{}]\n", &proto),
+        ] {
+            assert_eq!(load(method, keys, proto), Ok(()), "{method} {keys}");
+        }
     }
 
     #[test]

@@ -197,7 +197,7 @@ fn the_probe_prints_a_streams_replies_one_a_line_and_checks_their_count() {
             METHOD,
             &["--requests", requests][..],
             "requests for tailmesh.examples.v1.Echo/Echo: a unary method takes one request \
-             message, not a list of 3",
+             message; give it as request",
         ),
         (
             METHOD,

@@ -181,12 +181,21 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
             &["transport cannot go with service.direct = true"],
         ),
         (
+            "[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"tailmesh.examples.v1.Echo/Echo\"\nproto = [ECHO_PROTO]\nrequests = [{}, {}]\n",
+            "s.toml:12:1",
+            &[
+                "hop \"b\": service.requests for tailmesh.examples.v1.Echo/Echo",
+                "a unary method takes one request message",
+            ],
+        ),
+        (
             "[[hop]]\nname = \"b\"\nnet = { loss = 0.01 }\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\n",
             "s.toml:9:6",
             &["hop \"b\"", "not supported yet with the netns launcher"],
         ),
     ];
     for (hop, at, words) in cases {
+        let hop = hop.replace("ECHO_PROTO", &format!("{:?}", echo_proto_str()));
         let (code, text) = validate(dir.path(), &format!("{head}{hop}"));
         assert_eq!(code, Some(2), "{hop}\n{text}");
         assert!(

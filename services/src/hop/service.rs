@@ -398,47 +398,74 @@ impl ServiceClient {
     }
 }
 
-/// Whether `call`'s request messages and `replies` fit a method of `kind`:
-/// a list of `requests` is a client-streaming or bidirectional method's,
-/// `replies` a server-streaming or bidirectional one's.
+/// Whether `call`'s request messages and `replies` fit a method of `kind`
+/// (see [`MethodKind::refuses`]).
 fn fits_kind(call: &ServiceCall, kind: MethodKind) -> Result<(), ServiceError> {
-    let refuse = |key, why: String| ServiceError::MethodKind {
-        key,
-        method: call.method.clone(),
-        why,
-    };
-    let streams_requests = matches!(kind, MethodKind::ClientStreaming | MethodKind::Bidi);
-    match &call.request {
-        Requests::List(list) if !streams_requests && list.len() != 1 => {
-            return Err(refuse(
-                "requests",
+    match kind.refuses(&call.request, call.replies) {
+        None => Ok(()),
+        Some((key, why)) => Err(ServiceError::MethodKind {
+            key,
+            method: call.method.clone(),
+            why,
+        }),
+    }
+}
+
+impl MethodKind {
+    /// The key (`requests` or `replies`) a method of this kind does not
+    /// take as given, and why: a list of `requests` is a client-streaming
+    /// or bidirectional method's (a server-streaming one takes a list of
+    /// one), `replies` a server-streaming or bidirectional one's.
+    pub fn refuses(
+        self,
+        request: &Requests,
+        replies: Option<u32>,
+    ) -> Option<(&'static str, String)> {
+        let streams_requests = matches!(self, MethodKind::ClientStreaming | MethodKind::Bidi);
+        match request {
+            Requests::List(_) if self == MethodKind::Unary => {
+                return Some((
+                    "requests",
+                    "a unary method takes one request message; give it as request".to_owned(),
+                ));
+            }
+            Requests::List(list) if !streams_requests && list.len() != 1 => {
+                return Some((
+                    "requests",
+                    format!(
+                        "a {} method takes one request message, not a list of {}; give it as \
+                         request",
+                        self.name(),
+                        list.len()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        (replies.is_some() && !self.streams_replies()).then(|| {
+            (
+                "replies",
                 format!(
-                    "a {} method takes one request message, not a list of {}; give it as \
-                     request",
-                    kind.name(),
-                    list.len()
+                    "a {} method answers with one message; replies counts a server-streaming \
+                     or bidirectional method's",
+                    self.name()
                 ),
-            ));
-        }
-        Requests::List(_) if kind == MethodKind::Unary => {
-            return Err(refuse(
-                "requests",
-                "a unary method takes one request message; give it as request".to_owned(),
-            ));
-        }
-        _ => {}
+            )
+        })
     }
-    if call.replies.is_some() && !kind.streams_replies() {
-        return Err(refuse(
-            "replies",
-            format!(
-                "a {} method answers with one message; replies counts a server-streaming \
-                 or bidirectional method's",
-                kind.name()
-            ),
-        ));
-    }
-    Ok(())
+}
+
+/// The kind of `method` (`package.Service/Method`) in the `.proto` files
+/// `proto`, with import paths `include`: what can be known of a method
+/// before its service runs.
+pub fn method_kind_in(
+    proto: &[PathBuf],
+    include: &[PathBuf],
+    method: &str,
+) -> Result<MethodKind, ServiceError> {
+    let (service, name) = split_method(method)?;
+    let pool = compile(proto, include)?;
+    Ok(MethodKind::of(&find_method(&pool, service, name)?))
 }
 
 /// `call`'s request messages as `method`'s input, encoded and framed one
