@@ -139,6 +139,21 @@ fn the_probe_prints_a_streams_replies_one_a_line_and_checks_their_count() {
         "{}",
         done.output()
     );
+    // The stream carried the deadline, the trace context and the metadata
+    // (the `-blue` above), as a unary call does.
+    for reply in &replies {
+        let left: i64 = reply["deadlineLeftUs"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .expect("deadlineLeftUs");
+        assert!(left > 0 && left <= 2_000_000, "{left} us left of 2 s");
+        assert!(
+            reply["traceparent"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("00-")),
+            "{reply}"
+        );
+    }
     assert!(
         done.stderr
             .contains("OK: tailmesh.examples.v1.Echo.EchoStream")

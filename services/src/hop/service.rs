@@ -343,20 +343,20 @@ impl ServiceClient {
             Ok(())
         };
         let call = async {
-            let unsent = |(LinkError::Unsent(status) | LinkError::Failed(status))| status;
+            let status_of = |(LinkError::Unsent(status) | LinkError::Failed(status))| status;
             if self.kind == MethodKind::Unary {
                 let (headers, body) = self
                     .link
                     .call_framed(self.framed.clone(), timeout, traceparent, extra)
                     .await
-                    .map_err(unsent)?;
+                    .map_err(status_of)?;
                 take(body)?;
                 Ok(headers)
             } else {
                 self.link
                     .call_streaming(self.framed.clone(), timeout, traceparent, extra, take)
                     .await
-                    .map_err(unsent)
+                    .map_err(status_of)
             }
         };
         let headers = match timeout {
