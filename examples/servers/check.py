@@ -4,7 +4,8 @@
 For each implementation: starts it on a free 127.0.0.1 port, waits for
 grpc.health.v1 SERVING (with a deadline), then checks the echo, the work
 time, a failure on request, the deadline it reports, the `traceparent` it
-echoes, server reflection, and that SIGTERM stops it. The Python server is
+echoes, the streaming echoes, server reflection, and that SIGTERM stops
+it. The Python server is
 also checked to export its span under the incoming trace to an OTLP
 collector this script runs, and to flush it on SIGTERM. Prints one line per
 check and a closing "N passed, N failed"; exits 1 on any failure.
@@ -333,6 +334,8 @@ def checks(impl, server, res):
     except grpc.RpcError as e:
         res.check(impl, "traceparent echoed", False, f"{e.code().name}: {e.details()}")
 
+    check_streams(impl, echo, res)
+
     try:
         names = list_services(server.channel, "v1alpha")
         files = file_for_symbol(server.channel)
@@ -353,6 +356,50 @@ def checks(impl, server, res):
             # grpcio and Debian's C++ gRPC 1.51 serve v1alpha only.
             print(f"--   {impl:6} reflection v1: not served ({e.code().name}), v1alpha only",
                   flush=True)
+
+
+def check_streams(impl, echo, res):
+    """The streaming echoes: each request message answered in order with
+    its work, a server stream's `replies`, a client stream's one reply,
+    and a message's `fail_code` ending the stream with its status."""
+    md = (("traceparent", TRACEPARENT),)
+    try:
+        sent = [echo_pb2.EchoRequest(message=m, work_us=2000) for m in ("a", "b", "c")]
+        got = list(echo.EchoStream(iter(sent), timeout=10.0, metadata=md))
+        seen = [(r.message, r.received) for r in got]
+        res.check(impl, "EchoStream answers each message in order",
+                  seen == [("a", 1), ("b", 2), ("c", 3)]
+                  and all(r.worked_us >= 2000 and r.traceparent == TRACEPARENT for r in got),
+                  f"{seen}, worked {[r.worked_us for r in got]} us")
+    except grpc.RpcError as e:
+        res.check(impl, "EchoStream answers each message in order", False,
+                  f"{e.code().name}: {e.details()}")
+    try:
+        got = list(echo.EchoServerStream(echo_pb2.EchoRequest(message="s", replies=3),
+                                         timeout=10.0))
+        res.check(impl, "EchoServerStream sends `replies` replies",
+                  [r.message for r in got] == ["s"] * 3, f"{len(got)} replies")
+    except grpc.RpcError as e:
+        res.check(impl, "EchoServerStream sends `replies` replies", False,
+                  f"{e.code().name}: {e.details()}")
+    try:
+        r = echo.EchoClientStream(iter([echo_pb2.EchoRequest(message=m) for m in ("p", "q")]),
+                                  timeout=10.0)
+        res.check(impl, "EchoClientStream answers once", r.message == "p q" and r.received == 2,
+                  f"message {r.message!r}, received {r.received}")
+    except grpc.RpcError as e:
+        res.check(impl, "EchoClientStream answers once", False, f"{e.code().name}: {e.details()}")
+    got = []
+    try:
+        failing = [echo_pb2.EchoRequest(message="a"),
+                   echo_pb2.EchoRequest(message="b", fail_code=grpc.StatusCode.NOT_FOUND.value[0])]
+        for r in echo.EchoStream(iter(failing), timeout=10.0):
+            got.append(r.message)
+        res.check(impl, "EchoStream fail_code ends the stream", False, f"answered OK: {got}")
+    except grpc.RpcError as e:
+        res.check(impl, "EchoStream fail_code ends the stream",
+                  e.code() == grpc.StatusCode.NOT_FOUND and got == ["a"],
+                  f"status {e.code().name} after replies {got}")
 
 
 def check_flush_on_sigterm(res):

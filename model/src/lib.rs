@@ -172,19 +172,24 @@ pub enum Work {
 }
 
 /// A real gRPC service a hop calls as its work, in place of synthetic
-/// work (`[hop.service]`): one unary call per request, made before the
-/// hop calls its downstream hops, carrying the request's deadline and
-/// `traceparent`. Its answer code is the hop's; its time is the hop's
-/// service time.
+/// work (`[hop.service]`): one call of the method's kind (unary, server,
+/// client or bidirectional streaming) per request, made before the hop
+/// calls its downstream hops, carrying the request's deadline and
+/// `traceparent`. Its answer code is the hop's; its time, until the
+/// service's last reply and status, is the hop's service time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServiceCall {
     /// Where this replica's service listens (`host:port`).
     pub address: String,
     /// The full method name, `package.Service/Method`.
     pub method: String,
-    /// The request message in protobuf's JSON mapping, encoded once
-    /// against the service's own schema.
-    pub request: String,
+    /// The request message or messages in protobuf's JSON mapping, each
+    /// encoded once against the service's own schema.
+    pub request: Requests,
+    /// How many reply messages each call must get; `None`: any number
+    /// (a unary or client-streaming method's one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replies: Option<u32>,
     /// `.proto` files that define the method; empty: the service's
     /// server reflection (v1, then v1alpha).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -202,6 +207,32 @@ pub struct ServiceCall {
     /// from the reply's `tm-hop-bin` header.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub layered: bool,
+}
+
+/// A service call's request messages, each a JSON object in protobuf's
+/// JSON mapping: one (`request`), or a list sent in order (`requests`, a
+/// streaming method's; one only a streaming method takes).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Requests {
+    One(String),
+    List(Vec<String>),
+}
+
+impl Requests {
+    /// The messages, in the order they are sent.
+    pub fn messages(&self) -> &[String] {
+        match self {
+            Requests::One(one) => std::slice::from_ref(one),
+            Requests::List(list) => list,
+        }
+    }
+}
+
+impl From<&str> for Requests {
+    fn from(json: &str) -> Self {
+        Requests::One(json.to_owned())
+    }
 }
 
 /// Per-request injected slowness: with `probability`, add a delay drawn

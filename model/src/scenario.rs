@@ -673,8 +673,12 @@ pub struct HopService {
     pub source: ServiceSource,
     /// The full method name, `package.Service/Method`.
     pub method: String,
-    /// The request message as JSON (an inline TOML table converted).
-    pub request: String,
+    /// The request message or messages as JSON (inline TOML tables
+    /// converted).
+    pub request: crate::Requests,
+    /// How many reply messages each call must get (`replies`); `None`: any
+    /// number.
+    pub replies: Option<u32>,
     /// `.proto` files that define the method, relative to `dir`; empty:
     /// the service's server reflection.
     pub proto: Vec<std::path::PathBuf>,
@@ -730,6 +734,7 @@ impl HopService {
             address,
             method: self.method.clone(),
             request: self.request.clone(),
+            replies: self.replies,
             proto: self.proto.iter().map(|p| self.resolve(p)).collect(),
             proto_include: self.proto_include.iter().map(|p| self.resolve(p)).collect(),
             metadata: self.metadata.clone(),

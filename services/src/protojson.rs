@@ -6,9 +6,13 @@
 //! Supported: every scalar type, enums by name or number, nested messages,
 //! repeated fields, maps, `bytes` as base64 (standard or URL-safe, padding
 //! optional), 64-bit integers as strings or numbers, `NaN` and
-//! `Infinity` as strings, `null` for "not set". Well-known types
-//! (`google.protobuf.Timestamp`, wrappers, `Struct`, `Any`) are read as
-//! the plain messages they are, not in their special JSON forms.
+//! `Infinity` as strings, `null` for "not set". The well-known types whose
+//! JSON form is not their message's (`Timestamp` as RFC 3339, `Duration`
+//! as `"1.5s"`, the wrappers as their value, `Struct`, `Value`,
+//! `ListValue`, `FieldMask`, and `Any` with its `@type` found in the
+//! schema at hand) are read and written in those forms by prost-reflect's
+//! own JSON mapping, which this parser hands the value to: an error there
+//! is located at the value's start.
 
 use std::collections::HashMap;
 
@@ -360,11 +364,75 @@ fn fail(path: &[Step], pos: Pos, message: impl Into<String>) -> JsonError {
     }
 }
 
+/// The well-known types whose JSON form is not the JSON of their message.
+const WELL_KNOWN: &[&str] = &[
+    "google.protobuf.Any",
+    "google.protobuf.Timestamp",
+    "google.protobuf.Duration",
+    "google.protobuf.FieldMask",
+    "google.protobuf.Struct",
+    "google.protobuf.Value",
+    "google.protobuf.ListValue",
+    "google.protobuf.DoubleValue",
+    "google.protobuf.FloatValue",
+    "google.protobuf.Int64Value",
+    "google.protobuf.UInt64Value",
+    "google.protobuf.Int32Value",
+    "google.protobuf.UInt32Value",
+    "google.protobuf.BoolValue",
+    "google.protobuf.StringValue",
+    "google.protobuf.BytesValue",
+];
+
+fn is_well_known(desc: &MessageDescriptor) -> bool {
+    WELL_KNOWN.contains(&desc.full_name())
+}
+
+/// `json` as a well-known type's JSON form, read by prost-reflect's JSON
+/// mapping (unknown fields refused); its error located at `json`'s start.
+fn well_known(
+    desc: &MessageDescriptor,
+    json: &Json,
+    path: &[Step],
+) -> Result<DynamicMessage, JsonError> {
+    DynamicMessage::deserialize(desc.clone(), plain_json(json)).map_err(|e| {
+        fail(
+            path,
+            json.pos,
+            format!("not a {} in its JSON form: {e}", desc.full_name()),
+        )
+    })
+}
+
+/// `json` as a `serde_json` value: numbers as written (a number serde_json
+/// cannot hold is passed as its text, which the mapping then refuses).
+fn plain_json(json: &Json) -> serde_json::Value {
+    use serde_json::Value as J;
+    match &json.value {
+        JsonValue::Null => J::Null,
+        JsonValue::Bool(b) => J::Bool(*b),
+        JsonValue::Number(text) => text
+            .parse::<serde_json::Number>()
+            .map_or_else(|_| J::String(text.clone()), J::Number),
+        JsonValue::String(text) => J::String(text.clone()),
+        JsonValue::Array(items) => J::Array(items.iter().map(plain_json).collect()),
+        JsonValue::Object(members) => J::Object(
+            members
+                .iter()
+                .map(|(key, _, value)| (key.clone(), plain_json(value)))
+                .collect(),
+        ),
+    }
+}
+
 fn to_message(
     desc: &MessageDescriptor,
     json: &Json,
     path: &mut Vec<Step>,
 ) -> Result<DynamicMessage, JsonError> {
+    if is_well_known(desc) {
+        return well_known(desc, json, path);
+    }
     let JsonValue::Object(members) = &json.value else {
         return Err(fail(
             path,
@@ -399,7 +467,11 @@ fn to_message(
         if seen.insert(field.number(), *key_pos).is_some() {
             return Err(fail(path, *key_pos, "given twice"));
         }
-        if matches!(value.value, JsonValue::Null) {
+        // `null` leaves a field unset, but for a `google.protobuf.Value`,
+        // whose JSON null is a value.
+        let holds_null =
+            matches!(field.kind(), Kind::Message(m) if m.full_name() == "google.protobuf.Value");
+        if matches!(value.value, JsonValue::Null) && !holds_null {
             path.pop();
             continue;
         }
@@ -666,6 +738,11 @@ fn value_json(kind: &Kind, value: &Value) -> serde_json::Value {
                 .map_or_else(|| J::from(*n), |v| J::String(v.name().to_owned())),
             _ => J::from(*n),
         },
+        Value::Message(m) if is_well_known(&m.descriptor()) => {
+            let every_field = prost_reflect::SerializeOptions::new().skip_default_fields(false);
+            m.serialize_with_options(serde_json::value::Serializer, &every_field)
+                .unwrap_or_else(|_| to_json(m))
+        }
         Value::Message(m) => to_json(m),
         Value::List(items) => J::Array(items.iter().map(|v| value_json(kind, v)).collect()),
         Value::Map(map) => {
@@ -850,5 +927,127 @@ mod tests {
         }
         let deep = "[".repeat(200);
         assert!(err(&deep).message.contains("nested deeper"));
+    }
+
+    const WKT_PROTO: &str = r#"
+        syntax = "proto3";
+        package w;
+        import "google/protobuf/any.proto";
+        import "google/protobuf/duration.proto";
+        import "google/protobuf/struct.proto";
+        import "google/protobuf/timestamp.proto";
+        import "google/protobuf/wrappers.proto";
+        message Inner { string name = 1; }
+        message Wkt {
+          google.protobuf.Timestamp at = 1;
+          google.protobuf.Duration took = 2;
+          google.protobuf.Int64Value big = 3;
+          google.protobuf.StringValue label = 4;
+          google.protobuf.Struct attrs = 5;
+          google.protobuf.Value nothing = 6;
+          google.protobuf.Any boxed = 7;
+          repeated google.protobuf.Timestamp ats = 8;
+        }
+    "#;
+
+    fn wkt() -> MessageDescriptor {
+        struct Wkt;
+        impl FileResolver for Wkt {
+            fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+                match name {
+                    "w.proto" => File::from_source(name, WKT_PROTO),
+                    _ => Err(protox::Error::file_not_found(name)),
+                }
+            }
+        }
+        let mut files = protox::file::ChainFileResolver::new();
+        files.add(Wkt);
+        files.add(protox::file::GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(files);
+        compiler.open_file("w.proto").expect("w.proto compiles");
+        compiler
+            .descriptor_pool()
+            .get_message_by_name("w.Wkt")
+            .expect("w.Wkt")
+    }
+
+    #[test]
+    fn well_known_types_are_read_and_written_in_their_json_forms() {
+        let desc = wkt();
+        let text = r#"{
+            "at": "1972-01-01T10:00:20.021Z",
+            "took": "1.500s",
+            "big": "9007199254740993",
+            "label": "hi",
+            "attrs": {"k": [1, "two", null, {"x": true}]},
+            "nothing": null,
+            "boxed": {"@type": "type.googleapis.com/w.Inner", "name": "in"},
+            "ats": ["2024-02-29T00:00:00Z"]
+        }"#;
+        let message = parse_message(&desc, text).unwrap_or_else(|e| panic!("{e}"));
+        let field = |name: &str| {
+            let Value::Message(m) = message.get_field_by_name(name).expect(name).into_owned()
+            else {
+                panic!("{name} is not a message");
+            };
+            m
+        };
+        let get =
+            |m: &DynamicMessage, name: &str| m.get_field_by_name(name).expect(name).into_owned();
+        let at = field("at");
+        assert_eq!(
+            (get(&at, "seconds"), get(&at, "nanos")),
+            (Value::I64(63_108_020), Value::I32(21_000_000))
+        );
+        let took = field("took");
+        assert_eq!(
+            (get(&took, "seconds"), get(&took, "nanos")),
+            (Value::I64(1), Value::I32(500_000_000))
+        );
+        assert_eq!(
+            get(&field("big"), "value"),
+            Value::I64(9_007_199_254_740_993)
+        );
+        assert!(message.has_field_by_name("nothing"), "null is a Value");
+        // Written back in the same forms.
+        let json = to_json(&message);
+        assert_eq!(json["at"], "1972-01-01T10:00:20.021Z", "{json}");
+        assert_eq!(json["took"], "1.500s", "{json}");
+        assert_eq!(json["big"], "9007199254740993", "{json}");
+        assert_eq!(json["label"], "hi", "{json}");
+        assert_eq!(json["attrs"]["k"][3]["x"], true, "{json}");
+        assert_eq!(json["nothing"], serde_json::Value::Null, "{json}");
+        assert_eq!(
+            json["boxed"]["@type"], "type.googleapis.com/w.Inner",
+            "{json}"
+        );
+        assert_eq!(json["boxed"]["name"], "in", "{json}");
+        assert_eq!(json["ats"][0], "2024-02-29T00:00:00Z", "{json}");
+        // A value not in its form is refused where it starts.
+        for (text, field, words) in [
+            (
+                r#"{"at": "yesterday"}"#,
+                "at",
+                "not a google.protobuf.Timestamp",
+            ),
+            (r#"{"took": 5}"#, "took", "not a google.protobuf.Duration"),
+            (
+                r#"{"boxed": {"@type": "type.googleapis.com/w.Nope"}}"#,
+                "boxed",
+                "not a google.protobuf.Any",
+            ),
+            (
+                "{\n  \"ats\": [\"2024-02-30T00:00:00Z\"]}",
+                "ats[0]",
+                "not a google.protobuf.Timestamp",
+            ),
+        ] {
+            let e = parse_message(&desc, text).expect_err(text);
+            assert_eq!(e.field, field, "{text}: {e}");
+            assert!(e.message.contains(words), "{text}: {e}");
+        }
+        let e =
+            parse_message(&desc, "{\n  \"ats\": [\"2024-02-30T00:00:00Z\"]}").expect_err("Feb 30");
+        assert_eq!((e.line, e.column), (2, 11), "{e}");
     }
 }

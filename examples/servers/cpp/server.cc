@@ -1,16 +1,18 @@
 // The C++ example server: tailmesh.examples.v1.Echo over Debian's gRPC 1.51.
 //
-// Works (busy or asleep) for a call's `work_us`, answers `fail_code` as the
-// call's status when it is set, and reports the time left before the call's
-// deadline and the `traceparent` it carried. Serves grpc.health.v1 (the
-// default health service) and server reflection (v1alpha, all 1.51 has). See
-// ../README.md for the flags and the environment.
+// Works (busy or asleep) for each request message's `work_us` (Echo and its
+// streaming forms), answers `fail_code` as the call's status when it is set,
+// and reports the time left before the call's deadline and the `traceparent`
+// it carried. Serves grpc.health.v1 (the default health service) and server
+// reflection (v1alpha, all 1.51 has). See ../README.md for the flags and the
+// environment.
 
 #include <grpc/support/time.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -25,6 +27,9 @@
 namespace {
 
 constexpr const char* kService = "tailmesh.examples.v1.Echo";
+
+using tailmesh::examples::v1::EchoReply;
+using tailmesh::examples::v1::EchoRequest;
 
 struct Options {
   std::string host = "127.0.0.1";
@@ -90,16 +95,76 @@ class EchoService final : public tailmesh::examples::v1::Echo::Service {
  public:
   EchoService(uint32_t default_work_us, bool sleep) : default_work_us_(default_work_us), sleep_(sleep) {}
 
-  grpc::Status Echo(grpc::ServerContext* ctx, const tailmesh::examples::v1::EchoRequest* req,
-                    tailmesh::examples::v1::EchoReply* reply) override {
-    const int64_t deadline_left_us = DeadlineLeftUs(ctx);
+  grpc::Status Echo(grpc::ServerContext* ctx, const EchoRequest* req, EchoReply* reply) override {
+    return Answer(Saw(ctx), *req, 1, reply);
+  }
+
+  grpc::Status EchoStream(grpc::ServerContext* ctx,
+                          grpc::ServerReaderWriter<EchoReply, EchoRequest>* stream) override {
+    const Seen seen = Saw(ctx);
+    EchoRequest req;
+    for (uint32_t received = 1; stream->Read(&req); ++received) {
+      EchoReply reply;
+      if (grpc::Status status = Answer(seen, req, received, &reply); !status.ok()) return status;
+      stream->Write(reply);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status EchoServerStream(grpc::ServerContext* ctx, const EchoRequest* req,
+                                grpc::ServerWriter<EchoReply>* writer) override {
+    const Seen seen = Saw(ctx);
+    for (uint32_t i = 0; i < std::max<uint32_t>(1, req->replies()); ++i) {
+      EchoReply reply;
+      if (grpc::Status status = Answer(seen, *req, 1, &reply); !status.ok()) return status;
+      writer->Write(reply);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status EchoClientStream(grpc::ServerContext* ctx, grpc::ServerReader<EchoRequest>* reader,
+                                EchoReply* reply) override {
+    const Seen seen = Saw(ctx);
+    EchoRequest req;
+    std::string message;
+    uint64_t worked_us = 0;
+    uint32_t received = 0;
+    while (reader->Read(&req)) {
+      EchoReply one;
+      if (grpc::Status status = Answer(seen, req, 0, &one); !status.ok()) return status;
+      message += (received++ == 0 ? "" : " ") + req.message();
+      worked_us += one.worked_us();
+    }
+    reply->set_message(message);
+    reply->set_server("cpp");
+    reply->set_deadline_left_us(seen.deadline_left_us);
+    reply->set_traceparent(seen.traceparent);
+    reply->set_worked_us(worked_us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(worked_us));
+    reply->set_received(received);
+    return grpc::Status::OK;
+  }
+
+ private:
+  // What a call saw when it came.
+  struct Seen {
+    int64_t deadline_left_us;
     std::string traceparent;
+  };
+
+  static Seen Saw(grpc::ServerContext* ctx) {
+    Seen seen{DeadlineLeftUs(ctx), ""};
     const auto& md = ctx->client_metadata();
     if (auto it = md.find("traceparent"); it != md.end()) {
-      traceparent.assign(it->second.data(), it->second.size());
+      seen.traceparent.assign(it->second.data(), it->second.size());
     }
+    return seen;
+  }
 
-    const uint32_t work_us = req->work_us() ? req->work_us() : default_work_us_;
+  // One request message's work, then its reply (`received`: the messages
+  // the call has received), or its `fail_code` as the status.
+  grpc::Status Answer(const Seen& seen, const EchoRequest& req, uint32_t received,
+                      EchoReply* reply) const {
+    const uint32_t work_us = req.work_us() ? req.work_us() : default_work_us_;
     const auto start = std::chrono::steady_clock::now();
     if (work_us > 0) {
       const auto end = start + std::chrono::microseconds(work_us);
@@ -115,8 +180,8 @@ class EchoService final : public tailmesh::examples::v1::Echo::Service {
                             std::chrono::steady_clock::now() - start)
                             .count();
 
-    if (req->fail_code() != 0) {
-      const uint32_t code = req->fail_code();
+    if (req.fail_code() != 0) {
+      const uint32_t code = req.fail_code();
       if (code > 16) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "fail_code " + std::to_string(code) + " is not a gRPC status code (1..16)");
@@ -124,15 +189,15 @@ class EchoService final : public tailmesh::examples::v1::Echo::Service {
       return grpc::Status(static_cast<grpc::StatusCode>(code),
                           "failed on request with code " + std::to_string(code));
     }
-    reply->set_message(req->message());
+    reply->set_message(req.message());
     reply->set_server("cpp");
-    reply->set_deadline_left_us(deadline_left_us);
-    reply->set_traceparent(traceparent);
+    reply->set_deadline_left_us(seen.deadline_left_us);
+    reply->set_traceparent(seen.traceparent);
     reply->set_worked_us(worked > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(worked));
+    reply->set_received(received);
     return grpc::Status::OK;
   }
 
- private:
   // The time left before the call's deadline, on the monotonic clock; -1
   // when the call has none.
   static int64_t DeadlineLeftUs(grpc::ServerContext* ctx) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env node
 // The Node.js example server: tailmesh.examples.v1.Echo over @grpc/grpc-js.
 //
-// Works (busy or asleep) for a call's `work_us`, answers `fail_code` as the
-// call's status when it is set, and reports the time left before the call's
-// deadline and the `traceparent` it carried. Serves grpc.health.v1 and server
-// reflection (v1 and v1alpha). See ../README.md for the flags and the
-// environment.
+// Works (busy or asleep) for each request message's `work_us` (Echo and its
+// streaming forms), answers `fail_code` as the call's status when it is set,
+// and reports the time left before the call's deadline and the `traceparent`
+// it carried. Serves grpc.health.v1 and server reflection (v1 and v1alpha).
+// See ../README.md for the flags and the environment.
 'use strict';
 
 const path = require('path');
@@ -110,34 +110,143 @@ function main() {
   });
   const proto = grpc.loadPackageDefinition(pkgDef);
 
-  const echo = (call, callback) => {
-    const deadline_left_us = deadlineLeftUs(call);
+  // What a call saw when it came: its deadline and its `traceparent`.
+  const seen = (call) => {
     const tp = call.metadata.get('traceparent');
-    const traceparent = tp.length > 0 ? String(tp[0]) : '';
-    const req = call.request;
-    const workUs = req.work_us || opts.workUs;
-    work(workUs, opts.sleep, (workedUs) => {
+    return {
+      deadline_left_us: String(deadlineLeftUs(call)),
+      traceparent: tp.length > 0 ? String(tp[0]) : '',
+    };
+  };
+
+  // One request message's work, then `done(error, reply)`: its reply, or
+  // its `fail_code` as the error.
+  const answer = (req, saw, received, done) => {
+    work(req.work_us || opts.workUs, opts.sleep, (workedUs) => {
       if (req.fail_code) {
         const valid = req.fail_code >= 1 && req.fail_code <= 16;
         const code = valid ? req.fail_code : grpc.status.INVALID_ARGUMENT;
         const details = valid
           ? `failed on request with ${grpc.status[code]}`
           : `fail_code ${req.fail_code} is not a gRPC status code (1..16)`;
-        callback({ code, details });
+        done({ code, details });
         return;
       }
-      callback(null, {
+      done(null, {
         message: req.message,
         server: 'node',
-        deadline_left_us: String(deadline_left_us),
-        traceparent,
+        ...saw,
         worked_us: Math.min(workedUs, 2 ** 32 - 1),
+        received,
       });
     });
   };
 
+  const echo = (call, callback) => answer(call.request, seen(call), 1, callback);
+
+  // A stream's messages are worked on one after another, in order: the
+  // next waits until the one before it is answered.
+  const inOrder = (call, each, end) => {
+    const queue = [];
+    let busy = false;
+    let ended = false;
+    let failed = false;
+    const next = () => {
+      if (busy || failed) return;
+      if (queue.length === 0) {
+        if (ended) end();
+        return;
+      }
+      busy = true;
+      each(queue.shift(), (err) => {
+        busy = false;
+        if (err) {
+          failed = true;
+          return;
+        }
+        next();
+      });
+    };
+    call.on('data', (req) => {
+      queue.push(req);
+      next();
+    });
+    call.on('end', () => {
+      ended = true;
+      next();
+    });
+  };
+
+  const echoStream = (call) => {
+    const saw = seen(call);
+    let received = 0;
+    inOrder(
+      call,
+      (req, done) => {
+        received += 1;
+        answer(req, saw, received, (err, reply) => {
+          if (err) call.emit('error', err);
+          else call.write(reply);
+          done(err);
+        });
+      },
+      () => call.end(),
+    );
+  };
+
+  const echoServerStream = (call) => {
+    const saw = seen(call);
+    let left = Math.max(1, call.request.replies);
+    const one = () => {
+      answer(call.request, saw, 1, (err, reply) => {
+        if (err) {
+          call.emit('error', err);
+          return;
+        }
+        call.write(reply);
+        left -= 1;
+        if (left > 0) one();
+        else call.end();
+      });
+    };
+    one();
+  };
+
+  const echoClientStream = (call, callback) => {
+    const saw = seen(call);
+    const messages = [];
+    let workedUs = 0;
+    inOrder(
+      call,
+      (req, done) => {
+        answer(req, saw, 0, (err, reply) => {
+          if (err) {
+            callback(err);
+          } else {
+            messages.push(req.message);
+            workedUs += reply.worked_us;
+          }
+          done(err);
+        });
+      },
+      () =>
+        callback(null, {
+          message: messages.join(' '),
+          server: 'node',
+          ...saw,
+          worked_us: Math.min(workedUs, 2 ** 32 - 1),
+          received: messages.length,
+        }),
+    );
+  };
+
   const server = new grpc.Server();
-  server.addService(proto.tailmesh.examples.v1.Echo.service, { Echo: echo });
+  server.addService(proto.tailmesh.examples.v1.Echo.service, {
+    Echo: echo,
+    EchoStream: echoStream,
+    EchoServerStream: echoServerStream,
+    EchoClientStream: echoClientStream,
+  });
   const healthImpl = new health.HealthImplementation({ '': 'SERVING', [SERVICE]: 'SERVING' });
   healthImpl.addToServer(server);
   new ReflectionService(pkgDef).addToServer(server);

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """The Python example server: tailmesh.examples.v1.Echo over grpcio.
 
-Works (busy or asleep) for a call's `work_us`, answers `fail_code` as the
-call's status when it is set, and reports the time left before the call's
-deadline and the `traceparent` it carried. Serves grpc.health.v1 and server
-reflection (v1alpha, what grpcio offers). With OTEL_EXPORTER_OTLP_ENDPOINT
+Works (busy or asleep) for each request message's `work_us` (Echo and its
+streaming forms), answers `fail_code` as the call's status when it is set,
+and reports the time left before the call's deadline and the `traceparent`
+it carried. Serves grpc.health.v1 and server reflection (v1alpha, what
+grpcio offers). With OTEL_EXPORTER_OTLP_ENDPOINT
 set it exports one OTLP/gRPC span per call, a child of the incoming
 `traceparent`. See ../README.md for the flags and the environment.
 """
 
 import argparse
+import collections
+import contextlib
 import os
 import signal
 import sys
@@ -35,6 +38,9 @@ echo_pb2, echo_pb2_grpc = grpc.protos_and_services("echo.proto")
 NO_DEADLINE_S = 1e9
 
 STATUS_BY_CODE = {s.value[0]: s for s in grpc.StatusCode}
+
+# What a call saw when it came, and its span (None without tracing).
+Seen = collections.namedtuple("Seen", "deadline_left_us traceparent span")
 
 
 def env_int(name, default):
@@ -94,12 +100,12 @@ class Tracing:
         self.status = trace.Status
         self.status_code = trace.StatusCode
 
-    def span(self, traceparent):
+    def span(self, traceparent, method):
         carrier = {"traceparent": traceparent} if traceparent else {}
         ctx = self.propagator.extract(carrier)
         return self.tracer.start_as_current_span(
-            SERVICE + "/Echo", context=ctx, kind=self.kind,
-            attributes={"rpc.system": "grpc", "rpc.service": SERVICE, "rpc.method": "Echo"})
+            f"{SERVICE}/{method}", context=ctx, kind=self.kind,
+            attributes={"rpc.system": "grpc", "rpc.service": SERVICE, "rpc.method": method})
 
     def shutdown(self):
         # Flushes the spans still queued.
@@ -113,6 +119,34 @@ class Echo(echo_pb2_grpc.EchoServicer):
         self.tracing = tracing
 
     def Echo(self, request, context):
+        with self.call(context, "Echo") as seen:
+            return self.answer(request, context, seen, 1)
+
+    def EchoStream(self, request_iterator, context):
+        with self.call(context, "EchoStream") as seen:
+            for received, request in enumerate(request_iterator, start=1):
+                yield self.answer(request, context, seen, received)
+
+    def EchoServerStream(self, request, context):
+        with self.call(context, "EchoServerStream") as seen:
+            for _ in range(max(1, request.replies)):
+                yield self.answer(request, context, seen, 1)
+
+    def EchoClientStream(self, request_iterator, context):
+        with self.call(context, "EchoClientStream") as seen:
+            messages, worked_us = [], 0
+            for request in request_iterator:
+                worked_us += self.answer(request, context, seen, 0).worked_us
+                messages.append(request.message)
+            return echo_pb2.EchoReply(
+                message=" ".join(messages), server="python",
+                deadline_left_us=seen.deadline_left_us, traceparent=seen.traceparent,
+                worked_us=min(worked_us, 2**32 - 1), received=len(messages))
+
+    @contextlib.contextmanager
+    def call(self, context, method):
+        """What a call saw when it came (its deadline, its `traceparent`),
+        in a span of its own when tracing."""
         left = context.time_remaining()
         # grpcio gives the time to an infinite future (not None) for a call
         # without a deadline.
@@ -125,11 +159,14 @@ class Echo(echo_pb2_grpc.EchoServicer):
             if key == "traceparent":
                 traceparent = value
         if self.tracing is None:
-            return self.answer(request, context, deadline_left_us, traceparent, None)
-        with self.tracing.span(traceparent) as span:
-            return self.answer(request, context, deadline_left_us, traceparent, span)
+            yield Seen(deadline_left_us, traceparent, None)
+            return
+        with self.tracing.span(traceparent, method) as span:
+            yield Seen(deadline_left_us, traceparent, span)
 
-    def answer(self, request, context, deadline_left_us, traceparent, span):
+    def answer(self, request, context, seen, received):
+        """One request message's work, then its reply, or its `fail_code`."""
+        span = seen.span
         work_us = request.work_us or self.default_work_us
         start = time.perf_counter()
         if work_us:
@@ -154,8 +191,8 @@ class Echo(echo_pb2_grpc.EchoServicer):
         if span is not None:
             span.set_attribute("rpc.grpc.status_code", 0)
         return echo_pb2.EchoReply(
-            message=request.message, server="python", deadline_left_us=deadline_left_us,
-            traceparent=traceparent, worked_us=min(worked_us, 2**32 - 1))
+            message=request.message, server="python", deadline_left_us=seen.deadline_left_us,
+            traceparent=seen.traceparent, worked_us=min(worked_us, 2**32 - 1), received=received)
 
 
 def main():

@@ -625,7 +625,7 @@ replica_net = { replica = 0, loss = 0.1 }
             .expect("replica 1 calls its service");
         assert_eq!(call.address, "127.0.0.1:4001");
         assert_eq!(call.method, "p.S/M");
-        assert_eq!(call.request, "{\"a\":1}");
+        assert_eq!(call.request, "{\"a\":1}".into());
         assert_eq!(call.proto, [std::path::PathBuf::from("/scenarios/x.proto")]);
         assert_eq!(call.metadata, [("k".to_owned(), "v".to_owned())]);
         // Replica 0's service was not started: no call at all.

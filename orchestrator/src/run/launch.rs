@@ -385,10 +385,7 @@ async fn start_service(
     let Some((program, args)) = words.split_first() else {
         return Err(ServiceError::Unsupported("[hop.service] command is empty"));
     };
-    let port = std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map_err(ServiceError::Port)?
-        .port();
+    let port = super::service_port::service_port().map_err(ServiceError::Port)?;
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     // A program named by a relative path is the scenario's, like its
     // other paths; a bare name is looked up in PATH.

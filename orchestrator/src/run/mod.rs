@@ -9,6 +9,8 @@
 //!   collected when the load ends.
 //! - `progress`: the line shown when a variant starts, and where its
 //!   progress goes (a bar on a terminal, a line every 10 s elsewhere).
+//! - `service_port`: the port a `[hop.service]` command is told to listen
+//!   on, outside the kernel's ephemeral range.
 //!
 //! Each variant's measured requests go through a [`RecordPipeline`] as
 //! they complete; the run keeps none of them.
@@ -19,6 +21,7 @@ mod kills;
 mod launch;
 mod processes;
 mod progress;
+mod service_port;
 
 pub(crate) use launch::{LauncherError, ServiceError, resolve_launcher, wait_for_address};
 pub(crate) use progress::describe_load;

@@ -209,6 +209,16 @@ pub fn load(path: &Path) -> Result<(Scenario, String), ScenarioErrors> {
             service.dir = dir.clone();
         }
     }
+    // What needs the files a scenario names, now that they can be found
+    // (parse's source parsed once more for the keys' places).
+    let mut problems = Problems::default();
+    let (doc, _) = toml::de::DeTable::parse_recoverable(source.as_str());
+    let root = tree::from_document(doc.get_ref(), &mut Problems::default());
+    let hops = scenario.variants.iter().flat_map(|v| &v.hops);
+    service::method_kinds(&root, hops, &mut problems);
+    if !problems.is_empty() {
+        return Err(problems.into_errors(&source, &origin));
+    }
     Ok((scenario, source))
 }
 

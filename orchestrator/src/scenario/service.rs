@@ -1,7 +1,8 @@
 //! `[hop.service]`: a real gRPC service as a hop's work. Where it is
 //! (`address`) or how one is started per replica (`command`), the method,
-//! the request (a JSON string or an inline table), the schema's `.proto`
-//! files, metadata, `ready_timeout`, and the container `image` a
+//! the request (a JSON string or an inline table) or a streaming method's
+//! requests (a JSON list or an array of tables) and its reply count, the
+//! schema's `.proto` files, metadata, `ready_timeout`, and the container `image` a
 //! deployment runs `command` in. Called from `validate::hop`; the
 //! launchers that cannot start a service are refused in `validate`.
 
@@ -11,12 +12,15 @@ use super::error::Problems;
 use super::model::{DEFAULT_SERVICE_READY_TIMEOUT, HopService, ServiceSource};
 use super::read::Section;
 use super::tree::{Entry, Node, Table, Value};
+use tailmesh_services::model::Requests;
 
 const SERVICE_KEYS: &[&str] = &[
     "address",
     "command",
     "method",
     "request",
+    "requests",
+    "replies",
     "proto",
     "proto_include",
     "metadata",
@@ -77,9 +81,26 @@ pub(super) fn service(
                     None
                 }
             });
-    let request = match s.get("request") {
-        None => Some("{}".to_owned()),
-        Some(entry) => request(s, entry, p),
+    let request = match (s.get("request"), s.get("requests")) {
+        (Some(_), Some(_)) => {
+            s.forbid(
+                p,
+                "requests",
+                "cannot go with request: give one message as request, or a streaming \
+                 method's messages in order as requests",
+            );
+            None
+        }
+        (None, None) => Some(Requests::One("{}".to_owned())),
+        (Some(entry), None) => request(s, entry, p).map(Requests::One),
+        (None, Some(entry)) => requests(s, entry, p).map(Requests::List),
+    };
+    let replies = match s.get("replies") {
+        None => Some(None),
+        Some(_) => s
+            .int_in(p, "replies", 0, i64::from(u32::MAX))
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some),
     };
     let proto = paths(s, "proto", p);
     let proto_include = paths(s, "proto_include", p);
@@ -151,6 +172,7 @@ pub(super) fn service(
         source: source?,
         method: method?,
         request: request?,
+        replies: replies?,
         proto: proto?,
         proto_include: proto_include?,
         metadata: metadata?,
@@ -159,6 +181,76 @@ pub(super) fn service(
         direct: direct?,
         layers: layers?,
         dir: PathBuf::new(),
+    })
+}
+
+/// Reports, at its key, `requests` or `replies` that a hop's method does
+/// not take, where the method's kind can be known before the run: its
+/// schema is in `.proto` files that compile. (Through reflection it is
+/// known once the service answers: the hop's start refuses it then; so
+/// does it a schema that does not compile or lacks the method.) `root` is
+/// the scenario's tree, where the keys are found; each hop of `hops` (every
+/// variant's) is checked once per hop and key.
+pub(super) fn method_kinds<'a>(
+    root: &Table,
+    hops: impl IntoIterator<Item = &'a super::model::Hop>,
+    p: &mut Problems,
+) {
+    let mut reported = std::collections::HashSet::new();
+    for hop in hops {
+        let Some(service) = &hop.service else {
+            continue;
+        };
+        if service.proto.is_empty()
+            || (matches!(service.request, Requests::One(_)) && service.replies.is_none())
+        {
+            continue;
+        }
+        let resolve = |paths: &[PathBuf]| -> Vec<PathBuf> {
+            paths.iter().map(|p| service.resolve(p)).collect()
+        };
+        let Ok(kind) = tailmesh_services::hop::method_kind_in(
+            &resolve(&service.proto),
+            &resolve(&service.proto_include),
+            &service.method,
+        ) else {
+            continue;
+        };
+        let Some((key, why)) = kind.refuses(&service.request, service.replies) else {
+            continue;
+        };
+        if !reported.insert((hop.name.clone(), key)) {
+            continue;
+        }
+        let message = format!(
+            "hop \"{}\": service.{key} for {}: {why} (its kind, from {})",
+            hop.name,
+            service.method,
+            service.schema_source()
+        );
+        match service_key_at(root, &hop.name, key) {
+            Some(at) => p.at(at, message),
+            None => p.nowhere(message),
+        }
+    }
+}
+
+/// Where `[hop.service]`'s `key` of the hop named `hop` is in `root`.
+fn service_key_at(root: &Table, hop: &str, key: &str) -> Option<usize> {
+    let Value::Array(hops) = &root.get("hop")?.node.value else {
+        return None;
+    };
+    hops.iter().find_map(|node| {
+        let Value::Table(table) = &node.value else {
+            return None;
+        };
+        let named = matches!(&table.get("name")?.node.value, Value::String(n) if n == hop);
+        let Value::Table(service) = &table.get("service")?.node.value else {
+            return None;
+        };
+        named
+            .then(|| service.get(key).map(|e| e.key_span.start))
+            .flatten()
     })
 }
 
@@ -217,6 +309,11 @@ const SIDECAR_KEYS: &[(&str, &str)] = &[
         "network faults need the netns launcher, which does not start services",
     ),
     ("kill", "kill is not supported for a direct service"),
+    (
+        "streaming",
+        "a stream's messages are taken by a tailmesh hop, which calls the service once per \
+         message",
+    ),
     (
         "health",
         "its callers do not watch a direct service's health",
@@ -429,11 +526,16 @@ fn request(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<String> {
         Value::String(text) => match serde_json::from_str::<serde_json::Value>(text) {
             Ok(serde_json::Value::Object(_)) => Some(text.clone()),
             Ok(other) => {
+                let hint = if other.is_array() {
+                    " (a streaming method's messages go in requests)"
+                } else {
+                    ""
+                };
                 s.report(
                     p,
                     &entry.node.span,
                     format!(
-                        "{} must be a JSON object (the request message), got {}",
+                        "{} must be a JSON object (the request message), got {}{hint}",
                         s.name("request"),
                         json_kind(&other)
                     ),
@@ -441,20 +543,13 @@ fn request(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<String> {
                 None
             }
             Err(e) => {
-                s.report(
-                    p,
-                    &entry.node.span,
-                    format!(
-                        "{} is not JSON: {e} (line and column within the string)",
-                        s.name("request")
-                    ),
-                );
+                not_json(s, "request", entry, &e, p);
                 None
             }
         },
         Value::Table(table) => {
             let mut ok = true;
-            let json = table_json(s, table, p, &mut ok);
+            let json = table_json(s, "request", table, p, &mut ok);
             ok.then(|| json.to_string())
         }
         _ => {
@@ -462,6 +557,110 @@ fn request(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<String> {
             None
         }
     }
+}
+
+/// `requests`: a streaming method's messages in order, as a JSON list of
+/// objects in a string or an array of tables; at least one.
+fn requests(s: &Section<'_>, entry: &Entry, p: &mut Problems) -> Option<Vec<String>> {
+    let messages = match &entry.node.value {
+        Value::String(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Array(items)) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    if item.is_object() {
+                        out.push(item.to_string());
+                    } else {
+                        s.report(
+                            p,
+                            &entry.node.span,
+                            format!(
+                                "{}[{i}] must be a JSON object (a request message), got {}",
+                                s.name("requests"),
+                                json_kind(item)
+                            ),
+                        );
+                        return None;
+                    }
+                }
+                out
+            }
+            Ok(other) => {
+                s.report(
+                    p,
+                    &entry.node.span,
+                    format!(
+                        "{} must be a JSON list of objects (the request messages), got {}",
+                        s.name("requests"),
+                        json_kind(&other)
+                    ),
+                );
+                return None;
+            }
+            Err(e) => {
+                not_json(s, "requests", entry, &e, p);
+                return None;
+            }
+        },
+        Value::Array(items) => {
+            let mut ok = true;
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                match &item.value {
+                    Value::Table(table) => {
+                        out.push(table_json(s, "requests", table, p, &mut ok).to_string());
+                    }
+                    other => {
+                        ok = false;
+                        s.report(
+                            p,
+                            &item.span,
+                            format!(
+                                "{}[{i}] must be a table (a request message), got {}",
+                                s.name("requests"),
+                                other.kind()
+                            ),
+                        );
+                    }
+                }
+            }
+            if !ok {
+                return None;
+            }
+            out
+        }
+        _ => {
+            s.wrong_type(
+                p,
+                entry,
+                "a JSON list in a string or an array of tables (the request messages)",
+            );
+            return None;
+        }
+    };
+    if messages.is_empty() {
+        s.report(
+            p,
+            &entry.node.span,
+            format!(
+                "{} needs at least one message (a stream of none sends nothing to check)",
+                s.name("requests")
+            ),
+        );
+        return None;
+    }
+    Some(messages)
+}
+
+/// Reports `key`'s string as not JSON, where serde_json stopped.
+fn not_json(s: &Section<'_>, key: &str, entry: &Entry, e: &serde_json::Error, p: &mut Problems) {
+    s.report(
+        p,
+        &entry.node.span,
+        format!(
+            "{} is not JSON: {e} (line and column within the string)",
+            s.name(key)
+        ),
+    );
 }
 
 fn json_kind(value: &serde_json::Value) -> &'static str {
@@ -475,20 +674,28 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
+/// `table`, a request message under `key`, as a JSON object.
 fn table_json(
     s: &Section<'_>,
+    key: &str,
     table: &Table,
     p: &mut Problems,
     ok: &mut bool,
 ) -> serde_json::Value {
     let mut object = serde_json::Map::new();
     for entry in &table.entries {
-        object.insert(entry.key.clone(), node_json(s, &entry.node, p, ok));
+        object.insert(entry.key.clone(), node_json(s, key, &entry.node, p, ok));
     }
     serde_json::Value::Object(object)
 }
 
-fn node_json(s: &Section<'_>, node: &Node, p: &mut Problems, ok: &mut bool) -> serde_json::Value {
+fn node_json(
+    s: &Section<'_>,
+    key: &str,
+    node: &Node,
+    p: &mut Problems,
+    ok: &mut bool,
+) -> serde_json::Value {
     match &node.value {
         Value::String(text) => serde_json::Value::String(text.clone()),
         Value::Integer(i) => serde_json::Value::from(*i),
@@ -500,18 +707,15 @@ fn node_json(s: &Section<'_>, node: &Node, p: &mut Problems, ok: &mut bool) -> s
                 s.report(
                     p,
                     &node.span,
-                    format!(
-                        "{} cannot hold {f}: JSON has no such number",
-                        s.name("request")
-                    ),
+                    format!("{} cannot hold {f}: JSON has no such number", s.name(key)),
                 );
                 serde_json::Value::Null
             }
         },
         Value::Array(items) => {
-            serde_json::Value::Array(items.iter().map(|n| node_json(s, n, p, ok)).collect())
+            serde_json::Value::Array(items.iter().map(|n| node_json(s, key, n, p, ok)).collect())
         }
-        Value::Table(table) => table_json(s, table, p, ok),
+        Value::Table(table) => table_json(s, key, table, p, ok),
         Value::Datetime => {
             *ok = false;
             s.report(
@@ -520,7 +724,7 @@ fn node_json(s: &Section<'_>, node: &Node, p: &mut Problems, ok: &mut bool) -> s
                 format!(
                     "{} cannot hold a TOML datetime: write a google.protobuf.Timestamp as a \
                      string (\"1972-01-01T10:00:20.021Z\")",
-                    s.name("request")
+                    s.name(key)
                 ),
             );
             serde_json::Value::Null
@@ -654,6 +858,7 @@ mod tests {
 
     use super::method_problem;
     use crate::scenario::{ServiceSource, parse};
+    use tailmesh_services::model::Requests;
 
     const HEAD: &str = "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n[[hop]]\nname = \"b\"\n[hop.service]\nmethod = \"p.v1.S/M\"\n";
 
@@ -670,7 +875,10 @@ mod tests {
         let s = service(
             "command = [\"srv\", \"{port}\"]\nrequest = { message = \"hi\", n = 3, f = 0.5, ok = true, tags = [\"a\", \"b\"], inner = { x = -1 } }\n",
         );
-        let json: serde_json::Value = serde_json::from_str(&s.request).expect("JSON");
+        let Requests::One(request) = &s.request else {
+            panic!("one request: {:?}", s.request);
+        };
+        let json: serde_json::Value = serde_json::from_str(request).expect("JSON");
         assert_eq!(
             json,
             serde_json::json!({
@@ -690,13 +898,13 @@ mod tests {
         let s = service(
             "address = \"localhost:50051\"\nrequest = '{\"message\": \"hi\"}'\nmetadata = { tenant = \"t1\", a-b = \"2\" }\n",
         );
-        assert_eq!(s.request, "{\"message\": \"hi\"}");
+        assert_eq!(s.request, "{\"message\": \"hi\"}".into());
         assert_eq!(s.source, ServiceSource::Address("localhost:50051".into()));
         assert_eq!(
             s.metadata,
             [("tenant".into(), "t1".into()), ("a-b".into(), "2".into())]
         );
-        assert_eq!(service("address = \"h:1\"\n").request, "{}");
+        assert_eq!(service("address = \"h:1\"\n").request, "{}".into());
         assert_eq!(service("address = \"h:1\"\n").image, None);
         assert_eq!(
             service("command = [\"srv\"]\nimage = \"team/echo:1.2\"\n").image,
@@ -704,9 +912,24 @@ mod tests {
         );
     }
 
+    /// Asserts that each case's service `keys` are refused at `at` (file,
+    /// line, column) with `words`.
+    fn refused_at(cases: &[(&str, &str, &str)]) {
+        for (keys, at, words) in cases {
+            let errors = match parse(&format!("{HEAD}{keys}"), "t.toml") {
+                Ok(_) => panic!("accepted: {keys}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                errors.contains(at) && errors.contains(words),
+                "{keys}: expected {words:?} at {at}:\n{errors}"
+            );
+        }
+    }
+
     #[test]
     fn bad_values_are_reported_at_the_value() {
-        for (keys, at, words) in [
+        refused_at(&[
             ("address = \"nohost\"\n", "t.toml:10:11", "not host:port"),
             ("address = \"h:0\"\n", "t.toml:10:11", "not host:port"),
             ("command = []\n", "t.toml:10:11", "at least the program"),
@@ -761,16 +984,86 @@ mod tests {
                 "t.toml:11:17",
                 "greater than 0",
             ),
-        ] {
-            let errors = match parse(&format!("{HEAD}{keys}"), "t.toml") {
-                Ok(_) => panic!("accepted: {keys}"),
-                Err(e) => e.to_string(),
-            };
-            assert!(
-                errors.contains(at) && errors.contains(words),
-                "{keys}: expected {words:?} at {at}:\n{errors}"
-            );
-        }
+        ]);
+    }
+
+    #[test]
+    fn requests_are_a_list_of_messages_and_replies_a_count() {
+        let s = service(
+            "command = [\"x\"]\nrequests = [{ message = \"a\" }, { message = \"b\", work_us = 5 }]\n\
+             replies = 2\n",
+        );
+        assert_eq!(
+            s.request,
+            Requests::List(vec![
+                r#"{"message":"a"}"#.to_owned(),
+                r#"{"message":"b","work_us":5}"#.to_owned()
+            ])
+        );
+        assert_eq!(s.replies, Some(2));
+        let s = service("command = [\"x\"]\nrequests = '[{\"message\": \"a\"}, {}]'\n");
+        assert_eq!(
+            s.request,
+            Requests::List(vec![r#"{"message":"a"}"#.to_owned(), "{}".to_owned()])
+        );
+        assert_eq!(s.replies, None);
+        refused_at(&[
+            (
+                "command = [\"x\"]\nrequest = '{}'\nrequests = '[{}]'\n",
+                "t.toml:12:1",
+                "requests cannot go with request",
+            ),
+            (
+                "command = [\"x\"]\nrequests = '[]'\n",
+                "t.toml:11:12",
+                "at least one message",
+            ),
+            (
+                "command = [\"x\"]\nrequests = []\n",
+                "t.toml:11:12",
+                "at least one message",
+            ),
+            (
+                "command = [\"x\"]\nrequests = '{}'\n",
+                "t.toml:11:12",
+                "must be a JSON list of objects",
+            ),
+            (
+                "command = [\"x\"]\nrequests = '[{}, 2]'\n",
+                "t.toml:11:12",
+                "requests[1] must be a JSON object",
+            ),
+            (
+                "command = [\"x\"]\nrequests = '[{'\n",
+                "t.toml:11:12",
+                "is not JSON",
+            ),
+            (
+                "command = [\"x\"]\nrequests = [{}, \"b\"]\n",
+                "t.toml:11:17",
+                "requests[1] must be a table",
+            ),
+            (
+                "command = [\"x\"]\nrequests = 3\n",
+                "t.toml:11:12",
+                "a JSON list in a string or an array of tables",
+            ),
+            (
+                "command = [\"x\"]\nrequest = '[{}]'\n",
+                "t.toml:11:11",
+                "a streaming method's messages go in requests",
+            ),
+            (
+                "command = [\"x\"]\nreplies = -1\n",
+                "t.toml:11:11",
+                "replies",
+            ),
+            (
+                "command = [\"x\"]\nreplies = \"2\"\n",
+                "t.toml:11:11",
+                "replies",
+            ),
+        ]);
     }
 
     #[test]
@@ -858,6 +1151,82 @@ mod tests {
         let direct = problems(keys, "command = [\"srv\"]\ndirect = true\n", "");
         assert_eq!(direct.len(), 4, "{direct:?}");
         assert!(direct.iter().all(|m| m.contains("service.direct = true")));
+    }
+
+    #[test]
+    fn requests_or_replies_the_methods_kind_refuses_are_located_when_its_schema_is_in_files() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers/echo.proto");
+        let load = |method: &str, keys: &str, proto: &Path| {
+            let text = format!(
+                "name = \"s\"\n[load]\nmode = \"closed\"\nconcurrency = 1\nrequests = 5\n\
+                 [[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"x\"]\n\
+                 method = \"tailmesh.examples.v1.Echo/{method}\"\nproto = [{:?}]\n{keys}",
+                proto.display().to_string()
+            );
+            let path = dir.path().join("s.toml");
+            std::fs::write(&path, text).expect("write the scenario");
+            crate::scenario::load(&path)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        let refused = load("Echo", "requests = [{}]\n", &proto).expect_err("unary");
+        assert!(
+            refused.contains("s.toml:12:1")
+                && refused.contains(
+                    "hop \"b\": service.requests for tailmesh.examples.v1.Echo/Echo: a unary \
+                     method takes one request message; give it as request"
+                ),
+            "{refused}"
+        );
+        let refused = load(
+            "EchoClientStream",
+            "requests = [{}, {}]\nreplies = 1\n",
+            &proto,
+        )
+        .expect_err("one reply");
+        assert!(
+            refused.contains("s.toml:13:1")
+                && refused
+                    .contains("service.replies for tailmesh.examples.v1.Echo/EchoClientStream"),
+            "{refused}"
+        );
+        let refused =
+            load("EchoServerStream", "requests = [{}, {}]\n", &proto).expect_err("one request");
+        assert!(refused.contains("not a list of 2"), "{refused}");
+        // What the kind takes; and what only the hop's start can tell (no
+        // such file, no such method).
+        for (method, keys, proto) in [
+            (
+                "EchoStream",
+                "requests = [{}, {}]\nreplies = 2\n",
+                proto.as_path(),
+            ),
+            ("EchoServerStream", "requests = [{}]\nreplies = 3\n", &proto),
+            (
+                "Echo",
+                "requests = [{}]\n",
+                Path::new("/nowhere/echo.proto"),
+            ),
+            ("Shout", "requests = [{}]\n", &proto),
+        ] {
+            assert_eq!(load(method, keys, proto), Ok(()), "{method} {keys}");
+        }
+    }
+
+    #[test]
+    fn a_streaming_hop_calls_its_service_per_message_but_not_directly() {
+        let cmd = "command = [\"x\"]\n";
+        for kind in ["bidi", "server"] {
+            let hop = format!("streaming = \"{kind}\"\n");
+            assert_eq!(problems(&hop, cmd, ""), Vec::<String>::new(), "{kind}");
+            let found = problems(&hop, &format!("{cmd}direct = true\n"), "");
+            assert!(
+                found.len() == 1
+                    && found[0].contains("streaming cannot go with service.direct = true"),
+                "{kind}: {found:?}"
+            );
+        }
     }
 
     #[test]

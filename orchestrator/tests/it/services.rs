@@ -9,6 +9,11 @@
 //! after the orchestrator's SIGKILL, and the Python example's spans under
 //! the sidecar's in traces.jaeger.json, and the shipped server study
 //! (`scenarios/servers.toml`, scaled down) over all three examples.
+//! Streaming methods: the Python and Node.js examples' bidirectional,
+//! server- and client-streaming echoes behind their sidecars, in a mesh of
+//! bidi streams (one call per message) and in a unary one; a stream
+//! answering the wrong number of replies, or failing one message, fails
+//! its calls with that.
 
 use std::{
     path::{Path, PathBuf},
@@ -42,6 +47,9 @@ tests! {
     sync a_service_dies_with_a_killed_orchestrator,
     sync the_python_example_joins_the_trace_under_its_sidecar,
     sync the_shipped_servers_study_compares_four_implementations_side_by_side,
+    sync the_examples_streaming_methods_serve_each_message_of_a_bidi_mesh,
+    sync the_examples_streaming_methods_serve_each_request_of_a_unary_mesh,
+    sync a_stream_of_the_wrong_length_or_a_failed_message_fails_its_calls,
 }
 
 /// The load and the first hop of every scenario here; `{hops}` follows.
@@ -173,12 +181,21 @@ fn bad_service_keys_are_refused_with_their_line_and_column() {
             &["transport cannot go with service.direct = true"],
         ),
         (
+            "[[hop]]\nname = \"b\"\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"tailmesh.examples.v1.Echo/Echo\"\nproto = [ECHO_PROTO]\nrequests = [{}, {}]\n",
+            "s.toml:12:1",
+            &[
+                "hop \"b\": service.requests for tailmesh.examples.v1.Echo/Echo",
+                "a unary method takes one request message",
+            ],
+        ),
+        (
             "[[hop]]\nname = \"b\"\nnet = { loss = 0.01 }\n[hop.service]\ncommand = [\"srv\"]\nmethod = \"p.S/M\"\n",
             "s.toml:9:6",
             &["hop \"b\"", "not supported yet with the netns launcher"],
         ),
     ];
     for (hop, at, words) in cases {
+        let hop = hop.replace("ECHO_PROTO", &format!("{:?}", echo_proto_str()));
         let (code, text) = validate(dir.path(), &format!("{head}{hop}"));
         assert_eq!(code, Some(2), "{hop}\n{text}");
         assert!(
@@ -803,8 +820,9 @@ fn the_python_example_joins_the_trace_under_its_sidecar() {
     assert_eq!(u64_at(v, "/ok"), u64_at(v, "/sent"), "{context}");
     let traces = jaeger_traces(&accounted.run_dir);
     assert!(!traces.is_empty(), "{context}");
-    // In every trace with a span of the service, that span's parent is a
-    // span of the sidecar (hop-b).
+    // In every trace with a span of the service, that span's parent is the
+    // sidecar's (hop-b's) client span of the call, child of its server
+    // span.
     let mut under_sidecar = 0;
     for trace in &traces {
         let spans = trace["spans"].as_array().expect("spans");
@@ -815,17 +833,28 @@ fn the_python_example_joins_the_trace_under_its_sidecar() {
                 .unwrap_or_default()
                 .to_owned()
         };
-        for span in spans.iter().filter(|s| service_of(s) == "hop-b-service") {
+        let parent_of = |span: &Value| {
             let parent = span["references"]
                 .as_array()
                 .and_then(|r| r.first())
                 .and_then(|r| r["spanID"].as_str())
-                .unwrap_or_else(|| panic!("the service's span has no parent: {span:#}"));
-            let parent = spans
+                .unwrap_or_else(|| panic!("the span has no parent: {span:#}"))
+                .to_owned();
+            spans
                 .iter()
-                .find(|s| s["spanID"] == parent)
-                .unwrap_or_else(|| panic!("its parent {parent} is not in the trace"));
-            assert_eq!(service_of(parent), "hop-b", "{span:#}");
+                .find(|s| s["spanID"] == parent.as_str())
+                .unwrap_or_else(|| panic!("its parent {parent} is not in the trace"))
+        };
+        for span in spans.iter().filter(|s| service_of(s) == "hop-b-service") {
+            let client = parent_of(span);
+            assert_eq!(service_of(client), "hop-b", "{span:#}");
+            assert_eq!(
+                client["operationName"], "b -> tailmesh.examples.v1.Echo.Echo",
+                "{client:#}"
+            );
+            let server = parent_of(client);
+            assert_eq!(service_of(server), "hop-b", "{client:#}");
+            assert_ne!(server["spanID"], client["spanID"]);
             under_sidecar += 1;
         }
     }
@@ -955,4 +984,182 @@ fn find_in_path(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|p| p.is_file())
+}
+
+/// `command = [...]` of the example server `implementation` (`python` or
+/// `node`) on `{port}`, with the time it may take to start; the test is
+/// skipped when examples/servers/setup.sh has not made it.
+fn example_command(implementation: &str) -> String {
+    let missing = examples_missing();
+    if let Some(why) = missing.iter().find(|m| m.starts_with(implementation)) {
+        crate::harness::skip(format!(
+            "the {implementation} example server is not set up ({why} missing): run \
+             examples/servers/setup.sh {implementation}"
+        ));
+    }
+    let servers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers");
+    let (program, script) = match implementation {
+        "python" => (
+            servers.join(".venv/bin/python").display().to_string(),
+            servers.join("python/server.py"),
+        ),
+        _ => ("node".to_owned(), servers.join("node/server.js")),
+    };
+    format!(
+        "command = [{program:?}, {:?}, \"--port\", \"{{port}}\"]\nready_timeout = \"30s\"",
+        script.display().to_string()
+    )
+}
+
+/// `[hop.service]` keys calling the Echo service's `method` with `keys`
+/// (`request = ...` or `requests = [...]`, `replies = N`), the schema from
+/// echo.proto.
+fn echo_method(source: &str, method: &str, keys: &str) -> String {
+    format!(
+        "[hop.service]\n{source}\nmethod = \"tailmesh.examples.v1.Echo/{method}\"\n{keys}\nproto = [\"{}\"]\n",
+        echo_proto_str()
+    )
+}
+
+/// An open loop of bidi streams: 2 streams of 20 messages, 40 a second.
+const STREAMS_LOAD: &str = "mode = \"open\"\nrate = 40\nduration = \"1s\"\ntimeout = \"2s\"\n\
+                            [load.streams]\nstreams = 2\nmessages = 20";
+
+/// Asserts that every request was answered OK and passed `service_hops`,
+/// each of whose service times is at least its `min_us` (its messages'
+/// work, done once per request).
+fn assert_served_by(v: &Value, context: &str, service_hops: &[(&str, u64)]) {
+    let sent = u64_at(v, "/sent");
+    assert_eq!(u64_at(v, "/ok"), sent, "{context}");
+    for (name, min_us) in service_hops {
+        let h = hop(v, name);
+        assert_eq!(u64_at(h, "/requests"), sent, "hop {name}: {context}");
+        assert!(
+            u64_at(h, "/service/min_us") >= *min_us,
+            "hop {name}'s service time under {min_us} us: {context}"
+        );
+    }
+}
+
+/// A mesh of bidi streams, a -> b -> c, where b calls the example's
+/// bidirectional echo (two messages each taking 1 ms, two replies) and c
+/// its server-streaming echo (three replies of 0.5 ms each) for every
+/// message of the load's streams.
+fn the_examples_streaming_methods_serve_each_message_of_a_bidi_mesh() {
+    for implementation in ["python", "node"] {
+        let command = example_command(implementation);
+        let scratch = Scratch::new();
+        let bidi = echo_method(
+            &command,
+            "EchoStream",
+            "requests = [{ message = \"x\", work_us = 1000 }, { message = \"y\", work_us = 1000 }]\n\
+             replies = 2",
+        );
+        let server = echo_method(
+            &command,
+            "EchoServerStream",
+            "request = { message = \"s\", work_us = 500, replies = 3 }\nreplies = 3",
+        );
+        let accounted = run_allowing_errors(
+            &scratch,
+            &format!("svc-streams-{implementation}"),
+            STREAMS_LOAD,
+            &format!(
+                "streaming = \"bidi\"\n[[hop]]\nname = \"b\"\nstreaming = \"bidi\"\n\
+                 {bidi}[[hop]]\nname = \"c\"\nstreaming = \"bidi\"\n{server}"
+            ),
+        );
+        let (v, context) = (&accounted.v, &accounted.context);
+        let context = format!("{implementation}: {context}");
+        assert_eq!(u64_at(v, "/sent"), 40, "{context}");
+        assert_served_by(v, &context, &[("b", 2000), ("c", 1500)]);
+        let streams = v.pointer("/streams").expect("the streams' report");
+        assert_eq!(u64_at(streams, "/completed"), 2, "{context}");
+    }
+}
+
+/// A unary chain, a -> b -> c, where b calls the example's
+/// client-streaming echo (two messages of 1 ms, one reply) and c its
+/// bidirectional echo (three messages of 0.5 ms, three replies) once per
+/// request.
+fn the_examples_streaming_methods_serve_each_request_of_a_unary_mesh() {
+    for implementation in ["python", "node"] {
+        let command = example_command(implementation);
+        let scratch = Scratch::new();
+        let client = echo_method(
+            &command,
+            "EchoClientStream",
+            "requests = [{ message = \"p\", work_us = 1000 }, { message = \"q\", work_us = 1000 }]",
+        );
+        let bidi = echo_method(
+            &command,
+            "EchoStream",
+            "requests = '[{\"workUs\": 500}, {\"workUs\": 500}, {\"workUs\": 500}]'\nreplies = 3",
+        );
+        let accounted = run_allowing_errors(
+            &scratch,
+            &format!("svc-unary-{implementation}"),
+            &closed(30),
+            &format!("[[hop]]\nname = \"b\"\n{client}[[hop]]\nname = \"c\"\n{bidi}"),
+        );
+        let (v, context) = (&accounted.v, &accounted.context);
+        let context = format!("{implementation}: {context}");
+        assert_eq!(u64_at(v, "/sent"), 30, "{context}");
+        assert_served_by(v, &context, &[("b", 2000), ("c", 1500)]);
+    }
+}
+
+/// Through the test binary's own Echo server, in a mesh of bidi streams:
+/// a stream answering two replies where `replies = 3` fails every call
+/// with INTERNAL naming the method and both counts; a stream whose second
+/// message asks for FAILED_PRECONDITION fails every call with that code.
+/// Each failure is its message's, in band: the load's streams hold.
+fn a_stream_of_the_wrong_length_or_a_failed_message_fails_its_calls() {
+    let server = EchoServer::start();
+    let address = format!("address = \"{}\"", server.addr);
+    let cases = [
+        (
+            "svc-stream-count",
+            "requests = [{ message = \"a\" }, { message = \"b\" }]\nreplies = 3",
+            "internal",
+            "tailmesh.examples.v1.Echo.EchoStream answered with 2 reply messages, expected \
+             replies = 3",
+        ),
+        (
+            "svc-stream-fails",
+            "requests = [{ message = \"a\" }, { message = \"b\", fail_code = 9 }]",
+            "failed_precondition",
+            "asked to fail",
+        ),
+    ];
+    for (name, keys, code, words) in cases {
+        let scratch = Scratch::new();
+        let service = echo_method(&address, "EchoStream", keys);
+        let accounted = run_allowing_errors(
+            &scratch,
+            name,
+            STREAMS_LOAD,
+            &format!(
+                "streaming = \"bidi\"\n[[hop]]\nname = \"b\"\nstreaming = \"bidi\"\n{service}"
+            ),
+        );
+        let (v, context) = (&accounted.v, &accounted.context);
+        let sent = u64_at(v, "/sent");
+        assert_eq!(sent, 40, "{context}");
+        assert_eq!(
+            errors(v).get(code).copied(),
+            Some(sent),
+            "{name}: {context}"
+        );
+        let streams = v.pointer("/streams").expect("the streams' report");
+        assert_eq!(u64_at(streams, "/completed"), 2, "{name}: {context}");
+        let rows = requests_csv(&accounted.run_dir);
+        assert!(!rows.is_empty(), "{name}: {context}");
+        for row in &rows {
+            assert!(
+                row.error.contains("hop \"b\"") && row.error.contains(words),
+                "{name}: {row:?}"
+            );
+        }
+    }
 }

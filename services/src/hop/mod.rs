@@ -56,4 +56,6 @@ pub use direct::DirectTarget;
 pub use error::HopError;
 pub use pull::PullTarget;
 pub use server::{DownstreamConfig, HopConfig, HopCore, run, run_with_control};
-pub use service::{RawCodec, ServiceClient, ServiceError, ServiceReply};
+pub use service::{
+    MethodKind, RawCodec, Replies, ServiceClient, ServiceError, ServiceReply, method_kind_in,
+};

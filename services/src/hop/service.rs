@@ -1,17 +1,24 @@
-//! A real gRPC service as a hop's work ([`ServiceCall`]): its schema found
+//! A real gRPC service as a hop's work ([`ServiceClient`]): its schema found
 //! once, at start, in `.proto` files (compiled with protox) or through
-//! its server reflection (v1, then v1alpha); the request encoded once
-//! against the method's input message; then, per request, one unary call
-//! of those bytes, carrying the request's deadline, its `traceparent` and
-//! the configured metadata, the reply checked to fit the method's output
-//! message.
+//! its server reflection (v1, then v1alpha); the request messages encoded
+//! once against the method's input message; then, per request, one call
+//! of the method's kind ([`MethodKind`]) carrying those bytes, the
+//! request's deadline, its `traceparent` and the configured metadata:
+//! unary, one message each way; client streaming, the messages in order,
+//! then half-close, then one reply; server streaming and bidirectional,
+//! every reply read until the service ends the stream. Each reply is
+//! checked to fit the method's output message, and their number against
+//! `replies` when it is set.
 //!
 //! The call takes the push pool's path, not a tonic channel: one plaintext
 //! HTTP/2 connection per client, driven with h2 by the calling task itself
 //! (see the `unary` module; a tonic channel hands each call through its
-//! buffer's worker task and a task per request). The reply is not decoded:
-//! its wire format is walked against the output message's descriptor (the
-//! `fits` module), which refuses exactly what a decode would refuse.
+//! buffer's worker task and a task per request). A streaming call goes the
+//! same way: its request messages are all known at start, so they leave as
+//! one body, and the replies are read off the answer as they come. The
+//! replies are not decoded: their wire format is walked against the output
+//! message's descriptor (the `fits` module), which refuses exactly what a
+//! decode would refuse.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -21,7 +28,7 @@ use std::{
     time::Duration,
 };
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
 use prost_types::FileDescriptorProto;
@@ -42,7 +49,10 @@ use super::{
     unary::{self, Link, LinkError},
 };
 use crate::{
-    addr::PeerAddr, limits::MAX_CALL_MESSAGE_BYTES, model::ServiceCall, protojson, telemetry,
+    addr::PeerAddr,
+    limits::MAX_CALL_MESSAGE_BYTES,
+    model::{Requests, ServiceCall},
+    protojson, telemetry,
 };
 
 /// How long connecting to the service may take, at start and per call.
@@ -78,19 +88,30 @@ pub enum ServiceError {
     /// The schema has no such service or method.
     #[error("{message}")]
     UnknownMethod { message: String },
-    /// The request JSON does not fit the input message.
-    #[error("request for {method} ({input}): {source}")]
+    /// A request message's JSON does not fit the input message; `key`
+    /// names it (`request`, or `requests[i]`).
+    #[error("{key} for {method} ({input}): {source}")]
     Request {
+        key: String,
         method: String,
         input: String,
-        source: protojson::JsonError,
+        source: Box<protojson::JsonError>,
     },
-    /// The request encodes to more than one call may carry.
-    #[error("request for {method}: it encodes to {bytes} bytes, over the limit of {limit}")]
+    /// A request message encodes to more than one message may carry.
+    #[error("{key} for {method}: it encodes to {bytes} bytes, over the limit of {limit}")]
     RequestTooLarge {
+        key: String,
         method: String,
         bytes: usize,
         limit: usize,
+    },
+    /// `requests` (or `replies`) given for a method whose kind does not
+    /// take them.
+    #[error("{key} for {method}: {why}")]
+    MethodKind {
+        key: &'static str,
+        method: String,
+        why: String,
     },
     /// A metadata entry is not valid gRPC ASCII metadata.
     #[error("metadata \"{key}\": {reason}")]
@@ -103,10 +124,15 @@ pub enum ServiceError {
 pub struct ServiceClient {
     address: String,
     method: MethodDescriptor,
+    kind: MethodKind,
     output: MessageDescriptor,
-    request: Bytes,
-    /// `request` as one gRPC message (its prefix, then its bytes).
+    /// The request messages, each framed as a gRPC message (its prefix,
+    /// then its bytes), one after another: the call's whole request body.
     framed: Bytes,
+    /// How many request messages `framed` holds.
+    requests: usize,
+    /// How many replies each call must get, when set.
+    replies: Option<u32>,
     /// The connection to the service, with the metadata in its headers.
     link: Arc<Link>,
 }
@@ -116,12 +142,51 @@ impl fmt::Debug for ServiceClient {
         f.debug_struct("ServiceClient")
             .field("address", &self.address)
             .field("method", &self.method.full_name())
-            .field("request_bytes", &self.request.len())
+            .field("kind", &self.kind)
+            .field("requests", &self.requests)
+            .field("request_bytes", &self.framed.len())
             .finish_non_exhaustive()
     }
 }
 
-/// One call's outcome: the reply's bytes, checked to fit the output
+/// Which side of a method streams (the schema's `stream` keywords).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MethodKind {
+    Unary,
+    ServerStreaming,
+    ClientStreaming,
+    Bidi,
+}
+
+impl MethodKind {
+    /// `method`'s kind.
+    pub fn of(method: &MethodDescriptor) -> Self {
+        match (method.is_client_streaming(), method.is_server_streaming()) {
+            (false, false) => MethodKind::Unary,
+            (false, true) => MethodKind::ServerStreaming,
+            (true, false) => MethodKind::ClientStreaming,
+            (true, true) => MethodKind::Bidi,
+        }
+    }
+
+    /// The kind as people name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MethodKind::Unary => "unary",
+            MethodKind::ServerStreaming => "server-streaming",
+            MethodKind::ClientStreaming => "client-streaming",
+            MethodKind::Bidi => "bidirectional streaming",
+        }
+    }
+
+    /// Whether the service answers with a stream (of any number of
+    /// replies), not one reply.
+    fn streams_replies(self) -> bool {
+        matches!(self, MethodKind::ServerStreaming | MethodKind::Bidi)
+    }
+}
+
+/// One reply message of a call: its bytes, checked to fit the output
 /// message (not decoded: [`ServiceReply::message`] does that).
 #[derive(Debug)]
 pub struct ServiceReply {
@@ -130,6 +195,13 @@ pub struct ServiceReply {
     /// Its encoded size.
     pub bytes: usize,
     output: MessageDescriptor,
+}
+
+/// What a call got back: how many reply messages, how many bytes in all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replies {
+    pub messages: u32,
+    pub bytes: usize,
 }
 
 impl ServiceReply {
@@ -146,10 +218,11 @@ impl ServiceReply {
 
 impl ServiceClient {
     /// Resolves `call`: its schema (from `proto` files, else the service's
-    /// reflection), its method, its request (encoded once), its metadata;
-    /// the channel connects lazily, on the first call. Reflection retries
-    /// a service that cannot be reached yet for up to `patience` (one that
-    /// is still starting); its channel is dropped once it has answered.
+    /// reflection), its method, its request messages (encoded once), its
+    /// metadata; the connection opens lazily, on the first call.
+    /// Reflection retries a service that cannot be reached yet for up to
+    /// `patience` (one that is still starting); its channel is dropped
+    /// once it has answered.
     pub async fn resolve(call: &ServiceCall, patience: Duration) -> Result<Self, ServiceError> {
         let (service, method_name) = split_method(&call.method)?;
         let endpoint = endpoint(&call.address)?;
@@ -171,27 +244,16 @@ impl ServiceClient {
         } else {
             compile(&call.proto, &call.proto_include)?
         };
-        let method = find_method(&pool, service, method_name)?;
-        let input = method.input();
-        let request = protojson::parse_message(&input, &call.request).map_err(|source| {
-            ServiceError::Request {
-                method: call.method.clone(),
-                input: input.full_name().to_owned(),
-                source,
-            }
-        })?;
         drop(channel);
+        let method = find_method(&pool, service, method_name)?;
+        let kind = MethodKind::of(&method);
+        fits_kind(call, kind)?;
+        let framed = encode_requests(call, &method)?;
         let metadata = call
             .metadata
             .iter()
             .map(|(k, v)| metadata_entry(k, v))
             .collect::<Result<Vec<_>, _>>()?;
-        let request: Bytes = request.encode_to_vec().into();
-        let framed = unary::frame(&request).ok_or_else(|| ServiceError::RequestTooLarge {
-            method: call.method.clone(),
-            bytes: request.len(),
-            limit: MAX_CALL_MESSAGE_BYTES,
-        })?;
         let link = Link::for_method(
             peer,
             &format!("/{service}/{method_name}"),
@@ -207,8 +269,10 @@ impl ServiceClient {
             address: call.address.clone(),
             output: method.output(),
             method,
-            request,
+            kind,
             framed,
+            requests: call.request.messages().len(),
+            replies: call.replies,
             link: Arc::new(link),
         })
     }
@@ -223,9 +287,9 @@ impl ServiceClient {
         self.method.full_name()
     }
 
-    /// The encoded request sent with every call.
-    pub fn request_bytes(&self) -> &Bytes {
-        &self.request
+    /// The method's kind.
+    pub fn kind(&self) -> MethodKind {
+        self.kind
     }
 
     /// The method's output message.
@@ -233,17 +297,18 @@ impl ServiceClient {
         self.output.clone()
     }
 
-    /// Makes one call: the request's bytes, the configured metadata, the
-    /// current trace context's `traceparent` (untraced, a fresh trace's,
-    /// not sampled, so a service that logs trace ids still tells its
-    /// calls apart), and `grpc-timeout` from
-    /// `timeout` when given. The service's non-OK status comes back as it
-    /// is; a reply that does not fit the output message (one its decode
-    /// would refuse) is INTERNAL.
-    pub async fn call(&self, timeout: Option<Duration>) -> Result<ServiceReply, Status> {
-        self.call_with(timeout, HeaderMap::new())
+    /// Makes one call: the request messages, the configured metadata,
+    /// the current trace context's `traceparent` (untraced, a fresh
+    /// trace's, not sampled, so a service that logs trace ids still tells
+    /// its calls apart), and `grpc-timeout` from `timeout` when given;
+    /// every reply read until the service ends the call. The service's
+    /// non-OK status comes back as it is; a reply that does not fit the
+    /// output message (one its decode would refuse), or a count of replies
+    /// other than the method's or `replies`, is INTERNAL.
+    pub async fn call(&self, timeout: Option<Duration>) -> Result<Replies, Status> {
+        self.call_each(timeout, HeaderMap::new(), |_| ())
             .await
-            .map(|(_, reply)| reply)
+            .map(|(_, replies)| replies)
     }
 
     /// [`ServiceClient::call`] with `extra` headers sent too, answering
@@ -252,15 +317,49 @@ impl ServiceClient {
         &self,
         timeout: Option<Duration>,
         extra: HeaderMap,
-    ) -> Result<(HeaderMap, ServiceReply), Status> {
+    ) -> Result<(HeaderMap, Replies), Status> {
+        self.call_each(timeout, extra, |_| ()).await
+    }
+
+    /// [`ServiceClient::call_with`], each reply message handed to `each`
+    /// as it comes, once it has been checked.
+    pub async fn call_each(
+        &self,
+        timeout: Option<Duration>,
+        extra: HeaderMap,
+        mut each: impl FnMut(ServiceReply),
+    ) -> Result<(HeaderMap, Replies), Status> {
         let traceparent = telemetry::traceparent_header().or_else(fresh_traceparent);
-        let call = async {
-            self.link
-                .call_framed(self.framed.clone(), timeout, traceparent, extra)
-                .await
-                .map_err(|(LinkError::Unsent(status) | LinkError::Failed(status))| status)
+        let mut replies = Replies::default();
+        let mut take = |body: Bytes| {
+            fitting(&self.output, &self.address, &body)?;
+            replies.messages = replies.messages.saturating_add(1);
+            replies.bytes += body.len();
+            each(ServiceReply {
+                bytes: body.len(),
+                body,
+                output: self.output.clone(),
+            });
+            Ok(())
         };
-        let (headers, body) = match timeout {
+        let call = async {
+            let status_of = |(LinkError::Unsent(status) | LinkError::Failed(status))| status;
+            if self.kind == MethodKind::Unary {
+                let (headers, body) = self
+                    .link
+                    .call_framed(self.framed.clone(), timeout, traceparent, extra)
+                    .await
+                    .map_err(status_of)?;
+                take(body)?;
+                Ok(headers)
+            } else {
+                self.link
+                    .call_streaming(self.framed.clone(), timeout, traceparent, extra, take)
+                    .await
+                    .map_err(status_of)
+            }
+        };
+        let headers = match timeout {
             Some(timeout) => {
                 crate::deadline::within(timeout, call, || {
                     format!("no answer from service {}", self.address)
@@ -269,16 +368,133 @@ impl ServiceClient {
             }
             None => call.await,
         }?;
-        fitting(&self.output, &self.address, &body)?;
-        Ok((
-            headers,
-            ServiceReply {
-                bytes: body.len(),
-                body,
-                output: self.output.clone(),
-            },
-        ))
+        self.counted(replies.messages)?;
+        Ok((headers, replies))
     }
+
+    /// Whether `got` replies are what the method gives (one, unless it
+    /// streams its replies) and what `replies` asks for: INTERNAL naming
+    /// the method and both counts when not.
+    fn counted(&self, got: u32) -> Result<(), Status> {
+        let want = match self.replies {
+            Some(want) => want,
+            None if self.kind.streams_replies() => return Ok(()),
+            None => 1,
+        };
+        if got == want {
+            return Ok(());
+        }
+        let asked = if self.replies.is_some() {
+            format!("replies = {want}")
+        } else {
+            format!("one, as a {} method answers", self.kind.name())
+        };
+        Err(Status::internal(format!(
+            "service {}: {} answered with {got} reply message{}, expected {asked}",
+            self.address,
+            self.method.full_name(),
+            if got == 1 { "" } else { "s" },
+        )))
+    }
+}
+
+/// Whether `call`'s request messages and `replies` fit a method of `kind`
+/// (see [`MethodKind::refuses`]).
+fn fits_kind(call: &ServiceCall, kind: MethodKind) -> Result<(), ServiceError> {
+    match kind.refuses(&call.request, call.replies) {
+        None => Ok(()),
+        Some((key, why)) => Err(ServiceError::MethodKind {
+            key,
+            method: call.method.clone(),
+            why,
+        }),
+    }
+}
+
+impl MethodKind {
+    /// The key (`requests` or `replies`) a method of this kind does not
+    /// take as given, and why: a list of `requests` is a client-streaming
+    /// or bidirectional method's (a server-streaming one takes a list of
+    /// one), `replies` a server-streaming or bidirectional one's.
+    pub fn refuses(
+        self,
+        request: &Requests,
+        replies: Option<u32>,
+    ) -> Option<(&'static str, String)> {
+        let streams_requests = matches!(self, MethodKind::ClientStreaming | MethodKind::Bidi);
+        match request {
+            Requests::List(_) if self == MethodKind::Unary => {
+                return Some((
+                    "requests",
+                    "a unary method takes one request message; give it as request".to_owned(),
+                ));
+            }
+            Requests::List(list) if !streams_requests && list.len() != 1 => {
+                return Some((
+                    "requests",
+                    format!(
+                        "a {} method takes one request message, not a list of {}; give it as \
+                         request",
+                        self.name(),
+                        list.len()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        (replies.is_some() && !self.streams_replies()).then(|| {
+            (
+                "replies",
+                format!(
+                    "a {} method answers with one message; replies counts a server-streaming \
+                     or bidirectional method's",
+                    self.name()
+                ),
+            )
+        })
+    }
+}
+
+/// The kind of `method` (`package.Service/Method`) in the `.proto` files
+/// `proto`, with import paths `include`: what can be known of a method
+/// before its service runs.
+pub fn method_kind_in(
+    proto: &[PathBuf],
+    include: &[PathBuf],
+    method: &str,
+) -> Result<MethodKind, ServiceError> {
+    let (service, name) = split_method(method)?;
+    let pool = compile(proto, include)?;
+    Ok(MethodKind::of(&find_method(&pool, service, name)?))
+}
+
+/// `call`'s request messages as `method`'s input, encoded and framed one
+/// after another.
+fn encode_requests(call: &ServiceCall, method: &MethodDescriptor) -> Result<Bytes, ServiceError> {
+    let input = method.input();
+    let key = |i: usize| match &call.request {
+        Requests::One(_) => "request".to_owned(),
+        Requests::List(_) => format!("requests[{i}]"),
+    };
+    let mut framed = BytesMut::new();
+    for (i, json) in call.request.messages().iter().enumerate() {
+        let message =
+            protojson::parse_message(&input, json).map_err(|source| ServiceError::Request {
+                key: key(i),
+                method: call.method.clone(),
+                input: input.full_name().to_owned(),
+                source: Box::new(source),
+            })?;
+        let bytes = message.encode_to_vec();
+        let one = unary::frame(&bytes).ok_or_else(|| ServiceError::RequestTooLarge {
+            key: key(i),
+            method: call.method.clone(),
+            bytes: bytes.len(),
+            limit: MAX_CALL_MESSAGE_BYTES,
+        })?;
+        framed.extend_from_slice(&one);
+    }
+    Ok(framed.freeze())
 }
 
 /// Whether `body`, the reply of the service at `address`, fits `output`:
@@ -433,11 +649,6 @@ fn find_method(
             ),
         });
     };
-    if found.is_client_streaming() || found.is_server_streaming() {
-        return Err(ServiceError::UnknownMethod {
-            message: format!("{service}/{method} is a streaming method; only unary is supported"),
-        });
-    }
     Ok(found)
 }
 
@@ -645,8 +856,7 @@ mod tests {
 
     #[test]
     fn a_reply_that_does_not_fit_the_output_message_is_internal() {
-        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers/echo.proto");
-        let pool = compile(&[proto], &[]).unwrap_or_else(|e| panic!("{e}"));
+        let pool = echo_pool();
         let output = find_method(&pool, "tailmesh.examples.v1.Echo", "Echo")
             .unwrap_or_else(|e| panic!("{e}"))
             .output();
@@ -675,6 +885,128 @@ mod tests {
                 "{status:?}"
             );
         }
+    }
+
+    fn echo_pool() -> DescriptorPool {
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/servers/echo.proto");
+        compile(&[proto], &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_methods_kind_decides_what_requests_and_replies_it_takes() {
+        let pool = echo_pool();
+        let kind = |name| {
+            MethodKind::of(
+                &find_method(&pool, "tailmesh.examples.v1.Echo", name)
+                    .unwrap_or_else(|e| panic!("{e}")),
+            )
+        };
+        assert_eq!(
+            ["Echo", "EchoStream", "EchoServerStream", "EchoClientStream"].map(kind),
+            [
+                MethodKind::Unary,
+                MethodKind::Bidi,
+                MethodKind::ServerStreaming,
+                MethodKind::ClientStreaming
+            ]
+        );
+        let call = |request: Requests, replies| ServiceCall {
+            address: "h:1".into(),
+            method: "p.S/M".into(),
+            request,
+            replies,
+            proto: Vec::new(),
+            proto_include: Vec::new(),
+            metadata: Vec::new(),
+            layered: false,
+        };
+        let one = || Requests::from("{}");
+        let list = |n| Requests::List(vec!["{}".to_owned(); n]);
+        // What each kind takes.
+        for (kind, request, replies) in [
+            (MethodKind::Unary, one(), None),
+            (MethodKind::ServerStreaming, one(), Some(3)),
+            (MethodKind::ServerStreaming, list(1), None),
+            (MethodKind::ClientStreaming, list(3), None),
+            (MethodKind::ClientStreaming, one(), None),
+            (MethodKind::Bidi, list(2), Some(0)),
+        ] {
+            let c = call(request, replies);
+            assert!(fits_kind(&c, kind).is_ok(), "{kind:?} {c:?}");
+        }
+        // And what it does not, named.
+        for (kind, request, replies, words) in [
+            (
+                MethodKind::Unary,
+                list(1),
+                None,
+                "requests for p.S/M: a unary method takes one request message; give it as \
+                 request",
+            ),
+            (
+                MethodKind::ServerStreaming,
+                list(2),
+                None,
+                "requests for p.S/M: a server-streaming method takes one request message, not a \
+                 list of 2",
+            ),
+            (
+                MethodKind::Unary,
+                one(),
+                Some(1),
+                "replies for p.S/M: a unary method answers with one message",
+            ),
+            (
+                MethodKind::ClientStreaming,
+                list(2),
+                Some(1),
+                "replies for p.S/M: a client-streaming method answers with one message",
+            ),
+        ] {
+            let err = fits_kind(&call(request, replies), kind)
+                .expect_err("refused")
+                .to_string();
+            assert!(err.starts_with(words), "{kind:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn each_request_message_is_encoded_and_framed_in_order() {
+        let pool = echo_pool();
+        let method = find_method(&pool, "tailmesh.examples.v1.Echo", "EchoStream")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let call = ServiceCall {
+            address: "h:1".into(),
+            method: "tailmesh.examples.v1.Echo/EchoStream".into(),
+            request: Requests::List(vec![
+                r#"{"message": "a"}"#.to_owned(),
+                "{}".to_owned(),
+                r#"{"workUs": 1}"#.to_owned(),
+            ]),
+            replies: None,
+            proto: Vec::new(),
+            proto_include: Vec::new(),
+            metadata: Vec::new(),
+            layered: false,
+        };
+        let framed = encode_requests(&call, &method).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            &framed[..],
+            [
+                0, 0, 0, 0, 3, 0x0a, 1, b'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0x10, 1
+            ]
+        );
+        let bad = ServiceCall {
+            request: Requests::List(vec!["{}".to_owned(), r#"{"wrk": 1}"#.to_owned()]),
+            ..call
+        };
+        let err = encode_requests(&bad, &method)
+            .expect_err("a misfit")
+            .to_string();
+        assert!(
+            err.starts_with("requests[1] for tailmesh.examples.v1.Echo/EchoStream"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `tailmesh.v1.Hop/Call` over HTTP/2 directly with h2: the client every
 //! push caller uses (the load generator and each hop's downstream calls),
-//! and, with its bytes framed by the caller ([`Link::call_framed`]), a
-//! service hop's one unary call of its service's method.
+//! and, with its bytes framed by the caller ([`Link::call_framed`],
+//! [`Link::call_streaming`]), a service hop's one call of its service's
+//! method, unary or streaming.
 //!
 //! A tonic channel hands each call through three tasks before it reaches
 //! the socket and back (its buffer's worker, hyper's connection task, and a
@@ -264,6 +265,38 @@ impl Link {
         traceparent: Option<HeaderValue>,
         extra: HeaderMap,
     ) -> Result<(HeaderMap, Bytes), LinkError> {
+        let answer = self.send_framed(body, timeout, traceparent, extra).await?;
+        self.read_reply(answer).await.map_err(LinkError::Failed)
+    }
+
+    /// [`Link::call_framed`] of a streaming method: `body` holds every
+    /// request message, framed, and the request side closes after it;
+    /// each reply message, unframed and not decoded, goes to `each` as it
+    /// comes (its error ends the call, the stream reset). The answer's
+    /// headers once it ended with status OK, or its status.
+    pub(crate) async fn call_streaming(
+        &self,
+        body: Bytes,
+        timeout: Option<Duration>,
+        traceparent: Option<HeaderValue>,
+        extra: HeaderMap,
+        each: impl FnMut(Bytes) -> Result<(), Status>,
+    ) -> Result<HeaderMap, LinkError> {
+        let answer = self.send_framed(body, timeout, traceparent, extra).await?;
+        self.read_messages(answer, each)
+            .await
+            .map_err(LinkError::Failed)
+    }
+
+    /// Sends `body` as a whole request (see [`Link::call_framed`]) and
+    /// awaits the answer's head.
+    async fn send_framed(
+        &self,
+        body: Bytes,
+        timeout: Option<Duration>,
+        traceparent: Option<HeaderValue>,
+        extra: HeaderMap,
+    ) -> Result<http::Response<h2::RecvStream>, LinkError> {
         let mut http = Request::new(());
         *http.method_mut() = Method::POST;
         *http.uri_mut() = self.uri.clone();
@@ -285,8 +318,7 @@ impl Link {
             stream
                 .send_data(body, true)
                 .map_err(|e| self.transport(e))?;
-            let answer = answer.await.map_err(|e| self.transport(e))?;
-            self.read_reply(answer).await
+            answer.await.map_err(|e| self.transport(e))
         };
         sent.await.map_err(LinkError::Failed)
     }
@@ -493,14 +525,7 @@ impl Link {
         answer: http::Response<h2::RecvStream>,
     ) -> Result<(HeaderMap, Bytes), Status> {
         let (head, mut body) = answer.into_parts();
-        if head.status != http::StatusCode::OK {
-            return Err(http_status(head.status));
-        }
-        if let Some(status) = Status::from_header_map(&head.headers)
-            && status.code() != Code::Ok
-        {
-            return Err(status);
-        }
+        head_status(&head)?;
         let mut message = Bytes::new();
         let mut gathered: Option<BytesMut> = None;
         while let Some(chunk) = body.data().await {
@@ -522,19 +547,40 @@ impl Link {
             }
         }
         let trailers = body.trailers().await.map_err(|e| self.transport(e))?;
-        match trailers.as_ref().and_then(Status::from_header_map) {
-            Some(status) if status.code() == Code::Ok => {}
-            Some(status) => return Err(status),
-            None => {
-                if Status::from_header_map(&head.headers).is_none() {
-                    return Err(Status::internal("the answer ended without a grpc-status"));
-                }
-            }
-        }
+        end_status(&head.headers, trailers.as_ref())?;
         Ok((
             head.headers,
             unframe(gathered.map_or(message, BytesMut::freeze))?,
         ))
+    }
+
+    /// A streaming answer's messages, each unframed and handed to `each`
+    /// as it comes, then its status: the answer's headers when OK.
+    async fn read_messages(
+        &self,
+        answer: http::Response<h2::RecvStream>,
+        mut each: impl FnMut(Bytes) -> Result<(), Status>,
+    ) -> Result<HeaderMap, Status> {
+        let (head, mut body) = answer.into_parts();
+        head_status(&head)?;
+        let mut buf = BytesMut::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| self.transport(e))?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            buf.extend_from_slice(&chunk);
+            while let Some(message) = next_message(&mut buf)? {
+                each(message)?;
+            }
+        }
+        if !buf.is_empty() {
+            return Err(Status::internal(format!(
+                "the answer ended inside a message ({} bytes of it)",
+                buf.len()
+            )));
+        }
+        let trailers = body.trailers().await.map_err(|e| self.transport(e))?;
+        end_status(&head.headers, trailers.as_ref())?;
+        Ok(head.headers)
     }
 
     /// A failure before the request left: connection number `generation`
@@ -572,6 +618,51 @@ pub(crate) fn transport_status(events: &LinkEvents, error: h2::Error) -> Status 
         None => Code::Unknown,
     };
     Status::new(code, format!("h2 protocol error: {error}"))
+}
+
+/// An answer's head as gRPC reads it: a non-200 status, or a
+/// trailers-only answer's non-OK `grpc-status`, is the call's failure.
+pub(crate) fn head_status(head: &http::response::Parts) -> Result<(), Status> {
+    if head.status != http::StatusCode::OK {
+        return Err(http_status(head.status));
+    }
+    match Status::from_header_map(&head.headers) {
+        Some(status) if status.code() != Code::Ok => Err(status),
+        _ => Ok(()),
+    }
+}
+
+/// How an answer ended: its trailers' `grpc-status`, or a trailers-only
+/// answer's in its `headers`; none at all is INTERNAL.
+pub(crate) fn end_status(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Result<(), Status> {
+    match trailers.and_then(Status::from_header_map) {
+        Some(status) if status.code() == Code::Ok => Ok(()),
+        Some(status) => Err(status),
+        None if Status::from_header_map(headers).is_some() => Ok(()),
+        None => Err(Status::internal("the answer ended without a grpc-status")),
+    }
+}
+
+/// The next whole gRPC message at the front of `buf`, unframed and taken
+/// out of it (`None`: not all of it is in yet).
+pub(crate) fn next_message(buf: &mut BytesMut) -> Result<Option<Bytes>, Status> {
+    if buf.len() < PREFIX {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+    if buf[0] != 0 {
+        return Err(Status::internal(
+            "a message of the answer is compressed, which was not asked for",
+        ));
+    }
+    if len > MAX_CALL_MESSAGE_BYTES {
+        return Err(too_large(len));
+    }
+    if buf.len() < PREFIX + len {
+        return Ok(None);
+    }
+    buf.advance(PREFIX);
+    Ok(Some(buf.split_to(len).freeze()))
 }
 
 /// Pings every `every` until a PING goes unanswered for `timeout`, then

@@ -222,6 +222,7 @@ fn service_call(addr: SocketAddr, request: &str) -> ServiceCall {
         address: addr.to_string(),
         method: METHOD.into(),
         request: request.into(),
+        replies: None,
         proto: Vec::new(),
         proto_include: Vec::new(),
         metadata: vec![("x-tenant".into(), "blue".into())],
@@ -458,9 +459,16 @@ async fn v1alpha_reflection_serves_when_v1_is_unimplemented() {
     )
     .await
     .expect("resolves through v1alpha");
-    let reply = within("the service's answer", client.call(None))
-        .await
-        .expect("an ok reply");
+    let mut replies = Vec::new();
+    within(
+        "the service's answer",
+        client.call_each(None, Default::default(), |reply| replies.push(reply)),
+    )
+    .await
+    .expect("an ok reply");
+    let [reply] = &replies[..] else {
+        panic!("{} replies to a unary call", replies.len());
+    };
     let text = tailmesh_services::protojson::to_json(&reply.message().expect("a decodable reply"))
         .to_string();
     assert!(text.contains(r#""message":"a""#), "{text}");

@@ -323,10 +323,10 @@ fn balance(s: &Section<'_>, p: &mut Problems) -> Option<Balance> {
 }
 
 /// `streaming`: how the callers that serve a stream reach this hop. A
-/// streaming hop goes by push, with tailmesh's own work: a broker's
-/// workers take each task on its own (a stream's order and its one
-/// connection would be lost), and a real service's streaming methods are
-/// not called yet.
+/// streaming hop goes by push: a broker's workers take each task on its
+/// own (a stream's order and its one connection would be lost). With a
+/// `[hop.service]`, each of its stream's messages is one call of the
+/// service's method.
 fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
     let Some(entry) = s.get("streaming") else {
         return Some(Streaming::Unary);
@@ -353,18 +353,6 @@ fn streaming(s: &Section<'_>, p: &mut Problems) -> Option<Streaming> {
                     "{} = \"{named}\" goes by push only: a broker's workers take each task on \
                      its own, so a stream's order and its one connection would be lost (leave \
                      out transport = \"pull\")",
-                    s.name("streaming")
-                ),
-            );
-            return None;
-        }
-        if s.get("service").is_some() {
-            s.report(
-                p,
-                &entry.key_span,
-                format!(
-                    "{} = \"{named}\" cannot go with [hop.service] yet: a service's streaming \
-                     methods are not called",
                     s.name("streaming")
                 ),
             );

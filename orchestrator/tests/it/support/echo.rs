@@ -1,7 +1,8 @@
 //! A small gRPC server of examples/servers/echo.proto for the `[hop.service]`
 //! tests, with no toolchain but Rust's: `tailmesh.examples.v1.Echo/Echo`
 //! (waits `work_us`, answers `fail_code` when set, reports what it saw,
-//! appends the `x-tenant` metadata to the message) and
+//! appends the `x-tenant` metadata to the message), `EchoStream` and
+//! `EchoServerStream` (each message so answered, in order) and
 //! grpc.health.v1 (SERVING). It runs on a thread of the test process
 //! ([`EchoServer::start`], for `address = ...`), or as a process of its own
 //! when the test binary is started with `--echo-server` ([`serve_if_asked`],
@@ -23,13 +24,16 @@ use bytes::Bytes;
 use prost::Message;
 use tailmesh_services::hop::RawCodec;
 use tonic::{
-    Status,
+    Status, Streaming,
     codegen::{BoxFuture, http},
-    server::{Grpc, NamedService, UnaryService},
+    server::{Grpc, NamedService, ServerStreamingService, StreamingService, UnaryService},
 };
 
 /// The method the tests call.
 pub(crate) const METHOD: &str = "tailmesh.examples.v1.Echo/Echo";
+/// Its bidirectional and server-streaming forms.
+pub(crate) const STREAM_METHOD: &str = "tailmesh.examples.v1.Echo/EchoStream";
+pub(crate) const SERVER_STREAM_METHOD: &str = "tailmesh.examples.v1.Echo/EchoServerStream";
 
 /// The example servers' schema, for `proto = [...]`.
 pub(crate) fn echo_proto() -> PathBuf {
@@ -49,6 +53,8 @@ pub(crate) struct EchoRequest {
     pub fail_code: u32,
     #[prost(bytes = "vec", tag = "4")]
     pub payload: Vec<u8>,
+    #[prost(uint32, tag = "5")]
+    pub replies: u32,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -63,6 +69,8 @@ pub(crate) struct EchoReply {
     pub traceparent: String,
     #[prost(uint32, tag = "5")]
     pub worked_us: u32,
+    #[prost(uint32, tag = "6")]
+    pub received: u32,
 }
 
 /// What the server counts, shared by its calls.
@@ -85,6 +93,69 @@ struct Echo {
     exit_after: Option<u64>,
 }
 
+/// What a call saw when it came: its `traceparent`, the time left of its
+/// deadline (-1 without one) and its `x-tenant` metadata. Counts the call.
+struct Came {
+    traceparent: String,
+    deadline_left_us: i64,
+    tenant: String,
+}
+
+impl Echo {
+    fn came(&self, metadata: &tonic::metadata::MetadataMap) -> Came {
+        let calls = self.seen.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.exit_after.is_some_and(|n| calls > n) {
+            std::process::exit(7);
+        }
+        let text = |key: &str| {
+            metadata
+                .get(key)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let traceparent = text("traceparent");
+        if !traceparent.is_empty() {
+            self.seen.traced.fetch_add(1, Ordering::SeqCst);
+        }
+        let deadline_left_us = grpc_timeout_us(&text("grpc-timeout")).unwrap_or(-1);
+        if deadline_left_us >= 0 {
+            self.seen.with_deadline.fetch_add(1, Ordering::SeqCst);
+        }
+        // The `x-tenant` metadata, when sent, is appended to the message:
+        // the probe's test sees that metadata arrived.
+        Came {
+            traceparent,
+            deadline_left_us,
+            tenant: text("x-tenant"),
+        }
+    }
+}
+
+/// One request message's answer: its work, then its reply (`received`:
+/// the messages the call has had), or its `fail_code`.
+async fn answer(came: &Came, body: Bytes, received: u32) -> Result<Bytes, Status> {
+    let mut body = EchoRequest::decode(body)
+        .map_err(|e| Status::invalid_argument(format!("not an EchoRequest: {e}")))?;
+    body.message.push_str(&came.tenant);
+    tokio::time::sleep(Duration::from_micros(u64::from(body.work_us))).await;
+    if body.fail_code != 0 {
+        return Err(Status::new(
+            tonic::Code::from_i32(body.fail_code as i32),
+            "asked to fail",
+        ));
+    }
+    let reply = EchoReply {
+        message: body.message,
+        server: "rust-test".to_owned(),
+        deadline_left_us: came.deadline_left_us,
+        traceparent: came.traceparent.clone(),
+        worked_us: body.work_us,
+        received,
+    };
+    Ok(reply.encode_to_vec().into())
+}
+
 struct EchoCall(Echo);
 
 impl UnaryService<Bytes> for EchoCall {
@@ -94,54 +165,74 @@ impl UnaryService<Bytes> for EchoCall {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let echo = self.0.clone();
         Box::pin(async move {
-            let calls = echo.seen.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            if echo.exit_after.is_some_and(|n| calls > n) {
-                std::process::exit(7);
-            }
-            let traceparent = request
-                .metadata()
-                .get("traceparent")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            if !traceparent.is_empty() {
-                echo.seen.traced.fetch_add(1, Ordering::SeqCst);
-            }
-            let deadline_left_us = request
-                .metadata()
-                .get("grpc-timeout")
-                .and_then(|v| v.to_str().ok())
-                .and_then(grpc_timeout_us)
-                .unwrap_or(-1);
-            if deadline_left_us >= 0 {
-                echo.seen.with_deadline.fetch_add(1, Ordering::SeqCst);
-            }
-            // The `x-tenant` metadata, when sent, is appended to the
-            // message: the probe's test sees that metadata arrived.
-            let tenant = request
-                .metadata()
-                .get("x-tenant")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            let mut body = EchoRequest::decode(request.into_inner())
-                .map_err(|e| Status::invalid_argument(format!("not an EchoRequest: {e}")))?;
-            body.message.push_str(&tenant);
-            tokio::time::sleep(Duration::from_micros(u64::from(body.work_us))).await;
-            if body.fail_code != 0 {
-                return Err(Status::new(
-                    tonic::Code::from_i32(body.fail_code as i32),
-                    "asked to fail",
-                ));
-            }
-            let reply = EchoReply {
-                message: body.message,
-                server: "rust-test".to_owned(),
-                deadline_left_us,
-                traceparent,
-                worked_us: body.work_us,
-            };
-            Ok(tonic::Response::new(reply.encode_to_vec().into()))
+            let came = echo.came(request.metadata());
+            let reply = answer(&came, request.into_inner(), 1).await?;
+            Ok(tonic::Response::new(reply))
+        })
+    }
+}
+
+type Answers = tokio_stream::wrappers::ReceiverStream<Result<Bytes, Status>>;
+
+/// `EchoStream`: each request message answered in order; a failed one
+/// ends the stream with its status.
+struct EchoStreamCall(Echo);
+
+impl StreamingService<Bytes> for EchoStreamCall {
+    type Response = Bytes;
+    type ResponseStream = Answers;
+    type Future = BoxFuture<tonic::Response<Answers>, Status>;
+
+    fn call(&mut self, request: tonic::Request<Streaming<Bytes>>) -> Self::Future {
+        let echo = self.0.clone();
+        Box::pin(async move {
+            let came = echo.came(request.metadata());
+            let mut inbound = request.into_inner();
+            let (tx, rx) = tokio::sync::mpsc::channel(16);
+            tokio::spawn(async move {
+                let mut received = 0;
+                while let Some(body) = inbound.message().await.transpose() {
+                    received += 1;
+                    let reply = match body {
+                        Ok(body) => answer(&came, body, received).await,
+                        Err(status) => Err(status),
+                    };
+                    let failed = reply.is_err();
+                    if tx.send(reply).await.is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            Ok(tonic::Response::new(Answers::new(rx)))
+        })
+    }
+}
+
+/// `EchoServerStream`: the request answered `replies` times (once when 0).
+struct EchoServerStreamCall(Echo);
+
+impl ServerStreamingService<Bytes> for EchoServerStreamCall {
+    type Response = Bytes;
+    type ResponseStream = Answers;
+    type Future = BoxFuture<tonic::Response<Answers>, Status>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let echo = self.0.clone();
+        Box::pin(async move {
+            let came = echo.came(request.metadata());
+            let body = request.into_inner();
+            let replies = EchoRequest::decode(body.clone()).map_or(1, |r| r.replies.max(1));
+            let (tx, rx) = tokio::sync::mpsc::channel(16);
+            tokio::spawn(async move {
+                for _ in 0..replies {
+                    let reply = answer(&came, body.clone(), 1).await;
+                    let failed = reply.is_err();
+                    if tx.send(reply).await.is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            Ok(tonic::Response::new(Answers::new(rx)))
         })
     }
 }
@@ -173,9 +264,18 @@ impl tower::Service<http::Request<tonic::body::Body>> for Echo {
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let echo = self.clone();
         Box::pin(async move {
-            if request.uri().path() == format!("/{METHOD}") {
-                let mut grpc = Grpc::new(RawCodec);
+            let mut grpc = Grpc::new(RawCodec);
+            let path = request.uri().path().trim_start_matches('/');
+            if path == METHOD {
                 return Ok(grpc.unary(EchoCall(echo), request).await);
+            }
+            if path == STREAM_METHOD {
+                return Ok(grpc.streaming(EchoStreamCall(echo), request).await);
+            }
+            if path == SERVER_STREAM_METHOD {
+                return Ok(grpc
+                    .server_streaming(EchoServerStreamCall(echo), request)
+                    .await);
             }
             let mut response = http::Response::new(tonic::body::Body::default());
             let headers = response.headers_mut();

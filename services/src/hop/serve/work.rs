@@ -1,7 +1,8 @@
 //! The hop's own work for one request ([`Work`]): the synthetic work the
 //! fault layer drew, or, for a hop with a real service, one call of that
-//! service within what is left of the deadline. Its reply carries the
-//! request's payload back.
+//! service within what is left of the deadline, in a client span of its
+//! own under the hop's server span (so the service's spans are children of
+//! the call that made them). Its reply carries the request's payload back.
 
 use std::{
     sync::Arc,
@@ -11,6 +12,7 @@ use std::{
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use opentelemetry::trace::SpanKind;
 use tokio::time::Instant;
 use tonic::Status;
 use tower::Service;
@@ -18,6 +20,7 @@ use tower::Service;
 use super::{HopRequest, Served};
 use crate::{
     hop::{error::CallError, service::ServiceClient, work::perform},
+    telemetry,
     timer::Sleeper,
 };
 
@@ -27,8 +30,9 @@ pub struct Work {
     hop: Arc<str>,
     replica: u32,
     sleeper: Sleeper,
-    /// The real service called in place of synthetic work, if any.
-    service: Option<ServiceClient>,
+    /// The real service called in place of synthetic work, if any, and
+    /// its calls' span name ("`<hop> -> <method>`"), made once.
+    service: Option<(ServiceClient, Arc<str>)>,
 }
 
 impl Work {
@@ -38,7 +42,10 @@ impl Work {
             hop: Arc::from(hop),
             replica,
             sleeper,
-            service,
+            service: service.map(|s| {
+                let name = Arc::from(format!("{hop} -> {}", s.method_name()));
+                (s, name)
+            }),
         }
     }
 }
@@ -56,7 +63,10 @@ impl Service<HopRequest<Bytes>> for Work {
         let work = self.clone();
         Box::pin(async move {
             match &work.service {
-                Some(service) => work.call_service(service, request.deadline).await?,
+                Some((service, span_name)) => {
+                    work.call_service(service, span_name, request.request_id, request.deadline)
+                        .await?;
+                }
                 None => {
                     if let Some(planned) = request.work {
                         perform(planned, &work.sleeper).await;
@@ -69,12 +79,15 @@ impl Service<HopRequest<Bytes>> for Work {
 }
 
 impl Work {
-    /// One call of the hop's service within what is left of `deadline`;
-    /// its failure (a non-OK answer, no answer, a garbled one) is the
-    /// hop's, named for the hop, replica and service, its code kept.
+    /// One call of the hop's service for request `request_id` within what
+    /// is left of `deadline`, in a client span named `span_name`; its
+    /// failure (a non-OK answer, no answer, a garbled one) is the hop's,
+    /// named for the hop, replica and service, its code kept.
     async fn call_service(
         &self,
         service: &ServiceClient,
+        span_name: &Arc<str>,
+        request_id: u64,
         deadline: Option<Instant>,
     ) -> Result<(), Status> {
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -84,7 +97,21 @@ impl Work {
             }
             .into());
         }
-        service.call(remaining).await.map(drop).map_err(|status| {
+        // Started within the server span's scope: its parent; the call's
+        // `traceparent` is this span's.
+        let mut span = telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
+            (
+                Arc::clone(span_name).into(),
+                telemetry::SpanFields {
+                    request_id: Some(request_id),
+                    ..telemetry::SpanFields::default()
+                },
+            )
+        });
+        let called = span.scope(service.call(remaining)).await;
+        span.mark_error(&called);
+        span.end();
+        called.map(drop).map_err(|status| {
             CallError::Service {
                 hop: self.hop.to_string(),
                 replica: self.replica,
