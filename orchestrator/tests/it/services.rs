@@ -47,7 +47,7 @@ tests! {
     sync a_service_dies_with_a_killed_orchestrator,
     sync the_python_example_joins_the_trace_under_its_sidecar,
     sync the_shipped_servers_study_compares_four_implementations_side_by_side,
-    sync the_examples_streaming_methods_serve_each_message_of_a_bidi_mesh,
+    sync the_examples_streaming_methods_serve_each_message_of_every_kind_of_stream,
     sync the_examples_streaming_methods_serve_each_request_of_a_unary_mesh,
     sync a_stream_of_the_wrong_length_or_a_failed_message_fails_its_calls,
 }
@@ -1041,14 +1041,13 @@ fn assert_served_by(v: &Value, context: &str, service_hops: &[(&str, u64)]) {
     }
 }
 
-/// A mesh of bidi streams, a -> b -> c, where b calls the example's
-/// bidirectional echo (two messages each taking 1 ms, two replies) and c
-/// its server-streaming echo (three replies of 0.5 ms each) for every
-/// message of the load's streams.
-fn the_examples_streaming_methods_serve_each_message_of_a_bidi_mesh() {
+/// A mesh of streams of each kind (bidi, server, client), a -> b -> c,
+/// where b calls the example's bidirectional echo (two messages each
+/// taking 1 ms, two replies) and c its server-streaming echo (three
+/// replies of 0.5 ms each) for every message of the load's streams.
+fn the_examples_streaming_methods_serve_each_message_of_every_kind_of_stream() {
     for implementation in ["python", "node"] {
         let command = example_command(implementation);
-        let scratch = Scratch::new();
         let bidi = echo_method(
             &command,
             "EchoStream",
@@ -1060,21 +1059,24 @@ fn the_examples_streaming_methods_serve_each_message_of_a_bidi_mesh() {
             "EchoServerStream",
             "request = { message = \"s\", work_us = 500, replies = 3 }\nreplies = 3",
         );
-        let accounted = run_allowing_errors(
-            &scratch,
-            &format!("svc-streams-{implementation}"),
-            STREAMS_LOAD,
-            &format!(
-                "streaming = \"bidi\"\n[[hop]]\nname = \"b\"\nstreaming = \"bidi\"\n\
-                 {bidi}[[hop]]\nname = \"c\"\nstreaming = \"bidi\"\n{server}"
-            ),
-        );
-        let (v, context) = (&accounted.v, &accounted.context);
-        let context = format!("{implementation}: {context}");
-        assert_eq!(u64_at(v, "/sent"), 40, "{context}");
-        assert_served_by(v, &context, &[("b", 2000), ("c", 1500)]);
-        let streams = v.pointer("/streams").expect("the streams' report");
-        assert_eq!(u64_at(streams, "/completed"), 2, "{context}");
+        for kind in ["bidi", "server", "client"] {
+            let scratch = Scratch::shared();
+            let accounted = run_allowing_errors(
+                &scratch,
+                &format!("svc-{kind}-{implementation}"),
+                STREAMS_LOAD,
+                &format!(
+                    "streaming = \"{kind}\"\n[[hop]]\nname = \"b\"\nstreaming = \"{kind}\"\n\
+                     {bidi}[[hop]]\nname = \"c\"\nstreaming = \"{kind}\"\n{server}"
+                ),
+            );
+            let (v, context) = (&accounted.v, &accounted.context);
+            let context = format!("{implementation}, {kind} streams: {context}");
+            assert_eq!(u64_at(v, "/sent"), 40, "{context}");
+            assert_served_by(v, &context, &[("b", 2000), ("c", 1500)]);
+            let streams = v.pointer("/streams").expect("the streams' report");
+            assert_eq!(u64_at(streams, "/completed"), 2, "{context}");
+        }
     }
 }
 
@@ -1085,7 +1087,7 @@ fn the_examples_streaming_methods_serve_each_message_of_a_bidi_mesh() {
 fn the_examples_streaming_methods_serve_each_request_of_a_unary_mesh() {
     for implementation in ["python", "node"] {
         let command = example_command(implementation);
-        let scratch = Scratch::new();
+        let scratch = Scratch::shared();
         let client = echo_method(
             &command,
             "EchoClientStream",
