@@ -108,7 +108,12 @@ impl Work {
                 },
             )
         });
-        let called = span.scope(service.call(remaining)).await;
+        // With export off the span has no context: the current one (an
+        // incoming `traceparent`, or none) goes on as it is.
+        let called = match span.context() {
+            Some(_) => span.scope(service.call(remaining)).await,
+            None => service.call(remaining).await,
+        };
         span.mark_error(&called);
         span.end();
         called.map(drop).map_err(|status| {
