@@ -36,14 +36,14 @@ use std::{
     time::Duration,
 };
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use prost::Message;
 use tailmesh_proto::pb::{CallReply, CallRequest, ClientStreamReply};
 use tokio::{sync::oneshot, task::AbortHandle};
 use tonic::{Code, Status};
 
-use super::unary::{PREFIX, encode, http_status, too_large, transport_status};
-use crate::{limits::MAX_CALL_MESSAGE_BYTES, link::LinkEvents};
+use super::unary::{encode, end_status, head_status, next_message, transport_status};
+use crate::link::LinkEvents;
 
 /// Which stream: a bidirectional one (`Hop.Stream`), whose replies are
 /// matched to their messages by number, a server stream
@@ -463,14 +463,7 @@ async fn read_replies(
 ) -> Result<(), Status> {
     let answer = answer.await.map_err(|e| transport_status(events, e))?;
     let (head, mut body) = answer.into_parts();
-    if head.status != tonic::codegen::http::StatusCode::OK {
-        return Err(http_status(head.status));
-    }
-    if let Some(status) = Status::from_header_map(&head.headers)
-        && status.code() != Code::Ok
-    {
-        return Err(status);
-    }
+    head_status(&head)?;
     let mut buf = BytesMut::new();
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(|e| transport_status(events, e))?;
@@ -484,34 +477,7 @@ async fn read_replies(
         .trailers()
         .await
         .map_err(|e| transport_status(events, e))?;
-    match trailers.as_ref().and_then(Status::from_header_map) {
-        Some(status) if status.code() == Code::Ok => Ok(()),
-        Some(status) => Err(status),
-        None => Err(Status::internal("the stream ended without a grpc-status")),
-    }
-}
-
-/// The next whole gRPC message at the front of `buf`, taken out of it
-/// (`None`: not all of it is in yet).
-fn next_message(buf: &mut BytesMut) -> Result<Option<Bytes>, Status> {
-    if buf.len() < PREFIX {
-        return Ok(None);
-    }
-    let compressed = buf[0];
-    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-    if compressed != 0 {
-        return Err(Status::internal(
-            "a reply on the stream is compressed, which was not asked for",
-        ));
-    }
-    if len > MAX_CALL_MESSAGE_BYTES {
-        return Err(too_large(len));
-    }
-    if buf.len() < PREFIX + len {
-        return Ok(None);
-    }
-    buf.advance(PREFIX);
-    Ok(Some(buf.split_to(len).freeze()))
+    end_status(&head.headers, trailers.as_ref())
 }
 
 /// Opens a stream to a hop: what a push pool does for [`Streams`].
@@ -875,21 +841,6 @@ mod tests {
             assert_eq!(out, replies, "chunks of {chunk}");
             assert!(buf.is_empty());
         }
-    }
-
-    #[test]
-    fn a_compressed_or_oversized_reply_is_refused() {
-        let mut compressed = BytesMut::from(&[1u8, 0, 0, 0, 1, 0][..]);
-        assert_eq!(
-            next_message(&mut compressed).map_err(|s| s.code()),
-            Err(Code::Internal)
-        );
-        let len = (MAX_CALL_MESSAGE_BYTES as u32 + 1).to_be_bytes();
-        let mut large = BytesMut::from(&[0u8, len[0], len[1], len[2], len[3]][..]);
-        assert_eq!(
-            next_message(&mut large).map_err(|s| s.code()),
-            Err(Code::OutOfRange)
-        );
     }
 
     fn record(hop: &str, total_ns: u64, calls: &[&str]) -> tailmesh_proto::pb::HopRecord {

@@ -809,6 +809,21 @@ mod tests {
     }
 
     #[test]
+    fn a_streams_compressed_or_oversized_message_is_refused() {
+        let mut compressed = BytesMut::from(&[1u8, 0, 0, 0, 1, 0][..]);
+        assert_eq!(
+            next_message(&mut compressed).map_err(|s| s.code()),
+            Err(Code::Internal)
+        );
+        let len = (MAX_CALL_MESSAGE_BYTES as u32 + 1).to_be_bytes();
+        let mut large = BytesMut::from(&[0u8, len[0], len[1], len[2], len[3]][..]);
+        assert_eq!(
+            next_message(&mut large).map_err(|s| s.code()),
+            Err(Code::OutOfRange)
+        );
+    }
+
+    #[test]
     fn a_truncated_or_compressed_answer_is_refused() {
         assert_eq!(
             unframe(Bytes::from_static(&[0, 0, 0]))
