@@ -615,9 +615,15 @@ impl Hop for HopService {
             Err(e) => return Err(Status::internal(format!("the stream's reader: {e}"))),
         }
         let below = downstream.finish(None).await;
-        let reply = ClientStreamReply {
-            messages: super::stream::answer_messages(served, &below, unix_nanos()),
-        };
+        // Every message's answer at once: work for a blocking thread, so
+        // the other streams' messages on this replica are not held.
+        let now = unix_nanos();
+        let messages = tokio::task::spawn_blocking(move || {
+            super::stream::answer_messages(served, &below, now)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("answering the stream's messages: {e}")))?;
+        let reply = ClientStreamReply { messages };
         let len = reply.encoded_len();
         if len > MAX_CALL_MESSAGE_BYTES {
             return Err(Status::resource_exhausted(format!(
