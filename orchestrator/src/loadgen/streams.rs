@@ -442,22 +442,23 @@ async fn one_client_stream(
             .unwrap_or(now)
             .saturating_duration_since(measure_from)
     };
-    let answers: std::collections::HashMap<u64, CallReply> = match &reply {
-        Ok(answers) => answers.iter().map(|a| (a.message, a.clone())).collect(),
-        Err(_) => Default::default(),
+    // Each answer taken by its message's number, once.
+    let (mut answers, lost): (std::collections::HashMap<u64, CallReply>, _) = match reply {
+        Ok(answers) => (answers.into_iter().map(|a| (a.message, a)).collect(), None),
+        Err(status) => (Default::default(), Some(status)),
     };
     let peak = sent.len() as u64;
     for (number, mut record, warmup) in sent {
-        let (outcome, end, path) = match (&reply, answers.get(&number)) {
-            (Err(status), _) if status.code() == tonic::Code::DeadlineExceeded => {
+        let (outcome, end, path) = match (&lost, answers.remove(&number)) {
+            (Some(status), _) if status.code() == tonic::Code::DeadlineExceeded => {
                 (Outcome::Timeout, at(now_unix), Vec::new())
             }
-            (Err(status), _) => (
+            (Some(status), _) => (
                 error(status.code(), status.message()),
                 at(now_unix),
                 Vec::new(),
             ),
-            (Ok(_), None) => (
+            (None, None) => (
                 error(
                     tonic::Code::Internal,
                     &format!("no answer to message {number} in the stream's reply"),
@@ -465,19 +466,19 @@ async fn one_client_stream(
                 at(now_unix),
                 Vec::new(),
             ),
-            (Ok(_), Some(a)) if a.code != 0 => (
+            (None, Some(a)) if a.code != 0 => (
                 error(tonic::Code::from_i32(a.code), &a.error),
                 at(a.done_unix_ns),
                 Vec::new(),
             ),
-            (Ok(_), Some(a)) => {
+            (None, Some(a)) => {
                 let end = at(a.done_unix_ns);
                 let outcome = if end.saturating_sub(record.intended) > shared.timeout {
                     Outcome::Timeout
                 } else {
                     Outcome::Ok
                 };
-                (outcome, end, crate::wire::path_of(a.path.clone()))
+                (outcome, end, crate::wire::path_of(a.path))
             }
         };
         record.outcome = outcome;
@@ -486,7 +487,7 @@ async fn one_client_stream(
         emit(record, warmup, &mut times);
     }
     let _ = done.send(Done::Ended(StreamEnd {
-        aborted: reply.err().map(|status| status.code()),
+        aborted: lost.map(|status| status.code()),
         refused: 0,
         peak,
         times,

@@ -195,11 +195,6 @@ impl MessageStream {
         }
     }
 
-    /// Which stream it is.
-    pub fn kind(&self) -> Kind {
-        self.kind
-    }
-
     /// Whether the stream has ended (its later messages would fail).
     pub fn ended(&self) -> bool {
         self.ended_with().is_some()
@@ -214,28 +209,30 @@ impl MessageStream {
 
     /// Sends `request` as the stream's next message and waits for its
     /// answer, within `timeout` when given (the hop is told what is left
-    /// of it, as a unary call's `grpc-timeout`). The trace context current
-    /// here goes with the message.
-    pub async fn exchange(
+    /// of it, as a unary call's `grpc-timeout`); a client stream's is only
+    /// sent. The trace context current here goes with the message.
+    async fn exchange(
         &self,
         request: CallRequest,
         timeout: Option<Duration>,
-    ) -> Result<CallReply, Status> {
+    ) -> Result<Sent, Status> {
         match self.kind {
-            Kind::Bidi => self.send_and_await(request, timeout).await,
-            Kind::Server => self.await_message(request.request_id, timeout).await,
-            Kind::Client => self.forward(request).map(|(number, _)| CallReply {
-                request_id: number,
-                message: number,
-                ..CallReply::default()
-            }),
+            Kind::Bidi => self
+                .send_and_await(request, timeout)
+                .await
+                .map(Sent::Answered),
+            Kind::Server => self
+                .await_message(request.request_id, timeout)
+                .await
+                .map(Sent::Answered),
+            Kind::Client => self.forward(request).map(Sent::Forwarded),
         }
     }
 
-    /// Sends `request` as a client stream's next message: its number and
-    /// when it went, on the Unix clock. Its answer comes with the others'
-    /// in the stream's one reply ([`MessageStream::finish`]).
-    fn forward(&self, mut request: CallRequest) -> Result<(u64, u64), Status> {
+    /// Sends `request` as a client stream's next message. Its answer comes
+    /// with the others' in the stream's one reply
+    /// ([`MessageStream::finish`]).
+    fn forward(&self, mut request: CallRequest) -> Result<Forwarded, Status> {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         request.message = number;
         request.timeout_ns = 0;
@@ -256,7 +253,12 @@ impl MessageStream {
                     "the stream could not take a message: {e}"
                 )))
             })?;
-        Ok((number, sent))
+        Ok(Forwarded {
+            hop: Arc::clone(&self.hop),
+            stream: self.serial,
+            number,
+            sent_unix_ns: sent,
+        })
     }
 
     /// Ends a client stream's request side and waits for its one reply,
@@ -525,6 +527,13 @@ struct StreamsInner {
     forwarded: Mutex<Vec<Forwarded>>,
 }
 
+/// What became of a message given to a stream: answered, or (a client
+/// stream's) sent.
+enum Sent {
+    Answered(CallReply),
+    Forwarded(Forwarded),
+}
+
 /// A message sent on a client stream, to be matched with its answer in the
 /// stream's reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -582,11 +591,6 @@ impl Streams {
                 forwarded: Mutex::new(Vec::new()),
             }),
         }
-    }
-
-    /// Whether its streams are client streams.
-    pub fn is_client(&self) -> bool {
-        matches!(self.inner.opening, Opening::Client)
     }
 
     /// The client streams' messages sent since the last call: those of the
@@ -652,26 +656,28 @@ impl Streams {
         request: CallRequest,
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
-        let stream = self.stream(opener).await?;
-        if stream.kind() != Kind::Client {
-            return stream.exchange(request, timeout).await;
+        match self
+            .stream(opener)
+            .await?
+            .exchange(request, timeout)
+            .await?
+        {
+            Sent::Answered(reply) => Ok(reply),
+            Sent::Forwarded(f) => {
+                let message = f.number;
+                self.inner
+                    .forwarded
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(f);
+                // A stand-in: the message's answer comes in the stream's
+                // reply.
+                Ok(CallReply {
+                    message,
+                    ..CallReply::default()
+                })
+            }
         }
-        let (number, sent_unix_ns) = stream.forward(request)?;
-        self.inner
-            .forwarded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Forwarded {
-                hop: Arc::clone(&stream.hop),
-                stream: stream.serial,
-                number,
-                sent_unix_ns,
-            });
-        // A stand-in: the message's answer comes in the stream's reply.
-        Ok(CallReply {
-            message: number,
-            ..CallReply::default()
-        })
     }
 }
 
