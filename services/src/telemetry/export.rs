@@ -1,6 +1,6 @@
 //! The exporter: one thread per process, at the least scheduling
 //! priority, that wakes every [`INTERVAL`] or whenever the serving threads
-//! have handed it [`super::recorder::WAKE_EVERY`] spans, takes those, writes
+//! have handed it another quarter of its channel, takes those, writes
 //! them as one OTLP `ExportTraceServiceRequest` straight into a reused
 //! byte buffer (see [`otlp`]) and sends those bytes over
 //! OTLP/gRPC to the collector. Between exports the thread waits inside its
@@ -21,6 +21,7 @@
 //! `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`.
 
 use std::{
+    collections::HashMap,
     str::FromStr,
     sync::{
         Arc,
@@ -50,7 +51,7 @@ use tonic::{
 
 use super::{
     Process,
-    held::{Held, HeldCounts, HoldLimits},
+    held::{Held, HeldCounts, HoldLimits, TraceIds},
     otlp,
     recorder::{Counters, SpanRecord},
 };
@@ -540,6 +541,9 @@ fn export_loop(
         failing: false,
         sent_counts: None,
         last_sent: tokio::time::Instant::now(),
+        pending: Vec::new(),
+        decided: HashMap::default(),
+        asked_at: None,
     });
     let mut batcher = Batcher::new(config.resource, config.attribute_limit, counters.clone());
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -641,12 +645,22 @@ struct Hold {
     /// The counters last sent, and when.
     sent_counts: Option<HeldCounts>,
     last_sent: tokio::time::Instant,
+    /// Spans taken since the last decisions were asked for: most of their
+    /// traces are decided by the next ask, and go on or away from here
+    /// without being held.
+    pending: Vec<SpanRecord>,
+    /// The last ask's decisions, by trace: kept or not (reused).
+    decided: HashMap<u128, bool, TraceIds>,
+    /// When the decisions were last asked for.
+    asked_at: Option<tokio::time::Instant>,
 }
 
 impl Hold {
-    /// Takes the spans handed over, asks for the decisions since the last
-    /// ones, and puts the kept traces' spans in `out`; then evicts what
-    /// waited past its hold (everything, `stopping`).
+    /// Takes the spans handed over; once an [`INTERVAL`] (and when
+    /// `stopping`), asks for the decisions since the last ones: the kept
+    /// traces' spans go into `out`, the dropped ones' away, and only the
+    /// spans of traces still undecided are held. Then evicts what waited
+    /// past its hold (everything, `stopping`).
     fn step(
         &mut self,
         runtime: &tokio::runtime::Runtime,
@@ -654,10 +668,34 @@ impl Hold {
         stopping: bool,
         out: &mut Vec<SpanRecord>,
     ) {
-        let now = held_clock();
-        for span in spans.try_iter() {
-            self.held.add(span, now, out);
+        self.pending.extend(spans.try_iter());
+        if self.pending.len() + self.held.len() > self.held.max_spans() {
+            // Past the cap, waiting spans are held now: the oldest traces
+            // go early, and a late keep decision is a counted loss.
+            let now = held_clock();
+            for span in self.pending.drain(..) {
+                self.held.add(span, now, out);
+            }
         }
+        let due = self.asked_at.is_none_or(|at| at.elapsed() >= INTERVAL);
+        if !(due || stopping) {
+            return;
+        }
+        self.asked_at = Some(tokio::time::Instant::now());
+        self.ask(runtime);
+        self.held
+            .decide(&self.decided, self.pending.drain(..), held_clock(), out);
+        let now = held_clock();
+        if stopping {
+            self.held.evict_all(now);
+        } else {
+            self.held.expire(now);
+        }
+    }
+
+    /// Asks for the decisions since the last ones, into `decided`.
+    fn ask(&mut self, runtime: &tokio::runtime::Runtime) {
+        self.decided.clear();
         loop {
             let mut request = tonic::Request::new(KeptRequest { after: self.after });
             *request.metadata_mut() = self.headers.clone();
@@ -678,18 +716,13 @@ impl Hold {
             self.failing = false;
             self.held.forgotten(reply.forgotten);
             self.after = reply.next;
-            self.held
-                .keep(trace_ids(&reply.trace_ids), held_clock(), out);
-            self.held.drop_traces(trace_ids(&reply.dropped_ids));
+            self.decided
+                .extend(trace_ids(&reply.trace_ids).map(|t| (t, true)));
+            self.decided
+                .extend(trace_ids(&reply.dropped_ids).map(|t| (t, false)));
             if !reply.more {
                 break;
             }
-        }
-        let now = held_clock();
-        if stopping {
-            self.held.evict_all(now);
-        } else {
-            self.held.expire(now);
         }
     }
 

@@ -139,6 +139,11 @@ impl<S: HeldSpan> Held<S> {
         self.spans
     }
 
+    /// Spans held at most.
+    pub fn max_spans(&self) -> usize {
+        self.limits.max_spans
+    }
+
     pub fn is_empty(&self) -> bool {
         self.spans == 0
     }
@@ -249,6 +254,37 @@ impl<S: HeldSpan> Held<S> {
     pub fn drop_traces(&mut self, traces: impl IntoIterator<Item = u128>) {
         for trace in traces {
             self.discard(trace);
+        }
+    }
+
+    /// The run's latest decisions (`decided`: kept or not, by trace),
+    /// come at `now`, applied to the traces held, then to `taken`, the
+    /// spans taken since the decisions before: a span of a kept trace
+    /// goes into `out`, of a dropped one away (counted as evicted), of
+    /// one not decided yet into the hold. Most spans are decided by the
+    /// time they are looked at, so they never touch the hold's maps.
+    pub fn decide(
+        &mut self,
+        decided: &HashMap<u128, bool, TraceIds>,
+        taken: impl IntoIterator<Item = S>,
+        now: u64,
+        out: &mut Vec<S>,
+    ) {
+        self.keep(
+            decided.iter().filter(|(_, kept)| **kept).map(|(t, _)| *t),
+            now,
+            out,
+        );
+        self.drop_traces(decided.iter().filter(|(_, kept)| !**kept).map(|(t, _)| *t));
+        for span in taken {
+            match decided.get(&span.trace_id()) {
+                Some(true) => out.push(span),
+                Some(false) => {
+                    self.counts.evicted_spans += 1;
+                    self.counts.evicted_cost_ns += span.cost_ns();
+                }
+                None => self.add(span, now, out),
+            }
         }
     }
 
@@ -529,6 +565,36 @@ mod tests {
         );
         assert_eq!(out.len(), 250);
         assert_eq!(h.counts().evicted_spans, 250);
+    }
+
+    #[test]
+    fn spans_decided_when_first_looked_at_are_never_held() {
+        let mut held = held(1000, 100);
+        let mut out = Vec::new();
+        // Trace 1 waits undecided from an earlier ask.
+        held.add(span(1, 10), 0, &mut out);
+        let decided: HashMap<u128, bool, TraceIds> =
+            [(1, true), (2, true), (3, false)].into_iter().collect();
+        // Taken since: trace 2 (kept), 3 (dropped), 4 (not decided yet).
+        let taken = vec![span(2, 20), span(3, 30), span(3, 31), span(4, 40)];
+        held.decide(&decided, taken, 5, &mut out);
+        assert_eq!(ids(&out), vec![10, 20]);
+        // Only the undecided span is held; the dropped ones count as
+        // evicted without ever having been held.
+        assert_eq!(held.len(), 1);
+        assert_eq!(held.counts().evicted_spans, 2);
+        // A later span of a kept trace goes on at once; of the dropped
+        // one, it waits out its hold.
+        out.clear();
+        held.add(span(2, 21), 6, &mut out);
+        held.add(span(3, 32), 6, &mut out);
+        assert_eq!(ids(&out), vec![21]);
+        assert_eq!(held.len(), 2);
+        // The undecided trace's decision comes at the next ask.
+        let next: HashMap<u128, bool, TraceIds> = [(4, true)].into_iter().collect();
+        held.decide(&next, Vec::new(), 7, &mut out);
+        assert_eq!(ids(&out), vec![21, 40]);
+        assert_eq!(held.counts().lost_traces, 0);
     }
 
     #[test]

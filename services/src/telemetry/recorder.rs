@@ -70,11 +70,9 @@ pub struct Recorder {
     /// Spans handed over so far, and what wakes the exporter.
     handed: AtomicU64,
     wake: Option<Arc<tokio::sync::Notify>>,
+    /// Spans handed over between two wake-ups: a quarter of the channel.
+    wake_every: u64,
 }
-
-/// Spans handed to the exporter between two wake-ups it gets from the
-/// serving threads (besides its own every [`super::export::INTERVAL`]).
-pub const WAKE_EVERY: u64 = 256;
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
@@ -91,11 +89,16 @@ impl Recorder {
             counters: counters.clone(),
             handed: AtomicU64::new(0),
             wake: None,
+            wake_every: (capacity as u64 / 4).max(1),
         };
         (recorder, receiver, counters)
     }
 
-    /// Wakes `wake` every [`WAKE_EVERY`] spans handed over.
+    /// Wakes `wake` whenever another quarter of the channel's capacity
+    /// was handed over: the exporter takes spans every
+    /// [`super::export::INTERVAL`] anyway, and is woken between only when
+    /// they come fast enough to fill the channel before then (a wake-up
+    /// costs the serving thread a system call, and both a switch).
     pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
         self.wake = Some(wake);
         self
@@ -117,7 +120,8 @@ impl Recorder {
         match self.sender.try_send(record) {
             Ok(()) => {
                 if let Some(wake) = &self.wake
-                    && (self.handed.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(WAKE_EVERY)
+                    && (self.handed.fetch_add(1, Ordering::Relaxed) + 1)
+                        .is_multiple_of(self.wake_every)
                 {
                     wake.notify_one();
                 }
@@ -402,9 +406,10 @@ mod tests {
     }
 
     #[test]
-    fn every_wake_every_th_span_handed_over_wakes_the_exporter() {
+    fn each_quarter_of_the_channel_handed_over_wakes_the_exporter() {
+        const WAKE_EVERY: u64 = 64;
         let wake = Arc::new(tokio::sync::Notify::new());
-        let capacity = 2 * WAKE_EVERY as usize;
+        let capacity = 4 * WAKE_EVERY as usize;
         let (recorder, receiver, _) = Recorder::new(1.0, capacity);
         let recorder = recorder.waking(Arc::clone(&wake));
         let woken = |wake: &tokio::sync::Notify| {
