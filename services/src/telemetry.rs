@@ -38,7 +38,7 @@ pub mod recorder;
 use std::{collections::HashMap, sync::OnceLock};
 
 pub use context::{SpanContext, current, scope};
-pub use fields::SpanFields;
+pub use fields::{SpanFields, intern};
 pub use recorder::{TraceSpan, past_span};
 use tonic::{
     codegen::http::HeaderValue,

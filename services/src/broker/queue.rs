@@ -86,7 +86,7 @@ pub(crate) struct Topic {
     idle: Arc<Notify>,
     /// Its queue-wait spans' name ("queue wait <topic>") and `hop`, made
     /// once and shared by every span.
-    span_names: (Arc<str>, Arc<str>),
+    span_names: (&'static str, &'static str),
     inner: Mutex<Inner>,
 }
 
@@ -169,7 +169,10 @@ impl Topic {
         let wait = Histogram::new_with_bounds(1, WAIT_HIST_MAX_NS, 3)
             .expect("constant histogram bounds are valid");
         Topic {
-            span_names: (format!("queue wait {name}").into(), name.as_str().into()),
+            span_names: (
+                crate::telemetry::intern(&format!("queue wait {name}")),
+                crate::telemetry::intern(&name),
+            ),
             name,
             capacity,
             capacity_bytes,
@@ -202,8 +205,8 @@ impl Topic {
     }
 
     /// Its queue-wait spans' name and `hop`.
-    pub(crate) fn span_names(&self) -> (&Arc<str>, &Arc<str>) {
-        (&self.span_names.0, &self.span_names.1)
+    pub(crate) fn span_names(&self) -> (&'static str, &'static str) {
+        self.span_names
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -304,9 +304,9 @@ fn queue_wait_span(
         || {
             let (name, hop) = topic.span_names();
             (
-                Arc::clone(name).into(),
+                name.into(),
                 telemetry::SpanFields {
-                    hop: Some(Arc::clone(hop)),
+                    hop: Some(hop),
                     transport: Some(Transport::Pull),
                     ..telemetry::SpanFields::default()
                 },

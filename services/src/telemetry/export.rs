@@ -928,8 +928,8 @@ mod tests {
                 error: i % 2 == 1,
                 fields: match i % 4 {
                     0 => SpanFields {
-                        hop: Some("a".into()),
-                        downstream: Some("ünïcode → 跳 ✓".into()),
+                        hop: Some("a"),
+                        downstream: Some("ünïcode → 跳 ✓"),
                         transport: Some(Transport::Pull),
                         request_id: Some(i),
                         slow: Some(false),
@@ -940,8 +940,8 @@ mod tests {
                         grpc_code: Some(tonic::Code::DeadlineExceeded),
                     },
                     1 => SpanFields {
-                        hop: Some("".into()),
-                        downstream: Some("v".repeat(200).into()),
+                        hop: Some(""),
+                        downstream: Some(super::super::intern(&"v".repeat(200))),
                         slow: Some(true),
                         queue_wait_ns: Some(1 << 40),
                         ..SpanFields::default()
@@ -1025,7 +1025,7 @@ mod tests {
             end_unix_ns: 20,
             error: id == 2,
             fields: SpanFields {
-                downstream: Some("b".into()),
+                downstream: Some("b"),
                 request_id: Some(7),
                 slow: Some(false),
                 ..SpanFields::default()

@@ -3,13 +3,35 @@
 //! keeps them on a span, and the context, which collects the fields set
 //! on the current span while a future is polled.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use crate::model::Transport;
 
+/// `name` kept for the process's life, once: the names a process gives
+/// its spans and their fields are few (its hop, its calls, its broker's
+/// topics) and made once each, when its layers are built. A span then
+/// refers to them with no reference count to touch on the serving
+/// thread and again, on another core, where the exporter drops it.
+pub fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    match names.get(name) {
+        Some(kept) => kept,
+        None => {
+            let kept: &'static str = Box::leak(name.into());
+            names.insert(kept);
+            kept
+        }
+    }
+}
+
 /// What a span says besides its ids, name, kind, times and status: a
 /// fixed set of optional fields, set on the serving thread without
-/// allocating (names are shared `Arc<str>`s) and written as OTLP
+/// allocating (names are [`intern`]ed) and written as OTLP
 /// attributes of the same names by the exporter. What is the same for
 /// every span of a process (its hop, replica, transport and variant) is
 /// in the process's resource instead (see [`super::Process`]).
@@ -17,9 +39,9 @@ use crate::model::Transport;
 pub struct SpanFields {
     /// `hop`: only where a process serves several hops (the broker's
     /// topics); a hop's own is its resource's.
-    pub hop: Option<Arc<str>>,
+    pub hop: Option<&'static str>,
     /// `downstream`: the hop a client span calls.
-    pub downstream: Option<Arc<str>>,
+    pub downstream: Option<&'static str>,
     /// `transport`: how a client span's downstream (or the broker's topic)
     /// is reached, where that is not the process's own.
     pub transport: Option<Transport>,
@@ -48,11 +70,8 @@ impl SpanFields {
     pub fn attributes(&self) -> impl Iterator<Item = (&'static str, FieldValue<'_>)> {
         let int = |n: u64| FieldValue::Int(i64::try_from(n).unwrap_or(i64::MAX));
         [
-            ("hop", self.hop.as_deref().map(FieldValue::Str)),
-            (
-                "downstream",
-                self.downstream.as_deref().map(FieldValue::Str),
-            ),
+            ("hop", self.hop.map(FieldValue::Str)),
+            ("downstream", self.downstream.map(FieldValue::Str)),
             (
                 "transport",
                 self.transport.map(|t| FieldValue::Str(t.as_str())),

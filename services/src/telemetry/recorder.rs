@@ -36,8 +36,8 @@ pub struct SpanRecord {
     /// Whether the parent context came from another process.
     pub parent_remote: bool,
     pub kind: SpanKind,
-    /// Static, owned, or shared (`Arc<str>`: a name a process reuses
-    /// costs no allocation per span).
+    /// Static (an [`super::fields::intern`]ed name: no allocation and no
+    /// reference count per span), owned, or shared.
     pub name: StringValue,
     pub start_unix_ns: u64,
     pub end_unix_ns: u64,

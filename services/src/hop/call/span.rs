@@ -11,7 +11,6 @@
 
 use std::{
     convert::Infallible,
-    sync::Arc,
     task::{Context, Poll},
 };
 
@@ -27,10 +26,10 @@ use crate::{hop::policy::Called, model::Transport, telemetry};
 /// the context current when the call starts (the caller's server span).
 #[derive(Clone, Debug)]
 pub struct SpanLayer {
-    /// The span's name and the hop's name, made once: a span shares them
-    /// rather than copying them.
-    name: Arc<str>,
-    hop: Arc<str>,
+    /// The span's name and the hop's name, made once: a span refers to
+    /// them rather than copying them.
+    name: &'static str,
+    hop: &'static str,
     transport: Option<Transport>,
 }
 
@@ -40,8 +39,8 @@ impl SpanLayer {
     /// are its process's resource, not the span's.
     pub fn new(caller: &str, hop: &str, transport: Option<Transport>) -> Self {
         SpanLayer {
-            name: Arc::from(format!("{caller} -> {hop}")),
-            hop: Arc::from(hop),
+            name: telemetry::intern(&format!("{caller} -> {hop}")),
+            hop: telemetry::intern(hop),
             transport,
         }
     }
@@ -88,9 +87,9 @@ where
             let mut span =
                 telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
                     (
-                        Arc::clone(&layer.name).into(),
+                        layer.name.into(),
                         telemetry::SpanFields {
-                            downstream: Some(Arc::clone(&layer.hop)),
+                            downstream: Some(layer.hop),
                             transport: layer.transport,
                             request_id: Some(request_id),
                             ..telemetry::SpanFields::default()

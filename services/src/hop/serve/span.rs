@@ -9,10 +9,7 @@
 //! Like the call stack's client span, its interface is narrow: the span is
 //! started, scoped and ended here only.
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
-};
+use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use opentelemetry::trace::SpanKind;
@@ -27,13 +24,13 @@ use crate::telemetry;
 /// its process's resource, not the span's.
 #[derive(Clone, Debug)]
 pub struct ServerSpanLayer {
-    name: Arc<str>,
+    name: &'static str,
 }
 
 impl ServerSpanLayer {
     pub fn new(hop: &str) -> Self {
         ServerSpanLayer {
-            name: Arc::from(hop),
+            name: telemetry::intern(hop),
         }
     }
 }
@@ -44,7 +41,7 @@ impl<S> Layer<S> for ServerSpanLayer {
     fn layer(&self, inner: S) -> ServerSpan<S> {
         ServerSpan {
             inner,
-            name: Arc::clone(&self.name),
+            name: self.name,
         }
     }
 }
@@ -53,7 +50,7 @@ impl<S> Layer<S> for ServerSpanLayer {
 #[derive(Clone)]
 pub struct ServerSpan<S> {
     inner: S,
-    name: Arc<str>,
+    name: &'static str,
 }
 
 impl<S, P, R> Service<HopRequest<P>> for ServerSpan<S>
@@ -75,7 +72,7 @@ where
             return Box::pin(self.inner.call(request));
         };
         let request_id = request.request_id;
-        let name = Arc::clone(&self.name);
+        let name = self.name;
         let mut span = telemetry::TraceSpan::start_at(
             SpanKind::Server,
             Some(start.started),

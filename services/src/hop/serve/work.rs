@@ -32,7 +32,7 @@ pub struct Work {
     sleeper: Sleeper,
     /// The real service called in place of synthetic work, if any, and
     /// its calls' span name ("`<hop> -> <method>`"), made once.
-    service: Option<(ServiceClient, Arc<str>)>,
+    service: Option<(ServiceClient, &'static str)>,
 }
 
 impl Work {
@@ -43,7 +43,7 @@ impl Work {
             replica,
             sleeper,
             service: service.map(|s| {
-                let name = Arc::from(format!("{hop} -> {}", s.method_name()));
+                let name = telemetry::intern(&format!("{hop} -> {}", s.method_name()));
                 (s, name)
             }),
         }
@@ -86,7 +86,7 @@ impl Work {
     async fn call_service(
         &self,
         service: &ServiceClient,
-        span_name: &Arc<str>,
+        span_name: &'static str,
         request_id: u64,
         deadline: Option<Instant>,
     ) -> Result<(), Status> {
@@ -101,7 +101,7 @@ impl Work {
         // `traceparent` is this span's.
         let mut span = telemetry::TraceSpan::start(SpanKind::Client, telemetry::current, || {
             (
-                Arc::clone(span_name).into(),
+                span_name.into(),
                 telemetry::SpanFields {
                     request_id: Some(request_id),
                     ..telemetry::SpanFields::default()
