@@ -111,10 +111,8 @@ thread_local! {
     /// The context of the future being polled on this thread.
     static CURRENT: Cell<Option<SpanContext>> = const { Cell::new(None) };
     /// Fields set on the current span ([`super::set_current`]) during
-    /// this poll, collected by the innermost [`scope`] after it: boxed
-    /// only when some are set, so that entering and leaving a scope on
-    /// every poll moves a pointer, not the fields.
-    static PENDING: Cell<Option<Box<SpanFields>>> = const { Cell::new(None) };
+    /// this poll, collected by the innermost [`scope`] after it.
+    static PENDING: Cell<SpanFields> = const { Cell::new(SpanFields::EMPTY) };
 }
 
 /// The context of the future being polled (set by [`scope`]), if any.
@@ -126,9 +124,9 @@ pub fn current() -> Option<SpanContext> {
 /// no span of its own).
 pub(super) fn set_pending(set: impl FnOnce(&mut SpanFields)) {
     PENDING.with(|p| {
-        let mut fields = p.take().unwrap_or_default();
+        let mut fields = p.take();
         set(&mut fields);
-        p.set(Some(fields));
+        p.set(fields);
     });
 }
 
@@ -136,7 +134,7 @@ pub(super) fn set_pending(set: impl FnOnce(&mut SpanFields)) {
 /// when the inner poll panics.
 struct Enter {
     outer: Option<SpanContext>,
-    outer_pending: Option<Box<SpanFields>>,
+    outer_pending: SpanFields,
     left: bool,
 }
 
@@ -149,11 +147,11 @@ impl Enter {
         }
     }
 
-    /// Leaves the scope, returning what was set on its span, if anything.
-    fn leave(&mut self) -> Option<Box<SpanFields>> {
+    /// Leaves the scope, returning what was set on its span.
+    fn leave(&mut self) -> SpanFields {
         self.left = true;
         CURRENT.with(|c| c.set(self.outer));
-        let outer = self.outer_pending.take();
+        let outer = std::mem::take(&mut self.outer_pending);
         PENDING.with(|p| p.replace(outer))
     }
 }
@@ -177,8 +175,9 @@ pub async fn scope<F: Future>(
     std::future::poll_fn(move |task| {
         let mut enter = Enter::new(cx);
         let poll: Poll<F::Output> = fut.as_mut().poll(task);
-        if let (Some(set), Some(sink)) = (enter.leave(), sink.as_deref_mut()) {
-            sink.merge(*set);
+        let set = enter.leave();
+        if let Some(sink) = sink.as_deref_mut() {
+            sink.merge(set);
         }
         poll
     })

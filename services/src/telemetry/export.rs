@@ -941,7 +941,7 @@ mod tests {
                     },
                     1 => SpanFields {
                         hop: Some(""),
-                        downstream: Some(super::super::intern(&"v".repeat(200))),
+                        downstream: Some(crate::telemetry::intern(&"v".repeat(200))),
                         slow: Some(true),
                         queue_wait_ns: Some(1 << 40),
                         ..SpanFields::default()

@@ -65,6 +65,20 @@ pub struct SpanFields {
 }
 
 impl SpanFields {
+    /// No field set (a `const`, for thread-locals).
+    pub const EMPTY: SpanFields = SpanFields {
+        hop: None,
+        downstream: None,
+        transport: None,
+        request_id: None,
+        slow: None,
+        queue_wait_ns: None,
+        slot_wait_ns: None,
+        service_ns: None,
+        work_ns: None,
+        grpc_code: None,
+    };
+
     /// The fields set, in a fixed order, as the attribute each becomes:
     /// its key and value (numbers above `i64::MAX` are written as it).
     pub fn attributes(&self) -> impl Iterator<Item = (&'static str, FieldValue<'_>)> {
