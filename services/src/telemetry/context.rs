@@ -113,6 +113,9 @@ thread_local! {
     /// Fields set on the current span ([`super::set_current`]) during
     /// this poll, collected by the innermost [`scope`] after it.
     static PENDING: Cell<SpanFields> = const { Cell::new(SpanFields::EMPTY) };
+    /// Whether anything was set in `PENDING` since it was last emptied:
+    /// most polls set nothing, and then a scope moves no fields in or out.
+    static SET: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The context of the future being polled (set by [`scope`]), if any.
@@ -128,13 +131,20 @@ pub(super) fn set_pending(set: impl FnOnce(&mut SpanFields)) {
         set(&mut fields);
         p.set(fields);
     });
+    SET.set(true);
+}
+
+/// Takes what was set in `PENDING`, if anything was, leaving it empty.
+fn take_pending() -> Option<SpanFields> {
+    SET.replace(false).then(|| PENDING.with(Cell::take))
 }
 
 /// Restores the outer scope's context and pending fields when left, also
 /// when the inner poll panics.
 struct Enter {
     outer: Option<SpanContext>,
-    outer_pending: SpanFields,
+    /// What the outer scope's span had set (`None`: nothing).
+    outer_pending: Option<SpanFields>,
     left: bool,
 }
 
@@ -142,17 +152,21 @@ impl Enter {
     fn new(cx: Option<SpanContext>) -> Self {
         Enter {
             outer: CURRENT.with(|c| c.replace(cx)),
-            outer_pending: PENDING.with(Cell::take),
+            outer_pending: take_pending(),
             left: false,
         }
     }
 
-    /// Leaves the scope, returning what was set on its span.
-    fn leave(&mut self) -> SpanFields {
+    /// Leaves the scope, returning what was set on its span, if anything.
+    fn leave(&mut self) -> Option<SpanFields> {
         self.left = true;
         CURRENT.with(|c| c.set(self.outer));
-        let outer = std::mem::take(&mut self.outer_pending);
-        PENDING.with(|p| p.replace(outer))
+        let set = take_pending();
+        if let Some(outer) = self.outer_pending.take() {
+            PENDING.with(|p| p.set(outer));
+            SET.set(true);
+        }
+        set
     }
 }
 
@@ -175,8 +189,7 @@ pub async fn scope<F: Future>(
     std::future::poll_fn(move |task| {
         let mut enter = Enter::new(cx);
         let poll: Poll<F::Output> = fut.as_mut().poll(task);
-        let set = enter.leave();
-        if let Some(sink) = sink.as_deref_mut() {
+        if let (Some(set), Some(sink)) = (enter.leave(), sink.as_deref_mut()) {
             sink.merge(set);
         }
         poll

@@ -5,9 +5,12 @@
 //! drops the span and counts it.
 //!
 //! The time spent making, ending and propagating spans on serving threads
-//! is measured with the clock readings the spans need anyway (plus one
-//! after each hand-over) and travels with the next span the thread ends,
-//! so the exporter can report it without any shared counter.
+//! is timed on a random one in [`TIME_ONE_IN`] of those pieces of work,
+//! scaled up to stand for all of them, and travels with the next span the
+//! thread ends, so the exporter can report it without any shared counter.
+//! Timing every piece of work took more clock readings than the spans
+//! need for their start and end, and about half the span path's time
+//! (bench/span-path.sh).
 
 use std::{
     cell::Cell,
@@ -116,6 +119,7 @@ impl Recorder {
 
     /// Hands an ended span (ended at `ended`, unix ns) to the exporter.
     pub fn finish(&self, mut record: SpanRecord, ended: u64) {
+        let timed = timed();
         record.cost_ns += UNREPORTED.take();
         match self.sender.try_send(record) {
             Ok(()) => {
@@ -128,10 +132,12 @@ impl Recorder {
             }
             Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                UNREPORTED.set(UNREPORTED.get() + r.cost_ns);
+                UNREPORTED.set(UNREPORTED.get().saturating_add(r.cost_ns));
             }
         }
-        UNREPORTED.set(UNREPORTED.get() + unix_nanos().saturating_sub(ended));
+        if timed {
+            add_unreported(unix_nanos().saturating_sub(ended));
+        }
     }
 }
 
@@ -140,11 +146,46 @@ pub(super) fn recorder() -> Option<&'static Recorder> {
     RECORDER.get()
 }
 
+/// One in this many pieces of serving-thread span work (a span's start,
+/// its hand-over, a context written or read) is timed, at random; its time
+/// times this stands for all of them.
+pub const TIME_ONE_IN: u64 = 16;
+
 thread_local! {
     /// splitmix64 state of this thread's ids; 0 until seeded.
     static IDS: Cell<u64> = const { Cell::new(0) };
     /// Serving-thread nanoseconds not yet carried by a span.
     static UNREPORTED: Cell<u64> = const { Cell::new(0) };
+    /// xorshift64 state of this thread's choice of what to time; 0 until
+    /// seeded.
+    static TIMING: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Whether to time this piece of work: true one time in [`TIME_ONE_IN`],
+/// at random, so that work that comes in a fixed order (each request's
+/// spans and headers) is timed in proportion whatever that order is.
+fn timed() -> bool {
+    TIMING.with(|state| {
+        let mut x = state.get();
+        if x == 0 {
+            x = rand::random::<u64>() | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x % TIME_ONE_IN == 0
+    })
+}
+
+/// Adds `ns` of one timed piece of work, standing for [`TIME_ONE_IN`]
+/// pieces, to this thread's unreported cost.
+fn add_unreported(ns: u64) {
+    UNREPORTED.set(
+        UNREPORTED
+            .get()
+            .saturating_add(ns.saturating_mul(TIME_ONE_IN)),
+    );
 }
 
 /// A non-zero random 64-bit id from this thread's generator (seeded once
@@ -164,16 +205,18 @@ fn next_id() -> u64 {
     })
 }
 
-/// Starts timing serving-thread work for the observer's own cost; `None`
-/// when export is off.
+/// Starts timing serving-thread work for the observer's own cost, when
+/// this piece of work is one of those timed; `None` when export is off or
+/// it is not.
 pub(super) fn cost_start() -> Option<u64> {
-    RECORDER.get().map(|_| unix_nanos())
+    RECORDER.get().filter(|_| timed()).map(|_| unix_nanos())
 }
 
-/// Adds the time since `started` to this thread's unreported cost.
+/// Adds the time since `started`, scaled, to this thread's unreported
+/// cost.
 pub(super) fn cost_end(started: Option<u64>) {
     if let Some(t) = started {
-        UNREPORTED.set(UNREPORTED.get() + unix_nanos().saturating_sub(t));
+        add_unreported(unix_nanos().saturating_sub(t));
     }
 }
 
@@ -214,12 +257,17 @@ impl TraceSpan {
                 record: None,
             };
         };
-        let begun = unix_nanos();
-        let started = started.unwrap_or(begun);
+        // The clock is read for the start when none was given, and for
+        // the observer's cost when this start is one of those timed.
+        let timed = timed();
+        let begun = (timed || started.is_none()).then(unix_nanos);
+        let started = started.or(begun).unwrap_or_default();
         let parent = parent();
         let mut span = Self::begin(recorder, kind, parent, started, describe);
-        if let Some(r) = &mut span.record {
-            r.cost_ns = unix_nanos().saturating_sub(begun);
+        if let (Some(r), Some(begun)) = (&mut span.record, begun.filter(|_| timed)) {
+            r.cost_ns = unix_nanos()
+                .saturating_sub(begun)
+                .saturating_mul(TIME_ONE_IN);
         }
         span
     }
@@ -348,13 +396,15 @@ pub fn past_span(
     if !parent.is_some_and(|p| p.sampled) {
         return parent;
     }
-    let began = unix_nanos();
+    let began = cost_start();
     let start_unix_ns = unix_nanos_at(start);
     let mut span = TraceSpan::begin(recorder, SpanKind::Internal, parent, start_unix_ns, || {
         (name(), fields)
     });
-    if let Some(r) = &mut span.record {
-        r.cost_ns = unix_nanos().saturating_sub(began);
+    if let (Some(r), Some(began)) = (&mut span.record, began) {
+        r.cost_ns = unix_nanos()
+            .saturating_sub(began)
+            .saturating_mul(TIME_ONE_IN);
     }
     let cx = span.context();
     span.end();
@@ -388,6 +438,29 @@ mod tests {
         assert!(!ids.contains(&0));
         let other = std::thread::spawn(next_id).join().expect("thread");
         assert!(!ids.contains(&other));
+    }
+
+    #[test]
+    fn work_in_a_fixed_order_is_timed_in_proportion_at_every_place() {
+        // A request's span work comes in the same order every time (its
+        // spans and headers): each place in that order must be timed about
+        // one time in TIME_ONE_IN, not one place always and the others
+        // never.
+        const PLACES: usize = 16;
+        const REQUESTS: u64 = 16_000;
+        let mut timed_at = [0u64; PLACES];
+        for _ in 0..REQUESTS {
+            for count in &mut timed_at {
+                *count += u64::from(timed());
+            }
+        }
+        let expected = REQUESTS / TIME_ONE_IN;
+        for (place, &count) in timed_at.iter().enumerate() {
+            assert!(
+                count.abs_diff(expected) < expected / 4,
+                "place {place} timed {count} times of {REQUESTS}, expected about {expected}: {timed_at:?}"
+            );
+        }
     }
 
     #[test]
