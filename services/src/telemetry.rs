@@ -52,7 +52,7 @@ use crate::model::Transport;
 pub const VARIANT_ENV: &str = "TAILMESH_VARIANT";
 /// Spans waiting for export at most (about 6 MB of records; 160,000
 /// spans a second between two exports); more are dropped and counted.
-const MAX_QUEUE: usize = 32_768;
+pub const MAX_QUEUE: usize = 32_768;
 
 static VARIANT: OnceLock<String> = OnceLock::new();
 

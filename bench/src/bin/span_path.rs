@@ -40,8 +40,6 @@ struct Args {
     requests: u64,
 }
 
-/// The recorder's queue, as a hop's (`telemetry::MAX_QUEUE`).
-const QUEUE: usize = 32_768;
 /// How often the queue is emptied: often enough that it never fills here.
 const DRAIN_EVERY: Duration = Duration::from_millis(1);
 
@@ -60,7 +58,7 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<f64> {
     if args.traced {
-        let (recorder, spans, _counters) = Recorder::new(1.0, QUEUE);
+        let (recorder, spans, _counters) = Recorder::new(1.0, telemetry::MAX_QUEUE);
         anyhow::ensure!(recorder.install(), "a recorder was already installed");
         std::thread::Builder::new()
             .name("drain".into())

@@ -119,7 +119,6 @@ impl Recorder {
 
     /// Hands an ended span (ended at `ended`, unix ns) to the exporter.
     pub fn finish(&self, mut record: SpanRecord, ended: u64) {
-        let timed = timed();
         record.cost_ns += UNREPORTED.take();
         match self.sender.try_send(record) {
             Ok(()) => {
@@ -132,11 +131,11 @@ impl Recorder {
             }
             Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                UNREPORTED.set(UNREPORTED.get().saturating_add(r.cost_ns));
+                add_unreported(r.cost_ns);
             }
         }
-        if timed {
-            add_unreported(unix_nanos().saturating_sub(ended));
+        if timed() {
+            add_unreported(scaled_since(ended));
         }
     }
 }
@@ -178,14 +177,17 @@ fn timed() -> bool {
     })
 }
 
-/// Adds `ns` of one timed piece of work, standing for [`TIME_ONE_IN`]
-/// pieces, to this thread's unreported cost.
+/// The time since `started` (unix ns), the start of a timed piece of
+/// work, times [`TIME_ONE_IN`]: what it stands for.
+fn scaled_since(started: u64) -> u64 {
+    unix_nanos()
+        .saturating_sub(started)
+        .saturating_mul(TIME_ONE_IN)
+}
+
+/// Adds `ns` to this thread's unreported cost.
 fn add_unreported(ns: u64) {
-    UNREPORTED.set(
-        UNREPORTED
-            .get()
-            .saturating_add(ns.saturating_mul(TIME_ONE_IN)),
-    );
+    UNREPORTED.set(UNREPORTED.get().saturating_add(ns));
 }
 
 /// A non-zero random 64-bit id from this thread's generator (seeded once
@@ -216,7 +218,7 @@ pub(super) fn cost_start() -> Option<u64> {
 /// cost.
 pub(super) fn cost_end(started: Option<u64>) {
     if let Some(t) = started {
-        add_unreported(unix_nanos().saturating_sub(t));
+        add_unreported(scaled_since(t));
     }
 }
 
@@ -257,17 +259,14 @@ impl TraceSpan {
                 record: None,
             };
         };
-        // The clock is read for the start when none was given, and for
-        // the observer's cost when this start is one of those timed.
-        let timed = timed();
-        let begun = (timed || started.is_none()).then(unix_nanos);
-        let started = started.or(begun).unwrap_or_default();
+        // The clock is read for the observer's cost when this start is
+        // one of those timed, and for the start when none was given.
+        let cost = cost_start();
+        let started = started.or(cost).unwrap_or_else(unix_nanos);
         let parent = parent();
         let mut span = Self::begin(recorder, kind, parent, started, describe);
-        if let (Some(r), Some(begun)) = (&mut span.record, begun.filter(|_| timed)) {
-            r.cost_ns = unix_nanos()
-                .saturating_sub(begun)
-                .saturating_mul(TIME_ONE_IN);
+        if let (Some(r), Some(cost)) = (&mut span.record, cost) {
+            r.cost_ns = scaled_since(cost);
         }
         span
     }
@@ -396,15 +395,13 @@ pub fn past_span(
     if !parent.is_some_and(|p| p.sampled) {
         return parent;
     }
-    let began = cost_start();
+    let cost = cost_start();
     let start_unix_ns = unix_nanos_at(start);
     let mut span = TraceSpan::begin(recorder, SpanKind::Internal, parent, start_unix_ns, || {
         (name(), fields)
     });
-    if let (Some(r), Some(began)) = (&mut span.record, began) {
-        r.cost_ns = unix_nanos()
-            .saturating_sub(began)
-            .saturating_mul(TIME_ONE_IN);
+    if let (Some(r), Some(cost)) = (&mut span.record, cost) {
+        r.cost_ns = scaled_since(cost);
     }
     let cx = span.context();
     span.end();
