@@ -562,6 +562,7 @@ impl Shared {
                     .map(|s| s.message().to_string());
                 let ended = Ended {
                     stream: place,
+                    warmup: intended < measure_from,
                     ..Ended::new(
                         std::time::SystemTime::now(),
                         end.saturating_duration_since(intended),

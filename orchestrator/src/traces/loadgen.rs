@@ -191,13 +191,18 @@ impl LoadTracer {
     /// Records the request's client span, as it `ended`. Spans wait in a
     /// batch (encoded already) until [`BATCH_SPANS`] of them are there or
     /// [`LoadTracer::flush`] runs; when holding, they first wait for
-    /// [`LoadTracer::decide`].
+    /// [`LoadTracer::decide`], except a warmup request's, which is never
+    /// decided and so goes at once (only a run keeping every trace, which
+    /// holds nothing, keeps the warmup's).
     pub fn record(&self, t: RequestTrace, request_id: u64, ended: Ended) {
         if !t.sampled {
             return;
         }
         self.traced.fetch_add(1, Ordering::Relaxed);
         if let Some(waiting) = &self.waiting {
+            if ended.warmup {
+                return;
+            }
             self.making.measure(|| lock(waiting).add(request_id, ended));
             return;
         }
@@ -297,7 +302,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A request's span, ended, waiting for its decision.
 /// How a traced request ended, as its client span records it.
 #[derive(Clone, Debug)]
 pub struct Ended {
@@ -309,6 +313,10 @@ pub struct Ended {
     pub error: Option<String>,
     /// Which message of which stream it was, if one.
     pub stream: Option<StreamPlace>,
+    /// Sent before the measured phase, as far as its sender knows (a
+    /// generator process's spans say nothing of it, and wait like the
+    /// measured ones'). The tail sampler sees only measured requests.
+    pub warmup: bool,
 }
 
 impl Ended {
@@ -320,6 +328,7 @@ impl Ended {
             latency,
             error: error.map(str::to_owned),
             stream: None,
+            warmup: false,
         }
     }
 }
@@ -608,14 +617,23 @@ mod tests {
                 Ended::new(now, Duration::from_micros(5), None),
             );
         }
+        // A warmup request's, which no decision will come for: it does
+        // not wait.
+        let warmup = Ended {
+            warmup: true,
+            ..Ended::new(now, Duration::from_micros(5), None)
+        };
+        tracer.record(tracer.request(5), 5, warmup.clone());
         tracer.flush();
         assert_eq!(collector.counts().spans, 0, "nothing before a decision");
         assert_eq!(tracer.waiting(), (4, 1), "the old one expired");
         tracer.decide(1, true);
         tracer.decide(2, false);
         tracer.decide(3, true);
-        // A decision for a span that expired sends nothing.
+        // A decision for a span that expired, or for a warmup request's,
+        // sends nothing.
         tracer.decide(9, true);
+        tracer.decide(5, true);
         tracer.flush();
         assert_eq!(tracer.waiting(), (1, 1));
         let names = span_names(&collector);
@@ -624,8 +642,13 @@ mod tests {
         // dropped one as dropped.
         let told = collector.decisions.after(0, 100);
         let id = |r: u64| tracer.request(r).trace_id;
-        assert_eq!(trace_ids(&told.trace_ids), [id(1), id(3), id(9)]);
+        assert_eq!(trace_ids(&told.trace_ids), [id(1), id(3), id(9), id(5)]);
         assert_eq!(trace_ids(&told.dropped_ids), [id(2)]);
+        // Not holding (every trace kept), the warmup's span goes on.
+        let all = LoadTracer::new(Arc::clone(&collector), "v", 1.0, 7);
+        all.record(all.request(5), 5, warmup);
+        all.flush();
+        assert_eq!(span_names(&collector), ["request 5"]);
     }
 
     #[test]

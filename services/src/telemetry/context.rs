@@ -75,8 +75,8 @@ impl SpanContext {
         {
             return None;
         }
-        let trace_id = unhex(&b[3..35])?;
-        let span_id = u64::try_from(unhex(&b[36..52])?).ok()?;
+        let trace_id = u128::from(unhex(&b[3..19])?) << 64 | u128::from(unhex(&b[19..35])?);
+        let span_id = unhex(&b[36..52])?;
         let flags = unhex(&b[53..55])?;
         (trace_id != 0 && span_id != 0).then_some(SpanContext {
             trace_id,
@@ -95,17 +95,31 @@ fn hex(out: &mut [u8], mut value: u128) {
     }
 }
 
-/// Lower-case hex only (upper case is invalid in `traceparent`).
-fn unhex(digits: &[u8]) -> Option<u128> {
-    digits.iter().try_fold(0u128, |acc, &d| {
-        let v = match d {
-            b'0'..=b'9' => d - b'0',
-            b'a'..=b'f' => d - b'a' + 10,
-            _ => return None,
-        };
-        Some((acc << 4) | u128::from(v))
-    })
+/// At most 16 digits of lower-case hex only (upper case is invalid in
+/// `traceparent`): every digit goes through [`HEX_VALUE`], without a
+/// branch per digit, and one check at the end says whether any was not
+/// a digit.
+fn unhex(digits: &[u8]) -> Option<u64> {
+    debug_assert!(digits.len() <= 16);
+    let (value, invalid) = digits.iter().fold((0u64, 0u8), |(acc, invalid), &d| {
+        let v = HEX_VALUE[usize::from(d)];
+        ((acc << 4) | u64::from(v & 0xf), invalid | v)
+    });
+    (invalid & NOT_HEX == 0).then_some(value)
 }
+
+/// Marks a byte that is not a lower-case hex digit in [`HEX_VALUE`].
+const NOT_HEX: u8 = 0x80;
+/// Each byte's value as a lower-case hex digit, or [`NOT_HEX`].
+const HEX_VALUE: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut d = 0;
+    while d < 16 {
+        table[b"0123456789abcdef"[d] as usize] = d as u8;
+        d += 1;
+    }
+    table
+};
 
 thread_local! {
     /// The context of the future being polled on this thread.
