@@ -366,12 +366,7 @@ pub fn execute_scenario(
         endpoint: r.endpoint.clone(),
         receiver: r.handle(),
         sampling,
-        hold: Some(run::HoldRule {
-            keep: scenario.telemetry.keep,
-            slow_threshold: scenario.check.slow_threshold,
-            spans: scenario.telemetry.hold_spans,
-            variants: scenario.variants.len(),
-        }),
+        hold: Some(run::HoldRule::of(scenario)),
     });
     let (interrupt_tx, interrupt) = watch::channel(0u32);
     let lost = Arc::new(Mutex::new(Vec::new()));

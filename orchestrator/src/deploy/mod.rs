@@ -38,6 +38,7 @@ use crate::scenario::ServiceSource;
 pub use crate::plan::{BROKER, Role};
 use crate::{
     plan::{MeshPlan, Naming, hop_role},
+    run::HoldRule,
     scenario::Scenario,
 };
 
@@ -196,9 +197,9 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 &format!("http://orchestrator:{TRACE_PORT}"),
                 scenario.telemetry.sampling,
                 &variant.name,
-                // Deployed processes send every span: the orchestrator
-                // that attaches decides the traces' fate on arrival.
-                None,
+                // Deployed processes hold their spans as local ones do,
+                // for the decisions of the orchestrator that attaches.
+                HoldRule::of(scenario).hold(variant, scenario.telemetry.sampling),
             );
             let mut work = None;
             if let Role::Hop { hop, replica } = &process.role {

@@ -348,17 +348,34 @@ impl TraceSetup {
     /// How long `variant`'s processes hold their spans; `None` when every
     /// trace is kept anyway.
     pub(crate) fn hold(&self, variant: &Variant) -> Option<SpanHold> {
-        let rule = self.hold?;
+        self.hold?.hold(variant, self.sampling)
+    }
+}
+
+impl HoldRule {
+    /// The rule of `scenario`'s `[telemetry]` and `[check]`.
+    pub(crate) fn of(scenario: &tailmesh_model::scenario::Scenario) -> HoldRule {
+        HoldRule {
+            keep: scenario.telemetry.keep,
+            slow_threshold: scenario.check.slow_threshold,
+            spans: scenario.telemetry.hold_spans,
+            variants: scenario.variants.len(),
+        }
+    }
+
+    /// How long `variant`'s processes hold their spans, traced at
+    /// `sampling`; `None` when every trace is kept anyway.
+    pub(crate) fn hold(&self, variant: &Variant, sampling: f64) -> Option<SpanHold> {
         let policy = crate::traces::tail::TailPolicy::resolve(
-            &rule.keep,
+            &self.keep,
             variant,
-            rule.slow_threshold,
-            self.sampling,
-            crate::traces::tail::JAEGER_FILE_LIMIT / rule.variants.max(1) as u64,
+            self.slow_threshold,
+            sampling,
+            crate::traces::tail::JAEGER_FILE_LIMIT / self.variants.max(1) as u64,
         );
         policy.holds().then(|| SpanHold {
             time: variant.load.timeout + HOLD_MARGIN,
-            spans: rule.spans,
+            spans: self.spans,
         })
     }
 }

@@ -8,7 +8,10 @@
 //! when their hold runs out, so a process holds about one polling
 //! interval of spans, not a hold's. The log keeps the last
 //! [`REMEMBERED`] decisions: a process that asks later than that is told
-//! how many it missed.
+//! how many it missed. Each log has an id of its own, so a process that
+//! outlives a run (a deployed one, started before the orchestrator that
+//! attaches to it) reads the next run's log from its start, not from its
+//! position in the last one.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,9 +29,11 @@ pub const REMEMBERED: usize = 1 << 18;
 const PER_REPLY: usize = 4096;
 
 /// The decided traces in the order they were decided.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DecisionLog {
     inner: Mutex<Log>,
+    /// This log's id (never 0), which readers show with their position.
+    id: u64,
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +56,7 @@ impl DecisionLog {
                 kept: VecDeque::new(),
                 capacity: capacity.max(1),
             }),
+            id: rand::random::<u64>().max(1),
         }
     }
 
@@ -88,6 +94,14 @@ impl DecisionLog {
         (end.saturating_sub(1).max(after).max(from - 1), forgotten)
     }
 
+    /// The decisions after position `after` of log `of` (this one, or 0
+    /// for a first ask; any other log's position reads this one from its
+    /// start), at most `limit`.
+    pub fn after_in(&self, of: u64, after: u64, limit: usize) -> KeptReply {
+        let after = if of == self.id { after } else { 0 };
+        self.after(after, limit)
+    }
+
     /// The decisions after position `after`, at most `limit`.
     pub fn after(&self, after: u64, limit: usize) -> KeptReply {
         let log = self.lock();
@@ -115,6 +129,7 @@ impl DecisionLog {
             dropped_ids,
             forgotten,
             more: next + 1 < end,
+            log: self.id,
         }
     }
 }
@@ -146,9 +161,12 @@ impl TraceDecisions for Service {
         &self,
         request: tonic::Request<KeptRequest>,
     ) -> Result<tonic::Response<KeptReply>, tonic::Status> {
-        Ok(tonic::Response::new(
-            self.log.after(request.into_inner().after, PER_REPLY),
-        ))
+        let asked = request.into_inner();
+        Ok(tonic::Response::new(self.log.after_in(
+            asked.log,
+            asked.after,
+            PER_REPLY,
+        )))
     }
 }
 
@@ -195,6 +213,33 @@ mod tests {
         let mut read = Vec::new();
         let (next, forgotten) = log.read_after(d.next, |t, kept| read.push((t, kept)));
         assert_eq!((read, next, forgotten), (vec![(8000, false)], 8, 0));
+    }
+
+    #[test]
+    fn a_reader_from_another_log_reads_this_one_from_its_start() {
+        let (last_run, this_run) = (DecisionLog::new(100), DecisionLog::new(100));
+        assert_ne!(last_run.id, this_run.id);
+        for t in 1..=5u128 {
+            last_run.keep(t);
+        }
+        let read = last_run.after_in(0, 0, 10);
+        assert_eq!(
+            (ids(&read), read.next, read.log),
+            (vec![1, 2, 3, 4, 5], 5, last_run.id)
+        );
+        this_run.keep(100);
+        this_run.keep(200);
+        // Its position 5 in the last run's log is past this log's end:
+        // read as a position here, it would skip both.
+        let moved = this_run.after_in(read.log, read.next, 10);
+        assert_eq!(
+            (ids(&moved), moved.next, moved.log),
+            (vec![100, 200], 2, this_run.id)
+        );
+        // From then on, its positions are this log's.
+        this_run.keep(300);
+        let next = this_run.after_in(moved.log, moved.next, 10);
+        assert_eq!((ids(&next), next.next), (vec![300], 3));
     }
 
     #[test]

@@ -35,6 +35,7 @@ tests! {
     sync k8s_with_a_ca_folder_generates_the_same_secret_again_and_keeps_keys_off_terminals,
     sync a_tls_hop_started_as_a_container_reads_its_folder_and_answers_health_over_tls,
     sync an_attached_mtls_run_reaches_each_hop_by_its_service_name_with_the_folders,
+    sync deployed_hops_hold_their_spans_for_each_attached_runs_decisions,
     sync a_service_hop_deploys_its_service_beside_its_sidecar,
     sync a_service_hop_started_as_its_container_starts_it_waits_for_its_service,
     sync compose_starts_a_container_per_load_generator_and_the_orchestrator_awaits_them,
@@ -1225,6 +1226,179 @@ timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
         links("opened"),
         "{context}"
     );
+}
+
+const HELD_HOPS: &str = r#"
+name = "held"
+seed = 4
+[load]
+mode = "open"
+rate = 200
+warmup = "500ms"
+duration = "3s"
+[[hop]]
+name = "a"
+[[hop]]
+name = "b"
+[telemetry]
+keep_share = 0.05
+"#;
+
+/// A service's command line and environment, as the Compose file gives
+/// them.
+struct ComposedHop {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// Each hop service of `compose`.
+fn hop_services(compose: &str) -> Vec<ComposedHop> {
+    let unquote = |v: &str| v.trim().trim_matches('"').to_owned();
+    service_blocks(compose)
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("hop-"))
+        .map(|(name, body)| {
+            let command = body
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("command: ["))
+                .and_then(|l| l.strip_suffix(']'))
+                .unwrap_or_else(|| panic!("{name} has a command: {body}"));
+            let args = command.split(", ").map(unquote).collect();
+            let env = body
+                .lines()
+                .skip_while(|l| l.trim() != "environment:")
+                .skip(1)
+                .take_while(|l| l.starts_with("      "))
+                .filter_map(|l| l.trim().split_once(": "))
+                .map(|(k, v)| (k.to_owned(), unquote(v)))
+                .collect();
+            ComposedHop { args, env }
+        })
+        .collect()
+}
+
+/// Deployed hops hold their spans as a local run's do. A scenario keeping
+/// 5 % of its traces gives each hop service the hold in its environment;
+/// started as their containers start them (in a network and mount
+/// namespace of their own, /etc/hosts naming the services and the
+/// orchestrator), the hops send the orchestrator that attaches only the
+/// kept traces' spans: none is evicted at its receiver, every kept trace
+/// is whole and none lost. Twice against the same hops: the second run's
+/// orchestrator keeps a new log of decisions, which the hops, whose
+/// position is in the first run's, read from its start.
+fn deployed_hops_hold_their_spans_for_each_attached_runs_decisions() {
+    if !tailmesh_netfault::tool::has_privilege() {
+        skip("a network and mount namespace of its own (unshare --net --mount) needs root");
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = scenario_file(dir.path(), HELD_HOPS);
+    let file = dir.path().join("compose.yml");
+    let out = tailmesh(
+        dir.path(),
+        &["compose", path_str(&scenario), "-o", path_str(&file)],
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.output());
+    let compose = std::fs::read_to_string(&file).expect("read the Compose file");
+    let hops = hop_services(&compose);
+    assert_eq!(hops.len(), 2, "{compose}");
+    let mut starts = String::new();
+    for (k, ComposedHop { args, env }) in hops.iter().enumerate() {
+        let held = env
+            .iter()
+            .find(|(key, _)| key == tailmesh_services::telemetry::export::HOLD_ENV);
+        assert!(held.is_some(), "{env:?}");
+        let hop = &args[args.iter().position(|a| a == "--hop").expect("--hop") + 1];
+        let mut line = String::from("env");
+        for (key, value) in env {
+            line.push_str(&format!(" {key}='{value}'"));
+        }
+        line.push_str(" \"$TAILMESH\"");
+        for arg in args {
+            let arg = match arg.as_str() {
+                "/etc/tailmesh/scenario.toml" => "$SCENARIO".to_owned(),
+                "0.0.0.0:7000" => format!("127.0.0.{}:7000", k + 2),
+                _ => arg.clone(),
+            };
+            line.push_str(&format!(" \"{arg}\""));
+        }
+        line.push_str(&format!(
+            " >\"$RESULTS.hop-{hop}.log\" 2>&1 &\nhops=\"$hops $!\"\n"
+        ));
+        starts.push_str(&line);
+    }
+    let names: Vec<String> = service_blocks(&compose)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| name.starts_with("hop-"))
+        .collect();
+    let hosts = write(
+        dir.path(),
+        "hosts",
+        &format!(
+            "127.0.0.1 localhost\n127.0.0.2 {}\n127.0.0.3 {}\n127.0.0.4 orchestrator\n",
+            names[0], names[1]
+        ),
+    );
+    let results = dir.path().join("results");
+    // The hops are the script's children, killed (by their pids) when it
+    // ends, however it ends; `timeout` bounds each run.
+    let script = format!(
+        r#"
+set -eu
+mount --bind "$HOSTS" /etc/hosts
+ip link set lo up
+hops=""
+trap 'for p in $hops; do kill "$p" 2>/dev/null || true; done; wait' EXIT
+{starts}
+for run in 1 2; do
+  timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
+    --results "$RESULTS-$run" --quiet
+done
+"#
+    );
+    let out = Command::new("unshare")
+        .args(["--net", "--mount", "sh", "-c", &script])
+        .env("HOSTS", &hosts)
+        .env("TAILMESH", TAILMESH)
+        .env("SCENARIO", &scenario)
+        .env("RESULTS", &results)
+        .output()
+        .expect("run unshare");
+    let log = |hop: &str| read_lossy(Path::new(&format!("{}.hop-{hop}.log", results.display())));
+    let context = format!(
+        "{}\n--- stdout\n{}\n--- stderr\n{}\n--- hop a\n{}\n--- hop b\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        log("a"),
+        log("b"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    for run in 1..=2 {
+        let summary = summary(&only_run_dir(Path::new(&format!(
+            "{}-{run}",
+            results.display()
+        ))));
+        let v = &variants(&summary)[0];
+        let (t, o) = (&v["traces"], &v["observer"]);
+        let context = format!("run {run}\n{t:#}\n{o:#}\n{context}");
+        assert_accounted(v, &context);
+        let kept = u64_at(t, "/sampling/written");
+        assert!(kept > 0, "{context}");
+        assert_eq!(u64_at(t, "/expected"), u64_at(t, "/complete"), "{context}");
+        assert_eq!(u64_at(t, "/missing"), 0, "{context}");
+        assert_eq!(u64_at(t, "/lost"), 0, "{context}");
+        // The hops sent a's and b's spans of the kept traces only: the
+        // receiver had none to evict.
+        assert_eq!(u64_at(t, "/held/evicted_at_receiver"), 0, "{context}");
+        let received = u64_at(o, "/processes_spans_received");
+        assert!(
+            received <= 3 * kept + 3,
+            "3 spans per kept trace: {received} for {kept}\n{context}"
+        );
+        assert!(u64_at(t, "/held/evicted_spans") > 5 * received, "{context}");
+    }
 }
 
 /// scenarios/deployed-services.toml: each service hop replica gets its

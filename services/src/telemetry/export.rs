@@ -538,6 +538,7 @@ fn export_loop(
         decisions: TraceDecisionsClient::new(channel),
         headers: config.headers.clone(),
         after: 0,
+        log: 0,
         failing: false,
         sent_counts: None,
         last_sent: tokio::time::Instant::now(),
@@ -639,8 +640,10 @@ struct Hold {
     held: Held,
     decisions: TraceDecisionsClient<Channel>,
     headers: MetadataMap,
-    /// The position of the last decision read.
+    /// The position of the last decision read, and the log it is a
+    /// position in (0 before the first reply).
     after: u64,
+    log: u64,
     failing: bool,
     /// The counters last sent, and when.
     sent_counts: Option<HeldCounts>,
@@ -697,7 +700,10 @@ impl Hold {
     fn ask(&mut self, runtime: &tokio::runtime::Runtime) {
         self.decided.clear();
         loop {
-            let mut request = tonic::Request::new(KeptRequest { after: self.after });
+            let mut request = tonic::Request::new(KeptRequest {
+                after: self.after,
+                log: self.log,
+            });
             *request.metadata_mut() = self.headers.clone();
             let asked = runtime.block_on(async {
                 tokio::time::timeout(TIMEOUT, self.decisions.kept(request)).await
@@ -716,6 +722,7 @@ impl Hold {
             self.failing = false;
             self.held.forgotten(reply.forgotten);
             self.after = reply.next;
+            self.log = reply.log;
             self.decided
                 .extend(trace_ids(&reply.trace_ids).map(|t| (t, true)));
             self.decided
