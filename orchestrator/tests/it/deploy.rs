@@ -1228,22 +1228,6 @@ timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
     );
 }
 
-const HELD_HOPS: &str = r#"
-name = "held"
-seed = 4
-[load]
-mode = "open"
-rate = 200
-warmup = "500ms"
-duration = "3s"
-[[hop]]
-name = "a"
-[[hop]]
-name = "b"
-[telemetry]
-keep_share = 0.05
-"#;
-
 /// A service's command line and environment, as the Compose file gives
 /// them.
 struct ComposedHop {
@@ -1278,7 +1262,8 @@ fn hop_services(compose: &str) -> Vec<ComposedHop> {
 }
 
 /// Deployed hops hold their spans as a local run's do. A scenario keeping
-/// 5 % of its traces gives each hop service the hold in its environment;
+/// 5 % of its traces besides the slow ones (`traces::HELD`) gives each hop
+/// service the hold in its environment;
 /// started as their containers start them (in a network and mount
 /// namespace of their own, /etc/hosts naming the services and the
 /// orchestrator), the hops send the orchestrator that attaches only the
@@ -1292,7 +1277,7 @@ fn deployed_hops_hold_their_spans_for_each_attached_runs_decisions() {
     }
     let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = scenario_file(dir.path(), HELD_HOPS);
+    let scenario = scenario_file(dir.path(), crate::traces::HELD);
     let file = dir.path().join("compose.yml");
     let out = tailmesh(
         dir.path(),

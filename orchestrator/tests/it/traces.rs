@@ -877,7 +877,7 @@ fn a_traced_run_states_its_observer_cost() {
 }
 
 /// A chain kept at a small share: its processes hold their spans.
-const HELD: &str = r#"
+pub(crate) const HELD: &str = r#"
 name = "held"
 seed = 4
 [load]
