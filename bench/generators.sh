@@ -127,27 +127,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
         measure many "$r"
         measure one "$r"
     fi
-    python3 - "$TMP/one-$r.lat" "$TMP/many-$r.lat" "$r" $QUANTILES >"$TMP/round.tsv" \
-        2>>"$TMP/inside.txt" <<'PY'
-import random, sys
-one, many = ([float(x) for x in open(p)] for p in sys.argv[1:3])
-r, qs = sys.argv[3], [float(q) for q in sys.argv[4:]]
-def quantile(xs, q):  # the ceil(q n)-th smallest, as the histograms read it
-    xs = sorted(xs)
-    return xs[max(1, min(len(xs), -(-int(q * len(xs) * 1e9) // int(1e9)))) - 1]
-def interval(xs, q, replicates=1000):
-    rng = random.Random(1)
-    reps = sorted(quantile(rng.choices(xs, k=len(xs)), q) for _ in range(replicates))
-    return reps[int(0.025 * replicates)], reps[int(0.975 * replicates) - 1]
-cells = []
-for q in qs:
-    a, b = quantile(one, q), quantile(many, q)
-    (alo, ahi), (blo, bhi) = interval(one, q), interval(many, q)
-    inside = blo <= a <= bhi or alo <= b <= ahi
-    cells.append(f"p{q * 100:g} {a:.0f}/{b:.0f}us {'in' if inside else 'OUT'}")
-    print(f"p{q * 100:g} many / one\t{b / a!r}")
-print(f"round {r}: " + ", ".join(cells), file=sys.stderr)
-PY
+    python3 "$HERE/lib/quantiles.py" round "$TMP/one-$r.lat" "$TMP/many-$r.lat" "$r" $QUANTILES \
+        >"$TMP/round.tsv" 2>>"$TMP/inside.txt"
     round_values "$TMP/round.tsv"
     machine_mark
 done
@@ -165,36 +146,7 @@ if ((ROUNDS > 1)); then
     # rounds, with the rounds resampled as well as each round's requests,
     # the interval holds both.
     echo "all rounds pooled, each interval from resampling the rounds and then each round's requests:"
-    python3 - "$TMP" "$ROUNDS" $QUANTILES <<'PY'
-import random, sys
-d, rounds, qs = sys.argv[1], int(sys.argv[2]), [float(q) for q in sys.argv[3:]]
-def load(label):
-    return [[float(x) for x in open(f"{d}/{label}-{r}.lat")] for r in range(1, rounds + 1)]
-def quantiles(xs):  # the ceil(q n)-th smallest, as the histograms read it
-    xs = sorted(xs)
-    return [xs[max(1, min(len(xs), -(-int(q * len(xs) * 1e9) // int(1e9)))) - 1] for q in qs]
-def intervals(runs, replicates=1000):
-    rng = random.Random(1)
-    reps = []
-    for _ in range(replicates):
-        pooled = []
-        for run in rng.choices(runs, k=len(runs)):
-            pooled += rng.choices(run, k=len(run))
-        reps.append(quantiles(pooled))
-    out = []
-    for i in range(len(qs)):
-        column = sorted(rep[i] for rep in reps)
-        out.append((column[int(0.025 * replicates)], column[int(0.975 * replicates) - 1]))
-    return out
-one, many = load("one"), load("many")
-a, b = quantiles(sum(one, [])), quantiles(sum(many, []))
-ia, ib = intervals(one), intervals(many)
-cells = []
-for q, x, y, (alo, ahi), (blo, bhi) in zip(qs, a, b, ia, ib):
-    inside = blo <= x <= bhi or alo <= y <= ahi
-    cells.append(f"p{q * 100:g} {x:.0f} [{alo:.0f}, {ahi:.0f}] / {y:.0f} [{blo:.0f}, {bhi:.0f}]us {'in' if inside else 'OUT'}")
-print("  " + ", ".join(cells))
-PY
+    python3 "$HERE/lib/quantiles.py" pooled "$TMP" "$ROUNDS" $QUANTILES
 fi
 python3 - "$TMP" "$ROUNDS" <<'PY'
 import json, sys
