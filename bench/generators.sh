@@ -20,7 +20,8 @@
 #   -g N       generators of the second run (default 3; 1 compares two runs
 #              of one generator: the control, what separates two runs of
 #              the same configuration)
-#   -r R       rounds (default 5)
+#   -r R       rounds (default 16: with fewer, two runs of one
+#              configuration, -g 1, can fail the pooled check at p50)
 #
 # Uses a release build, or the binary TAILMESH_BIN names. Loopback only.
 # Leaves nothing behind: every run is stopped by its PID (it stops its own
@@ -28,10 +29,10 @@
 set -euo pipefail
 
 BENCH=generators
-ROUNDS=5
+ROUNDS=16
 GENERATORS=3
 positional=()
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -g|--generators) GENERATORS="${2:?-g needs a number}"; shift 2 ;;
