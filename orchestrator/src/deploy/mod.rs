@@ -186,6 +186,9 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
         }
         let naming = Naming::for_variant(scenario, variant, SERVICE_PORT);
         let plan = MeshPlan::new(scenario, variant);
+        // Deployed processes hold their spans as local ones do, for the
+        // decisions of the orchestrator that attaches.
+        let hold = HoldRule::of(scenario).hold(variant, scenario.telemetry.sampling);
         for process in &plan.processes {
             let name = naming.service(&process.name);
             let net_faults = process.net_fault.is_some();
@@ -197,9 +200,7 @@ pub fn services(scenario: &Scenario, runtime: Runtime) -> Result<Vec<Service>, D
                 &format!("http://orchestrator:{TRACE_PORT}"),
                 scenario.telemetry.sampling,
                 &variant.name,
-                // Deployed processes hold their spans as local ones do,
-                // for the decisions of the orchestrator that attaches.
-                HoldRule::of(scenario).hold(variant, scenario.telemetry.sampling),
+                hold,
             );
             let mut work = None;
             if let Role::Hop { hop, replica } = &process.role {

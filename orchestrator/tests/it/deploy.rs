@@ -1228,9 +1228,10 @@ timeout 60 "$TAILMESH" run "$SCENARIO" --attach --attach-timeout 20s \
     );
 }
 
-/// A service's command line and environment, as the Compose file gives
-/// them.
+/// A service's name, command line and environment, as the Compose file
+/// gives them.
 struct ComposedHop {
+    name: String,
     args: Vec<String>,
     env: Vec<(String, String)>,
 }
@@ -1256,7 +1257,7 @@ fn hop_services(compose: &str) -> Vec<ComposedHop> {
                 .filter_map(|l| l.trim().split_once(": "))
                 .map(|(k, v)| (k.to_owned(), unquote(v)))
                 .collect();
-            ComposedHop { args, env }
+            ComposedHop { name, args, env }
         })
         .collect()
 }
@@ -1288,11 +1289,15 @@ fn deployed_hops_hold_their_spans_for_each_attached_runs_decisions() {
     let hops = hop_services(&compose);
     assert_eq!(hops.len(), 2, "{compose}");
     let mut starts = String::new();
-    for (k, ComposedHop { args, env }) in hops.iter().enumerate() {
-        let held = env
-            .iter()
-            .find(|(key, _)| key == tailmesh_services::telemetry::export::HOLD_ENV);
-        assert!(held.is_some(), "{env:?}");
+    let mut hosts = String::from("127.0.0.1 localhost\n127.0.0.2 orchestrator\n");
+    for (k, ComposedHop { name, args, env }) in hops.iter().enumerate() {
+        assert!(
+            env.iter()
+                .any(|(key, _)| key == tailmesh_services::telemetry::export::HOLD_ENV),
+            "{env:?}"
+        );
+        let ip = format!("127.0.0.{}", k + 3);
+        hosts.push_str(&format!("{ip} {name}\n"));
         let hop = &args[args.iter().position(|a| a == "--hop").expect("--hop") + 1];
         let mut line = String::from("env");
         for (key, value) in env {
@@ -1302,7 +1307,7 @@ fn deployed_hops_hold_their_spans_for_each_attached_runs_decisions() {
         for arg in args {
             let arg = match arg.as_str() {
                 "/etc/tailmesh/scenario.toml" => "$SCENARIO".to_owned(),
-                "0.0.0.0:7000" => format!("127.0.0.{}:7000", k + 2),
+                "0.0.0.0:7000" => format!("{ip}:7000"),
                 _ => arg.clone(),
             };
             line.push_str(&format!(" \"{arg}\""));
@@ -1312,19 +1317,7 @@ fn deployed_hops_hold_their_spans_for_each_attached_runs_decisions() {
         ));
         starts.push_str(&line);
     }
-    let names: Vec<String> = service_blocks(&compose)
-        .into_iter()
-        .map(|(name, _)| name)
-        .filter(|name| name.starts_with("hop-"))
-        .collect();
-    let hosts = write(
-        dir.path(),
-        "hosts",
-        &format!(
-            "127.0.0.1 localhost\n127.0.0.2 {}\n127.0.0.3 {}\n127.0.0.4 orchestrator\n",
-            names[0], names[1]
-        ),
-    );
+    let hosts = write(dir.path(), "hosts", &hosts);
     let results = dir.path().join("results");
     // The hops are the script's children, killed (by their pids) when it
     // ends, however it ends; `timeout` bounds each run.

@@ -265,10 +265,16 @@ impl TraceSpan {
         let started = started.or(cost).unwrap_or_else(unix_nanos);
         let parent = parent();
         let mut span = Self::begin(recorder, kind, parent, started, describe);
-        if let (Some(r), Some(cost)) = (&mut span.record, cost) {
+        span.charge(cost);
+        span
+    }
+
+    /// Charges a span's start to the observer's cost, when its start was
+    /// timed (`cost`: [`cost_start`]'s reading).
+    fn charge(&mut self, cost: Option<u64>) {
+        if let (Some(r), Some(cost)) = (&mut self.record, cost) {
             r.cost_ns = scaled_since(cost);
         }
-        span
     }
 
     fn begin(
@@ -400,9 +406,7 @@ pub fn past_span(
     let mut span = TraceSpan::begin(recorder, SpanKind::Internal, parent, start_unix_ns, || {
         (name(), fields)
     });
-    if let (Some(r), Some(cost)) = (&mut span.record, cost) {
-        r.cost_ns = scaled_since(cost);
-    }
+    span.charge(cost);
     let cx = span.context();
     span.end();
     cx
