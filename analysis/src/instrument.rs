@@ -72,6 +72,11 @@ pub struct InstrumentReport {
     pub involuntary_switches: Option<u64>,
     /// The same per second of load.
     pub involuntary_switches_per_s: Option<f64>,
+    /// Whether the load generator's thread paced its sends at real-time
+    /// priority, which only a process allowed it gets (absent for a closed
+    /// loop, which does not pace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realtime: Option<bool>,
     /// Whether any of the busy bounds was crossed.
     pub busy: bool,
     /// Each bound crossed, in words.
@@ -132,6 +137,7 @@ pub fn judge(samples: &MachineSamples, lateness: &Percentiles) -> InstrumentRepo
             .involuntary_switches
             .filter(|_| secs > 0.0)
             .map(|n| n as f64 / secs),
+        realtime: samples.realtime,
         busy: false,
         busy_reasons: Vec::new(),
     };
@@ -206,6 +212,7 @@ mod tests {
                 others: 0.02,
             }),
             involuntary_switches: Some(12),
+            realtime: Some(true),
         }
     }
 

@@ -240,6 +240,7 @@ mod tests {
             window_s,
             involuntary_switches: None,
             involuntary_switches_per_s: None,
+            realtime: None,
             busy: false,
             busy_reasons: Vec::new(),
         });

@@ -437,6 +437,9 @@ pub struct MachineSamples {
     pub cpu_use: Option<CpuUse>,
     /// Involuntary context switches of the load generator's thread.
     pub involuntary_switches: Option<u64>,
+    /// Whether the load generator's thread paced at real-time priority
+    /// (`None`: a closed loop, which does not pace).
+    pub realtime: Option<bool>,
 }
 
 /// CPU time used during a window, in CPUs (1.0: one CPU busy the whole

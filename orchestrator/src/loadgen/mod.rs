@@ -35,6 +35,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use pacing::Pacing;
 pub(crate) use progress::{Progress, View};
 use rand::Rng as _;
 use schedule::Due;
@@ -274,6 +275,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         origin: clock.origin,
         warmup: clock.warmup,
         tracing,
+        pacing: Pacing::from_env(),
         interrupts: stop.clone(),
     });
     let now = std::time::SystemTime::now();
@@ -305,6 +307,9 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
             }
         })
     });
+    // An open loop paces its sends: priority and placement while it runs,
+    // on this thread (the loops run on it, not spawned).
+    let placed = matches!(load.mode, LoadMode::Open { .. }).then(|| shared.pacing.enter());
     let mut stream_report = None;
     let (measured, interrupted) = match (&load.mode, &load.streams) {
         (
@@ -374,7 +379,10 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         measured,
         interrupted,
         links: shared.target.link_counts(),
-        instrument: Some(watch.finish()),
+        instrument: Some(MachineSamples {
+            realtime: placed.as_ref().map(pacing::PacingGuard::realtime),
+            ..watch.finish()
+        }),
         pipeline: drain.stats,
         generators: Vec::new(),
         start_skew_us: 0.0,
@@ -476,6 +484,8 @@ struct Shared {
     origin: Instant,
     warmup: Duration,
     tracing: Tracing,
+    /// How the open loop waits for each send time.
+    pacing: Pacing,
     /// How many times the run was interrupted: from [`ABANDON`] on, requests
     /// in flight are given up.
     interrupts: watch::Receiver<u32>,
@@ -619,8 +629,6 @@ async fn open_loop<S: RecordSink + ?Sized>(
     let measure_from = shared.origin + shared.warmup;
     let measured_end;
     let mut id = 0u64;
-    let pacing = pacing::Pacing::from_env();
-    let _placed = pacing.enter();
     loop {
         let (intended, measuring) = match due.next() {
             Ok(next) => next,
@@ -634,7 +642,7 @@ async fn open_loop<S: RecordSink + ?Sized>(
             id += 1;
             continue;
         }
-        if !paced(&pacing, &sleeper, intended, &mut stop).await {
+        if !paced(&shared.pacing, &sleeper, intended, &mut stop).await {
             interrupted = true;
             measured_end = Instant::now().saturating_duration_since(measure_from);
             break;

@@ -9,7 +9,8 @@
 //! - real-time priority (`SCHED_FIFO` 1, reset on fork so no child process
 //!   inherits it) for the generator's thread and the timer thread while the
 //!   load runs, where the process is allowed it, and silently not
-//!   otherwise; the spin is bounded, so no other thread starves;
+//!   otherwise (the self-watch reports which); the spin is bounded, so no
+//!   other thread starves;
 //! - optionally, the generator's thread pinned to one CPU.
 //!
 //! `TAILMESH_PACING` overrides the defaults, for the lateness benchmark
@@ -126,6 +127,7 @@ impl Pacing {
     pub(crate) fn enter(&self) -> PacingGuard {
         let mut guard = PacingGuard {
             realtime: Vec::new(),
+            own_realtime: false,
             pinned: None,
         };
         if self.realtime {
@@ -136,6 +138,7 @@ impl Pacing {
                     guard.realtime.push(tid);
                 }
             }
+            guard.own_realtime = guard.realtime.first() == Some(&me);
         }
         if let Some(cpu) = self.pin {
             guard.pinned = pin(cpu);
@@ -186,8 +189,18 @@ fn pin(cpu: usize) -> Option<nix::sched::CpuSet> {
 
 /// Restores normal priority and placement when dropped.
 pub(crate) struct PacingGuard {
+    /// Threads given real-time priority.
     realtime: Vec<i32>,
+    /// Whether the generator's own thread is one of them.
+    own_realtime: bool,
     pinned: Option<nix::sched::CpuSet>,
+}
+
+impl PacingGuard {
+    /// Whether the generator's thread got real-time priority.
+    pub(crate) fn realtime(&self) -> bool {
+        self.own_realtime
+    }
 }
 
 impl Drop for PacingGuard {

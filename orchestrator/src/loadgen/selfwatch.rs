@@ -322,6 +322,7 @@ impl Watch {
             steal,
             cpu_use: cpu_use(self.cpu, cpu_end, cpus),
             involuntary_switches: switches,
+            realtime: None,
         }
     }
 }

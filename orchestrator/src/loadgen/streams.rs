@@ -37,7 +37,7 @@ use tokio::{
 };
 
 use super::{
-    Drain, Shared, paced, pacing,
+    Drain, Shared, paced,
     schedule::{Due, Schedule},
 };
 use hdrhistogram::Histogram;
@@ -218,8 +218,6 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     let measure_from = shared.origin + shared.warmup;
     let mut interrupted = false;
     let measured_end;
-    let pacing = pacing::Pacing::from_env();
-    let _placed = pacing.enter();
     let mut id = 0u64;
     loop {
         let intended = match due.next() {
@@ -229,7 +227,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
                 break;
             }
         };
-        if !paced(&pacing, &sleeper, intended, &mut stop).await {
+        if !paced(&shared.pacing, &sleeper, intended, &mut stop).await {
             interrupted = true;
             measured_end = Instant::now().saturating_duration_since(measure_from);
             break;

@@ -128,7 +128,35 @@ fn three_generators_send_the_one_generator_requests_each_once() {
         );
     }
     merged_histograms_are_the_sum_of_the_generators(&ran_three.run_dir, 3);
+    // Each generator, and the one in the orchestrator's process, paced at
+    // real-time priority where the process may take it, and says so.
+    let realtime = may_take_realtime();
+    for (k, e) in each.iter().enumerate() {
+        assert_eq!(
+            e["instrument"]["realtime"], realtime,
+            "generator {k} of three: {e:#}"
+        );
+    }
+    assert_eq!(
+        ran_one.v["instrument"]["realtime"], realtime,
+        "one generator: {:#}",
+        ran_one.v["instrument"]
+    );
     eprintln!("three generators: start skew {skew_us} us");
+}
+
+/// Whether this process may give a thread real-time priority: it has
+/// `CAP_SYS_NICE` and `chrt` is there to ask.
+fn may_take_realtime() -> bool {
+    let caps = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        });
+    caps.is_some_and(|c| c & (1 << 23) != 0) && tailmesh_netfault::tool::tool_available("chrt")
 }
 
 /// The run's histograms (its `.hlog`, every interval summed), end to end
