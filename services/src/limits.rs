@@ -108,10 +108,15 @@ mod tests {
             // A stream's message carries these too.
             message: u64::MAX,
             timeout_ns: u64::MAX,
-            traceparent: "0".repeat(55),
             stream_messages: u32::MAX,
             stream_stride: u64::MAX,
             stream_interval_ns: u64::MAX,
+            trace: Some(tailmesh_proto::pb::TraceContext {
+                trace_id_high: u64::MAX,
+                trace_id_low: u64::MAX,
+                span_id: u64::MAX,
+                sampled: true,
+            }),
         };
         assert!(request.encoded_len() <= MAX_CALL_MESSAGE_BYTES);
         assert!(request.encoded_len() > MAX_PAYLOAD_BYTES);

@@ -37,6 +37,8 @@ pub mod recorder;
 
 use std::{collections::HashMap, sync::OnceLock};
 
+use tailmesh_proto::pb::TraceContext;
+
 pub use context::{SpanContext, current, scope};
 pub use fields::{SpanFields, intern};
 pub use recorder::{TraceSpan, past_span};
@@ -181,6 +183,46 @@ pub fn traceparent_header() -> Option<HeaderValue> {
     value
 }
 
+/// The current context (see [`scope`]) as a call's binary trace context
+/// (`CallRequest.trace`), for a callee that is a tailmesh process; `None`
+/// when there is none.
+pub fn current_wire() -> Option<TraceContext> {
+    let cx = current()?;
+    let cost = recorder::cost_start();
+    let wire = TraceContext {
+        trace_id_high: (cx.trace_id >> 64) as u64,
+        trace_id_low: cx.trace_id as u64,
+        span_id: cx.span_id,
+        sampled: cx.sampled,
+    };
+    recorder::cost_end(cost);
+    Some(wire)
+}
+
+/// The caller's context of a unary call: its binary one (`trace`, from a
+/// tailmesh process), or else its `traceparent` metadata (from a caller
+/// of another kind). A binary context with a zero trace or span id is
+/// none, as such a `traceparent` is.
+pub fn extract_call(trace: Option<&TraceContext>, metadata: &MetadataMap) -> Option<SpanContext> {
+    match trace {
+        Some(t) => wire_context(t),
+        None => extract_metadata(metadata),
+    }
+}
+
+/// The context a binary trace context (a call's or stream message's
+/// `trace`) gives; none for a zero trace or span id, as for such a
+/// `traceparent`.
+pub fn wire_context(t: &TraceContext) -> Option<SpanContext> {
+    let trace_id = (u128::from(t.trace_id_high) << 64) | u128::from(t.trace_id_low);
+    (trace_id != 0 && t.span_id != 0).then_some(SpanContext {
+        trace_id,
+        span_id: t.span_id,
+        sampled: t.sampled,
+        remote: true,
+    })
+}
+
 /// Writes the current context (see [`scope`]) into gRPC metadata as
 /// `traceparent`; nothing when there is none.
 pub fn inject_metadata(metadata: &mut MetadataMap) {
@@ -266,6 +308,40 @@ mod tests {
         md.insert("traceparent", value.parse().expect("ascii"));
         let sc2 = extract_metadata(&md).expect("a context");
         assert_eq!(sc2.span_id, sc.span_id);
+    }
+
+    #[tokio::test]
+    async fn a_binary_context_round_trips_and_comes_before_the_header() {
+        assert_eq!(current_wire(), None);
+        let cx = SpanContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+            .expect("a context");
+        let wire = scope(Some(cx), None, async { current_wire() })
+            .await
+            .expect("a binary context");
+        assert_eq!(wire.trace_id_high, 0x0af7_6519_16cd_43dd);
+        assert_eq!(wire.trace_id_low, 0x8448_eb21_1c80_319c);
+        let mut md = MetadataMap::new();
+        md.insert(
+            "traceparent",
+            traceparent(0xabc, 0x12, false).parse().expect("ascii"),
+        );
+        // The binary context wins over the header; without it, the header.
+        assert_eq!(extract_call(Some(&wire), &md), Some(cx));
+        assert_eq!(
+            extract_call(None, &md).map(|c| (c.trace_id, c.span_id, c.sampled)),
+            Some((0xabc, 0x12, false))
+        );
+        // Zero ids are no context, as in a `traceparent`.
+        for bad in [
+            TraceContext { span_id: 0, ..wire },
+            TraceContext {
+                trace_id_high: 0,
+                trace_id_low: 0,
+                ..wire
+            },
+        ] {
+            assert_eq!(extract_call(Some(&bad), &MetadataMap::new()), None);
+        }
     }
 
     #[tokio::test]

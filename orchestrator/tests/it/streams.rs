@@ -187,6 +187,13 @@ fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
         );
     }
 
+    // Each hop's span joined its message's trace: the context went from
+    // process to process in each message.
+    let t = &v["traces"];
+    assert!(u64_at(t, "/expected") >= 20, "{t:#}");
+    assert_eq!(u64_at(t, "/complete"), u64_at(t, "/expected"), "{t:#}");
+    assert_eq!(u64_at(t, "/orphan_spans"), 0, "{t:#}");
+
     // Each kept trace is one message's, its load generator's span marked
     // with the message's stream and place, as requests.csv has them.
     let places: std::collections::HashMap<u64, (u64, u32)> = rows

@@ -413,14 +413,14 @@ impl Shared {
         in_flight.fetch_add(1, Ordering::Relaxed);
         let _done = InFlight(in_flight);
         let sent = self.balancer.observes().then(Instant::now);
-        let traceparent = crate::telemetry::traceparent_header();
+        let trace = crate::telemetry::current_wire();
         // Ok(Err(_)): nothing was sent; Err(_): the call's failure.
         let call = async {
             let result = match self.connections {
                 Connections::Shared(_) => {
                     let i = replica.next_channel.fetch_add(1, Ordering::Relaxed);
                     replica.links[i % replica.links.len()]
-                        .call(request, timeout, traceparent)
+                        .call(request, timeout, trace)
                         .await
                 }
                 Connections::PerRequest => {
@@ -433,7 +433,7 @@ impl Shared {
                     )
                     .map_err(|e| Status::internal(e.to_string()))?
                     .watched(Some(watch(&self.me, index)), None);
-                    link.call(request, timeout, traceparent).await
+                    link.call(request, timeout, trace).await
                 }
             };
             match result {

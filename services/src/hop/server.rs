@@ -389,9 +389,10 @@ impl HopCore {
         let timeout = (request.timeout_ns > 0).then(|| Duration::from_nanos(request.timeout_ns));
         let span = SpanStart {
             started,
-            parent: telemetry::context::SpanContext::parse(&std::mem::take(
-                &mut request.traceparent,
-            )),
+            parent: request
+                .trace
+                .take()
+                .and_then(|t| telemetry::wire_context(&t)),
         };
         let served = self
             .serve(
@@ -523,13 +524,13 @@ struct HopService {
 impl Hop for HopService {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let timeout = grpc_timeout(request.metadata());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, _, mut request) = request.into_parts();
         // One moment on both clocks: the span's start and the record's.
         let arrived = Instant::now();
         let started = unix_nanos();
         let span = SpanStart {
             started,
-            parent: telemetry::extract_metadata(&metadata),
+            parent: telemetry::extract_call(request.trace.take().as_ref(), &metadata),
         };
         self.core
             .serve(
@@ -684,7 +685,7 @@ impl HopService {
         let inner = &core.inner;
         let downstream = Streams::server(CallRequest {
             caller: inner.name.clone(),
-            traceparent: String::new(),
+            trace: None,
             ..request.clone()
         });
         // The streams downstream open now, so each one's source counts its

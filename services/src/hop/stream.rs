@@ -236,9 +236,7 @@ impl MessageStream {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         request.message = number;
         request.timeout_ns = 0;
-        request.traceparent = crate::telemetry::context::current()
-            .map(|cx| cx.traceparent())
-            .unwrap_or_default();
+        request.trace = crate::telemetry::current_wire();
         let body = encode(&request)?;
         if let Some(status) = &self.pending.lock().unwrap_or_else(|e| e.into_inner()).ended {
             return Err(self.named(status.clone()));
@@ -321,9 +319,7 @@ impl MessageStream {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         request.message = number;
         request.timeout_ns = timeout.map_or(0, |t| t.as_nanos().clamp(1, u64::MAX.into()) as u64);
-        request.traceparent = crate::telemetry::context::current()
-            .map(|cx| cx.traceparent())
-            .unwrap_or_default();
+        request.trace = crate::telemetry::current_wire();
         let body = encode(&request)?;
         let (tx, rx) = oneshot::channel();
         {

@@ -24,7 +24,7 @@ use std::{
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use h2::{Ping, PingPong, client::SendRequest};
 use prost::Message;
-use tailmesh_proto::pb::{CallReply, CallRequest};
+use tailmesh_proto::pb::{CallReply, CallRequest, TraceContext};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::TcpStream,
@@ -236,18 +236,18 @@ impl Link {
         }
     }
 
-    /// One call: `timeout` becomes its `grpc-timeout`, `traceparent`
-    /// (the trace context) its header of that name. The caller bounds the
-    /// wait.
+    /// One call of a tailmesh hop: `timeout` becomes its `grpc-timeout`,
+    /// `trace` (the trace context) the request's field of that name. The
+    /// caller bounds the wait.
     pub(crate) async fn call(
         &self,
         request: &CallRequest,
         timeout: Option<Duration>,
-        traceparent: Option<HeaderValue>,
+        trace: Option<TraceContext>,
     ) -> Result<CallReply, LinkError> {
-        let body = encode(request).map_err(LinkError::Failed)?;
+        let body = encode_call(request, trace.as_ref()).map_err(LinkError::Failed)?;
         let (_, message) = self
-            .call_framed(body, timeout, traceparent, HeaderMap::new())
+            .call_framed(body, timeout, None, HeaderMap::new())
             .await?;
         CallReply::decode(message)
             .map_err(|e| LinkError::Failed(Status::internal(format!("decode the answer: {e}"))))
@@ -680,7 +680,38 @@ async fn keep_alive(mut ping: PingPong, keepalive: Keepalive) {
 
 /// The request as one gRPC message: the prefix, then the protobuf.
 pub(crate) fn encode(request: &impl Message) -> Result<Bytes, Status> {
-    let len = request.encoded_len();
+    encode_with(request, 0, |_| {})
+}
+
+/// `CallRequest.trace`'s field number in hop.proto.
+const TRACE_FIELD: u32 = 13;
+
+/// A call's request as one gRPC message, `trace` as its `trace` field:
+/// encoded after the request's own fields, so the request is not copied
+/// to set it (protobuf merges a message field met again; the callers'
+/// requests have none).
+pub(crate) fn encode_call(
+    request: &CallRequest,
+    trace: Option<&TraceContext>,
+) -> Result<Bytes, Status> {
+    let Some(trace) = trace else {
+        return encode(request);
+    };
+    encode_with(
+        request,
+        prost::encoding::message::encoded_len(TRACE_FIELD, trace),
+        |buf| prost::encoding::message::encode(TRACE_FIELD, trace, buf),
+    )
+}
+
+/// `request` as one gRPC message, followed by `extra` bytes that `after`
+/// writes.
+fn encode_with(
+    request: &impl Message,
+    extra: usize,
+    after: impl FnOnce(&mut BytesMut),
+) -> Result<Bytes, Status> {
+    let len = request.encoded_len() + extra;
     if len > MAX_CALL_MESSAGE_BYTES {
         return Err(Status::out_of_range(format!(
             "the request is {len} bytes, over the limit of {MAX_CALL_MESSAGE_BYTES}"
@@ -693,6 +724,7 @@ pub(crate) fn encode(request: &impl Message) -> Result<Bytes, Status> {
     request
         .encode(&mut buf)
         .map_err(|e| Status::internal(format!("encode the request: {e}")))?;
+    after(&mut buf);
     Ok(buf.freeze())
 }
 
@@ -790,6 +822,39 @@ mod tests {
             assert_eq!(value.to_str().ok(), Some(text), "{t:?}");
             assert_eq!(parse_grpc_timeout(text), Some(t), "{t:?}");
         }
+    }
+
+    #[test]
+    fn a_calls_trace_context_is_its_trace_field() {
+        let request = CallRequest {
+            request_id: 7,
+            caller: "a".into(),
+            payload: Bytes::from_static(b"xyz"),
+            ..CallRequest::default()
+        };
+        let trace = TraceContext {
+            trace_id_high: 1,
+            trace_id_low: 2,
+            span_id: 3,
+            sampled: true,
+        };
+        let decode = |framed: Bytes| {
+            let message = unframe(framed).expect("one message");
+            CallRequest::decode(message).expect("a CallRequest")
+        };
+        let traced = decode(encode_call(&request, Some(&trace)).expect("encoded"));
+        assert_eq!(traced.trace, Some(trace));
+        assert_eq!(
+            CallRequest {
+                trace: None,
+                ..traced
+            },
+            request
+        );
+        assert_eq!(
+            decode(encode_call(&request, None).expect("encoded")),
+            request
+        );
     }
 
     #[test]
