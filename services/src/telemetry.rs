@@ -189,14 +189,19 @@ pub fn traceparent_header() -> Option<HeaderValue> {
 pub fn current_wire() -> Option<TraceContext> {
     let cx = current()?;
     let cost = recorder::cost_start();
-    let wire = TraceContext {
+    let wire = wire(&cx);
+    recorder::cost_end(cost);
+    Some(wire)
+}
+
+/// `cx` as a binary trace context.
+pub fn wire(cx: &SpanContext) -> TraceContext {
+    TraceContext {
         trace_id_high: (cx.trace_id >> 64) as u64,
         trace_id_low: cx.trace_id as u64,
         span_id: cx.span_id,
         sampled: cx.sampled,
-    };
-    recorder::cost_end(cost);
-    Some(wire)
+    }
 }
 
 /// The caller's context of a unary call: its binary one (`trace`, from a

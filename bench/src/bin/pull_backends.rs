@@ -27,7 +27,7 @@
 //! threads are named (`broker`, `worker`, `responder`; producers on the
 //! main thread) so a profile tells them apart.
 
-use std::{collections::HashMap, net::Ipv4Addr, process::ExitCode, sync::Arc, time::Duration};
+use std::{net::Ipv4Addr, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::{Context, Result, anyhow};
 use clap::Parser;
@@ -501,12 +501,7 @@ struct Submit {
 impl Call for Submit {
     async fn call(&mut self) -> Result<(), CallError> {
         self.producer
-            .submit(
-                &self.topic,
-                self.payload.to_vec(),
-                HashMap::new(),
-                Some(PATIENCE),
-            )
+            .submit(&self.topic, self.payload.to_vec(), None, Some(PATIENCE))
             .await
             .map(drop)
             .map_err(|s| format!("submit: {}", s.message()).into())

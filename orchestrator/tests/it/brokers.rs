@@ -620,7 +620,7 @@ fn a_nats_worker_keeps_its_credit_exact_across_expired_pull_requests() {
         let producer = backend::Producer::connect_lazy(kind, &addr, bounds);
         let patience = Some(Duration::from_secs(60));
         let first = producer
-            .submit(topic, vec![100], HashMap::new(), patience)
+            .submit(topic, vec![100], None, patience)
             .await
             .expect("the first task answered");
         assert_eq!(first, [100]);
@@ -632,9 +632,7 @@ fn a_nats_worker_keeps_its_credit_exact_across_expired_pull_requests() {
         for i in 0..4 * credits as u8 {
             let producer = producer.clone();
             answers.spawn(async move {
-                let reply = producer
-                    .submit(topic, vec![i], HashMap::new(), patience)
-                    .await;
+                let reply = producer.submit(topic, vec![i], None, patience).await;
                 (i, reply)
             });
         }
@@ -778,11 +776,7 @@ fn full_queue(kind: BrokerKind) {
         let mut waiting = tokio::task::JoinSet::new();
         for _ in 0..bounds.capacity {
             let producer = producer.clone();
-            waiting.spawn(async move {
-                producer
-                    .submit(topic, vec![1; 16], HashMap::new(), patience)
-                    .await
-            });
+            waiting.spawn(async move { producer.submit(topic, vec![1; 16], None, patience).await });
         }
         let depth = std::cell::Cell::new(None);
         wait_until_async(
@@ -804,7 +798,7 @@ fn full_queue(kind: BrokerKind) {
         )
         .await;
         let refused = producer
-            .submit(topic, vec![1; 16], HashMap::new(), patience)
+            .submit(topic, vec![1; 16], None, patience)
             .await
             .expect_err("one task more than the queue holds");
         assert_eq!(
@@ -824,7 +818,7 @@ fn full_queue(kind: BrokerKind) {
             },
         );
         let mismatch = other
-            .submit(topic, vec![1; 16], HashMap::new(), patience)
+            .submit(topic, vec![1; 16], None, patience)
             .await
             .expect_err("a queue declared with other bounds");
         assert_eq!(

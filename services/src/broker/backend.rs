@@ -7,7 +7,7 @@
 //! and then uses it only through the `PullBackend` trait (`pull`); what a
 //! task carries through an external broker is the `wire` module's.
 
-use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use tailmesh_proto::pb;
 use tonic::Status;
@@ -96,7 +96,8 @@ impl Producer {
         self.backend.close().await;
     }
 
-    /// Submits `payload` to `topic` and waits for the worker's reply
+    /// Submits `payload` to `topic`, traced under `trace` when there is
+    /// one, and waits for the worker's reply
     /// payload. `deadline` is the time the caller still waits, counted
     /// from this call: past it the answer is DEADLINE_EXCEEDED, and a full
     /// queue answers RESOURCE_EXHAUSTED, whichever the broker. The
@@ -105,14 +106,14 @@ impl Producer {
         &self,
         topic: &str,
         payload: Vec<u8>,
-        headers: HashMap<String, String>,
+        trace: Option<crate::telemetry::SpanContext>,
         deadline: Option<Duration>,
     ) -> Result<Vec<u8>, Status> {
         // Read now, before the backend connects or waits for room, so
         // neither lengthens the task's deadline.
         let deadline = Deadline::of(deadline);
         self.backend
-            .submit(topic, payload, headers, deadline)
+            .submit(topic, payload, trace, deadline)
             .await
             .map_err(Status::from)
     }

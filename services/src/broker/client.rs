@@ -144,17 +144,19 @@ impl BrokerClient {
         headers: HashMap<String, String>,
         deadline: Option<Duration>,
     ) -> Result<pb::SubmitReply, Status> {
-        self.submit_by(topic, payload.into(), headers, Deadline::of(deadline))
+        self.submit_by(topic, payload.into(), headers, None, Deadline::of(deadline))
             .await
     }
 
     /// [`BrokerClient::submit`] with the deadline read off the clock
-    /// already (when the caller handed the task over).
+    /// already (when the caller handed the task over), and a binary trace
+    /// context.
     pub(crate) async fn submit_by(
         &self,
         topic: &str,
         payload: Vec<u8>,
         headers: HashMap<String, String>,
+        trace: Option<pb::TraceContext>,
         deadline: Option<Deadline>,
     ) -> Result<pb::SubmitReply, Status> {
         let request = pb::SubmitRequest {
@@ -162,6 +164,7 @@ impl BrokerClient {
             payload,
             headers,
             deadline_unix_nanos: Deadline::unix_nanos_of(deadline),
+            trace,
         };
         let Some(Deadline { left, .. }) = deadline else {
             return self.submit_on_stream(request, None).await;

@@ -29,7 +29,8 @@ pub(crate) trait PullBackend: fmt::Debug + Send + Sync + 'static {
     /// Which broker, where: names it in errors and logs.
     fn at(&self) -> &BrokerAt;
 
-    /// Submits `payload` to `topic` and waits for the worker's reply
+    /// Submits `payload` to `topic`, traced under `trace` when there is
+    /// one, and waits for the worker's reply
     /// payload, at most `deadline` (see [`wire::Deadline`]) plus
     /// [`wire::REPLY_SLACK`](super::wire::REPLY_SLACK).
     ///
@@ -38,7 +39,7 @@ pub(crate) trait PullBackend: fmt::Debug + Send + Sync + 'static {
         &'a self,
         topic: &'a str,
         payload: Vec<u8>,
-        headers: std::collections::HashMap<String, String>,
+        trace: Option<crate::telemetry::SpanContext>,
         deadline: Option<Deadline>,
     ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>>;
 

@@ -64,6 +64,8 @@ pub(crate) struct NewTask {
     pub id: u64,
     pub payload: Vec<u8>,
     pub headers: HashMap<String, String>,
+    /// The context the worker's span is a child of (a traced task's).
+    pub trace: Option<pb::TraceContext>,
     /// The queue-wait span of a traced task, closed at dispatch.
     pub span: Option<crate::telemetry::TraceSpan>,
     /// When the producer stops waiting: the earlier of its absolute
@@ -93,6 +95,7 @@ pub(crate) struct Topic {
 struct Pending {
     payload: Vec<u8>,
     headers: HashMap<String, String>,
+    trace: Option<pb::TraceContext>,
     span: Option<crate::telemetry::TraceSpan>,
     deadline: Option<Instant>,
     deadline_unix_nanos: u64,
@@ -262,6 +265,7 @@ impl Topic {
             Pending {
                 payload: task.payload,
                 headers: task.headers,
+                trace: task.trace,
                 span: task.span,
                 deadline: task.deadline,
                 deadline_unix_nanos: task.deadline_unix_nanos,
@@ -650,6 +654,7 @@ impl Inner {
                 deadline_unix_nanos: p.deadline_unix_nanos,
                 queue_wait_ns: p.wait_ns,
                 delivery: p.deliveries,
+                trace: p.trace,
             };
             let msg = pb::BrokerMessage {
                 kind: Some(broker_message::Kind::Task(task)),
@@ -859,6 +864,7 @@ mod tests {
             id,
             payload: vec![id as u8; len],
             headers: HashMap::new(),
+            trace: None,
             span: None,
             deadline: deadline.map(|d| Instant::now() + d),
             // Only the worker reads it; these tests have none.

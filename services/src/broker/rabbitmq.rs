@@ -591,9 +591,12 @@ impl PullBackend for RabbitBackend {
         &'a self,
         topic: &'a str,
         payload: Vec<u8>,
-        headers: HashMap<String, String>,
+        trace: Option<crate::telemetry::SpanContext>,
         deadline: Option<Deadline>,
     ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
+        // Through another broker the context is a `traceparent` header.
+        let mut headers = HashMap::new();
+        crate::telemetry::inject_headers(&trace, &mut headers);
         self.submit_task(topic, payload, headers, deadline).boxed()
     }
 

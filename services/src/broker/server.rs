@@ -251,11 +251,12 @@ impl Broker {
         let id = self.next_task.fetch_add(1, Ordering::Relaxed);
         let (reply, mut answer) = oneshot::channel();
         let mut headers = req.headers;
-        let span = queue_wait_span(topic, &mut headers);
+        let (span, trace) = queue_wait_span(topic, req.trace.as_ref(), &mut headers).unzip();
         topic.submit(NewTask {
             id,
             payload: req.payload,
             headers,
+            trace,
             span,
             deadline,
             deadline_unix_nanos,
@@ -285,22 +286,29 @@ impl Broker {
 }
 
 /// The queue-wait span of a traced task (enqueue to dispatch), child of
-/// the producer's context in `headers`, whose context then replaces the
-/// producer's so the worker's span is its child. `None` for an untraced
-/// task.
+/// the producer's context (`trace`, or else a `traceparent` in
+/// `headers`, which is then taken out), and its context, the worker's
+/// span's parent. `None` for an untraced task.
 fn queue_wait_span(
     topic: &Topic,
+    trace: Option<&pb::TraceContext>,
     headers: &mut HashMap<String, String>,
-) -> Option<telemetry::TraceSpan> {
+) -> Option<(telemetry::TraceSpan, pb::TraceContext)> {
     use opentelemetry::trace::SpanKind;
-    if !headers.contains_key("traceparent") {
-        return None;
-    }
+    let parent = match trace {
+        Some(t) => telemetry::wire_context(t),
+        None => {
+            let cx = telemetry::extract_headers(headers);
+            headers.remove(telemetry::context::TRACEPARENT);
+            cx
+        }
+    };
+    parent?;
     // The broker serves many hops: each span names its own (the variant
     // is the process's resource).
     let span = telemetry::TraceSpan::start(
         SpanKind::Internal,
-        || telemetry::extract_headers(headers),
+        || parent,
         || {
             let (name, hop) = topic.span_names();
             (
@@ -314,8 +322,7 @@ fn queue_wait_span(
         },
     );
     let cx = span.context()?;
-    telemetry::inject_headers(&Some(cx), headers);
-    Some(span)
+    Some((span, telemetry::wire(&cx)))
 }
 
 /// The tonic service over a [`Broker`].

@@ -62,12 +62,18 @@ impl PullBackend for TailmeshBackend {
         &'a self,
         topic: &'a str,
         payload: Vec<u8>,
-        headers: HashMap<String, String>,
+        trace: Option<crate::telemetry::SpanContext>,
         deadline: Option<Deadline>,
     ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
         async move {
             self.client
-                .submit_by(topic, payload, headers, deadline)
+                .submit_by(
+                    topic,
+                    payload,
+                    HashMap::new(),
+                    trace.as_ref().map(crate::telemetry::wire),
+                    deadline,
+                )
                 .await
                 .map(|reply| reply.payload)
                 .map_err(BackendError::Answered)

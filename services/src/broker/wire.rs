@@ -156,6 +156,7 @@ impl Received {
             headers,
             queue_wait_ns,
             delivery,
+            trace: None,
         })
     }
 }

@@ -3,7 +3,7 @@
 //! RabbitMQ or NATS JetStream, with the trace context in its headers; the
 //! worker's reply comes back through the broker.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use prost::Message;
 use tailmesh_proto::pb::{CallReply, CallRequest};
@@ -100,17 +100,16 @@ impl PullTarget {
         request: CallRequest,
         timeout: Option<Duration>,
     ) -> Result<CallReply, Status> {
-        let mut headers = HashMap::new();
-        telemetry::inject_headers(&telemetry::current(), &mut headers);
+        let trace = telemetry::current();
         let payload = request.encode_to_vec();
         let reply = match &self.clients {
-            Clients::Shared(client) => client.submit(&self.topic, payload, headers, timeout).await,
+            Clients::Shared(client) => client.submit(&self.topic, payload, trace, timeout).await,
             Clients::PerRequest { events } => {
                 // Closed however the call ends; a call dropped before its
                 // end (a hedge that lost, a deadline) drops the client,
                 // which closes its connection too.
                 let client = Producer::per_call(self.kind, &self.broker, self.bounds, events);
-                let reply = client.submit(&self.topic, payload, headers, timeout).await;
+                let reply = client.submit(&self.topic, payload, trace, timeout).await;
                 client.close().await;
                 reply
             }

@@ -929,7 +929,10 @@ async fn pull_worker(
             }
             let span = SpanStart {
                 started: taken,
-                parent: telemetry::extract_headers(&task.headers),
+                parent: match &task.trace {
+                    Some(t) => telemetry::wire_context(t),
+                    None => telemetry::extract_headers(&task.headers),
+                },
             };
             let reply = core
                 .serve(
