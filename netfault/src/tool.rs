@@ -22,6 +22,12 @@ pub struct CommandError {
 /// CAP_NET_ADMIN (bit 12 of `CapEff`) and CAP_SYS_ADMIN (21, for `ip netns
 /// add`'s mount), read from `/proc/self/status`.
 pub fn has_privilege() -> bool {
+    has_capabilities(&[12, 21])
+}
+
+/// Whether this process has each of the capabilities numbered `bits` in
+/// effect (`CapEff` of `/proc/self/status`).
+pub fn has_capabilities(bits: &[u32]) -> bool {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return false;
     };
@@ -29,7 +35,7 @@ pub fn has_privilege() -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << 12) != 0 && caps & (1 << 21) != 0)
+        .is_some_and(|caps| bits.iter().all(|&bit| caps & (1 << bit) != 0))
 }
 
 /// The programs the netns launcher and the fault mechanisms run, each with

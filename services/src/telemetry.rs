@@ -268,6 +268,15 @@ pub fn inject_headers(cx: &Option<SpanContext>, headers: &mut HashMap<String, St
     }
 }
 
+/// The producer's context from broker task headers, taken out of them:
+/// a broker passes its queue-wait span's context on instead, in the task's
+/// binary `trace`.
+pub fn take_from_headers(headers: &mut HashMap<String, String>) -> Option<SpanContext> {
+    let cx = extract_headers(headers);
+    headers.remove(context::TRACEPARENT);
+    cx
+}
+
 /// The producer's context from broker task headers.
 pub fn extract_headers(headers: &HashMap<String, String>) -> Option<SpanContext> {
     let cost = recorder::cost_start();

@@ -148,15 +148,8 @@ fn three_generators_send_the_one_generator_requests_each_once() {
 /// Whether this process may give a thread real-time priority: it has
 /// `CAP_SYS_NICE` and `chrt` is there to ask.
 fn may_take_realtime() -> bool {
-    let caps = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        });
-    caps.is_some_and(|c| c & (1 << 23) != 0) && tailmesh_netfault::tool::tool_available("chrt")
+    use tailmesh_netfault::tool::{has_capabilities, tool_available};
+    has_capabilities(&[23]) && tool_available("chrt")
 }
 
 /// The run's histograms (its `.hlog`, every interval summed), end to end

@@ -297,11 +297,7 @@ fn queue_wait_span(
     use opentelemetry::trace::SpanKind;
     let parent = match trace {
         Some(t) => telemetry::wire_context(t),
-        None => {
-            let cx = telemetry::extract_headers(headers);
-            headers.remove(telemetry::context::TRACEPARENT);
-            cx
-        }
+        None => telemetry::take_from_headers(headers),
     };
     parent?;
     // The broker serves many hops: each span names its own (the variant

@@ -136,7 +136,7 @@ impl Received {
         } = self;
         let enqueued = number(&headers, ENQUEUED_HEADER).min(taken);
         let queue_wait_ns = taken - enqueued;
-        let parent = telemetry::extract_headers(&headers);
+        let parent = telemetry::take_from_headers(&mut headers);
         // The worker's process is the hop's replica: its hop, transport and
         // variant are its resource.
         let cx = telemetry::past_span(
@@ -148,7 +148,6 @@ impl Received {
             },
             parent,
         );
-        telemetry::inject_headers(&cx, &mut headers);
         Some(pb::Task {
             task_id,
             payload,
@@ -156,7 +155,7 @@ impl Received {
             headers,
             queue_wait_ns,
             delivery,
-            trace: None,
+            trace: cx.as_ref().map(telemetry::wire),
         })
     }
 }

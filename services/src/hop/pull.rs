@@ -1,6 +1,7 @@
 //! Reaching a pulled hop ([`PullTarget`]): a call becomes a task on the
 //! hop's broker topic (its name), submitted through tailmesh's broker,
-//! RabbitMQ or NATS JetStream, with the trace context in its headers; the
+//! RabbitMQ or NATS JetStream, with the trace context (binary through
+//! tailmesh's broker, a `traceparent` header through the others); the
 //! worker's reply comes back through the broker.
 
 use std::{sync::Arc, time::Duration};

@@ -929,10 +929,7 @@ async fn pull_worker(
             }
             let span = SpanStart {
                 started: taken,
-                parent: match &task.trace {
-                    Some(t) => telemetry::wire_context(t),
-                    None => telemetry::extract_headers(&task.headers),
-                },
+                parent: task.trace.as_ref().and_then(telemetry::wire_context),
             };
             let reply = core
                 .serve(
