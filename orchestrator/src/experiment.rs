@@ -18,7 +18,10 @@ use crate::{
         summary::Environment,
     },
     output::{self, HlogFile, HlogSpool, OutputError, RequestsSpool, RequestsWriter},
-    record::{RecordSink, RequestRecord},
+    record::{
+        RecordSink, RequestRecord,
+        behind::{Behind, BehindPanicked, BehindThread},
+    },
     roles,
     run::{self, RunError, RunOptions, TraceSetup, VariantRun},
     scenario::{self, Scenario, ScenarioErrors, Variant},
@@ -115,6 +118,10 @@ pub enum ExperimentError {
     /// The live metrics could not be served.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    /// The thread the measured records went to stopped (a bug): what it
+    /// held is lost.
+    #[error(transparent)]
+    Records(#[from] BehindPanicked),
     /// The path of this executable (every hop process runs it).
     #[error("find the tailmesh binary: {0}")]
     Exe(#[source] std::io::Error),
@@ -372,7 +379,7 @@ pub fn execute_scenario(
     let lost = Arc::new(Mutex::new(Vec::new()));
     let requests =
         RequestsWriter::create(&dir.join("requests.csv"), scenario.check.slow_threshold)?;
-    let mut records = RunRecords {
+    let behind = Records {
         scenario: scenario.clone(),
         dir: dir.clone(),
         sampling,
@@ -387,6 +394,13 @@ pub fn execute_scenario(
         ))?,
         variants: Vec::new(),
         warnings: Vec::new(),
+    };
+    let mut records = RunRecords {
+        behind: BehindThread::start("records", behind).map_err(|source| ExperimentError::Io {
+            what: "start the records thread for",
+            path: dir.clone(),
+            source,
+        })?,
         metrics: metrics.as_ref().map(|(live, _)| Arc::clone(live)),
     };
     let (runs, mut trace_counts) = runtime.block_on(async {
@@ -418,13 +432,13 @@ pub fn execute_scenario(
         };
         Ok::<_, ExperimentError>((runs, counts))
     })?;
-    let RunRecords {
+    let Records {
         requests,
         interval_logs,
         variants,
         warnings,
         ..
-    } = records;
+    } = records.behind.finish()?;
     // Every row queued is written before the requests file is judged.
     let requests = requests.finish();
     let interval_logs = interval_logs.finish().unwrap_or_else(|e| {
@@ -526,14 +540,24 @@ fn stop_on_lost(
     }
 }
 
-/// The run's record pipeline: each measured request, as it completes, goes
-/// to its variant's analysis, to requests.csv (written on a thread of its
-/// own, through a bounded queue), and to the tail sampler's slot; none is
-/// kept. The latency intervals the analysis closes go to the `.hlog`
-/// writer (another thread, another bounded queue) and their histograms
-/// come back from it for reuse. A file the disk cannot take stops the load
-/// (see [`stop_on_lost`]) so the run ends cleanly with what it measured.
+/// The run's record pipeline: each measured request, as it completes, is
+/// handed to the thread behind the load generator's
+/// ([`crate::record::behind`]), which gives it to its variant's analysis,
+/// to the tail sampler's slot, and to requests.csv (written on a thread of
+/// its own, through a bounded queue); none is kept. The load generator's
+/// thread itself feeds only the live metrics.
 struct RunRecords {
+    behind: BehindThread<Records>,
+    /// The live metrics, when served.
+    metrics: Option<Arc<LiveMetrics>>,
+}
+
+/// What the thread behind the load generator's does with the records. The
+/// latency intervals the analysis closes go to the `.hlog` writer (another
+/// thread, another bounded queue) and their histograms come back from it
+/// for reuse. A file the disk cannot take stops the load (see
+/// [`stop_on_lost`]) so the run ends cleanly with what it measured.
+struct Records {
     scenario: Scenario,
     /// The run folder (the tail samplers' facts files, hidden).
     dir: PathBuf,
@@ -546,8 +570,26 @@ struct RunRecords {
     /// What could not be set up (a facts file the disk refused), told once
     /// the load is over.
     warnings: Vec<String>,
-    /// The live metrics, when served.
-    metrics: Option<Arc<LiveMetrics>>,
+}
+
+/// What the load generator's side tells the thread behind, in order with
+/// the records.
+enum RecordsMessage {
+    /// The wall-clock time of the measured clock's 0.
+    MeasuringFrom(std::time::SystemTime),
+    /// The records that follow are `variant`'s, traced by `tracer`.
+    Begin {
+        variant: Box<Variant>,
+        tracer: Option<Arc<LoadTracer>>,
+    },
+    /// The variant's load ended.
+    End {
+        measured: Duration,
+        interrupted: bool,
+        pipeline: crate::record::PipelineStats,
+        /// The most records that waited for the thread behind at once.
+        peak_behind: usize,
+    },
 }
 
 /// Where one variant's records go besides requests.csv.
@@ -559,25 +601,21 @@ struct VariantRecords {
     sampler: Option<TailSampler>,
     /// The sampler's CPU, part of the observer's cost.
     sampling: CpuMeter,
+    /// Its load generator's spans: those the sampler keeps go on when the
+    /// load ends.
+    tracer: Option<Arc<LoadTracer>>,
 }
 
 impl RecordSink for RunRecords {
-    fn record(&mut self, record: &RequestRecord) {
-        if let Some(v) = self.variants.last_mut() {
-            v.analysis.record(record);
-            v.hand_on_intervals(&self.interval_logs);
-            if let Some(sampler) = &mut v.sampler {
-                v.sampling.measure(|| sampler.record(record));
-            }
-        }
-        self.requests.write(record);
+    fn record(&mut self, record: RequestRecord) {
         if let Some(m) = &self.metrics {
-            m.record(record);
+            m.record(&record);
         }
+        self.behind.record(record);
     }
 
     fn measuring_from(&mut self, at: std::time::SystemTime) {
-        self.interval_logs.measuring_from(at);
+        self.behind.send(RecordsMessage::MeasuringFrom(at));
         if let Some(m) = &self.metrics {
             m.measuring_from(at);
         }
@@ -590,23 +628,74 @@ impl RecordSink for RunRecords {
     }
 }
 
-impl VariantRecords {
-    /// Sends the latency intervals the analysis closed to the `.hlog`
-    /// writer, and takes back the histograms it is done with.
-    fn hand_on_intervals(&mut self, logs: &HlogSpool) {
-        while let Some(hists) = logs.returned() {
-            self.analysis.give_back(hists);
+impl run::RecordPipeline for RunRecords {
+    fn begin_variant(&mut self, variant: &scenario::Variant, tracer: Option<&Arc<LoadTracer>>) {
+        // The peak is counted from here.
+        self.behind.take_peak();
+        self.behind.send(RecordsMessage::Begin {
+            variant: Box::new(variant.clone()),
+            tracer: tracer.cloned(),
+        });
+        if let Some(m) = &self.metrics {
+            m.begin_variant(variant);
         }
-        while let Some(closed) = self.analysis.closed_interval() {
-            logs.write(closed);
+    }
+
+    fn end_variant(&mut self, load: &crate::loadgen::LoadOutcome) {
+        self.behind.send(RecordsMessage::End {
+            measured: load.measured,
+            interrupted: load.interrupted,
+            pipeline: load.pipeline,
+            peak_behind: self.behind.take_peak(),
+        });
+        // Every decision made and every kept client span handed on before
+        // the variant's processes stop and its spans are gathered.
+        self.behind.settle();
+        if let Some(m) = &self.metrics {
+            m.end_variant();
         }
     }
 }
 
-impl run::RecordPipeline for RunRecords {
-    fn begin_variant(&mut self, variant: &scenario::Variant, tracer: Option<&Arc<LoadTracer>>) {
+impl Behind for Records {
+    type Message = RecordsMessage;
+
+    fn record(&mut self, record: RequestRecord) {
+        if let Some(v) = self.variants.last_mut() {
+            v.analysis.record(&record);
+            v.hand_on_intervals(&self.interval_logs);
+            if let Some(sampler) = &mut v.sampler {
+                v.sampling.measure(|| sampler.record(&record));
+            }
+        }
+        self.requests.write(record);
+    }
+
+    fn message(&mut self, message: RecordsMessage) {
+        match message {
+            RecordsMessage::MeasuringFrom(at) => {
+                if let Some(tracer) = self.variants.last().and_then(|v| v.tracer.as_ref()) {
+                    // The spans of the kept requests are made from their
+                    // records, whose times count from `at`.
+                    tracer.measuring_from(at);
+                }
+                self.interval_logs.measuring_from(at);
+            }
+            RecordsMessage::Begin { variant, tracer } => self.begin_variant(&variant, tracer),
+            RecordsMessage::End {
+                measured,
+                interrupted,
+                pipeline,
+                peak_behind,
+            } => self.end_variant(measured, interrupted, pipeline, peak_behind),
+        }
+    }
+}
+
+impl Records {
+    fn begin_variant(&mut self, variant: &scenario::Variant, tracer: Option<Arc<LoadTracer>>) {
         let index = (self.variants.len(), self.scenario.variants.len());
-        let sampler = tracer.cloned().and_then(|tracer| {
+        let sampler = tracer.clone().and_then(|tracer| {
             tail_sampler(
                 &self.scenario,
                 variant,
@@ -628,11 +717,9 @@ impl run::RecordPipeline for RunRecords {
             analysis,
             sampler,
             sampling: CpuMeter::sampled(),
+            tracer,
         });
         self.requests.begin_variant(&variant.name);
-        if let Some(m) = &self.metrics {
-            m.begin_variant(variant);
-        }
         self.interval_logs.begin_variant(
             &self.dir.join(output::hlog::file_name(&variant.name)),
             &variant.name,
@@ -640,21 +727,28 @@ impl run::RecordPipeline for RunRecords {
         );
     }
 
-    fn end_variant(&mut self, load: &crate::loadgen::LoadOutcome) {
+    fn end_variant(
+        &mut self,
+        measured: Duration,
+        interrupted: bool,
+        stats: crate::record::PipelineStats,
+        peak_behind: usize,
+    ) {
         if let Some(v) = self.variants.last_mut() {
-            v.analysis.end_load(load.measured, load.interrupted);
+            v.analysis.end_load(measured, interrupted);
             v.hand_on_intervals(&self.interval_logs);
+            if let Some(tracer) = &v.tracer {
+                // The spans its last decisions kept.
+                tracer.flush();
+            }
         }
         self.interval_logs.end_variant();
-        if let Some(m) = &self.metrics {
-            m.end_variant();
-        }
-        let stats = &load.pipeline;
         tracing::info!(
             target: "tailmesh::records",
             records = stats.records,
             peak_in_flight = stats.peak_in_flight,
             peak_held = stats.peak_held,
+            peak_behind,
             peak_queued_rows = self.requests.peak_queued(),
             peak_buffered_bytes = self.requests.peak_buffered(),
             peak_id_ranges = self
@@ -663,6 +757,19 @@ impl run::RecordPipeline for RunRecords {
                 .map_or(0, |v| v.analysis.peak_id_ranges()),
             "record pipeline"
         );
+    }
+}
+
+impl VariantRecords {
+    /// Sends the latency intervals the analysis closed to the `.hlog`
+    /// writer, and takes back the histograms it is done with.
+    fn hand_on_intervals(&mut self, logs: &HlogSpool) {
+        while let Some(hists) = logs.returned() {
+            self.analysis.give_back(hists);
+        }
+        while let Some(closed) = self.analysis.closed_interval() {
+            logs.write(closed);
+        }
     }
 }
 
@@ -773,6 +880,7 @@ fn analyze_variants(
             analysis: variant,
             sampler,
             sampling,
+            ..
         } = records;
         let mut warnings = Vec::new();
         let mut incidents = run.incidents.clone();
@@ -924,7 +1032,7 @@ fn tail_sampler(
     // The processes hold their spans by the same policy
     // (`run::TraceSetup::hold`).
     Ok(if policy.holds() {
-        sampler.holding(Box::new(move |id, kept| tracer.decide(id, kept)))
+        sampler.holding(Box::new(move |record, kept| tracer.decide(record, kept)))
     } else {
         sampler
     })

@@ -2,7 +2,10 @@
 //! (`tailmesh_analysis::record`, plain data, re-exported here at its old
 //! path; `crate::wire` converts a reply's protobuf path into it). This
 //! module keeps the orchestrator's side: [`RecordSink`], where each request
-//! goes as it completes, and the pipeline's bounds.
+//! goes as it completes, the pipeline's bounds, and the thread behind the
+//! load generator's (`behind`) where the orchestrator's sink reads them.
+
+pub(crate) mod behind;
 
 pub(crate) use tailmesh_analysis::record::{
     AttemptEnd, AttemptTiming, CallTiming, CpuUse, GeneratorReport, GrpcCode, HopRecord,
@@ -13,8 +16,9 @@ pub(crate) use tailmesh_analysis::record::{
 /// the analysis accumulator, the requests file, the trace sampler. Nothing
 /// downstream of the load generator holds every record.
 pub(crate) trait RecordSink {
-    /// Takes one completed request of the measured phase.
-    fn record(&mut self, record: &RequestRecord);
+    /// Takes one completed request of the measured phase (by value: a
+    /// sink may hand it on to another thread without a copy).
+    fn record(&mut self, record: RequestRecord);
 
     /// The wall-clock time of the measured clock's 0 (the end of warmup),
     /// told once as the load starts, before any record.

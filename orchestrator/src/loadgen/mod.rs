@@ -418,7 +418,7 @@ impl<S: RecordSink + ?Sized> Drain<'_, S> {
         if let Some(p) = &mut self.progress {
             p.record(&record);
         }
-        self.sink.record(&record);
+        self.sink.record(record);
     }
 
     fn tick(&mut self, sent: u64, elapsed: Duration) {
@@ -572,7 +572,6 @@ impl Shared {
                     .map(|s| s.message().to_string());
                 let ended = Ended {
                     stream: place,
-                    warmup: intended < measure_from,
                     ..Ended::new(
                         std::time::SystemTime::now(),
                         end.saturating_duration_since(intended),

@@ -58,7 +58,7 @@ impl Counted {
 }
 
 impl RecordSink for Counted {
-    fn record(&mut self, r: &RequestRecord) {
+    fn record(&mut self, r: RequestRecord) {
         self.sent += 1;
         if r.outcome == Outcome::Ok {
             let us = u64::try_from(r.latency().as_micros()).unwrap_or(u64::MAX);
@@ -176,7 +176,7 @@ mod tests {
     fn slow_answers_are_counted_at_their_latency() {
         let mut counted = Counted::new();
         for id in 0..10 {
-            counted.record(&answered_after(id, Duration::from_millis(50)));
+            counted.record(answered_after(id, Duration::from_millis(50)));
         }
         assert_eq!(counted.sent, 10);
         let p50 = counted.latency_us.value_at_quantile(0.5);

@@ -338,11 +338,11 @@ impl RequestsSpool {
     }
 
     /// Queues one request's row; waits while the queue is full.
-    pub fn write(&self, r: &RequestRecord) {
+    pub fn write(&self, r: RequestRecord) {
         if let Some(queue) = &self.queue {
             let waiting = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
             self.peak_queued.fetch_max(waiting, Ordering::Relaxed);
-            let _ = queue.send(Spooled::Record(r.clone()));
+            let _ = queue.send(Spooled::Record(r));
         }
     }
 
@@ -1115,7 +1115,7 @@ mod tests {
             spool.begin_variant(name);
             for _ in 0..10 {
                 for r in records {
-                    spool.write(r);
+                    spool.write(r.clone());
                 }
             }
         }
@@ -1154,7 +1154,7 @@ mod tests {
         spool.begin_variant("base");
         for _ in 0..100 {
             for r in &records {
-                spool.write(r);
+                spool.write(r.clone());
             }
         }
         let writer = spool.finish().expect("the thread ended");

@@ -2,12 +2,12 @@
 //! trace, started at the request's intended send time so client-side
 //! queueing shows in the trace, recorded straight into the collector.
 //! When the processes hold their spans for the run's keep decisions
-//! ([`LoadTracer::holding`]), so does the load generator: a request's span
-//! waits, unencoded, until the tail sampler decides, and only kept ones
-//! are encoded and handed on.
+//! ([`LoadTracer::holding`]), the load generator makes none as requests
+//! end: the span of a request the tail sampler keeps is made from its
+//! record when it decides ([`LoadTracer::decide`]), on the thread behind
+//! the load generator's, and a dropped one is never made.
 
 use std::{
-    collections::{HashMap, VecDeque},
     fmt::Write as _,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
@@ -20,7 +20,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode};
 use tailmesh_services::telemetry::{SpanContext, otlp, recorder::FieldValue};
 
-use crate::record::StreamPlace;
+use crate::record::{Outcome, RequestRecord, StreamPlace};
 
 use super::{
     collector::Collector,
@@ -43,9 +43,12 @@ pub struct LoadTracer {
     batch: Mutex<Batch>,
     /// What every batch starts with.
     resource: Head,
-    /// The ended requests' spans waiting for their keep decision, when
-    /// holding.
-    waiting: Option<Mutex<Waiting>>,
+    /// The processes hold their spans for the keep decisions: so is a
+    /// measured request's span made only when kept, from its record.
+    holding: bool,
+    /// The wall-clock time (unix ns) the records' times count from; 0
+    /// until told.
+    measuring_from_ns: AtomicU64,
     /// Requests traced (head-sampled) so far, warmup's included.
     traced: AtomicU64,
 }
@@ -126,16 +129,29 @@ impl LoadTracer {
             making: CpuMeter::sampled(),
             batch: Mutex::new(Batch::default()),
             resource: Head::new(),
-            waiting: None,
+            holding: false,
+            measuring_from_ns: AtomicU64::new(0),
             traced: AtomicU64::new(0),
         }
     }
 
-    /// Holds each request's span until [`LoadTracer::decide`] says
-    /// whether its trace is kept (`hold`), as the processes hold theirs.
+    /// Makes a measured request's span only when [`LoadTracer::decide`]
+    /// keeps its trace (`hold`), as the processes hold theirs.
     pub fn holding(mut self, hold: bool) -> Self {
-        self.waiting = hold.then(|| Mutex::new(Waiting::default()));
+        self.holding = hold;
         self
+    }
+
+    /// Whether it makes spans only for the kept traces.
+    pub fn holds(&self) -> bool {
+        self.holding
+    }
+
+    /// The records' times count from `at` on the wall clock (the end of
+    /// warmup), which the spans made from them need.
+    pub fn measuring_from(&self, at: SystemTime) {
+        self.measuring_from_ns
+            .store(tailmesh_units::unix_nanos_at(at), Ordering::Relaxed);
     }
 
     /// Requests traced so far (head-sampled, the warmup's included),
@@ -164,49 +180,35 @@ impl LoadTracer {
         self.request(id).sampled
     }
 
-    /// The run decided request `id`'s trace: the processes holding their
-    /// spans are told, and the request's own span, held here, goes on
-    /// when `kept` and is dropped otherwise.
-    pub fn decide(&self, id: u64, kept: bool) {
-        let t = self.request(id);
+    /// The run decided `record`'s trace: the processes holding their
+    /// spans are told, and when `kept` the request's own span is made
+    /// from the record (its times on the wall clock of
+    /// [`LoadTracer::measuring_from`]).
+    pub fn decide(&self, record: &RequestRecord, kept: bool) {
+        let t = self.request(record.id);
         self.collector.decisions.decide(t.trace_id, kept);
-        let Some(waiting) = &self.waiting else {
-            return;
-        };
-        let span = lock(waiting).spans.remove(&id);
-        if let Some(span) = span.filter(|_| kept) {
-            self.add(t, id, &span);
+        if kept && self.holding {
+            let from = SystemTime::UNIX_EPOCH
+                + Duration::from_nanos(self.measuring_from_ns.load(Ordering::Relaxed));
+            self.add(t, record.id, &Ended::of_record(record, from));
         }
-    }
-
-    /// Spans waiting for a decision now, and those dropped undecided.
-    #[cfg(test)]
-    fn waiting(&self) -> (usize, u64) {
-        self.waiting.as_ref().map_or((0, 0), |w| {
-            let w = lock(w);
-            (w.spans.len(), w.undecided)
-        })
     }
 
     /// Records the request's client span, as it `ended`. Spans wait in a
     /// batch (encoded already) until [`BATCH_SPANS`] of them are there or
-    /// [`LoadTracer::flush`] runs; when holding, they first wait for
-    /// [`LoadTracer::decide`], except a warmup request's, which is never
-    /// decided and so goes at once (only a run keeping every trace, which
+    /// [`LoadTracer::flush`] runs. When holding, it only counts the
+    /// request: a measured request's span is made when
+    /// [`LoadTracer::decide`] keeps it, and a warmup request's, which is
+    /// never decided, not at all (only a run keeping every trace, which
     /// holds nothing, keeps the warmup's).
     pub fn record(&self, t: RequestTrace, request_id: u64, ended: Ended) {
         if !t.sampled {
             return;
         }
         self.traced.fetch_add(1, Ordering::Relaxed);
-        if let Some(waiting) = &self.waiting {
-            if ended.warmup {
-                return;
-            }
-            self.making.measure(|| lock(waiting).add(request_id, ended));
-            return;
+        if !self.holding {
+            self.add(t, request_id, &ended);
         }
-        self.add(t, request_id, &ended);
     }
 
     /// Encodes a span into the batch, handing the batch on when full.
@@ -226,10 +228,6 @@ impl LoadTracer {
     /// generator calls it every [`FLUSH_EVERY`] while it runs and once at
     /// the end, so a span waits at most that long.
     pub fn flush(&self) {
-        if let Some(waiting) = &self.waiting {
-            self.making
-                .measure(|| lock(waiting).expire(SystemTime::now()));
-        }
         let taken = self.making.measure(|| {
             let mut batch = self.lock();
             (batch.count > 0).then(|| batch.take(&self.resource))
@@ -293,10 +291,9 @@ pub const BATCH_SPANS: u64 = 256;
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 const NAME_PREFIX: &str = "request ";
-/// How long an ended request's span waits for its decision at most. The
-/// tail sampler decides as the load generator hands the request on, well
-/// within this; requests it never sees (the warmup's) are dropped then.
-pub const DECISION_WAIT: Duration = Duration::from_secs(5);
+/// A timed-out request's span status message (its record keeps no
+/// message).
+const TIMED_OUT: &str = "deadline exceeded";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -313,10 +310,6 @@ pub struct Ended {
     pub error: Option<String>,
     /// Which message of which stream it was, if one.
     pub stream: Option<StreamPlace>,
-    /// Sent before the measured phase, as far as its sender knows (a
-    /// generator process's spans say nothing of it, and wait like the
-    /// measured ones'). The tail sampler sees only measured requests.
-    pub warmup: bool,
 }
 
 impl Ended {
@@ -328,40 +321,25 @@ impl Ended {
             latency,
             error: error.map(str::to_owned),
             stream: None,
-            warmup: false,
+        }
+    }
+
+    /// How `record` ended, its times counted from `measuring_from` on the
+    /// wall clock.
+    pub fn of_record(record: &RequestRecord, measuring_from: SystemTime) -> Self {
+        Ended {
+            ended: measuring_from + record.end,
+            latency: record.latency(),
+            error: match &record.outcome {
+                Outcome::Ok => None,
+                Outcome::Timeout => Some(TIMED_OUT.to_owned()),
+                Outcome::Error { message, .. } => Some(message.clone()),
+            },
+            stream: record.stream,
         }
     }
 }
 
-/// The spans waiting for their decisions, by request id, and the order
-/// they ended in.
-#[derive(Default)]
-struct Waiting {
-    spans: HashMap<u64, Ended>,
-    order: VecDeque<(u64, SystemTime)>,
-    /// Spans dropped after [`DECISION_WAIT`] without a decision.
-    undecided: u64,
-}
-
-impl Waiting {
-    fn add(&mut self, id: u64, span: Ended) {
-        self.order.push_back((id, span.ended));
-        self.spans.insert(id, span);
-    }
-
-    /// Drops the spans that waited past [`DECISION_WAIT`] at `now`.
-    fn expire(&mut self, now: SystemTime) {
-        while let Some(&(id, ended)) = self.order.front() {
-            if now.duration_since(ended).unwrap_or_default() < DECISION_WAIT {
-                break;
-            }
-            self.order.pop_front();
-            if self.spans.remove(&id).is_some() {
-                self.undecided += 1;
-            }
-        }
-    }
-}
 /// Protobuf's wire type of length-delimited fields.
 const LEN: u8 = 2;
 
@@ -597,56 +575,85 @@ mod tests {
         assert_eq!(ids.last().map(String::as_str), Some("request 999"));
     }
 
+    /// A measured record of request `id`, ended `end` after the end of
+    /// warmup, `latency` after it was meant to go.
+    fn record_of(id: u64, end: Duration, latency: Duration, outcome: Outcome) -> RequestRecord {
+        RequestRecord {
+            id,
+            intended: end - latency,
+            start: end - latency,
+            end,
+            outcome,
+            path: Vec::new(),
+            extra_attempts: 0,
+            attempts: Vec::new(),
+            stream: None,
+        }
+    }
+
     #[test]
-    fn holding_only_kept_requests_spans_go_on_and_undecided_ones_expire() {
+    fn holding_only_kept_requests_spans_are_made_from_their_records() {
         let tmp = tempfile::tempdir().expect("temp dir");
         let collector = Collector::new(10_000, None, tmp.path()).expect("collector");
         let tracer = LoadTracer::new(Arc::clone(&collector), "v", 1.0, 7).holding(true);
-        let now = SystemTime::now();
-        // One that ended long ago, never decided (a warmup request).
-        let old = now - DECISION_WAIT - Duration::from_secs(1);
-        tracer.record(
-            tracer.request(9),
-            9,
-            Ended::new(old, Duration::from_micros(5), None),
-        );
-        for id in 0..4 {
+        let from = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        tracer.measuring_from(from);
+        // Ended requests, a warmup one's among them: counted, no span yet.
+        for id in 0..5 {
             tracer.record(
                 tracer.request(id),
                 id,
-                Ended::new(now, Duration::from_micros(5), None),
+                Ended::new(SystemTime::now(), Duration::from_micros(5), None),
             );
         }
-        // A warmup request's, which no decision will come for: it does
-        // not wait.
-        let warmup = Ended {
-            warmup: true,
-            ..Ended::new(now, Duration::from_micros(5), None)
-        };
-        tracer.record(tracer.request(5), 5, warmup.clone());
         tracer.flush();
         assert_eq!(collector.counts().spans, 0, "nothing before a decision");
-        assert_eq!(tracer.waiting(), (4, 1), "the old one expired");
-        tracer.decide(1, true);
-        tracer.decide(2, false);
-        tracer.decide(3, true);
-        // A decision for a span that expired, or for a warmup request's,
-        // sends nothing.
-        tracer.decide(9, true);
-        tracer.decide(5, true);
+        assert_eq!(tracer.traced(), 5);
+        let ms = Duration::from_millis;
+        let timeout = record_of(3, ms(40), ms(2), Outcome::Timeout);
+        tracer.decide(&record_of(1, ms(10), ms(3), Outcome::Ok), true);
+        tracer.decide(&record_of(2, ms(20), ms(1), Outcome::Ok), false);
+        tracer.decide(&timeout, true);
         tracer.flush();
-        assert_eq!(tracer.waiting(), (1, 1));
-        let names = span_names(&collector);
+        // Only the kept ones, made from their records, on the wall clock
+        // the records count from.
+        let spans: Vec<Span> = collector
+            .take()
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .collect();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["request 1", "request 3"]);
+        let unix_ns = |d: Duration| tailmesh_units::unix_nanos_at(from + d);
+        assert_eq!(
+            (spans[0].start_time_unix_nano, spans[0].end_time_unix_nano),
+            (unix_ns(ms(7)), unix_ns(ms(10)))
+        );
+        assert_eq!(
+            (spans[1].start_time_unix_nano, spans[1].end_time_unix_nano),
+            (unix_ns(ms(38)), unix_ns(ms(40)))
+        );
+        let status = spans[1].status.as_ref().expect("a timed-out one's status");
+        assert_eq!(
+            (status.code, status.message.as_str()),
+            (StatusCode::Error as i32, TIMED_OUT)
+        );
+        assert!(spans[0].status.is_none(), "ok: no status");
         // The processes were told of each: the kept ones as kept, the
         // dropped one as dropped.
         let told = collector.decisions.after(0, 100);
         let id = |r: u64| tracer.request(r).trace_id;
-        assert_eq!(trace_ids(&told.trace_ids), [id(1), id(3), id(9), id(5)]);
+        assert_eq!(trace_ids(&told.trace_ids), [id(1), id(3)]);
         assert_eq!(trace_ids(&told.dropped_ids), [id(2)]);
-        // Not holding (every trace kept), the warmup's span goes on.
+        // Not holding (every trace kept), a span goes on as its request
+        // ends, the warmup's too.
         let all = LoadTracer::new(Arc::clone(&collector), "v", 1.0, 7);
-        all.record(all.request(5), 5, warmup);
+        all.record(
+            all.request(5),
+            5,
+            Ended::new(SystemTime::now(), Duration::from_micros(5), None),
+        );
         all.flush();
         assert_eq!(span_names(&collector), ["request 5"]);
     }

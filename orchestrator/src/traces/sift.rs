@@ -209,7 +209,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        record::{Outcome, RecordSink, RequestRecord},
+        record::{Outcome, RequestRecord},
         traces::{
             loadgen::SERVICE,
             tail::{TailPolicy, TailSampler},

@@ -1,6 +1,6 @@
 //! Tail-based sampling: which traced requests' traces go into the Jaeger
 //! file, decided when each request ends from what the load generator
-//! measured ([`TailSampler`], a `RecordSink`): every slow, failed, and
+//! measured ([`TailSampler`], fed each measured record): every slow, failed, and
 //! retried or hedged request, plus a uniform share of the rest.
 //!
 //! The decision and the few facts the traces' cross-check needs (outcome,
@@ -21,7 +21,7 @@ use hdrhistogram::Histogram;
 
 use super::breakdown::{PathHop, PathTimes, RequestFacts, TailCounts, TraceAnalyzer};
 use crate::{
-    record::{Outcome, RecordSink, RequestRecord},
+    record::{Outcome, RequestRecord},
     scenario::{Keep, KeepShare, LoadMode, Stop, Variant},
 };
 use tailmesh_services::model::Transport;
@@ -392,10 +392,11 @@ impl FactsFile {
 /// Which request ids were traced (head sampling).
 pub type HeadSampled = Box<dyn Fn(u64) -> bool + Send>;
 
-/// What the sampler does with each traced request's decision, by the
-/// request's id: whether its trace is kept (the processes holding their
-/// spans are told of the kept ones, the load generator of all).
-pub type OnDecision = Box<dyn Fn(u64, bool) + Send>;
+/// What the sampler does with each traced request's decision, given the
+/// request's record: whether its trace is kept (the processes holding
+/// their spans are told of each, and the load generator makes the kept
+/// ones' client spans from their records).
+pub type OnDecision = Box<dyn Fn(&RequestRecord, bool) + Send>;
 
 /// Decides, as each measured request ends, whether its trace is kept, and
 /// writes the decision and the request's facts to the [`FactsFile`].
@@ -531,8 +532,9 @@ fn in_share(seed: u64, id: u64, share: f64) -> bool {
     ((h >> 11) as f64 / (1u64 << 53) as f64) < share
 }
 
-impl RecordSink for TailSampler {
-    fn record(&mut self, record: &RequestRecord) {
+impl TailSampler {
+    /// Decides whether `record`'s trace is kept, and notes its facts.
+    pub fn record(&mut self, record: &RequestRecord) {
         self.paths.record(record);
         let sampled = (self.sampled)(record.id);
         let latency_us = u64::try_from(record.latency().as_micros()).unwrap_or(u64::MAX);
@@ -562,7 +564,7 @@ impl RecordSink for TailSampler {
                 flags |= KEEP;
             }
             if let Some(tell) = &self.on_keep {
-                tell(record.id, kept);
+                tell(record, kept);
             }
             // Expected: a sampled ok request's trace (a kept one, when
             // the processes send only those), checked against its path.

@@ -60,10 +60,16 @@ fn three_generators_send_the_one_generator_requests_each_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     let load = "mode = \"open\"\nrate = 300\nduration = \"2s\"\nwarmup = \"300ms\"";
     let one = write(dir.path(), "one.toml", &scenario(load));
+    // Holding the traces for the run's decisions (a share kept, and the
+    // slow and failed): each kept request's client span is made from its
+    // record, which came from a generator process.
     let three = write(
         dir.path(),
         "three.toml",
-        &scenario(&format!("{load}\ngenerators = 3")),
+        &format!(
+            "{}[telemetry]\nkeep_share = 0.3\n",
+            scenario(&format!("{load}\ngenerators = 3"))
+        ),
     );
     let ran_one = accounted(
         tailmesh(dir.path(), &run_args(&one, &dir.path().join("r1"), &[])),
@@ -128,6 +134,15 @@ fn three_generators_send_the_one_generator_requests_each_once() {
         );
     }
     merged_histograms_are_the_sum_of_the_generators(&ran_three.run_dir, 3);
+    // Every kept trace whole, its root the client span made from the
+    // generator's record, none lost and no orphan.
+    let t = &ran_three.v["traces"];
+    assert!(u64_at(t, "/sampling/written") > 0, "{t:#}");
+    assert!(t["held"].is_object(), "the traces were held: {t:#}");
+    assert_eq!(u64_at(t, "/expected"), u64_at(t, "/complete"), "{t:#}");
+    assert_eq!(u64_at(t, "/missing"), 0, "{t:#}");
+    assert_eq!(u64_at(t, "/lost"), 0, "{t:#}");
+    assert_eq!(u64_at(t, "/orphan_spans"), 0, "{t:#}");
     // Each generator, and the one in the orchestrator's process, paced at
     // real-time priority where the process may take it, and says so.
     let realtime = may_take_realtime();

@@ -1068,9 +1068,10 @@ fn pipeline_stat(line: &str, key: &str) -> u64 {
 
 /// 20,000 requests through one zero-work hop, as fast as 32 in flight go:
 /// what the record pipeline holds (requests in flight and ended but not yet
-/// handed on, the gaps in the ids analysis tracks, rows queued for
-/// requests.csv and bytes buffered there) stays under bounds set by the 32
-/// in flight and the requests file's queue and buffer, not by the run, while every request reaches
+/// handed on, records waiting for the thread behind the load generator's,
+/// the gaps in the ids analysis tracks, rows queued for requests.csv and
+/// bytes buffered there) stays under bounds set by the 32 in flight and the
+/// queues and buffer, not by the run, while every request reaches
 /// requests.csv and the summary. Progress lines, on a non-terminal output,
 /// come at most one per 10 s.
 fn the_record_pipeline_holds_what_is_in_flight_not_the_run() {
@@ -1122,7 +1123,10 @@ name = "a"
     assert!((1..=32).contains(&in_flight), "{line}");
     assert!(pipeline_stat(line, "peak_held") <= 33, "{line}");
     assert!(pipeline_stat(line, "peak_id_ranges") <= 33, "{line}");
-    // The queue's 4096, one being handed over, one being written.
+    // The thread behind's queue holds 4096 records at most.
+    assert!(pipeline_stat(line, "peak_behind") <= 4096, "{line}");
+    // The requests file's queue of 4096, one being handed over, one being
+    // written.
     assert!(pipeline_stat(line, "peak_queued_rows") <= 4098, "{line}");
     assert!(
         pipeline_stat(line, "peak_buffered_bytes") <= 64 * 1024,

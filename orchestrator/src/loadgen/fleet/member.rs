@@ -289,7 +289,7 @@ struct Streamed {
 }
 
 impl RecordSink for Streamed {
-    fn record(&mut self, r: &RequestRecord) {
+    fn record(&mut self, r: RequestRecord) {
         self.ended += 1;
         let late = r.start.saturating_sub(r.intended);
         self.lateness.saturating_record(stats::micros(late));
@@ -297,7 +297,7 @@ impl RecordSink for Streamed {
         self.sent.send_modify(|(_, e)| *e = ended);
         // The writer only goes when the connection does, and then the run
         // is over for this generator.
-        let _ = self.records.send(r.clone());
+        let _ = self.records.send(r);
     }
 
     fn sent(&mut self, measured: u64) {

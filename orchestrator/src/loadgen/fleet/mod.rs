@@ -399,7 +399,7 @@ impl Fleet {
                                 if let Some(p) = &mut progress {
                                     p.record(&r);
                                 }
-                                sink.record(&r);
+                                sink.record(r);
                             }
                         }
                         Ok(FromGenerator::Spans { spans }) => {
