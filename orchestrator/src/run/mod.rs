@@ -915,6 +915,10 @@ async fn start_fleet(
             plan.seed ^ run_nonce(&options.dir, &variant.name),
         )
     });
+    let held = options
+        .traces
+        .as_ref()
+        .is_some_and(|t| t.hold(variant).is_some());
     fleet
         .assign(|part| fleet::frame::Job {
             part,
@@ -928,6 +932,7 @@ async fn start_fleet(
                 .map(|b| (variant.broker, variant.queue_bounds, b)),
             tls: tls.clone(),
             trace,
+            held,
         })
         .await
         .map_err(fleet_error)?;

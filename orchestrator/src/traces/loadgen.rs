@@ -111,6 +111,13 @@ impl TraceIds {
     }
 }
 
+impl RequestTrace {
+    /// Whether the request is traced.
+    pub fn sampled(&self) -> bool {
+        self.sampled
+    }
+}
+
 pub(super) fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -158,6 +165,12 @@ impl LoadTracer {
     /// whether their traces were kept or not.
     pub fn traced(&self) -> u64 {
         self.traced.load(Ordering::Relaxed)
+    }
+
+    /// Adds `n` traced requests counted elsewhere (by a generator process
+    /// that forwarded no span).
+    pub fn add_traced(&self, n: u64) {
+        self.traced.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The CPU spent making this variant's client spans so far.

@@ -143,6 +143,15 @@ fn three_generators_send_the_one_generator_requests_each_once() {
     assert_eq!(u64_at(t, "/missing"), 0, "{t:#}");
     assert_eq!(u64_at(t, "/lost"), 0, "{t:#}");
     assert_eq!(u64_at(t, "/orphan_spans"), 0, "{t:#}");
+    // Every request traced (sampling 1.0), counted by the generators that
+    // forwarded no span: the measured and the warmup's.
+    let v = &ran_three.v;
+    assert_eq!(
+        u64_at(v, "/observer/traced_requests"),
+        u64_at(v, "/sent") + u64_at(v, "/warmup/sent"),
+        "{:#}",
+        v["observer"]
+    );
     // Each generator, and the one in the orchestrator's process, paced at
     // real-time priority where the process may take it, and says so.
     let realtime = may_take_realtime();

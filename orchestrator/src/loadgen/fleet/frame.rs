@@ -60,6 +60,12 @@ pub(crate) struct Job {
     pub tls: Option<TlsFiles>,
     /// The requests' trace identities, when traced.
     pub trace: Option<TraceIds>,
+    /// The run holds its traces for its keep decisions: the orchestrator
+    /// makes a kept request's client span from its record, so the
+    /// generator forwards no span and only counts the traced requests
+    /// ([`GeneratorOutcome::traced`]).
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// What a generator tells the orchestrator.
@@ -119,6 +125,10 @@ pub(crate) struct GeneratorOutcome {
     /// Measured records it sent on.
     pub records: u64,
     pub peak_in_flight: usize,
+    /// Requests it traced (head-sampled, its warmup's included), counted
+    /// here when its job was `held` (it forwarded no span to count).
+    #[serde(default)]
+    pub traced: u64,
 }
 
 /// Why a frame could not be read or written.

@@ -8,7 +8,13 @@
 //! orchestrator) connects again for the next variant, until the
 //! orchestrator says the run is over.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use tailmesh_analysis::{instrument, stats};
 use tailmesh_services::{
@@ -279,6 +285,22 @@ impl ClientSpans for ForwardedSpans {
     fn flush(&self) {}
 }
 
+/// When the run holds its traces: counts the traced requests and
+/// forwards nothing (the orchestrator makes the kept ones' spans from
+/// their records).
+#[derive(Default)]
+struct CountedSpans(AtomicU64);
+
+impl ClientSpans for CountedSpans {
+    fn record(&self, t: RequestTrace, _: u64, _: Ended) {
+        if t.sampled() {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 /// Hands each measured record to the writer as it ends, and counts what
 /// the beats and the self-watch's judgement need.
 struct Streamed {
@@ -403,6 +425,7 @@ async fn run(
             }
         }
     });
+    let counted = Arc::new(CountedSpans::default());
     let mut sink = Streamed {
         records: records_tx,
         sent: sent_tx,
@@ -419,9 +442,13 @@ async fn run(
         stop_rx,
         Tracing {
             ids: job.trace,
-            spans: job
-                .trace
-                .map(|_| Arc::new(ForwardedSpans(spans_tx)) as Arc<dyn ClientSpans>),
+            spans: job.trace.map(|_| {
+                if job.held {
+                    Arc::clone(&counted) as Arc<dyn ClientSpans>
+                } else {
+                    Arc::new(ForwardedSpans(spans_tx)) as Arc<dyn ClientSpans>
+                }
+            }),
         },
         job.part,
         &mut sink,
@@ -449,6 +476,7 @@ async fn run(
         }),
         records: outcome.pipeline.records,
         peak_in_flight: outcome.pipeline.peak_in_flight,
+        traced: counted.0.load(Ordering::Relaxed),
     };
     frame::write(&mut writer, &FromGenerator::Done(Box::new(done))).await?;
     // The orchestrator closes the connection once it has everything.

@@ -414,7 +414,13 @@ impl Fleet {
                             let ours = i128::from(origin_unix_ns) - i128::from(state.offset_ns);
                             state.skew_ns = Some(ours - i128::from(start_unix_ns));
                         }
-                        Ok(FromGenerator::Done(outcome)) => state.done = Some(*outcome),
+                        Ok(FromGenerator::Done(outcome)) => {
+                            if let Some(t) = &tracer {
+                                // Counted there when it forwarded no span.
+                                t.add_traced(outcome.traced);
+                            }
+                            state.done = Some(*outcome);
+                        }
                         Ok(FromGenerator::Failed { error }) => state.gone = Some(error),
                         Ok(other) => {
                             state.gone = Some(format!("said {other:?} while its load ran"));
