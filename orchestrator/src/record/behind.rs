@@ -285,17 +285,7 @@ mod tests {
     }
 
     fn record(id: u64) -> RequestRecord {
-        RequestRecord {
-            id,
-            intended: Duration::ZERO,
-            start: Duration::ZERO,
-            end: Duration::ZERO,
-            outcome: Outcome::Ok,
-            path: Vec::new(),
-            extra_attempts: 0,
-            attempts: Vec::new(),
-            stream: None,
-        }
+        tailmesh_analysis::testing::at(id, 0, 0, Outcome::Ok)
     }
 
     #[test]

@@ -588,22 +588,6 @@ mod tests {
         assert_eq!(ids.last().map(String::as_str), Some("request 999"));
     }
 
-    /// A measured record of request `id`, ended `end` after the end of
-    /// warmup, `latency` after it was meant to go.
-    fn record_of(id: u64, end: Duration, latency: Duration, outcome: Outcome) -> RequestRecord {
-        RequestRecord {
-            id,
-            intended: end - latency,
-            start: end - latency,
-            end,
-            outcome,
-            path: Vec::new(),
-            extra_attempts: 0,
-            attempts: Vec::new(),
-            stream: None,
-        }
-    }
-
     #[test]
     fn holding_only_kept_requests_spans_are_made_from_their_records() {
         let tmp = tempfile::tempdir().expect("temp dir");
@@ -623,10 +607,11 @@ mod tests {
         assert_eq!(collector.counts().spans, 0, "nothing before a decision");
         assert_eq!(tracer.traced(), 5);
         let ms = Duration::from_millis;
-        let timeout = record_of(3, ms(40), ms(2), Outcome::Timeout);
-        tracer.decide(&record_of(1, ms(10), ms(3), Outcome::Ok), true);
-        tracer.decide(&record_of(2, ms(20), ms(1), Outcome::Ok), false);
-        tracer.decide(&timeout, true);
+        // Meant for 7 ms after warmup, answered 3 ms later; and so on.
+        let record = tailmesh_analysis::testing::at;
+        tracer.decide(&record(1, 7, 3, Outcome::Ok), true);
+        tracer.decide(&record(2, 19, 1, Outcome::Ok), false);
+        tracer.decide(&record(3, 38, 2, Outcome::Timeout), true);
         tracer.flush();
         // Only the kept ones, made from their records, on the wall clock
         // the records count from.
