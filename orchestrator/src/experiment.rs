@@ -583,13 +583,16 @@ enum RecordsMessage {
         tracer: Option<Arc<LoadTracer>>,
     },
     /// The variant's load ended.
-    End {
-        measured: Duration,
-        interrupted: bool,
-        pipeline: crate::record::PipelineStats,
-        /// The most records that waited for the thread behind at once.
-        peak_behind: usize,
-    },
+    End(LoadEnded),
+}
+
+/// How a variant's load ended, as the thread behind needs it.
+struct LoadEnded {
+    measured: Duration,
+    interrupted: bool,
+    pipeline: crate::record::PipelineStats,
+    /// The most records that waited for the thread behind at once.
+    peak_behind: usize,
 }
 
 /// Where one variant's records go besides requests.csv.
@@ -642,12 +645,12 @@ impl run::RecordPipeline for RunRecords {
     }
 
     fn end_variant(&mut self, load: &crate::loadgen::LoadOutcome) {
-        self.behind.send(RecordsMessage::End {
+        self.behind.send(RecordsMessage::End(LoadEnded {
             measured: load.measured,
             interrupted: load.interrupted,
             pipeline: load.pipeline,
             peak_behind: self.behind.take_peak(),
-        });
+        }));
         // Every decision made and every kept client span handed on before
         // the variant's processes stop and its spans are gathered.
         self.behind.settle();
@@ -682,12 +685,7 @@ impl Behind for Records {
                 self.interval_logs.measuring_from(at);
             }
             RecordsMessage::Begin { variant, tracer } => self.begin_variant(&variant, tracer),
-            RecordsMessage::End {
-                measured,
-                interrupted,
-                pipeline,
-                peak_behind,
-            } => self.end_variant(measured, interrupted, pipeline, peak_behind),
+            RecordsMessage::End(ended) => self.end_variant(&ended),
         }
     }
 }
@@ -727,15 +725,10 @@ impl Records {
         );
     }
 
-    fn end_variant(
-        &mut self,
-        measured: Duration,
-        interrupted: bool,
-        stats: crate::record::PipelineStats,
-        peak_behind: usize,
-    ) {
+    fn end_variant(&mut self, ended: &LoadEnded) {
+        let stats = &ended.pipeline;
         if let Some(v) = self.variants.last_mut() {
-            v.analysis.end_load(measured, interrupted);
+            v.analysis.end_load(ended.measured, ended.interrupted);
             v.hand_on_intervals(&self.interval_logs);
             if let Some(tracer) = &v.tracer {
                 // The spans its last decisions kept.
@@ -748,7 +741,7 @@ impl Records {
             records = stats.records,
             peak_in_flight = stats.peak_in_flight,
             peak_held = stats.peak_held,
-            peak_behind,
+            peak_behind = ended.peak_behind,
             peak_queued_rows = self.requests.peak_queued(),
             peak_buffered_bytes = self.requests.peak_buffered(),
             peak_id_ranges = self

@@ -440,15 +440,17 @@ fn payload(len: usize) -> Bytes {
 /// Where the load generator's client spans go: the collector, through
 /// the [`LoadTracer`], or, from a generator process, the orchestrator.
 pub(crate) trait ClientSpans: Send + Sync {
-    /// Request `id` (traced as `t`) ended as `ended` says.
-    fn record(&self, t: RequestTrace, id: u64, ended: Ended);
+    /// Traced request `id` (traced as `t`) ended as `ended` says; a span
+    /// made only for the kept traces, from the request's record, does not
+    /// ask.
+    fn record(&self, t: RequestTrace, id: u64, ended: &dyn Fn() -> Ended);
 
     /// Hands on the spans waiting in a batch.
     fn flush(&self);
 }
 
 impl ClientSpans for LoadTracer {
-    fn record(&self, t: RequestTrace, id: u64, ended: Ended) {
+    fn record(&self, t: RequestTrace, id: u64, ended: &dyn Fn() -> Ended) {
         LoadTracer::record(self, t, id, ended);
     }
 
@@ -564,21 +566,15 @@ impl Shared {
                 },
             };
             let end = Instant::now();
-            if let (Some(t), Some(rt)) = (&tracer, trace) {
-                let error = called
-                    .result
-                    .as_ref()
-                    .err()
-                    .map(|s| s.message().to_string());
-                let ended = Ended {
+            if let (Some(t), Some(rt)) = (&tracer, trace.filter(|rt| rt.sampled())) {
+                t.record(rt, id, &|| Ended {
                     stream: place,
                     ..Ended::new(
                         std::time::SystemTime::now(),
                         end.saturating_duration_since(intended),
-                        error.as_deref(),
+                        called.result.as_ref().err().map(|s| s.message()),
                     )
-                };
-                t.record(rt, id, ended);
+                });
             }
             let (outcome, path) = match called.result {
                 Ok(reply) => (Outcome::Ok, crate::wire::path_of(reply.path)),

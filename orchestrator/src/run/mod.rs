@@ -657,20 +657,6 @@ async fn measure(
             Reach::Pull(_) | Reach::Direct(_) => None,
         })
         .collect();
-    // Several generator processes: started, each given its part, their
-    // clocks measured, before the load's clock starts.
-    let fleet = if plan.generator_processes() {
-        let n = variant.load.generators.max(1);
-        Some(start_fleet(plan, options, &addrs, n, launcher).await?)
-    } else {
-        None
-    };
-    let target = Target::new(reaches, plan.seed);
-    let mut faults = faults::Faults::plan(plan, launcher, &addrs, &options.exe);
-    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
-    // Windows that start at 0 are applied before the load starts.
-    faults.advance(Duration::ZERO).await;
-    let progress = options.progress.then(|| progress::view(variant)).flatten();
     let traced = options
         .traces
         .as_ref()
@@ -695,6 +681,21 @@ async fn measure(
             .holding(hold.is_some()),
         )
     });
+    // Several generator processes: started, each given its part (traced as
+    // `tracer` traces), their clocks measured, before the load's clock
+    // starts.
+    let fleet = if plan.generator_processes() {
+        let n = variant.load.generators.max(1);
+        Some(start_fleet(plan, options, &addrs, n, tracer.as_deref(), launcher).await?)
+    } else {
+        None
+    };
+    let target = Target::new(reaches, plan.seed);
+    let mut faults = faults::Faults::plan(plan, launcher, &addrs, &options.exe);
+    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
+    // Windows that start at 0 are applied before the load starts.
+    faults.advance(Duration::ZERO).await;
+    let progress = options.progress.then(|| progress::view(variant)).flatten();
     let load_tracer = tracer.clone();
     records.begin_variant(variant, tracer.as_ref());
     let (done_tx, mut done_rx) = watch::channel(false);
@@ -847,6 +848,7 @@ async fn start_fleet(
     options: &RunOptions,
     addrs: &Addrs,
     n: u32,
+    tracer: Option<&LoadTracer>,
     launcher: &mut AnyLauncher,
 ) -> Result<fleet::Fleet, RunError> {
     let variant = &plan.variant;
@@ -909,16 +911,10 @@ async fn start_fleet(
         }
     }
     .map_err(fleet_error)?;
-    let trace = options.traces.as_ref().map(|t| {
-        crate::traces::loadgen::TraceIds::new(
-            t.sampling,
-            plan.seed ^ run_nonce(&options.dir, &variant.name),
-        )
-    });
-    let held = options
-        .traces
-        .as_ref()
-        .is_some_and(|t| t.hold(variant).is_some());
+    let (trace, held) = (
+        tracer.map(LoadTracer::ids),
+        tracer.is_some_and(LoadTracer::holds),
+    );
     fleet
         .assign(|part| fleet::frame::Job {
             part,

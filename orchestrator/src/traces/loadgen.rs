@@ -207,20 +207,21 @@ impl LoadTracer {
         }
     }
 
-    /// Records the request's client span, as it `ended`. Spans wait in a
+    /// Records the request's client span, as it `ended` (asked only when
+    /// the span is made now). Spans wait in a
     /// batch (encoded already) until [`BATCH_SPANS`] of them are there or
     /// [`LoadTracer::flush`] runs. When holding, it only counts the
     /// request: a measured request's span is made when
     /// [`LoadTracer::decide`] keeps it, and a warmup request's, which is
     /// never decided, not at all (only a run keeping every trace, which
     /// holds nothing, keeps the warmup's).
-    pub fn record(&self, t: RequestTrace, request_id: u64, ended: Ended) {
+    pub fn record(&self, t: RequestTrace, request_id: u64, ended: impl FnOnce() -> Ended) {
         if !t.sampled {
             return;
         }
         self.traced.fetch_add(1, Ordering::Relaxed);
         if !self.holding {
-            self.add(t, request_id, &ended);
+            self.add(t, request_id, &ended());
         }
     }
 
@@ -473,7 +474,7 @@ mod tests {
             }),
             ..Ended::new(SystemTime::now(), Duration::from_micros(5), None)
         };
-        tracer.record(tracer.request(3), 3, ended);
+        tracer.record(tracer.request(3), 3, || ended);
         tracer.flush();
         let span = collector
             .take()
@@ -527,7 +528,7 @@ mod tests {
             (u64::from(u32::MAX) * 300, Duration::from_secs(2), None),
         ];
         for (id, latency, error) in cases {
-            tracer.record(tracer.request(id), id, Ended::new(ended, latency, error));
+            tracer.record(tracer.request(id), id, || Ended::new(ended, latency, error));
         }
         // Nothing is handed on before the batch fills or is flushed.
         assert_eq!(collector.counts().spans, 0);
@@ -569,18 +570,14 @@ mod tests {
         let ended = SystemTime::now();
         let extra = 3;
         for id in 0..BATCH_SPANS + extra {
-            tracer.record(
-                tracer.request(id),
-                id,
-                Ended::new(ended, Duration::from_micros(5), None),
-            );
+            tracer.record(tracer.request(id), id, || {
+                Ended::new(ended, Duration::from_micros(5), None)
+            });
         }
         assert_eq!(collector.counts().spans, BATCH_SPANS);
-        tracer.record(
-            tracer.request(999),
-            999,
-            Ended::new(ended, Duration::from_micros(5), None),
-        );
+        tracer.record(tracer.request(999), 999, || {
+            Ended::new(ended, Duration::from_micros(5), None)
+        });
         drop(tracer);
         assert_eq!(collector.counts().spans, BATCH_SPANS + extra + 1);
         let ids = span_names(&collector);
@@ -597,11 +594,9 @@ mod tests {
         tracer.measuring_from(from);
         // Ended requests, a warmup one's among them: counted, no span yet.
         for id in 0..5 {
-            tracer.record(
-                tracer.request(id),
-                id,
-                Ended::new(SystemTime::now(), Duration::from_micros(5), None),
-            );
+            tracer.record(tracer.request(id), id, || {
+                Ended::new(SystemTime::now(), Duration::from_micros(5), None)
+            });
         }
         tracer.flush();
         assert_eq!(collector.counts().spans, 0, "nothing before a decision");
@@ -647,11 +642,9 @@ mod tests {
         // Not holding (every trace kept), a span goes on as its request
         // ends, the warmup's too.
         let all = LoadTracer::new(Arc::clone(&collector), "v", 1.0, 7);
-        all.record(
-            all.request(5),
-            5,
-            Ended::new(SystemTime::now(), Duration::from_micros(5), None),
-        );
+        all.record(all.request(5), 5, || {
+            Ended::new(SystemTime::now(), Duration::from_micros(5), None)
+        });
         all.flush();
         assert_eq!(span_names(&collector), ["request 5"]);
     }
@@ -663,11 +656,9 @@ mod tests {
         let tracer = LoadTracer::new(Arc::clone(&collector), "v", 0.0, 7);
         let t = tracer.request(1);
         assert!(!t.sampled);
-        tracer.record(
-            t,
-            1,
-            Ended::new(SystemTime::now(), Duration::from_micros(5), None),
-        );
+        tracer.record(t, 1, || {
+            Ended::new(SystemTime::now(), Duration::from_micros(5), None)
+        });
         tracer.flush();
         assert_eq!(collector.counts().spans, 0);
     }

@@ -273,7 +273,8 @@ struct ForwardedSpans(mpsc::UnboundedSender<ClientSpan>);
 
 impl ClientSpans for ForwardedSpans {
     /// A stream's place is not forwarded: generators > 1 send no streams.
-    fn record(&self, _: RequestTrace, id: u64, ended: Ended) {
+    fn record(&self, _: RequestTrace, id: u64, ended: &dyn Fn() -> Ended) {
+        let ended = ended();
         let _ = self.0.send(ClientSpan {
             id,
             ended_unix_ns: tailmesh_units::unix_nanos_at(ended.ended),
@@ -292,10 +293,8 @@ impl ClientSpans for ForwardedSpans {
 struct CountedSpans(AtomicU64);
 
 impl ClientSpans for CountedSpans {
-    fn record(&self, t: RequestTrace, _: u64, _: Ended) {
-        if t.sampled() {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
+    fn record(&self, _: RequestTrace, _: u64, _: &dyn Fn() -> Ended) {
+        self.0.fetch_add(1, Ordering::Relaxed);
     }
 
     fn flush(&self) {}

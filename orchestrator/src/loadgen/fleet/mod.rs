@@ -701,11 +701,9 @@ impl State {
         let ended = i128::from(s.ended_unix_ns) - i128::from(self.offset_ns);
         let ended = SystemTime::UNIX_EPOCH
             + Duration::from_nanos(u64::try_from(ended.max(0)).unwrap_or(u64::MAX));
-        tracer.record(
-            tracer.request(s.id),
-            s.id,
-            crate::traces::loadgen::Ended::new(ended, s.latency, s.error.as_deref()),
-        );
+        tracer.record(tracer.request(s.id), s.id, || {
+            crate::traces::loadgen::Ended::new(ended, s.latency, s.error.as_deref())
+        });
     }
 
     fn report(&self) -> GeneratorReport {
