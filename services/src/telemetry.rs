@@ -52,8 +52,10 @@ use crate::model::Transport;
 
 /// The environment variable naming the variant a process serves in.
 pub const VARIANT_ENV: &str = "TAILMESH_VARIANT";
-/// Spans waiting for export at most (about 6 MB of records; 160,000
-/// spans a second between two exports); more are dropped and counted.
+/// Spans a serving thread leaves for export at most between two of the
+/// exporter's takes (about 6 MB of records; the exporter is woken long
+/// before, every [`recorder::WAKE_EVERY`], so a buffer fills only when
+/// the exporter cannot keep up); more are dropped and counted.
 pub const MAX_QUEUE: usize = 32_768;
 
 static VARIANT: OnceLock<String> = OnceLock::new();

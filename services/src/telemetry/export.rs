@@ -1,6 +1,6 @@
 //! The exporter: one thread per process, at the least scheduling
-//! priority, that wakes every [`INTERVAL`] or whenever the serving threads
-//! have handed it another quarter of its channel, takes those, writes
+//! priority, that wakes every [`INTERVAL`] or whenever a serving thread
+//! has left [`super::recorder::WAKE_EVERY`] spans, takes those, writes
 //! them as one OTLP `ExportTraceServiceRequest` straight into a reused
 //! byte buffer (see [`otlp`]) and sends those bytes over
 //! OTLP/gRPC to the collector. Between exports the thread waits inside its
@@ -53,7 +53,7 @@ use super::{
     Process,
     held::{Held, HeldCounts, HoldLimits, TraceIds},
     otlp,
-    recorder::{Counters, SpanRecord},
+    recorder::{Counters, SpanRecord, Spans},
 };
 
 /// How often the exporter takes the spans handed over: each export
@@ -459,7 +459,7 @@ impl ExportThread {
     /// Starts the exporter of the spans arriving on `spans`.
     pub fn spawn(
         config: ExportConfig,
-        spans: Receiver<SpanRecord>,
+        mut spans: Spans,
         counters: Arc<Counters>,
     ) -> Result<Self, ExportError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -474,7 +474,7 @@ impl ExportThread {
             .name("otlp-export".into())
             .spawn(move || {
                 yield_to_serving();
-                export_loop(&runtime, config, &spans, counters, &stopping, &woken);
+                export_loop(&runtime, config, &mut spans, counters, &stopping, &woken);
                 let _ = finished.send(());
             })
             .map_err(ExportError::Thread)?;
@@ -518,7 +518,7 @@ fn yield_to_serving() {
 fn export_loop(
     runtime: &tokio::runtime::Runtime,
     config: ExportConfig,
-    spans: &Receiver<SpanRecord>,
+    spans: &mut Spans,
     counters: Arc<Counters>,
     stop: &AtomicBool,
     wake: &Notify,
@@ -551,15 +551,14 @@ fn export_loop(
     loop {
         let stopping = stop.load(Ordering::Acquire);
         match &mut hold {
-            None => loop {
-                batch.extend(spans.try_iter().take(MAX_BATCH));
-                if batch.is_empty() {
-                    break;
+            None => {
+                spans.take(&mut batch);
+                for chunk in batch.chunks(MAX_BATCH) {
+                    let body = batcher.encode(chunk, thread_cpu_ns());
+                    sender.send(runtime, body, chunk.len() as u64);
                 }
-                let body = batcher.encode(&batch, thread_cpu_ns());
-                sender.send(runtime, body, batch.len() as u64);
                 batch.clear();
-            },
+            }
             Some(hold) => {
                 hold.step(runtime, spans, stopping, &mut batch);
                 batcher.held = Some(hold.held.counts());
@@ -667,11 +666,11 @@ impl Hold {
     fn step(
         &mut self,
         runtime: &tokio::runtime::Runtime,
-        spans: &Receiver<SpanRecord>,
+        spans: &mut Spans,
         stopping: bool,
         out: &mut Vec<SpanRecord>,
     ) {
-        self.pending.extend(spans.try_iter());
+        spans.take(&mut self.pending);
         if self.pending.len() + self.held.len() > self.held.max_spans() {
             // Past the cap, waiting spans are held now: the oldest traces
             // go early, and a late keep decision is a counted loss.
@@ -790,7 +789,7 @@ mod tests {
     use super::*;
     use crate::{
         model::Transport,
-        telemetry::recorder::{FieldValue, SpanFields},
+        telemetry::recorder::{FieldValue, Recorder, SpanFields},
     };
 
     /// What `batcher` makes of `spans`, decoded.
@@ -1268,11 +1267,10 @@ mod tests {
         } = TestCollector::start("x-test=yes", std::future::pending());
         // A hop replica's exporter: its resource names the replica.
         config.resource = resource_from_env(&Process::hop("b", 2, Transport::Pull));
-        let (spans, receiver) = mpsc::sync_channel(16);
-        let exporter =
-            ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
+        let (recorder, spans, counters) = Recorder::new(1.0, 16);
+        let exporter = ExportThread::spawn(config, spans, counters).expect("spawn");
         for id in 1..=3 {
-            spans.send(record(id, 10)).expect("queued");
+            recorder.hand_over(record(id, 10));
         }
         exporter.shutdown();
         let got = sink.0.lock().expect("sink");
@@ -1317,10 +1315,9 @@ mod tests {
         } = TestCollector::start("", async {
             let _ = stop_fired.await;
         });
-        let (spans, receiver) = mpsc::sync_channel(16);
-        let exporter =
-            ExportThread::spawn(config, receiver, Arc::new(Counters::default())).expect("spawn");
-        spans.send(record(1, 10)).expect("queued");
+        let (recorder, spans, counters) = Recorder::new(1.0, 16);
+        let exporter = ExportThread::spawn(config, spans, counters).expect("spawn");
+        recorder.hand_over(record(1, 10));
         let poll = Duration::from_millis(10);
         let exported = (0..DEADLINE.as_millis() / poll.as_millis()).any(|_| {
             let any = !sink.0.lock().expect("sink").is_empty();

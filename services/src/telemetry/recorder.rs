@@ -1,8 +1,14 @@
 //! The span recorder: a span is a plain [`SpanRecord`] made on the
 //! serving thread without locks or shared allocations (ids from a
-//! per-thread generator, times from the wall clock), handed whole to the
-//! exporter thread through a bounded channel when it ends. A full channel
-//! drops the span and counts it.
+//! per-thread generator, times from the wall clock), and left, when it
+//! ends, in its thread's own buffer ([`ThreadSpans`]), which the exporter
+//! thread swaps for an empty one when it takes spans ([`Spans::take`]).
+//! The serving thread's lock is its own but for that swap, and the
+//! buffer it writes is the same few kilobytes again and again, so a span
+//! ends without touching memory another thread writes (a channel shared
+//! by every thread and the exporter cost a cache miss a span: the
+//! hand-over was the span path's largest part). A full buffer drops the
+//! span and counts it.
 //!
 //! The time spent making, ending and propagating spans on serving threads
 //! is timed on a random one in [`TIME_ONE_IN`] of those pieces of work,
@@ -13,12 +19,11 @@
 //! (bench/span-path.sh).
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
     future::Future,
     sync::{
-        Arc, OnceLock,
+        Arc, Mutex, MutexGuard, OnceLock, PoisonError,
         atomic::{AtomicU64, Ordering},
-        mpsc::{Receiver, SyncSender, TrySendError, sync_channel},
     },
     time::SystemTime,
 };
@@ -64,44 +69,114 @@ pub struct Counters {
 /// sampled.
 #[derive(Debug)]
 pub struct Recorder {
-    sender: SyncSender<SpanRecord>,
+    /// Which recorder a thread's buffer belongs to (tests make several).
+    id: u64,
+    threads: Arc<Threads>,
+    /// Spans a thread's buffer holds at most between two takes.
+    capacity: usize,
     /// Root spans whose trace id's low 63 bits fall below this are
     /// sampled (the OpenTelemetry SDK's trace-id ratio rule).
     sample_below: u64,
     always: bool,
     counters: Arc<Counters>,
-    /// Spans handed over so far, and what wakes the exporter.
-    handed: AtomicU64,
+    /// What wakes the exporter: a thread's buffer reaching
+    /// [`WAKE_EVERY`] spans.
     wake: Option<Arc<tokio::sync::Notify>>,
-    /// Spans handed over between two wake-ups: a quarter of the channel.
-    wake_every: u64,
+}
+
+/// Spans in one thread's buffer that wake the exporter to take them:
+/// few enough that the buffers stay in the cores' caches (about 60 kB),
+/// and a wake-up (a system call on the serving thread) comes once in
+/// this many spans.
+pub const WAKE_EVERY: usize = 256;
+
+/// One thread's ended spans, waiting for the exporter's next take.
+#[derive(Debug, Default)]
+struct ThreadSpans(Mutex<Vec<SpanRecord>>);
+
+impl ThreadSpans {
+    fn lock(&self) -> MutexGuard<'_, Vec<SpanRecord>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Every thread's buffer of one recorder.
+#[derive(Debug, Default)]
+struct Threads(Mutex<Vec<Arc<ThreadSpans>>>);
+
+impl Threads {
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<ThreadSpans>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new buffer, for a thread that ends its first span.
+    fn join(&self) -> Arc<ThreadSpans> {
+        let spans = Arc::new(ThreadSpans::default());
+        self.lock().push(Arc::clone(&spans));
+        spans
+    }
+}
+
+/// The exporter's end: takes what the threads left.
+#[derive(Debug)]
+pub struct Spans {
+    threads: Arc<Threads>,
+    /// The empty buffer the next thread taken from gets.
+    spare: Vec<SpanRecord>,
+}
+
+impl Spans {
+    /// Appends every span ended so far to `out`: thread by thread, each
+    /// thread's in the order they ended. A thread's buffer is swapped for
+    /// an empty one under its lock, and the buffers of threads gone are
+    /// let go once empty.
+    pub fn take(&mut self, out: &mut Vec<SpanRecord>) {
+        let mut threads = self.threads.lock();
+        for spans in threads.iter() {
+            std::mem::swap(&mut *spans.lock(), &mut self.spare);
+            out.append(&mut self.spare);
+        }
+        // Only this list holds a gone thread's buffer (and one a thread
+        // left for another recorder's).
+        threads.retain(|spans| Arc::strong_count(spans) > 1);
+    }
+}
+
+thread_local! {
+    /// This thread's buffer, and the recorder it belongs to.
+    static MINE: RefCell<Option<(u64, Arc<ThreadSpans>)>> = const { RefCell::new(None) };
 }
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
 impl Recorder {
-    /// A recorder sampling roots at `ratio` whose spans wait in a
-    /// channel of `capacity`; the receiver goes to the exporter.
-    pub fn new(ratio: f64, capacity: usize) -> (Recorder, Receiver<SpanRecord>, Arc<Counters>) {
-        let (sender, receiver) = sync_channel(capacity);
+    /// A recorder sampling roots at `ratio` whose spans wait, at most
+    /// `capacity` a thread, for [`Spans::take`] (which goes to the
+    /// exporter).
+    pub fn new(ratio: f64, capacity: usize) -> (Recorder, Spans, Arc<Counters>) {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        let threads = Arc::new(Threads::default());
         let counters = Arc::new(Counters::default());
         let recorder = Recorder {
-            sender,
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            threads: Arc::clone(&threads),
+            capacity,
             sample_below: (ratio.clamp(0.0, 1.0) * (1u64 << 63) as f64) as u64,
             always: ratio >= 1.0,
             counters: counters.clone(),
-            handed: AtomicU64::new(0),
             wake: None,
-            wake_every: (capacity as u64 / 4).max(1),
         };
-        (recorder, receiver, counters)
+        let spans = Spans {
+            threads,
+            spare: Vec::new(),
+        };
+        (recorder, spans, counters)
     }
 
-    /// Wakes `wake` whenever another quarter of the channel's capacity
-    /// was handed over: the exporter takes spans every
-    /// [`super::export::INTERVAL`] anyway, and is woken between only when
-    /// they come fast enough to fill the channel before then (a wake-up
-    /// costs the serving thread a system call, and both a switch).
+    /// Wakes `wake` whenever a thread's buffer reaches [`WAKE_EVERY`]
+    /// spans: the exporter takes spans every [`super::export::INTERVAL`]
+    /// anyway, and is woken between so that what it takes is still in
+    /// the caches (and no buffer fills).
     pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
         self.wake = Some(wake);
         self
@@ -117,26 +192,59 @@ impl Recorder {
         self.always || ((trace_id as u64) >> 1) < self.sample_below
     }
 
-    /// Hands an ended span (ended at `ended`, unix ns) to the exporter.
+    /// Leaves an ended span (ended at `ended`, unix ns) for the exporter.
     pub fn finish(&self, mut record: SpanRecord, ended: u64) {
         record.cost_ns += UNREPORTED.take();
-        match self.sender.try_send(record) {
-            Ok(()) => {
+        self.hand_over(record);
+        if timed() {
+            add_unreported(scaled_since(ended));
+        }
+    }
+
+    /// Leaves `record` in this thread's buffer, waking the exporter when
+    /// the buffer reaches [`WAKE_EVERY`]; drops and counts it when full
+    /// (its cost then goes with the thread's next span).
+    pub(super) fn hand_over(&self, record: SpanRecord) {
+        let mut record = Some(record);
+        let held = MINE
+            .try_with(|mine| {
+                let mut mine = mine.borrow_mut();
+                if !matches!(&*mine, Some((id, _)) if *id == self.id) {
+                    *mine = Some((self.id, self.threads.join()));
+                }
+                mine.as_ref()
+                    .map(|(_, spans)| self.leave(spans, &mut record))
+            })
+            .ok()
+            .flatten()
+            // A span ended as its thread exits, after its buffer went.
+            .unwrap_or_else(|| self.leave(&self.threads.join(), &mut record));
+        match held {
+            Some(held) => {
                 if let Some(wake) = &self.wake
-                    && (self.handed.fetch_add(1, Ordering::Relaxed) + 1)
-                        .is_multiple_of(self.wake_every)
+                    && held.is_multiple_of(WAKE_EVERY)
                 {
                     wake.notify_one();
                 }
             }
-            Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => {
+            None => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                add_unreported(r.cost_ns);
+                if let Some(r) = record {
+                    add_unreported(r.cost_ns);
+                }
             }
         }
-        if timed() {
-            add_unreported(scaled_since(ended));
+    }
+
+    /// Puts `record` in `spans`; how many it holds then, or `None` (the
+    /// record left in place) when it was full.
+    fn leave(&self, spans: &ThreadSpans, record: &mut Option<SpanRecord>) -> Option<usize> {
+        let mut held = spans.lock();
+        if held.len() >= self.capacity {
+            return None;
         }
+        held.extend(record.take());
+        Some(held.len())
     }
 }
 
@@ -464,41 +572,98 @@ mod tests {
         }
     }
 
+    /// What `spans` takes now.
+    fn taken(spans: &mut Spans) -> Vec<SpanRecord> {
+        let mut out = Vec::new();
+        spans.take(&mut out);
+        out
+    }
+
+    fn ids(records: &[SpanRecord]) -> Vec<u64> {
+        records.iter().map(|r| r.span_id).collect()
+    }
+
     #[test]
-    fn a_full_channel_drops_and_counts_spans() {
-        let (recorder, receiver, counters) = Recorder::new(1.0, 2);
+    fn a_full_buffer_drops_and_counts_spans() {
+        let (recorder, mut spans, counters) = Recorder::new(1.0, 2);
         for id in 1..=5 {
             recorder.finish(record(id), unix_nanos());
         }
         assert_eq!(counters.dropped.load(Ordering::Relaxed), 3);
-        let got: Vec<SpanRecord> = receiver.try_iter().collect();
-        assert_eq!(got.iter().map(|r| r.span_id).collect::<Vec<_>>(), [1, 2]);
-        // The dropped spans' cost is carried by the next span handed over.
+        assert_eq!(ids(&taken(&mut spans)), [1, 2]);
+        // The dropped spans' cost is carried by the next span left.
         recorder.finish(record(6), unix_nanos());
-        let next = receiver.try_recv().expect("room again");
-        assert!(next.cost_ns >= 5 + 3 * 5, "cost {}", next.cost_ns);
+        let next = taken(&mut spans);
+        assert_eq!(ids(&next), [6], "room again after the take");
+        assert!(next[0].cost_ns >= 5 + 3 * 5, "cost {}", next[0].cost_ns);
     }
 
     #[test]
-    fn each_quarter_of_the_channel_handed_over_wakes_the_exporter() {
-        const WAKE_EVERY: u64 = 64;
+    fn every_threads_spans_are_taken_in_order_and_a_gone_threads_buffer_goes() {
+        let (recorder, mut spans, counters) = Recorder::new(1.0, 1_000);
+        let recorder = Arc::new(recorder);
+        let threads: Vec<_> = (0..3u64)
+            .map(|t| {
+                let recorder = Arc::clone(&recorder);
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        recorder.finish(record(t * 1_000 + i), unix_nanos());
+                    }
+                })
+            })
+            .collect();
+        // Taken while the threads end spans, and once after they are gone.
+        let mut got = taken(&mut spans);
+        for thread in threads {
+            thread.join().expect("thread");
+        }
+        got.extend(taken(&mut spans));
+        assert_eq!(counters.dropped.load(Ordering::Relaxed), 0);
+        for t in 0..3u64 {
+            let of_thread: Vec<u64> = ids(&got).into_iter().filter(|id| id / 1_000 == t).collect();
+            let expected: Vec<u64> = (0..100).map(|i| t * 1_000 + i).collect();
+            assert_eq!(of_thread, expected, "thread {t}: each span once, in order");
+        }
+        assert_eq!(got.len(), 300);
+        assert!(
+            spans.threads.lock().is_empty(),
+            "the gone threads' buffers are let go"
+        );
+        // A thread that ended spans for another recorder gets a buffer of
+        // this one's, and its spans come here.
+        let (other, _other_spans, _) = Recorder::new(1.0, 8);
+        other.finish(record(1), unix_nanos());
+        recorder.finish(record(2), unix_nanos());
+        other.finish(record(3), unix_nanos());
+        recorder.finish(record(4), unix_nanos());
+        assert_eq!(ids(&taken(&mut spans)), [2, 4]);
+    }
+
+    #[test]
+    fn a_buffer_reaching_wake_every_wakes_the_exporter() {
         let wake = Arc::new(tokio::sync::Notify::new());
-        let capacity = 4 * WAKE_EVERY as usize;
-        let (recorder, receiver, _) = Recorder::new(1.0, capacity);
+        let (recorder, mut spans, _) = Recorder::new(1.0, 4 * WAKE_EVERY);
         let recorder = recorder.waking(Arc::clone(&wake));
         let woken = |wake: &tokio::sync::Notify| {
             let notified = wake.notified();
             futures::pin_mut!(notified);
             notified.enable()
         };
-        for id in 1..WAKE_EVERY {
+        for id in 1..WAKE_EVERY as u64 {
             recorder.finish(record(id), unix_nanos());
         }
         assert!(!woken(&wake), "woken before {WAKE_EVERY} spans");
-        recorder.finish(record(WAKE_EVERY), unix_nanos());
+        recorder.finish(record(WAKE_EVERY as u64), unix_nanos());
         assert!(woken(&wake), "not woken at {WAKE_EVERY} spans");
         assert!(!woken(&wake), "one wake per {WAKE_EVERY} spans");
-        assert_eq!(receiver.try_iter().count(), WAKE_EVERY as usize);
+        assert_eq!(taken(&mut spans).len(), WAKE_EVERY);
+        // After a take, the next wake comes WAKE_EVERY spans later again.
+        for id in 1..WAKE_EVERY as u64 {
+            recorder.finish(record(id), unix_nanos());
+        }
+        assert!(!woken(&wake), "woken before {WAKE_EVERY} more spans");
+        recorder.finish(record(0), unix_nanos());
+        assert!(woken(&wake), "not woken at {WAKE_EVERY} more spans");
     }
 
     #[test]
@@ -519,7 +684,7 @@ mod tests {
 
     #[test]
     fn a_span_records_its_fields_under_its_parent() {
-        let (recorder, receiver, _) = Recorder::new(1.0, 8);
+        let (recorder, mut spans, _) = Recorder::new(1.0, 8);
         let parent = SpanContext {
             trace_id: 0xabc,
             span_id: 0x12,
@@ -544,7 +709,9 @@ mod tests {
         let mut r = span.record.take().expect("record");
         r.end_unix_ns = 200;
         recorder.finish(r, 200);
-        let r = receiver.try_recv().expect("handed over");
+        let mut left = taken(&mut spans);
+        assert_eq!(left.len(), 1, "left for the exporter");
+        let r = left.remove(0);
         assert_eq!(
             (r.trace_id, r.span_id, r.parent_span_id),
             (0xabc, cx.span_id, 0x12)
@@ -565,7 +732,7 @@ mod tests {
 
     #[test]
     fn unsampled_parents_record_nothing_but_propagate() {
-        let (recorder, receiver, _) = Recorder::new(1.0, 8);
+        let (recorder, mut spans, _) = Recorder::new(1.0, 8);
         let parent = SpanContext {
             trace_id: 7,
             span_id: 8,
@@ -578,7 +745,7 @@ mod tests {
         assert_eq!(span.context(), Some(parent));
         assert!(span.record.is_none());
         drop(span);
-        assert!(receiver.try_recv().is_err());
+        assert!(taken(&mut spans).is_empty());
         let (never, _r, _c) = Recorder::new(0.0, 8);
         let root = TraceSpan::begin(&never, SpanKind::Server, None, 1, || {
             unreachable!("not described when not sampled")
