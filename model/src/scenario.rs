@@ -260,6 +260,20 @@ impl Variant {
         self.load.entry_hops(&self.hops)
     }
 
+    /// The most hop visits one request can make (its reply's path records
+    /// at most): counts multiplied down the tree at their largest, from
+    /// the entry that reaches the most.
+    pub fn most_visits(&self) -> u64 {
+        let calls: Vec<Calls> = self.hops.iter().map(|h| h.calls.clone()).collect();
+        let index = |name: &str| self.hops.iter().position(|h| h.name == name);
+        let mut memo = vec![None; calls.len()];
+        self.entries()
+            .into_iter()
+            .map(|(i, _)| crate::calls::most_visits(i, &calls, &index, &mut memo))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether any hop of the variant has a network fault (`net` or
     /// `replica_net`), or the load generators' links (`[load] net` or
     /// `generator_net`): these need a network-capable launcher.

@@ -1011,7 +1011,11 @@ fn tail_sampler(
         tail::JAEGER_FILE_LIMIT / index.1.max(1) as u64,
     );
     let hops = variant.hops.iter().map(|h| h.name.clone()).collect();
-    let facts = FactsFile::create(&dir.join(format!(".facts-{}", index.0)), hops)?;
+    let facts = FactsFile::create(
+        &dir.join(format!(".facts-{}", index.0)),
+        hops,
+        variant.most_visits(),
+    )?;
     let sampler = TailSampler::new(
         policy,
         scenario.seed,

@@ -2682,11 +2682,14 @@ name = "price"
     assert_eq!(hops[1].downstream, Vec::<String>::new());
     assert!(!s.variants[0].fixed_paths());
     assert!(hops[2].calls.stages[0][0].probability == 0.5);
+    // root, auth, cart and its price, price twice, auth twice.
+    assert_eq!(s.variants[0].most_visits(), 8);
     // A plain list is one stage of single calls: a fixed path.
     let plain = ok(&format!(
         "{HEAD}[[hop]]\nname = \"a\"\ndownstream = [\"b\", \"c\"]\n[[hop]]\nname = \"b\"\n[[hop]]\nname = \"c\"\n"
     ));
     assert!(plain.variants[0].fixed_paths());
+    assert_eq!(plain.variants[0].most_visits(), 3);
 }
 
 #[test]

@@ -317,7 +317,8 @@ mod tests {
     fn memory_holds_one_window_of_traces_and_the_kept_ones_are_exactly_the_tail() {
         const REQUESTS: u64 = 20_000;
         let dir = tempfile::tempdir().expect("temp dir");
-        let facts = FactsFile::create(&dir.path().join("facts"), vec!["a".into()]).expect("facts");
+        let facts =
+            FactsFile::create(&dir.path().join("facts"), vec!["a".into()], 1).expect("facts");
         let policy = TailPolicy {
             slow_above: Some(Duration::from_millis(10)),
             slow_percentile: None,

@@ -147,22 +147,27 @@ const MEASURED: u8 = 1;
 const OK: u8 = 2;
 const SAMPLED: u8 = 4;
 const KEEP: u8 = 8;
-/// The path had more hops than the slot holds (or a hop not in the
-/// variant): its trace cannot match it.
+/// The path had more hop visits than the slot holds (or a hop not in
+/// the variant): its trace cannot match it.
 const OVERFLOW: u8 = 16;
 /// A path hop: its index in the variant (u8), replica (u16), total (u64).
 const HOP_BYTES: usize = 11;
 const UNKNOWN_HOP: u8 = u8::MAX;
 
-/// One slot per request id: flags, path length, then the path's hops.
-fn slot_size(hops: usize) -> usize {
-    2 + hops * HOP_BYTES
+/// The most path records a slot holds (its length is one byte).
+const MOST_IN_SLOT: usize = u8::MAX as usize;
+
+/// One slot per request id: flags, path length, then room for `longest`
+/// path hops.
+fn slot_size(longest: usize) -> usize {
+    2 + longest * HOP_BYTES
 }
 
-/// Writes one request's slot into `buf` (a slot's size, zeroed): its
-/// `flags`, and its reply `path` by the hops' indexes in `hops`, or the
-/// overflow flag when the path does not fit or names a hop not there.
-fn encode_slot(buf: &mut [u8], hops: &[String], mut flags: u8, path: &[HopRecord]) {
+/// Writes one request's slot into `buf` (a slot's size for `longest`
+/// path hops, zeroed): its `flags`, and its reply `path` by the hops'
+/// indexes in `hops`, or the overflow flag when the path is longer or
+/// names a hop not there.
+fn encode_slot(buf: &mut [u8], hops: &[String], longest: usize, mut flags: u8, path: &[HopRecord]) {
     let index = |hop: &str| {
         hops.iter()
             .position(|h| h == hop)
@@ -173,7 +178,7 @@ fn encode_slot(buf: &mut [u8], hops: &[String], mut flags: u8, path: &[HopRecord
     // span to check.
     let traced = || path.iter().filter(|h| super::has_server_span(h));
     let n = traced().count();
-    if n > hops.len() || traced().any(|h| index(&h.hop).is_none()) {
+    if n > longest || traced().any(|h| index(&h.hop).is_none()) {
         flags |= OVERFLOW;
     } else {
         buf[1] = n as u8;
@@ -198,6 +203,8 @@ pub struct FactsFile {
     path: PathBuf,
     file: File,
     hops: Vec<String>,
+    /// The most path hops a slot holds.
+    longest: usize,
     /// The window of the newest ids, and the one before it.
     current: Option<Window>,
     previous: Option<Window>,
@@ -221,8 +228,11 @@ struct Window {
 }
 
 impl FactsFile {
-    /// A new facts file at `path` for a variant with `hops`.
-    pub fn create(path: &Path, hops: Vec<String>) -> Result<Self, FactsError> {
+    /// A new facts file at `path` for a variant with `hops` whose
+    /// requests visit at most `most_visits` of them, a hop visited more
+    /// than once counted each time (a path longer than 255 cannot be
+    /// checked against its trace, which then counts as incomplete).
+    pub fn create(path: &Path, hops: Vec<String>, most_visits: u64) -> Result<Self, FactsError> {
         let file = File::options()
             .read(true)
             .write(true)
@@ -237,6 +247,7 @@ impl FactsFile {
             path: path.to_owned(),
             file,
             hops,
+            longest: usize::try_from(most_visits).map_or(MOST_IN_SLOT, |n| n.min(MOST_IN_SLOT)),
             current: None,
             previous: None,
             lost: 0,
@@ -245,7 +256,7 @@ impl FactsFile {
     }
 
     fn slot(&self) -> usize {
-        slot_size(self.hops.len())
+        slot_size(self.longest)
     }
 
     /// Counts `n` requests whose slots a failed write lost.
@@ -283,21 +294,22 @@ impl FactsFile {
                 written: 0,
             });
         }
-        let hops = &self.hops;
+        let (hops, longest) = (&self.hops, self.longest);
         let window = [self.current.as_mut(), self.previous.as_mut()]
             .into_iter()
             .flatten()
             .find(|w| w.index == index);
         match window {
             Some(w) => {
-                encode_slot(&mut w.bytes[at * slot..(at + 1) * slot], hops, flags, path);
+                let bytes = &mut w.bytes[at * slot..(at + 1) * slot];
+                encode_slot(bytes, hops, longest, flags, path);
                 w.touched = w.touched.start.min(at)..w.touched.end.max(at + 1);
                 w.written += 1;
             }
             None => {
                 // Later than its window: on its own.
                 let mut bytes = vec![0u8; slot];
-                encode_slot(&mut bytes, hops, flags, path);
+                encode_slot(&mut bytes, hops, longest, flags, path);
                 if let Err(e) = self.file.write_all_at(&bytes, id * slot as u64) {
                     self.lose(1, e);
                 }
@@ -357,7 +369,7 @@ impl FactsFile {
                 ..PathHop::default()
             });
         }
-        for i in 0..usize::from(buf[1]).min(self.hops.len()) {
+        for i in 0..usize::from(buf[1]).min(self.longest) {
             let at = 2 + i * HOP_BYTES;
             let mut replica = [0u8; 2];
             replica.copy_from_slice(&buf[at + 1..at + 3]);
@@ -633,8 +645,8 @@ mod tests {
     #[test]
     fn facts_written_behind_come_back_whatever_order_the_requests_end_in() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut facts =
-            FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()]).expect("facts");
+        let mut facts = FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()], 2)
+            .expect("facts");
         let w = WINDOW_SLOTS;
         // In window order, then one in the window before the newest (held
         // in memory), one two windows back (written on its own), ids far
@@ -692,10 +704,51 @@ mod tests {
     }
 
     #[test]
+    fn a_path_that_visits_a_hop_more_than_once_comes_back_whole_up_to_the_most_visits() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Two hops, a request visiting up to five times (b called four).
+        let mut facts = FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()], 5)
+            .expect("facts");
+        let visits = |n: usize| -> Vec<HopRecord> {
+            (0..n)
+                .map(|i| HopRecord {
+                    hop: if i == 0 { "a" } else { "b" }.into(),
+                    replica: i as u32,
+                    total_ns: 100 + i as u64,
+                    ..HopRecord::default()
+                })
+                .collect()
+        };
+        facts.write(1, MEASURED | OK, &visits(5));
+        facts.write(2, MEASURED | OK, &visits(6));
+        facts.flush();
+        let (_, whole) = facts.read(1).expect("read").expect("noted");
+        let hops: Vec<(&str, u32, u64)> = whole
+            .path
+            .iter()
+            .map(|h| (h.hop.as_str(), h.replica, h.total_ns))
+            .collect();
+        assert_eq!(
+            hops,
+            [
+                ("a", 0, 100),
+                ("b", 1, 101),
+                ("b", 2, 102),
+                ("b", 3, 103),
+                ("b", 4, 104)
+            ]
+        );
+        // Longer than the most visits: marked so that no trace matches it.
+        let (_, over) = facts.read(2).expect("read").expect("noted");
+        assert_eq!(over.path.len(), 1);
+        assert_eq!(over.path[0].hop, "");
+    }
+
+    #[test]
     fn each_request_is_kept_for_its_first_reason_and_its_facts_come_back() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let facts =
-            FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()]).expect("facts");
+        let facts = FactsFile::create(&dir.path().join("f"), vec!["a".into(), "b".into()], 2)
+            .expect("facts");
         let mut s = TailSampler::new(policy(0.0), 1, Box::new(|id| id != 5), facts);
         let timeout = Outcome::Timeout;
         s.record(&record(0, 1, Outcome::Ok, &[("a", 0), ("b", 0)]));
@@ -766,7 +819,7 @@ mod tests {
     #[test]
     fn above_the_percentile_so_far_is_slow_once_there_are_enough_requests() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let facts = FactsFile::create(&dir.path().join("f"), vec!["a".into()]).expect("facts");
+        let facts = FactsFile::create(&dir.path().join("f"), vec!["a".into()], 1).expect("facts");
         let p90 = TailPolicy {
             slow_above: None,
             slow_percentile: Some(90.0),

@@ -5,10 +5,10 @@
 //! thread swaps for an empty one when it takes spans ([`Spans::take`]).
 //! The serving thread's lock is its own but for that swap, and the
 //! buffer it writes is the same few kilobytes again and again, so a span
-//! ends without touching memory another thread writes (a channel shared
-//! by every thread and the exporter cost a cache miss a span: the
-//! hand-over was the span path's largest part). A full buffer drops the
-//! span and counts it.
+//! ends without touching memory another thread writes. (The channel
+//! every thread shared with the exporter before was, profiled in the
+//! chain, the serving threads' largest tracing symbol: 70 to 140 ns a
+//! span.) A full buffer drops the span and counts it.
 //!
 //! The time spent making, ending and propagating spans on serving threads
 //! is timed on a random one in [`TIME_ONE_IN`] of those pieces of work,

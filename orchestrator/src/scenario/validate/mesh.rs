@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tailmesh_model::calls::{Calls, MAX_VISITS};
+use tailmesh_model::calls::{Calls, MAX_VISITS, most_visits};
 
 use crate::scenario::error::Problems;
 use crate::scenario::tree::Span;
@@ -229,27 +229,6 @@ pub(super) fn mesh(
         return None;
     }
     Some(calls)
-}
-
-/// The most hops one invocation of hop `i` can visit, itself included
-/// (saturating), in an acyclic mesh; `memo` holds each hop's once known.
-fn most_visits(
-    i: usize,
-    calls: &[Calls],
-    index: &dyn Fn(&str) -> Option<usize>,
-    memo: &mut [Option<u64>],
-) -> u64 {
-    if let Some(v) = memo[i] {
-        return v;
-    }
-    let mut v: u64 = 1;
-    for c in calls[i].iter() {
-        let most = c.count.weights().iter().map(|(n, _)| *n).max().unwrap_or(1);
-        let below = index(&c.hop).map_or(1, |j| most_visits(j, calls, index, memo));
-        v = v.saturating_add(u64::from(most).saturating_mul(below));
-    }
-    memo[i] = Some(v);
-    v
 }
 
 /// Reports each cycle once, at the edge that closes it; true if none.
