@@ -30,9 +30,11 @@ use super::{
     tail::{FactsError, FactsFile},
 };
 
-/// How long the hops' exporters hold a finished span before sending it
-/// (their batch processors' scheduled delay).
-pub const EXPORT_DELAY: Duration = Duration::from_millis(200);
+/// How long the hops' exporters keep a finished span before sending it
+/// at most: a process that holds its spans and sees few asks for its
+/// decisions, and sends the kept spans, once a second (every 200 ms
+/// otherwise, and when it does not hold them).
+pub const EXPORT_DELAY: Duration = tailmesh_services::telemetry::export::QUIET_ASK;
 /// Added to the horizon for exports that take longer (a busy machine).
 pub const SLACK: Duration = Duration::from_secs(2);
 

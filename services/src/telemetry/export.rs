@@ -62,6 +62,23 @@ use super::{
 pub const INTERVAL: Duration = Duration::from_millis(200);
 /// Spans per export request at most.
 const MAX_BATCH: usize = 1024;
+/// Spans waiting for their decisions that make a holding process ask for
+/// them every [`INTERVAL`]; with fewer, it asks every [`QUIET_ASK`]. An
+/// ask is a round trip to the run's receiver that costs both ends about
+/// as much as a few hundred spans: a mesh of many processes that each see
+/// few requests (a hundred imported services) would spend more on asking
+/// than on its spans.
+const ASK_SPANS: usize = 256;
+/// How long a holding process with few spans waiting goes between asks
+/// at most (well inside the run's memory of its decisions, and its
+/// hold).
+pub const QUIET_ASK: Duration = Duration::from_secs(1);
+
+/// Whether a holding process asks for its decisions now, `waited` after
+/// its last ask with `waiting` spans undecided.
+fn ask_due(waited: Option<Duration>, waiting: usize) -> bool {
+    waited.is_none_or(|w| w >= QUIET_ASK || (w >= INTERVAL && waiting >= ASK_SPANS))
+}
 /// The timeout of one export (the OTLP exporter's, set in code before).
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// The instrumentation scope of tailmesh's spans.
@@ -658,8 +675,9 @@ struct Hold {
 }
 
 impl Hold {
-    /// Takes the spans handed over; once an [`INTERVAL`] (and when
-    /// `stopping`), asks for the decisions since the last ones: the kept
+    /// Takes the spans handed over; once an [`INTERVAL`] when many wait,
+    /// else once a [`QUIET_ASK`] (and when `stopping`; see [`ask_due`]),
+    /// asks for the decisions since the last ones: the kept
     /// traces' spans go into `out`, the dropped ones' away, and only the
     /// spans of traces still undecided are held. Then evicts what waited
     /// past its hold (everything, `stopping`).
@@ -679,7 +697,8 @@ impl Hold {
                 self.held.add(span, now, out);
             }
         }
-        let due = self.asked_at.is_none_or(|at| at.elapsed() >= INTERVAL);
+        let waited = self.asked_at.map(|at| at.elapsed());
+        let due = ask_due(waited, self.pending.len() + self.held.len());
         if !(due || stopping) {
             return;
         }
@@ -1172,6 +1191,17 @@ mod tests {
         let span = &request.resource_spans[0].scope_spans[0].spans[0];
         assert_eq!(span.attributes.len(), 2);
         assert_eq!(span.dropped_attributes_count, 1);
+    }
+
+    #[test]
+    fn a_process_asks_every_interval_when_many_spans_wait_else_every_quiet_ask() {
+        assert!(ask_due(None, 0), "the first ask at once");
+        let just = Some(INTERVAL - Duration::from_millis(1));
+        assert!(!ask_due(just, ASK_SPANS * 10));
+        assert!(ask_due(Some(INTERVAL), ASK_SPANS));
+        assert!(!ask_due(Some(INTERVAL), ASK_SPANS - 1));
+        assert!(!ask_due(Some(QUIET_ASK - Duration::from_millis(1)), 0));
+        assert!(ask_due(Some(QUIET_ASK), 0));
     }
 
     #[test]
