@@ -79,6 +79,7 @@ pub const QUIET_ASK: Duration = Duration::from_secs(1);
 fn ask_due(waited: Option<Duration>, waiting: usize) -> bool {
     waited.is_none_or(|w| w >= QUIET_ASK || (w >= INTERVAL && waiting >= ASK_SPANS))
 }
+
 /// The timeout of one export (the OTLP exporter's, set in code before).
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// The instrumentation scope of tailmesh's spans.
