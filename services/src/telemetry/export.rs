@@ -80,6 +80,16 @@ fn ask_due(waited: Option<Duration>, waiting: usize) -> bool {
     waited.is_none_or(|w| w >= QUIET_ASK || (w >= INTERVAL && waiting >= ASK_SPANS))
 }
 
+/// How long a holding process's exporter sleeps, `waited` after its last
+/// ask with `waiting` spans undecided: until [`ask_due`] would say yes for
+/// that many, and at least an [`INTERVAL`].
+fn nap_after(waited: Option<Duration>, waiting: usize) -> Duration {
+    match waited {
+        Some(w) if waiting < ASK_SPANS => QUIET_ASK.saturating_sub(w).max(INTERVAL),
+        _ => INTERVAL,
+    }
+}
+
 /// The timeout of one export (the OTLP exporter's, set in code before).
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// The instrumentation scope of tailmesh's spans.
@@ -604,9 +614,10 @@ fn export_loop(
             return;
         }
         // Waiting in the runtime serves the connection meanwhile.
+        let nap = hold.as_ref().map_or(INTERVAL, Hold::nap);
         runtime.block_on(async {
             tokio::select! {
-                () = tokio::time::sleep(INTERVAL) => {}
+                () = tokio::time::sleep(nap) => {}
                 () = wake.notified() => {}
             }
         });
@@ -713,6 +724,15 @@ impl Hold {
         } else {
             self.held.expire(now);
         }
+    }
+
+    /// How long the exporter sleeps before its next step (unless a
+    /// serving thread's full buffer wakes it): until its next ask when few
+    /// spans wait for one, so that a quiet process wakes about once a
+    /// [`QUIET_ASK`], else an [`INTERVAL`].
+    fn nap(&self) -> Duration {
+        let waited = self.asked_at.map(|at| at.elapsed());
+        nap_after(waited, self.pending.len() + self.held.len())
     }
 
     /// Asks for the decisions since the last ones, into `decided`.
@@ -1203,6 +1223,20 @@ mod tests {
         assert!(!ask_due(Some(INTERVAL), ASK_SPANS - 1));
         assert!(!ask_due(Some(QUIET_ASK - Duration::from_millis(1)), 0));
         assert!(ask_due(Some(QUIET_ASK), 0));
+    }
+
+    #[test]
+    fn a_quiet_holding_exporter_sleeps_until_its_next_ask() {
+        let ms = Duration::from_millis;
+        // Few spans: until the second since the last ask is up.
+        assert_eq!(nap_after(Some(ms(100)), 0), QUIET_ASK - ms(100));
+        assert!(ask_due(Some(ms(100) + nap_after(Some(ms(100)), 0)), 0));
+        // Never less than an interval, nor more than the quiet ask.
+        assert_eq!(nap_after(Some(QUIET_ASK - ms(10)), 0), INTERVAL);
+        assert_eq!(nap_after(Some(ms(0)), ASK_SPANS - 1), QUIET_ASK);
+        // Many spans, or no ask yet: an interval.
+        assert_eq!(nap_after(Some(ms(100)), ASK_SPANS), INTERVAL);
+        assert_eq!(nap_after(None, 0), INTERVAL);
     }
 
     #[test]
