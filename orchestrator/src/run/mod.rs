@@ -74,9 +74,11 @@ const CHILD_WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// How long a sample of the broker's queues may take before it is skipped.
 const QUEUE_STATS_PATIENCE: Duration = Duration::from_millis(250);
-/// Attached: spans have stopped arriving when none came for this long
-/// (hops export every 200 ms).
-const SPAN_QUIET: Duration = Duration::from_secs(1);
+/// Attached: spans have stopped arriving when none came for this long:
+/// twice the longest a process goes between two sends (a holding
+/// process that sees few requests sends its kept spans once a second).
+const SPAN_QUIET: Duration =
+    Duration::from_secs(2 * tailmesh_services::telemetry::export::QUIET_ASK.as_secs());
 /// Attached: the longest wait for late spans after a variant.
 const SPAN_SETTLE_LIMIT: Duration = Duration::from_secs(15);
 
