@@ -1,7 +1,7 @@
 //! The span recorder: a span is a plain [`SpanRecord`] made on the
 //! serving thread without locks or shared allocations (ids from a
 //! per-thread generator, times from the wall clock), and left, when it
-//! ends, in its thread's own buffer ([`ThreadSpans`]), which the exporter
+//! ends, in its thread's own buffer, which the exporter
 //! thread swaps for an empty one when it takes spans ([`Spans::take`]).
 //! The serving thread's lock is its own but for that swap, and the
 //! buffer it writes is the same few kilobytes again and again, so a span
