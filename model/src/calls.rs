@@ -219,10 +219,11 @@ pub fn weighted_index(shares: impl IntoIterator<Item = f64>, u: f64) -> Option<u
 }
 
 /// The most hops one invocation of hop `i` can visit, itself included
-/// (saturating), in an acyclic mesh; `memo` holds each hop's once known.
-pub fn most_visits(
+/// (saturating), in an acyclic mesh whose hop `j` makes `calls(j)`;
+/// `memo` holds each hop's once known.
+pub fn most_visits<'a>(
     i: usize,
-    calls: &[Calls],
+    calls: &dyn Fn(usize) -> &'a Calls,
     index: &dyn Fn(&str) -> Option<usize>,
     memo: &mut [Option<u64>],
 ) -> u64 {
@@ -230,7 +231,7 @@ pub fn most_visits(
         return v;
     }
     let mut v: u64 = 1;
-    for c in calls[i].iter() {
+    for c in calls(i).iter() {
         let most = c.count.weights().iter().map(|(n, _)| *n).max().unwrap_or(1);
         let below = index(&c.hop).map_or(1, |j| most_visits(j, calls, index, memo));
         v = v.saturating_add(u64::from(most).saturating_mul(below));

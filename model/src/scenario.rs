@@ -264,9 +264,9 @@ impl Variant {
     /// at most): counts multiplied down the tree at their largest, from
     /// the entry that reaches the most.
     pub fn most_visits(&self) -> u64 {
-        let calls: Vec<Calls> = self.hops.iter().map(|h| h.calls.clone()).collect();
+        let calls = |j: usize| &self.hops[j].calls;
         let index = |name: &str| self.hops.iter().position(|h| h.name == name);
-        let mut memo = vec![None; calls.len()];
+        let mut memo = vec![None; self.hops.len()];
         self.entries()
             .into_iter()
             .map(|(i, _)| crate::calls::most_visits(i, &calls, &index, &mut memo))

@@ -74,20 +74,29 @@ const ASK_SPANS: usize = 256;
 /// hold).
 pub const QUIET_ASK: Duration = Duration::from_secs(1);
 
+/// How often a holding process with `waiting` spans undecided asks for
+/// its decisions: the one rule [`ask_due`] and [`nap_after`] read.
+fn ask_every(waiting: usize) -> Duration {
+    if waiting >= ASK_SPANS {
+        INTERVAL
+    } else {
+        QUIET_ASK
+    }
+}
+
 /// Whether a holding process asks for its decisions now, `waited` after
 /// its last ask with `waiting` spans undecided.
 fn ask_due(waited: Option<Duration>, waiting: usize) -> bool {
-    waited.is_none_or(|w| w >= QUIET_ASK || (w >= INTERVAL && waiting >= ASK_SPANS))
+    waited.is_none_or(|w| w >= ask_every(waiting))
 }
 
 /// How long a holding process's exporter sleeps, `waited` after its last
-/// ask with `waiting` spans undecided: until [`ask_due`] would say yes for
-/// that many, and at least an [`INTERVAL`].
+/// ask with `waiting` spans undecided: until its next ask is due, and at
+/// least an [`INTERVAL`].
 fn nap_after(waited: Option<Duration>, waiting: usize) -> Duration {
-    match waited {
-        Some(w) if waiting < ASK_SPANS => QUIET_ASK.saturating_sub(w).max(INTERVAL),
-        _ => INTERVAL,
-    }
+    waited.map_or(INTERVAL, |w| {
+        ask_every(waiting).saturating_sub(w).max(INTERVAL)
+    })
 }
 
 /// The timeout of one export (the OTLP exporter's, set in code before).
@@ -701,7 +710,7 @@ impl Hold {
         out: &mut Vec<SpanRecord>,
     ) {
         spans.take(&mut self.pending);
-        if self.pending.len() + self.held.len() > self.held.max_spans() {
+        if self.waiting() > self.held.max_spans() {
             // Past the cap, waiting spans are held now: the oldest traces
             // go early, and a late keep decision is a counted loss.
             let now = held_clock();
@@ -709,8 +718,7 @@ impl Hold {
                 self.held.add(span, now, out);
             }
         }
-        let waited = self.asked_at.map(|at| at.elapsed());
-        let due = ask_due(waited, self.pending.len() + self.held.len());
+        let due = ask_due(self.waited(), self.waiting());
         if !(due || stopping) {
             return;
         }
@@ -731,8 +739,17 @@ impl Hold {
     /// spans wait for one, so that a quiet process wakes about once a
     /// [`QUIET_ASK`], else an [`INTERVAL`].
     fn nap(&self) -> Duration {
-        let waited = self.asked_at.map(|at| at.elapsed());
-        nap_after(waited, self.pending.len() + self.held.len())
+        nap_after(self.waited(), self.waiting())
+    }
+
+    /// The time since the last ask (`None` before the first).
+    fn waited(&self) -> Option<Duration> {
+        self.asked_at.map(|at| at.elapsed())
+    }
+
+    /// Spans waiting for their decisions.
+    fn waiting(&self) -> usize {
+        self.pending.len() + self.held.len()
     }
 
     /// Asks for the decisions since the last ones, into `decided`.

@@ -214,7 +214,7 @@ pub(super) fn mesh(
     let mut memo = vec![None; calls.len()];
     let (visits, from) = starts?
         .into_iter()
-        .map(|i| (most_visits(i, &calls, &index, &mut memo), i))
+        .map(|i| (most_visits(i, &|j| &calls[j], &index, &mut memo), i))
         .max()?;
     if visits > MAX_VISITS {
         p.at(
