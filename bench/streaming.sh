@@ -2,8 +2,8 @@
 # Streams against unary calls: a 3-hop push chain with no work of its own
 # (bench/streaming.toml), driven closed loop with one request in flight,
 # once as unary calls and once as the messages of one bidirectional
-# stream (`streaming = "bidi"` on every hop, `[load.streams]`), in turn in
-# each round; prints the ratios stream/unary of throughput (messages or
+# stream (`streaming = "bidi"` on every hop, `[load.streams]`), both in
+# each round (which goes first alternates); prints the ratios stream/unary of throughput (messages or
 # requests answered per second) and p50, read within each round, as
 # medians over the rounds with bootstrap 95 % intervals. The goals,
 # throughput stream/unary at least 1.5 and p50 stream/unary at most 1, are
@@ -76,11 +76,16 @@ open(f"{tmp}/many.toml", "w").write(many)
 PY
 
 machine_mark
-for ((r = 1; r <= ROUNDS; r++)); do
+run_unary() {
     cp "$TMP/unary.toml" "$TMP/scenario.toml"
     measure_run unary "$r" --no-traces
+}
+run_stream() {
     cp "$TMP/stream.toml" "$TMP/scenario.toml"
     measure_run stream "$r" --no-traces
+}
+for ((r = 1; r <= ROUNDS; r++)); do
+    in_turn "$r" run_unary run_stream
     python3 - "$TMP/unary-$r.json" "$TMP/stream-$r.json" >"$TMP/round.tsv" <<'PY'
 import json, sys
 unary, stream = (json.load(open(p)) for p in sys.argv[1:3])

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The cost of 100 % tracing: runs one scenario with traces off
-# (--no-traces) and on (sampling 1.0), off then on in each round, and
-# prints the ratios on/off of throughput, p50 and p99, read within each
-# round, as medians over the rounds with bootstrap 95 % intervals, beside
+# (--no-traces) and on (sampling 1.0) in each round, which goes first
+# alternating from round to round, and prints the ratios on/off of
+# throughput, p50 and p99, read within each round, as medians over the rounds with bootstrap 95 % intervals, beside
 # the CPU steal and load average during the rounds. The goals, throughput
 # on/off at least 0.97, p50 on/off at most 1.03 and p99 on/off at most
 # 1.05 (with --imported, throughput on/off at least 0.95), are met when
 # the whole interval is on their side, not met when the whole of it is
 # past them, undecided otherwise.
 #
-# Usage: bench/tracing.sh [-n REQUESTS] [-r ROUNDS] [--json FILE] [--imported N] [SCENARIO [ROUNDS]]
+# Usage: bench/tracing.sh [-n REQUESTS] [-r ROUNDS] [--json FILE] [--imported N] [--control] [SCENARIO [ROUNDS]]
 #   SCENARIO     the scenario (default bench/tracing.toml)
 #   --imported N instead, a mesh of N services imported from a call graph
 #                in Alibaba's format (bench/scale.py's tree: fan-out 10,
@@ -20,6 +20,9 @@
 #                quick run)
 #   -r R         rounds (default 10; a second positional argument too)
 #   --json FILE  also write every round's numbers and the intervals as JSON
+#   --control    the second run of each round untraced too: what the same
+#                rounds give when tracing costs nothing, so the width of
+#                this machine's intervals is known before a verdict is read
 #
 # Uses a release build, or the binary TAILMESH_BIN names (another
 # commit's, for a before/after). Loopback only (the scenario's hops).
@@ -32,14 +35,16 @@ REQUESTS=""
 ROUNDS=10
 JSON_OUT=""
 IMPORTED=""
+CONTROL=""
 positional=()
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
         -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
         --json) JSON_OUT="${2:?--json needs a file}"; shift 2 ;;
         --imported) IMPORTED="${2:?--imported needs a service count}"; shift 2 ;;
+        --control) CONTROL=1; shift ;;
         -h|--help) usage; exit 0 ;;
         -*) echo "$BENCH: unknown argument: $1" >&2; usage >&2; exit 2 ;;
         *) positional+=("$1"); shift ;;
@@ -109,9 +114,10 @@ else
 fi
 
 machine_mark
+run_off() { measure_run off "$r" --no-traces; }
+run_on() { measure_run on "$r" ${CONTROL:+--no-traces}; }
 for ((r = 1; r <= ROUNDS; r++)); do
-    measure_run off "$r" --no-traces
-    measure_run on "$r"
+    in_turn "$r" run_off run_on
     python3 - "$TMP/off-$r.json" "$TMP/on-$r.json" >"$TMP/round.tsv" <<'PY'
 import json, sys
 off, on = (json.load(open(p)) for p in sys.argv[1:3])
@@ -130,7 +136,7 @@ else
 fi
 rounds_report "${goals[@]}" >"$TMP/intervals.txt"
 echo
-echo "100 % tracing against none: ${IMPORTED:+an imported mesh of $IMPORTED services, }$(basename "$SCENARIO")${REQUESTS:+, $REQUESTS requests per run}, $ROUNDS rounds (medians), $(nproc) cores, $(date -u +%Y-%m-%d)"
+echo "${CONTROL:+control (both runs untraced) }100 % tracing against none: ${IMPORTED:+an imported mesh of $IMPORTED services, }$(basename "$SCENARIO")${REQUESTS:+, $REQUESTS requests per run}, $ROUNDS rounds (medians), $(nproc) cores, $(date -u +%Y-%m-%d)"
 measured_medians "traces " off on
 echo
 cat "$TMP/intervals.txt"

@@ -5,12 +5,14 @@
 # binary of tailmesh-bench, bench/src/rounds.rs).
 #
 # These machines move 20-60 % from one run to the next, so a script
-# measures each variant once per round (A B C A B C ...) and judges a goal
-# on the interval of its ratio's median, never on one reading.
+# measures each variant once per round (A B C A B C ..., or A B B A ...
+# with in_turn) and judges a goal on the interval of its ratio's median,
+# never on one reading.
 #
 # After bench/lib/steps.sh and TMP: rounds_setup once, machine_mark before
-# the first round and after each, round_values FILE (lines NAME<TAB>VALUE)
-# for each round, then rounds_report [--goal 'NAME<=X' ...] >FILE.
+# the first round and after each, in_turn ROUND A B to run a round's two
+# variants, round_values FILE (lines NAME<TAB>VALUE) for each round, then
+# rounds_report [--goal 'NAME<=X' ...] >FILE.
 
 # Builds the intervals binary (release, as the scripts' other binaries).
 rounds_setup() {
@@ -39,4 +41,18 @@ round_values() {
 # stdout; also $TMP/intervals.json. Arguments: --goal 'NAME<=X' ...
 rounds_report() {
     "$INTERVALS" "$TMP/rounds.tsv" --machine "$TMP/machine.txt" --json "$TMP/intervals.json" "$@"
+}
+
+# Runs one round's two variants in turn: COMMAND_A first in odd rounds,
+# COMMAND_B first in even ones, so that what a round's first run leaves
+# to its second (warm caches, or the work of its exit) weighs on both
+# alike. Arguments: ROUND COMMAND_A COMMAND_B
+in_turn() {
+    if (($1 % 2)); then
+        "$2"
+        "$3"
+    else
+        "$3"
+        "$2"
+    fi
 }
