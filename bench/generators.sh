@@ -117,17 +117,10 @@ PY
 
 QUANTILES="0.5 0.9 0.99 0.999"
 machine_mark
+run_one() { measure one "$r"; }
+run_many() { measure many "$r"; }
 for ((r = 1; r <= ROUNDS; r++)); do
-    # Each configuration goes first in every other round, so a drift of
-    # the machine, or whatever the second run of a round meets, falls on
-    # both alike.
-    if ((r % 2)); then
-        measure one "$r"
-        measure many "$r"
-    else
-        measure many "$r"
-        measure one "$r"
-    fi
+    in_turn "$r" run_one run_many
     python3 "$HERE/lib/quantiles.py" round "$TMP/one-$r.lat" "$TMP/many-$r.lat" "$r" $QUANTILES \
         >"$TMP/round.tsv" 2>>"$TMP/inside.txt"
     round_values "$TMP/round.tsv"

@@ -3,9 +3,10 @@
 # (bench/streaming.toml), driven closed loop with one request in flight,
 # once as unary calls and once as the messages of one bidirectional
 # stream (`streaming = "bidi"` on every hop, `[load.streams]`), both in
-# each round (which goes first alternates); prints the ratios stream/unary of throughput (messages or
-# requests answered per second) and p50, read within each round, as
-# medians over the rounds with bootstrap 95 % intervals. The goals,
+# each round (which goes first alternates); prints the ratios
+# stream/unary of throughput (messages or requests answered per second)
+# and p50, read within each round, as medians over the rounds with
+# bootstrap 95 % intervals. The goals,
 # throughput stream/unary at least 1.5 and p50 stream/unary at most 1, are
 # met when the whole interval is on their side. Then one run of 1,000
 # streams at once (open loop, 2,000 messages a second, 20 a stream), which
@@ -26,7 +27,7 @@ BENCH=streaming
 REQUESTS=20000
 ROUNDS=10
 JSON_OUT=""
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;

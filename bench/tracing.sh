@@ -2,8 +2,9 @@
 # The cost of 100 % tracing: runs one scenario with traces off
 # (--no-traces) and on (sampling 1.0) in each round, which goes first
 # alternating from round to round, and prints the ratios on/off of
-# throughput, p50 and p99, read within each round, as medians over the rounds with bootstrap 95 % intervals, beside
-# the CPU steal and load average during the rounds. The goals, throughput
+# throughput, p50 and p99, read within each round, as medians over the
+# rounds with bootstrap 95 % intervals, beside the CPU steal and load
+# average during the rounds. The goals, throughput
 # on/off at least 0.97, p50 on/off at most 1.03 and p99 on/off at most
 # 1.05 (with --imported, throughput on/off at least 0.95), are met when
 # the whole interval is on their side, not met when the whole of it is
@@ -20,7 +21,7 @@
 #                quick run)
 #   -r R         rounds (default 10; a second positional argument too)
 #   --json FILE  also write every round's numbers and the intervals as JSON
-#   --control    the second run of each round untraced too: what the same
+#   --control    both runs of each round untraced: what the same
 #                rounds give when tracing costs nothing, so the width of
 #                this machine's intervals is known before a verdict is read
 #
@@ -37,7 +38,7 @@ JSON_OUT=""
 IMPORTED=""
 CONTROL=""
 positional=()
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -n|--requests) REQUESTS="${2:?-n needs a number}"; shift 2 ;;
