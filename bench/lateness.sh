@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # The load generator's lateness (start - intended send time) at 1000/s open
-# loop, for each pacing strategy, alternating, ROUNDS times each: the timer
-# alone (plain), the timer plus a spin of the last microseconds, then
-# real-time priority, then the generator's thread pinned to CPU 0. Prints
-# p50 / p99 / p99.9 per run, the medians per strategy, and the machine's
-# state (CPU pressure, load) as the self-watch saw it during each run.
+# loop, for each pacing strategy, alternating, ROUNDS times each: by default
+# the generator's own alarm alone (plain), the alarm plus a spin of the last
+# microseconds (nort), then real-time priority (rt, the default pacing),
+# then the generator's thread pinned to CPU 0, then the default on the
+# process's shared timer thread instead of the alarm. Prints p50 / p99 /
+# p99.9 per run, the medians per strategy, and the machine's state (CPU
+# pressure, load) as the self-watch saw it during each run.
 #
-#   bench/lateness.sh [rounds]    (default 3)
+#   bench/lateness.sh [rounds [strategy ...]]   (default 3 rounds, the five)
 #
 # Uses a release build; results go to a temporary folder. TAILMESH_PACING
 # selects the strategy (see orchestrator/src/loadgen/pacing.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-3}"
+shift || true
 cargo build --release --quiet -p tailmesh
 bin=target/release/tailmesh
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
-strategies=("plain" "nort" "rt" "rt,pin=0")
+strategies=("plain" "nort" "rt" "rt,pin=0" "shared-timer")
+if [ "$#" -gt 0 ]; then strategies=("$@"); fi
 measure() { # $1 = strategy; prints "p50 p99 p99.9 pressure load"
   local label="${1//[,=]/_}"
   TAILMESH_PACING="$1" "$bin" run bench/lateness.toml --results "$out/$label" --quiet >/dev/null || true

@@ -624,6 +624,7 @@ async fn open_loop<S: RecordSink + ?Sized>(
     let measure_from = shared.origin + shared.warmup;
     let measured_end;
     let mut id = 0u64;
+    let mut pacer = shared.pacing.pacer(&sleeper);
     loop {
         let (intended, measuring) = match due.next() {
             Ok(next) => next,
@@ -637,7 +638,7 @@ async fn open_loop<S: RecordSink + ?Sized>(
             id += 1;
             continue;
         }
-        if !paced(&shared.pacing, &sleeper, intended, &mut stop).await {
+        if !paced(&mut pacer, intended, &mut stop).await {
             interrupted = true;
             measured_end = Instant::now().saturating_duration_since(measure_from);
             break;
@@ -668,15 +669,14 @@ async fn open_loop<S: RecordSink + ?Sized>(
 /// Waits for `intended` by `pacing`: `false` when the run was told to
 /// stop sending first.
 async fn paced(
-    pacing: &pacing::Pacing,
-    sleeper: &Sleeper,
+    pacer: &mut pacing::Pacer<'_>,
     intended: Instant,
     stop: &mut watch::Receiver<u32>,
 ) -> bool {
     tokio::select! {
         biased;
         _ = stop.wait_for(|n| *n >= STOP_SENDING) => false,
-        () = pacing.wait_until(sleeper, intended) => true,
+        () = pacer.wait_until(intended) => true,
     }
 }
 

@@ -1,30 +1,42 @@
 //! How the open loop waits for each intended send time, as precisely as the
 //! machine allows:
 //!
-//! - sleep on the precise timer until `spin` before the send time, then
-//!   spin on the generator's own thread for the last microseconds (a
-//!   wake-up through the timer thread costs tens of microseconds, a spin
-//!   none); the spin yields to the runtime at every turn, so answers that
-//!   arrive meanwhile are still read and timed at once;
+//! - sleep until `spin` before the send time on the generator's own alarm:
+//!   a `timerfd` in its runtime's poll, so the kernel's timer wakes the
+//!   generator's thread itself (the process's shared precise timer would
+//!   wake a timer thread of its own first, which then wakes the generator:
+//!   two wake-ups, and one more thread at real-time priority); then spin
+//!   on the generator's own thread for the last microseconds; the spin
+//!   yields to the runtime at every turn, so answers that arrive meanwhile
+//!   are still read and timed at once;
 //! - real-time priority (`SCHED_FIFO` 1, reset on fork so no child process
-//!   inherits it) for the generator's thread and the timer thread while the
-//!   load runs, where the process is allowed it, and silently not
-//!   otherwise (the self-watch reports which); the spin is bounded, so no
-//!   other thread starves;
+//!   inherits it) for the generator's thread (and the timer thread, when
+//!   the generator waits on it) while the load runs, where the process is
+//!   allowed it, and silently not otherwise (the self-watch reports which);
+//!   the spin is bounded, so no other thread starves;
 //! - optionally, the generator's thread pinned to one CPU.
 //!
 //! `TAILMESH_PACING` overrides the defaults, for the lateness benchmark
 //! (`bench/lateness.sh`): a comma-separated list of `plain` (no spin, no
-//! real-time priority, no pinning: the timer alone), `spin=<duration>`,
-//! `rt`, `nort`, `pin=<cpu>`.
+//! real-time priority, no pinning: the alarm alone), `spin=<duration>`,
+//! `rt`, `nort`, `pin=<cpu>`, `shared-timer` (wait on the process's shared
+//! precise timer instead of an alarm of the generator's own).
 
 use std::{
+    os::fd::{AsFd, AsRawFd, RawFd},
     process::{Command, Stdio},
     time::Duration,
 };
 
+use nix::sys::{
+    time::TimeSpec,
+    timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags},
+};
 use tailmesh_services::timer::{PreciseTimer, Sleeper};
-use tokio::time::Instant;
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    time::Instant,
+};
 
 /// The default spin: a little more than the precise timer's usual wake-up
 /// error on a quiet machine.
@@ -39,6 +51,9 @@ pub(crate) struct Pacing {
     pub realtime: bool,
     /// Pin the generator's thread to this CPU.
     pub pin: Option<usize>,
+    /// Wait on the process's shared precise timer instead of an alarm of
+    /// the generator's own.
+    pub shared_timer: bool,
 }
 
 impl Default for Pacing {
@@ -47,6 +62,7 @@ impl Default for Pacing {
             spin: DEFAULT_SPIN,
             realtime: true,
             pin: None,
+            shared_timer: false,
         }
     }
 }
@@ -95,10 +111,12 @@ impl Pacing {
                         spin: Duration::ZERO,
                         realtime: false,
                         pin: None,
+                        shared_timer: p.shared_timer,
                     }
                 }
                 None if token == "rt" => p.realtime = true,
                 None if token == "nort" => p.realtime = false,
+                None if token == "shared-timer" => p.shared_timer = true,
                 Some(("spin", d)) => {
                     let spin =
                         humantime::parse_duration(d).map_err(|source| PacingError::Spin {
@@ -123,7 +141,8 @@ impl Pacing {
     }
 
     /// Applies priority and placement to the calling thread (and priority
-    /// to the timer thread) until the guard drops.
+    /// to the timer thread, when the generator waits on it) until the guard
+    /// drops.
     pub(crate) fn enter(&self) -> PacingGuard {
         let mut guard = PacingGuard {
             realtime: Vec::new(),
@@ -132,7 +151,10 @@ impl Pacing {
         };
         if self.realtime {
             let me = nix::unistd::gettid().as_raw();
-            let timer = PreciseTimer::global().thread_id();
+            let timer = self
+                .shared_timer
+                .then(|| PreciseTimer::global().thread_id())
+                .flatten();
             for tid in std::iter::once(me).chain(timer) {
                 if chrt(&["--fifo", "--reset-on-fork", "-p", "1", &tid.to_string()]) {
                     guard.realtime.push(tid);
@@ -146,21 +168,130 @@ impl Pacing {
         guard
     }
 
-    /// Waits until `deadline`: the timer until `spin` before it, then a
-    /// spin. Only the precise timer spins (tokio's timer may be paused).
-    pub(crate) async fn wait_until(&self, sleeper: &Sleeper, deadline: Instant) {
-        match sleeper {
-            Sleeper::Precise if !self.spin.is_zero() => {
-                sleeper.sleep_until(deadline - self.spin).await;
-                // Bounded by `spin` (the timer never wakes early). Spin by
-                // yielding: the runtime (one thread) still polls its
-                // sockets between turns, so an answer that arrives during
-                // the spin is timed when it arrives, not after the spin.
-                while Instant::now() < deadline {
-                    tokio::task::yield_now().await;
+    /// What waits for one loop's send times, one at a time.
+    pub(crate) fn pacer<'a>(&'a self, sleeper: &'a Sleeper) -> Pacer<'a> {
+        let alarm = match sleeper {
+            Sleeper::Precise if !self.shared_timer => match Alarm::new() {
+                Ok(alarm) => Some(alarm),
+                Err(e) => {
+                    crate::tell!(
+                        "warning: the load generator's own alarm (a timerfd): {e}; \
+                         it waits on the shared timer instead"
+                    );
+                    None
+                }
+            },
+            _ => None,
+        };
+        Pacer {
+            pacing: self,
+            sleeper,
+            alarm,
+        }
+    }
+}
+
+/// Waits for one loop's send times by its [`Pacing`]; `&mut`, because its
+/// alarm holds one deadline at a time.
+pub(crate) struct Pacer<'a> {
+    pacing: &'a Pacing,
+    sleeper: &'a Sleeper,
+    /// The generator's own alarm; `None` waits on `sleeper`.
+    alarm: Option<Alarm>,
+}
+
+impl Pacer<'_> {
+    /// Waits until `deadline`: the alarm (or the sleeper) until `spin`
+    /// before it, then a spin. Only a precise wait spins (tokio's timer may
+    /// be paused).
+    pub(crate) async fn wait_until(&mut self, deadline: Instant) {
+        let spin = match self.sleeper {
+            Sleeper::Precise => self.pacing.spin,
+            Sleeper::Tokio => Duration::ZERO,
+        };
+        let wake = deadline.checked_sub(spin).unwrap_or(deadline);
+        match &mut self.alarm {
+            Some(alarm) => alarm.sleep_until(wake).await,
+            None => self.sleeper.sleep_until(wake).await,
+        }
+        // Bounded by `spin` (neither timer wakes early). Spin by yielding:
+        // the runtime (one thread) still polls its sockets between turns,
+        // so an answer that arrives during the spin is timed when it
+        // arrives, not after the spin.
+        while !spin.is_zero() && Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// A `timerfd` on the monotonic clock (the clock of `Instant`), watched by
+/// the current runtime's poll: its expiry wakes the thread that polls the
+/// runtime, with no other thread between. The kernel gives a `timerfd` no
+/// timer slack.
+struct Alarm(AsyncFd<AlarmFd>);
+
+/// The alarm's `timerfd`, which owns its descriptor for as long as it lives.
+struct AlarmFd(TimerFd);
+
+impl AsRawFd for AlarmFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+impl Alarm {
+    /// A new alarm in the current runtime (which must have I/O enabled).
+    fn new() -> std::io::Result<Alarm> {
+        let fd = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        // tokio deprecates this safe constructor for the unsafe `register`,
+        // whose one condition is that `as_raw_fd` name the same open
+        // descriptor for the `AsyncFd`'s life: an `AlarmFd` owns its
+        // descriptor (an `OwnedFd` in the `TimerFd`), which closes only when
+        // the `AsyncFd` drops it, so the condition holds without `unsafe`.
+        #[allow(deprecated)]
+        let watched = AsyncFd::with_interest(AlarmFd(fd), Interest::READABLE)?;
+        Ok(Alarm(watched))
+    }
+
+    /// Waits until `deadline`; returns at once if it has passed. Never
+    /// returns before it: the alarm is set for what is left of it, and set
+    /// again if it went off early by `Instant`'s reading. Should the
+    /// `timerfd` fail (it cannot with a valid descriptor and a positive
+    /// time), the wait ends on the shared timer rather than not at all.
+    async fn sleep_until(&mut self, deadline: Instant) {
+        if self.try_sleep_until(deadline).await.is_err() {
+            PreciseTimer::global().sleep_until(deadline).await;
+        }
+    }
+
+    async fn try_sleep_until(&mut self, deadline: Instant) -> std::io::Result<()> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            // A one-shot alarm of zero would disarm it: `left` is not zero.
+            self.0.get_ref().0.set(
+                Expiration::OneShot(TimeSpec::from_duration(left)),
+                TimerSetTimeFlags::empty(),
+            )?;
+            loop {
+                let mut ready = self.0.readable().await?;
+                // Reading the expiry count clears the alarm; `EAGAIN` means
+                // the poll's readiness was stale: wait again.
+                match nix::unistd::read(&self.0.get_ref().0, &mut [0u8; 8]) {
+                    Ok(_) => {
+                        // Not readable again until set again.
+                        ready.clear_ready();
+                        break;
+                    }
+                    Err(nix::errno::Errno::EAGAIN) => ready.clear_ready(),
+                    Err(e) => return Err(e.into()),
                 }
             }
-            _ => sleeper.sleep_until(deadline).await,
         }
     }
 }
@@ -226,7 +357,8 @@ mod tests {
             Ok(Pacing {
                 spin: Duration::ZERO,
                 realtime: false,
-                pin: None
+                pin: None,
+                shared_timer: false,
             })
         );
         assert_eq!(
@@ -234,8 +366,13 @@ mod tests {
             Ok(Pacing {
                 spin: Duration::from_micros(50),
                 realtime: true,
-                pin: Some(1)
+                pin: Some(1),
+                shared_timer: false,
             })
+        );
+        assert_eq!(
+            Pacing::parse("shared-timer,plain").map(|p| (p.shared_timer, p.spin)),
+            Ok((true, Duration::ZERO))
         );
         assert_eq!(Pacing::parse("nort").map(|p| p.realtime), Ok(false));
         for bad in ["spin=2ms", "spin=x", "pin=-1", "fast"] {
@@ -244,12 +381,52 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn a_spinning_wait_never_ends_early() {
-        let p = Pacing::default();
-        for us in [0u64, 40, 300, 2_000] {
-            let deadline = Instant::now() + Duration::from_micros(us);
-            p.wait_until(&Sleeper::Precise, deadline).await;
-            assert!(Instant::now() >= deadline, "{us} us");
+    async fn no_wait_ends_early_on_either_timer_with_or_without_the_spin() {
+        for text in ["", "spin=0", "shared-timer", "shared-timer,spin=0"] {
+            let p = Pacing::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let mut pacer = p.pacer(&Sleeper::Precise);
+            assert_eq!(pacer.alarm.is_some(), !p.shared_timer, "{text:?}");
+            // Past, now, under the spin, over it, and in turn: each wait
+            // sets the one alarm again.
+            for us in [-50i64, 0, 40, 300, 2_000, 1, 700] {
+                let now = Instant::now();
+                let deadline = if us < 0 {
+                    now - Duration::from_micros(us.unsigned_abs())
+                } else {
+                    now + Duration::from_micros(us.unsigned_abs())
+                };
+                pacer.wait_until(deadline).await;
+                assert!(Instant::now() >= deadline, "{text:?}, {us} us");
+            }
         }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_alarm_wait_given_up_leaves_the_next_one_whole() {
+        // A wait dropped before its alarm (the run told to stop) leaves the
+        // alarm set for a deadline no one waits for; the next wait sets it
+        // again and ends at its own deadline, not the stale one.
+        let p = Pacing::parse("spin=0").unwrap_or_else(|e| panic!("{e}"));
+        let mut pacer = p.pacer(&Sleeper::Precise);
+        let far = Instant::now() + Duration::from_secs(30);
+        let given_up = tokio::time::timeout(Duration::from_millis(5), pacer.wait_until(far)).await;
+        assert!(given_up.is_err(), "a wait of 30 s ended within 5 ms");
+        let deadline = Instant::now() + Duration::from_millis(2);
+        tokio::time::timeout(Duration::from_secs(20), pacer.wait_until(deadline))
+            .await
+            .unwrap_or_else(|_| panic!("the next wait waited for the stale deadline"));
+        assert!(Instant::now() >= deadline);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn tokios_timer_is_waited_on_without_an_alarm_or_a_spin() {
+        // Tests pause tokio's clock: a wait on it must follow the paused
+        // clock, which an alarm on the kernel's clock would not.
+        let p = Pacing::default();
+        let mut pacer = p.pacer(&Sleeper::Tokio);
+        assert!(pacer.alarm.is_none());
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        pacer.wait_until(deadline).await;
+        assert!(Instant::now() >= deadline);
     }
 }

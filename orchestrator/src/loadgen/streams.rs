@@ -219,6 +219,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     let mut interrupted = false;
     let measured_end;
     let mut id = 0u64;
+    let mut pacer = shared.pacing.pacer(&sleeper);
     loop {
         let intended = match due.next() {
             Ok((intended, _)) => intended,
@@ -227,7 +228,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
                 break;
             }
         };
-        if !paced(&shared.pacing, &sleeper, intended, &mut stop).await {
+        if !paced(&mut pacer, intended, &mut stop).await {
             interrupted = true;
             measured_end = Instant::now().saturating_duration_since(measure_from);
             break;
