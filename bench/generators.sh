@@ -14,7 +14,10 @@
 #   bootstrap 95 % intervals (goal: at most 1.05; the interval shows how
 #   far below 1 they go);
 # - the generators' start skew (their origins' spread on the
-#   orchestrator's clock) per round (goal: at most 1 ms).
+#   orchestrator's clock) per round (goal: at most 1 ms);
+# - where a difference lies, N minus 1 by round: the p50 of the client's
+#   side of the first call (its answered attempt less the first hop's own
+#   total) and the p50 of the first hop's total.
 #
 # Usage: bench/generators.sh [-g N] [-r ROUNDS] [SCENARIO]
 #   -g N       generators of the second run (default 3; 1 compares two runs
@@ -32,7 +35,7 @@ BENCH=generators
 ROUNDS=16
 GENERATORS=3
 positional=()
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -g|--generators) GENERATORS="${2:?-g needs a number}"; shift 2 ;;
@@ -100,16 +103,27 @@ measure() { # label round; writes $TMP/$label-$round.{json,lat}
         exit 1
     fi
     python3 - "$TMP/results" "$TMP/$label-$r" <<'PY'
-import csv, json, pathlib, sys
+import csv, json, pathlib, re, sys
 run = next(pathlib.Path(sys.argv[1]).glob("*/latest"))
 v = json.load(open(run / "summary.json"))["variants"][0]
 if v["ok"] != v["sent"]:
     sys.exit(f"generators: {v['sent'] - v['ok']} of {v['sent']} request(s) failed")
-lat = [float(row["latency_us"]) for row in csv.DictReader(open(run / "requests.csv"))
-       if row["status"] == "ok"]
+lat, client, first = [], [], []
+for row in csv.DictReader(open(run / "requests.csv")):
+    if row["status"] != "ok":
+        continue
+    lat.append(float(row["latency_us"]))
+    # The client's side: its answered attempt at the first hop, less that
+    # hop's own total (the hop record whose parent is empty).
+    took = float(re.match(r"[0-9.]+", row["attempts"].split("/")[-1].split("+")[1])[0])
+    total = next(float(h.split("/")[0]) for h in row["hops"].split(";") if h.split("/")[2] == "")
+    client.append(took - total)
+    first.append(total)
 open(sys.argv[2] + ".lat", "w").write("\n".join(map(str, lat)) + "\n")
 g = v.get("generators") or {}
-json.dump({"ok": v["ok"], "skew_us": g.get("start_skew_us"), "bound_us": g.get("start_skew_bound_us")},
+p50 = lambda xs: sorted(xs)[len(xs) // 2]
+json.dump({"ok": v["ok"], "skew_us": g.get("start_skew_us"), "bound_us": g.get("start_skew_bound_us"),
+           "client_p50_us": p50(client), "first_hop_p50_us": p50(first)},
           open(sys.argv[2] + ".json", "w"))
 PY
     rm -rf "$TMP/results"
@@ -123,6 +137,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
     in_turn "$r" run_one run_many
     python3 "$HERE/lib/quantiles.py" round "$TMP/one-$r.lat" "$TMP/many-$r.lat" "$r" $QUANTILES \
         >"$TMP/round.tsv" 2>>"$TMP/inside.txt"
+    # Where a difference lies: the client's side of the first call, and
+    # the first hop's own total (its downstream calls included).
+    python3 - "$TMP/one-$r.json" "$TMP/many-$r.json" >>"$TMP/round.tsv" <<'PY'
+import json, sys
+one, many = (json.load(open(f)) for f in sys.argv[1:3])
+print(f"client p50 many - one, us\t{many['client_p50_us'] - one['client_p50_us']:.1f}")
+print(f"first hop p50 many - one, us\t{many['first_hop_p50_us'] - one['first_hop_p50_us']:.1f}")
+PY
     round_values "$TMP/round.tsv"
     machine_mark
 done
