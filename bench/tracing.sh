@@ -138,7 +138,7 @@ fi
 rounds_report "${goals[@]}" >"$TMP/intervals.txt"
 echo
 echo "${CONTROL:+control (both runs untraced) }100 % tracing against none: ${IMPORTED:+an imported mesh of $IMPORTED services, }$(basename "$SCENARIO")${REQUESTS:+, $REQUESTS requests per run}, $ROUNDS rounds (medians), $(nproc) cores, $(date -u +%Y-%m-%d)"
-measured_medians "traces " off on
+measured_medians "${CONTROL:+untraced in place of }traces " off on
 echo
 cat "$TMP/intervals.txt"
 [[ -z $JSON_OUT ]] || say "wrote $JSON_OUT"
