@@ -3,8 +3,8 @@
 //! closed loop with a fixed number of requests in flight.
 //!
 //! - `schedule`: the seeded open-loop send times.
-//! - `pacing`: how the open loop waits for each send time (timer, spin,
-//!   real-time priority, placement).
+//! - `pacing`: how the open loop waits for each send time (its own
+//!   alarm, spin, real-time priority, placement).
 //! - `progress`: elapsed, sent, rate and p99 so far, while it runs.
 //! - `selfwatch`: the generator watching itself and the machine while it runs.
 //! - `standalone`: the generator against one replica already running
