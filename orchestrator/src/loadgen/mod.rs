@@ -666,7 +666,7 @@ async fn open_loop<S: RecordSink + ?Sized>(
     (measured_end, interrupted)
 }
 
-/// Waits for `intended` by `pacing`: `false` when the run was told to
+/// Waits for `intended` with `pacer`: `false` when the run was told to
 /// stop sending first.
 async fn paced(
     pacer: &mut pacing::Pacer<'_>,
