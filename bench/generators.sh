@@ -115,7 +115,8 @@ for row in csv.DictReader(open(run / "requests.csv")):
     lat.append(float(row["latency_us"]))
     # The client's side: its answered attempt at the first hop, less that
     # hop's own total (the hop record whose parent is empty).
-    took = float(re.match(r"[0-9.]+", row["attempts"].split("/")[-1].split("+")[1])[0])
+    answered = next(a for a in row["attempts"].split("/") if a.endswith("ok"))
+    took = float(re.match(r"[0-9.]+", answered.split("+")[1])[0])
     total = next(float(h.split("/")[0]) for h in row["hops"].split(";") if h.split("/")[2] == "")
     client.append(took - total)
     first.append(total)
