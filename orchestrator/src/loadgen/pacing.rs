@@ -23,20 +23,12 @@
 //! precise timer instead of an alarm of the generator's own).
 
 use std::{
-    os::fd::{AsFd, AsRawFd, RawFd},
     process::{Command, Stdio},
     time::Duration,
 };
 
-use nix::sys::{
-    time::TimeSpec,
-    timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags},
-};
-use tailmesh_services::timer::{PreciseTimer, Sleeper};
-use tokio::{
-    io::{Interest, unix::AsyncFd},
-    time::Instant,
-};
+use tailmesh_services::timer::{Alarm, PreciseTimer, Sleeper};
+use tokio::time::Instant;
 
 /// The default spin: a little more than the precise timer's usual wake-up
 /// error on a quiet machine.
@@ -171,7 +163,7 @@ impl Pacing {
     /// What waits for one loop's send times, one at a time.
     pub(crate) fn pacer<'a>(&'a self, sleeper: &'a Sleeper) -> Pacer<'a> {
         let alarm = match sleeper {
-            Sleeper::Precise if !self.shared_timer => match Alarm::new() {
+            s if s.is_precise() && !self.shared_timer => match Alarm::new() {
                 Ok(alarm) => Some(alarm),
                 Err(e) => {
                     crate::tell!(
@@ -205,13 +197,14 @@ impl Pacer<'_> {
     /// before it, then a spin. Only a precise wait spins (tokio's timer may
     /// be paused).
     pub(crate) async fn wait_until(&mut self, deadline: Instant) {
-        let spin = match self.sleeper {
-            Sleeper::Precise => self.pacing.spin,
-            Sleeper::Tokio => Duration::ZERO,
+        let spin = if self.sleeper.is_precise() {
+            self.pacing.spin
+        } else {
+            Duration::ZERO
         };
         let wake = deadline.checked_sub(spin).unwrap_or(deadline);
         match &mut self.alarm {
-            Some(alarm) => alarm.sleep_until(wake).await,
+            Some(alarm) => alarm_until(alarm, wake).await,
             None => self.sleeper.sleep_until(wake).await,
         }
         // Bounded by `spin` (neither timer wakes early). Spin by yielding:
@@ -224,75 +217,12 @@ impl Pacer<'_> {
     }
 }
 
-/// A `timerfd` on the monotonic clock (the clock of `Instant`), watched by
-/// the current runtime's poll: its expiry wakes the thread that polls the
-/// runtime, with no other thread between. The kernel gives a `timerfd` no
-/// timer slack.
-struct Alarm(AsyncFd<AlarmFd>);
-
-/// The alarm's `timerfd`, which owns its descriptor for as long as it lives.
-struct AlarmFd(TimerFd);
-
-impl AsRawFd for AlarmFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
-impl Alarm {
-    /// A new alarm in the current runtime (which must have I/O enabled).
-    fn new() -> std::io::Result<Alarm> {
-        let fd = TimerFd::new(
-            ClockId::CLOCK_MONOTONIC,
-            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        )?;
-        // tokio deprecates this safe constructor for the unsafe `register`,
-        // whose one condition is that `as_raw_fd` name the same open
-        // descriptor for the `AsyncFd`'s life: an `AlarmFd` owns its
-        // descriptor (an `OwnedFd` in the `TimerFd`), which closes only when
-        // the `AsyncFd` drops it, so the condition holds without `unsafe`.
-        #[allow(deprecated)]
-        let watched = AsyncFd::with_interest(AlarmFd(fd), Interest::READABLE)?;
-        Ok(Alarm(watched))
-    }
-
-    /// Waits until `deadline`; returns at once if it has passed. Never
-    /// returns before it: the alarm is set for what is left of it, and set
-    /// again if it went off early by `Instant`'s reading. Should the
-    /// `timerfd` fail (it cannot with a valid descriptor and a positive
-    /// time), the wait ends on the shared timer rather than not at all.
-    async fn sleep_until(&mut self, deadline: Instant) {
-        if self.try_sleep_until(deadline).await.is_err() {
-            PreciseTimer::global().sleep_until(deadline).await;
-        }
-    }
-
-    async fn try_sleep_until(&mut self, deadline: Instant) -> std::io::Result<()> {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(());
-            }
-            // A one-shot alarm of zero would disarm it: `left` is not zero.
-            self.0.get_ref().0.set(
-                Expiration::OneShot(TimeSpec::from_duration(left)),
-                TimerSetTimeFlags::empty(),
-            )?;
-            loop {
-                let mut ready = self.0.readable().await?;
-                // Reading the expiry count clears the alarm; `EAGAIN` means
-                // the poll's readiness was stale: wait again.
-                match nix::unistd::read(&self.0.get_ref().0, &mut [0u8; 8]) {
-                    Ok(_) => {
-                        // Not readable again until set again.
-                        ready.clear_ready();
-                        break;
-                    }
-                    Err(nix::errno::Errno::EAGAIN) => ready.clear_ready(),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
+/// Waits on `alarm` until `deadline`. Should the `timerfd` fail (it cannot
+/// with a valid descriptor and a positive time), the wait ends on the
+/// shared timer rather than not at all.
+async fn alarm_until(alarm: &mut Alarm, deadline: Instant) {
+    if alarm.sleep_until(deadline).await.is_err() {
+        PreciseTimer::global().sleep_until(deadline).await;
     }
 }
 

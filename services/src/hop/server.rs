@@ -272,7 +272,7 @@ impl HopCore {
         let downstream: Arc<[Downstream]> = downstream.into();
         let behavior = Arc::new(Behavior::new(config.behavior.clone(), config.replica));
         let sleeper = if config.precise_timer {
-            Sleeper::Precise
+            Sleeper::precise_here()
         } else {
             Sleeper::Tokio
         };

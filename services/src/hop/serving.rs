@@ -147,7 +147,7 @@ impl HopLayers {
         let name = &config.behavior.name;
         let behavior = Arc::new(Behavior::new(config.behavior.clone(), config.replica));
         let sleeper = if config.precise_timer {
-            Sleeper::Precise
+            Sleeper::precise_here()
         } else {
             Sleeper::Tokio
         };
