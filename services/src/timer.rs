@@ -419,9 +419,24 @@ impl Alarm {
 /// kernel's timer and wakes the sleeping tasks itself, so a sleep costs one
 /// wake-up, where the [`PreciseTimer`] costs two (its thread's, then the
 /// runtime's). Should the runtime stop (or the alarm fail), its sleeps and
-/// later ones go on to the [`PreciseTimer`].
+/// later ones go on to the [`PreciseTimer`]. When the last clone is
+/// dropped, the task ends and the alarm closes.
 #[derive(Clone)]
-pub struct RuntimeTimer(Arc<Alarms>);
+pub struct RuntimeTimer(Arc<Owner>);
+
+/// What the timer's clones share: its alarms, whose task it stops when
+/// dropped (no sleep can be waiting then: each borrows a clone).
+struct Owner(Arc<Alarms>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let mut state = lock(&self.0.state);
+        state.closed = true;
+        // Ring now, so the task wakes and sees it is closed (should the
+        // alarm fail, the task lives on until its runtime ends).
+        let _ = self.0.alarm.set_in(Duration::ZERO);
+    }
+}
 
 impl std::fmt::Debug for RuntimeTimer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -441,6 +456,8 @@ struct AlarmState {
     set_for: Option<Instant>,
     /// The serving task has stopped: sleeps go to the [`PreciseTimer`].
     gone: bool,
+    /// Every clone of the timer was dropped: the serving task ends.
+    closed: bool,
 }
 
 impl RuntimeTimer {
@@ -452,7 +469,7 @@ impl RuntimeTimer {
             state: Mutex::new(AlarmState::default()),
         });
         tokio::spawn(serve_alarms(Handover(Arc::clone(&alarms))));
-        Ok(RuntimeTimer(alarms))
+        Ok(RuntimeTimer(Arc::new(Owner(alarms))))
     }
 
     /// Waits until `deadline`; returns at once if it has passed.
@@ -463,14 +480,14 @@ impl RuntimeTimer {
         }
         let (wake, woken) = oneshot::channel();
         {
-            let mut state = lock(&self.0.state);
+            let mut state = lock(&self.0.0.state);
             if state.gone {
                 drop(state);
                 PreciseTimer::global().adopt(std::iter::once((deadline, wake)));
             } else {
                 state.deadlines.push(deadline, wake);
                 if state.set_for.is_none_or(|set| deadline < set) {
-                    if let Err(e) = self.0.alarm.set_in(deadline - now) {
+                    if let Err(e) = self.0.0.alarm.set_in(deadline - now) {
                         give_up(&mut state, &e);
                     } else {
                         state.set_for = Some(deadline);
@@ -497,6 +514,9 @@ async fn serve_alarms(handover: Handover) {
             return;
         }
         let mut state = lock(&alarms.state);
+        if state.closed {
+            return;
+        }
         let now = Instant::now();
         state.deadlines.wake_due(now);
         state.set_for = None;
@@ -648,6 +668,24 @@ mod tests {
                 .unwrap_or_else(|_| panic!("a sleep on a stopped runtime's timer never woke"));
         });
         assert!(Instant::now() >= later);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_timer_no_one_holds_ends_its_task_and_closes_its_alarm() {
+        let timer = RuntimeTimer::start().unwrap_or_else(|e| panic!("{e}"));
+        Sleeper::Runtime(timer.clone())
+            .sleep(Duration::from_micros(200))
+            .await;
+        let alarms = Arc::downgrade(&timer.0.0);
+        drop(timer);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alarms.strong_count() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the alarm's task outlived every clone of its timer"
+            );
+            tokio::task::yield_now().await;
+        }
     }
 
     #[test]

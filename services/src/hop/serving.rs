@@ -142,7 +142,9 @@ pub struct HopLayers {
 impl HopLayers {
     /// The layers of the replica `config` describes; its downstream hops,
     /// broker and service, if any, are not used (the wrapped service is
-    /// the work, and calls whom it likes).
+    /// the work, and calls whom it likes). Made inside a tokio runtime, its
+    /// injected delays sleep on that runtime's own timer
+    /// ([`Sleeper::precise_here`]): serve it in that runtime.
     pub fn new(config: &HopConfig) -> Self {
         let name = &config.behavior.name;
         let behavior = Arc::new(Behavior::new(config.behavior.clone(), config.replica));
