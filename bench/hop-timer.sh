@@ -39,20 +39,14 @@ if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
     exit 2
 fi
 SCENARIO="${positional[0]:-}"
-[[ -z $SCENARIO ]] || SCENARIO="$(cd "$(dirname "$SCENARIO")" && pwd)/$(basename "$SCENARIO")"
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
-SCENARIO="${SCENARIO:-$HERE/generators.toml}"
 # shellcheck source=bench/lib/steps.sh
 source "$HERE/lib/steps.sh"
 # shellcheck source=bench/lib/rounds.sh
 source "$HERE/lib/rounds.sh"
-command -v python3 >/dev/null 2>&1 || { say "python3 not found"; exit 1; }
-[[ -f $SCENARIO ]] || { say "no scenario $SCENARIO"; exit 2; }
-steps_traps
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-$BENCH.XXXXXX")"
-cd "$REPO"
+scenario_setup "$HERE/generators.toml"
 
 release_binary
 rounds_setup

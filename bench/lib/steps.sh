@@ -40,6 +40,23 @@ steps_traps() {
     trap 'exit 129' HUP
 }
 
+# The start of a benchmark of one scenario file: SCENARIO (as given, or
+# empty) made absolute, or $1 (the default) when empty; python3 and the
+# scenario checked; the traps set, TMP made, and the working folder REPO.
+# After BENCH, REPO and SCENARIO are set and this file is sourced.
+scenario_setup() {
+    if [[ -n $SCENARIO ]]; then
+        SCENARIO="$(cd "$(dirname "$SCENARIO")" && pwd)/$(basename "$SCENARIO")"
+    else
+        SCENARIO=$1
+    fi
+    command -v python3 >/dev/null 2>&1 || { say "python3 not found"; exit 1; }
+    [[ -f $SCENARIO ]] || { say "no scenario $SCENARIO"; exit 2; }
+    steps_traps
+    TMP="$(mktemp -d "${TMPDIR:-/tmp}/tailmesh-$BENCH.XXXXXX")"
+    cd "$REPO"
+}
+
 # Runs one step in the background and waits for it, so a signal reaches the
 # traps at once and the step is stopped by its PID. $1: the signal that stops
 # it gracefully; the rest: the command. Returns its status.
