@@ -546,7 +546,11 @@ fn give_up(state: &mut AlarmState, e: &std::io::Error) {
 fn hand_over(state: &mut AlarmState) {
     state.gone = true;
     state.set_for = None;
-    PreciseTimer::global().adopt(state.deadlines.drain().map(|e| (e.deadline, e.wake)));
+    // Only when there is something to hand over: the shared timer's
+    // thread starts on first use.
+    if state.deadlines.next().is_some() {
+        PreciseTimer::global().adopt(state.deadlines.drain().map(|e| (e.deadline, e.wake)));
+    }
 }
 
 /// Hands the sleeps left to the shared timer when the serving task ends,
