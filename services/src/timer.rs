@@ -64,15 +64,18 @@ pub enum TimerChoice {
     Shared,
 }
 
+/// A `TAILMESH_TIMER` value that names no timer.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{TIMER_ENV}={0:?}: expected `runtime` or `shared`")]
+pub struct UnknownTimer(pub String);
+
 impl TimerChoice {
     /// Parses `TAILMESH_TIMER`'s value (`None`: unset).
-    pub fn parse(value: Option<&str>) -> Result<TimerChoice, String> {
+    pub fn parse(value: Option<&str>) -> Result<TimerChoice, UnknownTimer> {
         match value.map(str::trim) {
             None | Some("" | "runtime") => Ok(TimerChoice::Runtime),
             Some("shared") => Ok(TimerChoice::Shared),
-            Some(other) => Err(format!(
-                "{TIMER_ENV}={other:?}: expected `runtime` or `shared`"
-            )),
+            Some(other) => Err(UnknownTimer(other.to_owned())),
         }
     }
 
@@ -709,7 +712,10 @@ mod tests {
             TimerChoice::parse(Some(" shared ")),
             Ok(TimerChoice::Shared)
         );
-        let e = TimerChoice::parse(Some("thread")).err().unwrap_or_default();
+        let e = TimerChoice::parse(Some("thread"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(
             e.contains("TAILMESH_TIMER") && e.contains("\"thread\""),
             "{e}"
