@@ -19,10 +19,13 @@
 #   side of the first call (its answered attempt less the first hop's own
 #   total) and the p50 of the first hop's total.
 #
-# Usage: bench/generators.sh [-g N] [-r ROUNDS] [SCENARIO]
+# Usage: bench/generators.sh [-g N] [-p] [-r ROUNDS] [SCENARIO]
 #   -g N       generators of the second run (default 3; 1 compares two runs
 #              of one generator: the control, what separates two runs of
 #              the same configuration)
+#   -p         the one generator in a process of its own, as several run
+#              (`tailmesh run --generator-processes`), not inside the
+#              orchestrator: several processes against one
 #   -r R       rounds (default 16: with fewer, two runs of one
 #              configuration, -g 1, can fail the pooled check at p50)
 #
@@ -34,11 +37,13 @@ set -euo pipefail
 BENCH=generators
 ROUNDS=16
 GENERATORS=3
+ONE_FLAGS=()
 positional=()
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case "$1" in
         -g|--generators) GENERATORS="${2:?-g needs a number}"; shift 2 ;;
+        -p|--processes) ONE_FLAGS=(--generator-processes); shift ;;
         -r|--rounds) ROUNDS="${2:?-r needs a number}"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         -*) echo "$BENCH: unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -87,10 +92,11 @@ PY
 scenario_with 1 "$TMP/one.toml"
 scenario_with "$GENERATORS" "$TMP/many.toml"
 
-measure() { # label round; writes $TMP/$label-$round.{json,lat}
+measure() { # label round [run flags]; writes $TMP/$label-$round.{json,lat}
     local label=$1 r=$2
+    shift 2
     say "round $r: $label"
-    if ! step INT "$BIN" run "$TMP/$label.toml" --results "$TMP/results" --quiet --no-traces \
+    if ! step INT "$BIN" run "$TMP/$label.toml" --results "$TMP/results" --quiet --no-traces "$@" \
         >"$TMP/run.out" 2>&1; then
         say "tailmesh run failed:"
         cat "$TMP/run.out" >&2
@@ -126,7 +132,7 @@ PY
 
 QUANTILES="0.5 0.9 0.99 0.999"
 machine_mark
-run_one() { measure one "$r"; }
+run_one() { measure one "$r" "${ONE_FLAGS[@]}"; }
 run_many() { measure many "$r"; }
 for ((r = 1; r <= ROUNDS; r++)); do
     in_turn "$r" run_one run_many
@@ -147,7 +153,7 @@ done
 rounds_report --goal "p50 many / one<=1.05" --goal "p90 many / one<=1.05" \
     --goal "p99 many / one<=1.05" --goal "p99.9 many / one<=1.05" >"$TMP/intervals.txt"
 echo
-echo "$GENERATORS load generators against 1 at the same total rate: $(basename "$SCENARIO"), $ROUNDS rounds, $(nproc) cores, $(date -u +%Y-%m-%d)"
+echo "$GENERATORS load generators against 1${ONE_FLAGS[*]:+ in a process of its own} at the same total rate: $(basename "$SCENARIO"), $ROUNDS rounds, $(nproc) cores, $(date -u +%Y-%m-%d)"
 echo "each quantile (1 generator / $GENERATORS) and whether one lies inside the other's bootstrap 95 % interval:"
 sed 's/^/  /' "$TMP/inside.txt"
 if ((ROUNDS > 1)); then

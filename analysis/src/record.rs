@@ -392,8 +392,10 @@ pub struct StreamReport {
     pub duration: crate::stats::Percentiles,
 }
 
-/// The load generator processes of a variant that several shared
-/// (summary.json's `variants[].generators`).
+/// The load generator processes of a variant (summary.json's
+/// `variants[].generators`): several that shared its load, or one that
+/// ran in a process of its own (a fault on its link, or `tailmesh run
+/// --generator-processes`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Generators {
     /// How many shared the load.

@@ -57,6 +57,9 @@ pub struct RunCommand {
     /// instead of starting them: they were started elsewhere with
     /// `tailmesh generator --stay`.
     pub generators_at: Option<GeneratorsAt>,
+    /// Run one generator's load in a generator process too, as several
+    /// run, not in the orchestrator's process.
+    pub generator_processes: bool,
     /// Serve live Prometheus metrics at this address (`host:port`;
     /// overrides the scenario's `[telemetry] metrics`).
     pub metrics: Option<String>,
@@ -75,6 +78,7 @@ impl RunCommand {
             otlp_forward: None,
             attach: None,
             generators_at: None,
+            generator_processes: false,
             metrics: None,
         }
     }
@@ -115,6 +119,13 @@ pub enum ExperimentError {
         whose: &'static str,
         flag: &'static str,
     },
+    /// `--generator-processes` with streams, which only the generator in
+    /// the orchestrator's process sends (exit status 2).
+    #[error(
+        "variant \"{variant}\": --generator-processes: [load.streams] are sent only by the load \
+         generator inside the orchestrator's process: run it without --generator-processes"
+    )]
+    StreamsInProcess { variant: String },
     /// The live metrics could not be served.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
@@ -263,8 +274,16 @@ impl Finished {
 }
 
 /// A fault on a generator's link is applied to the namespace the run
-/// gives it: generators started elsewhere have none.
+/// gives it: generators started elsewhere have none. Streams are sent only
+/// by the generator inside the orchestrator's process.
 fn generators_of_the_run(scenario: &Scenario, command: &RunCommand) -> Result<(), ExperimentError> {
+    if command.generator_processes
+        && let Some(variant) = scenario.variants.iter().find(|v| v.load.streams.is_some())
+    {
+        return Err(ExperimentError::StreamsInProcess {
+            variant: variant.name.clone(),
+        });
+    }
     let elsewhere = if command.generators_at.is_some() {
         Some(("generators started elsewhere", "--generators-at"))
     } else if command.attach.is_some() {
@@ -412,6 +431,7 @@ pub fn execute_scenario(
             attach: command.attach.clone(),
             tls_ca: None,
             hub: hub.clone(),
+            generator_processes: command.generator_processes,
             metrics: metrics.as_ref().map(|(live, _)| Arc::clone(live)),
         };
         tokio::spawn(count_interrupts(interrupt_tx));

@@ -62,6 +62,12 @@ pub(crate) struct RunArgs {
     /// generators to connect.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "120s", requires = "generators_at")]
     generators_timeout: Duration,
+    /// Run the load in load generator processes even where a variant has
+    /// one generator (`[load] generators = 1`), the form several take,
+    /// instead of inside this process: to compare one generator with
+    /// several like for like.
+    #[arg(long, conflicts_with = "generators_at")]
+    generator_processes: bool,
     /// Serve live Prometheus metrics at this address while the run lasts
     /// (`host:port`, e.g. 127.0.0.1:9464; overrides `[telemetry] metrics`).
     #[arg(long, value_name = "ADDR")]
@@ -94,6 +100,7 @@ pub(crate) fn run(args: RunArgs) -> Result<(), CliError> {
         otlp_forward: args.otlp_forward,
         attach,
         generators_at,
+        generator_processes: args.generator_processes,
         metrics: args.metrics,
     })?;
     // What was measured is shown before any file is written: a full disk

@@ -411,6 +411,9 @@ pub(crate) struct RunOptions {
     /// Where load generators started elsewhere connect, when they were
     /// (`tailmesh run --generators-at`); otherwise the run starts its own.
     pub hub: Option<Arc<fleet::Hub>>,
+    /// Run one generator's load in a generator process too
+    /// (`--generator-processes`).
+    pub generator_processes: bool,
     /// The live metrics, when served: the processes' samples go there too.
     pub metrics: Option<Arc<crate::metrics::LiveMetrics>>,
 }
@@ -683,10 +686,11 @@ async fn measure(
             .holding(hold.is_some()),
         )
     });
-    // Several generator processes: started, each given its part (traced as
+    // Generator processes (several, one whose link carries a fault, or one
+    // by `--generator-processes`): started, each given its part (traced as
     // `tracer` traces), their clocks measured, before the load's clock
     // starts.
-    let fleet = if plan.generator_processes() {
+    let fleet = if plan.generator_processes() || options.generator_processes {
         let n = variant.load.generators.max(1);
         Some(start_fleet(plan, options, &addrs, n, tracer.as_deref(), launcher).await?)
     } else {

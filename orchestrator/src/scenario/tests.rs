@@ -3205,6 +3205,20 @@ fn streams_parse_and_their_rules_are_located() {
     );
     assert_eq!(
         messages(&format!(
+            "{load}net = {{ delay = \"1ms\" }}\n\
+             generator_net = {{ generator = 0, loss = 1 }}\n{streams}{}",
+            hop("streaming = \"bidi\"")
+        )),
+        [
+            "load.net cannot go with load.streams yet: a generator whose link carries a fault \
+             runs in a process of its own, and streams are sent only from the orchestrator's",
+            "load.generator_net cannot go with load.streams yet: a generator whose link carries \
+             a fault runs in a process of its own, and streams are sent only from the \
+             orchestrator's",
+        ]
+    );
+    assert_eq!(
+        messages(&format!(
             "{load}[load.streams]\nstreams = 0\nmessages = 10\nin_flight = 5000\n{}",
             hop("streaming = \"bidi\"")
         ))

@@ -1,11 +1,14 @@
 //! Several load generator processes (`[load] generators`): together they
 //! send the very requests one generator sends (same ids, same intended
-//! send times, so the same faults), every one accounted for once; a
+//! send times, so the same faults), every one accounted for once, as one
+//! generator in a process of its own does (`--generator-processes`); a
 //! closed loop splits its requests in flight with disjoint ids; a
 //! generator killed mid-run stops the run, named; generators started
 //! elsewhere (`--stay`) serve every variant at the address the run awaits
 //! them at, refused without the run's token, and leave when it ends;
-//! under the netns launcher each generator runs in a namespace of its own.
+//! under the netns launcher each generator runs in a namespace of its own;
+//! streams, which only the generator in the orchestrator sends, are
+//! refused in a generator process.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +23,7 @@ tests! {
     sync generators_started_elsewhere_serve_every_variant_and_leave_when_told,
     sync under_the_netns_launcher_each_generator_has_a_namespace_of_its_own,
     sync a_fault_on_a_generators_link_is_refused_for_generators_started_elsewhere,
+    sync streams_are_refused_in_a_generator_process,
 }
 
 fn scenario(load: &str) -> String {
@@ -134,6 +138,42 @@ fn three_generators_send_the_one_generator_requests_each_once() {
         );
     }
     merged_histograms_are_the_sum_of_the_generators(&ran_three.run_dir, 3);
+    // One generator in a process of its own (`--generator-processes`), as
+    // three run: the same requests, and summary.json tells it from the one
+    // inside the orchestrator, which has no `generators`.
+    let ran_own = accounted(
+        tailmesh(
+            dir.path(),
+            &run_args(&one, &dir.path().join("r1p"), &["--generator-processes"]),
+        ),
+        &dir.path().join("r1p"),
+    );
+    assert!(
+        ran_one.v["generators"].is_null(),
+        "one generator, in the orchestrator's process: {:#}",
+        ran_one.v["generators"]
+    );
+    let own = &ran_own.v["generators"];
+    assert_eq!(own["count"], 1, "{own:#}");
+    let only = &own["each"][0];
+    assert_eq!(
+        u64_at(only, "/records"),
+        u64_at(&ran_own.v, "/sent"),
+        "{own:#}"
+    );
+    assert!(only["instrument"].is_object(), "{own:#}");
+    let c = requests(&ran_own.run_dir);
+    for (id, (_, slow)) in &a {
+        let (_, slow_own) = c.get(id).unwrap_or_else(|| {
+            panic!(
+                "request {id} not sent by the generator process: {}",
+                ran_own.context
+            )
+        });
+        assert_eq!(slow, slow_own, "request {id}'s slow hops");
+    }
+    assert_eq!(a.len(), c.len(), "{}", ran_own.context);
+    merged_histograms_are_the_sum_of_the_generators(&ran_own.run_dir, 1);
     // Every kept trace whole, its root the client span made from the
     // generator's record, none lost and no orphan.
     let t = &ran_three.v["traces"];
@@ -521,6 +561,32 @@ fn a_fault_on_a_generators_link_is_refused_for_generators_started_elsewhere() {
             "variant \"base\": [load] net and generator_net shape the links of the load \
              generators the netns launcher starts"
         ) && output.contains("run it without --generators-at"),
+        "{output}"
+    );
+    assert!(!results.exists(), "a results folder was made: {output}");
+}
+
+fn streams_are_refused_in_a_generator_process() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        "streams.toml",
+        "name = \"gen\"\n[load]\nmode = \"open\"\nrate = 50\nduration = \"1s\"\n\
+         [load.streams]\nstreams = 2\nmessages = 10\n\
+         [[hop]]\nname = \"a\"\nstreaming = \"bidi\"\n",
+    );
+    let results = dir.path().join("r");
+    let finished = tailmesh(
+        dir.path(),
+        &run_args(&path, &results, &["--generator-processes"]),
+    );
+    let output = finished.output();
+    assert_eq!(finished.code(), Some(2), "{output}");
+    assert!(
+        output.contains(
+            "variant \"base\": --generator-processes: [load.streams] are sent only by the load \
+             generator inside the orchestrator's process"
+        ),
         "{output}"
     );
     assert!(!results.exists(), "a results folder was made: {output}");
