@@ -138,6 +138,17 @@ fn three_generators_send_the_one_generator_requests_each_once() {
         );
     }
     merged_histograms_are_the_sum_of_the_generators(&ran_three.run_dir, 3);
+    // Three generators and the mesh's two hops: warned of where they are
+    // more than the machine's CPUs.
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(
+        ran_three
+            .context
+            .contains("3 load generators and the mesh's 2 process(es) share this machine's"),
+        3 + 2 > cpus,
+        "{cpus} CPUs: {}",
+        ran_three.context
+    );
     // One generator in a process of its own (`--generator-processes`), as
     // three run: the same requests, and summary.json tells it from the one
     // inside the orchestrator, which has no `generators`.
