@@ -919,8 +919,7 @@ async fn start_fleet(
     .map_err(fleet_error)?;
     if options.hub.is_none() && options.attach.is_none() {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        let mesh = plan.hops().count() + usize::from(plan.broker().is_some());
-        if let Some(line) = fleet::shared_cores_warning(n, mesh, cpus) {
+        if let Some(line) = fleet::shared_cores_warning(n, plan.processes.len(), cpus) {
             crate::tell!("warning: variant {}: {line}", variant.name);
         }
     }
