@@ -119,13 +119,6 @@ pub enum ExperimentError {
         whose: &'static str,
         flag: &'static str,
     },
-    /// `--generator-processes` with streams, which only the generator in
-    /// the orchestrator's process sends (exit status 2).
-    #[error(
-        "variant \"{variant}\": --generator-processes: [load.streams] are sent only by the load \
-         generator inside the orchestrator's process: run it without --generator-processes"
-    )]
-    StreamsInProcess { variant: String },
     /// The live metrics could not be served.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
@@ -274,16 +267,8 @@ impl Finished {
 }
 
 /// A fault on a generator's link is applied to the namespace the run
-/// gives it: generators started elsewhere have none. Streams are sent only
-/// by the generator inside the orchestrator's process.
+/// gives it: generators started elsewhere have none.
 fn generators_of_the_run(scenario: &Scenario, command: &RunCommand) -> Result<(), ExperimentError> {
-    if command.generator_processes
-        && let Some(variant) = scenario.variants.iter().find(|v| v.load.streams.is_some())
-    {
-        return Err(ExperimentError::StreamsInProcess {
-            variant: variant.name.clone(),
-        });
-    }
     let elsewhere = if command.generators_at.is_some() {
         Some(("generators started elsewhere", "--generators-at"))
     } else if command.attach.is_some() {
@@ -977,7 +962,11 @@ fn analyze_variants(
                 start_skew_bound_us: run.load.start_skew_bound_us,
                 each: run.load.generators.clone(),
             }),
-            streams: run.load.streams.clone(),
+            streams: run
+                .load
+                .streams
+                .as_ref()
+                .map(crate::loadgen::StreamTally::report),
             incidents,
             broker: run
                 .broker

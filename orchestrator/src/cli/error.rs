@@ -205,8 +205,7 @@ impl From<ExperimentError> for CliError {
             ExperimentError::Run(e) if e.is_bad_input() => {
                 CliError::BadInput(ExperimentError::Run(e).into())
             }
-            e @ (ExperimentError::GeneratorLinks { .. }
-            | ExperimentError::StreamsInProcess { .. }) => CliError::BadInput(e.into()),
+            e @ ExperimentError::GeneratorLinks { .. } => CliError::BadInput(e.into()),
             other => CliError::Failed(other.into()),
         }
     }

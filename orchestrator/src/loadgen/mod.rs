@@ -26,6 +26,8 @@ mod selfwatch;
 pub mod standalone;
 mod streams;
 
+pub(crate) use streams::StreamTally;
+
 use std::{
     sync::{
         Arc,
@@ -200,7 +202,7 @@ pub(crate) struct LoadOutcome {
     /// uncertainty (half its probe's round trip), µs.
     pub start_skew_bound_us: f64,
     /// What became of the streams, when the load was sent on streams.
-    pub streams: Option<crate::record::StreamReport>,
+    pub streams: Option<StreamTally>,
 }
 
 /// The origin of a variant's load, shared by the load generator and the
@@ -321,11 +323,11 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
             Some(streams),
         ) => {
             let schedule = Schedule::new(*rate, *arrivals, seed, load.warmup, steps);
-            let (ended, report) = streams::stream_loop(
-                &shared, schedule, *rate, streams, load.stop, sleeper, &mut drain, stop,
+            let (ended, tally) = streams::stream_loop(
+                &shared, schedule, *rate, streams, load.stop, sleeper, part, &mut drain, stop,
             )
             .await;
-            stream_report = Some(report);
+            stream_report = Some(tally);
             ended
         }
         (
@@ -360,7 +362,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
             )
             .await;
             stream_report = streams.map(|(_, tally)| {
-                std::mem::take(&mut *tally.lock().unwrap_or_else(|e| e.into_inner())).finish()
+                std::mem::take(&mut *tally.lock().unwrap_or_else(|e| e.into_inner()))
             });
             ended
         }
@@ -717,9 +719,9 @@ async fn closed_loop<S: RecordSink + ?Sized>(
         );
         let (in_flight, peak_in_flight) = (Arc::clone(&in_flight), Arc::clone(&peak_in_flight));
         let (stop, done_tx) = (stop.clone(), done_tx.clone());
-        let mut stream = streams
-            .clone()
-            .map(|(messages, tally)| streams::WorkerStream::new(messages, tally, measure_from));
+        let mut stream = streams.clone().map(|(messages, tally)| {
+            streams::WorkerStream::new(messages, part, tally, measure_from)
+        });
         // Each worker sends its next request as soon as its previous one ends.
         workers.spawn(async move {
             // One wait for the second interrupt per worker rather than one

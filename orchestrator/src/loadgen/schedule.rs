@@ -78,11 +78,6 @@ impl Due {
         Ok((intended, measuring))
     }
 
-    /// Send times after warmup given so far.
-    pub(crate) fn measured(&self) -> u64 {
-        self.measured
-    }
-
     /// How many send times there are in all, warmup's included.
     pub(crate) fn count(mut self) -> u64 {
         let mut all = 0;

@@ -37,10 +37,11 @@ use tokio::{
 };
 
 use super::{
-    Drain, Shared, paced,
+    Drain, Part, Shared, paced,
     schedule::{Due, Schedule},
 };
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
 use tailmesh_analysis::stats::Percentiles;
 
 use crate::{
@@ -116,9 +117,12 @@ impl StreamTimes {
 }
 
 /// The streams of a load phase, counted as they end: summary.json's
-/// `streams` once [`StreamTally::finish`]ed.
-#[derive(Debug)]
-pub(super) struct StreamTally {
+/// `streams` once [`StreamTally::report`]ed. A generator process sends its
+/// tally to the orchestrator whole (its histograms bucket by bucket), which
+/// adds the generators' together.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(into = "TallyWire", try_from = "TallyWire")]
+pub(crate) struct StreamTally {
     report: StreamReport,
     /// From a stream's first message's due time to its answer, µs.
     first: Histogram<u64>,
@@ -126,22 +130,26 @@ pub(super) struct StreamTally {
     duration: Histogram<u64>,
 }
 
+/// The longest stream time a tally holds, µs: an hour.
+const LONGEST_US: u64 = 3_600_000_000;
+
+fn stream_times() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LONGEST_US, 3)
+        .expect("1 us to 1 h at 3 significant digits is a valid histogram")
+}
+
 impl Default for StreamTally {
     fn default() -> Self {
-        let histogram = || {
-            Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                .expect("1 us to 1 h at 3 significant digits is a valid histogram")
-        };
         StreamTally {
             report: StreamReport::default(),
-            first: histogram(),
-            duration: histogram(),
+            first: stream_times(),
+            duration: stream_times(),
         }
     }
 }
 
 impl StreamTally {
-    /// A stream opened: its number, in the order they opened.
+    /// A stream opened: how many this tally saw open before it.
     pub(super) fn opened(&mut self) -> u64 {
         self.report.opened += 1;
         self.report.opened - 1
@@ -170,19 +178,117 @@ impl StreamTally {
         }
     }
 
+    /// Adds `other`'s streams (another generator's) to these: counts
+    /// summed, the peak the larger, the times bucket for bucket.
+    pub(crate) fn add(&mut self, other: &StreamTally) {
+        let (r, o) = (&mut self.report, &other.report);
+        r.opened += o.opened;
+        r.completed += o.completed;
+        for (code, n) in &o.aborted {
+            *r.aborted.entry(code.clone()).or_default() += n;
+        }
+        r.refused_by_cap += o.refused_by_cap;
+        r.peak_in_flight = r.peak_in_flight.max(o.peak_in_flight);
+        // Both have the same bounds: nothing to refuse.
+        let _ = self.first.add(&other.first);
+        let _ = self.duration.add(&other.duration);
+    }
+
     /// The report, its times summarized.
-    pub(super) fn finish(self) -> StreamReport {
+    pub(crate) fn report(&self) -> StreamReport {
         StreamReport {
             first_message: Percentiles::from_histogram(&self.first),
             duration: Percentiles::from_histogram(&self.duration),
-            ..self.report
+            ..self.report.clone()
         }
     }
 }
 
+/// A [`StreamTally`] on the wire between a generator process and the
+/// orchestrator: its counts, and each histogram as (value, count) pairs,
+/// one per bucket recorded, the value the bucket's highest (which lands in
+/// the same bucket again).
+#[derive(Serialize, Deserialize)]
+struct TallyWire {
+    opened: u64,
+    completed: u64,
+    aborted: std::collections::BTreeMap<String, u64>,
+    refused_by_cap: u64,
+    peak_in_flight: u64,
+    first_message_us: Vec<(u64, u64)>,
+    duration_us: Vec<(u64, u64)>,
+}
+
+/// Why a tally from a generator process was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("a stream time of {value_us} us, past the longest a tally holds ({LONGEST_US} us)")]
+pub(crate) struct TallyError {
+    value_us: u64,
+}
+
+impl From<StreamTally> for TallyWire {
+    fn from(t: StreamTally) -> Self {
+        let buckets = |h: &Histogram<u64>| {
+            h.iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect()
+        };
+        TallyWire {
+            first_message_us: buckets(&t.first),
+            duration_us: buckets(&t.duration),
+            opened: t.report.opened,
+            completed: t.report.completed,
+            aborted: t.report.aborted,
+            refused_by_cap: t.report.refused_by_cap,
+            peak_in_flight: t.report.peak_in_flight,
+        }
+    }
+}
+
+impl TryFrom<TallyWire> for StreamTally {
+    type Error = TallyError;
+
+    fn try_from(w: TallyWire) -> Result<Self, TallyError> {
+        let histogram = |buckets: &[(u64, u64)]| {
+            let mut h = stream_times();
+            for &(value_us, count) in buckets {
+                h.record_n(value_us, count)
+                    .map_err(|_| TallyError { value_us })?;
+            }
+            Ok::<_, TallyError>(h)
+        };
+        Ok(StreamTally {
+            first: histogram(&w.first_message_us)?,
+            duration: histogram(&w.duration_us)?,
+            report: StreamReport {
+                opened: w.opened,
+                completed: w.completed,
+                aborted: w.aborted,
+                refused_by_cap: w.refused_by_cap,
+                peak_in_flight: w.peak_in_flight,
+                ..StreamReport::default()
+            },
+        })
+    }
+}
+
+/// Where message `id` of the open loop's schedule goes, with `slots`
+/// streams at once of `per_stream` messages each: the stream's number, in
+/// the order the streams open (the schedule opens `slots` of them, one a
+/// slot, every `per_stream` rounds of the slots), its slot, and the
+/// message's place on it.
+fn stream_of(id: u64, slots: u64, per_stream: u64) -> (u64, usize, u64) {
+    let (round, slot) = (id / slots, id % slots);
+    let number = round / per_stream * slots + slot;
+    (number, slot as usize, round % per_stream)
+}
+
 /// Sends the open loop's schedule as messages on streams, and hands every
 /// message's record to `drain`. As the open loop: the measured phase lasts
-/// from the end of warmup to the next due time when sending stopped.
+/// from the end of warmup to the next due time when sending stopped. A
+/// part of the load sends the streams it [`Part::owns`] by their numbers,
+/// every message of each: the streams and their messages keep the numbers,
+/// ids and due times the whole load gives them.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     shared: &Arc<Shared>,
@@ -191,9 +297,10 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     streams: &StreamLoad,
     stop_at: Stop,
     sleeper: Sleeper,
+    part: Part,
     drain: &mut Drain<'_, S>,
     mut stop: watch::Receiver<u32>,
-) -> ((Duration, bool), StreamReport) {
+) -> ((Duration, bool), StreamTally) {
     let slots = u64::from(streams.streams.max(1));
     let per_stream = u64::from(streams.messages.max(1));
     let server = streams.kind == Streaming::Server;
@@ -218,28 +325,35 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
     let measure_from = shared.origin + shared.warmup;
     let mut interrupted = false;
     let measured_end;
-    let mut id = 0u64;
+    let mut own_measured = 0u64;
     let mut pacer = shared.pacing.pacer(&sleeper);
+    let mut next_id = 0u64;
     loop {
-        let intended = match due.next() {
-            Ok((intended, _)) => intended,
+        let id = next_id;
+        next_id += 1;
+        let (intended, measuring) = match due.next() {
+            Ok(next) => next,
             Err(end) => {
                 measured_end = end;
                 break;
             }
         };
+        let (number, slot, nth) = stream_of(id, slots, per_stream);
+        // Another part's stream.
+        if !part.owns(number) {
+            continue;
+        }
         if !paced(&mut pacer, intended, &mut stop).await {
             interrupted = true;
             measured_end = Instant::now().saturating_duration_since(measure_from);
             break;
         }
-        let slot = (id % slots) as usize;
-        let nth = (id / slots) % per_stream;
         if nth == 0 {
             // The slot's last stream has all its messages: it ends once
             // they are answered, and this one opens.
             let (tx, rx) = mpsc::unbounded_channel();
-            open[slot] = Some((tx, tally.opened()));
+            tally.opened();
+            open[slot] = Some((tx, number));
             let streams = match scheduled {
                 Some(total) => {
                     let count = (total.saturating_sub(id)).div_ceil(slots).min(per_stream);
@@ -290,9 +404,9 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
         if nth + 1 == per_stream {
             open[slot] = None;
         }
-        id += 1;
+        own_measured += u64::from(measuring);
         drain.tick(
-            due.measured(),
+            own_measured,
             intended.saturating_duration_since(measure_from),
         );
         while let Ok(done) = done_rx.try_recv() {
@@ -307,7 +421,7 @@ pub(super) async fn stream_loop<S: RecordSink + ?Sized>(
         take(done, drain, &mut tally);
     }
     while tasks.join_next().await.is_some() {}
-    ((measured_end, interrupted), tally.finish())
+    ((measured_end, interrupted), tally)
 }
 
 /// Hands one of a stream's results on.
@@ -526,9 +640,13 @@ fn refused_record(id: u64, intended: Instant, measure_from: Instant, cap: usize)
 
 /// A closed-loop worker's streams: its messages go on one stream, one in
 /// flight, until the stream has all its messages or broke; then another
-/// opens. Each stream's end is counted in the tally.
+/// opens. Each stream's end is counted in the tally. A part of the load
+/// numbers its streams as it does its requests ([`Part::closed_id`]): the
+/// parts' numbers are disjoint, and the whole load's are in the order the
+/// streams opened.
 pub(super) struct WorkerStream {
     messages: u64,
+    part: Part,
     tally: Arc<std::sync::Mutex<StreamTally>>,
     measure_from: Instant,
     open: Option<WorkerOpen>,
@@ -550,11 +668,13 @@ struct WorkerOpen {
 impl WorkerStream {
     pub(super) fn new(
         messages: u64,
+        part: Part,
         tally: Arc<std::sync::Mutex<StreamTally>>,
         measure_from: Instant,
     ) -> Self {
         WorkerStream {
             messages,
+            part,
             tally,
             measure_from,
             open: None,
@@ -571,12 +691,12 @@ impl WorkerStream {
         let mut number = None;
         if renew {
             self.close();
-            number = Some(
-                self.tally
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .opened(),
-            );
+            let opened = self
+                .tally
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .opened();
+            number = Some(self.part.closed_id(opened));
         }
         let measure_from = self.measure_from;
         let open = self.open.get_or_insert_with(|| WorkerOpen {
@@ -629,5 +749,111 @@ impl WorkerStream {
 impl Drop for WorkerStream {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_send_whole_streams_numbered_as_the_whole_load_numbers_them() {
+        let (slots, per_stream) = (4, 5);
+        // The whole load opens a stream at each slot's first message and
+        // numbers them as they open.
+        let mut opened = 0;
+        let mut whole = Vec::new();
+        for id in 0..203 {
+            let (number, slot, nth) = stream_of(id, slots, per_stream);
+            assert_eq!(slot as u64, id % slots);
+            if nth == 0 {
+                assert_eq!(number, opened, "message {id}");
+                opened += 1;
+            }
+            whole.push((id, number, nth));
+        }
+        // Ten rounds of 4 streams, and 3 opened by messages 200 to 202.
+        assert_eq!(opened, 43);
+        // Three parts: every message sent by one of them, each stream's
+        // messages all by the same one, each part sending some.
+        let parts: Vec<Part> = (0..3).map(|index| Part { index, of: 3 }).collect();
+        let mut by_stream = std::collections::HashMap::new();
+        let mut each = [0u32; 3];
+        for &(id, number, _) in &whole {
+            let owners: Vec<&Part> = parts.iter().filter(|p| p.owns(number)).collect();
+            assert_eq!(owners.len(), 1, "message {id}");
+            each[owners[0].index as usize] += 1;
+            let owner = *by_stream.entry(number).or_insert(owners[0].index);
+            assert_eq!(owner, owners[0].index, "stream {number}");
+        }
+        assert!(each.iter().all(|&n| n > 60), "{each:?}");
+    }
+
+    /// A stream's end that held, with `first` and `last` µs from its first
+    /// message's due time.
+    fn held(first: u64, last: u64) -> StreamEnd {
+        StreamEnd {
+            aborted: None,
+            refused: 0,
+            peak: first % 5,
+            times: Some(StreamTimes {
+                first: 0,
+                first_due: Duration::ZERO,
+                first_end: Some(Duration::from_micros(first)),
+                last_end: Duration::from_micros(last),
+            }),
+        }
+    }
+
+    #[test]
+    fn generators_tallies_cross_the_wire_and_add_up_to_the_whole_bucket_for_bucket() {
+        let mut whole = StreamTally::default();
+        let mut parts = [StreamTally::default(), StreamTally::default()];
+        for k in 0..400u64 {
+            let part = &mut parts[(k % 2) as usize];
+            for tally in [&mut whole, &mut *part] {
+                tally.opened();
+                if k % 50 == 7 {
+                    tally.ended(StreamEnd {
+                        aborted: Some(tonic::Code::Unavailable),
+                        refused: 2,
+                        peak: 3,
+                        times: None,
+                    });
+                } else {
+                    tally.ended(held(100 + k * 37, 5_000 + k * k * 13));
+                }
+            }
+        }
+        let [a, b] = parts;
+        let over = |t: &StreamTally| -> StreamTally {
+            let text = serde_json::to_string(t).expect("a tally serializes");
+            serde_json::from_str(&text).expect("and reads back")
+        };
+        let mut merged = over(&a);
+        merged.add(&over(&b));
+        assert_eq!(merged.first, whole.first);
+        assert_eq!(merged.duration, whole.duration);
+        let report = merged.report();
+        assert_eq!(report, whole.report());
+        assert_eq!(
+            (report.opened, report.completed, report.refused_by_cap),
+            (400, 392, 16)
+        );
+        assert_eq!(report.aborted.get("unavailable"), Some(&8));
+        assert_eq!(report.first_message.count, 392);
+    }
+
+    #[test]
+    fn a_tally_with_a_time_past_an_hour_is_refused_and_named() {
+        let text = r#"{"opened":1,"completed":1,"aborted":{},"refused_by_cap":0,
+            "peak_in_flight":1,"first_message_us":[[5000000000,1]],"duration_us":[]}"#;
+        let err = serde_json::from_str::<StreamTally>(text)
+            .expect_err("a time past the tally's bounds")
+            .to_string();
+        assert!(
+            err.contains("a stream time of 5000000000 us, past the longest a tally holds"),
+            "{err}"
+        );
     }
 }

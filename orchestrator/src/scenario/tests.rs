@@ -3194,28 +3194,29 @@ fn streams_parse_and_their_rules_are_located() {
     );
     assert_eq!(
         messages(&format!(
-            "{load}arrivals = \"poisson\"\ngenerators = 2\n{streams}{}",
+            "{load}arrivals = \"poisson\"\n{streams}{}",
             hop("streaming = \"bidi\"")
         )),
         [
             "load.arrivals cannot be \"poisson\" with load.streams: each stream's messages are \
              due on a fixed schedule (leave arrivals out)",
-            "load.generators cannot go with load.streams yet: one generator sends every stream",
         ]
     );
+    // Several generators share the streams, a generator's link may carry
+    // a fault.
+    let shared = ok(&format!(
+        "{load}generators = 3\nnet = {{ delay = \"1ms\" }}\n\
+         generator_net = {{ generator = 1, loss = 1 }}\n{streams}{}",
+        hop("streaming = \"bidi\"")
+    ));
+    let shared = &shared.variants[0].load;
     assert_eq!(
-        messages(&format!(
-            "{load}net = {{ delay = \"1ms\" }}\n\
-             generator_net = {{ generator = 0, loss = 1 }}\n{streams}{}",
-            hop("streaming = \"bidi\"")
-        )),
-        [
-            "load.net cannot go with load.streams yet: a generator whose link carries a fault \
-             runs in a process of its own, and streams are sent only from the orchestrator's",
-            "load.generator_net cannot go with load.streams yet: a generator whose link carries \
-             a fault runs in a process of its own, and streams are sent only from the \
-             orchestrator's",
-        ]
+        (
+            shared.generators,
+            shared.streams.is_some(),
+            shared.generator_net.len()
+        ),
+        (3, true, 1)
     );
     assert_eq!(
         messages(&format!(

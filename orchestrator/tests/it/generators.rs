@@ -7,8 +7,7 @@
 //! elsewhere (`--stay`) serve every variant at the address the run awaits
 //! them at, refused without the run's token, and leave when it ends;
 //! under the netns launcher each generator runs in a namespace of its own;
-//! streams, which only the generator in the orchestrator sends, are
-//! refused in a generator process.
+//! generators share a load's streams, each stream sent whole by one.
 
 use std::collections::BTreeMap;
 
@@ -23,7 +22,7 @@ tests! {
     sync generators_started_elsewhere_serve_every_variant_and_leave_when_told,
     sync under_the_netns_launcher_each_generator_has_a_namespace_of_its_own,
     sync a_fault_on_a_generators_link_is_refused_for_generators_started_elsewhere,
-    sync streams_are_refused_in_a_generator_process,
+    sync generators_share_the_streams_each_sending_whole_ones,
 }
 
 fn scenario(load: &str) -> String {
@@ -577,28 +576,78 @@ fn a_fault_on_a_generators_link_is_refused_for_generators_started_elsewhere() {
     assert!(!results.exists(), "a results folder was made: {output}");
 }
 
-fn streams_are_refused_in_a_generator_process() {
+fn generators_share_the_streams_each_sending_whole_ones() {
+    let _serial = serial();
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = write(
+    let scenario = |load: &str| {
+        format!(
+            "name = \"gen\"\n[load]\n{load}\ngenerators = 2\n\
+             [load.streams]\nmessages = 10\n\
+             [[hop]]\nname = \"a\"\nstreaming = \"server\"\n"
+        )
+    };
+    // Server streams in an open loop: each stream is one request for its
+    // messages, which the generator that owns it asks for whole. 60
+    // messages (10 of warmup) dealt to 2 slots, 10 a stream: 6 streams.
+    let open = write(
         dir.path(),
-        "streams.toml",
-        "name = \"gen\"\n[load]\nmode = \"open\"\nrate = 50\nduration = \"1s\"\n\
-         [load.streams]\nstreams = 2\nmessages = 10\n\
-         [[hop]]\nname = \"a\"\nstreaming = \"bidi\"\n",
+        "open.toml",
+        &scenario("mode = \"open\"\nrate = 50\nduration = \"1s\"\nwarmup = \"200ms\"")
+            .replace("messages = 10", "streams = 2\nmessages = 10"),
     );
-    let results = dir.path().join("r");
-    let finished = tailmesh(
-        dir.path(),
-        &run_args(&path, &results, &["--generator-processes"]),
+    let ran = accounted(
+        tailmesh(dir.path(), &run_args(&open, &dir.path().join("open"), &[])),
+        &dir.path().join("open"),
     );
-    let output = finished.output();
-    assert_eq!(finished.code(), Some(2), "{output}");
+    let (v, context) = (&ran.v, &ran.context);
+    assert_eq!(u64_at(v, "/generators/count"), 2, "{context}");
+    assert_eq!(
+        (u64_at(v, "/sent"), u64_at(v, "/ok")),
+        (50, 50),
+        "{context}"
+    );
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert_eq!(
+        (u64_at(streams, "/opened"), u64_at(streams, "/completed")),
+        (6, 6),
+        "{context}"
+    );
     assert!(
-        output.contains(
-            "variant \"base\": --generator-processes: [load.streams] are sent only by the load \
-             generator inside the orchestrator's process"
-        ),
-        "{output}"
+        context.contains("base: streams: 6 opened (warmup's included), 6 held to their end"),
+        "{context}"
     );
-    assert!(!results.exists(), "a results folder was made: {output}");
+
+    // A closed loop: each generator's workers open streams numbered apart
+    // from the other's, so no message's place is taken twice.
+    let closed = write(
+        dir.path(),
+        "closed.toml",
+        &scenario("mode = \"closed\"\nconcurrency = 4\nrequests = 60")
+            .replace("streaming = \"server\"", "streaming = \"bidi\""),
+    );
+    let ran = accounted(
+        tailmesh(
+            dir.path(),
+            &run_args(&closed, &dir.path().join("closed"), &[]),
+        ),
+        &dir.path().join("closed"),
+    );
+    let (v, context) = (&ran.v, &ran.context);
+    assert_eq!(u64_at(v, "/generators/count"), 2, "{context}");
+    let rows = requests_csv(&ran.run_dir);
+    assert_eq!(rows.len(), 60, "{context}");
+    let mut places = std::collections::BTreeSet::new();
+    for row in &rows {
+        let place = row.stream.expect("a stream's message");
+        assert!(places.insert(place), "{place:?} twice:\n{context}");
+    }
+    let numbers: std::collections::BTreeSet<u64> = places.iter().map(|p| p.0).collect();
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert!(
+        numbers.len() as u64 <= u64_at(streams, "/opened") && numbers.len() >= 6,
+        "{numbers:?}:\n{context}"
+    );
+    // Both generators' streams: even numbers from the first, odd from the
+    // second.
+    assert!(numbers.iter().any(|n| n % 2 == 0) && numbers.iter().any(|n| n % 2 == 1));
 }

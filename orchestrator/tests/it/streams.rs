@@ -19,6 +19,7 @@ tests! {
     sync server_streams_carry_every_message_from_the_last_hop_at_its_time,
     sync client_streams_answer_every_message_at_their_end_timed_to_where_it_was_done,
     sync a_killed_hop_loses_what_its_client_streams_carried_and_a_relaying_hop_opens_another,
+    sync three_generators_send_the_one_generators_streams_each_whole,
 }
 
 /// Runs `scenario` in `scratch` to its end: its first variant, accounted
@@ -73,23 +74,45 @@ work = {{ kind = "sleep", dist = "fixed", value = "1ms" }}
 /// the failed ones with b's injected error (16 to 64 of 400: 4 sd either
 /// way of 40); no failed message broke its stream, so the 20 streams (450
 /// messages, warmup's 50 included, dealt to 4 slots in turn, 25 a stream)
-/// all held; each hop opened one stream to the next per stream it served;
-/// every answered message went through c, b and a.
+/// all held; the load generator and each hop opened one stream to the
+/// next per stream it served; every answered message went through c, b
+/// and a.
 fn twenty_streams(
     scratch: &Scratch,
     kind: &str,
     load_extra: &str,
     b_extra: &str,
 ) -> (Accounted, Vec<Row>) {
+    let (run, rows) = twenty_streams_from(scratch, kind, "", load_extra, b_extra, "");
+    assert_eq!(
+        picks_of(&run.v, "loadgen", "a"),
+        STREAMS,
+        "picks of a's replica by the load generator:\n{}",
+        run.context
+    );
+    (run, rows)
+}
+
+/// [`twenty_streams`] with `load_keys` in `[load]` before its streams, and
+/// `tables` after the hops; the load generator's picks are not checked
+/// (generator processes do not report theirs).
+fn twenty_streams_from(
+    scratch: &Scratch,
+    kind: &str,
+    load_keys: &str,
+    load_extra: &str,
+    b_extra: &str,
+    tables: &str,
+) -> (Accounted, Vec<Row>) {
     let load = format!(
-        "rate = 200\nduration = \"2s\"\nwarmup = \"250ms\"\n\n[load.streams]\nstreams = 4\n\
-         messages = 25\n{load_extra}"
+        "rate = 200\nduration = \"2s\"\nwarmup = \"250ms\"\n{load_keys}\n[load.streams]\n\
+         streams = 4\nmessages = 25\n{load_extra}"
     );
     let b = format!("error = {{ probability = 0.1, code = \"unavailable\" }}\n{b_extra}");
     let scenario = write(
         scratch.path(),
         &format!("{kind}.toml"),
-        &chain_of(kind, kind, &load, &b),
+        &format!("{}{tables}", chain_of(kind, kind, &load, &b)),
     );
     let run = run_accounted(scratch, &scenario);
     let (v, context) = (&run.v, &run.context);
@@ -102,7 +125,7 @@ fn twenty_streams(
     let streams = v.pointer("/streams").expect("the streams' report");
     assert_eq!(u64_at(streams, "/opened"), STREAMS, "{context}");
     assert_eq!(u64_at(streams, "/completed"), STREAMS, "{context}");
-    for (caller, hop) in [("loadgen", "a"), ("a/0", "b"), ("b/0", "c")] {
+    for (caller, hop) in [("a/0", "b"), ("b/0", "c")] {
         assert_eq!(
             picks_of(v, caller, hop),
             STREAMS,
@@ -174,18 +197,7 @@ fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
         "{context}"
     );
 
-    // Each row says which message of which stream it is: message k of the
-    // one schedule is message (k / 4) % 25 of its slot's stream, and the
-    // streams open in the order of their first messages.
-    for row in &rows {
-        let (id, slots, per) = (row.id, 4, 25);
-        let stream = id / (slots * per) * slots + id % slots;
-        assert_eq!(
-            row.stream,
-            Some((stream, ((id / slots) % per) as u32)),
-            "{row:?}"
-        );
-    }
+    assert_places(&rows);
 
     // Each hop's span joined its message's trace: the context went from
     // process to process in each message.
@@ -196,37 +208,7 @@ fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
 
     // Each kept trace is one message's, its load generator's span marked
     // with the message's stream and place, as requests.csv has them.
-    let places: std::collections::HashMap<u64, (u64, u32)> = rows
-        .iter()
-        .filter_map(|r| Some((r.id, r.stream?)))
-        .collect();
-    let traces = jaeger_traces(&run_dir);
-    let mut checked = 0;
-    for trace in &traces {
-        let spans = trace["spans"].as_array().expect("spans");
-        let root = spans
-            .iter()
-            .find(|s| {
-                s["operationName"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with("request "))
-            })
-            .expect("the load generator's span");
-        let int = |key: &str| {
-            jaeger_attribute(trace, root, key)
-                .and_then(|v| v.as_i64())
-                .unwrap_or_else(|| panic!("{key} on {root}"))
-        };
-        let id = int("request_id") as u64;
-        if let Some(&(stream, message)) = places.get(&id) {
-            assert_eq!(
-                (int("stream") as u64, int("stream.message") as u32),
-                (stream, message),
-                "{root}"
-            );
-            checked += 1;
-        }
-    }
+    let checked = traces_placed(&run_dir, &rows);
     // The slow ones (b's 30 ms) and the failed ones at least.
     assert!(checked >= 20, "{checked} traces checked:\n{context}");
 
@@ -253,6 +235,59 @@ fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
 
 /// The streams of the first test's load: 4 slots x 5.
 const STREAMS: u64 = 20;
+
+/// Each row says which message of which stream it is: message k of the
+/// one schedule is message (k / 4) % 25 of its slot's stream, and the
+/// streams open in the order of their first messages.
+fn assert_places(rows: &[Row]) {
+    for row in rows {
+        let (id, slots, per) = (row.id, 4, 25);
+        let stream = id / (slots * per) * slots + id % slots;
+        assert_eq!(
+            row.stream,
+            Some((stream, ((id / slots) % per) as u32)),
+            "{row:?}"
+        );
+    }
+}
+
+/// Checks that each kept trace of a message in `rows` has its load
+/// generator's span marked with the message's stream and place; how many
+/// it checked.
+fn traces_placed(run_dir: &std::path::Path, rows: &[Row]) -> usize {
+    let places: std::collections::HashMap<u64, (u64, u32)> = rows
+        .iter()
+        .filter_map(|r| Some((r.id, r.stream?)))
+        .collect();
+    let traces = jaeger_traces(run_dir);
+    let mut checked = 0;
+    for trace in &traces {
+        let spans = trace["spans"].as_array().expect("spans");
+        let root = spans
+            .iter()
+            .find(|s| {
+                s["operationName"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("request "))
+            })
+            .expect("the load generator's span");
+        let int = |key: &str| {
+            jaeger_attribute(trace, root, key)
+                .and_then(|v| v.as_i64())
+                .unwrap_or_else(|| panic!("{key} on {root}"))
+        };
+        let id = int("request_id") as u64;
+        if let Some(&(stream, message)) = places.get(&id) {
+            assert_eq!(
+                (int("stream") as u64, int("stream.message") as u32),
+                (stream, message),
+                "{root}"
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
 
 /// How many times `caller`'s client (`loadgen`, or `hop/replica`) picked
 /// a replica of `hop`: once per call, or once per stream.
@@ -538,4 +573,52 @@ kill = { replica = 0, at = "1s", back = "500ms" }
         answered.iter().all(|id| *id > last_lost),
         "an answer before the kill:\n{context}"
     );
+}
+
+fn three_generators_send_the_one_generators_streams_each_whole() {
+    let scratch = Scratch::shared();
+    // The first test's load shared by three generator processes, every
+    // trace kept: each generator forwards its requests' client spans.
+    let (
+        Accounted {
+            run_dir,
+            v,
+            context,
+            ..
+        },
+        rows,
+    ) = twenty_streams_from(
+        &scratch,
+        "bidi",
+        "generators = 3",
+        "in_flight = 8",
+        "",
+        "\n[telemetry]\nkeep_share = 1.0\n",
+    );
+    let v = &v;
+    // Every stream opened, held and was counted once, by the generator
+    // that sent it; the messages kept the one generator's ids and places.
+    assert_eq!(u64_at(v, "/generators/count"), 3, "{context}");
+    let each: Vec<u64> = v["generators"]["each"]
+        .as_array()
+        .expect("each generator")
+        .iter()
+        .map(|g| u64_at(g, "/records"))
+        .collect();
+    assert_eq!(each.iter().sum::<u64>(), rows.len() as u64, "{context}");
+    assert!(each.iter().all(|&n| n >= 50), "{each:?}:\n{context}");
+    assert_places(&rows);
+    // The 16 streams that began after warmup, timed in three generators
+    // and added together.
+    let streams = v.pointer("/streams").expect("the streams' report");
+    assert_eq!(u64_at(streams, "/first_message/count"), 16, "{context}");
+    assert_eq!(u64_at(streams, "/duration/count"), 16, "{context}");
+    let lasted = u64_at(streams, "/duration/p50_us");
+    assert!(
+        (480_000..1_000_000).contains(&lasted),
+        "{lasted} us:\n{context}"
+    );
+    // Every message's trace kept, its client span (made in a generator
+    // process) marked with its stream and place.
+    assert_eq!(traces_placed(&run_dir, &rows), rows.len(), "{context}");
 }

@@ -10,9 +10,9 @@ use tailmesh_model::{BrokerKind, LinkCounts, QueueBounds};
 use tailmesh_services::{addr::PeerAddr, hop::server::DownstreamConfig, tls::TlsFiles};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
-use super::super::Part;
+use super::super::{Part, StreamTally};
 use crate::{
-    record::{RequestRecord, WarmupCounts},
+    record::{RequestRecord, StreamPlace, WarmupCounts},
     traces::loadgen::TraceIds,
 };
 
@@ -109,6 +109,9 @@ pub(crate) struct ClientSpan {
     /// From its intended send time to its end.
     pub latency: Duration,
     pub error: Option<String>,
+    /// Which message of which stream it was, if one.
+    #[serde(default)]
+    pub stream: Option<StreamPlace>,
 }
 
 /// What a generator's part of the load came to.
@@ -129,6 +132,9 @@ pub(crate) struct GeneratorOutcome {
     /// here when its job was `held` (it forwarded no span to count).
     #[serde(default)]
     pub traced: u64,
+    /// What became of its streams, when the load went on streams.
+    #[serde(default)]
+    pub streams: Option<StreamTally>,
 }
 
 /// Why a frame could not be read or written.

@@ -272,7 +272,6 @@ async fn prepare(job: &Job) -> Result<Prepared, PrepareError> {
 struct ForwardedSpans(mpsc::UnboundedSender<ClientSpan>);
 
 impl ClientSpans for ForwardedSpans {
-    /// A stream's place is not forwarded: generators > 1 send no streams.
     fn record(&self, _: RequestTrace, id: u64, ended: &dyn Fn() -> Ended) {
         let ended = ended();
         let _ = self.0.send(ClientSpan {
@@ -280,6 +279,7 @@ impl ClientSpans for ForwardedSpans {
             ended_unix_ns: tailmesh_units::unix_nanos_at(ended.ended),
             latency: ended.latency,
             error: ended.error,
+            stream: ended.stream,
         });
     }
 
@@ -476,6 +476,7 @@ async fn run(
         records: outcome.pipeline.records,
         peak_in_flight: outcome.pipeline.peak_in_flight,
         traced: counted.0.load(Ordering::Relaxed),
+        streams: outcome.streams,
     };
     frame::write(&mut writer, &FromGenerator::Done(Box::new(done))).await?;
     // The orchestrator closes the connection once it has everything.

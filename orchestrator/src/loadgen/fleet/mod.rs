@@ -39,7 +39,7 @@ use tokio::{
 };
 
 use self::frame::{ClientSpan, FromGenerator, GeneratorOutcome, Job, ToGenerator, unix_ns_now};
-use super::{LoadClock, LoadOutcome, Part, Progress, STOP_SENDING, selfwatch};
+use super::{LoadClock, LoadOutcome, Part, Progress, STOP_SENDING, StreamTally, selfwatch};
 use crate::{
     record::{GeneratorReport, PipelineStats, RecordSink, RequestRecord},
     traces::loadgen::LoadTracer,
@@ -723,7 +723,10 @@ impl State {
         let ended = SystemTime::UNIX_EPOCH
             + Duration::from_nanos(u64::try_from(ended.max(0)).unwrap_or(u64::MAX));
         tracer.record(tracer.request(s.id), s.id, || {
-            crate::traces::loadgen::Ended::new(ended, s.latency, s.error.as_deref())
+            crate::traces::loadgen::Ended {
+                stream: s.stream,
+                ..crate::traces::loadgen::Ended::new(ended, s.latency, s.error.as_deref())
+            }
         });
     }
 
@@ -772,7 +775,8 @@ fn skew_bound_us(states: &[State]) -> f64 {
 }
 
 /// The load's outcome from every generator's: warmups summed, the longest
-/// measured phase, interrupted if any was or any stopped early.
+/// measured phase, interrupted if any was or any stopped early, the
+/// streams' tallies added.
 fn combine(states: &[State], stopped: bool, samples: crate::record::MachineSamples) -> LoadOutcome {
     let mut load = LoadOutcome {
         instrument: Some(samples),
@@ -793,6 +797,11 @@ fn combine(states: &[State], stopped: bool, samples: crate::record::MachineSampl
             (a, b) => a.or(b),
         };
         stats.peak_in_flight += done.peak_in_flight;
+        if let Some(theirs) = &done.streams {
+            load.streams
+                .get_or_insert_with(StreamTally::default)
+                .add(theirs);
+        }
     }
     load.pipeline = stats;
     load

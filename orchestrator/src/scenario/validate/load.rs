@@ -261,26 +261,6 @@ pub(super) fn load(s: &Section<'_>, p: &mut Problems) -> Option<Load> {
         }
         (mode, _) => mode,
     };
-    if matches!(streams, Some(Some(_))) && generators.is_some_and(|g| g > 1) {
-        s.forbid(
-            p,
-            "generators",
-            "cannot go with load.streams yet: one generator sends every stream",
-        );
-    }
-    if matches!(streams, Some(Some(_))) {
-        // A faulty link puts its generator in a process of its own, and
-        // only the generator in the orchestrator's process sends streams.
-        for key in ["net", "generator_net"] {
-            s.forbid(
-                p,
-                key,
-                "cannot go with load.streams yet: a generator whose link carries a fault runs \
-                 in a process of its own, and streams are sent only from the orchestrator's",
-            );
-        }
-    }
-
     // The generators' links: every one's, and single ones'.
     let net = super::faults::net_table(s, p);
     let generator_net = super::faults::generator_nets(s, generators, p);
