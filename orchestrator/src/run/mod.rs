@@ -697,6 +697,13 @@ async fn measure(
         None
     };
     let target = Target::new(reaches, plan.seed);
+    // The pools this process sends the load through: none when generator
+    // processes send it (theirs, and what they saw, stay there).
+    let entry_pools = if fleet.is_some() {
+        Vec::new()
+    } else {
+        entry_pools
+    };
     let mut faults = faults::Faults::plan(plan, launcher, &addrs, &options.exe);
     let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
     // Windows that start at 0 are applied before the load starts.

@@ -618,6 +618,15 @@ fn three_generators_send_the_one_generators_streams_each_whole() {
         (480_000..1_000_000).contains(&lasted),
         "{lasted} us:\n{context}"
     );
+    // The generators' pools stay in their processes: no view of the
+    // entry hop's replicas is reported as the load generator's.
+    assert_eq!(picks_of(v, "loadgen", "a"), 0, "{context}");
+    assert!(
+        v["endpoints"]
+            .as_array()
+            .is_some_and(|e| e.iter().all(|p| p["caller"] != "loadgen")),
+        "{context}"
+    );
     // Every message's trace kept, its client span (made in a generator
     // process) marked with its stream and place.
     assert_eq!(traces_placed(&run_dir, &rows), rows.len(), "{context}");
