@@ -175,20 +175,7 @@ fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
         "{context}"
     );
     assert_eq!(u64_at(streams, "/refused_by_cap"), 0, "{context}");
-    // The times of the 16 streams that began after warmup (their first
-    // messages are ids 100 to 103, 200 to 203, ... of the one schedule):
-    // each one's first answer, and its messages' span: 24 gaps of 20 ms
-    // for the 12 whole ones, about 12 for the last 4, cut by the run's
-    // end.
-    assert_eq!(u64_at(streams, "/first_message/count"), 16, "{context}");
-    assert_eq!(u64_at(streams, "/duration/count"), 16, "{context}");
-    let first_p50 = u64_at(streams, "/first_message/p50_us");
-    assert!((1..100_000).contains(&first_p50), "{context}");
-    let lasted = u64_at(streams, "/duration/p50_us");
-    assert!(
-        (480_000..1_000_000).contains(&lasted),
-        "{lasted} us:\n{context}"
-    );
+    sixteen_timed(streams, &context);
     assert!(
         context.contains(&format!(
             "base: streams: {STREAMS} opened (warmup's included), {STREAMS} held to their end, \
@@ -235,6 +222,23 @@ fn every_message_of_every_stream_crosses_the_chain_and_is_accounted_for() {
 
 /// The streams of the first test's load: 4 slots x 5.
 const STREAMS: u64 = 20;
+
+/// The times of the first test's 16 streams that began after warmup
+/// (their first messages are ids 100 to 103, 200 to 203, ... of the one
+/// schedule): each one's first answer, and its messages' span: 24 gaps of
+/// 20 ms for the 12 whole ones, about 12 for the last 4, cut by the run's
+/// end.
+fn sixteen_timed(streams: &serde_json::Value, context: &str) {
+    assert_eq!(u64_at(streams, "/first_message/count"), 16, "{context}");
+    assert_eq!(u64_at(streams, "/duration/count"), 16, "{context}");
+    let first_p50 = u64_at(streams, "/first_message/p50_us");
+    assert!((1..100_000).contains(&first_p50), "{context}");
+    let lasted = u64_at(streams, "/duration/p50_us");
+    assert!(
+        (480_000..1_000_000).contains(&lasted),
+        "{lasted} us:\n{context}"
+    );
+}
 
 /// Each row says which message of which stream it is: message k of the
 /// one schedule is message (k / 4) % 25 of its slot's stream, and the
@@ -579,15 +583,7 @@ fn three_generators_send_the_one_generators_streams_each_whole() {
     let scratch = Scratch::shared();
     // The first test's load shared by three generator processes, every
     // trace kept: each generator forwards its requests' client spans.
-    let (
-        Accounted {
-            run_dir,
-            v,
-            context,
-            ..
-        },
-        rows,
-    ) = twenty_streams_from(
+    let (run, rows) = twenty_streams_from(
         &scratch,
         "bidi",
         "generators = 3",
@@ -595,7 +591,7 @@ fn three_generators_send_the_one_generators_streams_each_whole() {
         "",
         "\n[telemetry]\nkeep_share = 1.0\n",
     );
-    let v = &v;
+    let (v, context) = (&run.v, &run.context);
     // Every stream opened, held and was counted once, by the generator
     // that sent it; the messages kept the one generator's ids and places.
     assert_eq!(u64_at(v, "/generators/count"), 3, "{context}");
@@ -608,16 +604,8 @@ fn three_generators_send_the_one_generators_streams_each_whole() {
     assert_eq!(each.iter().sum::<u64>(), rows.len() as u64, "{context}");
     assert!(each.iter().all(|&n| n >= 50), "{each:?}:\n{context}");
     assert_places(&rows);
-    // The 16 streams that began after warmup, timed in three generators
-    // and added together.
-    let streams = v.pointer("/streams").expect("the streams' report");
-    assert_eq!(u64_at(streams, "/first_message/count"), 16, "{context}");
-    assert_eq!(u64_at(streams, "/duration/count"), 16, "{context}");
-    let lasted = u64_at(streams, "/duration/p50_us");
-    assert!(
-        (480_000..1_000_000).contains(&lasted),
-        "{lasted} us:\n{context}"
-    );
+    // The streams' times, taken in three generators and added together.
+    sixteen_timed(v.pointer("/streams").expect("the streams' report"), context);
     // The generators' pools stay in their processes: no view of the
     // entry hop's replicas is reported as the load generator's.
     assert_eq!(picks_of(v, "loadgen", "a"), 0, "{context}");
@@ -629,5 +617,5 @@ fn three_generators_send_the_one_generators_streams_each_whole() {
     );
     // Every message's trace kept, its client span (made in a generator
     // process) marked with its stream and place.
-    assert_eq!(traces_placed(&run_dir, &rows), rows.len(), "{context}");
+    assert_eq!(traces_placed(&run.run_dir, &rows), rows.len(), "{context}");
 }
