@@ -11,6 +11,28 @@ use crate::{
     record::{AttemptTiming, CallTiming, GrpcCode, HopRecord},
 };
 
+/// Unix ns on this machine's wall clock placed on `clock`'s measured clock,
+/// in seconds, by one reading of both clocks now.
+pub(crate) fn measured_seconds(clock: &crate::loadgen::LoadClock) -> impl Fn(u64) -> f64 + use<> {
+    let now = tokio::time::Instant::now();
+    let now_unix_ns = tailmesh_units::unix_nanos();
+    let measured_now = clock.measured_s(now);
+    move |unix_ns| measured_now - (now_unix_ns as f64 - unix_ns as f64) / 1e9
+}
+
+/// What a load generator's entry `pools` did with their hops' replicas, as
+/// `caller`, their events placed by `measured_s`.
+pub(crate) fn pools_endpoints(
+    caller: &str,
+    pools: &[std::sync::Arc<tailmesh_services::hop::PushPool>],
+    measured_s: impl Fn(u64) -> f64,
+) -> Vec<CallerEndpoints> {
+    pools
+        .iter()
+        .map(|pool| caller_endpoints(caller, &pool.endpoint_events(), &measured_s))
+        .collect()
+}
+
 /// A tonic status code as the records name it.
 pub(crate) fn grpc_code(code: tonic::Code) -> GrpcCode {
     GrpcCode::from_i32(code as i32)

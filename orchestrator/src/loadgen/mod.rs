@@ -203,6 +203,9 @@ pub(crate) struct LoadOutcome {
     pub start_skew_bound_us: f64,
     /// What became of the streams, when the load was sent on streams.
     pub streams: Option<StreamTally>,
+    /// What the generator processes' entry pools did with the entry hops'
+    /// replicas (`loadgen/<index>`), on the measured clock.
+    pub endpoints: Vec<crate::analysis::CallerEndpoints>,
 }
 
 /// The origin of a variant's load, shared by the load generator and the
@@ -390,6 +393,7 @@ pub(crate) async fn generate<S: RecordSink + ?Sized>(
         start_skew_us: 0.0,
         start_skew_bound_us: 0.0,
         streams: stream_report,
+        endpoints: Vec::new(),
     }
 }
 

@@ -11,7 +11,6 @@ use std::{sync::Arc, time::Duration};
 use futures::future::join_all;
 use tailmesh_proto::pb;
 use tailmesh_services::{addr::PeerAddr, hop::PushPool, model::Transport};
-use tokio::time::Instant;
 
 use crate::{
     analysis::CallerEndpoints, launcher::AnyLauncher, loadgen::LoadClock, plan::Addrs,
@@ -22,14 +21,16 @@ use crate::{
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every caller's view of every push hop it calls: the load generator's
-/// (`loadgen`, from its `entries`' pools) first, then each calling replica's in plan
-/// order (`b/1`); pools with nothing in them are left out.
+/// (`loadgen`, from its `entries`' pools, or the generator processes',
+/// `generators`, as they sent them) first, then each calling replica's in
+/// plan order (`b/1`); pools with nothing in them are left out.
 pub(super) async fn collect(
     plan: &MeshPlan,
     launcher: &AnyLauncher,
     addrs: &Addrs,
     clock: &LoadClock,
     entries: &[Arc<PushPool>],
+    generators: &[CallerEndpoints],
 ) -> Vec<CallerEndpoints> {
     let variant = &plan.variant;
     let push = |name: &str| {
@@ -63,28 +64,16 @@ pub(super) async fn collect(
     }
     let answers = join_all(asks).await;
     // One reading of both clocks places the callers' wall-clock stamps.
-    let now = Instant::now();
-    let now_unix_ns = tailmesh_units::unix_nanos();
-    let measured_now = clock.measured_s(now);
-    let measured_s = |unix_ns: u64| {
-        let ago_ns = now_unix_ns as f64 - unix_ns as f64;
-        measured_now - ago_ns / 1e9
-    };
-    let mut out = Vec::new();
-    for pool in entries {
-        out.push(crate::wire::caller_endpoints(
-            "loadgen",
-            &pool.endpoint_events(),
-            measured_s,
-        ));
-    }
+    let measured_s = crate::wire::measured_seconds(clock);
+    let mut out = crate::wire::pools_endpoints("loadgen", entries, &measured_s);
+    out.extend(generators.iter().cloned());
     for (caller, answer) in answers {
         match answer {
             Ok(Some(events)) => out.extend(
                 events
                     .pools
                     .iter()
-                    .map(|pool| crate::wire::caller_endpoints(&caller, pool, measured_s)),
+                    .map(|pool| crate::wire::caller_endpoints(&caller, pool, &measured_s)),
             ),
             Ok(None) => {}
             Err(e) => crate::tell!(

@@ -698,7 +698,7 @@ async fn measure(
     };
     let target = Target::new(reaches, plan.seed);
     // The pools this process sends the load through: none when generator
-    // processes send it (theirs, and what they saw, stay there).
+    // processes send it (they report what theirs saw when they are done).
     let entry_pools = if fleet.is_some() {
         Vec::new()
     } else {
@@ -810,7 +810,15 @@ async fn measure(
     records.end_variant(&load);
     let (kills, kill_incidents) = kills.finish(&clock).await;
     incidents.extend(kill_incidents);
-    let endpoints = endpoints::collect(plan, launcher, &addrs, &clock, &entry_pools).await;
+    let endpoints = endpoints::collect(
+        plan,
+        launcher,
+        &addrs,
+        &clock,
+        &entry_pools,
+        &load.endpoints,
+    )
+    .await;
     let (faults, fault_windows, fault_incidents) = faults.finish(&clock).await;
     incidents.extend(fault_incidents);
     let broker = match broker {

@@ -135,6 +135,10 @@ pub(crate) struct GeneratorOutcome {
     /// What became of its streams, when the load went on streams.
     #[serde(default)]
     pub streams: Option<StreamTally>,
+    /// What its entry pools did with the entry hops' replicas, its events
+    /// on its own measured clock.
+    #[serde(default)]
+    pub endpoints: Vec<crate::analysis::CallerEndpoints>,
 }
 
 /// Why a frame could not be read or written.

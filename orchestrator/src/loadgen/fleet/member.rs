@@ -19,6 +19,7 @@ use std::{
 use tailmesh_analysis::{instrument, stats};
 use tailmesh_services::{
     hop::{
+        PushPool,
         call::{Reach, reach::ReachPlan},
         server::SERVICE_PATIENCE,
     },
@@ -228,6 +229,8 @@ async fn connect(joining: &Joining, patience: Duration) -> Result<TcpStream, Gen
 struct Prepared {
     load: crate::scenario::Load,
     target: Target,
+    /// The entries reached by push: what they see is reported at the end.
+    pools: Vec<Arc<PushPool>>,
 }
 
 async fn prepare(job: &Job) -> Result<Prepared, PrepareError> {
@@ -261,9 +264,17 @@ async fn prepare(job: &Job) -> Result<Prepared, PrepareError> {
             })?;
         reaches.push((reach, entry.policy.clone(), *share));
     }
+    let pools = reaches
+        .iter()
+        .filter_map(|(reach, _, _)| match reach {
+            Reach::Push(pool) => Some(Arc::clone(pool)),
+            Reach::Pull(_) | Reach::Direct(_) => None,
+        })
+        .collect();
     Ok(Prepared {
         load: job.load.clone(),
         target: Target::new(reaches, job.seed),
+        pools,
     })
 }
 
@@ -457,6 +468,11 @@ async fn run(
         records, lateness, ..
     } = sink;
     drop(records);
+    let endpoints = crate::wire::pools_endpoints(
+        &format!("loadgen/{}", job.part.index),
+        &prepared.pools,
+        crate::wire::measured_seconds(&clock),
+    );
     let mut writer = writer_task
         .await
         .map_err(|e| frame::FrameError::Io(std::io::Error::other(e)))??;
@@ -477,6 +493,7 @@ async fn run(
         peak_in_flight: outcome.pipeline.peak_in_flight,
         traced: counted.0.load(Ordering::Relaxed),
         streams: outcome.streams,
+        endpoints,
     };
     frame::write(&mut writer, &FromGenerator::Done(Box::new(done))).await?;
     // The orchestrator closes the connection once it has everything.

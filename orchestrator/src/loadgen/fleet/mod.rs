@@ -435,10 +435,13 @@ impl Fleet {
                             let ours = i128::from(origin_unix_ns) - i128::from(state.offset_ns);
                             state.skew_ns = Some(ours - i128::from(start_unix_ns));
                         }
-                        Ok(FromGenerator::Done(outcome)) => {
+                        Ok(FromGenerator::Done(mut outcome)) => {
                             if let Some(t) = &tracer {
                                 // Counted there when it forwarded no span.
                                 t.add_traced(outcome.traced);
+                            }
+                            for pool in &mut outcome.endpoints {
+                                state.shift_events(pool);
                             }
                             state.done = Some(*outcome);
                         }
@@ -716,6 +719,15 @@ impl State {
         }
     }
 
+    /// Moves its pool's events from its measured clock onto ours, as
+    /// [`State::shift`] does its records.
+    fn shift_events(&self, pool: &mut crate::analysis::CallerEndpoints) {
+        let skew_s = self.skew_ns.unwrap_or(0) as f64 / 1e9;
+        for e in &mut pool.events {
+            e.at_s += skew_s;
+        }
+    }
+
     /// Records the client span of a traced request it sent, its end moved
     /// onto our clock.
     fn trace(&self, tracer: &LoadTracer, s: ClientSpan) {
@@ -776,7 +788,7 @@ fn skew_bound_us(states: &[State]) -> f64 {
 
 /// The load's outcome from every generator's: warmups summed, the longest
 /// measured phase, interrupted if any was or any stopped early, the
-/// streams' tallies added.
+/// streams' tallies added, the pools' views one after another.
 fn combine(states: &[State], stopped: bool, samples: crate::record::MachineSamples) -> LoadOutcome {
     let mut load = LoadOutcome {
         instrument: Some(samples),
@@ -797,6 +809,7 @@ fn combine(states: &[State], stopped: bool, samples: crate::record::MachineSampl
             (a, b) => a.or(b),
         };
         stats.peak_in_flight += done.peak_in_flight;
+        load.endpoints.extend(done.endpoints.iter().cloned());
         if let Some(theirs) = &done.streams {
             load.streams
                 .get_or_insert_with(StreamTally::default)
@@ -869,6 +882,21 @@ mod tests {
         let mut r = record(1_000);
         early.shift(&mut r);
         assert_eq!(r.end, Duration::from_micros(900));
+        // Its pool's events move with its records.
+        let mut pool = crate::analysis::CallerEndpoints {
+            caller: "loadgen/1".to_owned(),
+            hop: "a".to_owned(),
+            replicas: Vec::new(),
+            events: vec![crate::analysis::EndpointEvent {
+                at_s: 1.5,
+                replica: 0,
+                kind: "ejected".to_owned(),
+                reason: String::new(),
+            }],
+            dropped: 0,
+        };
+        early.shift_events(&mut pool);
+        assert!((pool.events[0].at_s - 1.4998).abs() < 1e-9);
         assert!((skew_spread_us(&[late, early, state(None)]) - 500.0).abs() < 1e-9);
     }
 
