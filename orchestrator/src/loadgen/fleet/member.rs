@@ -52,13 +52,8 @@ pub const STAY_PATIENCE: Duration = Duration::from_secs(600);
 /// A generator that stays, told its index is not needed this variant,
 /// waits this long before it asks again.
 const SKIPPED_PAUSE: Duration = Duration::from_millis(200);
-/// Records sent on in one frame at most.
+/// Records (or spans) sent on in one frame at most.
 const BATCH: usize = 1024;
-
-/// How long a record waits for others to share its frame: one write (and
-/// one wake-up of the orchestrator) per window instead of per request,
-/// which on a small machine the hops and the generators would feel.
-const GATHER: Duration = Duration::from_millis(20);
 
 /// Why a generator process stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -366,47 +361,37 @@ async fn run(
     let (spans_tx, mut spans_rx) = mpsc::unbounded_channel::<ClientSpan>();
     let (sent_tx, sent_rx) = watch::channel((0u64, 0u64));
     let (stop_tx, stop_rx) = watch::channel(0u32);
-    // The writer: records gathered for GATHER (or until BATCH of them) into
-    // one frame, spans as they come, and a beat every BEAT_EVERY; it ends
-    // once every record is written.
+    // The writer: records and spans gathered until the next beat, every
+    // BEAT_EVERY (or until BATCH of them), and written just before it: the
+    // process wakes for its beat anyway, and the orchestrator reads one
+    // frame of each a beat instead of one a request. It ends once every
+    // record is written.
     let writer_task = tokio::spawn(async move {
         let mut beat = tokio::time::interval(BEAT_EVERY);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(BATCH);
-        let mut gathered_until = None;
         let mut spans = Vec::new();
         let mut spans_open = true;
         loop {
-            let now = tokio::time::Instant::now();
-            let due = if batch.len() >= BATCH {
-                now
-            } else {
-                gathered_until.unwrap_or(now + GATHER)
-            };
+            // At least 1: a full batch is written at once.
+            let room = BATCH - batch.len();
             tokio::select! {
-                got = records_rx.recv_many(&mut batch, BATCH), if batch.len() < BATCH => {
+                got = records_rx.recv_many(&mut batch, room) => {
+                    if got == 0 || batch.len() >= BATCH {
+                        write_batches(&mut writer, &mut batch, &mut spans).await?;
+                    }
                     if got == 0 {
-                        if !batch.is_empty() {
-                            let records = std::mem::take(&mut batch);
-                            frame::write(&mut writer, &FromGenerator::Records { records }).await?;
-                        }
                         break;
                     }
-                    gathered_until.get_or_insert(due);
                 }
-                _ = tokio::time::sleep_until(due), if !batch.is_empty() => {
-                    gathered_until = None;
-                    let records = std::mem::take(&mut batch);
-                    frame::write(&mut writer, &FromGenerator::Records { records }).await?;
-                }
-                got = spans_rx.recv_many(&mut spans, BATCH), if spans_open => {
+                got = spans_rx.recv_many(&mut spans, BATCH), if spans_open && spans.len() < BATCH => {
                     spans_open = got > 0;
-                    if got > 0 {
-                        let spans = std::mem::take(&mut spans);
-                        frame::write(&mut writer, &FromGenerator::Spans { spans }).await?;
+                    if spans.len() >= BATCH {
+                        write_batches(&mut writer, &mut batch, &mut spans).await?;
                     }
                 }
                 _ = beat.tick() => {
+                    write_batches(&mut writer, &mut batch, &mut spans).await?;
                     let (sent, ended) = *sent_rx.borrow();
                     frame::write(&mut writer, &FromGenerator::Beat { sent, ended }).await?;
                 }
@@ -498,6 +483,23 @@ async fn run(
     frame::write(&mut writer, &FromGenerator::Done(Box::new(done))).await?;
     // The orchestrator closes the connection once it has everything.
     let _ = tokio::time::timeout(Duration::from_secs(10), listener).await;
+    Ok(())
+}
+
+/// Writes the records and spans gathered, if any, a frame each.
+async fn write_batches(
+    writer: &mut (impl AsyncWrite + Unpin),
+    records: &mut Vec<RequestRecord>,
+    spans: &mut Vec<ClientSpan>,
+) -> Result<(), frame::FrameError> {
+    if !records.is_empty() {
+        let records = std::mem::take(records);
+        frame::write(writer, &FromGenerator::Records { records }).await?;
+    }
+    if !spans.is_empty() {
+        let spans = std::mem::take(spans);
+        frame::write(writer, &FromGenerator::Spans { spans }).await?;
+    }
     Ok(())
 }
 
