@@ -356,7 +356,9 @@ pub struct GeneratorReport {
     pub records: u64,
     /// Its warmup.
     pub warmup: WarmupCounts,
-    /// Requests it had sent and not answered when it stopped reporting.
+    /// Requests it had sent whose records had not reached the orchestrator
+    /// when it stopped reporting: in flight, or ended and waiting for its
+    /// next beat.
     pub lost_in_flight: u64,
     /// Why it stopped before its part was done, when it did.
     pub stopped: Option<String>,

@@ -801,8 +801,8 @@ async fn measure(
     incidents.extend(load.generators.iter().filter_map(|g| {
         g.stopped.as_ref().map(|why| {
             format!(
-                "load generator {} stopped before its part was done: {why}; {} of its requests in \
-             flight were lost with it",
+                "load generator {} stopped before its part was done: {why}; {} of its requests, \
+                 sent and not reported, were lost with it",
                 g.index, g.lost_in_flight
             )
         })

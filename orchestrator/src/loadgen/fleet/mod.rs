@@ -14,8 +14,9 @@
 //!   and check is made once, centrally, from every request;
 //! - a generator that closes its connection or says nothing for
 //!   1 s before it is done stops the run: the others stop sending,
-//!   the incident names it, its requests in flight are counted as lost
-//!   with it, and the run ends incomplete (exit status 1).
+//!   the incident names it, its requests not reported (in flight, or
+//!   ended and waiting for its next beat) are counted as lost with it, and
+//!   the run ends incomplete (exit status 1).
 //!
 //! - `frame`: the messages and their framing.
 //! - `member`: the generator process's side.
@@ -490,7 +491,7 @@ impl Fleet {
                 let lost = s.sent.saturating_sub(s.records);
                 let line = format!(
                     "load generator {} (pid {}) stopped before its part was done: {}; {} of its \
-                     requests in flight were lost with it (its output: {})",
+                     requests, sent and not reported, were lost with it (its output: {})",
                     s.index,
                     s.pid,
                     s.gone.as_deref().unwrap_or_default(),
