@@ -101,6 +101,18 @@ impl Target {
 
     /// What happened to the generator's connections so far, every entry's
     /// together (`None` when none of them counts its own).
+    /// The pools of the entries reached by push: what they saw of the
+    /// entry hops' replicas is the load generator's view of them.
+    pub(crate) fn push_pools(&self) -> Vec<Arc<PushPool>> {
+        self.entries
+            .iter()
+            .filter_map(|(stack, _)| match stack.reach() {
+                Reach::Push(pool) => Some(Arc::clone(pool)),
+                Reach::Pull(_) | Reach::Direct(_) => None,
+            })
+            .collect()
+    }
+
     fn link_counts(&self) -> Option<LinkCounts> {
         self.entries
             .iter()

@@ -123,6 +123,8 @@ impl StreamTimes {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(into = "TallyWire", try_from = "TallyWire")]
 pub(crate) struct StreamTally {
+    /// Its counts; the times' summaries are left empty until
+    /// [`StreamTally::report`].
     report: StreamReport,
     /// From a stream's first message's due time to its answer, µs.
     first: Histogram<u64>,
@@ -210,11 +212,7 @@ impl StreamTally {
 /// the same bucket again).
 #[derive(Serialize, Deserialize)]
 struct TallyWire {
-    opened: u64,
-    completed: u64,
-    aborted: std::collections::BTreeMap<String, u64>,
-    refused_by_cap: u64,
-    peak_in_flight: u64,
+    counts: StreamReport,
     first_message_us: Vec<(u64, u64)>,
     duration_us: Vec<(u64, u64)>,
 }
@@ -236,11 +234,7 @@ impl From<StreamTally> for TallyWire {
         TallyWire {
             first_message_us: buckets(&t.first),
             duration_us: buckets(&t.duration),
-            opened: t.report.opened,
-            completed: t.report.completed,
-            aborted: t.report.aborted,
-            refused_by_cap: t.report.refused_by_cap,
-            peak_in_flight: t.report.peak_in_flight,
+            counts: t.report,
         }
     }
 }
@@ -260,14 +254,7 @@ impl TryFrom<TallyWire> for StreamTally {
         Ok(StreamTally {
             first: histogram(&w.first_message_us)?,
             duration: histogram(&w.duration_us)?,
-            report: StreamReport {
-                opened: w.opened,
-                completed: w.completed,
-                aborted: w.aborted,
-                refused_by_cap: w.refused_by_cap,
-                peak_in_flight: w.peak_in_flight,
-                ..StreamReport::default()
-            },
+            report: w.counts,
         })
     }
 }
@@ -846,8 +833,8 @@ mod tests {
 
     #[test]
     fn a_tally_with_a_time_past_an_hour_is_refused_and_named() {
-        let text = r#"{"opened":1,"completed":1,"aborted":{},"refused_by_cap":0,
-            "peak_in_flight":1,"first_message_us":[[5000000000,1]],"duration_us":[]}"#;
+        let text = r#"{"counts":{"opened":1,"completed":1,"aborted":{},"refused_by_cap":0,
+            "peak_in_flight":1},"first_message_us":[[5000000000,1]],"duration_us":[]}"#;
         let err = serde_json::from_str::<StreamTally>(text)
             .expect_err("a time past the tally's bounds")
             .to_string();

@@ -40,7 +40,7 @@ use tailmesh_netfault::{
 use tailmesh_services::{
     broker::TopicStats,
     hop::{
-        DownstreamConfig, PushPool,
+        DownstreamConfig,
         call::{
             Reach,
             reach::{ReachError, ReachPlan},
@@ -618,6 +618,14 @@ async fn run_variant(
     Ok(run)
 }
 
+/// Who sends a variant's load.
+enum Sender {
+    /// Generator processes, started and given their parts.
+    Fleet(fleet::Fleet),
+    /// This process, over its own reach of the entry hops.
+    Here(Target),
+}
+
 async fn measure(
     plan: &MeshPlan,
     options: &RunOptions,
@@ -650,18 +658,6 @@ async fn measure(
             variant: variant.name.clone(),
         });
     }
-    let mut reaches = Vec::with_capacity(entries.len());
-    for (entry, share) in entries {
-        let reach = entry_reach(plan, &addrs, entry).await?;
-        reaches.push((reach, entry.client.clone(), share));
-    }
-    let entry_pools: Vec<Arc<PushPool>> = reaches
-        .iter()
-        .filter_map(|(reach, _, _)| match reach {
-            Reach::Push(pool) => Some(Arc::clone(pool)),
-            Reach::Pull(_) | Reach::Direct(_) => None,
-        })
-        .collect();
     let traced = options
         .traces
         .as_ref()
@@ -689,20 +685,24 @@ async fn measure(
     // Generator processes (several, one whose link carries a fault, or one
     // by `--generator-processes`): started, each given its part (traced as
     // `tracer` traces), their clocks measured, before the load's clock
-    // starts.
-    let fleet = if plan.generator_processes() || options.generator_processes {
+    // starts; else this process reaches the entry hops and sends the load
+    // itself.
+    let sender = if plan.generator_processes() || options.generator_processes {
         let n = variant.load.generators.max(1);
-        Some(start_fleet(plan, options, &addrs, n, tracer.as_deref(), launcher).await?)
+        Sender::Fleet(start_fleet(plan, options, &addrs, n, tracer.as_deref(), launcher).await?)
     } else {
-        None
+        let mut reaches = Vec::with_capacity(entries.len());
+        for (entry, share) in entries {
+            let reach = entry_reach(plan, &addrs, entry).await?;
+            reaches.push((reach, entry.client.clone(), share));
+        }
+        Sender::Here(Target::new(reaches, plan.seed))
     };
-    let target = Target::new(reaches, plan.seed);
-    // The pools this process sends the load through: none when generator
-    // processes send it (they report what theirs saw when they are done).
-    let entry_pools = if fleet.is_some() {
-        Vec::new()
-    } else {
-        entry_pools
+    // The pools this process sends the load through (generator processes
+    // report what theirs saw when they are done).
+    let entry_pools = match &sender {
+        Sender::Here(target) => target.push_pools(),
+        Sender::Fleet(_) => Vec::new(),
     };
     let mut faults = faults::Faults::plan(plan, launcher, &addrs, &options.exe);
     let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
@@ -713,18 +713,18 @@ async fn measure(
     records.begin_variant(variant, tracer.as_ref());
     let (done_tx, mut done_rx) = watch::channel(false);
     // One origin for the load generator and the fault schedule.
-    let clock = match fleet {
-        Some(_) => LoadClock::starting_in(fleet::START_LEAD, variant.load.warmup),
-        None => LoadClock::start(variant.load.warmup),
+    let clock = match sender {
+        Sender::Fleet(_) => LoadClock::starting_in(fleet::START_LEAD, variant.load.warmup),
+        Sender::Here(_) => LoadClock::start(variant.load.warmup),
     };
     let generate = async {
-        let outcome = match fleet {
-            Some(fleet) => {
+        let outcome = match sender {
+            Sender::Fleet(fleet) => {
                 fleet
                     .generate(clock, progress, interrupt, load_tracer, records)
                     .await
             }
-            None => {
+            Sender::Here(target) => {
                 loadgen::generate(
                     target,
                     &variant.load,

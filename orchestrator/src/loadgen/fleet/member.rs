@@ -19,7 +19,6 @@ use std::{
 use tailmesh_analysis::{instrument, stats};
 use tailmesh_services::{
     hop::{
-        PushPool,
         call::{Reach, reach::ReachPlan},
         server::SERVICE_PATIENCE,
     },
@@ -224,8 +223,6 @@ async fn connect(joining: &Joining, patience: Duration) -> Result<TcpStream, Gen
 struct Prepared {
     load: crate::scenario::Load,
     target: Target,
-    /// The entries reached by push: what they see is reported at the end.
-    pools: Vec<Arc<PushPool>>,
 }
 
 async fn prepare(job: &Job) -> Result<Prepared, PrepareError> {
@@ -259,17 +256,9 @@ async fn prepare(job: &Job) -> Result<Prepared, PrepareError> {
             })?;
         reaches.push((reach, entry.policy.clone(), *share));
     }
-    let pools = reaches
-        .iter()
-        .filter_map(|(reach, _, _)| match reach {
-            Reach::Push(pool) => Some(Arc::clone(pool)),
-            Reach::Pull(_) | Reach::Direct(_) => None,
-        })
-        .collect();
     Ok(Prepared {
         load: job.load.clone(),
         target: Target::new(reaches, job.seed),
-        pools,
     })
 }
 
@@ -427,6 +416,7 @@ async fn run(
         ended: 0,
         lateness: stats::new_histogram(),
     };
+    let pools = prepared.target.push_pools();
     let outcome = generate(
         prepared.target,
         &prepared.load,
@@ -455,7 +445,7 @@ async fn run(
     drop(records);
     let endpoints = crate::wire::pools_endpoints(
         &format!("loadgen/{}", job.part.index),
-        &prepared.pools,
+        &pools,
         crate::wire::measured_seconds(&clock),
     );
     let mut writer = writer_task
