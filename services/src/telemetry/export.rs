@@ -64,11 +64,15 @@ pub const INTERVAL: Duration = Duration::from_millis(200);
 const MAX_BATCH: usize = 1024;
 /// Spans waiting for their decisions that make a holding process ask for
 /// them every [`INTERVAL`]; with fewer, it asks every [`QUIET_ASK`]. An
-/// ask is a round trip to the run's receiver that costs both ends about
-/// as much as a few hundred spans: a mesh of many processes that each see
-/// few requests (a hundred imported services) would spend more on asking
-/// than on its spans.
-const ASK_SPANS: usize = 256;
+/// ask, and the export of what it kept, are round trips to the run's
+/// receiver that cost both ends a hundred microseconds or more in a busy
+/// mesh, where every process's exporter wakes cold: a mesh of many
+/// processes that each see a few hundred requests a second (fifty
+/// imported services) spent more on them than on its spans while a
+/// process asked every 200 ms from 256 spans. With 2,048, a process asks
+/// every 200 ms from about 10,000 spans a second (a hop of a busy chain
+/// still does), and holds at most about a second of them otherwise.
+const ASK_SPANS: usize = 2048;
 /// How long a holding process with few spans waiting goes between asks
 /// at most (well inside the run's memory of its decisions, and its
 /// hold).

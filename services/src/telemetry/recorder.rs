@@ -84,11 +84,13 @@ pub struct Recorder {
     wake: Option<Arc<tokio::sync::Notify>>,
 }
 
-/// Spans in one thread's buffer that wake the exporter to take them:
-/// few enough that the buffers stay in the cores' caches (about 60 kB),
-/// and a wake-up (a system call on the serving thread) comes once in
-/// this many spans.
-pub const WAKE_EVERY: usize = 256;
+/// Spans in one thread's buffer that wake the exporter to take them
+/// (about 200 kB): a wake-up is a system call on the serving thread and
+/// a cold start of the exporter, so it comes once in this many spans.
+/// A busy process's exporter takes them every [`super::export::INTERVAL`]
+/// anyway; a quiet one's (see the exporter's `ASK_SPANS`) sleeps until
+/// its next ask unless a buffer reaches this.
+pub const WAKE_EVERY: usize = 1024;
 
 /// One thread's ended spans, waiting for the exporter's next take.
 #[derive(Debug, Default)]
