@@ -20,6 +20,15 @@ pub(crate) fn measured_seconds(clock: &crate::loadgen::LoadClock) -> impl Fn(u64
     move |unix_ns| measured_now - (now_unix_ns as f64 - unix_ns as f64) / 1e9
 }
 
+/// The caller name of the load generator's entry pools, in endpoint views
+/// and a kill's picks: this process's.
+pub(crate) const LOADGEN_CALLER: &str = "loadgen";
+
+/// The caller name of generator process `index`'s entry pools.
+pub(crate) fn generator_caller(index: u32) -> String {
+    format!("{LOADGEN_CALLER}/{index}")
+}
+
 /// What a load generator's entry `pools` did with their hops' replicas, as
 /// `caller`, their events placed by `measured_s`.
 pub(crate) fn pools_endpoints(
@@ -31,6 +40,25 @@ pub(crate) fn pools_endpoints(
         .iter()
         .map(|pool| caller_endpoints(caller, &pool.endpoint_events(), &measured_s))
         .collect()
+}
+
+/// The calls sent so far to `hop`'s `replica` by the one of `pools` that
+/// pushes to `hop`; `None` when none does, or the hop has no such replica.
+pub(crate) fn pool_picks(
+    pools: &[std::sync::Arc<tailmesh_services::hop::PushPool>],
+    hop: &str,
+    replica: u32,
+) -> Option<u64> {
+    let pool = pools.iter().find(|pool| pool.hop() == hop)?;
+    replica_picks(&pool.endpoint_events(), hop, replica)
+}
+
+/// The calls a caller's pool `events` says it sent to `hop`'s `replica`;
+/// `None` when the pool calls another hop, or has no such replica.
+pub(crate) fn replica_picks(events: &pb::PoolEvents, hop: &str, replica: u32) -> Option<u64> {
+    (events.hop == hop)
+        .then(|| events.replicas.get(replica as usize).map(|r| r.picks))
+        .flatten()
 }
 
 /// A tonic status code as the records name it.

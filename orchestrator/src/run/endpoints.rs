@@ -65,7 +65,7 @@ pub(super) async fn collect(
     let answers = join_all(asks).await;
     // One reading of both clocks places the callers' wall-clock stamps.
     let measured_s = crate::wire::measured_seconds(clock);
-    let mut out = crate::wire::pools_endpoints("loadgen", entries, &measured_s);
+    let mut out = crate::wire::pools_endpoints(crate::wire::LOADGEN_CALLER, entries, &measured_s);
     out.extend(generators.iter().cloned());
     for (caller, answer) in answers {
         match answer {

@@ -10,9 +10,10 @@
 //!
 //! Right after the kill and right before the restart (or when the load
 //! ends), the callers of the hop are asked for their pick counts (the
-//! load generator's pool directly, calling replicas through their Control
-//! API): the difference is the calls each sent to the replica while it
-//! was down.
+//! load generator's pool directly, generator processes over their frame
+//! connections, calling replicas through their Control API): the
+//! difference is the calls each sent to the replica while it was down.
+//! A generator process done by then counts with its final view.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -20,9 +21,9 @@ use tailmesh_services::{addr::PeerAddr, hop::PushPool};
 use tokio::time::Instant;
 
 use crate::{
-    analysis::{CallerPicks, KillRecord},
+    analysis::{CallerEndpoints, CallerPicks, KillRecord},
     launcher::{AnyLauncher, Killed},
-    loadgen::LoadClock,
+    loadgen::{LoadClock, fleet::PicksAsker},
     plan::{Addrs, MeshPlan},
     scenario::Kill,
 };
@@ -32,8 +33,10 @@ pub(super) struct Kills {
     planned: Vec<PlannedKill>,
     incidents: Vec<String>,
     /// The callers of each hop: the load generator's pools (the entry
-    /// hops' it pushes to) and the calling replicas' Control addresses.
+    /// hops' it pushes to), or the generator processes that send the load,
+    /// and the calling replicas' Control addresses.
     entries: Vec<Arc<PushPool>>,
+    generators: Option<PicksAsker>,
     callers: BTreeMap<String, Vec<(String, PeerAddr)>>,
     token: Option<String>,
 }
@@ -61,12 +64,14 @@ struct PlannedKill {
 impl Kills {
     /// The kills of `plan`'s hops, whose processes are at `addrs`;
     /// `entries` are the load generator's pools, of the entries it pushes
-    /// to.
+    /// to, and `generators` asks the generator processes for theirs when
+    /// they send the load.
     pub(super) fn plan(
         plan: &MeshPlan,
         launcher: &AnyLauncher,
         addrs: &Addrs,
         entries: Vec<Arc<PushPool>>,
+        generators: Option<PicksAsker>,
     ) -> Self {
         let warmup = plan.variant.load.warmup;
         let planned = plan
@@ -110,6 +115,7 @@ impl Kills {
             planned,
             incidents: Vec::new(),
             entries,
+            generators,
             callers,
             token,
         }
@@ -118,19 +124,16 @@ impl Kills {
     /// Each caller of `hop`'s picks of `replica` so far, for the callers
     /// that report them.
     async fn picks(&self, hop: &str, replica: u32) -> BTreeMap<String, u64> {
-        let of = |pool: &tailmesh_proto::pb::PoolEvents| {
-            (pool.hop == hop)
-                .then(|| pool.replicas.get(replica as usize).map(|r| r.picks))
-                .flatten()
-        };
         let mut out = BTreeMap::new();
-        if let Some(picks) = self
-            .entries
-            .iter()
-            .find(|pool| pool.hop() == hop)
-            .and_then(|pool| of(&pool.endpoint_events()))
+        if let Some(picks) = crate::wire::pool_picks(&self.entries, hop, replica) {
+            out.insert(crate::wire::LOADGEN_CALLER.to_owned(), picks);
+        }
+        if let Some(generators) = &self.generators
+            && let Some(answers) = generators.picks(hop, replica).await
         {
-            out.insert("loadgen".to_owned(), picks);
+            for (index, picks) in answers {
+                out.insert(crate::wire::generator_caller(index), picks);
+            }
         }
         let (Some(token), Some(callers)) = (&self.token, self.callers.get(hop)) else {
             return out;
@@ -141,7 +144,10 @@ impl Kills {
         .await;
         for (caller, answer) in asked {
             if let Ok(Some(events)) = answer
-                && let Some(picks) = events.pools.iter().find_map(of)
+                && let Some(picks) = events
+                    .pools
+                    .iter()
+                    .find_map(|pool| crate::wire::replica_picks(pool, hop, replica))
             {
                 out.insert(caller.clone(), picks);
             }
@@ -220,12 +226,24 @@ impl Kills {
 
     /// The kills' records on the measured clock, and the incidents (a kill
     /// or restart that failed, one the load ended before). A replica still
-    /// down has its callers' picks counted up to now.
-    pub(super) async fn finish(mut self, clock: &LoadClock) -> (Vec<KillRecord>, Vec<String>) {
+    /// down has its callers' picks counted up to now: the generator
+    /// processes', gone with the load, from their final views
+    /// (`generators`).
+    pub(super) async fn finish(
+        mut self,
+        clock: &LoadClock,
+        generators: &[CallerEndpoints],
+    ) -> (Vec<KillRecord>, Vec<String>) {
         for i in 0..self.planned.len() {
             let k = &self.planned[i];
             if k.killed.is_some() && k.picks_while_down.is_none() {
-                let now = self.picks(&k.hop.clone(), k.replica).await;
+                let (hop, replica) = (k.hop.clone(), k.replica);
+                let mut now = self.picks(&hop, replica).await;
+                for view in generators.iter().filter(|v| v.hop == hop) {
+                    if let Some(r) = view.replicas.get(replica as usize) {
+                        now.entry(view.caller.clone()).or_insert(r.picks);
+                    }
+                }
                 self.planned[i].count_down_picks(&now);
             }
         }
@@ -295,6 +313,7 @@ mod tests {
             &launcher,
             &addrs,
             Vec::new(),
+            None,
         );
         assert_eq!(kills.planned.len(), 1);
         let k = &kills.planned[0];
@@ -302,7 +321,7 @@ mod tests {
         assert_eq!((k.kill_at, k.back_at), (s(4), Some(s(6))));
         assert_eq!(kills.next_change(), Some(s(4)));
 
-        let none = Kills::plan(&plan(""), &launcher, &addrs, Vec::new());
+        let none = Kills::plan(&plan(""), &launcher, &addrs, Vec::new(), None);
         assert!(none.planned.is_empty());
         assert_eq!(none.next_change(), None);
     }

@@ -687,7 +687,7 @@ async fn measure(
     // `tracer` traces), their clocks measured, before the load's clock
     // starts; else this process reaches the entry hops and sends the load
     // itself.
-    let sender = if plan.generator_processes() || options.generator_processes {
+    let mut sender = if plan.generator_processes() || options.generator_processes {
         let n = variant.load.generators.max(1);
         Sender::Fleet(start_fleet(plan, options, &addrs, n, tracer.as_deref(), launcher).await?)
     } else {
@@ -698,14 +698,15 @@ async fn measure(
         }
         Sender::Here(Target::new(reaches, plan.seed))
     };
-    // The pools this process sends the load through (generator processes
+    // The pools this process sends the load through, or how a kill asks
+    // the generator processes about theirs while the load runs (they
     // report what theirs saw when they are done).
-    let entry_pools = match &sender {
-        Sender::Here(target) => target.push_pools(),
-        Sender::Fleet(_) => Vec::new(),
+    let (entry_pools, generators) = match &mut sender {
+        Sender::Here(target) => (target.push_pools(), None),
+        Sender::Fleet(fleet) => (Vec::new(), Some(fleet.picks_asker())),
     };
     let mut faults = faults::Faults::plan(plan, launcher, &addrs, &options.exe);
-    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone());
+    let mut kills = kills::Kills::plan(plan, launcher, &addrs, entry_pools.clone(), generators);
     // Windows that start at 0 are applied before the load starts.
     faults.advance(Duration::ZERO).await;
     let progress = options.progress.then(|| progress::view(variant)).flatten();
@@ -808,7 +809,7 @@ async fn measure(
         })
     }));
     records.end_variant(&load);
-    let (kills, kill_incidents) = kills.finish(&clock).await;
+    let (kills, kill_incidents) = kills.finish(&clock, &load.endpoints).await;
     incidents.extend(kill_incidents);
     let endpoints = endpoints::collect(
         plan,

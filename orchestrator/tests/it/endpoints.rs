@@ -5,8 +5,9 @@
 //! HTTP/2 keepalive (netns, root).
 //!
 //! What the callers report (endpoint events, pick counts) comes from the
-//! push client: the load generator's own pool, and each calling hop's
-//! through its Control API's `GetEndpointEvents`. Every caller here has
+//! push client: the load generator's own pool (generator processes' over
+//! their connections to the orchestrator), and each calling hop's through
+//! its Control API's `GetEndpointEvents`. Every caller here has
 //! endpoint health, so a kill or a black hole with no event about it is a
 //! failure, not a reason to judge less.
 
@@ -15,6 +16,7 @@ use serde_json::Value;
 
 tests! {
     sync a_replica_killed_on_schedule_is_no_incident_and_health_keeps_calls_off_it,
+    sync generator_processes_count_their_calls_to_a_killed_replica,
     sync keepalive_finds_a_black_holed_replica,
 }
 
@@ -182,6 +184,71 @@ fn a_replica_killed_on_schedule_is_no_incident_and_health_keeps_calls_off_it() {
         health_errors * 10 <= naive_errors,
         "health {health_errors} errors, naive {naive_errors}"
     );
+}
+
+/// The same kill with two generator processes sending the load: each is
+/// asked for its pool's picks at the kill and at the restart over its
+/// frame connection, and counts as `loadgen/<index>`.
+fn generator_processes_count_their_calls_to_a_killed_replica() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = KILLED.replace("[load]\n", "[load]\ngenerators = 2\n");
+    assert_ne!(text, KILLED, "the scenario's [load] takes the generators");
+    let scenario = write(dir.path(), "killed.toml", &text);
+    let results = dir.path().join("results");
+    let (finished, run_dir) = run_ok(dir.path(), &scenario, &results);
+    let summary = summary(&run_dir);
+    let by_name = variants_by_name(&summary);
+    let mut down_of = std::collections::BTreeMap::new();
+    for (name, v) in &by_name {
+        let context = format!("{name}: {v:#}\n{}", finished.output());
+        assert_accounted(v, &context);
+        assert!(v.get("incidents").is_none(), "{context}");
+        let kill = &v["kills"][0];
+        assert!(kill["restarted_at_s"].as_f64().is_some(), "{context}");
+        let down = picks_while_down(kill);
+        assert_eq!(
+            down.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(),
+            ["loadgen/0", "loadgen/1"],
+            "{context}"
+        );
+        // Each generator's count is its own pool's: between the two
+        // reads, it sent at most the calls it picked in all.
+        for (caller, picks) in &down {
+            let all = v["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["caller"] == caller.as_str() && c["hop"] == "a")
+                .map(|c| u64_at(c, "/replicas/1/picks"))
+                .unwrap_or_else(|| panic!("no endpoint view of {caller}: {context}"));
+            assert!(*picks <= all, "{caller}: {picks} of {all}: {context}");
+        }
+        down_of.insert(*name, (errors(v).values().sum::<u64>(), down));
+    }
+    // Half the 400 requests sent while the replica was down went to it
+    // under the naive client, about half of them from each generator, and
+    // each failed.
+    let (naive_errors, naive) = &down_of["naive"];
+    for (caller, picks) in naive {
+        assert!(
+            *picks >= 60,
+            "naive: {caller} sent {picks} calls to the dead replica"
+        );
+    }
+    let naive_down: u64 = naive.iter().map(|(_, p)| p).sum();
+    assert!(
+        *naive_errors >= naive_down,
+        "naive: {naive_errors} errors for {naive_down} calls to the dead replica"
+    );
+    // With endpoint health each generator's pool keeps calls off it.
+    let (_, health) = &down_of["health"];
+    for (caller, picks) in health {
+        assert!(
+            *picks <= 1,
+            "health: {caller} sent {picks} calls to the dead replica"
+        );
+    }
 }
 
 fn keepalive_finds_a_black_holed_replica() {

@@ -34,6 +34,11 @@ pub(crate) enum ToGenerator {
     /// The run was interrupted this many times (see `STOP_SENDING` and
     /// `ABANDON`).
     Stop { interrupts: u32 },
+    /// How many calls its pool of entry hop `hop` has sent to `replica`
+    /// so far (a scheduled kill counts the calls sent while the replica
+    /// is down): answered with [`FromGenerator::Picks`] of the same
+    /// `seq`.
+    Picks { seq: u32, hop: String, replica: u32 },
     /// A generator that stays (`tailmesh generator --stay`): this variant
     /// needs no generator of its index; connect again for the next.
     Skip,
@@ -94,6 +99,9 @@ pub(crate) enum FromGenerator {
     Spans { spans: Vec<ClientSpan> },
     /// Alive: requests sent and ended so far (warmup's included).
     Beat { sent: u64, ended: u64 },
+    /// The answer to [`ToGenerator::Picks`]: `None` when it pushes to no
+    /// such hop's replica.
+    Picks { seq: u32, picks: Option<u64> },
     /// Its part of the load is over.
     Done(Box<GeneratorOutcome>),
     /// It could not do its job.

@@ -187,7 +187,10 @@ async fn serve_one(stream: TcpStream, joining: &Joining) -> Result<Served, Gener
             }
             ToGenerator::Start { at_unix_ns } => break at_unix_ns,
             ToGenerator::Stop { .. } => return Ok(Served::Variant),
-            other @ (ToGenerator::Job(_) | ToGenerator::Skip | ToGenerator::Bye) => {
+            other @ (ToGenerator::Job(_)
+            | ToGenerator::Skip
+            | ToGenerator::Bye
+            | ToGenerator::Picks { .. }) => {
                 return Err(GeneratorError::Job {
                     index,
                     message: format!("expected clock probes or the start, got {other:?}"),
@@ -350,6 +353,9 @@ async fn run(
     let (spans_tx, mut spans_rx) = mpsc::unbounded_channel::<ClientSpan>();
     let (sent_tx, sent_rx) = watch::channel((0u64, 0u64));
     let (stop_tx, stop_rx) = watch::channel(0u32);
+    // A kill's questions about the entry pools, answered by the writer.
+    let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<FromGenerator>();
+    let pools = prepared.target.push_pools();
     // The writer: records and spans gathered until the next beat, every
     // BEAT_EVERY (or until BATCH of them), and written just before it: the
     // process wakes for its beat anyway, and the orchestrator reads one
@@ -361,6 +367,7 @@ async fn run(
         let mut batch = Vec::with_capacity(BATCH);
         let mut spans = Vec::new();
         let mut spans_open = true;
+        let mut answers_open = true;
         loop {
             // At least 1: a full batch is written at once.
             let room = BATCH - batch.len();
@@ -379,6 +386,10 @@ async fn run(
                         write_batches(&mut writer, &mut batch, &mut spans).await?;
                     }
                 }
+                answer = answers_rx.recv(), if answers_open => match answer {
+                    Some(answer) => frame::write(&mut writer, &answer).await?,
+                    None => answers_open = false,
+                },
                 _ = beat.tick() => {
                     write_batches(&mut writer, &mut batch, &mut spans).await?;
                     let (sent, ended) = *sent_rx.borrow();
@@ -393,13 +404,20 @@ async fn run(
         }
         Ok::<_, frame::FrameError>(writer)
     });
-    // The orchestrator's word while the load runs: interrupts, or its
-    // connection closing (then requests in flight are given up).
+    // The orchestrator's word while the load runs: interrupts, a kill's
+    // questions, or its connection closing (then requests in flight are
+    // given up).
+    let asked = pools.clone();
     let listener = tokio::spawn(async move {
         loop {
             match frame::read::<_, ToGenerator>(&mut reader).await {
                 Ok(ToGenerator::Stop { interrupts }) => {
                     stop_tx.send_modify(|n| *n = (*n).max(interrupts));
+                }
+                Ok(ToGenerator::Picks { seq, hop, replica }) => {
+                    let picks = crate::wire::pool_picks(&asked, &hop, replica);
+                    // Done writing: the orchestrator takes the final view.
+                    let _ = answers_tx.send(FromGenerator::Picks { seq, picks });
                 }
                 Ok(_) => {}
                 Err(_) => {
@@ -416,7 +434,6 @@ async fn run(
         ended: 0,
         lateness: stats::new_histogram(),
     };
-    let pools = prepared.target.push_pools();
     let outcome = generate(
         prepared.target,
         &prepared.load,
@@ -444,7 +461,7 @@ async fn run(
     } = sink;
     drop(records);
     let endpoints = crate::wire::pools_endpoints(
-        &format!("loadgen/{}", job.part.index),
+        &crate::wire::generator_caller(job.part.index),
         &pools,
         crate::wire::measured_seconds(&clock),
     );

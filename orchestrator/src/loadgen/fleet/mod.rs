@@ -20,9 +20,13 @@
 //!
 //! - `frame`: the messages and their framing.
 //! - `member`: the generator process's side.
+//! - `picks`: a scheduled kill's question about their entry pools.
 
 pub(crate) mod frame;
 pub mod member;
+mod picks;
+
+pub(crate) use self::picks::PicksAsker;
 
 use std::{
     path::Path,
@@ -133,6 +137,8 @@ struct Member {
 pub(crate) struct Fleet {
     members: Vec<Member>,
     children: Vec<Child>,
+    /// What a kill asks them while the load runs.
+    asks: picks::Asks,
 }
 
 /// Where a run awaits generators that stay (`tailmesh generator --stay`,
@@ -294,6 +300,7 @@ impl Fleet {
         let mut fleet = Fleet {
             members: Vec::new(),
             children,
+            asks: picks::Asks::none(),
         };
         let look = format!("their logs are in {}", log_dir.display());
         fleet.members = accept_members(&listener, of, None, HELLO_PATIENCE, &look, |index, _| {
@@ -323,7 +330,16 @@ impl Fleet {
         Ok(Fleet {
             members,
             children: Vec::new(),
+            asks: picks::Asks::none(),
         })
+    }
+
+    /// What asks the generators about their entry pools' picks while the
+    /// load runs ([`Fleet::generate`] answers).
+    pub(crate) fn picks_asker(&mut self) -> PicksAsker {
+        let (asker, asks) = PicksAsker::new();
+        self.asks = asks;
+        asker
     }
 
     /// Hands each generator its job (`job(part)`), waits until each has
@@ -432,6 +448,9 @@ impl Fleet {
                             }
                         }
                         Ok(FromGenerator::Beat { sent, ended: _ }) => state.sent = sent,
+                        Ok(FromGenerator::Picks { seq, picks }) => {
+                            self.asks.answered(seq, k, state.index, picks);
+                        }
                         Ok(FromGenerator::Started { origin_unix_ns }) => {
                             let ours = i128::from(origin_unix_ns) - i128::from(state.offset_ns);
                             state.skew_ns = Some(ours - i128::from(start_unix_ns));
@@ -474,7 +493,24 @@ impl Fleet {
                     // Closed: the interrupt counter is gone with the run.
                     interrupts_open = changed.is_ok();
                 }
+                ask = self.asks.next() => {
+                    let seq = self.asks.next_seq();
+                    let question = ToGenerator::Picks {
+                        seq,
+                        hop: ask.hop.clone(),
+                        replica: ask.replica,
+                    };
+                    let mut waiting = Vec::new();
+                    for (k, (m, s)) in self.members.iter_mut().zip(&states).enumerate() {
+                        // One that cannot be written to is gone: its reader says so.
+                        if s.running() && frame::write(&mut m.writer, &question).await.is_ok() {
+                            waiting.push(k);
+                        }
+                    }
+                    self.asks.sent(seq, ask, waiting);
+                }
             }
+            self.asks.settle(&states);
             let sent = states.iter().map(|s| s.sent).sum();
             sink.sent(sent);
             if let Some(p) = &mut progress {
@@ -513,6 +549,8 @@ impl Fleet {
                 }
             }
         }
+        // A question still open is answered by those done.
+        self.asks.settle(&states);
         if let Some(t) = &tracer {
             t.flush();
         }
