@@ -1356,7 +1356,7 @@ mod tests {
         let (recorder, spans, counters) = Recorder::new(1.0, 16);
         let exporter = ExportThread::spawn(config, spans, counters).expect("spawn");
         for id in 1..=3 {
-            recorder.hand_over(record(id, 10));
+            recorder.hand_over(&mut Some(record(id, 10)));
         }
         exporter.shutdown();
         let got = sink.0.lock().expect("sink");
@@ -1403,7 +1403,7 @@ mod tests {
         });
         let (recorder, spans, counters) = Recorder::new(1.0, 16);
         let exporter = ExportThread::spawn(config, spans, counters).expect("spawn");
-        recorder.hand_over(record(1, 10));
+        recorder.hand_over(&mut Some(record(1, 10)));
         let poll = Duration::from_millis(10);
         let exported = (0..DEADLINE.as_millis() / poll.as_millis()).any(|_| {
             let any = !sink.0.lock().expect("sink").is_empty();

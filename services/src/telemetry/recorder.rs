@@ -195,32 +195,40 @@ impl Recorder {
     }
 
     /// Leaves an ended span (ended at `ended`, unix ns) for the exporter.
-    pub fn finish(&self, mut record: SpanRecord, ended: u64) {
-        record.cost_ns += UNREPORTED.take();
-        self.hand_over(record);
+    pub fn finish(&self, record: SpanRecord, ended: u64) {
+        self.finish_in(&mut Some(record), ended);
+    }
+
+    /// [`Recorder::finish`] of the span in `slot`, which is empty after: a
+    /// span (about 200 bytes) is moved once, into the thread's buffer,
+    /// instead of copied at each call on the way there.
+    fn finish_in(&self, slot: &mut Option<SpanRecord>, ended: u64) {
+        if let Some(record) = slot {
+            record.cost_ns += UNREPORTED.take();
+        }
+        self.hand_over(slot);
         if timed() {
             add_unreported(scaled_since(ended));
         }
     }
 
-    /// Leaves `record` in this thread's buffer, waking the exporter when
-    /// the buffer reaches [`WAKE_EVERY`]; drops and counts it when full
-    /// (its cost then goes with the thread's next span).
-    pub(super) fn hand_over(&self, record: SpanRecord) {
-        let mut record = Some(record);
+    /// Leaves the span in `record` in this thread's buffer, waking the
+    /// exporter when the buffer reaches [`WAKE_EVERY`]; drops and counts
+    /// it when full (its cost then goes with the thread's next span).
+    /// `record` is empty after.
+    pub(super) fn hand_over(&self, record: &mut Option<SpanRecord>) {
         let held = MINE
             .try_with(|mine| {
                 let mut mine = mine.borrow_mut();
                 if !matches!(&*mine, Some((id, _)) if *id == self.id) {
                     *mine = Some((self.id, self.threads.join()));
                 }
-                mine.as_ref()
-                    .map(|(_, spans)| self.leave(spans, &mut record))
+                mine.as_ref().map(|(_, spans)| self.leave(spans, record))
             })
             .ok()
             .flatten()
             // A span ended as its thread exits, after its buffer went.
-            .unwrap_or_else(|| self.leave(&self.threads.join(), &mut record));
+            .unwrap_or_else(|| self.leave(&self.threads.join(), record));
         match held {
             Some(held) => {
                 if let Some(wake) = &self.wake
@@ -231,7 +239,7 @@ impl Recorder {
             }
             None => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                if let Some(r) = record {
+                if let Some(r) = record.take() {
                     add_unreported(r.cost_ns);
                 }
             }
@@ -476,20 +484,20 @@ impl TraceSpan {
     /// on the work's own clock, read at the span's start, rather than
     /// whenever this runs.
     pub fn end_after(mut self, elapsed_ns: u64) {
-        if let (Some(mut record), Some(recorder)) = (self.record.take(), RECORDER.get()) {
+        if let (Some(record), Some(recorder)) = (&mut self.record, RECORDER.get()) {
             let ended = unix_nanos();
             record.end_unix_ns = record.start_unix_ns.saturating_add(elapsed_ns);
-            recorder.finish(record, ended);
+            recorder.finish_in(&mut self.record, ended);
         }
     }
 }
 
 impl Drop for TraceSpan {
     fn drop(&mut self) {
-        if let (Some(mut record), Some(recorder)) = (self.record.take(), RECORDER.get()) {
+        if let (Some(record), Some(recorder)) = (&mut self.record, RECORDER.get()) {
             let ended = unix_nanos();
             record.end_unix_ns = ended;
-            recorder.finish(record, ended);
+            recorder.finish_in(&mut self.record, ended);
         }
     }
 }
