@@ -200,8 +200,8 @@ impl Recorder {
     }
 
     /// [`Recorder::finish`] of the span in `slot`, which is empty after: a
-    /// span (about 200 bytes) is moved once, into the thread's buffer,
-    /// instead of copied at each call on the way there.
+    /// span (about 200 bytes) stays in its slot until the thread's buffer
+    /// takes it, instead of being copied at each call on the way there.
     fn finish_in(&self, slot: &mut Option<SpanRecord>, ended: u64) {
         if let Some(record) = slot {
             record.cost_ns += UNREPORTED.take();
