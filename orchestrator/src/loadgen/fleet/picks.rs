@@ -127,6 +127,9 @@ impl Asks {
     /// with its final view), and replies to every question answered by
     /// all it waits for.
     pub(super) fn settle(&mut self, states: &[State]) {
+        if self.open.is_empty() {
+            return;
+        }
         for open in &mut self.open {
             open.waiting.retain(|&k| {
                 let s = &states[k];
