@@ -8,7 +8,10 @@
 # on/off at least 0.97, p50 on/off at most 1.03 and p99 on/off at most
 # 1.05 (with --imported, throughput on/off at least 0.95), are met when
 # the whole interval is on their side, not met when the whole of it is
-# past them, undecided otherwise.
+# past them, undecided otherwise. It also prints what the traced runs
+# measured of their own tracing (summary.json's observer: CPU per traced
+# request, share of the run's CPU), a steadier reading than the ratios
+# where the rounds spread wide.
 #
 # Usage: bench/tracing.sh [-n REQUESTS] [-r ROUNDS] [--json FILE] [--imported N] [--control] [SCENARIO [ROUNDS]]
 #   SCENARIO     the scenario (default bench/tracing.toml)
@@ -139,6 +142,17 @@ rounds_report "${goals[@]}" >"$TMP/intervals.txt"
 echo
 echo "${CONTROL:+control (both runs untraced) }100 % tracing against none: ${IMPORTED:+an imported mesh of $IMPORTED services, }$(basename "$SCENARIO")${REQUESTS:+, $REQUESTS requests per run}, $ROUNDS rounds (medians), $(nproc) cores, $(date -u +%Y-%m-%d)"
 measured_medians "${CONTROL:+untraced in place of }traces " off on
+[[ -n $CONTROL ]] || python3 - "$TMP" "$ROUNDS" <<'PY'
+import json, statistics, sys
+d, rounds = sys.argv[1], int(sys.argv[2])
+runs = [json.load(open(f"{d}/on-{r}.json")) for r in range(1, rounds + 1)]
+us = [x["observer_us"] for x in runs if x.get("observer_us") is not None]
+share = [100 * x["observer_share"] for x in runs if x.get("observer_share") is not None]
+if us and share:
+    print(f"tracing's own CPU (summary.json's observer, traced runs): {statistics.median(us):.1f} us per "
+          f"traced request ({min(us):.1f} to {max(us):.1f}), {statistics.median(share):.1f} % of the run's "
+          f"CPU ({min(share):.1f} to {max(share):.1f})")
+PY
 echo
 cat "$TMP/intervals.txt"
 [[ -z $JSON_OUT ]] || say "wrote $JSON_OUT"

@@ -125,7 +125,13 @@ v = json.load(open(summary))["variants"][0]
 if v["ok"] != v["sent"]:
     sys.exit(f"{sys.argv[3]}: {v['sent'] - v['ok']} of {v['sent']} request(s) failed")
 lat = v["latency"]
-json.dump({"rps": v["ok_rate"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"]}, open(sys.argv[2], "w"))
+run = {"rps": v["ok_rate"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"]}
+# A traced run's own reading of what tracing cost it.
+observer = v.get("observer") or {}
+if observer.get("traced"):
+    run["observer_us"] = observer.get("cpu_us_per_traced_request")
+    run["observer_share"] = observer.get("share_of_cpu")
+json.dump(run, open(sys.argv[2], "w"))
 PY
     rm -rf "$TMP/results"
 }
