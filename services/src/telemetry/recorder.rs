@@ -609,6 +609,21 @@ mod tests {
     }
 
     #[test]
+    fn a_span_handed_over_leaves_its_slot_empty_whether_kept_or_dropped() {
+        // A span's slot is emptied either way: a span ending later (its
+        // drop after `end_after`) finds nothing to hand over again.
+        let (recorder, mut spans, counters) = Recorder::new(1.0, 1);
+        let mut kept = Some(record(1));
+        recorder.finish_in(&mut kept, unix_nanos());
+        assert!(kept.is_none());
+        let mut dropped = Some(record(2));
+        recorder.finish_in(&mut dropped, unix_nanos());
+        assert!(dropped.is_none(), "the full buffer's span left in its slot");
+        assert_eq!(counters.dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(ids(&taken(&mut spans)), [1]);
+    }
+
+    #[test]
     fn every_threads_spans_are_taken_in_order_and_a_gone_threads_buffer_goes() {
         let (recorder, mut spans, counters) = Recorder::new(1.0, 1_000);
         let recorder = Arc::new(recorder);
