@@ -99,8 +99,6 @@ impl Target {
         }
     }
 
-    /// What happened to the generator's connections so far, every entry's
-    /// together (`None` when none of them counts its own).
     /// The pools of the entries reached by push: what they saw of the
     /// entry hops' replicas is the load generator's view of them.
     pub(crate) fn push_pools(&self) -> Vec<Arc<PushPool>> {
@@ -113,6 +111,8 @@ impl Target {
             .collect()
     }
 
+    /// What happened to the generator's connections so far, every entry's
+    /// together (`None` when none of them counts its own).
     fn link_counts(&self) -> Option<LinkCounts> {
         self.entries
             .iter()

@@ -239,9 +239,9 @@ impl Kills {
             if k.killed.is_some() && k.picks_while_down.is_none() {
                 let (hop, replica) = (k.hop.clone(), k.replica);
                 let mut now = self.picks(&hop, replica).await;
-                for view in generators.iter().filter(|v| v.hop == hop) {
-                    if let Some(r) = view.replicas.get(replica as usize) {
-                        now.entry(view.caller.clone()).or_insert(r.picks);
+                for view in generators {
+                    if let Some(picks) = view.picks_of(&hop, replica) {
+                        now.entry(view.caller.clone()).or_insert(picks);
                     }
                 }
                 self.planned[i].count_down_picks(&now);

@@ -484,9 +484,16 @@ impl TraceSpan {
     /// on the work's own clock, read at the span's start, rather than
     /// whenever this runs.
     pub fn end_after(mut self, elapsed_ns: u64) {
+        self.close(Some(elapsed_ns));
+    }
+
+    /// Hands the record over, ended `elapsed_ns` after its start, or now;
+    /// the span has none after (its drop then does nothing).
+    fn close(&mut self, elapsed_ns: Option<u64>) {
         if let (Some(record), Some(recorder)) = (&mut self.record, RECORDER.get()) {
             let ended = unix_nanos();
-            record.end_unix_ns = record.start_unix_ns.saturating_add(elapsed_ns);
+            record.end_unix_ns =
+                elapsed_ns.map_or(ended, |e| record.start_unix_ns.saturating_add(e));
             recorder.finish_in(&mut self.record, ended);
         }
     }
@@ -494,11 +501,7 @@ impl TraceSpan {
 
 impl Drop for TraceSpan {
     fn drop(&mut self) {
-        if let (Some(record), Some(recorder)) = (&mut self.record, RECORDER.get()) {
-            let ended = unix_nanos();
-            record.end_unix_ns = ended;
-            recorder.finish_in(&mut self.record, ended);
-        }
+        self.close(None);
     }
 }
 

@@ -136,11 +136,12 @@ impl Asks {
                 if s.running() {
                     return true;
                 }
-                let last = s.done.as_ref().and_then(|d| {
-                    let view = d.endpoints.iter().find(|v| v.hop == open.ask.hop)?;
-                    view.replicas.get(open.ask.replica as usize)
-                });
-                open.answers.extend(last.map(|r| (s.index, r.picks)));
+                let last = s
+                    .done
+                    .iter()
+                    .flat_map(|d| &d.endpoints)
+                    .find_map(|view| view.picks_of(&open.ask.hop, open.ask.replica));
+                open.answers.extend(last.map(|picks| (s.index, picks)));
                 false
             });
         }
