@@ -122,27 +122,34 @@ impl Kills {
     }
 
     /// Each caller of `hop`'s picks of `replica` so far, for the callers
-    /// that report them.
+    /// that report them. The generator processes and the calling replicas
+    /// are asked at once, so a restart waits for the slower of the two
+    /// answers, not for both in turn.
     async fn picks(&self, hop: &str, replica: u32) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         if let Some(picks) = crate::wire::pool_picks(&self.entries, hop, replica) {
             out.insert(crate::wire::LOADGEN_CALLER.to_owned(), picks);
         }
-        if let Some(generators) = &self.generators
-            && let Some(answers) = generators.picks(hop, replica).await
-        {
-            for (index, picks) in answers {
-                out.insert(crate::wire::generator_caller(index), picks);
+        let generators = async {
+            match &self.generators {
+                Some(generators) => generators.picks(hop, replica).await,
+                None => None,
             }
-        }
-        let (Some(token), Some(callers)) = (&self.token, self.callers.get(hop)) else {
-            return out;
         };
-        let asked = futures::future::join_all(callers.iter().map(|(caller, addr)| async move {
-            (caller, super::endpoints::ask(addr, token).await)
-        }))
-        .await;
-        for (caller, answer) in asked {
+        let callers = async {
+            let (Some(token), Some(callers)) = (&self.token, self.callers.get(hop)) else {
+                return Vec::new();
+            };
+            futures::future::join_all(callers.iter().map(|(caller, addr)| async move {
+                (caller, super::endpoints::ask(addr, token).await)
+            }))
+            .await
+        };
+        let (generators, callers) = tokio::join!(generators, callers);
+        for (index, picks) in generators.into_iter().flatten() {
+            out.insert(crate::wire::generator_caller(index), picks);
+        }
+        for (caller, answer) in callers {
             if let Ok(Some(events)) = answer
                 && let Some(picks) = events
                     .pools
