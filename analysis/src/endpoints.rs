@@ -103,9 +103,10 @@ impl CallerEndpoints {
     /// The calls it sent to `replica` of `hop`; `None` when it calls
     /// another hop, or `hop` has no such replica.
     pub fn picks_of(&self, hop: &str, replica: u32) -> Option<u64> {
-        (self.hop == hop)
-            .then(|| self.replicas.get(replica as usize).map(|r| r.picks))
-            .flatten()
+        if self.hop != hop {
+            return None;
+        }
+        self.replicas.get(replica as usize).map(|r| r.picks)
     }
 
     /// Whether anything happened beyond picking: a state change or a

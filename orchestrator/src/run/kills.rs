@@ -130,12 +130,7 @@ impl Kills {
         if let Some(picks) = crate::wire::pool_picks(&self.entries, hop, replica) {
             out.insert(crate::wire::LOADGEN_CALLER.to_owned(), picks);
         }
-        let generators = async {
-            match &self.generators {
-                Some(generators) => generators.picks(hop, replica).await,
-                None => None,
-            }
-        };
+        let generators = async { self.generators.as_ref()?.picks(hop, replica).await };
         let callers = async {
             let (Some(token), Some(callers)) = (&self.token, self.callers.get(hop)) else {
                 return Vec::new();
