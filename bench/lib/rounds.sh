@@ -1,7 +1,8 @@
 # Shared by bench/floor.sh, generator.sh, tracing.sh and sidecar.sh
 # (sourced, not run): rounds of interleaved variants, one value per ratio
 # and round, snapshots of the machine between rounds, and the closing table
-# of medians with bootstrap 95 % intervals and verdicts (the `intervals`
+# of medians with bootstrap 95 % intervals and verdicts, each ratio's first
+# half of the rounds tested against its second for drift (the `intervals`
 # binary of tailmesh-bench, bench/src/rounds.rs).
 #
 # These machines move 20-60 % from one run to the next, so a script

@@ -12,12 +12,19 @@
 //! - [`Goal`], [`Verdict`]: met when the whole interval is on the right
 //!   side of the goal, not met when the whole of it is on the wrong side,
 //!   undecided otherwise.
+//! - [`Drift`]: whether the rounds' first half and second half differ
+//!   by more than chance orders them (a permutation test): the interval
+//!   holds the rounds' own spread, which is one run's, and a run whose
+//!   level moved while it ran says so instead of a verdict it cannot
+//!   back.
 //! - [`MachineReading`]: CPU steal and load average from snapshots of
 //!   `/proc/stat` and `/proc/loadavg`.
 
 use std::{fmt, str::FromStr};
 
 use hdrhistogram::Histogram;
+use rand::{SeedableRng, seq::SliceRandom};
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 /// Replicates of the bootstrap: enough that the interval's bounds, order
@@ -81,14 +88,7 @@ pub fn median_interval(values: &[f64], replicates: usize, seed: u64) -> Option<I
     if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
         return None;
     }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    let median = if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    };
+    let median = median(values);
     let (low, high) = bootstrap_median(values, replicates, seed)?;
     Some(Interval {
         median,
@@ -96,6 +96,84 @@ pub fn median_interval(values: &[f64], replicates: usize, seed: u64) -> Option<I
         // midpoint median; the interval always holds the printed median.
         low: low.min(median),
         high: high.max(median),
+    })
+}
+
+/// The median of `values` (not empty; the mean of the two middle values
+/// for an even count).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}
+
+/// Rounds from which the halves are compared: each half then has
+/// [`MIN_ROUNDS`], enough for an interval of its own.
+pub const DRIFT_MIN_ROUNDS: usize = 2 * MIN_ROUNDS;
+
+/// A drift test's level: the chance that rounds whose order does not
+/// matter are called drifted (per ratio). Low, so that the warning is
+/// rare enough to be read when it comes.
+pub const DRIFT_LEVEL: f64 = 0.01;
+
+/// Rearrangements of the rounds the permutation test draws.
+pub const PERMUTATIONS: usize = 10_000;
+
+/// The rounds' first half against their second half, in the order they
+/// ran. Rounds interleave the variants, so a machine that slows down
+/// moves both alike and the ratio holds; where a ratio's level itself
+/// moves during a run (a machine's state that weighs on one variant more
+/// than on the other), the interval, built as if the rounds were drawn
+/// alike, is too narrow, and a second run can land outside it. Seen on
+/// these machines: two 20-round runs of one build, 40 minutes apart, whose
+/// p99 intervals did not hold each other's median.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Drift {
+    /// The first half's median and interval.
+    pub first: Interval,
+    /// The second half's (the extra round of an odd count is here).
+    pub second: Interval,
+    /// The share of the rounds' rearrangements whose halves' medians
+    /// differ at least as much as the rounds' own order gives (a
+    /// permutation test's p-value).
+    pub p: f64,
+    /// Whether `p` is below [`DRIFT_LEVEL`].
+    pub drifted: bool,
+}
+
+/// The drift test of `values` (rounds in order) over `permutations`
+/// rearrangements: `None` below [`DRIFT_MIN_ROUNDS`] or with a value not
+/// finite. The same for the same `seed`.
+pub fn drift(values: &[f64], replicates: usize, permutations: usize, seed: u64) -> Option<Drift> {
+    if values.len() < DRIFT_MIN_ROUNDS || values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let half = values.len() / 2;
+    let gap = |v: &[f64]| (median(&v[half..]) - median(&v[..half])).abs();
+    let seen = gap(values);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut shuffled = values.to_vec();
+    // A rearrangement's gap equal to the rounds' own (ties, common among
+    // a few distinct values) counts against drift; so does a gap smaller
+    // only by rounding.
+    let tolerance = 1e-12 * seen.max(1.0);
+    let as_large = (0..permutations)
+        .filter(|_| {
+            shuffled.shuffle(&mut rng);
+            gap(&shuffled) >= seen - tolerance
+        })
+        .count();
+    let p = (as_large + 1) as f64 / (permutations + 1) as f64;
+    Some(Drift {
+        first: median_interval(&values[..half], replicates, seed)?,
+        second: median_interval(&values[half..], replicates, seed)?,
+        p,
+        drifted: p < DRIFT_LEVEL,
     })
 }
 
@@ -131,6 +209,23 @@ impl Goal {
             Goal::AtLeast(goal) if interval.low >= goal => Verdict::Met,
             Goal::AtLeast(goal) if interval.high < goal => Verdict::NotMet,
             _ => Verdict::Undecided,
+        }
+    }
+}
+
+impl Goal {
+    /// [`Goal::judge`] of the rounds' `whole` interval, which stands
+    /// where they drifted only if each half's own interval gives it too.
+    pub fn judge_rounds(self, whole: &Interval, drift: Option<&Drift>) -> Verdict {
+        let verdict = self.judge(whole);
+        match drift {
+            Some(d)
+                if d.drifted
+                    && (self.judge(&d.first) != verdict || self.judge(&d.second) != verdict) =>
+            {
+                Verdict::Undecided
+            }
+            _ => verdict,
         }
     }
 }
@@ -314,7 +409,12 @@ pub struct RatioRow {
     /// `None` when a value is not finite (a zero denominator).
     pub interval: Option<Interval>,
     pub goal: Option<String>,
+    /// Undecided, whatever the interval says, when the rounds drifted
+    /// and their halves, each judged on its own interval, do not both
+    /// give the whole's verdict.
     pub verdict: Option<Verdict>,
+    /// The halves compared; `None` below [`DRIFT_MIN_ROUNDS`].
+    pub drift: Option<Drift>,
 }
 
 /// Every ratio of one benchmark over its rounds, and the machine meanwhile.
@@ -344,9 +444,10 @@ pub fn report(
         .into_iter()
         .map(|(name, rounds)| {
             let interval = median_interval(&rounds, REPLICATES, seed);
+            let drift = drift(&rounds, REPLICATES, PERMUTATIONS, seed);
             let goal = goals.iter().find(|g| g.name == name).map(|g| g.goal);
             let verdict = goal.map(|goal| match interval {
-                Some(i) if rounds.len() >= MIN_ROUNDS => goal.judge(&i),
+                Some(i) if rounds.len() >= MIN_ROUNDS => goal.judge_rounds(&i, drift.as_ref()),
                 _ => Verdict::Undecided,
             });
             RatioRow {
@@ -355,6 +456,7 @@ pub fn report(
                 interval,
                 goal: goal.map(|g| g.to_string()),
                 verdict,
+                drift,
             }
         })
         .collect();
@@ -384,10 +486,12 @@ impl fmt::Display for RoundsReport {
                 ),
                 None => ("n/a".to_owned(), "n/a".to_owned()),
             };
+            let drifted = r.drift.filter(|d| d.drifted);
             let verdict = match r.verdict {
                 Some(Verdict::Undecided) if r.rounds.len() < MIN_ROUNDS => {
                     format!("undecided (fewer than {MIN_ROUNDS} rounds)")
                 }
+                Some(v) if drifted.is_some() => format!("{v} (drifted)"),
                 Some(v) => v.to_string(),
                 None => String::new(),
             };
@@ -400,12 +504,30 @@ impl fmt::Display for RoundsReport {
             writeln!(f, "{}", line.trim_end())?;
             let by_round: Vec<String> = r.rounds.iter().map(|v| format!("{v:.2}")).collect();
             writeln!(f, "{:<width$}  by round: {}", "", by_round.join(" "))?;
+            if let Some(d) = drifted {
+                writeln!(
+                    f,
+                    "{:<width$}  drifted: first half {:.2} [{:.2}, {:.2}], second half {:.2} \
+                     [{:.2}, {:.2}] (permutation p = {:.3}): the level moved during the run, so \
+                     the interval is narrower than the spread between runs; a verdict stands \
+                     only where both halves give it",
+                    "",
+                    d.first.median,
+                    d.first.low,
+                    d.first.high,
+                    d.second.median,
+                    d.second.low,
+                    d.second.high,
+                    d.p,
+                )?;
+            }
         }
         writeln!(
             f,
             "median of the rounds, 95 % interval by percentile bootstrap ({} replicates); \
              a goal is met when the whole interval is on its side, not met when the whole of \
-             it is on the other, undecided otherwise",
+             it is on the other, undecided otherwise; from {DRIFT_MIN_ROUNDS} rounds the first \
+             half is tested against the second ({PERMUTATIONS} permutations, level {DRIFT_LEVEL})",
             self.replicates
         )?;
         match &self.machine {
@@ -431,8 +553,6 @@ impl fmt::Display for RoundsReport {
 
 #[cfg(test)]
 mod tests {
-    use rand::SeedableRng;
-    use rand_chacha::ChaCha8Rng;
     use rand_distr::{Distribution, LogNormal, Normal};
 
     use super::*;
@@ -597,6 +717,104 @@ mod tests {
             Err(RoundsError::UnknownGoal(name)) => assert_eq!(name, "costs"),
             other => panic!("expected an unknown goal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_level_that_moves_between_the_halves_is_drift_and_rounds_drawn_alike_rarely_are() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let noise = Normal::new(0.0, 0.02).expect("a valid law");
+        // The p99 ratio of one run at 1.02, then at 1.06, ten rounds each.
+        let moved: Vec<f64> = (0..20)
+            .map(|i| if i < 10 { 1.02 } else { 1.06 } + noise.sample(&mut rng))
+            .collect();
+        let d = drift(&moved, REPLICATES, 2000, 1).expect("enough finite rounds");
+        assert!(d.drifted && d.p < DRIFT_LEVEL, "{d:?}");
+        assert!(d.first.high < d.second.median, "{d:?}");
+        // The same values in an order that does not follow the level.
+        let mut mixed = moved.clone();
+        mixed.shuffle(&mut rng);
+        let d = drift(&mixed, REPLICATES, 2000, 1).expect("enough finite rounds");
+        assert!(!d.drifted, "{d:?}");
+        // Rounds drawn alike: called drifted about as often as the level.
+        let law = LogNormal::new(0.0, 0.3).expect("a valid law");
+        let called = (0..200)
+            .filter(|&trial| {
+                let values: Vec<f64> = (0..20).map(|_| law.sample(&mut rng)).collect();
+                drift(&values, 100, 500, trial)
+                    .expect("enough finite rounds")
+                    .drifted
+            })
+            .count();
+        assert!(
+            called <= 6,
+            "{called} of 200 runs without drift called drifted"
+        );
+        assert_eq!(
+            drift(&moved[..DRIFT_MIN_ROUNDS - 1], REPLICATES, 2000, 1),
+            None
+        );
+        assert_eq!(drift(&[1.0, f64::NAN].repeat(6), REPLICATES, 2000, 1), None);
+    }
+
+    #[test]
+    fn a_drifted_verdict_stands_only_where_both_halves_give_it() {
+        let goal = |s: &str| s.parse::<NamedGoal>().expect("a valid goal");
+        let halves = |a: f64, b: f64| -> Vec<f64> {
+            (0..20)
+                .map(|i| if i < 10 { a } else { b } + 0.002 * f64::from(i % 5))
+                .collect()
+        };
+        let r = report(
+            vec![
+                // Past the goal in both halves: not met, drift or not.
+                ("both past".to_owned(), halves(1.09, 1.13)),
+                // Met in the first half only, though the whole interval,
+                // which holds both, is under the goal.
+                (
+                    "one side".to_owned(),
+                    halves(0.98, 0.98)[..10]
+                        .iter()
+                        .copied()
+                        .chain([1.03, 1.035, 1.04, 1.042, 1.045])
+                        .chain([1.055, 1.06, 1.065, 1.07, 1.075])
+                        .collect(),
+                ),
+                ("steady".to_owned(), halves(1.02, 1.02)),
+            ],
+            &[
+                goal("both past<=1.05"),
+                goal("one side<=1.05"),
+                goal("steady<=1.05"),
+            ],
+            None,
+            3,
+        )
+        .expect("known names");
+        let drifted: Vec<bool> = r
+            .ratios
+            .iter()
+            .map(|row| row.drift.expect("20 rounds").drifted)
+            .collect();
+        assert_eq!(drifted, [true, true, false], "{:?}", r.ratios);
+        let verdicts: Vec<_> = r.ratios.iter().map(|row| row.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [
+                Some(Verdict::NotMet),
+                Some(Verdict::Undecided),
+                Some(Verdict::Met)
+            ]
+        );
+        // The whole interval alone would have judged the second.
+        let whole = r.ratios[1].interval.expect("finite values");
+        assert_ne!(Goal::AtMost(1.05).judge(&whole), Verdict::Undecided);
+        let text = r.to_string();
+        assert!(text.contains("not met (drifted)"), "{text}");
+        assert!(
+            text.contains("drifted: first half 0.98 [0.98, 0.99], second half 1.05"),
+            "{text}"
+        );
+        assert_eq!(text.matches("drifted: first half").count(), 2, "{text}");
     }
 
     #[test]
