@@ -13,6 +13,8 @@
 //! - [`telemetry`]: trace export and W3C trace context propagation.
 //! - `timer`: sub-millisecond sleeps.
 //! - `runtime_thread`: a runtime on its own thread, for background work.
+//! - [`turns`]: background work that offers its core to the serving
+//!   threads every 50 us.
 //! - `addr`: [`addr::PeerAddr`], a service's host (address or DNS name) and port.
 //! - `deadline`: reading `grpc-timeout` for deadline propagation.
 //! - `incoming`: the connections a server accepts: accept errors backed
@@ -45,3 +47,4 @@ pub use hop::serving;
 pub mod telemetry;
 pub mod timer;
 pub mod tls;
+pub mod turns;

@@ -64,6 +64,8 @@ use std::sync::{
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tailmesh_services::turns::Turns;
+
 use super::OutputError;
 use crate::analysis::attribution::attribute;
 use crate::record::{
@@ -299,7 +301,13 @@ impl RequestsSpool {
             .spawn(move || {
                 let mut on_failure = Some(on_failure);
                 let mut variants = 0;
+                let mut turns = Turns::new();
                 for row in rows {
+                    // Behind by half its queue, it writes without
+                    // offering its core until it has caught up.
+                    if waiting.load(Ordering::Relaxed) < SPOOL_QUEUE / 2 {
+                        turns.tick();
+                    }
                     match row {
                         Spooled::Variant(name) => {
                             variants += 1;

@@ -19,6 +19,8 @@ use std::{
     time::Duration,
 };
 
+use tailmesh_services::turns::Turns;
+
 use super::RequestRecord;
 
 /// What the thread behind does with what it is handed, in the order it
@@ -229,6 +231,7 @@ impl<M> Drop for Gone<'_, M> {
 fn serve<B: Behind>(mut state: B, handoff: &Handoff<B::Message>) -> B {
     let _gone = Gone(handoff);
     let mut taken = Vec::new();
+    let mut turns = Turns::new();
     loop {
         let closed = {
             let mut q = handoff.lock();
@@ -248,7 +251,15 @@ fn serve<B: Behind>(mut state: B, handoff: &Handoff<B::Message>) -> B {
             q.closed
         };
         let last = closed && taken.is_empty();
+        // Half the queue's room taken at once is a thread falling behind:
+        // it works through it without offering its core, so that the load
+        // generator does not wait for room.
+        let keeping_up = taken.len() < QUEUE_LIMIT / 2;
+        turns.begin();
         for item in taken.drain(..) {
+            if keeping_up {
+                turns.tick();
+            }
             match item {
                 Item::Record(r) => state.record(r),
                 Item::Message(m) => state.message(m),

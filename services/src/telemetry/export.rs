@@ -55,6 +55,7 @@ use super::{
     otlp,
     recorder::{Counters, SpanRecord, Spans},
 };
+use crate::turns::Turns;
 
 /// How often the exporter takes the spans handed over: each export
 /// request costs the exporter a few tens of microseconds (HTTP/2, system
@@ -370,6 +371,8 @@ pub struct Batcher {
     buf: BytesMut,
     /// The resource field of the request being written.
     head: BytesMut,
+    /// Writing a request offers the core between spans.
+    turns: Turns,
 }
 
 impl Batcher {
@@ -392,6 +395,7 @@ impl Batcher {
             held: None,
             buf: BytesMut::new(),
             head: BytesMut::new(),
+            turns: Turns::new(),
         }
     }
 
@@ -447,12 +451,14 @@ impl Batcher {
         // length.
         let buf = &mut self.buf;
         buf.clear();
+        self.turns.begin();
         let gap = head.len() + 2 * (1 + otlp::MAX_VARINT);
         buf.put_bytes(0, gap);
         let scope = otlp::open(buf, 1, 1);
         otlp::bytes_field(buf, 1, SCOPE.as_bytes());
         otlp::close(buf, scope);
         for r in spans {
+            self.turns.tick();
             otlp::span(buf, r, self.attribute_limit);
         }
 
@@ -714,11 +720,13 @@ impl Hold {
         out: &mut Vec<SpanRecord>,
     ) {
         spans.take(&mut self.pending);
+        let mut turns = Turns::new();
         if self.waiting() > self.held.max_spans() {
             // Past the cap, waiting spans are held now: the oldest traces
             // go early, and a late keep decision is a counted loss.
             let now = held_clock();
             for span in self.pending.drain(..) {
+                turns.tick();
                 self.held.add(span, now, out);
             }
         }
@@ -728,8 +736,11 @@ impl Hold {
         }
         self.asked_at = Some(tokio::time::Instant::now());
         self.ask(runtime);
-        self.held
-            .decide(&self.decided, self.pending.drain(..), held_clock(), out);
+        turns.begin();
+        let pending = self.pending.drain(..).inspect(|_| {
+            turns.tick();
+        });
+        self.held.decide(&self.decided, pending, held_clock(), out);
         let now = held_clock();
         if stopping {
             self.held.evict_all(now);
