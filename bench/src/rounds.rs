@@ -211,9 +211,7 @@ impl Goal {
             _ => Verdict::Undecided,
         }
     }
-}
 
-impl Goal {
     /// [`Goal::judge`] of the rounds' `whole` interval, which stands
     /// where they drifted only if each half's own interval gives it too.
     pub fn judge_rounds(self, whole: &Interval, drift: Option<&Drift>) -> Verdict {
