@@ -371,8 +371,6 @@ pub struct Batcher {
     buf: BytesMut,
     /// The resource field of the request being written.
     head: BytesMut,
-    /// Writing a request offers the core between spans.
-    turns: Turns,
 }
 
 impl Batcher {
@@ -395,13 +393,13 @@ impl Batcher {
             held: None,
             buf: BytesMut::new(),
             head: BytesMut::new(),
-            turns: Turns::new(),
         }
     }
 
     /// The export request of `spans` (`ExportTraceServiceRequest` bytes),
-    /// the exporter having used `export_cpu_ns` of CPU so far.
-    pub fn encode(&mut self, spans: &[SpanRecord], export_cpu_ns: u64) -> Bytes {
+    /// the exporter having used `export_cpu_ns` of CPU so far; the
+    /// thread's `turns` tick with each span.
+    pub fn encode(&mut self, spans: &[SpanRecord], export_cpu_ns: u64, turns: &mut Turns) -> Bytes {
         self.received += spans.len() as u64;
         self.record_ns += spans.iter().map(|r| r.cost_ns).sum::<u64>();
         let dropped = self.counters.dropped.load(Ordering::Relaxed);
@@ -451,14 +449,13 @@ impl Batcher {
         // length.
         let buf = &mut self.buf;
         buf.clear();
-        self.turns.begin();
         let gap = head.len() + 2 * (1 + otlp::MAX_VARINT);
         buf.put_bytes(0, gap);
         let scope = otlp::open(buf, 1, 1);
         otlp::bytes_field(buf, 1, SCOPE.as_bytes());
         otlp::close(buf, scope);
         for r in spans {
-            self.turns.tick();
+            turns.tick();
             otlp::span(buf, r, self.attribute_limit);
         }
 
@@ -595,19 +592,21 @@ fn export_loop(
     });
     let mut batcher = Batcher::new(config.resource, config.attribute_limit, counters.clone());
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    // The thread's work between two naps, in turns.
+    let mut turns = Turns::new();
     loop {
         let stopping = stop.load(Ordering::Acquire);
         match &mut hold {
             None => {
                 spans.take(&mut batch);
                 for chunk in batch.chunks(MAX_BATCH) {
-                    let body = batcher.encode(chunk, thread_cpu_ns());
+                    let body = batcher.encode(chunk, thread_cpu_ns(), &mut turns);
                     sender.send(runtime, body, chunk.len() as u64);
                 }
                 batch.clear();
             }
             Some(hold) => {
-                hold.step(runtime, spans, stopping, &mut batch);
+                hold.step(runtime, spans, stopping, &mut batch, &mut turns);
                 batcher.held = Some(hold.held.counts());
                 // Every kept span, and the counters once a second even
                 // with nothing to send (and at the end): the observer
@@ -616,11 +615,11 @@ fn export_loop(
                     && (stopping || hold.last_sent.elapsed() >= COUNTERS_EVERY);
                 if !batch.is_empty() || due {
                     for chunk in batch.chunks(MAX_BATCH) {
-                        let body = batcher.encode(chunk, thread_cpu_ns());
+                        let body = batcher.encode(chunk, thread_cpu_ns(), &mut turns);
                         sender.send(runtime, body, chunk.len() as u64);
                     }
                     if batch.is_empty() {
-                        let body = batcher.encode(&[], thread_cpu_ns());
+                        let body = batcher.encode(&[], thread_cpu_ns(), &mut turns);
                         sender.send(runtime, body, 0);
                     }
                     hold.sent_counts = batcher.held;
@@ -640,6 +639,7 @@ fn export_loop(
                 () = wake.notified() => {}
             }
         });
+        turns.begin();
     }
 }
 
@@ -711,16 +711,17 @@ impl Hold {
     /// asks for the decisions since the last ones: the kept
     /// traces' spans go into `out`, the dropped ones' away, and only the
     /// spans of traces still undecided are held. Then evicts what waited
-    /// past its hold (everything, `stopping`).
+    /// past its hold (everything, `stopping`). Each span taken ticks the
+    /// thread's `turns`.
     fn step(
         &mut self,
         runtime: &tokio::runtime::Runtime,
         spans: &mut Spans,
         stopping: bool,
         out: &mut Vec<SpanRecord>,
+        turns: &mut Turns,
     ) {
         spans.take(&mut self.pending);
-        let mut turns = Turns::new();
         if self.waiting() > self.held.max_spans() {
             // Past the cap, waiting spans are held now: the oldest traces
             // go early, and a late keep decision is a counted loss.
@@ -736,6 +737,7 @@ impl Hold {
         }
         self.asked_at = Some(tokio::time::Instant::now());
         self.ask(runtime);
+        // The ask waited for its answer: work starts again.
         turns.begin();
         let pending = self.pending.drain(..).inspect(|_| {
             turns.tick();
@@ -870,7 +872,7 @@ mod tests {
         spans: Vec<SpanRecord>,
         export_cpu_ns: u64,
     ) -> ExportTraceServiceRequest {
-        let bytes = batcher.encode(&spans, export_cpu_ns);
+        let bytes = batcher.encode(&spans, export_cpu_ns, &mut Turns::new());
         ExportTraceServiceRequest::decode(bytes).expect("a request that decodes")
     }
 
@@ -1068,7 +1070,7 @@ mod tests {
             observed.record_ns += spans.iter().map(|r| r.cost_ns).sum::<u64>();
             observed.export_cpu_ns = 1 << (7 * n as u64 + 3);
             let expected = reference(&resource, limit, &spans, &observed);
-            let bytes = batcher.encode(&spans, observed.export_cpu_ns);
+            let bytes = batcher.encode(&spans, observed.export_cpu_ns, &mut Turns::new());
             let got = ExportTraceServiceRequest::decode(bytes.clone()).expect("decodes");
             let (got_spans, expected_spans) = (
                 &got.resource_spans[0].scope_spans[0].spans,
